@@ -1,0 +1,32 @@
+"""Ember: a deep-learning framework written from scratch.
+
+Example:
+    >>> import ember as em
+    >>> x = em.randn(3, requires_grad=True)
+    >>> (x * x).sum().backward()
+"""
+from . import dtypes
+from .dtypes import (DType, bfloat16, bool_ as bool, double, finfo, float, float16, float32,
+                     float64, get_default_dtype, half, iinfo, int, int8, int16, int32, int64,
+                     long, promote_types, result_type, set_default_dtype, short, uint8)
+from .device import Event, Stream, device
+from .errors import DTypeError, DeviceError, EmberError, GraphError, ShapeError
+from .tensor import Size, Tensor
+from . import ops
+from .ops.arith import *  # noqa: F401,F403
+from .ops.unary import *  # noqa: F401,F403
+from .ops.select import *  # noqa: F401,F403
+from .ops.reduce import *  # noqa: F401,F403
+from .ops.movement import *  # noqa: F401,F403
+from .ops.linalg import *  # noqa: F401,F403
+from .ops.factories import *  # noqa: F401,F403
+from .ops.convert import clone, contiguous, detach  # noqa: F401
+from .ops import inplace as _inplace  # noqa: F401
+from .ops.dispatch import broadcast_shapes  # noqa: F401
+from .autograd.grad_mode import (enable_grad, inference_mode, is_grad_enabled,
+                                 is_inference_mode_enabled, no_grad, set_grad_enabled)
+from . import autograd
+from .memory import memory_stats, reset_peak_memory_stats, set_memory_limit
+from .config import show_config
+
+__version__ = "0.1.0"

@@ -1,0 +1,366 @@
+"""The reverse-mode engine: walks the recorded graph from the outputs back.
+
+Nodes are processed in decreasing creation order (``seq``), which is a valid
+topological order because a node is always created after the nodes of its
+inputs. VJP rules are Ember ops, run with grad mode equal to ``create_graph``,
+so the backward pass is itself recorded when higher derivatives are wanted.
+This is the one place where input gradients are reduced back to the input's
+shape (for broadcasting) and cast back to its dtype.
+"""
+from __future__ import annotations
+
+import weakref
+
+from ..errors import GraphError, ShapeError
+from ..tensor import Tensor
+from .graph import Node, ShapeOnly
+from .grad_mode import state, set_grad_enabled
+
+_FREED = object()
+
+
+def _collect(roots):
+    """All nodes reachable from ``roots`` and the leaves they reach."""
+    seen = set()
+    stack = [n for n in roots if n is not None]
+    nodes = []
+    while stack:
+        n = stack.pop()
+        if id(n) in seen:
+            continue
+        seen.add(id(n))
+        nodes.append(n)
+        for e in n.next:
+            if e is not None and e[0].__class__ is not Tensor and id(e[0]) not in seen:
+                stack.append(e[0])
+    return nodes
+
+
+def _prune(nodes, target_nodes, target_leaves):
+    """Nodes that lie on a path to some target (for ``autograd.grad``)."""
+    needed = set()
+    for n in sorted(nodes, key=lambda n: n.seq):  # inputs before consumers
+        if id(n) in target_nodes:
+            needed.add(id(n))
+            continue
+        for e in n.next:
+            if e is None:
+                continue
+            if e[0].__class__ is Tensor:
+                if id(e[0]) in target_leaves:
+                    needed.add(id(n))
+                    break
+            elif id(e[0]) in needed:
+                needed.add(id(n))
+                break
+    return needed
+
+
+def _unpack_saved(node, create_graph):
+    saved = node.saved
+    if saved is _FREED or node.out_saved is _FREED:
+        raise GraphError(
+            f"Trying to backward through the graph a second time (or directly access saved "
+            f"tensors after they have already been freed) in {node.name()}. Saved "
+            f"intermediate values of the graph are freed when you call .backward() or "
+            f"autograd.grad(). Specify retain_graph=True if you need to backward through the "
+            f"graph a second time.")
+    if saved is None:
+        inputs = [None if m is None else ShapeOnly(*m) for m in node.in_meta]
+    else:
+        inputs = saved
+        for x, v in zip(saved, node.versions):
+            if v is not None and x._storage.version != v:
+                raise GraphError(
+                    f"one of the variables needed for gradient computation has been modified "
+                    f"by an inplace operation: [{x._dtype.name} {list(x._data.shape)}], which "
+                    f"is input of {node.name()}, is at version {x._storage.version}; expected "
+                    f"version {v} instead.")
+    out = None
+    if node.out_saved is not None:
+        data, storage, dt, dev, v, base = node.out_saved
+        if storage.version != v:
+            raise GraphError(
+                f"one of the variables needed for gradient computation has been modified by an "
+                f"inplace operation: [{dt.name} {list(data.shape)}], which is output 0 of "
+                f"{node.name()}, is at version {storage.version}; expected version {v} instead.")
+        from ..tensor import _wrap
+        out = _wrap(data, dt, dev, storage, base)
+        if create_graph:
+            out._grad_fn, out._requires_grad = node, True
+    return inputs, out
+
+
+def _fit(g, meta, node, i):
+    """Reduce a gradient to its input's shape and cast it to its dtype."""
+    shape, dt, _ = meta
+    if g._data.shape != shape:
+        from ..ops.reduce import sum_to
+        try:
+            g = sum_to(g, shape)
+        except Exception:
+            raise ShapeError(f"{node.name()} returned a gradient of shape "
+                             f"{tuple(g._data.shape)} for input {i} of shape {shape}") from None
+    if g._dtype is not dt:
+        g = g.to(dt)
+    return g
+
+
+def _accumulate(buf, key, g):
+    cur = buf.get(key)
+    buf[key] = g if cur is None else cur + g
+
+
+def run_backward(roots, grad_roots, retain_graph: bool, create_graph: bool,
+                 inputs=None, allow_unused: bool = False):
+    """Core of ``Tensor.backward`` and ``autograd.grad``.
+
+    With ``inputs`` given, returns their gradients (no ``.grad`` is touched);
+    otherwise accumulates into the ``.grad`` of every leaf reached.
+    """
+    buffers: dict = {}
+    root_nodes = []
+    external = set()  # storages the caller owns: never stored as a .grad without a copy
+    for t, g in zip(roots, grad_roots):
+        external.add(id(g._storage))
+        if t._grad_fn is None:
+            if inputs is None:
+                _to_leaf(t, g, create_graph, external, set())
+            else:
+                buffers[("leaf", id(t))] = g
+            continue
+        _accumulate(buffers, (id(t._grad_fn), t._out_nr), g)
+        root_nodes.append(t._grad_fn)
+    nodes = _collect(root_nodes)
+    captured: dict = {}
+    needed: set = set()
+    target_nodes, target_leaves = {}, {}
+    if inputs is not None:
+        for i, x in enumerate(inputs):
+            if x._grad_fn is None:
+                target_leaves[id(x)] = i
+            else:
+                target_nodes.setdefault(id(x._grad_fn), []).append((x._out_nr, i))
+        needed = _prune(nodes, target_nodes, target_leaves)
+        nodes = [n for n in nodes if id(n) in needed]
+        for t in roots:
+            if id(t) in target_leaves:
+                captured[target_leaves[id(t)]] = buffers.get(("leaf", id(t)))
+    nodes.sort(key=lambda n: -n.seq)
+    claimed: set = set()
+    with set_grad_enabled(create_graph):
+        for node in nodes:
+            grads = [buffers.pop((id(node), k), None) for k in range(node.nout)]
+            grads = _run_pre_hooks(node, grads, create_graph)
+            if inputs is not None and id(node) in target_nodes:
+                for k, i in target_nodes[id(node)]:
+                    captured[i] = grads[k]
+                if not any(e is not None and (id(e[0]) in needed or id(e[0]) in target_leaves)
+                           for e in node.next):
+                    continue
+            if all(g is None for g in grads):
+                continue
+            in_grads = _call_vjp(node, grads, create_graph)
+            if not retain_graph:
+                if node.saved is not None:
+                    node.saved = _FREED
+                if node.out_saved is not None:
+                    node.out_saved = _FREED
+            for i, (e, gi) in enumerate(zip(node.next, in_grads)):
+                if e is None or gi is None:
+                    continue
+                gi = _fit(gi, node.in_meta[i], node, i)
+                target, k = e
+                if target.__class__ is Tensor:
+                    if inputs is None:
+                        _to_leaf(target, gi, create_graph, external, claimed)
+                    elif id(target) in target_leaves:
+                        j = target_leaves[id(target)]
+                        captured[j] = gi if captured.get(j) is None else captured[j] + gi
+                else:
+                    _accumulate(buffers, (id(target), k), gi)
+    if inputs is not None:
+        out = []
+        for i, x in enumerate(inputs):
+            g = captured.get(i)
+            if g is None and not allow_unused:
+                raise GraphError(f"One of the differentiated Tensors (input {i}, shape "
+                                 f"{tuple(x.shape)}) appears to not have been used in the "
+                                 f"graph. Set allow_unused=True if this is the desired behavior.")
+            if g is not None and not create_graph:
+                g = g.detach()
+            out.append(g)
+        return tuple(out)
+    return None
+
+
+def _run_pre_hooks(node, grads, create_graph):
+    if node.pre_hooks is not None:
+        for k, hooks in node.pre_hooks.items():
+            for h in hooks:
+                if grads[k] is not None:
+                    r = h(grads[k])
+                    if r is not None:
+                        grads[k] = r
+    if node.retain is not None:
+        for k, ref in node.retain.items():
+            t = ref()
+            if t is not None and grads[k] is not None:
+                g = grads[k] if create_graph else grads[k].detach()
+                t._grad = g if t._grad is None else t._grad + g
+    return grads
+
+
+def _call_vjp(node, grads, create_graph):
+    op = node.op
+    if node.nout == 1:
+        g = grads[0]
+        if g is None:
+            return [None] * len(node.next)
+    else:
+        g = grads
+    inputs, out = _unpack_saved(node, create_graph)
+    vjp = op.vjp
+    if vjp.__class__ is tuple:  # one rule per input: compute only the gradients needed
+        res = [None if e is None or rule is None else rule(g, out, *inputs, **node.params)
+               for rule, e in zip(vjp, node.next)]
+    else:
+        res = vjp(g, out, *inputs, **node.params)
+    if not isinstance(res, (tuple, list)):
+        res = (res,)
+    if len(res) != len(node.next):
+        raise GraphError(f"{node.name()}: the VJP rule returned {len(res)} gradients for "
+                         f"{len(node.next)} inputs")
+    if state.anomaly:
+        from .anomaly import check_backward
+        check_backward(node, res, g if node.nout == 1 else None)
+    return res
+
+
+def _to_leaf(t, g, create_graph, external, claimed):
+    if t._hooks:
+        for h in t._hooks:
+            r = h(g)
+            if r is not None:
+                g = r
+    if t._grad is None:
+        sid = id(g._storage)
+        if not create_graph and (sid in external or sid in claimed or g._base is not None):
+            g = g.detach().clone()   # never alias a caller's tensor or another leaf's grad
+        elif not create_graph:
+            g = g.detach()
+        claimed.add(id(g._storage))
+        t._grad = g
+    elif create_graph or t._grad._requires_grad:
+        t._grad = t._grad + g
+    else:
+        t._grad.add_(g.detach())
+
+
+def backward(tensors, grad_tensors=None, retain_graph=None, create_graph=False, inputs=None):
+    """Accumulate gradients of ``tensors`` into the leaves' ``.grad`` (``torch.autograd.backward``)."""
+    if isinstance(tensors, Tensor):
+        tensors = [tensors]
+    if grad_tensors is None or isinstance(grad_tensors, Tensor):
+        grad_tensors = [grad_tensors] * len(tensors) if grad_tensors is None else [grad_tensors]
+    if retain_graph is None:
+        retain_graph = create_graph
+    roots, grads = _roots_and_grads(tensors, grad_tensors, "backward")
+    if inputs is not None:
+        inputs = [inputs] if isinstance(inputs, Tensor) else list(inputs)
+        res = run_backward(roots, grads, retain_graph, create_graph, inputs, allow_unused=True)
+        for x, g in zip(inputs, res):
+            if g is not None:
+                _to_leaf(x, g, create_graph, {id(gg._storage) for gg in grads}, set())
+        return
+    run_backward(roots, grads, retain_graph, create_graph)
+
+
+def grad(outputs, inputs, grad_outputs=None, retain_graph=None, create_graph=False,
+         allow_unused=None, materialize_grads=False):
+    """Gradients of ``outputs`` with respect to ``inputs`` (``torch.autograd.grad``).
+
+    Example:
+        >>> x = ember.tensor(3.0, requires_grad=True)
+        >>> (dx,) = ember.autograd.grad(x ** 2, x)   # tensor(6.)
+    """
+    single = isinstance(inputs, Tensor)
+    outputs = [outputs] if isinstance(outputs, Tensor) else list(outputs)
+    inputs = [inputs] if single else list(inputs)
+    if grad_outputs is None or isinstance(grad_outputs, Tensor):
+        grad_outputs = [grad_outputs] * len(outputs) if grad_outputs is None else [grad_outputs]
+    if retain_graph is None:
+        retain_graph = create_graph
+    for i, x in enumerate(inputs):
+        if not isinstance(x, Tensor) or not x._requires_grad:
+            raise GraphError(f"autograd.grad: input {i} does not require grad")
+    roots, grads = _roots_and_grads(outputs, grad_outputs, "autograd.grad")
+    res = run_backward(roots, grads, retain_graph, create_graph, inputs,
+                       allow_unused=bool(allow_unused) or materialize_grads)
+    if materialize_grads:
+        res = tuple(g if g is not None else x.detach().mul(0) for g, x in zip(res, inputs))
+    return res
+
+
+def _roots_and_grads(tensors, grad_tensors, what):
+    roots, grads = [], []
+    if len(grad_tensors) != len(tensors):
+        raise ValueError(f"{what}: got {len(grad_tensors)} gradients for {len(tensors)} outputs")
+    for t, g in zip(tensors, grad_tensors):
+        if not t._requires_grad:
+            raise GraphError("element 0 of tensors does not require grad and does not have a "
+                             "grad_fn")
+        if g is None:
+            if t._data.size != 1:
+                raise GraphError(f"grad can be implicitly created only for scalar outputs; "
+                                 f"got an output of shape {tuple(t.shape)}: pass gradient=")
+            from ..ops.factories import ones_like
+            g = ones_like(t)
+        elif not isinstance(g, Tensor):
+            from ..ops.factories import tensor as _tensor
+            g = _tensor(g, dtype=t.dtype)
+        if g._data.shape != t._data.shape:
+            raise ShapeError(f"{what}: gradient of shape {tuple(g.shape)} does not match the "
+                             f"output's shape {tuple(t.shape)}")
+        roots.append(t)
+        grads.append(g)
+    return roots, grads
+
+
+def register_hook(t: Tensor, fn):
+    """Register ``fn(grad) -> grad | None`` to run when ``t``'s gradient is computed."""
+    if not t._requires_grad:
+        raise GraphError("cannot register a hook on a tensor that doesn't require gradient")
+    if t._grad_fn is None:
+        if t._hooks is None:
+            t._hooks = []
+        t._hooks.append(fn)
+        lst = t._hooks
+    else:
+        node = t._grad_fn
+        if node.pre_hooks is None:
+            node.pre_hooks = {}
+        lst = node.pre_hooks.setdefault(t._out_nr, [])
+        lst.append(fn)
+    return _RemovableHandle(lst, fn)
+
+
+def retain_grad(t: Tensor) -> None:
+    if not t._requires_grad:
+        raise GraphError("can't retain_grad on Tensor that has requires_grad=False")
+    if t._grad_fn is None:
+        return
+    node = t._grad_fn
+    if node.retain is None:
+        node.retain = {}
+    node.retain[t._out_nr] = weakref.ref(t)
+    t._retains_grad = True
+
+
+class _RemovableHandle:
+    def __init__(self, lst, fn):
+        self._lst, self._fn = lst, fn
+
+    def remove(self) -> None:
+        if self._fn in self._lst:
+            self._lst.remove(self._fn)

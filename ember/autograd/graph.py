@@ -1,0 +1,129 @@
+"""Nodes of the define-by-run autograd graph.
+
+Every tensor produced by a differentiable op while grad mode is on points at
+the :class:`Node` that made it (``grad_fn``). A node keeps the op, its params,
+the edges to the nodes (or leaf tensors) of its inputs, the input metadata the
+engine needs to reduce gradients back to input shapes, and the values the VJP
+rule asked to save, with their version numbers so that in-place writes after
+saving are caught.
+"""
+from __future__ import annotations
+
+import itertools
+
+from .grad_mode import state
+
+_seq = itertools.count()
+
+
+class ShapeOnly:
+    """Stands in for an input the VJP rule did not ask to save: shape and dtype only."""
+
+    __slots__ = ("shape", "dtype", "device")
+
+    def __init__(self, shape, dtype, device):
+        self.shape, self.dtype, self.device = shape, dtype, device
+
+    @property
+    def ndim(self) -> int:
+        return len(self.shape)
+
+    def numel(self) -> int:
+        n = 1
+        for s in self.shape:
+            n *= s
+        return n
+
+    def size(self, dim=None):
+        return self.shape if dim is None else self.shape[dim]
+
+    def dim(self) -> int:
+        return len(self.shape)
+
+
+class Node:
+    """One recorded op application (``grad_fn``)."""
+
+    __slots__ = ("op", "params", "next", "saved", "versions", "in_meta", "out_saved",
+                 "seq", "pre_hooks", "retain", "stack", "nout", "name_", "__weakref__")
+
+    def __init__(self, op, params, inputs, saved_inputs: bool, out=None, nout: int = 1):
+        self.op = op
+        self.params = params
+        self.seq = next(_seq)
+        self.nout = nout
+        self.pre_hooks = None   # {out_nr: [hooks]} from register_hook on non-leaf outputs
+        self.retain = None      # {out_nr: weakref to tensor} for retain_grad()
+        self.stack = None
+        self.name_ = None
+        nxt = []
+        meta = []
+        for x in inputs:
+            rg = getattr(x, "_requires_grad", None)
+            if rg is None:          # a Python scalar
+                nxt.append(None)
+                meta.append(None)
+                continue
+            meta.append((x._data.shape, x._dtype, x._device))
+            if rg:
+                fn = x._grad_fn
+                nxt.append((x, 0) if fn is None else (fn, x._out_nr))
+            else:
+                nxt.append(None)
+        self.next = nxt
+        self.in_meta = meta
+        if saved_inputs:
+            self.saved = inputs
+            self.versions = [getattr(x, "_storage", None) and x._storage.version
+                             for x in inputs]
+        else:
+            self.saved = None
+            self.versions = None
+        self.out_saved = None
+        if out is not None:
+            # NOTE: keep the output's data, not the Tensor: Tensor -> Node -> Tensor would be a
+            # reference cycle that only the cyclic GC frees, holding activations too long.
+            self.out_saved = (out._data, out._storage, out._dtype, out._device,
+                              out._storage.version, out._base)
+        if state.anomaly:
+            from .anomaly import capture_stack
+            self.stack = capture_stack()
+
+    def name(self) -> str:
+        if self.name_ is not None:
+            return self.name_
+        n = self.op.name
+        return "".join(w.capitalize() for w in n.split("_")) + "Backward"
+
+    def __repr__(self) -> str:
+        return f"<{self.name()} object>"
+
+    @property
+    def next_functions(self):
+        """((node_or_AccumulateGrad, output_nr), ...) like PyTorch."""
+        out = []
+        for e in self.next:
+            if e is None:
+                out.append((None, 0))
+            elif e[0].__class__ is Node or isinstance(e[0], Node):
+                out.append(e)
+            else:
+                out.append((AccumulateGrad(e[0]), 0))
+        return tuple(out)
+
+    def register_hook(self, fn):
+        """Hook ``fn(grad_inputs, grad_outputs)`` is not supported; use Tensor.register_hook."""
+        raise NotImplementedError("Node.register_hook: use Tensor.register_hook instead")
+
+
+class AccumulateGrad:
+    """The sink of a leaf tensor in ``next_functions``."""
+
+    def __init__(self, variable):
+        self.variable = variable
+
+    def name(self) -> str:
+        return "AccumulateGrad"
+
+    def __repr__(self) -> str:
+        return "<AccumulateGrad object>"

@@ -1,0 +1,44 @@
+"""Configuration report (``ember.show_config``) and debug flags read in one place."""
+from __future__ import annotations
+
+import os
+
+DEBUG = int(os.environ.get("EMBER_DEBUG", "0") or 0)
+
+
+def blas_info() -> dict:
+    """BLAS vendor, version, core type and threads as NumPy reports them."""
+    import numpy as np
+    info = {"numpy": np.__version__}
+    try:
+        cfg = np.show_config(mode="dicts")
+        blas = cfg.get("Build Dependencies", {}).get("blas", {})
+        info["blas"] = blas.get("name", "?")
+        info["blas_version"] = blas.get("version", "?")
+        info["blas_config"] = blas.get("openblas configuration", "")
+    except Exception as e:  # noqa: BLE001 - reporting only
+        info["blas"] = f"unknown ({e})"
+    try:
+        from threadpoolctl import threadpool_info
+        for p in threadpool_info():
+            if p.get("user_api") == "blas":
+                info["blas_threads"] = p.get("num_threads")
+                info["blas_core_type"] = p.get("architecture")
+    except ImportError:
+        pass
+    for var in ("OPENBLAS_CORETYPE", "OPENBLAS_NUM_THREADS", "OMP_NUM_THREADS",
+                "MKL_NUM_THREADS"):
+        info[var] = os.environ.get(var)
+    info["cpu_count"] = os.cpu_count()
+    return info
+
+
+def show_config(file=None) -> dict:
+    """Print (and return) the array library, BLAS vendor, core type and thread counts."""
+    info = blas_info()
+    lines = ["Ember configuration:"] + [f"  {k}: {v}" for k, v in info.items()]
+    if info.get("OPENBLAS_CORETYPE"):
+        lines.append(f"  NOTE: OPENBLAS_CORETYPE={info['OPENBLAS_CORETYPE']} is set by the "
+                     f"environment and selects OpenBLAS kernels; Ember does not override it.")
+    print("\n".join(lines), file=file)
+    return info

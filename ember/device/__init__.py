@@ -1,0 +1,12 @@
+"""Devices: a small ``device`` descriptor plus one backend object per device type.
+
+A backend owns the array module ``xp`` kernels are written against, the
+allocator, streams/events and capability flags. Adding CUDA means registering a
+CuPy-backed backend here; no op changes.
+"""
+from .base import Backend, Event, Stream, device, get_backend, register_backend
+from .cpu import CPUBackend
+
+register_backend(CPUBackend())
+
+__all__ = ["device", "Backend", "Stream", "Event", "get_backend", "register_backend"]

@@ -1,0 +1,216 @@
+"""Arithmetic primitives: add, sub, mul, div, neg, pow, and the dtype cast.
+
+These are the hottest ops in eager mode, so the Tensor operators are bound
+straight to the dispatcher with no wrapper in between.
+"""
+from __future__ import annotations
+
+from .. import dtypes as _dt
+from ..errors import DTypeError
+from ..tensor import Tensor
+from . import dispatch
+from .registry import defop
+
+_apply = dispatch.apply
+_NOPARAMS: dict = {}
+
+
+def _is_t(x) -> bool:
+    return isinstance(x, Tensor)
+
+
+add_p = defop(
+    "add", nin=2, elementwise=True, save=None, expr="({0} + {1})",
+    kernel=lambda xp, x, y: xp.add(x, y),
+    vjp=lambda g, out, x, y: (g, g),
+    jvp=lambda t, out, x, y: _tsum(t[0], t[1]))
+
+sub_p = defop(
+    "sub", nin=2, elementwise=True, save=None, expr="({0} - {1})",
+    kernel=lambda xp, x, y: xp.subtract(x, y),
+    vjp=lambda g, out, x, y: (g, -g),
+    jvp=lambda t, out, x, y: _tsum(t[0], None if t[1] is None else -t[1]))
+
+mul_p = defop(
+    "mul", nin=2, elementwise=True, expr="({0} * {1})",
+    kernel=lambda xp, x, y: xp.multiply(x, y),
+    vjp=(lambda g, out, x, y: g * y, lambda g, out, x, y: g * x),
+    jvp=lambda t, out, x, y: _tsum(None if t[0] is None else t[0] * y,
+                                   None if t[1] is None else x * t[1]))
+
+div_p = defop(
+    "div", nin=2, elementwise=True, dtype="float", expr="({0} / {1})",
+    kernel=lambda xp, x, y: xp.true_divide(x, y),
+    save="both",
+    vjp=(lambda g, out, x, y: g / y, lambda g, out, x, y: -g * out / y),
+    jvp=lambda t, out, x, y: _tsum(None if t[0] is None else t[0] / y,
+                                   None if t[1] is None else -t[1] * out / y))
+
+neg_p = defop(
+    "neg", nin=1, elementwise=True, save=None, expr="(-{0})",
+    kernel=lambda xp, x: xp.negative(x),
+    vjp=lambda g, out, x: (-g,), jvp="linear")
+
+
+def _pow_kernel(xp, x, y):
+    return xp.power(x, y)
+
+
+def _pow_dx(g, out, x, y):
+    return g * y * x ** (y - 1)
+
+
+def _pow_dy(g, out, x, y):
+    # NOTE: d/dy x**y = out*log(x); where x == 0 the limit is 0 (for y > 0), not nan.
+    from .unary import log
+    from .select import where
+    lx = log(where(x == 0, 1, x)) if _is_t(x) else _log_scalar(x)
+    return g * out * lx
+
+
+def _log_scalar(x):
+    import math
+    return math.log(x) if x > 0 else float("nan")
+
+
+pow_p = defop(
+    "pow", nin=2, elementwise=True, expr="pow({0}, {1})", kernel=_pow_kernel, save="both",
+    vjp=(_pow_dx, _pow_dy),
+    jvp=lambda t, out, x, y: _tsum(None if t[0] is None else _pow_dx(t[0], out, x, y),
+                                   None if t[1] is None else _pow_dy(t[1], out, x, y)))
+
+
+def _cast_rule(x, dtype):
+    return None, dtype
+
+
+def _cast_kernel(xp, x, dtype):
+    return x.astype(dtype.np)
+
+
+cast_p = defop(
+    "cast", nin=1, params={"dtype": None}, dtype=lambda x, dtype=None: (None, dtype),
+    kernel=_cast_kernel, save=None, elementwise=True, expr="(({dtype}){0})",
+    vjp=lambda g, out, x, dtype: (g.to(x.dtype),), jvp="linear")
+# NOTE: the engine also casts gradients back to each input's dtype; the VJP does it here
+# too so that a standalone vjp() of a cast has the right dtype.
+
+
+def _tsum(a, b):
+    if a is None:
+        return b
+    if b is None:
+        return a
+    return a + b
+
+
+# ------------------------------------------------------------------ public functions
+def add(input, other, *, alpha=1, out=None):
+    """``input + alpha * other`` with broadcasting and type promotion (``torch.add``)."""
+    if alpha != 1:
+        other = other * alpha
+    return _out(_apply(add_p, (input, other), _NOPARAMS), out)
+
+
+def sub(input, other, *, alpha=1, out=None):
+    """``input - alpha * other`` (``torch.sub``)."""
+    if _is_bool(input) or _is_bool(other):
+        raise DTypeError("sub: subtraction with two bool tensors is not supported; use "
+                         "logical_xor or the ~ operator instead")
+    if alpha != 1:
+        other = other * alpha
+    return _out(_apply(sub_p, (input, other), _NOPARAMS), out)
+
+
+subtract = sub
+
+
+def _is_bool(x) -> bool:
+    return isinstance(x, Tensor) and x._dtype is _dt.bool_
+
+
+def mul(input, other, *, out=None):
+    """Elementwise product (``torch.mul``)."""
+    return _out(_apply(mul_p, (input, other), _NOPARAMS), out)
+
+
+multiply = mul
+
+
+def div(input, other, *, rounding_mode=None, out=None):
+    """Division: true (default), ``"trunc"`` or ``"floor"`` rounding (``torch.div``)."""
+    if rounding_mode is None:
+        r = _apply(div_p, (input, other), _NOPARAMS)
+    elif rounding_mode in ("trunc", "floor"):
+        from .unary import floor_divide_p, trunc_divide_p
+        op = floor_divide_p if rounding_mode == "floor" else trunc_divide_p
+        r = _apply(op, (input, other), _NOPARAMS)
+    else:
+        raise ValueError(f"div: expected rounding_mode to be one of None, 'trunc', or 'floor' "
+                         f"but found {rounding_mode!r}")
+    return _out(r, out)
+
+
+divide = true_divide = div
+
+
+def neg(input, *, out=None):
+    return _out(_apply(neg_p, (input,), _NOPARAMS), out)
+
+
+negative = neg
+
+
+def pow(input, exponent, *, out=None):  # noqa: A001 - PyTorch name
+    """``input ** exponent`` elementwise (``torch.pow``)."""
+    if not _is_t(input) and not _is_t(exponent):
+        raise TypeError("pow: at least one argument must be a Tensor")
+    return _out(_apply(pow_p, (input, exponent), _NOPARAMS), out)
+
+
+def to_dtype(x: Tensor, dtype) -> Tensor:
+    dtype = _dt.as_dtype(dtype)
+    if x._dtype is dtype:
+        return x
+    return _apply(cast_p, (x,), {"dtype": dtype})
+
+
+def _out(r, out):
+    if out is None:
+        return r
+    from .inplace import copy_into_out
+    return copy_into_out(out, r)
+
+
+def _rsub(self, other):
+    return _apply(sub_p, (other, self), _NOPARAMS)
+
+
+def _rdiv(self, other):
+    return _apply(div_p, (other, self), _NOPARAMS)
+
+
+def _rpow(self, other):
+    return _apply(pow_p, (other, self), _NOPARAMS)
+
+
+Tensor.__add__ = lambda self, other: _apply(add_p, (self, other), _NOPARAMS)
+Tensor.__radd__ = lambda self, other: _apply(add_p, (other, self), _NOPARAMS)
+Tensor.__sub__ = lambda self, other: sub(self, other)
+Tensor.__rsub__ = _rsub
+Tensor.__mul__ = lambda self, other: _apply(mul_p, (self, other), _NOPARAMS)
+Tensor.__rmul__ = lambda self, other: _apply(mul_p, (other, self), _NOPARAMS)
+Tensor.__truediv__ = lambda self, other: _apply(div_p, (self, other), _NOPARAMS)
+Tensor.__rtruediv__ = _rdiv
+Tensor.__neg__ = lambda self: _apply(neg_p, (self,), _NOPARAMS)
+Tensor.__pos__ = lambda self: self
+Tensor.__pow__ = lambda self, other: _apply(pow_p, (self, other), _NOPARAMS)
+Tensor.__rpow__ = _rpow
+Tensor.__floordiv__ = lambda self, other: div(self, other, rounding_mode="floor")
+Tensor.__rfloordiv__ = lambda self, other: div(other, self, rounding_mode="floor")
+Tensor.add = add
+Tensor.sub = Tensor.subtract = sub
+Tensor.mul = Tensor.multiply = mul
+Tensor.div = Tensor.divide = Tensor.true_divide = div
+Tensor.neg = Tensor.negative = neg
+Tensor.pow = pow

@@ -1,0 +1,116 @@
+"""Conversions: to(dtype/device), clone, contiguous, detach, and dtype shorthands."""
+from __future__ import annotations
+
+from .. import dtypes as _dt
+from ..device import device as _device, get_backend
+from ..tensor import Tensor, _alias, _wrap
+from . import dispatch
+from .arith import to_dtype
+from .registry import defop
+
+_apply = dispatch.apply
+
+clone_p = defop(
+    "clone", nin=1, dtype="same", save=None, elementwise=True, expr="{0}",
+    kernel=lambda xp, x: xp.array(x, copy=True, order="K"),
+    vjp=lambda g, out, x: (g,), jvp="linear")
+
+contiguous_p = defop(
+    "contiguous", nin=1, dtype="same", save=None, elementwise=True, expr="{0}",
+    kernel=lambda xp, x: xp.array(x, copy=True, order="C"),
+    vjp=lambda g, out, x: (g,), jvp="linear")
+
+
+def _to_device_kernel(xp, x, device):
+    raise NotImplementedError  # replaced per backend pair when a second backend exists
+
+
+def clone(input, *, memory_format=None) -> Tensor:
+    """A copy of ``input`` that is differentiable (``torch.clone``)."""
+    return _apply(clone_p, (input,), {})
+
+
+def contiguous(input, memory_format=None) -> Tensor:
+    """``input`` itself if C-contiguous, else a contiguous copy."""
+    if input._data.flags.c_contiguous:
+        return input
+    return _apply(contiguous_p, (input,), {})
+
+
+def detach(input) -> Tensor:
+    """A view sharing data that is cut from the autograd graph."""
+    t = _alias(input, keep_grad=False)
+    return t
+
+
+def detach_(input) -> Tensor:
+    if input._base is not None and input._base._requires_grad:
+        raise RuntimeError("detach_(): can't detach a view of a tensor that requires grad "
+                           "in place; use detach()")
+    input._grad_fn = None
+    input._requires_grad = False
+    return input
+
+
+def to(input, *args, dtype=None, device=None, non_blocking=False, copy=False) -> Tensor:
+    """Convert dtype and/or device: ``x.to(ember.float64)``, ``x.to("cpu")``, ``x.to(other)``."""
+    for a in args:
+        if isinstance(a, Tensor):
+            dtype, device = a._dtype, a._device
+        elif isinstance(a, (_dt.DType,)) or a in (float, int, bool):
+            dtype = a
+        elif isinstance(a, (str, _device)):
+            try:
+                device = _device(a)
+            except ValueError:
+                dtype = a
+        elif a is not None:
+            raise TypeError(f"to(): unexpected argument {a!r}; pass a dtype, device or tensor")
+    r = input
+    if device is not None:
+        dev = _device(device)
+        if dev != r._device:
+            r = _transfer(r, dev)
+    if dtype is not None:
+        r = to_dtype(r, dtype)
+    if copy and r is input:
+        r = clone(r)
+    return r
+
+
+def _transfer(x: Tensor, dev) -> Tensor:
+    src, dst = get_backend(x._device), get_backend(dev)
+    arr = dst.asarray(src.to_host(x._data))
+    out = _wrap(arr, x._dtype, dev)
+    if x._requires_grad:
+        from ..autograd.function import Function  # noqa: F401 - device copies need it
+        raise NotImplementedError("differentiable device transfer arrives with the CUDA backend")
+    return out
+
+
+def type_as(input, other) -> Tensor:
+    return to_dtype(input, other._dtype)
+
+
+def _shorthand(dt):
+    return lambda self, memory_format=None: to_dtype(self, dt)
+
+
+Tensor.to = to
+Tensor.clone = clone
+Tensor.contiguous = contiguous
+Tensor.detach = detach
+Tensor.detach_ = detach_
+Tensor.type_as = type_as
+Tensor.float = _shorthand(_dt.float32)
+Tensor.double = _shorthand(_dt.float64)
+Tensor.half = _shorthand(_dt.float16)
+Tensor.bfloat16 = _shorthand(_dt.bfloat16)
+Tensor.int = _shorthand(_dt.int32)
+Tensor.long = _shorthand(_dt.int64)
+Tensor.short = _shorthand(_dt.int16)
+Tensor.bool = _shorthand(_dt.bool_)
+Tensor.byte = _shorthand(_dt.uint8)
+Tensor.char = _shorthand(_dt.int8)
+Tensor.cpu = lambda self: to(self, "cpu")
+Tensor.cuda = lambda self, device=None: to(self, device or "cuda")

@@ -1,0 +1,178 @@
+"""The dispatcher: applies a registry op to tensors.
+
+Layers, outermost first:
+
+1. dispatch modes (the tracer of ``ember.compile`` pushes one; it sees every op),
+2. dtype rule (PyTorch promotion; inputs cast to the compute dtype),
+3. shape validation (the op's ``check``; broadcasting for n-ary elementwise ops),
+4. the kernel for the device's backend, written against its ``xp``,
+5. autograd recording (a :class:`~ember.autograd.graph.Node` when any input requires grad),
+6. forward-mode AD (tangents pushed through the op's JVP rule),
+7. anomaly checks.
+
+This function is the eager hot path: every branch here costs every op.
+"""
+from __future__ import annotations
+
+import warnings
+
+from .. import dtypes as _dt
+from ..autograd.grad_mode import state
+from ..autograd.graph import Node
+from ..device import get_backend
+from ..errors import EmberError, ShapeError, DTypeError, DeviceError, describe
+from ..tensor import Tensor, _wrap
+from . import registry
+
+# NumPy warns on log(0), 0/0... like PyTorch, Ember returns inf/nan silently. The filter is
+# scoped to warnings raised from Ember's own modules, so the user's NumPy state is untouched.
+warnings.filterwarnings("ignore", category=RuntimeWarning, module=r"ember(\.|$)")
+
+_FLOAT, _INT = _dt.FLOAT, _dt.INT
+_result_type = _dt.result_type
+_bool, _int64 = _dt.bool_, _dt.int64
+
+
+def _compute_dtype(op, kind, inputs, x0):
+    """(compute dtype or None for 'leave inputs alone', output dtype)."""
+    if kind == "same":
+        return None, x0._dtype
+    if kind == "bool":
+        return None, _bool
+    if kind == "int64":
+        return None, _int64
+    if kind.__class__ is not str:
+        return kind(*inputs)
+    if len(inputs) == 2:
+        a, b = inputs
+        if a.__class__ is Tensor and b.__class__ is Tensor and a._dtype is b._dtype:
+            ct = a._dtype
+        else:
+            ct = _result_type(a, b)
+    elif len(inputs) == 1:
+        ct = x0._dtype
+    else:
+        ct = _result_type(*(x for x in inputs if x is not None))
+    if kind == "float":
+        if ct.category != _FLOAT:
+            ct = _dt.get_default_dtype()
+    elif kind == "integral":
+        if ct.category == _FLOAT:
+            raise DTypeError(f"{op.name}: only integer and bool tensors are supported, got "
+                             f"{describe(inputs)}")
+    elif kind == "compare":
+        return ct, _bool
+    return ct, ct
+
+
+def apply(op, inputs, params):
+    """Run ``op`` on ``inputs`` (Tensors or Python scalars) with keyword ``params``."""
+    st = state
+    if st.modes:
+        return st.modes[-1].process(op, inputs, params)
+    x0 = None
+    for x in inputs:
+        if isinstance(x, Tensor):
+            x0 = x
+            break
+    if x0 is None:
+        raise TypeError(f"{op.name}: expected at least one Tensor input, got "
+                        f"{describe(inputs)}")
+    dev = x0._device
+    ct, out_dt = _compute_dtype(op, op.dtype, inputs, x0)
+    arrays = []
+    for x in inputs:
+        if isinstance(x, Tensor):
+            if x._device is not dev and x._device != dev:
+                raise DeviceError(f"{op.name}: expected all tensors to be on the same device, "
+                                  f"but found {dev} and {x._device}")
+            a = x._data
+            if ct is not None and x._dtype is not ct:
+                a = a.astype(ct.np)
+            arrays.append(a)
+        else:
+            arrays.append(x)
+    if op.check is not None:
+        op.check(*inputs, **params)
+    elif op.elementwise and len(inputs) > 1:
+        _check_broadcast(op, inputs)
+    backend = get_backend(dev)
+    xp = backend.xp
+    try:
+        res = op.kernel_for(dev.type)(xp, *arrays, **params)
+    except EmberError:
+        raise
+    except (ValueError, TypeError, IndexError, OverflowError, ZeroDivisionError) as e:
+        raise _kernel_error(op, inputs, params, e) from None
+    if res.__class__ is not xp.ndarray:
+        res = xp.asarray(res)
+    if res.dtype != out_dt.np:
+        res = res.astype(out_dt.np)
+    view = op.view
+    if view and (view is True or xp.may_share_memory(res, x0._data)):
+        out = _wrap(res, out_dt, dev, x0._storage, x0._base if x0._base is not None else x0)
+    else:
+        out = _wrap(res, out_dt, dev)
+    if st.grad_enabled:
+        if op.differentiable and out_dt.category == _FLOAT:
+            for x in inputs:
+                if getattr(x, "_requires_grad", False):
+                    save = op.save
+                    node = Node(op, params, inputs, save == "inputs" or save == "both",
+                                out if save == "output" or save == "both" else None)
+                    out._grad_fn = node
+                    out._requires_grad = True
+                    break
+    elif st.inference:
+        out._inference = True
+    if st.fw_levels:
+        from ..autograd.forward_ad import push_tangents
+        push_tangents(op, inputs, params, out)
+    if st.anomaly:
+        from ..autograd.anomaly import check_forward
+        check_forward(op, inputs, params, out)
+    return out
+
+
+def _check_broadcast(op, inputs) -> None:
+    shapes = [x._data.shape for x in inputs if isinstance(x, Tensor)]
+    s0 = shapes[0]
+    for s in shapes:
+        if s != s0:
+            broadcast_shapes(*shapes, op=op.name, inputs=inputs)
+            return
+
+
+def broadcast_shapes(*shapes, op: str = "broadcast_shapes", inputs=None) -> tuple:
+    """The shape ``shapes`` broadcast to, or a :class:`ShapeError` naming the op."""
+    ndim = max((len(s) for s in shapes), default=0)
+    out = [1] * ndim
+    for s in shapes:
+        off = ndim - len(s)
+        for i, n in enumerate(s):
+            cur = out[off + i]
+            if n != cur:
+                if cur == 1:
+                    out[off + i] = n
+                elif n != 1:
+                    what = describe(inputs) if inputs is not None else \
+                        ", ".join(str(tuple(x)) for x in shapes)
+                    raise ShapeError(
+                        f"{op}: shapes {' and '.join(str(tuple(x)) for x in shapes)} cannot be "
+                        f"broadcast together (dimension {i - len(s)} is {cur} vs {n}; sizes "
+                        f"must match or be 1). Inputs: {what}")
+    return tuple(out)
+
+
+def _kernel_error(op, inputs, params, e) -> Exception:
+    kind = {TypeError: DTypeError, IndexError: IndexError}.get(type(e), ShapeError)
+    ps = ", ".join(f"{k}={v!r}" for k, v in params.items())
+    return kind(f"{op.name}: invalid arguments {describe(inputs)}" + (f" with {ps}" if ps
+                else "") + f": {e}")
+
+
+def backend_of(t: Tensor):
+    return get_backend(t._device)
+
+
+registry._install_dispatcher(apply)

@@ -1,0 +1,170 @@
+"""In-place ops (``add_``, ``mul_``, ``copy_``, ``zero_``...) and ``out=`` arguments.
+
+An in-place op computes its result out of place through the dispatcher (so the
+graph records it like any other op) and commits it into the target's memory:
+views see the write, the storage's version counter is bumped, and the target's
+``grad_fn`` is rebased onto the new node. Values the new node saved that alias
+the target are replaced by a copy first, so the rule still sees the old values.
+When autograd is not involved, elementwise arithmetic writes straight into the
+target with the kernel's ``out=`` (no temporary), which is what optimizers hit.
+"""
+from __future__ import annotations
+
+from .. import dtypes as _dt
+from ..autograd.grad_mode import state
+from ..errors import DTypeError, ShapeError, GraphError
+from ..tensor import Tensor, _wrap
+from . import arith
+from .dispatch import broadcast_shapes, backend_of
+
+
+def check_inplace(x: Tensor, op: str) -> None:
+    if not state.grad_enabled:
+        return
+    if x._requires_grad and x._grad_fn is None:
+        raise GraphError(f"{op}: a leaf Variable that requires grad is being used in an "
+                         f"in-place operation (wrap it in ember.no_grad() if intended)")
+    b = x._base
+    if b is not None and b._requires_grad and b._grad_fn is None:
+        raise GraphError(f"{op}: a view of a leaf Variable that requires grad is being used in "
+                         f"an in-place operation")
+
+
+def commit(x: Tensor, r: Tensor, op: str) -> Tensor:
+    """Write result ``r`` into ``x`` (shape/dtype-checked) and rebase ``x``'s history."""
+    if r._dtype is not x._dtype:
+        if r._dtype.category > x._dtype.category:
+            raise DTypeError(f"{op}: result type {r._dtype.name} can't be cast to the desired "
+                             f"output type {x._dtype.name}")
+        r = r.to(x._dtype)
+    if r._data.shape != x._data.shape:
+        try:
+            bs = broadcast_shapes(r._data.shape, x._data.shape, op=op)
+        except ShapeError:
+            bs = None
+        if bs != x._data.shape:
+            raise ShapeError(f"{op}: output with shape {tuple(x.shape)} doesn't match the "
+                             f"broadcast shape {tuple(r.shape)}")
+        r = r.expand(x._data.shape)
+    node = r._grad_fn
+    if node is not None and node.saved is not None and state.grad_enabled:
+        node.saved = [_snapshot(s) if isinstance(s, Tensor) and s._storage is x._storage else s
+                      for s in node.saved]
+        node.versions = [getattr(s, "_storage", None) and s._storage.version
+                         for s in node.saved]
+    if node is not None and state.grad_enabled and x._base is not None and \
+            x._base._requires_grad:
+        raise GraphError(f"{op}: in-place modification of a view of a tensor that requires "
+                         f"grad is not supported yet; apply the op out of place (e.g. "
+                         f"torch.where / index_put) or clone() the base first")
+    x._data[...] = r._data
+    x._storage.version += 1
+    if node is not None and state.grad_enabled:
+        x._grad_fn, x._out_nr, x._requires_grad = node, r._out_nr, True
+    if r._fw is not None:
+        x._fw = r._fw
+    return x
+
+
+def _snapshot(s: Tensor) -> Tensor:
+    """A copy of ``s``'s current values that keeps its place in the graph."""
+    t = _wrap(s._data.copy(), s._dtype, s._device)
+    t._grad_fn, t._out_nr, t._requires_grad = s._grad_fn, s._out_nr, s._requires_grad
+    return t
+
+
+def _no_autograd(x, other) -> bool:
+    return (not state.grad_enabled or not (x._requires_grad or getattr(
+        other, "_requires_grad", False))) and not state.fw_levels and not state.modes
+
+
+def _ufunc_(name, fallback):
+    """In-place elementwise arithmetic with a no-temporary fast path."""
+    def method(self, other, *, alpha=1):
+        if alpha != 1:
+            other = other * alpha
+        if _no_autograd(self, other):
+            is_t = isinstance(other, Tensor)
+            if (not is_t or other._device == self._device) and \
+                    _dt.result_type(self, other).category <= self._dtype.category:
+                try:
+                    getattr(backend_of(self).xp, name)(
+                        self._data, other._data if is_t else other, out=self._data,
+                        casting="unsafe")
+                except ValueError:
+                    pass  # shapes do not fit: the slow path raises the proper error
+                else:
+                    self._storage.version += 1
+                    return self
+        check_inplace(self, f"{name}_")
+        return commit(self, fallback(self, other), f"{method.__name__}")
+    method.__name__ = name
+    return method
+
+
+def copy_into_out(out: Tensor, r: Tensor) -> Tensor:
+    """Implements ``out=``: resize-free copy of ``r`` into ``out`` (not differentiable)."""
+    if r._requires_grad and state.grad_enabled:
+        raise GraphError("out= arguments don't support automatic differentiation, but one of "
+                         "the arguments requires grad")
+    if out._data.shape != r._data.shape:
+        raise ShapeError(f"out=: expected out to have shape {tuple(r.shape)}, got "
+                         f"{tuple(out.shape)}")
+    out._data[...] = r._data
+    out._storage.version += 1
+    return out
+
+
+def copy_(self: Tensor, src, non_blocking: bool = False) -> Tensor:
+    """Copy ``src`` into ``self`` (broadcasting, casting); differentiable w.r.t. ``src``."""
+    check_inplace(self, "copy_")
+    if not isinstance(src, Tensor):
+        from .factories import tensor
+        src = tensor(src, dtype=self._dtype)
+    r = src.to(self._dtype) if src._dtype is not self._dtype else src
+    if r._data.shape != self._data.shape:
+        r = r.expand(self._data.shape)
+    if r._requires_grad and state.grad_enabled:
+        r = r.clone()
+    elif r._storage is self._storage:
+        r = _wrap(r._data.copy(), r._dtype, r._device)
+    return commit(self, r, "copy_")
+
+
+def fill_(self: Tensor, value) -> Tensor:
+    if isinstance(value, Tensor):
+        return copy_(self, value.expand(self._data.shape))
+    check_inplace(self, "fill_")
+    self._data[...] = value
+    self._storage.version += 1
+    if state.grad_enabled and self._requires_grad:
+        self._grad_fn, self._requires_grad = None, False
+    return self
+
+
+def zero_(self: Tensor) -> Tensor:
+    return fill_(self, 0)
+
+
+def inplace_from(fn, name):
+    """Make ``Tensor.<name>_`` from an out-of-place ``fn(self, *args, **kw)``."""
+    def method(self, *args, **kwargs):
+        check_inplace(self, name + "_")
+        return commit(self, fn(self, *args, **kwargs), name + "_")
+    method.__name__ = name + "_"
+    return method
+
+
+Tensor.add_ = _ufunc_("add", arith.add)
+Tensor.sub_ = _ufunc_("subtract", arith.sub)
+Tensor.mul_ = _ufunc_("multiply", arith.mul)
+Tensor.div_ = inplace_from(arith.div, "div")
+Tensor.pow_ = inplace_from(arith.pow, "pow")
+Tensor.neg_ = inplace_from(arith.neg, "neg")
+Tensor.copy_ = copy_
+Tensor.fill_ = fill_
+Tensor.zero_ = zero_
+Tensor.__iadd__ = lambda self, other: Tensor.add_(self, other)
+Tensor.__isub__ = lambda self, other: Tensor.sub_(self, other)
+Tensor.__imul__ = lambda self, other: Tensor.mul_(self, other)
+Tensor.__itruediv__ = lambda self, other: Tensor.div_(self, other)

@@ -1,0 +1,38 @@
+"""Storage: the physical buffer a tensor views.
+
+A storage owns one device array (its *root*: the array a kernel produced) and
+reports its bytes to the device allocator for as long as it lives. Tensors are
+logical views over it (shape, strides, offset) and share its version counter,
+which in-place writes bump so autograd can detect stale saved values.
+"""
+from __future__ import annotations
+
+
+class Storage:
+    __slots__ = ("data", "device", "nbytes", "version", "_alloc", "__weakref__")
+
+    def __init__(self, data, dev, allocator):
+        self.data = data
+        self.device = dev
+        self.nbytes = data.nbytes
+        self.version = 0
+        allocator.track(self.nbytes)
+        self._alloc = allocator
+
+    def __del__(self):
+        alloc = self._alloc
+        if alloc is not None:
+            alloc.untrack(self.nbytes)
+
+    def data_ptr(self) -> int:
+        return self.data.__array_interface__["data"][0] if hasattr(
+            self.data, "__array_interface__") else int(self.data.data.ptr)
+
+    def size(self) -> int:
+        return self.data.size
+
+    def __len__(self) -> int:
+        return self.data.size
+
+    def __repr__(self) -> str:
+        return f"<ember.Storage {self.nbytes} bytes on {self.device}>"
