@@ -15,17 +15,24 @@ from .tensor import Size, Tensor
 from . import ops
 from .ops.arith import *  # noqa: F401,F403
 from .ops.unary import *  # noqa: F401,F403
+from .ops.binary import *  # noqa: F401,F403
 from .ops.select import *  # noqa: F401,F403
 from .ops.reduce import *  # noqa: F401,F403
+from .ops.sort import *  # noqa: F401,F403
+from .ops.softmax import *  # noqa: F401,F403
 from .ops.movement import *  # noqa: F401,F403
+from .ops.index import *  # noqa: F401,F403
 from .ops.linalg import *  # noqa: F401,F403
+from .ops.conv import *  # noqa: F401,F403
 from .ops.factories import *  # noqa: F401,F403
+from .random import *  # noqa: F401,F403
 from .ops.convert import clone, contiguous, detach  # noqa: F401
 from .ops import inplace as _inplace  # noqa: F401
 from .ops.dispatch import broadcast_shapes  # noqa: F401
 from .autograd.grad_mode import (enable_grad, inference_mode, is_grad_enabled,
                                  is_inference_mode_enabled, no_grad, set_grad_enabled)
 from . import autograd
+from . import func
 from .memory import memory_stats, reset_peak_memory_stats, set_memory_limit
 from .config import show_config
 

@@ -11,6 +11,8 @@ from ..tensor import Tensor
 from . import dispatch
 from .registry import defop
 
+__all__ = ['add', 'sub', 'subtract', 'mul', 'multiply', 'div', 'divide', 'true_divide', 'neg', 'negative', 'pow']
+
 _apply = dispatch.apply
 _NOPARAMS: dict = {}
 

@@ -33,7 +33,7 @@ _result_type = _dt.result_type
 _bool, _int64 = _dt.bool_, _dt.int64
 
 
-def _compute_dtype(op, kind, inputs, x0):
+def _compute_dtype(op, kind, inputs, x0, params):
     """(compute dtype or None for 'leave inputs alone', output dtype)."""
     if kind == "same":
         return None, x0._dtype
@@ -42,7 +42,7 @@ def _compute_dtype(op, kind, inputs, x0):
     if kind == "int64":
         return None, _int64
     if kind.__class__ is not str:
-        return kind(*inputs)
+        return kind(*inputs, **params)
     if len(inputs) == 2:
         a, b = inputs
         if a.__class__ is Tensor and b.__class__ is Tensor and a._dtype is b._dtype:
@@ -79,7 +79,7 @@ def apply(op, inputs, params):
         raise TypeError(f"{op.name}: expected at least one Tensor input, got "
                         f"{describe(inputs)}")
     dev = x0._device
-    ct, out_dt = _compute_dtype(op, op.dtype, inputs, x0)
+    ct, out_dt = _compute_dtype(op, op.dtype, inputs, x0, params)
     arrays = []
     for x in inputs:
         if isinstance(x, Tensor):

@@ -8,6 +8,8 @@ from ..device import device as _device, get_backend
 from ..tensor import Tensor, _wrap, from_array
 from ._util import as_shape
 
+__all__ = ['tensor', 'as_tensor', 'from_numpy', 'from_dlpack', 'zeros', 'ones', 'empty', 'full', 'zeros_like', 'ones_like', 'empty_like', 'full_like']
+
 
 def _infer_dtype(data) -> _dt.DType:
     """PyTorch's inference: bools -> bool, ints -> int64, floats -> default float."""

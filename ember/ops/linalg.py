@@ -6,6 +6,8 @@ from ..tensor import Tensor
 from . import dispatch
 from .registry import defop
 
+__all__ = ['matmul']
+
 _apply = dispatch.apply
 
 

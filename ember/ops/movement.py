@@ -9,6 +9,8 @@ from . import dispatch
 from ._util import as_shape, wrap_dim
 from .registry import defop
 
+__all__ = ['reshape', 'view', 'permute', 'expand', 'broadcast_to', 'transpose', 't', 'unsqueeze', 'squeeze']
+
 _apply = dispatch.apply
 
 

@@ -7,6 +7,8 @@ from . import dispatch
 from ._util import wrap_dims
 from .registry import defop
 
+__all__ = ['sum']
+
 _apply = dispatch.apply
 
 

@@ -7,6 +7,8 @@ from ..tensor import Tensor
 from . import dispatch
 from .registry import defop
 
+__all__ = ['where']
+
 _apply = dispatch.apply
 
 

@@ -10,6 +10,8 @@ from ..tensor import Tensor
 from . import dispatch
 from .registry import defop
 
+__all__ = ['exp', 'log']
+
 _apply = dispatch.apply
 _NOPARAMS: dict = {}
 

@@ -1,0 +1,1 @@
+"""(stub: torch.func-style transforms; filled in by its owner)."""

@@ -1,0 +1,1 @@
+"""(stub: seedable Generator, manual_seed; filled in by its owner)."""

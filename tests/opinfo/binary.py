@@ -1,0 +1,2 @@
+"""OpInfos: filled in by the op family's author."""
+OPINFOS = []
