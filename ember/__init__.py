@@ -26,6 +26,7 @@ from .ops.linalg import *  # noqa: F401,F403
 from .ops.conv import *  # noqa: F401,F403
 from .ops.factories import *  # noqa: F401,F403
 from .random import *  # noqa: F401,F403
+from .ops.misc import *  # noqa: F401,F403
 from .ops.convert import clone, contiguous, detach  # noqa: F401
 from .ops import inplace as _inplace  # noqa: F401
 from .ops.dispatch import broadcast_shapes  # noqa: F401

@@ -26,6 +26,10 @@ class EmberIndexError(EmberError, IndexError):
     """An index out of range or of the wrong kind."""
 
 
+class IntegerDivisionByZero(EmberError, ZeroDivisionError, RuntimeError):
+    """Integer division (``//``, ``%``, ``fmod``) by zero, which PyTorch also rejects."""
+
+
 class GraphError(EmberError, RuntimeError):
     """Misuse of the autograd graph (second backward, stale saved tensor...)."""
 

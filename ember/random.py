@@ -1,1 +1,403 @@
-"""(stub: seedable Generator, manual_seed; filled in by its owner)."""
+"""Random numbers: seedable generators and the random factories (rand, randn, randint...).
+
+A :class:`Generator` wraps NumPy's PCG64 bit generator. Its whole state (including
+the half-used 32-bit word PCG64 buffers) round-trips bit-exactly through
+:meth:`Generator.get_state` / :meth:`Generator.set_state`, which is what resuming a
+training run from a checkpoint relies on. Samples are drawn natively in the target
+dtype where NumPy can (float32 uniforms and normals are not float64 draws cast down).
+
+These functions create data, so they are not registry primitives.
+
+Example:
+    >>> import ember as em
+    >>> _ = em.manual_seed(0)
+    >>> a = em.rand(3)
+    >>> _ = em.manual_seed(0)
+    >>> bool((em.rand(3) == a).all())
+    True
+"""
+from __future__ import annotations
+
+import contextlib
+import os
+
+import numpy as np
+
+from . import dtypes as _dt
+from .autograd.grad_mode import state as _grad_state
+from .device import device as _device, get_backend
+from .errors import DTypeError, ShapeError
+from .tensor import Tensor, _wrap
+from .ops._util import as_shape
+
+__all__ = ["Generator", "default_generator", "manual_seed", "seed", "initial_seed",
+           "get_rng_state", "set_rng_state", "fork_rng", "rand", "randn", "randint", "normal",
+           "bernoulli", "randperm", "multinomial", "rand_like", "randn_like", "randint_like"]
+
+_DEFAULT_SEED = 67280421310721  # PyTorch's default initial seed
+_MAGIC = b"PCG1"
+_U64 = 1 << 64
+
+
+class Generator:
+    """A seedable source of random numbers (``torch.Generator``), backed by PCG64.
+
+    Example:
+        >>> g = ember.Generator().manual_seed(42)
+        >>> s = g.get_state()
+        >>> a = ember.randn(2, generator=g)
+        >>> _ = g.set_state(s)
+        >>> bool((ember.randn(2, generator=g) == a).all())
+        True
+    """
+
+    def __init__(self, device="cpu"):
+        self.device = _device(device)
+        self.manual_seed(_DEFAULT_SEED)
+
+    def manual_seed(self, seed) -> "Generator":
+        """Reset the generator to the stream of ``seed`` (any int in [-2**63, 2**64))."""
+        seed = int(seed)
+        if not -(1 << 63) <= seed < _U64:
+            raise ValueError(f"manual_seed: seed must be in [-2**63, 2**64), got {seed}")
+        self._seed = seed % _U64
+        self._bitgen = np.random.PCG64(self._seed)
+        self._rng = np.random.Generator(self._bitgen)
+        return self
+
+    def seed(self) -> int:
+        """Seed from OS entropy; returns the seed used."""
+        s = int.from_bytes(os.urandom(8), "little")
+        self.manual_seed(s)
+        return s
+
+    def initial_seed(self) -> int:
+        """The seed this generator was last seeded with."""
+        return self._seed
+
+    def state_dict(self) -> dict:
+        """The full state as plain data (ints and a str), e.g. for JSON."""
+        st = self._bitgen.state
+        return {"bit_generator": st["bit_generator"], "state": int(st["state"]["state"]),
+                "inc": int(st["state"]["inc"]), "has_uint32": int(st["has_uint32"]),
+                "uinteger": int(st["uinteger"]), "seed": self._seed}
+
+    def get_state(self) -> Tensor:
+        """The full state as a 1-D uint8 tensor (``torch.Generator.get_state``)."""
+        d = self.state_dict()
+        raw = (_MAGIC + d["state"].to_bytes(16, "little") + d["inc"].to_bytes(16, "little")
+               + d["has_uint32"].to_bytes(4, "little") + d["uinteger"].to_bytes(4, "little")
+               + d["seed"].to_bytes(8, "little"))
+        return _wrap(np.frombuffer(raw, dtype=np.uint8).copy(), _dt.uint8, _device("cpu"))
+
+    def set_state(self, new_state) -> "Generator":
+        """Restore a state from :meth:`get_state` (uint8 tensor/array) or :meth:`state_dict`."""
+        d = new_state if isinstance(new_state, dict) else _unpack_state(new_state)
+        if d.get("bit_generator", "PCG64") != "PCG64":
+            raise ValueError(f"set_state: expected a PCG64 state, got {d['bit_generator']!r}")
+        self._bitgen.state = {"bit_generator": "PCG64",
+                              "state": {"state": int(d["state"]), "inc": int(d["inc"])},
+                              "has_uint32": int(d["has_uint32"]),
+                              "uinteger": int(d["uinteger"])}
+        self._seed = int(d.get("seed", self._seed))
+        return self
+
+    load_state_dict = set_state
+
+    def __repr__(self) -> str:
+        return f"<ember.Generator device={self.device} initial_seed={self._seed}>"
+
+
+def _unpack_state(st) -> dict:
+    arr = np.asarray(st.detach().numpy() if isinstance(st, Tensor) else st)
+    if arr.dtype != np.uint8 or arr.ndim != 1 or arr.size != 52 or bytes(arr[:4]) != _MAGIC:
+        raise ValueError(f"set_state: expected the 52-byte uint8 tensor from get_state(), got "
+                         f"dtype {arr.dtype}, shape {arr.shape}")
+    raw = arr.tobytes()
+    le = lambda a, b: int.from_bytes(raw[a:b], "little")  # noqa: E731
+    return {"state": le(4, 20), "inc": le(20, 36), "has_uint32": le(36, 40),
+            "uinteger": le(40, 44), "seed": le(44, 52)}
+
+
+default_generator = Generator()
+
+
+def manual_seed(seed) -> Generator:
+    """Seed the default generator (``torch.manual_seed``); returns it."""
+    return default_generator.manual_seed(seed)
+
+
+def seed() -> int:
+    """Seed the default generator from OS entropy; returns the seed."""
+    return default_generator.seed()
+
+
+def initial_seed() -> int:
+    """The default generator's seed."""
+    return default_generator.initial_seed()
+
+
+def get_rng_state() -> Tensor:
+    """The default generator's state as a uint8 tensor."""
+    return default_generator.get_state()
+
+
+def set_rng_state(new_state) -> None:
+    """Restore the default generator's state (from :func:`get_rng_state`)."""
+    default_generator.set_state(new_state)
+
+
+@contextlib.contextmanager
+def fork_rng(devices=None, enabled: bool = True):
+    """Restore the default generator's state on exit (``torch.random.fork_rng``)."""
+    if not enabled:
+        yield
+        return
+    saved = default_generator.get_state()
+    try:
+        yield
+    finally:
+        default_generator.set_state(saved)
+
+
+# ---------------------------------------------------------------------------- helpers
+def _gen(generator) -> np.random.Generator:
+    if generator is None:
+        return default_generator._rng
+    if not isinstance(generator, Generator):
+        raise TypeError(f"generator must be an ember.Generator, got {type(generator).__name__}")
+    return generator._rng
+
+
+def _finish(arr, dtype, device, requires_grad) -> Tensor:
+    dev = _device(device or "cpu")
+    if dev.type != "cpu":
+        arr = get_backend(dev).asarray(arr)
+    t = _wrap(arr, dtype, dev)
+    if requires_grad:
+        t.requires_grad_(True)
+    return t
+
+
+def _float_dtype(dtype, op: str) -> _dt.DType:
+    dtype = _dt.as_dtype(dtype)
+    if not dtype.is_floating_point:
+        raise DTypeError(f"{op}: expected a floating dtype, got {dtype}; valid: float16, "
+                         f"bfloat16, float32, float64")
+    return dtype
+
+
+def _uniform01(rng, shape, dtype: _dt.DType) -> np.ndarray:
+    """U[0, 1) in ``dtype`` (never rounds up to 1.0, also for half types)."""
+    if dtype in (_dt.float32, _dt.float64):
+        return rng.random(shape, dtype=dtype.np)
+    bits = 11 if dtype is _dt.float16 else 8  # mantissa digits incl. the implicit bit
+    return (rng.integers(0, 1 << bits, shape, dtype=np.int32) * (1.0 / (1 << bits))).astype(
+        dtype.np)
+
+
+def _normal01(rng, shape, dtype: _dt.DType) -> np.ndarray:
+    if dtype in (_dt.float32, _dt.float64):
+        return rng.standard_normal(shape, dtype=dtype.np)
+    return rng.standard_normal(shape, dtype=np.float32).astype(dtype.np)
+
+
+def _size(size, op):
+    shape = as_shape(size, op)
+    if any(s < 0 for s in shape):
+        raise ShapeError(f"{op}: negative dimension in size {shape}")
+    return shape
+
+
+def _zero_grad_link(out: Tensor, *inputs) -> Tensor:
+    """Make ``out`` depend (with zero gradient) on inputs that require grad, like PyTorch's
+    samplers whose backward formula is zeros."""
+    if _grad_state.grad_enabled:
+        for x in inputs:
+            if isinstance(x, Tensor) and x._requires_grad:
+                out = out + (x * 0).to(out._dtype)
+    return out
+
+
+# ---------------------------------------------------------------------------- factories
+def rand(*size, generator=None, dtype=None, device=None, requires_grad=False) -> Tensor:
+    """Uniform samples on [0, 1) (``torch.rand``).
+
+    Example:
+        >>> ember.rand(2, 3).shape
+        ember.Size([2, 3])
+    """
+    shape = _size(size, "rand")
+    dtype = _float_dtype(dtype, "rand")
+    return _finish(_uniform01(_gen(generator), shape, dtype), dtype, device, requires_grad)
+
+
+def randn(*size, generator=None, dtype=None, device=None, requires_grad=False) -> Tensor:
+    """Standard normal samples (``torch.randn``).
+
+    Example:
+        >>> ember.randn(4).dtype
+        ember.float32
+    """
+    shape = _size(size, "randn")
+    dtype = _float_dtype(dtype, "randn")
+    return _finish(_normal01(_gen(generator), shape, dtype), dtype, device, requires_grad)
+
+
+def _int_bounds(low, high, dtype, op):
+    low, high = int(low), int(high)
+    if low >= high:
+        raise ValueError(f"{op}: expects 'from' to be less than 'to', but got from={low} >= "
+                         f"to={high}")
+    if dtype.category == _dt.INT:
+        ii = np.iinfo(dtype.np)
+        if low < ii.min or high - 1 > ii.max:
+            raise ValueError(f"{op}: range [{low}, {high}) does not fit {dtype} "
+                             f"[{ii.min}, {ii.max}]")
+    return low, high
+
+
+def randint(*args, size=None, generator=None, dtype=None, device=None,
+            requires_grad=False) -> Tensor:
+    """Integers uniform on [low, high): ``randint(high, size)`` or ``randint(low, high, size)``.
+
+    Example:
+        >>> ember.randint(0, 10, (3,)).dtype
+        ember.int64
+    """
+    if size is not None:
+        args = args + (size,)
+    if len(args) == 2:
+        args = (0,) + args
+    if len(args) != 3:
+        raise TypeError("randint(): expected randint(high, size) or randint(low, high, size)")
+    low, high, size = args
+    shape = _size((size,) if isinstance(size, int) else tuple(size), "randint")
+    dtype = _dt.int64 if dtype is None else _dt.as_dtype(dtype)
+    low, high = _int_bounds(low, high, dtype, "randint")
+    arr = _gen(generator).integers(low, high, shape, dtype=np.int64).astype(dtype.np)
+    return _finish(arr, dtype, device, requires_grad)
+
+
+def normal(mean=0.0, std=1.0, size=None, *, generator=None, dtype=None, device=None,
+           requires_grad=False) -> Tensor:
+    """Normal samples with (broadcast) ``mean`` and ``std``, each a number or a tensor.
+
+    Example:
+        >>> ember.normal(ember.zeros(3), 1.0).shape
+        ember.Size([3])
+        >>> ember.normal(2.0, 3.0, size=(2,)).shape
+        ember.Size([2])
+    """
+    tens = [x for x in (mean, std) if isinstance(x, Tensor)]
+    if not tens:
+        if size is None:
+            raise TypeError("normal(): with number mean and std, size= is required")
+        shape, dt = _size((size,) if isinstance(size, int) else tuple(size), "normal"), \
+            _float_dtype(dtype, "normal")
+    else:
+        dt = _float_dtype(_dt.result_type(*tens), "normal")
+        shape = np.broadcast_shapes(*(tuple(t.shape) for t in tens))
+    host = lambda x: x.detach().cpu().numpy() if isinstance(x, Tensor) else x  # noqa: E731
+    if np.any(np.asarray(host(std)) < 0):
+        raise ValueError(f"normal expects std >= 0.0, got std={std!r}")
+    z = _normal01(_gen(generator), shape, dt)
+    arr = (host(mean) + host(std) * z).astype(dt.np)
+    dev = tens[0]._device if tens else device
+    out = _finish(np.ascontiguousarray(arr), dt, dev, requires_grad)
+    return _zero_grad_link(out, mean, std)
+
+
+def bernoulli(input: Tensor, p=None, *, generator=None) -> Tensor:
+    """0/1 samples with probability ``input`` (or the number ``p``), in ``input``'s dtype.
+
+    Example:
+        >>> ember.bernoulli(ember.full((3,), 1.0)).tolist()
+        [1.0, 1.0, 1.0]
+    """
+    probs = input.detach().cpu().numpy() if p is None else p
+    if np.any((np.asarray(probs) < 0) | (np.asarray(probs) > 1)):
+        raise ValueError("bernoulli: expects all probabilities p to be in [0, 1]")
+    ct = input._dtype if input._dtype in (_dt.float32, _dt.float64) else _dt.float64
+    u = _uniform01(_gen(generator), tuple(input.shape), ct)
+    out = _finish((u < probs).astype(input._dtype.np), input._dtype, input._device, False)
+    return _zero_grad_link(out, input) if p is None else out
+
+
+def randperm(n: int, *, generator=None, dtype=None, device=None, requires_grad=False) -> Tensor:
+    """A random permutation of ``0 .. n-1`` (int64).
+
+    Example:
+        >>> sorted(ember.randperm(4).tolist())
+        [0, 1, 2, 3]
+    """
+    n = int(n)
+    if n < 0:
+        raise ValueError(f"randperm: n must be non-negative, got {n}")
+    dtype = _dt.int64 if dtype is None else _dt.as_dtype(dtype)
+    arr = _gen(generator).permutation(n).astype(dtype.np)
+    return _finish(arr, dtype, device, requires_grad)
+
+
+def multinomial(input: Tensor, num_samples: int, replacement: bool = False, *,
+                generator=None) -> Tensor:
+    """Indices sampled from the (unnormalised) weights in each row of ``input`` (int64).
+
+    Example:
+        >>> ember.multinomial(ember.tensor([0., 1., 0.]), 2, replacement=True).tolist()
+        [1, 1]
+    """
+    if input.ndim not in (1, 2):
+        raise ShapeError(f"multinomial: prob_dist must be 1 or 2 dim, got shape "
+                         f"{tuple(input.shape)}")
+    if not input._dtype.is_floating_point:
+        raise DTypeError(f"multinomial: only floating point weights are supported, got "
+                         f"{input._dtype}")
+    w = input.detach().cpu().numpy().astype(np.float64).reshape(-1, input.shape[-1])
+    n = w.shape[1]
+    if not replacement and num_samples > n:
+        raise ValueError(f"multinomial: cannot sample n_sample={num_samples} > "
+                         f"prob_dist.size(-1)={n} samples without replacement")
+    if num_samples <= 0:
+        raise ValueError(f"multinomial: num_samples must be positive, got {num_samples}")
+    if not np.all(np.isfinite(w)) or np.any(w < 0):
+        raise ValueError("multinomial: probability tensor contains either inf, nan or "
+                         "element < 0")
+    sums = w.sum(axis=1)
+    if np.any(sums <= 0):
+        raise ValueError("multinomial: invalid multinomial distribution (sum of "
+                         "probabilities <= 0)")
+    if not replacement and np.any((w > 0).sum(axis=1) < num_samples):
+        raise ValueError("multinomial: invalid multinomial distribution (with "
+                         "replacement=False, not enough non-zero categories to sample)")
+    rng = _gen(generator)
+    out = np.stack([rng.choice(n, size=num_samples, replace=replacement, p=row / row.sum())
+                    for row in w]).astype(np.int64)
+    out = out.reshape(input.shape[:-1] + (num_samples,))
+    return _finish(out, _dt.int64, input._device, False)
+
+
+def rand_like(input: Tensor, *, generator=None, dtype=None, device=None,
+              requires_grad=False) -> Tensor:
+    """``rand`` with ``input``'s shape, dtype and device."""
+    return rand(tuple(input.shape), generator=generator, dtype=dtype or input._dtype,
+                device=device or input._device, requires_grad=requires_grad)
+
+
+def randn_like(input: Tensor, *, generator=None, dtype=None, device=None,
+               requires_grad=False) -> Tensor:
+    """``randn`` with ``input``'s shape, dtype and device."""
+    return randn(tuple(input.shape), generator=generator, dtype=dtype or input._dtype,
+                 device=device or input._device, requires_grad=requires_grad)
+
+
+def randint_like(input: Tensor, low=0, high=None, *, generator=None, dtype=None, device=None,
+                 requires_grad=False) -> Tensor:
+    """``randint`` with ``input``'s shape, dtype and device: ``randint_like(x, high)`` or
+    ``randint_like(x, low, high)``."""
+    if high is None:
+        low, high = 0, low
+    return randint(low, high, tuple(input.shape), generator=generator,
+                   dtype=dtype or input._dtype, device=device or input._device,
+                   requires_grad=requires_grad)
+

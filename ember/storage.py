@@ -16,13 +16,22 @@ class Storage:
         self.device = dev
         self.nbytes = data.nbytes
         self.version = 0
-        allocator.track(self.nbytes)
+        self._alloc = None
+        n = self.nbytes
+        if allocator.limit is None:   # NOTE: CountingAllocator.track inlined: hot path
+            cur = allocator.current = allocator.current + n
+            allocator.num_allocs += 1
+            if cur > allocator.peak:
+                allocator.peak = cur
+        else:
+            allocator.track(n)
         self._alloc = allocator
 
     def __del__(self):
         alloc = self._alloc
-        if alloc is not None:
-            alloc.untrack(self.nbytes)
+        if alloc is not None:   # NOTE: CountingAllocator.untrack inlined: hot path
+            alloc.current -= self.nbytes
+            alloc.num_frees += 1
 
     def data_ptr(self) -> int:
         return self.data.__array_interface__["data"][0] if hasattr(

@@ -10,6 +10,7 @@ import math
 
 from . import dtypes as _dt
 from .device import device as _device, get_backend
+from .device.base import _backends
 from .storage import Storage
 
 _np_to_dtype = {d.np: d for d in _dt.ALL}
@@ -40,10 +41,16 @@ class Tensor:
                 [6., 8.]])
     """
 
+    # NOTE: hot fields are slots; rarely-set ones are class-level defaults shadowed per
+    # instance through __dict__ when set, so making a tensor assigns only the hot ones.
     __slots__ = ("_data", "_storage", "_dtype", "_device", "_requires_grad", "_grad_fn",
-                 "_out_nr", "_grad", "_retains_grad", "_base", "_fw", "_hooks", "_inference",
-                 "__weakref__")
+                 "_out_nr", "_base", "__dict__", "__weakref__")
     __array_priority__ = 1000  # NumPy defers to Tensor's reflected operators
+    _grad = None
+    _retains_grad = False
+    _fw = None            # forward-AD tangents: {level: tangent}
+    _hooks = None         # gradient hooks of a leaf
+    _inference = False
 
     # ---------------------------------------------------------------- structure
     @property
@@ -292,24 +299,22 @@ def _wrap_dim(dim: int, ndim: int, op: str = "op") -> int:
     return dim + n if dim < 0 else dim
 
 
+_new = object.__new__
+
+
 def _wrap(arr, dtype, dev, storage=None, base=None) -> Tensor:
     """Make a tensor over ``arr``. With no ``storage``, ``arr`` becomes a new storage root."""
-    t = Tensor.__new__(Tensor)
+    t = _new(Tensor)
     t._data = arr
     t._dtype = dtype
     t._device = dev
     if storage is None:
-        storage = Storage(arr, dev, get_backend(dev).allocator)
+        storage = Storage(arr, dev, _backends[dev.type].allocator)
     t._storage = storage
     t._base = base
     t._requires_grad = False
     t._grad_fn = None
     t._out_nr = 0
-    t._grad = None
-    t._retains_grad = False
-    t._fw = None
-    t._hooks = None
-    t._inference = False
     return t
 
 

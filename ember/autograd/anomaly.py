@@ -7,6 +7,7 @@ gradients raises, naming the forward op's source line recorded when the node was
 from __future__ import annotations
 
 import os
+import threading
 import traceback
 
 from .grad_mode import state
@@ -46,8 +47,23 @@ class AnomalyError(RuntimeError):
     """Raised in anomaly mode where NaN/Inf first appears."""
 
 
+_tls = threading.local()
+
+
+class in_backward:
+    """While a VJP runs, forward checks are off: a NaN there is reported as the node's."""
+
+    def __enter__(self):
+        _tls.depth = getattr(_tls, "depth", 0) + 1
+
+    def __exit__(self, *exc):
+        _tls.depth -= 1
+        return False
+
+
 def check_forward(op, inputs, params, out) -> None:
-    if _finite(out) or not check_forward_inputs_finite(inputs, params):
+    if getattr(_tls, "depth", 0) or _finite(out) or \
+            not check_forward_inputs_finite(inputs, params):
         return
     raise AnomalyError(f"anomaly detected: {op.name} produced NaN/Inf in forward at "
                        f"{_where(capture_stack())}")

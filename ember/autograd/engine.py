@@ -78,7 +78,7 @@ def _unpack_saved(node, create_graph):
                     f"version {v} instead.")
     out = None
     if node.out_saved is not None:
-        data, storage, dt, dev, v, base = node.out_saved
+        data, storage, dt, dev, v, base, fw = node.out_saved
         if storage.version != v:
             raise GraphError(
                 f"one of the variables needed for gradient computation has been modified by an "
@@ -86,6 +86,8 @@ def _unpack_saved(node, create_graph):
                 f"{node.name()}, is at version {storage.version}; expected version {v} instead.")
         from ..tensor import _wrap
         out = _wrap(data, dt, dev, storage, base)
+        if fw:
+            out._fw = dict(fw)   # forward-over-reverse: the saved output keeps its tangents
         if create_graph:
             out._grad_fn, out._requires_grad = node, True
     return inputs, out
@@ -166,6 +168,9 @@ def run_backward(roots, grad_roots, retain_graph: bool, create_graph: bool,
                     node.saved = _FREED
                 if node.out_saved is not None:
                     node.out_saved = _FREED
+                free = getattr(node.op, "free_saved", None)  # custom Function: its ctx
+                if free is not None:
+                    free()
             for i, (e, gi) in enumerate(zip(node.next, in_grads)):
                 if e is None or gi is None:
                     continue
@@ -220,12 +225,12 @@ def _call_vjp(node, grads, create_graph):
     else:
         g = grads
     inputs, out = _unpack_saved(node, create_graph)
-    vjp = op.vjp
-    if vjp.__class__ is tuple:  # one rule per input: compute only the gradients needed
-        res = [None if e is None or rule is None else rule(g, out, *inputs, **node.params)
-               for rule, e in zip(vjp, node.next)]
+    if state.anomaly:
+        from .anomaly import in_backward
+        with in_backward():   # a NaN inside a VJP is blamed on its node, below
+            res = _run_rule(op.vjp, node, g, out, inputs)
     else:
-        res = vjp(g, out, *inputs, **node.params)
+        res = _run_rule(op.vjp, node, g, out, inputs)
     if not isinstance(res, (tuple, list)):
         res = (res,)
     if len(res) != len(node.next):
@@ -235,6 +240,13 @@ def _call_vjp(node, grads, create_graph):
         from .anomaly import check_backward
         check_backward(node, res, g if node.nout == 1 else None)
     return res
+
+
+def _run_rule(vjp, node, g, out, inputs):
+    if vjp.__class__ is tuple:  # one rule per input: compute only the gradients needed
+        return [None if e is None or rule is None else rule(g, out, *inputs, **node.params)
+                for rule, e in zip(vjp, node.next)]
+    return vjp(g, out, *inputs, **node.params)
 
 
 def _to_leaf(t, g, create_graph, external, claimed):

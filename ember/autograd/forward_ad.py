@@ -29,10 +29,26 @@ def _strip(x, level):
     fw = getattr(x, "_fw", None)
     if not fw or max(fw) < level:
         return x
-    t = _alias(x, keep_grad=True)
+    t = _differentiable_alias(x)
     keep = {k: v for k, v in fw.items() if k < level}
     t._fw = keep or None
     return t
+
+
+def _differentiable_alias(x):
+    """A new Tensor object over ``x``'s data whose gradient flows back to ``x``.
+
+    A plain alias of a leaf that requires grad would be a second, disconnected leaf
+    (reverse-over-forward would lose the gradient), so leaves get an identity view op.
+    """
+    if not (x._requires_grad and x._grad_fn is None and state.grad_enabled):
+        return _alias(x, keep_grad=True)
+    levels = state.fw_levels
+    state.fw_levels = []      # NOTE: the caller sets the tangents; don't push any here
+    try:
+        return x.view(tuple(x._data.shape))
+    finally:
+        state.fw_levels = levels
 
 
 def push_tangents(op, inputs, params, out) -> None:
@@ -76,6 +92,10 @@ def push_tangents(op, inputs, params, out) -> None:
         if out._fw is None:
             out._fw = {}
         out._fw[level] = tout
+    node = out._grad_fn
+    if out._fw and node is not None and node.out_saved is not None and \
+            node.out_saved[1] is out._storage and node.out_saved[6] is None:
+        node.out_saved = node.out_saved[:6] + (out._fw,)  # VJPs reading `out` see tangents
 
 
 class dual_level:
@@ -107,7 +127,7 @@ def make_dual(tensor: Tensor, tangent: Tensor, *, level=None) -> Tensor:
                          f"shape {tuple(tensor.shape)}")
     if not tensor.dtype.is_floating_point:
         raise TypeError(f"make_dual: primal must be floating point, got {tensor.dtype}")
-    t = _alias(tensor, keep_grad=True)
+    t = _differentiable_alias(tensor)
     t._fw = dict(tensor._fw or {})
     t._fw[level] = tangent.to(tensor.dtype)
     return t

@@ -14,7 +14,7 @@ from __future__ import annotations
 import numpy as np
 
 from ..tensor import Tensor
-from .grad_mode import no_grad
+from .grad_mode import enable_grad, no_grad
 
 
 class GradcheckError(AssertionError):
@@ -155,10 +155,13 @@ def gradgradcheck(fn, inputs, grad_outputs=None, *, eps: float = 1e-6, atol: flo
         else grad_outputs
 
     def first(*xs):
-        os_ = _flat_outputs(fn, xs)
-        pairs = [(o, g) for o, g in zip(os_, grad_outputs) if o.requires_grad]
-        gs = grad([p[0] for p in pairs], [xs[i] for i in idx], [p[1] for p in pairs],
-                  create_graph=True, allow_unused=True, materialize_grads=True)
+        # NOTE: numerical_jacobian calls this under no_grad; the first derivative must
+        # still be computed, so record the graph here regardless of the caller's mode.
+        with enable_grad():
+            os_ = _flat_outputs(fn, xs)
+            pairs = [(o, g) for o, g in zip(os_, grad_outputs) if o.requires_grad]
+            gs = grad([p[0] for p in pairs], [xs[i] for i in idx], [p[1] for p in pairs],
+                      create_graph=True, allow_unused=True, materialize_grads=True)
         return tuple(gs)
 
     return gradcheck(first, inputs, eps=eps, atol=atol, rtol=rtol,

@@ -74,7 +74,7 @@ class Node:
         self.in_meta = meta
         if saved_inputs:
             self.saved = inputs
-            self.versions = [getattr(x, "_storage", None) and x._storage.version
+            self.versions = [_version_of(x)
                              for x in inputs]
         else:
             self.saved = None
@@ -83,8 +83,10 @@ class Node:
         if out is not None:
             # NOTE: keep the output's data, not the Tensor: Tensor -> Node -> Tensor would be a
             # reference cycle that only the cyclic GC frees, holding activations too long.
+            # The 7th field is the output's forward-AD tangents, filled in by
+            # forward_ad.push_tangents after this node exists (forward-over-reverse).
             self.out_saved = (out._data, out._storage, out._dtype, out._device,
-                              out._storage.version, out._base)
+                              out._storage.version, out._base, None)
         if state.anomaly:
             from .anomaly import capture_stack
             self.stack = capture_stack()
@@ -127,3 +129,9 @@ class AccumulateGrad:
 
     def __repr__(self) -> str:
         return "<AccumulateGrad object>"
+
+
+def _version_of(x):
+    """The version counter of a tensor's storage, or None for a Python scalar."""
+    st = getattr(x, "_storage", None)
+    return None if st is None else st.version

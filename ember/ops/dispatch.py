@@ -20,6 +20,7 @@ from .. import dtypes as _dt
 from ..autograd.grad_mode import state
 from ..autograd.graph import Node
 from ..device import get_backend
+from ..device.base import _backends
 from ..errors import EmberError, ShapeError, DTypeError, DeviceError, describe
 from ..tensor import Tensor, _wrap
 from . import registry
@@ -70,19 +71,77 @@ def apply(op, inputs, params):
     st = state
     if st.modes:
         return st.modes[-1].process(op, inputs, params)
+    # One pass over the inputs: the first tensor, whether all tensors share one dtype and
+    # device, whether any requires grad.
     x0 = None
+    same = True
+    req = False
     for x in inputs:
-        if isinstance(x, Tensor):
-            x0 = x
-            break
+        if x.__class__ is Tensor or isinstance(x, Tensor):
+            if x0 is None:
+                x0 = x
+            elif x._dtype is not x0._dtype or x._device is not x0._device:
+                same = False
+            if x._requires_grad:
+                req = True
+        else:
+            same = False
     if x0 is None:
         raise TypeError(f"{op.name}: expected at least one Tensor input, got "
                         f"{describe(inputs)}")
     dev = x0._device
-    ct, out_dt = _compute_dtype(op, op.dtype, inputs, x0, params)
+    kind = op.dtype
+    if same and (kind == "promote" or kind == "same"):
+        ct, out_dt = None, x0._dtype      # the common case: nothing to promote or cast
+    else:
+        ct, out_dt = _compute_dtype(op, kind, inputs, x0, params)
+    if ct is None and same:
+        arrays = [x._data for x in inputs]
+    else:
+        arrays = _input_arrays(op, inputs, ct, dev)
+    if op.check is not None:
+        op.check(*inputs, **params)
+    dtype_ = dev.type
+    xp = _backends[dtype_].xp
+    kern = op._kcache.get(dtype_) or op.kernel_for(dtype_)
+    try:
+        res = kern(xp, *arrays, **params)
+    except EmberError:
+        raise
+    except (ValueError, TypeError, IndexError, OverflowError, ZeroDivisionError) as e:
+        if op.elementwise and len(inputs) > 1:
+            _check_broadcast(op, inputs)
+        raise _kernel_error(op, inputs, params, e) from None
+    if res.__class__ is not xp.ndarray:
+        res = xp.asarray(res)
+    odt = out_dt.np
+    if res.dtype is not odt and res.dtype != odt:
+        res = res.astype(odt)
+    view = op.view
+    if view and (view is True or res.size == 0 or xp.may_share_memory(res, x0._data)):
+        out = _wrap(res, out_dt, dev, x0._storage, x0._base if x0._base is not None else x0)
+    else:
+        out = _wrap(res, out_dt, dev)
+    if req and st.grad_enabled and op.differentiable and out_dt.category == _FLOAT:
+        save = op.save
+        out._grad_fn = Node(op, params, inputs, save == "inputs" or save == "both",
+                            out if save == "output" or save == "both" else None)
+        out._requires_grad = True
+    elif st.inference and not st.grad_enabled:
+        out._inference = True
+    if st.fw_levels:
+        from ..autograd.forward_ad import push_tangents
+        push_tangents(op, inputs, params, out)
+    if st.anomaly:
+        from ..autograd.anomaly import check_forward
+        check_forward(op, inputs, params, out)
+    return out
+
+
+def _input_arrays(op, inputs, ct, dev):
     arrays = []
     for x in inputs:
-        if isinstance(x, Tensor):
+        if x.__class__ is Tensor or isinstance(x, Tensor):
             if x._device is not dev and x._device != dev:
                 raise DeviceError(f"{op.name}: expected all tensors to be on the same device, "
                                   f"but found {dev} and {x._device}")
@@ -92,46 +151,7 @@ def apply(op, inputs, params):
             arrays.append(a)
         else:
             arrays.append(x)
-    if op.check is not None:
-        op.check(*inputs, **params)
-    elif op.elementwise and len(inputs) > 1:
-        _check_broadcast(op, inputs)
-    backend = get_backend(dev)
-    xp = backend.xp
-    try:
-        res = op.kernel_for(dev.type)(xp, *arrays, **params)
-    except EmberError:
-        raise
-    except (ValueError, TypeError, IndexError, OverflowError, ZeroDivisionError) as e:
-        raise _kernel_error(op, inputs, params, e) from None
-    if res.__class__ is not xp.ndarray:
-        res = xp.asarray(res)
-    if res.dtype != out_dt.np:
-        res = res.astype(out_dt.np)
-    view = op.view
-    if view and (view is True or xp.may_share_memory(res, x0._data)):
-        out = _wrap(res, out_dt, dev, x0._storage, x0._base if x0._base is not None else x0)
-    else:
-        out = _wrap(res, out_dt, dev)
-    if st.grad_enabled:
-        if op.differentiable and out_dt.category == _FLOAT:
-            for x in inputs:
-                if getattr(x, "_requires_grad", False):
-                    save = op.save
-                    node = Node(op, params, inputs, save == "inputs" or save == "both",
-                                out if save == "output" or save == "both" else None)
-                    out._grad_fn = node
-                    out._requires_grad = True
-                    break
-    elif st.inference:
-        out._inference = True
-    if st.fw_levels:
-        from ..autograd.forward_ad import push_tangents
-        push_tangents(op, inputs, params, out)
-    if st.anomaly:
-        from ..autograd.anomaly import check_forward
-        check_forward(op, inputs, params, out)
-    return out
+    return arrays
 
 
 def _check_broadcast(op, inputs) -> None:

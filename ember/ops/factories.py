@@ -1,62 +1,82 @@
-"""Tensor factories: tensor, as_tensor, from_numpy, zeros/ones/full/empty and *_like."""
+"""Tensor factories: tensor, as_tensor, from_numpy, zeros/ones/full/empty, ranges, eye, *_like.
+
+Random factories (rand, randn, randint...) live in :mod:`ember.random`.
+"""
 from __future__ import annotations
+
+import math
+import numbers
 
 import numpy as np
 
 from .. import dtypes as _dt
 from ..device import device as _device, get_backend
+from ..errors import DTypeError
 from ..tensor import Tensor, _wrap, from_array
 from ._util import as_shape
 
-__all__ = ['tensor', 'as_tensor', 'from_numpy', 'from_dlpack', 'zeros', 'ones', 'empty', 'full', 'zeros_like', 'ones_like', 'empty_like', 'full_like']
+__all__ = ['tensor', 'as_tensor', 'from_numpy', 'from_dlpack', 'zeros', 'ones', 'empty', 'full',
+           'zeros_like', 'ones_like', 'empty_like', 'full_like', 'arange', 'linspace',
+           'logspace', 'eye']
+
+_PY_SCALARS = (bool, int, float)
+
+
+def _scalar_dtype(x) -> _dt.DType:
+    """dtype one element of ``data`` contributes (Python scalars: their category's default)."""
+    if isinstance(x, (Tensor, np.ndarray, np.generic)):
+        return x.dtype if isinstance(x, Tensor) else _dt.as_dtype(x.dtype)
+    if isinstance(x, bool):
+        return _dt.bool_
+    if isinstance(x, numbers.Integral):
+        return _dt.int64
+    if isinstance(x, numbers.Real):
+        return _dt.get_default_dtype()
+    raise TypeError(f"tensor(): can't infer a dtype for an element of type {type(x).__name__}; "
+                    f"valid elements are bool, int, float, tensors and NumPy arrays/scalars")
 
 
 def _infer_dtype(data) -> _dt.DType:
-    """PyTorch's inference: bools -> bool, ints -> int64, floats -> default float."""
-    arr = np.asarray(data)
-    k = arr.dtype.kind
-    if k == "b":
-        return _dt.bool_
-    if k in "iu":
-        return _dt.int64 if arr.dtype != np.uint8 or not isinstance(data, np.ndarray) else _dt.uint8
-    if k == "f":
-        if isinstance(data, np.ndarray) or isinstance(data, np.generic):
-            return _dt.as_dtype(arr.dtype)
-        return _dt.get_default_dtype()
-    if k == "V" or arr.dtype == _dt.bfloat16.np:
-        return _dt.as_dtype(arr.dtype)
-    raise TypeError(f"tensor(): can't convert data of NumPy dtype {arr.dtype} "
-                    f"(from {type(data).__name__}) to a tensor")
+    """PyTorch's inference: promote_types over all elements (Python float -> default float,
+    int -> int64, bool -> bool; tensors and NumPy values contribute their own dtype)."""
+    if not isinstance(data, (list, tuple)):
+        return _scalar_dtype(data)
+    kinds = set(map(type, data))
+    if kinds and kinds <= {float, int, bool}:  # fast path for flat lists of Python numbers
+        return _dt.get_default_dtype() if float in kinds else (
+            _dt.int64 if int in kinds else _dt.bool_)
+    r = None
+    for d in data:
+        e = _infer_dtype(d)
+        r = e if r is None else _dt.promote_types(r, e)
+    return _dt.get_default_dtype() if r is None else r
 
 
-def _nested_tensors(data):
+def _nested_arrays(data):
+    """Replace tensors inside (nested) lists by host NumPy arrays."""
     if isinstance(data, Tensor):
-        return data.detach()._data
-    if isinstance(data, (list, tuple)) and data and any(isinstance(d, (Tensor, list, tuple))
-                                                        for d in data):
-        return [_nested_tensors(d) for d in data]
+        return get_backend(data._device).to_host(data._data)
+    if isinstance(data, (list, tuple)) and any(isinstance(d, (Tensor, list, tuple)) for d in data):
+        return [_nested_arrays(d) for d in data]
     return data
 
 
 def tensor(data, *, dtype=None, device=None, requires_grad: bool = False) -> Tensor:
     """A new tensor copying ``data`` (nested lists, scalars, NumPy arrays, tensors).
 
+    dtype inference follows PyTorch: Python floats give the default dtype (float32),
+    ints int64, bools bool; NumPy arrays/scalars and tensors keep their dtype.
+
     Example:
         >>> ember.tensor([[1, 2], [3, 4]]).dtype
         ember.int64
     """
-    data = _nested_tensors(data)
-    if dtype is None:
-        if isinstance(data, np.ndarray):
-            dtype = _dt.as_dtype(data.dtype)
-        else:
-            dtype = _infer_dtype(data)
-    else:
-        dtype = _dt.as_dtype(dtype)
+    dtype = _infer_dtype(data) if dtype is None else _dt.as_dtype(dtype)
+    data = _nested_arrays(data)
     dev = _device(device or "cpu")
     try:
         arr = np.array(data, dtype=dtype.np)
-    except (ValueError, TypeError) as e:
+    except (ValueError, TypeError, OverflowError) as e:
         raise TypeError(f"tensor(): could not convert {type(data).__name__} to a tensor of "
                         f"{dtype}: {e}") from None
     if dev.type != "cpu":
@@ -93,7 +113,13 @@ def from_dlpack(ext) -> Tensor:
     """A tensor sharing memory with any DLPack-exporting object."""
     if isinstance(ext, Tensor):
         return ext
-    return from_array(np.from_dlpack(ext), _device("cpu"))
+    try:
+        arr = np.from_dlpack(ext)
+    except (RuntimeError, BufferError, TypeError) as e:
+        raise DTypeError(f"from_dlpack: can't import {type(ext).__name__} through DLPack: {e} "
+                         f"(NumPy's DLPack has no bfloat16; convert to float32 first, and "
+                         f"detach tensors that require grad)") from None
+    return from_array(arr, _device("cpu"))
 
 
 def _make(fill, shape, dtype, device, requires_grad, op):
@@ -157,3 +183,129 @@ def empty_like(input, *, dtype=None, device=None, requires_grad=False) -> Tensor
 def full_like(input, fill_value, *, dtype=None, device=None, requires_grad=False) -> Tensor:
     dt, dev = _like(input, dtype, device)
     return _make(fill_value, input.shape, dt, dev, requires_grad, "full_like")
+
+
+def _finish(arr, dtype, dev, requires_grad) -> Tensor:
+    if dev.type != "cpu":
+        arr = get_backend(dev).asarray(arr)
+    t = _wrap(arr, dtype, dev)
+    if requires_grad:
+        t.requires_grad_(True)
+    return t
+
+
+def _num(x, op: str, what: str):
+    if isinstance(x, Tensor):
+        if x.numel() != 1:
+            raise ValueError(f"{op}: {what} must be a number or a one-element tensor, got a "
+                             f"tensor of shape {tuple(x.shape)}")
+        return x.item()
+    if not isinstance(x, (numbers.Real, np.generic)):
+        raise TypeError(f"{op}: {what} must be a number, got {type(x).__name__}")
+    return x.item() if isinstance(x, np.generic) else x
+
+
+def arange(start=0, end=None, step=1, *, dtype=None, device=None,
+           requires_grad=False) -> Tensor:
+    """Values from ``start`` (inclusive) to ``end`` (exclusive) spaced by ``step``.
+
+    int64 when all arguments are integers, else the default float dtype; the length
+    is ``ceil((end - start) / step)`` like PyTorch.
+
+    Example:
+        >>> ember.arange(5)
+        tensor([0, 1, 2, 3, 4])
+        >>> ember.arange(0, 1, 0.25)
+        tensor([0.0000, 0.2500, 0.5000, 0.7500])
+    """
+    if end is None:
+        start, end = 0, start
+    start, end, step = (_num(v, "arange", w) for v, w in
+                        ((start, "start"), (end, "end"), (step, "step")))
+    if dtype is None:
+        ints = all(isinstance(v, numbers.Integral) for v in (start, end, step))
+        dtype = _dt.int64 if ints else _dt.get_default_dtype()
+    dtype = _dt.as_dtype(dtype)
+    if step == 0:
+        raise ValueError("arange: step must be nonzero")
+    if not all(math.isfinite(v) for v in (start, end)):
+        raise ValueError(f"arange: unsupported range {start} -> {end} (bounds must be finite)")
+    if (end - start) * step < 0:
+        raise ValueError(f"arange: upper bound and lower bound inconsistent with step sign "
+                         f"(start={start}, end={end}, step={step})")
+    n = math.ceil((end - start) / step) if not all(
+        isinstance(v, numbers.Integral) for v in (start, end, step)) else -((start - end) // step)
+    if dtype.category != _dt.FLOAT and all(isinstance(v, numbers.Integral)
+                                           for v in (start, end, step)):
+        arr = (start + step * np.arange(n, dtype=np.int64)).astype(dtype.np)
+    else:  # NOTE: PyTorch accumulates start + i * step in double, then rounds once
+        arr = (start + step * np.arange(n, dtype=np.float64)).astype(dtype.np)
+    return _finish(arr, dtype, _device(device or "cpu"), requires_grad)
+
+
+def linspace(start, end, steps: int, *, dtype=None, device=None,
+             requires_grad=False) -> Tensor:
+    """``steps`` evenly spaced values from ``start`` to ``end`` inclusive (default float dtype).
+
+    Example:
+        >>> ember.linspace(0, 1, 5)
+        tensor([0.0000, 0.2500, 0.5000, 0.7500, 1.0000])
+    """
+    start, end = _num(start, "linspace", "start"), _num(end, "linspace", "end")
+    steps = int(_num(steps, "linspace", "steps"))
+    if steps < 0:
+        raise ValueError(f"linspace: number of steps must be non-negative, got {steps}")
+    dtype = _dt.as_dtype(dtype)
+    return _finish(_linspace_array(start, end, steps, dtype), dtype,
+                   _device(device or "cpu"), requires_grad)
+
+
+def _linspace_array(start, end, steps, dtype):
+    # NOTE: PyTorch's symmetric formula: the first half counts up from start, the second
+    # half down from end, computed in the output float type (double for integer outputs).
+    ct = dtype.np if dtype in (_dt.float32, _dt.float64) else np.dtype(
+        np.float32 if dtype.is_floating_point else np.float64)
+    if steps <= 1:
+        return np.full((steps,), start, dtype=ct).astype(dtype.np)
+    s, e = ct.type(start), ct.type(end)
+    step = (e - s) / ct.type(steps - 1)
+    i = np.arange(steps, dtype=ct)
+    half = steps // 2
+    out = np.where(np.arange(steps) < half, s + step * i, e - step * (ct.type(steps - 1) - i))
+    return out.astype(dtype.np)
+
+
+def logspace(start, end, steps: int, base: float = 10.0, *, dtype=None, device=None,
+             requires_grad=False) -> Tensor:
+    """``base ** linspace(start, end, steps)``.
+
+    Example:
+        >>> ember.logspace(0, 2, 3)
+        tensor([  1.,  10., 100.])
+    """
+    start, end = _num(start, "logspace", "start"), _num(end, "logspace", "end")
+    steps = int(_num(steps, "logspace", "steps"))
+    if steps < 0:
+        raise ValueError(f"logspace: number of steps must be non-negative, got {steps}")
+    dtype = _dt.as_dtype(dtype)
+    exps = _linspace_array(start, end, steps, _dt.float64)
+    arr = np.power(np.float64(base), exps).astype(dtype.np)
+    return _finish(arr, dtype, _device(device or "cpu"), requires_grad)
+
+
+def eye(n: int, m: int | None = None, *, dtype=None, device=None,
+        requires_grad=False) -> Tensor:
+    """A 2-D tensor with ones on the diagonal (``n`` rows, ``m`` columns, default ``n``).
+
+    Example:
+        >>> ember.eye(2)
+        tensor([[1., 0.],
+                [0., 1.]])
+    """
+    m = n if m is None else m
+    for v, w in ((n, "n"), (m, "m")):
+        if not isinstance(v, (numbers.Integral, np.integer)) or isinstance(v, bool) or v < 0:
+            raise ValueError(f"eye: {w} must be a non-negative integer, got {v!r}")
+    dtype = _dt.as_dtype(dtype)
+    return _finish(np.eye(int(n), int(m), dtype=dtype.np), dtype, _device(device or "cpu"),
+                   requires_grad)

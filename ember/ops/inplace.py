@@ -15,6 +15,7 @@ from ..autograd.grad_mode import state
 from ..errors import DTypeError, ShapeError, GraphError
 from ..tensor import Tensor, _wrap
 from . import arith
+from ..autograd.graph import _version_of
 from .dispatch import broadcast_shapes, backend_of
 
 
@@ -46,23 +47,89 @@ def commit(x: Tensor, r: Tensor, op: str) -> Tensor:
             raise ShapeError(f"{op}: output with shape {tuple(x.shape)} doesn't match the "
                              f"broadcast shape {tuple(r.shape)}")
         r = r.expand(x._data.shape)
+    _check_overlap(x, op)
     node = r._grad_fn
     if node is not None and node.saved is not None and state.grad_enabled:
         node.saved = [_snapshot(s) if isinstance(s, Tensor) and s._storage is x._storage else s
                       for s in node.saved]
-        node.versions = [getattr(s, "_storage", None) and s._storage.version
+        node.versions = [_version_of(s)
                          for s in node.saved]
-    if node is not None and state.grad_enabled and x._base is not None and \
-            x._base._requires_grad:
-        raise GraphError(f"{op}: in-place modification of a view of a tensor that requires "
-                         f"grad is not supported yet; apply the op out of place (e.g. "
-                         f"torch.where / index_put) or clone() the base first")
+    grad = state.grad_enabled and _differentiable_view(x, node)
+    if grad or (state.fw_levels and x._base is not None and
+                (r._fw is not None or x._base._fw is not None)):
+        return _commit_view(x, r, grad)
+    if node is None and state.grad_enabled and x._requires_grad:
+        # NOTE: overwritten by a constant: x keeps requires_grad (as in PyTorch) with a
+        # zero gradient to its old history.
+        from .select import where
+        r = where(_true(x), r, x)
+        node = r._grad_fn
     x._data[...] = r._data
     x._storage.version += 1
     if node is not None and state.grad_enabled:
         x._grad_fn, x._out_nr, x._requires_grad = node, r._out_nr, True
     if r._fw is not None:
         x._fw = r._fw
+    return x
+
+
+def _true(x):
+    from .factories import tensor
+    return tensor(True, device=x._device)
+
+
+def _check_overlap(x: Tensor, op: str) -> None:
+    if x._data.size > 1 and (not x._data.flags.writeable or any(
+            s == 0 and n > 1 for s, n in zip(x._data.strides, x._data.shape))):
+        raise ShapeError(f"{op}: unsupported operation: more than one element of the "
+                         f"written-to tensor refers to a single memory location. Please "
+                         f"clone() the tensor before performing the operation.")
+
+
+def _differentiable_view(x: Tensor, node) -> bool:
+    """Whether an in-place write into view ``x`` must rewrite its base's history."""
+    b = x._base
+    if b is None:
+        return False
+    if x._requires_grad:
+        return True
+    # A view that does not require grad of a base that does is a detached alias
+    # (detach(), .data): writing into it leaves the base's history alone, as in PyTorch.
+    return node is not None and not b._requires_grad
+
+
+def _commit_view(x: Tensor, r: Tensor, grad: bool) -> Tensor:
+    """In-place write ``r`` into the view ``x`` of a base in the graph (PyTorch's CopySlices).
+
+    The base's new value is recorded out of place (its old value with the view's region
+    replaced by ``r``) and becomes the base's history; ``x`` becomes that view of it.
+    Forward-mode tangents follow the same path (``grad`` False: tangents only).
+    """
+    from . import dispatch
+    from .index import index_p, index_put_p
+    from .strided import as_strided_p, as_strided_scatter_p, view_geometry
+    b = x._base
+    geo = view_geometry(x, b)
+    if isinstance(geo, tuple):
+        p = {"size": geo[0], "stride": geo[1], "storage_offset": geo[2]}
+        nb = dispatch.apply(as_strided_scatter_p, (b, r), p)
+    else:   # a base that is not C-contiguous: put r at the base's flat indices of x
+        ids = _wrap(geo.reshape(-1), _dt.int64, x._device) if x._device.type == "cpu" else \
+            _wrap(backend_of(x).asarray(geo.reshape(-1)), _dt.int64, x._device)
+        nb = dispatch.apply(index_put_p, (b.reshape(-1), r.reshape(-1), ids),
+                            {"dims": (0,), "accumulate": False}).reshape(b.shape)
+    x._data[...] = r._data
+    x._storage.version += 1
+    if grad:
+        b._grad_fn, b._out_nr, b._requires_grad = nb._grad_fn, nb._out_nr, nb._requires_grad
+    b._fw = nb._fw
+    if isinstance(geo, tuple):
+        v = dispatch.apply(as_strided_p, (b,), p)
+    else:
+        v = dispatch.apply(index_p, (b.reshape(-1), ids), {"dims": (0,)}).reshape(x.shape)
+    if grad:
+        x._grad_fn, x._out_nr, x._requires_grad = v._grad_fn, v._out_nr, v._requires_grad
+    x._fw = v._fw
     return x
 
 
@@ -135,10 +202,13 @@ def fill_(self: Tensor, value) -> Tensor:
     if isinstance(value, Tensor):
         return copy_(self, value.expand(self._data.shape))
     check_inplace(self, "fill_")
+    b = self._base
+    if state.grad_enabled and (self._requires_grad or b is not None and b._requires_grad):
+        from .factories import tensor
+        return commit(self, tensor(value, dtype=self._dtype, device=self._device), "fill_")
+    _check_overlap(self, "fill_")
     self._data[...] = value
     self._storage.version += 1
-    if state.grad_enabled and self._requires_grad:
-        self._grad_fn, self._requires_grad = None, False
     return self
 
 

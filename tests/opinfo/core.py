@@ -51,7 +51,7 @@ def rand(rng, shape, dtype, lo=-2.0, hi=2.0):
     """Uniform values in [lo, hi) of ``dtype`` (ints: integers in that range)."""
     dt = np.dtype(dtype)
     if dt.kind == "b":
-        return rng.random(shape) < 0.5
+        return np.asarray(rng.random(shape) < 0.5)
     if dt.kind in "iu":
         return rng.integers(int(lo), int(hi) + 1, size=shape).astype(dt)
     return rng.uniform(lo, hi, size=shape).astype(dt)

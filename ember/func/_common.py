@@ -1,0 +1,114 @@
+"""Shared plumbing of the transforms: fresh inputs, argnums, outer-graph detection."""
+from __future__ import annotations
+
+from ..errors import DTypeError
+from ..tensor import Tensor, _alias
+from ._tree import tree_flatten, tree_unflatten
+
+
+def check_argnums(argnums, nargs: int, where: str):
+    """Normalised argnums (int or tuple of ints), validated against ``nargs``."""
+    items = argnums if isinstance(argnums, tuple) else (argnums,)
+    if not items:
+        raise ValueError(f"{where}: argnums must be non-empty")
+    for a in items:
+        if not isinstance(a, int) or isinstance(a, bool):
+            raise TypeError(f"{where}: argnums must be an int or a tuple of ints, got "
+                            f"{argnums!r}")
+        if not -nargs <= a < nargs:
+            raise ValueError(f"{where}: got argnums={argnums!r} but only {nargs} positional "
+                             f"inputs")
+    return tuple(a % nargs for a in items)
+
+
+def fresh(x, outer_grad: bool, where: str) -> Tensor:
+    """A new differentiable stand-in for ``x``.
+
+    If ``x`` is tracked by an outer graph (an enclosing transform or the user's own),
+    the stand-in is an identity view of it, so results stay differentiable with
+    respect to ``x``; otherwise it is a detached leaf. Tangents are kept either way.
+    """
+    if not isinstance(x, Tensor):
+        raise TypeError(f"{where}: expected the differentiated inputs to be Tensors, got "
+                        f"{type(x).__name__}")
+    if not x._dtype.is_floating_point:
+        raise DTypeError(f"{where}: only floating point inputs can be differentiated, got "
+                         f"{x._dtype}")
+    if outer_grad and x._requires_grad:
+        return x.view(tuple(x.shape))
+    t = _alias(x, keep_grad=False)
+    if x._fw:
+        t._fw = dict(x._fw)
+    t._requires_grad = True
+    return t
+
+
+def prepare(args, argnums, outer_grad, where):
+    """``(new_args, leaves, spec)``: args with fresh stand-ins at ``argnums``."""
+    new_args = list(args)
+    leaves, specs = [], []
+    for a in argnums:
+        ls, spec = tree_flatten(args[a])
+        fl = [fresh(x, outer_grad, where) for x in ls]
+        new_args[a] = tree_unflatten(fl, spec)
+        leaves.extend(fl)
+        specs.append((spec, len(fl)))
+    return new_args, leaves, specs
+
+
+def regroup(flat, specs, argnums_was_int: bool):
+    """Split per-leaf results back into one pytree per argnum (a tuple unless an int)."""
+    out, i = [], 0
+    for spec, n in specs:
+        out.append(tree_unflatten(flat[i:i + n], spec))
+        i += n
+    return out[0] if argnums_was_int else tuple(out)
+
+
+def reaches_outside(outputs, inside) -> bool:
+    """Does the graph of ``outputs`` depend on a tensor requiring grad not in ``inside``?"""
+    inside_ids = {id(t) for t in inside}
+    stack = [o._grad_fn for o in outputs if isinstance(o, Tensor) and o._grad_fn is not None]
+    if any(isinstance(o, Tensor) and o._requires_grad and o._grad_fn is None and
+           id(o) not in inside_ids for o in outputs):
+        return True
+    seen = set()
+    while stack:
+        n = stack.pop()
+        if id(n) in seen:
+            continue
+        seen.add(id(n))
+        for e in n.next:
+            if e is None:
+                continue
+            if isinstance(e[0], Tensor):
+                if id(e[0]) not in inside_ids:
+                    return True
+            else:
+                stack.append(e[0])
+    return False
+
+
+def detach_keep_tangent(t):
+    """``t.detach()`` that keeps forward-AD tangents (for results of a transform)."""
+    if not isinstance(t, Tensor):
+        return t
+    d = _alias(t, keep_grad=False)
+    if t._fw:
+        d._fw = dict(t._fw)
+    return d
+
+
+def split_aux(out, has_aux: bool, where: str):
+    if not has_aux:
+        return out, None
+    if not isinstance(out, (tuple, list)) or len(out) != 2:
+        raise TypeError(f"{where}(f, ...)(*args): output of function f should be a tuple: "
+                        f"(output, aux) if has_aux is True")
+    return out[0], out[1]
+
+
+def stack_rows(rows):
+    """Stack equal-shaped tensors along a new leading dim (differentiable, keeps tangents)."""
+    from ..ops.join import stack
+    return stack(rows)

@@ -1,0 +1,119 @@
+"""Random in-place fills, and the public face of :mod:`ember._repr` (print options).
+
+``Tensor.uniform_``, ``normal_``, ``bernoulli_``, ``random_`` and ``exponential_`` are
+what ``nn.init`` and dropout-style code call under ``no_grad``.
+
+They overwrite the tensor's memory with fresh samples (views write through to their
+base) and bump its version counter; like PyTorch they refuse leaf tensors that require
+grad unless autograd is off.
+"""
+from __future__ import annotations
+
+import numpy as np
+
+from .. import dtypes as _dt
+from .._repr import get_printoptions, printoptions, set_printoptions
+from ..autograd.grad_mode import state
+from ..device import get_backend
+from ..errors import DTypeError
+from ..random import _gen, _normal01, _uniform01
+from ..tensor import Tensor
+from .inplace import check_inplace
+
+__all__ = ["set_printoptions", "get_printoptions", "printoptions"]
+
+
+def _write(self: Tensor, arr, op: str) -> Tensor:
+    check_inplace(self, op)
+    be = get_backend(self._device)
+    self._data[...] = arr if be.has("host_memory") else be.asarray(arr)
+    self._storage.version += 1
+    if state.grad_enabled and self._requires_grad:  # a non-leaf loses its history (as fill_)
+        self._grad_fn, self._requires_grad = None, False
+    return self
+
+
+def _need_float(self: Tensor, op: str) -> _dt.DType:
+    if not self._dtype.is_floating_point:
+        raise DTypeError(f"{op}: expected a floating point tensor, got {self._dtype}")
+    return self._dtype
+
+
+def uniform_(self: Tensor, a: float = 0.0, b: float = 1.0, *, generator=None,
+             **kw) -> Tensor:
+    """Fill with samples from U[a, b) (``from``/``to`` keywords also accepted).
+
+    Example:
+        >>> w = ember.empty(3).uniform_(-1, 1)
+    """
+    a, b = kw.pop("from", a), kw.pop("to", b)
+    if kw:
+        raise TypeError(f"uniform_(): unexpected keyword arguments {sorted(kw)}")
+    dt = _need_float(self, "uniform_")
+    if not a <= b:
+        raise ValueError(f"uniform_ expects to return a [from, to) range, but found "
+                         f"from={a} > to={b}")
+    u = _uniform01(_gen(generator), tuple(self.shape), dt)
+    ct = u.dtype if dt in (_dt.float32, _dt.float64) else np.float32
+    return _write(self, (u.astype(ct) * ct.type(b - a) + ct.type(a)).astype(dt.np), "uniform_")
+
+
+def normal_(self: Tensor, mean: float = 0.0, std: float = 1.0, *, generator=None) -> Tensor:
+    """Fill with samples from N(mean, std²).
+
+    Example:
+        >>> w = ember.empty(2, 2).normal_(0.0, 0.02)
+    """
+    dt = _need_float(self, "normal_")
+    if std < 0:
+        raise ValueError(f"normal_ expects std >= 0.0, but found std {std}")
+    z = _normal01(_gen(generator), tuple(self.shape), dt)
+    ct = z.dtype if dt in (_dt.float32, _dt.float64) else np.float32
+    return _write(self, (z.astype(ct) * ct.type(std) + ct.type(mean)).astype(dt.np), "normal_")
+
+
+def bernoulli_(self: Tensor, p=0.5, *, generator=None) -> Tensor:
+    """Fill with 0/1 samples that are 1 with probability ``p`` (a number or tensor)."""
+    probs = p.detach().cpu().numpy() if isinstance(p, Tensor) else p
+    if np.any((np.asarray(probs) < 0) | (np.asarray(probs) > 1)):
+        raise ValueError("bernoulli_: expects all probabilities p to be in [0, 1]")
+    u = _uniform01(_gen(generator), tuple(self.shape), _dt.float64)
+    return _write(self, (u < probs).astype(self._dtype.np), "bernoulli_")
+
+
+def random_(self: Tensor, *args, generator=None, **kw) -> Tensor:
+    """Fill with integers uniform on [from, to): ``random_()``, ``random_(to)``,
+    ``random_(from, to)``; with no bound, [0, 2**mantissa] for floats and [0, max] for ints."""
+    args = args + tuple(kw.pop(k) for k in ("from", "to") if k in kw)
+    if kw:
+        raise TypeError(f"random_(): unexpected keyword arguments {sorted(kw)}")
+    dt = self._dtype
+    if not args:
+        hi = (1 << (np.finfo(dt.np).nmant + 1 if dt is not _dt.bfloat16 else 8)) + 1 \
+            if dt.is_floating_point else (2 if dt is _dt.bool_ else int(np.iinfo(dt.np).max) + 1)
+        lo = 0
+    else:
+        lo, hi = (0, args[0]) if len(args) == 1 else args[:2]
+    lo, hi = int(lo), int(hi)
+    if lo >= hi:
+        raise ValueError(f"random_ expects 'from' to be less than 'to', but got from={lo} >= "
+                         f"to={hi}")
+    arr = _gen(generator).integers(lo, hi, tuple(self.shape), dtype=np.int64)
+    return _write(self, arr.astype(dt.np), "random_")
+
+
+def exponential_(self: Tensor, lambd: float = 1.0, *, generator=None) -> Tensor:
+    """Fill with samples from the exponential distribution with rate ``lambd``."""
+    dt = _need_float(self, "exponential_")
+    if not lambd > 0:
+        raise ValueError(f"exponential_ expects lambda > 0.0, but found lambda={lambd}")
+    ct = dt.np if dt in (_dt.float32, _dt.float64) else np.dtype(np.float32)
+    e = _gen(generator).standard_exponential(tuple(self.shape), dtype=ct)
+    return _write(self, (e / ct.type(lambd)).astype(dt.np), "exponential_")
+
+
+Tensor.uniform_ = uniform_
+Tensor.normal_ = normal_
+Tensor.bernoulli_ = bernoulli_
+Tensor.random_ = random_
+Tensor.exponential_ = exponential_

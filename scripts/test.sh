@@ -1,0 +1,15 @@
+#!/usr/bin/env bash
+# Run Ember's test suite from a fresh checkout: creates .venv if missing, installs
+# Ember in editable mode with its test extras, then runs pytest on 2 workers.
+# Extra arguments replace the default test path: bash scripts/test.sh tests/test_interop.py
+set -euo pipefail
+cd "$(dirname "$0")/.."
+if [ ! -x .venv/bin/python ]; then
+    python3 -m venv .venv
+fi
+if ! .venv/bin/python -m pip install -q -e '.[test]'; then
+    # Offline machines: carry on if everything the tests need is already installed.
+    .venv/bin/python -c "import numpy, ml_dtypes, pytest, xdist, hypothesis" || exit 1
+    echo "scripts/test.sh: pip install failed; using the packages already in .venv" >&2
+fi
+exec .venv/bin/python -m pytest -q -n 2 "${@:-tests/}"
