@@ -51,6 +51,7 @@ class Tensor:
     _fw = None            # forward-AD tangents: {level: tangent}
     _hooks = None         # gradient hooks of a leaf
     _inference = False
+    _view_version = None  # storage version at which a differentiable view's grad_fn was made
 
     # ---------------------------------------------------------------- structure
     @property

@@ -13,8 +13,6 @@ from __future__ import annotations
 
 import time
 
-import numpy as np
-
 import ember as em
 from ember.datasets import load_house_prices
 from ember.datasets.make_house_prices import BIAS, WEIGHTS

@@ -41,6 +41,19 @@ class ShapeOnly:
         return len(self.shape)
 
 
+#: Installed by ``ember.ops.inplace``: rebuilds the grad_fn of a view whose base was
+#: written in place after the view was made (PyTorch regenerates such views the same way).
+refresh_view = None
+
+
+def view_grad_fn(x):
+    """``x._grad_fn``, rebuilt first if ``x`` is a stale view of an in-place-modified base."""
+    vv = x._view_version
+    if vv is not None and vv != x._storage.version and refresh_view is not None:
+        refresh_view(x)
+    return x._grad_fn
+
+
 class Node:
     """One recorded op application (``grad_fn``)."""
 
@@ -50,7 +63,6 @@ class Node:
     def __init__(self, op, params, inputs, saved_inputs: bool, out=None, nout: int = 1):
         self.op = op
         self.params = params
-        self.seq = next(_seq)
         self.nout = nout
         self.pre_hooks = None   # {out_nr: [hooks]} from register_hook on non-leaf outputs
         self.retain = None      # {out_nr: weakref to tensor} for retain_grad()
@@ -66,7 +78,7 @@ class Node:
                 continue
             meta.append((x._data.shape, x._dtype, x._device))
             if rg:
-                fn = x._grad_fn
+                fn = x._grad_fn if x._base is None else view_grad_fn(x)
                 nxt.append((x, 0) if fn is None else (fn, x._out_nr))
             else:
                 nxt.append(None)
@@ -90,6 +102,9 @@ class Node:
         if state.anomaly:
             from .anomaly import capture_stack
             self.stack = capture_stack()
+        # NOTE: numbered last: resolving an edge may create nodes (a stale view's rebuilt
+        # grad_fn), and the engine relies on every node outnumbering its inputs' nodes.
+        self.seq = next(_seq)
 
     def name(self) -> str:
         if self.name_ is not None:

@@ -127,6 +127,8 @@ def apply(op, inputs, params):
         out._grad_fn = Node(op, params, inputs, save == "inputs" or save == "both",
                             out if save == "output" or save == "both" else None)
         out._requires_grad = True
+        if out._base is not None:
+            out._view_version = out._storage.version
     elif st.inference and not st.grad_enabled:
         out._inference = True
     if st.fw_levels:

@@ -15,6 +15,7 @@ from ..autograd.grad_mode import state
 from ..errors import DTypeError, ShapeError, GraphError
 from ..tensor import Tensor, _wrap
 from . import arith
+from ..autograd import graph as _graph
 from ..autograd.graph import _version_of
 from .dispatch import broadcast_shapes, backend_of
 
@@ -123,14 +124,38 @@ def _commit_view(x: Tensor, r: Tensor, grad: bool) -> Tensor:
     if grad:
         b._grad_fn, b._out_nr, b._requires_grad = nb._grad_fn, nb._out_nr, nb._requires_grad
     b._fw = nb._fw
-    if isinstance(geo, tuple):
-        v = dispatch.apply(as_strided_p, (b,), p)
-    else:
-        v = dispatch.apply(index_p, (b.reshape(-1), ids), {"dims": (0,)}).reshape(x.shape)
+    v = _view_of(b, x, geo)
     if grad:
         x._grad_fn, x._out_nr, x._requires_grad = v._grad_fn, v._out_nr, v._requires_grad
+        x._view_version = x._storage.version
     x._fw = v._fw
     return x
+
+
+def _view_of(b: Tensor, x: Tensor, geo) -> Tensor:
+    """Re-take view ``x`` (geometry ``geo``) of base ``b`` through the dispatcher."""
+    from . import dispatch
+    from .index import index_p
+    from .strided import as_strided_p
+    if isinstance(geo, tuple):
+        p = {"size": geo[0], "stride": geo[1], "storage_offset": geo[2]}
+        return dispatch.apply(as_strided_p, (b,), p)
+    ids = _wrap(backend_of(x).asarray(geo.reshape(-1)), _dt.int64, x._device)
+    return dispatch.apply(index_p, (b.reshape(-1), ids), {"dims": (0,)}).reshape(x.shape)
+
+
+def _refresh_view(x: Tensor) -> None:
+    """Give a stale view the history of its base's current value (see graph.view_grad_fn)."""
+    from .strided import view_geometry
+    b = x._base
+    x._view_version = x._storage.version
+    if not b._requires_grad:
+        return
+    v = _view_of(b, x, view_geometry(x, b))
+    x._grad_fn, x._out_nr, x._requires_grad = v._grad_fn, v._out_nr, True
+
+
+_graph.refresh_view = _refresh_view
 
 
 def _snapshot(s: Tensor) -> Tensor:
