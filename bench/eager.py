@@ -15,6 +15,7 @@ from __future__ import annotations
 
 import statistics
 import sys
+import time
 import timeit
 
 import numpy as np
@@ -27,17 +28,35 @@ except Exception:  # noqa: BLE001 - torch is optional (pip install -e '.[bench]'
     torch = None
 
 
-def bench(fn, min_time=0.2, repeat=7) -> float:
-    """Median seconds per call over ``repeat`` runs of enough loops to last ``min_time``."""
-    fn()  # warm up
-    t = timeit.Timer(fn)
-    number, elapsed = 1, 0.0
+def _loops(t, min_time, repeat) -> int:
+    number = 1
     while min_time > 0:
         elapsed = t.timeit(number)
         if elapsed >= min_time / repeat or number >= 1 << 20:
             break
         number *= 2 if elapsed == 0 else max(2, int(min_time / repeat / elapsed) + 1)
-    return statistics.median([t.timeit(number) / number for _ in range(repeat)])
+    return number
+
+
+def compare(fns: dict, min_time=0.2, repeat=7) -> dict:
+    """Median seconds per call of each function, measured round-robin.
+
+    The implementations take turns (one batch of loops each, ``repeat`` rounds), so a
+    noisy neighbour or a frequency change hits them all alike instead of whichever ran
+    first. The short sleep between turns lets the previous library's worker threads
+    stop spin-waiting, which would otherwise steal the cores from the next one.
+    """
+    timers = {}
+    for k, fn in fns.items():
+        fn()  # warm up
+        t = timeit.Timer(fn)
+        timers[k] = (t, _loops(t, min_time, repeat))
+    samples = {k: [] for k in fns}
+    for _ in range(repeat):
+        for k, (t, number) in timers.items():
+            time.sleep(0.05)  # let the other library's spinning BLAS/OpenMP threads park
+            samples[k].append(t.timeit(number) / number)
+    return {k: statistics.median(v) for k, v in samples.items()}
 
 
 # ------------------------------------------------------------------------ a) per-op add
@@ -238,11 +257,11 @@ def main() -> None:
     print(f"{'benchmark':<34}{'ember':>14}{'numpy':>14}{'torch':>14}"
           f"{'ember/numpy':>12}{'ember/torch':>12}")
     for n in (1, 1000):
-        row(f"a + b, {n} float32", {k: bench(f) for k, f in add_cases(n).items()})
+        row(f"a + b, {n} float32", compare(add_cases(n)))
     chain = {"ember": chain_ember(), "numpy": chain_numpy()}
     if torch is not None:
         chain["torch"] = chain_torch()
-    row(f"{CHAIN}-op chain fwd+bwd (100 elems)", {k: bench(f) for k, f in chain.items()})
+    row(f"{CHAIN}-op chain fwd+bwd (100 elems)", compare(chain))
     mlp = {"ember": mlp_ember(), "numpy": mlp_numpy()}
     if torch is not None:
         mlp["torch"] = mlp_torch()
@@ -251,10 +270,10 @@ def main() -> None:
     if max(first.values()) - min(first.values()) > 1e-4 * abs(first["numpy"]):
         raise SystemExit(f"MLP step losses disagree: {first}")
     row("MLP train step (b128 784-512-512-10)",
-        {k: bench(f, min_time=1.0, repeat=7) for k, f in mlp.items()})
+        compare(mlp, min_time=1.0, repeat=9))
     for n in (2048, 4096):
-        times = {k: bench(f, min_time=0.5 if n == 2048 else 0.0, repeat=5 if n == 2048 else 3)
-                 for k, f in matmul_cases(n).items()}
+        times = compare(matmul_cases(n), min_time=0.5 if n == 2048 else 0.0,
+                        repeat=5 if n == 2048 else 3)
         row(f"matmul {n}x{n} float32 (time)", times)
         flops = 2 * n ** 3
         row(f"matmul {n}x{n} float32 (GFLOP/s)", times,

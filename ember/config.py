@@ -30,6 +30,8 @@ def blas_info() -> dict:
                 "MKL_NUM_THREADS"):
         info[var] = os.environ.get(var)
     info["cpu_count"] = os.cpu_count()
+    from .device import cpu
+    info["host_malloc"] = cpu.HOST_MALLOC_POLICY
     return info
 
 

@@ -1,6 +1,10 @@
 """The CPU backend: NumPy arrays, BLAS via NumPy, an allocator that counts bytes."""
 from __future__ import annotations
 
+import ctypes
+import os
+import sys
+
 import numpy as np
 
 from .base import Backend, device
@@ -47,6 +51,44 @@ class CountingAllocator:
         self.peak = self.current
 
 
+#: What :func:`tune_host_malloc` did, for ``ember.show_config()``.
+HOST_MALLOC_POLICY = "not applied"
+
+
+def tune_host_malloc() -> str:
+    """Keep freed tensor memory in the process instead of unmapping it (glibc only).
+
+    NumPy takes every large array from ``malloc``; glibc serves those with a fresh
+    ``mmap`` and unmaps them on free, so each new activation or gradient page-faults
+    all its pages again (on the VMs we measured, a 1.6 MB temporary cost 0.95 ms cold
+    vs 0.06 ms warm). Raising glibc's mmap and trim thresholds makes freed blocks
+    reusable, like the caching allocators of GPU frameworks. Skipped when the user
+    sets any ``MALLOC_*`` tunable themselves or ``EMBER_HOST_MALLOC_CACHE=0``.
+    """
+    global HOST_MALLOC_POLICY
+    if os.environ.get("EMBER_HOST_MALLOC_CACHE", "1") == "0":
+        HOST_MALLOC_POLICY = "off (EMBER_HOST_MALLOC_CACHE=0)"
+        return HOST_MALLOC_POLICY
+    user = [k for k in os.environ if k.startswith("MALLOC_") or k == "GLIBC_TUNABLES"]
+    if user:
+        HOST_MALLOC_POLICY = f"left to the user's environment ({', '.join(sorted(user))})"
+        return HOST_MALLOC_POLICY
+    if not sys.platform.startswith("linux"):
+        return HOST_MALLOC_POLICY
+    try:
+        libc = ctypes.CDLL("libc.so.6")
+        mallopt = libc.mallopt
+    except (OSError, AttributeError):
+        return HOST_MALLOC_POLICY
+    m_trim_threshold, m_mmap_threshold = -1, -3
+    mmap_max, trim = 32 << 20, 512 << 20
+    if mallopt(m_mmap_threshold, mmap_max) and mallopt(m_trim_threshold, trim):
+        HOST_MALLOC_POLICY = (f"glibc caches freed blocks (mmap threshold {mmap_max >> 20} MiB, "
+                              f"trim threshold {trim >> 20} MiB; EMBER_HOST_MALLOC_CACHE=0 "
+                              f"turns this off)")
+    return HOST_MALLOC_POLICY
+
+
 class CPUBackend(Backend):
     type = "cpu"
     xp = np
@@ -55,6 +97,7 @@ class CPUBackend(Backend):
     def __init__(self):
         self.device = device("cpu")
         self.allocator = CountingAllocator()
+        tune_host_malloc()
 
     def empty(self, shape, np_dtype):
         return np.empty(shape, np_dtype)

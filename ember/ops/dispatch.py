@@ -46,8 +46,11 @@ def _compute_dtype(op, kind, inputs, x0, params):
         return kind(*inputs, **params)
     if len(inputs) == 2:
         a, b = inputs
-        if a.__class__ is Tensor and b.__class__ is Tensor and a._dtype is b._dtype:
-            ct = a._dtype
+        bc = b.__class__
+        if a.__class__ is Tensor and (bc is Tensor and a._dtype is b._dtype or (
+                bc is float and a._dtype.category == _FLOAT) or (
+                bc is int and a._dtype.category == _INT)):
+            ct = a._dtype      # same dtype, or a weak Python scalar of a lower category
         else:
             ct = _result_type(a, b)
     elif len(inputs) == 1:
@@ -141,6 +144,11 @@ def apply(op, inputs, params):
 
 
 def _input_arrays(op, inputs, ct, dev):
+    # NOTE: a bool operand of an elementwise op is left to the kernel when another tensor
+    # already has the compute dtype: NumPy mixes bools in exactly, in its buffered inner
+    # loop, without a full-size cast copy (relu's backward multiplies by a bool mask).
+    keep_bool = op.elementwise and ct is not None and any(
+        getattr(x, "_dtype", None) is ct for x in inputs)
     arrays = []
     for x in inputs:
         if x.__class__ is Tensor or isinstance(x, Tensor):
@@ -148,7 +156,7 @@ def _input_arrays(op, inputs, ct, dev):
                 raise DeviceError(f"{op.name}: expected all tensors to be on the same device, "
                                   f"but found {dev} and {x._device}")
             a = x._data
-            if ct is not None and x._dtype is not ct:
+            if ct is not None and x._dtype is not ct and not (keep_bool and x._dtype is _bool):
                 a = a.astype(ct.np)
             arrays.append(a)
         else:

@@ -17,6 +17,7 @@ from ..tensor import Tensor, _wrap
 from . import arith
 from ..autograd import graph as _graph
 from ..autograd.graph import _version_of
+from ..device.base import _backends
 from .dispatch import broadcast_shapes, backend_of
 
 
@@ -171,23 +172,30 @@ def _no_autograd(x, other) -> bool:
 
 
 def _ufunc_(name, fallback):
-    """In-place elementwise arithmetic with a no-temporary fast path."""
+    """In-place elementwise arithmetic with a no-temporary fast path.
+
+    Without autograd (optimizer updates under ``no_grad``) the kernel writes straight
+    into ``self`` with ``out=``; ``alpha`` scales ``other`` on the raw arrays.
+    """
     def method(self, other, *, alpha=1):
-        if alpha != 1:
-            other = other * alpha
         if _no_autograd(self, other):
-            is_t = isinstance(other, Tensor)
-            if (not is_t or other._device == self._device) and \
+            is_t = other.__class__ is Tensor or isinstance(other, Tensor)
+            if is_t and other._dtype is self._dtype and other._device is self._device or \
+                    (not is_t or other._device == self._device) and \
                     _dt.result_type(self, other).category <= self._dtype.category:
+                xp = _backends[self._device.type].xp
+                o = other._data if is_t else other
                 try:
-                    getattr(backend_of(self).xp, name)(
-                        self._data, other._data if is_t else other, out=self._data,
-                        casting="unsafe")
+                    if alpha != 1:
+                        o = xp.multiply(o, alpha)
+                    getattr(xp, name)(self._data, o, out=self._data, casting="unsafe")
                 except ValueError:
                     pass  # shapes do not fit: the slow path raises the proper error
                 else:
                     self._storage.version += 1
                     return self
+        if alpha != 1:
+            other = other * alpha
         check_inplace(self, f"{name}_")
         return commit(self, fallback(self, other), f"{method.__name__}")
     method.__name__ = name

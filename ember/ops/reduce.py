@@ -119,9 +119,11 @@ def sum_to(x: Tensor, shape: tuple) -> Tensor:
     lead = x.ndim - len(shape)
     if lead < 0:
         raise ValueError(f"sum_to: cannot reduce shape {tuple(x.shape)} to {shape}")
-    dims = tuple(range(lead)) + tuple(
-        lead + i for i, n in enumerate(shape) if n == 1 and x.shape[lead + i] != 1)
-    r = _apply(sum_p, (x,), {"dim": dims, "keepdim": True, "dtype": None}) if dims else x
+    inner = tuple(lead + i for i, n in enumerate(shape) if n == 1 and x.shape[lead + i] != 1)
+    if not inner:   # only leading dims: one reduction, no reshape (the common bias-grad case)
+        return _apply(sum_p, (x,), {"dim": tuple(range(lead)), "keepdim": False, "dtype": None})
+    dims = tuple(range(lead)) + inner
+    r = _apply(sum_p, (x,), {"dim": dims, "keepdim": True, "dtype": None})
     return r.reshape(shape) if tuple(r.shape) != shape else r
 
 

@@ -49,6 +49,8 @@ DTYPE_KINDS = (
 class Op:
     """A primitive operator declaration. Call it to apply it: ``add_p(x, y)``."""
 
+    free_saved = None  # custom autograd Functions free their ctx through this hook
+
     __slots__ = ("name", "nin", "params", "kernels", "shape", "dtype", "expr", "vjp", "jvp",
                  "save", "view", "elementwise", "differentiable", "check", "doc",
                  "nondiff_argnums", "random", "_kcache", "__weakref__")
