@@ -34,6 +34,7 @@ from .autograd.grad_mode import (enable_grad, inference_mode, is_grad_enabled,
                                  is_inference_mode_enabled, no_grad, set_grad_enabled)
 from . import autograd
 from . import func
+from . import nn
 from .memory import memory_stats, reset_peak_memory_stats, set_memory_limit
 from .config import show_config
 

@@ -31,7 +31,7 @@ def _collect(roots):
         seen.add(id(n))
         nodes.append(n)
         for e in n.next:
-            if e is not None and e[0].__class__ is not Tensor and id(e[0]) not in seen:
+            if e is not None and e[0].__class__ is Node and id(e[0]) not in seen:
                 stack.append(e[0])
     return nodes
 
@@ -46,7 +46,7 @@ def _prune(nodes, target_nodes, target_leaves):
         for e in n.next:
             if e is None:
                 continue
-            if e[0].__class__ is Tensor:
+            if e[0].__class__ is not Node:   # a leaf tensor (Tensor or a subclass)
                 if id(e[0]) in target_leaves:
                     needed.add(id(n))
                     break
@@ -176,7 +176,7 @@ def run_backward(roots, grad_roots, retain_graph: bool, create_graph: bool,
                     continue
                 gi = _fit(gi, node.in_meta[i], node, i)
                 target, k = e
-                if target.__class__ is Tensor:
+                if target.__class__ is not Node:   # a leaf (Tensor, Parameter...)
                     if inputs is None:
                         _to_leaf(target, gi, create_graph, external, claimed)
                     elif id(target) in target_leaves:

@@ -1,0 +1,6 @@
+"""``ember.nn``: modules, parameters, initialisation, functional ops and losses."""
+from . import functional, init  # noqa: F401
+from .module import Module
+from .parameter import Buffer, Parameter
+from .modules import *  # noqa: F401,F403
+from . import utils  # noqa: F401

@@ -1,0 +1,1 @@
+"""(stub: ember.nn.init, filled in by its owner)."""

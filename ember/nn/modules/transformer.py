@@ -1,0 +1,2 @@
+"""(stub: filled in by its owner)."""
+__all__: list = []

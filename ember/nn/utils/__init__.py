@@ -1,0 +1,1 @@
+"""(stub: ember.nn.utils, filled in by its owner)."""
