@@ -232,7 +232,12 @@ class Tensor:
         if self._requires_grad:
             raise RuntimeError("Can't export a tensor that requires grad through DLPack; "
                                "use tensor.detach()")
-        return self._data.__dlpack__(*args, **kwargs)
+        try:
+            return self._data.__dlpack__(*args, **kwargs)
+        except (BufferError, TypeError) as e:
+            from .errors import DTypeError
+            raise DTypeError(f"__dlpack__: a {self._dtype.name} tensor cannot be exported "
+                             f"through DLPack on {self._device} ({e})") from None
 
     def __dlpack_device__(self):
         return self._data.__dlpack_device__()
