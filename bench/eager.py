@@ -75,23 +75,10 @@ def add_cases(n):
 CHAIN = 100
 
 
-def chain_ember():
-    c = em.full((100,), 0.5)
-    x = em.linspace(-1, 1, 100, requires_grad=True)
-
-    def step():
-        y = x
-        for i in range(CHAIN):
-            k = i % 4
-            y = y * c if k == 0 else y + 0.1 if k == 1 else y.tanh() if k == 2 else y * 1.5
-        y.sum().backward()
-        x.grad = None
-    return step
-
-
-def chain_torch():
-    c = torch.full((100,), 0.5)
-    x = torch.linspace(-1, 1, 100, requires_grad=True)
+def chain(lib):
+    """The same 100-op chain for any library with PyTorch's API (ember or torch)."""
+    c = lib.full((100,), 0.5)
+    x = lib.linspace(-1, 1, 100, requires_grad=True)
 
     def step():
         y = x
@@ -258,9 +245,9 @@ def main() -> None:
           f"{'ember/numpy':>12}{'ember/torch':>12}")
     for n in (1, 1000):
         row(f"a + b, {n} float32", compare(add_cases(n)))
-    chain = {"ember": chain_ember(), "numpy": chain_numpy()}
+    chain = {"ember": chain(em), "numpy": chain_numpy()}
     if torch is not None:
-        chain["torch"] = chain_torch()
+        chain["torch"] = chain(torch)
     row(f"{CHAIN}-op chain fwd+bwd (100 elems)", compare(chain))
     mlp = {"ember": mlp_ember(), "numpy": mlp_numpy()}
     if torch is not None:

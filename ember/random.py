@@ -25,10 +25,11 @@ import numpy as np
 
 from . import dtypes as _dt
 from .autograd.grad_mode import state as _grad_state
-from .device import device as _device, get_backend
+from .device import device as _device
 from .errors import DTypeError, ShapeError
 from .tensor import Tensor, _wrap
 from .ops._util import as_shape
+from .ops.factories import _finish
 
 __all__ = ["Generator", "default_generator", "manual_seed", "seed", "initial_seed",
            "get_rng_state", "set_rng_state", "fork_rng", "rand", "randn", "randint", "normal",
@@ -167,16 +168,6 @@ def _gen(generator) -> np.random.Generator:
     if not isinstance(generator, Generator):
         raise TypeError(f"generator must be an ember.Generator, got {type(generator).__name__}")
     return generator._rng
-
-
-def _finish(arr, dtype, device, requires_grad) -> Tensor:
-    dev = _device(device or "cpu")
-    if dev.type != "cpu":
-        arr = get_backend(dev).asarray(arr)
-    t = _wrap(arr, dtype, dev)
-    if requires_grad:
-        t.requires_grad_(True)
-    return t
 
 
 def _float_dtype(dtype, op: str) -> _dt.DType:

@@ -79,12 +79,7 @@ def tensor(data, *, dtype=None, device=None, requires_grad: bool = False) -> Ten
     except (ValueError, TypeError, OverflowError) as e:
         raise TypeError(f"tensor(): could not convert {type(data).__name__} to a tensor of "
                         f"{dtype}: {e}") from None
-    if dev.type != "cpu":
-        arr = get_backend(dev).asarray(arr)
-    t = _wrap(arr, dtype, dev)
-    if requires_grad:
-        t.requires_grad_(True)
-    return t
+    return _finish(arr, dtype, dev, requires_grad)
 
 
 def as_tensor(data, dtype=None, device=None) -> Tensor:
@@ -186,6 +181,8 @@ def full_like(input, fill_value, *, dtype=None, device=None, requires_grad=False
 
 
 def _finish(arr, dtype, dev, requires_grad) -> Tensor:
+    """Wrap a host array as a tensor on ``dev`` (a device or its name), copying if not CPU."""
+    dev = _device(dev or "cpu")
     if dev.type != "cpu":
         arr = get_backend(dev).asarray(arr)
     t = _wrap(arr, dtype, dev)

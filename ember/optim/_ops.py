@@ -1,0 +1,147 @@
+"""Whole-tensor update kernels for the optimizers (``addcmul_``, ``addcdiv_``, ``lerp_``...).
+
+Optimizer updates run under ``no_grad`` on plain tensors, so each helper writes straight
+into its target with the backend's ``out=`` ufuncs (no dispatch, at most one temporary),
+the same fast path ``Tensor.add_`` takes. When autograd, forward-mode AD or a dispatch
+mode (a tracer) is active, or the operands differ in dtype/device, the helper falls back to
+the equivalent composition of Ember ops so that the update is recorded like any other op.
+
+These are plain functions, not ``Tensor`` methods, on purpose: the core owns the methods.
+"""
+from __future__ import annotations
+
+from ..autograd.grad_mode import state
+from ..device.base import _backends
+from ..tensor import Tensor, _wrap
+
+__all__ = ["add", "add_", "addcmul_", "addcdiv_", "lerp_", "maximum_", "div_", "sqrt",
+           "sqrt_", "abs", "sign", "neg", "clone"]
+
+
+def _xp(t: Tensor, *others):
+    """The array module for a raw in-place update of ``t``, or None to take the slow path."""
+    if state.grad_enabled or state.fw_levels or state.modes:
+        return None
+    for o in others:
+        if isinstance(o, Tensor) and (o._dtype is not t._dtype or o._device != t._device):
+            return None
+    return _backends[t._device.type].xp
+
+
+def _raw(o):
+    return o._data if isinstance(o, Tensor) else o
+
+
+def _done(t: Tensor) -> Tensor:
+    t._storage.version += 1
+    return t
+
+
+def _new(arr, like: Tensor) -> Tensor:
+    return _wrap(arr, like._dtype, like._device)
+
+
+def add_(t: Tensor, other, alpha=1) -> Tensor:
+    """``t += alpha * other`` in place (``Tensor.add_`` already has the raw fast path)."""
+    return t.add_(other, alpha=alpha)
+
+
+def add(t: Tensor, other, alpha=1) -> Tensor:
+    """``t + alpha * other`` as a new tensor."""
+    xp = _xp(t, other)
+    if xp is None:
+        return t.add(other, alpha=alpha)
+    o = _raw(other)
+    if alpha != 1:
+        o = xp.multiply(o, alpha)
+    return _new(xp.add(t._data, o), t)
+
+
+def addcmul_(t: Tensor, a: Tensor, b: Tensor, value=1) -> Tensor:
+    """``t += value * a * b`` in place (``torch.Tensor.addcmul_``)."""
+    xp = _xp(t, a, b)
+    if xp is None:
+        return t.add_(a * b * value)
+    tmp = xp.multiply(_raw(a), _raw(b))
+    if value != 1:
+        xp.multiply(tmp, value, out=tmp)
+    xp.add(t._data, tmp, out=t._data)
+    return _done(t)
+
+
+def addcdiv_(t: Tensor, a: Tensor, b: Tensor, value=1) -> Tensor:
+    """``t += value * (a / b)`` in place (``torch.Tensor.addcdiv_``)."""
+    xp = _xp(t, a, b)
+    if xp is None:
+        return t.add_(a / b * value)
+    tmp = xp.divide(_raw(a), _raw(b))
+    if value != 1:
+        xp.multiply(tmp, value, out=tmp)
+    xp.add(t._data, tmp, out=t._data)
+    return _done(t)
+
+
+def lerp_(t: Tensor, end: Tensor, weight: float) -> Tensor:
+    """``t += weight * (end - t)`` in place with PyTorch's two-sided formula."""
+    xp = _xp(t, end)
+    if xp is None:
+        return t.lerp_(end, weight)
+    d = xp.subtract(_raw(end), t._data)
+    if weight < 0.5:
+        xp.multiply(d, weight, out=d)
+        xp.add(t._data, d, out=t._data)
+    else:   # NOTE: exact at weight == 1, as torch.lerp
+        xp.multiply(d, 1 - weight, out=d)
+        xp.subtract(_raw(end), d, out=t._data)
+    return _done(t)
+
+
+def maximum_(t: Tensor, other: Tensor) -> Tensor:
+    """``t = max(t, other)`` elementwise, in place."""
+    xp = _xp(t, other)
+    if xp is None:
+        from ..ops.binary import maximum
+        return t.copy_(maximum(t, other))
+    xp.maximum(t._data, _raw(other), out=t._data)
+    return _done(t)
+
+
+def div_(t: Tensor, other) -> Tensor:
+    """``t /= other`` in place."""
+    xp = _xp(t, other)
+    if xp is None:
+        return t.div_(other)
+    xp.divide(t._data, _raw(other), out=t._data)
+    return _done(t)
+
+
+def sqrt_(t: Tensor) -> Tensor:
+    """``t = sqrt(t)`` in place."""
+    xp = _xp(t)
+    if xp is None:
+        return t.sqrt_()
+    xp.sqrt(t._data, out=t._data)
+    return _done(t)
+
+
+def _unary(name):
+    def fn(t: Tensor) -> Tensor:
+        xp = _xp(t)
+        if xp is None:
+            return getattr(t, name)()
+        return _new(getattr(xp, {"neg": "negative", "abs": "absolute"}.get(name, name))(
+            t._data), t)
+    fn.__name__ = name
+    fn.__doc__ = f"``{name}(t)`` as a new tensor."
+    return fn
+
+
+sqrt, abs, sign, neg = _unary("sqrt"), _unary("abs"), _unary("sign"), _unary("neg")
+
+
+def clone(t: Tensor) -> Tensor:
+    """A contiguous copy of ``t`` that shares nothing with it."""
+    xp = _xp(t)
+    if xp is None:
+        return t.detach().clone()
+    return _new(xp.array(t._data, copy=True, order="C"), t)
