@@ -35,7 +35,10 @@ from .autograd.grad_mode import (enable_grad, inference_mode, is_grad_enabled,
 from . import autograd
 from . import func
 from . import nn
+from . import data
+from . import optim
 from .memory import memory_stats, reset_peak_memory_stats, set_memory_limit
 from .config import show_config
+from .serialization import save, load
 
 __version__ = "0.1.0"

@@ -1,5 +1,12 @@
 """Small datasets shipped with Ember (for examples and tests; no downloads).
 
+- :func:`load_house_prices`: the synthetic house-price table (NumPy arrays).
+- :func:`load_digits` / :class:`Digits`: scikit-learn's 8x8 digits (optional
+  ``ember[examples]`` extra), split 80/20 by a seed.
+- :func:`make_spirals`: the seeds' non-linearly separable spirals.
+- :class:`MNIST`: reads IDX files from a folder you provide (:func:`read_idx`).
+- :class:`CharText`: a character-level dataset from any text file.
+
 Example:
     >>> from ember.datasets import load_house_prices
     >>> x, y, names = load_house_prices()
@@ -14,7 +21,13 @@ from importlib import resources
 
 import numpy as np
 
-__all__ = ["load_house_prices"]
+from .digits import Digits, load_digits
+from .mnist import MNIST, read_idx
+from .spirals import make_spirals
+from .text import CharText
+
+__all__ = ["load_house_prices", "load_digits", "Digits", "make_spirals", "MNIST", "read_idx",
+           "CharText"]
 
 
 def load_house_prices():

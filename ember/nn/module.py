@@ -2,6 +2,9 @@
 
 Assigning a :class:`Parameter`, a :class:`Module` or a registered buffer as an attribute
 registers it; ``parameters()``, ``state_dict()``, ``to()``, ``train()``... walk the tree.
+Hooks (forward pre/post, full backward) live in :mod:`ember.nn._hooks`; state-dict
+saving/loading (:mod:`ember.nn._state_dict`) follows PyTorch's per-module
+``_save_to_state_dict`` / ``_load_from_state_dict`` protocol so layers can override it.
 """
 from __future__ import annotations
 
@@ -9,30 +12,26 @@ from collections import OrderedDict
 from typing import Iterator
 
 from ..tensor import Tensor
+from . import _hooks
+from ._convert import _ConversionMixin
+from ._hooks import (register_module_forward_hook, register_module_forward_pre_hook,  # noqa
+                     RemovableHandle)
+from ._state_dict import _IncompatibleKeys, _StateDictMixin  # noqa: F401
 from .parameter import Buffer, Parameter
 
-
-class _IncompatibleKeys(tuple):
-    """``(missing_keys, unexpected_keys)`` returned by ``load_state_dict``."""
-
-    def __new__(cls, missing, unexpected):
-        r = tuple.__new__(cls, (missing, unexpected))
-        return r
-
-    @property
-    def missing_keys(self):
-        return self[0]
-
-    @property
-    def unexpected_keys(self):
-        return self[1]
-
-    def __repr__(self) -> str:
-        return f"<All keys matched successfully>" if not self[0] and not self[1] else \
-            f"_IncompatibleKeys(missing_keys={self[0]}, unexpected_keys={self[1]})"
+__all__ = ["Module", "register_module_forward_pre_hook", "register_module_forward_hook"]
 
 
-class Module:
+_Handle = RemovableHandle   # NOTE: the first version's name, kept for compatibility
+
+
+# NOTE: the global hook dicts are mutated in place, never rebound, so aliasing them is safe
+_GLOBAL_PRE, _GLOBAL_POST = _hooks._global_forward_pre_hooks, _hooks._global_forward_hooks
+_HOOK_DICTS = ("_forward_pre_hooks", "_forward_hooks", "_backward_pre_hooks",
+               "_backward_hooks")
+
+
+class Module(_StateDictMixin, _ConversionMixin):
     """Base class for all neural-network modules.
 
     Example:
@@ -45,45 +44,61 @@ class Module:
     """
 
     training: bool
+    call_super_init: bool = False
 
     def __init__(self, *args, **kwargs):
         if args or kwargs:
-            raise TypeError(f"{type(self).__name__}.__init__() got unexpected arguments")
+            raise TypeError(f"{type(self).__name__}.__init__() got unexpected arguments "
+                            f"{args or ''}{kwargs or ''}")
         d = self.__dict__
         d["training"] = True
         d["_parameters"] = OrderedDict()
         d["_buffers"] = OrderedDict()
         d["_non_persistent_buffers"] = set()
         d["_modules"] = OrderedDict()
-        d["_forward_pre_hooks"] = OrderedDict()
-        d["_forward_hooks"] = OrderedDict()
+        for k in _HOOK_DICTS:
+            d[k] = OrderedDict()
+        d["_forward_pre_hooks_with_kwargs"] = set()
+        d["_forward_hooks_with_kwargs"] = set()
+
+    def __setstate__(self, state: dict) -> None:
+        self.__dict__.update(state)
+        d = self.__dict__
+        for k in _HOOK_DICTS:
+            d.setdefault(k, OrderedDict())
+        d.setdefault("_forward_pre_hooks_with_kwargs", set())
+        d.setdefault("_forward_hooks_with_kwargs", set())
+        d.setdefault("_non_persistent_buffers", set())
 
     # ------------------------------------------------------------ registration
     def __setattr__(self, name: str, value) -> None:
         d = self.__dict__
-        if "_parameters" not in d and isinstance(value, (Parameter, Module)):
-            raise AttributeError("cannot assign parameters or modules before "
-                                 "Module.__init__() call")
         params, mods, bufs = d.get("_parameters"), d.get("_modules"), d.get("_buffers")
         if isinstance(value, Parameter):
+            if params is None:
+                raise AttributeError("cannot assign parameters before Module.__init__() call")
             self._discard(name)
             self.register_parameter(name, value)
-        elif isinstance(value, Module):
-            self._discard(name)
-            mods[name] = value
-        elif isinstance(value, Buffer):
-            self._discard(name)
-            self.register_buffer(name, value, persistent=value.__dict__.get("persistent", True))
         elif params is not None and name in params:
             if value is not None:
                 raise TypeError(f"cannot assign '{type(value).__name__}' as parameter "
                                 f"'{name}' (ember.nn.Parameter or None expected)")
-            params[name] = None
+            self.register_parameter(name, value)
+        elif isinstance(value, Module):
+            if mods is None:
+                raise AttributeError("cannot assign module before Module.__init__() call")
+            self._discard(name)
+            mods[name] = value
         elif mods is not None and name in mods:
             if value is not None:
                 raise TypeError(f"cannot assign '{type(value).__name__}' as child module "
                                 f"'{name}' (ember.nn.Module or None expected)")
             mods[name] = None
+        elif isinstance(value, Buffer):
+            if bufs is None:
+                raise AttributeError("cannot assign buffer before Module.__init__() call")
+            self._discard(name)
+            self.register_buffer(name, value, persistent=value.persistent)
         elif bufs is not None and name in bufs:
             if value is not None and not isinstance(value, Tensor):
                 raise TypeError(f"cannot assign '{type(value).__name__}' as buffer '{name}' "
@@ -110,27 +125,43 @@ class Module:
     def __delattr__(self, name: str) -> None:
         d = self.__dict__
         for k in ("_parameters", "_buffers", "_modules"):
-            if name in d[k]:
+            if name in d.get(k, ()):
                 del d[k][name]
                 d["_non_persistent_buffers"].discard(name)
                 return
         object.__delattr__(self, name)
 
     def register_parameter(self, name: str, param: Parameter | None) -> None:
-        """Add a parameter (or None) under ``name``."""
-        _check_name(self, name, "parameter")
+        """Add a parameter (or None) under ``name``.
+
+        Example:
+            >>> m = ember.nn.Module()
+            >>> m.register_parameter("w", ember.nn.Parameter(ember.zeros(2)))
+        """
+        _check_name(self, name, "parameter", "_parameters")
         if param is not None and not isinstance(param, Parameter):
             raise TypeError(f"cannot assign '{type(param).__name__}' object to parameter "
                             f"'{name}' (ember.nn.Parameter or None required)")
+        if param is not None and param.grad_fn is not None:
+            raise ValueError(f"Cannot assign non-leaf Tensor to parameter '{name}'. Model "
+                             f"parameters must be created explicitly. To express '{name}' as "
+                             f"a function of another Tensor, compute the value in the "
+                             f"forward() method.")
         self.__dict__["_parameters"][name] = param
 
     def register_buffer(self, name: str, tensor: Tensor | None, persistent: bool = True):
-        """Add a buffer: state saved in ``state_dict`` (if persistent) but not trained."""
-        _check_name(self, name, "buffer")
+        """Add a buffer: state saved in ``state_dict`` (if persistent) but not trained.
+
+        Example:
+            >>> m = ember.nn.Module()
+            >>> m.register_buffer("running_mean", ember.zeros(3))
+        """
+        _check_name(self, name, "buffer", "_buffers")
         if tensor is not None and not isinstance(tensor, Tensor):
             raise TypeError(f"cannot assign '{type(tensor).__name__}' object to buffer "
                             f"'{name}' (ember.Tensor or None required)")
-        self.__dict__.pop(name, None)
+        if isinstance(tensor, Buffer):
+            tensor = tensor.detach()   # NOTE: the marker class is not kept (as torch.nn.Buffer)
         self.__dict__["_buffers"][name] = tensor
         if persistent:
             self.__dict__["_non_persistent_buffers"].discard(name)
@@ -138,36 +169,66 @@ class Module:
             self.__dict__["_non_persistent_buffers"].add(name)
 
     def add_module(self, name: str, module: "Module | None") -> None:
-        """Add a child module under ``name``."""
-        _check_name(self, name, "module")
+        """Add a child module under ``name`` (same as attribute assignment)."""
         if module is not None and not isinstance(module, Module):
             raise TypeError(f"{type(module).__name__} is not a Module subclass")
+        _check_name(self, name, "module", "_modules")
         self.__dict__["_modules"][name] = module
 
-    register_module = add_module
+    def register_module(self, name: str, module: "Module | None") -> None:
+        """Alias of :meth:`add_module`."""
+        self.add_module(name, module)
 
     def get_submodule(self, target: str) -> "Module":
+        """The submodule at dotted path ``target`` (``""`` is ``self``)."""
         mod = self
         for part in target.split(".") if target else []:
-            if part not in mod._modules:
-                raise AttributeError(f"{type(mod).__name__} has no submodule `{part}`")
+            if part not in mod.__dict__["_modules"]:
+                raise AttributeError(f"{mod._get_name()} has no attribute `{part}`")
             mod = mod._modules[part]
+            if not isinstance(mod, Module):
+                raise AttributeError(f"`{part}` is not an nn.Module")
         return mod
 
+    def set_submodule(self, target: str, module: "Module") -> None:
+        """Replace the submodule at dotted path ``target`` (its parent must exist)."""
+        if not target:
+            raise ValueError("Cannot set the submodule without a target name!")
+        parent_path, _, name = target.rpartition(".")
+        parent = self.get_submodule(parent_path)
+        if not isinstance(module, Module):
+            raise ValueError(f"`module` is not an nn.Module, found {type(module)}")
+        setattr(parent, name, module)
+
     def get_parameter(self, target: str) -> Parameter:
+        """The parameter at dotted path ``target`` (e.g. ``"0.weight"``)."""
         mod_path, _, name = target.rpartition(".")
         mod = self.get_submodule(mod_path)
-        if name not in mod._parameters:
-            raise AttributeError(f"{type(mod).__name__} has no parameter `{name}`")
-        return mod._parameters[name]
+        if not hasattr(mod, name):
+            raise AttributeError(f"{mod._get_name()} has no attribute `{name}`")
+        p = getattr(mod, name)
+        if not isinstance(p, Parameter):
+            raise AttributeError(f"`{name}` is not an nn.Parameter")
+        return p
+
+    def get_buffer(self, target: str) -> Tensor:
+        """The buffer at dotted path ``target``."""
+        mod_path, _, name = target.rpartition(".")
+        mod = self.get_submodule(mod_path)
+        if not hasattr(mod, name):
+            raise AttributeError(f"{mod._get_name()} has no attribute `{name}`")
+        if name not in mod._buffers:
+            raise AttributeError(f"`{name}` is not a buffer")
+        return mod._buffers[name]
 
     # ------------------------------------------------------------ traversal
     def named_modules(self, memo=None, prefix: str = "", remove_duplicate: bool = True):
+        """Yield ``(dotted_name, module)`` for self and all descendants (pre-order)."""
         if memo is None:
             memo = set()
+        if id(self) in memo:
+            return
         if remove_duplicate:
-            if id(self) in memo:
-                return
             memo.add(id(self))
         yield prefix, self
         for name, m in self._modules.items():
@@ -192,19 +253,27 @@ class Module:
 
     def _named_members(self, kind: str, prefix: str, recurse: bool, remove_duplicate=True):
         seen = set()
-        mods = self.named_modules(prefix=prefix) if recurse else [(prefix, self)]
+        mods = self.named_modules(prefix=prefix, remove_duplicate=remove_duplicate) \
+            if recurse else [(prefix, self)]
         for mp, m in mods:
-            for k, v in getattr(m, kind).items():
-                if v is None or (remove_duplicate and id(v) in seen):
+            for k, v in m.__dict__[kind].items():
+                if v is None or id(v) in seen:
                     continue
-                seen.add(id(v))
+                if remove_duplicate:
+                    seen.add(id(v))
                 yield mp + ("." if mp else "") + k, v
 
     def named_parameters(self, prefix: str = "", recurse: bool = True,
                          remove_duplicate: bool = True):
+        """Yield ``(dotted_name, parameter)``; shared parameters once (by default)."""
         yield from self._named_members("_parameters", prefix, recurse, remove_duplicate)
 
     def parameters(self, recurse: bool = True) -> Iterator[Parameter]:
+        """Yield the parameters (what an optimizer takes).
+
+        Example:
+            >>> opt = ember.optim.SGD(model.parameters(), lr=0.1)   # doctest: +SKIP
+        """
         for _, p in self.named_parameters(recurse=recurse):
             yield p
 
@@ -218,10 +287,12 @@ class Module:
 
     # ------------------------------------------------------------ modes and grads
     def train(self, mode: bool = True) -> "Module":
+        """Set training mode on this module and (through their ``train``) its children."""
         if not isinstance(mode, bool):
             raise ValueError("training mode is expected to be boolean")
-        for m in self.modules():
-            m.__dict__["training"] = mode
+        self.training = mode
+        for m in self.children():
+            m.train(mode)
         return self
 
     def eval(self) -> "Module":
@@ -233,15 +304,21 @@ class Module:
         return self
 
     def zero_grad(self, set_to_none: bool = True) -> None:
+        """Reset gradients: to None (default) or to zeros in place."""
         for p in self.parameters():
             if p.grad is not None:
                 if set_to_none:
                     p.grad = None
                 else:
-                    p.grad.detach_()
-                    p.grad.zero_()
+                    g = p.grad
+                    if g.grad_fn is not None:
+                        g.detach_()
+                    else:
+                        g.requires_grad_(False)
+                    g.zero_()
 
     def apply(self, fn) -> "Module":
+        """Call ``fn(m)`` on every submodule (children first) and self; returns self."""
         for m in self.children():
             m.apply(fn)
         fn(self)
@@ -254,159 +331,88 @@ class Module:
 
     def __call__(self, *args, **kwargs):
         d = self.__dict__
-        for hook in tuple(d["_forward_pre_hooks"].values()):
-            r = hook(self, args)
-            if r is not None:
-                args = r if isinstance(r, tuple) else (r,)
-        out = self.forward(*args, **kwargs)
-        for hook in tuple(d["_forward_hooks"].values()):
-            r = hook(self, args, out)
-            if r is not None:
-                out = r
-        return out
+        if (d["_forward_pre_hooks"] or d["_forward_hooks"] or d["_backward_hooks"]
+                or d["_backward_pre_hooks"] or _GLOBAL_PRE or _GLOBAL_POST):
+            return _hooks.call_with_hooks(self, args, kwargs)
+        return self.forward(*args, **kwargs)
 
-    def register_forward_pre_hook(self, hook):
-        """``hook(module, args) -> None | new args`` runs before ``forward``."""
-        return _Handle(self.__dict__["_forward_pre_hooks"], hook)
+    _call_impl = __call__
 
-    def register_forward_hook(self, hook):
-        """``hook(module, args, output) -> None | new output`` runs after ``forward``."""
-        return _Handle(self.__dict__["_forward_hooks"], hook)
+    def register_forward_pre_hook(self, hook, *, prepend: bool = False,
+                                  with_kwargs: bool = False) -> RemovableHandle:
+        """``hook(module, args)`` (or ``hook(module, args, kwargs)`` with ``with_kwargs``)
+        runs before ``forward``; it may return new args (or ``(args, kwargs)``)."""
+        d = self.__dict__
+        extra = (d["_forward_pre_hooks_with_kwargs"],)
+        h = RemovableHandle(d["_forward_pre_hooks"], hook, prepend, extra)
+        if with_kwargs:
+            d["_forward_pre_hooks_with_kwargs"].add(h.id)
+        return h
 
-    # ------------------------------------------------------------ state
-    def state_dict(self, *, destination=None, prefix: str = "", keep_vars: bool = False):
-        """Parameters and persistent buffers by dotted name (detached unless ``keep_vars``)."""
-        out = OrderedDict() if destination is None else destination
-        for mp, m in self.named_modules(prefix=prefix.rstrip(".")):
-            pre = mp + ("." if mp else "")
-            for k, v in m._parameters.items():
-                if v is not None:
-                    out[pre + k] = v if keep_vars else v.detach()
-            for k, v in m._buffers.items():
-                if v is not None and k not in m._non_persistent_buffers:
-                    out[pre + k] = v if keep_vars else v.detach()
-        return out
+    def register_forward_hook(self, hook, *, prepend: bool = False,
+                              with_kwargs: bool = False) -> RemovableHandle:
+        """``hook(module, args, output)`` (or ``hook(module, args, kwargs, output)``) runs
+        after ``forward``; it may return a new output."""
+        d = self.__dict__
+        h = RemovableHandle(d["_forward_hooks"], hook, prepend,
+                            (d["_forward_hooks_with_kwargs"],))
+        if with_kwargs:
+            d["_forward_hooks_with_kwargs"].add(h.id)
+        return h
 
-    def load_state_dict(self, state_dict, strict: bool = True, assign: bool = False):
-        """Copy tensors from ``state_dict`` into this module's parameters and buffers."""
-        from ..autograd.grad_mode import no_grad
-        own = self.state_dict(keep_vars=True)
-        missing = [k for k in own if k not in state_dict]
-        unexpected = [k for k in state_dict if k not in own]
-        errors = []
-        for k, dst in own.items():
-            if k not in state_dict:
-                continue
-            src = state_dict[k]
-            if not isinstance(src, Tensor):
-                errors.append(f"for {k}: expected a Tensor, got {type(src).__name__}")
-            elif tuple(src.shape) != tuple(dst.shape):
-                errors.append(f"size mismatch for {k}: copying a param with shape "
-                              f"{tuple(src.shape)} from checkpoint, the shape in current "
-                              f"model is {tuple(dst.shape)}.")
-        if strict:
-            if missing:
-                errors.insert(0, "Missing key(s) in state_dict: " +
-                              ", ".join(f'"{k}"' for k in missing) + ".")
-            if unexpected:
-                errors.insert(0, "Unexpected key(s) in state_dict: " +
-                              ", ".join(f'"{k}"' for k in unexpected) + ".")
-        if errors:
-            raise RuntimeError(f"Error(s) in loading state_dict for {type(self).__name__}:\n\t"
-                               + "\n\t".join(errors))
-        with no_grad():
-            for k, dst in own.items():
-                if k in state_dict:
-                    dst.copy_(state_dict[k])
-        return _IncompatibleKeys(missing, unexpected)
+    def register_full_backward_pre_hook(self, hook, prepend: bool = False):
+        """``hook(module, grad_output) -> None | new grad_output`` runs when the gradients
+        of the module's outputs are known."""
+        return RemovableHandle(self.__dict__["_backward_pre_hooks"], hook, prepend)
 
-    # ------------------------------------------------------------ conversion
-    def _apply_tensors(self, fn) -> "Module":
-        from ..autograd.grad_mode import no_grad
-        with no_grad():
-            for m in self.modules():
-                for k, p in m._parameters.items():
-                    if p is not None:
-                        new = fn(p)
-                        if new is not p:
-                            np_ = Parameter(new, requires_grad=p.requires_grad)
-                            m._parameters[k] = np_
-                for k, b in m._buffers.items():
-                    if b is not None:
-                        m._buffers[k] = fn(b)
-        return self
+    def register_full_backward_hook(self, hook, prepend: bool = False):
+        """``hook(module, grad_input, grad_output) -> None | new grad_input`` runs when the
+        gradients of the module's tensor inputs are computed."""
+        return RemovableHandle(self.__dict__["_backward_hooks"], hook, prepend)
 
-    def to(self, *args, **kwargs) -> "Module":
-        """Move/cast parameters and buffers (floating point ones only for dtypes)."""
-        def conv(t):
-            r = t.to(*args, **kwargs)
-            if not t.dtype.is_floating_point and r.dtype != t.dtype:
-                return t.to(r.device)   # like PyTorch: dtype casts skip integer tensors
-            return r
-        return self._apply_tensors(conv)
+    # ------------------------------------------------------------ printing / summary
+    def _get_name(self) -> str:
+        return type(self).__name__
 
-    def float(self) -> "Module":
-        from .. import dtypes
-        return self.to(dtypes.float32)
-
-    def double(self) -> "Module":
-        from .. import dtypes
-        return self.to(dtypes.float64)
-
-    def half(self) -> "Module":
-        from .. import dtypes
-        return self.to(dtypes.float16)
-
-    def cpu(self) -> "Module":
-        return self.to("cpu")
-
-    # ------------------------------------------------------------ printing
     def extra_repr(self) -> str:
+        """Override to show a layer's configuration inside its ``repr``."""
         return ""
 
     def __repr__(self) -> str:
-        lines = []
         extra = self.extra_repr()
-        if extra:
-            lines = extra.split("\n")
-        for name, m in self._modules.items():
-            mr = repr(m).replace("\n", "\n  ")
-            lines.append(f"({name}): {mr}")
-        main = type(self).__name__ + "("
+        extra_lines = extra.split("\n") if extra else []
+        child_lines = [f"({k}): " + repr(m).replace("\n", "\n  ")
+                       for k, m in self._modules.items()]
+        lines = extra_lines + child_lines
+        main = self._get_name() + "("
         if lines:
-            if len(lines) == 1 and not self._modules:
-                return main + lines[0] + ")"
-            return main + "\n  " + "\n  ".join(lines) + "\n)"
+            if len(extra_lines) == 1 and not child_lines:
+                main += extra_lines[0]
+            else:
+                main += "\n  " + "\n  ".join(lines) + "\n"
         return main + ")"
 
     def __dir__(self):
-        return sorted(set(super().__dir__()) | set(self._parameters) | set(self._modules) |
-                      set(self._buffers))
+        keys = (dir(type(self)) + list(self.__dict__) + list(self._parameters)
+                + list(self._modules) + list(self._buffers))
+        return sorted(k for k in set(keys) if not k[0].isdigit())
+
+    def summary(self, *inputs, **kwargs):
+        """Per-layer output shapes, parameter counts, FLOPs and activation bytes for one
+        forward pass on ``inputs`` (see :func:`ember.nn.summary.summary`)."""
+        from .summary import summary
+        return summary(self, *inputs, **kwargs)
 
 
-def _check_name(mod, name, what):
-    if not isinstance(name, str):
-        raise TypeError(f"{what} name should be a string, got {type(name).__name__}")
-    if "." in name or name == "":
-        raise KeyError(f"{what} name can't contain \".\" or be empty, got {name!r}")
-    if "_parameters" not in mod.__dict__:
+def _check_name(mod, name, what, store):
+    d = mod.__dict__
+    if store not in d:
         raise AttributeError(f"cannot assign {what} before Module.__init__() call")
-
-
-class _Handle:
-    _next = 0
-
-    def __init__(self, store, hook):
-        _Handle._next += 1
-        self.id = _Handle._next
-        self._store = store
-        store[self.id] = hook
-
-    def remove(self) -> None:
-        self._store.pop(self.id, None)
-
-    def __enter__(self):
-        return self
-
-    def __exit__(self, *exc):
-        self.remove()
+    if not isinstance(name, str):
+        raise TypeError(f"{what} name should be a string. Got {type(name).__name__}")
+    if name == "":
+        raise KeyError(f"{what} name can't be empty string \"\"")
+    if "." in name:
+        raise KeyError(f"{what} name can't contain \".\", got: {name}")
+    if name not in d[store] and hasattr(mod, name):
+        raise KeyError(f"attribute '{name}' already exists")

@@ -67,9 +67,25 @@ def _matmul_shape(xs, ys):
     return batch + tuple(xs[-2:-1]) + tuple(ys[-1:] if len(ys) > 1 else ())
 
 
+def _matmul_kernel(xp, x, y):
+    # NOTE: NumPy's stacked matmul runs its own non-BLAS loop when an operand is transposed
+    # or has stride-0 (expanded) dims — measured 0.4-1.9 s vs 8 ms for a (16, 64, 128) @
+    # (128, 128) layer. Fold batch dims into rows so BLAS sees one 2-D GEMM, and make
+    # stride-0 batched operands dense.
+    if x.ndim > 2 and y.ndim == 2:
+        x2 = xp.ascontiguousarray(x).reshape(-1, x.shape[-1])
+        return xp.matmul(x2, y).reshape(x.shape[:-1] + (y.shape[-1],))
+    if x.ndim >= 3 or y.ndim >= 3:
+        if 0 in x.strides:
+            x = xp.ascontiguousarray(x)
+        if 0 in y.strides:
+            y = xp.ascontiguousarray(y)
+    return xp.matmul(x, y)
+
+
 matmul_p = defop(
     "matmul", nin=2, check=_matmul_check, shape=_matmul_shape,
-    kernel=lambda xp, x, y: xp.matmul(x, y),
+    kernel=_matmul_kernel,
     vjp=(_mm_grad_x, _mm_grad_y),
     jvp=lambda t, out, x, y: t[0] @ y + x @ t[1])
 

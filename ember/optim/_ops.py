@@ -14,7 +14,7 @@ from ..autograd.grad_mode import state
 from ..device.base import _backends
 from ..tensor import Tensor, _wrap
 
-__all__ = ["add", "add_", "addcmul_", "addcdiv_", "lerp_", "maximum_", "div_", "sqrt",
+__all__ = ["add", "add_", "addcmul_", "addcdiv_", "lerp_", "maximum_", "div", "div_", "sqrt",
            "sqrt_", "abs", "sign", "neg", "clone"]
 
 
@@ -113,6 +113,14 @@ def div_(t: Tensor, other) -> Tensor:
         return t.div_(other)
     xp.divide(t._data, _raw(other), out=t._data)
     return _done(t)
+
+
+def div(t: Tensor, other) -> Tensor:
+    """``t / other`` as a new tensor."""
+    xp = _xp(t, other)
+    if xp is None:
+        return t / other
+    return _new(xp.divide(t._data, _raw(other)), t)
 
 
 def sqrt_(t: Tensor) -> Tensor:

@@ -197,9 +197,10 @@ def logsigmoid(input: Tensor) -> Tensor:
     return _where(pos, -_unary.log1p(_unary.exp(-xp)), xn - _unary.log1p(_unary.exp(xn)))
 
 
-def _legacy_dim(ndim: int, op: str) -> int:
+def _legacy_dim(ndim: int, op: str, stacklevel: int = 3) -> int:
+    """PyTorch's legacy implicit softmax dim (0 for 0-, 1- and 3-D input, else 1)."""
     warnings.warn(f"Implicit dimension choice for {op} has been deprecated. Change the call "
-                  f"to include dim=X as an argument.", stacklevel=3)
+                  f"to include dim=X as an argument.", stacklevel=stacklevel)
     return 0 if ndim in (0, 1, 3) else 1
 
 

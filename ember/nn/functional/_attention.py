@@ -15,19 +15,11 @@ from ...ops.join import cat
 from ...ops.linalg import addmm, matmul
 from ...ops.softmax import softmax
 from ...tensor import Tensor
+from ._layers import dropout
 
 __all__ = ["scaled_dot_product_attention", "multi_head_attention_forward"]
 
 _NEG_INF = float("-inf")
-
-
-def _dropout(x: Tensor, p: float) -> Tensor:
-    """Inverted dropout with the global generator (``F.dropout(x, p, training=True)``)."""
-    if p >= 1.0:
-        return x * 0.0
-    from ...random import rand_like
-    keep = rand_like(x) >= p
-    return x * keep / (1.0 - p)
 
 
 def _causal_mask(L: int, S: int, device) -> Tensor:
@@ -112,7 +104,7 @@ def scaled_dot_product_attention(query, key, value, attn_mask=None, dropout_p=0.
     if dead is not None:
         weights = weights.masked_fill(dead, 0.0)
     if dropout_p > 0.0:
-        weights = _dropout(weights, dropout_p)
+        weights = dropout(weights, dropout_p, training=True)
     return matmul(weights, value)
 
 
@@ -133,11 +125,12 @@ def _canonical_mask(mask, name: str, dtype) -> Tensor | None:
 
 
 def _linear(x: Tensor, w: Tensor, b: Tensor | None) -> Tensor:
-    if b is None:
-        return matmul(x, w.t())
-    if x.ndim == 2:
-        return addmm(b, x, w.t())
-    return matmul(x, w.t()) + b
+    # NOTE: one 2-D GEMM over all rows: NumPy's N-D @ 2-D matmul (esp. on transposed views)
+    # is several times slower than BLAS on the flattened rows.
+    lead = tuple(x.shape[:-1])
+    x2 = x.reshape(-1, x.shape[-1])
+    out = matmul(x2, w.t()) if b is None else addmm(b, x2, w.t())
+    return out.reshape(*lead, w.shape[0])
 
 
 def _in_projection(q, k, v, w, b, sep):
@@ -236,7 +229,7 @@ def _attention_core(q, k, v, attn_mask, dropout_p, need_weights, is_causal, dims
             w = w + attn_mask
         w = softmax(w, -1)
         if dropout_p > 0.0:
-            w = _dropout(w, dropout_p)
+            w = dropout(w, dropout_p, training=True)
         out = matmul(w, v)
         return out.transpose(0, 1).reshape(L * bsz, E), w.reshape(bsz, num_heads, L, S)
     if attn_mask is not None:

@@ -7,7 +7,6 @@ from __future__ import annotations
 
 from ...autograd.grad_mode import no_grad
 from ...errors import DTypeError, ShapeError
-from ...ops import linalg as _linalg
 from ...tensor import Tensor
 from ._norm import *  # noqa: F401,F403
 from ._norm import __all__ as _norm_all
@@ -34,8 +33,6 @@ def linear(input: Tensor, weight: Tensor, bias: Tensor | None = None) -> Tensor:
         raise ShapeError(f"linear: input of shape {tuple(input.shape)} does not fit weight of "
                          f"shape {tuple(weight.shape)}: expected input.shape[-1] == "
                          f"weight.shape[-1] and a 1-D or 2-D weight")
-    if bias is not None and input.ndim == 2 and weight.ndim == 2 and bias.ndim == 1:
-        return _linalg.addmm(bias, input, weight.mT)
     out = input.matmul(weight.mT if weight.ndim == 2 else weight)
     return out if bias is None else out + bias
 
@@ -154,10 +151,8 @@ def feature_alpha_dropout(input: Tensor, p: float = 0.5, training: bool = False,
 # ------------------------------------------------------------------ embedding
 def _renorm_rows(weight, idx, max_norm, norm_type):
     """PyTorch's ``embedding_renorm_``: rescale looked-up rows whose norm exceeds max_norm."""
-    from ...ops import reduce as _reduce
     with no_grad():
-        rows = _reduce.unique_sorted(idx) if hasattr(_reduce, "unique_sorted") else \
-            _unique(idx)
+        rows = _unique(idx)
         sel = weight.index_select(0, rows)
         norms = sel.norm(p=norm_type, dim=1, keepdim=True)
         scale = (max_norm / (norms + 1e-7)).clamp(max=1.0)
@@ -225,8 +220,9 @@ def normalize(input: Tensor, p: float = 2.0, dim: int = 1, eps: float = 1e-12, o
 
 def cosine_similarity(x1: Tensor, x2: Tensor, dim: int = 1, eps: float = 1e-8) -> Tensor:
     """``<x1, x2> / (max(||x1||, eps) * max(||x2||, eps))`` along ``dim`` (broadcasting)."""
-    from ...ops.movement import broadcast_tensors
-    a, b = broadcast_tensors(x1, x2)
+    from ...ops.dispatch import broadcast_shapes
+    shape = broadcast_shapes(tuple(x1.shape), tuple(x2.shape), op="cosine_similarity")
+    a, b = x1.expand(shape), x2.expand(shape)
     na = a.norm(p=2, dim=dim, keepdim=True).clamp(min=eps)
     nb = b.norm(p=2, dim=dim, keepdim=True).clamp(min=eps)
     return ((a / na) * (b / nb)).sum(dim)

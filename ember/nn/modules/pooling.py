@@ -1,2 +1,135 @@
-"""(stub: filled in by its owner)."""
-__all__: list = []
+"""Pooling modules: max, average and adaptive pooling in 1-D and 2-D (PyTorch's surface)."""
+from __future__ import annotations
+
+from .. import functional as F
+from ..module import Module
+
+__all__ = ['MaxPool1d', 'MaxPool2d', 'AvgPool1d', 'AvgPool2d', 'AdaptiveAvgPool1d',
+           'AdaptiveAvgPool2d', 'AdaptiveMaxPool1d', 'AdaptiveMaxPool2d']
+
+
+class _MaxPoolNd(Module):
+    _fn = None
+
+    def __init__(self, kernel_size, stride=None, padding=0, dilation=1,
+                 return_indices: bool = False, ceil_mode: bool = False):
+        super().__init__()
+        self.kernel_size = kernel_size
+        self.stride = stride if stride is not None else kernel_size
+        self.padding, self.dilation = padding, dilation
+        self.return_indices, self.ceil_mode = return_indices, ceil_mode
+
+    def forward(self, input):
+        return type(self)._fn(input, self.kernel_size, self.stride, self.padding, self.dilation,
+                              ceil_mode=self.ceil_mode, return_indices=self.return_indices)
+
+    def extra_repr(self) -> str:
+        return f"kernel_size={self.kernel_size}, stride={self.stride}, padding={self.padding}, " \
+               f"dilation={self.dilation}, ceil_mode={self.ceil_mode}"
+
+
+class MaxPool1d(_MaxPoolNd):
+    """Max over sliding windows of (N, C, L) input."""
+    _fn = staticmethod(F.max_pool1d)
+
+
+class MaxPool2d(_MaxPoolNd):
+    """Max over sliding windows of (N, C, H, W) input.
+
+    Example:
+        >>> ember.nn.MaxPool2d(2)(ember.ones(1, 1, 4, 4)).shape
+        ember.Size([1, 1, 2, 2])
+    """
+    _fn = staticmethod(F.max_pool2d)
+
+
+class AvgPool1d(Module):
+    """Mean over sliding windows of (N, C, L) input."""
+
+    def __init__(self, kernel_size, stride=None, padding=0, ceil_mode: bool = False,
+                 count_include_pad: bool = True):
+        super().__init__()
+        one = lambda v: tuple(v) if isinstance(v, (tuple, list)) else (v,)  # noqa: E731
+        self.kernel_size = one(kernel_size)
+        self.stride = one(stride if stride is not None else kernel_size)
+        self.padding = one(padding)
+        self.ceil_mode, self.count_include_pad = ceil_mode, count_include_pad
+
+    def forward(self, input):
+        return F.avg_pool1d(input, self.kernel_size, self.stride, self.padding, self.ceil_mode,
+                            self.count_include_pad)
+
+    def extra_repr(self) -> str:
+        return f"kernel_size={self.kernel_size}, stride={self.stride}, padding={self.padding}"
+
+
+class AvgPool2d(Module):
+    """Mean over sliding windows of (N, C, H, W) input.
+
+    Example:
+        >>> ember.nn.AvgPool2d(2)(ember.ones(1, 1, 4, 4)).shape
+        ember.Size([1, 1, 2, 2])
+    """
+
+    def __init__(self, kernel_size, stride=None, padding=0, ceil_mode: bool = False,
+                 count_include_pad: bool = True, divisor_override: int | None = None):
+        super().__init__()
+        self.kernel_size = kernel_size
+        self.stride = stride if stride is not None else kernel_size
+        self.padding, self.ceil_mode = padding, ceil_mode
+        self.count_include_pad, self.divisor_override = count_include_pad, divisor_override
+
+    def forward(self, input):
+        return F.avg_pool2d(input, self.kernel_size, self.stride, self.padding, self.ceil_mode,
+                            self.count_include_pad, self.divisor_override)
+
+    def extra_repr(self) -> str:
+        return f"kernel_size={self.kernel_size}, stride={self.stride}, padding={self.padding}"
+
+
+class _Adaptive(Module):
+    _fn = None
+
+    def __init__(self, output_size):
+        super().__init__()
+        self.output_size = output_size
+
+    def forward(self, input):
+        return type(self)._fn(input, self.output_size)
+
+    def extra_repr(self) -> str:
+        return f"output_size={self.output_size}"
+
+
+class AdaptiveAvgPool1d(_Adaptive):
+    """Average pooling to a fixed output length."""
+    _fn = staticmethod(F.adaptive_avg_pool1d)
+
+
+class AdaptiveAvgPool2d(_Adaptive):
+    """Average pooling to a fixed output size (``None`` keeps that dim).
+
+    Example:
+        >>> ember.nn.AdaptiveAvgPool2d(1)(ember.ones(2, 3, 5, 5)).shape
+        ember.Size([2, 3, 1, 1])
+    """
+    _fn = staticmethod(F.adaptive_avg_pool2d)
+
+
+class _AdaptiveMax(_Adaptive):
+    def __init__(self, output_size, return_indices: bool = False):
+        super().__init__(output_size)
+        self.return_indices = return_indices
+
+    def forward(self, input):
+        return type(self)._fn(input, self.output_size, self.return_indices)
+
+
+class AdaptiveMaxPool1d(_AdaptiveMax):
+    """Max pooling to a fixed output length."""
+    _fn = staticmethod(F.adaptive_max_pool1d)
+
+
+class AdaptiveMaxPool2d(_AdaptiveMax):
+    """Max pooling to a fixed output size."""
+    _fn = staticmethod(F.adaptive_max_pool2d)

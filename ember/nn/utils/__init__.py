@@ -1,1 +1,20 @@
-"""(stub: ember.nn.utils, filled in by its owner)."""
+"""``ember.nn.utils``: gradient clipping and parameter/vector conversion.
+
+``ember.nn.utils.rnn`` (sequence packing) is a submodule, imported on first use.
+"""
+from __future__ import annotations
+
+import importlib
+
+from .clip_grad import clip_grad_norm, clip_grad_norm_, clip_grad_value_, \
+    clip_grads_with_norm_, get_total_norm
+from .convert_parameters import parameters_to_vector, vector_to_parameters
+
+__all__ = ["clip_grad_norm_", "clip_grad_norm", "clip_grad_value_", "clip_grads_with_norm_",
+           "get_total_norm", "parameters_to_vector", "vector_to_parameters"]
+
+
+def __getattr__(name: str):
+    if name == "rnn":   # NOTE: lazy so this package never depends on the rnn helpers' file
+        return importlib.import_module(".rnn", __name__)
+    raise AttributeError(f"module {__name__!r} has no attribute {name!r}")

@@ -1,0 +1,17 @@
+"""``ember.optim``: optimizers and learning-rate schedulers (``torch.optim``).
+
+Example:
+    >>> opt = ember.optim.AdamW(model.parameters(), lr=3e-4, weight_decay=0.1)
+    >>> sched = ember.optim.lr_scheduler.CosineAnnealingLR(opt, T_max=100)
+    >>> for x, y in loader:
+    ...     opt.zero_grad(); loss_fn(model(x), y).backward(); opt.step()
+    ...     sched.step()
+"""
+from .optimizer import Optimizer, required
+from .sgd import SGD, Lion
+from .adam import Adam, AdamW, Adamax, NAdam
+from .adaptive import Adadelta, Adagrad, RMSprop
+from . import lr_scheduler
+
+__all__ = ["Optimizer", "SGD", "Adam", "AdamW", "Adamax", "NAdam", "RMSprop", "Adagrad",
+           "Adadelta", "Lion", "lr_scheduler"]

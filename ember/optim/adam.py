@@ -1,0 +1,197 @@
+"""The Adam family: Adam, AdamW, Adamax and NAdam (PyTorch's exact update formulas)."""
+from __future__ import annotations
+
+from ..ops.factories import ones, zeros, zeros_like
+from . import _ops as O
+from .optimizer import Optimizer, _check, _scalar_dtype
+from .sgd import _check_betas
+
+__all__ = ["Adam", "AdamW", "Adamax", "NAdam"]
+
+
+def _new_step():
+    return zeros((), dtype=_scalar_dtype())
+
+
+def _advance(state) -> float:
+    """Increment ``state["step"]`` (a 0-d tensor, as in PyTorch) and return it as a float."""
+    step = state["step"]
+    step.add_(1)
+    return step.item()
+
+
+class _AdamBase(Optimizer):
+    def _validate_group(self, group) -> None:
+        super()._validate_group(group)
+        _check(group["eps"] >= 0.0, "epsilon value", group["eps"])
+        _check_betas(group["betas"])
+        _check(group["weight_decay"] >= 0.0, "weight_decay value", group["weight_decay"])
+
+
+class Adam(_AdamBase):
+    """Adam (``torch.optim.Adam``), with optional AMSGrad and decoupled weight decay.
+
+    With ``g = grad (+ weight_decay * p)`` and step count ``t``::
+
+        m = beta1 * m + (1 - beta1) * g
+        v = beta2 * v + (1 - beta2) * g * g
+        v_max = max(v_max, v)                         (amsgrad)
+        p = p - lr / (1 - beta1**t) * m / (sqrt(v or v_max) / sqrt(1 - beta2**t) + eps)
+
+    ``decoupled_weight_decay=True`` (what AdamW does) instead multiplies ``p`` by
+    ``1 - lr * weight_decay`` before the update.
+
+    Example:
+        >>> opt = ember.optim.Adam(model.parameters(), lr=1e-3, betas=(0.9, 0.999))
+    """
+
+    def __init__(self, params, lr: float = 1e-3, betas: tuple[float, float] = (0.9, 0.999),
+                 eps: float = 1e-8, weight_decay: float = 0, amsgrad: bool = False, *,
+                 foreach=None, maximize: bool = False,
+                 decoupled_weight_decay: bool = False) -> None:
+        defaults = dict(lr=lr, betas=betas, eps=eps, weight_decay=weight_decay,
+                        amsgrad=amsgrad, maximize=maximize, foreach=foreach,
+                        decoupled_weight_decay=decoupled_weight_decay)
+        super().__init__(params, defaults)
+
+    def _update_group(self, group) -> None:
+        lr, eps, wd, amsgrad = group["lr"], group["eps"], group["weight_decay"], group["amsgrad"]
+        beta1, beta2 = group["betas"]
+        maximize, decoupled = group["maximize"], group["decoupled_weight_decay"]
+        for p, g, state in self._grads(group):
+            if not state:
+                state["step"] = _new_step()
+                state["exp_avg"] = zeros_like(p)
+                state["exp_avg_sq"] = zeros_like(p)
+                if amsgrad:
+                    state["max_exp_avg_sq"] = zeros_like(p)
+            if maximize:
+                g = O.neg(g)
+            exp_avg, exp_avg_sq = state["exp_avg"], state["exp_avg_sq"]
+            step = _advance(state)
+            if wd != 0:
+                if decoupled:
+                    p.mul_(1 - lr * wd)
+                else:
+                    g = O.add(g, p, alpha=wd)
+            O.lerp_(exp_avg, g, 1 - beta1)
+            O.addcmul_(exp_avg_sq.mul_(beta2), g, g, value=1 - beta2)
+            step_size = lr / (1 - beta1 ** step)
+            bias_correction2_sqrt = (1 - beta2 ** step) ** 0.5
+            if amsgrad:
+                O.maximum_(state["max_exp_avg_sq"], exp_avg_sq)
+                denom = O.sqrt(state["max_exp_avg_sq"])
+            else:
+                denom = O.sqrt(exp_avg_sq)
+            O.div_(denom, bias_correction2_sqrt).add_(eps)
+            O.addcdiv_(p, exp_avg, denom, value=-step_size)
+
+
+class AdamW(Adam):
+    """Adam with decoupled weight decay (``torch.optim.AdamW``; default ``weight_decay=1e-2``).
+
+    Example:
+        >>> opt = ember.optim.AdamW(model.parameters(), lr=3e-4, weight_decay=0.1)
+    """
+
+    def __init__(self, params, lr: float = 1e-3, betas: tuple[float, float] = (0.9, 0.999),
+                 eps: float = 1e-8, weight_decay: float = 1e-2, amsgrad: bool = False, *,
+                 foreach=None, maximize: bool = False) -> None:
+        super().__init__(params, lr, betas, eps, weight_decay, amsgrad, foreach=foreach,
+                         maximize=maximize, decoupled_weight_decay=True)
+
+
+class Adamax(_AdamBase):
+    """Adamax, Adam with the infinity norm (``torch.optim.Adamax``)::
+
+        m = beta1 * m + (1 - beta1) * g
+        u = max(beta2 * u, |g| + eps)
+        p = p - lr / (1 - beta1**t) * m / u
+
+    Example:
+        >>> opt = ember.optim.Adamax(model.parameters(), lr=2e-3)
+    """
+
+    def __init__(self, params, lr: float = 2e-3, betas: tuple[float, float] = (0.9, 0.999),
+                 eps: float = 1e-8, weight_decay: float = 0, foreach=None, *,
+                 maximize: bool = False) -> None:
+        defaults = dict(lr=lr, betas=betas, eps=eps, weight_decay=weight_decay,
+                        foreach=foreach, maximize=maximize)
+        super().__init__(params, defaults)
+
+    def _update_group(self, group) -> None:
+        lr, eps, wd, maximize = group["lr"], group["eps"], group["weight_decay"], \
+            group["maximize"]
+        beta1, beta2 = group["betas"]
+        for p, g, state in self._grads(group):
+            if not state:
+                state["step"] = _new_step()
+                state["exp_avg"] = zeros_like(p)
+                state["exp_inf"] = zeros_like(p)
+            if maximize:
+                g = O.neg(g)
+            step = _advance(state)
+            if wd != 0:
+                g = O.add(g, p, alpha=wd)
+            exp_avg, exp_inf = state["exp_avg"], state["exp_inf"]
+            O.lerp_(exp_avg, g, 1 - beta1)
+            O.maximum_(exp_inf.mul_(beta2), O.abs(g).add_(eps))
+            clr = lr / (1 - beta1 ** step)
+            O.addcdiv_(p, exp_avg, exp_inf, value=-clr)
+
+
+class NAdam(_AdamBase):
+    """Adam with Nesterov momentum (``torch.optim.NAdam``, Dozat 2016)::
+
+        mu_t = beta1 * (1 - 0.5 * 0.96 ** (t * momentum_decay));  P_t = prod(mu_1..mu_t)
+        m, v as in Adam;  d = sqrt(v / (1 - beta2**t)) + eps
+        p = p - lr * (1 - mu_t) / (1 - P_t) * g / d - lr * mu_{t+1} / (1 - P_t mu_{t+1}) * m / d
+
+    ``decoupled_weight_decay=True`` gives NAdamW.
+
+    Example:
+        >>> opt = ember.optim.NAdam(model.parameters(), lr=2e-3)
+    """
+
+    def __init__(self, params, lr: float = 2e-3, betas: tuple[float, float] = (0.9, 0.999),
+                 eps: float = 1e-8, weight_decay: float = 0, momentum_decay: float = 4e-3,
+                 decoupled_weight_decay: bool = False, *, foreach=None,
+                 maximize: bool = False) -> None:
+        defaults = dict(lr=lr, betas=betas, eps=eps, weight_decay=weight_decay,
+                        momentum_decay=momentum_decay,
+                        decoupled_weight_decay=decoupled_weight_decay, maximize=maximize,
+                        foreach=foreach)
+        super().__init__(params, defaults)
+
+    def _validate_group(self, group) -> None:
+        super()._validate_group(group)
+        _check(group["momentum_decay"] >= 0.0, "momentum_decay value", group["momentum_decay"])
+
+    def _update_group(self, group) -> None:
+        lr, eps, wd = group["lr"], group["eps"], group["weight_decay"]
+        beta1, beta2 = group["betas"]
+        mdecay, decoupled = group["momentum_decay"], group["decoupled_weight_decay"]
+        for p, g, state in self._grads(group):
+            if not state:
+                state["step"] = _new_step()
+                # NOTE: a 0-d tensor of the scalar dtype, as in PyTorch, so values match
+                state["mu_product"] = ones((), dtype=_scalar_dtype())
+                state["exp_avg"] = zeros_like(p)
+                state["exp_avg_sq"] = zeros_like(p)
+            if group["maximize"]:
+                g = O.neg(g)
+            step = _advance(state)
+            if wd != 0:
+                if decoupled:
+                    p.mul_(1 - lr * wd)
+                else:
+                    g = O.add(g, p, alpha=wd)
+            mu = beta1 * (1.0 - 0.5 * (0.96 ** (step * mdecay)))
+            mu_next = beta1 * (1.0 - 0.5 * (0.96 ** ((step + 1) * mdecay)))
+            mu_product = state["mu_product"].mul_(mu).item()
+            exp_avg, exp_avg_sq = state["exp_avg"], state["exp_avg_sq"]
+            O.lerp_(exp_avg, g, 1 - beta1)
+            O.addcmul_(exp_avg_sq.mul_(beta2), g, g, value=1 - beta2)
+            denom = O.sqrt_(O.div(exp_avg_sq, 1 - beta2 ** step)).add_(eps)
+            O.addcdiv_(p, g, denom, value=-lr * (1.0 - mu) / (1.0 - mu_product))
+            O.addcdiv_(p, exp_avg, denom, value=(-lr * mu_next) / (1.0 - mu_product * mu_next))

@@ -1,0 +1,298 @@
+"""``Optimizer``: the base class of every optimizer (PyTorch's ``torch.optim.Optimizer``)."""
+from __future__ import annotations
+
+import copy
+import functools
+from collections import defaultdict
+from typing import Any, Callable, Iterable
+
+from .. import dtypes as _dt
+from ..autograd.grad_mode import enable_grad, no_grad
+from ..tensor import Tensor
+
+__all__ = ["Optimizer", "required"]
+
+
+class _RequiredParameter:
+    """Marks a hyper-parameter without a default (``torch.optim.optimizer.required``)."""
+
+    def __repr__(self) -> str:
+        return "<required parameter>"
+
+
+required = _RequiredParameter()
+
+
+def _scalar_dtype():
+    """dtype of scalar state such as ``step``: float64 when that is the default, else float32."""
+    return _dt.float64 if _dt.get_default_dtype() is _dt.float64 else _dt.float32
+
+
+def _check(ok: bool, what: str, value) -> None:
+    if not ok:
+        raise ValueError(f"Invalid {what}: {value}")
+
+
+def _typename(x) -> str:
+    return type(x).__module__ + "." + type(x).__qualname__
+
+
+class Optimizer:
+    """Base class for all optimizers.
+
+    ``params`` is an iterable of tensors, of ``(name, tensor)`` pairs, or of dicts (parameter
+    groups) that each hold ``"params"`` and may override any hyper-parameter in ``defaults``.
+    ``state[p]`` holds a dict of per-parameter buffers, created lazily at the first step
+    that sees a gradient for ``p``.
+
+    Updates run under :func:`ember.no_grad` with in-place whole-tensor ops on each parameter.
+
+    Gradient accumulation: ``backward()`` *adds* into ``.grad``, so calling it on several
+    micro-batches without ``zero_grad()`` in between sums their gradients. With each
+    micro-batch loss divided by the number of micro-batches ``k``, one ``step()`` after
+    ``k`` backward passes equals a step on the whole batch::
+
+        opt.zero_grad()
+        for xb, yb in zip(x.chunk(k), y.chunk(k)):
+            (loss_fn(model(xb), yb) / k).backward()   # grads accumulate
+        opt.step()
+
+    Step counters (``state[p]["step"]``) are 0-d float tensors, as in PyTorch (float32, or
+    float64 when that is the default dtype). ``state_dict()`` returns references to the
+    live state tensors (as PyTorch does); ``load_state_dict()`` copies what it loads.
+
+    Example:
+        >>> opt = ember.optim.SGD(model.parameters(), lr=0.1, momentum=0.9)
+        >>> opt.zero_grad(); loss_fn(model(x), y).backward(); opt.step()
+    """
+
+    def __init_subclass__(cls, **kwargs):
+        super().__init_subclass__(**kwargs)
+        if "step" in cls.__dict__:   # NOTE: lets LR schedulers see that step() was called
+            step = cls.__dict__["step"]
+
+            @functools.wraps(step)
+            def wrapper(self, *args, **kw):
+                self._opt_called = True
+                return step(self, *args, **kw)
+            cls.step = wrapper
+
+    def __init__(self, params: Iterable, defaults: dict[str, Any]) -> None:
+        self.defaults = defaults
+        self.state: defaultdict = defaultdict(dict)
+        self.param_groups: list[dict[str, Any]] = []
+        if isinstance(params, Tensor):
+            raise TypeError("params argument given to the optimizer should be an iterable of "
+                            f"Tensors or dicts, but got {_typename(params)}")
+        param_groups = list(params)
+        if len(param_groups) == 0:
+            raise ValueError("optimizer got an empty parameter list")
+        if not isinstance(param_groups[0], dict):
+            param_groups = [{"params": param_groups}]
+        for group in param_groups:
+            self.add_param_group(group)
+
+    def __repr__(self) -> str:
+        s = self.__class__.__name__ + " ("
+        for i, group in enumerate(self.param_groups):
+            s += f"\nParameter Group {i}\n"
+            for key in sorted(group.keys()):
+                if key not in ("params", "param_names"):
+                    s += f"    {key}: {group[key]}\n"
+        return s + ")"
+
+    # ------------------------------------------------------------------ groups
+    def add_param_group(self, param_group: dict[str, Any]) -> None:
+        """Add a parameter group (e.g. layers unfrozen during fine-tuning).
+
+        Example:
+            >>> opt.add_param_group({"params": head.parameters(), "lr": 1e-3})
+        """
+        if not isinstance(param_group, dict):
+            raise TypeError(f"param_group must be a dict, but got {type(param_group).__name__}")
+        param_group = dict(param_group)
+        params = param_group.get("params")
+        if isinstance(params, Tensor):
+            params = [params]
+        elif isinstance(params, (set, frozenset)):
+            raise TypeError("optimizer parameters need to be organized in ordered collections, "
+                            "but the ordering of tensors in sets will change between runs. "
+                            "Please use a list instead.")
+        elif params is None:
+            raise ValueError("param_group must have a 'params' entry")
+        params = list(params)
+        names = [p[0] for p in params if isinstance(p, tuple)]
+        params = [p[1] if isinstance(p, tuple) else p for p in params]
+        if names:
+            if len(names) != len(params):
+                raise ValueError("all optimizer params should be with/without names. Some "
+                                 "param names are missing")
+            param_group["param_names"] = names
+        self._check_params(params)
+        param_group["params"] = params
+        for name, default in self.defaults.items():
+            if default is required and name not in param_group:
+                raise ValueError("parameter group didn't specify a value of required "
+                                 f"optimization parameter {name}")
+            param_group.setdefault(name, default)
+        self._validate_group(param_group)
+        self.param_groups.append(param_group)
+
+    def _check_params(self, params: list) -> None:
+        seen = set()
+        for p in params:
+            if not isinstance(p, Tensor):
+                raise TypeError("optimizer can only optimize Tensors, but one of the params is "
+                                + _typename(p))
+            if not (p.is_leaf or p.retains_grad):
+                raise ValueError("can't optimize a non-leaf Tensor (it has a grad_fn; use "
+                                 "x.detach().requires_grad_() to make a leaf)")
+            if id(p) in seen:
+                raise ValueError("optimizer contains a parameter group with duplicate "
+                                 f"parameters (shape {tuple(p.shape)}); pass each parameter once")
+            seen.add(id(p))
+        for group in self.param_groups:
+            if any(id(q) in seen for q in group["params"]):
+                raise ValueError("some parameters appear in more than one parameter group")
+
+    def _validate_group(self, group: dict[str, Any]) -> None:
+        """Range-check a group's hyper-parameters (subclasses extend)."""
+        lr = group.get("lr", required)
+        if isinstance(lr, Tensor):
+            raise TypeError(f"{type(self).__name__}: lr must be a Python float, got a Tensor "
+                            f"(use lr.item(), or change param_group['lr'] between steps)")
+        if lr is not required:
+            _check(lr >= 0.0, "learning rate", lr)
+
+    # ------------------------------------------------------------------ stepping
+    def zero_grad(self, set_to_none: bool = True) -> None:
+        """Reset the gradients of all optimized tensors (to ``None`` by default)."""
+        for group in self.param_groups:
+            for p in group["params"]:
+                if p.grad is None:
+                    continue
+                if set_to_none:
+                    p.grad = None
+                else:
+                    g = p.grad
+                    if g.grad_fn is not None:
+                        g.detach_()
+                    else:
+                        g.requires_grad_(False)
+                    g.zero_()
+
+    def step(self, closure: Callable[[], Any] | None = None):
+        """Perform one optimization step; ``closure`` re-evaluates the model and returns the loss.
+
+        Example:
+            >>> opt.step()
+        """
+        self._opt_called = True
+        loss = None
+        if closure is not None:
+            with enable_grad():
+                loss = closure()
+        with no_grad():
+            for group in self.param_groups:
+                self._update_group(group)
+        return loss
+
+    def _update_group(self, group: dict[str, Any]) -> None:
+        raise NotImplementedError(f"{type(self).__name__} must implement step() or "
+                                  "_update_group()")
+
+    def _grads(self, group):
+        """``(param, grad, state)`` for each parameter of ``group`` that has a gradient."""
+        state = self.state
+        for p in group["params"]:
+            g = p.grad
+            if g is not None:
+                yield p, g, state[p]
+
+    # ------------------------------------------------------------------ state dicts
+    def state_dict(self) -> dict[str, Any]:
+        """The optimizer state in PyTorch's layout.
+
+        ``{"state": {index: {name: value}}, "param_groups": [{..., "params": [index...]}]}``:
+        parameters are replaced by their position across all groups, in order.
+
+        Example:
+            >>> sd = opt.state_dict(); sd["param_groups"][0]["lr"]
+            0.1
+        """
+        index: dict[int, int] = {}
+        groups = []
+        for group in self.param_groups:
+            packed = {k: v for k, v in group.items() if k != "params"}
+            for p in group["params"]:
+                index.setdefault(id(p), len(index))
+            packed["params"] = [index[id(p)] for p in group["params"]]
+            groups.append(packed)
+        state = {(index[id(k)] if isinstance(k, Tensor) else k): v
+                 for k, v in self.state.items()}
+        return {"state": state, "param_groups": groups}
+
+    def load_state_dict(self, state_dict: dict[str, Any]) -> None:
+        """Load a state from :meth:`state_dict` (tensors are copied and cast to each param).
+
+        Example:
+            >>> opt2.load_state_dict(opt.state_dict())
+        """
+        groups, saved = self.param_groups, state_dict["param_groups"]
+        if len(groups) != len(saved):
+            raise ValueError(f"loaded state dict has a different number of parameter groups "
+                             f"({len(saved)}) than the optimizer ({len(groups)})")
+        for i, (g, s) in enumerate(zip(groups, saved)):
+            if len(g["params"]) != len(s["params"]):
+                raise ValueError(f"loaded state dict contains a parameter group ({i}, "
+                                 f"{len(s['params'])} params) that doesn't match the size of "
+                                 f"optimizer's group ({len(g['params'])} params)")
+        id_map = {k: p for g, s in zip(groups, saved) for k, p in zip(s["params"], g["params"])}
+        state: defaultdict = defaultdict(dict)
+        for k, v in state_dict["state"].items():
+            k = int(k) if isinstance(k, str) and k.isdigit() else k   # NOTE: JSON keys
+            if k in id_map:
+                p = id_map[k]
+                state[p] = {name: _cast(p, val, name) for name, val in v.items()}
+            else:
+                state[k] = _copy(v)
+        new_groups = []
+        for g, s in zip(groups, saved):
+            ng = {k: _copy(v) for k, v in s.items() if k != "params"}
+            ng["params"] = g["params"]
+            if "param_names" in g and "param_names" not in s:
+                ng["param_names"] = g["param_names"]
+            new_groups.append(ng)
+        self.state, self.param_groups = state, new_groups
+
+
+_SCALAR_STATE = ("step", "mu_product")
+
+
+def _cast(p: Tensor, value, key):
+    """Copy a loaded state value; tensors take ``p``'s dtype and device.
+
+    Scalar counters (``step``, NAdam's ``mu_product``) keep their dtype so that a resumed
+    run is bit-identical (PyTorch exempts only ``step``).
+    """
+    if isinstance(value, Tensor):
+        v = value.detach()
+        if key not in _SCALAR_STATE:
+            v = v.to(device=p.device, dtype=p.dtype) if p.is_floating_point() else \
+                v.to(device=p.device)
+        return v.clone()
+    if isinstance(value, dict):
+        return {k: _cast(p, x, k) for k, x in value.items()}
+    if isinstance(value, (list, tuple)):
+        return type(value)(_cast(p, x, key) for x in value)
+    return copy.deepcopy(value)
+
+
+def _copy(value):
+    if isinstance(value, Tensor):
+        return value.detach().clone()
+    if isinstance(value, dict):
+        return {k: _copy(x) for k, x in value.items()}
+    if isinstance(value, (list, tuple)):
+        return type(value)(_copy(x) for x in value)
+    return copy.deepcopy(value)

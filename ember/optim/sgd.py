@@ -1,0 +1,103 @@
+"""Stochastic gradient descent with momentum, and Lion (sign momentum)."""
+from __future__ import annotations
+
+from ..ops.factories import zeros_like
+from . import _ops as O
+from .optimizer import Optimizer, _check
+
+__all__ = ["SGD", "Lion"]
+
+
+class SGD(Optimizer):
+    """Stochastic gradient descent (``torch.optim.SGD``), optionally with (Nesterov) momentum.
+
+    With ``g = grad + weight_decay * p`` (negated when ``maximize``)::
+
+        b = g                                  (first step)
+        b = momentum * b + (1 - dampening) * g (later steps)
+        g = g + momentum * b if nesterov else b
+        p = p - lr * g
+
+    Example:
+        >>> opt = ember.optim.SGD(model.parameters(), lr=0.1, momentum=0.9, nesterov=True)
+    """
+
+    def __init__(self, params, lr: float = 1e-3, momentum: float = 0, dampening: float = 0,
+                 weight_decay: float = 0, nesterov: bool = False, *, maximize: bool = False,
+                 foreach=None) -> None:
+        defaults = dict(lr=lr, momentum=momentum, dampening=dampening,
+                        weight_decay=weight_decay, nesterov=nesterov, maximize=maximize,
+                        foreach=foreach)
+        super().__init__(params, defaults)
+
+    def _validate_group(self, group) -> None:
+        super()._validate_group(group)
+        _check(group["momentum"] >= 0.0, "momentum value", group["momentum"])
+        _check(group["weight_decay"] >= 0.0, "weight_decay value", group["weight_decay"])
+        if group["nesterov"] and (group["momentum"] <= 0 or group["dampening"] != 0):
+            raise ValueError("Nesterov momentum requires a momentum and zero dampening "
+                             f"(got momentum={group['momentum']}, "
+                             f"dampening={group['dampening']})")
+
+    def _update_group(self, group) -> None:
+        lr, wd, mom = group["lr"], group["weight_decay"], group["momentum"]
+        damp, nesterov, maximize = group["dampening"], group["nesterov"], group["maximize"]
+        for p, g, state in self._grads(group):
+            if maximize:
+                g = O.neg(g)
+            if wd != 0:
+                g = O.add(g, p, alpha=wd)
+            if mom != 0:
+                buf = state.get("momentum_buffer")
+                if buf is None:
+                    buf = state["momentum_buffer"] = O.clone(g)
+                else:
+                    buf.mul_(mom).add_(g, alpha=1 - damp)
+                g = O.add(g, buf, alpha=mom) if nesterov else buf
+            p.add_(g, alpha=-lr)
+
+
+class Lion(Optimizer):
+    """Lion, EvoLved Sign Momentum (Chen et al. 2023; not in PyTorch).
+
+    Follows the paper and lucidrains' ``lion-pytorch``::
+
+        p = p * (1 - lr * weight_decay)               (decoupled weight decay)
+        p = p - lr * sign(beta1 * m + (1 - beta1) * g)
+        m = beta2 * m + (1 - beta2) * g
+
+    Use a learning rate 3-10x smaller than AdamW's and a weight decay 3-10x larger.
+
+    Example:
+        >>> opt = ember.optim.Lion(model.parameters(), lr=1e-4, weight_decay=1e-2)
+    """
+
+    def __init__(self, params, lr: float = 1e-4, betas: tuple[float, float] = (0.9, 0.99),
+                 weight_decay: float = 0.0, *, maximize: bool = False) -> None:
+        defaults = dict(lr=lr, betas=betas, weight_decay=weight_decay, maximize=maximize)
+        super().__init__(params, defaults)
+
+    def _validate_group(self, group) -> None:
+        super()._validate_group(group)
+        _check_betas(group["betas"])
+        _check(group["weight_decay"] >= 0.0, "weight_decay value", group["weight_decay"])
+
+    def _update_group(self, group) -> None:
+        lr, wd, maximize = group["lr"], group["weight_decay"], group["maximize"]
+        beta1, beta2 = group["betas"]
+        for p, g, state in self._grads(group):
+            if maximize:
+                g = O.neg(g)
+            if not state:
+                state["exp_avg"] = zeros_like(p)
+            m = state["exp_avg"]
+            if wd != 0:
+                p.mul_(1 - lr * wd)
+            u = O.clone(m).mul_(beta1).add_(g, alpha=1 - beta1)
+            p.add_(O.sign(u), alpha=-lr)
+            m.mul_(beta2).add_(g, alpha=1 - beta2)
+
+
+def _check_betas(betas) -> None:
+    _check(0.0 <= betas[0] < 1.0, "beta parameter at index 0", betas[0])
+    _check(0.0 <= betas[1] < 1.0, "beta parameter at index 1", betas[1])

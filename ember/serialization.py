@@ -1,0 +1,373 @@
+"""``ember.save`` / ``ember.load``: checkpoints in the safetensors format, no pickle.
+
+File layout (https://github.com/huggingface/safetensors): 8-byte little-endian header
+length ``N``, ``N`` bytes of JSON header ``{name: {"dtype", "shape", "data_offsets"}}``
+(padded with spaces to a multiple of 8), then the raw little-endian tensor bytes, packed
+contiguously in header order. Everything that is not a tensor (the nesting of dicts,
+lists and tuples; ints, floats, strings, bools, None) is JSON stored under the key
+``"ember"`` of the header's ``__metadata__`` string map, where a tensor appears as
+``{"tensor": name}``. Loading only parses JSON and copies bytes: it never executes code.
+
+A flat ``{str: tensor}`` dict (a ``state_dict``) keeps its keys as tensor names, so
+``safetensors.numpy.load_file`` reads Ember files and ``ember.load`` reads any
+safetensors file (without Ember metadata it returns ``{name: tensor}``).
+
+Sharing: the same tensor *object* reached twice is stored once and loaded as one
+object; distinct tensors that are views of one storage are stored separately (twice)
+and loaded as independent tensors.
+
+Example:
+    >>> import tempfile, os
+    >>> p = os.path.join(tempfile.mkdtemp(), "ckpt.safetensors")
+    >>> ember.save({"w": ember.ones(2), "step": 3}, p)
+    >>> ember.load(p)["step"]
+    3
+"""
+from __future__ import annotations
+
+import json
+import math
+import os
+import sys
+import tempfile
+
+import numpy as np
+
+from . import dtypes as _dt
+from .device import device as _device
+from .ops.factories import from_numpy
+from .tensor import Tensor
+
+__all__ = ["save", "load"]
+
+_ST_NAMES = {"float32": "F32", "float64": "F64", "float16": "F16", "bfloat16": "BF16",
+             "int64": "I64", "int32": "I32", "int16": "I16", "int8": "I8", "uint8": "U8",
+             "bool": "BOOL"}
+_FROM_ST = {v: _dt.as_dtype(k) for k, v in _ST_NAMES.items()}
+_MAX_HEADER = 100 * 1024 * 1024  # NOTE: safetensors' own limit
+_META_KEY, _FORMAT = "ember", "ember/1"
+
+
+# ------------------------------------------------------------------------- save
+class _Encoder:
+    """Turns an object tree into JSON-able data plus a list of (name, tensor)."""
+
+    def __init__(self) -> None:
+        self.tensors: dict[str, np.ndarray] = {}
+        self._by_id: dict[int, str] = {}
+
+    def name_for(self, t, path: str) -> str:
+        if id(t) in self._by_id:
+            return self._by_id[id(t)]
+        name, k = path or "tensor", 1
+        while name in self.tensors or name == "__metadata__":
+            name, k = f"{path}#{k}", k + 1
+        arr = t.detach().cpu().numpy() if isinstance(t, Tensor) else t
+        self.tensors[name] = np.require(arr, requirements="C")
+        self._by_id[id(t)] = name
+        return name
+
+    def encode(self, obj, path: str):
+        if obj is None or isinstance(obj, (bool, str)):
+            return obj
+        if isinstance(obj, (int, np.integer)) and not isinstance(obj, np.bool_):
+            return int(obj)
+        if isinstance(obj, (float, np.floating)):
+            obj = float(obj)
+            return obj if math.isfinite(obj) else {"float": repr(obj)}
+        if isinstance(obj, np.bool_):
+            return bool(obj)
+        if isinstance(obj, Tensor):
+            if obj.dtype.name not in _ST_NAMES:
+                raise TypeError(f"ember.save: tensor at {path!r} has unsupported dtype "
+                                f"{obj.dtype}")
+            node = {"tensor": self.name_for(obj, path)}
+            return {**node, "requires_grad": True} if obj.requires_grad else node
+        if isinstance(obj, np.ndarray):
+            if obj.dtype.name not in _ST_NAMES:
+                raise TypeError(f"ember.save: numpy array at {path!r} has unsupported dtype "
+                                f"{obj.dtype}")
+            return {"ndarray": self.name_for(obj, path)}
+        if isinstance(obj, _dt.DType):
+            return {"dtype": obj.name}
+        if isinstance(obj, dict):
+            return self._encode_dict(obj, path)
+        if isinstance(obj, tuple):
+            return {"tuple": [self.encode(v, _join(path, i)) for i, v in enumerate(obj)]}
+        if isinstance(obj, list):
+            return [self.encode(v, _join(path, i)) for i, v in enumerate(obj)]
+        raise TypeError(f"ember.save: cannot save an object of type {type(obj).__name__} at "
+                        f"{path or 'the top level'!r}; supported: dict, list, tuple, tensor, "
+                        f"numpy array, int, float, str, bool, None, ember dtype")
+
+    def _encode_dict(self, obj: dict, path: str):
+        if all(isinstance(k, str) for k in obj):
+            return {"dict": {k: self.encode(v, _join(path, k)) for k, v in obj.items()}}
+        items = []
+        for k, v in obj.items():
+            if not isinstance(k, (str, int, float, bool, type(None), tuple)):
+                raise TypeError(f"ember.save: dict key {k!r} at {path!r} has unsupported "
+                                f"type {type(k).__name__}")
+            items.append([self.encode(k, path), self.encode(v, _join(path, k))])
+        return {"items": items}
+
+
+def _join(path: str, key) -> str:
+    return f"{path}.{key}" if path else str(key)
+
+
+def _header_bytes(enc: _Encoder, structure) -> bytes:
+    header, offset = {}, 0
+    for name, arr in enc.tensors.items():
+        header[name] = {"dtype": _ST_NAMES[_dtype_name(arr)], "shape": list(arr.shape),
+                        "data_offsets": [offset, offset + arr.nbytes]}
+        offset += arr.nbytes
+    header["__metadata__"] = {"format": _FORMAT,
+                              _META_KEY: json.dumps(structure, separators=(",", ":"))}
+    raw = json.dumps(header, separators=(",", ":")).encode("utf-8")
+    raw += b" " * (-len(raw) % 8)
+    return len(raw).to_bytes(8, "little") + raw
+
+
+def _dtype_name(arr: np.ndarray) -> str:
+    return "bfloat16" if arr.dtype == _dt.bfloat16.np else arr.dtype.name
+
+
+def _write(f, header: bytes, enc: _Encoder) -> None:
+    f.write(header)
+    for arr in enc.tensors.values():
+        if sys.byteorder == "big" and arr.dtype.itemsize > 1:
+            arr = arr.byteswap()
+        f.write(memoryview(arr.reshape(-1).view(np.uint8)))
+
+
+def save(obj, f) -> None:
+    """Save nested dicts/lists/tuples of tensors and plain values to ``f`` atomically.
+
+    The file is written to a temporary file in the same directory, flushed and fsynced,
+    then renamed over ``f`` (``os.replace``) and the directory fsynced: a crash at any
+    point leaves either the old file or the new one, never a torn one.
+
+    Args:
+        obj: e.g. ``{"model": model.state_dict(), "optimizer": opt.state_dict()}``.
+        f: a path (str/PathLike), or a binary file object (written directly, no atomicity).
+
+    Example:
+        >>> ember.save({"w": ember.zeros(2, 3)}, os.path.join(tempfile.mkdtemp(), "a.st"))
+    """
+    enc = _Encoder()
+    structure = enc.encode(obj, "")
+    header = _header_bytes(enc, structure)
+    if hasattr(f, "write"):
+        _write(f, header, enc)
+        return
+    path = os.fspath(f)
+    directory = os.path.dirname(os.path.abspath(path))
+    fd, tmp = tempfile.mkstemp(dir=directory, prefix=f".{os.path.basename(path)}.",
+                               suffix=".tmp")
+    try:
+        with os.fdopen(fd, "wb") as out:
+            _write(out, header, enc)
+            out.flush()
+            os.fsync(out.fileno())
+        os.chmod(tmp, _file_mode(path))
+        os.replace(tmp, path)
+    except BaseException:
+        if os.path.exists(tmp):
+            os.unlink(tmp)
+        raise
+    _fsync_dir(directory)
+
+
+def _file_mode(path: str) -> int:
+    try:
+        return os.stat(path).st_mode & 0o777
+    except FileNotFoundError:
+        mask = os.umask(0)
+        os.umask(mask)
+        return 0o666 & ~mask
+
+
+def _fsync_dir(directory: str) -> None:
+    try:
+        fd = os.open(directory, os.O_RDONLY)
+    except OSError:  # NOTE: e.g. Windows cannot open directories; the rename still happened
+        return
+    try:
+        os.fsync(fd)
+    except OSError:
+        pass
+    finally:
+        os.close(fd)
+
+
+# ------------------------------------------------------------------------- load
+class _Corrupt(ValueError):
+    pass
+
+
+def _read_exact(f, n: int, what: str) -> bytes:
+    data = f.read(n)
+    if len(data) != n:
+        raise _Corrupt(f"file is truncated: expected {n} bytes of {what}, got {len(data)}")
+    return data
+
+
+def _parse_header(f, size) -> tuple[dict, dict]:
+    """Validated ``(tensor entries sorted by offset, metadata)``."""
+    n = int.from_bytes(_read_exact(f, 8, "header length"), "little")
+    if n <= 0 or n > _MAX_HEADER or (size is not None and n > size - 8):
+        raise _Corrupt(f"invalid header length {n} (file size {size}); not a safetensors "
+                       f"file or truncated")
+    try:
+        header = json.loads(_read_exact(f, n, "header").decode("utf-8"))
+    except (UnicodeDecodeError, json.JSONDecodeError) as e:
+        raise _Corrupt(f"header is not valid JSON: {e}") from None
+    if not isinstance(header, dict):
+        raise _Corrupt("header is not a JSON object")
+    meta = header.pop("__metadata__", None) or {}
+    if not isinstance(meta, dict) or not all(isinstance(v, str) for v in meta.values()):
+        raise _Corrupt("__metadata__ must be a map of strings to strings")
+    entries, expect = [], 0
+    for name, e in header.items():
+        entries.append((name, _check_entry(name, e)))
+    entries.sort(key=lambda kv: kv[1][2])
+    for name, (dtype, shape, begin, end) in entries:
+        if begin != expect:
+            raise _Corrupt(f"tensor {name!r}: data_offsets start at {begin}, expected {expect} "
+                           f"(offsets must be contiguous)")
+        expect = end
+    if size is not None and 8 + n + expect != size:
+        what = "truncated" if 8 + n + expect > size else "has trailing bytes"
+        raise _Corrupt(f"file {what}: header describes {expect} data bytes, file holds "
+                       f"{size - 8 - n}")
+    return dict(entries), meta
+
+
+def _check_entry(name: str, e) -> tuple:
+    if not isinstance(e, dict) or set(e) != {"dtype", "shape", "data_offsets"}:
+        raise _Corrupt(f"tensor {name!r}: entry must have exactly dtype, shape, data_offsets")
+    dtype, shape, offs = e["dtype"], e["shape"], e["data_offsets"]
+    if dtype not in _FROM_ST:
+        raise _Corrupt(f"tensor {name!r}: unsupported dtype {dtype!r}; supported: "
+                       f"{sorted(_FROM_ST)}")
+    ok_int = lambda v: isinstance(v, int) and not isinstance(v, bool) and v >= 0  # noqa: E731
+    if not isinstance(shape, list) or not all(ok_int(s) for s in shape):
+        raise _Corrupt(f"tensor {name!r}: shape must be a list of non-negative ints, got "
+                       f"{shape!r}")
+    if not isinstance(offs, list) or len(offs) != 2 or not all(ok_int(o) for o in offs) \
+            or offs[1] < offs[0]:
+        raise _Corrupt(f"tensor {name!r}: invalid data_offsets {offs!r}")
+    nbytes = math.prod(shape) * _FROM_ST[dtype].itemsize
+    if offs[1] - offs[0] != nbytes:
+        raise _Corrupt(f"tensor {name!r}: data_offsets span {offs[1] - offs[0]} bytes but "
+                       f"dtype {dtype} x shape {shape} needs {nbytes}")
+    return _FROM_ST[dtype], tuple(shape), offs[0], offs[1]
+
+
+def _read_tensors(f, entries: dict) -> dict:
+    out = {}
+    for name, (dtype, shape, begin, end) in entries.items():
+        arr = np.empty(shape, dtype=dtype.np)
+        flat = arr.reshape(-1).view(np.uint8)
+        got = f.readinto(memoryview(flat)) if hasattr(f, "readinto") else None
+        if got is None:
+            data = f.read(end - begin)
+            got = len(data)
+            flat[:got] = np.frombuffer(data, dtype=np.uint8)
+        if got != end - begin:
+            raise _Corrupt(f"file is truncated inside tensor {name!r}")
+        if sys.byteorder == "big" and dtype.itemsize > 1:
+            arr = arr.byteswap()
+        out[name] = arr
+    return out
+
+
+class _Decoder:
+    def __init__(self, arrays: dict, device) -> None:
+        self.arrays, self.device, self.made = arrays, device, {}
+
+    def tensor(self, name: str, requires_grad: bool):
+        if name not in self.arrays:
+            raise _Corrupt(f"metadata refers to a missing tensor {name!r}")
+        if name not in self.made:
+            t = from_numpy(self.arrays[name])
+            if self.device is not None and self.device.type != "cpu":
+                t = t.to(self.device)
+            self.made[name] = t.requires_grad_(True) if requires_grad else t
+        return self.made[name]
+
+    def decode(self, node):
+        if node is None or isinstance(node, (bool, int, float, str)):
+            return node
+        if isinstance(node, list):
+            return [self.decode(v) for v in node]
+        if not isinstance(node, dict) or len(node) == 0:
+            raise _Corrupt(f"metadata has an unexpected node {node!r}")
+        tag = next(iter(node))
+        if tag == "tensor":
+            return self.tensor(node["tensor"], bool(node.get("requires_grad", False)))
+        if tag == "ndarray" and node["ndarray"] in self.arrays:
+            return self.arrays[node["ndarray"]]
+        if tag == "dict" and isinstance(node["dict"], dict):
+            return {k: self.decode(v) for k, v in node["dict"].items()}
+        if tag == "items" and isinstance(node["items"], list):
+            return {_hashable(self.decode(k)): self.decode(v) for k, v in node["items"]}
+        if tag == "tuple" and isinstance(node["tuple"], list):
+            return tuple(self.decode(v) for v in node["tuple"])
+        if tag == "float" and node["float"] in ("nan", "inf", "-inf"):
+            return float(node["float"])
+        if tag == "dtype":
+            return _dt.as_dtype(node["dtype"])
+        raise _Corrupt(f"metadata has an unknown node {node!r}")
+
+
+def _hashable(k):
+    if isinstance(k, list):
+        raise _Corrupt(f"metadata has an unhashable dict key {k!r}")
+    return k
+
+
+def load(f, map_location=None, weights_only: bool = True):
+    """Load what :func:`save` wrote (or any safetensors file) from a path or file object.
+
+    Args:
+        map_location: ``None``/``"cpu"``/an ``ember.device``: where tensors go.
+        weights_only: accepted for PyTorch compatibility; loading never runs code anyway.
+
+    Raises:
+        ValueError: the file is truncated or corrupted (the message names file and problem).
+
+    Example:
+        >>> p = os.path.join(tempfile.mkdtemp(), "b.st")
+        >>> ember.save([1, (2.5, None)], p)
+        >>> ember.load(p)
+        [1, (2.5, None)]
+    """
+    if map_location is not None and not isinstance(map_location, (str, _device)):
+        raise TypeError(f"ember.load: map_location must be None, a str or an ember.device, "
+                        f"got {type(map_location).__name__}")
+    dev = None if map_location is None else _device(map_location)
+    if hasattr(f, "read"):
+        return _load_from(f, None, getattr(f, "name", "<file object>"), dev)
+    path = os.fspath(f)
+    with open(path, "rb") as fh:
+        return _load_from(fh, os.fstat(fh.fileno()).st_size, path, dev)
+
+
+def _load_from(fh, size, name, dev):
+    try:
+        entries, meta = _parse_header(fh, size)
+        arrays = _read_tensors(fh, entries)
+        if _META_KEY not in meta:
+            dec = _Decoder(arrays, dev)
+            return {k: dec.tensor(k, False) for k in entries}
+        try:
+            structure = json.loads(meta[_META_KEY])
+        except json.JSONDecodeError as e:
+            raise _Corrupt(f"Ember metadata is not valid JSON: {e}") from None
+        return _Decoder(arrays, dev).decode(structure)
+    except _Corrupt as e:
+        raise ValueError(f"ember.load({name!r}): {e}") from None
+    except (KeyError, TypeError, ValueError) as e:
+        raise ValueError(f"ember.load({name!r}): malformed Ember metadata: {e!r}") from None
