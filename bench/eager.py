@@ -129,39 +129,11 @@ def mlp_data():
     return x, onehot, ws
 
 
-def _ember_log_softmax(z):
-    if hasattr(em, "log_softmax"):
-        return em.log_softmax(z, dim=1)
-    m = z.detach().amax(dim=1, keepdim=True)
-    return z - m - (z - m).exp().sum(dim=1, keepdim=True).log()
-
-
-def mlp_ember():
+def mlp(lib):
+    """The MLP step with raw tensors, for any library with PyTorch's API (ember or torch)."""
     x, onehot, ws = mlp_data()
-    x, onehot = em.tensor(x), em.tensor(onehot)
-    params = [(em.tensor(w, requires_grad=True), em.tensor(b, requires_grad=True)) for w, b in ws]
-
-    def step():
-        h = x
-        for i, (w, b) in enumerate(params):
-            h = h @ w + b
-            if i < len(params) - 1:
-                h = h.relu()
-        loss = -(_ember_log_softmax(h) * onehot).sum() / BATCH
-        loss.backward()
-        with em.no_grad():
-            for w, b in params:
-                w.sub_(w.grad, alpha=LR)
-                b.sub_(b.grad, alpha=LR)
-                w.grad = b.grad = None
-        return loss
-    return step
-
-
-def mlp_torch():
-    x, onehot, ws = mlp_data()
-    x, onehot = torch.from_numpy(x), torch.from_numpy(onehot)
-    params = [(torch.tensor(w, requires_grad=True), torch.tensor(b, requires_grad=True))
+    x, onehot = lib.from_numpy(x), lib.from_numpy(onehot)
+    params = [(lib.tensor(w, requires_grad=True), lib.tensor(b, requires_grad=True))
               for w, b in ws]
 
     def step():
@@ -170,9 +142,9 @@ def mlp_torch():
             h = h @ w + b
             if i < len(params) - 1:
                 h = h.relu()
-        loss = -(torch.log_softmax(h, dim=1) * onehot).sum() / BATCH
+        loss = -(lib.log_softmax(h, dim=1) * onehot).sum() / BATCH
         loss.backward()
-        with torch.no_grad():
+        with lib.no_grad():
             for w, b in params:
                 w.sub_(w.grad, alpha=LR)
                 b.sub_(b.grad, alpha=LR)
@@ -249,9 +221,9 @@ def main() -> None:
     if torch is not None:
         chain["torch"] = chain(torch)
     row(f"{CHAIN}-op chain fwd+bwd (100 elems)", compare(chain))
-    mlp = {"ember": mlp_ember(), "numpy": mlp_numpy()}
+    mlp = {"ember": mlp(em), "numpy": mlp_numpy()}
     if torch is not None:
-        mlp["torch"] = mlp_torch()
+        mlp["torch"] = mlp(torch)
     first = {k: float(v.detach() if hasattr(v, "detach") else v)  # same data and weights:
              for k, v in ((k, f()) for k, f in mlp.items())}          # the same loss
     if max(first.values()) - min(first.values()) > 1e-4 * abs(first["numpy"]):

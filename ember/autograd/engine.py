@@ -376,3 +376,22 @@ class _RemovableHandle:
     def remove(self) -> None:
         if self._fn in self._lst:
             self._lst.remove(self._fn)
+
+
+def zero_grads(tensors, set_to_none: bool = True) -> None:
+    """Reset the ``.grad`` of ``tensors``: to None, or to zeros in place (cut from any graph).
+
+    The one implementation behind ``Module.zero_grad`` and ``Optimizer.zero_grad``.
+    """
+    for p in tensors:
+        g = p.grad
+        if g is None:
+            continue
+        if set_to_none:
+            p.grad = None
+            continue
+        if g.grad_fn is not None:
+            g.detach_()
+        else:
+            g.requires_grad_(False)
+        g.zero_()

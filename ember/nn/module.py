@@ -305,17 +305,8 @@ class Module(_StateDictMixin, _ConversionMixin):
 
     def zero_grad(self, set_to_none: bool = True) -> None:
         """Reset gradients: to None (default) or to zeros in place."""
-        for p in self.parameters():
-            if p.grad is not None:
-                if set_to_none:
-                    p.grad = None
-                else:
-                    g = p.grad
-                    if g.grad_fn is not None:
-                        g.detach_()
-                    else:
-                        g.requires_grad_(False)
-                    g.zero_()
+        from ..autograd.engine import zero_grads
+        zero_grads(self.parameters(), set_to_none)
 
     def apply(self, fn) -> "Module":
         """Call ``fn(m)`` on every submodule (children first) and self; returns self."""

@@ -9,6 +9,7 @@ from typing import Any, Callable, Iterable
 from .. import dtypes as _dt
 from ..autograd.grad_mode import enable_grad, no_grad
 from ..tensor import Tensor
+from ..autograd.engine import zero_grads
 
 __all__ = ["Optimizer", "required"]
 
@@ -167,19 +168,7 @@ class Optimizer:
     # ------------------------------------------------------------------ stepping
     def zero_grad(self, set_to_none: bool = True) -> None:
         """Reset the gradients of all optimized tensors (to ``None`` by default)."""
-        for group in self.param_groups:
-            for p in group["params"]:
-                if p.grad is None:
-                    continue
-                if set_to_none:
-                    p.grad = None
-                else:
-                    g = p.grad
-                    if g.grad_fn is not None:
-                        g.detach_()
-                    else:
-                        g.requires_grad_(False)
-                    g.zero_()
+        zero_grads((p for group in self.param_groups for p in group["params"]), set_to_none)
 
     def step(self, closure: Callable[[], Any] | None = None):
         """Perform one optimization step; ``closure`` re-evaluates the model and returns the loss.
