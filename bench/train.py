@@ -37,10 +37,14 @@ import numpy as np
 sys.path.insert(0, str(Path(__file__).resolve().parents[1]))
 import ember  # noqa: E402
 
-try:
-    import torch
-except Exception:  # noqa: BLE001 - torch is optional (pip install -e '.[bench]')
-    torch = None
+
+def _import_torch():
+    """PyTorch, or None when it is not installed (``pip install -e '.[bench]'`` adds it)."""
+    try:
+        import torch
+    except Exception:  # noqa: BLE001 - torch is optional
+        return None
+    return torch
 
 LOSS_RTOL = 1e-4
 
@@ -237,12 +241,15 @@ def main(argv=None) -> int:
     ap.add_argument("--attn", choices=("sdpa", "mha"), default="sdpa",
                     help="W3 attention: F.scaled_dot_product_attention or nn.MultiheadAttention")
     args = ap.parse_args(argv)
+    torch = _import_torch()   # NOTE: imported here so that the smoke test stays light
     rounds, turn_s, warmup = (3, 0.05, 2) if args.quick else (15, 0.3, 5)
 
-    ember.show_config()
+    info = ember.show_config()
     if torch is None:
         print("torch not importable: Ember times only, no ratios")
     else:
+        if isinstance(info.get("blas_threads"), int):   # NOTE: same thread count for both
+            torch.set_num_threads(info["blas_threads"])
         print(f"torch {torch.__version__}, {torch.get_num_threads()} threads")
     print(f"\n{'workload':<16}{'ember':>13}{'torch':>13}{'ember/torch':>13}{'target':>10}")
     ok = True

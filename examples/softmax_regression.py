@@ -11,6 +11,7 @@ Run:
 from __future__ import annotations
 
 import argparse
+import importlib.util
 
 import ember as em
 from ember import nn, optim
@@ -29,11 +30,8 @@ def load(name: str, seed: int):
 
 
 def default_dataset() -> str:
-    try:
-        import sklearn  # noqa: F401
-    except ImportError:
-        return "spirals"
-    return "digits"
+    """The digits when scikit-learn (which ships them) is installed, else the spirals."""
+    return "digits" if importlib.util.find_spec("sklearn") is not None else "spirals"
 
 
 def accuracy(model: nn.Module, x, y) -> float:
