@@ -217,19 +217,19 @@ def main() -> None:
           f"{'ember/numpy':>12}{'ember/torch':>12}")
     for n in (1, 1000):
         row(f"a + b, {n} float32", compare(add_cases(n)))
-    chain = {"ember": chain(em), "numpy": chain_numpy()}
+    chains = {"ember": chain(em), "numpy": chain_numpy()}
     if torch is not None:
-        chain["torch"] = chain(torch)
-    row(f"{CHAIN}-op chain fwd+bwd (100 elems)", compare(chain))
-    mlp = {"ember": mlp(em), "numpy": mlp_numpy()}
+        chains["torch"] = chain(torch)
+    row(f"{CHAIN}-op chain fwd+bwd (100 elems)", compare(chains))
+    mlps = {"ember": mlp(em), "numpy": mlp_numpy()}
     if torch is not None:
-        mlp["torch"] = mlp(torch)
+        mlps["torch"] = mlp(torch)
     first = {k: float(v.detach() if hasattr(v, "detach") else v)  # same data and weights:
-             for k, v in ((k, f()) for k, f in mlp.items())}          # the same loss
+             for k, v in ((k, f()) for k, f in mlps.items())}         # the same loss
     if max(first.values()) - min(first.values()) > 1e-4 * abs(first["numpy"]):
         raise SystemExit(f"MLP step losses disagree: {first}")
     row("MLP train step (b128 784-512-512-10)",
-        compare(mlp, min_time=1.0, repeat=9))
+        compare(mlps, min_time=1.0, repeat=9))
     for n in (2048, 4096):
         times = compare(matmul_cases(n), min_time=0.5 if n == 2048 else 0.0,
                         repeat=5 if n == 2048 else 3)
