@@ -40,5 +40,7 @@ from . import optim
 from .memory import memory_stats, reset_peak_memory_stats, set_memory_limit
 from .config import show_config
 from .serialization import save, load
+from . import graph
+from .graph import compile  # noqa: A001 - ember.compile, like torch.compile
 
 __version__ = "0.1.0"

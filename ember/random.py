@@ -210,6 +210,24 @@ def _zero_grad_link(out: Tensor, *inputs) -> Tensor:
     return out
 
 
+def _drawn(draw, dtype, device, requires_grad, what: str, inputs=()) -> Tensor:
+    """A tensor of fresh samples ``draw(*input arrays)``. Under a tracer (``ember.compile``)
+    the draw becomes a ``random`` node that samples again, from the same generator, at
+    every run of the graph."""
+    t = _finish(draw(*(x._data for x in inputs)), dtype, device, requires_grad)
+    if _grad_state.modes:
+        m = _grad_state.modes[-1]
+        if hasattr(m, "random"):
+            m.random(t, draw, inputs, what)
+    return t
+
+
+def _untraceable(what: str) -> None:
+    """Tell a tracer that ``what`` can't be recorded (a graph break)."""
+    if _grad_state.modes and hasattr(_grad_state.modes[-1], "unsupported"):
+        _grad_state.modes[-1].unsupported(what)
+
+
 # ---------------------------------------------------------------------------- factories
 def rand(*size, generator=None, dtype=None, device=None, requires_grad=False) -> Tensor:
     """Uniform samples on [0, 1) (``torch.rand``).
@@ -220,7 +238,8 @@ def rand(*size, generator=None, dtype=None, device=None, requires_grad=False) ->
     """
     shape = _size(size, "rand")
     dtype = _float_dtype(dtype, "rand")
-    return _finish(_uniform01(_gen(generator), shape, dtype), dtype, device, requires_grad)
+    return _drawn(lambda: _uniform01(_gen(generator), shape, dtype), dtype, device,
+                  requires_grad, "rand")
 
 
 def randn(*size, generator=None, dtype=None, device=None, requires_grad=False) -> Tensor:
@@ -232,7 +251,8 @@ def randn(*size, generator=None, dtype=None, device=None, requires_grad=False) -
     """
     shape = _size(size, "randn")
     dtype = _float_dtype(dtype, "randn")
-    return _finish(_normal01(_gen(generator), shape, dtype), dtype, device, requires_grad)
+    return _drawn(lambda: _normal01(_gen(generator), shape, dtype), dtype, device,
+                  requires_grad, "randn")
 
 
 def _int_bounds(low, high, dtype, op):
@@ -266,8 +286,8 @@ def randint(*args, size=None, generator=None, dtype=None, device=None,
     shape = _size((size,) if isinstance(size, int) else tuple(size), "randint")
     dtype = _dt.int64 if dtype is None else _dt.as_dtype(dtype)
     low, high = _int_bounds(low, high, dtype, "randint")
-    arr = _gen(generator).integers(low, high, shape, dtype=np.int64).astype(dtype.np)
-    return _finish(arr, dtype, device, requires_grad)
+    return _drawn(lambda: _gen(generator).integers(low, high, shape, dtype=np.int64).astype(
+        dtype.np), dtype, device, requires_grad, "randint")
 
 
 def normal(mean=0.0, std=1.0, size=None, *, generator=None, dtype=None, device=None,
@@ -286,7 +306,13 @@ def normal(mean=0.0, std=1.0, size=None, *, generator=None, dtype=None, device=N
             raise TypeError("normal(): with number mean and std, size= is required")
         shape, dt = _size((size,) if isinstance(size, int) else tuple(size), "normal"), \
             _float_dtype(dtype, "normal")
+        if std < 0:
+            raise ValueError(f"normal expects std >= 0.0, got std={std!r}")
+        return _drawn(lambda: np.ascontiguousarray(
+            (mean + std * _normal01(_gen(generator), shape, dt)).astype(dt.np)),
+            dt, device, requires_grad, "normal")
     else:
+        _untraceable("normal() with tensor mean/std")
         dt = _float_dtype(_dt.result_type(*tens), "normal")
         shape = np.broadcast_shapes(*(tuple(t.shape) for t in tens))
     host = lambda x: x.detach().cpu().numpy() if isinstance(x, Tensor) else x  # noqa: E731
@@ -306,13 +332,17 @@ def bernoulli(input: Tensor, p=None, *, generator=None) -> Tensor:
         >>> ember.bernoulli(ember.full((3,), 1.0)).tolist()
         [1.0, 1.0, 1.0]
     """
-    probs = input.detach().cpu().numpy() if p is None else p
-    if np.any((np.asarray(probs) < 0) | (np.asarray(probs) > 1)):
+    probs = np.asarray(input.detach().cpu()._data) if p is None else p
+    if not _grad_state.modes and np.any((np.asarray(probs) < 0) | (np.asarray(probs) > 1)):
         raise ValueError("bernoulli: expects all probabilities p to be in [0, 1]")
     ct = input._dtype if input._dtype in (_dt.float32, _dt.float64) else _dt.float64
-    u = _uniform01(_gen(generator), tuple(input.shape), ct)
-    out = _finish((u < probs).astype(input._dtype.np), input._dtype, input._device, False)
-    return _zero_grad_link(out, input) if p is None else out
+    shape, odt = tuple(input.shape), input._dtype.np
+    if p is None:
+        out = _drawn(lambda pr: (_uniform01(_gen(generator), shape, ct) < pr).astype(odt),
+                     input._dtype, input._device, False, "bernoulli", (input.detach(),))
+        return _zero_grad_link(out, input)
+    return _drawn(lambda: (_uniform01(_gen(generator), shape, ct) < probs).astype(odt),
+                  input._dtype, input._device, False, "bernoulli")
 
 
 def randperm(n: int, *, generator=None, dtype=None, device=None, requires_grad=False) -> Tensor:
@@ -326,8 +356,8 @@ def randperm(n: int, *, generator=None, dtype=None, device=None, requires_grad=F
     if n < 0:
         raise ValueError(f"randperm: n must be non-negative, got {n}")
     dtype = _dt.int64 if dtype is None else _dt.as_dtype(dtype)
-    arr = _gen(generator).permutation(n).astype(dtype.np)
-    return _finish(arr, dtype, device, requires_grad)
+    return _drawn(lambda: _gen(generator).permutation(n).astype(dtype.np), dtype, device,
+                  requires_grad, "randperm")
 
 
 def multinomial(input: Tensor, num_samples: int, replacement: bool = False, *,
@@ -338,6 +368,7 @@ def multinomial(input: Tensor, num_samples: int, replacement: bool = False, *,
         >>> ember.multinomial(ember.tensor([0., 1., 0.]), 2, replacement=True).tolist()
         [1, 1]
     """
+    _untraceable("multinomial()")
     if input.ndim not in (1, 2):
         raise ShapeError(f"multinomial: prob_dist must be 1 or 2 dim, got shape "
                          f"{tuple(input.shape)}")

@@ -28,6 +28,11 @@ class Size(tuple):
         return f"ember.Size({list(self)})"
 
 
+#: Called as ``hook(tensor, what)`` when Python reads a tensor's values (``item``, ``bool``,
+#: ``numpy``...). A tracer sets it: such a read is a graph break (see ember.graph.trace).
+_DATA_HOOK = None
+
+
 class Tensor:
     """An n-dimensional array with autograd support.
 
@@ -212,6 +217,8 @@ class Tensor:
     # ---------------------------------------------------------------- interop
     def numpy(self, *, force: bool = False):
         """The NumPy array sharing this tensor's memory (CPU tensors only)."""
+        if _DATA_HOOK is not None:
+            _DATA_HOOK(self, "numpy")
         if self._requires_grad and not force:
             raise RuntimeError("Can't call numpy() on a tensor that requires grad; use "
                                "tensor.detach().numpy() instead")
@@ -223,6 +230,8 @@ class Tensor:
         return self._data
 
     def __array__(self, dtype=None, copy=None):
+        if _DATA_HOOK is not None:
+            _DATA_HOOK(self, "__array__")
         arr = get_backend(self._device).to_host(self._data)
         if dtype is not None:
             arr = arr.astype(dtype, copy=False)
@@ -246,12 +255,16 @@ class Tensor:
         return id(self)
 
     def __bool__(self) -> bool:
+        if _DATA_HOOK is not None:
+            _DATA_HOOK(self, "bool")
         if self._data.size != 1:
             raise RuntimeError(f"Boolean value of Tensor with {self._data.size} elements is "
                                f"ambiguous")
         return bool(self._data.reshape(-1)[0])
 
     def __index__(self) -> int:
+        if _DATA_HOOK is not None:
+            _DATA_HOOK(self, "__index__")
         if self._dtype.category != _dt.INT or self._data.size != 1:
             raise TypeError("only integer tensors of a single element can be converted to "
                             "an index")
@@ -259,6 +272,8 @@ class Tensor:
 
     def item(self):
         """The value of a one-element tensor as a Python number."""
+        if _DATA_HOOK is not None:
+            _DATA_HOOK(self, "item")
         if self._data.size != 1:
             raise RuntimeError(f"item(): a Tensor with {self._data.size} elements cannot be "
                                f"converted to a Python scalar")
@@ -272,6 +287,8 @@ class Tensor:
 
     def tolist(self):
         """The tensor as (nested) Python lists of Python numbers."""
+        if _DATA_HOOK is not None:
+            _DATA_HOOK(self, "tolist")
         arr = get_backend(self._device).to_host(self._data)
         if self._dtype is _dt.bfloat16:
             arr = arr.astype("float32")

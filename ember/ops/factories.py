@@ -11,6 +11,7 @@ import numpy as np
 
 from .. import dtypes as _dt
 from ..device import device as _device, get_backend
+from ..autograd.grad_mode import state as _grad_state
 from ..errors import DTypeError
 from ..tensor import Tensor, _wrap, from_array
 from ._util import as_shape
@@ -130,6 +131,8 @@ def _make(fill, shape, dtype, device, requires_grad, op):
     t = _wrap(arr, dtype, dev)
     if requires_grad:
         t.requires_grad_(True)
+    if _grad_state.modes:
+        _traced_constant(t)
     return t
 
 
@@ -188,6 +191,8 @@ def _finish(arr, dtype, dev, requires_grad) -> Tensor:
     t = _wrap(arr, dtype, dev)
     if requires_grad:
         t.requires_grad_(True)
+    if _grad_state.modes:
+        _traced_constant(t)
     return t
 
 
@@ -306,3 +311,10 @@ def eye(n: int, m: int | None = None, *, dtype=None, device=None,
     dtype = _dt.as_dtype(dtype)
     return _finish(np.eye(int(n), int(m), dtype=dtype.np), dtype, _device(device or "cpu"),
                    requires_grad)
+
+
+def _traced_constant(t: Tensor) -> None:
+    """Under a tracer (ember.graph), a tensor made from Python data is a graph constant."""
+    m = _grad_state.modes[-1]
+    if hasattr(m, "constant"):
+        m.constant(t)

@@ -68,11 +68,20 @@ def commit(x: Tensor, r: Tensor, op: str) -> Tensor:
         node = r._grad_fn
     x._data[...] = r._data
     x._storage.version += 1
+    if state.modes:
+        _tracer_write(x, r)
     if node is not None and state.grad_enabled:
         x._grad_fn, x._out_nr, x._requires_grad = node, r._out_nr, True
     if r._fw is not None:
         x._fw = r._fw
     return x
+
+
+def _tracer_write(x: Tensor, r: Tensor) -> None:
+    """Tell a tracer (ember.graph) that ``x`` now holds ``r``'s values."""
+    m = state.modes[-1]
+    if hasattr(m, "on_write"):
+        m.on_write(x, r)
 
 
 def _true(x):
@@ -122,6 +131,8 @@ def _commit_view(x: Tensor, r: Tensor, grad: bool) -> Tensor:
                             {"dims": (0,), "accumulate": False}).reshape(b.shape)
     x._data[...] = r._data
     x._storage.version += 1
+    if state.modes:
+        _tracer_write(x, r)
     if grad:
         b._grad_fn, b._out_nr, b._requires_grad = nb._grad_fn, nb._out_nr, nb._requires_grad
     b._fw = nb._fw
@@ -178,6 +189,8 @@ def _ufunc_(name, fallback):
     into ``self`` with ``out=``; ``alpha`` scales ``other`` on the raw arrays.
     """
     def method(self, other, *, alpha=1):
+        if alpha.__class__ is Tensor:      # a traced learning rate (ember.compile)
+            other, alpha = other * alpha, 1
         if _no_autograd(self, other):
             is_t = other.__class__ is Tensor or isinstance(other, Tensor)
             if is_t and other._dtype is self._dtype and other._device is self._device or \
@@ -212,6 +225,8 @@ def copy_into_out(out: Tensor, r: Tensor) -> Tensor:
                          f"{tuple(out.shape)}")
     out._data[...] = r._data
     out._storage.version += 1
+    if state.modes:
+        _tracer_write(out, r)
     return out
 
 
@@ -242,6 +257,8 @@ def fill_(self: Tensor, value) -> Tensor:
     _check_overlap(self, "fill_")
     self._data[...] = value
     self._storage.version += 1
+    if state.modes and hasattr(state.modes[-1], "on_fill"):
+        state.modes[-1].on_fill(self, value)
     return self
 
 

@@ -23,11 +23,18 @@ from .inplace import check_inplace
 __all__ = ["set_printoptions", "get_printoptions", "printoptions"]
 
 
-def _write(self: Tensor, arr, op: str) -> Tensor:
+def _write(self: Tensor, draw, op: str, inputs=()) -> Tensor:
+    """Fill ``self`` with ``draw(*input arrays)``; under a tracer, a random node + write."""
     check_inplace(self, op)
     be = get_backend(self._device)
+    arr = draw(*(x._data for x in inputs))
     self._data[...] = arr if be.has("host_memory") else be.asarray(arr)
     self._storage.version += 1
+    if state.modes and hasattr(state.modes[-1], "random"):
+        from ..tensor import _wrap
+        r = _wrap(arr, self._dtype, self._device)
+        state.modes[-1].random(r, draw, inputs, op)
+        state.modes[-1].on_write(self, r)
     if state.grad_enabled and self._requires_grad:  # a non-leaf loses its history (as fill_)
         self._grad_fn, self._requires_grad = None, False
     return self
@@ -53,9 +60,10 @@ def uniform_(self: Tensor, a: float = 0.0, b: float = 1.0, *, generator=None,
     if not a <= b:
         raise ValueError(f"uniform_ expects to return a [from, to) range, but found "
                          f"from={a} > to={b}")
-    u = _uniform01(_gen(generator), tuple(self.shape), dt)
-    ct = u.dtype if dt in (_dt.float32, _dt.float64) else np.float32
-    return _write(self, (u.astype(ct) * ct.type(b - a) + ct.type(a)).astype(dt.np), "uniform_")
+    shape = tuple(self.shape)
+    ct = dt.np if dt in (_dt.float32, _dt.float64) else np.dtype(np.float32)
+    return _write(self, lambda: (_uniform01(_gen(generator), shape, dt).astype(ct) *
+                                 ct.type(b - a) + ct.type(a)).astype(dt.np), "uniform_")
 
 
 def normal_(self: Tensor, mean: float = 0.0, std: float = 1.0, *, generator=None) -> Tensor:
@@ -67,18 +75,24 @@ def normal_(self: Tensor, mean: float = 0.0, std: float = 1.0, *, generator=None
     dt = _need_float(self, "normal_")
     if std < 0:
         raise ValueError(f"normal_ expects std >= 0.0, but found std {std}")
-    z = _normal01(_gen(generator), tuple(self.shape), dt)
-    ct = z.dtype if dt in (_dt.float32, _dt.float64) else np.float32
-    return _write(self, (z.astype(ct) * ct.type(std) + ct.type(mean)).astype(dt.np), "normal_")
+    shape = tuple(self.shape)
+    ct = dt.np if dt in (_dt.float32, _dt.float64) else np.dtype(np.float32)
+    return _write(self, lambda: (_normal01(_gen(generator), shape, dt).astype(ct) *
+                                 ct.type(std) + ct.type(mean)).astype(dt.np), "normal_")
 
 
 def bernoulli_(self: Tensor, p=0.5, *, generator=None) -> Tensor:
     """Fill with 0/1 samples that are 1 with probability ``p`` (a number or tensor)."""
-    probs = p.detach().cpu().numpy() if isinstance(p, Tensor) else p
-    if np.any((np.asarray(probs) < 0) | (np.asarray(probs) > 1)):
+    shape, odt = tuple(self.shape), self._dtype.np
+    if isinstance(p, Tensor):
+        if not state.modes and np.any((p._data < 0) | (p._data > 1)):
+            raise ValueError("bernoulli_: expects all probabilities p to be in [0, 1]")
+        return _write(self, lambda pr: (_uniform01(_gen(generator), shape, _dt.float64) <
+                                        pr).astype(odt), "bernoulli_", (p.detach(),))
+    if np.any((np.asarray(p) < 0) | (np.asarray(p) > 1)):
         raise ValueError("bernoulli_: expects all probabilities p to be in [0, 1]")
-    u = _uniform01(_gen(generator), tuple(self.shape), _dt.float64)
-    return _write(self, (u < probs).astype(self._dtype.np), "bernoulli_")
+    return _write(self, lambda: (_uniform01(_gen(generator), shape, _dt.float64) < p).astype(
+        odt), "bernoulli_")
 
 
 def random_(self: Tensor, *args, generator=None, **kw) -> Tensor:
@@ -98,8 +112,9 @@ def random_(self: Tensor, *args, generator=None, **kw) -> Tensor:
     if lo >= hi:
         raise ValueError(f"random_ expects 'from' to be less than 'to', but got from={lo} >= "
                          f"to={hi}")
-    arr = _gen(generator).integers(lo, hi, tuple(self.shape), dtype=np.int64)
-    return _write(self, arr.astype(dt.np), "random_")
+    shape = tuple(self.shape)
+    return _write(self, lambda: _gen(generator).integers(lo, hi, shape, dtype=np.int64).astype(
+        dt.np), "random_")
 
 
 def exponential_(self: Tensor, lambd: float = 1.0, *, generator=None) -> Tensor:
@@ -108,8 +123,9 @@ def exponential_(self: Tensor, lambd: float = 1.0, *, generator=None) -> Tensor:
     if not lambd > 0:
         raise ValueError(f"exponential_ expects lambda > 0.0, but found lambda={lambd}")
     ct = dt.np if dt in (_dt.float32, _dt.float64) else np.dtype(np.float32)
-    e = _gen(generator).standard_exponential(tuple(self.shape), dtype=ct)
-    return _write(self, (e / ct.type(lambd)).astype(dt.np), "exponential_")
+    shape = tuple(self.shape)
+    return _write(self, lambda: (_gen(generator).standard_exponential(shape, dtype=ct) /
+                                 ct.type(lambd)).astype(dt.np), "exponential_")
 
 
 Tensor.uniform_ = uniform_

@@ -1,6 +1,8 @@
 """The Adam family: Adam, AdamW, Adamax and NAdam (PyTorch's exact update formulas)."""
 from __future__ import annotations
 
+from .. import dtypes as _dt
+from ..autograd.grad_mode import state as _grad_state
 from ..ops.factories import ones, zeros, zeros_like
 from . import _ops as O
 from .optimizer import Optimizer, _check, _scalar_dtype
@@ -13,10 +15,14 @@ def _new_step():
     return zeros((), dtype=_scalar_dtype())
 
 
-def _advance(state) -> float:
-    """Increment ``state["step"]`` (a 0-d tensor, as in PyTorch) and return it as a float."""
+def _advance(state):
+    """Increment ``state["step"]`` (a 0-d tensor, as in PyTorch) and return it as a float —
+    or, while ``ember.compile`` traces, as a float64 0-d tensor, so the bias corrections are
+    graph ops that follow the step count (PyTorch's ``capturable`` mode)."""
     step = state["step"]
     step.add_(1)
+    if _grad_state.modes:
+        return step.to(_dt.float64)
     return step.item()
 
 
@@ -55,7 +61,8 @@ class Adam(_AdamBase):
         super().__init__(params, defaults)
 
     def _update_group(self, group) -> None:
-        lr, eps, wd, amsgrad = group["lr"], group["eps"], group["weight_decay"], group["amsgrad"]
+        eps, wd, amsgrad = group["eps"], group["weight_decay"], group["amsgrad"]
+        lr = self._hyper(group, "lr")
         beta1, beta2 = group["betas"]
         maximize, decoupled = group["maximize"], group["decoupled_weight_decay"]
         for p, g, state in self._grads(group):
@@ -120,8 +127,9 @@ class Adamax(_AdamBase):
         super().__init__(params, defaults)
 
     def _update_group(self, group) -> None:
-        lr, eps, wd, maximize = group["lr"], group["eps"], group["weight_decay"], \
+        eps, wd, maximize = group["eps"], group["weight_decay"], \
             group["maximize"]
+        lr = self._hyper(group, "lr")
         beta1, beta2 = group["betas"]
         for p, g, state in self._grads(group):
             if not state:
@@ -168,7 +176,8 @@ class NAdam(_AdamBase):
         _check(group["momentum_decay"] >= 0.0, "momentum_decay value", group["momentum_decay"])
 
     def _update_group(self, group) -> None:
-        lr, eps, wd = group["lr"], group["eps"], group["weight_decay"]
+        eps, wd = group["eps"], group["weight_decay"]
+        lr = self._hyper(group, "lr")
         beta1, beta2 = group["betas"]
         mdecay, decoupled = group["momentum_decay"], group["decoupled_weight_decay"]
         for p, g, state in self._grads(group):

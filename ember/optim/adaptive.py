@@ -41,7 +41,8 @@ class RMSprop(Optimizer):
         _check(group["alpha"] >= 0.0, "alpha value", group["alpha"])
 
     def _update_group(self, group) -> None:
-        lr, alpha, eps, wd = group["lr"], group["alpha"], group["eps"], group["weight_decay"]
+        alpha, eps, wd = group["alpha"], group["eps"], group["weight_decay"]
+        lr = self._hyper(group, "lr")
         momentum, centered = group["momentum"], group["centered"]
         for p, g, state in self._grads(group):
             if not state:
@@ -108,8 +109,9 @@ class Adagrad(Optimizer):
                group["initial_accumulator_value"])
 
     def _update_group(self, group) -> None:
-        lr, eps, wd, lr_decay = group["lr"], group["eps"], group["weight_decay"], \
+        eps, wd, lr_decay = group["eps"], group["weight_decay"], \
             group["lr_decay"]
+        lr = self._hyper(group, "lr")
         for p, g, state in self._grads(group):
             self._init_state(p, group)
             step = _advance(state)
@@ -147,7 +149,8 @@ class Adadelta(Optimizer):
         _check(0.0 <= group["rho"] <= 1.0, "rho value", group["rho"])
 
     def _update_group(self, group) -> None:
-        lr, rho, eps, wd = group["lr"], group["rho"], group["eps"], group["weight_decay"]
+        rho, eps, wd = group["rho"], group["eps"], group["weight_decay"]
+        lr = self._hyper(group, "lr")
         for p, g, state in self._grads(group):
             if not state:
                 state["step"] = _new_step()

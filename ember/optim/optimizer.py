@@ -7,7 +7,7 @@ from collections import defaultdict
 from typing import Any, Callable, Iterable
 
 from .. import dtypes as _dt
-from ..autograd.grad_mode import enable_grad, no_grad
+from ..autograd.grad_mode import enable_grad, no_grad, state as _grad_state
 from ..tensor import Tensor
 from ..autograd.engine import zero_grads
 
@@ -164,6 +164,17 @@ class Optimizer:
                             f"(use lr.item(), or change param_group['lr'] between steps)")
         if lr is not required:
             _check(lr >= 0.0, "learning rate", lr)
+
+    def _hyper(self, group, key: str):
+        """``group[key]`` — or, while ``ember.compile`` traces a step, a 0-d float64 graph
+        input read from ``group[key]`` at every run (so LR schedules never recompile)."""
+        v = group[key]
+        if _grad_state.modes and hasattr(_grad_state.modes[-1], "lift_scalar"):
+            return _grad_state.modes[-1].lift_scalar(
+                lambda: group[key], v, _dt.float64, None,
+                f"{type(self).__name__}.param_groups"
+                f"[{next(i for i, g in enumerate(self.param_groups) if g is group)}].{key}")
+        return v
 
     # ------------------------------------------------------------------ stepping
     def zero_grad(self, set_to_none: bool = True) -> None:

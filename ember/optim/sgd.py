@@ -40,7 +40,8 @@ class SGD(Optimizer):
                              f"dampening={group['dampening']})")
 
     def _update_group(self, group) -> None:
-        lr, wd, mom = group["lr"], group["weight_decay"], group["momentum"]
+        wd, mom = group["weight_decay"], group["momentum"]
+        lr = self._hyper(group, "lr")
         damp, nesterov, maximize = group["dampening"], group["nesterov"], group["maximize"]
         for p, g, state in self._grads(group):
             if maximize:
@@ -83,7 +84,8 @@ class Lion(Optimizer):
         _check(group["weight_decay"] >= 0.0, "weight_decay value", group["weight_decay"])
 
     def _update_group(self, group) -> None:
-        lr, wd, maximize = group["lr"], group["weight_decay"], group["maximize"]
+        wd, maximize = group["weight_decay"], group["maximize"]
+        lr = self._hyper(group, "lr")
         beta1, beta2 = group["betas"]
         for p, g, state in self._grads(group):
             if maximize:

@@ -1,0 +1,391 @@
+"""``ember.compile``: capture a Python function into graphs, optimise them, run them.
+
+The first call for each *signature* traces the function (see :mod:`ember.graph.trace`) —
+the traced call runs for real and returns eager results — then the graph goes through
+the pass pipeline and is lowered to a :class:`~ember.graph.executor.Program`. Later calls
+with the same signature run the program: graph inputs are read from the call's tensors
+and from the state the function touched (parameters, gradients, optimizer state, learning
+rates); changed state is written back.
+
+The signature holds what the graph was specialised on: each tensor argument's shape,
+dtype, device and ``requires_grad``; Python scalar arguments by value; the grad mode; and
+for the modules and optimizers the function can reach (its arguments, closure, globals):
+each module's ``training`` flag, which parameters have a ``.grad``, the optimizer's
+hyper-parameters (the learning rate excepted: it is a graph input, so schedulers never
+cause a recompile) and which parameters have optimizer state. A change retraces, and
+``explain()`` shows the difference.
+"""
+from __future__ import annotations
+
+import functools
+import time
+import warnings
+
+import numpy as np
+
+from ..autograd.grad_mode import state as _state
+from ..errors import GraphError
+from ..func._tree import tree_flatten, tree_unflatten
+from ..tensor import Tensor, _wrap
+from .executor import Program
+from .explain import Explanation
+from .passes import run_pipeline, DEFAULT_PASSES
+from .trace import Source, Tracer
+
+__all__ = ["compile", "CompiledFunction"]
+
+CACHE_LIMIT = 8
+
+
+def compile(fn=None, *, fullgraph: bool = False, dynamic: bool = False, passes=None,
+            parallel: bool = False, name: str | None = None):
+    """Compile ``fn`` (a function or a Module) into cached, optimised graphs.
+
+    Args:
+        fullgraph: raise :class:`~ember.graph.trace.GraphBreak` (naming the file and line)
+            instead of running part of ``fn`` eagerly when it reads a traced value in Python.
+        dynamic: Ember specialises every graph to its input shapes; with ``dynamic=True``
+            a shape change retraces without counting towards the recompile limit.
+        passes: the pass pipeline (names or ``Graph -> (Graph, stats)`` callables);
+            default :data:`ember.graph.passes.DEFAULT_PASSES`. ``[]`` runs none.
+        parallel: run independent nodes concurrently on a thread pool.
+
+    Example:
+        >>> @ember.compile
+        ... def step(x, y):
+        ...     opt.zero_grad()
+        ...     loss = F.cross_entropy(model(x), y)
+        ...     loss.backward()
+        ...     opt.step()
+        ...     return loss.detach()
+    """
+    if fn is None:
+        return functools.partial(compile, fullgraph=fullgraph, dynamic=dynamic, passes=passes,
+                                 parallel=parallel, name=name)
+    return CompiledFunction(fn, fullgraph=fullgraph, dynamic=dynamic, passes=passes,
+                            parallel=parallel, name=name)
+
+
+class _Entry:
+    """One captured signature: the program, where its inputs come from, what it writes."""
+
+    __slots__ = ("graph", "program", "arg_slots", "sources", "writes", "grads", "out_spec",
+                 "out_leaves", "out_leaves_vars", "n_user", "eager", "reason", "raw_graph",
+                 "report", "compile_s")
+
+
+class CompiledFunction:
+    """What :func:`compile` returns: call it like ``fn``; ``explain()`` tells what happened."""
+
+    def __init__(self, fn, *, fullgraph=False, dynamic=False, passes=None, parallel=False,
+                 name=None):
+        from ..nn.module import Module
+        self.module = fn if isinstance(fn, Module) else None
+        self.fn = fn
+        self.fullgraph = fullgraph
+        self.dynamic = dynamic
+        self.passes = DEFAULT_PASSES if passes is None else list(passes)
+        self.parallel = parallel
+        self.name = name or getattr(fn, "__name__", type(fn).__name__)
+        self._cache: dict = {}
+        self._roots = None
+        self._last_sig = None
+        self._recompiles = 0
+        self.log = Explanation(self.name)
+        functools.update_wrapper(self, fn, updated=()) if not self.module else None
+
+    # ------------------------------------------------------------------ calling
+    def __call__(self, *args, **kwargs):
+        if self._roots is None:
+            self._roots = _discover(self.fn, args, kwargs)
+        flat, spec = tree_flatten((args, kwargs))
+        sig = self._signature(flat, spec)
+        key = tuple(sig.items())
+        e = self._cache.get(key)
+        if e is None:
+            return self._capture(sig, key, flat, spec, args, kwargs)
+        if e.eager:
+            return self.fn(*args, **kwargs)
+        return _run(e, flat)
+
+    def _signature(self, flat, spec) -> dict:
+        sig = {"grad_enabled": _state.grad_enabled, "structure": repr(spec)}
+        for i, x in enumerate(flat):
+            if isinstance(x, Tensor):
+                sig[f"arg{i}"] = (f"{x._dtype.name}[{', '.join(map(str, x._data.shape))}] "
+                                  f"{x._device}" + (" requires_grad" if x._requires_grad
+                                                     else ""))
+            elif isinstance(x, (bool, int, float, str, type(None))):
+                sig[f"arg{i}"] = repr(x)
+            else:
+                sig[f"arg{i}"] = f"{type(x).__name__}@{id(x):x}"
+        r = self._roots
+        for label, m in r.modules:
+            sig[f"{label}.training"] = m.training
+        for label, p in r.params:
+            sig[f"{label}.grad"] = "None" if p.grad is None else \
+                f"{p.grad._dtype.name}[{', '.join(map(str, p.grad._data.shape))}]"
+        for label, opt in r.optimizers:
+            for gi, g in enumerate(opt.param_groups):
+                hp = tuple((k, v) for k, v in sorted(g.items()) if k not in ("params", "lr"))
+                sig[f"{label}.param_groups[{gi}]"] = repr(hp)
+                sig[f"{label}.state[{gi}]"] = tuple(len(opt.state.get(p, ())) if p in opt.state
+                                                    else 0 for p in g["params"])
+        return sig
+
+    # ------------------------------------------------------------------ tracing
+    def _capture(self, sig, key, flat, spec, args, kwargs):
+        t0 = time.perf_counter()
+        if self._last_sig is not None:
+            diff = {k: (self._last_sig.get(k), v) for k, v in sig.items()
+                    if self._last_sig.get(k) != v}
+            diff.update({k: (v, None) for k, v in self._last_sig.items() if k not in sig})
+            shape_only = all(k.startswith("arg") for k in diff)
+            if not (self.dynamic and shape_only):
+                self._recompiles += 1
+            self.log.recompile(diff)
+        self._last_sig = sig
+        if self._recompiles > CACHE_LIMIT:
+            self.log.note(f"more than {CACHE_LIMIT} recompiles: running eagerly from now on")
+            warnings.warn(f"ember.compile({self.name}): recompiled more than {CACHE_LIMIT} "
+                          f"times; running eagerly (see explain())", stacklevel=3)
+            e = _Entry()
+            e.eager, e.reason = True, "recompile limit"
+            self._cache[key] = e
+            return self.fn(*args, **kwargs)
+        r = self._roots
+        grad_owners = {id(p.grad._data): p for _, p in r.params if p.grad is not None}
+        tr = Tracer(self.name, self.fullgraph, grad_owners, r.labels)
+        arg_slots = []
+        for i, x in enumerate(flat):
+            if isinstance(x, Tensor):
+                v = tr.b.input(x._data.shape, x._dtype, x._device, f"arg{i}")
+                tr.bind(x, v)
+                arg_slots.append(i)
+        with tr:
+            result = self.fn(*args, **kwargs)
+        e = _Entry()
+        e.eager = False
+        if tr.broken is not None:
+            reason, where = tr.broken
+            self.log.graph_break(reason, where)
+            warnings.warn(f"ember.compile({self.name}): graph break at {where}: {reason}; "
+                          f"this function runs eagerly for this signature", stacklevel=2)
+            e.eager, e.reason = True, f"graph break at {where}: {reason}"
+            self._cache[key] = e
+            return result
+        try:
+            _finish_capture(tr, e, result, arg_slots, flat, [p for _, p in r.params])
+        except _Eager as why:
+            e.eager, e.reason = True, str(why)
+            self.log.note(f"signature runs eagerly: {why}")
+            self._cache[key] = e
+            return result
+        raw = tr.b.build(e.out_leaves_vars)
+        e.raw_graph = raw
+        graph, report = run_pipeline(raw, self.passes)
+        e.graph, e.report = graph, report
+        e.program = Program(graph, parallel=self.parallel)
+        e.compile_s = time.perf_counter() - t0
+        after = self._signature(flat, spec)
+        stable = after == sig
+        self.log.capture(sig, raw, graph, report, e.compile_s, tr.randoms, stable)
+        if stable:
+            self._cache[key] = e
+        return result
+
+    # ------------------------------------------------------------------ reporting
+    def explain(self) -> Explanation:
+        """What was captured, recompiled, broken and optimised (printable)."""
+        return self.log
+
+    def graphs(self) -> list:
+        """The optimised graphs, one per cached signature."""
+        return [e.graph for e in self._cache.values() if not e.eager]
+
+    def raw_graphs(self) -> list:
+        return [e.raw_graph for e in self._cache.values() if not e.eager]
+
+    @property
+    def graph(self):
+        """The optimised graph of the most recent capture."""
+        gs = self.graphs()
+        if not gs:
+            raise GraphError(f"ember.compile({self.name}): nothing captured yet (call it "
+                             f"first, or see explain())")
+        return gs[-1]
+
+    def __get__(self, obj, objtype=None):
+        return self if obj is None else functools.partial(self, obj)
+
+
+class _Eager(Exception):
+    pass
+
+
+def _finish_capture(tr: Tracer, e: _Entry, result, arg_slots, flat, params) -> None:
+    """Turn the tracer's state into graph outputs, write-backs and the output template."""
+    leaves, spec = tree_flatten(result)
+    outs, leaf_kind = [], []
+    for x in leaves:
+        if isinstance(x, Tensor):
+            if x._requires_grad and _state.grad_enabled:
+                raise _Eager("an output requires grad: call backward() inside the compiled "
+                             "function (compiled outputs carry no autograd history)")
+            leaf_kind.append(("tensor", len(outs), x._dtype, x._device))
+            outs.append(tr.read(x))
+        else:
+            leaf_kind.append(("static", x))
+    n_user = len(outs)
+    # in-place writes into tensors that existed before the call: write back
+    arg_of = {id(flat[i]._data): i for i in arg_slots}
+    writes, seen = [], set()
+    for aid, t in tr.written.items():
+        root = t._base if t._base is not None else t
+        rid = id(root._data)
+        if rid in seen or rid in tr.internal:
+            continue
+        seen.add(rid)
+        if rid not in tr.env:
+            continue
+        v = tr.read(root)
+        if rid in arg_of:
+            target = ("arg", arg_of[rid])
+        else:
+            owner = tr.grad_owners.get(rid)
+            target = ("grad", owner) if owner is not None and owner.grad is not None and \
+                owner.grad._data is root._data else ("tensor", root)
+        writes.append((target, len(outs), v))
+        outs.append(v)
+    # gradients backward() made for parameters (and any lifted leaf)
+    grads = []
+    candidates = {id(p): p for p in params}
+    candidates.update({k: t for k, t in tr.lifted.items() if t._requires_grad})
+    for p in candidates.values():
+        g = p.grad
+        if g is None:
+            grads.append((p, None, None))
+        elif id(g._data) in tr.internal and id(g._data) in tr.env:
+            grads.append((p, len(outs), (g._dtype, g._device)))
+            outs.append(tr.read(g))
+    e.arg_slots = arg_slots
+    e.sources = [src for _, src in tr.sources]
+    e.writes = [(t, i) for t, i, _ in writes]
+    e.grads = grads
+    e.out_spec = spec
+    e.out_leaves = leaf_kind
+    e.out_leaves_vars = outs
+    e.n_user = n_user
+
+
+def _run(e: _Entry, flat):
+    arrays = [flat[i]._data for i in e.arg_slots]
+    arrays += [s.read() for s in e.sources]
+    outs = e.program.run(arrays)
+    for target, i in e.writes:
+        kind, obj = target
+        dst = flat[obj] if kind == "arg" else (obj.grad if kind == "grad" else obj)
+        dst._data[...] = outs[i]
+        dst._storage.version += 1
+    for p, i, meta in e.grads:
+        if i is None:
+            p.grad = None
+        else:
+            p.grad = _wrap(outs[i], meta[0], meta[1])
+    leaves = []
+    for k in e.out_leaves:
+        if k[0] == "tensor":
+            leaves.append(_wrap(outs[k[1]], k[2], k[3]))
+        else:
+            leaves.append(k[1])
+    return tree_unflatten(leaves, e.out_spec)
+
+
+# ---------------------------------------------------------------------- discovery
+class _Roots:
+    def __init__(self):
+        self.modules, self.params, self.optimizers = [], [], []
+        self.labels: dict = {}
+
+
+def _discover(fn, args, kwargs) -> _Roots:
+    """The modules and optimizers ``fn`` can reach: its self, closure, globals, arguments."""
+    from ..nn.module import Module
+    from ..optim.optimizer import Optimizer
+    found = []
+    f = fn
+    if isinstance(fn, Module):
+        found.append(("model", fn))
+        f = None
+    elif hasattr(fn, "__self__") and hasattr(fn, "__func__"):
+        found.append(("self", fn.__self__))
+        f = fn.__func__
+    if f is not None and hasattr(f, "__code__"):
+        code = f.__code__
+        for name, cell in zip(code.co_freevars, f.__closure__ or ()):
+            try:
+                found.append((name, cell.cell_contents))
+            except ValueError:
+                pass
+        g = getattr(f, "__globals__", {})
+        names = set(code.co_names)
+        for c in code.co_consts:
+            if hasattr(c, "co_names"):
+                names.update(c.co_names)
+        for name in sorted(names):
+            if name in g:
+                found.append((name, g[name]))
+    for i, a in enumerate(args):
+        found.append((f"arg{i}", a))
+    for k, a in kwargs.items():
+        found.append((k, a))
+    r = _Roots()
+    seen = set()
+
+    def visit(label, obj, depth):
+        if id(obj) in seen or obj is None:
+            return
+        if isinstance(obj, Module):
+            seen.add(id(obj))
+            for name, m in obj.named_modules():
+                r.modules.append((f"{label}.{name}" if name else label, m))
+            for name, p in obj.named_parameters():
+                r.params.append((f"{label}.{name}", p))
+                r.labels.setdefault(id(p), f"{label}.{name}")
+            for name, b in obj.named_buffers():
+                r.labels.setdefault(id(b), f"{label}.{name}")
+        elif isinstance(obj, Optimizer):
+            seen.add(id(obj))
+            r.optimizers.append((label, obj))
+            known = {id(p) for _, p in r.params}
+            for gi, g in enumerate(obj.param_groups):
+                for pi, p in enumerate(g["params"]):
+                    if id(p) not in known:
+                        r.params.append((f"{label}.param_groups[{gi}][{pi}]", p))
+                        r.labels.setdefault(id(p), f"{label}.param_groups[{gi}][{pi}]")
+        elif hasattr(obj, "optimizer") and depth < 2 and not isinstance(obj, type):
+            visit(label + ".optimizer", getattr(obj, "optimizer"), depth + 1)
+        elif isinstance(obj, (list, tuple)) and depth < 2:
+            seen.add(id(obj))
+            for i, x in enumerate(obj):
+                visit(f"{label}[{i}]", x, depth + 1)
+        elif isinstance(obj, dict) and depth < 2 and len(obj) < 64:
+            seen.add(id(obj))
+            for k, x in obj.items():
+                visit(f"{label}[{k!r}]", x, depth + 1)
+        elif depth < 1 and hasattr(obj, "__dict__") and not isinstance(obj, type) and \
+                not callable(obj) and type(obj).__module__ != "builtins":
+            seen.add(id(obj))
+            for k, x in list(vars(obj).items())[:64]:
+                visit(f"{label}.{k}", x, depth + 1)
+
+    for label, obj in found:
+        visit(label, obj, 0)
+    # de-duplicate parameters shared between modules / optimizers
+    uniq, ids = [], set()
+    for label, p in r.params:
+        if id(p) not in ids:
+            ids.add(id(p))
+            uniq.append((label, p))
+    r.params = uniq
+    return r
