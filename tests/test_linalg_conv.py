@@ -255,6 +255,20 @@ def test_unfold_fold_match_torch():
                     lambda c: F.fold(c, (7, 6), **kw), [_arr(*cols.shape)])
 
 
+@pytest.mark.parametrize("kw", [
+    {"kernel_size": 2, "stride": 2},                                   # tiles the image
+    {"kernel_size": (2, 3), "stride": (3, 4), "padding": (1, 0)},       # gaps between windows
+    {"kernel_size": 2, "dilation": 2, "stride": 3},
+], ids=str)
+def test_fold_of_disjoint_windows_matches_torch(kw):
+    # windows that cannot overlap are copied, not added (the max-pool backward)
+    torch = pytest.importorskip("torch")
+    import torch.nn.functional as F
+    cols = F.unfold(torch.zeros(2, 3, 8, 9), **kw)
+    _torch_vs_ember(torch, lambda c: C.fold(c, (8, 9), **kw),
+                    lambda c: F.fold(c, (8, 9), **kw), [_arr(*cols.shape)])
+
+
 @pytest.mark.parametrize("sx,kw", [
     ((2, 3, 7, 6), {"kernel_size": 2}),
     ((2, 3, 7, 6), {"kernel_size": 3, "stride": 2, "padding": 1, "ceil_mode": True}),

@@ -170,6 +170,37 @@ def test_max_with_dim_sends_gradient_to_the_chosen_index():
     np.testing.assert_allclose(g, [[1., 0.], [0., 1.]])   # first maximum, like PyTorch
 
 
+@pytest.mark.parametrize("shape,dim", [((64, 4, 300), 1), ((9000, 3), 1), ((5, 600, 7), 2),
+                                       ((16, 2048), 0)])
+def test_argmax_short_axis_kernel_matches_numpy(shape, dim):
+    # big enough for the slice-by-slice kernel; integers give many ties (first index wins)
+    rng = np.random.default_rng(0)
+    x = rng.integers(-2, 3, shape).astype(np.float32)
+    for a in (x, x.astype(np.int32), x > 0):
+        for fn in ("argmax", "argmin"):
+            got = getattr(em.tensor(a), fn)(dim, keepdim=True).numpy()
+            np.testing.assert_array_equal(got, np.expand_dims(getattr(np, fn)(a, dim), dim))
+    x.flat[rng.integers(0, x.size, 40)] = np.nan        # the first NaN wins, like PyTorch
+    for fn in ("argmax", "argmin"):
+        np.testing.assert_array_equal(getattr(em.tensor(x), fn)(dim).numpy(),
+                                      getattr(np, fn)(x, dim))
+
+
+def test_max_dim_gradient_of_a_short_axis_is_exact():
+    # the one-index-per-slice scatter: zeros elsewhere even where the incoming gradient is inf
+    rng = np.random.default_rng(1)
+    x = rng.integers(-2, 3, (64, 4, 300)).astype(np.float32)
+    w = rng.standard_normal((64, 300)).astype(np.float32)
+    w[0, :2] = [np.inf, np.nan]
+    xt = em.tensor(x, requires_grad=True)
+    (xt.max(1).values * em.tensor(w)).sum().backward()
+    want = np.zeros_like(x)
+    np.put_along_axis(want, x.argmax(1)[:, None], w[:, None], 1)
+    got = xt.grad.numpy()
+    np.testing.assert_array_equal(got, want)
+    assert not np.signbit(got[want == 0]).any()
+
+
 def test_sort_and_topk_gradients_route_back():
     g = grad_of(lambda x: (x.sort().values * t64([1., 2., 3.])).sum(), [2., 0., 1.])
     np.testing.assert_allclose(g, [3., 1., 2.])

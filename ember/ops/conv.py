@@ -50,11 +50,18 @@ def _fold_kernel(xp, cols, output_size, kernel_size, dilation, padding, stride):
     oh, ow = _blocks(h, kh, dh, padding[0], sh), _blocks(w, kw, dw, padding[1], sw)
     c = cols.reshape(n, ck // (kh * kw), kh, kw, oh, ow)
     out = xp.zeros((n, ck // (kh * kw), pt + h + max(pb, 0), pl + w + max(pr, 0)), cols.dtype)
+    # NOTE: windows that cannot overlap (pooling's stride == kernel) write each pixel at
+    # most once: a copy, about 3x cheaper than the read-add-write of a strided add.
+    disjoint = (kh == 1 or sh > dh * (kh - 1)) and (kw == 1 or sw > dw * (kw - 1))
     if oh > 0 and ow > 0:
         for i in range(kh):          # NOTE: kh*kw strided adds, never a loop over pixels
             for j in range(kw):
-                out[:, :, i * dh:i * dh + sh * (oh - 1) + 1:sh,
-                    j * dw:j * dw + sw * (ow - 1) + 1:sw] += c[:, :, i, j]
+                dst = out[:, :, i * dh:i * dh + sh * (oh - 1) + 1:sh,
+                          j * dw:j * dw + sw * (ow - 1) + 1:sw]
+                if disjoint:
+                    dst[...] = c[:, :, i, j]
+                else:
+                    dst += c[:, :, i, j]
     return xp.ascontiguousarray(out[:, :, pt:pt + h, pl:pl + w])
 
 
