@@ -6,6 +6,9 @@ Inputs of lower precision are computed in float64 and rounded once at the end.
 - ``erf``/``erfc``: W. J. Cody, "Rational Chebyshev approximations for the error
   function", Math. Comp. 23 (1969), as in his CALERF routine (SPECFUN). Relative
   error below ~1e-16 in float64; ``erfc`` keeps its relative accuracy in the tail.
+- ``erf`` of float32: the rational approximation of Eigen and XLA, ``x * P(x^2) / Q(x^2)``
+  on [-4, 4] (erf is +-1 in float32 beyond), evaluated in float64 on cache-sized blocks:
+  at most 2 float32 ulp from the exact value, and ~7x faster than Cody's branches.
 - ``erfinv``: M. J. Wichura's AS241 normal quantile (Applied Statistics 37, 1988; the
   coefficients CPython's ``statistics`` module uses) as a starting point, accurate to
   ~1e-16, then one Halley step on ``erf(x) = y`` with Cody's erf/erfc.
@@ -90,8 +93,46 @@ def _f64(xp, x):
     return x if x.dtype == xp.float64 else x.astype(xp.float64)
 
 
+# Eigen's / XLA's float32 erf: numerator (odd) and denominator (even) in x^2, highest first.
+_ERF32_P = (-2.72614225801306e-10, 2.77068142495902e-08, -2.10102402082508e-06,
+            -5.69250639462346e-05, -7.34990630326855e-04, -2.95459980854025e-03,
+            -1.60960333262415e-02)
+_ERF32_Q = (-1.45660718464996e-05, -2.13374055278905e-04, -1.68282697438203e-03,
+            -7.37332916720468e-03, -1.42647390514189e-02)
+_BLOCK = 32768    # float64 temporaries of this many elements stay in the L2 cache
+
+
+def _horner(z, coefs):
+    r = coefs[0] * z
+    for c in coefs[1:-1]:
+        r += c
+        r *= z
+    r += coefs[-1]
+    return r
+
+
+def _erf_f32(xp, x):
+    """erf of a float32 array (see the module docstring).
+
+    NOTE: float32 arithmetic would be twice as fast but rounds the two polynomials to up to
+    7.5 ulp; float64 on whole arrays spills out of the cache (3x slower than in blocks).
+    """
+    flat = x.reshape(-1)
+    out = xp.empty(flat.shape, xp.float32)
+    for i in range(0, flat.size, _BLOCK):
+        a = flat[i:i + _BLOCK].astype(xp.float64)
+        xp.clip(a, -4.0, 4.0, out=a)               # NaN stays NaN, +-inf gives +-1
+        z = a * a
+        a *= _horner(z, _ERF32_P)
+        a /= _horner(z, _ERF32_Q)
+        out[i:i + _BLOCK] = a
+    return out.reshape(x.shape)
+
+
 def erf(xp, x):
     """Elementwise error function."""
+    if x.dtype == xp.float32:
+        return _erf_f32(xp, x)
     a = _f64(xp, x)
     ax = xp.abs(a)
     out = xp.empty_like(a)
