@@ -312,6 +312,18 @@ def test_erf_float32():
                                atol=1e-7)
 
 
+def test_erf_float32_fast_path_within_two_ulp():
+    x = np.concatenate([np.linspace(-5, 5, 200001), np.geomspace(1e-40, 1e-3, 300)])
+    x = x.astype(np.float32)
+    got = em.erf(T(x)).numpy().astype(np.float64)
+    ref = np.array([math.erf(v) for v in x.astype(np.float64)])
+    ulp = np.spacing(np.abs(ref).astype(np.float32)).astype(np.float64)
+    assert (np.abs(got - ref) <= 2 * ulp).all()
+    spec = em.erf(T([0.0, -0.0, math.inf, -math.inf, math.nan], em.float32)).numpy()
+    assert spec[0] == 0 and math.copysign(1, spec[1]) == -1
+    assert spec[2] == 1 and spec[3] == -1 and math.isnan(spec[4])
+
+
 def test_erf_against_scipy():
     special = pytest.importorskip("scipy.special")
     xd = np.linspace(-6, 6, 2001)
