@@ -7,6 +7,8 @@ operand is again an einsum (of the gradient with the other operands).
 """
 from __future__ import annotations
 
+import math
+
 from ..errors import DTypeError, ShapeError
 from ..tensor import Tensor
 from . import dispatch
@@ -59,6 +61,11 @@ def _mm_grad_y(g, out, x, y):
         return x.unsqueeze(-1) @ g.unsqueeze(-2)
     if y.ndim == 1:
         return (x.mT @ g.unsqueeze(-1)).squeeze(-1)
+    if y.ndim == 2 and x.ndim > 2:
+        # NOTE: a Linear layer's weight gradient: one (k, rows) @ (rows, n) GEMM over all
+        # batch rows, instead of a batched product the engine then sums over the batch.
+        rows = math.prod(x.shape[:-1])
+        return x.reshape(rows, x.shape[-1]).mT @ g.reshape(rows, g.shape[-1])
     return x.mT @ g
 
 
