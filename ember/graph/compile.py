@@ -103,7 +103,12 @@ class CompiledFunction:
         key = tuple(sig.items())
         e = self._cache.get(key)
         if e is None:
-            return self._capture(sig, key, flat, spec, args, kwargs)
+            self._roots = _discover(self.fn, args, kwargs)   # state may have appeared
+            sig = self._signature(flat, spec)
+            key = tuple(sig.items())
+            e = self._cache.get(key)
+            if e is None:
+                return self._capture(sig, key, flat, spec, args, kwargs)
         if e.eager:
             return self.fn(*args, **kwargs)
         return _run(e, flat)
@@ -363,6 +368,9 @@ def _discover(fn, args, kwargs) -> _Roots:
                     if id(p) not in known:
                         r.params.append((f"{label}.param_groups[{gi}][{pi}]", p))
                         r.labels.setdefault(id(p), f"{label}.param_groups[{gi}][{pi}]")
+                    for k, v in obj.state.get(p, {}).items():
+                        if isinstance(v, Tensor):
+                            r.labels.setdefault(id(v), f"{label}.state[{r.labels[id(p)]}].{k}")
         elif hasattr(obj, "optimizer") and depth < 2 and not isinstance(obj, type):
             visit(label + ".optimizer", getattr(obj, "optimizer"), depth + 1)
         elif isinstance(obj, (list, tuple)) and depth < 2:

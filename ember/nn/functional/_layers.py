@@ -194,10 +194,11 @@ def embedding(input: Tensor, weight: Tensor, padding_idx: int | None = None,
                              f"{padding_idx}")
         padding_idx = padding_idx % n
     flat = input.reshape(-1)
-    if flat.numel() and (int(flat.min()) < 0 or int(flat.max()) >= n):
+    a = flat._data       # NOTE: values read for validation only (no effect on the graph)
+    if a.size and (int(a.min()) < 0 or int(a.max()) >= n):
         from ...errors import EmberIndexError
         raise EmberIndexError(f"embedding: index out of range: indices must be in [0, {n}), got "
-                              f"[{int(flat.min())}, {int(flat.max())}]")
+                              f"[{int(a.min())}, {int(a.max())}]")
     if max_norm is not None:
         _renorm_rows(weight, flat, max_norm, norm_type)
     out = weight.index_select(0, flat).reshape(*input.shape, weight.shape[1])

@@ -1,0 +1,275 @@
+"""ember.compile: captured graphs give eager's results, and say what they did.
+
+Covers whole training steps (the W1/W2/W3 workloads of bench/train.py, tiny sizes),
+every OpInfo through a compiled function (forward and gradients), signatures and
+recompiles, graph breaks (naming the line), random ops, in-place writes on arguments
+and state, learning-rate schedules, and explain().
+"""
+import sys
+import warnings
+from pathlib import Path
+
+import numpy as np
+import pytest
+
+import ember as em
+import ember.nn.functional as F
+from ember import nn
+from ember.graph import GraphBreak
+
+from opinfo import OPINFOS
+
+sys.path.insert(0, str(Path(__file__).resolve().parents[2] / "bench"))
+from train import WORKLOADS  # noqa: E402
+
+
+def _step_for(model, opt):
+    def step(x, y):
+        opt.zero_grad()
+        out = model(x)
+        loss = F.cross_entropy(out.reshape(-1, out.shape[-1]), y.reshape(-1))
+        loss.backward()
+        opt.step()
+        return loss.detach()
+    return step
+
+
+def _run(wl, compiled, steps=4):
+    size = dict(wl.tiny)
+    em.manual_seed(0)
+    model, opt = wl.build(em, **size)
+    x, y = wl.data(np.random.default_rng(0), **size)
+    x, y = em.tensor(x), em.tensor(y)
+    step = _step_for(model, opt)
+    f = em.compile(step, fullgraph=True) if compiled else step
+    losses = [float(f(x, y)) for _ in range(steps)]
+    return losses, [p.detach().numpy().copy() for p in model.parameters()], f
+
+
+@pytest.mark.parametrize("name", list(WORKLOADS))
+def test_training_step_compiled_equals_eager(name):
+    wl = WORKLOADS[name]
+    la, pa, f = _run(wl, True)
+    lb, pb, _ = _run(wl, False)
+    np.testing.assert_allclose(la, lb, rtol=1e-6)
+    for a, b in zip(pa, pb):
+        np.testing.assert_allclose(a, b, rtol=1e-6, atol=1e-6)
+    log = f.explain()
+    assert not log.breaks
+    # the first call creates optimizer state/grads, so a second graph is traced; then stable
+    assert len(f.graphs()) == 1
+    g = f.graph
+    assert any(n.op.name == "matmul" for n in g.nodes)
+    assert str(g).count("\n") >= len(g.nodes)
+
+
+def _opinfo_cases():
+    out = []
+    for info in OPINFOS:
+        if "float64" not in [np.dtype(d).name for d in info.dtypes]:
+            continue
+        out.append(info)
+    return out
+
+
+@pytest.mark.parametrize("info", _opinfo_cases(), ids=repr)
+def test_every_opinfo_compiled_forward_and_grad(info):
+    rng = np.random.default_rng(7)
+    samples = info.samples(rng, np.dtype("float64"))
+    for s in samples[:3]:
+        args = [em.from_numpy(a.copy()) if isinstance(a, np.ndarray) else a for a in s.args]
+
+        def f(*xs):
+            r = info.fn(*xs, **s.kwargs)
+            rs = r if isinstance(r, (tuple, list)) else (r,)
+            return tuple(rs) if info.out_index is None else (rs[info.out_index],)
+        want = f(*args)
+        cf = em.compile(f, fullgraph=False)
+        with warnings.catch_warnings():
+            warnings.simplefilter("ignore")
+            cf(*args)                       # traced call
+            got = cf(*args)                 # graph run (or eager after a graph break)
+        for g, w in zip(got, want):
+            np.testing.assert_array_equal(g.numpy(), w.numpy(), err_msg=f"{info.name} {s.name}")
+        if not (info.grad and s.grad):
+            continue
+        idx = [i for i, a in enumerate(args) if isinstance(a, em.Tensor) and
+               a.dtype.is_floating_point]
+
+        def loss_grads(*xs):
+            xs = [x.detach().requires_grad_(True) if i in idx else x for i, x in enumerate(xs)]
+            outs = f(*xs)
+            total = sum((o * (k + 1.5)).sum() for k, o in enumerate(outs)
+                        if o.dtype.is_floating_point and o.requires_grad)
+            if not isinstance(total, em.Tensor):
+                return ()
+            gs = em.autograd.grad(total, [xs[i] for i in idx], allow_unused=True)
+            return tuple(g for g in gs if g is not None)
+        want = loss_grads(*args)
+        cg = em.compile(loss_grads)
+        with warnings.catch_warnings():
+            warnings.simplefilter("ignore")
+            cg(*args)
+            got = cg(*args)
+        assert len(got) == len(want)
+        for g, w in zip(got, want):
+            np.testing.assert_array_equal(g.numpy(), w.numpy(), err_msg=f"{info.name} grad")
+
+
+def _mlp():
+    em.manual_seed(0)
+    return nn.Sequential(nn.Linear(6, 8), nn.ReLU(), nn.Dropout(0.5), nn.Linear(8, 3))
+
+
+def test_graph_break_names_the_line_fullgraph():
+    def f(x):
+        y = x * 2
+        if y.sum() > 0:    # data-dependent Python: a graph break
+            return y
+        return -y
+    line = f.__code__.co_firstlineno + 2
+    with pytest.raises(GraphBreak) as e:
+        em.compile(f, fullgraph=True)(em.ones(3))
+    assert f"{__file__}:{line}" in str(e.value)
+    assert "bool()" in str(e.value)
+
+
+def test_graph_break_runs_eagerly_with_one_warning():
+    def f(x):
+        y = x * 2
+        if y.sum() > 0:
+            return y
+        return -y
+    cf = em.compile(f)
+    with pytest.warns(UserWarning, match="graph break"):
+        a = cf(em.ones(3))
+    with warnings.catch_warnings():
+        warnings.simplefilter("error")       # no second warning for the same signature
+        b = cf(-em.ones(3))
+    assert a.tolist() == [2, 2, 2] and b.tolist() == [2, 2, 2]
+    assert len(cf.explain().breaks) == 1
+    assert "item" in str(cf.explain()) or "bool" in str(cf.explain())
+
+
+def test_recompile_on_shape_change_and_explain_diff():
+    cf = em.compile(lambda x: (x * 3).sum(0))
+    cf(em.ones(2, 3))
+    cf(em.ones(2, 3))
+    cf(em.ones(4, 3))
+    log = cf.explain()
+    assert len(log.captures) == 2 and len(log.recompiles) == 1
+    assert "float32[2, 3]" in str(log) and "float32[4, 3]" in str(log)
+    np.testing.assert_array_equal(cf(em.ones(4, 3)).numpy(), np.full(3, 12.0, np.float32))
+
+
+def test_training_flag_is_part_of_the_signature():
+    model = _mlp()
+    cf = em.compile(model)
+    x = em.randn(5, 6)
+    with em.no_grad():
+        model.eval()
+        a = cf(x)
+        b = cf(x)
+        model.train()
+        cf(x)
+    np.testing.assert_array_equal(a.numpy(), b.numpy())
+    diff = cf.explain().recompiles[-1]
+    assert any(k.endswith("training") for k in diff)
+
+
+def test_dropout_draws_fresh_randomness_each_call_like_eager():
+    model = _mlp()
+    x = em.randn(5, 6)
+
+    def fwd(x):
+        return model(x)
+    cf = em.compile(fwd)
+    with em.no_grad():
+        em.manual_seed(123)
+        eager = [model(x).numpy().copy() for _ in range(4)]
+        em.manual_seed(123)
+        comp = [cf(x).numpy().copy() for _ in range(4)]
+    for a, b in zip(eager, comp):
+        np.testing.assert_array_equal(a, b)
+    assert not np.array_equal(comp[2], comp[3])      # fresh masks from the graph runs
+    assert cf.explain().captures[-1].randoms >= 1
+
+
+def test_inplace_write_to_argument_and_closure_state_is_written_back():
+    counter = em.zeros(())
+
+    def f(x):
+        x.mul_(2)
+        counter.add_(1)
+        return x + 1
+    cf = em.compile(f, fullgraph=True)
+    x = em.ones(3)
+    for _ in range(3):
+        out = cf(x)
+    assert x.tolist() == [8.0, 8.0, 8.0]
+    assert out.tolist() == [9.0, 9.0, 9.0]
+    assert counter.item() == 3.0
+
+
+def test_inplace_write_through_a_view():
+    def f(x):
+        y = x.clone()
+        y[1:].add_(10)
+        return y * 1
+    cf = em.compile(f, fullgraph=True)
+    x = em.arange(4.0)
+    cf(x)
+    assert cf(x).tolist() == [0.0, 11.0, 12.0, 13.0]
+
+
+def test_lr_schedule_does_not_recompile_and_is_followed():
+    def make():
+        em.manual_seed(0)
+        m = nn.Linear(4, 2)
+        o = em.optim.SGD(m.parameters(), lr=0.5)
+        return m, o, em.optim.lr_scheduler.StepLR(o, step_size=1, gamma=0.5)
+    x, y = em.randn(8, 4), em.randn(8, 2)
+
+    def run(compiled):
+        m, o, sched = make()
+
+        def step(x, y):
+            o.zero_grad()
+            F.mse_loss(m(x), y).backward()
+            o.step()
+        f = em.compile(step, fullgraph=True) if compiled else step
+        for _ in range(5):
+            f(x, y)
+            sched.step()
+        return m.weight.detach().numpy().copy(), f
+    a, cf = run(True)
+    b, _ = run(False)
+    np.testing.assert_allclose(a, b, rtol=1e-6)
+    assert not any(any("lr" in k for k in d) for d in cf.explain().recompiles)
+
+
+def test_python_scalar_args_specialise():
+    cf = em.compile(lambda x, k: x * k)
+    assert cf(em.ones(2), 3).tolist() == [3.0, 3.0]
+    assert cf(em.ones(2), 5).tolist() == [5.0, 5.0]
+    assert len(cf.explain().captures) == 2
+
+
+def test_outputs_that_need_history_fall_back_to_eager():
+    w = em.ones(3, requires_grad=True)
+    cf = em.compile(lambda x: (w * x).sum())
+    out = cf(em.ones(3))
+    out.backward()
+    assert w.grad.tolist() == [1.0, 1.0, 1.0]
+    assert "autograd history" in str(cf.explain())
+
+
+def test_explain_reports_passes_and_compile_time():
+    model = _mlp()
+    model.eval()
+    cf = em.compile(model)
+    with em.no_grad():
+        cf(em.randn(2, 6))
+    text = str(cf.explain())
+    assert "capture #1" in text and "pass dce" in text and "compile time" in text
+    assert cf.explain().compile_time > 0
