@@ -39,3 +39,17 @@ def test_loss_check_rejects_mismatch():
     steps = {"ember": lambda: ember.tensor(1.0), "torch": lambda: ember.tensor(1.1)}
     with pytest.raises(SystemExit, match="disagree"):
         bench.check_losses("W0", steps)
+
+
+def test_compile_bench_quick_run(capsys):
+    """``bench/compile.py --quick`` runs every workload (losses of all variants checked)."""
+    path = Path(__file__).resolve().parents[1] / "bench" / "compile.py"
+    spec = importlib.util.spec_from_file_location("bench_compile", path)
+    mod = importlib.util.module_from_spec(spec)
+    sys.modules[spec.name] = mod
+    spec.loader.exec_module(mod)
+    assert mod.main(["--quick", "--no-torch-compile"]) == 0
+    out = capsys.readouterr().out
+    for name in bench.WORKLOADS:
+        assert name in out
+    assert "nodes traced" in out
