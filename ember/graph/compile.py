@@ -50,6 +50,11 @@ def compile(fn=None, *, fullgraph: bool = False, dynamic: bool = False, passes=N
             default :data:`ember.graph.passes.DEFAULT_PASSES`. ``[]`` runs none.
         parallel: run independent nodes concurrently on a thread pool.
 
+    Outputs carry no autograd history. A function that calls ``backward()`` itself (a
+    training step) may return the loss as is: it comes back as a plain tensor. One that
+    returns tensors needing gradients without calling ``backward()`` runs eagerly for that
+    signature (``explain()`` says so).
+
     Example:
         >>> @ember.compile
         ... def step(x, y):
@@ -232,11 +237,10 @@ def _finish_capture(tr: Tracer, e: _Entry, result, arg_slots, flat, params) -> N
     """Turn the tracer's state into graph outputs, write-backs and the output template."""
     leaves, spec = tree_flatten(result)
     outs, leaf_kind = [], []
+    needs_history = False
     for x in leaves:
         if isinstance(x, Tensor):
-            if x._requires_grad and _state.grad_enabled:
-                raise _Eager("an output requires grad: call backward() inside the compiled "
-                             "function (compiled outputs carry no autograd history)")
+            needs_history |= x._requires_grad and _state.grad_enabled
             leaf_kind.append(("tensor", len(outs), x._dtype, x._device))
             outs.append(tr.read(x))
         else:
@@ -273,6 +277,10 @@ def _finish_capture(tr: Tracer, e: _Entry, result, arg_slots, flat, params) -> N
         elif id(g._data) in tr.internal and id(g._data) in tr.env:
             grads.append((p, len(outs), (g._dtype, g._device)))
             outs.append(tr.read(g))
+    if needs_history and not any(i is not None for _, i, _ in grads):
+        raise _Eager("an output requires grad and the function does not call backward(): "
+                     "compiled outputs carry no autograd history, so this signature runs "
+                     "eagerly (call backward() inside the compiled function)")
     e.arg_slots = arg_slots
     e.sources = [src for _, src in tr.sources]
     e.writes = [(t, i) for t, i, _ in writes]

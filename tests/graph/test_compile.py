@@ -273,3 +273,21 @@ def test_explain_reports_passes_and_compile_time():
     text = str(cf.explain())
     assert "capture #1" in text and "pass dce" in text and "compile time" in text
     assert cf.explain().compile_time > 0
+
+
+def test_training_step_may_return_the_loss_itself():
+    em.manual_seed(0)
+    m = nn.Linear(4, 2)
+    o = em.optim.SGD(m.parameters(), lr=0.1)
+    x, y = em.randn(8, 4), em.randn(8, 2)
+
+    def step(x, y):
+        o.zero_grad()
+        loss = F.mse_loss(m(x), y)
+        loss.backward()
+        o.step()
+        return loss
+    cf = em.compile(step, fullgraph=True)
+    losses = [cf(x, y).item() for _ in range(4)]
+    assert len(cf.graphs()) == 1 and not cf.explain().notes
+    assert losses == sorted(losses, reverse=True)
