@@ -22,7 +22,15 @@ from .ir import Graph, Var
 
 
 class _Step:
-    __slots__ = ("kernel", "args", "casts", "params", "outs", "odts", "free", "name", "multi")
+    __slots__ = ("kernel", "args", "casts", "params", "outs", "odts", "free", "name", "multi",
+                 "reuse", "ufunc")
+
+
+#: elementwise primitives whose kernel is one ufunc: they can write into a dead input.
+_UFUNCS = {"add": "add", "sub": "subtract", "mul": "multiply", "div": "true_divide",
+           "neg": "negative", "exp": "exp", "log": "log", "sqrt": "sqrt", "tanh": "tanh",
+           "abs": "absolute", "maximum": "maximum", "minimum": "minimum", "sin": "sin",
+           "cos": "cos"}
 
 
 class Program:
@@ -50,8 +58,11 @@ class Program:
             for o in n.outs:
                 if o.id not in last_use and o.id not in keep:
                     frees.setdefault(i, []).append(o.id)
+        reuse = _reuse_plan(graph, last_use, keep) if not parallel else {}
         for i, n in enumerate(graph.nodes):
             s = _Step()
+            s.reuse = reuse.get(i)
+            s.ufunc = _UFUNCS.get(n.op.name) if s.reuse is not None else None
             dev = n.outs[0].device if n.outs else None
             btype = dev.type if dev is not None else "cpu"
             s.kernel = n.op.kernel_for(btype)
@@ -80,6 +91,10 @@ class Program:
         self.output_ids = tuple(v.id for v in graph.outputs)
         btype = graph.inputs[0].device.type if graph.inputs else "cpu"
         self.xp = _backends[btype].xp
+        for st in steps:
+            if st.ufunc is not None:
+                st.ufunc = getattr(self.xp, st.ufunc)
+        self.reused = sum(1 for st in steps if st.ufunc is not None)
         self._levels = _levels(graph) if parallel else None
         self._level_frees = _level_frees(graph, self._levels, keep) if parallel else None
         self._pool = ThreadPoolExecutor(workers) if parallel else None
@@ -112,7 +127,14 @@ def _exec(s: _Step, vals, xp, free: bool = True):
     args = [vals[i] for i in s.args]
     if s.casts is not None:
         args = [a if c is None or a.dtype == c else a.astype(c) for a, c in zip(args, s.casts)]
-    res = s.kernel(xp, *args, **s.params)
+    if s.ufunc is not None:
+        buf = vals[s.reuse]
+        if buf.flags.writeable and buf.flags.c_contiguous:
+            res = s.ufunc(*args, out=buf)     # the input dies here: write into its buffer
+        else:
+            res = s.kernel(xp, *args, **s.params)
+    else:
+        res = s.kernel(xp, *args, **s.params)
     if s.multi:
         for o, r, dt in zip(s.outs, res, s.odts):
             vals[o] = r
@@ -126,6 +148,40 @@ def _exec(s: _Step, vals, xp, free: bool = True):
     if free:
         for f in s.free:
             vals[f] = None
+
+
+#: ops whose kernels always return a new array (some others may return their input as is).
+_FRESH = set(_UFUNCS) | {"matmul", "relu", "sigmoid", "where", "softmax", "log_softmax", "erf",
+                         "pow", "scatter_add_along_dim"}
+
+
+def _reuse_plan(graph: Graph, last_use: dict, keep: set) -> dict:
+    """``{node index: var id}``: elementwise nodes that may write into a dying input.
+
+    The input must be made by this graph (never a graph input, a constant or an output),
+    by an op that does not alias (no view, no view of it taken anywhere), read last by
+    this node, and have the output's shape and dtype.
+    """
+    made, aliased = {}, set()
+    for n in graph.nodes:
+        if n.op.view or n.op.name not in _FRESH:
+            aliased.update(x.id for x in n.inputs if x.__class__ is Var)
+            aliased.update(o.id for o in n.outs)
+        for o in n.outs:
+            made[o.id] = n
+    plan = {}
+    for i, n in enumerate(graph.nodes):
+        if n.op.name not in _UFUNCS or len(n.outs) != 1:
+            continue
+        o = n.outs[0]
+        for x in n.inputs:
+            if x.__class__ is Var and x.id in made and x.id not in aliased and \
+                    x.id not in keep and last_use.get(x.id) == i and x.shape == o.shape and \
+                    x.dtype is o.dtype and (n.ct is None or n.ct is o.dtype) and \
+                    sum(1 for y in n.inputs if y.__class__ is Var and y.id == x.id) == 1:
+                plan[i] = x.id
+                break
+    return plan
 
 
 def _casts(n):

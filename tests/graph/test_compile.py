@@ -291,3 +291,21 @@ def test_training_step_may_return_the_loss_itself():
     losses = [cf(x, y).item() for _ in range(4)]
     assert len(cf.graphs()) == 1 and not cf.explain().notes
     assert losses == sorted(losses, reverse=True)
+
+
+def test_executor_writes_into_dying_buffers_without_changing_results():
+    from ember.graph.executor import Program
+
+    def f(x, w):
+        h = (x @ w).exp()          # h dies in the add: the add may write into h's buffer
+        k = h + 1.0
+        return (k * k).sqrt() - x.contiguous(), h.sum() if False else k
+    x, w = em.randn(4, 4, dtype=em.float64), em.randn(4, 4, dtype=em.float64)
+    want = f(x, w)
+    cf = em.compile(f)
+    cf(x, w)
+    got = cf(x, w)
+    for g, e in zip(got, want):
+        np.testing.assert_array_equal(g.numpy(), e.numpy())
+    assert Program(cf.graph).reused >= 1
+    assert x.numpy().flags.writeable and np.isfinite(x.numpy()).all()
