@@ -71,6 +71,17 @@ def test_matmul_of_transposed_views():
     _close(em.matmul(xb.mT, x), np.matmul(np.swapaxes(xb.numpy(), -1, -2), a))
 
 
+@pytest.mark.parametrize("sx", [(6, 3), (2, 6, 3)], ids=str)
+def test_linear_weight_gradient_is_contiguous_like_the_weight(sx):
+    # x @ w.mT: w's gradient is produced in w's layout (the optimizer then walks it fast)
+    a, wa, g = _arr(*sx), _arr(5, 3), _arr(*sx[:-1], 5)
+    x, w = _leaf(a), _leaf(wa)
+    (x @ w.mT).backward(em.tensor(g))
+    assert w.grad.is_contiguous()
+    _close(w.grad, np.einsum("...n,...k->nk", g, a))
+    _close(x.grad, g @ wa)
+
+
 @pytest.mark.parametrize("sa,sb,frag", [
     ((2, 3), (4, 5), "(2, 3) and (4, 5)"),
     ((3,), (4,), "(3,) and (4,)"),

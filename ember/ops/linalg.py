@@ -61,11 +61,18 @@ def _mm_grad_y(g, out, x, y):
         return x.unsqueeze(-1) @ g.unsqueeze(-2)
     if y.ndim == 1:
         return (x.mT @ g.unsqueeze(-1)).squeeze(-1)
-    if y.ndim == 2 and x.ndim > 2:
+    if y.ndim != 2:
+        return x.mT @ g
+    if x.ndim > 2:
         # NOTE: a Linear layer's weight gradient: one (k, rows) @ (rows, n) GEMM over all
         # batch rows, instead of a batched product the engine then sums over the batch.
         rows = math.prod(x.shape[:-1])
-        return x.reshape(rows, x.shape[-1]).mT @ g.reshape(rows, g.shape[-1])
+        x, g = x.reshape(rows, x.shape[-1]), g.reshape(rows, g.shape[-1])
+    if y.mT.is_contiguous() and not y.is_contiguous():
+        # NOTE: y is a transposed matrix (``weight.mT`` in ``F.linear``): produce its gradient
+        # in that layout, so the weight's gradient comes out contiguous like the weight. A
+        # transposed .grad makes every optimizer pass over it a slow strided walk.
+        return (g.mT @ x).mT
     return x.mT @ g
 
 
