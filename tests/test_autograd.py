@@ -42,6 +42,21 @@ def test_grad_is_not_aliased_to_the_incoming_gradient():
     assert g.tolist() == [1.0, 1.0]
 
 
+def test_retained_grad_is_not_aliased_to_leaf_or_incoming_gradients():
+    x = f64([1.0, 2.0], requires_grad=True)
+    y = x.clone()
+    y.retain_grad()
+    (y * 2).sum().backward()        # clone's VJP passes y's gradient buffer on to x
+    x.grad.add_(100)
+    assert y.grad.tolist() == [2.0, 2.0]
+    y = x * 2
+    y.retain_grad()
+    g = f64([1.0, 1.0])
+    y.backward(g)
+    g.add_(5)
+    assert y.grad.tolist() == [1.0, 1.0]
+
+
 def test_zeroing_grad_between_steps():
     x = f64(3.0, requires_grad=True)
     (x * x).backward()

@@ -211,7 +211,8 @@ def _run_pre_hooks(node, grads, create_graph):
         for k, ref in node.retain.items():
             t = ref()
             if t is not None and grads[k] is not None:
-                g = grads[k] if create_graph else grads[k].detach()
+                # NOTE: a copy, like PyTorch: the same buffer flows on to the inputs' grads
+                g = grads[k] if create_graph else grads[k].detach().clone()
                 t._grad = g if t._grad is None else t._grad + g
     return grads
 
