@@ -309,3 +309,30 @@ def test_executor_writes_into_dying_buffers_without_changing_results():
         np.testing.assert_array_equal(g.numpy(), e.numpy())
     assert Program(cf.graph).reused >= 1
     assert x.numpy().flags.writeable and np.isfinite(x.numpy()).all()
+
+
+def test_parallel_executor_matches_serial():
+    from ember.graph.executor import Program
+    wl = WORKLOADS["W3 GPT AdamW"]
+    size = dict(wl.tiny)
+    em.manual_seed(0)
+    model, opt = wl.build(em, **size)
+    x, y = wl.data(np.random.default_rng(0), **size)
+    cf = em.compile(_step_for(model, opt))
+    x, y = em.tensor(x), em.tensor(y)
+    cf(x, y)
+    cf(x, y)
+    e = next(e for e in cf._cache.values() if not e.eager)
+    arrays = [x._data, y._data] + [s.read() for s in e.sources]
+    serial = Program(e.graph).run(arrays)
+    parallel = Program(e.graph, parallel=True).run(arrays)
+    for a, b in zip(serial, parallel):
+        np.testing.assert_array_equal(a, b)
+
+
+def test_debug_level_3_prints_the_ir_after_each_pass(monkeypatch, capsys):
+    monkeypatch.setenv("EMBER_DEBUG", "3")
+    cf = em.compile(lambda x: x.t().t() + 0)
+    cf(em.ones(2, 3))
+    out = capsys.readouterr().out
+    assert "# after dce" in out and "return (" in out
