@@ -220,6 +220,23 @@ def test_inplace_index_methods():
     assert em.one_hot(em.tensor([1])).dtype == em.int64
 
 
+@pytest.mark.parametrize("dtype", [np.float32, np.int32, np.bool_])
+def test_index_put_accumulates_repeated_and_negative_rows(dtype):
+    # whole rows at a 1-D index (an embedding's gradient) take the sort + reduceat path
+    rng = np.random.default_rng(0)
+    x = rng.integers(0, 3, (6, 4)).astype(dtype)
+    rows = np.array([1, -5, 3, 3, 0, -1, 5, 1])              # -5 is row 1, -1 row 5
+    v = rng.integers(0, 3, (8, 4)).astype(dtype)
+    want = x.copy()
+    np.add.at(want, rows, v)
+    got = em.tensor(x).index_put((em.tensor(rows),), em.tensor(v), accumulate=True)
+    np.testing.assert_array_equal(got.numpy(), want)
+    e = em.nn.Embedding(6, 4)
+    e(em.tensor(rows % 6)).sum().backward()
+    np.testing.assert_array_equal(e.weight.grad.numpy(), np.bincount(rows % 6, minlength=6)[:, None]
+                                  * np.ones((1, 4)))
+
+
 def test_nonzero_as_tuple_and_where_single_argument():
     x = em.tensor([[0, 1], [2, 0]])
     rows, cols = x.nonzero(as_tuple=True)

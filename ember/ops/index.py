@@ -70,12 +70,37 @@ index_p = defop(
 
 def _index_put_kernel(xp, x, values, *idx, dims, accumulate):
     out = x.copy()
+    if accumulate and _rows_of(x, values, idx, dims):
+        _add_rows(xp, out, values, idx[0])
+        return out
     key = _key(idx, dims, x.ndim)
     if accumulate:
         xp.add.at(out, key, values)
     else:
         out[key] = values
     return out
+
+
+def _rows_of(x, values, idx, dims) -> bool:
+    """Whether ``values`` are whole rows of ``x`` at one 1-D integer index (an embedding's
+    gradient)."""
+    return (dims == (0,) and len(idx) == 1 and idx[0].ndim == 1 and idx[0].dtype.kind in "iu"
+            and values.shape == idx[0].shape + x.shape[1:] and idx[0].size > 1
+            and x.dtype.kind in "fiu" and values.dtype == x.dtype)
+
+
+def _add_rows(xp, out, values, rows):
+    """``out[rows] += values`` with repeated rows adding up, as ``add.at`` does.
+
+    NOTE: ``add.at`` is unbuffered and slow (1.3 ms for an embedding's 1024 x 128 gradient);
+    sorting the rows and summing each run with ``add.reduceat`` takes 0.5 ms (the sums may
+    round differently in the last bit; the result is deterministic).
+    """
+    rows = xp.where(rows < 0, rows + out.shape[0], rows)
+    order = xp.argsort(rows, kind="stable")
+    r = rows[order]
+    starts = xp.flatnonzero(xp.concatenate([xp.ones(1, bool), r[1:] != r[:-1]]))
+    out[r[starts]] += xp.add.reduceat(values[order], starts, axis=0)
 
 
 def _index_put_vjp(g, out, x, values, *idx, dims, accumulate):
