@@ -50,10 +50,10 @@ def compile(fn=None, *, fullgraph: bool = False, dynamic: bool = False, passes=N
             default :data:`ember.graph.passes.DEFAULT_PASSES`. ``[]`` runs none.
         parallel: run independent nodes concurrently on a thread pool.
 
-    Outputs carry no autograd history. A function that calls ``backward()`` itself (a
-    training step) may return the loss as is: it comes back as a plain tensor. One that
-    returns tensors needing gradients without calling ``backward()`` runs eagerly for that
-    signature (``explain()`` says so).
+    A function that calls ``backward()`` itself (a training step) may return the loss as
+    is: it comes back as a plain tensor. One that returns tensors needing gradients
+    (``ember.compile(model)``) gets a compiled backward too: its outputs carry one autograd
+    node whose backward runs a second, separately optimised graph.
 
     Example:
         >>> @ember.compile
@@ -76,7 +76,7 @@ class _Entry:
 
     __slots__ = ("graph", "program", "arg_slots", "sources", "writes", "grads", "out_spec",
                  "out_leaves", "out_leaves_vars", "n_user", "eager", "reason", "raw_graph",
-                 "report", "compile_s")
+                 "report", "compile_s", "joint", "diff_inputs")
 
 
 class CompiledFunction:
@@ -96,6 +96,7 @@ class CompiledFunction:
         self._roots = None
         self._last_sig = None
         self._recompiles = 0
+        self._grad_keys = True    # False once a capture showed fn never touches .grad
         self.log = Explanation(self.name)
         functools.update_wrapper(self, fn, updated=()) if not self.module else None
 
@@ -132,7 +133,7 @@ class CompiledFunction:
         r = self._roots
         for label, m in r.modules:
             sig[f"{label}.training"] = m.training
-        for label, p in r.params:
+        for label, p in (r.params if self._grad_keys else ()):
             sig[f"{label}.grad"] = "None" if p.grad is None else \
                 f"{p.grad._dtype.name}[{', '.join(map(str, p.grad._data.shape))}]"
         for label, opt in r.optimizers:
@@ -185,7 +186,8 @@ class CompiledFunction:
             self._cache[key] = e
             return result
         try:
-            _finish_capture(tr, e, result, arg_slots, flat, [p for _, p in r.params])
+            _finish_capture(tr, e, result, arg_slots, flat, [p for _, p in r.params],
+                            self.passes)
         except _Eager as why:
             e.eager, e.reason = True, str(why)
             self.log.note(f"signature runs eagerly: {why}")
@@ -197,6 +199,11 @@ class CompiledFunction:
         e.graph, e.report = graph, report
         e.program = Program(graph, parallel=self.parallel)
         e.compile_s = time.perf_counter() - t0
+        if not _touches_grads(e):
+            self._grad_keys = False       # .grad fields are none of this graph's business
+            sig = self._signature(flat, spec)
+            key = tuple(sig.items())
+            self._last_sig = sig
         after = self._signature(flat, spec)
         stable = after == sig
         self.log.capture(sig, raw, graph, report, e.compile_s, tr.randoms, stable)
@@ -233,15 +240,24 @@ class _Eager(Exception):
     pass
 
 
-def _finish_capture(tr: Tracer, e: _Entry, result, arg_slots, flat, params) -> None:
+def _touches_grads(e: _Entry) -> bool:
+    """Whether the captured graph reads or writes any ``.grad`` field."""
+    return bool(e.grads) or any(s.kind == "grad" for s in e.sources) or any(
+        t[0] == "grad" for t, _ in e.writes)
+
+
+def _finish_capture(tr: Tracer, e: _Entry, result, arg_slots, flat, params, passes) -> None:
     """Turn the tracer's state into graph outputs, write-backs and the output template."""
     leaves, spec = tree_flatten(result)
-    outs, leaf_kind = [], []
+    outs, leaf_kind, diff_outs = [], [], []
     needs_history = False
     for x in leaves:
         if isinstance(x, Tensor):
-            needs_history |= x._requires_grad and _state.grad_enabled
-            leaf_kind.append(("tensor", len(outs), x._dtype, x._device))
+            diff = x._requires_grad and _state.grad_enabled
+            needs_history |= diff
+            leaf_kind.append(("tensor", len(outs), x._dtype, x._device, diff))
+            if diff:
+                diff_outs.append(x)
             outs.append(tr.read(x))
         else:
             leaf_kind.append(("static", x))
@@ -270,17 +286,30 @@ def _finish_capture(tr: Tracer, e: _Entry, result, arg_slots, flat, params) -> N
     grads = []
     candidates = {id(p): p for p in params}
     candidates.update({k: t for k, t in tr.lifted.items() if t._requires_grad})
+    had = {id(p) for p in tr.grad_owners.values()}
     for p in candidates.values():
         g = p.grad
         if g is None:
-            grads.append((p, None, None))
+            if id(p) in had:          # the function set it to None (zero_grad)
+                grads.append((p, None, None))
         elif id(g._data) in tr.internal and id(g._data) in tr.env:
             grads.append((p, len(outs), (g._dtype, g._device)))
             outs.append(tr.read(g))
+    e.joint = None
     if needs_history and not any(i is not None for _, i, _ in grads):
-        raise _Eager("an output requires grad and the function does not call backward(): "
-                     "compiled outputs carry no autograd history, so this signature runs "
-                     "eagerly (call backward() inside the compiled function)")
+        # outputs need gradients later: trace their backward as a second graph
+        from .joint import capture_backward
+        diff_in, e.diff_inputs = [], []
+        for i in arg_slots:
+            if flat[i]._requires_grad:
+                diff_in.append(flat[i])
+                e.diff_inputs.append(("arg", i))
+        for k, (_, src) in enumerate(tr.sources):
+            if src.kind == "tensor" and src.obj._requires_grad:
+                diff_in.append(src.obj)
+                e.diff_inputs.append(("src", k))
+        outs, e.joint = capture_backward(tr, outs, diff_outs, diff_in, passes)
+        grads = []
     e.arg_slots = arg_slots
     e.sources = [src for _, src in tr.sources]
     e.writes = [(t, i) for t, i, _ in writes]
@@ -294,7 +323,14 @@ def _finish_capture(tr: Tracer, e: _Entry, result, arg_slots, flat, params) -> N
 def _run(e: _Entry, flat):
     arrays = [flat[i]._data for i in e.arg_slots]
     arrays += [s.read() for s in e.sources]
-    outs = e.program.run(arrays)
+    diff = None
+    if e.joint is not None:
+        from .joint import run_joint
+        ins = [flat[i] if kind == "arg" else e.sources[i].obj for kind, i in e.diff_inputs]
+        outs, diff = run_joint(e, arrays, ins)
+        diff = iter(diff)
+    else:
+        outs = e.program.run(arrays)
     for target, i in e.writes:
         kind, obj = target
         dst = flat[obj] if kind == "arg" else (obj.grad if kind == "grad" else obj)
@@ -308,7 +344,8 @@ def _run(e: _Entry, flat):
     leaves = []
     for k in e.out_leaves:
         if k[0] == "tensor":
-            leaves.append(_wrap(outs[k[1]], k[2], k[3]))
+            leaves.append(next(diff) if diff is not None and k[4] else
+                          _wrap(outs[k[1]], k[2], k[3]))
         else:
             leaves.append(k[1])
     return tree_unflatten(leaves, e.out_spec)
