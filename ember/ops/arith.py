@@ -27,10 +27,19 @@ add_p = defop(
     vjp=lambda g, out, x, y: (g, g),
     jvp=lambda t, out, x, y: _tsum(t[0], t[1]))
 
+def _sub_dy(g, out, x, y):
+    # NOTE: a broadcast y (``x - x.mean(dim, keepdim=True)``) is reduced before negating:
+    # one small negation instead of a full-size one.
+    if tuple(y.shape) != tuple(g.shape):
+        from .reduce import sum_to
+        g = sum_to(g, y.shape)
+    return -g
+
+
 sub_p = defop(
     "sub", nin=2, elementwise=True, save=None, expr="({0} - {1})",
     kernel=lambda xp, x, y: xp.subtract(x, y),
-    vjp=lambda g, out, x, y: (g, -g),
+    vjp=(lambda g, out, x, y: g, _sub_dy),
     jvp=lambda t, out, x, y: _tsum(t[0], None if t[1] is None else -t[1]))
 
 mul_p = defop(
