@@ -1,0 +1,98 @@
+"""Helpers shared by the passes: a rebuilding walker with a var map, and node emission.
+
+:class:`Rewrite` copies a graph node by node into a :class:`GraphBuilder`, like
+:func:`~ember.graph.ir.rebuild`, but lets a rule look at the new graph built so far
+(``producer`` of a new var) and map an old var straight to an existing new one
+(``return (var,)``): that is how "replace ``x * 1`` by ``x``" is written.
+"""
+from __future__ import annotations
+
+import numpy as np
+
+from ...ops.registry import REGISTRY
+from ..ir import CONSTANT, Graph, GraphBuilder, Var
+from ..meta import infer
+
+#: dtype-rule kinds whose nodes carry no compute dtype (the tracer records ``ct=None``).
+_NO_CT = ("same", "bool", "int64")
+
+
+class Rewrite:
+    """Walk ``graph`` into a new builder; ``rule(rw, node, ins)`` returns outs or None."""
+
+    def __init__(self, graph: Graph, cse: bool = False):
+        self.old = graph
+        self.b = GraphBuilder(graph.name, cse=cse)
+        self.env: dict = {}
+        self._prod: dict = {}
+        self._seen = 0
+        self.outputs = {v.id for v in graph.outputs}
+        for v in graph.inputs:
+            self.env[v.id] = self.b.input(v.shape, v.dtype, v.device, v.name)
+
+    def producer(self, v):
+        """The node of the *new* graph that defines new var ``v`` (None for inputs)."""
+        if v.__class__ is not Var:
+            return None
+        nodes = self.b.nodes
+        for n in nodes[self._seen:]:
+            for o in n.outs:
+                self._prod[o.id] = n
+        self._seen = len(nodes)
+        return self._prod.get(v.id)
+
+    def copy(self, n, ins) -> tuple:
+        return self.b.add(n.op, ins, n.params, [(o.shape, o.dtype, o.device) for o in n.outs],
+                          n.ct)
+
+    def emit(self, name: str, ins, **params) -> Var:
+        """Add registry op ``name`` on new vars/scalars ``ins``, typed by abstract eval."""
+        return emit(self.b, name, ins, **params)
+
+    def run(self, rule) -> Graph:
+        for n in self.old.nodes:
+            ins = tuple(self.env[x.id] if x.__class__ is Var else x for x in n.inputs)
+            outs = rule(self, n, ins)
+            if outs is None:
+                outs = self.copy(n, ins)
+            for o, no in zip(n.outs, outs):
+                self.env[o.id] = no
+        return self.b.build([self.env[v.id] for v in self.old.outputs])
+
+
+def emit(b: GraphBuilder, name: str, ins, **params) -> Var:
+    """Append registry op ``name`` to builder ``b``; its shape, dtype and ct come from meta."""
+    op = REGISTRY[name]
+    full = dict(op.params)
+    full.update(params)
+    shape, dtype, ct = infer(op, tuple(ins), full)
+    dev = next(x for x in ins if x.__class__ is Var).device
+    return b.add1(op, tuple(ins), full, shape, dtype, dev,
+                  None if isinstance(op.dtype, str) and op.dtype in _NO_CT else ct)
+
+
+def constant_of(producer, v):
+    """The value of ``v`` when it is a Python scalar or made by a CONSTANT node, else None."""
+    if v.__class__ is not Var:
+        return v if isinstance(v, (bool, int, float)) else None
+    n = producer(v)
+    if n is not None and n.op is CONSTANT:
+        return n.params["value"]
+    return None
+
+
+def is_all(producer, v, c) -> bool:
+    """Whether ``v`` is a scalar/constant whose every element equals ``c`` (bools excluded)."""
+    val = constant_of(producer, v)
+    if val is None or isinstance(val, bool):
+        return False
+    if isinstance(val, np.ndarray):
+        if val.dtype.kind == "b" or val.size == 0 or val.size > 4096:
+            return False
+        return bool(np.all(val == c))
+    return val == c
+
+
+def is_float(dtype) -> bool:
+    """Floating (or complex) dtypes: where ``x * 0`` need not be 0 (inf, nan)."""
+    return dtype.is_floating_point or dtype.name.startswith("complex")
