@@ -1,0 +1,175 @@
+"""Algebraic simplification: a table of local identities, applied in one forward walk.
+
+Every rule is exact — the simplified graph computes bitwise what the original computed —
+except those in :data:`FAST_MATH` (``simplify_fast``), which only hold up to rounding.
+A node is replaced by one of its inputs only when shape and dtype agree; a non-view node
+whose value is a graph output is kept (replacing it would hand the caller an alias of
+another value, where eager returned a fresh tensor).
+
+Identities deliberately left out (they are not exact in floating point):
+
+* ``x + 0 -> x`` for floats: ``-0.0 + 0 = +0.0`` (kept for integers; ``x - 0`` is exact).
+* ``x * 0 -> 0`` for floats: ``inf * 0`` and ``nan * 0`` are nan (kept for integer/bool).
+* ``sum(expand(x)) -> n * x`` for floats: a sum of n copies rounds differently from one
+  product (kept for int64, where both wrap identically).
+* ``exp(log(x)) -> x``: wrong for ``x < 0`` (nan); not even in fast math.
+* ``log(exp(x)) -> x``: only up to rounding, and ``exp`` overflows for ``x > 88`` (float32):
+  fast math only.
+"""
+from __future__ import annotations
+
+import numpy as np
+
+from ..ir import Graph, Var
+from ._util import Rewrite, is_all, is_float
+
+
+def _same(n, x) -> bool:
+    """Whether ``x`` can stand for ``n``'s output: a Var of the same shape and dtype."""
+    o = n.outs[0]
+    return x.__class__ is Var and x.shape == o.shape and x.dtype is o.dtype
+
+
+def _replace(rw, n, x):
+    """``(x,)`` when ``n`` may be replaced by ``x``; non-view graph outputs are kept."""
+    if not _same(n, x) or (not n.op.view and n.outs[0].id in rw.outputs):
+        return None
+    return (x,)
+
+
+def _inner(rw, x, name):
+    """The new-graph node of op ``name`` that makes ``x``, or None."""
+    p = rw.producer(x)
+    return p if p is not None and p.op.name == name else None
+
+
+def _mul(rw, n, ins):
+    a, b = ins
+    p = rw.producer
+    for x, c in ((a, b), (b, a)):
+        if is_all(p, c, 1):                                  # x * 1 = 1 * x = x
+            r = _replace(rw, n, x)
+            if r:
+                return r
+        o = n.outs[0]
+        if is_all(p, c, 0) and not is_float(o.dtype) and o.id not in rw.outputs:
+            return (_zeros(rw, o),)                          # x * 0 = 0 (integers, bool)
+    return None
+
+
+def _add(rw, n, ins):
+    a, b = ins
+    if is_float(n.outs[0].dtype):
+        return None
+    for x, c in ((a, b), (b, a)):
+        if is_all(rw.producer, c, 0):                        # x + 0 = 0 + x = x (integers)
+            r = _replace(rw, n, x)
+            if r:
+                return r
+    return None
+
+
+def _sub(rw, n, ins):
+    return _replace(rw, n, ins[0]) if is_all(rw.producer, ins[1], 0) else None   # x - 0 = x
+
+
+def _div(rw, n, ins):
+    return _replace(rw, n, ins[0]) if is_all(rw.producer, ins[1], 1) else None   # x / 1 = x
+
+
+def _neg(rw, n, ins):
+    p = _inner(rw, ins[0], "neg")                            # -(-x) = x
+    return _replace(rw, n, p.inputs[0]) if p is not None else None
+
+
+def _permute(rw, n, ins):
+    x, dims = ins[0], tuple(n.params["dims"])
+    p = _inner(rw, x, "permute")
+    if p is not None:                                        # permute(permute(x)) = one permute
+        x, inner = p.inputs[0], tuple(p.params["dims"])
+        dims = tuple(inner[d] for d in dims)
+    if dims == tuple(range(len(dims))):                      # identity permutation
+        return _replace(rw, n, x)
+    return (rw.emit("permute", (x,), dims=dims),) if p is not None else None
+
+
+def _reshape(rw, n, ins):
+    x = ins[0]
+    p = _inner(rw, x, "reshape")
+    if p is not None:                                        # reshape(reshape(x)) = one reshape
+        x = p.inputs[0]
+    if x.shape == n.outs[0].shape:                           # reshape to the same shape
+        return _replace(rw, n, x)
+    return (rw.emit("reshape", (x,), shape=n.outs[0].shape),) if p is not None else None
+
+
+def _expand(rw, n, ins):
+    return _replace(rw, n, ins[0])                           # expand to the same shape
+
+
+def _cast(rw, n, ins):
+    return _replace(rw, n, ins[0])                           # cast to the same dtype
+
+
+def _sum(rw, n, ins):
+    """``sum(expand(x), broadcast dims) = count * x`` for int64 (exact, wraps alike)."""
+    p = _inner(rw, ins[0], "expand")
+    o = n.outs[0]
+    if p is None or o.dtype.name != "int64" or p.inputs[0].dtype is not o.dtype \
+            or o.id in rw.outputs:
+        return None
+    x, big = p.inputs[0], p.outs[0].shape
+    lead = len(big) - x.ndim
+    bcast = {d for d in range(len(big)) if d < lead or (x.shape[d - lead] == 1 and big[d] != 1)}
+    dims = n.params["dim"]
+    dims = set(range(len(big))) if dims is None else {d % len(big) for d in dims}
+    if not bcast or not bcast <= dims or any(big[d] != 1 for d in dims - bcast):
+        return None
+    count = int(np.prod([big[d] for d in bcast]))
+    y = x if x.shape == o.shape else rw.emit("reshape", (x,), shape=o.shape)
+    return (rw.emit("mul", (y, count)),)
+
+
+def _log(rw, n, ins):
+    p = _inner(rw, ins[0], "exp")                            # log(exp(x)) ~ x (fast math)
+    return _replace(rw, n, p.inputs[0]) if p is not None and _same(n, p.inputs[0]) else None
+
+
+def _zeros(rw, o):
+    z = rw.b.constant(np.zeros((), o.dtype.np), o.dtype, o.device)
+    return z if o.shape == () else rw.emit("expand", (z,), shape=o.shape)
+
+
+#: op name -> rule(rw, node, new inputs) -> new outputs or None. All exact.
+RULES = {"mul": _mul, "add": _add, "sub": _sub, "div": _div, "neg": _neg,
+         "permute": _permute, "reshape": _reshape, "expand": _expand, "cast": _cast,
+         "sum": _sum}
+#: rules that hold only up to rounding / overflow (``simplify_fast``).
+FAST_MATH = {"log": _log}
+
+
+def _run(graph: Graph, rules: dict):
+    hits = 0
+
+    def rule(rw, n, ins):
+        nonlocal hits
+        f = rules.get(n.op.name)
+        if f is None or len(n.outs) != 1 or n.is_random():
+            return None
+        outs = f(rw, n, ins)
+        if outs is not None:
+            hits += 1
+        return outs
+
+    out = Rewrite(graph).run(rule)
+    return (out if hits else graph), {"simplified": hits}
+
+
+def simplify(graph: Graph):
+    """Apply the exact identities of :data:`RULES`. Returns ``(graph, {"simplified": n})``."""
+    return _run(graph, RULES)
+
+
+def simplify_fast(graph: Graph):
+    """:func:`simplify` plus :data:`FAST_MATH` (results may differ in the last bits)."""
+    return _run(graph, {**RULES, **FAST_MATH})
