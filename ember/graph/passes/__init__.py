@@ -9,13 +9,37 @@ from __future__ import annotations
 import os
 import time
 
+__all__ = ["PASSES", "DEFAULT_PASSES", "register", "run_pipeline", "freeze"]
+
+from .cse import cse
 from .dce import dce
+from .fold import fold
+from .freeze import freeze
+from .hfuse import hfuse
+from .layout import layout
+from .rewrite import fold_conv_affine, fuse_linear_act, rewrite
+from .simplify import simplify, simplify_fast
 
 #: name -> pass. Passes register here so pipelines can name them.
-PASSES = {"dce": dce}
+PASSES = {
+    "simplify": simplify,            # exact algebraic identities (x*1, permute chains...)
+    "simplify_fast": simplify_fast,  # + identities exact only up to rounding (log(exp(x)))
+    "fold": fold,                    # constant subexpressions, by the ops' own kernels
+    "cse": cse,                      # identical pure nodes become one
+    "linear_act": fuse_linear_act,   # act(x @ w + b) as one node, in place (bitwise exact)
+    "conv_affine": fold_conv_affine,  # conv + per-channel affine (eval BatchNorm) -> conv
+    "rewrite": rewrite,              # conv_affine then linear_act
+    "hfuse": hfuse,                  # sibling matmuls on one x -> one GEMM + slices
+    "layout": layout,                # NCHW or NHWC per conv, by a measurement
+    "dce": dce,                      # values no output needs
+}
 
-#: The default pipeline of ``ember.compile``.
-DEFAULT_PASSES = ["dce"]
+#: The default pipeline of ``ember.compile``. Every pass here is exact: a compiled training
+#: step gives bitwise eager's results. simplify first (composing permute/reshape chains
+#: exposes duplicates), fold, cse, then fusion on the deduplicated graph, then dce.
+#: Opt-in (they may change float rounding): conv_affine, rewrite, hfuse, layout,
+#: simplify_fast.
+DEFAULT_PASSES = ["simplify", "fold", "cse", "linear_act", "dce"]
 
 
 def register(name: str, fn, default_position: int | None = None) -> None:
