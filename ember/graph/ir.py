@@ -272,7 +272,10 @@ class Graph:
                     raise GraphError(f"{self.name}: {o} is defined twice (node {i}: "
                                      f"{n.format()})")
                 defined.add(o.id)
-            if check_meta and len(n.outs) == 1 and not isinstance(n.op, GraphOp):
+            # NOTE: ops without a shape rule (advanced indexing, nonzero) may have
+            # data-dependent shapes, which abstract evaluation can't know: not checked.
+            if check_meta and len(n.outs) == 1 and not isinstance(n.op, GraphOp) and (
+                    n.op.shape is not None or n.op.elementwise):
                 from .meta import infer
                 shape, dtype, _ = infer(n.op, n.inputs, n.params)
                 o = n.outs[0]
