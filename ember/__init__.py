@@ -44,3 +44,8 @@ from . import graph
 from .graph import compile  # noqa: A001 - ember.compile, like torch.compile
 
 __version__ = "0.1.0"
+
+# Static graphs: the declarative API (``ember.Graph`` is the define-then-run graph; the IR
+# class is ``ember.graph.Graph``) and control flow usable eagerly and in graphs.
+from .graph.declarative import Graph, Variable, placeholder, gradients  # noqa: E402,F401
+from .graph.control import cond, while_loop, fori_loop, scan  # noqa: E402,F401
