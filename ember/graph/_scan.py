@@ -81,6 +81,17 @@ def stage_scan(inputs, params) -> list:
     return _emit("scan", _run_scan, _scan_vjp, metas, inputs, params)
 
 
+def with_saved_carries(n, builder):
+    """A copy of scan node ``n`` that also outputs its stored carries (new vars)."""
+    from .control import ControlOp
+    from .ir import Node
+    params = dict(n.params, save=True)
+    g, nc, length = params["body"], params["nc"], params["length"]
+    extra = [((length,) + v.shape, v.dtype, v.device) for v in g.inputs[:nc]]
+    op = ControlOp("scan", _run_scan, list(n.op.metas) + extra, _scan_vjp)
+    return Node(op, n.inputs, params, n.outs + tuple(builder.new_var(*m) for m in extra), n.ct)
+
+
 def _scan_eager(f, init, xs, xleaves, xspec, length, reverse):
     from ..ops.movement import stack
     carry, ys = init, []

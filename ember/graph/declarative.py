@@ -29,7 +29,7 @@ from ..device import device as _device
 from ..errors import GraphError
 from ..func._tree import tree_flatten, tree_unflatten
 from ..tensor import Tensor
-from .autodiff import backprop
+from .autodiff import backprop, depends_on
 from .executor import Program
 from .ir import Graph as _IRGraph
 from .ir import Var
@@ -211,10 +211,25 @@ class Graph:
                     memo[var.id] = cap.tensor_for(var)
                 return memo[var.id]
 
+            self._store_scan_carries(wrt)
             return backprop(list(cap.b.nodes), value, seeds, wrt)
         finally:
             if pushed:
                 cap.stop()
+
+    def _store_scan_carries(self, wrt) -> None:
+        """Scans on the gradient's path store their carries for the reverse scan.
+
+        NOTE: the node is replaced in place (same outputs plus the stored carries), so the
+        backward reads them instead of running the forward scan again.
+        """
+        from ._scan import with_saved_carries
+        nodes = self._cap.b.nodes
+        live = depends_on(nodes, {v.id for v in wrt})
+        for i, n in enumerate(nodes):
+            if n.op.name == "scan" and hasattr(n.op, "stage") and not n.params["save"] and \
+                    any(o.id in live for o in n.outs):
+                nodes[i] = with_saved_carries(n, self._cap.b)
 
     def _var_of(self, t, what) -> Var:
         v = self._cap.env.get(id(t._data)) if isinstance(t, Tensor) else None
@@ -293,12 +308,7 @@ class Graph:
 
     def _feed(self, v: Var, val):
         label = self._placeholders.get(v.id) or repr(v)
-        if isinstance(val, Tensor):
-            arr = val._data
-        else:
-            arr = np.asarray(val)
-            if arr.dtype.kind in "biuf" and not isinstance(val, np.ndarray):
-                arr = arr.astype(v.dtype.np)      # Python numbers and lists take its dtype
+        arr = val._data if isinstance(val, Tensor) else np.asarray(val)
         if tuple(arr.shape) != v.shape:
             raise GraphError(f"feed_dict: {label!r} expects shape {v.shape}, got "
                              f"{tuple(arr.shape)}")
