@@ -10,9 +10,13 @@ fi
 extras=test
 # PyTorch 2.13 (CPU) serves as an oracle in parity tests; EMBER_TEST_ORACLE=0 skips it.
 if [ "${EMBER_TEST_ORACLE:-1}" != "0" ]; then extras=test,oracle; fi
+# onnx + onnxruntime for the ONNX export tests (they skip without them).
+extras=$extras,onnx
 if ! .venv/bin/python -m pip install -q -e ".[$extras]"; then
-    if [ "$extras" != test ] && .venv/bin/python -m pip install -q -e '.[test]'; then
-        echo "scripts/test.sh: PyTorch oracle not installable here; its parity tests skip" >&2
+    if .venv/bin/python -m pip install -q -e '.[test,onnx]' ||
+            .venv/bin/python -m pip install -q -e '.[test]'; then
+        echo "scripts/test.sh: some optional test extras ($extras) are not" \
+            "installable here; the tests needing them skip" >&2
     else
         # Offline machines: carry on if everything the tests need is already installed.
         .venv/bin/python -c "import numpy, ml_dtypes, pytest, xdist, hypothesis" || exit 1
