@@ -1,0 +1,193 @@
+"""Kernel IR to C: OpenMP-parallel outer loops around ``omp simd`` inner loops.
+
+Every generated function has one C signature, whatever the kernel::
+
+    void NAME(char **ptrs, const int64_t *shape, const int64_t *strides, int64_t nthreads)
+
+``ptrs`` holds the inputs then the output; ``shape`` the coalesced loop dimensions (for a
+reduction: outer dims then the reduced length); ``strides[k*ndim + j]`` input k's stride
+in elements along dim j. The work (elements of a 1-d loop, rows otherwise) is split into
+one contiguous range per thread when it is large; a small call runs on the calling
+thread with no OpenMP region at all (the same vectorised loop: an ``if()`` clause on
+``parallel for simd`` would run a slow scalar fallback instead).
+"""
+from __future__ import annotations
+
+from .. import dtypes as _dt
+from .cexpr import CTYPE, STORAGE, Emitter
+from .ir import Kernel, ReduceKernel
+
+#: elements of work below which a kernel runs on the calling thread only.
+PARALLEL_THRESHOLD = 1 << 16
+
+
+def load_c(ptr: str, index: str, d) -> str:
+    """``ptr[index]`` of storage dtype ``d`` converted to its compute C type."""
+    v = f"{ptr}[{index}]"
+    if d is _dt.bfloat16:
+        return f"ember_bf16_to_f32({v})"
+    if d is _dt.float16:
+        return f"(float){v}"
+    if d is _dt.bool_:
+        return f"({v} != 0)"
+    return v
+
+
+def store_c(value: str, src, d) -> str:
+    """``value`` (of dtype ``src``) converted to storage dtype ``d``."""
+    if src is not d and CTYPE[src.name] != CTYPE[d.name]:
+        value = f"(({CTYPE[d.name]}){value})"
+    if d is _dt.bfloat16:
+        return f"ember_f32_to_bf16({value})"
+    if d is _dt.float16:
+        return f"(_Float16){value}"
+    if d is _dt.bool_:
+        return f"(uint8_t)({value} != 0)"
+    return value
+
+
+def _index(kind: str, k: int, var: str = "i") -> str:
+    return {"c": var, "b": "0", "g": f"{var} * s{k}"}[kind]
+
+
+def _indent(lines, n):
+    return ["    " * n + ln for ln in lines]
+
+
+def _pointers(ins, out_dtype, ndim, kinds, offsets: bool) -> list:
+    """Typed input/output pointer declarations (row-offset when ``offsets``)."""
+    lines = []
+    for k, d in enumerate(ins):
+        off = f" + o{k}" if offsets else ""
+        lines.append(f"const {STORAGE[d.name]} *restrict in{k} = "
+                     f"(const {STORAGE[d.name]} *)ptrs[{k}]{off};")
+        if kinds[k] == "g":
+            lines.append(f"const int64_t s{k} = st[{k * ndim + ndim - 1}];")
+    lines.append(f"{STORAGE[out_dtype.name]} *restrict out = "
+                 f"({STORAGE[out_dtype.name]} *)ptrs[{len(ins)}]"
+                 f"{' + r * n' if offsets else ''};")
+    return lines
+
+
+def _row_offsets(nin: int, ndim: int) -> list:
+    """Decompose row ``r`` over the outer dims into each input's element offset."""
+    decl = ", ".join(f"o{k} = 0" for k in range(nin))
+    lines = [f"int64_t rem = r{', ' + decl if decl else ''};",
+             f"for (int k = {ndim - 2}; k >= 0; k--) {{",
+             "    const int64_t c = rem % shape[k]; rem /= shape[k];"]
+    lines += [f"    o{k} += c * st[{k * ndim} + k];" for k in range(nin)]
+    return lines + ["}", "(void)rem;"]
+
+
+def _driver(name: str, ndim: int, rows: bool) -> list:
+    work = "shape[0]" if not rows else " * ".join(
+        [f"shape[{j}]" for j in range(ndim - 1)] or ["1"])
+    total = " * ".join(f"shape[{j}]" for j in range(ndim))
+    align = "" if rows else "        chunk = (chunk + 15) & ~(int64_t)15;\n"
+    return f"""void {name}(char **ptrs, const int64_t *shape, const int64_t *st, int64_t nthreads) {{
+    const int64_t work = {work}, total = {total};
+#ifdef _OPENMP
+    if (nthreads > 1 && work > 1 && total >= {PARALLEL_THRESHOLD}) {{
+        #pragma omp parallel num_threads(nthreads)
+        {{
+        const int64_t nt = omp_get_num_threads(), t = omp_get_thread_num();
+        int64_t chunk = (work + nt - 1) / nt;
+{align}        const int64_t lo = t * chunk, hi = lo + chunk < work ? lo + chunk : work;
+        if (lo < hi) {name}_run(ptrs, shape, st, lo, hi);
+        }}
+        return;
+    }}
+#endif
+    (void)nthreads; (void)total;
+    {name}_run(ptrs, shape, st, 0, work);
+}}
+""".splitlines()
+
+
+def _body(emit: Emitter, root, store_to: str, out_dtype) -> list:
+    var, d = emit.value(root)
+    return emit.lines + [f"{store_to} = {store_c(var, d, out_dtype)};"]
+
+
+def render_elementwise(k: Kernel, key: tuple) -> str:
+    """The C function of elementwise kernel ``k`` for layout class ``key``."""
+    ndim, kinds = key
+    ins = [s.dtype for s in k.inputs]
+    emit = Emitter(lambda i: load_c(f"in{i}", _index(kinds[i], i), ins[i]), ins)
+    body = _body(emit, k.body, "out[i]", k.out.dtype)
+    head = f"static void {k.name}_run(char **ptrs, const int64_t *shape, const int64_t *st, " \
+           f"int64_t lo, int64_t hi) {{"
+    if ndim == 1:
+        lines = [head] + _indent(_pointers(ins, k.out.dtype, 1, kinds, False), 1) + [
+            "    (void)shape;", "    #pragma omp simd",
+            "    for (int64_t i = lo; i < hi; i++) {"] + _indent(body, 2) + ["    }", "}"]
+    else:
+        lines = [head, f"    const int64_t n = shape[{ndim - 1}];",
+                 "    for (int64_t r = lo; r < hi; r++) {"]
+        lines += _indent(_row_offsets(len(ins), ndim), 2)
+        lines += _indent(_pointers(ins, k.out.dtype, ndim, kinds, True), 2)
+        lines += ["        #pragma omp simd", "        for (int64_t i = 0; i < n; i++) {"]
+        lines += _indent(body, 3) + ["        }", "    }", "}"]
+    return "\n".join(lines + _driver(k.name, ndim, rows=ndim > 1)) + "\n"
+
+
+_INIT = {("amax", True): "-INFINITY", ("amin", True): "INFINITY",
+         ("amax", False): "(-9223372036854775807LL-1)", ("amin", False): "9223372036854775807LL"}
+
+
+def _stage(j: int, st, emit: Emitter) -> list:
+    """One reduction stage over the row: ``row{j}`` = reduce(prologue)."""
+    is_float = st.dtype.category == _dt.FLOAT
+    var, d = emit.value(st.body)
+    acc = "double" if is_float else "int64_t"
+    if st.kind in ("sum", "mean"):
+        lines = [f"{acc} acc{j} = 0;", f"#pragma omp simd reduction(+:acc{j})",
+                 "for (int64_t i = 0; i < n; i++) {"]
+        lines += _indent(emit.lines + [f"acc{j} += ({acc}){var};"], 1) + ["}"]
+        val = f"acc{j} / (double)n" if st.kind == "mean" else f"acc{j}"
+        return lines + [f"const {CTYPE[st.dtype.name]} row{j} = "
+                        f"({CTYPE[st.dtype.name]})({val});"]
+    acc = "double" if st.dtype is _dt.float64 else "float" if is_float else "int64_t"
+    cmp = ">" if st.kind == "amax" else "<"
+    red = "max" if st.kind == "amax" else "min"
+    nan = f" reduction(|:nan{j})" if is_float else ""
+    lines = [f"{acc} acc{j} = {_INIT[st.kind, is_float]};"]
+    lines += [f"int nan{j} = 0;"] if is_float else []
+    lines += [f"#pragma omp simd reduction({red}:acc{j}){nan}",
+              "for (int64_t i = 0; i < n; i++) {"]
+    upd = [f"acc{j} = ({acc}){var} {cmp} acc{j} ? ({acc}){var} : acc{j};"]
+    upd += [f"nan{j} |= {var} != {var};"] if is_float else []
+    lines += _indent(emit.lines + upd, 1) + ["}"]
+    val = f"nan{j} ? NAN : acc{j}" if is_float else f"acc{j}"
+    return lines + [f"const {CTYPE[st.dtype.name]} row{j} = ({CTYPE[st.dtype.name]})({val});"]
+
+
+def render_reduction(k: ReduceKernel, key: tuple) -> str:
+    """The C function of reduction kernel ``k`` for layout class ``key``."""
+    ndim, kinds = key
+    ins, rows = [s.dtype for s in k.inputs], list(k.row_dtypes)
+
+    def emitter(prefix, nrows):
+        return Emitter(lambda i: load_c(f"in{i}", _index(kinds[i], i), ins[i]), ins,
+                       rows[:nrows], prefix=prefix)
+    lines = [f"static void {k.name}_run(char **ptrs, const int64_t *shape, const int64_t *st, "
+             f"int64_t lo, int64_t hi) {{", f"    const int64_t n = shape[{ndim - 1}];",
+             "    for (int64_t r = lo; r < hi; r++) {"]
+    lines += _indent(_row_offsets(len(ins), ndim), 2)
+    ptrs = _pointers(ins, k.out.dtype, ndim, kinds, True)
+    if not k.full:
+        ptrs[-1] = ptrs[-1].replace(" + r * n", " + r")
+    lines += _indent(ptrs, 2)
+    for j, st in enumerate(k.stages):
+        lines += _indent(_stage(j, st, emitter(f"p{j}_", j)), 2)
+    if k.full:
+        emit = emitter("e_", len(rows))
+        lines += ["        #pragma omp simd", "        for (int64_t i = 0; i < n; i++) {"]
+        lines += _indent(_body(emit, k.epilogue, "out[i]", k.out.dtype), 3) + ["        }"]
+    elif k.epilogue is not None:
+        lines += _indent(_body(emitter("e_", len(rows)), k.epilogue, "out[0]", k.out.dtype), 2)
+    else:
+        last = len(rows) - 1
+        lines += [f"        out[0] = {store_c(f'row{last}', rows[last], k.out.dtype)};"]
+    lines += ["    }", "}"]
+    return "\n".join(lines + _driver(k.name, ndim, rows=True)) + "\n"
