@@ -107,7 +107,9 @@ def _param_literal(op: str, name: str, v, d: DType) -> str:
             if d.category == _F:
                 return literal(-math.inf if name == "min" else math.inf, d)
             return "(-9223372036854775807LL-1)" if name == "min" else "9223372036854775807LL"
-        if op == "nan_to_num" and d.category == _F:
+        if op == "nan_to_num":
+            if d.category != _F:
+                return "0"         # NOTE: unused: integers pass through nan_to_num
             fi = _dt.finfo(d)
             return literal(fi.max if name == "posinf" else fi.min, d)
         raise ValueError(f"codegen: {op} needs a value for {name!r}")
