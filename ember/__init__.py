@@ -50,3 +50,4 @@ __version__ = "0.1.0"
 from .graph.declarative import Graph, Variable, placeholder, gradients  # noqa: E402,F401
 from .graph.control import cond, while_loop, fori_loop, scan  # noqa: E402,F401
 from .graph.viz import viz  # noqa: E402 - ember.viz(graph_or_compiled, "g.svg")
+from . import onnx  # noqa: E402,F401 - ember.onnx.export (onnx itself is imported lazily)

@@ -19,6 +19,7 @@ from __future__ import annotations
 
 import functools
 import time
+from typing import NamedTuple
 import warnings
 
 import numpy as np
@@ -69,6 +70,14 @@ def compile(fn=None, *, fullgraph: bool = False, dynamic: bool = False, passes=N
                                  parallel=parallel, name=name)
     return CompiledFunction(fn, fullgraph=fullgraph, dynamic=dynamic, passes=passes,
                             parallel=parallel, name=name)
+
+
+class CaptureInfo(NamedTuple):
+    """What :meth:`CompiledFunction.last_capture` returns."""
+    graph: object
+    arg_slots: list
+    sources: list
+    outputs: list
 
 
 class _Entry:
@@ -222,6 +231,25 @@ class CompiledFunction:
 
     def raw_graphs(self) -> list:
         return [e.raw_graph for e in self._cache.values() if not e.eager]
+
+    def last_capture(self) -> "CaptureInfo":
+        """The most recent cached signature's graph and where its inputs come from.
+
+        ``graph`` (optimised), ``arg_slots`` (positions, in the flattened ``(args, kwargs)``,
+        of the tensor arguments that are the graph's first inputs), ``sources`` (one
+        :class:`~ember.graph.trace.Source` per remaining input: a parameter, buffer,
+        gradient or learning rate) and ``outputs`` (the vars of the returned tensors).
+        """
+        entries = list(self._cache.values())
+        if not entries:
+            raise GraphError(f"ember.compile({self.name}): nothing captured yet "
+                             f"({self.explain()})")
+        e = entries[-1]
+        if e.eager:
+            raise GraphError(f"ember.compile({self.name}): the last signature runs eagerly: "
+                             f"{e.reason}")
+        outs = [e.graph.outputs[k[1]] for k in e.out_leaves if k[0] == "tensor"]
+        return CaptureInfo(e.graph, list(e.arg_slots), list(e.sources), outs)
 
     @property
     def graph(self):

@@ -73,30 +73,16 @@ def capture(fn, args):
     compiled = compile(fn, passes=EXPORT_PASSES, fullgraph=True)
     with no_grad():
         compiled(*args)
-    e = _last_entry(compiled)
-    n_args = len(e.arg_slots)
-    for s in e.sources:
+    info = compiled.last_capture()
+    n_args = len(info.arg_slots)
+    for s in info.sources:
         if s.kind != "tensor":
             raise GraphError(f"ember.onnx.export: the graph reads {s.label} ({s.kind}); only "
                              f"tensors can become ONNX initializers")
-    if len(e.graph.inputs) != n_args + len(e.sources):
+    if len(info.graph.inputs) != n_args + len(info.sources):
         raise GraphError("ember.onnx.export: the captured graph's inputs do not match its "
                          "sources (internal error)")
-    user = [e.graph.outputs[k[1]] for k in e.out_leaves if k[0] == "tensor"]
-    return e.graph, e.sources, [f"arg{i}" for i in e.arg_slots], user
-
-
-def _last_entry(compiled):
-    # NOTE: reads CompiledFunction's cache until it has a public accessor for the
-    # entry (graph + where each input comes from).
-    entries = [e for e in compiled._cache.values()]
-    if not entries:
-        raise GraphError(f"ember.onnx.export: nothing was captured ({compiled.explain()})")
-    e = entries[-1]
-    if e.eager:
-        raise GraphError(f"ember.onnx.export: the function could not be captured as one "
-                         f"graph: {e.reason}")
-    return e
+    return info.graph, info.sources, [f"arg{i}" for i in info.arg_slots], info.outputs
 
 
 def to_onnx(graph, sources, arg_labels, outputs, *, input_names=None, output_names=None,
