@@ -192,7 +192,7 @@ def test_cuda_text_renders():
                gelu(Load(0)) * call("cast", Load(1), dtype=F32))
     src = render_cuda(k)
     assert '__global__ void ember_ew(' in src and "gridDim.x" in src
-    assert "tanhf(" in src and "__half2float(" in src and "#define EMBER_FN __device__" in src
+    assert "ember_tanh_f32(" in src and "__half2float(" in src and "#define EMBER_FN __device__" in src
     r = render_cuda(_rk([(3, 1)], (2, 3), 1, [Reduce("amax", Load(0)),
                                               Reduce("sum", call("exp", Load(0) - Row(0)))],
                         call("exp", Load(0) - Row(0)) / Row(1), (2, 3), full=True))
