@@ -27,6 +27,7 @@ add_p = defop(
     vjp=lambda g, out, x, y: (g, g),
     jvp=lambda t, out, x, y: _tsum(t[0], t[1]))
 
+
 def _sub_dy(g, out, x, y):
     # NOTE: a broadcast y (``x - x.mean(dim, keepdim=True)``) is reduced before negating:
     # one small negation instead of a full-size one.

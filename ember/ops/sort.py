@@ -44,8 +44,8 @@ def _scatter_one_kernel(xp, g, idx, dim, shape):
     Nothing collides, so output slice ``i`` is ``g`` where ``idx == i`` and 0 elsewhere,
     selected bitwise (``g``'s bits AND an all-ones/all-zeros mask): exact for every value,
     NaN and inf included. NOTE: ``xp.where`` branches per element: on the random masks of a
-    max-pool it is 7x slower than these three branch-free passes, and ``bincount`` (below)
-    is slower still.
+    max-pool it is 7x slower than these branch-free passes, and ``bincount`` (below) is
+    slower still.
     """
     u = xp.dtype(f"u{g.dtype.itemsize}")
     lead = (slice(None),) * dim
@@ -83,6 +83,7 @@ scatter_add_along_dim_p = defop(
     nondiff_argnums=(1,), jvp="linear",
     vjp=(lambda gg, out, g, idx, dim, shape: _apply(take_along_dim_p, (gg, idx), {"dim": dim}),
          None))
+
 
 def _take_kernel(xp, x, idx, dim):
     """Gather along ``dim``; indices are in range (``take_along_dim`` checks them).
