@@ -6,8 +6,9 @@ names are then specialised to the compute type (``exp`` -> ``expf`` in float, ``
 ``ember_abs_i64`` for integers, ``floor_div`` -> ``ember_floor_div_f32``...). Temporaries
 make every call unconditional, so GCC can use libmvec's SIMD variants in the loops.
 
-A few templates disagree with NumPy (the eager reference) on NaN or on integer types;
-:data:`OVERRIDES` replaces them here (the registry is read only to this package).
+A few templates cannot express C's integer/bool semantics in one string (shifts past the
+width, ``~`` of a bool); :data:`OVERRIDES` replaces them here (the registry is read only to
+this package). NaN semantics are the templates' own (``relu``, ``sign``, ``clamp`` keep NaN).
 """
 from __future__ import annotations
 
@@ -40,16 +41,10 @@ _INT_MAP = {"fabs": "ember_abs_i64", "pow": "ember_pow_i64", "fmod": "ember_fmod
 _CALL = re.compile(r"(?<![\w.])([A-Za-z_]\w*)\s*\(")
 
 # (op, "float" | "int" | "bool") -> template replacing the registry's.
+# NaN semantics live in the registry's templates themselves; what is left here is C's
+# integer/bool semantics that no single template can express.
 OVERRIDES = {
-    # NOTE: the registry's relu/sign templates map NaN to 0; NumPy (eager) keeps NaN.
-    ("relu", "float"): "({0} > 0 || {0} != {0} ? {0} : 0)",
-    ("sign", "float"): "({0} != {0} ? {0} : ({0} > 0) - ({0} < 0))",
-    # NOTE: fmin/fmax drop NaN; np.clip propagates it.
-    ("clamp", "float"): "clamp({0}, {min}, {max})",
-    ("clamp", "int"): "clamp({0}, {min}, {max})",
-    ("clamp", "bool"): "clamp({0}, {min}, {max})",
-    ("nan_to_num", "int"): "{0}",
-    ("nan_to_num", "bool"): "{0}",
+    # NOTE: ~ on a _Bool promotes to int (~1 == -2, true); NumPy's invert of a bool is not.
     ("bitwise_not", "bool"): "(!{0})",
     ("bitwise_left_shift", "int"): "ember_shl_i64({0}, {1})",
     ("bitwise_right_shift", "int"): "ember_shr_i64({0}, {1})",

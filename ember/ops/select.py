@@ -64,7 +64,9 @@ def _clamp_mask(x, min, max):
 # PyTorch, and so that one fused pass does the common scalar-bounds case.
 clamp_p = defop(
     "clamp", nin=1, elementwise=True, params={"min": None, "max": None}, dtype=_clamp_dtype,
-    expr="fmin(fmax({0}, {min}), {max})", kernel=lambda xp, x, min=None, max=None:
+    # NOTE: the ember_clamp_* helper (codegen prelude) keeps NaN like np.clip; fmin/fmax
+    # would drop it. A missing bound renders as the dtype's -inf/+inf (or integer extreme).
+    expr="clamp({0}, {min}, {max})", kernel=lambda xp, x, min=None, max=None:
     xp.clip(x, min, max), save="inputs",
     vjp=lambda g, out, x, min=None, max=None: (g * _clamp_mask(x, min, max),),
     jvp=lambda t, out, x, min=None, max=None: t[0] * _clamp_mask(x, min, max))

@@ -105,10 +105,12 @@ erfinv_p = unary("erfinv", lambda xp, x: _special.erfinv(xp, x), "erfinv({0})",
 # dtype-preserving ops
 abs_p = unary("abs", lambda xp, x: xp.abs(x), "fabs({0})", lambda x, out: sign(x),
               dtype="promote")
-relu_p = unary("relu", lambda xp, x: xp.maximum(x, 0), "({0} > 0 ? {0} : 0)",
+# NOTE: ``{0} != {0}`` (only NaN differs from itself) keeps NaN like np.maximum(x, 0); a
+# plain ``x > 0 ? x : 0`` would map NaN to 0.
+relu_p = unary("relu", lambda xp, x: xp.maximum(x, 0), "({0} > 0 || {0} != {0} ? {0} : 0)",
                lambda x, out: out > 0, save="output", dtype="promote")
 sign_p = unary("sign", lambda xp, x: x.copy() if x.dtype.kind == "b" else xp.sign(x),
-               "(({0} > 0) - ({0} < 0))", ZERO, dtype="promote")
+               "({0} != {0} ? {0} : ({0} > 0) - ({0} < 0))", ZERO, dtype="promote")
 floor_p = unary("floor", _keep_int(lambda xp, x: xp.floor(x)), "floor({0})", ZERO,
                 dtype="promote")
 ceil_p = unary("ceil", _keep_int(lambda xp, x: xp.ceil(x)), "ceil({0})", ZERO, dtype="promote")
