@@ -1,43 +1,233 @@
-"""Single-op generated kernels for eager mode (not wired into the dispatcher yet).
+"""Single-op generated kernels for eager mode: the dispatcher's fast path.
 
-``elementwise_kernel(op, dtypes, shapes)`` returns a cached callable running one registry
-op as a generated kernel, with the dispatcher's promotion; eager mode may send large
-elementwise ops there where that beats NumPy. Measured with ``bench/kernels.py`` (4M
-float32, see ``bench/RESULTS.md``): transcendentals (exp, tanh, erf, sigmoid) win because
-libmvec's SIMD functions and OpenMP threads beat NumPy's loops; plain arithmetic
-(add, mul) is memory bound and gains only from the second thread.
+The dispatcher (:func:`ember.ops.dispatch.apply`) hands a large elementwise op to
+:func:`run`, which answers with the result of a generated C kernel (OpenMP threads +
+libmvec SIMD math) or ``None`` — then the op's NumPy kernel runs as always. ``run``
+takes an op only when all of these hold:
+
+* the fast path is on: ``ember.config.EAGER_KERNELS`` (``EMBER_EAGER_KERNELS=0`` in the
+  environment, or ``ember.config.set_eager_kernels(False)``, turns it off);
+* the op is in :data:`THRESHOLDS` and the output has at least that many elements. The
+  table is measured (``bench/eager_kernels.py``, results in ``bench/RESULTS.md``): only
+  ops where the generated kernel beats NumPy on this machine class are listed — the
+  transcendental ones (libm calls NumPy runs one element at a time, or Ember's own NumPy
+  ``erf``). Memory-bound arithmetic (add, mul, relu...) is not: NumPy is at bandwidth and
+  the second thread is not worth a changed code path;
+* the inputs are CPU float32/float64 NumPy arrays of one dtype (a Python scalar operand
+  rides along as a 0-d array); any layout — broadcast, transposed, sliced — is passed to
+  the kernel as strides (one compiled variant per layout class, see :mod:`.layout`);
+* a C compiler exists (otherwise NumPy, silently: eager users did not ask for codegen);
+* the process has already pushed :data:`WARMUP` elements through this op and dtype in
+  NumPy (``EMBER_EAGER_KERNELS_WARMUP``).
+
+Why the warm-up: the first use in a process costs ~0.2 s (importing this package and
+probing the compiler) plus ~0.14 s per kernel the first time on a machine (then the disk
+cache has it). A short script with a few large ops never pays it; a training loop pays it
+within its first steps. The switch point depends only on how much work the process has
+done, so re-running a program gives the same bits; a run resumed from a checkpoint runs
+its first ``WARMUP`` elements per op in NumPy (results within the tolerance below).
+``WARMUP=0`` makes every call's path a function of its op, dtype and size alone.
+
+Accuracy: the generated kernels call glibc's libm/libmvec (<= 4 ulp by glibc's tables;
+measured <= 2 ulp here) except float32 ``tanh``, a rational approximation (Eigen's/XLA's,
+<= 4.5 ulp). That is what XLA and Eigen ship on CPU, well inside the float32 tolerances
+the op tests use, so eager accepts it; set ``EMBER_EAGER_KERNELS=0`` for NumPy's bits.
+NaN/Inf propagate like NumPy (the registry's templates; tested per op).
+
+``elementwise_kernel(op, dtypes, shapes)`` is the shape-bound variant (bench, tests).
 """
 from __future__ import annotations
 
+import ctypes
+import warnings
+
 import numpy as np
 
+from .. import config
 from .. import dtypes as _dt
 from ..ops.registry import REGISTRY
 from .ir import InputSpec, Kernel, Load, OutSpec, call, infer
-from .runtime import compile
-from .toolchain import find_compiler
+from .layout import coalesce
+from .runtime import CompiledKernel, compile, num_threads
+from .toolchain import CompileError, find_compiler
 
 _cache: dict = {}
 
-#: elements below which the eager fast path is not worth a ctypes call (~5 us).
-MIN_ELEMENTS = 1 << 16
+#: op -> minimum output elements for the eager fast path (float32 and float64). Measured
+#: with ``bench/eager_kernels.py``: the size from which the kernel is faster than NumPy in
+#: both dtypes, rounded up to a power of two (see bench/RESULTS.md, "Issue 5 — eager
+#: kernels"). Ops not listed always run NumPy.
+THRESHOLDS = {op: (1 << 15, 1 << 15) for op in (
+    "exp", "exp2", "expm1", "log", "log2", "log10", "log1p", "sin", "cos", "tan", "asin",
+    "acos", "atan", "sinh", "cosh", "tanh", "sigmoid", "erf", "erfc", "erfinv", "pow",
+    "atan2", "hypot")}
+_DEFAULT_THRESHOLDS = dict(THRESHOLDS)
+
+#: elements an (op, dtype) runs in NumPy in this process before its kernel is built.
+WARMUP = config.EAGER_KERNELS_WARMUP
+
+_FLOATS = (np.dtype(np.float32), np.dtype(np.float64))
+_F64 = _FLOATS[1]
+_seen: dict = {}          # (op name, dtype) -> elements run in NumPy so far
+_kernels: dict = {}       # (op name, dtype, nin, params) -> CompiledKernel or False
+_state = {"cc": None, "probed": False}
+_P_VOID = ctypes.c_void_p
 
 
-def _contig(shape):
-    out, acc = [], 1
-    for n in reversed(shape):
-        out.append(acc if n != 1 else 0)
-        acc *= n
-    return tuple(reversed(out))
+def run(op, arrays, params):
+    """``op(*arrays, **params)`` through a generated kernel, or None (caller runs NumPy).
+
+    ``arrays`` are what the dispatcher would pass to the op's NumPy kernel: arrays
+    already in the compute dtype, or Python scalars.
+    """
+    if not config.EAGER_KERNELS:
+        return None
+    need = THRESHOLDS.get(op.name)
+    if need is None:
+        return None
+    dt = None
+    for a in arrays:
+        if a.__class__ is np.ndarray:
+            if dt is None:
+                dt = a.dtype
+            elif a.dtype != dt:
+                return None
+        elif a.__class__ is not float and a.__class__ is not int:
+            return None
+    if dt is None or dt not in _FLOATS:
+        return None
+    need = need[dt is _F64]
+    if need is None:
+        return None
+    shape = _broadcast(arrays)
+    if shape is None:
+        return None
+    size = 1
+    for n in shape:
+        size *= n
+    if size < need:
+        return None
+    key = (op.name, dt)
+    seen = _seen.get(key, 0)
+    if seen < WARMUP:
+        _seen[key] = seen + size
+        return None
+    fn = _kernel(op.name, dt, len(arrays), params)
+    if fn is None:
+        return None
+    views = [a if a.__class__ is np.ndarray else np.asarray(a, dt) for a in arrays]
+    return _launch(fn, views, shape, dt)
 
 
-def _bstrides(in_shape, in_strides, out_shape):
-    """Element strides of an input over the broadcast output shape (0 on broadcast dims)."""
-    pad = len(out_shape) - len(in_shape)
-    st = [0] * pad
-    for n, s, o in zip(in_shape, in_strides, out_shape[pad:]):
-        st.append(0 if n == 1 and o != 1 else s)
-    return tuple(st)
+def _broadcast(arrays):
+    shapes = [a.shape for a in arrays if a.__class__ is np.ndarray]
+    s0 = shapes[0]
+    if all(s == s0 for s in shapes):
+        return s0
+    try:
+        return np.broadcast_shapes(*shapes)
+    except ValueError:
+        return None            # NOTE: NumPy then raises the dispatcher's ShapeError
+
+
+def _kernel(name, dt, nin, params):
+    """The CompiledKernel for (op, dtype, params), built on first use; None if impossible."""
+    items = tuple(sorted(params.items()))
+    key = (name, dt, nin, items)
+    fn = _kernels.get(key)
+    if fn is None:
+        fn = False
+        cc = _compiler()
+        if cc is not None:
+            d = _dt.as_dtype(dt)
+            compute, out = infer(name, [d] * nin, dict(items))
+            if out is d:
+                body = call(name, *[Load(i) for i in range(nin)], compute=compute,
+                            **dict(items))
+                # NOTE: the declared shape/strides are placeholders: the C function is
+                # specialised to a layout class only, chosen per call in _launch.
+                fn = CompiledKernel(Kernel([InputSpec(d, (1,))] * nin, OutSpec(d, (1,)),
+                                           body, name=f"ember_eager_{name}"), cc)
+        _kernels[key] = fn
+    return fn or None
+
+
+def _compiler():
+    if not _state["probed"]:
+        _state["cc"] = find_compiler()
+        _state["probed"] = True
+    return _state["cc"]
+
+
+def _launch(ck, arrays, shape, dt):
+    """Run ``ck`` over ``shape``: inputs by their (broadcast) element strides."""
+    out = np.empty(shape, dt)
+    if out.size == 0:
+        return out
+    item = dt.itemsize
+    views, strides = [], []
+    for a in arrays:
+        if a.shape != shape:
+            a = np.broadcast_to(a, shape)
+        st = a.strides
+        if any(s % item for s in st):
+            a = np.ascontiguousarray(a)        # NOTE: misaligned view: copy it
+            st = a.strides
+        views.append(a)
+        strides.append(tuple(s // item for s in st))
+    lay = coalesce(shape, strides)
+    try:
+        fn = ck.function(lay.key)
+    except (CompileError, OSError) as e:
+        _disable(ck, e)
+        return None
+    ptrs = (_P_VOID * (len(views) + 1))(*[v.ctypes.data for v in views], out.ctypes.data)
+    dims = (ctypes.c_int64 * len(lay.shape))(*lay.shape)
+    flat = [s for st in lay.strides for s in st]
+    sts = (ctypes.c_int64 * max(len(flat), 1))(*flat)
+    fn(ptrs, dims, sts, num_threads())
+    return out
+
+
+def _disable(ck, err) -> None:
+    for k, v in list(_kernels.items()):
+        if v is ck:
+            _kernels[k] = False
+    warnings.warn(f"ember: the eager kernel for {ck.kernel.name} failed to build; NumPy runs "
+                  f"it instead ({str(err)[:300]})", RuntimeWarning, stacklevel=4)
+
+
+def configure(thresholds: dict | None = None, warmup: int | None = None,
+              reset: bool = False) -> None:
+    """Change the fast path's table or warm-up (tests, benchmarks); ``reset``: defaults.
+
+    Also drops this process's warm-up counts and compiled-kernel memo (the disk cache
+    stays), and lowers the dispatcher's size gate to the smallest threshold.
+
+    Example:
+        >>> configure(thresholds={"exp": 1}, warmup=0)    # every float exp, from now on
+    """
+    global WARMUP
+    from ..ops import dispatch
+    if reset:
+        THRESHOLDS.clear()
+        THRESHOLDS.update(_DEFAULT_THRESHOLDS)
+        WARMUP = config.EAGER_KERNELS_WARMUP
+    if thresholds is not None:
+        THRESHOLDS.clear()
+        THRESHOLDS.update({k: v if isinstance(v, tuple) else (v, v)
+                           for k, v in thresholds.items()})
+    if warmup is not None:
+        WARMUP = int(warmup)
+    _seen.clear()
+    _kernels.clear()
+    _state["probed"] = False
+    dispatch._EAGER_MIN = min_threshold()
+
+
+def min_threshold() -> int:
+    """The smallest size any op takes the fast path at (the dispatcher's gate)."""
+    return min((n for v in THRESHOLDS.values() for n in v if n is not None), default=1 << 62)
 
 
 def elementwise_kernel(op_name: str, dtypes, shapes, strides=None, params=None):
@@ -73,7 +263,44 @@ def elementwise_kernel(op_name: str, dtypes, shapes, strides=None, params=None):
     return fn
 
 
+def _contig(shape):
+    out, acc = [], 1
+    for n in reversed(shape):
+        out.append(acc if n != 1 else 0)
+        acc *= n
+    return tuple(reversed(out))
+
+
+def _bstrides(in_shape, in_strides, out_shape):
+    """Element strides of an input over the broadcast output shape (0 on broadcast dims)."""
+    pad = len(out_shape) - len(in_shape)
+    st = [0] * pad
+    for n, s, o in zip(in_shape, in_strides, out_shape[pad:]):
+        st.append(0 if n == 1 and o != 1 else s)
+    return tuple(st)
+
+
 def supported(op_name: str) -> bool:
     """Whether ``op_name`` has a C template (and so a generated kernel)."""
     op = REGISTRY.get(op_name)
     return op is not None and op.expr is not None
+
+
+#: integer ops whose kernels cannot match eager: eager raises on an integer division by
+#: zero (``IntegerDivisionByZero``) and on negative integer powers (NumPy's ValueError),
+#: while a C kernel has no way to raise (the prelude's helpers return 0 / a wrapped value
+#: instead of trapping). A fusion pass must leave these nodes to eager when their compute
+#: dtype is an integer or bool; the eager fast path never takes integers.
+INT_UNSAFE = frozenset(("floor_divide", "trunc_divide", "remainder", "fmod", "pow"))
+
+
+def fusible(op_name: str, compute) -> bool:
+    """Whether a generated kernel of ``op_name`` in ``compute`` dtype behaves like eager.
+
+    Example:
+        >>> fusible("remainder", ember.int64), fusible("remainder", ember.float32)
+        (False, True)
+    """
+    if not supported(op_name):
+        return False
+    return op_name not in INT_UNSAFE or _dt.as_dtype(compute).is_floating_point

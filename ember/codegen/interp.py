@@ -39,26 +39,38 @@ def evaluate(e, arrays, rows=(), memo=None):
     return r
 
 
-def run_elementwise(k: Kernel, arrays, out=None):
-    """Elementwise kernel ``k`` on ``arrays`` with NumPy (broadcast to the output shape)."""
-    arrays = [np.broadcast_to(a, k.out.shape) for a in arrays]
-    r = np.broadcast_to(evaluate(k.body, arrays), k.out.shape)
+def _store(res, shape, dtype, out):
+    res = np.broadcast_to(res, shape) if res.shape != tuple(shape) else res
     if out is None:
-        return np.array(r, dtype=k.out.dtype.np)
-    out[...] = r
+        return np.array(res, dtype=dtype.np)
+    out[...] = res.reshape(out.shape)
     return out
+
+
+def run_elementwise(k: Kernel, arrays, out=None, extra_outs=None):
+    """Elementwise kernel ``k`` on ``arrays`` with NumPy (broadcast to the output shape).
+
+    Returns the output, or a tuple of all outputs when the kernel has ``extra`` ones.
+    """
+    arrays = [np.broadcast_to(a, k.out.shape) for a in arrays]
+    memo: dict = {}
+    outs = [out] + list(extra_outs or [None] * len(k.extra))
+    res = [_store(np.asarray(evaluate(e, arrays, memo=memo)), k.out.shape, d, o)
+           for (d, e), o in zip(k.outputs, outs)]
+    return tuple(res) if k.extra else res[0]
 
 
 _REDUCE = {"sum": np.sum, "mean": np.mean, "amax": np.max, "amin": np.min}
 
 
-def run_reduction(k: ReduceKernel, arrays, out=None):
+def run_reduction(k: ReduceKernel, arrays, out=None, extra_outs=None):
     """Reduction kernel ``k`` with NumPy (rows keep their reduced axes as size 1)."""
     arrays = [np.broadcast_to(a, k.shape) for a in arrays]
+    memo: dict = {}
     axes = tuple(range(len(k.shape) - k.naxes, len(k.shape)))
     rows: list = []
     for st in k.stages:
-        v = np.broadcast_to(evaluate(st.body, arrays, rows), k.shape)
+        v = np.broadcast_to(evaluate(st.body, arrays, rows, memo), k.shape)
         acc = np.float64 if st.dtype.is_floating_point else np.int64
         with np.errstate(all="ignore"):
             if v.size == 0 and st.kind in ("amax", "amin"):
@@ -68,13 +80,15 @@ def run_reduction(k: ReduceKernel, arrays, out=None):
                 r = _REDUCE[st.kind](v, axis=axes, keepdims=True,
                                      **({"dtype": acc} if st.kind in ("sum", "mean") else {}))
         rows.append(np.asarray(r).astype(st.dtype.np))
-    if k.epilogue is None:
-        res = rows[-1]
-    else:
-        res = evaluate(k.epilogue, arrays, rows)
-    res = np.broadcast_to(res, k.shape if k.full else rows[-1].shape)
-    res = res.reshape(k.out.shape)
-    if out is None:
-        return np.array(res, dtype=k.out.dtype.np)
-    out[...] = res
-    return out
+    outer = k.shape[:len(k.shape) - k.naxes]
+    outs = [out] + list(extra_outs or [None] * len(k.extra))
+    res = []
+    for (d, e, full), o in zip(k.outputs, outs):
+        v = np.asarray(rows[-1] if e is None else evaluate(e, arrays, rows, memo))
+        if full:
+            res.append(_store(v, k.shape, d, o))
+        else:
+            v = np.broadcast_to(v, k.shape)[(Ellipsis,) + (slice(0, 1),) * k.naxes]
+            v = v.reshape(outer)
+            res.append(_store(v, outer, d, o))
+    return tuple(res) if k.extra else res[0]

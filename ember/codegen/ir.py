@@ -118,11 +118,17 @@ class OutSpec:
 
 @dataclass(frozen=True)
 class Kernel:
-    """An elementwise kernel: ``out[idx] = body(inputs[idx])`` over ``out.shape``."""
+    """An elementwise kernel: ``out[idx] = body(inputs[idx])`` over ``out.shape``.
+
+    ``extra`` holds more outputs of the same shape, ``((dtype, expr), ...)``, computed in
+    the same loop (equal subexpressions shared): a fusion group whose intermediate values
+    are also needed outside it writes them all in one pass.
+    """
     inputs: tuple
     out: OutSpec
     body: Expr
     name: str = "ember_ew"
+    extra: tuple = ()
 
     def __post_init__(self):
         object.__setattr__(self, "inputs", tuple(self.inputs))
@@ -130,7 +136,14 @@ class Kernel:
             if len(s.strides) != len(self.out.shape):
                 raise ValueError(f"codegen: input {i} has {len(s.strides)} strides for a "
                                  f"{len(self.out.shape)}-d output {self.out.shape}")
-        object.__setattr__(self, "body", typed(self.body, [s.dtype for s in self.inputs]))
+        ins = [s.dtype for s in self.inputs]
+        object.__setattr__(self, "body", typed(self.body, ins))
+        object.__setattr__(self, "extra", tuple((d, typed(e, ins)) for d, e in self.extra))
+
+    @property
+    def outputs(self) -> tuple:
+        """``((dtype, expr), ...)`` of every output, the main one first."""
+        return ((self.out.dtype, self.body),) + self.extra
 
 
 @dataclass(frozen=True)
@@ -167,6 +180,7 @@ class ReduceKernel:
     full: bool = False
     name: str = "ember_red"
     row_dtypes: tuple = field(default=(), compare=False)
+    extra: tuple = ()     # more outputs: ((dtype, expr, full), ...); full=False: per row
 
     def __post_init__(self):
         object.__setattr__(self, "inputs", tuple(self.inputs))
@@ -184,11 +198,20 @@ class ReduceKernel:
             rows.append(dt)
         object.__setattr__(self, "stages", tuple(stages))
         object.__setattr__(self, "row_dtypes", tuple(rows))
+        # NOTE: a per-row output (full=False) may read inputs only where they are
+        # broadcast along the reduced axes (a layer norm's weight... per row): it reads
+        # the row's first element.
         if self.epilogue is not None:
-            if not self.full and _has(self.epilogue, Load):
-                raise ValueError("codegen: a per-row epilogue may read Row values only; use "
-                                 "full=True to read inputs")
             object.__setattr__(self, "epilogue", typed(self.epilogue, ins, rows))
+        extra = []
+        for d, e, full in self.extra:
+            extra.append((d, typed(e, ins, rows), bool(full)))
+        object.__setattr__(self, "extra", tuple(extra))
+
+    @property
+    def outputs(self) -> tuple:
+        """``((dtype, expr or None = last row, full), ...)``, the main output first."""
+        return ((self.out.dtype, self.epilogue, self.full),) + self.extra
 
 
 def _stage_dtype(kind: str, d: DType) -> DType:

@@ -15,7 +15,7 @@ from __future__ import annotations
 
 from .. import dtypes as _dt
 from .cexpr import CTYPE, STORAGE, Emitter
-from .ir import Kernel, ReduceKernel
+from .ir import Kernel, ReduceKernel, Row
 
 #: elements of work below which a kernel runs on the calling thread only.
 PARALLEL_THRESHOLD = 1 << 16
@@ -69,6 +69,12 @@ def _pointers(ins, out_dtype, ndim, kinds, offsets: bool) -> list:
     return lines
 
 
+def _extra_pointers(nin: int, extra, offsets) -> list:
+    """Pointers ``out1, out2...`` of extra outputs; ``offsets[j]``: "" or a row offset."""
+    return [f"{STORAGE[d.name]} *restrict out{j + 1} = ({STORAGE[d.name]} *)"
+            f"ptrs[{nin + 1 + j}]{off};" for j, (d, off) in enumerate(zip(extra, offsets))]
+
+
 def _row_offsets(nin: int, ndim: int) -> list:
     """Decompose row ``r`` over the outer dims into each input's element offset."""
     decl = ", ".join(f"o{k} = 0" for k in range(nin))
@@ -109,16 +115,28 @@ def _body(emit: Emitter, root, store_to: str, out_dtype) -> list:
     return emit.lines + [f"{store_to} = {store_c(var, d, out_dtype)};"]
 
 
+def _bodies(emit: Emitter, outs, index: str = "i") -> list:
+    """Statements storing every ``(name, dtype, expr)`` of ``outs`` at ``index``."""
+    stores = []
+    for name, dt, e in outs:
+        var, d = emit.value(e)
+        stores.append(f"{name}[{index}] = {store_c(var, d, dt)};")
+    return emit.lines + stores
+
+
 def render_elementwise(k: Kernel, key: tuple) -> str:
     """The C function of elementwise kernel ``k`` for layout class ``key``."""
     ndim, kinds = key
     ins = [s.dtype for s in k.inputs]
     emit = Emitter(lambda i: load_c(f"in{i}", _index(kinds[i], i), ins[i]), ins)
-    body = _body(emit, k.body, "out[i]", k.out.dtype)
+    body = _bodies(emit, [("out" if j == 0 else f"out{j}", d, e)
+                          for j, (d, e) in enumerate(k.outputs)])
+    extra = [d for d, _ in k.extra]
     head = f"static void {k.name}_run(char **ptrs, const int64_t *shape, const int64_t *st, " \
            f"int64_t lo, int64_t hi) {{"
     if ndim == 1:
-        lines = [head] + _indent(_pointers(ins, k.out.dtype, 1, kinds, False), 1) + [
+        lines = [head] + _indent(_pointers(ins, k.out.dtype, 1, kinds, False), 1) + \
+            _indent(_extra_pointers(len(ins), extra, [""] * len(extra)), 1) + [
             "    (void)shape;", "    #pragma omp simd",
             "    for (int64_t i = lo; i < hi; i++) {"] + _indent(body, 2) + ["    }", "}"]
     else:
@@ -126,6 +144,7 @@ def render_elementwise(k: Kernel, key: tuple) -> str:
                  "    for (int64_t r = lo; r < hi; r++) {"]
         lines += _indent(_row_offsets(len(ins), ndim), 2)
         lines += _indent(_pointers(ins, k.out.dtype, ndim, kinds, True), 2)
+        lines += _indent(_extra_pointers(len(ins), extra, [" + r * n"] * len(extra)), 2)
         lines += ["        #pragma omp simd", "        for (int64_t i = 0; i < n; i++) {"]
         lines += _indent(body, 3) + ["        }", "    }", "}"]
     return "\n".join(lines + _driver(k.name, ndim, rows=ndim > 1)) + "\n"
@@ -178,16 +197,21 @@ def render_reduction(k: ReduceKernel, key: tuple) -> str:
     if not k.full:
         ptrs[-1] = ptrs[-1].replace(" + r * n", " + r")
     lines += _indent(ptrs, 2)
+    lines += _indent(_extra_pointers(len(ins), [d for d, _, _ in k.extra],
+                                     [" + r * n" if f else " + r" for _, _, f in k.extra]), 2)
     for j, st in enumerate(k.stages):
         lines += _indent(_stage(j, st, emitter(f"p{j}_", j)), 2)
-    if k.full:
-        emit = emitter("e_", len(rows))
+    last = len(rows) - 1
+    outs = [("out" if j == 0 else f"out{j}", d, Row(last) if e is None else e, f)
+            for j, (d, e, f) in enumerate(k.outputs)]
+    per_row = [(nm, d, e) for nm, d, e, f in outs if not f]
+    full = [(nm, d, e) for nm, d, e, f in outs if f]
+    if per_row:
+        lines += _indent(["{", "    const int64_t i = 0; (void)i;"] + _indent(
+            _bodies(emitter("e_", len(rows)), per_row, "0"), 1) + ["}"], 2)
+    if full:
+        emit = emitter("f_", len(rows))
         lines += ["        #pragma omp simd", "        for (int64_t i = 0; i < n; i++) {"]
-        lines += _indent(_body(emit, k.epilogue, "out[i]", k.out.dtype), 3) + ["        }"]
-    elif k.epilogue is not None:
-        lines += _indent(_body(emitter("e_", len(rows)), k.epilogue, "out[0]", k.out.dtype), 2)
-    else:
-        last = len(rows) - 1
-        lines += [f"        out[0] = {store_c(f'row{last}', rows[last], k.out.dtype)};"]
+        lines += _indent(_bodies(emit, full), 3) + ["        }"]
     lines += ["    }", "}"]
     return "\n".join(lines + _driver(k.name, ndim, rows=True)) + "\n"

@@ -67,6 +67,8 @@ def render_cuda(kernel) -> str:
         >>> print(render_cuda(Kernel([InputSpec(float32, (1,))], OutSpec(float32, (n,)),
         ...                          call("exp", Load(0)))))
     """
+    if kernel.extra:
+        raise NotImplementedError("codegen: CUDA rendering of multi-output kernels")
     ins = [s.dtype for s in kernel.inputs]
     head = prelude(cuda=True).replace("#include <cuda_fp16.h>",
                                       "#include <cuda_fp16.h>\n#include <cuda_bf16.h>")

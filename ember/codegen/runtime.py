@@ -80,7 +80,15 @@ class _Base:
         self.kernel = kernel
         self.shape = kernel.shape if isinstance(kernel, ReduceKernel) else kernel.out.shape
 
-    def _check(self, arrays, out):
+    def out_shapes(self) -> list:
+        """``[(shape, dtype)]`` of every output, the main one first."""
+        k = self.kernel
+        if isinstance(k, ReduceKernel):
+            outer = tuple(k.shape[:len(k.shape) - k.naxes])
+            return [(tuple(k.shape) if f else outer, d) for d, _, f in k.outputs]
+        return [(tuple(k.out.shape), d) for d, _ in k.outputs]
+
+    def _check(self, arrays, out, extra_outs=None):
         k = self.kernel
         if len(arrays) != len(k.inputs):
             raise TypeError(f"codegen: {k.name} takes {len(k.inputs)} arrays, got {len(arrays)}")
@@ -89,23 +97,50 @@ class _Base:
             if a.dtype != s.dtype.np:
                 raise TypeError(f"codegen: {k.name} input {i} must be {s.dtype.name}, "
                                 f"got {a.dtype}")
-        if out is None:
-            out = np.empty(k.out.shape, k.out.dtype.np)
-        elif (out.shape != tuple(k.out.shape) or out.dtype != k.out.dtype.np
-              or not out.flags.c_contiguous or not out.flags.writeable):
-            raise ValueError(f"codegen: out must be a writeable C-contiguous "
-                             f"{k.out.dtype.name} array of shape {k.out.shape}")
-        return arrays, out
+        outs = [out] + list(extra_outs or [None] * len(k.extra))
+        if len(outs) != len(k.extra) + 1:
+            raise TypeError(f"codegen: {k.name} has {len(k.extra) + 1} outputs, got "
+                            f"{len(outs)} buffers")
+        checked = []
+        for o, (shape, d) in zip(outs, self.out_shapes()):
+            if o is None:
+                o = np.empty(shape, d.np)
+            elif (o.size != _prod(shape) or o.dtype != d.np
+                  or not o.flags.c_contiguous or not o.flags.writeable):
+                raise ValueError(f"codegen: out must be a writeable C-contiguous "
+                                 f"{d.name} array of shape {shape}")
+            checked.append(o)
+        return arrays, checked
+
+
+def _prod(shape) -> int:
+    n = 1
+    for s in shape:
+        n *= s
+    return n
 
 
 class NumpyKernel(_Base):
     """The kernel evaluated with NumPy (no compiler): same call, same results."""
 
-    def __call__(self, *arrays, out=None):
-        arrays, out = self._check(arrays, out)
+    def __call__(self, *arrays, out=None, extra_outs=None):
+        arrays, outs = self._check(arrays, out, extra_outs)
         run = interp.run_reduction if isinstance(self.kernel, ReduceKernel) \
             else interp.run_elementwise
-        return run(self.kernel, arrays, out)
+        return run(self.kernel, arrays, outs[0], outs[1:])
+
+
+class Launch:
+    """A kernel prepared for one input layout: the ctypes function, its ``shape`` and
+    ``strides`` arguments, and their addresses (for :mod:`~ember.codegen.launch`)."""
+
+    __slots__ = ("fn", "shape", "strides", "fn_addr", "shape_addr", "strides_addr")
+
+    def __init__(self, fn, shape, strides):
+        self.fn, self.shape, self.strides = fn, shape, strides
+        self.fn_addr = ctypes.cast(fn, ctypes.c_void_p).value
+        self.shape_addr = ctypes.addressof(shape)
+        self.strides_addr = ctypes.addressof(strides)
 
 
 class CompiledKernel(_Base):
@@ -161,19 +196,45 @@ class CompiledKernel(_Base):
         self.function(self.declared_key())
         return self
 
-    def __call__(self, *arrays, out=None):
-        arrays, out = self._check(arrays, out)
-        if out.size == 0:
-            return out
+    def __call__(self, *arrays, out=None, extra_outs=None):
+        arrays, outs = self._check(arrays, out, extra_outs)
+        result = tuple(outs) if len(outs) > 1 else outs[0]
+        if all(o.size == 0 for o in outs):
+            return result
         views, lay = self.layout(arrays)
         fn = self.function(lay.key)
-        ptrs = (ctypes.c_void_p * (len(views) + 1))(
-            *[v.ctypes.data for v in views], out.ctypes.data)
+        ptrs = (ctypes.c_void_p * (len(views) + len(outs)))(
+            *[v.ctypes.data for v in views], *[o.ctypes.data for o in outs])
         shape = (ctypes.c_int64 * len(lay.shape))(*lay.shape)
         flat = [s for st in lay.strides for s in st]
         strides = (ctypes.c_int64 * max(len(flat), 1))(*flat)
         fn(ptrs, shape, strides, num_threads())
-        return out
+        return result
+
+    def launcher(self, arrays):
+        """``(fn, shape, strides)`` ready to call for arrays laid out like ``arrays``, or
+        None when they need a copy first (the caller then uses ``__call__``).
+
+        What a graph's fused node caches per input layout (keyed by the arrays' strides)
+        so a run is one ctypes call: ``fn(ptrs, shape, strides, nthreads)``.
+        """
+        views, strides = [], []
+        for a in arrays:
+            b = np.broadcast_to(a, self.shape)
+            if any(st % b.itemsize for st in b.strides):
+                return None
+            strides.append(tuple(st // b.itemsize for st in b.strides))
+        if isinstance(self.kernel, ReduceKernel):
+            lay, copy = coalesce_rows(self.shape, strides, self.kernel.naxes)
+            if any(copy):
+                return None
+        else:
+            lay = coalesce(self.shape, strides)
+        fn = self.function(lay.key)
+        shape = (ctypes.c_int64 * len(lay.shape))(*lay.shape)
+        flat = [s for st in lay.strides for s in st]
+        strides = (ctypes.c_int64 * max(len(flat), 1))(*flat)
+        return Launch(fn, shape, strides)
 
 
 def compile(kernel: Kernel | ReduceKernel, prepare: bool = True):  # noqa: A001
@@ -204,7 +265,10 @@ def compile_many(kernels) -> list:
         return [NumpyKernel(k) for k in kernels]
     cks = [CompiledKernel(k, cc) for k in kernels]
     parts = [(ck, ck.declared_key()) + render(ck.kernel, ck.declared_key()) for ck in cks]
-    text = prelude(mvec=dict(cc.mvec)) + "".join(p[2] for p in parts)
+    texts: dict = {}
+    for p in parts:               # NOTE: equal kernels of other shapes render identically
+        texts.setdefault(p[3], p[2])
+    text = prelude(mvec=dict(cc.mvec)) + "".join(texts.values())
     lib = cache.load(text, cc)
     for ck, key, _, sym in parts:
         ck._install(key, lib, sym)
