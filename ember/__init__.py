@@ -38,6 +38,8 @@ from . import nn
 from . import data
 from . import optim
 from .memory import memory_stats, reset_peak_memory_stats, set_memory_limit
+from .autograd.checkpoint import checkpoint, checkpoint_sequential  # noqa: F401
+from . import utils  # noqa: F401 - ember.utils.checkpoint, like torch.utils.checkpoint
 from .config import show_config
 from .serialization import save, load
 from . import graph

@@ -164,9 +164,14 @@ def fork_rng(devices=None, enabled: bool = True):
 # ---------------------------------------------------------------------------- helpers
 def _gen(generator) -> np.random.Generator:
     if generator is None:
-        return default_generator._rng
-    if not isinstance(generator, Generator):
+        generator = default_generator
+    elif not isinstance(generator, Generator):
         raise TypeError(f"generator must be an ember.Generator, got {type(generator).__name__}")
+    if _grad_state.modes:   # NOTE: a checkpoint notes the generators it must replay
+        for m in _grad_state.modes:
+            hook = getattr(m, "on_generator", None)
+            if hook is not None:
+                hook(generator)
     return generator._rng
 
 
