@@ -37,7 +37,8 @@ from . import func
 from . import nn
 from . import data
 from . import optim
-from .memory import memory_stats, reset_peak_memory_stats, set_memory_limit
+from .memory import (memory_stats, record_allocation_sites, reset_peak_memory_stats,  # noqa: F401
+                     set_memory_limit)
 from .autograd.checkpoint import checkpoint, checkpoint_sequential  # noqa: F401
 from . import utils  # noqa: F401 - ember.utils.checkpoint, like torch.utils.checkpoint
 from .config import show_config

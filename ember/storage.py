@@ -7,9 +7,33 @@ which in-place writes bump so autograd can detect stale saved values.
 """
 from __future__ import annotations
 
+import os
+import sys
+
+_EMBER_DIR = os.path.dirname(os.path.abspath(__file__)) + os.sep
+
+
+def creation_site() -> str:
+    """``file:line`` of the innermost caller outside Ember (where user code made a tensor)."""
+    f = sys._getframe(2)
+    while f is not None:
+        fn = f.f_code.co_filename
+        inside = _INSIDE.get(fn)
+        if inside is None:
+            inside = _INSIDE[fn] = os.path.abspath(fn).startswith(_EMBER_DIR)
+        if not inside:
+            return f"{fn}:{f.f_lineno}"
+        f = f.f_back
+    return "<unknown>"
+
+
+_INSIDE: dict = {}   # file name -> whether it belongs to Ember
+
 
 class Storage:
-    __slots__ = ("data", "device", "nbytes", "version", "_alloc", "__weakref__")
+    # NOTE: ``site`` (where the storage was made) is only set while the allocator has a
+    # limit (or records sites for debugging), so the unlimited path stays as fast as before.
+    __slots__ = ("data", "device", "nbytes", "version", "_alloc", "site", "__weakref__")
 
     def __init__(self, data, dev, allocator):
         self.data = data
@@ -24,6 +48,7 @@ class Storage:
             if cur > allocator.peak:
                 allocator.peak = cur
         else:
+            self.site = creation_site()
             allocator.track(n)
         self._alloc = allocator
 

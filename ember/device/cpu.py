@@ -10,6 +10,11 @@ import numpy as np
 from .base import Backend, device
 
 
+#: A limit no allocation reaches: set while only recording creation sites (the checked path
+#: of ``Storage`` records them; the unlimited fast path does not).
+NO_LIMIT = 1 << 62
+
+
 class CountingAllocator:
     """Counts live bytes, the peak and the number of allocations of one device.
 
@@ -45,7 +50,7 @@ class CountingAllocator:
     def stats(self) -> dict:
         return {"current_bytes": self.current, "peak_bytes": self.peak,
                 "num_allocs": self.num_allocs, "num_frees": self.num_frees,
-                "limit_bytes": self.limit}
+                "limit_bytes": None if self.limit == NO_LIMIT else self.limit}
 
     def reset_peak(self) -> None:
         self.peak = self.current
