@@ -5,6 +5,27 @@ import os
 
 DEBUG = int(os.environ.get("EMBER_DEBUG", "0") or 0)
 
+#: eager mode may run large transcendental ops as generated C kernels (see
+#: ``ember/codegen/eager.py``); ``EMBER_EAGER_KERNELS=0`` keeps every op on NumPy.
+EAGER_KERNELS = os.environ.get("EMBER_EAGER_KERNELS", "1").strip().lower() not in (
+    "0", "false", "no", "off")
+#: elements an op runs in NumPy per process before its eager kernel is built (amortises the
+#: compiler probe and first compile; 0: from the first large call).
+EAGER_KERNELS_WARMUP = int(os.environ.get("EMBER_EAGER_KERNELS_WARMUP", str(1 << 23)) or 0)
+
+
+def set_eager_kernels(enabled: bool) -> bool:
+    """Turn eager mode's generated-kernel fast path on or off; returns the previous setting.
+
+    Off, every eager op runs its NumPy kernel (NumPy's exact bits).
+
+    Example:
+        >>> prev = ember.config.set_eager_kernels(False)
+    """
+    global EAGER_KERNELS
+    prev, EAGER_KERNELS = EAGER_KERNELS, bool(enabled)
+    return prev
+
 
 def blas_info() -> dict:
     """BLAS vendor, version, core type and threads as NumPy reports them."""

@@ -39,6 +39,7 @@ NaN/Inf propagate like NumPy (the registry's templates; tested per op).
 from __future__ import annotations
 
 import ctypes
+import os
 import warnings
 
 import numpy as np
@@ -48,6 +49,7 @@ from .. import dtypes as _dt
 from ..ops.registry import REGISTRY
 from .ir import InputSpec, Kernel, Load, OutSpec, call, infer
 from .layout import coalesce
+from . import runtime as _rt
 from .runtime import CompiledKernel, compile, num_threads
 from .toolchain import CompileError, find_compiler
 
@@ -71,6 +73,9 @@ _F64 = _FLOATS[1]
 _seen: dict = {}          # (op name, dtype) -> elements run in NumPy so far
 _kernels: dict = {}       # (op name, dtype, nin, params) -> CompiledKernel or False
 _state = {"cc": None, "probed": False}
+_threads: dict = {}
+#: calls this process ran through generated kernels (tests and benchmarks read it).
+stats = {"runs": 0}
 _P_VOID = ctypes.c_void_p
 
 
@@ -116,7 +121,10 @@ def run(op, arrays, params):
     if fn is None:
         return None
     views = [a if a.__class__ is np.ndarray else np.asarray(a, dt) for a in arrays]
-    return _launch(fn, views, shape, dt)
+    out = _launch(fn, views, shape, dt)
+    if out is not None:
+        stats["runs"] += 1
+    return out
 
 
 def _broadcast(arrays):
@@ -162,9 +170,28 @@ def _compiler():
 def _launch(ck, arrays, shape, dt):
     """Run ``ck`` over ``shape``: inputs by their (broadcast) element strides."""
     out = np.empty(shape, dt)
-    if out.size == 0:
+    size = out.size
+    if size == 0:
         return out
-    item = dt.itemsize
+    if all(a.shape == shape and a.flags.c_contiguous for a in arrays):
+        views, key = arrays, (1, ("c",) * len(arrays))       # NOTE: the common case
+        dims, flat = (size,), [1] * len(arrays)
+    else:
+        views, lay = _layout(arrays, shape, dt.itemsize)
+        key, dims = lay.key, lay.shape
+        flat = [s for st in lay.strides for s in st]
+    try:
+        fn = ck._fns.get(key) or ck.function(key)
+    except (CompileError, OSError) as e:
+        _disable(ck, e)
+        return None
+    ptrs = (_P_VOID * (len(views) + 1))(*[v.ctypes.data for v in views], out.ctypes.data)
+    fn(ptrs, (ctypes.c_int64 * len(dims))(*dims), (ctypes.c_int64 * len(flat))(*flat),
+       _nthreads())
+    return out
+
+
+def _layout(arrays, shape, item):
     views, strides = [], []
     for a in arrays:
         if a.shape != shape:
@@ -175,18 +202,18 @@ def _launch(ck, arrays, shape, dt):
             st = a.strides
         views.append(a)
         strides.append(tuple(s // item for s in st))
-    lay = coalesce(shape, strides)
-    try:
-        fn = ck.function(lay.key)
-    except (CompileError, OSError) as e:
-        _disable(ck, e)
-        return None
-    ptrs = (_P_VOID * (len(views) + 1))(*[v.ctypes.data for v in views], out.ctypes.data)
-    dims = (ctypes.c_int64 * len(lay.shape))(*lay.shape)
-    flat = [s for st in lay.strides for s in st]
-    sts = (ctypes.c_int64 * max(len(flat), 1))(*flat)
-    fn(ptrs, dims, sts, num_threads())
-    return out
+    return views, coalesce(shape, strides)
+
+
+def _nthreads() -> int:
+    # NOTE: runtime.num_threads() asks os.cpu_count() each call (~15 us here); memoised per
+    # process and setting (set_num_threads, fork: runtime's own rule, 1 in a child).
+    k = (os.getpid(), _rt._threads["n"])
+    n = _threads.get(k)
+    if n is None:
+        _threads.clear()
+        n = _threads[k] = num_threads()
+    return n
 
 
 def _disable(ck, err) -> None:

@@ -5,7 +5,8 @@ Layers, outermost first:
 1. dispatch modes (the tracer of ``ember.compile`` pushes one; it sees every op),
 2. dtype rule (PyTorch promotion; inputs cast to the compute dtype),
 3. shape validation (the op's ``check``; broadcasting for n-ary elementwise ops),
-4. the kernel for the device's backend, written against its ``xp``,
+4. the kernel for the device's backend, written against its ``xp`` — or, for a large
+   elementwise op, a generated C kernel (``ember/codegen/eager.py``; ``EMBER_EAGER_KERNELS``),
 5. autograd recording (a :class:`~ember.autograd.graph.Node` when any input requires grad),
 6. forward-mode AD (tangents pushed through the op's JVP rule),
 7. anomaly checks.
@@ -107,14 +108,20 @@ def apply(op, inputs, params):
     dtype_ = dev.type
     xp = _backends[dtype_].xp
     kern = op._kcache.get(dtype_) or op.kernel_for(dtype_)
-    try:
-        res = kern(xp, *arrays, **params)
-    except EmberError:
-        raise
-    except (ValueError, TypeError, IndexError, OverflowError, ZeroDivisionError) as e:
-        if op.elementwise and len(inputs) > 1:
-            _check_broadcast(op, inputs)
-        raise _kernel_error(op, inputs, params, e) from None
+    # Eager fast path: a large elementwise op may run as a generated kernel (None: it did
+    # not take the op). Small tensors pay this one size comparison only.
+    if x0._data.size >= _EAGER_MIN and op.elementwise and (
+            res := _eager_kernel(op, arrays, params)) is not None:
+        pass
+    else:
+        try:
+            res = kern(xp, *arrays, **params)
+        except EmberError:
+            raise
+        except (ValueError, TypeError, IndexError, OverflowError, ZeroDivisionError) as e:
+            if op.elementwise and len(inputs) > 1:
+                _check_broadcast(op, inputs)
+            raise _kernel_error(op, inputs, params, e) from None
     if res.__class__ is not xp.ndarray:
         res = xp.asarray(res)
     odt = out_dt.np
@@ -141,6 +148,21 @@ def apply(op, inputs, params):
         from ..autograd.anomaly import check_forward
         check_forward(op, inputs, params, out)
     return out
+
+
+#: smallest output size ember.codegen.eager.THRESHOLDS lists (configure() keeps it in step;
+#: a test checks the two agree). Below it the fast path is never asked.
+_EAGER_MIN = 1 << 15
+_eager_run = []
+
+
+def _eager_kernel(op, arrays, params):
+    # NOTE: imported on first need: codegen sits above the ops layer, and a program with
+    # no large elementwise op never loads it.
+    if not _eager_run:
+        from ..codegen.eager import run
+        _eager_run.append(run)
+    return _eager_run[0](op, arrays, params)
 
 
 def _input_arrays(op, inputs, ct, dev):
