@@ -9,12 +9,13 @@ from __future__ import annotations
 import os
 import time
 
-__all__ = ["PASSES", "DEFAULT_PASSES", "register", "run_pipeline", "freeze"]
+__all__ = ["PASSES", "DEFAULT_PASSES", "EXACT_PASSES", "register", "run_pipeline", "freeze"]
 
 from .cse import cse
 from .dce import dce
 from .fold import fold
 from .freeze import freeze
+from .fuse import fuse
 from .hfuse import hfuse
 from .layout import layout
 from .rewrite import fold_conv_affine, fuse_linear_act, rewrite
@@ -31,15 +32,21 @@ PASSES = {
     "rewrite": rewrite,              # conv_affine then linear_act
     "hfuse": hfuse,                  # sibling matmuls on one x -> one GEMM + slices
     "layout": layout,                # NCHW or NHWC per conv, by a measurement
+    "fuse": fuse,                    # elementwise/reduction groups -> generated C kernels
     "dce": dce,                      # values no output needs
 }
 
-#: The default pipeline of ``ember.compile``. Every pass here is exact: a compiled training
-#: step gives bitwise eager's results. simplify first (composing permute/reshape chains
-#: exposes duplicates), fold, cse, then fusion on the deduplicated graph, then dce.
-#: Opt-in (they may change float rounding): conv_affine, rewrite, hfuse, layout,
-#: simplify_fast.
-DEFAULT_PASSES = ["simplify", "fold", "cse", "linear_act", "dce"]
+#: The exact pipeline: every pass here is exact, so a compiled training step gives
+#: bitwise eager's results. simplify first (composing permute/reshape chains exposes
+#: duplicates), fold, cse, then fusion on the deduplicated graph, then dce.
+EXACT_PASSES = ["simplify", "fold", "cse", "linear_act", "dce"]
+
+#: The default pipeline of ``ember.compile``: the exact passes, with ``fuse`` (generated
+#: C kernels) in place of ``linear_act``. Fused float arithmetic rounds differently from
+#: the unfused ops (fewer roundings, FMA, double accumulators): results match eager
+#: within the dtype's tolerance, not bitwise. Opt-in (they may change float rounding):
+#: conv_affine, rewrite, hfuse, layout, simplify_fast.
+DEFAULT_PASSES = ["simplify", "fold", "cse", "fuse", "dce"]
 
 
 def register(name: str, fn, default_position: int | None = None) -> None:

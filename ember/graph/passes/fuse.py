@@ -1,0 +1,83 @@
+"""The fusion pass: chains of elementwise ops, reductions and their neighbours become
+generated C kernels (one graph node each).
+
+``fuse(graph)`` partitions the graph (:mod:`.fuse_groups`), lowers every group worth a
+kernel to the codegen IR (:mod:`.fuse_lower`), compiles all of them at once (one compiler
+run, cached on disk, so the first run of the graph pays nothing) and replaces each group
+by one :class:`~.fuse_lower.FusedOp` node at the position of its last member.
+
+What it fuses: elementwise chains with broadcasting (bias + activation after a matmul,
+GELU and its gradient, optimizer updates: Adam's moments and parameter in one kernel with
+three outputs); reductions over trailing axes with their elementwise prologue and
+epilogue (layer norm forward and backward, log-softmax's backward, softmax and
+log_softmax themselves). Matmul, convolution, indexing and views stay as they are.
+
+Results are no longer bitwise eager's: a fused chain skips the intermediate roundings of
+float16/bfloat16, sums in double, contracts ``a*b+c`` into FMAs (the compiler's
+``-ffp-contract=fast`` default) and uses vectorised tanh/erf/exp; NaN and Inf keep
+NumPy's semantics (no finite-math flags). ``EXACT_PASSES`` in :mod:`ember.graph.passes`
+is the pipeline without it.
+
+Without a C compiler the pass changes nothing (after one warning): the executor runs the
+unfused nodes.
+"""
+from __future__ import annotations
+
+from ...codegen.runtime import compile_many, warn_unavailable
+from ...codegen.toolchain import find_compiler
+from ..ir import Graph, Node
+from .fuse_groups import partition
+from .fuse_lower import FusedOp, lower
+
+#: elementwise ops worth a kernel of their own on large arrays (libmvec + threads win).
+EXPENSIVE = {"exp", "exp2", "expm1", "log", "log2", "log10", "log1p", "sin", "cos", "tan",
+             "asin", "acos", "atan", "sinh", "cosh", "tanh", "sigmoid", "erf", "erfc",
+             "erfinv", "pow", "atan2", "hypot"}
+#: elements from which a single expensive op gets its own kernel.
+SINGLE_OP_MIN = 1 << 16
+
+
+def worth(group) -> bool:
+    """Whether a group beats the unfused nodes (one NumPy call each)."""
+    if len(group.members) > 1:
+        return True
+    n, cls = group.members[0]
+    if n.op.name in ("softmax", "log_softmax"):
+        return True
+    return cls != "stage" and n.op.name in EXPENSIVE and n.out.numel() >= SINGLE_OP_MIN
+
+
+def fuse(graph: Graph):
+    """Replace fusion groups by generated kernels; returns ``(graph, stats)``."""
+    if find_compiler() is None:
+        warn_unavailable()
+        return graph, {"kernels": 0, "fused_nodes": 0, "no_compiler": 1}
+    groups = [g for g in partition(graph) if worth(g)]
+    if not groups:
+        return graph, {"kernels": 0, "fused_nodes": 0}
+    order = {id(n): i for i, n in enumerate(graph.nodes)}
+    users = graph.users()
+    outputs = {v.id for v in graph.outputs}
+    member_of = {id(n): gi for gi, g in enumerate(groups) for n, _ in g.members}
+
+    def needed_by(gi):
+        def needed(v):
+            return v.id in outputs or any(member_of.get(id(u)) != gi
+                                          for u in users.get(v.id, ()))
+        return needed
+    lowered = [lower(g, order, needed_by(gi)) for gi, g in enumerate(groups)]
+    live = [lw for lw in lowered if lw is not None]
+    compiled = dict(zip(map(id, live), compile_many([lw.kernel for lw in live])))
+    last = {gi: max(order[id(n)] for n, _ in g.members) for gi, g in enumerate(groups)}
+    nodes = []
+    for i, n in enumerate(graph.nodes):
+        gi = member_of.get(id(n))
+        if gi is None:
+            nodes.append(n)
+        elif last[gi] == i and lowered[gi] is not None:
+            lw = lowered[gi]
+            op = FusedOp(lw, compiled[id(lw)])
+            nodes.append(Node(op, tuple(lw.inputs), {"ops": lw.ops}, tuple(lw.outs)))
+    fused = sum(len(g.members) for g in groups)
+    return Graph(graph.inputs, nodes, graph.outputs, graph.name), {
+        "kernels": len(live), "fused_nodes": fused}

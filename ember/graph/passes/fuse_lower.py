@@ -1,0 +1,155 @@
+"""Lowering a fusion group to a codegen kernel, and the graph op that runs it.
+
+Each member becomes an :class:`~ember.codegen.ir.Apply` carrying the node's own compute
+dtype (``Node.ct``, what the dispatcher cast to) and output dtype, so the kernel promotes
+and casts exactly as the unfused nodes did; reductions become
+:class:`~ember.codegen.ir.Reduce` stages read back as ``Row`` values; softmax and
+log_softmax become two stages (max, sum of exp) and a full value, NumPy's formula.
+Every member value that a node outside the group (or the graph's output list) reads is
+an output of the kernel: full-shape outputs, and per-row outputs for row values.
+
+:class:`FusedOp` runs the compiled kernel. Per call it only looks up the prepared launch
+for the arrays' strides (layouts are prepared on first sight) and makes one ctypes call
+through :mod:`ember.codegen.launch`. Outputs are new arrays, except that
+single-output kernels take ``out=``, so the executor's memory planner can hand them dead
+buffers (or write in place over a dying input).
+"""
+from __future__ import annotations
+
+import numpy as np
+
+from ...codegen import launch as _launch
+from ...codegen.eager import _bstrides, _contig
+from ...codegen.ir import (Apply, Const, InputSpec, Kernel, Load, OutSpec, Reduce,
+                           ReduceKernel, Row, call)
+from ...codegen.runtime import CompiledKernel, num_threads
+from ..ir import GraphOp, Var
+from .fuse_groups import REDUCTIONS
+
+
+class Lowered:
+    """A group as a kernel: ``inputs`` (external vars), ``outs`` (member vars it writes)."""
+
+    __slots__ = ("kernel", "inputs", "outs", "ops", "group")
+
+    def __init__(self, kernel, inputs, outs, ops, group):
+        self.kernel, self.inputs, self.outs, self.ops, self.group = \
+            kernel, inputs, outs, ops, group
+
+
+def lower(group, order: dict, needed) -> Lowered | None:
+    """Lower ``group``; ``order`` maps id(node) to its index, ``needed(var)`` tells whether
+    a member value is read outside the group. None when nothing is needed (dead code)."""
+    members = sorted(group.members, key=lambda m: order[id(m[0])])
+    inside = {n.out.id for n, _ in members}
+    inputs: list = []
+    env: dict = {}
+    for n, _ in members:
+        for x in n.var_inputs():
+            if x.id not in inside and x.id not in env:
+                env[x.id] = Load(len(inputs))
+                inputs.append(x)
+    stages: list = []
+    cls_of: dict = {}
+    for n, cls in members:
+        cls_of[n.out.id] = cls
+        name = n.op.name
+        if name in REDUCTIONS:
+            stages.append(Reduce(REDUCTIONS[name], env[n.inputs[0].id], n.out.dtype))
+            env[n.out.id] = Row(len(stages) - 1)
+        elif name in ("softmax", "log_softmax"):
+            env[n.out.id] = _rowwise(name, env[n.inputs[0].id], n.out.dtype, stages)
+        else:
+            args = tuple(env[x.id] if x.__class__ is Var else Const(x) for x in n.inputs)
+            params = {**n.op.params, **n.params}
+            env[n.out.id] = Apply(name, args, tuple(sorted(params.items())), n.ct,
+                                  n.out.dtype)
+    outs = [n.out for n, _ in members if needed(n.out)]
+    if not outs:
+        return None
+    space = group.space
+    specs = [InputSpec(x.dtype, _bstrides(x.shape, _contig(x.shape), space)) for x in inputs]
+    ops = ",".join(n.op.name for n, _ in members)
+    if group.naxes == 0:
+        k = Kernel(specs, OutSpec(outs[0].dtype, space), env[outs[0].id], "ember_fused",
+                   extra=tuple((v.dtype, env[v.id]) for v in outs[1:]))
+    else:
+        full = [cls_of[v.id] == "full" for v in outs]
+        flat = tuple(space[:len(space) - group.naxes])
+        k = ReduceKernel(specs, space, group.naxes, stages, env[outs[0].id],
+                         OutSpec(outs[0].dtype, space if full[0] else flat), full=full[0],
+                         name="ember_fused_red",
+                         extra=tuple((v.dtype, env[v.id], f) for v, f in
+                                     zip(outs[1:], full[1:])))
+    return Lowered(k, inputs, outs, ops, group)
+
+
+def _rowwise(name, x, dt, stages):
+    """softmax / log_softmax of ``x`` over the row: NumPy's formula (shift by the max)."""
+    stages.append(Reduce("amax", x, dt))
+    shifted = call("sub", x, Row(len(stages) - 1), compute=dt)
+    e = call("exp", shifted, compute=dt)
+    stages.append(Reduce("sum", e, dt))
+    s = Row(len(stages) - 1)
+    if name == "softmax":
+        return call("div", e, s, compute=dt)
+    return call("sub", shifted, call("log", s, compute=dt), compute=dt)
+
+
+class FusedOp(GraphOp):
+    """A graph op running one generated kernel (see the module docstring).
+
+    A single-output kernel takes ``out=`` (``accepts_out``), so the executor's memory
+    planner may hand it a dead buffer, or the buffer of an input that dies at this node:
+    an output element is written only after the same element of every input was read.
+    """
+
+    __slots__ = ("kernel", "ops", "compiled", "accepts_out")
+
+    def __init__(self, lowered: Lowered, compiled):
+        name = "fused_reduce" if isinstance(lowered.kernel, ReduceKernel) else "fused"
+        super().__init__(name, _runner(compiled, lowered.outs))
+        self.kernel = lowered.kernel
+        self.ops = lowered.ops
+        self.compiled = compiled
+        single = len(lowered.outs) == 1
+        full = single and lowered.outs[0].shape == lowered.group.space
+        self.accepts_out = ("inplace" if full else "out") if single else None
+
+    def __repr__(self) -> str:
+        return f"<graph op {self.name}: {self.ops}>"
+
+
+def _runner(ck, outs):
+    """The run function of a fused node: ``run(xp, *arrays, out=None) -> array or tuple``."""
+    metas = [(v.shape, v.dtype.np) for v in outs]
+    prepared: dict = {}
+    single = len(metas) == 1
+    fast = _launch.launcher() if isinstance(ck, CompiledKernel) else None
+    empty = all(int(np.prod(v.shape)) == 0 for v in outs)
+
+    def run(xp, *arrays, out=None, **_params):
+        res = [np.empty(shape, dt) for shape, dt in metas] if out is None else [out]
+        if not empty:
+            key = tuple([a.strides for a in arrays])
+            p = prepared.get(key)
+            if p is None:
+                p = prepared[key] = _prepare(ck, arrays, fast)
+            if p is False:
+                ck(*arrays, out=res[0], extra_outs=res[1:])
+            else:
+                fast(p.fn_addr, arrays + tuple(res), p.shape_addr, p.strides_addr,
+                     num_threads())
+        return res[0] if single else tuple(res)
+    return run
+
+
+def _prepare(ck, arrays, fast):
+    """The prepared launch of ``ck`` for these arrays' layout, or False (slow path)."""
+    if fast is None or len(arrays) + len(ck.kernel.outputs) > _launch.MAX_ARRAYS:
+        return False
+    if any(not isinstance(a, np.ndarray) or a.dtype != s.dtype.np
+           for a, s in zip(arrays, ck.kernel.inputs)):
+        return False
+    p = ck.launcher(arrays)
+    return False if p is None else p
