@@ -40,6 +40,7 @@ from . import optim
 from .memory import (memory_stats, record_allocation_sites, reset_peak_memory_stats,  # noqa: F401
                      set_memory_limit)
 from .autograd.checkpoint import checkpoint, checkpoint_sequential  # noqa: F401
+from .memory_estimate import MemoryEstimate, estimate_memory  # noqa: F401
 from . import utils  # noqa: F401 - ember.utils.checkpoint, like torch.utils.checkpoint
 from .config import show_config
 from .serialization import save, load

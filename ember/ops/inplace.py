@@ -33,6 +33,12 @@ def check_inplace(x: Tensor, op: str) -> None:
                          f"an in-place operation")
 
 
+def _abstract() -> bool:
+    """Values are placeholders (``ember.estimate_memory``'s mode): in-place ops record their
+    effect on the graph and on memory but write nothing (and never into real tensors)."""
+    return bool(state.modes) and getattr(state.modes[-1], "abstract", False)
+
+
 def commit(x: Tensor, r: Tensor, op: str) -> Tensor:
     """Write result ``r`` into ``x`` (shape/dtype-checked) and rebase ``x``'s history."""
     if r._dtype is not x._dtype:
@@ -49,7 +55,9 @@ def commit(x: Tensor, r: Tensor, op: str) -> Tensor:
             raise ShapeError(f"{op}: output with shape {tuple(x.shape)} doesn't match the "
                              f"broadcast shape {tuple(r.shape)}")
         r = r.expand(x._data.shape)
-    _check_overlap(x, op)
+    abstract = _abstract()
+    if not abstract:
+        _check_overlap(x, op)
     node = r._grad_fn
     if node is not None and node.saved is not None and state.grad_enabled:
         node.saved = [_snapshot(s) if isinstance(s, Tensor) and s._storage is x._storage else s
@@ -66,7 +74,8 @@ def commit(x: Tensor, r: Tensor, op: str) -> Tensor:
         from .select import where
         r = where(_true(x), r, x)
         node = r._grad_fn
-    x._data[...] = r._data
+    if not abstract:
+        x._data[...] = r._data
     x._storage.version += 1
     if state.modes:
         _tracer_write(x, r)
@@ -129,7 +138,8 @@ def _commit_view(x: Tensor, r: Tensor, grad: bool) -> Tensor:
             _wrap(backend_of(x).asarray(geo.reshape(-1)), _dt.int64, x._device)
         nb = dispatch.apply(index_put_p, (b.reshape(-1), r.reshape(-1), ids),
                             {"dims": (0,), "accumulate": False}).reshape(b.shape)
-    x._data[...] = r._data
+    if not _abstract():
+        x._data[...] = r._data
     x._storage.version += 1
     if state.modes:
         _tracer_write(x, r)
@@ -223,7 +233,8 @@ def copy_into_out(out: Tensor, r: Tensor) -> Tensor:
     if out._data.shape != r._data.shape:
         raise ShapeError(f"out=: expected out to have shape {tuple(r.shape)}, got "
                          f"{tuple(out.shape)}")
-    out._data[...] = r._data
+    if not _abstract():
+        out._data[...] = r._data
     out._storage.version += 1
     if state.modes:
         _tracer_write(out, r)
@@ -254,8 +265,9 @@ def fill_(self: Tensor, value) -> Tensor:
     if state.grad_enabled and (self._requires_grad or b is not None and b._requires_grad):
         from .factories import tensor
         return commit(self, tensor(value, dtype=self._dtype, device=self._device), "fill_")
-    _check_overlap(self, "fill_")
-    self._data[...] = value
+    if not _abstract():
+        _check_overlap(self, "fill_")
+        self._data[...] = value
     self._storage.version += 1
     if state.modes and hasattr(state.modes[-1], "on_fill"):
         state.modes[-1].on_fill(self, value)
