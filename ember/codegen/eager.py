@@ -55,14 +55,18 @@ from .toolchain import CompileError, find_compiler
 
 _cache: dict = {}
 
-#: op -> minimum output elements for the eager fast path (float32 and float64). Measured
-#: with ``bench/eager_kernels.py``: the size from which the kernel is faster than NumPy in
-#: both dtypes, rounded up to a power of two (see bench/RESULTS.md, "Issue 5 — eager
-#: kernels"). Ops not listed always run NumPy.
+#: op -> (float32, float64) minimum output elements for the eager fast path (None: never).
+#: Chosen from ``bench/eager_kernels.py`` (bench/RESULTS.md, "Issue 5 — eager kernels"):
+#: where NumPy calls scalar libm (or Ember's NumPy erf family) the kernel's libmvec SIMD
+#: loop wins 2-40x from 32K elements on, even on one thread; NumPy's own SIMD float32
+#: exp only loses to the kernel's second thread, which starts at 64K elements
+#: (render_c.PARALLEL_THRESHOLD). Not listed (NumPy at memory bandwidth, or SIMD already):
+#: add, sub, mul, div, neg, abs, relu, sqrt, floor/round, clamp, comparisons, where.
 THRESHOLDS = {op: (1 << 15, 1 << 15) for op in (
-    "exp", "exp2", "expm1", "log", "log2", "log10", "log1p", "sin", "cos", "tan", "asin",
+    "exp2", "expm1", "log", "log2", "log10", "log1p", "sin", "cos", "tan", "asin",
     "acos", "atan", "sinh", "cosh", "tanh", "sigmoid", "erf", "erfc", "erfinv", "pow",
     "atan2", "hypot")}
+THRESHOLDS["exp"] = (1 << 16, 1 << 15)
 _DEFAULT_THRESHOLDS = dict(THRESHOLDS)
 
 #: elements an (op, dtype) runs in NumPy in this process before its kernel is built.
