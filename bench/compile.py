@@ -11,10 +11,17 @@ step written once — zero_grad, forward, cross-entropy, backward, optimizer ste
 Timing is round-robin (see ``bench/train.py``); compile times (first call, including the
 traced eager run) are reported separately. Losses of all variants must agree.
 
+W4 (issue 5): GELU-tanh ``0.5*x*(1+tanh(0.79788456*(x+0.044715*x**3)))`` on 4,194,304
+float32, written as plain Ember ops and run through ``ember.compile`` (the default
+pipeline fuses it into one generated kernel; forward+backward — ``ember.autograd.grad``
+inside the compiled function — into one kernel reading x and dy and writing dx), side by
+side with NumPy, PyTorch eager and torch.compile.
+
 Run:
     .venv/bin/python bench/compile.py                   # everything (torch.compile: minutes)
     .venv/bin/python bench/compile.py --no-torch-compile
     .venv/bin/python bench/compile.py --quick           # smoke run
+    .venv/bin/python bench/compile.py --only W4         # the GELU kernels only
 """
 from __future__ import annotations
 
@@ -103,6 +110,88 @@ def check_losses(name, steps) -> None:
                              f"{got['ember']!r} (rtol {tol})")
 
 
+N4, A4, B4 = 4_194_304, 0.79788456, 0.044715
+
+
+def gelu(lib, x):
+    """W4's GELU-tanh, as a user writes it (any library with torch's API)."""
+    return 0.5 * x * (1 + lib.tanh(A4 * (x + B4 * x ** 3)))
+
+
+def w4(torch, use_torch_compile: bool, quick: bool) -> None:
+    """GELU forward and forward+backward through ``ember.compile`` vs NumPy and torch."""
+    n = 4096 if quick else N4
+    rng = np.random.default_rng(0)
+    xa = rng.standard_normal(n, dtype=np.float32)
+    dya = rng.standard_normal(n, dtype=np.float32)
+    x, dy = ember.tensor(xa), ember.tensor(dya)
+
+    def fwd_bwd(x, dy):
+        x = x.detach().requires_grad_(True)
+        y = gelu(ember, x)
+        (dx,) = ember.autograd.grad(y, [x], dy)
+        return y.detach(), dx
+
+    t0 = time.perf_counter()
+    cf = ember.compile(lambda x: gelu(ember, x), fullgraph=True)
+    cf(x)
+    cfb = ember.compile(fwd_bwd, fullgraph=True)
+    cfb(x, dy)
+    ctime = {"ember.compile": time.perf_counter() - t0}
+    yf, (yb, dxb) = cf(x), cfb(x, dy)
+    ye, dxe = fwd_bwd(x, dy)
+    err = float(np.abs(yf.numpy() - ye.numpy()).max())
+    errb = float(np.abs(dxb.numpy() - dxe.numpy()).max())
+    kernels = [n.op.name for n in cfb.graph.nodes]
+
+    def np_fwd():
+        return 0.5 * xa * (1 + np.tanh(A4 * (xa + B4 * xa ** 3)))
+
+    def np_fb():
+        t = np.tanh(A4 * (xa + B4 * xa ** 3))
+        return 0.5 * xa * (1 + t), dya * (0.5 * (1 + t) + 0.5 * xa * (1 - t * t) * A4 *
+                                          (1 + 3 * B4 * xa * xa))
+    fsteps = {"ember.compile": lambda: cf(x), "ember": lambda: gelu(ember, x),
+              "numpy": np_fwd}
+    bsteps = {"ember.compile": lambda: cfb(x, dy), "ember": lambda: fwd_bwd(x, dy),
+              "numpy": np_fb}
+    if torch is not None:
+        tx, tdy = torch.from_numpy(xa), torch.from_numpy(dya)
+
+        def tfb(f):
+            def step():
+                v = tx.detach().requires_grad_(True)
+                y = f(v)
+                y.backward(tdy)
+                return y, v.grad
+            return step
+        fsteps["torch"] = lambda: gelu(torch, tx)
+        bsteps["torch"] = tfb(lambda v: gelu(torch, v))
+        if use_torch_compile:
+            try:
+                t0 = time.perf_counter()
+                tc = torch.compile(lambda v: gelu(torch, v))
+                tc(tx)
+                tfb(tc)()
+                ctime["torch.compile"] = time.perf_counter() - t0
+                fsteps["torch.compile"] = lambda: tc(tx)
+                bsteps["torch.compile"] = tfb(tc)
+            except Exception as e:  # noqa: BLE001 - inductor needs a working C++ toolchain
+                print(f"  torch.compile unavailable: {type(e).__name__}: {str(e)[:120]}")
+    rounds = 2 if quick else 9
+    fres = round_robin(fsteps, rounds, 0.3 if not quick else 0.01, 2)
+    bres = round_robin(bsteps, rounds, 0.3 if not quick else 0.01, 2)
+    print(f"\nW4 GELU-tanh, {n:,} float32 (compiled fwd+bwd graph: {kernels}); max |err| vs "
+          f"eager fwd {err:.1e}, dx {errb:.1e}; compile "
+          + ", ".join(f"{k} {v:.2f} s" for k, v in ctime.items()))
+    print("| W4 | " + " | ".join(fres) + " |")
+    print("|---|" + "---:|" * len(fres))
+    for label, res in (("forward", fres), ("forward+backward", bres)):
+        print(f"| {label} | " + " | ".join(f"{res[k] * 1e3:.2f} ms" if k in res else "-"
+                                            for k in fres) + " |")
+    sys.stdout.flush()
+
+
 def main(argv=None) -> int:
     ap = argparse.ArgumentParser(description=__doc__.split("\n")[0])
     ap.add_argument("--quick", action="store_true", help="smoke run (times not meaningful)")
@@ -121,7 +210,7 @@ def main(argv=None) -> int:
           f"{'compiled/eager':>16}{'compiled/torch':>16}")
     compile_rows = []
     for name, wl in WORKLOADS.items():
-        if args.only.lower() not in name.lower():
+        if args.only.lower() not in name.lower() or args.only.lower() == "w4":
             continue
         steps, compile_s = variants(wl, torch, not args.no_torch_compile and not args.quick,
                                     tiny=args.quick)
@@ -149,6 +238,8 @@ def main(argv=None) -> int:
     for r in compile_rows:
         print("  " + r)
     print("\nratios are step-time ratios: < 1 means the compiled step is faster")
+    if args.only.lower() in "w4 gelu":
+        w4(torch, not args.no_torch_compile and not args.quick, args.quick)
     return 0
 
 

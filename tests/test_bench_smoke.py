@@ -53,3 +53,19 @@ def test_compile_bench_quick_run(capsys):
     for name in bench.WORKLOADS:
         assert name in out
     assert "nodes traced" in out
+
+
+def test_compile_bench_w4_quick_runs_gelu_through_ember_compile(capsys):
+    """bench/compile.py's W4 (GELU through ``ember.compile``) in quick mode: it runs, the
+    compiled forward+backward is one fused kernel when a C compiler exists."""
+    path = Path(__file__).resolve().parents[1] / "bench" / "compile.py"
+    spec = importlib.util.spec_from_file_location("bench_compile", path)
+    mod = importlib.util.module_from_spec(spec)
+    sys.path.insert(0, str(path.parent))
+    spec.loader.exec_module(mod)
+    assert mod.main(["--only", "W4", "--quick", "--no-torch-compile"]) == 0
+    out = capsys.readouterr().out
+    assert "W4 GELU-tanh" in out and "| forward+backward |" in out
+    from ember.codegen import available
+    if available():
+        assert "graph: ['fused']" in out
