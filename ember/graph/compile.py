@@ -85,7 +85,7 @@ class _Entry:
 
     __slots__ = ("graph", "program", "arg_slots", "sources", "writes", "grads", "out_spec",
                  "out_leaves", "out_leaves_vars", "n_user", "eager", "reason", "raw_graph",
-                 "report", "compile_s", "joint", "diff_inputs")
+                 "report", "compile_s", "joint", "diff_inputs", "release")
 
 
 class CompiledFunction:
@@ -206,7 +206,7 @@ class CompiledFunction:
         e.raw_graph = raw
         graph, report = run_pipeline(raw, self.passes)
         e.graph, e.report = graph, report
-        e.program = Program(graph, parallel=self.parallel)
+        e.program = _program(e, graph, self.parallel)
         e.compile_s = time.perf_counter() - t0
         if not _touches_grads(e):
             self._grad_keys = False       # .grad fields are none of this graph's business
@@ -221,6 +221,38 @@ class CompiledFunction:
         return result
 
     # ------------------------------------------------------------------ reporting
+    def memory_plan(self, *args, **kwargs):
+        """The memory plan of a signature, computed before its graph ever runs.
+
+        With arguments: the plan for that call's signature; a signature never called is
+        captured first (capturing runs ``fn`` once eagerly, as a first call does, and counts
+        as that call). Without: the most recent signature's plan. Returns a
+        :class:`~ember.graph.memory_plan.MemoryPlan` (``JointPlan`` for a compiled forward
+        whose backward is compiled too): ``peak_bytes``, ``breakdown``, ``table()``.
+        """
+        if args or kwargs:
+            flat, spec = tree_flatten((args, kwargs))
+            self._roots = _discover(self.fn, args, kwargs)
+            key = tuple(self._signature(flat, spec).items())
+            if key not in self._cache:
+                self(*args, **kwargs)
+                key = tuple(self._signature(flat, spec).items())
+            e = self._cache.get(key)
+            if e is None:
+                raise GraphError(f"ember.compile({self.name}).memory_plan: the signature "
+                                 f"changes while it is captured (first optimizer step?); "
+                                 f"call it once more first")
+        else:
+            entries = [x for x in self._cache.values() if not x.eager]
+            if not entries:
+                raise GraphError(f"ember.compile({self.name}).memory_plan(): nothing captured "
+                                 f"yet; pass example arguments")
+            e = entries[-1]
+        if e.eager:
+            raise GraphError(f"ember.compile({self.name}): this signature runs eagerly "
+                             f"({e.reason}); it has no memory plan")
+        return _entry_plan(e)
+
     def explain(self) -> Explanation:
         """What was captured, recompiled, broken and optimised (printable)."""
         return self.log
@@ -342,13 +374,38 @@ def _finish_capture(tr: Tracer, e: _Entry, result, arg_slots, flat, params, pass
     e.sources = [src for _, src in tr.sources]
     e.writes = [(t, i) for t, i, _ in writes]
     e.grads = grads
+    read = {id(s.obj) for s in e.sources if s.kind == "grad"}
+    e.release = [p for p, i, _ in grads if i is not None and id(p) not in read]
     e.out_spec = spec
     e.out_leaves = leaf_kind
     e.out_leaves_vars = outs
     e.n_user = n_user
 
 
+def _program(e: _Entry, graph, parallel) -> Program:
+    """The forward program of entry ``e``; a learning rate read from Python is not a tensor."""
+    n = len(e.arg_slots)
+    uncounted = [graph.inputs[n + k].id for k, s in enumerate(e.sources) if s.kind == "call"]
+    if e.joint is None:
+        return Program(graph, parallel=parallel, uncounted=uncounted)
+    saved = [v.id for v in graph.outputs[e.joint.n_fwd:]]
+    prog = Program(graph, parallel=parallel, uncounted=uncounted, saved=saved)
+    e.joint.hold = prog.hold_ids(saved)
+    return prog
+
+
+def _entry_plan(e: _Entry):
+    if e.joint is None:
+        return e.program.plan
+    from .memory_plan import JointPlan
+    return JointPlan(e.program.plan, e.joint.bwd_program.plan, e.joint.n_fwd)
+
+
 def _run(e: _Entry, flat):
+    # gradients the graph makes anew (zero_grad ran inside it) are released before it
+    # runs, as eager's zero_grad would: the old and new ones never coexist
+    for p in e.release:
+        p.grad = None
     arrays = [flat[i]._data for i in e.arg_slots]
     arrays += [s.read() for s in e.sources]
     diff = None

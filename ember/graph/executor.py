@@ -13,6 +13,7 @@ faster depends on the graph (on two cores, BLAS already uses both): measure with
 from __future__ import annotations
 
 from concurrent.futures import ThreadPoolExecutor
+import functools
 
 import numpy as np
 
@@ -22,50 +23,63 @@ from .ir import Graph, Var
 
 
 class _Step:
-    __slots__ = ("kernel", "args", "casts", "params", "outs", "odts", "free", "name", "multi",
-                 "reuse", "ufunc")
+    __slots__ = ("kernel", "args", "casts", "params", "outs", "odts", "free", "untrack", "name",
+                 "multi", "buf", "outfn", "reinterp", "count")
 
 
-#: elementwise primitives whose kernel is one ufunc: they can write into a dead input.
-_UFUNCS = {"add": "add", "sub": "subtract", "mul": "multiply", "div": "true_divide",
-           "neg": "negative", "exp": "exp", "log": "log", "sqrt": "sqrt", "tanh": "tanh",
-           "abs": "absolute", "maximum": "maximum", "minimum": "minimum", "sin": "sin",
-           "cos": "cos"}
+#: ``count`` of a step: its outputs alias an input (count nothing) / may be fresh (check).
+_NONE, _CHECK = 0, 1
 
 
 class Program:
-    """A graph lowered for execution. ``program.run(input_arrays) -> output arrays``."""
+    """A graph lowered for execution. ``program.run(input_arrays) -> output arrays``.
 
-    def __init__(self, graph: Graph, parallel: bool = False, workers: int = 2):
+    The program follows its :class:`~ember.graph.memory_plan.MemoryPlan` (``self.plan``):
+    values planned in place or into a dead buffer are computed with ``out=``; every buffer
+    a kernel allocates is reported to the device allocator when it appears and when its
+    last reader is done, and the outputs' bytes are handed over (untracked) at the end —
+    the tensors wrapping them count them from then on.
+    """
+
+    def __init__(self, graph: Graph, parallel: bool = False, workers: int = 2,
+                 uncounted=(), pinned=(), saved=()):
+        from .memory_plan import plan as _plan, UFUNCS, INPLACE, REUSE, ALIAS, CONST, INPUT
         self.graph = graph
         self.parallel = parallel
         nvars = max((v.id for v in graph.vars()), default=-1) + 1
         slots = nvars
         consts: list = []
+        mp = _plan(graph, reuse=not parallel, uncounted=uncounted, pinned=pinned, saved=saved)
+        self.plan = mp
         last_use: dict = {}
         for i, n in enumerate(graph.nodes):
             for x in n.inputs:
                 if x.__class__ is Var:
                     last_use[x.id] = i
-        keep = {v.id for v in graph.outputs}
-        steps = []
+        keep = {v.id for v in graph.outputs} | set(pinned)
         frees: dict = {}
-        for vid, i in last_use.items():
-            if vid not in keep:
-                frees.setdefault(i, []).append(vid)
-        # values a node defines but nobody reads are dropped at once
-        for i, n in enumerate(graph.nodes):
-            for o in n.outs:
-                if o.id not in last_use and o.id not in keep:
-                    frees.setdefault(i, []).append(o.id)
-        reuse = _reuse_plan(graph, last_use, keep) if not parallel else {}
+        untracks: dict = {}
+        for b in mp.buffers.values():
+            if b.dies < len(graph.nodes):
+                frees.setdefault(b.dies, []).extend(b.members)
+                untracks.setdefault(b.dies, []).extend(b.members)
+        for vid, k in mp.kind.items():
+            if mp.group.get(vid) is None and vid not in keep:
+                i = last_use.get(vid)
+                if i is None and k not in (INPUT,):
+                    i = next((j for j, n in enumerate(graph.nodes)
+                              if any(o.id == vid for o in n.outs)), None)
+                if i is not None:
+                    frees.setdefault(i, []).append(vid)
+        var_of = {v.id: v for v in graph.vars()}
+        btype = graph.inputs[0].device.type if graph.inputs else "cpu"
+        self.xp = xp = _backends[btype].xp
+        self.alloc = _backends[btype].allocator
+        steps = []
         for i, n in enumerate(graph.nodes):
             s = _Step()
-            s.reuse = reuse.get(i)
-            s.ufunc = _UFUNCS.get(n.op.name) if s.reuse is not None else None
             dev = n.outs[0].device if n.outs else None
-            btype = dev.type if dev is not None else "cpu"
-            s.kernel = n.op.kernel_for(btype)
+            s.kernel = n.op.kernel_for(dev.type if dev is not None else "cpu")
             args = []
             for x in n.inputs:
                 if x.__class__ is Var:
@@ -81,58 +95,165 @@ class Program:
             s.multi = len(n.outs) != 1
             s.odts = tuple(o.dtype.np for o in n.outs)
             s.free = tuple(frees.get(i, ()))
+            s.untrack = tuple(untracks.get(i, ()))
             s.name = n.op.name
+            kinds = [mp.kind.get(o.id) for o in n.outs]
+            s.count = _NONE if all(k in (ALIAS, CONST, INPLACE, REUSE) for k in kinds) and \
+                getattr(n.op, "view", False) != "maybe" else _CHECK
+            s.buf, s.outfn, s.reinterp = -1, None, None
+            if not s.multi and kinds[0] in (INPLACE, REUSE):
+                o = n.outs[0]
+                s.buf = mp.src[o.id]
+                if n.op.name in UFUNCS and not hasattr(n.op, "run"):
+                    s.outfn = getattr(xp, UFUNCS[n.op.name])
+                elif n.op.name == "matmul" and not hasattr(n.op, "run"):
+                    s.outfn = xp.matmul
+                else:
+                    s.outfn = functools.partial(n.op.run, xp, **n.params)
+                sv = var_of[s.buf]
+                if kinds[0] == REUSE and (sv.shape != o.shape or sv.dtype is not o.dtype):
+                    s.reinterp = (o.dtype.np, o.shape)
             steps.append(s)
         self.steps = steps
         self.nslots = slots
+        self.nvars = nvars
         self._consts = consts
         self._const_base = nvars
         self.input_ids = tuple(v.id for v in graph.inputs)
         self.output_ids = tuple(v.id for v in graph.outputs)
-        btype = graph.inputs[0].device.type if graph.inputs else "cpu"
-        self.xp = _backends[btype].xp
-        for st in steps:
-            if st.ufunc is not None:
-                st.ufunc = getattr(self.xp, st.ufunc)
-        self.reused = sum(1 for st in steps if st.ufunc is not None)
+        self.reused = sum(1 for st in steps if st.buf >= 0)
+        self.last_held = 0
         self._levels = _levels(graph) if parallel else None
         self._level_frees = _level_frees(graph, self._levels, keep) if parallel else None
         self._pool = ThreadPoolExecutor(workers) if parallel else None
 
-    def run(self, arrays) -> list:
+    def run(self, arrays, hold=None) -> list:
+        """Outputs for ``arrays`` (one per graph input).
+
+        ``hold``: output var ids whose bytes stay counted after the call (saved for a later
+        program); their total is left in ``self.last_held`` for the caller to release.
+        """
         vals = [None] * self.nslots
         vals[self._const_base:] = self._consts
         for vid, a in zip(self.input_ids, arrays):
             vals[vid] = a
         xp = self.xp
-        if self._levels is not None:
-            self._run_levels(vals, xp)
-        else:
-            for s in self.steps:
-                _exec(s, vals, xp)
+        own = [0] * self.nvars
+        alloc = self.alloc
+        try:
+            if self._levels is not None:
+                self._run_levels(vals, own, alloc, xp)
+            else:
+                for s in self.steps:
+                    _exec(s, vals, own, alloc, xp)
+        except BaseException:
+            alloc.current -= sum(own)      # nothing this call made outlives the error
+            raise
+        held = 0
+        if hold is not None:
+            for vid in hold:
+                held += own[vid]
+                own[vid] = 0
+        self.last_held = held
+        alloc.current -= sum(own)          # outputs: the tensors wrapping them count them
         return [vals[i] for i in self.output_ids]
 
-    def _run_levels(self, vals, xp):
+    def _run_levels(self, vals, own, alloc, xp):
         steps = self.steps
         for level, frees in zip(self._levels, self._level_frees):
             if len(level) == 1:
-                _exec(steps[level[0]], vals, xp, free=False)
+                _exec(steps[level[0]], vals, own, alloc, xp, free=False)
             else:
-                list(self._pool.map(lambda i: _exec(steps[i], vals, xp, free=False), level))
+                list(self._pool.map(lambda i: _exec(steps[i], vals, None, None, xp, free=False),
+                                    level))
+                for i in level:             # count on this thread: += is not atomic
+                    s = steps[i]
+                    if s.count:
+                        _count(s, vals, own, alloc, [vals[a] for a in s.args])
             for f in frees:
+                if f < len(own) and own[f]:
+                    alloc.current -= own[f]
+                    alloc.num_frees += 1
+                    own[f] = 0
                 vals[f] = None
 
 
-def _exec(s: _Step, vals, xp, free: bool = True):
+    def hold_ids(self, vids) -> tuple:
+        """The values whose counted bytes back outputs ``vids`` and no other output."""
+        mp = self.plan
+        want = set(vids)
+        others = set(self.output_ids) - want
+        out = []
+        for b in mp.buffers.values():
+            if any(m in want for m in b.members) and not any(m in others for m in b.members):
+                out.extend(b.members)
+        return tuple(out)
+
+
+class Held:
+    """Bytes a program left counted (saved activations); released when this object dies."""
+
+    __slots__ = ("alloc", "nbytes")
+
+    def __init__(self, alloc, nbytes):
+        self.alloc, self.nbytes = alloc, nbytes
+
+    def __del__(self):
+        self.alloc.current -= self.nbytes
+        self.alloc.num_frees += 1
+
+
+def _owned(res, args) -> int:
+    """Bytes of new memory behind kernel result ``res`` (0 when it views an input)."""
+    if res.base is None:
+        for a in args:
+            if a is res:
+                return 0
+        return res.nbytes
+    root = res
+    while isinstance(root.base, np.ndarray):
+        root = root.base
+    for a in args:
+        if a.__class__ is np.ndarray:
+            r = a
+            while isinstance(r.base, np.ndarray):
+                r = r.base
+            if r is root:
+                return 0
+    return root.nbytes if root.base is None else res.nbytes
+
+
+def _count(s, vals, own, alloc, args) -> None:
+    for o in s.outs:
+        res = vals[o]
+        if res is None or own[o]:
+            continue
+        nb = _owned(res, args)
+        if nb:
+            if alloc.limit is None:      # NOTE: CountingAllocator.track inlined: hot path
+                cur = alloc.current = alloc.current + nb
+                alloc.num_allocs += 1
+                if cur > alloc.peak:
+                    alloc.peak = cur
+            else:
+                alloc.track(nb)          # may raise MemoryError: count it only once tracked
+            own[o] = nb
+
+
+def _exec(s: _Step, vals, own, alloc, xp, free: bool = True):
     args = [vals[i] for i in s.args]
     if s.casts is not None:
         args = [a if c is None or a.dtype == c else a.astype(c) for a, c in zip(args, s.casts)]
-    if s.ufunc is not None:
-        buf = vals[s.reuse]
-        if buf.flags.writeable and buf.flags.c_contiguous:
-            res = s.ufunc(*args, out=buf)     # the input dies here: write into its buffer
+    fresh = s.count
+    if s.buf >= 0:
+        buf = vals[s.buf]
+        if buf is not None and buf.flags.writeable and buf.flags.c_contiguous:
+            if s.reinterp is not None:
+                buf = buf.reshape(-1).view(s.reinterp[0]).reshape(s.reinterp[1])
+            res = s.outfn(*args, out=buf)       # planned: write into a dead buffer
         else:
             res = s.kernel(xp, *args, **s.params)
+            fresh = _CHECK
     else:
         res = s.kernel(xp, *args, **s.params)
     if s.multi:
@@ -145,43 +266,18 @@ def _exec(s: _Step, vals, xp, free: bool = True):
         if res.dtype != dt:
             res = res.astype(dt)
         vals[s.outs[0]] = res
+    if fresh and own is not None:
+        _count(s, vals, own, alloc, args)
     if free:
+        if s.untrack:
+            for f in s.untrack:
+                nb = own[f]
+                if nb:
+                    alloc.current -= nb
+                    alloc.num_frees += 1
+                    own[f] = 0
         for f in s.free:
             vals[f] = None
-
-
-#: ops whose kernels always return a new array (some others may return their input as is).
-_FRESH = set(_UFUNCS) | {"matmul", "relu", "sigmoid", "where", "softmax", "log_softmax", "erf",
-                         "pow", "scatter_add_along_dim"}
-
-
-def _reuse_plan(graph: Graph, last_use: dict, keep: set) -> dict:
-    """``{node index: var id}``: elementwise nodes that may write into a dying input.
-
-    The input must be made by this graph (never a graph input, a constant or an output),
-    by an op that does not alias (no view, no view of it taken anywhere), read last by
-    this node, and have the output's shape and dtype.
-    """
-    made, aliased = {}, set()
-    for n in graph.nodes:
-        if n.op.view or n.op.name not in _FRESH:
-            aliased.update(x.id for x in n.inputs if x.__class__ is Var)
-            aliased.update(o.id for o in n.outs)
-        for o in n.outs:
-            made[o.id] = n
-    plan = {}
-    for i, n in enumerate(graph.nodes):
-        if n.op.name not in _UFUNCS or len(n.outs) != 1:
-            continue
-        o = n.outs[0]
-        for x in n.inputs:
-            if x.__class__ is Var and x.id in made and x.id not in aliased and \
-                    x.id not in keep and last_use.get(x.id) == i and x.shape == o.shape and \
-                    x.dtype is o.dtype and (n.ct is None or n.ct is o.dtype) and \
-                    sum(1 for y in n.inputs if y.__class__ is Var and y.id == x.id) == 1:
-                plan[i] = x.id
-                break
-    return plan
 
 
 def _casts(n):

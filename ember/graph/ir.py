@@ -101,16 +101,21 @@ CONSTANT = GraphOp("constant", _run_constant)
 
 
 class Node:
-    """``outs = op(*inputs, **params)``; ``ct`` is the compute dtype inputs are cast to."""
+    """``outs = op(*inputs, **params)``; ``ct`` is the compute dtype inputs are cast to.
 
-    __slots__ = ("op", "inputs", "params", "outs", "ct")
+    ``loc`` is the user's ``file:line`` that created the node when traced (None otherwise);
+    passes copy it onto the nodes they emit in its place.
+    """
 
-    def __init__(self, op, inputs: tuple, params: dict, outs: tuple, ct=None):
+    __slots__ = ("op", "inputs", "params", "outs", "ct", "loc")
+
+    def __init__(self, op, inputs: tuple, params: dict, outs: tuple, ct=None, loc=None):
         self.op = op
         self.inputs = tuple(inputs)
         self.params = params
         self.outs = tuple(outs)
         self.ct = ct
+        self.loc = loc
 
     @property
     def out(self) -> Var:
@@ -304,6 +309,7 @@ class GraphBuilder:
         self._seen: dict = {}
         self._next = 0
         self.merged = 0
+        self.loc = None          # source line given to the nodes added next (see Node.loc)
 
     def new_var(self, shape, dtype, device, name=None) -> Var:
         v = Var(self._next, shape, dtype, device, name)
@@ -321,7 +327,7 @@ class GraphBuilder:
         Returns the output vars (those of an identical earlier node under ``cse``).
         """
         if self.cse and not getattr(op, "random", False) and getattr(op, "pure", True):
-            node = Node(op, inputs, params, (), ct)
+            node = Node(op, inputs, params, (), ct, self.loc)
             try:
                 k = node.key()
                 hit = self._seen.get(k)
@@ -337,7 +343,7 @@ class GraphBuilder:
                 self._seen[k] = node
             return outs
         outs = tuple(self.new_var(*m) for m in metas)
-        self.nodes.append(Node(op, inputs, params, outs, ct))
+        self.nodes.append(Node(op, inputs, params, outs, ct, self.loc))
         return outs
 
     def add1(self, op, inputs, params, shape, dtype, device, ct=None) -> Var:
@@ -364,6 +370,7 @@ def rebuild(graph: Graph, fn: Callable | None = None, *, cse: bool = False,
         env[v.id] = b.input(v.shape, v.dtype, v.device, v.name)
     for n in graph.nodes:
         ins = tuple(env[x.id] if x.__class__ is Var else x for x in n.inputs)
+        b.loc = n.loc
         outs = fn(b, n, ins) if fn is not None else None
         if outs is None:
             outs = b.add(n.op, ins, n.params, [(o.shape, o.dtype, o.device) for o in n.outs],

@@ -18,7 +18,7 @@ from __future__ import annotations
 from ..autograd.function import Function
 from ..autograd.engine import grad as _autograd_grad
 from ..tensor import Tensor, _wrap
-from .executor import Program
+from .executor import Held, Program
 from .ir import Graph, Var
 from .passes import run_pipeline
 
@@ -27,7 +27,7 @@ class Joint:
     """The backward half of a captured call (see the module docstring)."""
 
     __slots__ = ("bwd_graph", "bwd_program", "n_fwd", "diff_inputs", "diff_outs",
-                 "diff_meta", "bwd_report")
+                 "diff_meta", "bwd_report", "hold")
 
 
 def capture_backward(tr, fwd_outs: list, diff_out_tensors: list, diff_inputs: list,
@@ -64,6 +64,7 @@ def capture_backward(tr, fwd_outs: list, diff_out_tensors: list, diff_inputs: li
             seen.add(g.id)
             saved.append(g)
     j = Joint()
+    j.hold = ()
     j.n_fwd = len(fwd_outs)
     bwd_out = [g for g in gvars if g is not None]
     j.diff_outs = [i for i, g in enumerate(gvars) if g is not None]
@@ -80,8 +81,9 @@ class _CompiledCall(Function):
 
     @staticmethod
     def forward(ctx, run, *diff_inputs):
-        outs, saved = run()
+        outs, saved, held = run()
         ctx.saved_arrays = saved
+        ctx.held = held           # the saved activations stay counted while ctx lives
         ctx.run_backward = run.backward
         return tuple(outs)
 
@@ -100,12 +102,14 @@ class _Run:
 
     def __call__(self):
         e = self.e
-        self.outs = e.program.run(self.arrays)
         j = e.joint
+        prog = e.program
+        self.outs = prog.run(self.arrays, hold=j.hold)
+        held = Held(prog.alloc, prog.last_held)
         saved = self.outs[j.n_fwd:]
         diff = [_wrap(self.outs[k[1]], k[2], k[3]) for k in e.out_leaves
                 if k[0] == "tensor" and k[4]]
-        return diff, saved
+        return diff, saved, held
 
     def backward(self, saved, cotangents):
         j = self.e.joint

@@ -59,6 +59,23 @@ def user_location() -> str:
     return "<unknown>"
 
 
+_INSIDE: dict = {}   # co_filename -> whether it is one of Ember's own files
+
+
+def node_location() -> str | None:
+    """Like :func:`user_location`, cached per file: recorded on every traced node."""
+    f = sys._getframe(2)
+    while f is not None:
+        fn = f.f_code.co_filename
+        inside = _INSIDE.get(fn)
+        if inside is None:
+            inside = _INSIDE[fn] = os.path.abspath(fn).startswith(_EMBER_DIR + os.sep)
+        if not inside:
+            return f"{fn}:{f.f_lineno}"
+        f = f.f_back
+    return None
+
+
 def _run_random(xp, *arrays, draw, what):
     return draw(*arrays)
 
@@ -205,6 +222,7 @@ class Tracer(_Mode):
         if op.dtype not in ("same", "bool", "int64"):
             ct, _ = _dispatch._compute_dtype(op, op.dtype, inputs, next(
                 x for x in inputs if isinstance(x, Tensor)), params)
+        self.b.loc = node_location()
         v = self.b.add1(op, ins, dict(params), out._data.shape, out._dtype, out._device, ct)
         self.bind(out, v)
         self.internal.add(id(out._data))
@@ -263,6 +281,7 @@ class Tracer(_Mode):
     def random(self, t: Tensor, draw, inputs, what: str) -> None:
         """``t`` holds fresh random values: ``draw(*input arrays)`` makes new ones per run."""
         ins = tuple(self.read(x) for x in inputs)
+        self.b.loc = node_location()
         v = self.b.add1(RANDOM, ins, {"draw": draw, "what": what}, t._data.shape, t._dtype,
                         t._device)
         self.randoms += 1

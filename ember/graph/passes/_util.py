@@ -52,6 +52,7 @@ class Rewrite:
     def run(self, rule) -> Graph:
         for n in self.old.nodes:
             ins = tuple(self.env[x.id] if x.__class__ is Var else x for x in n.inputs)
+            self.b.loc = n.loc           # emitted nodes keep the user's source line
             outs = rule(self, n, ins)
             if outs is None:
                 outs = self.copy(n, ins)

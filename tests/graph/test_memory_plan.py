@@ -1,0 +1,176 @@
+"""The memory planner: the peak it predicts before a compiled graph runs is the peak the
+allocator measures while it runs (issue 5 item 3), and the executor counts its buffers.
+
+The allocator counts every tensor alive; a plan counts the graph's inputs and what the
+program allocates. So a run is measured as ``peak - (current at start - the inputs)``:
+whatever else the process keeps alive is taken out. Old gradients that the step replaces
+are released before it runs (as eager ``zero_grad`` does), so they are taken out too.
+"""
+import sys
+from pathlib import Path
+
+import numpy as np
+import pytest
+
+import ember as em
+import ember.nn.functional as F
+from ember import nn
+from ember.graph.memory_plan import plan as plan_graph
+
+sys.path.insert(0, str(Path(__file__).resolve().parents[2] / "bench"))
+from train import WORKLOADS  # noqa: E402
+
+
+def _step_for(model, opt):
+    def step(x, y):
+        opt.zero_grad()
+        out = model(x)
+        loss = F.cross_entropy(out.reshape(-1, out.shape[-1]), y.reshape(-1))
+        loss.backward()
+        opt.step()
+        return loss.detach()
+    return step
+
+
+def _measure(call, params=()):
+    """Allocator peak of ``call()`` above what was alive and is not released by it."""
+    em.reset_peak_memory_stats()
+    start = em.memory_stats()["current_bytes"]
+    start -= sum(p.grad._storage.nbytes for p in params if p.grad is not None)
+    out = call()
+    return em.memory_stats()["peak_bytes"] - start, out
+
+
+@pytest.mark.parametrize("name", list(WORKLOADS))
+def test_training_step_planned_peak_matches_measured(name):
+    wl = WORKLOADS[name]
+    size = dict(wl.tiny, batch=32)
+    em.manual_seed(0)
+    model, opt = wl.build(em, **size)
+    x, y = wl.data(np.random.default_rng(0), **size)
+    x, y = em.tensor(x), em.tensor(y)
+    f = em.compile(_step_for(model, opt), fullgraph=True)
+    f(x, y)                                   # creates optimizer state: traced again next
+    plan = f.memory_plan(x, y)                # the steady signature, captured not run
+    assert plan.peak_bytes > plan.input_bytes > 0
+    got, _ = _measure(lambda: f(x, y), list(model.parameters()))
+    measured = got + plan.input_bytes
+    assert abs(measured - plan.peak_bytes) <= 0.05 * plan.peak_bytes, (measured, plan)
+    assert sum(plan.breakdown.values()) <= plan.peak_bytes
+    # the table names the biggest buffers with the user's source line
+    table = plan.table(5)
+    assert len(table.splitlines()) == 6 and ".py:" in table
+
+
+def test_forward_only_models_planned_peak_matches_measured():
+    em.manual_seed(0)
+    cnn = nn.Sequential(nn.Conv2d(3, 16, 3, padding=1), nn.ReLU(), nn.MaxPool2d(2),
+                        nn.Flatten(), nn.Linear(16 * 8 * 8, 10))
+    mlp = nn.Sequential(nn.Linear(64, 256), nn.GELU(), nn.Linear(256, 256), nn.Tanh(),
+                        nn.Linear(256, 10))
+    for model, x in ((cnn, em.randn(32, 3, 16, 16)), (mlp, em.randn(128, 64))):
+        with em.no_grad():
+            f = em.compile(model)
+            plan = f.memory_plan(x)
+            got, out = _measure(lambda: f(x))
+            measured = got + plan.input_bytes
+            assert abs(measured - plan.peak_bytes) <= 0.05 * plan.peak_bytes, (measured, plan)
+            np.testing.assert_allclose(out.numpy(), model(x).numpy(), rtol=1e-5, atol=1e-6)
+
+
+def test_forward_with_compiled_backward_plan_matches_measured():
+    em.manual_seed(0)
+    model = nn.Sequential(nn.Linear(64, 256), nn.ReLU(), nn.Linear(256, 256), nn.ReLU(),
+                          nn.Linear(256, 8))
+    x = em.randn(256, 64)
+    f = em.compile(model)
+    f(x).sum().backward()
+    for p in model.parameters():
+        p.grad = None
+    plan = f.memory_plan(x)
+    assert plan.saved_bytes > 0
+    got, _ = _measure(lambda: f(x).sum().backward())
+    measured = got + plan.input_bytes
+    assert abs(measured - plan.peak_bytes) <= 0.05 * plan.peak_bytes, (measured, plan)
+
+
+def test_executor_counts_its_buffers_and_releases_them():
+    em.manual_seed(0)
+    w = em.randn(512, 512)
+
+    def f(x):
+        h = (x @ w).relu()
+        return (h * 2.0 + 1.0).sum()
+    cf = em.compile(f)
+    x = em.randn(512, 512)
+    cf(x)
+    before = em.memory_stats()
+    em.reset_peak_memory_stats()
+    out = cf(x)
+    after = em.memory_stats()
+    # the call made at least one 1 MiB buffer, and left only its 0-d result counted
+    assert after["peak_bytes"] - before["current_bytes"] >= 512 * 512 * 4
+    assert after["current_bytes"] - before["current_bytes"] == out._storage.nbytes
+    assert after["num_allocs"] > before["num_allocs"]
+
+
+def test_memory_limit_applies_inside_compiled_graphs():
+    em.manual_seed(0)
+    w = em.randn(256, 256)
+    cf = em.compile(lambda x: ((x @ w) @ w).sum())
+    x = em.randn(256, 256)
+    cf(x)
+    cur = em.memory_stats()["current_bytes"]
+    em.set_memory_limit(cur + 1000)
+    try:
+        with pytest.raises(MemoryError, match="out of memory"):
+            cf(x)
+    finally:
+        em.set_memory_limit(None)
+    assert em.memory_stats()["current_bytes"] == cur      # nothing leaked by the error
+
+
+def test_plan_reuses_dead_buffers_and_writes_in_place_without_changing_results():
+    em.manual_seed(0)
+    w1, w2 = em.randn(64, 64, dtype=em.float64), em.randn(64, 64, dtype=em.float64)
+
+    def f(x):
+        a = (x @ w1).exp()          # dies in the add: in place
+        b = a + 1.0
+        c = b @ w2                  # same size as dead buffers: written into one
+        return (c * c).sqrt() - x
+    x = em.randn(64, 64, dtype=em.float64)
+    want = f(x).numpy()
+    cf = em.compile(f, passes=[])
+    cf(x)
+    got = cf(x).numpy()
+    np.testing.assert_array_equal(got, want)
+    plan = cf.memory_plan()
+    kinds = set(plan.kind.values())
+    assert "inplace" in kinds and "reuse" in kinds
+    assert plan.peak_bytes == plan.input_bytes + max(plan.timeline)
+
+
+def test_a_buffer_a_view_still_reads_is_never_overwritten():
+    em.manual_seed(0)
+
+    def f(x):
+        a = x.exp()
+        v = a.t()                   # a view of a's buffer, read after a's last direct use
+        b = a.neg()                 # a's last direct use: must not write into a
+        return b + v
+    x = em.randn(16, 16)
+    cf = em.compile(f, passes=[])
+    cf(x)
+    np.testing.assert_array_equal(cf(x).numpy(), f(x).numpy())
+    g = cf.graph
+    p = plan_graph(g)
+    neg = next(n for n in g.nodes if n.op.name == "neg")
+    assert p.kind[neg.outs[0].id] != "inplace"
+
+
+def test_memory_plan_before_a_call_needs_arguments():
+    cf = em.compile(lambda x: x + 1)
+    with pytest.raises(em.graph.GraphError if hasattr(em.graph, "GraphError") else Exception,
+                       match="nothing captured"):
+        cf.memory_plan()
