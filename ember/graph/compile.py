@@ -39,7 +39,7 @@ CACHE_LIMIT = 8
 
 
 def compile(fn=None, *, fullgraph: bool = False, dynamic: bool = False, passes=None,
-            parallel: bool = False, name: str | None = None):
+            parallel: bool = False, name: str | None = None, memory_budget=None):
     """Compile ``fn`` (a function or a Module) into cached, optimised graphs.
 
     Args:
@@ -50,6 +50,11 @@ def compile(fn=None, *, fullgraph: bool = False, dynamic: bool = False, passes=N
         passes: the pass pipeline (names or ``Graph -> (Graph, stats)`` callables);
             default :data:`ember.graph.passes.DEFAULT_PASSES`. ``[]`` runs none.
         parallel: run independent nodes concurrently on a thread pool.
+        memory_budget: bytes, or ``"40%"`` of the unbudgeted plan, for the graph's
+            *activation* peak (values that are neither inputs nor outputs, alive at once;
+            see :meth:`CompiledFunction.memory_plan`): values are dropped and recomputed
+            (:mod:`ember.graph.remat`) until it fits; ``MemoryError`` before running if
+            no choice fits, naming the minimum feasible budget.
 
     A function that calls ``backward()`` itself (a training step) may return the loss as
     is: it comes back as a plain tensor. One that returns tensors needing gradients
@@ -67,9 +72,9 @@ def compile(fn=None, *, fullgraph: bool = False, dynamic: bool = False, passes=N
     """
     if fn is None:
         return functools.partial(compile, fullgraph=fullgraph, dynamic=dynamic, passes=passes,
-                                 parallel=parallel, name=name)
+                                 parallel=parallel, name=name, memory_budget=memory_budget)
     return CompiledFunction(fn, fullgraph=fullgraph, dynamic=dynamic, passes=passes,
-                            parallel=parallel, name=name)
+                            parallel=parallel, name=name, memory_budget=memory_budget)
 
 
 class CaptureInfo(NamedTuple):
@@ -92,7 +97,7 @@ class CompiledFunction:
     """What :func:`compile` returns: call it like ``fn``; ``explain()`` tells what happened."""
 
     def __init__(self, fn, *, fullgraph=False, dynamic=False, passes=None, parallel=False,
-                 name=None):
+                 name=None, memory_budget=None):
         from ..nn.module import Module
         self.module = fn if isinstance(fn, Module) else None
         self.fn = fn
@@ -100,6 +105,10 @@ class CompiledFunction:
         self.dynamic = dynamic
         self.passes = DEFAULT_PASSES if passes is None else list(passes)
         self.parallel = parallel
+        self.memory_budget = memory_budget
+        if memory_budget is not None:
+            from .remat import _parse
+            _parse(memory_budget, 1)          # a bad budget fails here, not at the call
         self.name = name or getattr(fn, "__name__", type(fn).__name__)
         self._cache: dict = {}
         self._roots = None
@@ -205,6 +214,8 @@ class CompiledFunction:
         raw = tr.b.build(e.out_leaves_vars)
         e.raw_graph = raw
         graph, report = run_pipeline(raw, self.passes)
+        if self.memory_budget is not None:
+            graph = self._fit_budget(e, graph, report)
         e.graph, e.report = graph, report
         e.program = _program(e, graph, self.parallel)
         e.compile_s = time.perf_counter() - t0
@@ -219,6 +230,29 @@ class CompiledFunction:
         if stable:
             self._cache[key] = e
         return result
+
+    def _fit_budget(self, e, graph, report):
+        """Recompute activations so the planned activation peak fits ``memory_budget``."""
+        from .remat import fit_budget
+        if e.joint is not None:
+            raise NotImplementedError(
+                f"ember.compile({self.name}): memory_budget applies to functions that run "
+                f"their own backward (training steps) for now; this one returns tensors "
+                f"needing gradients (a compiled forward/backward pair)")
+        n = len(e.arg_slots)
+        unc = [graph.inputs[n + k].id for k, s in enumerate(e.sources) if s.kind == "call"]
+        t0 = time.perf_counter()
+        graph, info = fit_budget(graph, self.memory_budget, uncounted=unc)
+        rec = info["recomputed"]
+        report.append({"pass": "remat", "changed": {"recomputed": len(rec)},
+                       "nodes": len(graph.nodes), "ms": (time.perf_counter() - t0) * 1e3})
+        lines = [f"memory_budget {info['budget']:,} bytes: activation peak "
+                 f"{info['unbudgeted']:,} -> {info['peak']:,} bytes, {len(rec)} value(s) "
+                 f"recomputed (+{info['extra_flops']:.3g} FLOPs)"]
+        lines += [f"  recomputed %{v.id}: {v.type_str()} = {op}(...)  created at {loc or '?'}"
+                  for v, op, loc in rec]
+        self.log.remat("\n".join(lines), rec)
+        return graph
 
     # ------------------------------------------------------------------ reporting
     def memory_plan(self, *args, **kwargs):

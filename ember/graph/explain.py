@@ -48,6 +48,13 @@ class Explanation:
     recompiles: list = field(default_factory=list)   # [{signature key: (old, new)}]
     breaks: list = field(default_factory=list)       # [(reason, "file:line")]
     notes: list = field(default_factory=list)
+    recomputed: list = field(default_factory=list)   # [(var, op name, "file:line")]
+    remat_reports: list = field(default_factory=list)
+
+    def remat(self, text: str, recomputed) -> None:
+        """What a ``memory_budget`` made :mod:`ember.graph.remat` recompute."""
+        self.remat_reports.append(text)
+        self.recomputed.extend(recomputed)
 
     def capture(self, sig, raw, graph, report, compile_s, randoms, cached) -> None:
         self.captures.append(Capture(dict(sig), len(raw.nodes), len(graph.nodes), report,
@@ -88,6 +95,7 @@ class Explanation:
             lines.append(f"recompile #{i}: {what}")
         for reason, where in self.breaks:
             lines.append(f"graph break at {where}: {reason}")
+        lines.extend(self.remat_reports)
         lines.extend(f"note: {n}" for n in self.notes)
         return "\n".join(lines)
 

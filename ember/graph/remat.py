@@ -1,0 +1,227 @@
+"""Recomputation under a memory budget (``ember.compile(step, memory_budget=...)``).
+
+A value computed early and read again much later (an activation the backward reads) holds
+its buffer across the gap. Dropping it after its early reads and computing it again just
+before its late reads frees that memory for the gap, at the price of running its
+producer twice. :func:`fit_budget` chooses what to drop so the planned *activation peak*
+(bytes of values that are neither graph inputs nor outputs, alive at once; see
+:class:`~ember.graph.memory_plan.MemoryPlan`) fits the budget with little extra compute:
+
+1. cheap values first — elementwise/movement results (about one FLOP per element),
+   largest first, the fewest that fit;
+2. if those are not enough, expensive values (matmul, fused kernels) too, keeping every
+   k-th one along the schedule as a checkpoint (√N checkpointing for k ≈ √N): the
+   smallest k that fits, so the least is recomputed.
+
+Every candidate set is checked by the planner itself; the budget is met by construction
+or :func:`fit_budget` raises ``MemoryError`` naming the smallest peak it reached. Random
+draws, impure ops and graph outputs are never recomputed, so results are bitwise equal.
+"""
+from __future__ import annotations
+
+from .ir import CONSTANT, Graph, GraphBuilder, Var
+from .memory_plan import plan as _plan
+
+
+def _flops(n) -> float:
+    o = n.outs[0] if n.outs else None
+    if o is None:
+        return 0.0
+    if n.op.name == "matmul":
+        x = n.inputs[0]
+        k = x.shape[-1] if x.__class__ is Var and x.ndim else 1
+        return 2.0 * o.numel() * k
+    if n.op.name in ("linear_act",):
+        return 2.0 * o.numel() * n.inputs[0].shape[-1]
+    ops = n.params.get("ops") if isinstance(n.params.get("ops"), str) else None
+    return float(sum(v.numel() for v in n.outs)) * (ops.count(",") + 1 if ops else 1)
+
+
+class Candidate:
+    __slots__ = ("var", "node", "split", "early_last", "nbytes", "cost", "cheap")
+
+
+def candidates(graph: Graph) -> list:
+    """Values worth dropping: produced by a pure node, read again after a gap."""
+    outputs = {v.id for v in graph.outputs}
+    uses: dict = {}
+    prod: dict = {}
+    for i, n in enumerate(graph.nodes):
+        for x in n.inputs:
+            if x.__class__ is Var:
+                uses.setdefault(x.id, []).append(i)
+        for o in n.outs:
+            prod[o.id] = (i, n)
+    out = []
+    for vid, (i, n) in prod.items():
+        if vid in outputs or n.op is CONSTANT or n.is_random() or \
+                not getattr(n.op, "pure", True) or len(n.outs) != 1 or vid not in uses:
+            continue
+        if any(isinstance(v, Graph) for v in n.params.values()):
+            continue                      # control flow: not duplicated
+        seq = [i] + sorted(set(uses[vid]))
+        gap, at = max((b - a, k) for k, (a, b) in enumerate(zip(seq, seq[1:])))
+        if gap < 3 or at == 0 and len(seq) == 2 and False:
+            continue
+        c = Candidate()
+        c.var, c.node = n.outs[0], n
+        c.split, c.early_last = seq[at + 1], seq[at]
+        c.nbytes = c.var.nbytes()
+        c.cost = _flops(n)
+        c.cheap = c.cost <= 4 * c.var.numel() and n.op.name != "matmul"
+        if c.nbytes:
+            out.append(c)
+    return out
+
+
+def rematerialize(graph: Graph, drop: dict) -> tuple:
+    """``graph`` with each value in ``drop`` ({var id: Candidate}) recomputed for its late
+    reads. Returns ``(new graph, [(recomputed var, Candidate)])``."""
+    b = GraphBuilder(graph.name)
+    env: dict = {}
+    late: dict = {}
+    done = []
+    prod = {o.id: n for n in graph.nodes for o in n.outs}
+    last: dict = {}
+    for i, n in enumerate(graph.nodes):
+        for x in n.inputs:
+            if x.__class__ is Var:
+                last[x.id] = i
+    keep = {v.id for v in graph.outputs}
+    for v in graph.inputs:
+        env[v.id] = b.input(v.shape, v.dtype, v.device, v.name)
+
+    def get(x, i):
+        """``x`` as read at original schedule position ``i``."""
+        if x.__class__ is not Var:
+            return x
+        c = drop.get(x.id)
+        n = prod.get(x.id)
+        if c is None:
+            # kept: read the original while it lives; a dead one (only the dropped value
+            # read it) is recomputed too, unless it is a random draw or impure
+            if n is None or last.get(x.id, -1) >= i or x.id in keep or n.is_random() or \
+                    not getattr(n.op, "pure", True) or len(n.outs) != 1:
+                return env[x.id]
+        elif i < c.split and i <= c.early_last:
+            return env[x.id]
+        r = late.get(x.id)
+        if r is None:
+            ins = tuple(get(y, i) for y in n.inputs)
+            b.loc = n.loc
+            r = b.add(n.op, ins, n.params, [(o.shape, o.dtype, o.device) for o in n.outs],
+                      n.ct)[0]
+            late[x.id] = r
+            done.append((r, c if c is not None else _implicit(x, n)))
+        return r
+
+    for i, n in enumerate(graph.nodes):
+        ins = tuple(get(x, i) for x in n.inputs)
+        b.loc = n.loc
+        outs = b.add(n.op, ins, n.params, [(o.shape, o.dtype, o.device) for o in n.outs], n.ct)
+        for o, no in zip(n.outs, outs):
+            env[o.id] = no
+    return b.build([env[v.id] for v in graph.outputs]), done
+
+
+def _implicit(x, n):
+    c = Candidate()
+    c.var, c.node, c.split, c.early_last = x, n, -1, -1
+    c.nbytes, c.cost, c.cheap = x.nbytes(), _flops(n), False
+    return c
+
+
+def activation_peak(graph: Graph, **kw) -> int:
+    return _plan(graph, **kw).activation_peak_bytes
+
+
+def fit_budget(graph: Graph, budget, **plan_kw) -> tuple:
+    """Recompute values of ``graph`` until its activation peak is at most ``budget``.
+
+    ``budget``: bytes, or a string ``"40%"`` of the graph's own activation peak. Returns
+    ``(graph, info)`` with ``info = {"budget", "unbudgeted", "peak", "recomputed": [...],
+    "extra_flops"}``. Raises ``MemoryError`` (before anything runs) when no choice fits,
+    stating the smallest activation peak found.
+    """
+    p0 = _plan(graph, **plan_kw)
+    base, total0 = p0.activation_peak_bytes, p0.peak_bytes
+    limit = _parse(budget, base)
+    info = {"budget": limit, "unbudgeted": base, "peak": base, "recomputed": [],
+            "extra_flops": 0.0}
+    if base <= limit:
+        return graph, info
+    cands = candidates(graph)
+    last: dict = {}
+    for i, n in enumerate(graph.nodes):
+        for x in n.inputs:
+            if x.__class__ is Var:
+                last[x.id] = i
+    ins = {v.id for v in graph.inputs}
+    for c in cands:        # cheap: one cheap op on values alive anyway when it reruns
+        c.cheap = c.cheap and all(x.__class__ is not Var or x.id in ins or
+                                  last.get(x.id, -1) >= c.split for x in c.node.inputs)
+    cheap = sorted((c for c in cands if c.cheap), key=lambda c: -c.nbytes)
+    dear = sorted((c for c in cands if not c.cheap), key=lambda c: c.node.outs[0].id)
+    best = (base, graph, [])
+
+    def trial(sel):
+        nonlocal best
+        g, done = rematerialize(graph, {c.var.id: c for c in sel})
+        p = _plan(g, **plan_kw)
+        # a choice that lifts the whole call's peak (recomputed values next to the
+        # gradients) is no choice: the measured peak must not grow under a budget
+        pk = p.activation_peak_bytes if p.peak_bytes <= total0 else base + 1
+        if pk < best[0]:
+            best = (pk, g, done)
+        return pk, g, done
+
+    pk, g, done = trial(cheap)
+    if pk <= limit:
+        lo, hi = 1, len(cheap)            # the fewest cheap values that fit
+        hit = (pk, g, done)
+        while lo < hi:
+            mid = (lo + hi) // 2
+            r = trial(cheap[:mid])
+            if r[0] <= limit:
+                hi, hit = mid, r
+            else:
+                lo = mid + 1
+        return _done(hit, info)
+    for k in range(2, len(dear) + 2):
+        keep = {id(c) for j, c in enumerate(dear) if j % k == k - 1}
+        r = trial(cheap + [c for c in dear if id(c) not in keep])
+        if r[0] <= limit:
+            return _done(r, info)
+    raise MemoryError(
+        f"ember.compile: memory_budget of {limit:,} bytes of activations is infeasible for "
+        f"{graph.name}: the smallest activation peak recomputation reaches is {best[0]:,} "
+        f"bytes (unbudgeted: {base:,}); the minimum feasible budget is {best[0]:,} bytes "
+        f"({100.0 * best[0] / base:.0f}% of the unbudgeted peak)")
+
+
+def _done(r, info):
+    pk, g, done = r
+    info["peak"] = pk
+    info["recomputed"] = [(c.var, c.node.op.name, c.node.loc) for _, c in done]
+    info["extra_flops"] = sum(c.cost for _, c in done)
+    return g, info
+
+
+def _parse(budget, base) -> int:
+    if isinstance(budget, str):
+        s = budget.strip()
+        if not s.endswith("%"):
+            raise ValueError(f"ember.compile: memory_budget {budget!r}: give bytes (an int) "
+                             f"or a percentage string like '40%'")
+        try:
+            frac = float(s[:-1]) / 100.0
+        except ValueError:
+            raise ValueError(f"ember.compile: memory_budget {budget!r} is not a percentage "
+                             f"like '40%'") from None
+        if not 0 < frac:
+            raise ValueError(f"ember.compile: memory_budget {budget!r} must be positive")
+        return int(base * frac)
+    if isinstance(budget, bool) or not isinstance(budget, (int, float)) or budget <= 0:
+        raise ValueError(f"ember.compile: memory_budget must be a positive number of bytes or "
+                         f"a percentage string like '40%', got {budget!r}")
+    return int(budget)
