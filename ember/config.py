@@ -9,9 +9,11 @@ DEBUG = int(os.environ.get("EMBER_DEBUG", "0") or 0)
 #: ``ember/codegen/eager.py``); ``EMBER_EAGER_KERNELS=0`` keeps every op on NumPy.
 EAGER_KERNELS = os.environ.get("EMBER_EAGER_KERNELS", "1").strip().lower() not in (
     "0", "false", "no", "off")
-#: elements an op runs in NumPy per process before its eager kernel is built (amortises the
-#: compiler probe and first compile; 0: from the first large call).
-EAGER_KERNELS_WARMUP = int(os.environ.get("EMBER_EAGER_KERNELS_WARMUP", str(1 << 23)) or 0)
+#: elements an op runs in NumPy per process before its eager kernel is built. Default 0: an
+#: op's path depends on its op, dtype and size alone, so a run resumed from a checkpoint
+#: computes the same bits as the uninterrupted run. A positive value amortises the compiler
+#: probe and first compile for short scripts at the price of that determinism.
+EAGER_KERNELS_WARMUP = int(os.environ.get("EMBER_EAGER_KERNELS_WARMUP", "0") or 0)
 
 
 def set_eager_kernels(enabled: bool) -> bool:

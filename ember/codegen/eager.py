@@ -20,13 +20,13 @@ takes an op only when all of these hold:
 * the process has already pushed :data:`WARMUP` elements through this op and dtype in
   NumPy (``EMBER_EAGER_KERNELS_WARMUP``).
 
-Why the warm-up: the first use in a process costs ~0.2 s (importing this package and
-probing the compiler) plus ~0.14 s per kernel the first time on a machine (then the disk
-cache has it). A short script with a few large ops never pays it; a training loop pays it
-within its first steps. The switch point depends only on how much work the process has
-done, so re-running a program gives the same bits; a run resumed from a checkpoint runs
-its first ``WARMUP`` elements per op in NumPy (results within the tolerance below).
-``WARMUP=0`` makes every call's path a function of its op, dtype and size alone.
+Why the warm-up is 0 by default: with it, the switch point would depend on how much work
+the process had done, and a run resumed from a checkpoint would compute its first
+``WARMUP`` elements per op in NumPy — not the bits of the uninterrupted run. At 0 every
+call's path is a function of its op, dtype and size alone. The cost: the first large call
+in a process pays ~0.2 s (importing this package, probing the compiler) plus ~0.14 s per
+kernel the first time on a machine (then the disk cache has it). ``EMBER_EAGER_KERNELS_WARMUP``
+trades that determinism for a cheaper start in short scripts.
 
 Accuracy: the generated kernels call glibc's libm/libmvec (<= 4 ulp by glibc's tables;
 measured <= 2 ulp here) except float32 ``tanh``, a rational approximation (Eigen's/XLA's,
