@@ -61,7 +61,9 @@ def candidates(graph: Graph) -> list:
             continue                      # control flow: not duplicated
         seq = [i] + sorted(set(uses[vid]))
         gap, at = max((b - a, k) for k, (a, b) in enumerate(zip(seq, seq[1:])))
-        if gap < 3 or at == 0 and len(seq) == 2 and False:
+        if gap < 3 or at == 0:
+            # at == 0: nothing reads it before the gap, so dropping it would only move
+            # its computation later (and run it twice): a scheduling matter, not remat
             continue
         c = Candidate()
         c.var, c.node = n.outs[0], n
@@ -135,76 +137,135 @@ def activation_peak(graph: Graph, **kw) -> int:
     return _plan(graph, **kw).activation_peak_bytes
 
 
+class _Choice:
+    """One candidate drop set, rematerialised (planned lazily)."""
+
+    __slots__ = ("sel", "graph", "done", "flops", "act", "total", "label")
+
+    def __init__(self, graph, sel, label):
+        self.sel, self.label = sel, label
+        self.graph, self.done = rematerialize(graph, {c.var.id: c for c in sel})
+        self.flops = sum(c.cost for _, c in self.done)
+        self.act = self.total = None
+
+
+def choices(graph: Graph, cands: list, last: dict, ins: set) -> list:
+    """Candidate drop sets for ``graph``, independent of the budget (see the module
+    docstring): cheap values alone, √N-style segmentations, every-k-th checkpoints."""
+    for c in cands:        # cheap: one cheap op on values alive anyway when it reruns
+        c.cheap = c.cheap and all(x.__class__ is not Var or x.id in ins or
+                                  last.get(x.id, -1) >= c.split for x in c.node.inputs)
+    cheap = sorted((c for c in cands if c.cheap), key=lambda c: (-c.nbytes, c.var.id))
+    chain = sorted(cands, key=lambda c: c.var.id)   # schedule order (ids grow with it)
+    dear = [c for c in chain if not c.cheap]
+    sets: dict = {}
+
+    def add(sel, label):
+        key = frozenset(c.var.id for c in sel)
+        if key and key not in sets:
+            sets[key] = (list(sel), label)
+
+    n = 1
+    while n < len(cheap):                             # the largest cheap values
+        add(cheap[:n], f"{n} cheap")
+        n *= 2
+    add(cheap, "cheap")
+    for k in range(2, len(dear) + 2):                 # every k-th expensive value kept
+        keep = {c.var.id for j, c in enumerate(dear) if j % k == k - 1}
+        add(cheap + [c for c in dear if c.var.id not in keep], f"keep every {k}")
+    # segmentations: a segment of up to ``m`` bytes (minus the boundaries kept before
+    # it) is dropped after the forward and recomputed, in one piece, right before its
+    # first backward read; the value that would overflow it is kept as the next boundary.
+    # Segments shrink as boundaries accumulate, so every segment's recomputation peaks at
+    # about ``m`` bytes of activations (the √(2N) schedule); the tail is never dropped.
+    for pool, tag in ((chain, "all"), (dear, "expensive")):
+        if not pool:
+            continue
+        total = sum(c.nbytes for c in pool)
+        big = max(c.nbytes for c in pool)
+        m = float(big)
+        while m < total:
+            segs, cur, kept, bounds = [], [], 0, []
+            for c in pool:
+                if cur and sum(x.nbytes for x in cur) + c.nbytes > m - kept:
+                    segs.append(cur)
+                    cur = []
+                    kept += c.nbytes
+                    bounds.append(c)
+                else:
+                    cur.append(c)
+            sel = [c for s in segs for c in s]
+            if tag == "expensive":
+                sel = cheap + sel
+            add(sel, f"segments of {int(m):,} B ({tag})")
+            m *= 1.15
+    return [v for v in sets.values()]
+
+
+def _chain(opts: list, base: int, total0: int) -> list:
+    """The choices a budget may take, cheapest first.
+
+    Built from the tight end: the choice with the smallest activation peak (then the
+    smallest total peak, then the fewest FLOPs), then repeatedly the choice with the
+    smallest activation peak among those that cost fewer FLOPs, have a larger activation
+    peak and a total peak no lower. Along the chain, FLOPs fall while both peaks rise;
+    a budget takes the cheapest member that fits, so a tighter budget takes a member
+    further along — never a higher planned (= measured) total peak. Choices whose total
+    peak exceeds the unbudgeted graph's are never taken.
+    """
+    ok = [o for o in opts if o.total <= total0 and o.act < base]
+    if not ok:
+        return []
+    cur = min(ok, key=lambda o: (o.act, o.total, o.flops, o.label))
+    out = [cur]
+    while True:
+        nxt = [o for o in ok if o.flops < cur.flops and o.act > cur.act and
+               o.total >= cur.total]
+        if not nxt:
+            break
+        cur = min(nxt, key=lambda o: (o.act, o.total, o.flops, o.label))
+        out.append(cur)
+    return out[::-1]
+
+
 def fit_budget(graph: Graph, budget, **plan_kw) -> tuple:
     """Recompute values of ``graph`` until its activation peak is at most ``budget``.
 
     ``budget``: bytes, or a string ``"40%"`` of the graph's own activation peak. Returns
     ``(graph, info)`` with ``info = {"budget", "unbudgeted", "peak", "recomputed": [...],
-    "extra_flops"}``. Raises ``MemoryError`` (before anything runs) when no choice fits,
-    stating the smallest activation peak found.
+    "extra_flops", "choice"}``. Raises ``MemoryError`` (before anything runs) when no
+    choice fits, stating the smallest activation peak found (a budget of that many bytes
+    fits).
     """
     p0 = _plan(graph, **plan_kw)
     base, total0 = p0.activation_peak_bytes, p0.peak_bytes
     limit = _parse(budget, base)
     info = {"budget": limit, "unbudgeted": base, "peak": base, "recomputed": [],
-            "extra_flops": 0.0}
+            "extra_flops": 0.0, "choice": "none"}
     if base <= limit:
         return graph, info
-    cands = candidates(graph)
     last: dict = {}
     for i, n in enumerate(graph.nodes):
         for x in n.inputs:
             if x.__class__ is Var:
                 last[x.id] = i
     ins = {v.id for v in graph.inputs}
-    for c in cands:        # cheap: one cheap op on values alive anyway when it reruns
-        c.cheap = c.cheap and all(x.__class__ is not Var or x.id in ins or
-                                  last.get(x.id, -1) >= c.split for x in c.node.inputs)
-    cheap = sorted((c for c in cands if c.cheap), key=lambda c: -c.nbytes)
-    dear = sorted((c for c in cands if not c.cheap), key=lambda c: c.node.outs[0].id)
-    best = (base, graph, [])
-
-    def trial(sel):
-        nonlocal best
-        g, done = rematerialize(graph, {c.var.id: c for c in sel})
-        p = _plan(g, **plan_kw)
-        # a choice that lifts the whole call's peak (recomputed values next to the
-        # gradients) is no choice: the measured peak must not grow under a budget
-        pk = p.activation_peak_bytes if p.peak_bytes <= total0 else base + 1
-        if pk < best[0]:
-            best = (pk, g, done)
-        return pk, g, done
-
-    pk, g, done = trial(cheap)
-    if pk <= limit:
-        lo, hi = 1, len(cheap)            # the fewest cheap values that fit
-        hit = (pk, g, done)
-        while lo < hi:
-            mid = (lo + hi) // 2
-            r = trial(cheap[:mid])
-            if r[0] <= limit:
-                hi, hit = mid, r
-            else:
-                lo = mid + 1
-        return _done(hit, info)
-    for k in range(2, len(dear) + 2):
-        keep = {id(c) for j, c in enumerate(dear) if j % k == k - 1}
-        r = trial(cheap + [c for c in dear if id(c) not in keep])
-        if r[0] <= limit:
-            return _done(r, info)
+    opts = [_Choice(graph, sel, label)
+            for sel, label in choices(graph, candidates(graph), last, ins)]
+    for o in opts:
+        p = _plan(o.graph, **plan_kw)
+        o.act, o.total = p.activation_peak_bytes, p.peak_bytes
+    for o in _chain(opts, base, total0):
+        if o.act <= limit:
+            info.update(peak=o.act, choice=o.label, extra_flops=o.flops,
+                        recomputed=[(c.var, c.node.op.name, c.node.loc) for _, c in o.done])
+            return o.graph, info
+    best_act = min([base] + [o.act for o in opts if o.total <= total0])
     raise MemoryError(
         f"ember.compile: memory_budget of {limit:,} bytes of activations is infeasible for "
-        f"{graph.name}: the smallest activation peak recomputation reaches is {best[0]:,} "
-        f"bytes (unbudgeted: {base:,}); the minimum feasible budget is {best[0]:,} bytes "
-        f"({100.0 * best[0] / base:.0f}% of the unbudgeted peak)")
-
-
-def _done(r, info):
-    pk, g, done = r
-    info["peak"] = pk
-    info["recomputed"] = [(c.var, c.node.op.name, c.node.loc) for _, c in done]
-    info["extra_flops"] = sum(c.cost for _, c in done)
-    return g, info
+        f"{graph.name}: the smallest activation peak recomputation reaches is {best_act:,} "
+        f"bytes (unbudgeted: {base:,}); the minimum feasible budget is {best_act:,} bytes "
+        f"({100.0 * best_act / base:.0f}% of the unbudgeted peak)")
 
 
 def _parse(budget, base) -> int:
