@@ -184,6 +184,9 @@ def run_backward(roots, grad_roots, retain_graph: bool, create_graph: bool,
                         captured[j] = gi if captured.get(j) is None else captured[j] + gi
                 else:
                     _accumulate(buffers, (id(target), k), gi)
+            # NOTE: drop this node's input gradients now, not when the next node's rule
+            # returns: that rule may be a whole checkpointed segment (recompute + backward).
+            in_grads = gi = None
     if inputs is not None:
         out = []
         for i, x in enumerate(inputs):
