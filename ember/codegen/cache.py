@@ -82,10 +82,6 @@ def _dlopen(data: bytes, d: str) -> ctypes.CDLL:
     object of the same path, and a mapped cache file that someone overwrites in place
     would take this process down with it.
     """
-    # NOTE: libgomp reads this when it is first loaded. Its default (spin-waiting after
-    # every parallel region) steals the second core from BLAS's own threads between
-    # kernels, which slows every matmul of a compiled step several-fold on 2 cores.
-    os.environ.setdefault("OMP_WAIT_POLICY", "PASSIVE")
     fd, tmp = tempfile.mkstemp(dir=d, prefix=".load-", suffix=".so")
     try:
         with os.fdopen(fd, "wb") as f:

@@ -160,10 +160,11 @@ EMBER_FN float ember_round_bf16(float f) { return ember_bf16_to_f32(ember_f32_to
 C_HEAD = r"""#include <math.h>
 #include <stdint.h>
 #include <float.h>
-#ifdef _OPENMP
-#include <omp.h>
-#endif
 #define EMBER_FN static inline
+/* Threads: the loader points this at Ember's pool (ember/codegen/pool.py); null = serial. */
+typedef void (*ember_run_fn)(char **, const int64_t *, const int64_t *, int64_t, int64_t);
+void (*ember_parallel_hook)(ember_run_fn, char **, const int64_t *, const int64_t *,
+                            int64_t, int64_t, int64_t) = 0;
 EMBER_FN float ember_round_f16(float f) { return (float)(_Float16)f; }
 """
 

@@ -18,7 +18,7 @@ from .cexpr import CTYPE, STORAGE, Emitter
 from .ir import Kernel, ReduceKernel, Row
 
 #: elements of work below which a kernel runs on the calling thread only.
-PARALLEL_THRESHOLD = 1 << 16
+PARALLEL_THRESHOLD = 1 << 18
 
 
 def load_c(ptr: str, index: str, d) -> str:
@@ -89,21 +89,13 @@ def _driver(name: str, ndim: int, rows: bool) -> list:
     work = "shape[0]" if not rows else " * ".join(
         [f"shape[{j}]" for j in range(ndim - 1)] or ["1"])
     total = " * ".join(f"shape[{j}]" for j in range(ndim))
-    align = "" if rows else "        chunk = (chunk + 15) & ~(int64_t)15;\n"
+    align = 1 if rows else 16
     return f"""void {name}(char **ptrs, const int64_t *shape, const int64_t *st, int64_t nthreads) {{
     const int64_t work = {work}, total = {total};
-#ifdef _OPENMP
-    if (nthreads > 1 && work > 1 && total >= {PARALLEL_THRESHOLD}) {{
-        #pragma omp parallel num_threads(nthreads)
-        {{
-        const int64_t nt = omp_get_num_threads(), t = omp_get_thread_num();
-        int64_t chunk = (work + nt - 1) / nt;
-{align}        const int64_t lo = t * chunk, hi = lo + chunk < work ? lo + chunk : work;
-        if (lo < hi) {name}_run(ptrs, shape, st, lo, hi);
-        }}
+    if (nthreads > 1 && work > 1 && total >= {PARALLEL_THRESHOLD} && ember_parallel_hook) {{
+        ember_parallel_hook({name}_run, ptrs, shape, st, work, {align}, nthreads);
         return;
     }}
-#endif
     (void)nthreads; (void)total;
     {name}_run(ptrs, shape, st, 0, work);
 }}

@@ -19,6 +19,7 @@ from dataclasses import replace
 import numpy as np
 
 from . import cache, interp
+from . import pool as _pool
 from .ir import Kernel, ReduceKernel
 from .layout import coalesce, coalesce_rows
 from .prelude import prelude
@@ -179,6 +180,7 @@ class CompiledKernel(_Base):
         return fn
 
     def _install(self, key, lib, sym):
+        _pool.install(lib)
         fn = getattr(lib, sym)
         fn.argtypes = [_P_VOID, _P_I64, _P_I64, ctypes.c_int64]
         fn.restype = None

@@ -1,7 +1,7 @@
 """The C toolchain: found at first use, flags chosen for the host CPU.
 
 Lookup order: ``$CC`` (may carry arguments, e.g. ``CC="ccache gcc"``), then ``gcc``,
-``clang``, ``cc`` on ``PATH``. Flags: ``-O3 -march=native`` with OpenMP, and only
+``clang``, ``cc`` on ``PATH``. Flags: ``-O3 -march=native`` with OpenMP's SIMD pragmas (``-fopenmp-simd``), and only
 math flags that keep IEEE semantics (NaN/Inf/signed zeros like NumPy):
 ``-fno-math-errno`` (libm need not set ``errno``, so ``sqrt`` becomes one instruction) and
 ``-fno-trapping-math`` (no FP traps: lets conditionals vectorise). Never
@@ -25,8 +25,10 @@ from dataclasses import dataclass
 
 BASE_FLAGS = ("-O3", "-march=native", "-std=gnu11", "-fPIC", "-shared", "-fno-math-errno",
               "-fno-trapping-math", "-fwrapv", "-fno-strict-aliasing")
-OPENMP_FLAGS = ("-fopenmp",)
-LIBS = ("-lm",)
+# NOTE: SIMD pragmas (and libmvec's `declare simd` variants) only: threads come from
+# Ember's own pool (`pool.py`), never from an OpenMP runtime another library may own.
+OPENMP_FLAGS = ("-fopenmp-simd",)
+LIBS = ("-lm", "-lpthread")
 
 #: libm functions libmvec may vectorise (float names end in ``f``), with their arity.
 _MVEC_CANDIDATES = {**{n: 1 for n in (
@@ -56,7 +58,7 @@ class Compiler:
 
     @property
     def openmp(self) -> bool:
-        return "-fopenmp" in self.flags
+        return "-fopenmp-simd" in self.flags
 
 
 def _candidates() -> list:
