@@ -239,10 +239,8 @@ class CompiledFunction:
                 f"ember.compile({self.name}): memory_budget applies to functions that run "
                 f"their own backward (training steps) for now; this one returns tensors "
                 f"needing gradients (a compiled forward/backward pair)")
-        n = len(e.arg_slots)
-        unc = [graph.inputs[n + k].id for k, s in enumerate(e.sources) if s.kind == "call"]
         t0 = time.perf_counter()
-        graph, info = fit_budget(graph, self.memory_budget, uncounted=unc)
+        graph, info = fit_budget(graph, self.memory_budget, **_plan_kw(e, graph))
         rec = info["recomputed"]
         report.append({"pass": "remat", "changed": {"recomputed": len(rec)},
                        "nodes": len(graph.nodes), "ms": (time.perf_counter() - t0) * 1e3})
@@ -416,14 +414,40 @@ def _finish_capture(tr: Tracer, e: _Entry, result, arg_slots, flat, params, pass
     e.n_user = n_user
 
 
-def _program(e: _Entry, graph, parallel) -> Program:
-    """The forward program of entry ``e``; a learning rate read from Python is not a tensor."""
+def _plan_kw(e: _Entry, graph) -> dict:
+    """What the planner needs to know about entry ``e``'s graph beyond the graph itself:
+    inputs the allocator does not count (a learning rate read from Python is not a
+    tensor) and the state written back after each run (see :func:`_donations`)."""
     n = len(e.arg_slots)
-    uncounted = [graph.inputs[n + k].id for k, s in enumerate(e.sources) if s.kind == "call"]
+    return {"uncounted": [graph.inputs[n + k].id for k, s in enumerate(e.sources)
+                          if s.kind == "call"],
+            "donate": _donations(e)}
+
+
+def _donations(e: _Entry) -> list:
+    """``(output position, input position)`` of the state ``e`` writes back into the very
+    tensor it read (a gradient accumulated, a parameter or optimizer moment updated): the
+    program may compute it straight into that tensor's array, as eager's in-place update
+    would, instead of into a new buffer copied back. Call arguments are left out (one
+    array may be passed twice)."""
+    n = len(e.arg_slots)
+    out = []
+    for (kind, obj), i in e.writes:
+        for k, s in enumerate(e.sources):
+            if (kind == "grad" and s.kind == "grad" or kind == "tensor" and
+                    s.kind == "tensor") and s.obj is obj:
+                out.append((i, n + k))
+                break
+    return out
+
+
+def _program(e: _Entry, graph, parallel) -> Program:
+    """The forward program of entry ``e``."""
+    kw = _plan_kw(e, graph)
     if e.joint is None:
-        return Program(graph, parallel=parallel, uncounted=uncounted)
+        return Program(graph, parallel=parallel, **kw)
     saved = [v.id for v in graph.outputs[e.joint.n_fwd:]]
-    prog = Program(graph, parallel=parallel, uncounted=uncounted, saved=saved)
+    prog = Program(graph, parallel=parallel, saved=saved, **kw)
     e.joint.hold = prog.hold_ids(saved)
     return prog
 
@@ -453,7 +477,8 @@ def _run(e: _Entry, flat):
     for target, i in e.writes:
         kind, obj = target
         dst = flat[obj] if kind == "arg" else (obj.grad if kind == "grad" else obj)
-        dst._data[...] = outs[i]
+        if outs[i] is not dst._data:        # not already computed in place (_donations)
+            dst._data[...] = outs[i]
         dst._storage.version += 1
     for p, i, meta in e.grads:
         if i is None:

@@ -42,14 +42,15 @@ class Program:
     """
 
     def __init__(self, graph: Graph, parallel: bool = False, workers: int = 2,
-                 uncounted=(), pinned=(), saved=()):
+                 uncounted=(), pinned=(), saved=(), donate=()):
         from .memory_plan import plan as _plan, UFUNCS, INPLACE, REUSE, ALIAS, CONST, INPUT
         self.graph = graph
         self.parallel = parallel
         nvars = max((v.id for v in graph.vars()), default=-1) + 1
         slots = nvars
         consts: list = []
-        mp = _plan(graph, reuse=not parallel, uncounted=uncounted, pinned=pinned, saved=saved)
+        mp = _plan(graph, reuse=not parallel, uncounted=uncounted, pinned=pinned, saved=saved,
+                   donate=donate)
         self.plan = mp
         last_use: dict = {}
         for i, n in enumerate(graph.nodes):

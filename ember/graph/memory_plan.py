@@ -178,12 +178,18 @@ def _nbytes(v) -> int:
     return v.numel() * v.dtype.itemsize
 
 
-def plan(graph: Graph, *, reuse: bool = True, uncounted=(), saved=(), pinned=()) -> MemoryPlan:
+def plan(graph: Graph, *, reuse: bool = True, uncounted=(), saved=(), pinned=(),
+         donate=()) -> MemoryPlan:
     """Plan ``graph``'s buffers over its node order (see the module docstring).
 
     ``uncounted``: input var ids the allocator does not count (a learning rate read from
     Python). ``saved``: output var ids that are activations saved for backward (reported
     separately). ``pinned``: var ids whose buffers must outlive the graph like outputs.
+    ``donate``: ``(output position, input position)`` pairs — the caller writes that
+    output back into that input's tensor after the run (an in-place update of state: a
+    gradient accumulated, a parameter or optimizer moment updated), so the output may be
+    computed straight into the input's buffer (kind ``inplace``, no new bytes) when its
+    node can write in place and nothing reads the input (or a view of it) afterwards.
     """
     nodes = graph.nodes
     outputs = {v.id for v in graph.outputs} | set(pinned)
@@ -192,6 +198,14 @@ def plan(graph: Graph, *, reuse: bool = True, uncounted=(), saved=(), pinned=())
         for x in n.inputs:
             if x.__class__ is Var:
                 last[x.id] = i
+    donors: dict = {}           # output var id -> the input var id it may be written into
+    for oi, ii in donate:
+        o, x = graph.outputs[oi], graph.inputs[ii]
+        if o.shape == x.shape and o.dtype is x.dtype and o.id not in donors and \
+                x.id not in donors.values() and x.id not in outputs and \
+                sum(1 for v in graph.outputs if v.id == o.id) == 1:
+            donors[o.id] = x.id
+    in_root: dict = {}          # view of a graph input -> that input
     kind, group, src, strides = {}, {}, {}, {}
     contig = _Contig(strides)
     buffers: dict = {}
@@ -227,17 +241,24 @@ def plan(graph: Graph, *, reuse: bool = True, uncounted=(), saved=(), pinned=())
         if vs is not None:
             o = n.outs[0]
             kind[o.id], group[o.id], strides[o.id] = ALIAS, group.get(x0.id), vs
+            if x0.id in inputs or x0.id in in_root:
+                in_root[o.id] = in_root.get(x0.id, x0.id)
             if group[o.id] is not None:
                 buffers[group[o.id]].members.append(o.id)
                 if o.id in unsafe:
                     buffers[group[o.id]].unsafe = True
             continue
         mode = out_mode(n) if reuse else None
+        if mode == "inplace" and n.outs[0].id in donors and \
+                _donatable(n, i, donors[n.outs[0].id], last, in_root, unsafe, strides):
+            o, x = n.outs[0], donors[n.outs[0].id]
+            kind[o.id], group[o.id], src[o.id], strides[o.id] = INPLACE, None, x, strides[x]
+            continue
         if mode == "inplace":
             o = n.outs[0]
             for x in n.inputs:
                 if x.__class__ is not Var or kind.get(x.id) not in (FRESH, INPLACE, REUSE) or \
-                        not contig.get(x.id) or x.shape != o.shape or x.dtype is not o.dtype \
+                        group.get(x.id) is None or not contig.get(x.id) or x.shape != o.shape or x.dtype is not o.dtype \
                         or sum(1 for y in n.inputs if y.__class__ is Var and y.id == x.id) != 1:
                     continue
                 b = buffers[group[x.id]]
@@ -267,6 +288,17 @@ def plan(graph: Graph, *, reuse: bool = True, uncounted=(), saved=(), pinned=())
         timeline = _timeline(buffers, end)
     return MemoryPlan(graph, kind, group, src, buffers, timeline, input_bytes, outputs,
                       set(saved))
+
+
+def _donatable(n, i, x, last, in_root, unsafe, strides) -> bool:
+    """Whether node ``n`` (at ``i``) may write its output into graph input ``x``: ``x`` is
+    one of its inputs (exactly once), C-contiguous, and neither ``x`` nor any view of it
+    is read after this node (nor by this node through a view)."""
+    if x in unsafe or not strides[x][1] or last.get(x, -1) != i or \
+            sum(1 for y in n.inputs if y.__class__ is Var and y.id == x) != 1:
+        return False
+    return not any(r == x and (last.get(v, -1) >= i or v in unsafe)
+                   for v, r in in_root.items())
 
 
 class _Contig:

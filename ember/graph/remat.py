@@ -19,6 +19,8 @@ draws, impure ops and graph outputs are never recomputed, so results are bitwise
 """
 from __future__ import annotations
 
+import math
+
 from .ir import CONSTANT, Graph, GraphBuilder, Var
 from .memory_plan import plan as _plan
 
@@ -170,7 +172,8 @@ def choices(graph: Graph, cands: list, last: dict, ins: set) -> list:
         add(cheap[:n], f"{n} cheap")
         n *= 2
     add(cheap, "cheap")
-    for k in range(2, len(dear) + 2):                 # every k-th expensive value kept
+    # every k-th expensive value kept (beyond k ~ 2√N the kept ones save nothing more)
+    for k in range(2, min(len(dear), 2 * math.isqrt(len(dear)) + 2) + 1):
         keep = {c.var.id for j, c in enumerate(dear) if j % k == k - 1}
         add(cheap + [c for c in dear if c.var.id not in keep], f"keep every {k}")
     # segmentations: a segment of up to ``m`` bytes (minus the boundaries kept before
