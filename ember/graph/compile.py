@@ -50,11 +50,24 @@ def compile(fn=None, *, fullgraph: bool = False, dynamic: bool = False, passes=N
         passes: the pass pipeline (names or ``Graph -> (Graph, stats)`` callables);
             default :data:`ember.graph.passes.DEFAULT_PASSES`. ``[]`` runs none.
         parallel: run independent nodes concurrently on a thread pool.
-        memory_budget: bytes, or ``"40%"`` of the unbudgeted plan, for the graph's
-            *activation* peak (values that are neither inputs nor outputs, alive at once;
-            see :meth:`CompiledFunction.memory_plan`): values are dropped and recomputed
-            (:mod:`ember.graph.remat`) until it fits; ``MemoryError`` before running if
-            no choice fits, naming the minimum feasible budget.
+        memory_budget: a bound on the step's *activation memory*: the planned peak above
+            what the step holds anyway — its inputs (parameters, the batch, optimizer
+            state, existing gradients) and its outputs (new gradients, the loss) — i.e.
+            the most bytes of intermediate values alive at once (``memory_plan().
+            activation_peak_bytes``), like PyTorch's ``activation_memory_budget``. An int
+            is bytes; ``"40%"`` is that fraction of the unbudgeted plan's activation peak.
+            The compiler drops values after their forward reads and recomputes them right
+            before their backward reads (:mod:`ember.graph.remat`: √N-style segments,
+            every-k-th checkpoints, cheap values), taking the choice with the fewest extra
+            FLOPs whose planned activation peak fits. So the measured allocator peak of a
+            call is at most inputs + outputs + budget (the plan predicts it exactly), a
+            tighter budget never measures higher, and results are bitwise those of the
+            unbudgeted graph (random draws are never recomputed). If no choice fits,
+            ``MemoryError`` is raised when the signature is compiled (after its first,
+            traced call, before the compiled program runs), naming the minimum feasible
+            budget; ``explain()`` lists the recomputed values with the source lines that
+            created them. Not yet supported for a compiled forward whose backward is a
+            separate graph (``ember.compile(model)``): ``NotImplementedError``.
 
     A function that calls ``backward()`` itself (a training step) may return the loss as
     is: it comes back as a plain tensor. One that returns tensors needing gradients

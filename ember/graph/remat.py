@@ -7,15 +7,25 @@ producer twice. :func:`fit_budget` chooses what to drop so the planned *activati
 (bytes of values that are neither graph inputs nor outputs, alive at once; see
 :class:`~ember.graph.memory_plan.MemoryPlan`) fits the budget with little extra compute:
 
-1. cheap values first — elementwise/movement results (about one FLOP per element),
-   largest first, the fewest that fit;
-2. if those are not enough, expensive values (matmul, fused kernels) too, keeping every
-   k-th one along the schedule as a checkpoint (√N checkpointing for k ≈ √N): the
-   smallest k that fits, so the least is recomputed.
+How a dropped value comes back: the first late read recomputes it (and, recursively, the
+dropped or dead values it needs) right there, and the copy dies after its last late read.
+For a chain of layers whose backward runs in reverse, a *segment* of dropped activations
+between two kept *boundaries* is thus recomputed in one piece just before that segment's
+backward nodes, lives while they run, and is freed: only the kept boundaries and one
+segment are alive at a time.
 
-Every candidate set is checked by the planner itself; the budget is met by construction
-or :func:`fit_budget` raises ``MemoryError`` naming the smallest peak it reached. Random
-draws, impure ops and graph outputs are never recomputed, so results are bitwise equal.
+The candidate drop sets do not depend on the budget (:func:`choices`): the largest cheap
+values (elementwise results whose inputs are alive anyway); segmentations whose segments
+hold up to ``m`` bytes minus the boundaries kept before them, for ``m`` over a geometric
+sweep (segments shrink along the forward, so every segment's recomputation peaks at about
+``m``: the √(2N) schedule, ~2√N layers' worth for N layers, one extra forward of compute);
+and every-k-th checkpoints. Each is rematerialised and planned by the planner itself;
+:func:`_chain` orders them so that a looser budget never takes a choice with a lower total
+peak than a tighter one (the measured peak is monotone in the budget), and the budget
+takes the cheapest (fewest extra FLOPs) member that fits, or :func:`fit_budget` raises
+``MemoryError`` naming the smallest activation peak any choice reaches — the minimum
+feasible budget. Random draws, impure ops and graph outputs are never recomputed, so
+results are bitwise equal to the unbudgeted graph's.
 """
 from __future__ import annotations
 
@@ -261,7 +271,7 @@ def fit_budget(graph: Graph, budget, **plan_kw) -> tuple:
     for o in _chain(opts, base, total0):
         if o.act <= limit:
             info.update(peak=o.act, choice=o.label, extra_flops=o.flops,
-                        recomputed=[(c.var, c.node.op.name, c.node.loc) for _, c in o.done])
+                        recomputed=_report(graph, o.done))
             return o.graph, info
     best_act = min([base] + [o.act for o in opts if o.total <= total0])
     raise MemoryError(
@@ -269,6 +279,27 @@ def fit_budget(graph: Graph, budget, **plan_kw) -> tuple:
         f"{graph.name}: the smallest activation peak recomputation reaches is {best_act:,} "
         f"bytes (unbudgeted: {base:,}); the minimum feasible budget is {best_act:,} bytes "
         f"({100.0 * best_act / base:.0f}% of the unbudgeted peak)")
+
+
+def _report(graph: Graph, done) -> list:
+    """``[(var, op name, "file:line")]`` of the recomputed values that hold bytes (views
+    of recomputed values are left out). A node a pass made (a fused kernel) may carry no
+    source line: it is given the line of the nearest producer of its inputs that has one
+    (the user line whose ops were fused into it)."""
+    prod = {o.id: n for n in graph.nodes for o in n.outs}
+
+    def loc(n, depth=0):
+        if n.loc or depth > 8:
+            return n.loc
+        for x in n.inputs:
+            p = prod.get(x.id) if x.__class__ is Var else None
+            if p is not None:
+                r = loc(p, depth + 1)
+                if r:
+                    return r
+        return None
+    return [(c.var, c.node.op.name, loc(c.node)) for _, c in done
+            if getattr(c.node.op, "view", False) is not True]
 
 
 def _parse(budget, base) -> int:
