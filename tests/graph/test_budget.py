@@ -131,3 +131,10 @@ def test_bad_budget_is_a_clear_error():
         em.compile(lambda x: x, memory_budget="lots")
     with pytest.raises(ValueError, match="memory_budget"):
         em.compile(lambda x: x, memory_budget=-5)
+
+
+def test_compiled_module_with_its_own_backward_says_budgets_are_not_supported_yet():
+    model = Deep(2, 8)
+    f = em.compile(model, memory_budget="50%")
+    with pytest.raises(NotImplementedError, match="memory_budget.*training steps"):
+        f(em.randn(4, 8))
