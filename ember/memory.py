@@ -71,7 +71,7 @@ def live_tensors(device="cpu") -> list:
     alloc = get_backend(_device(device)).allocator
     out = []
     for o in gc.get_objects():
-        if o.__class__ is Storage and o._alloc is alloc:
+        if type(o) is Storage and o._alloc is alloc:   # NOTE: type(): no proxy __class__
             a = o.data
             out.append((o.nbytes, tuple(a.shape), str(a.dtype), getattr(o, "site", None)))
     out.sort(key=lambda r: -r[0])
