@@ -38,13 +38,28 @@ def set_num_threads(n: int | None) -> None:
 
 
 def num_threads() -> int:
-    n = _threads["n"] or int(os.environ.get("OMP_NUM_THREADS", "0") or 0) or os.cpu_count() or 1
+    """Threads a kernel launch asks for: ``set_num_threads``, else ``OMP_NUM_THREADS``, else
+    the CPUs this process may run on; 1 in a forked child (the pool's threads stay behind)."""
     pid = os.getpid()
     if _threads["pid"] is None:
         _threads["pid"] = pid
     elif _threads["pid"] != pid:
-        return 1      # NOTE: libgomp's thread pool does not survive fork(); stay serial
-    return n
+        return 1
+    n = _threads["n"]
+    if n:
+        return n
+    # NOTE: os.cpu_count() reads sysfs (~20 us); the environment is re-read each call so a
+    # user's OMP_NUM_THREADS change still applies.
+    env = os.environ.get("OMP_NUM_THREADS")
+    if env:
+        try:
+            return max(int(env.split(",")[0]), 1)
+        except ValueError:
+            pass
+    if _threads.get("cpus") is None:
+        _threads["cpus"] = len(os.sched_getaffinity(0)) if hasattr(os, "sched_getaffinity") \
+            else (os.cpu_count() or 1)
+    return _threads["cpus"]
 
 
 def warn_unavailable() -> None:
