@@ -380,3 +380,26 @@ def test_selective_policy_keeps_less_than_plain_more_than_nothing():
     em.checkpoint(model, x, policy="save_matmul_conv").sum().backward()
     for a, b in zip(plain_g, _grads(leaves)):
         assert np.array_equal(a, b)
+
+
+def test_autograd_grad_through_checkpoint_returns_grads_and_leaves_dot_grad_alone(mlp):
+    from ember.autograd.engine import accumulating
+    x = em.randn(4, 6, requires_grad=True)
+    params = list(mlp.parameters())
+    seen = []
+
+    def block(h):
+        seen.append(accumulating())        # recorded forward (False) and the recompute
+        return mlp(h)
+    state = em.get_rng_state()
+    want = em.autograd.grad(mlp(x).sum(), [x] + params)
+    em.set_rng_state(state)
+    got = em.autograd.grad(em.checkpoint(block, x).sum(), [x] + params)
+    assert seen == [False, False]          # autograd.grad: the recompute must not accumulate
+    assert all(p.grad is None for p in params) and x.grad is None
+    for a, b in zip(want, got):
+        assert np.array_equal(a.numpy(), b.numpy())
+    em.set_rng_state(state)
+    em.checkpoint(block, x).sum().backward()
+    assert seen[-1] is True                # .backward(): the recompute runs inside it
+    assert not accumulating()

@@ -28,7 +28,6 @@ Example:
 from __future__ import annotations
 
 import math
-import sys
 
 from ..errors import GraphError
 from ..ops import dispatch as _dispatch
@@ -281,8 +280,8 @@ class _CheckpointOp:
                 groots.append(gi)
         if not roots:
             return [None] * len(self.inputs)
-        from .engine import run_backward
-        if create or not _outer_accumulates():
+        from .engine import accumulating, run_backward
+        if create or not accumulating():
             return run_backward(roots, groots, retain_graph=create, create_graph=create,
                                 inputs=stand_ins, allow_unused=True)
         # NOTE: under ``.backward()`` the local backward accumulates straight into the leaves'
@@ -328,19 +327,6 @@ class _CheckpointOp:
                 t._data[...] = value
         flat, _ = tree_flatten(out)
         return [flat[k] for k in self.out_spec]
-
-
-def _outer_accumulates() -> bool:
-    """Whether the engine running this node accumulates into ``.grad`` (``backward()``) rather
-    than returning gradients of given inputs (``autograd.grad``): its ``inputs`` is None."""
-    from .engine import run_backward
-    code = run_backward.__code__
-    f = sys._getframe(2)
-    while f is not None:
-        if f.f_code is code:
-            return f.f_locals.get("inputs") is None
-        f = f.f_back
-    return False
 
 
 def _stand_in(x: Tensor, create: bool) -> Tensor:

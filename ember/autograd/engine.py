@@ -9,6 +9,7 @@ shape (for broadcasting) and cast back to its dtype.
 """
 from __future__ import annotations
 
+import threading
 import weakref
 
 from ..errors import GraphError, ShapeError
@@ -150,43 +151,13 @@ def run_backward(roots, grad_roots, retain_graph: bool, create_graph: bool,
                 captured[target_leaves[id(t)]] = buffers.get(("leaf", id(t)))
     nodes.sort(key=lambda n: -n.seq)
     claimed: set = set()
-    with set_grad_enabled(create_graph):
-        for node in nodes:
-            grads = [buffers.pop((id(node), k), None) for k in range(node.nout)]
-            grads = _run_pre_hooks(node, grads, create_graph)
-            if inputs is not None and id(node) in target_nodes:
-                for k, i in target_nodes[id(node)]:
-                    captured[i] = grads[k]
-                if not any(e is not None and (id(e[0]) in needed or id(e[0]) in target_leaves)
-                           for e in node.next):
-                    continue
-            if all(g is None for g in grads):
-                continue
-            in_grads = _call_vjp(node, grads, create_graph)
-            if not retain_graph:
-                if node.saved is not None:
-                    node.saved = _FREED
-                if node.out_saved is not None:
-                    node.out_saved = _FREED
-                free = getattr(node.op, "free_saved", None)  # custom Function: its ctx
-                if free is not None:
-                    free()
-            for i, (e, gi) in enumerate(zip(node.next, in_grads)):
-                if e is None or gi is None:
-                    continue
-                gi = _fit(gi, node.in_meta[i], node, i)
-                target, k = e
-                if target.__class__ is not Node:   # a leaf (Tensor, Parameter...)
-                    if inputs is None:
-                        _to_leaf(target, gi, create_graph, external, claimed)
-                    elif id(target) in target_leaves:
-                        j = target_leaves[id(target)]
-                        captured[j] = gi if captured.get(j) is None else captured[j] + gi
-                else:
-                    _accumulate(buffers, (id(target), k), gi)
-            # NOTE: drop this node's input gradients now, not when the next node's rule
-            # returns: that rule may be a whole checkpointed segment (recompute + backward).
-            in_grads = gi = None
+    modes = _running.__dict__.setdefault("modes", [])
+    modes.append(inputs is None)
+    try:
+        _run_nodes(nodes, buffers, inputs, target_nodes, target_leaves, needed, captured,
+                   retain_graph, create_graph, external, claimed)
+    finally:
+        modes.pop()
     if inputs is not None:
         out = []
         for i, x in enumerate(inputs):
@@ -399,3 +370,58 @@ def zero_grads(tensors, set_to_none: bool = True) -> None:
         else:
             g.requires_grad_(False)
         g.zero_()
+
+
+#: per thread: for each engine run in progress (innermost last), whether it accumulates into
+#: ``.grad`` (``backward()``) rather than returning the gradients of given inputs.
+_running = threading.local()
+
+
+def accumulating() -> bool:
+    """Whether the innermost backward pass running on this thread is a ``.backward()``
+    (gradients go into leaves' ``.grad``); False outside backward and under ``autograd.grad``.
+    A rule that runs its own local backward (``ember.checkpoint``) asks this."""
+    modes = getattr(_running, "modes", None)
+    return bool(modes) and modes[-1]
+
+
+def _run_nodes(nodes, buffers, inputs, target_nodes, target_leaves, needed, captured,
+               retain_graph, create_graph, external, claimed):
+    """The node loop of :func:`run_backward`: each node's VJP, in reverse creation order."""
+    with set_grad_enabled(create_graph):
+        for node in nodes:
+            grads = [buffers.pop((id(node), k), None) for k in range(node.nout)]
+            grads = _run_pre_hooks(node, grads, create_graph)
+            if inputs is not None and id(node) in target_nodes:
+                for k, i in target_nodes[id(node)]:
+                    captured[i] = grads[k]
+                if not any(e is not None and (id(e[0]) in needed or id(e[0]) in target_leaves)
+                           for e in node.next):
+                    continue
+            if all(g is None for g in grads):
+                continue
+            in_grads = _call_vjp(node, grads, create_graph)
+            if not retain_graph:
+                if node.saved is not None:
+                    node.saved = _FREED
+                if node.out_saved is not None:
+                    node.out_saved = _FREED
+                free = getattr(node.op, "free_saved", None)  # custom Function: its ctx
+                if free is not None:
+                    free()
+            for i, (e, gi) in enumerate(zip(node.next, in_grads)):
+                if e is None or gi is None:
+                    continue
+                gi = _fit(gi, node.in_meta[i], node, i)
+                target, k = e
+                if target.__class__ is not Node:   # a leaf (Tensor, Parameter...)
+                    if inputs is None:
+                        _to_leaf(target, gi, create_graph, external, claimed)
+                    elif id(target) in target_leaves:
+                        j = target_leaves[id(target)]
+                        captured[j] = gi if captured.get(j) is None else captured[j] + gi
+                else:
+                    _accumulate(buffers, (id(target), k), gi)
+            # NOTE: drop this node's input gradients now, not when the next node's rule
+            # returns: that rule may be a whole checkpointed segment (recompute + backward).
+            in_grads = gi = None
