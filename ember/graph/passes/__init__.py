@@ -18,6 +18,7 @@ from .freeze import freeze
 from .fuse import fuse
 from .hfuse import hfuse
 from .layout import layout
+from .pool import pool
 from .rewrite import fold_conv_affine, fuse_linear_act, rewrite
 from .simplify import simplify, simplify_fast
 
@@ -33,6 +34,7 @@ PASSES = {
     "hfuse": hfuse,                  # sibling matmuls on one x -> one GEMM + slices
     "layout": layout,                # NCHW or NHWC per conv, by a measurement
     "fuse": fuse,                    # elementwise/reduction groups -> generated C kernels
+    "pool": pool,                    # max-pool fwd/bwd, unfold/fold as C loops
     "dce": dce,                      # values no output needs
 }
 
@@ -42,11 +44,12 @@ PASSES = {
 EXACT_PASSES = ["simplify", "fold", "cse", "linear_act", "dce"]
 
 #: The default pipeline of ``ember.compile``: the exact passes, with ``fuse`` (generated
-#: C kernels) in place of ``linear_act``. Fused float arithmetic rounds differently from
+#: C kernels) in place of ``linear_act``, and ``pool`` (C loops for im2col/col2im and
+#: max pooling). Fused float arithmetic rounds differently from
 #: the unfused ops (fewer roundings, FMA, double accumulators): results match eager
 #: within the dtype's tolerance, not bitwise. Opt-in (they may change float rounding):
 #: conv_affine, rewrite, hfuse, layout, simplify_fast.
-DEFAULT_PASSES = ["simplify", "fold", "cse", "fuse", "dce"]
+DEFAULT_PASSES = ["simplify", "fold", "cse", "fuse", "pool", "dce"]
 
 
 def register(name: str, fn, default_position: int | None = None) -> None:

@@ -1,0 +1,329 @@
+"""Hand-written C loops for the convolution and pooling primitives of compiled graphs.
+
+``unfold`` (im2col) and ``fold`` (col2im) run in NumPy as strided copies and strided adds:
+``kh*kw`` passes over the image with short inner loops. Max pooling is built from them
+(windows -> argmax -> gather forward, scatter -> fold backward: several full-size passes).
+Here each is one pass over the data, parallel over the ``N*C`` image planes on Ember's
+worker pool (:mod:`.pool`):
+
+* ``unfold(x) -> cols``   and ``fold(cols) -> x``   (any kernel/dilation/padding/stride);
+* ``maxpool(x) -> (vals, arg)``: the max of each window and its first maximal position
+  (NumPy's ``argmax``: the first NaN wins, else the first maximum), padding read as
+  ``pad_value`` — what ``take_along_dim(unfold(x), argmax(unfold(x)))`` gives;
+* ``maxpool_grad(g, arg) -> dx``: ``fold(scatter_add(g, arg))`` (indices outside the
+  window are dropped, like the padding ``fold`` crops).
+
+Geometry is one int64 array ``g = [planes, H, W, kh, kw, dh, dw, sh, sw, pt, pl, oh, ow]``
+(``pt``/``pl``: the top/left padding; bottom/right padding only changes ``oh``/``ow``).
+float32 and float64 only; :func:`kernels` returns None without a C compiler, and callers
+(:mod:`ember.graph.passes.pool`) keep the NumPy primitives then.
+"""
+from __future__ import annotations
+
+import ctypes
+
+import numpy as np
+
+from . import cache
+from . import pool as _pool
+from .runtime import num_threads
+from .toolchain import find_compiler
+
+_HEAD = r"""#include <stdint.h>
+#include <string.h>
+typedef void (*ember_run_fn)(char **, const int64_t *, const int64_t *, int64_t, int64_t);
+void (*ember_parallel_hook)(ember_run_fn, char **, const int64_t *, const int64_t *,
+                            int64_t, int64_t, int64_t) = 0;
+
+#define GEOM const int64_t H = g[1], W = g[2], KH = g[3], KW = g[4], DH = g[5], DW = g[6], \
+    SH = g[7], SW = g[8], PT = g[9], PL = g[10], OH = g[11], OW = g[12]; (void)st
+
+/* [*lo, *hi): the output columns ox whose input column ox*SW - PL + j*DW is inside [0, W). */
+static void ember_cols(int64_t W, int64_t SW, int64_t PL, int64_t j, int64_t DW, int64_t OW,
+                       int64_t *lo, int64_t *hi) {
+    const int64_t off = j * DW - PL;                 /* ix = ox*SW + off */
+    int64_t a = off >= 0 ? 0 : (-off + SW - 1) / SW;
+    int64_t b = W - 1 - off < 0 ? 0 : (W - 1 - off) / SW + 1;
+    if (b > OW) b = OW;
+    if (a > b) a = b;
+    *lo = a; *hi = b;
+}
+
+static void ember_launch_planes(ember_run_fn run, char **ptrs, const int64_t *g,
+                                int64_t nthreads) {
+    if (nthreads > 1 && g[0] > 1 && ember_parallel_hook)
+        ember_parallel_hook(run, ptrs, g, g, g[0], 1, nthreads);
+    else
+        run(ptrs, g, g, 0, g[0]);
+}
+"""
+
+# One copy per dtype: T is the element type, S the suffix.
+_BODY = r"""
+static void ember_unfold_S_run(char **ptrs, const int64_t *g, const int64_t *st,
+                               int64_t lo, int64_t hi) {
+    GEOM;
+    const T *x = (const T *)ptrs[0];
+    T *out = (T *)ptrs[1];
+    const T pad = (T)(*(const double *)ptrs[2]);
+    const int64_t L = OH * OW;
+    for (int64_t p = lo; p < hi; p++) {
+        const T *xp = x + p * H * W;
+        T *op = out + p * KH * KW * L;
+        for (int64_t i = 0; i < KH; i++)
+        for (int64_t j = 0; j < KW; j++) {
+            T *row = op + (i * KW + j) * L;
+            int64_t a, b;
+            ember_cols(W, SW, PL, j, DW, OW, &a, &b);
+            const int64_t off = j * DW - PL;
+            for (int64_t oy = 0; oy < OH; oy++) {
+                const int64_t iy = oy * SH - PT + i * DH;
+                T *r = row + oy * OW;
+                if (iy < 0 || iy >= H) {
+                    for (int64_t ox = 0; ox < OW; ox++) r[ox] = pad;
+                    continue;
+                }
+                const T *xr = xp + iy * W;
+                for (int64_t ox = 0; ox < a; ox++) r[ox] = pad;
+                if (SW == 1) {
+                    memcpy(r + a, xr + a + off, (size_t)(b - a) * sizeof(T));
+                } else {
+                    for (int64_t ox = a; ox < b; ox++) r[ox] = xr[ox * SW + off];
+                }
+                for (int64_t ox = b; ox < OW; ox++) r[ox] = pad;
+            }
+        }
+    }
+}
+
+void ember_unfold_S(char **ptrs, const int64_t *g, int64_t nthreads) {
+    ember_launch_planes(ember_unfold_S_run, ptrs, g, nthreads);
+}
+
+/* Taps are added in (i, j) order at every pixel, like the NumPy kernel's strided adds. */
+static void ember_fold_S_run(char **ptrs, const int64_t *g, const int64_t *st,
+                             int64_t lo, int64_t hi) {
+    GEOM;
+    const T *cols = (const T *)ptrs[0];
+    T *out = (T *)ptrs[1];
+    const int64_t L = OH * OW;
+    for (int64_t p = lo; p < hi; p++) {
+        T *op = out + p * H * W;
+        const T *cp = cols + p * KH * KW * L;
+        memset(op, 0, (size_t)(H * W) * sizeof(T));
+        for (int64_t i = 0; i < KH; i++)
+        for (int64_t j = 0; j < KW; j++) {
+            const T *row = cp + (i * KW + j) * L;
+            int64_t a, b;
+            ember_cols(W, SW, PL, j, DW, OW, &a, &b);
+            const int64_t off = j * DW - PL;
+            for (int64_t oy = 0; oy < OH; oy++) {
+                const int64_t iy = oy * SH - PT + i * DH;
+                if (iy < 0 || iy >= H) continue;
+                T *orow = op + iy * W;
+                const T *r = row + oy * OW;
+                if (SW == 1) {
+                    T *o = orow + off;
+                    for (int64_t ox = a; ox < b; ox++) o[ox] += r[ox];
+                } else {
+                    for (int64_t ox = a; ox < b; ox++) orow[ox * SW + off] += r[ox];
+                }
+            }
+        }
+    }
+}
+
+void ember_fold_S(char **ptrs, const int64_t *g, int64_t nthreads) {
+    ember_launch_planes(ember_fold_S_run, ptrs, g, nthreads);
+}
+
+/* NumPy's argmax: the first NaN, else the first maximum (padding reads as pad).
+   Taps outermost, output columns innermost: each tap is one (vectorisable) pass over a
+   row of windows, comparing into the output row itself. */
+static void ember_maxpool_S_run(char **ptrs, const int64_t *g, const int64_t *st,
+                                int64_t lo, int64_t hi) {
+    GEOM;
+    const T *x = (const T *)ptrs[0];
+    T *vals = (T *)ptrs[1];
+    int64_t *arg = (int64_t *)ptrs[2];
+    const T pad = (T)(*(const double *)ptrs[3]);
+    const int64_t L = OH * OW;
+    for (int64_t p = lo; p < hi; p++) {
+        const T *xp = x + p * H * W;
+        for (int64_t oy = 0; oy < OH; oy++) {
+            T *best = vals + p * L + oy * OW;
+            int64_t *bi = arg + p * L + oy * OW;
+            for (int64_t i = 0; i < KH; i++) {
+                const int64_t iy = oy * SH - PT + i * DH;
+                const int ry = iy >= 0 && iy < H;
+                const T *xr = xp + (ry ? iy : 0) * W;
+                for (int64_t j = 0; j < KW; j++) {
+                    const int64_t k = i * KW + j, off = j * DW - PL;
+                    int64_t a = 0, b = 0;
+                    if (ry) ember_cols(W, SW, PL, j, DW, OW, &a, &b);
+                    if (k == 0) {
+                        for (int64_t ox = 0; ox < OW; ox++) {
+                            best[ox] = (ox >= a && ox < b) ? xr[ox * SW + off] : pad;
+                            bi[ox] = 0;
+                        }
+                        continue;
+                    }
+                    for (int64_t ox = 0; ox < a; ox++) {
+                        const T bv = best[ox];
+                        const int take = (bv == bv) & ((pad > bv) | (pad != pad));
+                        best[ox] = take ? pad : bv;
+                        bi[ox] = take ? k : bi[ox];
+                    }
+                    for (int64_t ox = a; ox < b; ox++) {
+                        const T v = xr[ox * SW + off], bv = best[ox];
+                        const int take = (bv == bv) & ((v > bv) | (v != v));
+                        best[ox] = take ? v : bv;
+                        bi[ox] = take ? k : bi[ox];
+                    }
+                    for (int64_t ox = b; ox < OW; ox++) {
+                        const T bv = best[ox];
+                        const int take = (bv == bv) & ((pad > bv) | (pad != pad));
+                        best[ox] = take ? pad : bv;
+                        bi[ox] = take ? k : bi[ox];
+                    }
+                }
+            }
+        }
+    }
+}
+
+void ember_maxpool_S(char **ptrs, const int64_t *g, int64_t nthreads) {
+    ember_launch_planes(ember_maxpool_S_run, ptrs, g, nthreads);
+}
+
+static void ember_maxpool_grad_S_run(char **ptrs, const int64_t *g, const int64_t *st,
+                                     int64_t lo, int64_t hi) {
+    GEOM;
+    const T *gr = (const T *)ptrs[0];
+    const int64_t *arg = (const int64_t *)ptrs[1];
+    T *out = (T *)ptrs[2];
+    const int64_t L = OH * OW, K = KH * KW;
+    for (int64_t p = lo; p < hi; p++) {
+        T *op = out + p * H * W;
+        const T *gp = gr + p * L;
+        const int64_t *ap = arg + p * L;
+        memset(op, 0, (size_t)(H * W) * sizeof(T));
+        for (int64_t oy = 0; oy < OH; oy++)
+        for (int64_t ox = 0; ox < OW; ox++) {
+            const int64_t k = ap[oy * OW + ox];
+            if (k < 0 || k >= K) continue;
+            const int64_t iy = oy * SH - PT + (k / KW) * DH;
+            const int64_t ix = ox * SW - PL + (k % KW) * DW;
+            if (iy >= 0 && iy < H && ix >= 0 && ix < W) op[iy * W + ix] += gp[oy * OW + ox];
+        }
+    }
+}
+
+void ember_maxpool_grad_S(char **ptrs, const int64_t *g, int64_t nthreads) {
+    ember_launch_planes(ember_maxpool_grad_S_run, ptrs, g, nthreads);
+}
+"""
+
+SOURCE = _HEAD + "".join(
+    f"#define T {t}\n" + _BODY.replace("_S_run", f"_{s}_run").replace("_S(", f"_{s}(")
+    + "#undef T\n" for s, t in (("f32", "float"), ("f64", "double")))
+
+#: dtypes with a kernel.
+DTYPES = {np.dtype(np.float32): "f32", np.dtype(np.float64): "f64"}
+_state: dict = {}
+_FN = ctypes.CFUNCTYPE(None, ctypes.POINTER(ctypes.c_char_p), ctypes.c_void_p, ctypes.c_int64)
+
+
+def kernels():
+    """``{name_suffix: ctypes function}`` of the compiled library, or None (no compiler)."""
+    if "lib" not in _state:
+        cc = find_compiler()
+        if cc is None:
+            return None
+        lib = cache.load(SOURCE, cc)
+        _pool.install(lib)
+        fns = {}
+        for op in ("unfold", "fold", "maxpool", "maxpool_grad"):
+            for s in DTYPES.values():
+                f = getattr(lib, f"ember_{op}_{s}")
+                f.argtypes = [ctypes.c_void_p, ctypes.c_void_p, ctypes.c_int64]
+                f.restype = None
+                fns[f"{op}_{s}"] = f
+        _state["lib"], _state["fns"] = lib, fns
+    return _state["fns"]
+
+
+def available() -> bool:
+    """Whether the kernels can be built here (a working C compiler)."""
+    return find_compiler() is not None
+
+
+def blocks(size, k, d, pads, s) -> int:
+    """Windows along one dim (``ember.ops.conv._blocks``)."""
+    return (size + pads[0] + pads[1] - d * (k - 1) - 1) // s + 1
+
+
+def geometry(planes, h, w, kernel_size, dilation, padding, stride) -> np.ndarray:
+    (kh, kw), (dh, dw), (sh, sw) = kernel_size, dilation, stride
+    oh, ow = blocks(h, kh, dh, padding[0], sh), blocks(w, kw, dw, padding[1], sw)
+    return np.array([planes, h, w, kh, kw, dh, dw, sh, sw, padding[0][0], padding[1][0],
+                     max(oh, 0), max(ow, 0)], np.int64)
+
+
+def _call(name, dtype, arrays, g, pad=None):
+    fn = _state["fns"][f"{name}_{DTYPES[dtype]}"]
+    ptrs = [a.ctypes.data for a in arrays]
+    if pad is not None:
+        ptrs.append(ctypes.addressof(pad))
+    fn((ctypes.c_void_p * len(ptrs))(*ptrs), g.ctypes.data, num_threads())
+
+
+def unfold(x, kernel_size, dilation, padding, stride, pad_value, out=None):
+    """im2col of (N, C, H, W) ``x`` -> (N, C*kh*kw, oh*ow), like the ``unfold`` primitive."""
+    x = np.ascontiguousarray(x)
+    n, c, h, w = x.shape
+    g = geometry(n * c, h, w, kernel_size, dilation, padding, stride)
+    k = kernel_size[0] * kernel_size[1]
+    shape = (n, c * k, int(g[11] * g[12]))
+    out = np.empty(shape, x.dtype) if out is None else out
+    if out.size:
+        _call("unfold", x.dtype, (x, out), g, ctypes.c_double(pad_value))
+    return out
+
+
+def fold(cols, output_size, kernel_size, dilation, padding, stride, out=None):
+    """col2im of (N, C*kh*kw, L) ``cols`` -> (N, C, H, W), like the ``fold`` primitive."""
+    cols = np.ascontiguousarray(cols)
+    n, ck, _ = cols.shape
+    h, w = output_size
+    k = kernel_size[0] * kernel_size[1]
+    g = geometry(n * (ck // k), h, w, kernel_size, dilation, padding, stride)
+    out = np.empty((n, ck // k, h, w), cols.dtype) if out is None else out
+    if out.size:
+        _call("fold", cols.dtype, (cols, out), g)
+    return out
+
+
+def maxpool(x, kernel_size, dilation, padding, stride, pad_value):
+    """(vals, arg), each (P, 1, L), of the windows of (P, 1, H, W) ``x``."""
+    x = np.ascontiguousarray(x)
+    p, c, h, w = x.shape
+    g = geometry(p * c, h, w, kernel_size, dilation, padding, stride)
+    shape = (p, c, int(g[11] * g[12]))
+    vals, arg = np.empty(shape, x.dtype), np.empty(shape, np.int64)
+    if vals.size:
+        _call("maxpool", x.dtype, (x, vals, arg), g, ctypes.c_double(pad_value))
+    return vals, arg
+
+
+def maxpool_grad(grad, arg, output_size, kernel_size, dilation, padding, stride, out=None):
+    """(P, 1, H, W) ``fold(scatter_add(grad, arg))`` of (P, 1, L) ``grad`` and ``arg``."""
+    grad = np.ascontiguousarray(grad)
+    arg = np.ascontiguousarray(arg, dtype=np.int64)
+    p, c, _ = grad.shape
+    h, w = output_size
+    g = geometry(p * c, h, w, kernel_size, dilation, padding, stride)
+    out = np.empty((p, c, h, w), grad.dtype) if out is None else out
+    if out.size:
+        _call("maxpool_grad", grad.dtype, (grad, arg, out), g)
+    return out

@@ -1,0 +1,156 @@
+"""The ``pool`` pass: convolution windows and max pooling as hand-written C loops.
+
+Eager Ember writes a convolution as ``weight @ unfold(x)`` and a max-pool as
+``take_along_dim(w, argmax(w))`` over the windows ``w = unfold(x, pad_value=-inf)``, with
+the backward ``fold(scatter_add_along_dim(g, arg))``. In NumPy those are several full-size
+strided passes each. This pass rewrites, in a compiled graph:
+
+* ``argmax(w, dim=1, keepdim=True)`` and its ``take_along_dim(w, arg, dim=1)`` over the
+  windows of one-channel planes (how :func:`ember.nn.functional.max_pool2d` unfolds) into one
+  ``maxpool`` node computing both outputs straight from the image; the unfolded windows are
+  then dead (``dce`` drops them);
+* ``fold(scatter_add_along_dim(g, arg, dim=1))`` (the max-pool backward) into one
+  ``maxpool_grad`` node: each gradient added at its window's maximal pixel;
+* every other ``unfold`` / ``fold`` (the convolutions' im2col and col2im) into the same
+  primitive run by a C loop (:mod:`ember.codegen.conv_kernels`).
+
+Values are eager's: ``unfold``, ``maxpool`` and the argmax are bitwise equal; ``fold`` and
+``maxpool_grad`` add the same terms, where windows overlap possibly in another order.
+float32/float64 on the CPU only; without a C compiler the pass changes nothing (the
+executor runs the NumPy primitives).
+"""
+from __future__ import annotations
+
+import numpy as np
+
+from ...codegen import conv_kernels as ck
+from ..ir import Graph, GraphOp, Node, Var
+
+
+class _ConvOp(GraphOp):
+    """A C-loop graph op; single-output ones take ``out=`` (a dead buffer of the same size)."""
+
+    __slots__ = ("accepts_out",)
+    fresh_out = True
+
+    def __init__(self, name, run, accepts_out):
+        super().__init__(name, run)
+        self.accepts_out = accepts_out
+
+
+def _run_unfold(xp, x, *, kernel_size, dilation, padding, stride, pad_value, out=None):
+    return ck.unfold(x, kernel_size, dilation, padding, stride, pad_value, out=out)
+
+
+def _run_fold(xp, cols, *, output_size, kernel_size, dilation, padding, stride, out=None):
+    return ck.fold(cols, output_size, kernel_size, dilation, padding, stride, out=out)
+
+
+def _run_maxpool(xp, x, *, kernel_size, dilation, padding, stride, pad_value):
+    return ck.maxpool(x, kernel_size, dilation, padding, stride, pad_value)
+
+
+def _run_maxpool_grad(xp, g, arg, *, output_size, kernel_size, dilation, padding, stride,
+                      out=None):
+    return ck.maxpool_grad(g, arg, output_size, kernel_size, dilation, padding, stride, out=out)
+
+
+UNFOLD = _ConvOp("unfold_c", _run_unfold, "out")
+FOLD = _ConvOp("fold_c", _run_fold, "out")
+MAXPOOL = _ConvOp("maxpool", _run_maxpool, None)
+MAXPOOL_GRAD = _ConvOp("maxpool_grad", _run_maxpool_grad, "out")
+
+_GEOM = ("kernel_size", "dilation", "padding", "stride")
+
+
+def _ok(v) -> bool:
+    """A value the C loops handle: float32/float64 on the CPU."""
+    return v.device.type == "cpu" and np.dtype(v.dtype.np) in ck.DTYPES
+
+
+def _maxpools(graph, users, producer):
+    """{id(argmax node): (argmax, take node or None, unfold node)} of the max-pool pattern."""
+    found = {}
+    for a in graph.nodes:
+        if a.op.name != "argmax" or a.params.get("dim") not in (1, -2) or \
+                not a.params.get("keepdim") or a.inputs[0].__class__ is not Var:
+            continue
+        u = producer.get(a.inputs[0].id)
+        if u is None or u.op.name != "unfold" or u.inputs[0].shape[1] != 1 or \
+                len(u.inputs[0].shape) != 4 or not _ok(u.inputs[0]):
+            continue
+        take = next((t for t in users.get(a.outs[0].id, ()) if t.op.name == "take_along_dim"
+                     and t.params.get("dim") in (1, -2) and t.inputs[0] is u.outs[0]
+                     and t.inputs[1] is a.outs[0]), None)
+        found[id(a)] = (a, take, u)
+    return found
+
+
+def _maxpool_grads(graph, users, producer, outputs):
+    """{id(fold node): scatter node} of ``fold(scatter_add_along_dim(g, arg, dim=1))``."""
+    found = {}
+    for f in graph.nodes:
+        if f.op.name != "fold" or f.inputs[0].__class__ is not Var:
+            continue
+        s = producer.get(f.inputs[0].id)
+        if s is None or s.op.name != "scatter_add_along_dim" or \
+                s.params.get("dim") not in (1, -2):
+            continue
+        g, arg = s.inputs
+        kh, kw = f.params["kernel_size"]
+        sv = s.outs[0]
+        if (g.__class__ is not Var or arg.__class__ is not Var or len(sv.shape) != 3
+                or sv.shape[1] != kh * kw or tuple(g.shape) != (sv.shape[0], 1, sv.shape[2])
+                or tuple(arg.shape) != tuple(g.shape) or not _ok(g) or sv.id in outputs
+                or len(users.get(sv.id, ())) != 1):
+            continue
+        found[id(f)] = s
+    return found
+
+
+def pool(graph: Graph):
+    """Rewrite max-pools, their gradients and the remaining unfold/fold nodes (see above)."""
+    if not ck.available():
+        return graph, {"no_compiler": 1}
+    ck.kernels()                       # build (or load) the library once, at compile time
+    users = graph.users()
+    producer = {o.id: n for n in graph.nodes for o in n.outs}
+    outputs = {v.id for v in graph.outputs}
+    pools = _maxpools(graph, users, producer)
+    grads = _maxpool_grads(graph, users, producer, outputs)
+    drop = {id(t) for _, t, _ in pools.values() if t is not None}
+    drop |= {id(s) for s in grads.values()}
+    next_id = [max((v.id for v in graph.vars()), default=-1) + 1]
+
+    def spare(like, dtype):             # a var for values no node reads
+        v = Var(next_id[0], like.shape, dtype, like.device)
+        next_id[0] += 1
+        return v
+    nodes, stats = [], {"maxpool": 0, "maxpool_grad": 0, "unfold": 0, "fold": 0}
+    for n in graph.nodes:
+        if id(n) in drop:
+            continue
+        if id(n) in pools:
+            a, take, u = pools[id(n)]
+            params = dict(u.params)
+            if take is not None:
+                outs = (take.outs[0], a.outs[0])
+            else:                       # the values are not needed: a fresh unused var
+                outs = (spare(a.outs[0], u.outs[0].dtype), a.outs[0])
+            nodes.append(Node(MAXPOOL, (u.inputs[0],), params, outs, loc=n.loc))
+            stats["maxpool"] += 1
+        elif id(n) in grads:
+            s = grads[id(n)]
+            nodes.append(Node(MAXPOOL_GRAD, tuple(s.inputs), dict(n.params), n.outs, loc=n.loc))
+            stats["maxpool_grad"] += 1
+        elif n.op.name == "unfold" and len(n.inputs[0].shape) == 4 and _ok(n.inputs[0]):
+            nodes.append(Node(UNFOLD, n.inputs, dict(n.params), n.outs, loc=n.loc))
+            stats["unfold"] += 1
+        elif n.op.name == "fold" and len(n.inputs[0].shape) == 3 and _ok(n.inputs[0]):
+            nodes.append(Node(FOLD, n.inputs, dict(n.params), n.outs, loc=n.loc))
+            stats["fold"] += 1
+        else:
+            nodes.append(n)
+    if not any(stats.values()):
+        return graph, stats
+    return Graph(graph.inputs, nodes, graph.outputs, graph.name), stats
