@@ -1,0 +1,94 @@
+"""The C loops of ``ember.codegen.conv_kernels`` against the NumPy primitives they replace.
+
+``unfold`` copies and ``maxpool`` compares, so both must be bitwise equal to the NumPy path
+(``unfold`` then ``argmax`` + ``take_along_dim``), NaN and -inf included. ``fold`` and
+``maxpool_grad`` add at most ``kh*kw`` terms per pixel, possibly in another order: they
+agree within ``kh*kw`` roundings.
+"""
+import numpy as np
+import pytest
+
+from ember.codegen import conv_kernels as ck
+from ember.ops.conv import _fold_kernel, _unfold_kernel
+
+# (n, c, h, w, kernel, dilation, ((top, bottom), (left, right)), stride)
+CASES = [
+    (2, 3, 7, 9, (3, 2), (1, 2), ((1, 0), (2, 1)), (2, 1)),
+    (2, 3, 8, 8, (2, 2), (1, 1), ((0, 0), (0, 0)), (2, 2)),
+    (1, 2, 5, 6, (3, 3), (2, 1), ((1, 1), (1, 1)), (1, 3)),
+    (3, 1, 10, 7, (3, 3), (1, 1), ((1, -1), (1, 1)), (2, 2)),     # a cropped bottom
+    (2, 4, 11, 13, (3, 3), (1, 1), ((1, 1), (1, 1)), (1, 1)),      # a conv's im2col
+    (1, 1, 1, 1, (1, 1), (1, 1), ((0, 0), (0, 0)), (1, 1)),
+    (2, 2, 9, 5, (2, 3), (2, 2), ((1, 2), (0, 1)), (3, 2)),
+]
+
+
+@pytest.fixture(autouse=True)
+def _need(cc):
+    assert ck.kernels() is not None
+
+
+def _eps(dt):
+    return np.finfo(dt).eps
+
+
+@pytest.mark.parametrize("dt", [np.float32, np.float64])
+@pytest.mark.parametrize("case", CASES)
+def test_unfold_and_fold_match_the_numpy_primitives(case, dt):
+    n, c, h, w, k, d, p, s = case
+    rng = np.random.default_rng(hash(case) % 2**32)
+    x = rng.standard_normal((n, c, h, w)).astype(dt)
+    want = _unfold_kernel(np, x, k, d, p, s, -7.5)
+    got = ck.unfold(x, k, d, p, s, -7.5)
+    assert got.shape == want.shape and got.dtype == want.dtype
+    np.testing.assert_array_equal(got, want)
+    # a non-contiguous input gives the same columns
+    xt = np.ascontiguousarray(x.transpose(0, 1, 3, 2)).transpose(0, 1, 3, 2)
+    np.testing.assert_array_equal(ck.unfold(xt, k, d, p, s, -7.5), want)
+    cols = rng.standard_normal(want.shape).astype(dt)
+    want = _fold_kernel(np, cols, (h, w), k, d, p, s)
+    got = ck.fold(cols, (h, w), k, d, p, s)
+    assert got.shape == want.shape and got.dtype == want.dtype
+    np.testing.assert_allclose(got, want, rtol=k[0] * k[1] * _eps(dt), atol=k[0] * k[1] *
+                               _eps(dt) * np.abs(cols).max())
+    out = np.full(want.shape, np.nan, dt)           # out= is written whole
+    assert ck.fold(cols, (h, w), k, d, p, s, out=out) is out
+    np.testing.assert_array_equal(out, got)
+
+
+@pytest.mark.parametrize("dt", [np.float32, np.float64])
+@pytest.mark.parametrize("case", CASES)
+def test_maxpool_and_its_gradient_match_argmax_gather_scatter_fold(case, dt):
+    n, c, h, w, k, d, p, s = case
+    rng = np.random.default_rng(hash(case) % 2**32 + 1)
+    x = rng.standard_normal((n * c, 1, h, w)).astype(dt)
+    x[rng.random(x.shape) < 0.05] = np.nan
+    x[rng.random(x.shape) < 0.05] = -np.inf
+    x[rng.random(x.shape) < 0.2] = 0.5                  # ties: the first maximum wins
+    win = _unfold_kernel(np, x, k, d, p, s, -np.inf)
+    arg = win.argmax(axis=1)[:, None]
+    vals = np.take_along_axis(win, arg, axis=1)
+    got_v, got_a = ck.maxpool(x, k, d, p, s, -np.inf)
+    np.testing.assert_array_equal(got_a, arg)
+    np.testing.assert_array_equal(got_v, vals)
+    g = rng.standard_normal(vals.shape).astype(dt)
+    sc = np.zeros(win.shape, dt)
+    np.put_along_axis(sc, arg, g, axis=1)
+    want = _fold_kernel(np, sc, (h, w), k, d, p, s)
+    got = ck.maxpool_grad(g, got_a, (h, w), k, d, p, s)
+    np.testing.assert_allclose(got, want, rtol=k[0] * k[1] * _eps(dt),
+                               atol=k[0] * k[1] * _eps(dt) * np.abs(g).max())
+
+
+def test_maxpool_gradient_drops_indices_outside_the_window():
+    g = np.ones((1, 1, 4), np.float32)
+    arg = np.array([[[0, 7, -1, 3]]], np.int64)          # 7 and -1: not a 2x2 position
+    got = ck.maxpool_grad(g, arg, (4, 4), (2, 2), (1, 1), ((0, 0), (0, 0)), (2, 2))
+    want = np.zeros((1, 1, 4, 4), np.float32)
+    want[0, 0, 0, 0] = want[0, 0, 3, 3] = 1
+    np.testing.assert_array_equal(got, want)
+
+
+def test_the_kernels_are_unavailable_without_a_compiler(monkeypatch):
+    monkeypatch.setattr(ck, "find_compiler", lambda: None)
+    assert not ck.available()

@@ -1,0 +1,168 @@
+"""The ``pool`` pass: max-pools, their gradients and im2col/col2im as C loops.
+
+Compiled functions (forward and ``autograd.grad`` backward in one graph) are compared with
+eager Ember. Max-pool values and indices are bitwise eager's; gradients flowing through
+``fold``/``maxpool_grad`` add the same terms (where windows overlap maybe in another
+order): within ``kh*kw`` roundings of the largest term, plus the GEMMs' own tolerance for
+convolutions.
+"""
+import sys
+from pathlib import Path
+
+import numpy as np
+import pytest
+
+import ember as em
+from ember import codegen
+from ember.codegen import conv_kernels as ck
+from ember.graph.passes import DEFAULT_PASSES
+from ember.graph.passes.pool import pool
+
+sys.path.insert(0, str(Path(__file__).resolve().parents[2] / "bench"))
+from train import WORKLOADS  # noqa: E402
+
+F = em.nn.functional
+NO_POOL = [p for p in DEFAULT_PASSES if p != "pool"]
+
+
+@pytest.fixture(autouse=True)
+def _need_compiler(tmp_path, monkeypatch):
+    monkeypatch.setenv("EMBER_KERNEL_CACHE", str(tmp_path / "kernels"))
+    if not codegen.available():
+        pytest.skip("no C compiler: the pool pass leaves graphs unchanged (tested below)")
+
+
+def _names(g) -> list:
+    return [n.op.name for n in g.nodes]
+
+
+def _eps(dt):
+    return np.finfo(dt.np).eps
+
+
+# (shape, kernel, stride, padding, dilation, ceil_mode)
+POOLS = [
+    ((2, 3, 8, 8), 2, 2, 0, 1, False),
+    ((2, 3, 9, 7), 3, 2, 1, 1, False),          # odd sizes, overlapping windows, padding
+    ((1, 2, 11, 10), (3, 2), (2, 1), (1, 1), (2, 1), True),
+    ((3, 1, 5, 5), 2, 1, 1, 1, False),
+    ((1, 4, 7, 6), 3, 3, 1, 1, True),
+]
+
+
+@pytest.mark.parametrize("dtype", [em.float32, em.float64])
+@pytest.mark.parametrize("case", POOLS)
+def test_max_pool_forward_and_backward_match_eager(case, dtype):
+    shape, k, s, p, d, ceil = case
+    rng = np.random.default_rng(len(shape) + shape[-1] * 7 + shape[-2])
+    xa = rng.standard_normal(shape)
+    xa[rng.random(shape) < 0.3] = 0.25                 # ties: the first maximum wins
+    x = em.tensor(xa, dtype=dtype)
+
+    def f(x):
+        x = x.detach().requires_grad_(True)
+        y, ind = F.max_pool2d(x * 2, k, s, p, d, ceil, return_indices=True)
+        gy = em.tensor(np.arange(y.numel()).reshape(tuple(y.shape)) % 5 - 2.0, dtype=dtype)
+        (dx,) = em.autograd.grad(y, [x], gy)
+        return y.detach(), ind, dx
+
+    cf = em.compile(f, fullgraph=True)
+    cf(x)
+    names = _names(cf.graph)
+    assert "maxpool" in names and "maxpool_grad" in names, names
+    assert "argmax" not in names and "scatter_add_along_dim" not in names, names
+    got, want = cf(x), f(x)
+    np.testing.assert_array_equal(got[0].numpy(), want[0].numpy())
+    np.testing.assert_array_equal(got[1].numpy(), want[1].numpy())
+    kk = np.prod(np.broadcast_to(k, 2))
+    np.testing.assert_allclose(got[2].numpy(), want[2].numpy(), rtol=kk * _eps(dtype),
+                               atol=kk * _eps(dtype) * 4)
+    assert got[0].dtype is dtype and got[2].dtype is dtype
+
+
+CONVS = [
+    ((2, 3, 9, 8), (4, 3, 3, 3), dict(padding=1)),
+    ((1, 2, 10, 7), (3, 2, 3, 2), dict(stride=(2, 1), padding=(1, 0), dilation=(1, 2))),
+    ((2, 4, 7, 6), (2, 4, 2, 2), dict(stride=2)),
+]
+
+
+@pytest.mark.parametrize("dtype", [em.float32, em.float64])
+@pytest.mark.parametrize("case", CONVS)
+def test_conv_forward_and_backward_match_eager(case, dtype):
+    xs, ws, kw = case
+    rng = np.random.default_rng(xs[-1] * 13 + ws[0])
+    x = em.tensor(rng.standard_normal(xs), dtype=dtype)
+    w = em.tensor(rng.standard_normal(ws), dtype=dtype)
+
+    def f(x, w):
+        x, w = x.detach().requires_grad_(True), w.detach().requires_grad_(True)
+        y = F.conv2d(x, w, **kw)
+        dx, dw = em.autograd.grad((y * y).sum(), [x, w])
+        return y.detach(), dx, dw
+
+    cf = em.compile(f, fullgraph=True)
+    cf(x, w)
+    names = _names(cf.graph)
+    assert "unfold_c" in names and "fold_c" in names and "unfold" not in names, names
+    # the GEMMs sum K terms: allow that many roundings of the largest product
+    tol = 50 * ws[1] * ws[2] * ws[3] * _eps(dtype)
+    for g, e in zip(cf(x, w), f(x, w)):
+        ga, ea = g.numpy(), e.numpy()
+        np.testing.assert_allclose(ga, ea, rtol=tol, atol=tol * np.abs(ea).max())
+
+
+def test_w2_training_step_matches_the_unpooled_pipeline():
+    wl = WORKLOADS["W2 CNN SGD"]
+    losses, params = {}, {}
+    for passes in (DEFAULT_PASSES, NO_POOL):
+        em.manual_seed(0)
+        model, opt = wl.build(em, **wl.tiny)
+        xa, ya = wl.data(np.random.default_rng(0), **wl.tiny)
+        x, y = em.tensor(xa), em.tensor(ya)
+
+        def step(x, y):
+            opt.zero_grad()
+            loss = F.cross_entropy(model(x), y)
+            loss.backward()
+            opt.step()
+            return loss.detach()
+        cf = em.compile(step, passes=passes)
+        key = "pool" in passes
+        losses[key] = [float(cf(x, y)) for _ in range(4)]
+        params[key] = [p.detach().numpy().copy() for p in model.parameters()]
+        if key:
+            names = _names(cf.graph)
+            assert names.count("maxpool") == 2 and names.count("maxpool_grad") == 2, names
+    tol = 200 * _eps(em.float32)
+    np.testing.assert_allclose(losses[True], losses[False], rtol=tol)
+    for a, b in zip(params[True], params[False]):
+        np.testing.assert_allclose(a, b, rtol=tol, atol=tol * np.abs(b).max())
+
+
+def test_without_a_compiler_the_pass_changes_nothing(monkeypatch):
+    monkeypatch.setattr(ck, "find_compiler", lambda: None)
+    x = em.randn(2, 3, 6, 6)
+
+    def f(x):
+        x = x.detach().requires_grad_(True)
+        y = F.max_pool2d(x, 2)
+        (dx,) = em.autograd.grad(y.sum(), [x])
+        return y.detach(), dx
+
+    cf = em.compile(f, fullgraph=True)
+    got = cf(x)
+    names = _names(cf.graph)
+    assert "argmax" in names and not {"maxpool", "maxpool_grad", "unfold_c"} & set(names)
+    g2, stats = pool(cf.graph)
+    assert g2 is cf.graph and stats == {"no_compiler": 1}
+    for a, b in zip(got, f(x)):
+        np.testing.assert_array_equal(a.numpy(), b.numpy())
+
+
+def test_integer_and_unmatched_graphs_are_left_alone():
+    x = em.arange(2 * 1 * 4 * 4).reshape(2, 1, 4, 4)
+    cf = em.compile(lambda x: F.unfold(x, 2), fullgraph=True)
+    got = cf(x)
+    assert "unfold" in _names(cf.graph) and "unfold_c" not in _names(cf.graph)
+    np.testing.assert_array_equal(got.numpy(), F.unfold(x, 2).numpy())
