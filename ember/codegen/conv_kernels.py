@@ -138,8 +138,35 @@ void ember_fold_S(char **ptrs, const int64_t *g, int64_t nthreads) {
 }
 
 /* NumPy's argmax: the first NaN, else the first maximum (padding reads as pad).
-   Taps outermost, output columns innermost: each tap is one (vectorisable) pass over a
-   row of windows, comparing into the output row itself. */
+   One row of windows, exactly, with bounds checks: the path for rows holding a NaN. */
+static void ember_maxpool_row_S(const T *xp, T *best, int64_t *bi, const int64_t *g,
+                                int64_t oy, T pad) {
+    const int64_t *st = g;
+    GEOM;
+    for (int64_t ox = 0; ox < OW; ox++) {
+        T bv = pad;
+        int64_t bk = -1;
+        for (int64_t i = 0; i < KH; i++) {
+            const int64_t iy = oy * SH - PT + i * DH;
+            for (int64_t j = 0; j < KW; j++) {
+                const int64_t ix = ox * SW - PL + j * DW;
+                const T v = (iy >= 0 && iy < H && ix >= 0 && ix < W) ? xp[iy * W + ix] : pad;
+                if (bk < 0 || (bv == bv && (v > bv || v != v))) {
+                    bv = v;
+                    bk = i * KW + j;
+                }
+            }
+        }
+        best[ox] = bv;
+        bi[ox] = bk;
+    }
+}
+
+/* NOTE: NaN-aware selects (take v if v > best or v is NaN, unless best is NaN) compile to
+   unpredictable branches, 8x slower than a plain `v > best`. So each row runs with the
+   plain compare (right whenever no NaN is involved) while OR-ing a "saw a NaN" flag, and
+   a row that saw one is redone by the exact loop above. Taps are outermost and output
+   columns innermost: each tap is one vectorisable pass comparing into the output row. */
 static void ember_maxpool_S_run(char **ptrs, const int64_t *g, const int64_t *st,
                                 int64_t lo, int64_t hi) {
     GEOM;
@@ -148,11 +175,41 @@ static void ember_maxpool_S_run(char **ptrs, const int64_t *g, const int64_t *st
     int64_t *arg = (int64_t *)ptrs[2];
     const T pad = (T)(*(const double *)ptrs[3]);
     const int64_t L = OH * OW;
+    const int padnan = pad != pad;
+    if (KH == 2 && KW == 2 && SH == 2 && SW == 2 && DH == 1 && DW == 1 && PT == 0
+            && PL == 0 && 2 * OH <= H && 2 * OW <= W) {
+        /* the common 2x2 / stride 2 pool, no padding: one pass, no bounds checks */
+        for (int64_t p = lo; p < hi; p++)
+        for (int64_t oy = 0; oy < OH; oy++) {
+            const T *r0 = x + p * H * W + 2 * oy * W, *r1 = r0 + W;
+            T *vp = vals + p * L + oy * OW;
+            int64_t *ap = arg + p * L + oy * OW;
+            int bad = 0;
+            for (int64_t ox = 0; ox < OW; ox++) {
+                const T c0 = r0[2 * ox], c1 = r0[2 * ox + 1], c2 = r1[2 * ox],
+                    c3 = r1[2 * ox + 1];
+                T best = c0;
+                int64_t bi = 0;
+                int take = c1 > best;
+                best = take ? c1 : best; bi = take ? 1 : bi;
+                take = c2 > best;
+                best = take ? c2 : best; bi = take ? 2 : bi;
+                take = c3 > best;
+                best = take ? c3 : best; bi = take ? 3 : bi;
+                bad |= (c0 != c0) | (c1 != c1) | (c2 != c2) | (c3 != c3);
+                vp[ox] = best;
+                ap[ox] = bi;
+            }
+            if (bad) ember_maxpool_row_S(x + p * H * W, vp, ap, g, oy, pad);
+        }
+        return;
+    }
     for (int64_t p = lo; p < hi; p++) {
         const T *xp = x + p * H * W;
         for (int64_t oy = 0; oy < OH; oy++) {
             T *best = vals + p * L + oy * OW;
             int64_t *bi = arg + p * L + oy * OW;
+            int bad = padnan;
             for (int64_t i = 0; i < KH; i++) {
                 const int64_t iy = oy * SH - PT + i * DH;
                 const int ry = iy >= 0 && iy < H;
@@ -169,25 +226,25 @@ static void ember_maxpool_S_run(char **ptrs, const int64_t *g, const int64_t *st
                         continue;
                     }
                     for (int64_t ox = 0; ox < a; ox++) {
-                        const T bv = best[ox];
-                        const int take = (bv == bv) & ((pad > bv) | (pad != pad));
-                        best[ox] = take ? pad : bv;
+                        const int take = pad > best[ox];
+                        best[ox] = take ? pad : best[ox];
                         bi[ox] = take ? k : bi[ox];
                     }
                     for (int64_t ox = a; ox < b; ox++) {
                         const T v = xr[ox * SW + off], bv = best[ox];
-                        const int take = (bv == bv) & ((v > bv) | (v != v));
+                        const int take = v > bv;
+                        bad |= v != v;
                         best[ox] = take ? v : bv;
                         bi[ox] = take ? k : bi[ox];
                     }
                     for (int64_t ox = b; ox < OW; ox++) {
-                        const T bv = best[ox];
-                        const int take = (bv == bv) & ((pad > bv) | (pad != pad));
-                        best[ox] = take ? pad : bv;
+                        const int take = pad > best[ox];
+                        best[ox] = take ? pad : best[ox];
                         bi[ox] = take ? k : bi[ox];
                     }
                 }
             }
+            if (bad) ember_maxpool_row_S(xp, best, bi, g, oy, pad);
         }
     }
 }
