@@ -58,7 +58,8 @@ static void ember_launch_planes(ember_run_fn run, char **ptrs, const int64_t *g,
 }
 """
 
-# One copy per dtype: T is the element type, S the suffix.
+# One copy per dtype: T is the element type, U the unsigned integer of its size, S the
+# suffix.
 _BODY = r"""
 static void ember_unfold_S_run(char **ptrs, const int64_t *g, const int64_t *st,
                                int64_t lo, int64_t hi) {
@@ -260,6 +261,45 @@ static void ember_maxpool_grad_S_run(char **ptrs, const int64_t *g, const int64_
     const int64_t *arg = (const int64_t *)ptrs[1];
     T *out = (T *)ptrs[2];
     const int64_t L = OH * OW, K = KH * KW;
+    if (SH == KH && SW == KW && DH == 1 && DW == 1 && PT == 0 && PL == 0
+            && OH * KH <= H && OW * KW <= W) {
+        /* windows tiling the image (a pool with stride == kernel): every pixel is written
+           once, the gradient or 0 — one pass instead of zeroing and scattering */
+        for (int64_t p = lo; p < hi; p++) {
+            T *op = out + p * H * W;
+            const T *gp = gr + p * L;
+            const int64_t *ap = arg + p * L;
+            for (int64_t oy = 0; oy < OH && KH == 2 && KW == 2; oy++) {
+                U *r0 = (U *)(op + 2 * oy * W), *r1 = r0 + W;
+                const U *gu = (const U *)gp + oy * OW;
+                const int64_t *ak = ap + oy * OW;
+                for (int64_t ox = 0; ox < OW; ox++) {
+                    const U gv = gu[ox];
+                    const int32_t k = (int32_t)ak[ox];
+                    r0[2 * ox] = gv & (U)(-(U)(k == 0));
+                    r0[2 * ox + 1] = gv & (U)(-(U)(k == 1));
+                    r1[2 * ox] = gv & (U)(-(U)(k == 2));
+                    r1[2 * ox + 1] = gv & (U)(-(U)(k == 3));
+                }
+                for (int64_t x = OW * 2; x < W; x++) r0[x] = r1[x] = 0;
+            }
+            for (int64_t oy = 0; oy < OH && !(KH == 2 && KW == 2); oy++)
+            for (int64_t i = 0; i < KH; i++) {
+                T *row = op + (oy * KH + i) * W;
+                /* NOTE: bit masks, not `k == tap ? g : 0` (unpredictable branches, 5x
+                   slower) nor `g * (k == tap)` (inf * 0 would leave NaN, not 0) */
+                const U *gu = (const U *)gp + oy * OW;
+                U *ru = (U *)row;
+                const int64_t *ak = ap + oy * OW;
+                for (int64_t ox = 0; ox < OW; ox++)
+                for (int64_t j = 0; j < KW; j++)
+                    ru[ox * KW + j] = gu[ox] & (U)(-(int64_t)(ak[ox] == i * KW + j));
+                for (int64_t x = OW * KW; x < W; x++) row[x] = 0;
+            }
+            memset(op + OH * KH * W, 0, (size_t)((H - OH * KH) * W) * sizeof(T));
+        }
+        return;
+    }
     for (int64_t p = lo; p < hi; p++) {
         T *op = out + p * H * W;
         const T *gp = gr + p * L;
@@ -282,8 +322,9 @@ void ember_maxpool_grad_S(char **ptrs, const int64_t *g, int64_t nthreads) {
 """
 
 SOURCE = _HEAD + "".join(
-    f"#define T {t}\n" + _BODY.replace("_S_run", f"_{s}_run").replace("_S(", f"_{s}(")
-    + "#undef T\n" for s, t in (("f32", "float"), ("f64", "double")))
+    f"#define T {t}\n#define U {u}\n"
+    + _BODY.replace("_S_run", f"_{s}_run").replace("_S(", f"_{s}(") + "#undef T\n#undef U\n"
+    for s, t, u in (("f32", "float", "uint32_t"), ("f64", "double", "uint64_t")))
 
 #: dtypes with a kernel.
 DTYPES = {np.dtype(np.float32): "f32", np.dtype(np.float64): "f64"}
