@@ -166,3 +166,43 @@ def test_integer_and_unmatched_graphs_are_left_alone():
     got = cf(x)
     assert "unfold" in _names(cf.graph) and "unfold_c" not in _names(cf.graph)
     np.testing.assert_array_equal(got.numpy(), F.unfold(x, 2).numpy())
+
+
+@pytest.mark.parametrize("dtype", [em.float32, em.float64])
+@pytest.mark.parametrize("case", POOLS[:3])
+def test_relu_before_a_max_pool_is_masked_at_the_window_maxima(case, dtype):
+    shape, k, s, p, d, ceil = case
+    rng = np.random.default_rng(shape[-1])
+    xa = rng.standard_normal(shape)
+    xa[rng.random(shape) < 0.2] = 0.0                  # relu's kink: gradient 0 there
+    xa.flat[::11] = np.nan
+    x = em.tensor(xa, dtype=dtype)
+    ga = rng.standard_normal(tuple(F.max_pool2d(x, k, s, p, d, ceil).shape))
+    ga.flat[::5] = np.inf                              # inf * (mask 0) = NaN, as in eager
+    gy = em.tensor(ga, dtype=dtype)
+
+    def f(x, gy):
+        x = x.detach().requires_grad_(True)
+        y = F.max_pool2d(F.relu(x), k, s, p, d, ceil)
+        (dx,) = em.autograd.grad(y, [x], gy)
+        return y.detach(), dx
+
+    cf = em.compile(f, fullgraph=True)
+    cf(x, gy)
+    g = cf.graph
+    names = _names(g)
+    assert "maxpool_grad" in names, names
+    # the mask ran at the pooled size, before the scatter: after it, only reshapes
+    mg = next(n for n in g.nodes if n.op.name == "maxpool_grad")
+    after, seen = {mg.outs[0].id}, []
+    for n in g.nodes:
+        if any(v.__class__ is em.graph.ir.Var and v.id in after for v in n.inputs):
+            seen.append(n.op.name)
+            after |= {o.id for o in n.outs}
+    assert set(seen) <= {"reshape"}, (seen, g)
+    got, want = cf(x, gy), f(x, gy)
+    np.testing.assert_array_equal(got[0].numpy(), want[0].numpy())
+    kk = np.prod(np.broadcast_to(k, 2))
+    np.testing.assert_array_equal(np.isnan(got[1].numpy()), np.isnan(want[1].numpy()))
+    np.testing.assert_allclose(got[1].numpy(), want[1].numpy(), rtol=kk * _eps(dtype),
+                               atol=kk * _eps(dtype) * 4)

@@ -45,11 +45,12 @@ EXACT_PASSES = ["simplify", "fold", "cse", "linear_act", "dce"]
 
 #: The default pipeline of ``ember.compile``: the exact passes, with ``fuse`` (generated
 #: C kernels) in place of ``linear_act``, and ``pool`` (C loops for im2col/col2im and
-#: max pooling). Fused float arithmetic rounds differently from
+#: max pooling; before fuse, which would hide the relu masks it moves). Fused float
+#: arithmetic rounds differently from
 #: the unfused ops (fewer roundings, FMA, double accumulators): results match eager
 #: within the dtype's tolerance, not bitwise. Opt-in (they may change float rounding):
 #: conv_affine, rewrite, hfuse, layout, simplify_fast.
-DEFAULT_PASSES = ["simplify", "fold", "cse", "fuse", "pool", "dce"]
+DEFAULT_PASSES = ["simplify", "fold", "cse", "pool", "fuse", "dce"]
 
 
 def register(name: str, fn, default_position: int | None = None) -> None:

@@ -108,6 +108,42 @@ def _maxpool_grads(graph, users, producer, outputs):
     return found
 
 
+def _relu_masks(graph, users, producer, outputs, pools, grads):
+    """{id(mul node): (fold node, pool key, gt node, reshape node)} of ``mul(reshape(maxpool_grad), gt(x, 0))``
+    where the max-pool read ``x`` (or a reshape of it): relu's backward after the pool's."""
+    by_arg = {a.outs[0].id: key for key, (a, _, _) in pools.items()}
+    found = {}
+    for fid, s in grads.items():
+        key = by_arg.get(s.inputs[1].id)
+        if key is None:
+            continue
+        a, _, u = pools[key]
+        f = next(n for n in users[s.outs[0].id])
+        if any(f.params[k] != u.params[k] for k in _GEOM):
+            continue
+        r = users.get(f.outs[0].id, ())
+        if len(r) != 1 or r[0].op.name != "reshape" or f.outs[0].id in outputs:
+            continue
+        r = r[0]
+        m = users.get(r.outs[0].id, ())
+        if len(m) != 1 or m[0].op.name != "mul" or r.outs[0].id in outputs:
+            continue
+        m = m[0]
+        other = m.inputs[1] if m.inputs[0] is r.outs[0] else m.inputs[0]
+        gt = producer.get(other.id) if other.__class__ is Var else None
+        if gt is None or gt.op.name != "gt" or gt.inputs[1].__class__ is Var or \
+                gt.inputs[1] != 0 or m.outs[0].shape != r.outs[0].shape or \
+                other.shape != m.outs[0].shape:
+            continue
+        x = u.inputs[0]
+        px = producer.get(x.id)
+        if gt.inputs[0] is not x and not (px is not None and px.op.name == "reshape"
+                                          and px.inputs[0] is gt.inputs[0]):
+            continue
+        found[id(m)] = (f, key, gt, r)
+    return found
+
+
 def pool(graph: Graph):
     """Rewrite max-pools, their gradients and the remaining unfold/fold nodes (see above)."""
     if not ck.available():
@@ -118,32 +154,53 @@ def pool(graph: Graph):
     outputs = {v.id for v in graph.outputs}
     pools = _maxpools(graph, users, producer)
     grads = _maxpool_grads(graph, users, producer, outputs)
+    masks = _relu_masks(graph, users, producer, outputs, pools, grads)
     drop = {id(t) for _, t, _ in pools.values() if t is not None}
     drop |= {id(s) for s in grads.values()}
+    drop |= {id(x) for f, _, _, r in masks.values() for x in (f, r)}
+    # the windows only the max-pool read: left for dce, not rewritten
+    windows = {id(u) for a, t, u in pools.values()
+               if all(x is a or x is t for x in users.get(u.outs[0].id, ()))}
     next_id = [max((v.id for v in graph.vars()), default=-1) + 1]
 
-    def spare(like, dtype):             # a var for values no node reads
-        v = Var(next_id[0], like.shape, dtype, like.device)
+    def new(like, dtype, shape=None):
+        v = Var(next_id[0], like.shape if shape is None else shape, dtype, like.device)
         next_id[0] += 1
         return v
-    nodes, stats = [], {"maxpool": 0, "maxpool_grad": 0, "unfold": 0, "fold": 0}
+    vals = {key: (t.outs[0] if t is not None else new(a.outs[0], u.outs[0].dtype))
+            for key, (a, t, u) in pools.items()}
+    nodes, stats = [], {"maxpool": 0, "maxpool_grad": 0, "relu_mask": 0, "unfold": 0,
+                        "fold": 0}
     for n in graph.nodes:
         if id(n) in drop:
             continue
         if id(n) in pools:
             a, take, u = pools[id(n)]
-            params = dict(u.params)
-            if take is not None:
-                outs = (take.outs[0], a.outs[0])
-            else:                       # the values are not needed: a fresh unused var
-                outs = (spare(a.outs[0], u.outs[0].dtype), a.outs[0])
-            nodes.append(Node(MAXPOOL, (u.inputs[0],), params, outs, loc=n.loc))
+            nodes.append(Node(MAXPOOL, (u.inputs[0],), dict(u.params),
+                              (vals[id(n)], a.outs[0]), loc=n.loc))
             stats["maxpool"] += 1
+        elif id(n) in masks:
+            # NOTE: the relu mask read at the window maxima only: ``vals`` holds exactly
+            # the input values there, so ``g * (vals > 0)`` scattered equals the mask
+            # applied to the scattered gradient (0 elsewhere; inf * 0 = NaN kept).
+            f, key, gt, r = masks[id(n)]
+            g, arg = grads[id(f)].inputs
+            mk = new(g, gt.outs[0].dtype)
+            nodes.append(Node(gt.op, (vals[key],) + tuple(gt.inputs[1:]), dict(gt.params),
+                              (mk,), gt.ct, loc=n.loc))
+            g2 = new(g, n.outs[0].dtype)
+            nodes.append(Node(n.op, (g, mk), dict(n.params), (g2,), n.ct, loc=n.loc))
+            dx = new(f.outs[0], f.outs[0].dtype)
+            nodes.append(Node(MAXPOOL_GRAD, (g2, arg), dict(f.params), (dx,), loc=n.loc))
+            nodes.append(Node(r.op, (dx,), dict(r.params), n.outs, r.ct, loc=n.loc))
+            stats["maxpool_grad"] += 1
+            stats["relu_mask"] += 1
         elif id(n) in grads:
             s = grads[id(n)]
             nodes.append(Node(MAXPOOL_GRAD, tuple(s.inputs), dict(n.params), n.outs, loc=n.loc))
             stats["maxpool_grad"] += 1
-        elif n.op.name == "unfold" and len(n.inputs[0].shape) == 4 and _ok(n.inputs[0]):
+        elif n.op.name == "unfold" and id(n) not in windows and len(n.inputs[0].shape) == 4 \
+                and _ok(n.inputs[0]):
             nodes.append(Node(UNFOLD, n.inputs, dict(n.params), n.outs, loc=n.loc))
             stats["unfold"] += 1
         elif n.op.name == "fold" and len(n.inputs[0].shape) == 3 and _ok(n.inputs[0]):
