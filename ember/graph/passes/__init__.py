@@ -20,6 +20,7 @@ from .hfuse import hfuse
 from .layout import layout
 from .pool import pool
 from .rewrite import fold_conv_affine, fuse_linear_act, rewrite
+from .scatter_stack import scatter_stack
 from .simplify import simplify, simplify_fast
 
 #: name -> pass. Passes register here so pipelines can name them.
@@ -31,6 +32,7 @@ PASSES = {
     "linear_act": fuse_linear_act,   # act(x @ w + b) as one node, in place (bitwise exact)
     "conv_affine": fold_conv_affine,  # conv + per-channel affine (eval BatchNorm) -> conv
     "rewrite": rewrite,              # conv_affine then linear_act
+    "scatter_stack": scatter_stack,  # sums of slot scatters (unbind's VJP) -> one stack
     "hfuse": hfuse,                  # sibling matmuls on one x -> one GEMM + slices
     "layout": layout,                # NCHW or NHWC per conv, by a measurement
     "fuse": fuse,                    # elementwise/reduction groups -> generated C kernels
@@ -41,7 +43,7 @@ PASSES = {
 #: The exact pipeline: every pass here is exact, so a compiled training step gives
 #: bitwise eager's results. simplify first (composing permute/reshape chains exposes
 #: duplicates), fold, cse, then fusion on the deduplicated graph, then dce.
-EXACT_PASSES = ["simplify", "fold", "cse", "linear_act", "dce"]
+EXACT_PASSES = ["simplify", "fold", "cse", "scatter_stack", "linear_act", "dce"]
 
 #: The default pipeline of ``ember.compile``: the exact passes, with ``fuse`` (generated
 #: C kernels) in place of ``linear_act``, and ``pool`` (C loops for im2col/col2im and
@@ -50,7 +52,7 @@ EXACT_PASSES = ["simplify", "fold", "cse", "linear_act", "dce"]
 #: the unfused ops (fewer roundings, FMA, double accumulators): results match eager
 #: within the dtype's tolerance, not bitwise. Opt-in (they may change float rounding):
 #: conv_affine, rewrite, hfuse, layout, simplify_fast.
-DEFAULT_PASSES = ["simplify", "fold", "cse", "pool", "fuse", "dce"]
+DEFAULT_PASSES = ["simplify", "fold", "cse", "scatter_stack", "pool", "fuse", "dce"]
 
 
 def register(name: str, fn, default_position: int | None = None) -> None:
