@@ -206,3 +206,29 @@ def test_relu_before_a_max_pool_is_masked_at_the_window_maxima(case, dtype):
     np.testing.assert_array_equal(np.isnan(got[1].numpy()), np.isnan(want[1].numpy()))
     np.testing.assert_allclose(got[1].numpy(), want[1].numpy(), rtol=kk * _eps(dtype),
                                atol=kk * _eps(dtype) * 4)
+
+
+@pytest.mark.parametrize("dtype", [em.float32, em.float64])
+@pytest.mark.parametrize("pool_args", [(2, 2), (3, 3), (2, 1)])
+def test_conv_relu_pool_block_gradients_match_eager(pool_args, dtype):
+    """W2's block: the bias gradient is summed at the pooled size (windows without padding)."""
+    rng = np.random.default_rng(pool_args[0] * 10 + pool_args[1])
+    x = em.tensor(rng.standard_normal((3, 2, 9, 11)), dtype=dtype)
+    w = em.tensor(rng.standard_normal((4, 2, 3, 3)), dtype=dtype)
+    b = em.tensor(rng.standard_normal(4), dtype=dtype)
+
+    def f(x, w, b):
+        x, w, b = (t.detach().requires_grad_(True) for t in (x, w, b))
+        y = F.max_pool2d(F.relu(F.conv2d(x, w, b, padding=1)), *pool_args)
+        grads = em.autograd.grad((y * y).sum(), [x, w, b])
+        return (y.detach(),) + tuple(grads)
+
+    cf = em.compile(f, fullgraph=True)
+    cf(x, w, b)
+    sums = [n for n in cf.graph.nodes if n.op.name == "sum"]
+    if pool_args[0] == pool_args[1]:                   # tiling windows: one sum, pooled
+        assert sums and all(n.inputs[0].numel() < x.shape[0] * 4 * 9 * 11 for n in sums)
+    tol = 50 * 2 * 9 * _eps(dtype)
+    for g, e in zip(cf(x, w, b), f(x, w, b)):
+        ga, ea = g.numpy(), e.numpy()
+        np.testing.assert_allclose(ga, ea, rtol=tol, atol=tol * np.abs(ea).max())

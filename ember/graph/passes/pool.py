@@ -109,8 +109,10 @@ def _maxpool_grads(graph, users, producer, outputs):
 
 
 def _relu_masks(graph, users, producer, outputs, pools, grads):
-    """{id(mul node): (fold node, pool key, gt node, reshape node)} of ``mul(reshape(maxpool_grad), gt(x, 0))``
-    where the max-pool read ``x`` (or a reshape of it): relu's backward after the pool's."""
+    """{id(mul node): (fold node, pool key, gt node, reshape node, [sum nodes])} of
+    ``mul(reshape(maxpool_grad), gt(x, 0))`` where the max-pool read ``x`` (or a reshape of
+    it): relu's backward after the pool's; the sums are per-channel sums of the result (a
+    conv bias's gradient)."""
     by_arg = {a.outs[0].id: key for key, (a, _, _) in pools.items()}
     found = {}
     for fid, s in grads.items():
@@ -140,7 +142,14 @@ def _relu_masks(graph, users, producer, outputs, pools, grads):
         if gt.inputs[0] is not x and not (px is not None and px.op.name == "reshape"
                                           and px.inputs[0] is gt.inputs[0]):
             continue
-        found[id(m)] = (f, key, gt, r)
+        n4, c4 = r.outs[0].shape[:2] if len(r.outs[0].shape) == 4 else (0, 0)
+        # NOTE: only without padding: a padded window's maximum may be a pad cell, whose
+        # gradient maxpool_grad drops (and a channel sum of the pooled values would not)
+        nopad = all(q <= 0 for pr in u.params["padding"] for q in pr)
+        sums = [x for x in users.get(m.outs[0].id, ()) if x.op.name == "sum" and n4 and nopad
+                and tuple(sorted(d % 4 for d in x.params["dim"] or ())) == (0, 2, 3)
+                and x.params.get("dtype") is None and x.outs[0].dtype is m.outs[0].dtype]
+        found[id(m)] = (f, key, gt, r, sums)
     return found
 
 
@@ -157,7 +166,11 @@ def pool(graph: Graph):
     masks = _relu_masks(graph, users, producer, outputs, pools, grads)
     drop = {id(t) for _, t, _ in pools.values() if t is not None}
     drop |= {id(s) for s in grads.values()}
-    drop |= {id(x) for f, _, _, r in masks.values() for x in (f, r)}
+    drop |= {id(x) for f, _, _, r, _ in masks.values() for x in (f, r)}
+    # per-channel sums of a masked max-pool gradient: summed at the pooled size (the
+    # full-size gradient is 0 off the window maxima)
+    chan_sums = {id(x): mid for mid, (*_, sums) in masks.items() for x in sums}
+    pooled = {}
     # the windows only the max-pool read: left for dce, not rewritten
     windows = {id(u) for a, t, u in pools.values()
                if all(x is a or x is t for x in users.get(u.outs[0].id, ()))}
@@ -169,7 +182,8 @@ def pool(graph: Graph):
         return v
     vals = {key: (t.outs[0] if t is not None else new(a.outs[0], u.outs[0].dtype))
             for key, (a, t, u) in pools.items()}
-    nodes, stats = [], {"maxpool": 0, "maxpool_grad": 0, "relu_mask": 0, "unfold": 0,
+    nodes, stats = [], {"maxpool": 0, "maxpool_grad": 0, "relu_mask": 0,
+                        "channel_sum": 0, "unfold": 0,
                         "fold": 0}
     for n in graph.nodes:
         if id(n) in drop:
@@ -183,18 +197,31 @@ def pool(graph: Graph):
             # NOTE: the relu mask read at the window maxima only: ``vals`` holds exactly
             # the input values there, so ``g * (vals > 0)`` scattered equals the mask
             # applied to the scattered gradient (0 elsewhere; inf * 0 = NaN kept).
-            f, key, gt, r = masks[id(n)]
+            f, key, gt, r, _ = masks[id(n)]
             g, arg = grads[id(f)].inputs
             mk = new(g, gt.outs[0].dtype)
             nodes.append(Node(gt.op, (vals[key],) + tuple(gt.inputs[1:]), dict(gt.params),
                               (mk,), gt.ct, loc=n.loc))
             g2 = new(g, n.outs[0].dtype)
             nodes.append(Node(n.op, (g, mk), dict(n.params), (g2,), n.ct, loc=n.loc))
+            pooled[id(n)] = (g2, r)
             dx = new(f.outs[0], f.outs[0].dtype)
             nodes.append(Node(MAXPOOL_GRAD, (g2, arg), dict(f.params), (dx,), loc=n.loc))
             nodes.append(Node(r.op, (dx,), dict(r.params), n.outs, r.ct, loc=n.loc))
             stats["maxpool_grad"] += 1
             stats["relu_mask"] += 1
+        elif id(n) in chan_sums:
+            g2, r = pooled[chan_sums[id(n)]]
+            nb, c = r.outs[0].shape[:2]
+            flat = new(g2, g2.dtype, (nb, c, g2.numel() // (nb * c)))
+            nodes.append(Node(r.op, (g2,), dict(r.params, shape=flat.shape), (flat,), r.ct,
+                              loc=n.loc))
+            tot = new(g2, n.outs[0].dtype, (c,))
+            nodes.append(Node(n.op, (flat,), dict(n.params, dim=(0, 2), keepdim=False),
+                              (tot,), n.ct, loc=n.loc))
+            nodes.append(Node(r.op, (tot,), dict(r.params, shape=n.outs[0].shape), n.outs,
+                              r.ct, loc=n.loc))
+            stats["channel_sum"] += 1
         elif id(n) in grads:
             s = grads[id(n)]
             nodes.append(Node(MAXPOOL_GRAD, tuple(s.inputs), dict(n.params), n.outs, loc=n.loc))
