@@ -18,6 +18,7 @@ from .freeze import freeze
 from .fuse import fuse
 from .hfuse import hfuse
 from .layout import layout
+from .matmul import small_bmm
 from .pool import pool
 from .rewrite import fold_conv_affine, fuse_linear_act, rewrite
 from .scatter_stack import scatter_stack
@@ -33,6 +34,7 @@ PASSES = {
     "conv_affine": fold_conv_affine,  # conv + per-channel affine (eval BatchNorm) -> conv
     "rewrite": rewrite,              # conv_affine then linear_act
     "scatter_stack": scatter_stack,  # sums of slot scatters (unbind's VJP) -> one stack
+    "small_bmm": small_bmm,          # stacks of small matmuls (attention) -> one C loop
     "hfuse": hfuse,                  # sibling matmuls on one x -> one GEMM + slices
     "layout": layout,                # NCHW or NHWC per conv, by a measurement
     "fuse": fuse,                    # elementwise/reduction groups -> generated C kernels
@@ -52,7 +54,8 @@ EXACT_PASSES = ["simplify", "fold", "cse", "scatter_stack", "linear_act", "dce"]
 #: the unfused ops (fewer roundings, FMA, double accumulators): results match eager
 #: within the dtype's tolerance, not bitwise. Opt-in (they may change float rounding):
 #: conv_affine, rewrite, hfuse, layout, simplify_fast.
-DEFAULT_PASSES = ["simplify", "fold", "cse", "scatter_stack", "pool", "fuse", "dce"]
+DEFAULT_PASSES = ["simplify", "fold", "cse", "scatter_stack", "small_bmm", "pool", "fuse",
+                  "dce"]
 
 
 def register(name: str, fn, default_position: int | None = None) -> None:
