@@ -7,13 +7,14 @@ Here each is one pass over the data, parallel over the ``N*C`` image planes on E
 worker pool (:mod:`.pool`):
 
 * ``unfold(x) -> cols``   and ``fold(cols) -> x``   (any kernel/dilation/padding/stride);
-* ``maxpool(x) -> (vals, arg)``: the max of each window and its first maximal position
+* ``maxpool(x[, bias]) -> (vals, arg)``: the max of each window and its first maximal position
   (NumPy's ``argmax``: the first NaN wins, else the first maximum), padding read as
-  ``pad_value`` — what ``take_along_dim(unfold(x), argmax(unfold(x)))`` gives;
+  ``pad_value`` — what ``take_along_dim(unfold(x), argmax(unfold(x)))`` gives; with a
+  per-channel ``bias``, of ``relu(x + bias)`` without storing it;
 * ``maxpool_grad(g, arg) -> dx``: ``fold(scatter_add(g, arg))`` (indices outside the
   window are dropped, like the padding ``fold`` crops).
 
-Geometry is one int64 array ``g = [planes, H, W, kh, kw, dh, dw, sh, sw, pt, pl, oh, ow]``
+Geometry is one int64 array ``g = [planes, H, W, kh, kw, dh, dw, sh, sw, pt, pl, oh, ow, C]``
 (``pt``/``pl``: the top/left padding; bottom/right padding only changes ``oh``/``ow``).
 float32 and float64 only; :func:`kernels` returns None without a C compiler, and callers
 (:mod:`ember.graph.passes.pool`) keep the NumPy primitives then.
@@ -30,7 +31,10 @@ from .runtime import num_threads
 from .toolchain import find_compiler
 
 _HEAD = r"""#include <stdint.h>
+#include <stdlib.h>
 #include <string.h>
+/* relu, as the relu primitive's C expression: NaN passes through */
+#define EMBER_RELU(v) ((v) > 0 || (v) != (v) ? (v) : 0)
 typedef void (*ember_run_fn)(char **, const int64_t *, const int64_t *, int64_t, int64_t);
 void (*ember_parallel_hook)(ember_run_fn, char **, const int64_t *, const int64_t *,
                             int64_t, int64_t, int64_t) = 0;
@@ -163,6 +167,14 @@ static void ember_maxpool_row_S(const T *xp, T *best, int64_t *bi, const int64_t
     }
 }
 
+static const T *ember_relu_plane_S(T *tmp, const T *x, T b, int64_t n) {
+    for (int64_t i = 0; i < n; i++) {
+        const T v = x[i] + b;
+        tmp[i] = EMBER_RELU(v);
+    }
+    return tmp;
+}
+
 /* NOTE: NaN-aware selects (take v if v > best or v is NaN, unless best is NaN) compile to
    unpredictable branches, 8x slower than a plain `v > best`. So each row runs with the
    plain compare (right whenever no NaN is involved) while OR-ing a "saw a NaN" flag, and
@@ -177,6 +189,15 @@ static void ember_maxpool_S_run(char **ptrs, const int64_t *g, const int64_t *st
     const T pad = (T)(*(const double *)ptrs[3]);
     const int64_t L = OH * OW;
     const int padnan = pad != pad;
+    /* optional prologue relu(x + bias[channel]) (the conv block before the pool), computed
+       with the same single rounding as the unfused add; the full-size result is never
+       stored (a plane is, in `tmp`, only for the generic path and NaN rows) */
+    const T *bias = (const T *)ptrs[4];
+    const int64_t C = g[13];
+    T *tmp = bias ? (T *)malloc((size_t)(H * W) * sizeof(T)) : 0;
+    if (bias && !tmp) return;
+#define PLANE(p) (bias ? ember_relu_plane_S(tmp, x + (p) * H * W, bias[(p) % C], H * W) \
+                       : x + (p) * H * W)
     if (KH == 2 && KW == 2 && SH == 2 && SW == 2 && DH == 1 && DW == 1 && PT == 0
             && PL == 0 && 2 * OH <= H && 2 * OW <= W) {
         /* the common 2x2 / stride 2 pool, no padding: one pass, no bounds checks */
@@ -186,9 +207,14 @@ static void ember_maxpool_S_run(char **ptrs, const int64_t *g, const int64_t *st
             T *vp = vals + p * L + oy * OW;
             int64_t *ap = arg + p * L + oy * OW;
             int bad = 0;
+            const T bv = bias ? bias[p % C] : 0;
             for (int64_t ox = 0; ox < OW; ox++) {
-                const T c0 = r0[2 * ox], c1 = r0[2 * ox + 1], c2 = r1[2 * ox],
-                    c3 = r1[2 * ox + 1];
+                T c0 = r0[2 * ox], c1 = r0[2 * ox + 1], c2 = r1[2 * ox], c3 = r1[2 * ox + 1];
+                if (bias) {
+                    c0 = c0 + bv; c1 = c1 + bv; c2 = c2 + bv; c3 = c3 + bv;
+                    c0 = EMBER_RELU(c0); c1 = EMBER_RELU(c1);
+                    c2 = EMBER_RELU(c2); c3 = EMBER_RELU(c3);
+                }
                 T best = c0;
                 int64_t bi = 0;
                 int take = c1 > best;
@@ -201,12 +227,13 @@ static void ember_maxpool_S_run(char **ptrs, const int64_t *g, const int64_t *st
                 vp[ox] = best;
                 ap[ox] = bi;
             }
-            if (bad) ember_maxpool_row_S(x + p * H * W, vp, ap, g, oy, pad);
+            if (bad) ember_maxpool_row_S(PLANE(p), vp, ap, g, oy, pad);
         }
+        free(tmp);
         return;
     }
     for (int64_t p = lo; p < hi; p++) {
-        const T *xp = x + p * H * W;
+        const T *xp = PLANE(p);
         for (int64_t oy = 0; oy < OH; oy++) {
             T *best = vals + p * L + oy * OW;
             int64_t *bi = arg + p * L + oy * OW;
@@ -248,6 +275,8 @@ static void ember_maxpool_S_run(char **ptrs, const int64_t *g, const int64_t *st
             if (bad) ember_maxpool_row_S(xp, best, bi, g, oy, pad);
         }
     }
+    free(tmp);
+#undef PLANE
 }
 
 void ember_maxpool_S(char **ptrs, const int64_t *g, int64_t nthreads) {
@@ -361,18 +390,19 @@ def blocks(size, k, d, pads, s) -> int:
     return (size + pads[0] + pads[1] - d * (k - 1) - 1) // s + 1
 
 
-def geometry(planes, h, w, kernel_size, dilation, padding, stride) -> np.ndarray:
+def geometry(planes, h, w, kernel_size, dilation, padding, stride, channels=1) -> np.ndarray:
     (kh, kw), (dh, dw), (sh, sw) = kernel_size, dilation, stride
     oh, ow = blocks(h, kh, dh, padding[0], sh), blocks(w, kw, dw, padding[1], sw)
     return np.array([planes, h, w, kh, kw, dh, dw, sh, sw, padding[0][0], padding[1][0],
-                     max(oh, 0), max(ow, 0)], np.int64)
+                     max(oh, 0), max(ow, 0), channels], np.int64)
 
 
-def _call(name, dtype, arrays, g, pad=None):
+def _call(name, dtype, arrays, g, pad=None, extra=()):
     fn = _state["fns"][f"{name}_{DTYPES[dtype]}"]
     ptrs = [a.ctypes.data for a in arrays]
     if pad is not None:
         ptrs.append(ctypes.addressof(pad))
+    ptrs.extend(extra)
     fn((ctypes.c_void_p * len(ptrs))(*ptrs), g.ctypes.data, num_threads())
 
 
@@ -402,15 +432,28 @@ def fold(cols, output_size, kernel_size, dilation, padding, stride, out=None):
     return out
 
 
-def maxpool(x, kernel_size, dilation, padding, stride, pad_value):
-    """(vals, arg), each (P, 1, L), of the windows of (P, 1, H, W) ``x``."""
+def maxpool(x, kernel_size, dilation, padding, stride, pad_value, bias=None):
+    """(vals, arg), each (P, 1, L), of the windows of (P, 1, H, W) ``x``.
+
+    With ``bias`` (C values, C dividing P), the windows are those of
+    ``relu(x + bias[plane % C])``: a conv block's bias and relu before its pool.
+    """
     x = np.ascontiguousarray(x)
     p, c, h, w = x.shape
-    g = geometry(p * c, h, w, kernel_size, dilation, padding, stride)
+    extra = [None]
+    nch = 1
+    if bias is not None:
+        bias = np.ascontiguousarray(bias, dtype=x.dtype).reshape(-1)
+        nch = bias.size
+        if nch < 1 or (p * c) % nch:
+            raise ValueError(f"maxpool: bias of {nch} values does not divide the {p * c} "
+                             f"planes of input shape {x.shape}")
+        extra = [bias.ctypes.data]
+    g = geometry(p * c, h, w, kernel_size, dilation, padding, stride, nch)
     shape = (p, c, int(g[11] * g[12]))
     vals, arg = np.empty(shape, x.dtype), np.empty(shape, np.int64)
     if vals.size:
-        _call("maxpool", x.dtype, (x, vals, arg), g, ctypes.c_double(pad_value))
+        _call("maxpool", x.dtype, (x, vals, arg), g, ctypes.c_double(pad_value), extra)
     return vals, arg
 
 

@@ -96,3 +96,25 @@ def test_maxpool_gradient_drops_indices_outside_the_window():
 def test_the_kernels_are_unavailable_without_a_compiler(monkeypatch):
     monkeypatch.setattr(ck, "find_compiler", lambda: None)
     assert not ck.available()
+
+
+@pytest.mark.parametrize("dt", [np.float32, np.float64])
+@pytest.mark.parametrize("case", CASES)
+def test_maxpool_with_a_bias_relu_prologue_matches_relu_then_pool(case, dt):
+    n, c, h, w, k, d, p, s = case
+    rng = np.random.default_rng(hash(case) % 2**32 + 2)
+    x = rng.standard_normal((n, c, h, w)).astype(dt)
+    x.flat[::13] = np.nan
+    b = rng.standard_normal(c).astype(dt)
+    y = np.maximum(x + b.reshape(c, 1, 1), 0).reshape(n * c, 1, h, w)   # add, then relu
+    win = _unfold_kernel(np, y, k, d, p, s, -np.inf)
+    arg = win.argmax(axis=1)[:, None]
+    got_v, got_a = ck.maxpool(x.reshape(n * c, 1, h, w), k, d, p, s, -np.inf, bias=b)
+    np.testing.assert_array_equal(got_a, arg)
+    np.testing.assert_array_equal(got_v, np.take_along_axis(win, arg, axis=1))
+
+
+def test_maxpool_bias_must_divide_the_planes():
+    with pytest.raises(ValueError, match="maxpool: bias of 3 values"):
+        ck.maxpool(np.zeros((4, 1, 2, 2), np.float32), (2, 2), (1, 1), ((0, 0), (0, 0)),
+                   (2, 2), -np.inf, bias=np.zeros(3, np.float32))

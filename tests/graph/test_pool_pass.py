@@ -133,7 +133,8 @@ def test_w2_training_step_matches_the_unpooled_pipeline():
         params[key] = [p.detach().numpy().copy() for p in model.parameters()]
         if key:
             names = _names(cf.graph)
-            assert names.count("maxpool") == 2 and names.count("maxpool_grad") == 2, names
+            assert names.count("maxpool_bias_relu") == 2 and names.count("maxpool_grad") == 2, \
+                names
     tol = 200 * _eps(em.float32)
     np.testing.assert_allclose(losses[True], losses[False], rtol=tol)
     for a, b in zip(params[True], params[False]):
@@ -225,6 +226,12 @@ def test_conv_relu_pool_block_gradients_match_eager(pool_args, dtype):
 
     cf = em.compile(f, fullgraph=True)
     cf(x, w, b)
+    names = _names(cf.graph)
+    # bias + relu run inside the pool: nothing else makes a value of the conv's shape
+    assert "maxpool_bias_relu" in names and "relu" not in names, names
+    conv_shape = (3, 4, 9, 11)
+    made = [n.op.name for n in cf.graph.nodes for o in n.outs if o.shape == conv_shape]
+    assert set(made) <= {"reshape", "maxpool_grad", "fold_c"}, made
     sums = [n for n in cf.graph.nodes if n.op.name == "sum"]
     if pool_args[0] == pool_args[1]:                   # tiling windows: one sum, pooled
         assert sums and all(n.inputs[0].numel() < x.shape[0] * 4 * 9 * 11 for n in sums)

@@ -24,6 +24,7 @@ from __future__ import annotations
 import numpy as np
 
 from ...codegen import conv_kernels as ck
+from ...ops.registry import REGISTRY
 from ..ir import Graph, GraphOp, Node, Var
 
 
@@ -55,7 +56,12 @@ def _run_maxpool_grad(xp, g, arg, *, output_size, kernel_size, dilation, padding
     return ck.maxpool_grad(g, arg, output_size, kernel_size, dilation, padding, stride, out=out)
 
 
+def _run_maxpool_bias_relu(xp, x, b, *, kernel_size, dilation, padding, stride, pad_value):
+    return ck.maxpool(x, kernel_size, dilation, padding, stride, pad_value, bias=b)
+
+
 UNFOLD = _ConvOp("unfold_c", _run_unfold, "out")
+MAXPOOL_BIAS_RELU = _ConvOp("maxpool_bias_relu", _run_maxpool_bias_relu, None)
 FOLD = _ConvOp("fold_c", _run_fold, "out")
 MAXPOOL = _ConvOp("maxpool", _run_maxpool, None)
 MAXPOOL_GRAD = _ConvOp("maxpool_grad", _run_maxpool_grad, "out")
@@ -153,6 +159,41 @@ def _relu_masks(graph, users, producer, outputs, pools, grads):
     return found
 
 
+def _bias_relus(graph, users, producer, outputs, pools, masks):
+    """{pool key: (x, bias)} of max-pools reading ``relu(x + bias)`` (a per-channel bias of
+    shape (C, 1, 1) or (1, C, 1, 1) on 4-D ``x``) that nothing else reads, once the relu
+    masks are moved (:func:`_relu_masks`): the pool computes the prologue itself."""
+    moved = {id(gt) for (_, _, gt, _, _) in masks.values()}
+    mul_of = set(masks)
+    found = {}
+    for key, (a, t, u) in pools.items():
+        xv = u.inputs[0]
+        px = producer.get(xv.id)
+        rv = px.inputs[0] if px is not None and px.op.name == "reshape" else xv
+        relu = producer.get(rv.id)
+        if relu is None or relu.op.name != "relu" or rv.id in outputs:
+            continue
+        readers = users.get(rv.id, ())
+        if not all(r is px or r is u or (id(r) in moved and all(
+                id(m) in mul_of for m in users.get(r.outs[0].id, ()))) for r in readers):
+            continue
+        add = producer.get(relu.inputs[0].id)
+        if add is None or add.op.name != "add" or relu.inputs[0].id in outputs or \
+                len(users.get(relu.inputs[0].id, ())) != 1:
+            continue
+        x, b = add.inputs
+        if x.__class__ is not Var or b.__class__ is not Var or len(x.shape) != 4:
+            continue
+        n, c, h, w = x.shape
+        if (tuple(b.shape) not in ((c, 1, 1), (1, c, 1, 1)) or x.dtype is not b.dtype
+                or add.outs[0].shape != x.shape or add.outs[0].dtype is not x.dtype
+                or add.ct not in (None, x.dtype) or tuple(xv.shape) != (n * c, 1, h, w)
+                or not _ok(x)):
+            continue
+        found[key] = (x, b)
+    return found
+
+
 def pool(graph: Graph):
     """Rewrite max-pools, their gradients and the remaining unfold/fold nodes (see above)."""
     if not ck.available():
@@ -164,6 +205,7 @@ def pool(graph: Graph):
     pools = _maxpools(graph, users, producer)
     grads = _maxpool_grads(graph, users, producer, outputs)
     masks = _relu_masks(graph, users, producer, outputs, pools, grads)
+    prologues = _bias_relus(graph, users, producer, outputs, pools, masks)
     drop = {id(t) for _, t, _ in pools.values() if t is not None}
     drop |= {id(s) for s in grads.values()}
     drop |= {id(x) for f, _, _, r, _ in masks.values() for x in (f, r)}
@@ -183,15 +225,24 @@ def pool(graph: Graph):
     vals = {key: (t.outs[0] if t is not None else new(a.outs[0], u.outs[0].dtype))
             for key, (a, t, u) in pools.items()}
     nodes, stats = [], {"maxpool": 0, "maxpool_grad": 0, "relu_mask": 0,
-                        "channel_sum": 0, "unfold": 0,
+                        "channel_sum": 0, "bias_relu": 0, "unfold": 0,
                         "fold": 0}
     for n in graph.nodes:
         if id(n) in drop:
             continue
         if id(n) in pools:
             a, take, u = pools[id(n)]
-            nodes.append(Node(MAXPOOL, (u.inputs[0],), dict(u.params),
-                              (vals[id(n)], a.outs[0]), loc=n.loc))
+            if id(n) in prologues:
+                x, b = prologues[id(n)]
+                xr = new(x, x.dtype, u.inputs[0].shape)
+                nodes.append(Node(REGISTRY["reshape"], (x,), {"shape": xr.shape}, (xr,),
+                                  loc=n.loc))
+                nodes.append(Node(MAXPOOL_BIAS_RELU, (xr, b), dict(u.params),
+                                  (vals[id(n)], a.outs[0]), loc=n.loc))
+                stats["bias_relu"] += 1
+            else:
+                nodes.append(Node(MAXPOOL, (u.inputs[0],), dict(u.params),
+                                  (vals[id(n)], a.outs[0]), loc=n.loc))
             stats["maxpool"] += 1
         elif id(n) in masks:
             # NOTE: the relu mask read at the window maxima only: ``vals`` holds exactly
