@@ -33,8 +33,9 @@ from .toolchain import find_compiler
 _HEAD = r"""#include <stdint.h>
 #include <stdlib.h>
 #include <string.h>
-/* relu, as the relu primitive's C expression: NaN passes through */
-#define EMBER_RELU(v) ((v) > 0 || (v) != (v) ? (v) : 0)
+/* relu as NumPy's maximum(v, 0): NaN passes through, -0 becomes +0 (the "+ 0").
+   One compare, so it can be a select (`v > 0 || v != v ? v : 0` is two). */
+#define EMBER_RELU(v) (((v) < 0 ? 0 : (v)) + 0)
 typedef void (*ember_run_fn)(char **, const int64_t *, const int64_t *, int64_t, int64_t);
 void (*ember_parallel_hook)(ember_run_fn, char **, const int64_t *, const int64_t *,
                             int64_t, int64_t, int64_t) = 0;
@@ -207,14 +208,21 @@ static void ember_maxpool_S_run(char **ptrs, const int64_t *g, const int64_t *st
             T *vp = vals + p * L + oy * OW;
             int64_t *ap = arg + p * L + oy * OW;
             int bad = 0;
-            const T bv = bias ? bias[p % C] : 0;
-            for (int64_t ox = 0; ox < OW; ox++) {
-                T c0 = r0[2 * ox], c1 = r0[2 * ox + 1], c2 = r1[2 * ox], c3 = r1[2 * ox + 1];
-                if (bias) {
-                    c0 = c0 + bv; c1 = c1 + bv; c2 = c2 + bv; c3 = c3 + bv;
-                    c0 = EMBER_RELU(c0); c1 = EMBER_RELU(c1);
-                    c2 = EMBER_RELU(c2); c3 = EMBER_RELU(c3);
+            if (bias) {
+                /* NOTE: the prologue into a two-row buffer first: inlined into the
+                   compares below, it stops the compiler's if-conversion (15x slower) */
+                const T bv = bias[p % C];
+                for (int64_t i = 0; i < W; i++) {
+                    const T u = r0[i] + bv, v = r1[i] + bv;
+                    tmp[i] = EMBER_RELU(u);
+                    tmp[W + i] = EMBER_RELU(v);
                 }
+                r0 = tmp;
+                r1 = tmp + W;
+            }
+            for (int64_t ox = 0; ox < OW; ox++) {
+                const T c0 = r0[2 * ox], c1 = r0[2 * ox + 1], c2 = r1[2 * ox],
+                    c3 = r1[2 * ox + 1];
                 T best = c0;
                 int64_t bi = 0;
                 int take = c1 > best;

@@ -106,12 +106,17 @@ def test_maxpool_with_a_bias_relu_prologue_matches_relu_then_pool(case, dt):
     x = rng.standard_normal((n, c, h, w)).astype(dt)
     x.flat[::13] = np.nan
     b = rng.standard_normal(c).astype(dt)
+    b[0] = -0.0
+    x[:, 0].flat[::3] = -0.0                              # -0 + -0 = -0: relu makes it +0
+    x[:, 0].flat[1::3] = -1.0
     y = np.maximum(x + b.reshape(c, 1, 1), 0).reshape(n * c, 1, h, w)   # add, then relu
     win = _unfold_kernel(np, y, k, d, p, s, -np.inf)
     arg = win.argmax(axis=1)[:, None]
     got_v, got_a = ck.maxpool(x.reshape(n * c, 1, h, w), k, d, p, s, -np.inf, bias=b)
     np.testing.assert_array_equal(got_a, arg)
-    np.testing.assert_array_equal(got_v, np.take_along_axis(win, arg, axis=1))
+    want_v = np.take_along_axis(win, arg, axis=1)
+    np.testing.assert_array_equal(got_v, want_v)
+    np.testing.assert_array_equal(np.signbit(got_v), np.signbit(want_v))   # relu(-0) = +0
 
 
 def test_maxpool_bias_must_divide_the_planes():
