@@ -91,8 +91,9 @@ static void ember_unfold_S_run(char **ptrs, const int64_t *g, const int64_t *st,
                 }
                 const T *xr = xp + iy * W;
                 for (int64_t ox = 0; ox < a; ox++) r[ox] = pad;
-                if (SW == 1) {
-                    memcpy(r + a, xr + a + off, (size_t)(b - a) * sizeof(T));
+                if (SW == 1) {        /* NOTE: a loop, not memcpy: rows are short (2x) */
+                    const T *xs = xr + off;
+                    for (int64_t ox = a; ox < b; ox++) r[ox] = xs[ox];
                 } else {
                     for (int64_t ox = a; ox < b; ox++) r[ox] = xr[ox * SW + off];
                 }
