@@ -18,7 +18,7 @@ from .freeze import freeze
 from .fuse import fuse
 from .hfuse import hfuse
 from .layout import layout
-from .matmul import small_bmm
+from .matmul import small_bmm, sum_rows
 from .pool import pool
 from .rewrite import fold_conv_affine, fuse_linear_act, rewrite
 from .scatter_stack import scatter_stack
@@ -35,6 +35,7 @@ PASSES = {
     "rewrite": rewrite,              # conv_affine then linear_act
     "scatter_stack": scatter_stack,  # sums of slot scatters (unbind's VJP) -> one stack
     "small_bmm": small_bmm,          # stacks of small matmuls (attention) -> one C loop
+    "sum_rows": sum_rows,            # sums over all leading dims -> one GEMV
     "hfuse": hfuse,                  # sibling matmuls on one x -> one GEMM + slices
     "layout": layout,                # NCHW or NHWC per conv, by a measurement
     "fuse": fuse,                    # elementwise/reduction groups -> generated C kernels
@@ -54,8 +55,8 @@ EXACT_PASSES = ["simplify", "fold", "cse", "scatter_stack", "linear_act", "dce"]
 #: the unfused ops (fewer roundings, FMA, double accumulators): results match eager
 #: within the dtype's tolerance, not bitwise. Opt-in (they may change float rounding):
 #: conv_affine, rewrite, hfuse, layout, simplify_fast.
-DEFAULT_PASSES = ["simplify", "fold", "cse", "scatter_stack", "small_bmm", "pool", "fuse",
-                  "dce"]
+DEFAULT_PASSES = ["simplify", "fold", "cse", "scatter_stack", "small_bmm", "sum_rows", "pool",
+                  "fuse", "dce"]
 
 
 def register(name: str, fn, default_position: int | None = None) -> None:
