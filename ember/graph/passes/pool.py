@@ -14,8 +14,18 @@ strided passes each. This pass rewrites, in a compiled graph:
 * every other ``unfold`` / ``fold`` (the convolutions' im2col and col2im) into the same
   primitive run by a C loop (:mod:`ember.codegen.conv_kernels`).
 
-Values are eager's: ``unfold``, ``maxpool`` and the argmax are bitwise equal; ``fold`` and
-``maxpool_grad`` add the same terms, where windows overlap possibly in another order.
+And around a conv block ``max_pool(relu(conv + bias))`` (runs before ``fuse``, which would
+hide these elementwise ops):
+
+* relu's backward ``mul(dx, gt(relu_out, 0))`` after the pool's scatter becomes
+  ``g * (vals > 0)`` at the pooled size before it (``vals`` are the inputs at the maxima);
+* a per-channel ``sum`` of that gradient (the bias's gradient) sums the pooled values
+  (windows without padding: off the maxima the gradient is 0);
+* the forward ``relu(x + bias)`` read only by the pool is computed inside it
+  (``maxpool_bias_relu``): the full-size activation is never stored.
+
+Values are eager's: ``unfold``, ``maxpool`` and the argmax are bitwise equal; ``fold``,
+``maxpool_grad`` and the channel sums add the same terms, possibly in another order.
 float32/float64 on the CPU only; without a C compiler the pass changes nothing (the
 executor runs the NumPy primitives).
 """
