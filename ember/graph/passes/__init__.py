@@ -54,9 +54,8 @@ EXACT_PASSES = ["simplify", "fold", "cse", "scatter_stack", "linear_act", "dce"]
 #: arithmetic rounds differently from
 #: the unfused ops (fewer roundings, FMA, double accumulators): results match eager
 #: within the dtype's tolerance, not bitwise. Opt-in (they may change float rounding):
-#: conv_affine, rewrite, hfuse, layout, simplify_fast.
-DEFAULT_PASSES = ["simplify", "fold", "cse", "scatter_stack", "small_bmm", "sum_rows", "pool",
-                  "fuse", "dce"]
+#: conv_affine, rewrite, hfuse, layout, simplify_fast, small_bmm.
+DEFAULT_PASSES = ["simplify", "fold", "cse", "scatter_stack", "sum_rows", "pool", "fuse", "dce"]
 
 
 def register(name: str, fn, default_position: int | None = None) -> None:
