@@ -12,10 +12,11 @@ A ``matmul`` node is rewritten when both operands have the same 1 or 2 batch dim
 float dtype (no casts), and ``N``/``K`` fit the kernel (:func:`bmm_kernels.fits`). Sums
 run in another order than BLAS's: float results differ in the last bits. Opt-in
 (``passes=[..., "small_bmm", ...]``), not default: the kernel alone is ~35% faster than
-NumPy's per-matrix BLAS calls on two threads (0.17 vs 0.27 ms for a (16, 4, 64, 64) @ (16, 4, 64, 32) product), but whole W3 steps
-measured the same with and without it (82.9 / 82.5 ms best of 30, interleaved, on a
-loaded 2-core machine): re-measure on a quiet one before making it default. Without a C
-compiler it changes nothing.
+NumPy's per-matrix BLAS calls on two threads (0.17 vs 0.27 ms for a
+(16, 4, 64, 64) @ (16, 4, 64, 32) product), but whole W3 steps measured the same with and
+without it (82.9 / 82.5 ms best of 30, interleaved, on a loaded 2-core machine):
+re-measure on a quiet one before making it default. Without a C compiler it changes
+nothing.
 
 ``sum_rows``: ``x.sum(all dims but the last)`` (a bias's or a LayerNorm weight's gradient
 over ``B*T`` rows) becomes ``ones(rows) @ x.reshape(rows, n)``, one BLAS GEMV: 14 us
