@@ -93,6 +93,22 @@ class GraphOp:
         return f"<graph op {self.name}>"
 
 
+class BufferOp(GraphOp):
+    """A graph op whose result is new memory and which can write it into a given buffer.
+
+    ``run(xp, *arrays, out=None, **params)``. ``accepts_out`` tells the memory planner what
+    ``out=`` may be: ``"out"`` — a dead C-contiguous buffer of the result's size; ``None`` —
+    nothing (several outputs, or a kernel that cannot write into a given buffer).
+    """
+
+    __slots__ = ("accepts_out",)
+    fresh_out = True
+
+    def __init__(self, name: str, run: Callable, accepts_out: str | None = "out"):
+        super().__init__(name, run)
+        self.accepts_out = accepts_out
+
+
 def _run_constant(xp, *, value):
     return value
 

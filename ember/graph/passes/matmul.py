@@ -33,7 +33,7 @@ import math
 import numpy as np
 
 from ...codegen import bmm_kernels
-from ..ir import Graph, GraphOp, Var
+from ..ir import BufferOp, Graph, Var
 from ._util import Rewrite
 
 
@@ -41,15 +41,7 @@ def _run_small_bmm(xp, x, y, out=None):
     return bmm_kernels.bmm(x, y, out=out)
 
 
-class _SmallBmmOp(GraphOp):
-    """New memory; takes ``out=`` (a C-contiguous buffer of the result's shape)."""
-
-    __slots__ = ()
-    fresh_out = True
-    accepts_out = "out"
-
-
-SMALL_BMM = _SmallBmmOp("small_bmm", _run_small_bmm)
+SMALL_BMM = BufferOp("small_bmm", _run_small_bmm)
 
 
 def _fits(n) -> bool:
@@ -104,15 +96,7 @@ def _run_sum_rows(xp, x, out=None):
     return np.matmul(_ones(rows, x.dtype), x.reshape(rows, n), out=out)
 
 
-class _SumRowsOp(GraphOp):
-    """New memory; takes ``out=`` (a contiguous 1-D buffer)."""
-
-    __slots__ = ()
-    fresh_out = True
-    accepts_out = "out"
-
-
-SUM_ROWS = _SumRowsOp("sum_rows", _run_sum_rows)
+SUM_ROWS = BufferOp("sum_rows", _run_sum_rows)
 
 
 def _is_row_sum(n) -> bool:

@@ -35,18 +35,7 @@ import numpy as np
 
 from ...codegen import conv_kernels as ck
 from ...ops.registry import REGISTRY
-from ..ir import Graph, GraphOp, Node, Var
-
-
-class _ConvOp(GraphOp):
-    """A C-loop graph op; single-output ones take ``out=`` (a dead buffer of the same size)."""
-
-    __slots__ = ("accepts_out",)
-    fresh_out = True
-
-    def __init__(self, name, run, accepts_out):
-        super().__init__(name, run)
-        self.accepts_out = accepts_out
+from ..ir import BufferOp, Graph, Node, Var
 
 
 def _run_unfold(xp, x, *, kernel_size, dilation, padding, stride, pad_value, out=None):
@@ -70,11 +59,11 @@ def _run_maxpool_bias_relu(xp, x, b, *, kernel_size, dilation, padding, stride, 
     return ck.maxpool(x, kernel_size, dilation, padding, stride, pad_value, bias=b)
 
 
-UNFOLD = _ConvOp("unfold_c", _run_unfold, "out")
-MAXPOOL_BIAS_RELU = _ConvOp("maxpool_bias_relu", _run_maxpool_bias_relu, None)
-FOLD = _ConvOp("fold_c", _run_fold, "out")
-MAXPOOL = _ConvOp("maxpool", _run_maxpool, None)
-MAXPOOL_GRAD = _ConvOp("maxpool_grad", _run_maxpool_grad, "out")
+UNFOLD = BufferOp("unfold_c", _run_unfold, "out")
+MAXPOOL_BIAS_RELU = BufferOp("maxpool_bias_relu", _run_maxpool_bias_relu, None)
+FOLD = BufferOp("fold_c", _run_fold, "out")
+MAXPOOL = BufferOp("maxpool", _run_maxpool, None)
+MAXPOOL_GRAD = BufferOp("maxpool_grad", _run_maxpool_grad, "out")
 
 _GEOM = ("kernel_size", "dilation", "padding", "stride")
 

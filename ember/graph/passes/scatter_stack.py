@@ -23,7 +23,7 @@ import math
 
 import numpy as np
 
-from ..ir import CONSTANT, Graph, GraphOp, Var
+from ..ir import CONSTANT, BufferOp, Graph, Var
 from ._util import Rewrite
 from .dce import dce
 
@@ -41,15 +41,7 @@ def _run_stack(xp, *grads, slots, full, dims, out=None):
     return out
 
 
-class _StackOp(GraphOp):
-    """The graph op of this pass: new memory, takes ``out=`` (a C-contiguous buffer)."""
-
-    __slots__ = ()
-    fresh_out = True
-    accepts_out = "out"
-
-
-SCATTER_STACK = _StackOp("scatter_stack", _run_stack)
+SCATTER_STACK = BufferOp("scatter_stack", _run_stack)
 
 
 def _slot(graph, n):
