@@ -22,17 +22,11 @@ from opinfo import OPINFOS
 
 sys.path.insert(0, str(Path(__file__).resolve().parents[2] / "bench"))
 from train import WORKLOADS  # noqa: E402
+from compile import train_step  # noqa: E402
 
 
 def _step_for(model, opt):
-    def step(x, y):
-        opt.zero_grad()
-        out = model(x)
-        loss = F.cross_entropy(out.reshape(-1, out.shape[-1]), y.reshape(-1))
-        loss.backward()
-        opt.step()
-        return loss.detach()
-    return step
+    return train_step(em, model, opt)      # the step bench/compile.py times
 
 
 def _run(wl, compiled, steps=4, passes=None):

@@ -13,23 +13,16 @@ import numpy as np
 import pytest
 
 import ember as em
-import ember.nn.functional as F
 from ember import nn
 from ember.graph.memory_plan import plan as plan_graph
 
 sys.path.insert(0, str(Path(__file__).resolve().parents[2] / "bench"))
 from train import WORKLOADS  # noqa: E402
+from compile import train_step  # noqa: E402
 
 
 def _step_for(model, opt):
-    def step(x, y):
-        opt.zero_grad()
-        out = model(x)
-        loss = F.cross_entropy(out.reshape(-1, out.shape[-1]), y.reshape(-1))
-        loss.backward()
-        opt.step()
-        return loss.detach()
-    return step
+    return train_step(em, model, opt)      # the step bench/compile.py times
 
 
 def _measure(call, params=()):
