@@ -24,7 +24,7 @@ from .ir import Graph, Var
 
 class _Step:
     __slots__ = ("kernel", "args", "casts", "params", "outs", "odts", "free", "untrack", "name",
-                 "multi", "buf", "outfn", "reinterp", "count")
+                 "multi", "buf", "bufs", "outfn", "reinterp", "count")
 
 
 #: ``count`` of a step: its outputs alias an input (count nothing) / may be fresh (check).
@@ -35,7 +35,8 @@ class Program:
     """A graph lowered for execution. ``program.run(input_arrays) -> output arrays``.
 
     The program follows its :class:`~ember.graph.memory_plan.MemoryPlan` (``self.plan``):
-    values planned in place or into a dead buffer are computed with ``out=``; every buffer
+    values planned in place or into a dead buffer are computed with ``out=`` (``outs=``
+    for a multi-output kernel writing state into its own arrays); every buffer
     a kernel allocates is reported to the device allocator when it appears and when its
     last reader is done, and the outputs' bytes are handed over (untracked) at the end —
     the tensors wrapping them count them from then on.
@@ -101,7 +102,12 @@ class Program:
             kinds = [mp.kind.get(o.id) for o in n.outs]
             s.count = _NONE if all(k in (ALIAS, CONST, INPLACE, REUSE) for k in kinds) and \
                 getattr(n.op, "view", False) != "maybe" else _CHECK
-            s.buf, s.outfn, s.reinterp = -1, None, None
+            s.buf, s.bufs, s.outfn, s.reinterp = -1, None, None, None
+            if s.multi and INPLACE in kinds:
+                # per output: the donated input array it is written into, or -1 (new)
+                s.bufs = tuple(mp.src[o.id] if k == INPLACE else -1
+                               for o, k in zip(n.outs, kinds))
+                s.count = _CHECK        # an unusable buffer falls back to a new array
             if not s.multi and kinds[0] in (INPLACE, REUSE):
                 o = n.outs[0]
                 s.buf = mp.src[o.id]
@@ -255,6 +261,9 @@ def _exec(s: _Step, vals, own, alloc, xp, free: bool = True):
         else:
             res = s.kernel(xp, *args, **s.params)
             fresh = _CHECK
+    elif s.bufs is not None:
+        outs = [None if b < 0 else _usable(vals[b]) for b in s.bufs]
+        res = s.kernel(xp, *args, outs=outs, **s.params)
     else:
         res = s.kernel(xp, *args, **s.params)
     if s.multi:
@@ -279,6 +288,13 @@ def _exec(s: _Step, vals, own, alloc, xp, free: bool = True):
                     own[f] = 0
         for f in s.free:
             vals[f] = None
+
+
+def _usable(buf):
+    """``buf`` when a kernel may write into it (writeable, C-contiguous), else None."""
+    if buf is not None and buf.flags.writeable and buf.flags.c_contiguous:
+        return buf
+    return None
 
 
 def _casts(n):

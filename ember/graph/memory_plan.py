@@ -7,7 +7,8 @@ A graph's node order is its schedule. The planner walks it once and decides, per
 * ``inplace`` — an elementwise single-ufunc node (or a :class:`~ember.graph.ir.GraphOp`
   with ``accepts_out = "inplace"``) writes into an input that dies at this node, is made by
   this graph, is C-contiguous, has the output's size and dtype, and that no view still
-  reads: no new bytes;
+  reads: no new bytes. Written-back state (``donate``) may also be a graph input, and a
+  multi-output GraphOp with ``accepts_outs = "inplace"`` writes each such output there;
 * ``reuse``   — a node whose kernel takes ``out=`` (those ufuncs, 2-D ``matmul``, GraphOps
   with ``accepts_out``) writes into a dead buffer of the same size class (same byte
   count) instead of allocating — only when holding that buffer until then never raises
@@ -151,6 +152,14 @@ class MemoryPlan:
         return best
 
     @property
+    def donated(self) -> set:
+        """Output var ids computed straight into a graph input's array (written-back
+        state: no new buffer, no copy back)."""
+        ins = {v.id for v in self.graph.inputs}
+        return {v.id for v in self.graph.outputs if self.kind.get(v.id) == INPLACE and
+                self.src.get(v.id) in ins}
+
+    @property
     def reused(self) -> int:
         return sum(1 for k in self.kind.values() if k in (INPLACE, REUSE))
 
@@ -254,6 +263,14 @@ def plan(graph: Graph, *, reuse: bool = True, uncounted=(), saved=(), pinned=(),
             o, x = n.outs[0], donors[n.outs[0].id]
             kind[o.id], group[o.id], src[o.id], strides[o.id] = INPLACE, None, x, strides[x]
             continue
+        if reuse and len(n.outs) > 1 and getattr(op, "accepts_outs", None) == "inplace":
+            # a multi-output kernel (Adam's fused update) writes each written-back output
+            # into its state's array, under the single-output rule (``_donatable``)
+            for o in n.outs:
+                x = donors.get(o.id)
+                if x is not None and _donatable(n, i, x, last, in_root, unsafe, strides):
+                    kind[o.id], group[o.id], src[o.id] = INPLACE, None, x
+                    strides[o.id] = strides[x]
         if mode == "inplace":
             o = n.outs[0]
             for x in n.inputs:
@@ -275,6 +292,8 @@ def plan(graph: Graph, *, reuse: bool = True, uncounted=(), saved=(), pinned=(),
             if o.id in kind:
                 continue
         for o in n.outs:
+            if o.id in kind:
+                continue            # written into a donated input above
             kind[o.id], group[o.id] = FRESH, o.id
             strides[o.id] = _fresh_strides(n, o, strides)
             buffers[o.id] = Buffer(o.id, _nbytes(o), i, o, op.name, n.loc)

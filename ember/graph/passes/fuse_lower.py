@@ -12,7 +12,9 @@ an output of the kernel: full-shape outputs, and per-row outputs for row values.
 for the arrays' strides (layouts are prepared on first sight) and makes one ctypes call
 through :mod:`ember.codegen.launch`. Outputs are new arrays, except that
 single-output kernels take ``out=``, so the executor's memory planner can hand them dead
-buffers (or write in place over a dying input).
+buffers (or write in place over a dying input), and elementwise multi-output kernels take
+``outs=`` (one array or None per output), so state an optimizer step writes back (Adam's
+moments and parameter: one kernel) is computed straight into the state's own arrays.
 """
 from __future__ import annotations
 
@@ -133,9 +135,12 @@ class FusedOp(GraphOp):
     A single-output kernel takes ``out=`` (``accepts_out``), so the executor's memory
     planner may hand it a dead buffer, or the buffer of an input that dies at this node:
     an output element is written only after the same element of every input was read.
+    A multi-output elementwise kernel (every output full-size) takes ``outs=`` for the
+    same reason (``accepts_outs = "inplace"``): the generated loop body loads every input
+    element ``i`` before it stores any output element ``i``.
     """
 
-    __slots__ = ("kernel", "ops", "compiled", "accepts_out")
+    __slots__ = ("kernel", "ops", "compiled", "accepts_out", "accepts_outs")
 
     def __init__(self, lowered: Lowered, compiled):
         name = "fused_reduce" if isinstance(lowered.kernel, ReduceKernel) else "fused"
@@ -146,21 +151,28 @@ class FusedOp(GraphOp):
         single = len(lowered.outs) == 1
         full = single and lowered.outs[0].shape == lowered.group.space
         self.accepts_out = ("inplace" if full else "out") if single else None
+        self.accepts_outs = "inplace" if not single and isinstance(lowered.kernel, Kernel) \
+            and all(v.shape == lowered.group.space for v in lowered.outs) else None
 
     def __repr__(self) -> str:
         return f"<graph op {self.name}: {self.ops}>"
 
 
 def _runner(ck, outs):
-    """The run function of a fused node: ``run(xp, *arrays, out=None) -> array or tuple``."""
+    """The run function of a fused node: ``run(xp, *arrays, out=None, outs=None) -> array
+    or tuple``. ``outs``: per output, a C-contiguous array to write it into, or None."""
     metas = [(v.shape, v.dtype.np) for v in outs]
     prepared: dict = {}
     single = len(metas) == 1
     fast = _launch.launcher() if isinstance(ck, CompiledKernel) else None
     empty = all(int(np.prod(v.shape)) == 0 for v in outs)
 
-    def run(xp, *arrays, out=None, **_params):
-        res = [np.empty(shape, dt) for shape, dt in metas] if out is None else [out]
+    def run(xp, *arrays, out=None, outs=None, **_params):
+        if outs is not None:
+            res = [np.empty(shape, dt) if o is None else o
+                   for o, (shape, dt) in zip(outs, metas)]
+        else:
+            res = [np.empty(shape, dt) for shape, dt in metas] if out is None else [out]
         if not empty:
             key = tuple([a.strides for a in arrays])
             p = prepared.get(key)
