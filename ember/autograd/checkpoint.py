@@ -33,7 +33,7 @@ from ..errors import GraphError
 from ..ops import dispatch as _dispatch
 from ..tensor import Tensor, _alias, _wrap
 from .grad_mode import state, enable_grad, no_grad
-from .graph import Node
+from .graph import EngineOp, Node
 
 __all__ = ["checkpoint", "checkpoint_sequential", "SAVE_MATMUL_CONV"]
 
@@ -234,15 +234,9 @@ def _reuse(op, inputs, params, value):
     return out
 
 
-class _CheckpointOp:
+class _CheckpointOp(EngineOp):
     """What the engine calls for a checkpoint node: the recompute and its local backward."""
 
-    save = None
-    view = False
-    elementwise = False
-    expr = None
-    differentiable = True
-    params: dict = {}
     name = "checkpoint"
 
     def __init__(self, fn, args, kwargs, inputs, rng, saved, out_spec, written):

@@ -28,7 +28,7 @@ import weakref
 from ..errors import GraphError
 from ..tensor import Tensor, _alias, _wrap
 from .grad_mode import state
-from .graph import Node
+from .graph import EngineOp, Node
 
 __all__ = ["Function", "FunctionCtx", "once_differentiable"]
 
@@ -116,15 +116,8 @@ class FunctionCtx:
         self._freed = True
 
 
-class _FunctionOp:
+class _FunctionOp(EngineOp):
     """Adapter making a Function application look like a registry op to the engine."""
-
-    save = None
-    view = False
-    elementwise = False
-    expr = None
-    differentiable = True
-    params: dict = {}
 
     def __init__(self, cls, ctx, in_is_tensor, out_meta):
         self.name = cls.__name__

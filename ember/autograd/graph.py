@@ -54,6 +54,19 @@ def view_grad_fn(x):
     return x._grad_fn
 
 
+class EngineOp:
+    """Base of ops that exist only for the engine (a custom ``Function``'s application, a
+    checkpoint): the attributes it reads from a registry op, with the values such an op has.
+    A subclass provides ``name`` and its own ``vjp``."""
+
+    save = None
+    view = False
+    elementwise = False
+    expr = None
+    differentiable = True
+    params: dict = {}
+
+
 class Node:
     """One recorded op application (``grad_fn``)."""
 
