@@ -248,10 +248,9 @@ class CompiledFunction:
         """Recompute activations so the planned activation peak fits ``memory_budget``."""
         from .remat import fit_budget
         if e.joint is not None:
-            raise NotImplementedError(
-                f"ember.compile({self.name}): memory_budget applies to functions that run "
-                f"their own backward (training steps) for now; this one returns tensors "
-                f"needing gradients (a compiled forward/backward pair)")
+            raise NotImplementedError(f"ember.compile({self.name}): memory_budget applies to "
+                                      f"functions that run their own backward (training steps) "
+                                      f"for now, not to a compiled forward/backward pair")
         t0 = time.perf_counter()
         graph, info = fit_budget(graph, self.memory_budget, **_plan_kw(e, graph))
         rec = info["recomputed"]
