@@ -34,7 +34,7 @@ import weakref
 
 import numpy as np
 
-from .autograd.graph import Node
+from .ops import dispatch as _dispatch
 from .autograd.grad_mode import state
 from .device import get_backend
 from .device.cpu import CountingAllocator
@@ -141,12 +141,7 @@ class _AbstractMode:
             out = self._new(shape, dtype, dev)
         req = any(isinstance(x, Tensor) and x._requires_grad for x in inputs)
         if req and state.grad_enabled and op.differentiable and dtype.is_floating_point:
-            save = op.save
-            out._grad_fn = Node(op, params, inputs, save == "inputs" or save == "both",
-                                out if save == "output" or save == "both" else None)
-            out._requires_grad = True
-            if out._base is not None:
-                out._view_version = out._storage.version
+            _dispatch.record(op, params, inputs, out)
         self._check_peak()
         return out
 

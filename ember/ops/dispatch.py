@@ -133,12 +133,7 @@ def apply(op, inputs, params):
     else:
         out = _wrap(res, out_dt, dev)
     if req and st.grad_enabled and op.differentiable and out_dt.category == _FLOAT:
-        save = op.save
-        out._grad_fn = Node(op, params, inputs, save == "inputs" or save == "both",
-                            out if save == "output" or save == "both" else None)
-        out._requires_grad = True
-        if out._base is not None:
-            out._view_version = out._storage.version
+        record(op, params, inputs, out)
     elif st.inference and not st.grad_enabled:
         out._inference = True
     if st.fw_levels:
@@ -149,6 +144,16 @@ def apply(op, inputs, params):
         check_forward(op, inputs, params, out)
     return out
 
+
+
+def record(op, params, inputs, out) -> None:
+    """Make ``out`` the output of a new autograd node of ``op`` (what the op's VJP saves)."""
+    save = op.save
+    out._grad_fn = Node(op, params, inputs, save == "inputs" or save == "both",
+                        out if save == "output" or save == "both" else None)
+    out._requires_grad = True
+    if out._base is not None:
+        out._view_version = out._storage.version
 
 #: smallest output size ember.codegen.eager.THRESHOLDS lists (configure() keeps it in step;
 #: a test checks the two agree). Below it the fast path is never asked.
