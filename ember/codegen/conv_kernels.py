@@ -14,8 +14,16 @@ worker pool (:mod:`.pool`):
 * ``maxpool_grad(g, arg) -> dx``: ``fold(scatter_add(g, arg))`` (indices outside the
   window are dropped, like the padding ``fold`` crops).
 
-Geometry is one int64 array ``g = [planes, H, W, kh, kw, dh, dw, sh, sw, pt, pl, oh, ow, C]``
-(``pt``/``pl``: the top/left padding; bottom/right padding only changes ``oh``/``ow``).
+Geometry is one int64 array ``g = [planes, H, W, kh, kw, dh, dw, sh, sw, pt, pl, oh, ow, C,
+cf]`` (``pt``/``pl``: the top/left padding; bottom/right padding only changes ``oh``/``ow``;
+``C``: channels, ``cf``: a channel-first layout, below).
+
+Channel-first variants (``channel_first=True``) serve convolutions as single 2-D GEMMs
+(:mod:`ember.graph.passes.conv_gemm`): ``unfold``/``fold`` columns laid out
+(C*kh*kw, N*L) instead of (N, C*kh*kw, L) — ``weight @ cols`` is then one GEMM for the
+whole batch, not N — and ``maxpool`` reading / ``maxpool_grad`` writing the full-size
+planes in (c, n) order (the layout of that GEMM's (Co, N*L) output and of the gradient it
+wants), while the pooled values stay in (n, c) order.
 float32 and float64 only; :func:`kernels` returns None without a C compiler, and callers
 (:mod:`ember.graph.passes.pool`) keep the NumPy primitives then.
 """
@@ -54,6 +62,12 @@ static void ember_cols(int64_t W, int64_t SW, int64_t PL, int64_t j, int64_t DW,
     *lo = a; *hi = b;
 }
 
+/* The plane (image, channel) p = n*C + c (C = g[13]) is stored at this index: p itself,
+   or, with g[14] set, c*N + n (channel-first: all images' planes of channel c together). */
+static inline int64_t ember_plane(int64_t p, const int64_t *g) {
+    return g[14] ? (p % g[13]) * (g[0] / g[13]) + p / g[13] : p;
+}
+
 static void ember_launch_planes(ember_run_fn run, char **ptrs, const int64_t *g,
                                 int64_t nthreads) {
     if (nthreads > 1 && g[0] > 1 && ember_parallel_hook)
@@ -72,13 +86,16 @@ static void ember_unfold_S_run(char **ptrs, const int64_t *g, const int64_t *st,
     const T *x = (const T *)ptrs[0];
     T *out = (T *)ptrs[1];
     const T pad = (T)(*(const double *)ptrs[2]);
-    const int64_t L = OH * OW;
+    const int64_t L = OH * OW, C = g[13], NB = g[0] / C;
+    /* columns (N, C*kh*kw, L), or with g[14] channel-first (C*kh*kw, N, L): one GEMM
+       `weight @ cols` for the whole batch then */
+    const int64_t ts = g[14] ? NB * L : L;
     for (int64_t p = lo; p < hi; p++) {
         const T *xp = x + p * H * W;
-        T *op = out + p * KH * KW * L;
+        T *op = g[14] ? out + ((p % C) * KH * KW * NB + p / C) * L : out + p * KH * KW * L;
         for (int64_t i = 0; i < KH; i++)
         for (int64_t j = 0; j < KW; j++) {
-            T *row = op + (i * KW + j) * L;
+            T *row = op + (i * KW + j) * ts;
             int64_t a, b;
             ember_cols(W, SW, PL, j, DW, OW, &a, &b);
             const int64_t off = j * DW - PL;
@@ -113,14 +130,16 @@ static void ember_fold_S_run(char **ptrs, const int64_t *g, const int64_t *st,
     GEOM;
     const T *cols = (const T *)ptrs[0];
     T *out = (T *)ptrs[1];
-    const int64_t L = OH * OW;
+    const int64_t L = OH * OW, C = g[13], NB = g[0] / C;
+    const int64_t ts = g[14] ? NB * L : L;    /* channel-first columns: as in unfold */
     for (int64_t p = lo; p < hi; p++) {
         T *op = out + p * H * W;
-        const T *cp = cols + p * KH * KW * L;
+        const T *cp = g[14] ? cols + ((p % C) * KH * KW * NB + p / C) * L
+                            : cols + p * KH * KW * L;
         memset(op, 0, (size_t)(H * W) * sizeof(T));
         for (int64_t i = 0; i < KH; i++)
         for (int64_t j = 0; j < KW; j++) {
-            const T *row = cp + (i * KW + j) * L;
+            const T *row = cp + (i * KW + j) * ts;
             int64_t a, b;
             ember_cols(W, SW, PL, j, DW, OW, &a, &b);
             const int64_t off = j * DW - PL;
@@ -198,14 +217,16 @@ static void ember_maxpool_S_run(char **ptrs, const int64_t *g, const int64_t *st
     const int64_t C = g[13];
     T *tmp = bias ? (T *)malloc((size_t)(H * W) * sizeof(T)) : 0;
     if (bias && !tmp) return;
-#define PLANE(p) (bias ? ember_relu_plane_S(tmp, x + (p) * H * W, bias[(p) % C], H * W) \
-                       : x + (p) * H * W)
+    /* with g[14] the input planes are channel-first (a conv's one-GEMM output), the
+       outputs in (n, c) order all the same */
+#define PLANE(p) (bias ? ember_relu_plane_S(tmp, x + ember_plane(p, g) * H * W, bias[(p) % C], \
+                                            H * W) : x + ember_plane(p, g) * H * W)
     if (KH == 2 && KW == 2 && SH == 2 && SW == 2 && DH == 1 && DW == 1 && PT == 0
             && PL == 0 && 2 * OH <= H && 2 * OW <= W) {
         /* the common 2x2 / stride 2 pool, no padding: one pass, no bounds checks */
         for (int64_t p = lo; p < hi; p++)
         for (int64_t oy = 0; oy < OH; oy++) {
-            const T *r0 = x + p * H * W + 2 * oy * W, *r1 = r0 + W;
+            const T *r0 = x + ember_plane(p, g) * H * W + 2 * oy * W, *r1 = r0 + W;
             T *vp = vals + p * L + oy * OW;
             int64_t *ap = arg + p * L + oy * OW;
             int bad = 0;
@@ -299,12 +320,14 @@ static void ember_maxpool_grad_S_run(char **ptrs, const int64_t *g, const int64_
     const int64_t *arg = (const int64_t *)ptrs[1];
     T *out = (T *)ptrs[2];
     const int64_t L = OH * OW, K = KH * KW;
+    /* with g[14] the output planes are written channel-first (for a conv's one-GEMM
+       weight and input gradients), the inputs read in (n, c) order */
     if (SH == KH && SW == KW && DH == 1 && DW == 1 && PT == 0 && PL == 0
             && OH * KH <= H && OW * KW <= W) {
         /* windows tiling the image (a pool with stride == kernel): every pixel is written
            once, the gradient or 0 — one pass instead of zeroing and scattering */
         for (int64_t p = lo; p < hi; p++) {
-            T *op = out + p * H * W;
+            T *op = out + ember_plane(p, g) * H * W;
             const T *gp = gr + p * L;
             const int64_t *ap = arg + p * L;
             for (int64_t oy = 0; oy < OH && KH == 2 && KW == 2; oy++) {
@@ -339,7 +362,7 @@ static void ember_maxpool_grad_S_run(char **ptrs, const int64_t *g, const int64_
         return;
     }
     for (int64_t p = lo; p < hi; p++) {
-        T *op = out + p * H * W;
+        T *op = out + ember_plane(p, g) * H * W;
         const T *gp = gr + p * L;
         const int64_t *ap = arg + p * L;
         memset(op, 0, (size_t)(H * W) * sizeof(T));
@@ -399,11 +422,12 @@ def blocks(size, k, d, pads, s) -> int:
     return (size + pads[0] + pads[1] - d * (k - 1) - 1) // s + 1
 
 
-def geometry(planes, h, w, kernel_size, dilation, padding, stride, channels=1) -> np.ndarray:
+def geometry(planes, h, w, kernel_size, dilation, padding, stride, channels=1,
+             channel_first=False) -> np.ndarray:
     (kh, kw), (dh, dw), (sh, sw) = kernel_size, dilation, stride
     oh, ow = blocks(h, kh, dh, padding[0], sh), blocks(w, kw, dw, padding[1], sw)
     return np.array([planes, h, w, kh, kw, dh, dw, sh, sw, padding[0][0], padding[1][0],
-                     max(oh, 0), max(ow, 0), channels], np.int64)
+                     max(oh, 0), max(ow, 0), max(channels, 1), int(channel_first)], np.int64)
 
 
 def _call(name, dtype, arrays, g, pad=None, extra=()):
@@ -415,50 +439,63 @@ def _call(name, dtype, arrays, g, pad=None, extra=()):
     fn((ctypes.c_void_p * len(ptrs))(*ptrs), g.ctypes.data, num_threads())
 
 
-def unfold(x, kernel_size, dilation, padding, stride, pad_value, out=None):
-    """im2col of (N, C, H, W) ``x`` -> (N, C*kh*kw, oh*ow), like the ``unfold`` primitive."""
+def unfold(x, kernel_size, dilation, padding, stride, pad_value, out=None,
+           channel_first=False):
+    """im2col of (N, C, H, W) ``x`` -> (N, C*kh*kw, oh*ow), like the ``unfold`` primitive;
+    ``channel_first``: the same columns as one (C*kh*kw, N*oh*ow) matrix."""
     x = np.ascontiguousarray(x)
     n, c, h, w = x.shape
-    g = geometry(n * c, h, w, kernel_size, dilation, padding, stride)
+    g = geometry(n * c, h, w, kernel_size, dilation, padding, stride, c, channel_first)
     k = kernel_size[0] * kernel_size[1]
-    shape = (n, c * k, int(g[11] * g[12]))
+    ll = int(g[11] * g[12])
+    shape = (c * k, n * ll) if channel_first else (n, c * k, ll)
     out = np.empty(shape, x.dtype) if out is None else out
     if out.size:
         _call("unfold", x.dtype, (x, out), g, ctypes.c_double(pad_value))
     return out
 
 
-def fold(cols, output_size, kernel_size, dilation, padding, stride, out=None):
-    """col2im of (N, C*kh*kw, L) ``cols`` -> (N, C, H, W), like the ``fold`` primitive."""
+def fold(cols, output_size, kernel_size, dilation, padding, stride, out=None, batch=None):
+    """col2im of (N, C*kh*kw, L) ``cols`` -> (N, C, H, W), like the ``fold`` primitive;
+    with ``batch`` = N, of channel-first (C*kh*kw, N*L) columns (``unfold``'s)."""
     cols = np.ascontiguousarray(cols)
-    n, ck, _ = cols.shape
+    if batch is None:
+        n, ck, _ = cols.shape
+    else:
+        (ck, _), n = cols.shape, batch
     h, w = output_size
     k = kernel_size[0] * kernel_size[1]
-    g = geometry(n * (ck // k), h, w, kernel_size, dilation, padding, stride)
+    g = geometry(n * (ck // k), h, w, kernel_size, dilation, padding, stride, ck // k,
+                 batch is not None)
     out = np.empty((n, ck // k, h, w), cols.dtype) if out is None else out
     if out.size:
         _call("fold", cols.dtype, (cols, out), g)
     return out
 
 
-def maxpool(x, kernel_size, dilation, padding, stride, pad_value, bias=None):
+def maxpool(x, kernel_size, dilation, padding, stride, pad_value, bias=None, channels=None):
     """(vals, arg), each (P, 1, L), of the windows of (P, 1, H, W) ``x``.
 
     With ``bias`` (C values, C dividing P), the windows are those of
-    ``relu(x + bias[plane % C])``: a conv block's bias and relu before its pool.
+    ``relu(x + bias[plane % C])``: a conv block's bias and relu before its pool. With
+    ``channels`` = C, ``x``'s planes are channel-first (plane (n, c) at ``c*N + n``);
+    the outputs' are in (n, c) order.
     """
     x = np.ascontiguousarray(x)
     p, c, h, w = x.shape
     extra = [None]
-    nch = 1
+    nch = 1 if channels is None else channels
     if bias is not None:
         bias = np.ascontiguousarray(bias, dtype=x.dtype).reshape(-1)
+        if channels is not None and bias.size != channels:
+            raise ValueError(f"maxpool: bias of {bias.size} values for {channels} channels")
         nch = bias.size
-        if nch < 1 or (p * c) % nch:
-            raise ValueError(f"maxpool: bias of {nch} values does not divide the {p * c} "
-                             f"planes of input shape {x.shape}")
+    if nch < 1 or (p * c) % nch:
+        raise ValueError(f"maxpool: {nch} channels (bias values) do not divide the {p * c} "
+                         f"planes of input shape {x.shape}")
+    if bias is not None:
         extra = [bias.ctypes.data]
-    g = geometry(p * c, h, w, kernel_size, dilation, padding, stride, nch)
+    g = geometry(p * c, h, w, kernel_size, dilation, padding, stride, nch, channels is not None)
     shape = (p, c, int(g[11] * g[12]))
     vals, arg = np.empty(shape, x.dtype), np.empty(shape, np.int64)
     if vals.size:
@@ -466,13 +503,20 @@ def maxpool(x, kernel_size, dilation, padding, stride, pad_value, bias=None):
     return vals, arg
 
 
-def maxpool_grad(grad, arg, output_size, kernel_size, dilation, padding, stride, out=None):
-    """(P, 1, H, W) ``fold(scatter_add(grad, arg))`` of (P, 1, L) ``grad`` and ``arg``."""
+def maxpool_grad(grad, arg, output_size, kernel_size, dilation, padding, stride, out=None,
+                 channels=None):
+    """(P, 1, H, W) ``fold(scatter_add(grad, arg))`` of (P, 1, L) ``grad`` and ``arg``;
+    with ``channels`` = C, the output planes are written channel-first (plane (n, c) at
+    ``c*N + n``)."""
     grad = np.ascontiguousarray(grad)
     arg = np.ascontiguousarray(arg, dtype=np.int64)
     p, c, _ = grad.shape
     h, w = output_size
-    g = geometry(p * c, h, w, kernel_size, dilation, padding, stride)
+    if channels is not None and (channels < 1 or (p * c) % channels):
+        raise ValueError(f"maxpool_grad: {channels} channels do not divide the {p * c} "
+                         f"planes of gradient shape {grad.shape}")
+    g = geometry(p * c, h, w, kernel_size, dilation, padding, stride,
+                 1 if channels is None else channels, channels is not None)
     out = np.empty((p, c, h, w), grad.dtype) if out is None else out
     if out.size:
         _call("maxpool_grad", grad.dtype, (grad, arg, out), g)

@@ -11,6 +11,7 @@ import time
 
 __all__ = ["PASSES", "DEFAULT_PASSES", "EXACT_PASSES", "register", "run_pipeline", "freeze"]
 
+from .conv_gemm import conv_gemm
 from .cse import cse
 from .dce import dce
 from .fold import fold
@@ -40,6 +41,7 @@ PASSES = {
     "layout": layout,                # NCHW or NHWC per conv, by a measurement
     "fuse": fuse,                    # elementwise/reduction groups -> generated C kernels
     "pool": pool,                    # max-pool fwd/bwd, unfold/fold as C loops
+    "conv_gemm": conv_gemm,          # conv GEMMs over channel-first columns: one GEMM each
     "dce": dce,                      # values no output needs
 }
 
@@ -55,7 +57,8 @@ EXACT_PASSES = ["simplify", "fold", "cse", "scatter_stack", "linear_act", "dce"]
 #: the unfused ops (fewer roundings, FMA, double accumulators): results match eager
 #: within the dtype's tolerance, not bitwise. Opt-in (they may change float rounding):
 #: conv_affine, rewrite, hfuse, layout, simplify_fast, small_bmm.
-DEFAULT_PASSES = ["simplify", "fold", "cse", "scatter_stack", "sum_rows", "pool", "fuse", "dce"]
+DEFAULT_PASSES = ["simplify", "fold", "cse", "scatter_stack", "sum_rows", "pool", "conv_gemm", "fuse",
+                  "dce"]
 
 
 def register(name: str, fn, default_position: int | None = None) -> None:
