@@ -283,3 +283,18 @@ def _matmul(b, node, ins):
 @converts("einsum")
 def _einsum(b, node, ins):
     return _in_ct(b, node, b.op("Einsum", ins, equation=node.params["equation"]))
+
+
+@converts("sdpa")
+def _sdpa(b, node, ins):
+    """The fused attention primitive as MatMul, Mul, an additive causal mask, Softmax, MatMul."""
+    q, k, v = ins
+    nd = node.inputs[1].ndim
+    dt = node.outs[0].dtype
+    kt = b.op("Transpose", [k], perm=list(range(nd - 2)) + [nd - 1, nd - 2])
+    s = b.op("Mul", [b.op("MatMul", [q, kt]), b.scalar(node.params["scale"], dt)])
+    if node.params["is_causal"]:
+        tq, tk = node.inputs[0].shape[-2], node.inputs[1].shape[-2]
+        keep = np.tril(np.ones((tq, tk), bool))
+        s = b.op("Add", [s, b.const(np.where(keep, 0.0, -np.inf).astype(dt.np), "causal")])
+    return b.op("MatMul", [b.op("Softmax", [s], axis=-1), v])

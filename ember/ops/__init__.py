@@ -3,3 +3,4 @@
 Import order matters only in that ``dispatch`` installs itself into the registry.
 """
 from . import registry, dispatch  # noqa: F401
+from . import attention  # noqa: F401,E402 - the fused sdpa primitive (nn.functional uses it)

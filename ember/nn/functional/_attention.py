@@ -10,6 +10,7 @@ import math
 from ... import dtypes as _dt
 from ...errors import DTypeError, ShapeError
 from ...ops.factories import ones, zeros
+from ...ops.attention import sdpa_p
 from ...ops.index import pad
 from ...ops.join import cat
 from ...ops.linalg import addmm, matmul
@@ -94,6 +95,12 @@ def scaled_dot_product_attention(query, key, value, attn_mask=None, dropout_p=0.
     key, value = _check_sdpa(query, key, value, enable_gqa)
     if scale is None:
         scale = 1.0 / math.sqrt(query.shape[-1])
+    if attn_mask is None and dropout_p == 0.0 and query.shape[:-2] == key.shape[:-2] == \
+            value.shape[:-2] and query.dtype is key.dtype is value.dtype and \
+            query.dtype.is_floating_point:
+        # NOTE: the fused primitive (one pass per head, C kernels on CPU); masks, dropout,
+        # broadcast batch dims and mixed dtypes take the composite below
+        return sdpa_p(query, key, value, scale=float(scale), is_causal=bool(is_causal))
     scores = matmul(query * scale, key.transpose(-2, -1))
     scores, dead = _attn_bias(scores, attn_mask, is_causal)
     if dead is not None:

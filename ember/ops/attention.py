@@ -1,0 +1,212 @@
+"""Fused scaled-dot-product attention: the ``sdpa`` primitive and its ``sdpa_grad``.
+
+``sdpa(q, k, v, scale, is_causal) = softmax(q kᵀ * scale [+ causal mask]) v`` for
+q ``(..., Tq, D)``, k ``(..., Tk, D)``, v ``(..., Tk, Dv)`` with equal batch dims. The
+causal mask is PyTorch's top-left aligned ``tril(ones(Tq, Tk))``.
+
+NOTE: a primitive, not a composite of matmul/masked_fill/softmax/matmul, because the
+composite's pieces are each a full pass over the ``(..., Tq, Tk)`` scores plus one BLAS
+call per small matrix; the ``"cpu"`` kernels (``ember/codegen/attention_kernels.py``) do
+the whole forward, and the whole backward, in one pass per head with the scores in L1
+(the W3 GPT's attention: ~16 ms a step as ops). The NumPy kernels are the reference and
+the fallback (no C compiler, other dtypes, CuPy).
+
+Semantics both kernels share: a row's softmax runs over the keys it sees only; masked
+keys take no part in any sum (a NaN/Inf in a masked key or value never reaches the rows
+that do not see it, as in PyTorch's fused CPU kernel); a NaN/Inf score poisons its row.
+``Tk == 0`` gives zeros (the composite's empty softmax times an empty matrix).
+
+Gradients: the VJP calls ``sdpa_grad`` (dq, dk, dv packed into one flat array: a
+primitive has one output) unless grad mode is on during the backward
+(``create_graph=True``): then it recomputes ``P`` with differentiable Ember ops, so
+higher derivatives work. The JVP is in Ember ops.
+"""
+from __future__ import annotations
+
+import math
+
+from .. import config
+from .. import dtypes as _dt
+from ..autograd.grad_mode import state
+from ..errors import DTypeError, ShapeError
+from ..tensor import Tensor
+from . import dispatch
+from .factories import ones
+from .movement import tril  # NOTE: via movement, which loads join (import order)
+from .linalg import matmul
+from .reduce import sum
+from .registry import defop
+from .softmax import softmax
+
+__all__ = ["sdpa"]
+
+_apply = dispatch.apply
+
+
+# ------------------------------------------------------------------ NumPy kernels
+def _mask(xp, tq, tk):
+    return xp.tril(xp.ones((tq, tk), dtype=bool))
+
+
+def _mm(xp, a, b, mask):
+    """``a @ b`` for ``a`` zero outside ``mask``, masked products left out (not 0 * NaN)."""
+    r = xp.matmul(a, b)
+    if mask is None or bool(xp.isfinite(b).all()):
+        return r
+    return xp.where(mask[..., None], a[..., :, :, None] * b[..., None, :, :], 0).sum(-2)
+
+
+def _probs(xp, q, k, scale, mask):
+    s = xp.matmul(q, xp.swapaxes(k, -1, -2)) * q.dtype.type(scale)
+    if mask is not None:
+        s = xp.where(mask, s, -xp.inf)
+    e = xp.exp(s - s.max(-1, keepdims=True))
+    p = e / e.sum(-1, keepdims=True)
+    return p if mask is None else xp.where(mask, p, 0)
+
+
+def _sdpa_np(xp, q, k, v, scale, is_causal):
+    tq, tk = q.shape[-2], k.shape[-2]
+    if tk == 0 or tq == 0:
+        return xp.zeros(q.shape[:-1] + v.shape[-1:], q.dtype)
+    mask = _mask(xp, tq, tk) if is_causal else None
+    return _mm(xp, _probs(xp, q, k, scale, mask), v, mask)
+
+
+def _sdpa_grad_np(xp, g, q, k, v, scale, is_causal):
+    tq, tk = q.shape[-2], k.shape[-2]
+    if tk == 0 or tq == 0:
+        parts = (xp.zeros(q.shape, q.dtype), xp.zeros(k.shape, q.dtype),
+                 xp.zeros(v.shape, q.dtype))
+    else:
+        mask = _mask(xp, tq, tk) if is_causal else None
+        sc = q.dtype.type(scale)
+        p = _probs(xp, q, k, scale, mask)
+        dp = xp.matmul(g, xp.swapaxes(v, -1, -2))
+        if mask is not None:
+            dp = xp.where(mask, dp, 0)
+        ds = p * (dp - (p * dp).sum(-1, keepdims=True))
+        if mask is not None:
+            ds = xp.where(mask, ds, 0)
+        mt = None if mask is None else mask.T
+        parts = (_mm(xp, ds, k, mask) * sc, _mm(xp, xp.swapaxes(ds, -1, -2), q, mt) * sc,
+                 _mm(xp, xp.swapaxes(p, -1, -2), g, mt))
+    return xp.concatenate([a.reshape(-1) for a in parts]).astype(q.dtype, copy=False)
+
+
+def _use_c(*arrays):
+    if not config.EAGER_KERNELS:
+        return None
+    from ..codegen import attention_kernels as ak      # NOTE: codegen sits above ops
+    if not ak.fits(*arrays) or ak.kernels() is None:
+        return None
+    return ak
+
+
+def _sdpa_cpu(xp, q, k, v, scale, is_causal):
+    ak = _use_c(q, k, v)
+    if ak is None:
+        return _sdpa_np(xp, q, k, v, scale, is_causal)
+    return ak.sdpa(q, k, v, scale, is_causal)
+
+
+def _sdpa_grad_cpu(xp, g, q, k, v, scale, is_causal):
+    ak = _use_c(g, q, k, v)
+    if ak is None:
+        return _sdpa_grad_np(xp, g, q, k, v, scale, is_causal)
+    return ak.sdpa_grad(g, q, k, v, scale, is_causal)
+
+
+# ------------------------------------------------------------------ rules
+def _check_shapes(qs, ks, vs, op="sdpa"):
+    ok = len(qs) >= 2 and len(ks) == len(qs) and len(vs) == len(qs) and \
+        tuple(qs[:-2]) == tuple(ks[:-2]) == tuple(vs[:-2]) and qs[-1] == ks[-1] and \
+        ks[-2] == vs[-2]
+    if not ok:
+        raise ShapeError(f"{op}: expected q (..., Tq, D), k (..., Tk, D) and v (..., Tk, Dv) "
+                         f"with the same batch dims; got {tuple(qs)}, {tuple(ks)}, "
+                         f"{tuple(vs)}")
+
+
+def _dtype_rule(*xs, **params):
+    d = xs[0]._dtype
+    if d.category != _dt.FLOAT or any(x._dtype is not d for x in xs):
+        raise DTypeError(f"sdpa: q, k and v must share one floating point dtype; got "
+                         f"{', '.join(x._dtype.name for x in xs)}")
+    return None, d
+
+
+def _grad_shape(gs, qs, ks, vs, scale, is_causal):
+    _check_shapes(qs, ks, vs, "sdpa_grad")
+    return (math.prod(qs[:-2]) * (qs[-2] * qs[-1] + ks[-2] * ks[-1] + vs[-2] * vs[-1]),)
+
+
+def _scores(q, k, scale, is_causal):
+    """Differentiable ``P = softmax(q kᵀ * scale [masked])`` in Ember ops."""
+    s = matmul(q, k.transpose(-2, -1)) * scale
+    if is_causal:
+        keep = tril(ones(q.shape[-2], k.shape[-2], dtype=_dt.bool_, device=q.device))
+        s = s.masked_fill(keep.logical_not(), float("-inf"))
+    if k.shape[-2] == 0:
+        return s
+    return softmax(s, -1)
+
+
+def _sdpa_vjp(g, out, q, k, v, scale, is_causal):
+    if not state.grad_enabled:
+        flat = _apply(sdpa_grad_p, (g, q, k, v), {"scale": scale, "is_causal": is_causal})
+        a = q.numel()
+        b = a + k.numel()
+        return (flat[:a].reshape(q.shape), flat[a:b].reshape(k.shape),
+                flat[b:].reshape(v.shape))
+    # create_graph: the standard formulas in differentiable ops (double backward)
+    p = _scores(q, k, scale, is_causal)
+    dp = matmul(g, v.transpose(-2, -1))
+    ds = p * (dp - sum(p * dp, -1, keepdim=True))
+    return (matmul(ds, k) * scale, matmul(ds.transpose(-2, -1), q) * scale,
+            matmul(p.transpose(-2, -1), g))
+
+
+def _sdpa_jvp(t, out, q, k, v, scale, is_causal):
+    tq, tk, tv = t
+    p = _scores(q, k, scale, is_causal)
+    dsc = (matmul(tq, k.transpose(-2, -1)) + matmul(q, tk.transpose(-2, -1))) * scale
+    dp = p * (dsc - sum(p * dsc, -1, keepdim=True))
+    return matmul(dp, v) + matmul(p, tv)
+
+
+sdpa_p = defop(
+    "sdpa", nin=3, params={"scale": 1.0, "is_causal": False}, dtype=_dtype_rule,
+    kernels={"xp": _sdpa_np, "cpu": _sdpa_cpu}, save="inputs",
+    check=lambda q, k, v, **p: _check_shapes(q.shape, k.shape, v.shape),
+    shape=lambda qs, ks, vs, scale, is_causal: (_check_shapes(qs, ks, vs),
+                                                tuple(qs[:-1]) + (vs[-1],))[1],
+    vjp=_sdpa_vjp, jvp=_sdpa_jvp,
+    doc="softmax(q kᵀ * scale [causal]) v over (..., T, D) heads")
+
+sdpa_grad_p = defop(
+    "sdpa_grad", nin=4, params={"scale": 1.0, "is_causal": False}, dtype=_dtype_rule,
+    kernels={"xp": _sdpa_grad_np, "cpu": _sdpa_grad_cpu}, save=None, differentiable=False,
+    check=lambda g, q, k, v, **p: _check_shapes(q.shape, k.shape, v.shape, "sdpa_grad"),
+    shape=_grad_shape,
+    doc="dq | dk | dv of sdpa, flattened and concatenated (one output)")
+
+
+def sdpa(q, k, v, scale=None, is_causal=False) -> Tensor:
+    """Fused ``softmax(q kᵀ * scale) v`` (top-left causal mask with ``is_causal``).
+
+    ``scale`` defaults to ``1 / sqrt(D)``. No attention mask, no dropout: see
+    ``ember.nn.functional.scaled_dot_product_attention`` for those.
+
+    Example:
+        >>> q = ember.randn(2, 4, 8)
+        >>> ember.ops.attention.sdpa(q, q, q, is_causal=True).shape
+        ember.Size([2, 4, 8])
+    """
+    for name, x in (("q", q), ("k", k), ("v", v)):
+        if not isinstance(x, Tensor):
+            raise TypeError(f"sdpa: {name} must be a Tensor, got {type(x).__name__}")
+    _check_shapes(q.shape, k.shape, v.shape)
+    if scale is None:
+        scale = 1.0 / math.sqrt(q.shape[-1]) if q.shape[-1] else 1.0
+    return _apply(sdpa_p, (q, k, v), {"scale": float(scale), "is_causal": bool(is_causal)})
