@@ -1,0 +1,227 @@
+"""The fused attention primitive ``sdpa`` / ``sdpa_grad``: forward vs NumPy, gradients
+(first and second order, forward mode), the C kernels vs the NumPy kernels (and without a
+compiler), NaN/Inf, errors, ``ember.compile`` and ONNX."""
+from __future__ import annotations
+
+import numpy as np
+import pytest
+
+import ember as em
+import ember.nn.functional as F
+from ember import config
+from ember.autograd.gradcheck import gradcheck, gradgradcheck
+from ember.codegen import attention_kernels as ak
+from ember.errors import DTypeError, ShapeError
+from ember.ops import attention as A
+from ember.ops.attention import sdpa
+
+from opinfo.misc import ref_sdpa
+
+TOL = {np.float32: dict(atol=2e-6, rtol=2e-5), np.float64: dict(atol=1e-12, rtol=1e-10)}
+needs_cc = pytest.mark.skipif(not ak.available(), reason="no C compiler: the fallback "
+                              "test covers this machine")
+
+
+def _qkv(rng, b, tq, tk, d, dv, dtype):
+    return tuple(rng.standard_normal(s).astype(dtype) for s in
+                 (b + (tq, d), b + (tk, d), b + (tk, dv)))
+
+
+def _ref_grads(g, q, k, v, scale, causal):
+    """dq, dk, dv of the reference in float64 (the textbook formulas)."""
+    q, k, v, g = (x.astype(np.float64) for x in (q, k, v, g))
+    s = q @ np.swapaxes(k, -1, -2) * scale
+    if causal:
+        s = np.where(np.tril(np.ones(s.shape[-2:], bool)), s, -np.inf)
+    p = np.exp(s - s.max(-1, keepdims=True))
+    p /= p.sum(-1, keepdims=True)
+    dp = g @ np.swapaxes(v, -1, -2)
+    ds = p * (dp - (p * dp).sum(-1, keepdims=True))
+    return ds @ k * scale, np.swapaxes(ds, -1, -2) @ q * scale, np.swapaxes(p, -1, -2) @ g
+
+
+SHAPES = [((), 4, 4, 3, 3), ((3,), 5, 7, 3, 4), ((2, 3), 7, 5, 5, 2), ((2, 1, 3), 9, 6, 5, 3),
+          ((2, 4), 64, 64, 32, 32), ((1,), 13, 17, 7, 11), ((2,), 1, 1, 1, 1)]
+
+
+@pytest.mark.parametrize("dtype", [np.float32, np.float64])
+@pytest.mark.parametrize("causal", [False, True])
+@pytest.mark.parametrize("shape", SHAPES, ids=str)
+def test_forward_and_backward_match_numpy(shape, causal, dtype):
+    rng = np.random.default_rng(0)
+    q, k, v = _qkv(rng, *shape, dtype)
+    ts = [em.from_numpy(x.copy()).requires_grad_() for x in (q, k, v)]
+    out = sdpa(*ts, scale=0.4, is_causal=causal)
+    assert out.dtype.np == dtype and tuple(out.shape) == shape[0] + (shape[1], shape[4])
+    np.testing.assert_allclose(out.detach().numpy(), ref_sdpa(q, k, v, 0.4, causal),
+                               **TOL[dtype])
+    g = rng.standard_normal(out.shape).astype(dtype)
+    out.backward(em.from_numpy(g))
+    for t, r in zip(ts, _ref_grads(g, q, k, v, 0.4, causal)):
+        assert t.grad.shape == t.shape
+        np.testing.assert_allclose(t.grad.numpy(), r, atol=TOL[dtype]["atol"] * 10,
+                                   rtol=TOL[dtype]["rtol"] * 10)
+
+
+@pytest.mark.parametrize("causal", [False, True])
+def test_permuted_views_like_a_gpt(causal):
+    """q, k, v as the (B, H, T, hd) views of one packed qkv projection (no copies)."""
+    rng = np.random.default_rng(1)
+    B, T, H, hd = 3, 10, 2, 4
+    qkv = em.tensor(rng.standard_normal((B, T, 3 * H * hd)), requires_grad=True)
+    q, k, v = qkv.view(B, T, 3, H, hd).permute(2, 0, 3, 1, 4).unbind(0)
+    assert not q.is_contiguous()
+    out = F.scaled_dot_product_attention(q, k, v, is_causal=causal)
+    assert out.grad_fn.op.name == "sdpa"
+    ref = ref_sdpa(*(x.detach().numpy() for x in (q, k, v)), is_causal=causal)
+    np.testing.assert_allclose(out.detach().numpy(), ref, atol=1e-12)
+    # the composite (a mask instead of the flag) agrees, gradients included
+    keep = em.ones(T, T, dtype=em.bool).tril() if causal else em.ones(T, T, dtype=em.bool)
+    (g1,) = em.autograd.grad(out.square().sum(), qkv)
+    comp = F.scaled_dot_product_attention(q, k, v, attn_mask=keep)
+    (g2,) = em.autograd.grad(comp.square().sum(), qkv)
+    np.testing.assert_allclose(g1.numpy(), g2.numpy(), atol=1e-12)
+
+
+@pytest.mark.parametrize("causal", [False, True])
+def test_gradcheck_gradgradcheck_and_forward_mode(causal):
+    rng = np.random.default_rng(2)
+    args = tuple(em.tensor(x, requires_grad=True) for x in
+                 _qkv(rng, (2,), 4, 5, 3, 2, np.float64))
+    f = lambda q, k, v: sdpa(q, k, v, scale=0.8, is_causal=causal)   # noqa: E731
+    assert gradcheck(f, args, check_forward_ad=True)
+    assert gradgradcheck(f, args)
+
+
+def test_create_graph_uses_differentiable_ops_else_sdpa_grad():
+    rng = np.random.default_rng(3)
+    q, k, v = (em.tensor(x, requires_grad=True) for x in _qkv(rng, (2,), 3, 3, 2, 2,
+                                                                 np.float64))
+    out = sdpa(q, k, v, is_causal=True).sum()
+    gq, = em.autograd.grad(out, q, create_graph=True)
+    assert gq.requires_grad                      # differentiable: double backward works
+    gq2, = em.autograd.grad(sdpa(q, k, v, is_causal=True).sum(), q)
+    assert not gq2.requires_grad
+    np.testing.assert_allclose(gq.detach().numpy(), gq2.numpy(), atol=1e-14)
+
+
+@needs_cc
+@pytest.mark.parametrize("dtype", [np.float32, np.float64])
+@pytest.mark.parametrize("causal", [False, True])
+def test_c_kernels_match_numpy_kernels(causal, dtype):
+    rng = np.random.default_rng(4)
+    for shape in SHAPES + [((16, 4), 64, 64, 32, 32), ((2,), 3, 70, 9, 5)]:
+        q, k, v = _qkv(rng, *shape, dtype)
+        q = np.asfortranarray(q)                  # any strides
+        g = rng.standard_normal(shape[0] + (shape[1], shape[4])).astype(dtype)
+        np.testing.assert_allclose(ak.sdpa(q, k, v, 0.3, causal),
+                                   A._sdpa_np(np, q, k, v, 0.3, causal), **TOL[dtype])
+        np.testing.assert_allclose(ak.sdpa_grad(g, q, k, v, 0.3, causal),
+                                   A._sdpa_grad_np(np, g, q, k, v, 0.3, causal),
+                                   atol=TOL[dtype]["atol"] * 10, rtol=TOL[dtype]["rtol"] * 10)
+
+
+def test_without_a_compiler_the_numpy_kernels_run(monkeypatch):
+    monkeypatch.setattr(ak, "find_compiler", lambda: None)
+    monkeypatch.setattr(ak, "_state", {})
+    assert ak.kernels() is None and not ak.available()
+    rng = np.random.default_rng(5)
+    q, k, v = _qkv(rng, (2, 2), 6, 6, 4, 4, np.float32)
+    ts = [em.from_numpy(x).requires_grad_() for x in (q, k, v)]
+    out = sdpa(*ts, is_causal=True)
+    np.testing.assert_array_equal(out.detach().numpy(),
+                                  A._sdpa_np(np, q, k, v, 0.5, True))
+    out.sum().backward()
+    np.testing.assert_allclose(ts[0].grad.numpy(), _ref_grads(
+        np.ones(out.shape), q, k, v, 0.5, True)[0], atol=1e-5)
+
+
+def test_eager_kernels_off_runs_numpy():
+    rng = np.random.default_rng(6)
+    q, k, v = _qkv(rng, (2,), 5, 5, 4, 4, np.float32)
+    prev = config.set_eager_kernels(False)
+    try:
+        out = sdpa(em.from_numpy(q), em.from_numpy(k), em.from_numpy(v), is_causal=True)
+    finally:
+        config.set_eager_kernels(prev)
+    np.testing.assert_array_equal(out.numpy(), A._sdpa_np(np, q, k, v, 0.5, True))
+
+
+def _poison(rng, dtype, where, value):
+    q, k, v = _qkv(rng, (2,), 6, 6, 4, 3, dtype)
+    {"q": q, "k": k, "v": v}[where][1, 3, 1] = value
+    return q, k, v
+
+
+@pytest.mark.parametrize("dtype", [np.float32, np.float64])
+@pytest.mark.parametrize("where", ["q", "k", "v"])
+@pytest.mark.parametrize("value", [np.nan, np.inf, -np.inf])
+@pytest.mark.parametrize("causal", [False, True])
+def test_nan_inf_propagate_like_the_numpy_kernel(causal, value, where, dtype):
+    rng = np.random.default_rng(7)
+    q, k, v = _poison(rng, dtype, where, value)
+    g = rng.standard_normal((2, 6, 3)).astype(dtype)
+    ref = A._sdpa_np(np, q, k, v, 0.5, causal)
+    ref_g = A._sdpa_grad_np(np, g, q, k, v, 0.5, causal)
+    got = sdpa(*(em.from_numpy(x) for x in (q, k, v)), is_causal=causal).numpy()
+    np.testing.assert_allclose(got, ref, equal_nan=True, **TOL[dtype])
+    got_g = A._sdpa_grad_cpu(np, g, q, k, v, 0.5, causal)
+    np.testing.assert_allclose(got_g, ref_g, equal_nan=True, atol=TOL[dtype]["atol"] * 10,
+                               rtol=TOL[dtype]["rtol"] * 10)
+    if causal and where in "kv":
+        # key/value row 3 is masked for query rows 0..2: they stay finite
+        assert np.isfinite(got[1, :3]).all() and not np.isfinite(got[1, 3:]).all()
+    if where == "q":
+        assert not np.isfinite(got[1, 3]).all() and np.isfinite(np.delete(got, 3, 1)).all()
+
+
+def test_bad_inputs_give_clear_errors():
+    x = em.randn(2, 4, 3)
+    with pytest.raises(DTypeError, match="sdpa: q, k and v must share one floating"):
+        sdpa(x, x.double(), x)
+    with pytest.raises(DTypeError, match="sdpa"):
+        sdpa(*(em.ones(2, 3, 3, dtype=em.int64),) * 3)
+    with pytest.raises(ShapeError, match=r"sdpa: expected q \(\.\.\., Tq, D\).*\(2, 4, 3\)"):
+        sdpa(x, em.randn(2, 4, 5), x)
+    with pytest.raises(ShapeError, match="same batch dims"):
+        sdpa(x, em.randn(3, 4, 3), em.randn(3, 4, 3))
+    with pytest.raises(TypeError, match="sdpa: k must be a Tensor"):
+        sdpa(x, np.ones((2, 4, 3)), x)
+
+
+def test_compiled_step_matches_eager():
+    em.manual_seed(0)
+    qkv = em.nn.Linear(8, 24)
+    x = em.randn(3, 6, 8)
+
+    def step(x):
+        q, k, v = qkv(x).view(3, 6, 3, 2, 4).permute(2, 0, 3, 1, 4).unbind(0)
+        loss = F.scaled_dot_product_attention(q, k, v, is_causal=True).square().sum()
+        loss.backward()
+        return loss.detach()
+
+    ref = step(x).item()
+    ref_g = qkv.weight.grad.numpy().copy()
+    compiled = em.compile(step)
+    for _ in range(3):
+        qkv.zero_grad(set_to_none=False)      # grads exist: one signature, one graph
+        got = compiled(x)
+    assert {"sdpa", "sdpa_grad"} <= {n.op.name for n in compiled.graphs()[0].nodes}
+    np.testing.assert_allclose(got.item(), ref, rtol=1e-5)
+    np.testing.assert_allclose(qkv.weight.grad.numpy(), ref_g, rtol=1e-4, atol=1e-5)
+
+
+def test_onnx_export_of_the_fused_op():
+    pytest.importorskip("onnx")
+    ort = pytest.importorskip("onnxruntime")
+    import ember.onnx
+
+    def f(q, k, v):
+        return sdpa(q, k, v, is_causal=True) + sdpa(q, k, v, scale=0.3)
+
+    args = [em.randn(2, 3, 5, 4) for _ in range(3)]
+    m = ember.onnx.export(f, tuple(args))
+    assert "Softmax" in {n.op_type for n in m.graph.node}
+    sess = ort.InferenceSession(m.SerializeToString(), providers=["CPUExecutionProvider"])
+    got = sess.run(None, {f"input{i}": a.numpy() for i, a in enumerate(args)})[0]
+    np.testing.assert_allclose(got, f(*args).numpy(), atol=1e-5, rtol=1e-5)
