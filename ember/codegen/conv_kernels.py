@@ -491,8 +491,9 @@ def maxpool(x, kernel_size, dilation, padding, stride, pad_value, bias=None, cha
             raise ValueError(f"maxpool: bias of {bias.size} values for {channels} channels")
         nch = bias.size
     if nch < 1 or (p * c) % nch:
-        raise ValueError(f"maxpool: {nch} channels (bias values) do not divide the {p * c} "
-                         f"planes of input shape {x.shape}")
+        what = f"bias of {nch} values does" if bias is not None else f"{nch} channels do"
+        raise ValueError(f"maxpool: {what} not divide the {p * c} planes of input shape "
+                         f"{x.shape}")
     if bias is not None:
         extra = [bias.ctypes.data]
     g = geometry(p * c, h, w, kernel_size, dilation, padding, stride, nch, channels is not None)

@@ -124,3 +124,69 @@ def test_maxpool_bias_must_divide_the_planes():
     with pytest.raises(ValueError, match="maxpool: bias of 3 values"):
         ck.maxpool(np.zeros((4, 1, 2, 2), np.float32), (2, 2), (1, 1), ((0, 0), (0, 0)),
                    (2, 2), -np.inf, bias=np.zeros(3, np.float32))
+
+
+def _cf(a, n, c):
+    """(N*C, ...) planes in (n, c) order -> the same planes in (c, n) order."""
+    return np.ascontiguousarray(a.reshape((n, c) + a.shape[1:]).swapaxes(0, 1)).reshape(a.shape)
+
+
+@pytest.mark.parametrize("dt", [np.float32, np.float64])
+@pytest.mark.parametrize("case", CASES + [(0, 3, 5, 4, (3, 3), (1, 1), ((1, 1), (1, 1)), (1, 1))])
+def test_channel_first_unfold_and_fold_match_the_numpy_primitives(case, dt):
+    """Columns (C*K, N*L): the (N, C*K, L) primitive's with the batch moved inside."""
+    n, c, h, w, k, d, p, s = case
+    rng = np.random.default_rng(hash(case) % 2**32 + 3)
+    x = rng.standard_normal((n, c, h, w)).astype(dt)
+    ref = _unfold_kernel(np, x, k, d, p, s, -7.5)
+    ck_, ll = ref.shape[1:]
+    want = ref.transpose(1, 0, 2).reshape(ck_, n * ll)
+    got = ck.unfold(x, k, d, p, s, -7.5, channel_first=True)
+    assert got.shape == want.shape and got.dtype == want.dtype
+    np.testing.assert_array_equal(got, want)
+    out = np.full(want.shape, np.nan, dt)               # out= is written whole
+    assert ck.unfold(x, k, d, p, s, -7.5, out=out, channel_first=True) is out
+    np.testing.assert_array_equal(out, want)
+    cols = rng.standard_normal(ref.shape).astype(dt)
+    want = _fold_kernel(np, cols, (h, w), k, d, p, s)
+    cols_t = np.ascontiguousarray(cols.transpose(1, 0, 2)).reshape(ck_, n * ll)
+    got = ck.fold(cols_t, (h, w), k, d, p, s, batch=n)
+    assert got.shape == want.shape and got.dtype == want.dtype
+    np.testing.assert_allclose(got, want, rtol=k[0] * k[1] * _eps(dt), atol=k[0] * k[1] *
+                               _eps(dt) * np.abs(cols).max(initial=1.0))
+
+
+@pytest.mark.parametrize("dt", [np.float32, np.float64])
+@pytest.mark.parametrize("case", CASES)
+@pytest.mark.parametrize("with_bias", [False, True])
+def test_channel_first_maxpool_and_gradient_match_the_plane_order_kernels(case, dt, with_bias):
+    """Reading (c, n)-ordered planes gives the (n, c)-ordered kernel's outputs bitwise;
+    the gradient written channel-first is the (n, c)-ordered one, planes permuted."""
+    n, c, h, w, k, d, p, s = case
+    rng = np.random.default_rng(hash(case) % 2**32 + 4)
+    x = rng.standard_normal((n * c, 1, h, w)).astype(dt)
+    x[rng.random(x.shape) < 0.05] = np.nan               # the exact (NaN) row path too
+    x[rng.random(x.shape) < 0.2] = 0.5
+    b = rng.standard_normal(c).astype(dt) if with_bias else None
+    want_v, want_a = ck.maxpool(x, k, d, p, s, -np.inf, bias=b)
+    got_v, got_a = ck.maxpool(_cf(x, n, c), k, d, p, s, -np.inf, bias=b, channels=c)
+    np.testing.assert_array_equal(got_a, want_a)
+    np.testing.assert_array_equal(got_v, want_v)
+    g = rng.standard_normal(want_v.shape).astype(dt)
+    want = ck.maxpool_grad(g, want_a, (h, w), k, d, p, s)
+    out = np.full(want.shape, np.nan, dt)
+    got = ck.maxpool_grad(g, want_a, (h, w), k, d, p, s, out=out, channels=c)
+    assert got is out
+    np.testing.assert_array_equal(got, _cf(want, n, c))
+
+
+def test_channel_first_kernels_check_the_channel_count():
+    x = np.zeros((6, 1, 4, 4), np.float32)
+    geo = ((2, 2), (1, 1), ((0, 0), (0, 0)), (2, 2))
+    with pytest.raises(ValueError, match="maxpool: 4 channels do not divide the 6 planes"):
+        ck.maxpool(x, *geo, -np.inf, channels=4)
+    with pytest.raises(ValueError, match="maxpool: bias of 2 values for 3 channels"):
+        ck.maxpool(x, *geo, -np.inf, bias=np.zeros(2, np.float32), channels=3)
+    with pytest.raises(ValueError, match="maxpool_grad: 4 channels do not divide the 6"):
+        ck.maxpool_grad(np.zeros((6, 1, 4), np.float32), np.zeros((6, 1, 4), np.int64),
+                        (4, 4), *geo, channels=4)
