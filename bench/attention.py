@@ -1,0 +1,113 @@
+"""Attention forward and forward+backward: Ember's fused ``sdpa`` vs the composite vs NumPy
+vs PyTorch, on the W3 GPT's heads ((16, 4, 64, 32), causal, float32; q, k, v as the
+permuted views of one packed projection, like the model makes them).
+
+* ``ember``      ``F.scaled_dot_product_attention(q, k, v, is_causal=True)``: the primitive
+                 (C kernels: one pass per head, forward and backward),
+* ``composite``  the same call with an explicit causal bool mask: Ember's old path
+                 (matmul, masked_fill, softmax, matmul and their backward rules),
+* ``numpy``      the primitive's NumPy kernels called directly (what runs without a
+                 compiler),
+* ``torch``      ``torch.nn.functional.scaled_dot_product_attention`` (its fused CPU
+                 flash attention), 2 threads.
+
+Round-robin medians in one process (``bench/eager.py``'s timer); ratios vs torch.
+
+Run:
+    .venv/bin/python bench/attention.py [--shape 16,4,64,32] [--no-torch]
+"""
+from __future__ import annotations
+
+import argparse
+import sys
+from pathlib import Path
+
+import numpy as np
+
+sys.path.insert(0, str(Path(__file__).resolve().parent))
+sys.path.insert(0, str(Path(__file__).resolve().parents[1]))
+import ember as em  # noqa: E402
+import ember.nn.functional as F  # noqa: E402
+from ember.ops import attention as A  # noqa: E402
+from eager import compare  # noqa: E402 - round-robin timer
+
+try:
+    import torch
+    torch.set_num_threads(2)
+except ImportError:      # pragma: no cover
+    torch = None
+
+
+def cases(B, H, T, D, with_torch=True):
+    rng = np.random.default_rng(0)
+    packed = rng.standard_normal((B, T, 3, H, D)).astype(np.float32)
+    scale = 1.0 / np.sqrt(D)
+    grad = rng.standard_normal((B, H, T, D)).astype(np.float32)
+
+    def ember_views():
+        x = em.tensor(packed, requires_grad=True)
+        return x, x.permute(2, 0, 3, 1, 4).unbind(0)
+
+    x, (q, k, v) = ember_views()
+    mask = em.ones(T, T, dtype=em.bool).tril()
+    g = em.tensor(grad)
+    nq, nk, nv = (packed.transpose(2, 0, 3, 1, 4)[i] for i in range(3))
+
+    def e_fwd():
+        with em.no_grad():
+            return F.scaled_dot_product_attention(q, k, v, is_causal=True)
+
+    def e_bwd():
+        F.scaled_dot_product_attention(q, k, v, is_causal=True).backward(g)
+        x.grad = None
+
+    def c_fwd():
+        with em.no_grad():
+            return F.scaled_dot_product_attention(q, k, v, attn_mask=mask)
+
+    def c_bwd():
+        F.scaled_dot_product_attention(q, k, v, attn_mask=mask).backward(g)
+        x.grad = None
+
+    fwd = {"ember": e_fwd, "composite": c_fwd,
+           "numpy": lambda: A._sdpa_np(np, nq, nk, nv, scale, True)}
+    bwd = {"ember": e_bwd, "composite": c_bwd,
+           "numpy": lambda: (A._sdpa_np(np, nq, nk, nv, scale, True),
+                             A._sdpa_grad_np(np, grad, nq, nk, nv, scale, True))}
+    if torch is not None and with_torch:
+        tx = torch.tensor(packed, requires_grad=True)
+        tq, tk, tv = tx.permute(2, 0, 3, 1, 4).unbind(0)
+        tg = torch.tensor(grad)
+
+        def t_fwd():
+            with torch.no_grad():
+                return torch.nn.functional.scaled_dot_product_attention(tq, tk, tv,
+                                                                        is_causal=True)
+
+        def t_bwd():
+            torch.nn.functional.scaled_dot_product_attention(tq, tk, tv,
+                                                             is_causal=True).backward(tg)
+            tx.grad = None
+        fwd["torch"], bwd["torch"] = t_fwd, t_bwd
+    return fwd, bwd
+
+
+def main():
+    ap = argparse.ArgumentParser(description=__doc__.splitlines()[0])
+    ap.add_argument("--shape", default="16,4,64,32", help="B,H,T,D")
+    ap.add_argument("--no-torch", action="store_true")
+    ap.add_argument("--quick", action="store_true", help="smoke run (times not meaningful)")
+    args = ap.parse_args()
+    B, H, T, D = (int(s) for s in args.shape.split(","))
+    fwd, bwd = cases(B, H, T, D, not args.no_torch)
+    kw = dict(min_time=0.01, repeat=1) if args.quick else {}
+    print(f"attention ({B}, {H}, {T}, {D}) causal float32, median ms per call")
+    for name, fns in (("fwd", fwd), ("fwd+bwd", bwd)):
+        t = compare(fns, **kw)
+        base = t.get("torch", t["ember"])
+        row = "  ".join(f"{k} {v * 1e3:7.3f} ({v / base:4.2f}x)" for k, v in t.items())
+        print(f"{name:8s} {row}")
+
+
+if __name__ == "__main__":
+    main()
