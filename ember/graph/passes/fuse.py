@@ -28,6 +28,7 @@ from ...codegen.toolchain import find_compiler
 from ..ir import Graph, Node
 from .fuse_groups import partition
 from .fuse_lower import FusedOp, lower
+from .recompute import recompute
 
 #: elementwise ops worth a kernel of their own on large arrays (libmvec + threads win).
 EXPENSIVE = {"exp", "exp2", "expm1", "log", "log2", "log10", "log1p", "sin", "cos", "tan",
@@ -53,6 +54,9 @@ def fuse(graph: Graph):
         warn_unavailable()
         return graph, {"kernels": 0, "fused_nodes": 0, "no_compiler": 1}
     groups = [g for g in partition(graph) if worth(g)]
+    graph, recomputed = recompute(graph, groups)
+    if recomputed:
+        groups = [g for g in partition(graph) if worth(g)]
     if not groups:
         return graph, {"kernels": 0, "fused_nodes": 0}
     order = {id(n): i for i, n in enumerate(graph.nodes)}
@@ -80,4 +84,4 @@ def fuse(graph: Graph):
             nodes.append(Node(op, tuple(lw.inputs), {"ops": lw.ops}, tuple(lw.outs)))
     fused = sum(len(g.members) for g in groups)
     return Graph(graph.inputs, nodes, graph.outputs, graph.name), {
-        "kernels": len(live), "fused_nodes": fused}
+        "kernels": len(live), "fused_nodes": fused, "recomputed": recomputed}
