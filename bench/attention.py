@@ -4,8 +4,8 @@ permuted views of one packed projection, like the model makes them).
 
 * ``ember``      ``F.scaled_dot_product_attention(q, k, v, is_causal=True)``: the primitive
                  (C kernels: one pass per head, forward and backward),
-* ``composite``  the same call with an explicit causal bool mask: Ember's old path
-                 (matmul, masked_fill, softmax, matmul and their backward rules),
+* ``composite``  the same call with ``FUSED_SDPA`` off: Ember's old path (matmul,
+                 masked_fill, softmax, matmul and their backward rules),
 * ``numpy``      the primitive's NumPy kernels called directly (what runs without a
                  compiler),
 * ``torch``      ``torch.nn.functional.scaled_dot_product_attention`` (its fused CPU
@@ -28,6 +28,7 @@ sys.path.insert(0, str(Path(__file__).resolve().parent))
 sys.path.insert(0, str(Path(__file__).resolve().parents[1]))
 import ember as em  # noqa: E402
 import ember.nn.functional as F  # noqa: E402
+from ember.nn.functional import _attention as FA  # noqa: E402
 from ember.ops import attention as A  # noqa: E402
 from eager import compare  # noqa: E402 - round-robin timer
 
@@ -49,7 +50,15 @@ def cases(B, H, T, D, with_torch=True):
         return x, x.permute(2, 0, 3, 1, 4).unbind(0)
 
     x, (q, k, v) = ember_views()
-    mask = em.ones(T, T, dtype=em.bool).tril()
+
+    def composite(fn):
+        def run():
+            FA.FUSED_SDPA = False
+            try:
+                return fn()
+            finally:
+                FA.FUSED_SDPA = True
+        return run
     g = em.tensor(grad)
     nq, nk, nv = (packed.transpose(2, 0, 3, 1, 4)[i] for i in range(3))
 
@@ -61,17 +70,9 @@ def cases(B, H, T, D, with_torch=True):
         F.scaled_dot_product_attention(q, k, v, is_causal=True).backward(g)
         x.grad = None
 
-    def c_fwd():
-        with em.no_grad():
-            return F.scaled_dot_product_attention(q, k, v, attn_mask=mask)
-
-    def c_bwd():
-        F.scaled_dot_product_attention(q, k, v, attn_mask=mask).backward(g)
-        x.grad = None
-
-    fwd = {"ember": e_fwd, "composite": c_fwd,
+    fwd = {"ember": e_fwd, "composite": composite(e_fwd),
            "numpy": lambda: A._sdpa_np(np, nq, nk, nv, scale, True)}
-    bwd = {"ember": e_bwd, "composite": c_bwd,
+    bwd = {"ember": e_bwd, "composite": composite(e_bwd),
            "numpy": lambda: (A._sdpa_np(np, nq, nk, nv, scale, True),
                              A._sdpa_grad_np(np, grad, nq, nk, nv, scale, True))}
     if torch is not None and with_torch:

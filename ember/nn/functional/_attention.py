@@ -22,6 +22,10 @@ __all__ = ["scaled_dot_product_attention", "multi_head_attention_forward"]
 
 _NEG_INF = float("-inf")
 
+#: ``scaled_dot_product_attention`` without a mask or dropout runs the fused ``sdpa``
+#: primitive; False keeps the composite (benchmarks compare the two).
+FUSED_SDPA = True
+
 
 def _causal_mask(L: int, S: int, device) -> Tensor:
     """True above the diagonal: the positions a causal query may NOT attend to."""
@@ -95,7 +99,7 @@ def scaled_dot_product_attention(query, key, value, attn_mask=None, dropout_p=0.
     key, value = _check_sdpa(query, key, value, enable_gqa)
     if scale is None:
         scale = 1.0 / math.sqrt(query.shape[-1])
-    if attn_mask is None and dropout_p == 0.0 and query.shape[:-2] == key.shape[:-2] == \
+    if FUSED_SDPA and attn_mask is None and dropout_p == 0.0 and query.shape[:-2] == key.shape[:-2] == \
             value.shape[:-2] and query.dtype is key.dtype is value.dtype and \
             query.dtype.is_floating_point:
         # NOTE: the fused primitive (one pass per head, C kernels on CPU); masks, dropout,
