@@ -24,6 +24,7 @@ from ...codegen import launch as _launch
 from ...codegen.eager import _bstrides, _contig
 from ...codegen.ir import (Apply, Const, InputSpec, Kernel, Load, OutSpec, Reduce,
                            ReduceKernel, Row, call)
+from ...codegen.render_c import PARALLEL_THRESHOLD
 from ...codegen.runtime import CompiledKernel, num_threads
 from ..ir import GraphOp, Var
 from .fuse_groups import REDUCTIONS
@@ -166,6 +167,9 @@ def _runner(ck, outs):
     single = len(metas) == 1
     fast = _launch.launcher() if isinstance(ck, CompiledKernel) else None
     empty = all(int(np.prod(v.shape)) == 0 for v in outs)
+    # NOTE: below the threshold the kernel runs serially whatever it is told: skip asking
+    # (num_threads reads the environment, ~1.5 us, more than a small kernel's launch).
+    big = fast is not None and int(np.prod(ck.shape)) >= PARALLEL_THRESHOLD
 
     def run(xp, *arrays, out=None, outs=None, **_params):
         if outs is not None:
@@ -182,7 +186,7 @@ def _runner(ck, outs):
                 ck(*arrays, out=res[0], extra_outs=res[1:])
             else:
                 fast(p.fn_addr, arrays + tuple(res), p.shape_addr, p.strides_addr,
-                     num_threads())
+                     num_threads() if big else 1)
         return res[0] if single else tuple(res)
     return run
 
