@@ -52,7 +52,8 @@ EXACT_PASSES = ["simplify", "fold", "cse", "scatter_stack", "linear_act", "dce"]
 
 #: The default pipeline of ``ember.compile``: the exact passes, with ``fuse`` (generated
 #: C kernels) in place of ``linear_act``, and ``pool`` (C loops for im2col/col2im and
-#: max pooling; before fuse, which would hide the relu masks it moves). Fused float
+#: max pooling; before fuse, which would hide the relu masks it moves), then ``conv_gemm``
+#: (each conv GEMM as one 2-D GEMM over channel-first columns). Fused float
 #: arithmetic rounds differently from
 #: the unfused ops (fewer roundings, FMA, double accumulators): results match eager
 #: within the dtype's tolerance, not bitwise. Opt-in (they may change float rounding):

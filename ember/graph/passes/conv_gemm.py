@@ -74,6 +74,11 @@ def _mm(n) -> bool:
         x.__class__ is Var and x.dtype is n.outs[0].dtype for x in n.inputs)
 
 
+def _dims(dim) -> tuple:
+    """A reduction's ``dim`` param as a tuple of non-negative dims of a 3-D value."""
+    return tuple(x % 3 for x in ((dim,) if isinstance(dim, int) else dim or ()))
+
+
 def _chain(v, users, outputs, end):
     """(reshape nodes, end node) when ``v`` reaches exactly one node with ``end(node)``
     through single-reader reshapes, none of whose values is a graph output; else None."""
@@ -113,7 +118,7 @@ def _convs(graph, users, outputs):
                             and d.shape[0] == n and d.shape[2] == ll
                             and w.outs[0].id not in outputs and len(s) == 1
                             and s[0].op.name == "sum"
-                            and tuple(x % 3 for x in s[0].params["dim"] or ()) == (0,)
+                            and _dims(s[0].params["dim"]) == (0,)
                             and not s[0].params["keepdim"] and s[0].params["dtype"] is None
                             and s[0].outs[0].dtype is w.outs[0].dtype):
                         ok = False
