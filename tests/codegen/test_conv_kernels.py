@@ -22,6 +22,8 @@ CASES = [
     (2, 2, 9, 5, (2, 3), (2, 2), ((1, 2), (0, 1)), (3, 2)),
     (1, 3, 9, 7, (2, 2), (1, 1), ((0, 0), (0, 0)), (2, 2)),       # tiles, a row/col left
     (2, 2, 10, 11, (3, 2), (1, 1), ((0, 0), (0, 0)), (3, 2)),     # tiles, other kernel
+    (2, 3, 6, 7, (3, 3), (2, 2), ((2, 2), (2, 2)), (1, 1)),        # "same", dilated
+    (1, 2, 2, 3, (3, 3), (2, 2), ((2, 2), (2, 2)), (1, 1)),        # taps wholly outside
 ]
 
 
@@ -190,3 +192,49 @@ def test_channel_first_kernels_check_the_channel_count():
     with pytest.raises(ValueError, match="maxpool_grad: 4 channels do not divide the 6"):
         ck.maxpool_grad(np.zeros((6, 1, 4), np.float32), np.zeros((6, 1, 4), np.int64),
                         (4, 4), *geo, channels=4)
+
+
+@pytest.mark.parametrize("dt", [np.float32, np.float64])
+@pytest.mark.parametrize("case", [
+    (11, 12, 31, 31, (3, 3), (1, 1), ((1, 1), (1, 1)), (1, 1)),   # blocks of 8 + 3 planes
+    (8, 40, 20, 21, (3, 3), (2, 2), ((2, 2), (2, 2)), (1, 1)),    # dilated, odd row length
+])
+def test_big_channel_first_unfold_streams_the_same_columns(case, dt):
+    """Columns of 4 MiB or more are built per block and written with streaming stores
+    (whole 64-byte lines; the unaligned ends by memcpy): still exactly the primitive's."""
+    n, c, h, w, k, d, p, s = case
+    x = np.random.default_rng(5).standard_normal((n, c, h, w)).astype(dt)
+    ref = _unfold_kernel(np, x, k, d, p, s, -7.5)
+    assert ref.nbytes >= 4 << 20
+    want = ref.transpose(1, 0, 2).reshape(ref.shape[1], -1)
+    out = np.full(want.shape, np.nan, dt)
+    assert ck.unfold(x, k, d, p, s, -7.5, out=out, channel_first=True) is out
+    np.testing.assert_array_equal(out, want)
+    # misaligned output (not on a 64-byte line): the same values
+    buf = np.full(want.size + 3, np.nan, dt)
+    mis = buf[3:].reshape(want.shape)
+    ck.unfold(x, k, d, p, s, -7.5, out=mis, channel_first=True)
+    np.testing.assert_array_equal(mis, want)
+
+
+@pytest.mark.parametrize("dt", [np.float32, np.float64])
+@pytest.mark.parametrize("channel_first", [False, True])
+def test_fold_ignores_whatever_the_padding_columns_hold(dt, channel_first):
+    """A "same" fold adds each tap as one contiguous run, the padding columns masked to +0:
+    NaN and inf there must not reach the image (nor -0 turn a +0 sum negative)."""
+    n, c, h, w = 3, 4, 9, 8
+    geo = ((3, 3), (1, 1), ((1, 1), (1, 1)), (1, 1))
+    rng = np.random.default_rng(6)
+    inside = _unfold_kernel(np, np.ones((n, c, h, w), dt), *geo, 0.0) != 0
+    cols = rng.standard_normal(inside.shape).astype(dt)
+    clean = np.where(inside, cols, 0).astype(dt)
+    cols[~inside] = np.array([np.nan, np.inf, -np.inf, -0.0], dt)[
+        np.arange((~inside).sum()) % 4]
+    want = _fold_kernel(np, clean, (h, w), *geo)
+    if channel_first:
+        flat = lambda a: np.ascontiguousarray(a.transpose(1, 0, 2)).reshape(a.shape[1], -1)
+        got = ck.fold(flat(cols), (h, w), *geo, batch=n)
+    else:
+        got = ck.fold(cols, (h, w), *geo)
+    assert np.isfinite(got).all()
+    np.testing.assert_allclose(got, want, rtol=9 * _eps(dt), atol=9 * _eps(dt) * 4)
