@@ -121,6 +121,57 @@ def test_c_kernels_match_numpy_kernels(causal, dtype):
                                    atol=TOL[dtype]["atol"] * 10, rtol=TOL[dtype]["rtol"] * 10)
 
 
+EDGE_T = [1, 15, 16, 17, 63, 65, 130]
+EDGE_D = [1, 7, 32, 33]
+
+
+@needs_cc
+@pytest.mark.parametrize("dtype", [np.float32, np.float64])
+@pytest.mark.parametrize("causal", [False, True])
+@pytest.mark.parametrize("d", EDGE_D)
+def test_c_kernels_at_block_edges(d, causal, dtype):
+    """Sizes around the kernels' blocks (4 query/key rows, 16-column register tiles, 8 x 8
+    transposes, 8-lane exp): T and D just below, at and above them, Tq != Tk, D != Dv,
+    contiguous (the AVX transpose path) and strided operands, a negative scale."""
+    ak.kernels()
+    rng = np.random.default_rng(40 + d)
+    for tq, tk in [(t, t) for t in EDGE_T] + [(17, 65), (65, 17), (1, 130), (130, 15)]:
+        dv = {1: 7, 7: 1, 32: 32, 33: 16}[d]
+        q, k, v = _qkv(rng, (2,), tq, tk, d, dv, dtype)
+        g = rng.standard_normal((2, tq, dv)).astype(dtype)
+        for scale, kk in ((0.3, k), (-0.7, np.asfortranarray(k))):
+            np.testing.assert_allclose(ak.sdpa(q, kk, v, scale, causal),
+                                       A._sdpa_np(np, q, k, v, scale, causal), **TOL[dtype])
+            np.testing.assert_allclose(ak.sdpa_grad(g, q, kk, v, scale, causal),
+                                       A._sdpa_grad_np(np, g, q, k, v, scale, causal),
+                                       atol=TOL[dtype]["atol"] * 10,
+                                       rtol=TOL[dtype]["rtol"] * 10)
+
+
+@needs_cc
+@pytest.mark.parametrize("where", ["k", "v"])
+@pytest.mark.parametrize("value", [np.nan, np.inf])
+def test_masked_nan_stays_out_across_blocks(where, value):
+    """A non-finite key/value row j inside and at the edges of the 4-row blocks: with the
+    causal mask only query rows >= j see it (their output and dq rows are not finite)."""
+    ak.kernels()
+    rng = np.random.default_rng(9)
+    for t, j in ((17, 9), (17, 16), (33, 4), (33, 7), (64, 63)):
+        q, k, v = _qkv(rng, (1,), t, t, 32, 32, np.float32)
+        {"k": k, "v": v}[where][0, j, 5] = value
+        g = rng.standard_normal((1, t, 32)).astype(np.float32)
+        got = ak.sdpa(q, k, v, 0.2, True)
+        np.testing.assert_allclose(got, A._sdpa_np(np, q, k, v, 0.2, True), equal_nan=True,
+                                   **TOL[np.float32])
+        nan = np.isnan(value)             # (an inf key can give a -inf score: p = 0)
+        assert np.isfinite(got[0, :j]).all() and (not nan or np.isnan(got[0, j:]).any(-1).all())
+        flat = ak.sdpa_grad(g, q, k, v, 0.2, True)
+        np.testing.assert_allclose(flat, A._sdpa_grad_np(np, g, q, k, v, 0.2, True),
+                                   equal_nan=True, atol=2e-5, rtol=2e-4)
+        dq = flat[:t * 32].reshape(t, 32)      # dK, dV: query rows >= j reach every key
+        assert np.isfinite(dq[:j]).all() and (not nan or np.isnan(dq[j:]).any(-1).all())
+
+
 def test_without_a_compiler_the_numpy_kernels_run(monkeypatch):
     monkeypatch.setattr(ak, "find_compiler", lambda: None)
     monkeypatch.setattr(ak, "_state", {})

@@ -10,14 +10,17 @@ of it, one ``(batch, head)`` at a time, parallel over the heads on Ember's worke
 * ``sdpa(q, k, v) -> O``: per query row ``i``, ``s_j = scale * q_i . k_j`` over the keys
   it sees (all, or ``j <= i`` when causal: masked columns are skipped, not computed),
   ``e_j = exp(s_j - max s)``, ``O_i = sum_j e_j v_j / sum_j e_j``;
-* ``sdpa_grad(dO, q, k, v) -> dq|dk|dv`` (one flat array): per row, ``P`` is recomputed,
-  ``dP_j = dO_i . v_j``, ``dS_j = P_j (dP_j - sum_j P_j dP_j)``, then
-  ``dq_i = scale * sum_j dS_j k_j`` and ``dk_j += dS_j q_i``, ``dv_j += P_j dO_i``
-  (``dk`` is scaled once at the end, like the reference's ``(dSᵀ q) * scale``).
+* ``sdpa_grad(dO, q, k, v) -> dq|dk|dv`` (one flat array), a whole head at a time: by
+  blocks of 4 query rows ``P`` is recomputed, ``dP = dO vᵀ``, ``dS = P (dP - rowsum(P dP))``
+  and ``dq = scale dS k``; then by blocks of 4 keys ``dk = scale dSᵀ q`` and ``dv = Pᵀ dO``
+  (key ``j`` summed over the query rows that see it) from the head's ``P`` / ``dS``.
 
-Each head's ``k`` (and ``v`` / ``vᵀ``) is first copied into a small contiguous tile (any
-input strides: the GPT's permuted views cost no ``ascontiguousarray``), laid out so every
-inner loop is a contiguous, vectorisable ``axpy``; ``exp`` is libmvec's SIMD variant.
+Every product is one register-blocked micro-kernel (:c:func:`ember_blk`: a 4 x 16 float32
+block of C in 8 AVX registers across the whole k loop; each row's own k range, so a masked
+key never enters a row's sum, not even as ``0 * NaN``). Each head's operands are first
+copied into small contiguous tiles (``kᵀ``/``vᵀ`` by 8 x 8 AVX transposes; any input
+strides: the GPT's permuted views cost no ``ascontiguousarray``); ``exp`` is libmvec's SIMD
+variant on whole vectors only.
 Sums run in the dtype (float32 for float32), in another order than BLAS: results agree
 with the NumPy kernel within rounding, not bitwise. NaN/Inf propagate like the NumPy
 kernel (``ember.ops.attention``): a NaN/Inf score poisons its row; masked positions take
@@ -145,11 +148,13 @@ static inline void ember_blk_{S}(const T *a, int64_t ar, int64_t ak, int64_t nr,
         const int64_t e = k0 < h4[r] ? k0 : h4[r], s = k1 > l4[r] ? k1 : l4[r];
         for (int64_t k = l4[r]; k < e; k++) {
             const T x = ap[r][k * ak];
-            for (int64_t j = 0; j < nc; j += VL) *(VT *)(cr + j) += x * *(const VT *)(b + k * ldb + j);
+            for (int64_t j = 0; j < nc; j += VL)
+                *(VT *)(cr + j) += x * *(const VT *)(b + k * ldb + j);
         }
         for (int64_t k = s; k < h4[r]; k++) {
             const T x = ap[r][k * ak];
-            for (int64_t j = 0; j < nc; j += VL) *(VT *)(cr + j) += x * *(const VT *)(b + k * ldb + j);
+            for (int64_t j = 0; j < nc; j += VL)
+                *(VT *)(cr + j) += x * *(const VT *)(b + k * ldb + j);
         }
     }
 }
@@ -212,14 +217,20 @@ static void ember_tr_{S}(const T *x, const int64_t *xs, int64_t rows, int64_t co
     }
 #endif
     for (int64_t j = 0; j < rows; j++)
-        for (int64_t d = (j < r8 ? c8 : 0); d < cols; d++) t[d * ldt + j] = x[j * xs[2] + d * xs[3]];
+        for (int64_t d = (j < r8 ? c8 : 0); d < cols; d++)
+            t[d * ldt + j] = x[j * xs[2] + d * xs[3]];
 }
 
 /* c[j * ldc + d] = x[j, d] (padding columns untouched: zeroed once) */
 static void ember_cp_{S}(const T *x, const int64_t *xs, int64_t rows, int64_t cols,
                          T *restrict c, int64_t ldc) {
-    if (xs[3] == 1) {
-        for (int64_t j = 0; j < rows; j++) memcpy(c + j * ldc, x + j * xs[2], sizeof(T) * cols);
+    if (xs[3] == 1) {         /* inline, not memcpy: a call per 128-byte row was ~10% */
+        for (int64_t j = 0; j < rows; j++) {
+            const T *restrict xr = x + j * xs[2];
+            T *restrict cr = c + j * ldc;
+#pragma omp simd
+            for (int64_t d = 0; d < cols; d++) cr[d] = xr[d];
+        }
         return;
     }
     for (int64_t j = 0; j < rows; j++)
@@ -266,7 +277,8 @@ static void ember_sdpa_{S}_run(char **ptrs, const int64_t *g, const int64_t *st,
             ember_blk_{S}(q + i0 * qs[2], qs[2], qs[3], nr, zero, dd, kt, TKp,
                           ember_pad_{S}(n[nr - 1]), s, TKp);
             T l[4];
-            for (int64_t r = 0; r < nr; r++) l[r] = ember_softmax_row_{S}(s + r * TKp, n[r], scale);
+            for (int64_t r = 0; r < nr; r++)
+                l[r] = ember_softmax_row_{S}(s + r * TKp, n[r], scale);
             ember_blk_{S}(s, TKp, 1, nr, zero, n, vc, DVp, DVp, ob, DVp);   /* O = e v */
             for (int64_t r = 0; r < nr; r++) {
                 T *restrict orow = out + (i0 + r) * DV;
