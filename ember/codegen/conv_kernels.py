@@ -37,7 +37,6 @@ import ctypes
 
 import numpy as np
 
-from . import cache
 from . import pool as _pool
 from .conv_kernels_c import SOURCE
 from .runtime import num_threads
@@ -52,19 +51,11 @@ _FN = ctypes.CFUNCTYPE(None, ctypes.POINTER(ctypes.c_char_p), ctypes.c_void_p, c
 def kernels():
     """``{name_suffix: ctypes function}`` of the compiled library, or None (no compiler)."""
     if "lib" not in _state:
-        cc = find_compiler()
-        if cc is None:
+        loaded = _pool.load_kernels(SOURCE, [f"{op}_{s}" for op in (
+            "unfold", "fold", "maxpool", "maxpool_grad") for s in DTYPES.values()])
+        if loaded is None:
             return None
-        lib = cache.load(SOURCE, cc)
-        _pool.install(lib)
-        fns = {}
-        for op in ("unfold", "fold", "maxpool", "maxpool_grad"):
-            for s in DTYPES.values():
-                f = getattr(lib, f"ember_{op}_{s}")
-                f.argtypes = [ctypes.c_void_p, ctypes.c_void_p, ctypes.c_int64]
-                f.restype = None
-                fns[f"{op}_{s}"] = f
-        _state["lib"], _state["fns"] = lib, fns
+        _state["lib"], _state["fns"] = loaded
     return _state["fns"]
 
 

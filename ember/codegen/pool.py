@@ -120,3 +120,23 @@ def install(lib: ctypes.CDLL) -> None:
     except ValueError:
         return
     hook.value = address()
+
+
+def load_kernels(source: str, names) -> tuple | None:
+    """``(library, {name: ctypes function})`` for the hand-written C kernels of ``source``
+    (compiled once into the kernel cache, the pool hook installed), or None without a C
+    compiler. Each ``ember_<name>`` takes ``(char **ptrs, const int64_t *geometry,
+    int64_t nthreads)``: how :mod:`.conv_kernels` and :mod:`.attention_kernels` call theirs.
+    """
+    cc = find_compiler()
+    if cc is None:
+        return None
+    lib = cache.load(source, cc)
+    install(lib)
+    fns = {}
+    for name in names:
+        f = getattr(lib, f"ember_{name}")
+        f.argtypes = [ctypes.c_void_p, ctypes.c_void_p, ctypes.c_int64]
+        f.restype = None
+        fns[name] = f
+    return lib, fns
