@@ -15,6 +15,7 @@ import pytest
 import ember as em
 from ember import codegen
 from ember.graph.passes import EXACT_PASSES
+from ember.graph.ir import Var
 from ember.graph.passes.fuse import fuse
 
 sys.path.insert(0, str(Path(__file__).resolve().parents[2] / "bench"))
@@ -228,6 +229,68 @@ def test_workload_steps_fused_agree_with_exact(name):
             assert kinds.count("fused") + kinds.count("fused_reduce") >= 3, cf.graph
     depth = 200      # the longest chain of a tiny step's graph is below this
     np.testing.assert_allclose(losses[True], losses[False], rtol=depth * _eps(em.float32))
+
+
+def test_optimizer_scalars_become_one_kernel_before_their_readers():
+    """Adam's per-parameter bias corrections (from each ``step`` and the lr): one kernel."""
+    em.manual_seed(0)
+    model = em.nn.Sequential(em.nn.Linear(6, 5), em.nn.ReLU(), em.nn.Linear(5, 3))
+    opt = em.optim.Adam(model.parameters(), lr=1e-2)
+    ref = em.nn.Sequential(em.nn.Linear(6, 5), em.nn.ReLU(), em.nn.Linear(5, 3))
+    ref.load_state_dict(model.state_dict())
+    ref_opt = em.optim.Adam(ref.parameters(), lr=1e-2)
+    x = em.randn(8, 6)
+
+    def step(m, o):
+        def f(x):
+            o.zero_grad()
+            loss = (m(x) ** 2).mean()
+            loss.backward()
+            o.step()
+            return loss.detach()
+        return f
+    cf = em.compile(step(model, opt), passes=FUSED)
+    eager = step(ref, ref_opt)
+    for _ in range(4):
+        np.testing.assert_allclose(float(cf(x)), float(eager(x)), rtol=100 * _eps(em.float32))
+    scalar = [n for n in cf.graph.nodes if n.op.name == "fused" and n.outs[0].shape == ()
+              and any((v.name or "").endswith(".step") for v in n.inputs)]
+    assert len(scalar) == 1, cf.graph                       # 4 parameters, one launch
+    assert sum((v.name or "").endswith(".step") for v in scalar[0].inputs) == 4
+    readers = [i for i, n in enumerate(cf.graph.nodes)
+               if any(x.__class__ is Var and x.id in {o.id for o in scalar[0].outs}
+                      for x in n.inputs)]
+    assert cf.graph.nodes.index(scalar[0]) < min(readers)
+    for p, q in zip(model.parameters(), ref.parameters()):
+        np.testing.assert_allclose(p.detach().numpy(), q.detach().numpy(), rtol=1e-5,
+                                   atol=1e-6)
+
+
+def test_scalar_kernels_are_split_at_the_launch_limit():
+    from ember.codegen import launch
+    from ember.graph.passes.fuse_groups import partition
+    n = 40                                   # 40 independent scalar chains of 2 inputs each
+    xs = [em.tensor(float(i)) for i in range(2 * n)]
+    f = lambda *a: [(a[2 * i] * 2 + a[2 * i + 1]).exp() for i in range(n)]   # noqa: E731
+    cf = em.compile(f, passes=["simplify", "fold", "cse", "dce"])
+    cf(*xs)
+    groups = partition(cf.graph)
+    merged = fuse_mod().merge_scalars(cf.graph, groups)
+    sizes = [len(g.members) for g in merged]
+    assert sum(sizes) == 3 * n and len(merged) >= 2
+    results = {v.id for v in cf.graph.outputs}
+    for g in merged:                         # each chain: 2 inputs + 1 result
+        own = {m.out.id for m, _ in g.members}
+        ext = {x.id for m, _ in g.members for x in m.var_inputs() if x.id not in own}
+        assert len(ext) + len(own & results) <= launch.MAX_ARRAYS
+    got = _compiled(f, *xs)(*xs)
+    for a, b in zip(got, f(*xs)):
+        np.testing.assert_allclose(a.numpy(), b.numpy(), rtol=4 * _eps(em.float32))
+
+
+def fuse_mod():
+    import importlib
+    return importlib.import_module("ember.graph.passes.fuse")
 
 
 # ---------------------------------------------------------------- no compiler

@@ -23,6 +23,7 @@ unfused nodes.
 """
 from __future__ import annotations
 
+from ...codegen import launch as _launch
 from ...codegen.runtime import compile_many, warn_unavailable
 from ...codegen.toolchain import find_compiler
 from ..ir import Graph, Node
@@ -48,6 +49,44 @@ def worth(group) -> bool:
     return cls != "stage" and n.op.name in EXPENSIVE and n.out.numel() >= SINGLE_OP_MIN
 
 
+def merge_scalars(graph: Graph, groups) -> list:
+    """Merge the 0-d groups computed from graph inputs only (and from other such groups)
+    into as few groups as the launcher's array limit allows; returns the merged groups.
+
+    An optimizer's per-parameter scalars — Adam's bias corrections from each parameter's
+    ``step`` and the learning rate — are one tiny kernel per parameter (plus a lone ``neg``):
+    each launch costs ~10 us, the arithmetic nothing. Their inputs exist from the start, so
+    a merged kernel may run at its *first* member's position (``fuse`` places it there):
+    every reader of a member comes after that member, hence after the kernel.
+    """
+    inputs = {v.id for v in graph.inputs}
+    outputs = {v.id for v in graph.outputs}
+    users = graph.users()
+    made: set = set()
+    merged: list = []
+    arrays: set = set()                 # the current merged group's inputs and outputs
+    for g in groups:
+        if g.space != () or g.naxes or not g.members:
+            continue
+        own = {n.out.id for n, _ in g.members}
+        ext = {x.id for n, _ in g.members for x in n.var_inputs() if x.id not in own}
+        if any(x not in inputs and x not in made for x in ext):
+            continue
+        made |= own
+        # outputs: values read outside the group (an upper bound once groups merge)
+        mine = {id(n) for n, _ in g.members}
+        outs = {v for v in own if v in outputs or
+                any(id(u) not in mine for u in users.get(v, ()))}
+        if merged and len(arrays | ext | outs) <= _launch.MAX_ARRAYS:
+            merged[-1].members.extend(g.members)
+            g.members = []
+            arrays |= ext | outs
+        else:
+            merged.append(g)
+            arrays = ext | outs
+    return merged
+
+
 def fuse(graph: Graph):
     """Replace fusion groups by generated kernels; returns ``(graph, stats)``."""
     if find_compiler() is None:
@@ -55,8 +94,9 @@ def fuse(graph: Graph):
         return graph, {"kernels": 0, "fused_nodes": 0, "no_compiler": 1}
     groups = [g for g in partition(graph) if worth(g)]
     graph, recomputed = recompute(graph, groups)
-    if recomputed:
-        groups = [g for g in partition(graph) if worth(g)]
+    groups = partition(graph)
+    early = {id(g) for g in merge_scalars(graph, groups)}
+    groups = [g for g in groups if g.members and worth(g)]
     if not groups:
         return graph, {"kernels": 0, "fused_nodes": 0}
     order = {id(n): i for i, n in enumerate(graph.nodes)}
@@ -72,7 +112,9 @@ def fuse(graph: Graph):
     lowered = [lower(g, order, needed_by(gi)) for gi, g in enumerate(groups)]
     live = [lw for lw in lowered if lw is not None]
     compiled = dict(zip(map(id, live), compile_many([lw.kernel for lw in live])))
-    last = {gi: max(order[id(n)] for n, _ in g.members) for gi, g in enumerate(groups)}
+    # a kernel runs at its last member, or (merged scalars) at its first: see merge_scalars
+    last = {gi: (min if id(g) in early else max)(order[id(n)] for n, _ in g.members)
+            for gi, g in enumerate(groups)}
     nodes = []
     for i, n in enumerate(graph.nodes):
         gi = member_of.get(id(n))
