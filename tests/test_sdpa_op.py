@@ -172,6 +172,50 @@ def test_masked_nan_stays_out_across_blocks(where, value):
         assert np.isfinite(dq[:j]).all() and (not nan or np.isnan(dq[j:]).any(-1).all())
 
 
+def _launch_cases(rng, dtype):
+    """(whether a plan is expected, q, k, v): contiguous operands, the GPT's permuted views
+    of a packed projection, negative strides, and batch dims that cannot be collapsed
+    into two without a copy (the plain path)."""
+    yield (True,) + _qkv(rng, (2, 3), 13, 13, 7, 5, dtype)
+    packed = rng.standard_normal((2, 12, 3, 4, 8)).astype(dtype)
+    yield (True,) + tuple(packed.transpose(2, 0, 3, 1, 4)[i] for i in range(3))
+    q, k, v = _qkv(rng, (2,), 6, 65, 33, 1, dtype)
+    yield True, q[:, ::-1], k[::-1, ::-1], v[:, :, ::-1]
+    q = rng.standard_normal((3, 2, 2, 5, 4)).astype(dtype).transpose(2, 1, 0, 3, 4)
+    yield (False, q) + _qkv(rng, (2, 2, 3), 5, 7, 4, 6, dtype)[1:]
+
+
+@needs_cc
+@pytest.mark.parametrize("dtype", [np.float32, np.float64])
+@pytest.mark.parametrize("causal", [False, True])
+def test_launch_plans_match_the_plain_path(causal, dtype, monkeypatch):
+    """The cached-plan call (one ember_launch) gives bitwise the plain ctypes path's
+    results, also when the plan is reused on other arrays of the same layout; layouts
+    whose heads need a copy take the plain path."""
+    ak.kernels()
+    have_launch = ak._launch.raw() is not None
+    for (want, q, k, v), (_, q2, k2, v2) in zip(_launch_cases(np.random.default_rng(11), dtype),
+                                                 _launch_cases(np.random.default_rng(12), dtype)):
+        for q, k, v in ((q, k, v), (q2, k2, v2)):        # the 2nd call reuses the plan
+            g = np.random.default_rng(3).standard_normal(q.shape[:-1] + v.shape[-1:])
+            g = g.astype(dtype)
+            fast = (ak.sdpa(q, k, v, 0.4, causal), ak.sdpa_grad(g, q, k, v, 0.4, causal))
+            assert (ak._plan("sdpa", (q, k, v), 0.4, causal) is not None) == (
+                want and have_launch)
+            with monkeypatch.context() as m:
+                m.setattr(ak._launch, "raw", lambda: None)
+                m.setattr(ak, "_plans", {})
+                plain = (ak.sdpa(q, k, v, 0.4, causal), ak.sdpa_grad(g, q, k, v, 0.4, causal))
+                assert all(p is ak._NO_PLAN for p in ak._plans.values())
+            np.testing.assert_array_equal(fast[0], plain[0])
+            np.testing.assert_array_equal(fast[1], plain[1])
+            np.testing.assert_allclose(fast[0], A._sdpa_np(np, q, k, v, 0.4, causal),
+                                       **TOL[dtype])
+            np.testing.assert_allclose(fast[1], A._sdpa_grad_np(np, g, q, k, v, 0.4, causal),
+                                       atol=TOL[dtype]["atol"] * 10,
+                                       rtol=TOL[dtype]["rtol"] * 10)
+
+
 def test_without_a_compiler_the_numpy_kernels_run(monkeypatch):
     monkeypatch.setattr(ak, "find_compiler", lambda: None)
     monkeypatch.setattr(ak, "_state", {})
