@@ -121,7 +121,7 @@ def test_c_kernels_match_numpy_kernels(causal, dtype):
                                    atol=TOL[dtype]["atol"] * 10, rtol=TOL[dtype]["rtol"] * 10)
 
 
-EDGE_T = [1, 15, 16, 17, 63, 65, 130]
+EDGE_T = [1, 5, 6, 7, 12, 13, 15, 16, 17, 63, 65, 130]
 EDGE_D = [1, 7, 32, 33]
 
 
@@ -130,8 +130,8 @@ EDGE_D = [1, 7, 32, 33]
 @pytest.mark.parametrize("causal", [False, True])
 @pytest.mark.parametrize("d", EDGE_D)
 def test_c_kernels_at_block_edges(d, causal, dtype):
-    """Sizes around the kernels' blocks (4 query/key rows, 16-column register tiles, 8 x 8
-    transposes, 8-lane exp): T and D just below, at and above them, Tq != Tk, D != Dv,
+    """Sizes around the kernels' blocks (4 query/key rows, 16-column register tiles and
+    their one-vector tail, 8 x 8 transposes, 8-lane exp): T and D just below, at and above them, Tq != Tk, D != Dv,
     contiguous (the AVX transpose path) and strided operands, a negative scale."""
     ak.kernels()
     rng = np.random.default_rng(40 + d)
