@@ -131,8 +131,9 @@ EDGE_D = [1, 7, 32, 33]
 @pytest.mark.parametrize("d", EDGE_D)
 def test_c_kernels_at_block_edges(d, causal, dtype):
     """Sizes around the kernels' blocks (4 query/key rows, 16-column register tiles and
-    their one-vector tail, 8 x 8 transposes, 8-lane exp): T and D just below, at and above them, Tq != Tk, D != Dv,
-    contiguous (the AVX transpose path) and strided operands, a negative scale."""
+    their one-vector tail, 8 x 8 transposes, 8-lane exp): T and D just below, at and above
+    them, Tq != Tk, D != Dv, contiguous (the AVX transpose path) and strided operands, a
+    negative scale."""
     ak.kernels()
     rng = np.random.default_rng(40 + d)
     for tq, tk in [(t, t) for t in EDGE_T] + [(17, 65), (65, 17), (1, 130), (130, 15)]:
