@@ -40,7 +40,6 @@ import math
 
 import numpy as np
 
-from . import cache
 from . import launch as _launch
 from . import pool as _pool
 from .prelude import mvec_decls
@@ -439,20 +438,13 @@ def source(mvec=()) -> str:
 def kernels():
     """``{"sdpa_f32": fn, ...}``: the compiled library's entry points, or None (no compiler)."""
     if "fns" not in _state:
-        cc = find_compiler()
-        if cc is None:
+        names = [f"{op}_{s}" for op in ("sdpa", "sdpa_grad") for _, _, s in DTYPES.values()]
+        loaded = _pool.load_kernels(lambda cc: source(cc.mvec), names)
+        if loaded is None or find_compiler() is None:
             return None
-        lib = cache.load(source(cc.mvec), cc)
-        _pool.install(lib)
-        fns, fast = {}, {}
-        for op in ("sdpa", "sdpa_grad"):
-            for _, _, s in DTYPES.values():
-                f = getattr(lib, f"ember_{op}_{s}")
-                f.argtypes = [ctypes.c_void_p, ctypes.c_void_p, ctypes.c_int64]
-                f.restype = None
-                fns[f"{op}_{s}"] = f
-                fast[f"{op}_{s}"] = ctypes.cast(getattr(lib, f"ember_{op}_{s}_fast"),
-                                                ctypes.c_void_p).value
+        lib, fns = loaded
+        fast = {k: ctypes.cast(getattr(lib, f"ember_{k}_fast"), ctypes.c_void_p).value
+                for k in names}
         _state["lib"], _state["fns"], _state["fast"] = lib, fns, fast
     return _state["fns"]
 
@@ -548,8 +540,14 @@ def _launch_plan(name, plan, arrays, out):
     return out
 
 
+def _loaded() -> None:
+    if kernels() is None:
+        raise RuntimeError("attention_kernels: no C compiler; check available() first")
+
+
 def sdpa(q, k, v, scale: float, is_causal: bool) -> np.ndarray:
     """``softmax(q kᵀ * scale [causal]) v`` for operands that :func:`fits`."""
+    _loaded()
     batch = q.shape[:-2]
     out = np.empty(batch + (q.shape[-2], v.shape[-1]), q.dtype)
     plan = _plan("sdpa", (q, k, v), scale, is_causal)
@@ -563,6 +561,7 @@ def sdpa(q, k, v, scale: float, is_causal: bool) -> np.ndarray:
 
 def sdpa_grad(grad, q, k, v, scale: float, is_causal: bool) -> np.ndarray:
     """The flat ``dq | dk | dv`` (each C-ordered) of :func:`sdpa` for output gradient ``grad``."""
+    _loaded()
     batch = q.shape[:-2]
     n = math.prod(batch) * (q.shape[-2] * q.shape[-1] + k.shape[-2] * k.shape[-1]
                             + v.shape[-2] * v.shape[-1])

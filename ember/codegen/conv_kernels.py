@@ -53,7 +53,7 @@ def kernels():
     if "lib" not in _state:
         loaded = _pool.load_kernels(SOURCE, [f"{op}_{s}" for op in (
             "unfold", "fold", "maxpool", "maxpool_grad") for s in DTYPES.values()])
-        if loaded is None:
+        if loaded is None or find_compiler() is None:
             return None
         _state["lib"], _state["fns"] = loaded
     return _state["fns"]

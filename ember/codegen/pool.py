@@ -122,16 +122,17 @@ def install(lib: ctypes.CDLL) -> None:
     hook.value = address()
 
 
-def load_kernels(source: str, names) -> tuple | None:
+def load_kernels(source, names) -> tuple | None:
     """``(library, {name: ctypes function})`` for the hand-written C kernels of ``source``
-    (compiled once into the kernel cache, the pool hook installed), or None without a C
-    compiler. Each ``ember_<name>`` takes ``(char **ptrs, const int64_t *geometry,
-    int64_t nthreads)``: how :mod:`.conv_kernels` and :mod:`.attention_kernels` call theirs.
+    (a string, or a function of the compiler returning one), compiled once into the kernel
+    cache with the pool hook installed; None without a C compiler. Each ``ember_<name>``
+    takes ``(char **ptrs, const int64_t *geometry, int64_t nthreads)``: how
+    :mod:`.conv_kernels` and :mod:`.attention_kernels` call theirs.
     """
     cc = find_compiler()
     if cc is None:
         return None
-    lib = cache.load(source, cc)
+    lib = cache.load(source if isinstance(source, str) else source(cc), cc)
     install(lib)
     fns = {}
     for name in names:
