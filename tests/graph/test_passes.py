@@ -254,6 +254,57 @@ def test_simplify_keeps_non_view_graph_outputs_fresh():
     assert changed == {"simplified": 0} and new.count("mul") == 1
 
 
+def test_simplify_drops_the_clone_of_a_fresh_value_only():
+    b = _b()
+    x, w = _x(b), _x(b, (4, 4))
+    y = emit(b, "matmul", (x, w))                        # fresh, seen by nobody else
+    z = emit(b, "mul", (y, 2.0))
+    g = b.build([emit(b, "clone", (y,)), z])
+    new, changed = PASSES["simplify"](g)
+    assert changed == {"simplified": 1} and new.count("clone") == 0
+    assert new.outputs[0] is new.nodes[0].outs[0]       # the matmul's own array
+    xs = [RNG.standard_normal((3, 4)).astype(np.float32),
+          RNG.standard_normal((4, 4)).astype(np.float32)]
+    for a, b_ in zip(run_graph(new, xs), run_graph(g, xs)):
+        np.testing.assert_array_equal(a, b_)
+
+    # kept: a clone of a graph input, of a view, of a value that is itself an output,
+    # and the second clone of one value (two outputs would share one array)
+    b = _b()
+    x, w = _x(b), _x(b, (4, 4))
+    y = emit(b, "matmul", (x, w))
+    t = emit(b, "permute", (y,), dims=(1, 0))
+    v = emit(b, "matmul", (x, w))
+    outs = [emit(b, "clone", (x,)), emit(b, "clone", (t,)), emit(b, "clone", (v,)), v,
+            emit(b, "clone", (y,)), emit(b, "clone", (y,))]
+    new, changed = PASSES["simplify"](b.build(outs))
+    assert changed == {"simplified": 1} and new.count("clone") == 4
+
+
+def test_compiled_training_step_hands_out_gradients_without_copies():
+    em.manual_seed(0)
+    model = nn.Sequential(nn.Linear(5, 4), nn.ReLU(), nn.Linear(4, 2))
+    opt = em.optim.SGD(model.parameters(), lr=0.1)
+    x = em.randn(6, 5)
+
+    def step(x):
+        opt.zero_grad()
+        loss = (model(x) ** 2).sum()
+        loss.backward()
+        opt.step()
+        return loss.detach()
+    f = em.compile(step, passes=EXACT_PASSES)
+    f(x)
+    f(x)                        # the first call runs eagerly (optimizer state appears)
+    assert f.graph.count("clone") == 0, f.graph
+    grads = [p.grad for p in model.parameters()]
+    ptrs = {g.numpy().__array_interface__["data"][0] for g in grads}
+    assert len(ptrs) == len(grads)                       # no two grads share memory
+    w0 = model[0].weight.detach().numpy().copy()
+    grads[0].zero_()                                     # writing a grad leaves weights alone
+    np.testing.assert_array_equal(model[0].weight.detach().numpy(), w0)
+
+
 def test_simplify_fast_drops_log_exp_only():
     def build(b):
         x = _x(b)

@@ -20,7 +20,7 @@ from __future__ import annotations
 
 import numpy as np
 
-from ..ir import Graph, Var
+from ..ir import CONSTANT, Graph, Var
 from ._util import Rewrite, is_all, is_float
 
 
@@ -82,6 +82,29 @@ def _neg(rw, n, ins):
     return _replace(rw, n, p.inputs[0]) if p is not None else None
 
 
+def _clone(rw, n, ins):
+    """``clone(x) -> x`` when ``x`` is a fresh array nobody else can see.
+
+    The autograd engine stores ``p.grad = g.clone()`` so a leaf's gradient never aliases a
+    caller's tensor; in a compiled step ``g`` is a matmul's (or a kernel's) own new array,
+    and the copy — a full-size write per parameter each step — protects nothing. Kept when
+    ``x`` is a graph input or output, a view (of anything), a constant, or already handed
+    out by another clone.
+    """
+    x = ins[0]
+    p = rw.producer(x)
+    if x.__class__ is not Var or p is None or p.op is CONSTANT or p.op.view or \
+            len(p.outs) != 1 or n.inputs[0].id in rw.outputs:
+        return None
+    handed = rw.__dict__.setdefault("handed", set())
+    if x.id in handed:
+        return None
+    out = (x,) if _same(n, x) else None
+    if out is not None:
+        handed.add(x.id)
+    return out
+
+
 def _permute(rw, n, ins):
     x, dims = ins[0], tuple(n.params["dims"])
     p = _inner(rw, x, "permute")
@@ -141,7 +164,7 @@ def _zeros(rw, o):
 
 
 #: op name -> rule(rw, node, new inputs) -> new outputs or None. All exact.
-RULES = {"mul": _mul, "add": _add, "sub": _sub, "div": _div, "neg": _neg,
+RULES = {"mul": _mul, "add": _add, "sub": _sub, "div": _div, "neg": _neg, "clone": _clone,
          "permute": _permute, "reshape": _reshape, "expand": _expand, "cast": _cast,
          "sum": _sum}
 #: rules that hold only up to rounding / overflow (``simplify_fast``).
