@@ -93,7 +93,7 @@ def test_budgets_fit_are_monotonic_and_keep_gradients_bitwise(pipeline):
         lines = {loc for _, _, loc in ex.recomputed}
         assert lines == {f"{__file__}:{ACT_LINE}"}, lines
         log = str(ex)
-        assert f"recomputed %" in log and f"test_budget.py:{ACT_LINE}" in log
+        assert "recomputed %" in log and f"test_budget.py:{ACT_LINE}" in log
         assert f"memory_budget {budget:,} bytes" in log
         prev_plan, prev_measured = p.activation_peak_bytes, m
     # 25% is ~4x less activation memory than unbudgeted

@@ -13,10 +13,10 @@ import numpy as np
 import pytest
 
 import ember as em
-from ember import codegen
 from ember.codegen import conv_kernels as ck
 from ember.graph.passes import DEFAULT_PASSES
 from ember.graph.passes.conv_gemm import conv_gemm
+from ._kernels import eps, needs_compiler, op_names
 
 sys.path.insert(0, str(Path(__file__).resolve().parents[2] / "bench"))
 from train import WORKLOADS  # noqa: E402
@@ -25,24 +25,12 @@ F = em.nn.functional
 NO_GEMM = [p for p in DEFAULT_PASSES if p != "conv_gemm"]
 
 
-@pytest.fixture(autouse=True)
-def _need_compiler(tmp_path, monkeypatch):
-    monkeypatch.setenv("EMBER_KERNEL_CACHE", str(tmp_path / "kernels"))
-    if not codegen.available():
-        pytest.skip("no C compiler: the pass leaves graphs unchanged (tested below)")
-
-
-def _names(g) -> list:
-    return [n.op.name for n in g.nodes]
-
-
-def _eps(dt):
-    return np.finfo(dt.np).eps
+_need_compiler = needs_compiler("the pass leaves graphs unchanged (tested below)")
 
 
 def _close(got, want, k, dtype):
     # the GEMMs sum k terms (the weight gradient N*L): allow that many roundings
-    tol = 50 * k * _eps(dtype)
+    tol = 50 * k * eps(dtype)
     for g, e in zip(got, want):
         ga, ea = g.numpy(), e.numpy()
         assert ga.shape == ea.shape and ga.dtype == ea.dtype
@@ -75,7 +63,7 @@ def test_conv_without_pool_forward_and_backward_match_eager(case, dtype):
 
     cf = em.compile(f, fullgraph=True)
     cf(x, w)
-    names = _names(cf.graph)
+    names = op_names(cf.graph)
     assert {"unfold_t", "fold_t"} <= set(names), names
     assert not {"unfold_c", "fold_c", "unfold", "fold"} & set(names), names
     # one GEMM per product: no batch sum of stacked weight gradients
@@ -104,7 +92,7 @@ def test_conv_relu_pool_block_matches_eager(pool_args, bias, dtype):
     args = (x, w) + ((b,) if bias else ())
     cf = em.compile(f, fullgraph=True)
     cf(*args)
-    names = _names(cf.graph)
+    names = op_names(cf.graph)
     assert {"unfold_t", "fold_t"} <= set(names), names
     if bias:
         assert "maxpool_bias_relu_cf" in names and "contiguous" not in names, names
@@ -133,12 +121,12 @@ def test_w2_training_step_matches_eager_and_the_pool_pipeline():
         losses[key] = [float(cf(x, y)) for _ in range(4)]
         params[key] = [p.detach().numpy().copy() for p in model.parameters()]
         if key == "gemm":
-            names = _names(cf.graph)
+            names = op_names(cf.graph)
             for op, k in (("unfold_t", 2), ("maxpool_bias_relu_cf", 2), ("maxpool_grad_cf", 2),
                           ("fold_t", 1)):
                 assert names.count(op) == k, (op, names)
             assert not {"unfold_c", "fold_c", "contiguous"} & set(names), names
-    tol = 200 * _eps(em.float32)
+    tol = 200 * eps(em.float32)
     for other in ("pool", "eager"):
         np.testing.assert_allclose(losses["gemm"], losses[other], rtol=tol)
         for a, b in zip(params["gemm"], params[other]):
@@ -161,7 +149,7 @@ def test_conv_output_read_twice_is_transposed_once():
 
     cf = em.compile(f, fullgraph=True)
     cf(x, w, b)
-    names = _names(cf.graph)
+    names = op_names(cf.graph)
     assert "unfold_t" in names and names.count("contiguous") >= 1, names
     _close(cf(x, w, b), f(x, w, b), 2 * 64, em.float32)
 
@@ -179,7 +167,7 @@ def test_grouped_conv_is_left_to_the_pool_pass():
 
     cf = em.compile(f, fullgraph=True)
     cf(x, w)
-    names = _names(cf.graph)
+    names = op_names(cf.graph)
     assert "unfold_c" in names and "fold_c" in names, names
     assert not {"unfold_t", "fold_t"} & set(names), names
     _close(cf(x, w), f(x, w), 2 * 49, em.float64)
@@ -197,7 +185,7 @@ def test_empty_batch():
 
     cf = em.compile(f, fullgraph=True)
     got, want = cf(x, w), f(x, w)
-    assert "unfold_t" in _names(cf.graph)
+    assert "unfold_t" in op_names(cf.graph)
     for g, e in zip(got, want):
         assert g.shape == e.shape
         np.testing.assert_array_equal(g.numpy(), e.numpy())
@@ -220,7 +208,7 @@ def test_without_a_compiler_the_pass_changes_nothing(monkeypatch):
     assert g2 is cf.graph and stats == {"no_compiler": 1}
     cf = em.compile(f, fullgraph=True)
     got = cf(x, w)
-    names = _names(cf.graph)
+    names = op_names(cf.graph)
     assert "unfold" in names and not {"unfold_t", "unfold_c", "fold_t"} & set(names), names
     for a, b in zip(got, f(x, w)):
         np.testing.assert_array_equal(a.numpy(), b.numpy())

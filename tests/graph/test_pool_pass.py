@@ -13,10 +13,10 @@ import numpy as np
 import pytest
 
 import ember as em
-from ember import codegen
 from ember.codegen import conv_kernels as ck
 from ember.graph.passes import DEFAULT_PASSES
 from ember.graph.passes.pool import pool
+from ._kernels import eps, needs_compiler, op_names
 
 sys.path.insert(0, str(Path(__file__).resolve().parents[2] / "bench"))
 from train import WORKLOADS  # noqa: E402
@@ -27,19 +27,7 @@ POOL = [p for p in DEFAULT_PASSES if p != "conv_gemm"]
 NO_POOL = [p for p in POOL if p != "pool"]
 
 
-@pytest.fixture(autouse=True)
-def _need_compiler(tmp_path, monkeypatch):
-    monkeypatch.setenv("EMBER_KERNEL_CACHE", str(tmp_path / "kernels"))
-    if not codegen.available():
-        pytest.skip("no C compiler: the pool pass leaves graphs unchanged (tested below)")
-
-
-def _names(g) -> list:
-    return [n.op.name for n in g.nodes]
-
-
-def _eps(dt):
-    return np.finfo(dt.np).eps
+_need_compiler = needs_compiler("the pool pass leaves graphs unchanged (tested below)")
 
 
 # (shape, kernel, stride, padding, dilation, ceil_mode)
@@ -70,15 +58,15 @@ def test_max_pool_forward_and_backward_match_eager(case, dtype):
 
     cf = em.compile(f, fullgraph=True)
     cf(x)
-    names = _names(cf.graph)
+    names = op_names(cf.graph)
     assert "maxpool" in names and "maxpool_grad" in names, names
     assert "argmax" not in names and "scatter_add_along_dim" not in names, names
     got, want = cf(x), f(x)
     np.testing.assert_array_equal(got[0].numpy(), want[0].numpy())
     np.testing.assert_array_equal(got[1].numpy(), want[1].numpy())
     kk = np.prod(np.broadcast_to(k, 2))
-    np.testing.assert_allclose(got[2].numpy(), want[2].numpy(), rtol=kk * _eps(dtype),
-                               atol=kk * _eps(dtype) * 4)
+    np.testing.assert_allclose(got[2].numpy(), want[2].numpy(), rtol=kk * eps(dtype),
+                               atol=kk * eps(dtype) * 4)
     assert got[0].dtype is dtype and got[2].dtype is dtype
 
 
@@ -105,10 +93,10 @@ def test_conv_forward_and_backward_match_eager(case, dtype):
 
     cf = em.compile(f, fullgraph=True, passes=POOL)
     cf(x, w)
-    names = _names(cf.graph)
+    names = op_names(cf.graph)
     assert "unfold_c" in names and "fold_c" in names and "unfold" not in names, names
     # the GEMMs sum K terms: allow that many roundings of the largest product
-    tol = 50 * ws[1] * ws[2] * ws[3] * _eps(dtype)
+    tol = 50 * ws[1] * ws[2] * ws[3] * eps(dtype)
     for g, e in zip(cf(x, w), f(x, w)):
         ga, ea = g.numpy(), e.numpy()
         np.testing.assert_allclose(ga, ea, rtol=tol, atol=tol * np.abs(ea).max())
@@ -134,10 +122,10 @@ def test_w2_training_step_matches_the_unpooled_pipeline():
         losses[key] = [float(cf(x, y)) for _ in range(4)]
         params[key] = [p.detach().numpy().copy() for p in model.parameters()]
         if key:
-            names = _names(cf.graph)
+            names = op_names(cf.graph)
             assert names.count("maxpool_bias_relu") == 2 and names.count("maxpool_grad") == 2, \
                 names
-    tol = 200 * _eps(em.float32)
+    tol = 200 * eps(em.float32)
     np.testing.assert_allclose(losses[True], losses[False], rtol=tol)
     for a, b in zip(params[True], params[False]):
         np.testing.assert_allclose(a, b, rtol=tol, atol=tol * np.abs(b).max())
@@ -155,7 +143,7 @@ def test_without_a_compiler_the_pass_changes_nothing(monkeypatch):
 
     cf = em.compile(f, fullgraph=True)
     got = cf(x)
-    names = _names(cf.graph)
+    names = op_names(cf.graph)
     assert "argmax" in names and not {"maxpool", "maxpool_grad", "unfold_c"} & set(names)
     g2, stats = pool(cf.graph)
     assert g2 is cf.graph and stats == {"no_compiler": 1}
@@ -167,7 +155,7 @@ def test_integer_and_unmatched_graphs_are_left_alone():
     x = em.arange(2 * 1 * 4 * 4).reshape(2, 1, 4, 4)
     cf = em.compile(lambda x: F.unfold(x, 2), fullgraph=True)
     got = cf(x)
-    assert "unfold" in _names(cf.graph) and "unfold_c" not in _names(cf.graph)
+    assert "unfold" in op_names(cf.graph) and "unfold_c" not in op_names(cf.graph)
     np.testing.assert_array_equal(got.numpy(), F.unfold(x, 2).numpy())
 
 
@@ -193,7 +181,7 @@ def test_relu_before_a_max_pool_is_masked_at_the_window_maxima(case, dtype):
     cf = em.compile(f, fullgraph=True)
     cf(x, gy)
     g = cf.graph
-    names = _names(g)
+    names = op_names(g)
     assert "maxpool_grad" in names, names
     # the mask ran at the pooled size, before the scatter: after it, only reshapes
     mg = next(n for n in g.nodes if n.op.name == "maxpool_grad")
@@ -207,8 +195,8 @@ def test_relu_before_a_max_pool_is_masked_at_the_window_maxima(case, dtype):
     np.testing.assert_array_equal(got[0].numpy(), want[0].numpy())
     kk = np.prod(np.broadcast_to(k, 2))
     np.testing.assert_array_equal(np.isnan(got[1].numpy()), np.isnan(want[1].numpy()))
-    np.testing.assert_allclose(got[1].numpy(), want[1].numpy(), rtol=kk * _eps(dtype),
-                               atol=kk * _eps(dtype) * 4)
+    np.testing.assert_allclose(got[1].numpy(), want[1].numpy(), rtol=kk * eps(dtype),
+                               atol=kk * eps(dtype) * 4)
 
 
 @pytest.mark.parametrize("dtype", [em.float32, em.float64])
@@ -228,7 +216,7 @@ def test_conv_relu_pool_block_gradients_match_eager(pool_args, dtype):
 
     cf = em.compile(f, fullgraph=True, passes=POOL)
     cf(x, w, b)
-    names = _names(cf.graph)
+    names = op_names(cf.graph)
     # bias + relu run inside the pool: nothing else makes a value of the conv's shape
     assert "maxpool_bias_relu" in names and "relu" not in names, names
     conv_shape = (3, 4, 9, 11)
@@ -237,7 +225,7 @@ def test_conv_relu_pool_block_gradients_match_eager(pool_args, dtype):
     sums = [n for n in cf.graph.nodes if n.op.name == "sum"]
     if pool_args[0] == pool_args[1]:                   # tiling windows: one sum, pooled
         assert sums and all(n.inputs[0].numel() < x.shape[0] * 4 * 9 * 11 for n in sums)
-    tol = 50 * 2 * 9 * _eps(dtype)
+    tol = 50 * 2 * 9 * eps(dtype)
     for g, e in zip(cf(x, w, b), f(x, w, b)):
         ga, ea = g.numpy(), e.numpy()
         np.testing.assert_allclose(ga, ea, rtol=tol, atol=tol * np.abs(ea).max())

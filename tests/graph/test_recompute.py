@@ -11,18 +11,14 @@ import numpy as np
 import pytest
 
 import ember as em
-from ember import codegen
 from ember.graph.passes import recompute as rc
+from ._kernels import needs_compiler
 
 FUSE = sys.modules["ember.graph.passes.fuse"]
 PASSES = ["simplify", "fold", "cse", "fuse", "dce"]
 
 
-@pytest.fixture(autouse=True)
-def _need_compiler(tmp_path, monkeypatch):
-    monkeypatch.setenv("EMBER_KERNEL_CACHE", str(tmp_path / "kernels"))
-    if not codegen.available():
-        pytest.skip("no C compiler: the fuse pass (and recomputation) leave graphs unchanged")
+_need_compiler = needs_compiler("the fuse pass (and recomputation) leave graphs unchanged")
 
 
 def _grad_fn(model):
