@@ -1,4 +1,5 @@
 """Out-of-memory reports: the largest live tensors, the lines that made them, a budget."""
+import gc
 import inspect
 import re
 
@@ -10,6 +11,9 @@ import ember.nn as nn
 
 @pytest.fixture(autouse=True)
 def no_limit():
+    # free earlier tests' garbage first: collected during a test, it would lower
+    # current_bytes below the baseline a limit was set from, and the limit would not bite
+    gc.collect()
     em.set_memory_limit(None)
     em.record_allocation_sites(False)
     yield

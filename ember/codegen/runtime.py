@@ -235,7 +235,7 @@ class CompiledKernel(_Base):
         What a graph's fused node caches per input layout (keyed by the arrays' strides)
         so a run is one ctypes call: ``fn(ptrs, shape, strides, nthreads)``.
         """
-        views, strides = [], []
+        strides = []
         for a in arrays:
             b = np.broadcast_to(a, self.shape)
             if any(st % b.itemsize for st in b.strides):

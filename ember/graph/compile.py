@@ -22,8 +22,6 @@ import time
 from typing import NamedTuple
 import warnings
 
-import numpy as np
-
 from ..autograd.grad_mode import state as _state
 from ..errors import GraphError
 from ..func._tree import tree_flatten, tree_unflatten
@@ -31,7 +29,7 @@ from ..tensor import Tensor, _wrap
 from .executor import Program
 from .explain import Explanation
 from .passes import run_pipeline, DEFAULT_PASSES
-from .trace import Source, Tracer
+from .trace import Tracer
 
 __all__ = ["compile", "CompiledFunction"]
 

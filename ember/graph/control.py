@@ -27,9 +27,8 @@ from ..autograd.function import Function
 from ..autograd.grad_mode import state
 from ..device.base import _backends
 from ..errors import GraphError
-from ..func._tree import tree_flatten, tree_unflatten
 from ..tensor import Tensor, _wrap
-from .autodiff import graph_vjp, is_float
+from .autodiff import is_float
 from .executor import Program
 from .ir import GraphOp
 from .passes.dce import dce
