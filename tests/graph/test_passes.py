@@ -212,6 +212,39 @@ def test_simplify_float_sum_of_expand_is_kept():
     _simplified(build, 0, {"expand": 1, "sum": 1, "neg": 1})
 
 
+def test_simplify_lets_elementwise_ops_broadcast_instead_of_expand():
+    def build(b):
+        x, r = _x(b, (2, 3, 4)), _x(b, (2, 3, 1))
+        e = emit(b, "expand", (r,), shape=(2, 3, 4))
+        grow = emit(b, "expand", (_x(b, (4,)),), shape=(5, 2, 3, 4))    # sets the shape: kept
+        w = emit(b, "where", (emit(b, "gt", (x, 0.0)), e, x))
+        return [emit(b, "add", (x, e)), emit(b, "mul", (grow, x)), w]
+    new = _simplified(build, 2, {"add": 1, "mul": 1, "expand": 1, "where": 1, "gt": 1})
+    add = next(n for n in new.nodes if n.op.name == "add")
+    assert [tuple(v.shape) for v in add.inputs] == [(2, 3, 4), (2, 3, 1)]
+
+
+def test_layer_norm_backward_add_joins_the_reduction_kernel():
+    """The row term of LayerNorm's input gradient (``expand`` of a keepdim sum) no longer
+    keeps the final ``add`` out of the fused reduction kernel."""
+    from ember import codegen
+    if not codegen.available():
+        pytest.skip("no C compiler: nothing is fused (the pass is tested above)")
+    ln = nn.LayerNorm(16)
+
+    def f(x):
+        x = x.detach().requires_grad_(True)
+        y = ln(x)
+        return em.autograd.grad((y * y).sum(), [x])[0]
+
+    x = em.randn(8, 16, generator=em.Generator().manual_seed(0))
+    cf = em.compile(f)
+    got = cf(x)
+    assert "add" not in cf.graph.op_counts() and "expand" not in cf.graph.op_counts(), \
+        cf.graph.op_counts()
+    np.testing.assert_allclose(got.numpy(), f(x).numpy(), rtol=1e-4, atol=1e-5)
+
+
 def test_simplify_movement_chains():
     def build(b):
         x = _x(b, (2, 3, 4))

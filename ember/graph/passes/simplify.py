@@ -158,6 +158,32 @@ def _log(rw, n, ins):
     return _replace(rw, n, p.inputs[0]) if p is not None and _same(n, p.inputs[0]) else None
 
 
+def _unexpand(rw, n, ins):
+    """``f(a, expand(b)) -> f(a, b)`` for an elementwise ``f`` that broadcasts ``b`` to the
+    same output shape anyway (exact: the same values meet).
+
+    The VJP of a ``keepdim`` sum is ``expand``; the layer norm's and softmax's backward add
+    that expanded row value to a full one. As a view node the ``expand`` sat between the
+    reduction kernel and the ``add``, so the ``add`` could not join the kernel.
+    """
+    if len(ins) < 2:
+        return ins
+    new = list(ins)
+    for i, x in enumerate(ins):
+        p = _inner(rw, x, "expand")
+        if p is not None and p.inputs[0].__class__ is Var:
+            new[i] = p.inputs[0]
+    if new == list(ins):
+        return ins
+    shapes = [v.shape for v in new if v.__class__ is Var]
+    try:
+        if tuple(np.broadcast_shapes(*shapes)) != tuple(n.outs[0].shape):
+            return ins
+    except ValueError:
+        return ins
+    return tuple(new)
+
+
 def _zeros(rw, o):
     z = rw.b.constant(np.zeros((), o.dtype.np), o.dtype, o.device)
     return z if o.shape == () else rw.emit("expand", (z,), shape=o.shape)
@@ -176,10 +202,13 @@ def _run(graph: Graph, rules: dict):
 
     def rule(rw, n, ins):
         nonlocal hits
-        f = rules.get(n.op.name)
-        if f is None or len(n.outs) != 1 or n.is_random():
+        if len(n.outs) != 1 or n.is_random():
             return None
-        outs = f(rw, n, ins)
+        f = rules.get(n.op.name)
+        new = _unexpand(rw, n, ins) if getattr(n.op, "elementwise", False) else ins
+        outs = f(rw, n, new) if f is not None else None
+        if outs is None and new is not ins:
+            outs = rw.copy(n, new)
         if outs is not None:
             hits += 1
         return outs
