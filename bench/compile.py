@@ -1,4 +1,4 @@
-"""Compiled training steps: Ember eager vs ``ember.compile`` vs PyTorch eager and torch.compile.
+"""Compiled training steps: Ember eager vs ``ember.compile`` vs PyTorch and JAX.
 
 The W1-W3 workloads of ``bench/train.py`` (same models, data, weights and optimizers), each
 step written once — zero_grad, forward, cross-entropy, backward, optimizer step — and run:
@@ -6,22 +6,27 @@ step written once — zero_grad, forward, cross-entropy, backward, optimizer ste
 * ``ember``          eager Ember,
 * ``ember.compile``  the same function captured whole by ``ember.compile`` (forward,
                      backward and update in one graph),
-* ``torch``          PyTorch eager, and ``torch.compile`` (inductor) when it works here.
+* ``torch``          PyTorch eager, and ``torch.compile`` (inductor) when it works here,
+* ``jax.jit``        the same model, weights, data and optimizer written in JAX, the whole
+                     step under one ``jax.jit`` (``bench/jax_peer.py``), when ``import jax``
+                     works (``--no-jax`` leaves it out). It runs on XLA's default CPU threading.
 
 Timing is round-robin (see ``bench/train.py``); compile times (first call, including the
-traced eager run) are reported separately. Losses of all variants must agree.
+traced eager run) are reported separately. Losses of all variants must agree; a JAX column
+whose losses do not match torch's is dropped with an error (it is a reference, not Ember).
 
 W4 (issue 5): GELU-tanh ``0.5*x*(1+tanh(0.79788456*(x+0.044715*x**3)))`` on 4,194,304
 float32, written as plain Ember ops and run through ``ember.compile`` (the default
 pipeline fuses it into one generated kernel; forward+backward — ``ember.autograd.grad``
 inside the compiled function — into one kernel reading x and dy and writing dx), side by
-side with NumPy, PyTorch eager and torch.compile.
+side with NumPy, PyTorch eager, torch.compile and jax.jit (``jax.vjp`` for dx).
 
 Run:
     .venv/bin/python bench/compile.py                   # everything (torch.compile: minutes)
     .venv/bin/python bench/compile.py --no-torch-compile
     .venv/bin/python bench/compile.py --quick           # smoke run
     .venv/bin/python bench/compile.py --only W4         # the GELU kernels only
+    .venv/bin/python bench/compile.py --no-jax          # without the JAX peer
 """
 from __future__ import annotations
 
@@ -35,7 +40,18 @@ import numpy as np
 sys.path.insert(0, str(Path(__file__).resolve().parent))
 sys.path.insert(0, str(Path(__file__).resolve().parents[1]))
 import ember  # noqa: E402
-from train import WORKLOADS, _import_torch, numpy_state, round_robin  # noqa: E402
+from train import LOSS_RTOL, WORKLOADS, _import_torch, numpy_state, round_robin  # noqa: E402
+
+JAX = "jax.jit"
+
+
+def _import_jax_peer():
+    """``bench/jax_peer.py``, or None when JAX is not importable (it is optional)."""
+    try:
+        import jax_peer
+    except Exception:  # noqa: BLE001 - jax is optional
+        return None
+    return jax_peer
 
 
 def build(wl, lib, state=None, seed=0, tiny=False):
@@ -63,8 +79,12 @@ def train_step(lib, model, opt):
     return step
 
 
-def variants(wl, torch, use_torch_compile: bool, tiny=False) -> tuple[dict, dict]:
-    """{name: zero-arg step} and {name: compile seconds} for every variant of ``wl``."""
+def variants(wl, torch, use_torch_compile: bool, tiny=False, peer=None) -> tuple[dict, dict]:
+    """{name: zero-arg step} and {name: compile seconds} for every variant of ``wl``.
+
+    With ``peer`` (bench/jax_peer.py) ``steps["_jax_first"]`` holds the JAX step's first two
+    losses, which ran while it compiled.
+    """
     state = None
     steps, compile_s = {}, {}
     if torch is not None:
@@ -94,17 +114,38 @@ def variants(wl, torch, use_torch_compile: bool, tiny=False) -> tuple[dict, dict
             steps["torch.compile"] = lambda: tc(tx2, ty2)
         except Exception as e:  # noqa: BLE001 - inductor needs a working C++ toolchain
             print(f"  torch.compile unavailable: {type(e).__name__}: {str(e)[:120]}")
+    if peer is not None:
+        try:
+            # NOTE: torch's initial weights and optimizer when torch is here, Ember's otherwise
+            js, steps["_jax_first"], compile_s[JAX] = peer.train_step(
+                wl, dict(wl.tiny if tiny else wl.size), state or numpy_state(m),
+                to if torch is not None else o, x.numpy(), y.numpy())
+            steps[JAX] = js
+        except Exception as e:  # noqa: BLE001 - a reference column, not Ember's result
+            print(f"  {JAX} unavailable for {wl.name}: {type(e).__name__}: {str(e)[:120]}")
     return steps, compile_s
 
 
-def check_losses(name, steps) -> None:
-    """Every variant, two steps in, gives the same third loss as eager Ember."""
+def check_losses(name, steps, jax_first=None) -> None:
+    """Every variant, two steps in, gives the same third loss as eager Ember.
+
+    The JAX step's first two losses (``jax_first``) must also match torch's (eager Ember's
+    without torch) within ``LOSS_RTOL``, as bench/train.py checks Ember: else its column is
+    dropped from ``steps`` with an error, since then it would time another computation.
+    """
+    first = {}
     for k, f in steps.items():
-        if not k.endswith("compile"):
-            f(), f()            # the compiled variants ran their two steps while compiling
+        if not k.endswith(("compile", JAX)):
+            first[k] = [float(f()), float(f())]  # compiled variants ran two while compiling
     got = {k: float(f()) for k, f in steps.items()}
+    if JAX in steps:
+        ours, ref = jax_first + [got[JAX]], first.get("torch", first["ember"]) + [got["ember"]]
+        if not all(abs(a - b) <= LOSS_RTOL * abs(b) for a, b in zip(ours, ref)):
+            print(f"  error: {name}: {JAX} losses {ours} disagree with {ref} (torch's first "
+                  f"two, eager Ember's third; rtol {LOSS_RTOL}): {JAX} column dropped")
+            del steps[JAX], got[JAX]
     for k, v in got.items():
-        tol = 1e-6 if k.startswith("ember") else 1e-4
+        tol = 1e-6 if k.startswith("ember") else LOSS_RTOL
         if not abs(v - got["ember"]) <= tol * abs(got["ember"]):
             raise SystemExit(f"{name}: third-step loss of {k} is {v!r}, eager Ember's is "
                              f"{got['ember']!r} (rtol {tol})")
@@ -118,8 +159,8 @@ def gelu(lib, x):
     return 0.5 * x * (1 + lib.tanh(A4 * (x + B4 * x ** 3)))
 
 
-def w4(torch, use_torch_compile: bool, quick: bool) -> None:
-    """GELU forward and forward+backward through ``ember.compile`` vs NumPy and torch."""
+def w4(torch, use_torch_compile: bool, quick: bool, peer=None) -> None:
+    """GELU forward and forward+backward through ``ember.compile`` vs NumPy, torch and JAX."""
     n = 4096 if quick else N4
     rng = np.random.default_rng(0)
     xa = rng.standard_normal(n, dtype=np.float32)
@@ -178,11 +219,16 @@ def w4(torch, use_torch_compile: bool, quick: bool) -> None:
                 bsteps["torch.compile"] = tfb(tc)
             except Exception as e:  # noqa: BLE001 - inductor needs a working C++ toolchain
                 print(f"  torch.compile unavailable: {type(e).__name__}: {str(e)[:120]}")
+    jerr = ""
+    if peer is not None:
+        fsteps[JAX], bsteps[JAX], ctime[JAX], yj, dxj = peer.gelu_steps(gelu, xa, dya)
+        jerr = (f"; {JAX} max |err| vs eager fwd {np.abs(yj - ye.numpy()).max():.1e}, "
+                f"dx {np.abs(dxj - dxe.numpy()).max():.1e}")
     rounds = 2 if quick else 9
     fres = round_robin(fsteps, rounds, 0.3 if not quick else 0.01, 2)
     bres = round_robin(bsteps, rounds, 0.3 if not quick else 0.01, 2)
     print(f"\nW4 GELU-tanh, {n:,} float32 (compiled fwd+bwd graph: {kernels}); max |err| vs "
-          f"eager fwd {err:.1e}, dx {errb:.1e}; compile "
+          f"eager fwd {err:.1e}, dx {errb:.1e}{jerr}; compile "
           + ", ".join(f"{k} {v:.2f} s" for k, v in ctime.items()))
     print("| W4 | " + " | ".join(fres) + " |")
     print("|---|" + "---:|" * len(fres))
@@ -197,32 +243,38 @@ def main(argv=None) -> int:
     ap.add_argument("--quick", action="store_true", help="smoke run (times not meaningful)")
     ap.add_argument("--only", default="", help="run workloads whose name contains this")
     ap.add_argument("--no-torch-compile", action="store_true", help="skip torch.compile")
+    ap.add_argument("--no-jax", action="store_true", help="leave out the jax.jit column")
     args = ap.parse_args(argv)
     torch = _import_torch()
+    peer = None if args.no_jax else _import_jax_peer()
     rounds, turn_s, warmup = (2, 0.02, 1) if args.quick else (11, 0.3, 3)
     info = ember.show_config()
     if torch is not None:
         if isinstance(info.get("blas_threads"), int):
             torch.set_num_threads(info["blas_threads"])
         print(f"torch {torch.__version__}, {torch.get_num_threads()} threads")
-    cols = ["ember", "ember.compile", "torch", "torch.compile"]
+    print(peer.describe() if peer is not None else
+          f"jax: {'left out (--no-jax)' if args.no_jax else 'not importable'}, no {JAX} column")
+    cols = ["ember", "ember.compile", "torch", "torch.compile"] + ([JAX] if peer else [])
     print(f"\n{'workload':<14}" + "".join(f"{c:>15}" for c in cols) +
-          f"{'compiled/eager':>16}{'compiled/torch':>16}")
+          f"{'compiled/eager':>16}{'compiled/torch':>16}" +
+          (f"{'compiled/jax':>16}" if peer else ""))
     compile_rows = []
     for name, wl in WORKLOADS.items():
         if args.only.lower() not in name.lower() or args.only.lower() == "w4":
             continue
         steps, compile_s = variants(wl, torch, not args.no_torch_compile and not args.quick,
-                                    tiny=args.quick)
+                                    tiny=args.quick, peer=peer)
         explain = steps.pop("_explain")
-        check_losses(name, steps)
+        check_losses(name, steps, steps.pop("_jax_first", None))
         times = round_robin(steps, rounds, turn_s, warmup)
         row = f"{name:<14}" + "".join(
             f"{times[c] * 1e3:>12.2f} ms" if c in times else f"{'-':>15}" for c in cols)
         r1 = times["ember.compile"] / times["ember"]
         r2 = f"{times['ember.compile'] / times['torch']:>15.2f}x" if "torch" in times else \
             f"{'-':>16}"
-        print(row + f"{r1:>15.2f}x" + r2)
+        r3 = f"{times['ember.compile'] / times[JAX]:>15.2f}x" if JAX in times else f"{'-':>16}"
+        print(row + f"{r1:>15.2f}x" + r2 + (r3 if peer else ""))
         log = explain()
         cap = log.captures[-1]
         totals = ", ".join(f"{p['pass']}: " + (", ".join(f"{k} {v}" for k, v in
@@ -232,14 +284,16 @@ def main(argv=None) -> int:
                             f"(2 traced calls), {cap.nodes_traced} nodes traced -> "
                             f"{cap.nodes_after} after passes [{totals}]" +
                             (f"; torch.compile {compile_s['torch.compile']:.1f} s"
-                             if "torch.compile" in compile_s else ""))
+                             if "torch.compile" in compile_s else "") +
+                            (f"; {JAX} {compile_s[JAX]:.2f} s (2 calls)"
+                             if JAX in steps else ""))
         sys.stdout.flush()
     print("\ncompile times and graph sizes:")
     for r in compile_rows:
         print("  " + r)
     print("\nratios are step-time ratios: < 1 means the compiled step is faster")
     if args.only.lower() in "w4 gelu":
-        w4(torch, not args.no_torch_compile and not args.quick, args.quick)
+        w4(torch, not args.no_torch_compile and not args.quick, args.quick, peer)
     return 0
 
 
