@@ -201,7 +201,8 @@ def test_launch_plans_match_the_plain_path(causal, dtype, monkeypatch):
             g = np.random.default_rng(3).standard_normal(q.shape[:-1] + v.shape[-1:])
             g = g.astype(dtype)
             fast = (ak.sdpa(q, k, v, 0.4, causal), ak.sdpa_grad(g, q, k, v, 0.4, causal))
-            assert (ak._plan("sdpa", (q, k, v), 0.4, causal) is not None) == (
+            out = np.empty(q.shape[:-1] + v.shape[-1:], dtype)
+            assert (ak._plan("sdpa", (q, k, v), (out,), 0.4, causal) is not None) == (
                 want and have_launch)
             with monkeypatch.context() as m:
                 m.setattr(ak._launch, "raw", lambda: None)
@@ -215,6 +216,95 @@ def test_launch_plans_match_the_plain_path(causal, dtype, monkeypatch):
             np.testing.assert_allclose(fast[1], A._sdpa_grad_np(np, g, q, k, v, 0.4, causal),
                                        atol=TOL[dtype]["atol"] * 10,
                                        rtol=TOL[dtype]["rtol"] * 10)
+
+
+def _bits(a):
+    return np.ascontiguousarray(a).view(np.uint8)
+
+
+def _out_layouts(rng, b, tq, tk, d, dv, dtype):
+    """(O, (dq, dk, dv)) views to write into: the GPT's (B, T, H, D) output and the slots
+    of a (B, T, 3, H, D) gradient, reversed rows, and layouts without a unit last stride
+    (written through a temporary)."""
+    if len(b) == 2 and tq == tk and d == dv:
+        o = np.empty((b[0], tq, b[1], dv), dtype).transpose(0, 2, 1, 3)
+        st = np.empty((b[0], tq, 3, b[1], d), dtype).transpose(2, 0, 3, 1, 4)
+        yield o, (st[2], st[0], st[1])
+    yield (np.empty(b + (tq, dv), dtype)[..., ::-1, :],
+           tuple(np.empty(b + (t, e), dtype)[..., ::-1, :] for t, e in
+                 ((tq, d), (tk, d), (tk, dv))))
+    yield (np.empty(b + (tq, dv), dtype, order="F"),
+           tuple(np.empty(b + (t, 2 * e), dtype)[..., ::2] for t, e in
+                 ((tq, d), (tk, d), (tk, dv))))
+
+
+@needs_cc
+@pytest.mark.parametrize("dtype", [np.float32, np.float64])
+@pytest.mark.parametrize("causal", [False, True])
+@pytest.mark.parametrize("plans", [True, False], ids=["plans", "plain"])
+def test_outputs_in_any_layout_are_bitwise_the_default(plans, causal, dtype, monkeypatch):
+    """``out=``: the same values stored elsewhere, bit for bit (through launch plans and
+    the plain path); ``plus_zero`` turns exactly the -0.0 of the default into +0.0."""
+    ak.kernels()
+    if not plans:
+        monkeypatch.setattr(ak._launch, "raw", lambda: None)
+        monkeypatch.setattr(ak, "_plans", {})
+    rng = np.random.default_rng(13)
+    for shape in [((2, 4), 64, 64, 32, 32), ((3, 2), 13, 13, 7, 7), ((2,), 5, 9, 33, 4),
+                  ((2, 3), 17, 17, 8, 8)]:
+        q, k, v = _qkv(rng, *shape, dtype)
+        k[0] = 0                                 # dq = 0 * negative scale: -0.0
+        g = rng.standard_normal(shape[0] + (shape[1], shape[4])).astype(dtype)
+        ref_o = ak.sdpa(q, k, v, -0.3, causal)
+        flat = ak.sdpa_grad(g, q, k, v, -0.3, causal)
+        ref = np.split(flat, [q.size, q.size + k.size])
+        assert np.signbit(ref[0][flat[:q.size] == 0]).any()
+        for o, parts in _out_layouts(rng, *shape, dtype):
+            assert ak.sdpa(q, k, v, -0.3, causal, out=o) is o
+            np.testing.assert_array_equal(_bits(o), _bits(ref_o))
+            ak.sdpa_grad(g, q, k, v, -0.3, causal, out=parts)
+            for p, r in zip(parts, ref):
+                np.testing.assert_array_equal(_bits(p).reshape(-1), _bits(r))
+            ak.sdpa_grad(g, q, k, v, -0.3, causal, out=parts, plus_zero=True)
+            for p, r in zip(parts, ref):
+                np.testing.assert_array_equal(_bits(p).reshape(-1), _bits(r + 0.0))
+            assert not any(np.signbit(p[p == 0]).any() for p in parts)
+
+
+@needs_cc
+def test_bad_outputs_give_clear_errors():
+    q = np.zeros((2, 3, 4), np.float32)
+    with pytest.raises(ValueError, match=r"sdpa: out must be float32\[2, 3, 4\], got "
+                                         r"float64\[2, 3, 4\]"):
+        ak.sdpa(q, q, q, 0.5, False, out=np.zeros((2, 3, 4)))
+    with pytest.raises(ValueError, match=r"sdpa_grad: out must be float32\[2, 3, 4\]"):
+        ak.sdpa_grad(q, q, q, q, 0.5, False, out=(q, q, np.zeros((2, 4, 4), np.float32)))
+    with pytest.raises(ValueError, match=r"sdpa_grad: out must be \(dq, dk, dv\)"):
+        ak.sdpa_grad(q, q, q, q, 0.5, False, out=(q, q))
+
+
+@pytest.mark.parametrize("c", [True, False], ids=["c", "numpy"])
+def test_into_variants_match_the_primitives_kernels(c, monkeypatch):
+    """``sdpa_into`` / ``sdpa_grad_into`` (what compiled graphs run) write bitwise the
+    primitives' ``"cpu"`` kernels' values, with the C kernels and without (NumPy)."""
+    if c and not ak.available():
+        pytest.skip("no C compiler: the numpy case covers this machine")
+    if not c:
+        monkeypatch.setattr(ak, "kernels", lambda: None)
+    rng = np.random.default_rng(14)
+    for dtype in (np.float32, np.float64, np.float16):
+        q, k, v = _qkv(rng, (2, 3), 6, 6, 4, 4, dtype)
+        g = rng.standard_normal((2, 3, 6, 4)).astype(dtype)
+        o = np.empty((2, 6, 3, 4), dtype).transpose(0, 2, 1, 3)
+        A.sdpa_into(np, q, k, v, o, -0.4, True)
+        np.testing.assert_array_equal(o, A._sdpa_cpu(np, q, k, v, -0.4, True))
+        flat = A._sdpa_grad_cpu(np, g, q, k, v, -0.4, True)
+        st = np.empty((2, 6, 3, 3, 4), dtype).transpose(2, 0, 3, 1, 4)
+        for pz in (False, True):
+            A.sdpa_grad_into(np, g, q, k, v, (st[1], st[2], st[0]), -0.4, True, pz)
+            got = np.concatenate([st[j].reshape(-1) for j in (1, 2, 0)])
+            want = flat + 0.0 if pz else flat
+            np.testing.assert_array_equal(_bits(got), _bits(want))
 
 
 def test_without_a_compiler_the_numpy_kernels_run(monkeypatch):
@@ -302,7 +392,8 @@ def test_compiled_step_matches_eager():
     for _ in range(3):
         qkv.zero_grad(set_to_none=False)      # grads exist: one signature, one graph
         got = compiled(x)
-    assert {"sdpa", "sdpa_grad"} <= {n.op.name for n in compiled.graphs()[0].nodes}
+    # (the output is not permuted: sdpa stays; dq, dk, dv land in qkv's gradient)
+    assert {"sdpa", "sdpa_grad_stacked"} <= {n.op.name for n in compiled.graphs()[0].nodes}
     np.testing.assert_allclose(got.item(), ref, rtol=1e-5)
     np.testing.assert_allclose(qkv.weight.grad.numpy(), ref_g, rtol=1e-4, atol=1e-5)
 

@@ -10,7 +10,7 @@ of it, one ``(batch, head)`` at a time, parallel over the heads on Ember's worke
 * ``sdpa(q, k, v) -> O``: per query row ``i``, ``s_j = scale * q_i . k_j`` over the keys
   it sees (all, or ``j <= i`` when causal: masked columns are skipped, not computed),
   ``e_j = exp(s_j - max s)``, ``O_i = sum_j e_j v_j / sum_j e_j``;
-* ``sdpa_grad(dO, q, k, v) -> dq|dk|dv`` (one flat array), a whole head at a time: by
+* ``sdpa_grad(dO, q, k, v) -> dq, dk, dv`` (one flat array), a whole head at a time: by
   blocks of 4 query rows ``P`` is recomputed, ``dP = dO vᵀ``, ``dS = P (dP - rowsum(P dP))``
   and ``dq = scale dS k``; then by blocks of 4 keys ``dk = scale dSᵀ q`` and ``dv = Pᵀ dO``
   (key ``j`` summed over the query rows that see it) from the head's ``P`` / ``dS``.
@@ -26,12 +26,21 @@ with the NumPy kernel within rounding, not bitwise. NaN/Inf propagate like the N
 kernel (``ember.ops.attention``): a NaN/Inf score poisons its row; masked positions take
 no part in any sum (a NaN in a key or value row only reaches the rows that see it).
 
+Each output has its own pointer and strides: by default ``O`` is a new C-ordered array and
+dq, dk, dv the three parts of one flat array, but ``out=`` takes any arrays whose heads are
+strided views with a unit last stride (a compiled graph has ``O`` land as ``(B, T, H, D)``
+and dq, dk, dv in the slots of the ``(B, T, 3, H, D)`` gradient of a packed qkv: see
+:mod:`ember.graph.passes.sdpa_layout`) — the same arithmetic, only the stores move.
+
 Geometry is one int64 array ``g = [nb, b1, Tq, Tk, D, Dv, causal, q strides (4), k
-strides (4), v strides (4), dO strides (4)]``: the batch is ``nb`` heads indexed
-``(p // b1, p % b1)``; strides are in elements, for the ``(b0, b1, T, D)`` views.
+strides (4), v strides (4), dO strides (4), out strides (4) x 3, plus_zero]``: the batch is
+``nb`` heads indexed ``(p // b1, p % b1)``; strides are in elements, for the ``(b0, b1,
+T, D)`` views (the outputs': O, or dq, dk, dv); ``plus_zero`` makes the backward write
+``x + 0.0`` (``-0.0`` becomes ``+0.0``, as the sum in unbind's gradient does).
 float32 and float64 only; :func:`kernels` returns None without a C compiler, and the
 primitives' ``"cpu"`` kernels then run their NumPy kernels. Calls go through a cached
-per-layout plan and :mod:`.launch`'s one-call launcher (see :func:`_plan`).
+per-layout plan and :mod:`.launch`'s one-call launcher (see :func:`_plan`). The C text
+is :mod:`.attention_kernels_c`.
 """
 from __future__ import annotations
 
@@ -42,382 +51,10 @@ import numpy as np
 
 from . import launch as _launch
 from . import pool as _pool
+from .attention_kernels_c import BODY, HEAD
 from .prelude import mvec_decls
 from .runtime import num_threads
 from .toolchain import find_compiler
-
-_HEAD = r"""#include <stdint.h>
-#include <stdlib.h>
-#include <string.h>
-#include <math.h>
-typedef void (*ember_run_fn)(char **, const int64_t *, const int64_t *, int64_t, int64_t);
-void (*ember_parallel_hook)(ember_run_fn, char **, const int64_t *, const int64_t *,
-                            int64_t, int64_t, int64_t) = 0;
-
-#define GEOM const int64_t B1 = g[1], TQ = g[2], TK = g[3], D = g[4], DV = g[5], \
-    CAUSAL = g[6]; (void)st
-
-#if defined(__AVX__)
-#include <immintrin.h>
-/* dst[c * ldd + r] = src[r * lds + c] for an 8 x 8 float block */
-static inline void ember_tr8(const float *src, int64_t lds, float *dst, int64_t ldd) {
-    __m256 r0 = _mm256_loadu_ps(src), r1 = _mm256_loadu_ps(src + lds),
-        r2 = _mm256_loadu_ps(src + 2 * lds), r3 = _mm256_loadu_ps(src + 3 * lds),
-        r4 = _mm256_loadu_ps(src + 4 * lds), r5 = _mm256_loadu_ps(src + 5 * lds),
-        r6 = _mm256_loadu_ps(src + 6 * lds), r7 = _mm256_loadu_ps(src + 7 * lds);
-    __m256 t0 = _mm256_unpacklo_ps(r0, r1), t1 = _mm256_unpackhi_ps(r0, r1),
-        t2 = _mm256_unpacklo_ps(r2, r3), t3 = _mm256_unpackhi_ps(r2, r3),
-        t4 = _mm256_unpacklo_ps(r4, r5), t5 = _mm256_unpackhi_ps(r4, r5),
-        t6 = _mm256_unpacklo_ps(r6, r7), t7 = _mm256_unpackhi_ps(r6, r7);
-    r0 = _mm256_shuffle_ps(t0, t2, 0x44); r1 = _mm256_shuffle_ps(t0, t2, 0xEE);
-    r2 = _mm256_shuffle_ps(t1, t3, 0x44); r3 = _mm256_shuffle_ps(t1, t3, 0xEE);
-    r4 = _mm256_shuffle_ps(t4, t6, 0x44); r5 = _mm256_shuffle_ps(t4, t6, 0xEE);
-    r6 = _mm256_shuffle_ps(t5, t7, 0x44); r7 = _mm256_shuffle_ps(t5, t7, 0xEE);
-    _mm256_storeu_ps(dst, _mm256_permute2f128_ps(r0, r4, 0x20));
-    _mm256_storeu_ps(dst + ldd, _mm256_permute2f128_ps(r1, r5, 0x20));
-    _mm256_storeu_ps(dst + 2 * ldd, _mm256_permute2f128_ps(r2, r6, 0x20));
-    _mm256_storeu_ps(dst + 3 * ldd, _mm256_permute2f128_ps(r3, r7, 0x20));
-    _mm256_storeu_ps(dst + 4 * ldd, _mm256_permute2f128_ps(r0, r4, 0x31));
-    _mm256_storeu_ps(dst + 5 * ldd, _mm256_permute2f128_ps(r1, r5, 0x31));
-    _mm256_storeu_ps(dst + 6 * ldd, _mm256_permute2f128_ps(r2, r6, 0x31));
-    _mm256_storeu_ps(dst + 7 * ldd, _mm256_permute2f128_ps(r3, r7, 0x31));
-}
-#endif
-
-static void ember_sdpa_launch(ember_run_fn run, char **ptrs, const int64_t *g,
-                              int64_t nthreads) {
-    /* a thread per head only pays off once the heads are some work */
-    const int64_t work = g[0] * g[2] * g[3] * (g[4] + g[5]);
-    if (nthreads > 1 && g[0] > 1 && work >= 65536 && ember_parallel_hook)
-        ember_parallel_hook(run, ptrs, g, g, g[0], 1, nthreads);
-    else
-        run(ptrs, g, g, 0, g[0]);
-}
-"""
-
-# One copy per dtype: T is the element type, EXP its exp, {S} the suffix.
-_BODY = r"""
-typedef T ember_v{S} __attribute__((vector_size(32)));
-#define VT ember_v{S}
-typedef __typeof__((VT){0} > (VT){0}) ember_vi{S};
-#define VI ember_vi{S}
-#define VL ((int64_t)(32 / sizeof(T)))
-#define PADW (2 * VL)          /* tile rows are padded (with zeros) to a multiple of this */
-/* NOTE: an empty asm that "changes" a vector: GCC otherwise folds the B loads into every
-   FMA (12 loads per 8 FMAs: load-bound); this keeps each B vector in a register */
-#define KEEP(x) __asm__("" : "+x"(x))
-
-/* A 4-row block of C = A B: row r of A is a_r[k * ak] (a_r = a + min(r, nr - 1) * ar),
-   B has rows b + k * ldb (nc columns, nc a multiple of VL), C rows c + r * ldc (4 rows
-   are written, rows past nr are scratch). Row r sums over its own k range [lo_r, hi_r):
-   the range all rows share runs in registers (8 accumulators, a 4 x 16 float32 block),
-   each row's rest as axpys, so a row never touches a k outside its range (not even as
-   0 * NaN: a masked key's NaN must not reach the rows that do not see it). */
-static inline void ember_blk_{S}(const T *a, int64_t ar, int64_t ak, int64_t nr,
-                                 const int64_t *lo, const int64_t *hi, const T *restrict b,
-                                 int64_t ldb, int64_t nc, T *restrict c, int64_t ldc) {
-    const T *ap[4];
-    int64_t k0 = lo[0], k1 = hi[0], l4[4], h4[4];
-    for (int64_t r = 0; r < 4; r++) {
-        const int64_t rr = r < nr ? r : nr - 1;
-        ap[r] = a + rr * ar;
-        l4[r] = lo[rr]; h4[r] = hi[rr];
-        k0 = l4[r] > k0 ? l4[r] : k0;
-        k1 = h4[r] < k1 ? h4[r] : k1;
-    }
-    if (k1 < k0) k1 = k0;
-    const T *a0 = ap[0], *a1 = ap[1], *a2 = ap[2], *a3 = ap[3];
-    int64_t j = 0;
-    for (; j + PADW <= nc; j += PADW) {
-        VT c0 = {0}, c1 = {0}, c2 = {0}, c3 = {0}, e0 = {0}, e1 = {0}, e2 = {0}, e3 = {0};
-        const T *bk = b + k0 * ldb + j;
-        for (int64_t k = k0; k < k1; k++, bk += ldb) {
-            VT b0 = *(const VT *)bk, b1 = *(const VT *)(bk + VL);
-            KEEP(b0); KEEP(b1);
-            const T x0 = a0[k * ak], x1 = a1[k * ak], x2 = a2[k * ak], x3 = a3[k * ak];
-            c0 += x0 * b0; e0 += x0 * b1;
-            c1 += x1 * b0; e1 += x1 * b1;
-            c2 += x2 * b0; e2 += x2 * b1;
-            c3 += x3 * b0; e3 += x3 * b1;
-        }
-        *(VT *)(c + j) = c0; *(VT *)(c + j + VL) = e0;
-        *(VT *)(c + ldc + j) = c1; *(VT *)(c + ldc + j + VL) = e1;
-        *(VT *)(c + 2 * ldc + j) = c2; *(VT *)(c + 2 * ldc + j + VL) = e2;
-        *(VT *)(c + 3 * ldc + j) = c3; *(VT *)(c + 3 * ldc + j + VL) = e3;
-    }
-    /* one vector left: a causal block's scores end at a multiple of VL, not of PADW
-       (rounding up to PADW computed ~8 wasted columns per row: ~4% of the W3 forward) */
-    if (j < nc) {
-        VT c0 = {0}, c1 = {0}, c2 = {0}, c3 = {0};
-        const T *bk = b + k0 * ldb + j;
-        for (int64_t k = k0; k < k1; k++, bk += ldb) {
-            VT b0 = *(const VT *)bk;
-            KEEP(b0);
-            c0 += a0[k * ak] * b0; c1 += a1[k * ak] * b0;
-            c2 += a2[k * ak] * b0; c3 += a3[k * ak] * b0;
-        }
-        *(VT *)(c + j) = c0; *(VT *)(c + ldc + j) = c1;
-        *(VT *)(c + 2 * ldc + j) = c2; *(VT *)(c + 3 * ldc + j) = c3;
-    }
-    for (int64_t r = 0; r < nr; r++) {
-        T *restrict cr = c + r * ldc;
-        const int64_t e = k0 < h4[r] ? k0 : h4[r], s = k1 > l4[r] ? k1 : l4[r];
-        for (int64_t k = l4[r]; k < e; k++) {
-            const T x = ap[r][k * ak];
-            for (int64_t j = 0; j < nc; j += VL)
-                *(VT *)(cr + j) += x * *(const VT *)(b + k * ldb + j);
-        }
-        for (int64_t k = s; k < h4[r]; k++) {
-            const T x = ap[r][k * ak];
-            for (int64_t j = 0; j < nc; j += VL)
-                *(VT *)(cr + j) += x * *(const VT *)(b + k * ldb + j);
-        }
-    }
-}
-
-/* One row's n scores s_j (unscaled dots) -> exp(scale s_j - max), zeros up to the next
-   multiple of VL; returns their sum. */
-static inline T ember_softmax_row_{S}(T *restrict s, int64_t n, T scale) {
-    /* NOTE: how a NaN enters the max does not matter: s_j - max is NaN for a NaN s_j (or
-       everywhere for a NaN max), so the sum and then the whole row are NaN, as in NumPy */
-    /* the max in a vector (a scalar reduction spills to the stack once per row and
-       stalls on the store forward), the leftover lanes apart */
-    T m = s[0] * scale;
-    VT mv = {0};
-    mv += m;
-    int64_t j = 0;
-    for (; j + VL <= n; j += VL) {
-        const VT x = *(const VT *)(s + j) * scale;
-        *(VT *)(s + j) = x;
-        const VI gt = x > mv;
-        mv = (VT)((gt & (VI)x) | (~gt & (VI)mv));
-    }
-    for (int64_t t = 0; t < VL; t++) m = mv[t] > m ? mv[t] : m;
-    for (; j < n; j++) {
-        s[j] *= scale;
-        m = s[j] > m ? s[j] : m;
-    }
-    /* exp runs on whole vectors only (a scalar expf per leftover lane costs more than the
-       vector); the padding lanes get exp(0), not exp(-inf): libmvec takes a slow scalar
-       path for lanes far below 0 */
-    const int64_t nv = (n + VL - 1) / VL * VL;
-    for (int64_t j = n; j < nv; j++) s[j] = m;
-    for (int64_t j = 0; j < nv; j += VL) {
-        VT x;
-#pragma omp simd
-        for (int64_t t = 0; t < VL; t++) x[t] = EXP(s[j + t] - m);
-        *(VT *)(s + j) = x;
-    }
-    for (int64_t j = n; j < nv; j++) s[j] = 0;
-    T l = 0;
-#pragma omp simd reduction(+:l)
-    for (int64_t j = 0; j < n; j++) l += s[j];
-    return l;
-}
-
-/* t[d * ldt + j] = x[j, d] (a head's rows x cols operand transposed): float32 rows with
-   unit stride go by 8 x 8 blocks transposed in AVX registers (a scalar transpose was ~10%
-   of the kernel), the rest element by element */
-static void ember_tr_{S}(const T *x, const int64_t *xs, int64_t rows, int64_t cols,
-                         T *restrict t, int64_t ldt) {
-    int64_t r8 = 0, c8 = 0;
-#if defined(__AVX__)
-    if (sizeof(T) == 4 && xs[3] == 1) {
-        r8 = rows / 8 * 8; c8 = cols / 8 * 8;
-        for (int64_t j = 0; j < r8; j += 8)
-            for (int64_t d = 0; d < c8; d += 8) {
-                const float *src = (const float *)(x + j * xs[2] + d);
-                float *dst = (float *)(t + d * ldt + j);
-                ember_tr8(src, xs[2], dst, ldt);
-            }
-    }
-#endif
-    for (int64_t j = 0; j < rows; j++)
-        for (int64_t d = (j < r8 ? c8 : 0); d < cols; d++)
-            t[d * ldt + j] = x[j * xs[2] + d * xs[3]];
-}
-
-/* c[j * ldc + d] = x[j, d] (padding columns untouched: zeroed once) */
-static void ember_cp_{S}(const T *x, const int64_t *xs, int64_t rows, int64_t cols,
-                         T *restrict c, int64_t ldc) {
-    if (xs[3] == 1) {         /* inline, not memcpy: a call per 128-byte row was ~10% */
-        for (int64_t j = 0; j < rows; j++) {
-            const T *restrict xr = x + j * xs[2];
-            T *restrict cr = c + j * ldc;
-#pragma omp simd
-            for (int64_t d = 0; d < cols; d++) cr[d] = xr[d];
-        }
-        return;
-    }
-    for (int64_t j = 0; j < rows; j++)
-        for (int64_t d = 0; d < cols; d++) c[j * ldc + d] = x[j * xs[2] + d * xs[3]];
-}
-
-static int64_t ember_pad_{S}(int64_t n) { return (n + PADW - 1) / PADW * PADW; }
-
-/* the number of keys query row i sees (causal: j <= i) */
-static inline int64_t ember_seen_{S}(int64_t i, int64_t TK, int64_t causal) {
-    return causal ? (i + 1 < TK ? i + 1 : TK) : TK;
-}
-
-static T *ember_scratch_{S}(int64_t n) {
-    void *p = 0;
-    if (posix_memalign(&p, 64, sizeof(T) * (size_t)n) != 0) return 0;
-    memset(p, 0, sizeof(T) * (size_t)n);
-    return (T *)p;
-}
-
-static void ember_sdpa_{S}_run(char **ptrs, const int64_t *g, const int64_t *st,
-                               int64_t lo, int64_t hi) {
-    GEOM;
-    const T *Q = (const T *)ptrs[0], *K = (const T *)ptrs[1], *V = (const T *)ptrs[2];
-    T *O = (T *)ptrs[3];
-    const T scale = (T)(*(const double *)ptrs[4]);
-    const int64_t *qs = g + 7, *ks = g + 11, *vs = g + 15;
-    const int64_t TKp = ember_pad_{S}(TK), DVp = ember_pad_{S}(DV);
-    T *buf = ember_scratch_{S}(D * TKp + TK * DVp + 4 * TKp + 4 * DVp);
-    if (!buf) { *(volatile int *)ptrs[5] = 1; return; }
-    T *kt = buf, *vc = kt + D * TKp, *s = vc + TK * DVp, *ob = s + 4 * TKp;
-    const int64_t zero[4] = {0, 0, 0, 0}, dd[4] = {D, D, D, D};
-    for (int64_t p = lo; p < hi; p++) {
-        const int64_t b0 = p / B1, b1 = p % B1;
-        const T *q = Q + b0 * qs[0] + b1 * qs[1];
-        ember_tr_{S}(K + b0 * ks[0] + b1 * ks[1], ks, TK, D, kt, TKp);
-        ember_cp_{S}(V + b0 * vs[0] + b1 * vs[1], vs, TK, DV, vc, DVp);
-        T *out = O + p * TQ * DV;
-        for (int64_t i0 = 0; i0 < TQ; i0 += 4) {
-            const int64_t nr = TQ - i0 < 4 ? TQ - i0 : 4;
-            int64_t n[4];
-            for (int64_t r = 0; r < nr; r++) n[r] = ember_seen_{S}(i0 + r, TK, CAUSAL);
-            /* the scores: all columns a row of the block sees (the rest is ignored) */
-            ember_blk_{S}(q + i0 * qs[2], qs[2], qs[3], nr, zero, dd, kt, TKp,
-                          (n[nr - 1] + VL - 1) / VL * VL, s, TKp);
-            T l[4];
-            for (int64_t r = 0; r < nr; r++)
-                l[r] = ember_softmax_row_{S}(s + r * TKp, n[r], scale);
-            ember_blk_{S}(s, TKp, 1, nr, zero, n, vc, DVp, DVp, ob, DVp);   /* O = e v */
-            for (int64_t r = 0; r < nr; r++) {
-                T *restrict orow = out + (i0 + r) * DV;
-                const T *restrict obr = ob + r * DVp;
-                const T lr = 1 / l[r];
-#pragma omp simd
-                for (int64_t c = 0; c < DV; c++) orow[c] = obr[c] * lr;
-            }
-        }
-    }
-    free(buf);
-}
-
-void ember_sdpa_{S}(char **ptrs, const int64_t *g, int64_t nthreads) {
-    ember_sdpa_launch(ember_sdpa_{S}_run, ptrs, g, nthreads);
-}
-
-/* the same through ember_launch (codegen/launch.py): ptrs = q k v O scale err g */
-void ember_sdpa_{S}_fast(char **ptrs, const int64_t *shape, const int64_t *st,
-                         int64_t nthreads) {
-    (void)shape; (void)st;
-    ember_sdpa_launch(ember_sdpa_{S}_run, ptrs, (const int64_t *)ptrs[6], nthreads);
-}
-
-/* The backward, a whole head at a time: P and dS for all query rows (a block of 4 rows:
-   S = q kT and dP = dO vT in registers, then row by row P and dS = P (dP - rowsum(P dP)))
-   and dQ = dS k for those rows; then, by blocks of 4 keys, dK = dST q and dV = PT dO
-   (key j summed over the query rows that see it: i >= j when causal). */
-static void ember_sdpa_grad_{S}_run(char **ptrs, const int64_t *g, const int64_t *st,
-                                    int64_t lo, int64_t hi) {
-    GEOM;
-    const int64_t NB = g[0];
-    const T *DO = (const T *)ptrs[0], *Q = (const T *)ptrs[1], *K = (const T *)ptrs[2],
-        *V = (const T *)ptrs[3];
-    T *OUT = (T *)ptrs[4];
-    const T scale = (T)(*(const double *)ptrs[5]);
-    const int64_t *qs = g + 7, *ks = g + 11, *vs = g + 15, *gs = g + 19;
-    const int64_t TKp = ember_pad_{S}(TK), Dp = ember_pad_{S}(D), DVp = ember_pad_{S}(DV);
-    const int64_t TQ4 = (TQ + 3) / 4 * 4;
-    T *buf = ember_scratch_{S}(D * TKp + TK * Dp + DV * TKp + TQ4 * Dp + TQ4 * DVp
-                               + 2 * TQ4 * TKp + 4 * (Dp + DVp));
-    if (!buf) { *(volatile int *)ptrs[6] = 1; return; }
-    T *kt = buf, *kc = kt + D * TKp, *vt = kc + TK * Dp, *qc = vt + DV * TKp,
-        *gc = qc + TQ4 * Dp, *s = gc + TQ4 * DVp, *dp = s + TQ4 * TKp, *ob = dp + TQ4 * TKp,
-        *ob2 = ob + 4 * Dp;
-    T *dQ = OUT, *dK = OUT + NB * TQ * D, *dV = dK + NB * TK * D;
-    const int64_t zero[4] = {0, 0, 0, 0}, dd[4] = {D, D, D, D}, dv4[4] = {DV, DV, DV, DV};
-    for (int64_t p = lo; p < hi; p++) {
-        const int64_t b0 = p / B1, b1 = p % B1;
-        const T *kh = K + b0 * ks[0] + b1 * ks[1];
-        ember_tr_{S}(kh, ks, TK, D, kt, TKp);
-        ember_cp_{S}(kh, ks, TK, D, kc, Dp);
-        ember_tr_{S}(V + b0 * vs[0] + b1 * vs[1], vs, TK, DV, vt, TKp);
-        ember_cp_{S}(Q + b0 * qs[0] + b1 * qs[1], qs, TQ, D, qc, Dp);
-        ember_cp_{S}(DO + b0 * gs[0] + b1 * gs[1], gs, TQ, DV, gc, DVp);
-        T *dqo = dQ + p * TQ * D;
-        for (int64_t i0 = 0; i0 < TQ; i0 += 4) {
-            const int64_t nr = TQ - i0 < 4 ? TQ - i0 : 4;
-            int64_t n[4];
-            for (int64_t r = 0; r < nr; r++) n[r] = ember_seen_{S}(i0 + r, TK, CAUSAL);
-            const int64_t w = (n[nr - 1] + VL - 1) / VL * VL;
-            T *sb = s + i0 * TKp, *db = dp + i0 * TKp;
-            ember_blk_{S}(qc + i0 * Dp, Dp, 1, nr, zero, dd, kt, TKp, w, sb, TKp);
-            ember_blk_{S}(gc + i0 * DVp, DVp, 1, nr, zero, dv4, vt, TKp, w, db, TKp);
-            for (int64_t r = 0; r < nr; r++) {
-                T *restrict sr = sb + r * TKp, *restrict dpr = db + r * TKp;
-                const int64_t nn = n[r];
-                const T il = 1 / ember_softmax_row_{S}(sr, nn, scale);
-                T di = 0;
-#pragma omp simd reduction(+:di)
-                for (int64_t j = 0; j < nn; j++) {
-                    sr[j] *= il;                                       /* P */
-                    di += sr[j] * dpr[j];
-                }
-#pragma omp simd
-                for (int64_t j = 0; j < nn; j++) dpr[j] = sr[j] * (dpr[j] - di);  /* dS */
-            }
-            ember_blk_{S}(db, TKp, 1, nr, zero, n, kc, Dp, Dp, ob, Dp);   /* dQ = dS k */
-            for (int64_t r = 0; r < nr; r++) {
-                T *restrict dqr = dqo + (i0 + r) * D;
-                const T *restrict o = ob + r * Dp;
-#pragma omp simd
-                for (int64_t d = 0; d < D; d++) dqr[d] = o[d] * scale;
-            }
-        }
-        T *dko = dK + p * TK * D, *dvo = dV + p * TK * DV;
-        for (int64_t j0 = 0; j0 < TK; j0 += 4) {
-            const int64_t nr = TK - j0 < 4 ? TK - j0 : 4;
-            int64_t f[4], e[4];                  /* key j0 + r: query rows [f, e) see it */
-            for (int64_t r = 0; r < nr; r++) {
-                f[r] = CAUSAL ? (j0 + r < TQ ? j0 + r : TQ) : 0;
-                e[r] = TQ;
-            }
-            ember_blk_{S}(dp + j0, 1, TKp, nr, f, e, qc, Dp, Dp, ob, Dp);   /* dK = dST q */
-            ember_blk_{S}(s + j0, 1, TKp, nr, f, e, gc, DVp, DVp, ob2, DVp); /* dV = PT dO */
-            for (int64_t r = 0; r < nr; r++) {
-                T *restrict kr = dko + (j0 + r) * D, *restrict vr = dvo + (j0 + r) * DV;
-                const T *restrict o = ob + r * Dp, *restrict o2 = ob2 + r * DVp;
-#pragma omp simd
-                for (int64_t d = 0; d < D; d++) kr[d] = o[d] * scale;
-#pragma omp simd
-                for (int64_t c = 0; c < DV; c++) vr[c] = o2[c];
-            }
-        }
-    }
-    free(buf);
-}
-
-void ember_sdpa_grad_{S}(char **ptrs, const int64_t *g, int64_t nthreads) {
-    ember_sdpa_launch(ember_sdpa_grad_{S}_run, ptrs, g, nthreads);
-}
-/* ptrs = dO q k v OUT scale err g */
-void ember_sdpa_grad_{S}_fast(char **ptrs, const int64_t *shape, const int64_t *st,
-                              int64_t nthreads) {
-    (void)shape; (void)st;
-    ember_sdpa_launch(ember_sdpa_grad_{S}_run, ptrs, (const int64_t *)ptrs[7], nthreads);
-}
-#undef VT
-#undef VI
-#undef VL
-#undef PADW
-#undef KEEP
-"""
 
 #: dtypes with a kernel: (C type, exp function, suffix).
 DTYPES = {np.dtype(np.float32): ("float", "expf", "f32"),
@@ -430,9 +67,9 @@ def source(mvec=()) -> str:
     want = {name: arity for name, arity in mvec if name in ("exp", "expf")}
     body = "".join(
         f"#define T {t}\n#define EXP {e}\n"
-        + _BODY.replace("{S}", s)
+        + BODY.replace("{S}", s)
         + "#undef T\n#undef EXP\n" for t, e, s in DTYPES.values())
-    return _HEAD + mvec_decls(want) + body
+    return HEAD + mvec_decls(want) + body
 
 
 def kernels():
@@ -469,25 +106,39 @@ def _heads(a: np.ndarray, b0: int, b1: int) -> np.ndarray:
         return np.ascontiguousarray(a).reshape(shape)
 
 
-def _geometry(batch, arrays):
-    """(g, 4-D views) for operands with the leading ``batch`` dims (collapsed into two)."""
-    b1 = batch[-1] if batch else 1
-    b0 = math.prod(batch[:-1]) if batch else 1
+def _out_heads(a: np.ndarray, b0: int, b1: int):
+    """Output ``a`` as a ``(b0, b1, T, D)`` view with a unit last stride, or None."""
+    try:
+        h = np.reshape(a, (b0, b1) + a.shape[-2:], copy=False)
+    except ValueError:
+        return None
+    return h if h.shape[3] <= 1 or h.strides[3] == h.itemsize else None
+
+
+def _batch2(batch) -> tuple:
+    """The batch dims collapsed into two, ``(b0, b1)``."""
+    return (math.prod(batch[:-1]), batch[-1]) if batch else (1, 1)
+
+
+def _geometry(arrays, outs, is_causal, plus_zero):
+    """(g, 4-D input views, 4-D output views): ``outs`` must have :func:`_out_heads`."""
+    b0, b1 = _batch2(arrays[-3].shape[:-2])
     views = [_heads(a, b0, b1) for a in arrays]
+    oviews = [_out_heads(o, b0, b1) for o in outs]
     q, k, v = views[-3:]
-    causal = 0
-    geo = [b0 * b1, b1, q.shape[2], k.shape[2], q.shape[3], v.shape[3], causal]
-    for a in views[-3:] + (views[:1] if len(views) == 4 else [views[-1]]):
+    geo = [b0 * b1, b1, q.shape[2], k.shape[2], q.shape[3], v.shape[3], int(bool(is_causal))]
+    for a in views[-3:] + (views[:1] if len(views) == 4 else [views[-1]]) + \
+            oviews + oviews[-1:] * (3 - len(oviews)):
         geo.extend(s // a.itemsize for s in a.strides)
-    return np.array(geo, np.int64), views
+    geo.append(int(bool(plus_zero)))
+    return np.array(geo, np.int64), views, oviews
 
 
-def _run(name, dtype, views, out, g, scale):
+def _run(name, dtype, views, g, scale):
     fn = _state["fns"][f"{name}_{DTYPES[dtype][2]}"]
     err = ctypes.c_int(0)
     sc = ctypes.c_double(scale)
-    ptrs = [a.ctypes.data for a in views] + [out.ctypes.data, ctypes.addressof(sc),
-                                             ctypes.addressof(err)]
+    ptrs = [a.ctypes.data for a in views] + [ctypes.addressof(sc), ctypes.addressof(err)]
     fn((ctypes.c_void_p * len(ptrs))(*ptrs), g.ctypes.data, num_threads())
     if err.value:
         raise MemoryError(f"attention_kernels.{name}: out of memory for a head's scratch")
@@ -495,32 +146,33 @@ def _run(name, dtype, views, out, g, scale):
 
 # The plain path's Python cost per call (the 4-D views, the geometry array, a ctypes
 # pointer per operand: ~25-45 us) was 5-7% of the W3 forward's ~0.55 ms. A plan caches,
-# per operand layout (types, dtypes, shapes, strides, scale, causal), the geometry and
-# the scale as arrays; a call is then one ember_launch (:mod:`.launch`: it reads the
-# operands' data pointers from the array objects; ~10 us). Only for plain ndarrays whose
-# (b0, b1, T, D) views share their data pointers (no copy to keep alive); the rest, or a
-# build where the launcher's layout check failed, take the plain path.
+# per operand layout (types, dtypes, shapes, strides of inputs and outputs, scale, causal,
+# plus_zero), the geometry and the scale as arrays; a call is then one ember_launch
+# (:mod:`.launch`: it reads the operands' data pointers from the array objects; ~10 us).
+# Only for plain ndarrays whose (b0, b1, T, D) views share their data pointers (no copy to
+# keep alive); the rest, or a build where the launcher's layout check failed, take the
+# plain path.
 _plans: dict = {}
 _MAX_PLANS = 256
 _NO_PLAN = object()
 
 
-def _plan(name, arrays, scale, is_causal):
-    """(kernel address, g, scale array) for these operands, or None (plain path)."""
+def _plan(name, arrays, outs, scale, is_causal, plus_zero=False):
+    """(launcher, kernel address, g, scale array) for these operands, or None (plain path)."""
     try:
-        key = (name, float(scale), bool(is_causal))
-        key += tuple((type(a), a.dtype, a.shape, a.strides) for a in arrays)
+        key = (name, float(scale), bool(is_causal), bool(plus_zero))
+        key += tuple((type(a), a.dtype, a.shape, a.strides) for a in arrays + outs)
     except TypeError:
         return None
     plan = _plans.get(key)
     if plan is None:
         plan = _NO_PLAN
         raw = _launch.raw()
-        if raw is not None and all(type(a) is np.ndarray for a in arrays):
-            batch = arrays[-3].shape[:-2]
-            g, views = _geometry(batch, arrays)
+        b0, b1 = _batch2(arrays[-3].shape[:-2])
+        if raw is not None and all(type(a) is np.ndarray for a in arrays + outs) and \
+                all(_out_heads(o, b0, b1) is not None for o in outs):
+            g, views, _ = _geometry(arrays, outs, is_causal, plus_zero)
             if all(v.ctypes.data == a.ctypes.data for v, a in zip(views, arrays)):
-                g[6] = int(bool(is_causal))
                 plan = (raw, _state["fast"][f"{name}_{DTYPES[arrays[0].dtype][2]}"], g,
                         np.array([scale], np.float64))
         if len(_plans) >= _MAX_PLANS:
@@ -529,15 +181,32 @@ def _plan(name, arrays, scale, is_causal):
     return None if plan is _NO_PLAN else plan
 
 
-def _launch_plan(name, plan, arrays, out):
+def _launch_plan(name, plan, arrays):
     raw, kfn, g, sc = plan
     err = np.zeros(1, np.intc)
-    args = arrays + (out, sc, err, g)
+    args = arrays + (sc, err, g)
     raw(kfn, args, None, None, num_threads(), len(args), _launch.ITEMS_OFF,
         _launch.DATA_OFF)
     if err[0]:
         raise MemoryError(f"attention_kernels.{name}: out of memory for a head's scratch")
-    return out
+
+
+def _call(name, arrays, outs, scale, is_causal, plus_zero=False) -> None:
+    """Run kernel ``name`` on ``arrays``, writing into ``outs`` (any strides)."""
+    _loaded()
+    plan = _plan(name, arrays, outs, scale, is_causal, plus_zero)
+    if plan is not None:
+        _launch_plan(name, plan, arrays + outs)
+        return
+    b0, b1 = _batch2(arrays[-3].shape[:-2])
+    # an output whose heads are no unit-stride view is written to a new array, then copied
+    tmp = tuple(o if _out_heads(o, b0, b1) is not None else np.empty(o.shape, o.dtype)
+                for o in outs)
+    g, views, oviews = _geometry(arrays, tmp, is_causal, plus_zero)
+    _run(name, arrays[0].dtype, views + oviews, g, scale)
+    for o, t in zip(outs, tmp):
+        if t is not o:
+            o[...] = t
 
 
 def _loaded() -> None:
@@ -545,31 +214,44 @@ def _loaded() -> None:
         raise RuntimeError("attention_kernels: no C compiler; check available() first")
 
 
-def sdpa(q, k, v, scale: float, is_causal: bool) -> np.ndarray:
-    """``softmax(q kᵀ * scale [causal]) v`` for operands that :func:`fits`."""
-    _loaded()
-    batch = q.shape[:-2]
-    out = np.empty(batch + (q.shape[-2], v.shape[-1]), q.dtype)
-    plan = _plan("sdpa", (q, k, v), scale, is_causal)
-    if plan is not None:
-        return _launch_plan("sdpa", plan, (q, k, v), out)
-    g, views = _geometry(batch, (q, k, v))
-    g[6] = int(bool(is_causal))
-    _run("sdpa", q.dtype, views, out, g, scale)
+def _check_out(name, out, shape, dtype):
+    if out.shape != shape or out.dtype != dtype:
+        raise ValueError(f"attention_kernels.{name}: out must be {dtype}{list(shape)}, got "
+                         f"{out.dtype}{list(out.shape)}")
+
+
+def sdpa(q, k, v, scale: float, is_causal: bool, out=None) -> np.ndarray:
+    """``softmax(q kᵀ * scale [causal]) v`` for operands that :func:`fits`.
+
+    ``out``: an array of the result's shape and dtype to write it into (any strides, e.g.
+    a transposed view of the buffer a reader wants); returned. Default: a new C array.
+    """
+    shape = q.shape[:-1] + v.shape[-1:]
+    if out is None:
+        out = np.empty(shape, q.dtype)
+    _check_out("sdpa", out, shape, q.dtype)
+    _call("sdpa", (q, k, v), (out,), scale, is_causal)
     return out
 
 
-def sdpa_grad(grad, q, k, v, scale: float, is_causal: bool) -> np.ndarray:
-    """The flat ``dq | dk | dv`` (each C-ordered) of :func:`sdpa` for output gradient ``grad``."""
-    _loaded()
-    batch = q.shape[:-2]
-    n = math.prod(batch) * (q.shape[-2] * q.shape[-1] + k.shape[-2] * k.shape[-1]
-                            + v.shape[-2] * v.shape[-1])
-    out = np.empty(n, q.dtype)
-    plan = _plan("sdpa_grad", (grad, q, k, v), scale, is_causal)
-    if plan is not None:
-        return _launch_plan("sdpa_grad", plan, (grad, q, k, v), out)
-    g, views = _geometry(batch, (grad, q, k, v))
-    g[6] = int(bool(is_causal))
-    _run("sdpa_grad", q.dtype, views, out, g, scale)
+def sdpa_grad(grad, q, k, v, scale: float, is_causal: bool, out=None, plus_zero=False):
+    """The gradients ``dq, dk, dv`` of :func:`sdpa` for output gradient ``grad``.
+
+    Default: one flat array ``dq | dk | dv`` (each C-ordered), returned. ``out=(dq, dk,
+    dv)``: arrays of q's, k's and v's shapes and dtype (any strides) to write them into;
+    returned. ``plus_zero`` writes ``x + 0.0`` (``-0.0`` as ``+0.0``).
+    """
+    if out is None:
+        flat = np.empty(q.size + k.size + v.size, q.dtype)
+        a, b = q.size, q.size + k.size
+        parts = (flat[:a].reshape(q.shape), flat[a:b].reshape(k.shape),
+                 flat[b:].reshape(v.shape))
+        _call("sdpa_grad", (grad, q, k, v), parts, scale, is_causal, plus_zero)
+        return flat
+    if len(out) != 3:
+        raise ValueError(f"attention_kernels.sdpa_grad: out must be (dq, dk, dv), got "
+                         f"{len(out)} arrays")
+    for o, x in zip(out, (q, k, v)):
+        _check_out("sdpa_grad", o, x.shape, q.dtype)
+    _call("sdpa_grad", (grad, q, k, v), tuple(out), scale, is_causal, plus_zero)
     return out

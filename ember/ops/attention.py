@@ -73,7 +73,8 @@ def _sdpa_np(xp, q, k, v, scale, is_causal):
     return _mm(xp, _probs(xp, q, k, scale, mask), v, mask)
 
 
-def _sdpa_grad_np(xp, g, q, k, v, scale, is_causal):
+def _grad_parts_np(xp, g, q, k, v, scale, is_causal):
+    """``(dq, dk, dv)`` of :func:`_sdpa_np` for output gradient ``g``."""
     tq, tk = q.shape[-2], k.shape[-2]
     if tk == 0 or tq == 0:
         parts = (xp.zeros(q.shape, q.dtype), xp.zeros(k.shape, q.dtype),
@@ -91,7 +92,12 @@ def _sdpa_grad_np(xp, g, q, k, v, scale, is_causal):
         mt = None if mask is None else mask.T
         parts = (_mm(xp, ds, k, mask) * sc, _mm(xp, xp.swapaxes(ds, -1, -2), q, mt) * sc,
                  _mm(xp, xp.swapaxes(p, -1, -2), g, mt))
-    return xp.concatenate([a.reshape(-1) for a in parts]).astype(q.dtype, copy=False)
+    return tuple(a.astype(q.dtype, copy=False) for a in parts)
+
+
+def _sdpa_grad_np(xp, g, q, k, v, scale, is_causal):
+    parts = _grad_parts_np(xp, g, q, k, v, scale, is_causal)
+    return xp.concatenate([a.reshape(-1) for a in parts])
 
 
 def _use_c(*arrays):
@@ -115,6 +121,34 @@ def _sdpa_grad_cpu(xp, g, q, k, v, scale, is_causal):
     if ak is None:
         return _sdpa_grad_np(xp, g, q, k, v, scale, is_causal)
     return ak.sdpa_grad(g, q, k, v, scale, is_causal)
+
+
+# NOTE: the compiled graphs' variants (ember/graph/passes/sdpa_layout.py): the same
+# kernels, writing into the layout the readers want, so no copy follows. CPU arrays only
+# (the "cpu" kernels' contract); the NumPy fallback computes, then copies.
+def sdpa_into(xp, q, k, v, out, scale, is_causal):
+    """Write ``sdpa(q, k, v)`` into ``out`` (the result's shape, any strides): bitwise the
+    primitive's ``"cpu"`` kernel's values."""
+    ak = _use_c(q, k, v, out)
+    if ak is None:
+        out[...] = _sdpa_np(xp, q, k, v, scale, is_causal)
+    else:
+        ak.sdpa(q, k, v, scale, is_causal, out=out)
+    return out
+
+
+def sdpa_grad_into(xp, g, q, k, v, outs, scale, is_causal, plus_zero=False):
+    """Write ``dq, dk, dv`` into ``outs`` (of q's, k's, v's shapes, any strides): bitwise
+    the slices of ``sdpa_grad``'s ``"cpu"`` kernel, plus ``0.0`` with ``plus_zero``."""
+    ak = _use_c(g, q, k, v, *outs)
+    if ak is not None:
+        return ak.sdpa_grad(g, q, k, v, scale, is_causal, out=outs, plus_zero=plus_zero)
+    for o, r in zip(outs, _grad_parts_np(xp, g, q, k, v, scale, is_causal)):
+        if plus_zero:
+            xp.add(r, 0.0, out=o)                     # -0.0 -> +0.0, as 0 + r does
+        else:
+            o[...] = r
+    return outs
 
 
 # ------------------------------------------------------------------ rules

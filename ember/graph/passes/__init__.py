@@ -23,6 +23,7 @@ from .matmul import small_bmm, sum_rows
 from .pool import pool
 from .rewrite import fold_conv_affine, fuse_linear_act, rewrite
 from .scatter_stack import scatter_stack
+from .sdpa_layout import sdpa_layout, sdpa_out_layout
 from .simplify import simplify, simplify_fast
 
 #: name -> pass. Passes register here so pipelines can name them.
@@ -35,6 +36,8 @@ PASSES = {
     "conv_affine": fold_conv_affine,  # conv + per-channel affine (eval BatchNorm) -> conv
     "rewrite": rewrite,              # conv_affine then linear_act
     "scatter_stack": scatter_stack,  # sums of slot scatters (unbind's VJP) -> one stack
+    "sdpa_layout": sdpa_layout,      # dq, dk, dv written straight into qkv's gradient
+    "sdpa_out_layout": sdpa_out_layout,  # attention's output in its permuted layout
     "small_bmm": small_bmm,          # stacks of small matmuls (attention) -> one C loop
     "sum_rows": sum_rows,            # sums over all leading dims -> one GEMV
     "hfuse": hfuse,                  # sibling matmuls on one x -> one GEMM + slices
@@ -48,7 +51,8 @@ PASSES = {
 #: The exact pipeline: every pass here is exact, so a compiled training step gives
 #: bitwise eager's results. simplify first (composing permute/reshape chains exposes
 #: duplicates), fold, cse, then fusion on the deduplicated graph, then dce.
-EXACT_PASSES = ["simplify", "fold", "cse", "scatter_stack", "linear_act", "dce"]
+EXACT_PASSES = ["simplify", "fold", "cse", "scatter_stack", "sdpa_layout", "linear_act",
+                "dce"]
 
 #: The default pipeline of ``ember.compile``: the exact passes, with ``fuse`` (generated
 #: C kernels) in place of ``linear_act``, and ``pool`` (C loops for im2col/col2im and
@@ -57,9 +61,10 @@ EXACT_PASSES = ["simplify", "fold", "cse", "scatter_stack", "linear_act", "dce"]
 #: arithmetic rounds differently from
 #: the unfused ops (fewer roundings, FMA, double accumulators): results match eager
 #: within the dtype's tolerance, not bitwise. Opt-in (they may change float rounding):
-#: conv_affine, rewrite, hfuse, layout, simplify_fast, small_bmm.
-DEFAULT_PASSES = ["simplify", "fold", "cse", "scatter_stack", "sum_rows", "pool", "conv_gemm", "fuse",
-                  "dce"]
+#: conv_affine, rewrite, hfuse, layout, simplify_fast, small_bmm. Opt-in though exact:
+#: sdpa_out_layout (slower than the copy it removes on the reference machine).
+DEFAULT_PASSES = ["simplify", "fold", "cse", "scatter_stack", "sdpa_layout", "sum_rows", "pool",
+                  "conv_gemm", "fuse", "dce"]
 
 
 def register(name: str, fn, default_position: int | None = None) -> None:

@@ -123,7 +123,39 @@ def _reshape(rw, n, ins):
         x = p.inputs[0]
     if x.shape == n.outs[0].shape:                           # reshape to the same shape
         return _replace(rw, n, x)
-    return (rw.emit("reshape", (x,), shape=n.outs[0].shape),) if p is not None else None
+    return _reshape_of_first(rw, n, x, p) or (
+        (rw.emit("reshape", (x,), shape=n.outs[0].shape),) if p is not None else None)
+
+
+def _reshape_of_first(rw, n, x, p):
+    """``reshape(x, s2) -> reshape(reshape(x, s1), s2)`` for the first ``reshape(x, s1)``.
+
+    Each reshape of a view ``x`` that is not contiguous (a permute's output, say) is a
+    copy: two reshapes of it to different shapes (the W3 GPT's attention output, to
+    ``(B, T, C)`` for the projection and, in the backward, to ``(B*T, C)`` for its weight
+    gradient) copied it twice. As a reshape of the first, the second is a view of that
+    copy (or of the same bytes when ``x`` was contiguous after all). Bitwise exact: only
+    movement. Only for ``x`` made by a view op (where a copy can happen); a chain whose
+    inner reshape nobody else reads is still composed (``p``: that inner reshape).
+    """
+    px = rw.producer(x)
+    if px is None or not px.op.view or px.op.name == "reshape":
+        return None
+    seen = rw.__dict__.setdefault("first_reshape", [0, {}])   # [nodes scanned, {x id: var}]
+    for m in rw.b.nodes[seen[0]:]:
+        if m.op.name == "reshape" and m.inputs[0].__class__ is Var:
+            seen[1].setdefault(m.inputs[0].id, m.outs[0])
+    seen[0] = len(rw.b.nodes)
+    first, shape = seen[1].get(x.id), n.outs[0].shape
+    if first is None:
+        return None
+    old = n.inputs[0]
+    if p is not None and p.outs[0] is first and old.id not in rw.outputs and \
+            len(rw.old.users().get(old.id, ())) == 1:
+        seen[1][x.id] = y = rw.emit("reshape", (x,), shape=shape)   # the inner one dies
+        return (y,)
+    return _replace(rw, n, first) if first.shape == shape else \
+        (rw.emit("reshape", (first,), shape=shape),)
 
 
 def _expand(rw, n, ins):

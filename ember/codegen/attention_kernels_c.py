@@ -1,0 +1,413 @@
+"""The C source of :mod:`.attention_kernels` (the loops and the notes on why they look so).
+
+:data:`HEAD` is shared; :data:`BODY` is written once with ``T`` (the element type),
+``EXP`` (its ``exp``) and the suffix ``{S}``, and instantiated per dtype by
+:func:`.attention_kernels.source`. Every output is written through its own pointer and
+strides (``g[23:35]``), so a graph can have the results land in the layout their readers
+want (:mod:`ember.graph.passes.sdpa_layout`).
+"""
+from __future__ import annotations
+
+HEAD = r"""#include <stdint.h>
+#include <stdlib.h>
+#include <string.h>
+#include <math.h>
+typedef void (*ember_run_fn)(char **, const int64_t *, const int64_t *, int64_t, int64_t);
+void (*ember_parallel_hook)(ember_run_fn, char **, const int64_t *, const int64_t *,
+                            int64_t, int64_t, int64_t) = 0;
+
+/* g: see attention_kernels.py (dims, then the operands' and the outputs' strides) */
+#define GEOM const int64_t B1 = g[1], TQ = g[2], TK = g[3], D = g[4], DV = g[5], \
+    CAUSAL = g[6]; (void)st
+
+#if defined(__AVX__)
+#include <immintrin.h>
+/* dst[c * ldd + r] = src[r * lds + c] for an 8 x 8 float block */
+static inline void ember_tr8(const float *src, int64_t lds, float *dst, int64_t ldd) {
+    __m256 r0 = _mm256_loadu_ps(src), r1 = _mm256_loadu_ps(src + lds),
+        r2 = _mm256_loadu_ps(src + 2 * lds), r3 = _mm256_loadu_ps(src + 3 * lds),
+        r4 = _mm256_loadu_ps(src + 4 * lds), r5 = _mm256_loadu_ps(src + 5 * lds),
+        r6 = _mm256_loadu_ps(src + 6 * lds), r7 = _mm256_loadu_ps(src + 7 * lds);
+    __m256 t0 = _mm256_unpacklo_ps(r0, r1), t1 = _mm256_unpackhi_ps(r0, r1),
+        t2 = _mm256_unpacklo_ps(r2, r3), t3 = _mm256_unpackhi_ps(r2, r3),
+        t4 = _mm256_unpacklo_ps(r4, r5), t5 = _mm256_unpackhi_ps(r4, r5),
+        t6 = _mm256_unpacklo_ps(r6, r7), t7 = _mm256_unpackhi_ps(r6, r7);
+    r0 = _mm256_shuffle_ps(t0, t2, 0x44); r1 = _mm256_shuffle_ps(t0, t2, 0xEE);
+    r2 = _mm256_shuffle_ps(t1, t3, 0x44); r3 = _mm256_shuffle_ps(t1, t3, 0xEE);
+    r4 = _mm256_shuffle_ps(t4, t6, 0x44); r5 = _mm256_shuffle_ps(t4, t6, 0xEE);
+    r6 = _mm256_shuffle_ps(t5, t7, 0x44); r7 = _mm256_shuffle_ps(t5, t7, 0xEE);
+    _mm256_storeu_ps(dst, _mm256_permute2f128_ps(r0, r4, 0x20));
+    _mm256_storeu_ps(dst + ldd, _mm256_permute2f128_ps(r1, r5, 0x20));
+    _mm256_storeu_ps(dst + 2 * ldd, _mm256_permute2f128_ps(r2, r6, 0x20));
+    _mm256_storeu_ps(dst + 3 * ldd, _mm256_permute2f128_ps(r3, r7, 0x20));
+    _mm256_storeu_ps(dst + 4 * ldd, _mm256_permute2f128_ps(r0, r4, 0x31));
+    _mm256_storeu_ps(dst + 5 * ldd, _mm256_permute2f128_ps(r1, r5, 0x31));
+    _mm256_storeu_ps(dst + 6 * ldd, _mm256_permute2f128_ps(r2, r6, 0x31));
+    _mm256_storeu_ps(dst + 7 * ldd, _mm256_permute2f128_ps(r3, r7, 0x31));
+}
+#endif
+
+static void ember_sdpa_launch(ember_run_fn run, char **ptrs, const int64_t *g,
+                              int64_t nthreads) {
+    /* a thread per head only pays off once the heads are some work */
+    const int64_t work = g[0] * g[2] * g[3] * (g[4] + g[5]);
+    if (nthreads > 1 && g[0] > 1 && work >= 65536 && ember_parallel_hook)
+        ember_parallel_hook(run, ptrs, g, g, g[0], 1, nthreads);
+    else
+        run(ptrs, g, g, 0, g[0]);
+}
+"""
+
+# One copy per dtype: T is the element type, EXP its exp, {S} the suffix.
+BODY = r"""
+typedef T ember_v{S} __attribute__((vector_size(32)));
+#define VT ember_v{S}
+typedef __typeof__((VT){0} > (VT){0}) ember_vi{S};
+#define VI ember_vi{S}
+#define VL ((int64_t)(32 / sizeof(T)))
+#define PADW (2 * VL)          /* tile rows are padded (with zeros) to a multiple of this */
+/* NOTE: an empty asm that "changes" a vector: GCC otherwise folds the B loads into every
+   FMA (12 loads per 8 FMAs: load-bound); this keeps each B vector in a register */
+#define KEEP(x) __asm__("" : "+x"(x))
+
+/* A 4-row block of C = A B: row r of A is a_r[k * ak] (a_r = a + min(r, nr - 1) * ar),
+   B has rows b + k * ldb (nc columns, nc a multiple of VL), C rows c + r * ldc (4 rows
+   are written, rows past nr are scratch). Row r sums over its own k range [lo_r, hi_r):
+   the range all rows share runs in registers (8 accumulators, a 4 x 16 float32 block),
+   each row's rest as axpys, so a row never touches a k outside its range (not even as
+   0 * NaN: a masked key's NaN must not reach the rows that do not see it). */
+static inline void ember_blk_{S}(const T *a, int64_t ar, int64_t ak, int64_t nr,
+                                 const int64_t *lo, const int64_t *hi, const T *restrict b,
+                                 int64_t ldb, int64_t nc, T *restrict c, int64_t ldc) {
+    const T *ap[4];
+    int64_t k0 = lo[0], k1 = hi[0], l4[4], h4[4];
+    for (int64_t r = 0; r < 4; r++) {
+        const int64_t rr = r < nr ? r : nr - 1;
+        ap[r] = a + rr * ar;
+        l4[r] = lo[rr]; h4[r] = hi[rr];
+        k0 = l4[r] > k0 ? l4[r] : k0;
+        k1 = h4[r] < k1 ? h4[r] : k1;
+    }
+    if (k1 < k0) k1 = k0;
+    const T *a0 = ap[0], *a1 = ap[1], *a2 = ap[2], *a3 = ap[3];
+    int64_t j = 0;
+    for (; j + PADW <= nc; j += PADW) {
+        VT c0 = {0}, c1 = {0}, c2 = {0}, c3 = {0}, e0 = {0}, e1 = {0}, e2 = {0}, e3 = {0};
+        const T *bk = b + k0 * ldb + j;
+        for (int64_t k = k0; k < k1; k++, bk += ldb) {
+            VT b0 = *(const VT *)bk, b1 = *(const VT *)(bk + VL);
+            KEEP(b0); KEEP(b1);
+            const T x0 = a0[k * ak], x1 = a1[k * ak], x2 = a2[k * ak], x3 = a3[k * ak];
+            c0 += x0 * b0; e0 += x0 * b1;
+            c1 += x1 * b0; e1 += x1 * b1;
+            c2 += x2 * b0; e2 += x2 * b1;
+            c3 += x3 * b0; e3 += x3 * b1;
+        }
+        *(VT *)(c + j) = c0; *(VT *)(c + j + VL) = e0;
+        *(VT *)(c + ldc + j) = c1; *(VT *)(c + ldc + j + VL) = e1;
+        *(VT *)(c + 2 * ldc + j) = c2; *(VT *)(c + 2 * ldc + j + VL) = e2;
+        *(VT *)(c + 3 * ldc + j) = c3; *(VT *)(c + 3 * ldc + j + VL) = e3;
+    }
+    /* one vector left: a causal block's scores end at a multiple of VL, not of PADW
+       (rounding up to PADW computed ~8 wasted columns per row: ~4% of the W3 forward) */
+    if (j < nc) {
+        VT c0 = {0}, c1 = {0}, c2 = {0}, c3 = {0};
+        const T *bk = b + k0 * ldb + j;
+        for (int64_t k = k0; k < k1; k++, bk += ldb) {
+            VT b0 = *(const VT *)bk;
+            KEEP(b0);
+            c0 += a0[k * ak] * b0; c1 += a1[k * ak] * b0;
+            c2 += a2[k * ak] * b0; c3 += a3[k * ak] * b0;
+        }
+        *(VT *)(c + j) = c0; *(VT *)(c + ldc + j) = c1;
+        *(VT *)(c + 2 * ldc + j) = c2; *(VT *)(c + 3 * ldc + j) = c3;
+    }
+    for (int64_t r = 0; r < nr; r++) {
+        T *restrict cr = c + r * ldc;
+        const int64_t e = k0 < h4[r] ? k0 : h4[r], s = k1 > l4[r] ? k1 : l4[r];
+        for (int64_t k = l4[r]; k < e; k++) {
+            const T x = ap[r][k * ak];
+            for (int64_t j = 0; j < nc; j += VL)
+                *(VT *)(cr + j) += x * *(const VT *)(b + k * ldb + j);
+        }
+        for (int64_t k = s; k < h4[r]; k++) {
+            const T x = ap[r][k * ak];
+            for (int64_t j = 0; j < nc; j += VL)
+                *(VT *)(cr + j) += x * *(const VT *)(b + k * ldb + j);
+        }
+    }
+}
+
+/* One row's n scores s_j (unscaled dots) -> exp(scale s_j - max), zeros up to the next
+   multiple of VL; returns their sum. */
+static inline T ember_softmax_row_{S}(T *restrict s, int64_t n, T scale) {
+    /* NOTE: how a NaN enters the max does not matter: s_j - max is NaN for a NaN s_j (or
+       everywhere for a NaN max), so the sum and then the whole row are NaN, as in NumPy */
+    /* the max in a vector (a scalar reduction spills to the stack once per row and
+       stalls on the store forward), the leftover lanes apart */
+    T m = s[0] * scale;
+    VT mv = {0};
+    mv += m;
+    int64_t j = 0;
+    for (; j + VL <= n; j += VL) {
+        const VT x = *(const VT *)(s + j) * scale;
+        *(VT *)(s + j) = x;
+        const VI gt = x > mv;
+        mv = (VT)((gt & (VI)x) | (~gt & (VI)mv));
+    }
+    for (int64_t t = 0; t < VL; t++) m = mv[t] > m ? mv[t] : m;
+    for (; j < n; j++) {
+        s[j] *= scale;
+        m = s[j] > m ? s[j] : m;
+    }
+    /* exp runs on whole vectors only (a scalar expf per leftover lane costs more than the
+       vector); the padding lanes get exp(0), not exp(-inf): libmvec takes a slow scalar
+       path for lanes far below 0 */
+    const int64_t nv = (n + VL - 1) / VL * VL;
+    for (int64_t j = n; j < nv; j++) s[j] = m;
+    for (int64_t j = 0; j < nv; j += VL) {
+        VT x;
+#pragma omp simd
+        for (int64_t t = 0; t < VL; t++) x[t] = EXP(s[j + t] - m);
+        *(VT *)(s + j) = x;
+    }
+    for (int64_t j = n; j < nv; j++) s[j] = 0;
+    T l = 0;
+#pragma omp simd reduction(+:l)
+    for (int64_t j = 0; j < n; j++) l += s[j];
+    return l;
+}
+
+/* t[d * ldt + j] = x[j, d] (a head's rows x cols operand transposed): float32 rows with
+   unit stride go by 8 x 8 blocks transposed in AVX registers (a scalar transpose was ~10%
+   of the kernel), the rest element by element */
+static void ember_tr_{S}(const T *x, const int64_t *xs, int64_t rows, int64_t cols,
+                         T *restrict t, int64_t ldt) {
+    int64_t r8 = 0, c8 = 0;
+#if defined(__AVX__)
+    if (sizeof(T) == 4 && xs[3] == 1) {
+        r8 = rows / 8 * 8; c8 = cols / 8 * 8;
+        for (int64_t j = 0; j < r8; j += 8)
+            for (int64_t d = 0; d < c8; d += 8) {
+                const float *src = (const float *)(x + j * xs[2] + d);
+                float *dst = (float *)(t + d * ldt + j);
+                ember_tr8(src, xs[2], dst, ldt);
+            }
+    }
+#endif
+    for (int64_t j = 0; j < rows; j++)
+        for (int64_t d = (j < r8 ? c8 : 0); d < cols; d++)
+            t[d * ldt + j] = x[j * xs[2] + d * xs[3]];
+}
+
+/* c[j * ldc + d] = x[j, d] (padding columns untouched: zeroed once) */
+static void ember_cp_{S}(const T *x, const int64_t *xs, int64_t rows, int64_t cols,
+                         T *restrict c, int64_t ldc) {
+    if (xs[3] == 1) {         /* inline, not memcpy: a call per 128-byte row was ~10% */
+        for (int64_t j = 0; j < rows; j++) {
+            const T *restrict xr = x + j * xs[2];
+            T *restrict cr = c + j * ldc;
+#pragma omp simd
+            for (int64_t d = 0; d < cols; d++) cr[d] = xr[d];
+        }
+        return;
+    }
+    for (int64_t j = 0; j < rows; j++)
+        for (int64_t d = 0; d < cols; d++) c[j * ldc + d] = x[j * xs[2] + d * xs[3]];
+}
+
+static int64_t ember_pad_{S}(int64_t n) { return (n + PADW - 1) / PADW * PADW; }
+
+/* Prefetch for writing rows [r0, r0 + n) (cols values, ld apart) of the next head's
+   output (none: 0). NOTE: a head's rows in a wider layout (512 bytes apart in a GPT's
+   (B, T, H, D)) are no stream the hardware prefetcher follows: each row's store missed
+   (+15% time). A head ahead is early enough; a block ahead was not. */
+static inline void ember_pfw_{S}(T *next, int64_t ld, int64_t r0, int64_t n, int64_t cols) {
+    if (!next) return;
+    for (int64_t r = r0; r < r0 + n; r++) {
+        for (int64_t c = 0; c < cols; c += 64 / (int64_t)sizeof(T))
+            __builtin_prefetch(next + r * ld + c, 1, 3);
+        __builtin_prefetch(next + r * ld + cols - 1, 1, 3);
+    }
+}
+
+/* The output of head p + 1 when it is this thread's and strided (else 0): os = its
+   (b0, b1, row) strides. */
+static inline T *ember_next_{S}(T *base, const int64_t *os, int64_t cols, int64_t p,
+                                int64_t hi, int64_t b1) {
+    if (p + 1 >= hi || os[2] == cols) return 0;
+    return base + (p + 1) / b1 * os[0] + (p + 1) % b1 * os[1];
+}
+
+/* the number of keys query row i sees (causal: j <= i) */
+static inline int64_t ember_seen_{S}(int64_t i, int64_t TK, int64_t causal) {
+    return causal ? (i + 1 < TK ? i + 1 : TK) : TK;
+}
+
+static T *ember_scratch_{S}(int64_t n) {
+    void *p = 0;
+    if (posix_memalign(&p, 64, sizeof(T) * (size_t)n) != 0) return 0;
+    memset(p, 0, sizeof(T) * (size_t)n);
+    return (T *)p;
+}
+
+static void ember_sdpa_{S}_run(char **ptrs, const int64_t *g, const int64_t *st,
+                               int64_t lo, int64_t hi) {
+    GEOM;
+    const T *Q = (const T *)ptrs[0], *K = (const T *)ptrs[1], *V = (const T *)ptrs[2];
+    T *O = (T *)ptrs[3];
+    const T scale = (T)(*(const double *)ptrs[4]);
+    const int64_t *qs = g + 7, *ks = g + 11, *vs = g + 15, *os = g + 23;
+    const int64_t TKp = ember_pad_{S}(TK), DVp = ember_pad_{S}(DV);
+    T *buf = ember_scratch_{S}(D * TKp + TK * DVp + 4 * TKp + 4 * DVp);
+    if (!buf) { *(volatile int *)ptrs[5] = 1; return; }
+    T *kt = buf, *vc = kt + D * TKp, *s = vc + TK * DVp, *ob = s + 4 * TKp;
+    const int64_t zero[4] = {0, 0, 0, 0}, dd[4] = {D, D, D, D};
+    for (int64_t p = lo; p < hi; p++) {
+        const int64_t b0 = p / B1, b1 = p % B1;
+        const T *q = Q + b0 * qs[0] + b1 * qs[1];
+        ember_tr_{S}(K + b0 * ks[0] + b1 * ks[1], ks, TK, D, kt, TKp);
+        ember_cp_{S}(V + b0 * vs[0] + b1 * vs[1], vs, TK, DV, vc, DVp);
+        T *out = O + b0 * os[0] + b1 * os[1], *nx = ember_next_{S}(O, os, DV, p, hi, B1);
+        for (int64_t i0 = 0; i0 < TQ; i0 += 4) {
+            const int64_t nr = TQ - i0 < 4 ? TQ - i0 : 4;
+            int64_t n[4];
+            for (int64_t r = 0; r < nr; r++) n[r] = ember_seen_{S}(i0 + r, TK, CAUSAL);
+            ember_pfw_{S}(nx, os[2], i0, nr, DV);
+            /* the scores: all columns a row of the block sees (the rest is ignored) */
+            ember_blk_{S}(q + i0 * qs[2], qs[2], qs[3], nr, zero, dd, kt, TKp,
+                          (n[nr - 1] + VL - 1) / VL * VL, s, TKp);
+            T l[4];
+            for (int64_t r = 0; r < nr; r++)
+                l[r] = ember_softmax_row_{S}(s + r * TKp, n[r], scale);
+            ember_blk_{S}(s, TKp, 1, nr, zero, n, vc, DVp, DVp, ob, DVp);   /* O = e v */
+            for (int64_t r = 0; r < nr; r++) {
+                T *restrict orow = out + (i0 + r) * os[2];
+                const T *restrict obr = ob + r * DVp;
+                const T lr = 1 / l[r];
+#pragma omp simd
+                for (int64_t c = 0; c < DV; c++) orow[c] = obr[c] * lr;
+            }
+        }
+    }
+    free(buf);
+}
+
+void ember_sdpa_{S}(char **ptrs, const int64_t *g, int64_t nthreads) {
+    ember_sdpa_launch(ember_sdpa_{S}_run, ptrs, g, nthreads);
+}
+
+/* the same through ember_launch (codegen/launch.py): ptrs = q k v O scale err g */
+void ember_sdpa_{S}_fast(char **ptrs, const int64_t *shape, const int64_t *st,
+                         int64_t nthreads) {
+    (void)shape; (void)st;
+    ember_sdpa_launch(ember_sdpa_{S}_run, ptrs, (const int64_t *)ptrs[6], nthreads);
+}
+
+/* The backward, a whole head at a time: P and dS for all query rows (a block of 4 rows:
+   S = q kT and dP = dO vT in registers, then row by row P and dS = P (dP - rowsum(P dP)))
+   and dQ = dS k for those rows; then, by blocks of 4 keys, dK = dST q and dV = PT dO
+   (key j summed over the query rows that see it: i >= j when causal). */
+static void ember_sdpa_grad_{S}_run(char **ptrs, const int64_t *g, const int64_t *st,
+                                    int64_t lo, int64_t hi) {
+    GEOM;
+    const T *DO = (const T *)ptrs[0], *Q = (const T *)ptrs[1], *K = (const T *)ptrs[2],
+        *V = (const T *)ptrs[3];
+    T *dQ = (T *)ptrs[4], *dK = (T *)ptrs[5], *dV = (T *)ptrs[6];
+    const T scale = (T)(*(const double *)ptrs[7]);
+    const int64_t *qs = g + 7, *ks = g + 11, *vs = g + 15, *gs = g + 19;
+    const int64_t *dqs = g + 23, *dks = g + 27, *dvs = g + 31;
+    /* x + z is x (z = -0.0), or x with -0.0 made +0.0 (z = +0.0: the gradient of an unbind
+       adds zeros, see ember/graph/passes/sdpa_layout.py) */
+    const T z = g[35] ? (T)0 : -(T)0;
+    const int64_t TKp = ember_pad_{S}(TK), Dp = ember_pad_{S}(D), DVp = ember_pad_{S}(DV);
+    const int64_t TQ4 = (TQ + 3) / 4 * 4;
+    T *buf = ember_scratch_{S}(D * TKp + TK * Dp + DV * TKp + TQ4 * Dp + TQ4 * DVp
+                               + 2 * TQ4 * TKp + 4 * (Dp + DVp));
+    if (!buf) { *(volatile int *)ptrs[8] = 1; return; }
+    T *kt = buf, *kc = kt + D * TKp, *vt = kc + TK * Dp, *qc = vt + DV * TKp,
+        *gc = qc + TQ4 * Dp, *s = gc + TQ4 * DVp, *dp = s + TQ4 * TKp, *ob = dp + TQ4 * TKp,
+        *ob2 = ob + 4 * Dp;
+    const int64_t zero[4] = {0, 0, 0, 0}, dd[4] = {D, D, D, D}, dv4[4] = {DV, DV, DV, DV};
+    for (int64_t p = lo; p < hi; p++) {
+        const int64_t b0 = p / B1, b1 = p % B1;
+        const T *kh = K + b0 * ks[0] + b1 * ks[1];
+        ember_tr_{S}(kh, ks, TK, D, kt, TKp);
+        ember_cp_{S}(kh, ks, TK, D, kc, Dp);
+        ember_tr_{S}(V + b0 * vs[0] + b1 * vs[1], vs, TK, DV, vt, TKp);
+        ember_cp_{S}(Q + b0 * qs[0] + b1 * qs[1], qs, TQ, D, qc, Dp);
+        ember_cp_{S}(DO + b0 * gs[0] + b1 * gs[1], gs, TQ, DV, gc, DVp);
+        T *dqo = dQ + b0 * dqs[0] + b1 * dqs[1], *nq = ember_next_{S}(dQ, dqs, D, p, hi, B1);
+        for (int64_t i0 = 0; i0 < TQ; i0 += 4) {
+            const int64_t nr = TQ - i0 < 4 ? TQ - i0 : 4;
+            int64_t n[4];
+            for (int64_t r = 0; r < nr; r++) n[r] = ember_seen_{S}(i0 + r, TK, CAUSAL);
+            const int64_t w = (n[nr - 1] + VL - 1) / VL * VL;
+            ember_pfw_{S}(nq, dqs[2], i0, nr, D);
+            T *sb = s + i0 * TKp, *db = dp + i0 * TKp;
+            ember_blk_{S}(qc + i0 * Dp, Dp, 1, nr, zero, dd, kt, TKp, w, sb, TKp);
+            ember_blk_{S}(gc + i0 * DVp, DVp, 1, nr, zero, dv4, vt, TKp, w, db, TKp);
+            for (int64_t r = 0; r < nr; r++) {
+                T *restrict sr = sb + r * TKp, *restrict dpr = db + r * TKp;
+                const int64_t nn = n[r];
+                const T il = 1 / ember_softmax_row_{S}(sr, nn, scale);
+                T di = 0;
+#pragma omp simd reduction(+:di)
+                for (int64_t j = 0; j < nn; j++) {
+                    sr[j] *= il;                                       /* P */
+                    di += sr[j] * dpr[j];
+                }
+#pragma omp simd
+                for (int64_t j = 0; j < nn; j++) dpr[j] = sr[j] * (dpr[j] - di);  /* dS */
+            }
+            ember_blk_{S}(db, TKp, 1, nr, zero, n, kc, Dp, Dp, ob, Dp);   /* dQ = dS k */
+            for (int64_t r = 0; r < nr; r++) {
+                T *restrict dqr = dqo + (i0 + r) * dqs[2];
+                const T *restrict o = ob + r * Dp;
+#pragma omp simd
+                for (int64_t d = 0; d < D; d++) dqr[d] = o[d] * scale + z;
+            }
+        }
+        T *dko = dK + b0 * dks[0] + b1 * dks[1], *dvo = dV + b0 * dvs[0] + b1 * dvs[1];
+        T *nk = ember_next_{S}(dK, dks, D, p, hi, B1);
+        T *nv = ember_next_{S}(dV, dvs, DV, p, hi, B1);
+        for (int64_t j0 = 0; j0 < TK; j0 += 4) {
+            const int64_t nr = TK - j0 < 4 ? TK - j0 : 4;
+            int64_t f[4], e[4];                  /* key j0 + r: query rows [f, e) see it */
+            for (int64_t r = 0; r < nr; r++) {
+                f[r] = CAUSAL ? (j0 + r < TQ ? j0 + r : TQ) : 0;
+                e[r] = TQ;
+            }
+            ember_pfw_{S}(nk, dks[2], j0, nr, D);
+            ember_pfw_{S}(nv, dvs[2], j0, nr, DV);
+            ember_blk_{S}(dp + j0, 1, TKp, nr, f, e, qc, Dp, Dp, ob, Dp);   /* dK = dST q */
+            ember_blk_{S}(s + j0, 1, TKp, nr, f, e, gc, DVp, DVp, ob2, DVp); /* dV = PT dO */
+            for (int64_t r = 0; r < nr; r++) {
+                T *restrict kr = dko + (j0 + r) * dks[2];
+                T *restrict vr = dvo + (j0 + r) * dvs[2];
+                const T *restrict o = ob + r * Dp, *restrict o2 = ob2 + r * DVp;
+#pragma omp simd
+                for (int64_t d = 0; d < D; d++) kr[d] = o[d] * scale + z;
+#pragma omp simd
+                for (int64_t c = 0; c < DV; c++) vr[c] = o2[c] + z;
+            }
+        }
+    }
+    free(buf);
+}
+
+void ember_sdpa_grad_{S}(char **ptrs, const int64_t *g, int64_t nthreads) {
+    ember_sdpa_launch(ember_sdpa_grad_{S}_run, ptrs, g, nthreads);
+}
+/* ptrs = dO q k v dQ dK dV scale err g */
+void ember_sdpa_grad_{S}_fast(char **ptrs, const int64_t *shape, const int64_t *st,
+                              int64_t nthreads) {
+    (void)shape; (void)st;
+    ember_sdpa_launch(ember_sdpa_grad_{S}_run, ptrs, (const int64_t *)ptrs[9], nthreads);
+}
+#undef VT
+#undef VI
+#undef VL
+#undef PADW
+#undef KEEP
+"""
