@@ -11,6 +11,7 @@ from __future__ import annotations
 
 import numpy as np
 
+from .. import config
 from .. import dtypes as _dt
 from ..errors import DTypeError, EmberIndexError, ShapeError
 from ..tensor import Tensor
@@ -81,6 +82,21 @@ def _index_put_kernel(xp, x, values, *idx, dims, accumulate):
     return out
 
 
+def _index_put_cpu(xp, x, values, *idx, dims, accumulate):
+    """The CPU kernel: whole rows accumulated at a 1-D index (an embedding's gradient) run as
+    one C loop (:func:`ember.codegen.reduce_kernels.add_rows`); everything else, or no C
+    compiler, takes :func:`_index_put_kernel`."""
+    if accumulate and _rows_of(x, values, idx, dims):
+        rk, rows = _rows_c(x, values, idx[0])
+        if rk is not None:
+            out = x.copy()                  # C-contiguous (ndarray.copy's default order)
+            try:
+                return rk.add_rows(out, values, rows)
+            except IndexError as e:         # the indices reach graphs unchecked
+                raise EmberIndexError(f"index_put: {e}") from None
+    return _index_put_kernel(xp, x, values, *idx, dims=dims, accumulate=accumulate)
+
+
 def _rows_of(x, values, idx, dims) -> bool:
     """Whether ``values`` are whole rows of ``x`` at one 1-D integer index (an embedding's
     gradient)."""
@@ -89,14 +105,32 @@ def _rows_of(x, values, idx, dims) -> bool:
             and x.dtype.kind in "fiu" and values.dtype == x.dtype)
 
 
+def _rows_c(x, values, rows):
+    """``(reduce_kernels, int64 rows)`` when the C loop takes these arrays, else
+    ``(None, None)``: float32/float64, contiguous values, indices that fit int64."""
+    if not config.EAGER_KERNELS or x.dtype.kind != "f" or not values.flags.c_contiguous or \
+            (rows.dtype.kind == "u" and rows.dtype.itemsize == 8):
+        return None, None
+    from ..codegen import reduce_kernels as rk      # NOTE: codegen sits above ops
+    if x.dtype not in rk.DTYPES or rk.kernels() is None:
+        return None, None
+    return rk, np.ascontiguousarray(rows, dtype=np.int64)
+
+
 def _add_rows(xp, out, values, rows):
     """``out[rows] += values`` with repeated rows adding up, as ``add.at`` does.
 
     NOTE: ``add.at`` is unbuffered and slow (1.3 ms for an embedding's 1024 x 128 gradient);
-    sorting the rows and summing each run with ``add.reduceat`` takes 0.5 ms (the sums may
-    round differently in the last bit; the result is deterministic).
+    sorting the rows and summing each run with ``add.reduceat`` takes 0.5 ms (each row's
+    values are summed before they are added to ``out``: the last bit may differ from
+    ``add.at``; the result is deterministic). The CPU kernel runs the C loop instead.
     """
-    rows = xp.where(rows < 0, rows + out.shape[0], rows)
+    n = out.shape[0]
+    lo, hi = int(rows.min()), int(rows.max())
+    if lo < -n or hi >= n:              # NOTE: graphs run kernels without the op's check
+        raise EmberIndexError(f"index_put: index {hi if hi >= n else lo} is out of bounds "
+                              f"for dimension 0 with size {n}")
+    rows = xp.where(rows < 0, rows + n, rows)
     order = xp.argsort(rows, kind="stable")
     r = rows[order]
     starts = xp.flatnonzero(xp.concatenate([xp.ones(1, bool), r[1:] != r[:-1]]))
@@ -121,7 +155,7 @@ def _index_put_jvp(t, out, x, values, *idx, dims, accumulate):
 
 index_put_p = defop(
     "index_put", nin=-1, params={"dims": (), "accumulate": False}, dtype="same",
-    save="inputs", kernel=_index_put_kernel,
+    save="inputs", kernels={"xp": _index_put_kernel, "cpu": _index_put_cpu},
     check=lambda x, v, *idx, dims, accumulate: _check_indices("index_put", x, idx, dims),
     vjp=_index_put_vjp, jvp=_index_put_jvp)
 

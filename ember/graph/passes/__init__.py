@@ -39,7 +39,7 @@ PASSES = {
     "sdpa_layout": sdpa_layout,      # dq, dk, dv written straight into qkv's gradient
     "sdpa_out_layout": sdpa_out_layout,  # attention's output in its permuted layout
     "small_bmm": small_bmm,          # stacks of small matmuls (attention) -> one C loop
-    "sum_rows": sum_rows,            # sums over all leading dims -> one GEMV
+    "sum_rows": sum_rows,            # sums over all leading dims -> one column-sum kernel or GEMV
     "hfuse": hfuse,                  # sibling matmuls on one x -> one GEMM + slices
     "layout": layout,                # NCHW or NHWC per conv, by a measurement
     "fuse": fuse,                    # elementwise/reduction groups -> generated C kernels
