@@ -28,11 +28,11 @@ import argparse
 import sys
 from pathlib import Path
 
-import numpy as np
-
 sys.path.insert(0, str(Path(__file__).resolve().parent))
 sys.path.insert(0, str(Path(__file__).resolve().parents[1]))
+# NOTE: Ember before NumPy: Ember sets OpenBLAS's thread spin (ember/_blas_env.py).
 import ember as em  # noqa: E402
+import numpy as np  # noqa: E402
 import ember.nn.functional as F  # noqa: E402
 from ember.nn.functional import _attention as FA  # noqa: E402
 from ember.ops import attention as A  # noqa: E402

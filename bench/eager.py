@@ -18,9 +18,9 @@ import sys
 import time
 import timeit
 
-import numpy as np
-
+# NOTE: Ember before NumPy: Ember sets OpenBLAS's thread spin (ember/_blas_env.py).
 import ember as em
+import numpy as np  # noqa: E402
 
 try:
     import torch

@@ -25,11 +25,11 @@ import sys
 import time
 from pathlib import Path
 
-import numpy as np
-
 sys.path.insert(0, str(Path(__file__).resolve().parent))
 sys.path.insert(0, str(Path(__file__).resolve().parents[1]))
+# NOTE: Ember before NumPy: Ember sets OpenBLAS's thread spin (ember/_blas_env.py).
 import ember  # noqa: E402
+import numpy as np  # noqa: E402
 from ember import config  # noqa: E402
 from ember.codegen import eager as ek  # noqa: E402
 from ember.ops.registry import REGISTRY  # noqa: E402

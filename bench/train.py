@@ -31,11 +31,11 @@ from dataclasses import dataclass, field
 from pathlib import Path
 from typing import Callable
 
-import numpy as np
-
 # NOTE: benchmark this checkout's Ember even when it is not pip-installed in the venv.
 sys.path.insert(0, str(Path(__file__).resolve().parents[1]))
+# NOTE: Ember before NumPy: Ember sets OpenBLAS's thread spin (ember/_blas_env.py).
 import ember  # noqa: E402
+import numpy as np  # noqa: E402
 
 
 def _import_torch():

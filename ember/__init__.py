@@ -5,6 +5,7 @@ Example:
     >>> x = em.randn(3, requires_grad=True)
     >>> (x * x).sum().backward()
 """
+from . import _blas_env  # noqa: F401  (first: before anything imports NumPy)
 from . import dtypes
 from .dtypes import (DType, bfloat16, bool_ as bool, double, finfo, float, float16, float32,
                      float64, get_default_dtype, half, iinfo, int, int8, int16, int32, int64,

@@ -52,6 +52,8 @@ def blas_info() -> dict:
     for var in ("OPENBLAS_CORETYPE", "OPENBLAS_NUM_THREADS", "OMP_NUM_THREADS",
                 "MKL_NUM_THREADS"):
         info[var] = os.environ.get(var)
+    from ._blas_env import STATUS
+    info["OPENBLAS_THREAD_TIMEOUT"] = STATUS
     info["cpu_count"] = os.cpu_count()
     from .device import cpu
     info["host_malloc"] = cpu.HOST_MALLOC_POLICY
