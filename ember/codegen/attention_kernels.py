@@ -19,8 +19,10 @@ Every product is one register-blocked micro-kernel (:c:func:`ember_blk`: a 4 x 1
 block of C in 8 AVX registers across the whole k loop; each row's own k range, so a masked
 key never enters a row's sum, not even as ``0 * NaN``). Each head's operands are first
 copied into small contiguous tiles (``kᵀ``/``vᵀ`` by 8 x 8 AVX transposes; any input
-strides: the GPT's permuted views cost no ``ascontiguousarray``); ``exp`` is libmvec's SIMD
-variant on whole vectors only.
+strides: the GPT's permuted views cost no ``ascontiguousarray``); ``exp`` runs on whole
+vectors only (float32 with AVX2: an inline polynomial within 1 ulp of ``expf``, 0 below
+-87.3; else libmvec's SIMD variant). The last products store straight into dq, dk, dv /
+O when a head's row is a whole number of register blocks.
 Sums run in the dtype (float32 for float32), in another order than BLAS: results agree
 with the NumPy kernel within rounding, not bitwise. NaN/Inf propagate like the NumPy
 kernel (``ember.ops.attention``): a NaN/Inf score poisons its row; masked positions take

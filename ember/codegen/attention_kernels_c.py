@@ -47,6 +47,38 @@ static inline void ember_tr8(const float *src, int64_t lds, float *dst, int64_t 
 }
 #endif
 
+#if defined(__AVX2__) && defined(__FMA__)
+/* exp of 8 floats, inline (Cephes' expf: x = n ln2 + r, |r| <= ln2 / 2, a degree-5
+   polynomial, 2^n through the exponent bits; within ~2 ulp of expf). A NaN stays NaN,
+   x < -87.3 (-inf included) gives 0 (no subnormals: exp is a softmax's weight here),
+   x > 88.7 gives +inf. NOTE: libmvec's call per 8 lanes was ~8% of the backward. */
+static inline __m256 ember_exp8(__m256 x) {
+    const __m256 hi = _mm256_set1_ps(88.72283f), lo = _mm256_set1_ps(-87.33654f);
+    __m256 xc = _mm256_min_ps(_mm256_max_ps(x, lo), hi);
+    const __m256 n = _mm256_round_ps(_mm256_mul_ps(xc, _mm256_set1_ps(1.44269504088896341f)),
+                                     _MM_FROUND_TO_NEAREST_INT | _MM_FROUND_NO_EXC);
+    xc = _mm256_fnmadd_ps(n, _mm256_set1_ps(0.693359375f), xc);
+    xc = _mm256_fnmadd_ps(n, _mm256_set1_ps(-2.12194440e-4f), xc);
+    __m256 p = _mm256_set1_ps(1.9875691500E-4f);
+    p = _mm256_fmadd_ps(p, xc, _mm256_set1_ps(1.3981999507E-3f));
+    p = _mm256_fmadd_ps(p, xc, _mm256_set1_ps(8.3334519073E-3f));
+    p = _mm256_fmadd_ps(p, xc, _mm256_set1_ps(4.1665795894E-2f));
+    p = _mm256_fmadd_ps(p, xc, _mm256_set1_ps(1.6666665459E-1f));
+    p = _mm256_fmadd_ps(p, xc, _mm256_set1_ps(5.0000001201E-1f));
+    p = _mm256_fmadd_ps(p, _mm256_mul_ps(xc, xc), _mm256_add_ps(xc, _mm256_set1_ps(1.0f)));
+    /* 2^n in two steps: n = 128 (x near 88.7) does not fit one exponent */
+    const __m256i ni = _mm256_cvtps_epi32(n), h = _mm256_srai_epi32(ni, 1);
+    const __m256 s1 = _mm256_castsi256_ps(_mm256_slli_epi32(_mm256_add_epi32(h,
+                          _mm256_set1_epi32(127)), 23));
+    const __m256 s2 = _mm256_castsi256_ps(_mm256_slli_epi32(_mm256_add_epi32(
+                          _mm256_sub_epi32(ni, h), _mm256_set1_epi32(127)), 23));
+    __m256 y = _mm256_mul_ps(_mm256_mul_ps(p, s1), s2);
+    y = _mm256_andnot_ps(_mm256_cmp_ps(x, lo, _CMP_LT_OQ), y);             /* -> 0 */
+    y = _mm256_blendv_ps(y, _mm256_set1_ps(INFINITY), _mm256_cmp_ps(x, hi, _CMP_GT_OQ));
+    return _mm256_blendv_ps(y, x, _mm256_cmp_ps(x, x, _CMP_UNORD_Q));       /* NaN */
+}
+#endif
+
 static void ember_sdpa_launch(ember_run_fn run, char **ptrs, const int64_t *g,
                               int64_t nthreads) {
     /* a thread per head only pays off once the heads are some work */
@@ -64,6 +96,8 @@ typedef T ember_v{S} __attribute__((vector_size(32)));
 #define VT ember_v{S}
 typedef __typeof__((VT){0} > (VT){0}) ember_vi{S};
 #define VI ember_vi{S}
+typedef T ember_u{S} __attribute__((vector_size(32), aligned(sizeof(T))));
+#define VU ember_u{S}
 #define VL ((int64_t)(32 / sizeof(T)))
 #define PADW (2 * VL)          /* tile rows are padded (with zeros) to a multiple of this */
 /* NOTE: an empty asm that "changes" a vector: GCC otherwise folds the B loads into every
@@ -72,30 +106,57 @@ typedef __typeof__((VT){0} > (VT){0}) ember_vi{S};
 
 /* A 4-row block of C = A B: row r of A is a_r[k * ak] (a_r = a + min(r, nr - 1) * ar),
    B has rows b + k * ldb (nc columns, nc a multiple of VL), C rows c + r * ldc (4 rows
-   are written, rows past nr are scratch). Row r sums over its own k range [lo_r, hi_r):
-   the range all rows share runs in registers (8 accumulators, a 4 x 16 float32 block),
-   each row's rest as axpys, so a row never touches a k outside its range (not even as
-   0 * NaN: a masked key's NaN must not reach the rows that do not see it). */
-static inline void ember_blk_{S}(const T *a, int64_t ar, int64_t ak, int64_t nr,
-                                 const int64_t *lo, const int64_t *hi, const T *restrict b,
-                                 int64_t ldb, int64_t nc, T *restrict c, int64_t ldc) {
+   are written, rows past nr are scratch). Row r sums over its own k range [lo_r, hi_r),
+   in increasing k, all in registers (8 accumulators, a 4 x 16 float32 block): the range
+   all rows share unconditionally, the few k around it (a causal block's rows differ by
+   one key each) with a test per row, so a row never touches a k outside its range (not
+   even as 0 * NaN: a masked key's NaN must not reach the rows that do not see it).
+   NOTE: those k were axpys on C in memory after the block (~6% of the backward).
+   Row r of C is stored as acc * mul[r] + add (mul = 0: acc + add; add = -0.0 then
+   folds away), unaligned: C may be a kernel output (no round trip through a tile). */
+static inline __attribute__((always_inline))
+void ember_blk_{S}(const T *a, int64_t ar, int64_t ak, int64_t nr, const int64_t *lo,
+                   const int64_t *hi, const T *restrict b, int64_t ldb, int64_t nc,
+                   T *restrict c, int64_t ldc, const T *mul, T add) {
     const T *ap[4];
-    int64_t k0 = lo[0], k1 = hi[0], l4[4], h4[4];
+    int64_t k0 = lo[0], k1 = hi[0], kl = lo[0], kh = hi[0], l4[4], h4[4];
     for (int64_t r = 0; r < 4; r++) {
         const int64_t rr = r < nr ? r : nr - 1;
         ap[r] = a + rr * ar;
         l4[r] = lo[rr]; h4[r] = hi[rr];
         k0 = l4[r] > k0 ? l4[r] : k0;
         k1 = h4[r] < k1 ? h4[r] : k1;
+        kl = l4[r] < kl ? l4[r] : kl;
+        kh = h4[r] > kh ? h4[r] : kh;
     }
     if (k1 < k0) k1 = k0;
     const T *a0 = ap[0], *a1 = ap[1], *a2 = ap[2], *a3 = ap[3];
+#define EMBER_ST(p, v, r) (*(VU *)(p) = mul ? (v) * mul[r] + add : (v) + add)
+#define EMBER_IN(r, k) (l4[r] <= (k) && (k) < h4[r])
+#define EMBER_EDGE2(from, to)                                                           \
+    for (int64_t k = from; k < to; k++) {                                               \
+        const T *bk = b + k * ldb + j;                                                  \
+        const VT b0 = *(const VU *)bk, b1 = *(const VU *)(bk + VL);                     \
+        if (EMBER_IN(0, k)) { const T x = a0[k * ak]; c0 += x * b0; e0 += x * b1; }      \
+        if (EMBER_IN(1, k)) { const T x = a1[k * ak]; c1 += x * b0; e1 += x * b1; }      \
+        if (EMBER_IN(2, k)) { const T x = a2[k * ak]; c2 += x * b0; e2 += x * b1; }      \
+        if (EMBER_IN(3, k)) { const T x = a3[k * ak]; c3 += x * b0; e3 += x * b1; }      \
+    }
+#define EMBER_EDGE1(from, to)                                                           \
+    for (int64_t k = from; k < to; k++) {                                               \
+        const VT b0 = *(const VU *)(b + k * ldb + j);                                   \
+        if (EMBER_IN(0, k)) c0 += a0[k * ak] * b0;                                      \
+        if (EMBER_IN(1, k)) c1 += a1[k * ak] * b0;                                      \
+        if (EMBER_IN(2, k)) c2 += a2[k * ak] * b0;                                      \
+        if (EMBER_IN(3, k)) c3 += a3[k * ak] * b0;                                      \
+    }
     int64_t j = 0;
     for (; j + PADW <= nc; j += PADW) {
         VT c0 = {0}, c1 = {0}, c2 = {0}, c3 = {0}, e0 = {0}, e1 = {0}, e2 = {0}, e3 = {0};
+        EMBER_EDGE2(kl, k0)
         const T *bk = b + k0 * ldb + j;
         for (int64_t k = k0; k < k1; k++, bk += ldb) {
-            VT b0 = *(const VT *)bk, b1 = *(const VT *)(bk + VL);
+            VT b0 = *(const VU *)bk, b1 = *(const VU *)(bk + VL);
             KEEP(b0); KEEP(b1);
             const T x0 = a0[k * ak], x1 = a1[k * ak], x2 = a2[k * ak], x3 = a3[k * ak];
             c0 += x0 * b0; e0 += x0 * b1;
@@ -103,39 +164,56 @@ static inline void ember_blk_{S}(const T *a, int64_t ar, int64_t ak, int64_t nr,
             c2 += x2 * b0; e2 += x2 * b1;
             c3 += x3 * b0; e3 += x3 * b1;
         }
-        *(VT *)(c + j) = c0; *(VT *)(c + j + VL) = e0;
-        *(VT *)(c + ldc + j) = c1; *(VT *)(c + ldc + j + VL) = e1;
-        *(VT *)(c + 2 * ldc + j) = c2; *(VT *)(c + 2 * ldc + j + VL) = e2;
-        *(VT *)(c + 3 * ldc + j) = c3; *(VT *)(c + 3 * ldc + j + VL) = e3;
+        EMBER_EDGE2(k1, kh)
+        EMBER_ST(c + j, c0, 0); EMBER_ST(c + j + VL, e0, 0);
+        EMBER_ST(c + ldc + j, c1, 1); EMBER_ST(c + ldc + j + VL, e1, 1);
+        EMBER_ST(c + 2 * ldc + j, c2, 2); EMBER_ST(c + 2 * ldc + j + VL, e2, 2);
+        EMBER_ST(c + 3 * ldc + j, c3, 3); EMBER_ST(c + 3 * ldc + j + VL, e3, 3);
     }
     /* one vector left: a causal block's scores end at a multiple of VL, not of PADW
        (rounding up to PADW computed ~8 wasted columns per row: ~4% of the W3 forward) */
     if (j < nc) {
         VT c0 = {0}, c1 = {0}, c2 = {0}, c3 = {0};
+        EMBER_EDGE1(kl, k0)
         const T *bk = b + k0 * ldb + j;
         for (int64_t k = k0; k < k1; k++, bk += ldb) {
-            VT b0 = *(const VT *)bk;
+            VT b0 = *(const VU *)bk;
             KEEP(b0);
             c0 += a0[k * ak] * b0; c1 += a1[k * ak] * b0;
             c2 += a2[k * ak] * b0; c3 += a3[k * ak] * b0;
         }
-        *(VT *)(c + j) = c0; *(VT *)(c + ldc + j) = c1;
-        *(VT *)(c + 2 * ldc + j) = c2; *(VT *)(c + 3 * ldc + j) = c3;
+        EMBER_EDGE1(k1, kh)
+        EMBER_ST(c + j, c0, 0); EMBER_ST(c + ldc + j, c1, 1);
+        EMBER_ST(c + 2 * ldc + j, c2, 2); EMBER_ST(c + 3 * ldc + j, c3, 3);
     }
-    for (int64_t r = 0; r < nr; r++) {
-        T *restrict cr = c + r * ldc;
-        const int64_t e = k0 < h4[r] ? k0 : h4[r], s = k1 > l4[r] ? k1 : l4[r];
-        for (int64_t k = l4[r]; k < e; k++) {
-            const T x = ap[r][k * ak];
-            for (int64_t j = 0; j < nc; j += VL)
-                *(VT *)(cr + j) += x * *(const VT *)(b + k * ldb + j);
-        }
-        for (int64_t k = s; k < h4[r]; k++) {
-            const T x = ap[r][k * ak];
-            for (int64_t j = 0; j < nc; j += VL)
-                *(VT *)(cr + j) += x * *(const VT *)(b + k * ldb + j);
-        }
+#undef EMBER_IN
+#undef EMBER_ST
+#undef EMBER_EDGE2
+#undef EMBER_EDGE1
+}
+
+/* the sum of a vector's lanes: AVX halving adds (a lane-by-lane loop spilled the vector
+   to the stack, ~3% of the backward per reduction; GCC does not fold a generic shuffle's
+   mask built in a loop) */
+static inline T ember_hsum_{S}(VT v) {
+#if defined(__AVX__)
+    if (sizeof(T) == 4) {
+        const __m256 x = (__m256)v;
+        __m128 h = _mm_add_ps(_mm256_castps256_ps128(x), _mm256_extractf128_ps(x, 1));
+        h = _mm_add_ps(h, _mm_movehl_ps(h, h));
+        h = _mm_add_ss(h, _mm_movehdup_ps(h));
+        return (T)_mm_cvtss_f32(h);
+    } else {
+        const __m256d x = (__m256d)v;
+        __m128d h = _mm_add_pd(_mm256_castpd256_pd128(x), _mm256_extractf128_pd(x, 1));
+        h = _mm_add_sd(h, _mm_unpackhi_pd(h, h));
+        return (T)_mm_cvtsd_f64(h);
     }
+#else
+    T l = 0;
+    for (int64_t t = 0; t < VL; t++) l += v[t];
+    return l;
+#endif
 }
 
 /* One row's n scores s_j (unscaled dots) -> exp(scale s_j - max), zeros up to the next
@@ -167,15 +245,75 @@ static inline T ember_softmax_row_{S}(T *restrict s, int64_t n, T scale) {
     for (int64_t j = n; j < nv; j++) s[j] = m;
     for (int64_t j = 0; j < nv; j += VL) {
         VT x;
+#if defined(__AVX2__) && defined(__FMA__)
+        if (sizeof(T) == 4) {
+            x = (VT)ember_exp8((__m256)(*(const VT *)(s + j) - m));
+        } else
+#endif
+        {
 #pragma omp simd
-        for (int64_t t = 0; t < VL; t++) x[t] = EXP(s[j + t] - m);
+            for (int64_t t = 0; t < VL; t++) x[t] = EXP(s[j + t] - m);
+        }
         *(VT *)(s + j) = x;
     }
     for (int64_t j = n; j < nv; j++) s[j] = 0;
-    T l = 0;
-#pragma omp simd reduction(+:l)
-    for (int64_t j = 0; j < n; j++) l += s[j];
-    return l;
+    VT lv = {0};
+    for (int64_t j = 0; j < nv; j += VL) lv += *(const VT *)(s + j);
+    return ember_hsum_{S}(lv);
+}
+
+/* The backward's row: scores s (n scaled dots, computed up to the next multiple of VL)
+   and dP = dO vT in dp -> P = softmax(s) in s and dS = P (dP - sum_j P_j dP_j) in dp, on
+   whole vectors (the lanes past n are 0 in P: a masked column's dP, maybe a NaN value's,
+   takes no part). Three passes (max; e = exp(s - max) with sum e and sum e dP; P and
+   dS), no scalar prologue/epilogue per loop: the old five row loops were ~13%. */
+static inline void ember_grad_row_{S}(T *restrict s, T *restrict dp, int64_t n) {
+    const int64_t nv = (n + VL - 1) / VL * VL;
+    VT lane;
+    for (int64_t t = 0; t < VL; t++) lane[t] = (T)t;
+    /* lanes of the last vector that are in the row */
+    const VI last = lane < (VT){0} + (T)(n - (nv - VL));
+    VT mv = {0};
+    mv += s[0];
+    for (int64_t j = 0; j < nv; j += VL) {
+        VT x = *(const VT *)(s + j);
+        if (j + VL == nv) x = (VT)((last & (VI)x) | (~last & (VI)mv));
+        const VI gt = x > mv;
+        mv = (VT)((gt & (VI)x) | (~gt & (VI)mv));
+    }
+    T m = s[0];
+    for (int64_t t = 0; t < VL; t++) m = mv[t] > m ? mv[t] : m;
+    /* NOTE: the padding lanes take exp(0), not that of a masked score: libmvec takes a
+       slow scalar path for lanes out of range (or NaN) */
+    VT lv = {0}, dv = {0};
+    for (int64_t j = 0; j < nv; j += VL) {
+        VT x = *(const VT *)(s + j) - m, d = *(const VT *)(dp + j);
+        if (j + VL == nv) {
+            x = (VT)(last & (VI)x);
+            d = (VT)(last & (VI)d);
+            *(VT *)(dp + j) = d;
+        }
+#if defined(__AVX2__) && defined(__FMA__)
+        if (sizeof(T) == 4) {
+            x = (VT)ember_exp8((__m256)x);
+        } else
+#endif
+        {
+            *(VT *)(s + j) = x;
+#pragma omp simd
+            for (int64_t t = 0; t < VL; t++) x[t] = EXP(s[j + t]);
+        }
+        if (j + VL == nv) x = (VT)(last & (VI)x);
+        *(VT *)(s + j) = x;
+        lv += x;
+        dv += x * d;
+    }
+    const T il = 1 / ember_hsum_{S}(lv), di = ember_hsum_{S}(dv) * il;
+    for (int64_t j = 0; j < nv; j += VL) {
+        const VT p = *(const VT *)(s + j) * il;
+        *(VT *)(s + j) = p;
+        *(VT *)(dp + j) = p * (*(const VT *)(dp + j) - di);
+    }
 }
 
 /* t[d * ldt + j] = x[j, d] (a head's rows x cols operand transposed): float32 rows with
@@ -200,7 +338,11 @@ static void ember_tr_{S}(const T *x, const int64_t *xs, int64_t rows, int64_t co
             t[d * ldt + j] = x[j * xs[2] + d * xs[3]];
 }
 
-/* c[j * ldc + d] = x[j, d] (padding columns untouched: zeroed once) */
+/* c[j * ldc + d] = x[j, d] (padding columns untouched: zeroed once). NOTE: GCC turns
+   the row loop into a memmove call per 128-byte row (~5% of the backward): not here */
+#if defined(__GNUC__) && !defined(__clang__)
+__attribute__((optimize("no-tree-loop-distribute-patterns")))
+#endif
 static void ember_cp_{S}(const T *x, const int64_t *xs, int64_t rows, int64_t cols,
                          T *restrict c, int64_t ldc) {
     if (xs[3] == 1) {         /* inline, not memcpy: a call per 128-byte row was ~10% */
@@ -216,6 +358,17 @@ static void ember_cp_{S}(const T *x, const int64_t *xs, int64_t rows, int64_t co
         for (int64_t d = 0; d < cols; d++) c[j * ldc + d] = x[j * xs[2] + d * xs[3]];
 }
 
+/* A head's rows x cols operand as rows ldc apart (cols padded to ldc): x itself when it
+   is such a C-ordered block, else copied into c. NOTE: a GPT's heads are rows 1536
+   bytes apart in the packed qkv: read in place they share a few L1 sets, and the
+   products were ~5% slower than from the copy. */
+static const T *ember_rows_{S}(const T *x, const int64_t *xs, int64_t rows, int64_t cols,
+                               T *restrict c, int64_t ldc) {
+    if (xs[3] == 1 && cols == ldc && xs[2] == ldc) return x;
+    ember_cp_{S}(x, xs, rows, cols, c, ldc);
+    return c;
+}
+
 static int64_t ember_pad_{S}(int64_t n) { return (n + PADW - 1) / PADW * PADW; }
 
 /* Prefetch for writing rows [r0, r0 + n) (cols values, ld apart) of the next head's
@@ -228,6 +381,24 @@ static inline void ember_pfw_{S}(T *next, int64_t ld, int64_t r0, int64_t n, int
         for (int64_t c = 0; c < cols; c += 64 / (int64_t)sizeof(T))
             __builtin_prefetch(next + r * ld + c, 1, 3);
         __builtin_prefetch(next + r * ld + cols - 1, 1, 3);
+    }
+}
+
+/* Prefetch for reading rows [r0, r0 + n) of x[(b0, b1)] (xs: its strides) of head p + 1
+   when it is this thread's. NOTE: a head's rows in a GPT's packed qkv are 1536 bytes
+   apart, no stream the hardware prefetcher follows: the copies into the tiles missed on
+   every row (~10% of the backward). */
+static inline void ember_pfr_{S}(const T *x, const int64_t *xs, int64_t cols, int64_t p,
+                                 int64_t hi, int64_t b1, int64_t r0, int64_t n,
+                                 int64_t rows) {
+    if (p + 1 >= hi) return;
+    const T *h = x + (p + 1) / b1 * xs[0] + (p + 1) % b1 * xs[1];
+    const int64_t e = r0 + n < rows ? r0 + n : rows;
+    for (int64_t r = r0; r < e; r++) {
+        const T *row = h + r * xs[2];
+        for (int64_t c = 0; c < cols; c += 64 / (int64_t)sizeof(T))
+            __builtin_prefetch(row + c * xs[3], 0, 3);
+        __builtin_prefetch(row + (cols - 1) * xs[3], 0, 3);
     }
 }
 
@@ -276,11 +447,18 @@ static void ember_sdpa_{S}_run(char **ptrs, const int64_t *g, const int64_t *st,
             ember_pfw_{S}(nx, os[2], i0, nr, DV);
             /* the scores: all columns a row of the block sees (the rest is ignored) */
             ember_blk_{S}(q + i0 * qs[2], qs[2], qs[3], nr, zero, dd, kt, TKp,
-                          (n[nr - 1] + VL - 1) / VL * VL, s, TKp);
+                          (n[nr - 1] + VL - 1) / VL * VL, s, TKp, 0, -(T)0);
             T l[4];
             for (int64_t r = 0; r < nr; r++)
                 l[r] = ember_softmax_row_{S}(s + r * TKp, n[r], scale);
-            ember_blk_{S}(s, TKp, 1, nr, zero, n, vc, DVp, DVp, ob, DVp);   /* O = e v */
+            if (nr == 4 && DV == DVp) {       /* O = e v / l, straight into the output */
+                const T il[4] = {1 / l[0], 1 / l[1], 1 / l[2], 1 / l[3]};
+                ember_blk_{S}(s, TKp, 1, nr, zero, n, vc, DVp, DVp, out + i0 * os[2], os[2],
+                              il, -(T)0);
+                continue;
+            }
+            /* O = e v */
+            ember_blk_{S}(s, TKp, 1, nr, zero, n, vc, DVp, DVp, ob, DVp, 0, -(T)0);
             for (int64_t r = 0; r < nr; r++) {
                 T *restrict orow = out + (i0 + r) * os[2];
                 const T *restrict obr = ob + r * DVp;
@@ -329,14 +507,17 @@ static void ember_sdpa_grad_{S}_run(char **ptrs, const int64_t *g, const int64_t
         *gc = qc + TQ4 * Dp, *s = gc + TQ4 * DVp, *dp = s + TQ4 * TKp, *ob = dp + TQ4 * TKp,
         *ob2 = ob + 4 * Dp;
     const int64_t zero[4] = {0, 0, 0, 0}, dd[4] = {D, D, D, D}, dv4[4] = {DV, DV, DV, DV};
+    const T sc4[4] = {scale, scale, scale, scale};
+    const int64_t ldk = Dp, ldq = Dp, ldg = DVp;
     for (int64_t p = lo; p < hi; p++) {
         const int64_t b0 = p / B1, b1 = p % B1;
         const T *kh = K + b0 * ks[0] + b1 * ks[1];
         ember_tr_{S}(kh, ks, TK, D, kt, TKp);
-        ember_cp_{S}(kh, ks, TK, D, kc, Dp);
         ember_tr_{S}(V + b0 * vs[0] + b1 * vs[1], vs, TK, DV, vt, TKp);
-        ember_cp_{S}(Q + b0 * qs[0] + b1 * qs[1], qs, TQ, D, qc, Dp);
-        ember_cp_{S}(DO + b0 * gs[0] + b1 * gs[1], gs, TQ, DV, gc, DVp);
+        /* k, q, dO: in place when C-ordered heads (a copy was ~5%) */
+        const T *kb = ember_rows_{S}(kh, ks, TK, D, kc, Dp);
+        const T *qb = ember_rows_{S}(Q + b0 * qs[0] + b1 * qs[1], qs, TQ, D, qc, Dp);
+        const T *gb = ember_rows_{S}(DO + b0 * gs[0] + b1 * gs[1], gs, TQ, DV, gc, DVp);
         T *dqo = dQ + b0 * dqs[0] + b1 * dqs[1], *nq = ember_next_{S}(dQ, dqs, D, p, hi, B1);
         for (int64_t i0 = 0; i0 < TQ; i0 += 4) {
             const int64_t nr = TQ - i0 < 4 ? TQ - i0 : 4;
@@ -345,22 +526,17 @@ static void ember_sdpa_grad_{S}_run(char **ptrs, const int64_t *g, const int64_t
             const int64_t w = (n[nr - 1] + VL - 1) / VL * VL;
             ember_pfw_{S}(nq, dqs[2], i0, nr, D);
             T *sb = s + i0 * TKp, *db = dp + i0 * TKp;
-            ember_blk_{S}(qc + i0 * Dp, Dp, 1, nr, zero, dd, kt, TKp, w, sb, TKp);
-            ember_blk_{S}(gc + i0 * DVp, DVp, 1, nr, zero, dv4, vt, TKp, w, db, TKp);
-            for (int64_t r = 0; r < nr; r++) {
-                T *restrict sr = sb + r * TKp, *restrict dpr = db + r * TKp;
-                const int64_t nn = n[r];
-                const T il = 1 / ember_softmax_row_{S}(sr, nn, scale);
-                T di = 0;
-#pragma omp simd reduction(+:di)
-                for (int64_t j = 0; j < nn; j++) {
-                    sr[j] *= il;                                       /* P */
-                    di += sr[j] * dpr[j];
-                }
-#pragma omp simd
-                for (int64_t j = 0; j < nn; j++) dpr[j] = sr[j] * (dpr[j] - di);  /* dS */
+            ember_blk_{S}(qb + i0 * ldq, ldq, 1, nr, zero, dd, kt, TKp, w, sb, TKp, sc4, -(T)0);
+            ember_blk_{S}(gb + i0 * ldg, ldg, 1, nr, zero, dv4, vt, TKp, w, db, TKp, 0,
+                          -(T)0);
+            for (int64_t r = 0; r < nr; r++)
+                ember_grad_row_{S}(sb + r * TKp, db + r * TKp, n[r]);
+            if (nr == 4 && D == Dp) {          /* dQ = dS k, straight into the output */
+                ember_blk_{S}(db, TKp, 1, nr, zero, n, kb, ldk, Dp, dqo + i0 * dqs[2],
+                              dqs[2], sc4, z);
+                continue;
             }
-            ember_blk_{S}(db, TKp, 1, nr, zero, n, kc, Dp, Dp, ob, Dp);   /* dQ = dS k */
+            ember_blk_{S}(db, TKp, 1, nr, zero, n, kb, ldk, Dp, ob, Dp, 0, -(T)0);
             for (int64_t r = 0; r < nr; r++) {
                 T *restrict dqr = dqo + (i0 + r) * dqs[2];
                 const T *restrict o = ob + r * Dp;
@@ -380,8 +556,20 @@ static void ember_sdpa_grad_{S}_run(char **ptrs, const int64_t *g, const int64_t
             }
             ember_pfw_{S}(nk, dks[2], j0, nr, D);
             ember_pfw_{S}(nv, dvs[2], j0, nr, DV);
-            ember_blk_{S}(dp + j0, 1, TKp, nr, f, e, qc, Dp, Dp, ob, Dp);   /* dK = dST q */
-            ember_blk_{S}(s + j0, 1, TKp, nr, f, e, gc, DVp, DVp, ob2, DVp); /* dV = PT dO */
+            ember_pfr_{S}(K, ks, D, p, hi, B1, j0, 4, TK);
+            ember_pfr_{S}(V, vs, DV, p, hi, B1, j0, 4, TK);
+            const int64_t q0 = j0 * TQ / TK, q1 = (j0 + 4) * TQ / TK;
+            ember_pfr_{S}(Q, qs, D, p, hi, B1, q0, q1 - q0, TQ);
+            ember_pfr_{S}(DO, gs, DV, p, hi, B1, q0, q1 - q0, TQ);
+            if (nr == 4 && D == Dp && DV == DVp) {   /* straight into the outputs */
+                ember_blk_{S}(dp + j0, 1, TKp, nr, f, e, qb, ldq, Dp, dko + j0 * dks[2],
+                              dks[2], sc4, z);                           /* dK = dST q */
+                ember_blk_{S}(s + j0, 1, TKp, nr, f, e, gb, ldg, DVp, dvo + j0 * dvs[2],
+                              dvs[2], 0, z);                             /* dV = PT dO */
+                continue;
+            }
+            ember_blk_{S}(dp + j0, 1, TKp, nr, f, e, qb, ldq, Dp, ob, Dp, 0, -(T)0);
+            ember_blk_{S}(s + j0, 1, TKp, nr, f, e, gb, ldg, DVp, ob2, DVp, 0, -(T)0);
             for (int64_t r = 0; r < nr; r++) {
                 T *restrict kr = dko + (j0 + r) * dks[2];
                 T *restrict vr = dvo + (j0 + r) * dvs[2];
@@ -407,6 +595,7 @@ void ember_sdpa_grad_{S}_fast(char **ptrs, const int64_t *shape, const int64_t *
 }
 #undef VT
 #undef VI
+#undef VU
 #undef VL
 #undef PADW
 #undef KEEP
