@@ -141,3 +141,10 @@ def load_kernels(source, names) -> tuple | None:
         f.restype = None
         fns[name] = f
     return lib, fns
+
+
+def fast_addresses(lib, names) -> dict:
+    """``{name: address of ember_<name>_fast}``: the raw entry points a cached launch plan
+    calls without ctypes argument conversion (attention and reduction kernels)."""
+    return {k: ctypes.cast(getattr(lib, f"ember_{k}_fast"), ctypes.c_void_p).value
+            for k in names}

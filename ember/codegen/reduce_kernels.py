@@ -239,8 +239,7 @@ def kernels():
         if loaded is None or find_compiler() is None:
             return None
         lib, fns = loaded
-        fast = {k: ctypes.cast(getattr(lib, f"ember_{k}_fast"), ctypes.c_void_p).value
-                for k in names}
+        fast = _pool.fast_addresses(lib, names)
         _state["lib"], _state["fns"], _state["fast"] = lib, fns, fast
         _state["raw"] = _launch.raw()
     return _state["fns"]
