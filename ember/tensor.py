@@ -55,6 +55,7 @@ class Tensor:
     _retains_grad = False
     _fw = None            # forward-AD tangents: {level: tangent}
     _hooks = None         # gradient hooks of a leaf
+    _post_acc_hooks = None  # hooks run after a leaf's .grad is complete (DDP)
     _inference = False
     _view_version = None  # storage version at which a differentiable view's grad_fn was made
 
@@ -370,6 +371,13 @@ def _register_hook(self, hook):
     return register_hook(self, hook)
 
 
+def _register_post_accumulate_grad_hook(self, hook):
+    """Run ``hook(self)`` once a backward pass accumulated all of its gradient into
+    ``self.grad`` (leaves only; ``torch.Tensor.register_post_accumulate_grad_hook``)."""
+    from .autograd.engine import register_post_accumulate_grad_hook
+    return register_post_accumulate_grad_hook(self, hook)
+
+
 def _retain_grad(self):
     from .autograd.engine import retain_grad
     retain_grad(self)
@@ -377,4 +385,5 @@ def _retain_grad(self):
 
 Tensor.backward = _backward
 Tensor.register_hook = _register_hook
+Tensor.register_post_accumulate_grad_hook = _register_post_accumulate_grad_hook
 Tensor.retain_grad = _retain_grad

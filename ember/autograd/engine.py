@@ -129,6 +129,8 @@ def run_backward(roots, grad_roots, retain_graph: bool, create_graph: bool,
         if t._grad_fn is None:
             if inputs is None:
                 _to_leaf(t, g, create_graph, external, set())
+                for h in list(t._post_acc_hooks or ()):
+                    h(t)
             else:
                 buffers[("leaf", id(t))] = g
             continue
@@ -152,12 +154,19 @@ def run_backward(roots, grad_roots, retain_graph: bool, create_graph: bool,
     nodes.sort(key=lambda n: -n.seq)
     claimed: set = set()
     modes = _running.__dict__.setdefault("modes", [])
+    callbacks = _running.__dict__.setdefault("callbacks", [])
     modes.append(inputs is None)
+    callbacks.append([])
     try:
+        pending = _post_hook_counts(nodes) if inputs is None and _post_hooks_live else None
         _run_nodes(nodes, buffers, inputs, target_nodes, target_leaves, needed, captured,
-                   retain_graph, create_graph, external, claimed)
+                   retain_graph, create_graph, external, claimed, pending)
+        queued = callbacks[-1]
+        while queued:   # a callback may queue another (PyTorch runs those too)
+            queued.pop(0)()
     finally:
         modes.pop()
+        callbacks.pop()
     if inputs is not None:
         out = []
         for i, x in enumerate(inputs):
@@ -224,6 +233,28 @@ def _run_rule(vjp, node, g, out, inputs):
     return vjp(g, out, *inputs, **node.params)
 
 
+def _post_hook_counts(nodes):
+    """{id(leaf): [leaf, edges left]} for the leaves with post-accumulate-grad hooks."""
+    pending: dict = {}
+    for n in nodes:
+        for e in n.next:
+            if e is not None and e[0].__class__ is not Node and e[0]._post_acc_hooks:
+                pending.setdefault(id(e[0]), [e[0], 0])[1] += 1
+    return pending
+
+
+def _leaf_done(pending, t):
+    """Count one gradient into leaf ``t``; run its post-accumulate hooks after the last."""
+    entry = pending.get(id(t))
+    if entry is None:
+        return
+    entry[1] -= 1
+    if entry[1] == 0:
+        del pending[id(t)]
+        for h in list(t._post_acc_hooks):
+            h(t)
+
+
 def _to_leaf(t, g, create_graph, external, claimed):
     if t._hooks:
         for h in t._hooks:
@@ -244,8 +275,15 @@ def _to_leaf(t, g, create_graph, external, claimed):
         t._grad.add_(g.detach())
 
 
+#: how many ``backward()`` calls have started (``ember.compile`` asks whether the traced
+#: function ran its own backward: then its outputs' graphs are spent, not differentiable)
+backward_calls = 0
+
+
 def backward(tensors, grad_tensors=None, retain_graph=None, create_graph=False, inputs=None):
     """Accumulate gradients of ``tensors`` into the leaves' ``.grad`` (``torch.autograd.backward``)."""
+    global backward_calls
+    backward_calls += 1
     if isinstance(tensors, Tensor):
         tensors = [tensors]
     if grad_tensors is None or isinstance(grad_tensors, Tensor):
@@ -332,6 +370,42 @@ def register_hook(t: Tensor, fn):
     return _RemovableHandle(lst, fn)
 
 
+#: whether any post-accumulate-grad hook was ever registered (skips the edge count if not)
+_post_hooks_live = False
+
+
+def register_post_accumulate_grad_hook(t: Tensor, fn):
+    """Register ``fn(t) -> None`` to run once ``t.grad`` holds all of a backward's gradient.
+
+    Like ``torch.Tensor.register_post_accumulate_grad_hook``: leaves only; it runs after the
+    last contribution of the current ``backward()`` was accumulated (not under
+    ``autograd.grad``). DistributedDataParallel launches its bucket all-reduces from it.
+    """
+    global _post_hooks_live
+    if t._grad_fn is not None:
+        raise GraphError("post accumulate grad hooks cannot be registered on non-leaf tensors")
+    if not t._requires_grad:
+        raise GraphError("cannot register a hook on a tensor that doesn't require gradient")
+    if t._post_acc_hooks is None:
+        t._post_acc_hooks = []
+    t._post_acc_hooks.append(fn)
+    _post_hooks_live = True
+    return _RemovableHandle(t._post_acc_hooks, fn)
+
+
+def queue_callback(fn) -> None:
+    """Run ``fn()`` when the backward pass running on this thread finishes.
+
+    PyTorch's ``Variable._execution_engine.queue_callback``; raises RuntimeError outside
+    a backward pass.
+    """
+    stack = getattr(_running, "callbacks", None)
+    if not stack:
+        raise GraphError("queue_callback: no backward pass is running on this thread "
+                         "(call it from a gradient hook)")
+    stack[-1].append(fn)
+
+
 def retain_grad(t: Tensor) -> None:
     if not t._requires_grad:
         raise GraphError("can't retain_grad on Tensor that has requires_grad=False")
@@ -386,7 +460,7 @@ def accumulating() -> bool:
 
 
 def _run_nodes(nodes, buffers, inputs, target_nodes, target_leaves, needed, captured,
-               retain_graph, create_graph, external, claimed):
+               retain_graph, create_graph, external, claimed, pending=None):
     """The node loop of :func:`run_backward`: each node's VJP, in reverse creation order."""
     with set_grad_enabled(create_graph):
         for node in nodes:
@@ -417,6 +491,8 @@ def _run_nodes(nodes, buffers, inputs, target_nodes, target_leaves, needed, capt
                 if target.__class__ is not Node:   # a leaf (Tensor, Parameter...)
                     if inputs is None:
                         _to_leaf(target, gi, create_graph, external, claimed)
+                        if pending:
+                            _leaf_done(pending, target)
                     elif id(target) in target_leaves:
                         j = target_leaves[id(target)]
                         captured[j] = gi if captured.get(j) is None else captured[j] + gi
