@@ -20,6 +20,14 @@ __all__ = ["add", "add_", "addcmul_", "addcdiv_", "lerp_", "maximum_", "div", "d
 
 def _xp(t: Tensor, *others):
     """The array module for a raw in-place update of ``t``, or None to take the slow path."""
+    for o in others:
+        if isinstance(o, complex) and not t._dtype.is_complex:
+            # NOTE: NumPy would fail with a casting error (or the slow path write garbage);
+            # a complex factor comes from a corrupt state, e.g. Adam's bias correction
+            # sqrt(1 - beta2**step) with a negative step
+            raise TypeError(f"optimizer update: result type complex can't be cast to the "
+                            f"{t._dtype} tensor being updated in place (scalar {o}); check "
+                            "the optimizer state (a negative 'step'?)")
     if state.grad_enabled or state.fw_levels or state.modes:
         return None
     for o in others:

@@ -60,6 +60,10 @@ class Adam(_AdamBase):
                         decoupled_weight_decay=decoupled_weight_decay)
         super().__init__(params, defaults)
 
+    def _state_keys(self, group) -> tuple:
+        return ("step", "exp_avg", "exp_avg_sq") + (("max_exp_avg_sq",) if group["amsgrad"]
+                                                    else ())
+
     def _update_group(self, group) -> None:
         eps, wd, amsgrad = group["eps"], group["weight_decay"], group["amsgrad"]
         lr = self._hyper(group, "lr")
@@ -126,6 +130,9 @@ class Adamax(_AdamBase):
                         foreach=foreach, maximize=maximize)
         super().__init__(params, defaults)
 
+    def _state_keys(self, group) -> tuple:
+        return ("step", "exp_avg", "exp_inf")
+
     def _update_group(self, group) -> None:
         eps, wd, maximize = group["eps"], group["weight_decay"], \
             group["maximize"]
@@ -174,6 +181,9 @@ class NAdam(_AdamBase):
     def _validate_group(self, group) -> None:
         super()._validate_group(group)
         _check(group["momentum_decay"] >= 0.0, "momentum_decay value", group["momentum_decay"])
+
+    def _state_keys(self, group) -> tuple:
+        return ("step", "mu_product", "exp_avg", "exp_avg_sq")
 
     def _update_group(self, group) -> None:
         eps, wd = group["eps"], group["weight_decay"]

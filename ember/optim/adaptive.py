@@ -40,6 +40,10 @@ class RMSprop(Optimizer):
         _check(group["momentum"] >= 0.0, "momentum value", group["momentum"])
         _check(group["alpha"] >= 0.0, "alpha value", group["alpha"])
 
+    def _state_keys(self, group) -> tuple:
+        return ("step", "square_avg") + (("momentum_buffer",) if group["momentum"] > 0 else ()) \
+            + (("grad_avg",) if group["centered"] else ())
+
     def _update_group(self, group) -> None:
         alpha, eps, wd = group["alpha"], group["eps"], group["weight_decay"]
         lr = self._hyper(group, "lr")
@@ -95,6 +99,9 @@ class Adagrad(Optimizer):
             for p in group["params"]:
                 self._init_state(p, group)
 
+    def _state_keys(self, group) -> tuple:
+        return ("step", "sum")
+
     def _init_state(self, p, group) -> None:
         state = self.state[p]
         if not state:
@@ -147,6 +154,9 @@ class Adadelta(Optimizer):
         super()._validate_group(group)
         _check_common(group)
         _check(0.0 <= group["rho"] <= 1.0, "rho value", group["rho"])
+
+    def _state_keys(self, group) -> tuple:
+        return ("step", "square_avg", "acc_delta")
 
     def _update_group(self, group) -> None:
         rho, eps, wd = group["rho"], group["eps"], group["weight_decay"]

@@ -10,6 +10,7 @@ from .. import dtypes as _dt
 from ..autograd.grad_mode import enable_grad, no_grad, state as _grad_state
 from ..tensor import Tensor
 from ..autograd.engine import zero_grads
+from ._state_check import check_groups, check_state
 
 __all__ = ["Optimizer", "required"]
 
@@ -235,6 +236,10 @@ class Optimizer:
     def load_state_dict(self, state_dict: dict[str, Any]) -> None:
         """Load a state from :meth:`state_dict` (tensors are copied and cast to each param).
 
+        The state is validated first: missing entries (Adam's ``exp_avg``...), buffers of
+        the wrong shape or dtype, NaN/Inf values, a ``step`` that is not an integer >= 0 or
+        out-of-range hyper-parameters raise a ``ValueError``/``TypeError`` naming the entry.
+
         Example:
             >>> opt2.load_state_dict(opt.state_dict())
         """
@@ -248,14 +253,6 @@ class Optimizer:
                                  f"{len(s['params'])} params) that doesn't match the size of "
                                  f"optimizer's group ({len(g['params'])} params)")
         id_map = {k: p for g, s in zip(groups, saved) for k, p in zip(s["params"], g["params"])}
-        state: defaultdict = defaultdict(dict)
-        for k, v in state_dict["state"].items():
-            k = int(k) if isinstance(k, str) and k.isdigit() else k   # NOTE: JSON keys
-            if k in id_map:
-                p = id_map[k]
-                state[p] = {name: _cast(p, val, name) for name, val in v.items()}
-            else:
-                state[k] = _copy(v)
         new_groups = []
         for g, s in zip(groups, saved):
             ng = {k: _copy(v) for k, v in s.items() if k != "params"}
@@ -263,7 +260,25 @@ class Optimizer:
             if "param_names" in g and "param_names" not in s:
                 ng["param_names"] = g["param_names"]
             new_groups.append(ng)
+        check_groups(self, new_groups)
+        group_of = {id(p): ng for ng in new_groups for p in ng["params"]}
+        state: defaultdict = defaultdict(dict)
+        for k, v in state_dict["state"].items():
+            k = int(k) if isinstance(k, str) and k.isdigit() else k   # NOTE: JSON keys
+            if k in id_map:
+                p = id_map[k]
+                v = dict(v)
+                check_state(self, k, p, v, group_of[id(p)])
+                state[p] = {name: _cast(p, val, name) for name, val in v.items()}
+            else:
+                state[k] = _copy(v)
         self.state, self.param_groups = state, new_groups
+
+    def _state_keys(self, group: dict[str, Any]) -> tuple[str, ...]:
+        """The per-parameter state entries a step needs once a parameter has state;
+        ``load_state_dict`` checks that they are present, finite and of the parameter's
+        shape (subclasses list theirs)."""
+        return ()
 
 
 _SCALAR_STATE = ("step", "mu_product")

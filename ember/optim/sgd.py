@@ -39,6 +39,9 @@ class SGD(Optimizer):
                              f"(got momentum={group['momentum']}, "
                              f"dampening={group['dampening']})")
 
+    def _state_keys(self, group) -> tuple:
+        return ("momentum_buffer",) if group["momentum"] != 0 else ()
+
     def _update_group(self, group) -> None:
         wd, mom = group["weight_decay"], group["momentum"]
         lr = self._hyper(group, "lr")
@@ -82,6 +85,9 @@ class Lion(Optimizer):
         super()._validate_group(group)
         _check_betas(group["betas"])
         _check(group["weight_decay"] >= 0.0, "weight_decay value", group["weight_decay"])
+
+    def _state_keys(self, group) -> tuple:
+        return ("exp_avg",)
 
     def _update_group(self, group) -> None:
         wd, maximize = group["weight_decay"], group["maximize"]

@@ -529,3 +529,59 @@ def test_step_is_fast_enough():
         opt.step()
     assert (time.perf_counter() - t) / 3 < 0.25
     assert math.isclose(p[0, 0].item(), -4e-3, rel_tol=1e-3)
+
+
+# ---------------------------------------------------------------- load_state_dict validation
+def _adam_state_after_one_step(**kw):
+    p = em.zeros(3, requires_grad=True)
+    opt = em.optim.AdamW([p], lr=1e-2, **kw)
+    p.grad = em.ones(3)
+    opt.step()
+    return p, opt, opt.state_dict()
+
+
+@pytest.mark.parametrize("edit, err, match", [
+    (lambda sd: sd["state"][0].pop("exp_avg"), ValueError, r"state\[0\].*missing 'exp_avg'"),
+    (lambda sd: sd["state"][0].__setitem__("step", em.tensor(-5.0)), ValueError,
+     r"state\[0\]\['step'\] is -5.0.*integer >= 0"),
+    (lambda sd: sd["state"][0].__setitem__("step", em.tensor(2.5)), ValueError,
+     r"\['step'\] is 2.5"),
+    (lambda sd: sd["state"][0].__setitem__("step", em.tensor(float("nan"))), ValueError,
+     r"\['step'\] is nan"),
+    (lambda sd: sd["state"][0].__setitem__("exp_avg", em.zeros(4)), ValueError,
+     r"\['exp_avg'\] has shape \(4,\), but its parameter has shape \(3,\)"),
+    (lambda sd: sd["state"][0].__setitem__("exp_avg_sq", em.zeros(3, dtype=em.int64)),
+     TypeError, r"\['exp_avg_sq'\] has dtype ember.int64"),
+    (lambda sd: sd["state"][0].__setitem__("exp_avg", em.tensor([0.0, float("nan"), 0.0])),
+     ValueError, r"\['exp_avg'\] holds NaN"),
+    (lambda sd: sd["param_groups"][0].__setitem__("lr", float("nan")), ValueError,
+     r"param_groups\[0\]\['lr'\] is nan"),
+    (lambda sd: sd["param_groups"][0].__setitem__("lr", -1.0), ValueError,
+     r"param_groups\[0\]: Invalid learning rate: -1.0"),
+])
+def test_load_state_dict_rejects_a_bad_state_naming_the_entry(edit, err, match):
+    p, opt, sd = _adam_state_after_one_step()
+    sd = {"state": {k: dict(v) for k, v in sd["state"].items()},
+          "param_groups": [dict(g) for g in sd["param_groups"]]}
+    edit(sd)
+    fresh = em.optim.AdamW([em.zeros(3, requires_grad=True)], lr=1e-2)
+    with pytest.raises(err, match=match):
+        fresh.load_state_dict(sd)
+
+
+def test_load_state_dict_accepts_a_good_state_and_a_python_number_step():
+    p, opt, sd = _adam_state_after_one_step(amsgrad=True)
+    q = em.zeros(3, requires_grad=True)
+    fresh = em.optim.AdamW([q], lr=1e-2, amsgrad=True)
+    sd["state"][0]["step"] = 1     # PyTorch < 1.12 saved plain numbers
+    fresh.load_state_dict(sd)
+    assert isinstance(fresh.state[q]["step"], em.Tensor) and float(fresh.state[q]["step"]) == 1
+    del sd["state"][0]["max_exp_avg_sq"]
+    with pytest.raises(ValueError, match="missing 'max_exp_avg_sq'"):
+        fresh.load_state_dict(sd)
+
+
+def test_inplace_update_with_a_complex_factor_is_a_clear_error():
+    from ember.optim import _ops as O
+    with pytest.raises(TypeError, match="complex can't be cast to the ember.float32 tensor"):
+        O.div_(em.ones(3), (1 - 0.999 ** -4) ** 0.5)
