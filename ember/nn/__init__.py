@@ -3,4 +3,4 @@ from . import functional, init  # noqa: F401
 from .module import Module
 from .parameter import Buffer, Parameter
 from .modules import *  # noqa: F401,F403
-from . import utils  # noqa: F401
+from . import parallel, utils  # noqa: F401

@@ -1,0 +1,4 @@
+"""Distributed optimizers (``torch.distributed.optim``)."""
+from .zero_redundancy_optimizer import ZeroRedundancyOptimizer
+
+__all__ = ["ZeroRedundancyOptimizer"]

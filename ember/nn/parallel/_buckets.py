@@ -1,0 +1,181 @@
+"""Gradient buckets of DistributedDataParallel (PyTorch's ``Reducer``, in Python).
+
+Parameters are grouped, in reverse registration order (roughly the order backward
+produces their gradients), into flat buffers of at most ``bucket_cap_mb`` (the first
+bucket 1 MB, as in PyTorch, so communication starts early). Each parameter's
+post-accumulate-grad hook copies its gradient into its bucket slot, pre-divided by the
+world size; once every slot of a bucket is filled the bucket's all-reduce is launched
+asynchronously, in bucket order on every rank, while backward goes on computing the
+next gradients. At the end of backward the reducer waits for the all-reduces and
+copies the averaged gradients back into ``p.grad``.
+"""
+from __future__ import annotations
+
+import time
+
+from ... import dtypes as _dt
+from ...autograd.engine import queue_callback
+from ...autograd.grad_mode import no_grad
+
+#: bytes of the first bucket (``torch.distributed._DEFAULT_FIRST_BUCKET_BYTES``)
+FIRST_BUCKET_BYTES = 1024 * 1024
+
+
+def assign_buckets(params: list, cap_bytes: int, first_cap_bytes: int = FIRST_BUCKET_BYTES):
+    """Indices of ``params`` grouped into buckets: reverse order, one dtype per bucket.
+
+    Example:
+        >>> assign_buckets([a, b, c], cap_bytes=25 * 2**20)   # [[2, 1, 0]] when small
+    """
+    buckets, open_by_dtype = [], {}
+    for i in reversed(range(len(params))):
+        p = params[i]
+        cur = open_by_dtype.get(p.dtype)
+        if cur is None:
+            cur = open_by_dtype[p.dtype] = [[], 0]
+        cur[0].append(i)
+        cur[1] += p.numel() * p.element_size()
+        cap = first_cap_bytes if not buckets else cap_bytes
+        if cur[1] >= cap:
+            buckets.append(cur[0])
+            del open_by_dtype[p.dtype]
+    buckets.extend(c[0] for c in open_by_dtype.values() if c[0])
+    return buckets
+
+
+class _Bucket:
+    """One flat gradient buffer, the parameters it holds and its in-flight all-reduce."""
+
+    def __init__(self, params: list, indices: list) -> None:
+        from ...ops.factories import zeros
+        self.indices = indices
+        self.params = [params[i] for i in indices]
+        self.offsets, n = [], 0
+        for p in self.params:
+            self.offsets.append(n)
+            n += p.numel()
+        self.flat = zeros(n, dtype=self.params[0].dtype, device=self.params[0].device)
+        self.slots = [self.flat[o:o + p.numel()].view(p.shape)
+                      for o, p in zip(self.offsets, self.params)]
+        self.pending = len(self.params)
+        self.work = None
+
+    def reset(self) -> None:
+        self.pending, self.work = len(self.params), None
+
+
+class Reducer:
+    """Bucketed, overlapped gradient averaging for :class:`DistributedDataParallel`."""
+
+    def __init__(self, params: list, names: list, dist, group, bucket_cap_mb: float,
+                 find_unused_parameters: bool) -> None:
+        self.params, self.names, self.dist, self.group = params, names, dist, group
+        self.world = dist.get_world_size(group) if group is not None else dist.get_world_size()
+        self.find_unused = find_unused_parameters
+        cap = int(bucket_cap_mb * 1024 * 1024)
+        self.buckets = [_Bucket(params, idx) for idx in assign_buckets(params, cap)]
+        self.where = {}
+        for b, bucket in enumerate(self.buckets):
+            for k, i in enumerate(bucket.indices):
+                self.where[i] = (b, k)
+        self.used = [False] * len(params)
+        self.next_launch = 0
+        self.in_backward = False
+        self.enabled = True
+        self.stats = {"comm_launch": [], "backward_end": None, "comm_done": None}
+        self.handles = [p.register_post_accumulate_grad_hook(self._hook(i))
+                        for i, p in enumerate(params)]
+
+    # ------------------------------------------------------------------ hooks
+    def _hook(self, i: int):
+        def hook(p):
+            if self.enabled:
+                self._mark_ready(i, p)
+        return hook
+
+    def _mark_ready(self, i: int, p) -> None:
+        if not self.in_backward:
+            self._start_backward()
+        b, k = self.where[i]
+        bucket = self.buckets[b]
+        if self.used[i]:
+            raise RuntimeError(
+                f"DistributedDataParallel: parameter {self.names[i]} received its gradient "
+                f"twice in one backward pass (a reentrant backward or a shared parameter "
+                f"used across backward calls); this is not supported")
+        self.used[i] = True
+        with no_grad():
+            bucket.slots[k].copy_(p.grad)
+            if self.world > 1:
+                bucket.slots[k].div_(self.world)
+        bucket.pending -= 1
+        if bucket.pending == 0:
+            self._launch_ready()
+
+    def _start_backward(self) -> None:
+        self.in_backward = True
+        self.used = [False] * len(self.params)
+        self.next_launch = 0
+        for bucket in self.buckets:
+            bucket.reset()
+        self.stats["comm_launch"] = []
+        queue_callback(self._finalize)
+
+    def _launch_ready(self) -> None:
+        """Launch the all-reduces of full buckets, in bucket order (the same on every rank)."""
+        while self.next_launch < len(self.buckets) and \
+                self.buckets[self.next_launch].pending == 0:
+            bucket = self.buckets[self.next_launch]
+            self.stats["comm_launch"].append(time.perf_counter())
+            if self.world > 1:
+                bucket.work = self.dist.all_reduce(bucket.flat, group=self.group, async_op=True)
+            self.next_launch += 1
+
+    # ------------------------------------------------------------------ end of backward
+    def _finalize(self) -> None:
+        self.in_backward = False
+        self.stats["backward_end"] = time.perf_counter()
+        missing = [i for i, u in enumerate(self.used) if not u]
+        if missing and not self.find_unused:
+            names = ", ".join(self.names[i] for i in missing[:8])
+            raise RuntimeError(
+                f"DistributedDataParallel: {len(missing)} parameter(s) received no gradient "
+                f"in this backward pass ({names}); their buckets cannot be reduced. Pass "
+                f"find_unused_parameters=True to the constructor if parts of the model are "
+                f"not used by every forward, or make sure all outputs take part in the loss")
+        for i in missing:   # locally unused: contribute zeros
+            b, k = self.where[i]
+            with no_grad():
+                self.buckets[b].slots[k].zero_()
+            self.buckets[b].pending -= 1
+        self._launch_ready()
+        global_used = self._global_usage() if self.find_unused else None
+        for bucket in self.buckets:
+            if bucket.work is not None:
+                bucket.work.wait()
+        self.stats["comm_done"] = time.perf_counter()
+        self._copy_back(global_used)
+
+    def _global_usage(self):
+        """How many ranks used each parameter (PyTorch's ``local_used_map`` all-reduce)."""
+        from ...ops.factories import tensor
+        used = tensor([1.0 if u else 0.0 for u in self.used], dtype=_dt.float64)
+        if self.world > 1:
+            self.dist.all_reduce(used, group=self.group)
+        return used.tolist()
+
+    def _copy_back(self, global_used) -> None:
+        with no_grad():
+            for i, p in enumerate(self.params):
+                b, k = self.where[i]
+                if global_used is not None and global_used[i] == 0:
+                    continue   # unused everywhere: .grad stays as it was (PyTorch)
+                slot = self.buckets[b].slots[k]
+                if p.grad is None:
+                    p.grad = slot.clone()
+                else:
+                    p.grad.copy_(slot)
+
+    def remove(self) -> None:
+        for h in self.handles:
+            h.remove()
