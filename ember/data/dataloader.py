@@ -18,6 +18,11 @@ optimizer and ``ember.get_rng_state()``::
         for x, y in loader:   # the first pass finishes the interrupted epoch
             ...
 
+Every ``iter(loader)`` starts an epoch (drawing from the generator) or takes up the loaded
+position, as in PyTorch, so give a progress bar the iterator, not the loader:
+``tqdm(iter(loader), total=len(loader))`` (``tqdm.auto``'s bar calls ``iter()`` on what it
+is given once when created and again when iterated).
+
 Example:
     >>> ds = TensorDataset(ember.arange(5.0))
     >>> [b[0].tolist() for b in DataLoader(ds, batch_size=2)]
@@ -159,6 +164,7 @@ class DataLoader:
             raise KeyError(f"DataLoader.load_state_dict: missing keys {sorted(missing)}")
         if state.get("generator") is not None and self.generator is not None:
             self.generator.set_state(state["generator"])
+        _check_position(self, state)
         self._epoch = int(state["epoch"])
         self._progress = None
         if state["exhausted"]:
@@ -179,6 +185,31 @@ class DataLoader:
             self._shutdown_pool()
         except Exception:  # noqa: BLE001 - interpreter teardown
             pass
+
+
+def _is_int(v) -> bool:
+    return isinstance(v, int) and not isinstance(v, bool)
+
+
+def _check_position(loader: DataLoader, state: dict) -> None:
+    """Reject a resume position this loader cannot continue (before anything changes)."""
+    where = "DataLoader.load_state_dict"
+    if not _is_int(state["epoch"]) or state["epoch"] < 0:
+        raise ValueError(f"{where}: 'epoch' must be an integer >= 0, got {state['epoch']!r}")
+    if state["exhausted"]:
+        return
+    n, seed = state["batches_consumed"], state["base_seed"]
+    if not _is_int(n) or n < 0:
+        raise ValueError(f"{where}: 'batches_consumed' must be an integer >= 0, got {n!r}")
+    if not _is_int(seed) or not 0 <= seed < 1 << 63:
+        raise ValueError(f"{where}: 'base_seed' must be an integer in [0, 2**63), got {seed!r}")
+    try:
+        total = len(loader)
+    except TypeError:   # NOTE: a stream without a length: checked while skipping
+        return
+    if n > total:
+        raise ValueError(f"{where}: 'batches_consumed' is {n}, but an epoch of this loader has "
+                         f"{total} batches (a state saved with another dataset or batch size?)")
 
 
 def _gen_state(g):
@@ -234,11 +265,19 @@ class _BaseIter:
     def _skip(self, n: int) -> None:
         """Resume: pass over ``n`` already-consumed batches."""
         if self._loader._iterable:
-            for _ in range(n):
-                next(self)
+            for i in range(n):
+                try:
+                    next(self)
+                except StopIteration:
+                    raise ValueError(f"DataLoader: cannot resume after {n} batches: the "
+                                     f"dataset yields only {i} this epoch") from None
         else:
-            for _ in range(n):
-                next(self._sampler_iter)
+            for i in range(n):
+                try:
+                    next(self._sampler_iter)
+                except StopIteration:
+                    raise ValueError(f"DataLoader: cannot resume after {n} batches: the "
+                                     f"sampler has only {i} this epoch") from None
             self._consumed = n
 
     def _finish(self):

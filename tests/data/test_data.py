@@ -376,6 +376,40 @@ def test_state_dict_resume_global_generator_and_iterable():
     assert [b.tolist() for b in st2] == [[2, 3], [4, 5], [6]]
 
 
+class _Unsized(IterableDataset):
+    def __iter__(self):
+        return iter(range(5))
+
+
+@pytest.mark.parametrize("edit, match", [
+    ({"batches_consumed": 9}, r"'batches_consumed' is 9, but an epoch of this loader has 5"),
+    ({"batches_consumed": -1}, r"'batches_consumed' must be an integer >= 0, got -1"),
+    ({"epoch": -2}, r"'epoch' must be an integer >= 0, got -2"),
+    ({"base_seed": "x"}, r"'base_seed' must be an integer"),
+])
+def test_load_state_dict_rejects_a_position_it_cannot_continue(edit, match):
+    dl = DataLoader(_ds(10), batch_size=2, shuffle=True, generator=em.Generator().manual_seed(0))
+    it = iter(dl)
+    next(it)
+    sd = {**dl.state_dict(), **edit}
+    fresh = DataLoader(_ds(10), batch_size=2, shuffle=True,
+                       generator=em.Generator().manual_seed(0))
+    with pytest.raises(ValueError, match=match):
+        fresh.load_state_dict(sd)
+
+
+def test_resume_past_the_end_of_an_unsized_stream_is_a_value_error_not_stop_iteration():
+    dl = DataLoader(_Unsized(), batch_size=2)
+    it = iter(dl)
+    next(it)
+    sd = {**dl.state_dict(), "batches_consumed": 7}
+    fresh = DataLoader(_Unsized(), batch_size=2)
+    fresh.load_state_dict(sd)
+    with pytest.raises(ValueError, match="cannot resume after 7 batches: the dataset yields "
+                                         "only 3"):
+        iter(fresh)
+
+
 def test_state_dict_round_trips_through_save(tmp_path):
     dl = DataLoader(_ds(10), batch_size=3, shuffle=True, generator=em.Generator().manual_seed(0))
     it = iter(dl)
