@@ -318,7 +318,10 @@ def test_erf_float32_fast_path_within_two_ulp():
     got = em.erf(T(x)).numpy().astype(np.float64)
     ref = np.array([math.erf(v) for v in x.astype(np.float64)])
     ulp = np.spacing(np.abs(ref).astype(np.float32)).astype(np.float64)
-    assert (np.abs(got - ref) <= 2 * ulp).all()
+    err = np.abs(got - ref) / ulp
+    i = int(np.argmax(err))
+    assert err[i] <= 2, (f"{(err > 2).sum()} of {x.size} points beyond 2 ulp; worst x={x[i]!r}: "
+                         f"got {got[i]!r}, want {ref[i]!r} ({err[i]:.2f} ulp)")
     spec = em.erf(T([0.0, -0.0, math.inf, -math.inf, math.nan], em.float32)).numpy()
     assert spec[0] == 0 and math.copysign(1, spec[1]) == -1
     assert spec[2] == 1 and spec[3] == -1 and math.isnan(spec[4])

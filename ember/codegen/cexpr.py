@@ -72,8 +72,8 @@ def specialise(template: str, d: DType) -> str:
             return f"ember_{name}_{sfx}("
         if sfx == "i64" and name in _INT_MAP:
             return _INT_MAP[name] + "("
-        if sfx == "f32" and name == "tanh":
-            return "ember_tanh_f32("
+        if sfx == "f32" and name in ("tanh", "erf"):
+            return f"ember_{name}_f32("      # NOTE: Ember's own (prelude.py says why)
         if sfx == "f32" and name in _MATH:
             return name + "f("
         return m.group(0)

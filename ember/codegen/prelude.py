@@ -100,6 +100,33 @@ EMBER_FN float ember_tanh_f32(float x) {
 }
 """
 
+# NOTE: float32 erf is Ember's own, never libm/libmvec's erff: glibc 2.36's AVX-512 variant
+# (_ZGVeN16v_erff, picked when GCC vectorises 512 bits wide) returns exactly +-1.0 for
+# |x| in [3.74, 3.92], 4 ulp off, while the SSE/AVX2 ones are within 2 - so the bits and
+# the bound depended on the CPU. This is Eigen's/XLA's rational approximation evaluated in
+# double, the same formula as the NumPy kernel (ember/ops/_special.py): clamped at +-4
+# (erf rounds to +-1 in float32 from 3.92 on), NaN stays NaN, -0.0 stays -0.0. Checked on
+# every float32 against glibc's double erf: <= 1.59 ulp (at x = 2.7e-5), with or without
+# FMA contraction, SSE2 to AVX-512; tests/test_issue14_ops.py sweeps it densely.
+_ERF32 = r"""
+EMBER_FN float ember_erf_f32(float xf) {
+    double x = (double)xf;
+    x = x > 4.0 ? 4.0 : (x < -4.0 ? -4.0 : x);
+    const double z = x * x;
+    double p = -2.72614225801306e-10 * z + 2.77068142495902e-08;
+    p = p * z - 2.10102402082508e-06;
+    p = p * z - 5.69250639462346e-05;
+    p = p * z - 7.34990630326855e-04;
+    p = p * z - 2.95459980854025e-03;
+    p = p * z - 1.60960333262415e-02;
+    double q = -1.45660718464996e-05 * z - 2.13374055278905e-04;
+    q = q * z - 1.68282697438203e-03;
+    q = q * z - 7.37332916720468e-03;
+    q = q * z - 1.42647390514189e-02;
+    return (float)(x * p / q);
+}
+"""
+
 # erfinv: Wichura's AS241 start and one Halley step, as ember/ops/_special.py does.
 _ERFINV = r"""
 EMBER_FN double ember_ratio8(double r, const double *n, const double *d) {
@@ -207,4 +234,4 @@ _MATH = ("exp", "exp2", "expm1", "log", "log2", "log10", "log1p", "sqrt", "sin",
 def prelude(cuda: bool = False, mvec: dict | None = None) -> str:
     """The helper text that starts every generated source file."""
     head = CUDA_HEAD if cuda else C_HEAD + mvec_decls(mvec or {})
-    return head + _DIVMOD + _INT + _TANH + _ERFINV + _BF16
+    return head + _DIVMOD + _INT + _TANH + _ERF32 + _ERFINV + _BF16

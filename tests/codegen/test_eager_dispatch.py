@@ -119,7 +119,10 @@ def test_layouts_broadcast_scalars_strides(fast, d):
              "expanded": ember.tensor(base[:1]).expand(9, 2, 37)}
     for name, v in views.items():
         for op in ("exp", "tanh", "log", "erf"):
-            _assert_ulp(_through_kernel(_call(op), v), _numpy(_call(op), v), d, f"{op} {name}")
+            # NOTE: float32 against the op in float64, rounded: NumPy's own float32 error
+            # would add to the kernel's (libmvec's logf is up to 3.9 ulp in every variant).
+            want = _numpy(_call(op), v.double() if d is np.float32 else v).astype(d)
+            _assert_ulp(_through_kernel(_call(op), v), want, d, f"{op} {name}")
     col = ember.tensor(rng.uniform(0.5, 2, (9, 1, 1)).astype(d))
     row = ember.tensor(rng.uniform(0.5, 2, (37,)).astype(d))
     for op in BINARY:
