@@ -25,11 +25,14 @@ Example:
 """
 from __future__ import annotations
 
+import contextlib
 import json
 import math
 import os
+import re
 import sys
 import tempfile
+import threading
 
 import numpy as np
 
@@ -45,6 +48,10 @@ _ST_NAMES = {"float32": "F32", "float64": "F64", "float16": "F16", "bfloat16": "
              "bool": "BOOL"}
 _FROM_ST = {v: _dt.as_dtype(k) for k, v in _ST_NAMES.items()}
 _MAX_HEADER = 100 * 1024 * 1024  # NOTE: safetensors' own limit
+# NOTE: nesting deeper than this is refused on save and on load, so neither recurses into
+# Python's recursion limit (a checkpoint is a few levels deep; a crafted file may not be)
+_MAX_DEPTH = 100
+_CHUNK = 1 << 24       # stream reads: never allocate more than the stream has delivered
 _META_KEY, _FORMAT = "ember", "ember/1"
 
 
@@ -55,6 +62,7 @@ class _Encoder:
     def __init__(self) -> None:
         self.tensors: dict[str, np.ndarray] = {}
         self._by_id: dict[int, str] = {}
+        self._open: dict[int, str] = {}   # id -> path of the containers being encoded
 
     def name_for(self, t, path: str) -> str:
         if id(t) in self._by_id:
@@ -90,15 +98,32 @@ class _Encoder:
             return {"ndarray": self.name_for(obj, path)}
         if isinstance(obj, _dt.DType):
             return {"dtype": obj.name}
-        if isinstance(obj, dict):
-            return self._encode_dict(obj, path)
-        if isinstance(obj, tuple):
-            return {"tuple": [self.encode(v, _join(path, i)) for i, v in enumerate(obj)]}
-        if isinstance(obj, list):
-            return [self.encode(v, _join(path, i)) for i, v in enumerate(obj)]
+        if isinstance(obj, (dict, list, tuple)):
+            return self._container(obj, path)
         raise TypeError(f"ember.save: cannot save an object of type {type(obj).__name__} at "
                         f"{path or 'the top level'!r}; supported: dict, list, tuple, tensor, "
                         f"numpy array, int, float, str, bool, None, ember dtype")
+
+    def _container(self, obj, path: str):
+        """Encode a dict/list/tuple, refusing reference cycles and absurd nesting."""
+        where = path or "the top level"
+        if id(obj) in self._open:
+            outer = self._open[id(obj)] or "the top level"
+            raise ValueError(f"ember.save: the {type(obj).__name__} at {where!r} is the same "
+                             f"object as its enclosing {type(obj).__name__} at {outer!r} (a "
+                             f"reference cycle); only trees can be saved (a tensor may appear "
+                             f"twice, a container may not contain itself)")
+        if len(self._open) >= _MAX_DEPTH:
+            raise ValueError(f"ember.save: the object at {where!r} is nested more than "
+                             f"{_MAX_DEPTH} containers deep; flatten it")
+        self._open[id(obj)] = path
+        try:
+            if isinstance(obj, dict):
+                return self._encode_dict(obj, path)
+            items = [self.encode(v, _join(path, i)) for i, v in enumerate(obj)]
+            return {"tuple": items} if isinstance(obj, tuple) else items
+        finally:
+            del self._open[id(obj)]
 
     def _encode_dict(self, obj: dict, path: str):
         if all(isinstance(k, str) for k in obj):
@@ -144,9 +169,12 @@ def _write(f, header: bytes, enc: _Encoder) -> None:
 def save(obj, f) -> None:
     """Save nested dicts/lists/tuples of tensors and plain values to ``f`` atomically.
 
-    The file is written to a temporary file in the same directory, flushed and fsynced,
-    then renamed over ``f`` (``os.replace``) and the directory fsynced: a crash at any
-    point leaves either the old file or the new one, never a torn one.
+    The file is written to a temporary file in the same directory
+    (``.<name>.<pid>.<random>.tmp``), flushed and fsynced, then renamed over ``f``
+    (``os.replace``) and the directory fsynced: a crash at any point leaves either the old
+    file or the new one, never a torn one. Any exception (``KeyboardInterrupt`` included)
+    removes the temporary file; one left by a killed process is removed by the next save
+    to the same path once that process is gone.
 
     Args:
         obj: e.g. ``{"model": model.state_dict(), "optimizer": opt.state_dict()}``.
@@ -163,9 +191,14 @@ def save(obj, f) -> None:
         return
     path = os.fspath(f)
     directory = os.path.dirname(os.path.abspath(path))
-    fd, tmp = tempfile.mkstemp(dir=directory, prefix=f".{os.path.basename(path)}.",
-                               suffix=".tmp")
+    base = os.path.basename(path)
+    _remove_stale_temps(directory, base)
+    tmp = None
     try:
+        with _TEMPS_LOCK:
+            fd, tmp = tempfile.mkstemp(dir=directory, prefix=f".{base}.{os.getpid()}.",
+                                       suffix=".tmp")
+            _OWN_TEMPS.add(tmp)
         with os.fdopen(fd, "wb") as out:
             _write(out, header, enc)
             out.flush()
@@ -173,10 +206,48 @@ def save(obj, f) -> None:
         os.chmod(tmp, _file_mode(path))
         os.replace(tmp, path)
     except BaseException:
-        if os.path.exists(tmp):
-            os.unlink(tmp)
+        if tmp is not None:
+            with contextlib.suppress(FileNotFoundError):
+                os.unlink(tmp)
         raise
+    finally:
+        _OWN_TEMPS.discard(tmp)
     _fsync_dir(directory)
+
+
+_TEMPS_LOCK = threading.Lock()
+_OWN_TEMPS: set = set()      # temporary files this process is writing now
+
+
+def _remove_stale_temps(directory: str, base: str) -> None:
+    """Delete ``.<base>.<pid>.<random>.tmp`` files whose writer is gone: a process that
+    was killed mid-save (SIGKILL, power loss) could not remove its own."""
+    pattern = re.compile(re.escape(f".{base}.") + r"(\d+)\.[A-Za-z0-9_]+\.tmp")
+    try:
+        names = os.listdir(directory)
+    except OSError:
+        return
+    with _TEMPS_LOCK:
+        for name in names:
+            m = pattern.fullmatch(name)
+            full = os.path.join(directory, name)
+            if m and full not in _OWN_TEMPS and not _writer_alive(int(m.group(1))):
+                with contextlib.suppress(OSError):
+                    os.unlink(full)
+
+
+def _writer_alive(pid: int) -> bool:
+    if pid == os.getpid():
+        return False     # NOTE: not in _OWN_TEMPS: an earlier save of ours was interrupted
+    if os.name != "posix":
+        return True      # NOTE: no cheap liveness probe: keep the file
+    try:
+        os.kill(pid, 0)
+    except ProcessLookupError:
+        return False
+    except OSError:      # e.g. PermissionError: alive, another user's
+        return True
+    return True
 
 
 def _file_mode(path: str) -> int:
@@ -213,16 +284,36 @@ def _read_exact(f, n: int, what: str) -> bytes:
     return data
 
 
-def _parse_header(f, size) -> tuple[dict, dict]:
-    """Validated ``(tensor entries sorted by offset, metadata)``."""
+def _json(text, what: str):
+    """Parse JSON, refusing duplicate keys and nesting that would exhaust the stack."""
+    def pairs(items):
+        out = {}
+        for k, v in items:
+            if k in out:
+                raise _Corrupt(f"{what} has the key {k!r} twice (ambiguous: which one?)")
+            out[k] = v
+        return out
+
+    try:
+        return json.loads(text, object_pairs_hook=pairs)
+    except (UnicodeDecodeError, json.JSONDecodeError) as e:
+        raise _Corrupt(f"{what} is not valid JSON: {e}") from None
+    except RecursionError:
+        raise _Corrupt(f"{what} is nested too deeply to parse") from None
+
+
+def _parse_header(f, size, exact: bool) -> tuple[dict, dict]:
+    """Validated ``(tensor entries sorted by offset, metadata)``. ``size``: the bytes the
+    file holds from here (None: unknown); ``exact``: whether it must end after the data."""
     n = int.from_bytes(_read_exact(f, 8, "header length"), "little")
     if n <= 0 or n > _MAX_HEADER or (size is not None and n > size - 8):
         raise _Corrupt(f"invalid header length {n} (file size {size}); not a safetensors "
                        f"file or truncated")
     try:
-        header = json.loads(_read_exact(f, n, "header").decode("utf-8"))
-    except (UnicodeDecodeError, json.JSONDecodeError) as e:
+        text = _read_exact(f, n, "header").decode("utf-8")
+    except UnicodeDecodeError as e:
         raise _Corrupt(f"header is not valid JSON: {e}") from None
+    header = _json(text, "header")
     if not isinstance(header, dict):
         raise _Corrupt("header is not a JSON object")
     meta = header.pop("__metadata__", None) or {}
@@ -237,7 +328,7 @@ def _parse_header(f, size) -> tuple[dict, dict]:
             raise _Corrupt(f"tensor {name!r}: data_offsets start at {begin}, expected {expect} "
                            f"(offsets must be contiguous)")
         expect = end
-    if size is not None and 8 + n + expect != size:
+    if size is not None and (8 + n + expect > size or exact and 8 + n + expect != size):
         what = "truncated" if 8 + n + expect > size else "has trailing bytes"
         raise _Corrupt(f"file {what}: header describes {expect} data bytes, file holds "
                        f"{size - 8 - n}")
@@ -265,9 +356,16 @@ def _check_entry(name: str, e) -> tuple:
     return _FROM_ST[dtype], tuple(shape), offs[0], offs[1]
 
 
-def _read_tensors(f, entries: dict) -> dict:
+def _read_tensors(f, entries: dict, sized: bool) -> dict:
+    """The tensors' arrays. ``sized``: the file's size was checked against the header, so
+    arrays can be allocated up front; otherwise bytes are read before they are stored."""
     out = {}
     for name, (dtype, shape, begin, end) in entries.items():
+        if not sized:
+            out[name] = _read_stream(f, end - begin, name).view(dtype.np).reshape(shape)
+            if sys.byteorder == "big" and dtype.itemsize > 1:
+                out[name] = out[name].byteswap()
+            continue
         arr = np.empty(shape, dtype=dtype.np)
         flat = arr.reshape(-1).view(np.uint8)
         got = f.readinto(memoryview(flat)) if hasattr(f, "readinto") else None
@@ -281,6 +379,18 @@ def _read_tensors(f, entries: dict) -> dict:
             arr = arr.byteswap()
         out[name] = arr
     return out
+
+
+def _read_stream(f, n: int, name: str) -> np.ndarray:
+    """``n`` bytes as a writable uint8 array, read in chunks: a header that claims more
+    than the stream holds fails on the missing bytes, not on a huge allocation."""
+    buf = bytearray()
+    while len(buf) < n:
+        chunk = f.read(min(_CHUNK, n - len(buf)))
+        if not chunk:
+            raise _Corrupt(f"file is truncated inside tensor {name!r}")
+        buf += chunk
+    return np.frombuffer(buf, dtype=np.uint8)
 
 
 class _Decoder:
@@ -297,11 +407,14 @@ class _Decoder:
             self.made[name] = t.requires_grad_(True) if requires_grad else t
         return self.made[name]
 
-    def decode(self, node):
+    def decode(self, node, depth: int = 0):
         if node is None or isinstance(node, (bool, int, float, str)):
             return node
+        if depth > _MAX_DEPTH:
+            raise _Corrupt(f"metadata is nested more than {_MAX_DEPTH} levels deep")
+        depth += 1
         if isinstance(node, list):
-            return [self.decode(v) for v in node]
+            return [self.decode(v, depth) for v in node]
         if not isinstance(node, dict) or len(node) == 0:
             raise _Corrupt(f"metadata has an unexpected node {node!r}")
         tag = next(iter(node))
@@ -310,11 +423,12 @@ class _Decoder:
         if tag == "ndarray" and node["ndarray"] in self.arrays:
             return self.arrays[node["ndarray"]]
         if tag == "dict" and isinstance(node["dict"], dict):
-            return {k: self.decode(v) for k, v in node["dict"].items()}
+            return {k: self.decode(v, depth) for k, v in node["dict"].items()}
         if tag == "items" and isinstance(node["items"], list):
-            return {_hashable(self.decode(k)): self.decode(v) for k, v in node["items"]}
+            return {_hashable(self.decode(k, depth)): self.decode(v, depth)
+                    for k, v in node["items"]}
         if tag == "tuple" and isinstance(node["tuple"], list):
-            return tuple(self.decode(v) for v in node["tuple"])
+            return tuple(self.decode(v, depth) for v in node["tuple"])
         if tag == "float" and node["float"] in ("nan", "inf", "-inf"):
             return float(node["float"])
         if tag == "dtype":
@@ -349,25 +463,37 @@ def load(f, map_location=None, weights_only: bool = True):
                         f"got {type(map_location).__name__}")
     dev = None if map_location is None else _device(map_location)
     if hasattr(f, "read"):
-        return _load_from(f, None, getattr(f, "name", "<file object>"), dev)
+        return _load_from(f, _remaining(f), False, getattr(f, "name", "<file object>"), dev)
     path = os.fspath(f)
     with open(path, "rb") as fh:
-        return _load_from(fh, os.fstat(fh.fileno()).st_size, path, dev)
+        return _load_from(fh, os.fstat(fh.fileno()).st_size, True, path, dev)
 
 
-def _load_from(fh, size, name, dev):
+def _remaining(f):
+    """Bytes from ``f``'s position to its end, or None for a stream that can't seek."""
     try:
-        entries, meta = _parse_header(fh, size)
-        arrays = _read_tensors(fh, entries)
+        if not f.seekable():
+            return None
+        pos = f.tell()
+        end = f.seek(0, os.SEEK_END)
+        f.seek(pos)
+        return end - pos
+    except (AttributeError, OSError, ValueError):
+        return None
+
+
+def _load_from(fh, size, exact, name, dev):
+    try:
+        entries, meta = _parse_header(fh, size, exact)
+        arrays = _read_tensors(fh, entries, size is not None)
         if _META_KEY not in meta:
             dec = _Decoder(arrays, dev)
             return {k: dec.tensor(k, False) for k in entries}
-        try:
-            structure = json.loads(meta[_META_KEY])
-        except json.JSONDecodeError as e:
-            raise _Corrupt(f"Ember metadata is not valid JSON: {e}") from None
+        structure = _json(meta[_META_KEY], "Ember metadata")
         return _Decoder(arrays, dev).decode(structure)
     except _Corrupt as e:
         raise ValueError(f"ember.load({name!r}): {e}") from None
+    except RecursionError:     # NOTE: belt and braces; the depth checks come first
+        raise ValueError(f"ember.load({name!r}): nested too deeply") from None
     except (KeyError, TypeError, ValueError) as e:
         raise ValueError(f"ember.load({name!r}): malformed Ember metadata: {e!r}") from None

@@ -1,8 +1,11 @@
 """ember.save / ember.load: safetensors format, JSON metadata, atomic writes, validation."""
+import io
 import json
 import math
 import os
 import pathlib
+import signal
+import sys
 
 import numpy as np
 import pytest
@@ -286,3 +289,133 @@ def test_bfloat16_readable_by_torch_safetensors(tmp_path):
     save_file({"z": torch.tensor([0.5, 2.0], dtype=torch.bfloat16)}, str(p))
     z = em.load(p)["z"]
     assert z.dtype == em.bfloat16 and z.to(em.float32).tolist() == [0.5, 2.0]
+
+
+# ------------------------------------------------------------------ issue 14: hostile files
+def _crafted(header, body=b""):
+    """A safetensors file whose header is ``header`` (bytes, or JSON-encoded)."""
+    hb = header if isinstance(header, bytes) else json.dumps(header).encode()
+    hb += b" " * (-len(hb) % 8)
+    return len(hb).to_bytes(8, "little") + hb + body
+
+
+class _Stream(io.RawIOBase):
+    """A readable stream that can't seek (a pipe, a socket)."""
+
+    def __init__(self, raw):
+        self._b = io.BytesIO(raw)
+
+    def readable(self):
+        return True
+
+    def readinto(self, m):
+        data = self._b.read(len(m))
+        m[:len(data)] = data
+        return len(data)
+
+
+def _load_all_ways(tmp_path, raw):
+    """``ember.load`` from a path, a seekable file object and a stream: the errors."""
+    p = tmp_path / "crafted.safetensors"
+    p.write_bytes(raw)
+    errors = []
+    for src in (p, io.BytesIO(raw), _Stream(raw)):
+        with pytest.raises(ValueError) as info:
+            em.load(src)
+        errors.append(str(info.value))
+    return errors
+
+
+@pytest.mark.parametrize("where", ["header", "metadata", "metadata parsed"])
+def test_deeply_nested_json_is_value_error_not_recursion_error(tmp_path, where):
+    deep = 100_000 if where != "metadata parsed" else 500   # the second one parses as JSON
+    nested = "[" * deep + "]" * deep
+    if where == "header":
+        raw = _crafted(b'{"a":' + nested.encode() + b"}")
+    else:
+        raw = _crafted({"__metadata__": {"format": "ember/1", "ember": nested}})
+    for msg in _load_all_ways(tmp_path, raw):
+        assert "nested" in msg, msg
+
+
+def test_header_claiming_terabytes_fails_before_allocating(tmp_path):
+    tb = {"w": {"dtype": "F32", "shape": [2 ** 20, 2 ** 20], "data_offsets": [0, 4 << 40]}}
+    errors = _load_all_ways(tmp_path, _crafted(tb, b"\0" * 64))
+    assert all("truncated" in m for m in errors), errors
+    # a stream too is read before it is stored: a legitimate file still loads from one
+    buf = io.BytesIO()
+    em.save({"a": em.arange(6.0).reshape(2, 3), "b": [1, (2, em.ones(2, dtype=em.int64))]}, buf)
+    out = em.load(_Stream(buf.getvalue()))
+    assert out["a"].tolist() == [[0, 1, 2], [3, 4, 5]] and out["b"][1][1].tolist() == [1, 1]
+    out["a"].add_(1)                          # loaded arrays are writable
+
+
+def test_duplicate_keys_rejected_naming_the_key(tmp_path):
+    entry = b'{"dtype":"F32","shape":[1],"data_offsets":[0,4]}'
+    dup_tensor = _crafted(b'{"w":' + entry + b',"w":' + entry + b"}", b"\0" * 4)
+    for msg in _load_all_ways(tmp_path, dup_tensor):
+        assert "key 'w' twice" in msg, msg
+    dup_field = _crafted(b'{"w":{"dtype":"F32","dtype":"F64","shape":[1],'
+                         b'"data_offsets":[0,4]}}', b"\0" * 4)
+    assert all("key 'dtype' twice" in m for m in _load_all_ways(tmp_path, dup_field))
+    meta = '{"dict":{"step":1,"step":2}}'
+    dup_meta = _crafted({"__metadata__": {"format": "ember/1", "ember": meta}})
+    assert all("key 'step' twice" in m for m in _load_all_ways(tmp_path, dup_meta))
+
+
+def test_save_of_a_reference_cycle_names_it():
+    loop = [1]
+    loop.append(loop)
+    with pytest.raises(ValueError, match=r"list at 'x\.1' is the same object as its "
+                                         r"enclosing list at 'x' \(a reference cycle\)"):
+        em.save({"x": loop}, io.BytesIO())
+    d = {"w": em.ones(1)}
+    d["self"] = [d]
+    with pytest.raises(ValueError, match=r"dict at 'self\.0' .* dict at 'the top level'"):
+        em.save(d, io.BytesIO())
+    shared = [em.ones(1)]                     # the same list twice, not a cycle: fine
+    buf = io.BytesIO()
+    em.save({"a": shared, "b": shared}, buf)
+    buf.seek(0)
+    assert em.load(buf)["b"][0].tolist() == [1.0]
+
+
+def test_save_of_absurd_nesting_is_value_error():
+    deep = []
+    for _ in range(5000):
+        deep = [deep]
+    with pytest.raises(ValueError, match="nested more than 100 containers deep"):
+        em.save(deep, io.BytesIO())
+
+
+_KILLED_MID_SAVE = """
+import os, signal, sys
+import ember as em
+import ember.serialization as ser
+def half_write(f, header, enc):
+    f.write(header[:10]); f.flush()
+    os.kill(os.getpid(), signal.SIGKILL)
+ser._write = half_write
+em.save({"step": 2}, sys.argv[1])
+"""
+
+
+def test_temp_files_of_killed_saves_are_removed_by_the_next_save(tmp_path):
+    import subprocess
+    p = tmp_path / "ck.safetensors"
+    em.save({"step": 1}, p)
+    proc = subprocess.Popen([sys.executable, "-c", _KILLED_MID_SAVE, str(p)],
+                            stderr=subprocess.PIPE)
+    _, err = proc.communicate(timeout=120)
+    assert proc.returncode == -signal.SIGKILL, err.decode()
+    left = [n for n in os.listdir(tmp_path) if n != p.name]
+    assert len(left) == 1 and left[0].startswith(f".{p.name}.{proc.pid}.") and \
+        left[0].endswith(".tmp"), left
+    assert em.load(p) == {"step": 1}                       # the old file is intact
+    alive = tmp_path / f".{p.name}.{os.getppid()}.abc123.tmp"   # a save still running
+    other = tmp_path / f".other.safetensors.{proc.pid}.abc123.tmp"  # another target
+    alive.write_bytes(b"x")
+    other.write_bytes(b"x")
+    em.save({"step": 3}, p)
+    assert sorted(os.listdir(tmp_path)) == sorted([p.name, alive.name, other.name])
+    assert em.load(p) == {"step": 3}
