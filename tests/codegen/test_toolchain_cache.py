@@ -9,7 +9,7 @@ import pytest
 from ember import dtypes as dt
 from ember.codegen import (InputSpec, Kernel, Load, NumpyKernel, OutSpec, Reduce, ReduceKernel,
                            available, call, compile, elementwise_kernel, find_compiler)
-from ember.codegen import cache, runtime, toolchain
+from ember.codegen import cache, pool, runtime, toolchain
 
 F32 = dt.float32
 
@@ -90,6 +90,7 @@ def _entries(d):
 
 @pytest.mark.parametrize("damage", ["truncate", "garbage", "no_checksum"])
 def test_corrupted_cache_entry_is_rebuilt_never_loaded(cc, monkeypatch, tmp_path, damage):
+    pool.address()               # NOTE: the pool's library lands in the session's cache
     monkeypatch.setenv("EMBER_KERNEL_CACHE", str(tmp_path))
     x = np.linspace(-2, 2, 33).astype(np.float32)
     compile(_kernel())(x)
