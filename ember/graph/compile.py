@@ -22,6 +22,7 @@ import time
 from typing import NamedTuple
 import warnings
 
+from ..autograd import engine as _engine
 from ..autograd.grad_mode import state as _state
 from ..errors import GraphError
 from ..func._tree import tree_flatten, tree_unflatten
@@ -39,6 +40,10 @@ CACHE_LIMIT = 8
 def compile(fn=None, *, fullgraph: bool = False, dynamic: bool = False, passes=None,
             parallel: bool = False, name: str | None = None, memory_budget=None):
     """Compile ``fn`` (a function or a Module) into cached, optimised graphs.
+
+    A Module comes back as an :class:`~ember.graph.optimized_module.OptimizedModule`
+    (PyTorch's type of the same name): an ``nn.Module`` wrapping the original as
+    ``_orig_mod`` whose ``forward`` is the compiled call.
 
     Args:
         fullgraph: raise :class:`~ember.graph.trace.GraphBreak` (naming the file and line)
@@ -84,8 +89,12 @@ def compile(fn=None, *, fullgraph: bool = False, dynamic: bool = False, passes=N
     if fn is None:
         return functools.partial(compile, fullgraph=fullgraph, dynamic=dynamic, passes=passes,
                                  parallel=parallel, name=name, memory_budget=memory_budget)
-    return CompiledFunction(fn, fullgraph=fullgraph, dynamic=dynamic, passes=passes,
-                            parallel=parallel, name=name, memory_budget=memory_budget)
+    cf = CompiledFunction(fn, fullgraph=fullgraph, dynamic=dynamic, passes=passes,
+                          parallel=parallel, name=name, memory_budget=memory_budget)
+    if cf.module is not None:     # a Module: an OptimizedModule, like torch.compile's
+        from .optimized_module import OptimizedModule
+        return OptimizedModule(fn, cf)
+    return cf
 
 
 class CaptureInfo(NamedTuple):
@@ -101,7 +110,7 @@ class _Entry:
 
     __slots__ = ("graph", "program", "arg_slots", "sources", "writes", "grads", "out_spec",
                  "out_leaves", "out_leaves_vars", "n_user", "eager", "reason", "raw_graph",
-                 "report", "compile_s", "joint", "diff_inputs", "release")
+                 "report", "compile_s", "joint", "diff_inputs", "release", "arg_owner")
 
 
 class CompiledFunction:
@@ -159,12 +168,15 @@ class CompiledFunction:
                 sig[f"arg{i}"] = repr(x)
             else:
                 sig[f"arg{i}"] = f"{type(x).__name__}@{id(x):x}"
+        if self._grad_keys:      # a leaf argument's .grad: like a parameter's (see below)
+            for i, x in enumerate(flat):
+                if isinstance(x, Tensor) and x._requires_grad and x._grad_fn is None:
+                    sig[f"arg{i}.grad"] = _grad_key(x)
         r = self._roots
         for label, m in r.modules:
             sig[f"{label}.training"] = m.training
         for label, p in (r.params if self._grad_keys else ()):
-            sig[f"{label}.grad"] = "None" if p.grad is None else \
-                f"{p.grad._dtype.name}[{', '.join(map(str, p.grad._data.shape))}]"
+            sig[f"{label}.grad"] = _grad_key(p)
         for label, opt in r.optimizers:
             for gi, g in enumerate(opt.param_groups):
                 hp = tuple((k, v) for k, v in sorted(g.items()) if k not in ("params", "lr"))
@@ -194,16 +206,22 @@ class CompiledFunction:
             self._cache[key] = e
             return self.fn(*args, **kwargs)
         r = self._roots
-        grad_owners = {id(p.grad._data): p for _, p in r.params if p.grad is not None}
-        tr = Tracer(self.name, self.fullgraph, grad_owners, r.labels)
+        arg_leaves = _arg_leaves(flat)
+        grad_owners = {id(p.grad._data): p for p in [p for _, p in r.params] + arg_leaves
+                       if p.grad is not None}
+        labels = dict(r.labels)
+        labels.update({id(x): f"arg{i}" for i, x in enumerate(flat) if isinstance(x, Tensor)})
+        tr = Tracer(self.name, self.fullgraph, grad_owners, labels)
         arg_slots = []
         for i, x in enumerate(flat):
             if isinstance(x, Tensor):
                 v = tr.b.input(x._data.shape, x._dtype, x._device, f"arg{i}")
                 tr.bind(x, v)
                 arg_slots.append(i)
+        calls = _engine.backward_calls
         with tr:
             result = self.fn(*args, **kwargs)
+        ran_backward = _engine.backward_calls != calls
         e = _Entry()
         e.eager = False
         if tr.broken is not None:
@@ -216,7 +234,7 @@ class CompiledFunction:
             return result
         try:
             _finish_capture(tr, e, result, arg_slots, flat, [p for _, p in r.params],
-                            self.passes)
+                            self.passes, ran_backward)
         except _Eager as why:
             e.eager, e.reason = True, str(why)
             self.log.note(f"signature runs eagerly: {why}")
@@ -230,13 +248,15 @@ class CompiledFunction:
         e.graph, e.report = graph, report
         e.program = _program(e, graph, self.parallel)
         e.compile_s = time.perf_counter() - t0
-        if not _touches_grads(e):
+        if not ran_backward and not _touches_grads(e):
             self._grad_keys = False       # .grad fields are none of this graph's business
-            sig = self._signature(flat, spec)
+            # NOTE: dropped from the signature taken before the call, not one taken now:
+            # state the call created (optimizer moments) must still make it unstable
+            sig = {k: v for k, v in sig.items() if not k.endswith(".grad")}
             key = tuple(sig.items())
             self._last_sig = sig
         after = self._signature(flat, spec)
-        stable = after == sig
+        stable = _stable(sig, after, _set_grad_keys(e, r, flat))
         self.log.capture(sig, raw, graph, report, e.compile_s, tr.randoms, stable)
         if stable:
             self._cache[key] = e
@@ -348,8 +368,39 @@ def _touches_grads(e: _Entry) -> bool:
         t[0] == "grad" for t, _ in e.writes)
 
 
-def _finish_capture(tr: Tracer, e: _Entry, result, arg_slots, flat, params, passes) -> None:
-    """Turn the tracer's state into graph outputs, write-backs and the output template."""
+def _set_grad_keys(e: _Entry, r, flat) -> set:
+    """The signature keys of the ``.grad`` fields the graph sets (anew or to None)."""
+    owners = {id(p) for p, _, _ in e.grads}
+    keys = {f"{label}.grad" for label, p in r.params if id(p) in owners}
+    return keys | {f"arg{i}.grad" for i, x in enumerate(flat) if id(x) in owners}
+
+
+def _stable(before: dict, after: dict, replayed: set) -> bool:
+    """Whether a call with signature ``before`` can be replayed by its graph: it left the
+    signature as it found it, up to the ``.grad`` fields the graph itself sets each run
+    (``backward()`` filling a None gradient, ``zero_grad()`` clearing one)."""
+    return before.keys() == after.keys() and all(
+        after[k] == v for k, v in before.items() if k not in replayed)
+
+
+def _grad_key(p: Tensor) -> str:
+    """What a signature records of ``p.grad``: None, or its dtype and shape."""
+    g = p.grad
+    return "None" if g is None else f"{g._dtype.name}[{', '.join(map(str, g._data.shape))}]"
+
+
+def _arg_leaves(flat) -> list:
+    """The tensor arguments whose ``.grad`` a ``backward()`` in the function may fill."""
+    return [x for x in flat if isinstance(x, Tensor) and x._requires_grad and x._grad_fn is None]
+
+
+def _finish_capture(tr: Tracer, e: _Entry, result, arg_slots, flat, params, passes,
+                    ran_backward=False) -> None:
+    """Turn the tracer's state into graph outputs, write-backs and the output template.
+
+    ``ran_backward``: the function called ``backward()`` itself (a training step); its
+    outputs' autograd graphs are spent, so they come back as plain tensors.
+    """
     leaves, spec = tree_flatten(result)
     outs, leaf_kind, diff_outs = [], [], []
     needs_history = False
@@ -386,7 +437,12 @@ def _finish_capture(tr: Tracer, e: _Entry, result, arg_slots, flat, params, pass
         outs.append(v)
     # gradients backward() made for parameters (and any lifted leaf)
     grads = []
+    # NOTE: a leaf argument's .grad is read and written through whatever tensor sits in
+    # its slot at each call (_owner), not the one this capture saw
+    e.arg_owner = {id(flat[i]): i for i in arg_slots if flat[i]._requires_grad and
+                   flat[i]._grad_fn is None}
     candidates = {id(p): p for p in params}
+    candidates.update({id(flat[i]): flat[i] for i in e.arg_owner.values()})
     candidates.update({k: t for k, t in tr.lifted.items() if t._requires_grad})
     had = {id(p) for p in tr.grad_owners.values()}
     for p in candidates.values():
@@ -398,7 +454,7 @@ def _finish_capture(tr: Tracer, e: _Entry, result, arg_slots, flat, params, pass
             grads.append((p, len(outs), (g._dtype, g._device)))
             outs.append(tr.read(g))
     e.joint = None
-    if needs_history and not any(i is not None for _, i, _ in grads):
+    if needs_history and not ran_backward and not any(i is not None for _, i, _ in grads):
         # outputs need gradients later: trace their backward as a second graph
         from .joint import capture_backward
         diff_in, e.diff_inputs = [], []
@@ -472,10 +528,12 @@ def _entry_plan(e: _Entry):
 def _run(e: _Entry, flat):
     # gradients the graph makes anew (zero_grad ran inside it) are released before it
     # runs, as eager's zero_grad would: the old and new ones never coexist
+    ao = e.arg_owner
     for p in e.release:
-        p.grad = None
+        _owner(ao, p, flat).grad = None
     arrays = [flat[i]._data for i in e.arg_slots]
-    arrays += [s.read() for s in e.sources]
+    arrays += [_grad_array(s, ao, flat) if ao and s.kind == "grad" else s.read()
+               for s in e.sources]
     diff = None
     if e.joint is not None:
         from .joint import run_joint
@@ -486,11 +544,13 @@ def _run(e: _Entry, flat):
         outs = e.program.run(arrays)
     for target, i in e.writes:
         kind, obj = target
-        dst = flat[obj] if kind == "arg" else (obj.grad if kind == "grad" else obj)
+        dst = flat[obj] if kind == "arg" else (_owner(ao, obj, flat).grad if kind == "grad"
+                                               else obj)
         if outs[i] is not dst._data:        # not already computed in place (_donations)
             dst._data[...] = outs[i]
         dst._storage.version += 1
     for p, i, meta in e.grads:
+        p = _owner(ao, p, flat)
         if i is None:
             p.grad = None
         else:
@@ -503,6 +563,23 @@ def _run(e: _Entry, flat):
         else:
             leaves.append(k[1])
     return tree_unflatten(leaves, e.out_spec)
+
+
+def _owner(arg_owner: dict, p: Tensor, flat) -> Tensor:
+    """``p``, or this call's tensor in the argument slot ``p`` had when it was captured."""
+    i = arg_owner.get(id(p)) if arg_owner else None
+    return p if i is None else flat[i]
+
+
+def _grad_array(s, arg_owner: dict, flat):
+    """The array a ``grad`` source reads at this call (an argument's: this call's)."""
+    i = arg_owner.get(id(s.obj))
+    if i is None:
+        return s.read()
+    g = flat[i].grad
+    if g is None:
+        raise GraphError(f"compiled graph reads {s.label} but it is None now")
+    return g._data
 
 
 # ---------------------------------------------------------------------- discovery

@@ -323,11 +323,33 @@ class Module(_StateDictMixin, _ConversionMixin):
     def __call__(self, *args, **kwargs):
         d = self.__dict__
         if (d["_forward_pre_hooks"] or d["_forward_hooks"] or d["_backward_hooks"]
+                or d["_backward_pre_hooks"] or _GLOBAL_PRE or _GLOBAL_POST
+                or "_compiled_call_impl" in d):
+            c = d.get("_compiled_call_impl")
+            if c is not None:
+                return c(*args, **kwargs)
+            return _hooks.call_with_hooks(self, args, kwargs)
+        return self.forward(*args, **kwargs)
+
+    def _call_impl(self, *args, **kwargs):
+        """The call without :meth:`compile`'s compiled version (what that compiles)."""
+        d = self.__dict__
+        if (d["_forward_pre_hooks"] or d["_forward_hooks"] or d["_backward_hooks"]
                 or d["_backward_pre_hooks"] or _GLOBAL_PRE or _GLOBAL_POST):
             return _hooks.call_with_hooks(self, args, kwargs)
         return self.forward(*args, **kwargs)
 
-    _call_impl = __call__
+    def compile(self, *args, **kwargs) -> None:
+        """Compile this module's calls in place with :func:`ember.compile` (PyTorch's
+        ``Module.compile``): the module stays itself (same ``state_dict()`` keys), its
+        ``__call__`` runs the compiled version. Arguments go to :func:`ember.compile`.
+
+        Example:
+            >>> model.compile()
+            >>> out = model(x)       # traced on the first call, compiled graphs after
+        """
+        from ..graph.compile import compile as _compile
+        self.__dict__["_compiled_call_impl"] = _compile(self._call_impl, *args, **kwargs)
 
     def register_forward_pre_hook(self, hook, *, prepend: bool = False,
                                   with_kwargs: bool = False) -> RemovableHandle:

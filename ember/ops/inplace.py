@@ -28,7 +28,9 @@ def check_inplace(x: Tensor, op: str) -> None:
         raise GraphError(f"{op}: a leaf Variable that requires grad is being used in an "
                          f"in-place operation (wrap it in ember.no_grad() if intended)")
     b = x._base
-    if b is not None and b._requires_grad and b._grad_fn is None:
+    # NOTE: a view that does not require grad (``p.data``, ``p.detach()``) is a detached
+    # alias: writing into it is how manual updates work, as in PyTorch.
+    if b is not None and x._requires_grad and b._requires_grad and b._grad_fn is None:
         raise GraphError(f"{op}: a view of a leaf Variable that requires grad is being used in "
                          f"an in-place operation")
 

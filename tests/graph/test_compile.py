@@ -74,7 +74,9 @@ def test_training_step_compiled_equals_eager_exact_passes(name):
     log = f.explain()
     assert not log.breaks
     # the first call creates optimizer state/grads, so a second graph is traced; then stable
-    assert len(f.graphs()) == 1
+    # (the first is kept too where only the grads it creates changed: a call starting with
+    # None grads can replay it)
+    assert len(f.explain().captures) == 2
     g = f.graph
     assert any(n.op.name == "matmul" for n in g.nodes)
     assert str(g).count("\n") >= len(g.nodes)
@@ -362,7 +364,7 @@ def test_training_step_may_return_the_loss_itself():
         return loss
     cf = em.compile(step, fullgraph=True)
     losses = [cf(x, y).item() for _ in range(4)]
-    assert len(cf.graphs()) == 1 and not cf.explain().notes
+    assert len(cf.explain().captures) == 2 and not cf.explain().notes
     assert losses == sorted(losses, reverse=True)
 
 
