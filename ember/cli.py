@@ -29,6 +29,8 @@ def _parser() -> argparse.ArgumentParser:
     t.add_argument("--plot", help="write a training-curve PNG here (needs matplotlib)")
     t.add_argument("--no-progress", action="store_true", help="no progress bars")
     sub.add_parser("config", help="print Ember's configuration (BLAS, threads, allocator)")
+    from .codegen import cache_cli
+    cache_cli.add_parser(sub)
     return p
 
 
@@ -38,6 +40,9 @@ def main(argv=None) -> int:
         import ember
         ember.show_config()
         return 0
+    if args.command == "cache":
+        from .codegen import cache_cli
+        return cache_cli.main(args)
     from .training import TrainConfig, train
     cfg = TrainConfig(model=args.model, dataset=args.dataset, epochs=args.epochs,
                       batch_size=args.batch_size, lr=args.lr, weight_decay=args.weight_decay,
