@@ -16,6 +16,7 @@ import ember as em
 from ember import nn, optim
 from ember.data import DataLoader
 
+from . import distributed as _dist
 from .datasets import load_dataset
 from .models import build_model
 
@@ -37,6 +38,7 @@ class TrainConfig:
     max_steps: int | None = None     # stop (after checkpointing) once this many steps ran
     progress: bool = True
     plot: str | None = None          # training-curve PNG (needs matplotlib)
+    nproc: int = 1                   # data-parallel ranks (batch_size is the global batch)
     history: list = field(default_factory=list)
 
     def checkpoint_path(self) -> str:
@@ -91,13 +93,16 @@ def _restore(path, model, opt, sched, loader, cfg):
 
 def train(cfg: TrainConfig, log=print) -> dict:
     """Train ``cfg.model`` on ``cfg.dataset``; returns the final metrics."""
+    rank, world = _dist.init(cfg.nproc)
+    if rank != 0:   # NOTE: rank 0 alone prints, evaluates and writes checkpoints
+        log = _silent
     em.manual_seed(cfg.seed)
     train_ds, test_ds, info = load_dataset(cfg)
     gen = em.Generator().manual_seed(cfg.seed)
-    loader = DataLoader(train_ds, batch_size=cfg.batch_size, shuffle=True, drop_last=True,
-                        generator=gen)
+    loader = _dist.make_loader(train_ds, cfg.batch_size, cfg.seed, gen, rank, world)
     test_loader = DataLoader(test_ds, batch_size=256)
     model = build_model(cfg.model, info)
+    net = _dist.wrap(model, world)   # DistributedDataParallel(model) when world > 1
     opt = optim.AdamW(model.parameters(), lr=cfg.lr, weight_decay=cfg.weight_decay)
     steps_per_epoch = len(loader)
     sched = optim.lr_scheduler.OneCycleLR(opt, max_lr=cfg.lr, epochs=cfg.epochs,
@@ -119,9 +124,11 @@ def train(cfg: TrainConfig, log=print) -> dict:
     while epoch < cfg.epochs and not stopped:
         model.train()
         run_loss = run_n = 0
-        bar = _bar(loader, steps_per_epoch, f"epoch {epoch + 1}/{cfg.epochs}", cfg.progress)
+        _dist.set_epoch(loader, epoch)
+        bar = _bar(loader, steps_per_epoch, f"epoch {epoch + 1}/{cfg.epochs}",
+                   cfg.progress and rank == 0)
         for x, y in bar:
-            logits = model(x)
+            logits = net(x)
             if token_level:
                 logits, y = logits.reshape(-1, logits.shape[-1]), y.reshape(-1)
             loss = nn.functional.cross_entropy(logits, y)
@@ -137,10 +144,13 @@ def train(cfg: TrainConfig, log=print) -> dict:
                 stopped = True
                 break
         if stopped:
-            em.save(_state(model, opt, sched, loader, epoch, step, cfg), path)
+            if rank == 0:
+                em.save(_state(model, opt, sched, loader, epoch, step, cfg), path)
             log(f"stopped after {step} steps; checkpoint written to {path}")
             break
         epoch += 1
+        if rank != 0:
+            continue
         test_loss, test_acc = evaluate(model, test_loader, token_level)
         cfg.history.append({"epoch": epoch, "train_loss": run_loss / max(run_n, 1),
                             "test_loss": test_loss, "test_acc": test_acc})
@@ -151,7 +161,7 @@ def train(cfg: TrainConfig, log=print) -> dict:
     result = {"steps": step, "seconds": elapsed, "checkpoint": path, "model": model}
     if cfg.history:
         result.update(cfg.history[-1])
-    if not stopped:
+    if not stopped and rank == 0:
         log(f"held-out accuracy {result.get('test_acc', math.nan) * 100:.2f}% after "
             f"{epoch} epochs ({elapsed:.1f} s this run); checkpoint: {path}")
         if token_level and hasattr(model, "generate"):
@@ -159,6 +169,10 @@ def train(cfg: TrainConfig, log=print) -> dict:
         if cfg.plot:
             _plot(cfg, log)
     return result
+
+
+def _silent(*args, **kwargs) -> None:
+    """The log of ranks other than 0."""
 
 
 def _sample(model, info, log):

@@ -1,0 +1,247 @@
+"""One 2-process job checking DDP, no_sync and ZeRO-1 against single-process references.
+
+Run as ``mpiexec -n 2 python tests/distributed/_ddp_worker.py OUT.json``; rank 0 writes
+``{check: value}`` (differences and flags) that ``test_ddp.py`` asserts on. Every rank
+trains its own shard; rank 0 additionally trains the single-process references.
+"""
+from __future__ import annotations
+
+import json
+import sys
+
+import numpy as np
+
+import ember
+import ember.distributed as dist
+from ember import nn
+from ember.distributed.optim import ZeroRedundancyOptimizer
+from ember.nn.parallel import DistributedDataParallel as DDP
+
+F = nn.functional
+STEPS = 20
+
+
+def mlp(dtype):
+    ember.manual_seed(1)
+    m = nn.Sequential(nn.Linear(20, 32), nn.ReLU(), nn.Linear(32, 32), nn.ReLU(),
+                      nn.Linear(32, 5))
+    return m.to(dtype)
+
+
+def cnn(dtype):
+    ember.manual_seed(2)
+    m = nn.Sequential(nn.Conv2d(1, 4, 3, padding=1), nn.BatchNorm2d(4), nn.ReLU(),
+                      nn.MaxPool2d(2), nn.Flatten(), nn.Linear(4 * 4 * 4, 5))
+    return m.to(dtype)
+
+
+def data(kind, step, dtype, batch=8):
+    """The global batch of ``step`` (the same on every rank); shards are halves of it."""
+    rng = np.random.default_rng(100 + step)
+    shape = (batch, 20) if kind == "mlp" else (batch, 1, 8, 8)
+    x = ember.tensor(rng.standard_normal(shape)).to(dtype)
+    return x, ember.tensor(rng.integers(0, 5, batch))
+
+
+def shard(t, r, world):
+    n = t.shape[0] // world
+    return t[r * n:(r + 1) * n]
+
+
+def params(m):
+    return [p.detach().numpy().copy() for p in m.parameters()] + \
+        [b.detach().numpy().copy() for b in m.buffers()]
+
+
+def rel(a, b):
+    return max(float(np.max(np.abs(x - y)) / max(np.max(np.abs(y)), 1e-30))
+               for x, y in zip(a, b))
+
+
+def exact(a, b):
+    return all(np.array_equal(x, y) for x, y in zip(a, b))
+
+
+def sgd(m):
+    return ember.optim.SGD(m.parameters(), lr=0.05, momentum=0.9)
+
+
+def train_ddp(make, kind, dtype, rank, world, opt_fn=sgd, zero=False):
+    model = DDP(make(dtype))
+    if zero:
+        opt = ZeroRedundancyOptimizer(model.parameters(), optimizer_class=ember.optim.AdamW,
+                                      lr=1e-2, weight_decay=0.01)
+    else:
+        opt = opt_fn(model)
+    for s in range(STEPS):
+        x, y = data(kind, s, dtype)
+        opt.zero_grad()
+        F.cross_entropy(model(shard(x, rank, world)), shard(y, rank, world)).backward()
+        opt.step()
+    return model, opt
+
+
+def train_concat(make, kind, dtype, opt_fn=sgd):
+    model = make(dtype)
+    opt = opt_fn(model)
+    for s in range(STEPS):
+        x, y = data(kind, s, dtype)
+        opt.zero_grad()
+        F.cross_entropy(model(x), y).backward()
+        opt.step()
+    return model
+
+
+def train_per_shard(make, kind, dtype, world):
+    """One process, the loss averaged over per-shard forwards (BatchNorm normalises each
+    shard with its own statistics, as each DDP rank does; rank 0's running stats win)."""
+    model = make(dtype)
+    opt = sgd(model)
+    bufs = list(model.buffers())
+    for s in range(STEPS):
+        x, y = data(kind, s, dtype)
+        opt.zero_grad()
+        before = [b.clone() for b in bufs]
+        losses, rank0 = [], None
+        for r in range(world):
+            with ember.no_grad():
+                for b, v in zip(bufs, before):
+                    b.copy_(v)
+            losses.append(F.cross_entropy(model(shard(x, r, world)), shard(y, r, world)))
+            if r == 0:
+                rank0 = [b.clone() for b in bufs]
+        with ember.no_grad():
+            for b, v in zip(bufs, rank0):
+                b.copy_(v)
+        (sum(losses[1:], losses[0]) / world).backward()
+        opt.step()
+    return model
+
+
+def check_equivalence(out, rank, world):
+    for kind, make in (("mlp", mlp), ("cnn", cnn)):
+        for dtype in (ember.float32, ember.float64):
+            name = f"{kind}_{dtype.name}"
+            m, _ = train_ddp(make, kind, dtype, rank, world)
+            got = params(m.module)
+            if rank == 0:
+                out[f"{name}_vs_per_shard_exact"] = exact(got, params(train_per_shard(
+                    make, kind, dtype, world)))
+                if kind == "mlp":
+                    out[f"{name}_vs_concat_rel"] = rel(got, params(train_concat(make, kind,
+                                                                              dtype)))
+
+
+def check_replicas_agree(out, rank, world):
+    m, _ = train_ddp(cnn, "cnn", ember.float32, rank, world)
+    gathered = [None] * world
+    dist.all_gather_object(gathered, params(m.module))
+    out["replicas_agree"] = all(exact(g, gathered[0]) for g in gathered)
+    out["state_dict_keys"] = sorted(m.state_dict())[:2]
+
+
+def check_no_sync(out, rank, world):
+    """Two micro-batches per rank (one under no_sync) == one step on the whole batch."""
+    dtype = ember.float64
+    model = DDP(mlp(dtype))
+    opt = sgd(model)
+    ref = mlp(dtype)
+    ref_opt = sgd(ref)
+    for s in range(5):
+        x, y = data("mlp", s, dtype, batch=16)
+        xs, ys = shard(x, rank, world), shard(y, rank, world)
+        opt.zero_grad()
+        with model.no_sync():
+            (F.cross_entropy(model(xs[:4]), ys[:4]) / 2).backward()
+        (F.cross_entropy(model(xs[4:]), ys[4:]) / 2).backward()
+        opt.step()
+        ref_opt.zero_grad()
+        F.cross_entropy(ref(x), y).backward()
+        ref_opt.step()
+    out["no_sync_rel"] = rel(params(model.module), params(ref))
+
+
+def check_zero(out, rank, world):
+    """ZeRO-1 (AdamW sharded) == plain DDP with AdamW, bit for bit; state ~ 1/N per rank."""
+    adamw = lambda m: ember.optim.AdamW(m.parameters(), lr=1e-2, weight_decay=0.01)  # noqa
+    plain, popt = train_ddp(mlp, "mlp", ember.float32, rank, world, opt_fn=adamw)
+    zmodel, zopt = train_ddp(mlp, "mlp", ember.float32, rank, world, zero=True)
+    out[f"zero_equals_ddp_rank{rank}"] = exact(params(zmodel.module), params(plain.module))
+    full = sum(v.numel() * v.element_size() for st in popt.state.values()
+               for v in st.values() if isinstance(v, ember.Tensor))
+    shares = [None] * world
+    dist.all_gather_object(shares, zopt.local_state_bytes())
+    out["zero_state_ratio_max"] = max(shares) / full
+    zopt.consolidate_state_dict(to=0)
+    sd = zopt.state_dict() if rank == 0 else None
+    [sd] = _bcast_state(sd)
+    reloaded = ember.optim.AdamW(plain.module.parameters(), lr=1e-2, weight_decay=0.01)
+    reloaded.load_state_dict(sd)   # the consolidated state loads into a plain optimizer...
+    out["zero_consolidated_matches_plain"] = all(
+        all(np.array_equal(a[k].numpy(), b[k].numpy()) for k in a)
+        for a, b in zip((reloaded.state[p] for p in plain.module.parameters()),
+                        (popt.state[p] for p in plain.module.parameters())))
+    z2 = ZeroRedundancyOptimizer(zmodel.parameters(), optimizer_class=ember.optim.AdamW,
+                                 lr=1e-2, weight_decay=0.01)
+    z2.load_state_dict(sd)         # ...and back into a fresh ZeRO
+    out[f"zero_reload_bytes_rank{rank}"] = z2.local_state_bytes() == zopt.local_state_bytes()
+
+
+def _bcast_state(sd):
+    """Send a state dict with Ember tensors from rank 0 (tensors travel as NumPy)."""
+    from ember.distributed.optim.zero_redundancy_optimizer import _from_host, _to_host
+    box = [_to_host(sd)]
+    dist.broadcast_object_list(box, src=0)
+    return [_from_host(box[0])]
+
+
+def check_unused(out, rank, world):
+    class Two(nn.Module):
+        def __init__(self):
+            super().__init__()
+            self.a, self.b = nn.Linear(3, 2), nn.Linear(3, 2)
+
+        def forward(self, x, use_b):
+            return self.a(x) + (self.b(x) if use_b else 0)
+
+    ember.manual_seed(0)
+    m = DDP(Two(), find_unused_parameters=True)
+    x = ember.ones(2, 3)
+    m(x, use_b=(rank == 0)).sum().backward()   # b is used on rank 0 only
+    gathered = [None] * world
+    dist.all_gather_object(gathered, m.module.b.weight.grad.numpy().tolist())
+    out["unused_b_grad_averaged"] = bool(np.allclose(gathered[rank], np.full((2, 3), 2.0 / world)))
+    m.module.zero_grad()
+    m(x, use_b=False).sum().backward()          # unused everywhere: .grad stays None
+    out["unused_everywhere_grad_none"] = m.module.b.weight.grad is None
+    strict = DDP(Two())
+    try:
+        strict(x, use_b=False).sum().backward()
+        out["strict_unused_raises"] = False
+    except RuntimeError as e:
+        out["strict_unused_raises"] = "find_unused_parameters=True" in str(e)
+
+
+def main(path):
+    dist.init_process_group(backend="mpi")
+    rank, world = dist.get_rank(), dist.get_world_size()
+    out = {"world": world}
+    check_equivalence(out, rank, world)
+    check_replicas_agree(out, rank, world)
+    check_no_sync(out, rank, world)
+    check_zero(out, rank, world)
+    check_unused(out, rank, world)
+    results = [None] * world
+    dist.all_gather_object(results, out)
+    if rank == 0:
+        merged = {}
+        for r in results:
+            merged.update(r)
+        with open(path, "w") as f:
+            json.dump(merged, f, indent=1)
+    dist.barrier()
+    dist.destroy_process_group()
+
+
+if __name__ == "__main__":
+    main(sys.argv[1])
