@@ -12,6 +12,7 @@ import numpy as np
 import pytest
 
 import ember as em
+import ember.nn.functional as F
 from ember import config
 from ember import dtypes as dt
 from ember.codegen import available, eager, toolchain
@@ -158,3 +159,67 @@ def test_generated_float32_transcendentals_dense_sweep(cc, tmp_path, monkeypatch
         keep = np.abs(ref) < np.finfo(np.float32).max
         assert_within_ulp(got[keep], ref[keep], x[keep], np.float32, _F32_BOUND.get(op, 4.0),
                           f"generated float32 {op} ({cc.flags[-1]})")
+
+
+# ------------------------------------------------------------------ 2. std at zero spread, scans
+def _grad(fn, x):
+    x = x.detach().requires_grad_(True)
+    fn(x).sum().backward()
+    return x.grad.numpy()
+
+
+@pytest.mark.parametrize("d", [em.float32, em.float64], ids=str)
+def test_std_gradient_is_zero_not_nan_at_zero_spread(d):
+    c = em.full((3, 4), 2.0, dtype=d)
+    cases = {"std": lambda t: t.std(), "std dim": lambda t: t.std(1),
+             "std_mean": lambda t: em.std_mean(t, 1)[0], "var": lambda t: t.var(1),
+             "layer_norm": lambda t: F.layer_norm(t, (4,)),
+             "batch_norm": lambda t: F.batch_norm(t, None, None, training=True),
+             "group_norm": lambda t: F.group_norm(t.reshape(1, 4, 3), 2),
+             "instance_norm": lambda t: F.instance_norm(t.reshape(1, 3, 4)),
+             "normalize": lambda t: F.normalize(t, dim=1)}
+    for name, fn in cases.items():
+        np.testing.assert_array_equal(_grad(fn, c), np.zeros((3, 4)), err_msg=name)
+    # at exactly 0, normalize divides by eps: PyTorch's 1/eps, finite
+    np.testing.assert_allclose(_grad(lambda t: F.normalize(t, dim=1), c * 0), 1e12, rtol=1e-6)
+    # a non-constant input keeps the exact gradient (x - mean) / ((n - 1) std)
+    x = em.tensor([1.0, 2.0, 4.0], dtype=d)
+    want = (x.numpy() - x.numpy().mean()) / (2 * x.numpy().std(ddof=1))
+    np.testing.assert_allclose(_grad(lambda t: t.std(), x), want, rtol=1e-6)
+
+
+def test_std_jvp_and_second_order_at_zero_spread():
+    from ember.func import grad, jvp
+    c = em.full((4,), 2.0, dtype=em.float64)
+    out, tan = jvp(lambda t: t.std(), (c,), (em.tensor([1.0, 2, 3, 4], dtype=em.float64),))
+    assert out.item() == 0 and tan.item() == 0
+    out, tan = jvp(lambda t: F.layer_norm(t, (4,)).sum(), (c,), (em.ones(4, dtype=em.float64),))
+    assert tan.item() == 0
+    g2 = grad(lambda t: grad(lambda u: u.std())(t).sum())(c)
+    assert not np.isnan(g2.numpy()).any()
+
+
+@pytest.mark.parametrize("d", ["float32", "float16", "bfloat16"])
+def test_cumsum_accumulates_in_float64(d):
+    v = [1e8, 1.0, -1e8, 1.0] if d == "float32" else [2048.0, 1.0, -2048.0, 1.0]
+    x = em.tensor(v).to(getattr(em, d))
+    r = em.cumsum(x, 0)
+    assert r.dtype == x.dtype
+    want = np.cumsum(np.array(v, np.float64)).astype(np.float32)   # exact, then rounded
+    want = em.tensor(want).to(x.dtype).float().numpy()
+    np.testing.assert_array_equal(r.float().numpy(), want)
+    assert r.float().numpy()[-1] == 2.0
+    # reversed scans (cumsum's VJP) accumulate the same way
+    g = x.float().detach().requires_grad_(True)
+    (em.cumsum(g, 0) * em.tensor([0.0, 0.0, 0.0, 1.0])).sum().backward()
+    np.testing.assert_array_equal(g.grad.numpy(), [1, 1, 1, 1])
+
+
+def test_cumprod_accumulates_in_float64():
+    v = np.array([3.0, 1 / 3.0] * 40, np.float32)
+    r = em.cumprod(em.tensor(v), 0).numpy()
+    want = np.cumprod(v.astype(np.float64)).astype(np.float32)
+    np.testing.assert_array_equal(r, want)
+    two = em.tensor(np.arange(1, 13, dtype=np.float32).reshape(3, 4))
+    np.testing.assert_array_equal(em.cumprod(two, 1).numpy(),
+                                  np.cumprod(two.numpy().astype(np.float64), 1).astype(np.float32))

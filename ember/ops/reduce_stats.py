@@ -55,8 +55,9 @@ def var(input, dim=None, unbiased=None, keepdim=False, *, correction=None, out=N
 
 
 def std(input, dim=None, unbiased=None, keepdim=False, *, correction=None, out=None):
-    """Standard deviation: ``sqrt(var(...))`` (``torch.std``)."""
-    return _out(_var(input, dim, unbiased, keepdim, correction, "std")[0] ** 0.5, out)
+    """Standard deviation: ``sqrt(var(...))`` (``torch.std``). Like PyTorch, its gradient
+    is 0, not nan, where the spread is exactly 0 (a constant input)."""
+    return _out(_safe_root(_var(input, dim, unbiased, keepdim, correction, "std")[0], 2), out)
 
 
 def var_mean(input, dim=None, unbiased=None, keepdim=False, *, correction=None):
@@ -67,7 +68,7 @@ def var_mean(input, dim=None, unbiased=None, keepdim=False, *, correction=None):
 def std_mean(input, dim=None, unbiased=None, keepdim=False, *, correction=None):
     """``(std, mean)`` (``torch.std_mean``)."""
     v, m = _var(input, dim, unbiased, keepdim, correction, "std_mean")
-    return v ** 0.5, m
+    return _safe_root(v, 2), m
 
 
 # ------------------------------------------------------------------ norm
@@ -111,9 +112,19 @@ def norm(input, p="fro", dim=None, keepdim=False, dtype=None):
 
 
 # ------------------------------------------------------------------ cumsum / cumprod
+#: float dtypes a scan accumulates in float64 (PyTorch's CPU accumulation type is double
+#: for float32 and float for float16/bfloat16; float64 gives the same or better results).
+_WIDEN = ("float32", "float16", "bfloat16")
+
+
 def _scan_kernel(fn):
     def kernel(xp, x, dim=0, reverse=False, dtype=None):
         npdt = dtype.np if dtype is not None else None
+        out_dt = x.dtype if npdt is None else xp.dtype(npdt)
+        if out_dt.name in _WIDEN:
+            # NOTE: a running float32 sum of [1e8, 1, -1e8, 1] is [1e8, 1e8, 0, 1]; each
+            # prefix accumulated in float64 and rounded once is [1e8, 1e8, 1, 2] (PyTorch's).
+            return kernel(xp, x.astype(xp.float64), dim, reverse, None).astype(out_dt)
         if x.ndim == 0:
             return getattr(xp, fn)(x.reshape(1), dtype=npdt).reshape(())
         if not reverse:
