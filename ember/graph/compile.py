@@ -255,6 +255,7 @@ class CompiledFunction:
             sig = {k: v for k, v in sig.items() if not k.endswith(".grad")}
             key = tuple(sig.items())
             self._last_sig = sig
+        self._captured = e                # memory_plan's, also when not cached
         after = self._signature(flat, spec)
         stable = _stable(sig, after, _set_grad_keys(e, r, flat))
         self.log.capture(sig, raw, graph, report, e.compile_s, tr.randoms, stable)
@@ -286,24 +287,19 @@ class CompiledFunction:
     def memory_plan(self, *args, **kwargs):
         """The memory plan of a signature, computed before its graph ever runs.
 
-        With arguments: the plan for that call's signature; a signature never called is
-        captured first (capturing runs ``fn`` once eagerly, as a first call does, and counts
-        as that call). Without: the most recent signature's plan. Returns a
-        :class:`~ember.graph.memory_plan.MemoryPlan` (``JointPlan`` for a compiled forward
-        whose backward is compiled too): ``peak_bytes``, ``breakdown``, ``table()``.
+        With arguments: the plan for that call's signature as things stand (a fresh step's
+        first call, say); a signature never called is captured first, with its effects
+        undone (:mod:`ember.graph.sandbox`: parameters, gradients, optimizer state and
+        random generators are as before). Without: the most recent signature's plan.
+        Returns a :class:`~ember.graph.memory_plan.MemoryPlan` (``JointPlan`` for a compiled
+        forward whose backward is compiled too): ``peak_bytes``, ``breakdown``, ``table()``.
         """
         if args or kwargs:
             flat, spec = tree_flatten((args, kwargs))
             self._roots = _discover(self.fn, args, kwargs)
-            key = tuple(self._signature(flat, spec).items())
-            if key not in self._cache:
-                self(*args, **kwargs)
-                key = tuple(self._signature(flat, spec).items())
-            e = self._cache.get(key)
-            if e is None:
-                raise GraphError(f"ember.compile({self.name}).memory_plan: the signature "
-                                 f"changes while it is captured (first optimizer step?); "
-                                 f"call it once more first")
+            sig = self._signature(flat, spec)
+            e = self._cache.get(tuple(sig.items())) or self._plan_capture(sig, flat, spec,
+                                                                          args, kwargs)
         else:
             entries = [x for x in self._cache.values() if not x.eager]
             if not entries:
@@ -314,6 +310,18 @@ class CompiledFunction:
             raise GraphError(f"ember.compile({self.name}): this signature runs eagerly "
                              f"({e.reason}); it has no memory plan")
         return _entry_plan(e)
+
+    def _plan_capture(self, sig, flat, spec, args, kwargs):
+        """Capture ``sig`` for its plan alone: effects undone; not cached (the signature
+        changed while capturing) means not a call, so not a recompile either."""
+        from .sandbox import side_effects_undone
+        last, recompiles, self._captured = self._last_sig, self._recompiles, None
+        with side_effects_undone(self.fn, args, kwargs, self._roots):
+            self._capture(sig, tuple(sig.items()), flat, spec, args, kwargs)
+        e, self._captured = self._captured, None
+        if e is None or all(x is not e for x in self._cache.values()):
+            self._last_sig, self._recompiles = last, recompiles
+        return e or self._cache[tuple(sig.items())]      # None: it runs eagerly
 
     def explain(self) -> Explanation:
         """What was captured, recompiled, broken and optimised (printable)."""
