@@ -140,6 +140,10 @@ class CompiledFunction:
 
     # ------------------------------------------------------------------ calling
     def __call__(self, *args, **kwargs):
+        if _state.modes:
+            # NOTE: inside another capture (a compiled step calling a compiled model) or
+            # any dispatch mode: run fn itself so the mode sees its ops (torch inlines too)
+            return self.fn(*args, **kwargs)
         if self._roots is None:
             self._roots = _discover(self.fn, args, kwargs)
         flat, spec = tree_flatten((args, kwargs))

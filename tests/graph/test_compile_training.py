@@ -315,3 +315,32 @@ def test_forward_backward_step_with_zero_grad_outside_stays_compiled():
         _eq(p, q)
         _eq(p.grad, q.grad)
     assert len(f.explain().captures) == 1     # not retraced at every call (nor eager)
+
+
+def test_compiled_step_calling_a_compiled_module_inlines_it():
+    def run(compiled):
+        model = _net()
+        net = em.compile(model, passes=EXACT_PASSES) if compiled else model
+        opt = em.optim.SGD(net.parameters(), lr=0.05, momentum=0.9)
+        sched = em.optim.lr_scheduler.StepLR(opt, 2, 0.5)
+        x, y = _data()
+
+        def step(x, y):
+            loss = F.mse_loss(net(x), y)
+            loss.backward()
+            nn.utils.clip_grad_norm_(net.parameters(), 0.5)
+            opt.step()
+            opt.zero_grad()
+            return loss
+        f = em.compile(step, passes=EXACT_PASSES) if compiled else step
+        losses = []
+        for _ in range(6):
+            losses.append(float(_no_warnings(f, x, y)))
+            sched.step()
+        return losses, model
+
+    le, me = run(False)
+    lc, mc = run(True)
+    assert lc == le
+    for p, q in zip(mc.parameters(), me.parameters()):
+        _eq(p, q)
