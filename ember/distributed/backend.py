@@ -1,0 +1,222 @@
+"""The communicator interface every backend implements, and the ``Work`` handle.
+
+A :class:`Communicator` moves raw arrays (NumPy on the host; a CUDA backend would take
+CuPy arrays) between the ranks of one group. Every method is *nonblocking*: it starts
+the transfer and returns a :class:`Request`; :class:`Work` polls requests with a
+deadline so that no wait can hang. The tensor-level API (``collectives.py``) stages
+tensors into such arrays (contiguous copies, float32 for dtypes the backend cannot
+reduce) and writes results back when the work completes, so DDP and the collectives
+never see which backend runs underneath. An NCCL backend would subclass
+:class:`Communicator`, declare ``device_type = "cuda"`` and the dtypes it reduces.
+"""
+from __future__ import annotations
+
+import abc
+import datetime
+import enum
+import time
+
+from ..errors import EmberError
+
+
+class DistributedError(EmberError, RuntimeError):
+    """A collective failed: timeout, a peer that died, or ranks that disagree."""
+
+
+class DistributedUnavailable(EmberError, ImportError, RuntimeError):
+    """The communication library (mpi4py + an MPI) is not installed."""
+
+
+class ReduceOp(enum.Enum):
+    """Reductions for ``all_reduce``, ``reduce`` and ``reduce_scatter_tensor``.
+
+    ``AVG`` is ``SUM`` divided by the group size (floating dtypes only). ``BAND``,
+    ``BOR`` and ``BXOR`` are bitwise (integer and bool dtypes only).
+    """
+
+    SUM = "sum"
+    AVG = "avg"
+    PRODUCT = "product"
+    MIN = "min"
+    MAX = "max"
+    BAND = "band"
+    BOR = "bor"
+    BXOR = "bxor"
+
+    def __repr__(self) -> str:
+        return f"ReduceOp.{self.name}"
+
+
+class Request(abc.ABC):
+    """One started transfer. ``test()`` returns True once it has completed."""
+
+    @abc.abstractmethod
+    def test(self) -> bool:
+        """Progress the transfer; True when done."""
+
+    #: The sender's rank in the communicator, for a completed receive from any source.
+    source: int | None = None
+
+
+class Communicator(abc.ABC):
+    """Nonblocking collectives on contiguous arrays among ``size`` ranks.
+
+    Buffers are contiguous arrays the caller keeps alive until the request completes.
+    ``root``, ``dst`` and ``src`` are ranks *in this communicator*. Reductions take a
+    :class:`ReduceOp` other than ``AVG`` and an array whose dtype is in
+    :meth:`reduces`; everything else moves bytes and works for any dtype.
+    """
+
+    name: str = "?"
+    device_type: str = "cpu"
+    rank: int
+    size: int
+
+    @abc.abstractmethod
+    def reduces(self, dtype) -> bool:
+        """Whether reductions run natively on arrays of this NumPy dtype."""
+
+    @abc.abstractmethod
+    def allreduce(self, buf, op: ReduceOp) -> Request:
+        """Reduce ``buf`` over all ranks, in place on every rank."""
+
+    @abc.abstractmethod
+    def broadcast(self, buf, root: int) -> Request:
+        """Copy ``root``'s ``buf`` into every rank's ``buf``."""
+
+    @abc.abstractmethod
+    def allgather(self, send, recv) -> Request:
+        """``recv`` (``size * send.nbytes`` bytes) gets every rank's ``send`` in rank order."""
+
+    @abc.abstractmethod
+    def reduce_scatter(self, send, recv, op: ReduceOp) -> Request:
+        """Reduce ``send`` (``size`` equal blocks); rank ``r`` gets block ``r`` in ``recv``."""
+
+    @abc.abstractmethod
+    def reduce(self, buf, op: ReduceOp, root: int) -> Request:
+        """Reduce ``buf`` over all ranks into ``root``'s ``buf`` (others are unchanged)."""
+
+    @abc.abstractmethod
+    def gather(self, send, recv, root: int) -> Request:
+        """``root``'s ``recv`` gets every rank's ``send`` in rank order (None elsewhere)."""
+
+    @abc.abstractmethod
+    def scatter(self, send, recv, root: int) -> Request:
+        """Rank ``r``'s ``recv`` gets block ``r`` of ``root``'s ``send`` (None elsewhere)."""
+
+    @abc.abstractmethod
+    def alltoallv(self, send, send_counts, recv, recv_counts) -> Request:
+        """Rank ``r`` sends ``send_counts[j]`` bytes to rank ``j`` (byte counts, in order)."""
+
+    @abc.abstractmethod
+    def send(self, buf, dst: int, tag: int) -> Request:
+        """Send ``buf`` to ``dst``."""
+
+    @abc.abstractmethod
+    def recv(self, buf, src: int | None, tag: int) -> Request:
+        """Receive into ``buf`` from ``src`` (None: any rank; see ``Request.source``)."""
+
+    @abc.abstractmethod
+    def barrier(self) -> Request:
+        """Complete once every rank has entered the barrier."""
+
+    @abc.abstractmethod
+    def split(self, ranks: list[int]) -> "Communicator | None":
+        """A communicator of ``ranks`` (in that order); collective, None on non-members."""
+
+    @abc.abstractmethod
+    def dup(self) -> "Communicator":
+        """A communicator of the same ranks whose messages never match this one's."""
+
+    @abc.abstractmethod
+    def abort(self, code: int = 1) -> None:
+        """End every process of the job (used when a rank cannot go on)."""
+
+    def free(self) -> None:
+        """Release the communicator (after ``destroy_process_group``)."""
+
+
+def seconds(timeout) -> float:
+    """Seconds in a ``timedelta`` or a number."""
+    if isinstance(timeout, datetime.timedelta):
+        return timeout.total_seconds()
+    return float(timeout)
+
+
+class Work:
+    """The handle an ``async_op=True`` collective returns (``torch.distributed.Work``).
+
+    ``wait()`` blocks until the collective has completed on this rank (and its result
+    is written into the tensors), raising :class:`DistributedError` after the timeout.
+
+    Example:
+        >>> work = dist.all_reduce(t, async_op=True)
+        >>> ...                       # overlap compute with communication
+        >>> work.wait()
+        True
+    """
+
+    def __init__(self, requests, *, timeout: float, on_timeout=None, finish=None,
+                 result=None):
+        self._requests = list(requests)
+        self._timeout = timeout
+        self._on_timeout = on_timeout   # () -> DistributedError, built only when needed
+        self._finish = finish           # writes results back into the tensors
+        self._result = result
+        self._done = False
+
+    def is_completed(self) -> bool:
+        """True once the collective has completed (and its result is written back)."""
+        if not self._done and all(r.test() for r in self._requests):
+            self._complete()
+        return self._done
+
+    def wait(self, timeout=None) -> bool:
+        """Block until completed; ``timeout`` (seconds or timedelta) overrides the group's.
+
+        Raises:
+            DistributedError: the collective did not complete in time (a rank died, is
+                stuck, or called a different collective); names the op and the ranks.
+        """
+        if self._done:
+            return True
+        limit = self._timeout if timeout is None else seconds(timeout)
+        start = time.monotonic()
+        spins = 0
+        pending = list(self._requests)
+        while pending:
+            pending = [r for r in pending if not r.test()]
+            if not pending:
+                break
+            spins += 1
+            if spins > 200:   # NOTE: spin first (latency), then yield the core to others
+                elapsed = time.monotonic() - start
+                if elapsed > limit:
+                    raise self._timeout_error(elapsed)
+                time.sleep(min(1e-3, 1e-6 * spins))
+        self._complete()
+        return True
+
+    def result(self):
+        """What the collective produced, e.g. the sender's rank for ``irecv``."""
+        self.wait()
+        return self._result() if callable(self._result) else self._result
+
+    def _complete(self) -> None:
+        self._done = True
+        if self._finish is not None:
+            finish, self._finish = self._finish, None
+            finish()
+
+    def _timeout_error(self, elapsed: float) -> DistributedError:
+        if self._on_timeout is not None:
+            return self._on_timeout(elapsed)
+        return DistributedError(f"collective timed out after {elapsed:.1f} s")
+
+
+class CompletedWork(Work):
+    """A ``Work`` that is already done (a collective on a single rank, or a non-member)."""
+
+    def __init__(self, finish=None, result=None):
+        super().__init__([], timeout=0.0, finish=finish, result=result)
+        self._complete()
