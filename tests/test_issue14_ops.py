@@ -223,3 +223,51 @@ def test_cumprod_accumulates_in_float64():
     two = em.tensor(np.arange(1, 13, dtype=np.float32).reshape(3, 4))
     np.testing.assert_array_equal(em.cumprod(two, 1).numpy(),
                                   np.cumprod(two.numpy().astype(np.float64), 1).astype(np.float32))
+
+
+# ------------------------------------------------------------------ 3. Tensor.view(dtype)
+def test_view_dtype_same_size_shares_storage_any_layout():
+    x = em.tensor([[1.0, -2.0, 3.5], [0.25, 0.0, -0.0]])
+    v = x.view(em.int32)
+    assert v.dtype == em.int32 and v.shape == x.shape
+    np.testing.assert_array_equal(v.numpy(), x.numpy().view(np.int32))
+    v[0, 0] = 0                                     # writes reach the base, versions bump
+    assert x[0, 0].item() == 0.0 and x._version == v._version == 1
+    t = x.t().view(em.int32)                        # any strides when the size is equal
+    assert t.stride() == x.t().stride()
+    np.testing.assert_array_equal(t.numpy(), x.numpy().T.view(np.int32))
+    assert em.tensor(1.0).view(em.int32).item() == 1065353216
+    e = em.tensor([3.0]).expand(4).view(em.int32)
+    assert e.stride() == (0,) and e.tolist() == [1077936128] * 4
+    assert x.view(em.float32) is not x and x.view(em.float32).shape == x.shape
+    h = em.tensor([1.0, 2.0], dtype=em.float16).view(em.bfloat16)
+    assert h.dtype == em.bfloat16 and h.view(em.int16).tolist() == [15360, 16384]
+
+
+def test_view_dtype_different_sizes():
+    x = em.arange(12.0).reshape(3, 4)
+    b = x.view(em.uint8)
+    assert b.shape == (3, 16) and b.stride() == (16, 1)
+    np.testing.assert_array_equal(b.numpy(), x.numpy().view(np.uint8))
+    d = x.view(em.float64)
+    assert d.shape == (3, 2) and d.stride() == (2, 1)
+    np.testing.assert_array_equal(d.numpy(), x.numpy().view(np.float64))
+    s = x[:, 2:4].view(em.int64)                    # offset 2, strides (4, 1): divisible
+    assert s.shape == (3, 1) and s.storage_offset() == 1 and s.stride() == (2, 1)
+    h = x[:, 1:3].view(em.int16)                    # smaller: any offset
+    assert h.shape == (3, 4) and h.stride() == (8, 1) and h.storage_offset() == 2
+    assert not em.tensor([1.0], requires_grad=True).view(em.int32).requires_grad
+
+
+@pytest.mark.parametrize("make, dtype, words", [
+    (lambda: em.zeros(4, 3).t(), em.int16, ["stride(-1) must be 1", "[3, 4]", "float32"]),
+    (lambda: em.tensor(1.0), em.int16, ["dim() cannot be 0", "4", "2"]),
+    (lambda: em.zeros(3, 3), em.float64, ["size(-1) (3) must be divisible", "ratio 2"]),
+    (lambda: em.zeros(3, 4)[:, 1:3], em.float64, ["storage_offset() (1)", "ratio 2"]),
+    (lambda: em.zeros(3, 5)[:, :4], em.float64, ["strides of all dims but the last"]),
+])
+def test_view_dtype_errors_name_the_rule(make, dtype, words):
+    with pytest.raises(RuntimeError) as e:
+        make().view(dtype)
+    for w in words:
+        assert w in str(e.value), (w, str(e.value))

@@ -126,8 +126,7 @@ def reshape(input, *shape):
 def view(input, *shape):
     """Like :func:`reshape` but never copies: raises if the layout does not allow a view."""
     if len(shape) == 1 and not isinstance(shape[0], (tuple, list, int)):
-        from .. import dtypes
-        return input.view_as_dtype(dtypes.as_dtype(shape[0]))
+        return view_dtype(input, shape[0])
     shape = _infer_shape(as_shape(shape, "view"), input._data.size, "view")
     if input._data.size and not _viewable(input._data.shape, input.stride(), shape):
         raise ShapeError(
@@ -159,6 +158,50 @@ def _viewable(old, strides, new) -> bool:
         elif chunks[i][0] % acc:
             return False
     return i == len(chunks)
+
+
+def view_dtype(input, dtype):
+    """``input``'s bytes reinterpreted as ``dtype``, sharing its storage (``Tensor.view(dtype)``).
+
+    Same element size: same shape and strides, any layout. A different size rescales the
+    last dim, which must have stride 1; going to a larger element size also needs the
+    last size, the storage offset and the other strides divisible by the size ratio
+    (PyTorch's rules). Like PyTorch, the result is not differentiable.
+
+    Example:
+        >>> ember.tensor([1.0]).view(ember.int32)
+        tensor([1065353216], dtype=ember.int32)
+    """
+    from .. import dtypes
+    from ..tensor import _wrap
+    new = dtypes.as_dtype(dtype)
+    old, arr = input._dtype, input._data
+    if new.itemsize != old.itemsize:
+        _check_view_dtype(input, old, new)
+    return _wrap(arr.view(new.np), new, input._device, input._storage,
+                 input._base if input._base is not None else input)
+
+
+def _check_view_dtype(input, old, new):
+    what = (f"view(dtype={new.name}): cannot view a {old.name} tensor of shape "
+            f"{list(input.shape)} and stride {list(input.stride())} as {new.name}: ")
+    if input.ndim == 0:
+        raise RuntimeError(what + f"self.dim() cannot be 0 if self.element_size() "
+                           f"({old.itemsize}) != dtype.itemsize ({new.itemsize})")
+    if input.stride(-1) != 1:
+        raise RuntimeError(what + "self.stride(-1) must be 1 to view between element sizes "
+                           f"{old.itemsize} and {new.itemsize} (call .contiguous() first)")
+    if new.itemsize > old.itemsize:
+        r = new.itemsize // old.itemsize
+        if input.shape[-1] % r:
+            raise RuntimeError(what + f"self.size(-1) ({input.shape[-1]}) must be divisible "
+                               f"by the ratio {r} between the element sizes")
+        if input.storage_offset() % r:
+            raise RuntimeError(what + f"self.storage_offset() ({input.storage_offset()}) must "
+                               f"be divisible by the ratio {r} between the element sizes")
+        if any(st % r for st in input.stride()[:-1]):
+            raise RuntimeError(what + f"the strides of all dims but the last must be "
+                               f"divisible by the ratio {r} between the element sizes")
 
 
 def view_as(input, other):
