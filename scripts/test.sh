@@ -12,8 +12,11 @@ extras=test
 if [ "${EMBER_TEST_ORACLE:-1}" != "0" ]; then extras=test,oracle; fi
 # onnx + onnxruntime for the ONNX export tests (they skip without them).
 extras=$extras,onnx
+# mpi4py + mpich for the multi-process tests of ember.distributed (they skip without them).
+extras=$extras,distributed
 if ! .venv/bin/python -m pip install -q -e ".[$extras]"; then
-    if .venv/bin/python -m pip install -q -e '.[test,onnx]' ||
+    if .venv/bin/python -m pip install -q -e '.[test,onnx,distributed]' ||
+            .venv/bin/python -m pip install -q -e '.[test,onnx]' ||
             .venv/bin/python -m pip install -q -e '.[test]'; then
         echo "scripts/test.sh: some optional test extras ($extras) are not" \
             "installable here; the tests needing them skip" >&2
