@@ -111,6 +111,19 @@ class Reducer:
         bucket.pending -= 1
         if bucket.pending == 0:
             self._launch_ready()
+        self._progress()
+
+    def _progress(self) -> None:
+        """Drive in-flight all-reduces forward.
+
+        NOTE: MPI moves a nonblocking collective's data only inside MPI calls, so each
+        gradient hook polls the launched buckets: this is what lets communication overlap
+        the rest of the backward pass without a progress thread.
+        """
+        for b in range(self.next_launch):
+            work = self.buckets[b].work
+            if work is not None and not work.is_completed():
+                return   # NOTE: MPI completes collectives in order; one test suffices
 
     def _start_backward(self) -> None:
         self.in_backward = True
