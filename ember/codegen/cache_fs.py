@@ -67,9 +67,10 @@ def check_stat(st, what: str, strict: bool) -> None:
                 f"private folder)")
         return
     if st.st_uid not in (me, 0) or (mode & 0o022 and not mode & stat.S_ISVTX):
+        who = "root" if me == 0 else f"uid {me} or root"
         raise UnsafeCacheError(
             f"kernel cache: folder {what} on the cache's path ({_describe(st)}) must be owned "
-            f"by uid {me} or root and not writable by group/others unless sticky")
+            f"by {who} and not writable by group/others unless sticky")
 
 
 def _open_component(fd: int, name: str, create: bool) -> int:
@@ -122,8 +123,10 @@ def open_dir(path: str, create: bool = True, own_levels: int = 1) -> int:
                 continue
             os.close(fd)
             fd, where = nfd, os.path.normpath(os.path.join(where, name))
-            check_stat(os.fstat(fd), where, strict=False)
-        _check_own_levels(fd, path, own_levels)
+            if pending:                        # NOTE: the last level gets the strict check
+                check_stat(os.fstat(fd), where, strict=False)
+        shown = os.path.abspath(path)
+        _check_own_levels(fd, shown if shown == where else f"{shown} (-> {where})", own_levels)
         return fd
     except BaseException:
         os.close(fd)
@@ -140,12 +143,12 @@ def _symlink_target(fd: int, name: str, shown: str) -> str:
     return os.readlink(name, dir_fd=fd)
 
 
-def _check_own_levels(fd: int, path: str, own_levels: int) -> None:
-    check_stat(os.fstat(fd), path, strict=True)
+def _check_own_levels(fd: int, shown: str, own_levels: int) -> None:
+    check_stat(os.fstat(fd), shown, strict=True)
     if own_levels >= 2:
         up = os.open("..", _DIR, dir_fd=fd)
         try:
-            check_stat(os.fstat(up), os.path.dirname(os.path.abspath(path)), strict=True)
+            check_stat(os.fstat(up), f"the folder above {shown}", strict=True)
         finally:
             os.close(up)
 
