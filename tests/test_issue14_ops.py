@@ -271,3 +271,45 @@ def test_view_dtype_errors_name_the_rule(make, dtype, words):
         make().view(dtype)
     for w in words:
         assert w in str(e.value), (w, str(e.value))
+
+
+# ------------------------------------------------------------------ 4. func results leak grad
+def _transform_results(x):
+    from ember import func
+    f = lambda t: (t ** 3).sum()                                         # noqa: E731
+    g = lambda t: t.exp() * 2                                            # noqa: E731
+    out, vjp_fn = func.vjp(g, x)
+    return {"hessian": func.hessian(f)(x), "jacrev": func.jacrev(g)(x),
+            "jacfwd": func.jacfwd(g)(x), "grad": func.grad(f)(x), "vjp": out,
+            "vjp_fn": vjp_fn(em.ones(2))[0], "jvp": func.jvp(g, (x,), (em.ones(2),)),
+            "jacfwd(jacrev)": func.jacfwd(func.jacrev(g))(x),
+            "jacrev(jacfwd)": func.jacrev(func.jacfwd(g))(x),
+            "hessian argnums": func.hessian(lambda a, b: (a * b * b).sum(), (0, 1))(x, x)}
+
+
+def test_func_results_do_not_require_grad():
+    x = em.tensor([1.0, 2.0])
+    for name, r in _transform_results(x).items():
+        from ember.func._tree import tree_flatten
+        for t in tree_flatten(r)[0]:
+            assert not t.requires_grad and t.grad_fn is None, name
+            t.numpy()                                   # used to raise
+    np.testing.assert_array_equal(em.func.hessian(lambda t: (t ** 3).sum())(x).numpy(),
+                                  [[6, 0], [0, 12]])
+
+
+def test_func_results_stay_differentiable_when_inputs_require_grad():
+    from ember import func
+    x = em.tensor([1.0, 2.0], requires_grad=True)
+    h = func.hessian(lambda t: (t ** 3).sum())(x)
+    assert h.requires_grad
+    h.sum().backward()
+    np.testing.assert_array_equal(x.grad.numpy(), [6, 6])
+    # and transforms still compose: grad of a jvp, grad of a hessian
+    y = em.tensor([1.0, 2.0])
+    gj = func.grad(lambda t: func.jvp(lambda u: (u ** 3).sum(), (t,), (em.ones(2),))[1])(y)
+    np.testing.assert_array_equal(gj.numpy(), [6, 12])
+    gh = func.grad(lambda t: func.hessian(lambda u: (u ** 4).sum())(t).sum())(y)
+    np.testing.assert_array_equal(gh.numpy(), [24, 48])
+    with em.no_grad():
+        assert not func.jacfwd(lambda u: u * x)(y).requires_grad

@@ -40,7 +40,39 @@ def fresh(x, outer_grad: bool, where: str) -> Tensor:
     if x._fw:
         t._fw = dict(x._fw)
     t._requires_grad = True
+    t._func_live = True          # NOTE: the transform is running; see retire()
     return t
+
+
+def retire(leaves) -> None:
+    """Mark a finished transform's stand-ins: graphs reaching only them are its own, and
+    a result depending on nothing else must not require grad (:func:`tracked`)."""
+    for t in leaves:
+        if "_func_live" in t.__dict__:
+            t._func_live = False
+
+
+def tracked(t) -> bool:
+    """Whether ``t``'s graph reaches a tensor that requires grad outside every finished
+    transform: one of the user's, or a stand-in of a transform still running."""
+    if not isinstance(t, Tensor) or not t._requires_grad:
+        return False
+    if t._grad_fn is None:
+        return t.__dict__.get("_func_live", True)
+    stack, seen = [t._grad_fn], set()
+    while stack:
+        n = stack.pop()
+        if id(n) in seen:
+            continue
+        seen.add(id(n))
+        for e in n.next:
+            if e is None:
+                continue
+            if not isinstance(e[0], Tensor):
+                stack.append(e[0])
+            elif e[0].__dict__.get("_func_live", True):
+                return True
+    return False
 
 
 def prepare(args, argnums, outer_grad, where):

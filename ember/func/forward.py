@@ -12,10 +12,11 @@ from __future__ import annotations
 import functools
 
 from ..autograd import forward_ad as fwad
+from ..autograd.grad_mode import state
 from ..errors import ShapeError
 from ..tensor import Tensor
-from ._common import check_argnums, split_aux
-from ._tree import tree_flatten, tree_unflatten
+from ._common import check_argnums, detach_keep_tangent, split_aux, tracked
+from ._tree import tree_flatten, tree_map, tree_unflatten
 from .reverse import jacrev
 
 __all__ = ["jvp", "jacfwd", "hessian"]
@@ -34,6 +35,17 @@ def _unpack(tree, level):
         prim.append(p)
         tan.append(zeros_like(p) if t is None else t)
     return tree_unflatten(prim, spec), tree_unflatten(tan, spec)
+
+
+def _release(tree):
+    """Results detached unless they depend on a tensor an outer graph tracks.
+
+    NOTE: tangents computed through a reverse transform inside (``hessian`` is
+    ``jacfwd(jacrev(f))``) hang off that transform's own stand-in leaves; keeping that
+    graph would hand the user tensors that require grad (PyTorch's do not).
+    """
+    keep = state.grad_enabled
+    return tree_map(lambda t: t if keep and tracked(t) else detach_keep_tangent(t), tree)
 
 
 def _strip_aux(aux, level):
@@ -69,9 +81,9 @@ def jvp(func, primals, tangents, *, has_aux: bool = False):
             duals.append(fwad.make_dual(p, t, level=level))
         out = func(*tree_unflatten(duals, p_spec))
         out, aux = split_aux(out, has_aux, "jvp")
-        prim, tan = _unpack(out, level)
+        prim, tan = _release(_unpack(out, level))
         if has_aux:
-            return prim, tan, _strip_aux(aux, level)
+            return prim, tan, _release(_strip_aux(aux, level))
     return prim, tan
 
 
@@ -94,8 +106,8 @@ def jacfwd(func, argnums=0, *, has_aux: bool = False, randomness: str = "error")
                                                has_aux)
                 per_leaf.append(cols)
             per_arg.append((spec, leaves, per_leaf))
-        res = _assemble(per_arg, out_spec, isinstance(argnums, int))
-        return (res, aux) if has_aux else res
+        res = _release(_assemble(per_arg, out_spec, isinstance(argnums, int)))
+        return (res, _release(aux)) if has_aux else res
     return wrapper
 
 

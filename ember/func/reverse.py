@@ -19,7 +19,7 @@ from ..autograd.grad_mode import enable_grad, state
 from ..errors import ShapeError
 from ..tensor import Tensor
 from ._common import (check_argnums, detach_keep_tangent, prepare, reaches_outside, regroup,
-                      split_aux, stack_rows)
+                      retire, split_aux, stack_rows)
 from ._tree import tree_flatten, tree_map, tree_unflatten
 
 __all__ = ["grad", "grad_and_value", "value_and_grad", "vjp", "jacrev", "jacobian"]
@@ -56,6 +56,7 @@ def _grad_and_value(func, argnums, has_aux, where, args, kwargs):
                              f"floating point Tensor, got {what}")
         keep = outer and reaches_outside([out], leaves)
         gs = _grads([out], [None], leaves, keep or bool(state.fw_levels))
+    retire(leaves)
     g = regroup(_finish(gs, keep), specs, isinstance(argnums, int))
     value = _finish(out, keep)
     if has_aux:
@@ -139,6 +140,7 @@ def vjp(func, *primals, has_aux: bool = False):
         return tuple(res)
 
     out = _finish(out, keep)
+    retire(leaves)
     if has_aux:
         return out, vjp_fn, _finish(aux, keep)
     return out, vjp_fn
@@ -173,6 +175,7 @@ def jacrev(func, argnums=0, *, has_aux: bool = False, chunk_size=None):
             keep = outer and reaches_outside(out_leaves, leaves)
             create = keep or bool(state.fw_levels)
             jacs = [_jac_rows(o, leaves, create) for o in out_leaves]
+        retire(leaves)
         jacs = [regroup(_finish(j, keep), specs, isinstance(argnums, int)) for j in jacs]
         res = tree_unflatten(jacs, out_spec)
         return (res, _finish(aux, keep)) if has_aux else res
