@@ -31,6 +31,8 @@ def _parser() -> argparse.ArgumentParser:
     sub.add_parser("config", help="print Ember's configuration (BLAS, threads, allocator)")
     from .codegen import cache_cli
     cache_cli.add_parser(sub)
+    from .distributed import run as dist_run
+    dist_run.add_parser(sub)
     return p
 
 
@@ -43,6 +45,9 @@ def main(argv=None) -> int:
     if args.command == "cache":
         from .codegen import cache_cli
         return cache_cli.main(args)
+    if args.command == "run":
+        from .distributed import run as dist_run
+        return dist_run.run_from_args(args)
     from .training import TrainConfig, train
     cfg = TrainConfig(model=args.model, dataset=args.dataset, epochs=args.epochs,
                       batch_size=args.batch_size, lr=args.lr, weight_decay=args.weight_decay,

@@ -144,6 +144,15 @@ def init_process_group(backend: str | None = None, init_method: str | None = Non
     group.WORLD = ProcessGroup(comm.dup(), list(range(comm.size)), limit, debug.enabled())
     _State.groups = [group.WORLD]
     _install_excepthook(comm.rank, comm.size)
+    _record_pid(comm.rank)
+
+
+def _record_pid(rank: int) -> None:
+    """Tell ``ember run`` which process is which rank (it names dead ranks by pid)."""
+    run_dir = os.environ.get("EMBER_RUN_DIR")
+    if run_dir and os.path.isdir(run_dir):
+        with open(os.path.join(run_dir, f"rank{rank}.pid"), "w") as f:
+            f.write(str(os.getpid()))
 
 
 def _world_comm() -> Communicator:
