@@ -313,3 +313,38 @@ def test_func_results_stay_differentiable_when_inputs_require_grad():
     np.testing.assert_array_equal(gh.numpy(), [24, 48])
     with em.no_grad():
         assert not func.jacfwd(lambda u: u * x)(y).requires_grad
+
+
+# ------------------------------------------------------------------ 5. narrow-float softmax
+_NARROW = {"float16": (10, -14), "bfloat16": (7, -126)}     # mantissa bits, min exponent
+
+
+def _narrow_ulps(got, ref, name):
+    bits, emin = _NARROW[name]
+    with np.errstate(divide="ignore"):
+        e = np.floor(np.log2(np.abs(ref)))
+    e = np.maximum(np.where(np.isfinite(e), e, emin), emin)
+    return np.abs(got - ref) / np.exp2(e - bits)
+
+
+@pytest.mark.parametrize("name", ["float16", "bfloat16"])
+def test_narrow_softmax_rounds_once(name):
+    d = getattr(em, name)
+    rng = np.random.default_rng(0)
+    x = em.tensor((rng.standard_normal((64, 37)) * 4).astype(np.float32)).to(d)
+    x64 = x.double().numpy()
+    s = x64 - x64.max(1, keepdims=True)
+    ls = s - np.log(np.exp(s).sum(1, keepdims=True))
+    for fn, ref in ((em.softmax, np.exp(ls)), (em.log_softmax, ls)):
+        got = fn(x, 1)
+        assert got.dtype == d
+        err = _narrow_ulps(got.double().numpy(), ref, name)
+        i = np.unravel_index(np.argmax(err), err.shape)
+        # float32 arithmetic then one rounding: within half an ulp, plus float32's ~2^-13
+        assert err[i] <= 0.5 + 2 ** -8, (fn.__name__, name, x64[i], err[i])
+    # the reported case: exactly the float64 result rounded once
+    one = em.tensor([1.0, 2.0], dtype=d)
+    want = em.tensor(np.exp([1.0, 2.0]) / np.exp([1.0, 2.0]).sum()).to(d)
+    assert em.softmax(one, 0).tolist() == want.tolist()
+    want = em.tensor(np.array([1.0, 2.0]) - np.log(np.exp([1.0, 2.0]).sum())).to(d)
+    assert em.log_softmax(one, 0).tolist() == want.tolist()

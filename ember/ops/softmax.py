@@ -29,6 +29,20 @@ def _shifted(xp, x, dim):
     return x - xp.max(x, axis=dim, keepdims=True)
 
 
+#: narrow floats compute in float32 and round once, like PyTorch (acc type float):
+#: float16 softmax([1, 2]) rounded per step is 1 ulp off the correctly rounded result.
+_NARROW = ("float16", "bfloat16")
+
+
+def _widened(kernel):
+    def run(xp, x, dim):
+        if x.dtype.name in _NARROW:
+            return kernel(xp, x.astype(xp.float32), dim).astype(x.dtype)
+        return kernel(xp, x, dim)
+    return run
+
+
+@_widened
 def _softmax_kernel(xp, x, dim):
     if x.ndim == 0:
         return _softmax_kernel(xp, x.reshape(1), 0).reshape(())
@@ -38,6 +52,7 @@ def _softmax_kernel(xp, x, dim):
     return e
 
 
+@_widened
 def _log_softmax_kernel(xp, x, dim):
     if x.ndim == 0:
         return _log_softmax_kernel(xp, x.reshape(1), 0).reshape(())
