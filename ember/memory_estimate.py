@@ -94,6 +94,7 @@ class _AbstractMode:
         self.optimizers = optimizers
         self.best = -1
         self.at_peak: dict = {}
+        self.peak_values: list = []   # (weakref to storage, bytes, field) counted by phase
 
     # ------------------------------------------------------------ values
     def _new(self, shape, dtype, device) -> Tensor:
@@ -197,11 +198,31 @@ class _AbstractMode:
                 for v in s.values():
                     if isinstance(v, Tensor):
                         add("optimizer_state", v)
+        self.peak_values = []
         for st, phase in list(self.live.items()):
             if id(st) not in seen:
                 seen.add(id(st))
-                parts["activations" if phase == "activation" else "temporaries"] += st.nbytes
+                field = "activations" if phase == "activation" else "temporaries"
+                parts[field] += st.nbytes
+                self.peak_values.append((weakref.ref(st), st.nbytes, field))
         parts["other"] = max(0, total - sum(parts.values()))
+        return parts
+
+    def final_parts(self) -> dict:
+        """The breakdown at the peak, by what each value *is* once ``fn`` returns: a value
+        being made into a gradient (backward's copy for ``p.grad``, an accumulation) or
+        into optimizer state at the peak counts as that, not as a temporary."""
+        grads = {id(x._grad._storage) for x, _ in self.leaves.values() if x._grad is not None}
+        moments = {id(v._storage) for opt in self.optimizers for s in opt.state.values()
+                   for v in s.values() if isinstance(v, Tensor)}
+        parts = dict(self.at_peak)
+        for ref, nbytes, field in self.peak_values:
+            st = ref()
+            to = None if st is None else "gradients" if id(st) in grads else \
+                "optimizer_state" if id(st) in moments else None
+            if to is not None:
+                parts[field] -= nbytes
+                parts[to] += nbytes
         return parts
 
     # ------------------------------------------------------------ hooks of factories
@@ -327,7 +348,7 @@ def estimate_memory(fn, *example_inputs, **kwargs) -> MemoryEstimate:
     try:
         mode._check_peak()
         fn(*example_inputs, **kwargs)
-        parts = mode.at_peak
+        parts = mode.final_parts()
         peak = mode.best
     finally:
         state.modes.remove(mode)
@@ -343,27 +364,54 @@ def _from_plan(compiled, inputs, kwargs):
 
     The plan's peak assumes its graph inputs are the only live tensors; everything else
     alive now adds to it, except the gradients the compiled step releases before it runs
-    (``zero_grad()`` inside the graph).
+    (``zero_grad()`` inside the graph). What is alive now splits into parameters,
+    gradients and optimizer state (of the modules and optimizers the function reaches)
+    and other tensors; what the program holds at its peak into the gradients it makes,
+    the activations saved for a compiled backward, and temporaries.
     """
     try:
-        plan = compiled.memory_plan(*inputs, **kwargs)
+        entry = compiled._plan_entry(inputs, kwargs)
+        plan = compiled.memory_plan(*inputs, **kwargs) if entry.joint else entry.program.plan
     except Exception:  # noqa: BLE001 - no plan (runs eagerly, graph break...): eager trace
         return None
-    if plan is None:
-        return None
+    released = {id(p.grad._storage): p.grad._storage.nbytes
+                for p in getattr(entry, "release", ()) if p.grad is not None}
+    opts, params = _reachable(getattr(compiled, "fn", compiled), inputs)
+    parts = _resident(opts, params, released)
+    base = _REAL.current - sum(released.values())
+    parts["other"] = base - sum(parts.values())
     held = plan.peak_bytes - plan.input_bytes
-    released, seen = 0, set()
-    try:
-        entry = [e for e in compiled._cache.values() if not e.eager][-1]
-        for p in getattr(entry, "release", ()):
-            g = p.grad
-            if g is not None and id(g._storage) not in seen:
-                seen.add(id(g._storage))
-                released += g._storage.nbytes
-    except Exception:  # noqa: BLE001 - an older compile without release lists
-        released = 0
-    base = _REAL.current - released
-    bd = getattr(plan, "breakdown", {}) or {}
-    saved = bd.get("saved", 0)
-    return MemoryEstimate(base + held, "compiled plan", other=base, activations=saved,
-                          temporaries=held - saved)
+    saved = (getattr(plan, "breakdown", {}) or {}).get("saved", 0)
+    new_grads = 0 if entry.joint else _grads_at_peak(plan, entry)
+    parts["gradients"] += new_grads
+    parts["activations"] = saved
+    parts["temporaries"] = held - saved - new_grads
+    return MemoryEstimate(base + held, "compiled plan", **parts)
+
+
+def _resident(opts, params, skip) -> dict:
+    """Bytes of the parameters, their gradients and the optimizer state alive now."""
+    parts = dict.fromkeys(_FIELDS, 0)
+    seen = set(skip)
+
+    def add(field, t):
+        if isinstance(t, Tensor) and id(t._storage) not in seen:
+            seen.add(id(t._storage))
+            parts[field] += t._storage.nbytes
+
+    for p in params:
+        add("parameters", p)
+    for p in params:
+        add("gradients", p.grad)
+    for opt in opts:
+        for s in opt.state.values():
+            for v in s.values():
+                add("optimizer_state", v)
+    return parts
+
+
+def _grads_at_peak(plan, entry) -> int:
+    """Bytes of the program's buffers alive at its peak that hold a new ``p.grad``."""
+    ids = {plan.graph.outputs[i].id for _, i, _ in entry.grads if i is not None}
+    return sum(b.nbytes for b in plan.live_at(plan.peak_step)
+               if any(m in ids for m in b.members))

@@ -1,4 +1,5 @@
 """``ember.estimate_memory``: predicted peaks vs measured ones, breakdown, no side effects."""
+import gc
 import importlib.util
 import sys
 from pathlib import Path
@@ -159,3 +160,59 @@ def test_compiled_function():
 def test_bad_argument():
     with pytest.raises(TypeError, match="estimate_memory: expected a callable"):
         em.estimate_memory(3)
+
+
+# ------------------------------------------------------------------ issue 14: categories
+def _plain_mlp(compiled=False):
+    """Linear(512, 256) - ReLU - Linear(256, 256) - ReLU - Linear(256, 10), SGD with
+    momentum, batch 64, after one step (momentum buffers exist)."""
+    em.manual_seed(0)
+    model = nn.Sequential(nn.Linear(512, 256), nn.ReLU(), nn.Linear(256, 256), nn.ReLU(),
+                          nn.Linear(256, 10))
+    opt = em.optim.SGD(model.parameters(), lr=1e-3, momentum=0.9)
+    x, y = em.randn(64, 512), em.randint(0, 10, (64,))
+
+    def step(x, y):
+        opt.zero_grad()
+        loss = F.cross_entropy(model(x), y)
+        loss.backward()
+        opt.step()
+        return loss
+    step(x, y)
+    gc.collect()
+    P = 4 * (512 * 256 + 256 + 256 * 256 + 256 + 256 * 10 + 10)
+    # alive besides parameters, gradients and momentum buffers: the batch (and whatever
+    # earlier tests left)
+    other = em.memory_stats()["current_bytes"] - 3 * P
+    assert other >= x.nbytes + y.nbytes
+    return P, other, step, x, y
+
+
+def test_breakdown_of_a_plain_mlp_by_hand():
+    """The peak of the eager step is backward's copy of the first layer's weight gradient
+    into ``p.grad`` (the largest one, and the last one made): at that moment
+    every layer's gradient exists — the new one being that copy — beside the parameters
+    and the momentum buffers; the weight gradient being copied is the one temporary, the
+    batch is "other", and only the 0-d loss values remain as activations."""
+    P, other, step, x, y = _plain_mlp()
+    est = em.estimate_memory(step, x, y)
+    assert (est.parameters, est.gradients, est.optimizer_state) == (P, P, P), est
+    assert est.temporaries == 4 * 256 * 512, est        # the gradient being copied
+    assert est.other == other, est
+    assert 0 <= est.activations <= 16, est               # the loss (and its mean's sum)
+    assert est.peak_bytes == _measured(lambda: step(x, y))
+
+
+def test_breakdown_of_a_compiled_plain_mlp():
+    """The compiled plan's estimate splits what is alive into parameters, gradients,
+    optimizer state and other tensors too (it used to call all of it "other")."""
+    P, other, step, x, y = _plain_mlp()
+    compiled = em.compile(step)
+    for _ in range(2):
+        compiled(x, y)
+    est = em.estimate_memory(compiled, x, y)
+    assert est.source == "compiled plan"
+    assert est.parameters == P and est.optimizer_state == P, est
+    assert est.other == other, est
+    assert 0 < est.gradients <= P, est                   # the new ones alive at the peak
+    assert sum(v for k, v in est.as_dict().items() if k != "peak_bytes") == est.peak_bytes

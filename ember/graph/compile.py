@@ -298,6 +298,10 @@ class CompiledFunction:
         Returns a :class:`~ember.graph.memory_plan.MemoryPlan` (``JointPlan`` for a compiled
         forward whose backward is compiled too): ``peak_bytes``, ``breakdown``, ``table()``.
         """
+        return _entry_plan(self._plan_entry(args, kwargs))
+
+    def _plan_entry(self, args, kwargs) -> _Entry:
+        """The captured entry :meth:`memory_plan` reports (see there)."""
         if args or kwargs:
             flat, spec = tree_flatten((args, kwargs))
             self._roots = _discover(self.fn, args, kwargs)
@@ -313,7 +317,7 @@ class CompiledFunction:
         if e.eager:
             raise GraphError(f"ember.compile({self.name}): this signature runs eagerly "
                              f"({e.reason}); it has no memory plan")
-        return _entry_plan(e)
+        return e
 
     def _plan_capture(self, sig, flat, spec, args, kwargs):
         """Capture ``sig`` for its plan alone: effects undone; not cached (the signature
