@@ -88,7 +88,7 @@ class OptimizedModule(Module):
     def __reduce__(self):
         c = self.__dict__["forward"]
         kw = {"fullgraph": c.fullgraph, "dynamic": c.dynamic, "passes": c.passes,
-              "parallel": c.parallel, "memory_budget": c.memory_budget}
+              "parallel": c.parallel, "memory_budget": c.memory_budget, "name": c.name}
         return (_rebuild, (self._orig_mod, kw))
 
 

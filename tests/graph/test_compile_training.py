@@ -197,7 +197,7 @@ def test_compile_of_a_module_is_an_nn_module_wrapping_it():
     assert model.training and model[1].training and cm.training
     model.eval()
     assert not cm.training
-    assert cm[0] if False else cm.__getattr__("0") is model[0]
+    assert getattr(cm, "0") is model[0]         # submodules reachable through the wrapper
     cm.note = "x"                              # attributes fall through to the original
     assert model.note == "x" and len(cm) == 3
     sd = {k: v.clone() for k, v in cm.state_dict().items()}
