@@ -63,7 +63,7 @@ _warned: set = set()
 _private: dict = {}      # {"path": per-process fallback folder, "pid": its creator}
 
 
-class KernelCacheWarning(RuntimeWarning):
+class KernelCacheWarning(UserWarning):
     """The kernel cache (or one of its files) was not trusted and was not used."""
 
 
@@ -101,12 +101,13 @@ def max_bytes() -> int:
 def _warn(msg: str) -> None:
     if msg not in _warned:
         _warned.add(msg)
-        warnings.warn(msg, KernelCacheWarning, stacklevel=4)
+        warnings.warn(msg, KernelCacheWarning, stacklevel=2)
 
 
 def _private_dir() -> str:
     """This process's fallback cache folder (0700, in the temp folder, removed at exit)."""
     if _private.get("pid") != os.getpid():
+        fs.remove_stale_private(tempfile.gettempdir(), "ember-kernels-")
         _private["path"] = tempfile.mkdtemp(prefix=f"ember-kernels-{os.getpid()}-")
         _private["pid"] = os.getpid()
     return _private["path"]

@@ -247,12 +247,42 @@ def _pid_alive(pid: int) -> bool:
     return True
 
 
-def is_stale(name: str, age: float) -> bool:
-    """Whether temporary entry ``name`` (``age`` seconds old) was left by a killed writer."""
-    if age > STALE_ANY_S:
+def pid_of(name: str) -> int | None:
+    """The writer's pid in a temporary name (``.tmp-<pid>-…``, ``ember-kernels-<pid>-…``)."""
+    fields = name.split("-")[1:-1]
+    return next((int(f) for f in fields if f.isdigit()), None)
+
+
+def remove_stale_private(parent: str, prefix: str) -> None:
+    """Remove this user's folders ``<prefix><pid>-…`` in ``parent`` whose process is gone
+    (age alone never counts: a live process may keep its private cache for days)."""
+    try:
+        pfd = os.open(parent, _DIR)
+    except OSError:
+        return
+    try:
+        now = time.time()
+        with os.scandir(pfd) as it:
+            for e in it:
+                if not e.name.startswith(prefix):
+                    continue
+                st = e.stat(follow_symlinks=False)
+                if (stat.S_ISDIR(st.st_mode) and st.st_uid == uid()
+                        and is_stale(e.name, now - st.st_mtime, float("inf"))):
+                    remove_tree(pfd, e.name)
+    except OSError:
+        pass
+    finally:
+        os.close(pfd)
+
+
+def is_stale(name: str, age: float, any_age: float = STALE_ANY_S) -> bool:
+    """Whether temporary entry ``name`` (``age`` seconds old) was left by a killed writer:
+    its process is gone (and it is older than :data:`STALE_DEAD_S`), or it is older than
+    ``any_age``."""
+    if age > any_age:
         return True
-    fields = name.split("-")
-    pid = int(fields[1]) if len(fields) > 2 and fields[1].isdigit() else None
+    pid = pid_of(name)
     if pid == os.getpid():
         return False
     return age > STALE_DEAD_S and (pid is None or not _pid_alive(pid))

@@ -12,6 +12,7 @@ import hashlib
 import os
 import subprocess
 import sys
+import tempfile
 import time
 
 import numpy as np
@@ -358,3 +359,34 @@ def test_cli_refuses_to_clear_a_shared_folder(fresh, monkeypatch, tmp_path, caps
     assert cli.main(["cache", "clear"]) == 1
     assert "refusing to delete" in capsys.readouterr().out
     assert os.listdir(d) == ["abc.so"]
+
+
+def test_private_fallback_folders_of_dead_processes_are_removed(monkeypatch, tmp_path):
+    monkeypatch.setattr(tempfile, "tempdir", str(tmp_path))
+    monkeypatch.setattr(cache, "_private", {})
+    dead, live = _dead_pid(), os.getppid()
+    for name, age in ((f"ember-kernels-{dead}-aa", 120), (f"ember-kernels-{live}-bb", 86400),
+                      (f"ember-kernels-{dead}-cc", 1), ("ember-other-dd", 86400)):
+        (tmp_path / name).mkdir()
+        _age(tmp_path / name, age)
+    mine = cache._private_dir()
+    left = set(os.listdir(tmp_path))
+    assert left == {f"ember-kernels-{live}-bb", f"ember-kernels-{dead}-cc", "ember-other-dd",
+                    os.path.basename(mine)}
+    assert os.stat(mine).st_mode & 0o777 == 0o700
+    cache._remove_private()                       # what exit does
+    assert not os.path.exists(mine)
+
+
+def test_refusal_warning_is_shown_under_default_filters(tmp_path):
+    # NOTE: ember ignores RuntimeWarnings from its own modules (dispatch.py): this must show
+    d = tmp_path / "shared"
+    d.mkdir()
+    d.chmod(0o777)
+    code = "import ember; from ember.codegen import cache; print(cache.cache_dir())"
+    r = subprocess.run([sys.executable, "-c", code], capture_output=True, text=True,
+                       env={**os.environ, "EMBER_KERNEL_CACHE": str(d), "PYTHONWARNINGS": ""},
+                       timeout=120)
+    assert r.returncode == 0, r.stderr
+    assert f"KernelCacheWarning: kernel cache: {d}" in r.stderr
+    assert r.stdout.strip() != str(d)
