@@ -206,6 +206,17 @@ def test_compile_of_a_module_is_an_nn_module_wrapping_it():
         OptimizedModule(lambda x: x, None)
 
 
+def test_compiled_module_names_match_torch_compile():
+    torch = pytest.importorskip("torch")      # the oracle: optional
+    tm = torch.nn.Sequential(torch.nn.Linear(5, 8), torch.nn.BatchNorm1d(8), torch.nn.ReLU())
+    cm = em.compile(nn.Sequential(nn.Linear(5, 8), nn.BatchNorm1d(8), nn.ReLU()))
+    tc = torch.compile(tm)                    # wraps only: nothing compiles until called
+    assert list(cm.state_dict()) == list(tc.state_dict())
+    assert [n for n, _ in cm.named_parameters()] == [n for n, _ in tc.named_parameters()]
+    assert [n for n, _ in cm.named_modules()] == [n for n, _ in tc.named_modules()]
+    assert cm.eval().training == tc.eval().training == tm.training is False
+
+
 def _bn_dropout_net():
     em.manual_seed(0)
     return nn.Sequential(nn.Linear(5, 8), nn.BatchNorm1d(8), nn.ReLU(), nn.Dropout(0.3),
