@@ -126,10 +126,11 @@ def _open_store() -> tuple:
     path, own = configured_dir()
     try:
         fd = fs.open_dir(path, create=True, own_levels=own)
-    except UnsafeCacheError as e:
-        stats["refused"] += 1
+    except OSError as e:                       # NOTE: UnsafeCacheError is one
+        stats["refused"] += isinstance(e, UnsafeCacheError)
+        why = e if isinstance(e, UnsafeCacheError) else f"kernel cache: {path}: {e}"
         path = _private_dir()
-        _warn(f"{e}; not using it: kernels are cached in {path} for this process only")
+        _warn(f"{why}; not using it: kernels are cached in {path} for this process only")
         fd = fs.open_dir(path, create=True)
     if _usage.get(path) is None:              # NOTE: once per folder and process
         _usage[path] = _scan_and_clean(fd)

@@ -19,6 +19,7 @@ from __future__ import annotations
 
 import errno
 import os
+import re
 import secrets
 import shutil
 import stat
@@ -33,6 +34,7 @@ STALE_DEAD_S = 30.0
 #: is killed after 60 s), which covers pids reused or from another pid namespace.
 STALE_ANY_S = 600.0
 TEMP_PREFIXES = (".tmp-", ".build-", ".load-")
+_ENTRY = re.compile(r"[0-9a-f]{32}\.(so|sha256|c)")    # what scan counts and clear removes
 
 
 class UnsafeCacheError(PermissionError):
@@ -289,7 +291,8 @@ def is_stale(name: str, age: float, any_age: float = STALE_ANY_S) -> bool:
 
 
 def scan(dfd: int):
-    """``(entries, temps)``: ``{key: (bytes, last access)}`` and ``[(name, age, is dir)]``."""
+    """``(entries, temps)``: ``{key: (bytes, last access)}`` and ``[(name, age, is dir)]``
+    (other files -- a user's notes -- are neither counted nor ever removed)."""
     entries, temps, now = {}, [], time.time()
     with os.scandir(dfd) as it:
         for e in it:
@@ -299,7 +302,7 @@ def scan(dfd: int):
                 continue
             if e.name.startswith(TEMP_PREFIXES):
                 temps.append((e.name, now - st.st_mtime, stat.S_ISDIR(st.st_mode)))
-            elif not e.name.startswith(".") and "." in e.name:
+            elif _ENTRY.fullmatch(e.name):
                 key, ext = e.name.rsplit(".", 1)
                 size, atime = entries.get(key, (0, 0.0))
                 used = st.st_atime if ext == "so" else 0.0

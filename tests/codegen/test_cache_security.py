@@ -337,6 +337,7 @@ def test_cli_cache_info_and_clear(fresh, monkeypatch, tmp_path, capsys):
     total = _entry_bytes(tmp_path / "k")
     live = tmp_path / "k" / f".tmp-{os.getpid()}-zz"
     live.write_bytes(b"a build in progress")
+    (tmp_path / "k" / "NOTES.txt").write_text("a user's file: neither counted nor removed")
     assert cli.main(["cache", "info"]) == 0
     out = capsys.readouterr().out
     assert f"path:       {tmp_path / 'k'}\n" in out and "check:      ok\n" in out
@@ -344,7 +345,7 @@ def test_cli_cache_info_and_clear(fresh, monkeypatch, tmp_path, capsys):
     assert f"bound:      {64 << 20} bytes (64.0 MiB)" in out
     assert cli.main(["cache", "clear"]) == 0
     assert f"removed 2 entries, {total} bytes" in capsys.readouterr().out
-    assert os.listdir(tmp_path / "k") == [live.name]        # a live build's file stays
+    assert sorted(os.listdir(tmp_path / "k")) == [live.name, "NOTES.txt"]   # live build's
     assert cache.load(_sources(1)[0], cc).ember_v000() == 0  # memo dropped: rebuilt
 
 
@@ -390,3 +391,11 @@ def test_refusal_warning_is_shown_under_default_filters(tmp_path):
     assert r.returncode == 0, r.stderr
     assert f"KernelCacheWarning: kernel cache: {d}" in r.stderr
     assert r.stdout.strip() != str(d)
+
+
+def test_unusable_folder_falls_back_with_a_warning(fresh, monkeypatch, tmp_path):
+    (tmp_path / "file").write_text("not a folder")
+    d = tmp_path / "file" / "kernels"
+    monkeypatch.setenv("EMBER_KERNEL_CACHE", str(d))
+    with pytest.warns(cache.KernelCacheWarning, match=f"{d}.*cached in .* for this process"):
+        assert cache.load(SOURCE, find_compiler()).ember_answer() == 42
