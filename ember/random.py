@@ -28,7 +28,7 @@ from .autograd.grad_mode import state as _grad_state
 from .device import device as _device
 from .errors import DTypeError, ShapeError
 from .tensor import Tensor, _wrap
-from .ops._util import as_shape
+from .ops._util import as_shape, check_new_size
 from .ops.factories import _finish
 
 __all__ = ["Generator", "default_generator", "manual_seed", "seed", "initial_seed",
@@ -198,11 +198,8 @@ def _normal01(rng, shape, dtype: _dt.DType) -> np.ndarray:
     return rng.standard_normal(shape, dtype=np.float32).astype(dtype.np)
 
 
-def _size(size, op):
-    shape = as_shape(size, op)
-    if any(s < 0 for s in shape):
-        raise ShapeError(f"{op}: negative dimension in size {shape}")
-    return shape
+def _size(size, op, dtype):
+    return check_new_size(as_shape(size, op), dtype, op)
 
 
 def _zero_grad_link(out: Tensor, *inputs) -> Tensor:
@@ -241,8 +238,8 @@ def rand(*size, generator=None, dtype=None, device=None, requires_grad=False) ->
         >>> ember.rand(2, 3).shape
         ember.Size([2, 3])
     """
-    shape = _size(size, "rand")
     dtype = _float_dtype(dtype, "rand")
+    shape = _size(size, "rand", dtype)
     return _drawn(lambda: _uniform01(_gen(generator), shape, dtype), dtype, device,
                   requires_grad, "rand")
 
@@ -254,8 +251,8 @@ def randn(*size, generator=None, dtype=None, device=None, requires_grad=False) -
         >>> ember.randn(4).dtype
         ember.float32
     """
-    shape = _size(size, "randn")
     dtype = _float_dtype(dtype, "randn")
+    shape = _size(size, "randn", dtype)
     return _drawn(lambda: _normal01(_gen(generator), shape, dtype), dtype, device,
                   requires_grad, "randn")
 
@@ -288,8 +285,8 @@ def randint(*args, size=None, generator=None, dtype=None, device=None,
     if len(args) != 3:
         raise TypeError("randint(): expected randint(high, size) or randint(low, high, size)")
     low, high, size = args
-    shape = _size((size,) if isinstance(size, int) else tuple(size), "randint")
     dtype = _dt.int64 if dtype is None else _dt.as_dtype(dtype)
+    shape = _size((size,) if isinstance(size, int) else tuple(size), "randint", dtype)
     low, high = _int_bounds(low, high, dtype, "randint")
     return _drawn(lambda: _gen(generator).integers(low, high, shape, dtype=np.int64).astype(
         dtype.np), dtype, device, requires_grad, "randint")
@@ -309,8 +306,8 @@ def normal(mean=0.0, std=1.0, size=None, *, generator=None, dtype=None, device=N
     if not tens:
         if size is None:
             raise TypeError("normal(): with number mean and std, size= is required")
-        shape, dt = _size((size,) if isinstance(size, int) else tuple(size), "normal"), \
-            _float_dtype(dtype, "normal")
+        dt = _float_dtype(dtype, "normal")
+        shape = _size((size,) if isinstance(size, int) else tuple(size), "normal", dt)
         if std < 0:
             raise ValueError(f"normal expects std >= 0.0, got std={std!r}")
         return _drawn(lambda: np.ascontiguousarray(
@@ -361,6 +358,7 @@ def randperm(n: int, *, generator=None, dtype=None, device=None, requires_grad=F
     if n < 0:
         raise ValueError(f"randperm: n must be non-negative, got {n}")
     dtype = _dt.int64 if dtype is None else _dt.as_dtype(dtype)
+    check_new_size((n,), _dt.int64, "randperm")      # NOTE: drawn as int64, then cast
     return _drawn(lambda: _gen(generator).permutation(n).astype(dtype.np), dtype, device,
                   requires_grad, "randperm")
 

@@ -348,3 +348,53 @@ def test_narrow_softmax_rounds_once(name):
     assert em.softmax(one, 0).tolist() == want.tolist()
     want = em.tensor(np.array([1.0, 2.0]) - np.log(np.exp([1.0, 2.0]).sum())).to(d)
     assert em.log_softmax(one, 0).tolist() == want.tolist()
+
+
+# ------------------------------------------------------------------ 6. factory errors
+_HUGE = 2 ** 31
+_FACTORIES = {
+    "randn": lambda s: em.randn(*s), "rand": lambda s: em.rand(*s),
+    "zeros": lambda s: em.zeros(*s), "ones": lambda s: em.ones(*s),
+    "empty": lambda s: em.empty(*s), "full": lambda s: em.full(s, 1.5),
+    "randint": lambda s: em.randint(0, 5, s), "normal": lambda s: em.normal(0.0, 1.0, size=s),
+}
+
+
+@pytest.mark.parametrize("op", sorted(_FACTORIES))
+def test_factories_name_an_oversized_shape(op):
+    from ember.errors import ShapeError
+    with pytest.raises(ShapeError) as e:                 # a ValueError and a RuntimeError
+        _FACTORIES[op]((_HUGE, _HUGE))
+    msg = str(e.value)
+    d = em.int64 if op == "randint" else em.float32
+    nbytes = _HUGE * _HUGE * d.itemsize
+    for w in (f"{op}:", "too large", f"[{_HUGE}, {_HUGE}]", f"{nbytes} bytes", d.name):
+        assert w in msg, (w, msg)
+    with pytest.raises(ShapeError, match=rf"{op}: .*negative dimension -3: \[2, -3\]"):
+        _FACTORIES[op]((2, -3))
+    assert _FACTORIES[op]((2, 0, 3)).shape == (2, 0, 3)
+
+
+def test_ranges_and_eye_name_an_oversized_size():
+    from ember.errors import ShapeError
+    for op, fn in (("arange", lambda: em.arange(0, 2 ** 62)),
+                   ("linspace", lambda: em.linspace(0, 1, 2 ** 62)),
+                   ("logspace", lambda: em.logspace(0, 1, 2 ** 62)),
+                   ("eye", lambda: em.eye(_HUGE)), ("randperm", lambda: em.randperm(2 ** 62)),
+                   ("zeros", lambda: em.zeros(2 ** 70))):
+        with pytest.raises(ShapeError, match=rf"^{op}: the size is too large.*bytes"):
+            fn()
+
+
+@pytest.mark.parametrize("data, msg", [
+    ([[1, 2], [3]], "expected sequence of length 2 at dim 1 (got 1) at index [1]"),
+    ([[[1, 2], [3, 4]], [[1, 2], [3]]], "expected sequence of length 2 at dim 2 (got 1)"),
+    ([[1.0], [2.0, 3.0]], "expected sequence of length 1 at dim 1 (got 2)"),
+    ([1, [2]], "expected a number at dim 1 at index [1]"),
+    ([[1, 2], 3], "expected sequence of length 2 at dim 1 at index [1] (got a scalar of type int)"),
+])
+def test_tensor_of_ragged_lists_says_which_row(data, msg):
+    with pytest.raises(ValueError) as e:
+        em.tensor(data)
+    assert msg in str(e.value) and str(e.value).startswith("tensor(): ")
+    assert isinstance(e.value, TypeError)      # what Ember raised before: still caught

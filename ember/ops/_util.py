@@ -1,8 +1,13 @@
 """Small helpers shared by op modules: dims, shapes, method binding."""
 from __future__ import annotations
 
+import math
+
 from ..errors import ShapeError
 from ..tensor import Tensor, _wrap_dim
+
+#: the most bytes one array can span (NumPy's index type, ``intp``, is signed 64-bit).
+MAX_BYTES = 2 ** 63 - 1
 
 
 def wrap_dim(dim: int, ndim: int, op: str) -> int:
@@ -44,3 +49,27 @@ def method(name: str | None = None):
 def bind(**methods) -> None:
     for k, v in methods.items():
         setattr(Tensor, k, v)
+
+
+def check_new_size(shape: tuple, dtype, op: str) -> tuple:
+    """``shape`` if a new tensor of it and ``dtype`` can exist, else a :class:`ShapeError`.
+
+    Negative sizes, and sizes whose byte count overflows what any array can address,
+    fail here with the op, shape and byte count (not deep inside NumPy).
+
+    Example:
+        >>> check_new_size((2, 3), ember.float32, "zeros")
+        (2, 3)
+    """
+    for n in shape:
+        if n < 0:
+            raise ShapeError(f"{op}: trying to create a tensor with negative dimension {n}: "
+                             f"{list(shape)}")
+    numel = math.prod(shape)
+    nbytes = numel * dtype.itemsize
+    if nbytes > MAX_BYTES:
+        raise ShapeError(f"{op}: the size is too large: a tensor of shape {list(shape)} and "
+                         f"dtype {dtype.name} has {numel} elements of {dtype.itemsize} bytes = "
+                         f"{nbytes} bytes, which overflows the {MAX_BYTES} bytes (2**63 - 1) "
+                         f"any tensor can address")
+    return shape

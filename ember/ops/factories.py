@@ -12,9 +12,9 @@ import numpy as np
 from .. import dtypes as _dt
 from ..device import device as _device, get_backend
 from ..autograd.grad_mode import state as _grad_state
-from ..errors import DTypeError
+from ..errors import DTypeError, ShapeError
 from ..tensor import Tensor, _wrap, from_array
-from ._util import as_shape
+from ._util import as_shape, check_new_size
 
 __all__ = ['tensor', 'as_tensor', 'from_numpy', 'from_dlpack', 'zeros', 'ones', 'empty', 'full',
            'zeros_like', 'ones_like', 'empty_like', 'full_like', 'arange', 'linspace',
@@ -78,9 +78,50 @@ def tensor(data, *, dtype=None, device=None, requires_grad: bool = False) -> Ten
     try:
         arr = np.array(data, dtype=dtype.np)
     except (ValueError, TypeError, OverflowError) as e:
+        ragged = _ragged(data)
+        if ragged:
+            raise RaggedSequenceError(f"tensor(): {ragged}") from None
         raise TypeError(f"tensor(): could not convert {type(data).__name__} to a tensor of "
                         f"{dtype}: {e}") from None
     return _finish(arr, dtype, dev, requires_grad)
+
+
+class RaggedSequenceError(ShapeError, TypeError):
+    """Nested sequences of unequal lengths (a ValueError like PyTorch's; a TypeError too,
+    for code written against Ember's earlier conversion error)."""
+
+
+def _is_seq(x) -> bool:
+    return isinstance(x, (list, tuple)) or isinstance(x, np.ndarray) and x.ndim > 0
+
+
+def _ragged(data) -> str | None:
+    """Where nested ``data`` stops being rectangular, in PyTorch's words (None if it is)."""
+    shape, d = [], data
+    while _is_seq(d):                  # NOTE: like PyTorch, the first elements set the shape
+        shape.append(len(d))
+        if not len(d):
+            break
+        d = d[0]
+
+    def walk(x, dim, path):
+        where = f" at index {''.join(f'[{i}]' for i in path)}" if path else ""
+        if dim == len(shape):
+            if _is_seq(x):
+                return (f"expected a number at dim {dim}{where}, got a sequence of length "
+                        f"{len(x)} (nested lists must be rectangular, shape {shape} so far)")
+            return None
+        if not _is_seq(x):
+            return (f"expected sequence of length {shape[dim]} at dim {dim}{where} (got a scalar of type "
+                    f"{type(x).__name__})")
+        if len(x) != shape[dim]:
+            return f"expected sequence of length {shape[dim]} at dim {dim} (got {len(x)}){where}"
+        for i, e in enumerate(x):
+            msg = walk(e, dim + 1, path + [i])
+            if msg:
+                return msg
+        return None
+    return walk(data, 0, []) if shape else None
 
 
 def as_tensor(data, dtype=None, device=None) -> Tensor:
@@ -119,10 +160,8 @@ def from_dlpack(ext) -> Tensor:
 
 
 def _make(fill, shape, dtype, device, requires_grad, op):
-    shape = as_shape(shape, op)
-    if any(s < 0 for s in shape):
-        raise ValueError(f"{op}: negative dimension in shape {shape}")
     dtype = _dt.as_dtype(dtype)
+    shape = check_new_size(as_shape(shape, op), dtype, op)
     dev = _device(device or "cpu")
     be = get_backend(dev)
     arr = be.empty(shape, dtype.np)
@@ -237,6 +276,7 @@ def arange(start=0, end=None, step=1, *, dtype=None, device=None,
                          f"(start={start}, end={end}, step={step})")
     n = math.ceil((end - start) / step) if not all(
         isinstance(v, numbers.Integral) for v in (start, end, step)) else -((start - end) // step)
+    check_new_size((n,), dtype, "arange")
     if dtype.category != _dt.FLOAT and all(isinstance(v, numbers.Integral)
                                            for v in (start, end, step)):
         arr = (start + step * np.arange(n, dtype=np.int64)).astype(dtype.np)
@@ -258,6 +298,7 @@ def linspace(start, end, steps: int, *, dtype=None, device=None,
     if steps < 0:
         raise ValueError(f"linspace: number of steps must be non-negative, got {steps}")
     dtype = _dt.as_dtype(dtype)
+    check_new_size((steps,), dtype, "linspace")
     return _finish(_linspace_array(start, end, steps, dtype), dtype,
                    _device(device or "cpu"), requires_grad)
 
@@ -290,6 +331,7 @@ def logspace(start, end, steps: int, base: float = 10.0, *, dtype=None, device=N
     if steps < 0:
         raise ValueError(f"logspace: number of steps must be non-negative, got {steps}")
     dtype = _dt.as_dtype(dtype)
+    check_new_size((steps,), dtype, "logspace")
     exps = _linspace_array(start, end, steps, _dt.float64)
     arr = np.power(np.float64(base), exps).astype(dtype.np)
     return _finish(arr, dtype, _device(device or "cpu"), requires_grad)
@@ -309,6 +351,7 @@ def eye(n: int, m: int | None = None, *, dtype=None, device=None,
         if not isinstance(v, (numbers.Integral, np.integer)) or isinstance(v, bool) or v < 0:
             raise ValueError(f"eye: {w} must be a non-negative integer, got {v!r}")
     dtype = _dt.as_dtype(dtype)
+    check_new_size((int(n), int(m)), dtype, "eye")
     return _finish(np.eye(int(n), int(m), dtype=dtype.np), dtype, _device(device or "cpu"),
                    requires_grad)
 
