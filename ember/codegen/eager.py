@@ -32,8 +32,9 @@ Accuracy: the generated kernels call glibc's libm/libmvec (<= 4 ulp by glibc's t
 a dense sweep of every SIMD variant, SSE to AVX-512, measured up to 3.9 ulp, float32 log)
 except float32 ``tanh``, a rational approximation (Eigen's/XLA's, <= 4.5 ulp), and
 float32 ``erf``, Ember's own (<= 1.6 ulp over every float32; libmvec's AVX-512 ``erff``
-returned 1.0 for |x| in [3.74, 3.92]), so no result depends on which variant a CPU gets. That is what XLA and Eigen ship on CPU, well inside the float32 tolerances
-the op tests use, so eager accepts it; set ``EMBER_EAGER_KERNELS=0`` for NumPy's bits.
+returned 1.0 for |x| in [3.74, 3.92]), so no bound depends on which variant a CPU gets.
+That is what XLA and Eigen ship on CPU, well inside the float32 tolerances the op tests
+use, so eager accepts it; set ``EMBER_EAGER_KERNELS=0`` for NumPy's bits.
 NaN/Inf propagate like NumPy (the registry's templates; tested per op).
 
 ``elementwise_kernel(op, dtypes, shapes)`` is the shape-bound variant (bench, tests).

@@ -112,8 +112,8 @@ def _ragged(data) -> str | None:
                         f"{len(x)} (nested lists must be rectangular, shape {shape} so far)")
             return None
         if not _is_seq(x):
-            return (f"expected sequence of length {shape[dim]} at dim {dim}{where} (got a scalar of type "
-                    f"{type(x).__name__})")
+            return (f"expected sequence of length {shape[dim]} at dim {dim}{where} (got a "
+                    f"scalar of type {type(x).__name__})")
         if len(x) != shape[dim]:
             return f"expected sequence of length {shape[dim]} at dim {dim} (got {len(x)}){where}"
         for i, e in enumerate(x):
