@@ -1,0 +1,260 @@
+"""Data-parallel benchmark: 1 process x 2 threads vs 2 processes x 1 thread, Ember and PyTorch.
+
+For W1 (MLP, SGD) and W3 (GPT, AdamW) of ``bench/train.py`` — same models, the same
+global batch (each of 2 ranks takes half) — it prints, side by side in one run:
+
+* steps/s of one process with 2 threads (plain step) and of 2 processes with 1 thread
+  each (DistributedDataParallel; PyTorch: DDP on gloo), and the ratio 2-proc / 1-proc;
+* overlap: the fraction of all-reduce time hidden behind backward (Ember), i.e.
+  ``1 - exposed / standalone`` where *exposed* is the time from the end of backward to
+  the last bucket's completion and *standalone* the same buckets all-reduced alone;
+* optimizer-state bytes per rank (W3, AdamW) with and without ZeRO-1 (Ember and, when
+  installed, PyTorch's ZeroRedundancyOptimizer);
+* Ember's DDP step time / PyTorch DDP's (target <= 1.0).
+
+Run:
+    .venv/bin/python bench/distributed.py            # about a minute on 2 cores
+    .venv/bin/python bench/distributed.py --quick    # smoke run
+"""
+from __future__ import annotations
+
+import argparse
+import json
+import os
+import statistics
+import subprocess
+import sys
+import tempfile
+import time
+from pathlib import Path
+
+ROOT = Path(__file__).resolve().parents[1]
+sys.path.insert(0, str(ROOT))
+sys.path.insert(0, str(ROOT / "bench"))
+import ember  # noqa: E402  (before NumPy: Ember sets OpenBLAS's thread spin)
+import numpy as np  # noqa: E402
+from train import WORKLOADS, _import_torch  # noqa: E402
+
+NAMES = {"W1": "W1 MLP SGD", "W3": "W3 GPT AdamW"}
+
+
+# ------------------------------------------------------------------------ worker side
+def _world():
+    return int(os.environ.get("WORLD_SIZE", "1")), int(os.environ.get("RANK", "0"))
+
+
+def _build(lib, wl, world, rank, seed=0):
+    """Model, optimizer and this rank's half of the global batch."""
+    lib.manual_seed(seed)
+    model, opt = wl.build(lib, **wl.size)
+    x, y = wl.data(np.random.default_rng(seed), **wl.size)
+    n = x.shape[0] // world
+    part = slice(rank * n, (rank + 1) * n)
+    return model, opt, lib.tensor(x[part]), lib.tensor(y[part])
+
+
+def _step_fn(lib, model, opt, x, y):
+    F = lib.nn.functional
+
+    def step():
+        opt.zero_grad()
+        out = model(x)
+        loss = F.cross_entropy(out.reshape(-1, out.shape[-1]), y.reshape(-1))
+        loss.backward()
+        opt.step()
+    return step
+
+
+def _time(step, steps: int, rounds: int, barrier) -> float:
+    """Median over ``rounds`` of the mean seconds per step (ranks start each round together)."""
+    for _ in range(3):
+        step()
+    out = []
+    for _ in range(rounds):
+        barrier()
+        t0 = time.perf_counter()
+        for _ in range(steps):
+            step()
+        out.append((time.perf_counter() - t0) / steps)
+    return statistics.median(out)
+
+
+def _ember_ddp(wl, world, rank, steps, rounds, dist, bucket_mb):
+    from ember.nn.parallel import DistributedDataParallel as DDP
+    model, opt, x, y = _build(ember, wl, world, rank)
+    # NOTE: DDP keeps the same Parameters: the optimizer stays valid
+    ddp = DDP(model, bucket_cap_mb=bucket_mb) if world > 1 else model
+    step = _step_fn(ember, ddp, opt, x, y)
+    barrier = dist.barrier if world > 1 else (lambda: None)
+    res = {"s_per_step": _time(step, steps, rounds, barrier)}
+    if world > 1:
+        res.update(_overlap(ddp, step, dist))
+    return res
+
+
+def _overlap(ddp, step, dist):
+    """Exposed all-reduce time after backward vs the same all-reduces run alone."""
+    red = ddp.reducer
+    marks = []
+    for _ in range(10):
+        step()
+        marks.append((red.stats["backward_end"], red.stats["comm_done"]))
+    # NOTE: the ranks share one machine's monotonic clock: communication is exposed only
+    # after the LAST rank's backward ends (waiting for a slower peer is not communication)
+    every = [None] * dist.get_world_size()
+    dist.all_gather_object(every, marks)
+    exposed = [max(0.0, done - max(r[i][0] for r in every))
+               for i, (_, done) in enumerate(marks)]
+    alone = []
+    for _ in range(10):
+        dist.barrier()
+        t0 = time.perf_counter()
+        for b in red.buckets:
+            dist.all_reduce(b.flat)
+        alone.append(time.perf_counter() - t0)
+    e, a = statistics.median(exposed), statistics.median(alone)
+    return {"exposed_s": e, "allreduce_s": a, "overlap": max(0.0, 1.0 - e / a) if a else 1.0,
+            "buckets": len(red.buckets)}
+
+
+def _ember_zero_bytes(world, rank):
+    from ember.distributed.optim import ZeroRedundancyOptimizer
+    from ember.nn.parallel import DistributedDataParallel as DDP
+    wl = WORKLOADS[NAMES["W3"]]
+    out = {}
+    for zero in (False, True):
+        model, opt, x, y = _build(ember, wl, world, rank)
+        ddp = DDP(model)
+        if zero:
+            opt = ZeroRedundancyOptimizer(ddp.parameters(), optimizer_class=ember.optim.AdamW,
+                                          lr=3e-4)
+        else:
+            opt = ember.optim.AdamW(ddp.parameters(), lr=3e-4)
+        _step_fn(ember, ddp, opt, x, y)()
+        state = (opt.optim.state if zero else opt.state).values()
+        out["zero" if zero else "plain"] = sum(
+            v.numel() * v.element_size() for st in state for v in st.values()
+            if isinstance(v, ember.Tensor))
+    return out
+
+
+def _torch_side(torch, wl, world, rank, steps, rounds):
+    torch.set_num_threads(int(os.environ.get("OMP_NUM_THREADS", "1")))
+    model, opt, x, y = _build(torch, wl, world, rank)
+    barrier = lambda: None  # noqa: E731
+    if world > 1:
+        import torch.distributed as tdist
+        from torch.nn.parallel import DistributedDataParallel as TDDP
+        model = TDDP(model)
+        barrier = tdist.barrier
+    return {"s_per_step": _time(_step_fn(torch, model, opt, x, y), steps, rounds, barrier)}
+
+
+def _torch_zero_bytes(torch, world, rank):
+    from torch.distributed.optim import ZeroRedundancyOptimizer
+    from torch.nn.parallel import DistributedDataParallel as TDDP
+    wl = WORKLOADS[NAMES["W3"]]
+    model, _, x, y = _build(torch, wl, world, rank)
+    model = TDDP(model)
+    opt = ZeroRedundancyOptimizer(model.parameters(), optimizer_class=torch.optim.AdamW, lr=3e-4)
+    _step_fn(torch, model, opt, x, y)()
+    return sum(v.numel() * v.element_size() for st in opt.optim.state.values()
+               for v in st.values() if torch.is_tensor(v))
+
+
+def worker(out_path: str, steps: int, rounds: int, use_torch: bool, bucket_mb: float) -> None:
+    world, rank = _world()
+    dist = None
+    if world > 1:
+        import ember.distributed as dist
+        dist.init_process_group("mpi")
+    torch = _import_torch() if use_torch else None
+    if torch is not None and world > 1:
+        import torch.distributed as tdist
+        os.environ.setdefault("MASTER_ADDR", "127.0.0.1")
+        tdist.init_process_group("gloo", rank=rank, world_size=world)
+    res = {"world": world, "bucket_mb": bucket_mb}
+    for key, name in NAMES.items():
+        wl = WORKLOADS[name]
+        res[key] = {"ember": _ember_ddp(wl, world, rank, steps, rounds, dist, bucket_mb)}
+        if torch is not None:
+            res[key]["torch"] = _torch_side(torch, wl, world, rank, steps, rounds)
+    if world > 1:
+        res["zero_bytes"] = {"ember": _ember_zero_bytes(world, rank)}
+        if torch is not None:
+            res["zero_bytes"]["torch_zero"] = _torch_zero_bytes(torch, world, rank)
+        all_res = [None] * world
+        dist.all_gather_object(all_res, res)
+        res["zero_bytes_per_rank"] = [r["zero_bytes"] for r in all_res]
+    if rank == 0:
+        Path(out_path).write_text(json.dumps(res))
+    if world > 1:
+        dist.barrier()
+        if torch is not None:
+            torch.distributed.destroy_process_group()
+        dist.destroy_process_group()
+
+
+# ------------------------------------------------------------------------ driver side
+def _run(nproc: int, threads: int, args, out: Path) -> dict:
+    from ember.distributed.run import mpiexec_command
+    env = dict(os.environ, OMP_NUM_THREADS=str(threads), OPENBLAS_NUM_THREADS=str(threads),
+               MKL_NUM_THREADS=str(threads), MASTER_PORT=str(29500 + os.getpid() % 1000))
+    target = [sys.executable, __file__, "--worker", str(out), "--steps", str(args.steps),
+              "--rounds", str(args.rounds), "--bucket-mb", str(args.bucket_mb)] + (["--no-torch"] if args.no_torch else [])
+    cmd = target if nproc == 1 else mpiexec_command(nproc, target)
+    subprocess.run(cmd, env=env, check=True, timeout=1800)
+    return json.loads(out.read_text())
+
+
+def report(one: dict, two: dict) -> None:
+    libs = ["ember", "torch"] if "torch" in one["W1"] else ["ember"]
+    print(f"Ember DDP bucket_cap_mb={two['bucket_mb']:g}")
+    print(f"{'workload':<14}{'lib':<7}{'1p x 2t steps/s':>17}{'2p x 1t steps/s':>17}"
+          f"{'2p / 1p':>9}{'overlap':>9}")
+    for key in NAMES:
+        for lib in libs:
+            a, b = one[key][lib], two[key][lib]
+            ov = f"{b['overlap'] * 100:7.0f}%" if "overlap" in b else f"{'n/a':>8}"
+            print(f"{NAMES[key]:<14}{lib:<7}{1 / a['s_per_step']:17.1f}"
+                  f"{1 / b['s_per_step']:17.1f}{a['s_per_step'] / b['s_per_step']:8.2f}x{ov}")
+        if "torch" in libs:
+            r = two[key]["ember"]["s_per_step"] / two[key]["torch"]["s_per_step"]
+            print(f"{'':<14}Ember DDP step / PyTorch DDP (gloo) step: {r:.2f}x (target <= 1.0)")
+        e = two[key]["ember"]
+        print(f"{'':<14}all-reduce alone {e['allreduce_s'] * 1e3:.2f} ms in {e['buckets']} "
+              f"bucket(s), exposed after backward {e['exposed_s'] * 1e3:.2f} ms")
+    per_rank = two["zero_bytes_per_rank"]
+    plain = max(r["ember"]["plain"] for r in per_rank)
+    zero = max(r["ember"]["zero"] for r in per_rank)
+    print(f"W3 AdamW optimizer state per rank: plain {plain / 2**20:.2f} MiB, ZeRO-1 "
+          f"{zero / 2**20:.2f} MiB (max over ranks) = {zero / plain:.2f}x (target <= 0.55)")
+    if "torch_zero" in per_rank[0]:
+        tz = max(r["torch_zero"] for r in per_rank)
+        print(f"PyTorch ZeroRedundancyOptimizer per rank: {tz / 2**20:.2f} MiB")
+
+
+def main(argv=None) -> int:
+    p = argparse.ArgumentParser(description=__doc__.splitlines()[0])
+    p.add_argument("--quick", action="store_true", help="few steps (smoke run)")
+    p.add_argument("--no-torch", action="store_true", help="skip PyTorch")
+    p.add_argument("--steps", type=int, default=20)
+    p.add_argument("--rounds", type=int, default=5)
+    p.add_argument("--bucket-mb", type=float, default=25.0,
+                   help="Ember DDP bucket_cap_mb (PyTorch's default: 25)")
+    p.add_argument("--worker", help=argparse.SUPPRESS)
+    args = p.parse_args(argv)
+    if args.quick:
+        args.steps, args.rounds = 3, 2
+    if args.worker:
+        worker(args.worker, args.steps, args.rounds, not args.no_torch, args.bucket_mb)
+        return 0
+    with tempfile.TemporaryDirectory() as d:
+        one = _run(1, 2, args, Path(d) / "one.json")
+        two = _run(2, 1, args, Path(d) / "two.json")
+    report(one, two)
+    return 0
+
+
+if __name__ == "__main__":
+    sys.exit(main())
