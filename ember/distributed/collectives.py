@@ -62,9 +62,6 @@ def _desc(t) -> str:
 
 def _reduce_dtype(t, op, comm, name: str):
     """The dtype to reduce ``t`` in (None: its own), checking ``op`` fits the dtype."""
-    if not isinstance(op, ReduceOp):
-        raise TypeError(f"{name}: op must be a dist.ReduceOp, got {op!r}; valid: "
-                        f"{[str(o) for o in ReduceOp]}")
     kind = t.dtype.name
     if op is ReduceOp.AVG and kind not in _FLOAT:
         raise DTypeError(f"{name}: ReduceOp.AVG needs a floating dtype, got {kind}; use "
@@ -72,6 +69,12 @@ def _reduce_dtype(t, op, comm, name: str):
     if op in (ReduceOp.BAND, ReduceOp.BOR, ReduceOp.BXOR) and kind in _FLOAT:
         raise DTypeError(f"{name}: {op!r} needs an integer or bool dtype, got {kind}")
     return None if comm.reduces(t._data.dtype) else np.dtype(np.float32)
+
+
+def _check_op(op, name: str) -> None:
+    if not isinstance(op, ReduceOp):
+        raise TypeError(f"{name}: op must be a dist.ReduceOp, got {op!r}; valid: "
+                        f"{[repr(o) for o in ReduceOp]}")
 
 
 def _wire_op(op):
@@ -120,6 +123,7 @@ def all_reduce(tensor, op=ReduceOp.SUM, group=None, async_op=False):
         >>> dist.all_reduce(t)                  # every rank: sum of 0..N-1
     """
     _check_tensor(tensor, "all_reduce")
+    _check_op(op, "all_reduce")
 
     def start(grp):
         st = _Stage(tensor, _reduce_dtype(tensor, op, grp.comm, "all_reduce"))
@@ -148,6 +152,7 @@ def broadcast(tensor, src, group=None, async_op=False):
 def reduce(tensor, dst, op=ReduceOp.SUM, group=None, async_op=False):
     """Reduce ``tensor`` over the group into rank ``dst``'s ``tensor`` (others unchanged)."""
     _check_tensor(tensor, "reduce")
+    _check_op(op, "reduce")
 
     def start(grp):
         root = grp.group_rank(dst, "dst", "reduce")
@@ -224,6 +229,7 @@ def reduce_scatter_tensor(output, input, op=ReduceOp.SUM, group=None, async_op=F
     """
     _check_tensor(output, "reduce_scatter_tensor", "output")
     _check_tensor(input, "reduce_scatter_tensor", "input")
+    _check_op(op, "reduce_scatter_tensor")
 
     def start(grp):
         _check_blocks(input, output, grp.size(), "reduce_scatter_tensor", ("input", "output"))

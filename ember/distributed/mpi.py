@@ -108,8 +108,8 @@ class MPICommunicator(Communicator):
         return _MPIRequest(req, (send, recv))
 
     def reduce_scatter(self, send, recv, op):
-        req = self.comm.Ireduce_scatter_block(self._typed(send), self._typed(recv),
-                                              self._op(op, send.dtype))
+        (sb, _, st), (rb, _, rt) = self._typed(send), self._typed(recv)
+        req = self.comm.Ireduce_scatter_block([sb, st], [rb, rt], self._op(op, send.dtype))
         return _MPIRequest(req, (send, recv))
 
     def reduce(self, buf, op, root):
