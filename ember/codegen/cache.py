@@ -38,6 +38,7 @@ import atexit
 import ctypes
 import hashlib
 import os
+import shutil
 import tempfile
 import threading
 import warnings
@@ -116,7 +117,6 @@ def _private_dir() -> str:
 @atexit.register
 def _remove_private() -> None:
     if _private.get("pid") == os.getpid():
-        import shutil
         shutil.rmtree(_private["path"], ignore_errors=True)
 
 
@@ -158,28 +158,32 @@ def cache_key(source: str, cc: Compiler) -> str:
     return h.hexdigest()[:32]
 
 
+def _read_checked(fd: int, name: str, path: str, touch: bool = False) -> bytes | None:
+    f = fs.open_file(fd, name, os.path.join(path, name))
+    if f is None:
+        return None
+    if touch:
+        try:
+            os.utime(f)                  # NOTE: the LRU order is the .so's access time
+        except OSError:
+            pass
+    return fs.read_all(f)
+
+
 def _read_entry(fd: int, path: str, key: str) -> bytes | None:
     """The entry's ``.so`` bytes if it exists, may be trusted and matches its checksum."""
-    so = f"{key}.so"
     try:
-        f_so = fs.open_file(fd, so, os.path.join(path, so))
-        if f_so is None:
-            return None
-        try:
-            f_sum = fs.open_file(fd, f"{key}.sha256", os.path.join(path, f"{key}.sha256"))
-        except BaseException:
-            os.close(f_so)
-            raise
-        os.utime(f_so)                           # NOTE: the LRU order is the access time
-        data = fs.read_all(f_so)
-        want = fs.read_all(f_sum).decode("ascii", "replace").strip() if f_sum else ""
+        data = _read_checked(fd, f"{key}.so", path, touch=True)
+        want = _read_checked(fd, f"{key}.sha256", path) if data is not None else None
     except UnsafeCacheError as e:
         stats["refused"] += 1
         _warn(f"{e}; ignoring it (rebuilding the kernel)")
         return None
     except OSError:
         return None
-    return data if want and hashlib.sha256(data).hexdigest() == want else None
+    if not want or hashlib.sha256(data).hexdigest() != want.decode("ascii", "replace").strip():
+        return None
+    return data
 
 
 def _verified_bytes(so: str, check: str) -> bytes | None:

@@ -399,3 +399,22 @@ def test_unusable_folder_falls_back_with_a_warning(fresh, monkeypatch, tmp_path)
     monkeypatch.setenv("EMBER_KERNEL_CACHE", str(d))
     with pytest.warns(cache.KernelCacheWarning, match=f"{d}.*cached in .* for this process"):
         assert cache.load(SOURCE, find_compiler()).ember_answer() == 42
+
+
+def test_concurrent_processes_share_one_folder(cc, tmp_path):
+    # NOTE: each process's startup cleanup must leave the others' live builds alone
+    code = ("import sys; from ember.codegen import cache, find_compiler\n"
+            "cc = find_compiler(); n = int(sys.argv[1])\n"
+            "srcs = [f'int ember_v{i}(void) {{ return {i}; }}' for i in range(3)]\n"
+            "srcs.append(f'int ember_v{n + 10}(void) {{ return {n + 10}; }}')\n"
+            "for i, s in enumerate(srcs):\n"
+            "    want = i if i < 3 else n + 10\n"
+            "    assert getattr(cache.load(s, cc), f'ember_v{want}')() == want\n")
+    env = {**os.environ, "EMBER_KERNEL_CACHE": str(tmp_path), "PYTHONWARNINGS": "error"}
+    procs = [subprocess.Popen([sys.executable, "-c", code, str(n)], env=env,
+                              stderr=subprocess.PIPE, text=True) for n in range(3)]
+    for p in procs:
+        assert p.wait(timeout=300) == 0, p.stderr.read()
+    names = os.listdir(tmp_path)
+    assert not [n for n in names if n.startswith(".")]
+    assert len([n for n in names if n.endswith(".so")]) == 6
