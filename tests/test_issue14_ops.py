@@ -398,3 +398,68 @@ def test_tensor_of_ragged_lists_says_which_row(data, msg):
         em.tensor(data)
     assert msg in str(e.value) and str(e.value).startswith("tensor(): ")
     assert isinstance(e.value, TypeError)      # what Ember raised before: still caught
+
+
+# ------------------------------------------------------------------ 7. ember.nn.utils.rnn
+def test_nn_utils_rnn_exists_and_hasattr_never_raises():
+    import ember.nn.utils as utils
+    assert hasattr(utils, "rnn") and not hasattr(utils, "no_such_thing")
+    from ember.nn.utils.rnn import pad_sequence                       # noqa: F401
+    assert utils.rnn.pad_sequence is pad_sequence
+
+
+def _seqs():
+    rng = np.random.default_rng(0)
+    return [rng.standard_normal((n, 3)).astype(np.float32) for n in (2, 5, 3, 5)]
+
+
+@pytest.mark.parametrize("batch_first", [False, True])
+def test_pad_pack_roundtrip(batch_first):
+    from ember.nn.utils import rnn
+    seqs = _seqs()
+    ts = [em.tensor(s, requires_grad=True) for s in seqs]
+    p = rnn.pad_sequence(ts, batch_first=batch_first, padding_value=-1.0)
+    want = np.full((4, 5, 3), -1.0, np.float32)
+    for i, s in enumerate(seqs):
+        want[i, :len(s)] = s
+    np.testing.assert_array_equal(p.detach().numpy(), want if batch_first else want.transpose(1, 0, 2))
+    pk = rnn.pack_padded_sequence(p, [2, 5, 3, 5], batch_first=batch_first, enforce_sorted=False)
+    assert pk.batch_sizes.tolist() == [4, 4, 3, 2, 2]
+    assert pk.sorted_indices.tolist() == [1, 3, 2, 0]
+    assert pk.unsorted_indices.tolist() == [3, 0, 2, 1]
+    order = [1, 3, 2, 0]
+    rows = [seqs[i][t] for t in range(5) for i in order if t < len(seqs[i])]
+    np.testing.assert_array_equal(pk.data.detach().numpy(), np.stack(rows))
+    out, lengths = rnn.pad_packed_sequence(pk, batch_first=batch_first, total_length=6)
+    assert lengths.tolist() == [2, 5, 3, 5] and lengths.dtype == em.int64
+    w6 = np.zeros((4, 6, 3), np.float32)
+    for i, s in enumerate(seqs):
+        w6[i, :len(s)] = s
+    np.testing.assert_array_equal(out.detach().numpy(), w6 if batch_first else w6.transpose(1, 0, 2))
+    (pk.data * 2).sum().backward()                         # gradients reach every sequence
+    for t, s in zip(ts, seqs):
+        np.testing.assert_array_equal(t.grad.numpy(), np.full(s.shape, 2.0))
+    back = rnn.unpack_sequence(rnn.pack_sequence(ts, enforce_sorted=False))
+    for b, s in zip(back, seqs):
+        np.testing.assert_array_equal(b.detach().numpy(), s)
+
+
+def test_rnn_utils_errors_and_torch_parity():
+    from ember.nn.utils import rnn
+    with pytest.raises(ValueError, match="sorted in decreasing order"):
+        rnn.pack_padded_sequence(em.zeros(5, 2, 3), [2, 5])
+    with pytest.raises(ValueError, match="greater than 0"):
+        rnn.pack_padded_sequence(em.zeros(5, 2, 3), [5, 0])
+    with pytest.raises(ValueError, match="total_length"):
+        rnn.pad_packed_sequence(rnn.pack_sequence([em.zeros(3, 1)]), total_length=2)
+    with pytest.raises(ValueError, match="sequence 1"):
+        rnn.pad_sequence([em.zeros(2, 3), em.zeros(2, 4)])
+    left = rnn.pad_sequence([em.tensor([1, 2, 3]), em.tensor([4])], True, padding_side="left")
+    assert left.tolist() == [[1, 2, 3], [0, 0, 4]]
+    torch = pytest.importorskip("torch")
+    from torch.nn.utils import rnn as trnn
+    seqs = _seqs()
+    tp = trnn.pack_sequence([torch.tensor(s) for s in seqs], enforce_sorted=False)
+    ep = rnn.pack_sequence([em.tensor(s) for s in seqs], enforce_sorted=False)
+    np.testing.assert_array_equal(ep.data.numpy(), tp.data.numpy())
+    assert ep.batch_sizes.tolist() == tp.batch_sizes.tolist()

@@ -15,6 +15,11 @@ __all__ = ["clip_grad_norm_", "clip_grad_norm", "clip_grad_value_", "clip_grads_
 
 
 def __getattr__(name: str):
-    if name == "rnn":   # NOTE: lazy so this package never depends on the rnn helpers' file
-        return importlib.import_module(".rnn", __name__)
+    # NOTE: lazy (the rnn helpers import the join/scatter ops); any other name, or a
+    # failing import, is an AttributeError so that hasattr() never raises.
+    if name == "rnn":
+        try:
+            return importlib.import_module(".rnn", __name__)
+        except ImportError as e:
+            raise AttributeError(f"module {__name__!r} has no attribute 'rnn' ({e})") from e
     raise AttributeError(f"module {__name__!r} has no attribute {name!r}")
