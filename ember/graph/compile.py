@@ -30,6 +30,7 @@ from ..tensor import Tensor, _wrap
 from .executor import Program
 from .explain import Explanation
 from .passes import run_pipeline, DEFAULT_PASSES
+from .guards import capture_guards, reach
 from .trace import Tracer
 
 __all__ = ["compile", "CompiledFunction"]
@@ -110,7 +111,8 @@ class _Entry:
 
     __slots__ = ("graph", "program", "arg_slots", "sources", "writes", "grads", "out_spec",
                  "out_leaves", "out_leaves_vars", "n_user", "eager", "reason", "raw_graph",
-                 "report", "compile_s", "joint", "diff_inputs", "release", "arg_owner")
+                 "report", "compile_s", "joint", "diff_inputs", "release", "arg_owner",
+                 "guards")
 
 
 class CompiledFunction:
@@ -135,6 +137,7 @@ class CompiledFunction:
         self._last_sig = None
         self._recompiles = 0
         self._grad_keys = True    # False once a capture showed fn never touches .grad
+        self._wrote_python = {}   # signature -> the Python state its traced call wrote
         self.log = Explanation(self.name)
         functools.update_wrapper(self, fn, updated=()) if not self.module else None
 
@@ -159,7 +162,17 @@ class CompiledFunction:
                 return self._capture(sig, key, flat, spec, args, kwargs)
         if e.eager:
             return self.fn(*args, **kwargs)
+        if not e.guards.check(flat):
+            return self._retrace(e, key, flat, spec, args, kwargs)
         return _run(e, flat)
+
+    def _retrace(self, e, key, flat, spec, args, kwargs):
+        """A guard failed (a tensor or value ``fn`` read was replaced): capture again."""
+        why = e.guards.failure(flat)
+        del self._cache[key]
+        self._roots = _discover(self.fn, args, kwargs)
+        sig = self._signature(flat, spec)
+        return self._capture(sig, tuple(sig.items()), flat, spec, args, kwargs, why)
 
     def _signature(self, flat, spec) -> dict:
         sig = {"grad_enabled": _state.grad_enabled, "structure": repr(spec)}
@@ -190,12 +203,15 @@ class CompiledFunction:
         return sig
 
     # ------------------------------------------------------------------ tracing
-    def _capture(self, sig, key, flat, spec, args, kwargs):
+    def _capture(self, sig, key, flat, spec, args, kwargs, why=None):
         t0 = time.perf_counter()
         if self._last_sig is not None:
             diff = {k: (self._last_sig.get(k), v) for k, v in sig.items()
                     if self._last_sig.get(k) != v}
             diff.update({k: (v, None) for k, v in self._last_sig.items() if k not in sig})
+            diff.update(why or {})          # a failed guard
+            if key in self._wrote_python:
+                diff["Python state the last call wrote"] = (self._wrote_python[key], None)
             shape_only = all(k.startswith("arg") for k in diff)
             if not (self.dynamic and shape_only):
                 self._recompiles += 1
@@ -222,6 +238,8 @@ class CompiledFunction:
                 v = tr.b.input(x._data.shape, x._dtype, x._device, f"arg{i}")
                 tr.bind(x, v)
                 arg_slots.append(i)
+        walk = reach(self.fn, flat)
+        before = walk.snapshot(flat)
         calls = _engine.backward_calls
         with tr:
             result = self.fn(*args, **kwargs)
@@ -236,6 +254,9 @@ class CompiledFunction:
             e.eager, e.reason = True, f"graph break at {where}: {reason}"
             self._cache[key] = e
             return result
+        wrote = walk.writes(before, flat)
+        if wrote:
+            return self._wrote_state(e, key, wrote, result)
         try:
             _finish_capture(tr, e, result, arg_slots, flat, [p for _, p in r.params],
                             self.passes, ran_backward)
@@ -262,9 +283,37 @@ class CompiledFunction:
         self._captured = e                # memory_plan's, also when not cached
         after = self._signature(flat, spec)
         stable = _stable(sig, after, _set_grad_keys(e, r, flat))
-        self.log.capture(sig, raw, graph, report, e.compile_s, tr.randoms, stable)
+        e.guards, unguarded = capture_guards(self.fn, flat, _lifted(e))
+        self.log.capture(sig, raw, graph, report, e.compile_s, tr.randoms, stable,
+                         len(e.guards))
+        if unguarded:
+            self.log.note(f"unguarded graph inputs (read from the same object at every run: no "
+                          f"path from {self.name} reaches them, so a replacement would go "
+                          f"unnoticed; fine for tensors made during the call): "
+                          f"{', '.join(unguarded[:8])}")
         if stable:
             self._cache[key] = e
+        return result
+
+    def _wrote_state(self, e, key, wrote, result):
+        """The traced call wrote Python state (``state["n"] += 1``), which running the graph
+        would not do. Traced once more (a first call may set state up once); a second write
+        is a graph break: this signature runs ``fn`` itself from now on."""
+        what = "; ".join(f"{p}: {a} -> {b}" for p, a, b in wrote[:4]) + (
+            f" (+{len(wrote) - 4} more)" if len(wrote) > 4 else "")
+        if key not in self._wrote_python:
+            self._wrote_python[key] = what
+            self.log.note(f"the traced call wrote Python state ({what}); traced again at the "
+                          f"next call")
+            return result
+        code = getattr(getattr(self.fn, "__func__", self.fn), "__code__", None)
+        where = f"{code.co_filename}:{code.co_firstlineno}" if code else self.name
+        reason = f"the function writes Python state ({what}), which its graph can't replay"
+        self.log.graph_break(reason, where)
+        warnings.warn(f"ember.compile({self.name}): graph break at {where}: {reason}; "
+                      f"this function runs eagerly for this signature", stacklevel=3)
+        e.eager, e.reason = True, f"graph break at {where}: {reason}"
+        self._cache[key] = e
         return result
 
     def _fit_budget(self, e, graph, report):
@@ -376,6 +425,15 @@ class CompiledFunction:
 
 class _Eager(Exception):
     pass
+
+
+def _lifted(e: _Entry) -> list:
+    """``(tensor, label)`` of the objects entry ``e`` reads or writes at every run."""
+    out = [(s.obj, s.label) for s in e.sources if s.kind in ("tensor", "grad")]
+    out += [(p, f"a parameter's .grad") for p, _, _ in e.grads]
+    out += [(obj, "a tensor written in place") for (kind, obj), _ in e.writes
+            if kind in ("tensor", "grad")]
+    return out
 
 
 def _touches_grads(e: _Entry) -> bool:
@@ -637,12 +695,19 @@ def _discover(fn, args, kwargs) -> _Roots:
     for k, a in kwargs.items():
         found.append((k, a))
     r = _Roots()
-    seen = set()
+    seen = {id(x) for x in tree_flatten((args, kwargs))[0] if isinstance(x, Tensor)}
 
     def visit(label, obj, depth):
         if id(obj) in seen or obj is None:
             return
-        if isinstance(obj, Module):
+        if isinstance(obj, Tensor):
+            # NOTE: a leaf needing grad that fn reaches other than as an argument (a global,
+            # a closure cell): backward() accumulates into its .grad as into a parameter's
+            if obj._requires_grad and obj._grad_fn is None:
+                seen.add(id(obj))
+                r.params.append((label, obj))
+                r.labels.setdefault(id(obj), label)
+        elif isinstance(obj, Module):
             seen.add(id(obj))
             for name, m in obj.named_modules():
                 r.modules.append((f"{label}.{name}" if name else label, m))

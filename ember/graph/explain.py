@@ -24,11 +24,13 @@ class Capture:
     cached: bool
     graph: object = None
     raw_graph: object = None
+    guards: int = 0         # Python facts checked before each call (see ember.graph.guards)
 
     def __str__(self) -> str:
         sig = ", ".join(f"{k}={v}" for k, v in self.signature.items())
         lines = [f"  ({self.compile_s * 1e3:.1f} ms; {self.nodes_traced} nodes traced -> "
-                 f"{self.nodes_after} after passes; {self.randoms} random ops"
+                 f"{self.nodes_after} after passes; {self.randoms} random ops; "
+                 f"{self.guards} guards"
                  + ("" if self.cached else "; state changed during the call (first optimizer "
                     "step?), so it is traced again next call") + ")",
                  f"  signature: {sig}"]
@@ -45,7 +47,7 @@ class Explanation:
 
     name: str
     captures: list = field(default_factory=list)
-    recompiles: list = field(default_factory=list)   # [{signature key: (old, new)}]
+    recompiles: list = field(default_factory=list)   # [{signature key or guard: (old, new)}]
     breaks: list = field(default_factory=list)       # [(reason, "file:line")]
     notes: list = field(default_factory=list)
     recomputed: list = field(default_factory=list)   # [(var, op name, "file:line")]
@@ -56,9 +58,9 @@ class Explanation:
         self.remat_reports.append(text)
         self.recomputed.extend(recomputed)
 
-    def capture(self, sig, raw, graph, report, compile_s, randoms, cached) -> None:
+    def capture(self, sig, raw, graph, report, compile_s, randoms, cached, guards=0) -> None:
         self.captures.append(Capture(dict(sig), len(raw.nodes), len(graph.nodes), report,
-                                     compile_s, randoms, cached, graph, raw))
+                                     compile_s, randoms, cached, graph, raw, guards))
 
     def recompile(self, diff: dict) -> None:
         self.recompiles.append(diff)

@@ -14,7 +14,8 @@ itself returns eager results) while it writes each op into a :class:`GraphBuilde
   a write through a view scatters into its base. Lifted tensors whose value changed are
   written back after each run; so are the ``.grad`` fields ``backward()`` produced.
 * Reading a traced value into Python (``.item()``, ``bool(t)``, ``.numpy()``) is a graph
-  break: tracing stops there and the rest of the call runs eagerly.
+  break: tracing stops there and the rest of the call runs eagerly. So is an op whose
+  output size depends on values (:data:`DATA_DEPENDENT`: ``nonzero``, boolean masks).
 
 :class:`GraphCapture` is the abstract flavour used by the declarative API
 (:mod:`ember.graph.declarative`): no values at all, only shapes and dtypes.
@@ -81,6 +82,10 @@ def _run_random(xp, *arrays, draw, what):
 
 
 RANDOM = GraphOp("random", _run_random, random=True)
+
+#: Primitives whose output shape depends on their inputs' values: a graph specialised to
+#: one call's shapes would be wrong (or fail) at the next, so they break the graph.
+DATA_DEPENDENT = frozenset({"nonzero"})
 
 
 class _Mode:
@@ -215,6 +220,10 @@ class Tracer(_Mode):
 
     # ------------------------------------------------------------ the dispatch mode
     def process(self, op, inputs, params):
+        if op.name in DATA_DEPENDENT:
+            self.unsupported(f"{op.name} (its output's size depends on the input's values: "
+                             f"nonzero, boolean-mask indexing, masked_select)")
+            return _dispatch.apply(op, inputs, params)      # tracing stopped: eager
         with self.suspended():
             out = _dispatch.apply(op, inputs, params)
         ins = tuple(self.read(x) if isinstance(x, Tensor) else x for x in inputs)

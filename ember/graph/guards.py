@@ -1,0 +1,509 @@
+"""Guards: what a captured graph took from Python, checked before every compiled call.
+
+A traced call reads Python state besides its arguments: tensors reached through globals,
+closures, module attributes and optimizer state (lifted as graph inputs, read from *that
+object* at every run), and plain values (a float in a dict, a module's ``eps``, the
+length of a list it loops over) that the trace folded into the graph. :func:`reach` walks
+what the function can reach, recording each such object with the *path* to it
+(``G['w']``, ``model.fc.weight``, ``opt.state[...]['exp_avg']``):
+
+* **guards** — the identity of every reachable tensor and of other objects, the value of
+  every reachable scalar, the length of every container, compiled into one Python
+  function (:class:`Guards`) that the compiled call runs first. A failure retraces, and
+  ``explain()`` names the path and what changed. Guarding stays cheap: one attribute or
+  item lookup per path step, shared between paths.
+* **purity** — the same leaves read before and after the traced call; a difference means
+  the function writes Python state (``state["n"] += 1``), which a compiled replay would
+  skip, so such a function runs eagerly (a graph break).
+
+What is walked: the function's closure cells and the globals its code names (also in
+nested code and in the user functions and classes it reaches), its bound ``self`` and
+non-tensor arguments; through them modules (parameters, buffers, submodules, attributes,
+hook counts), optimizers (parameters and state tensors only: their hyper-parameters are
+in the signature and their learning rate is a graph input), dicts, lists, tuples and user
+objects. Attributes and string keys of user objects and dicts are followed only when a
+reached piece of user code names them, so a counter the function never reads does not
+cause retraces. Library objects (Ember's, NumPy's, the standard library's) are guarded by
+identity and not walked.
+"""
+from __future__ import annotations
+
+import keyword
+import os
+import sys
+import sysconfig
+import types
+
+import numpy as np
+
+from ..device.base import device as _device
+from ..dtypes import DType
+from ..tensor import Tensor
+
+__all__ = ["Reach", "Guards", "reach"]
+
+_MAX_DEPTH = 6          # steps through user objects and plain containers
+_MAX_ITEMS = 256        # containers longer than this are guarded by length only
+_BUDGET = 20000         # objects visited per walk
+_VALUE = (bool, int, float, complex, str, bytes, type(None), DType, _device, np.generic)
+_HOOKS = ("_forward_pre_hooks", "_forward_hooks", "_backward_pre_hooks", "_backward_hooks")
+_MODULE_STORES = ("_parameters", "_buffers", "_modules")
+_EMBER_DIR = os.path.dirname(os.path.dirname(os.path.abspath(__file__))) + os.sep
+_LIB_DIRS = tuple({os.path.abspath(p) + os.sep for p in (sysconfig.get_paths()["stdlib"],
+                                                        sysconfig.get_paths()["purelib"],
+                                                        sysconfig.get_paths()["platlib"])})
+_USER_FILE: dict = {}
+
+
+def _user_file(filename) -> bool:
+    """Whether code in ``filename`` is the user's (not Ember's, the stdlib's or a package's)."""
+    r = _USER_FILE.get(filename)
+    if r is None:
+        f = os.path.abspath(filename) if filename and not filename.startswith("<") else ""
+        r = not f.startswith(_EMBER_DIR) and not f.startswith(_LIB_DIRS) and \
+            "site-packages" not in f and "dist-packages" not in f
+        _USER_FILE[filename] = r
+    return r
+
+
+def _user_type(tp) -> bool:
+    mod = sys.modules.get(getattr(tp, "__module__", None) or "")
+    if mod is None or tp.__module__ == "builtins":
+        return False
+    f = getattr(mod, "__file__", None)
+    return tp.__module__ == "__main__" or (f is not None and _user_file(f))
+
+
+def _is_value(x) -> bool:
+    if isinstance(x, _VALUE):
+        return True
+    return type(x) in (tuple, frozenset) and len(x) <= _MAX_ITEMS and all(map(_is_value, x))
+
+
+def _code_names(code, out: set) -> None:
+    """Attribute/global names and string constants of ``code`` and its nested code."""
+    out.update(code.co_names)
+    for c in code.co_consts:
+        if isinstance(c, str):
+            out.add(c)
+        elif isinstance(c, types.CodeType):
+            _code_names(c, out)
+
+
+# ---------------------------------------------------------------------- paths
+# A path is a tuple of steps: a root ("obj", obj, label) or ("arg", i, label), then
+# ("attr", name), ("item", key) or ("cell", None).
+
+def _label(path) -> str:
+    s = path[0][2]
+    steps = path[1:]
+    i = 0
+    while i < len(steps):
+        kind, k = steps[i]
+        if kind == "attr" and k in _MODULE_STORES and i + 1 < len(steps) and \
+                steps[i + 1][0] == "item":
+            s += f".{steps[i + 1][1]}"
+            i += 2
+            continue
+        if kind == "attr":
+            s += f".{k}"
+        elif kind == "item" and not s:          # a global: the globals dict has no label
+            s = k
+        elif kind == "item":
+            s += f"[{k!r}]" if isinstance(k, (str, int)) else f"[<{type(k).__name__}>]"
+        i += 1
+    return s
+
+
+def _eval(path, flat):
+    root = path[0]
+    v = root[1] if root[0] == "obj" else flat[root[1]]
+    for kind, k in path[1:]:
+        if kind == "attr":
+            v = getattr(v, k)
+        elif kind == "item":
+            v = v[k]
+        else:
+            v = v.cell_contents
+    return v
+
+
+def _step_key(step):
+    kind, k = step[0], step[1]
+    if kind == "obj":
+        return ("obj", id(k))
+    if kind == "item" and type(k) not in (str, int, bool):
+        return ("item", id(k))
+    return (kind, type(k), k)
+
+
+def describe(x) -> str:
+    """A short description of a guarded object for ``explain()``."""
+    if isinstance(x, Tensor):
+        return (f"{type(x).__name__} {x._dtype.name}[{', '.join(map(str, x._data.shape))}] "
+                f"@{id(x):x}")
+    if _is_value(x):
+        r = repr(x)
+        return r if len(r) < 60 else r[:57] + "..."
+    return f"{type(x).__name__} @{id(x):x}"
+
+
+# ---------------------------------------------------------------------- the walk
+class Reach:
+    """What a function can reach from Python: leaves ``(path, kind, value, pure)``.
+
+    ``kind`` is ``"id"`` (identity), ``"value"`` (equality and type) or ``"len"``;
+    ``pure`` tells whether the leaf takes part in the purity check (optimizer internals
+    change during a step by design and do not). ``tensors`` maps ``id(tensor)`` to its
+    paths.
+    """
+
+    def __init__(self):
+        self.leaves: list = []
+        self.tensors: dict = {}
+        self.truncated = False
+
+    def snapshot(self, flat) -> list:
+        """The current value of every pure leaf (``_MISSING`` where its path fails)."""
+        return [_read_leaf(p, k, flat) for p, k, _, pure in self.leaves if pure]
+
+    def writes(self, before: list, flat) -> list:
+        """``[(label, old, new)]`` of the pure leaves that changed since ``before``."""
+        out = []
+        leaves = [lf for lf in self.leaves if lf[3]]
+        for (p, k, _, _), old in zip(leaves, before):
+            new = _read_leaf(p, k, flat)
+            if not _same(k, old, new):
+                out.append((_label(p), _show(k, old), _show(k, new)))
+        return out
+
+
+_MISSING = object()
+
+
+def _read_leaf(path, kind, flat):
+    try:
+        v = _eval(path, flat)
+    except Exception:       # noqa: BLE001 — any failing lookup means "not there"
+        return _MISSING
+    return len(v) if kind == "len" else v
+
+
+def _same(kind, old, new) -> bool:
+    if old is _MISSING or new is _MISSING:
+        return old is new
+    if kind == "value":
+        return old is new or (type(old) is type(new) and bool(old == new))
+    return old is new if kind == "id" else old == new
+
+
+def _show(kind, v) -> str:
+    if v is _MISSING:
+        return "<missing>"
+    return f"len {v}" if kind == "len" else describe(v)
+
+
+def _roots(fn, flat) -> list:
+    """``[(path, obj)]`` where the walk starts, and the user code those roots hold."""
+    from ..nn.module import Module
+    roots = []
+    if isinstance(fn, Module):
+        roots.append(((("obj", fn, "model"),), fn))
+    elif isinstance(fn, types.MethodType):
+        roots.append(((("obj", fn.__self__, "self"),), fn.__self__))
+        roots.append(((("obj", fn.__func__, fn.__func__.__name__),), fn.__func__))
+    else:
+        roots.append(((("obj", fn, getattr(fn, "__name__", "fn")),), fn))
+    for i, a in enumerate(flat):
+        if isinstance(a, Tensor):
+            if a._base is not None:         # a view's base: in-place writes land there
+                roots.append(((("arg", i, f"arg{i}"), ("attr", "_base")), a._base))
+        elif not _is_value(a):
+            roots.append(((("arg", i, f"arg{i}"),), a))
+    return roots
+
+
+def reach(fn, flat) -> Reach:
+    """Walk everything ``fn`` can reach (see the module docstring)."""
+    names: set = set()
+    w = _Walk(names)
+    for _ in range(4):      # user code found on the way names more attributes: walk again
+        n = len(names)
+        w = _Walk(names)
+        for path, obj in _roots(fn, flat):
+            w.visit(obj, path, 0, True)
+        w.methods()
+        if len(names) == n:
+            break
+    return w.r
+
+
+class _Walk:
+    def __init__(self, names: set):
+        self.names = names
+        self.r = Reach()
+        self.seen: dict = {}       # id(walked object) -> its first path
+        self.classes: list = []    # user classes met (their methods: see ``methods``)
+        self.keep: list = []
+        self.budget = _BUDGET
+
+    def leaf(self, path, kind, value, pure):
+        self.r.leaves.append((path, kind, value, pure))
+
+    def visit(self, obj, path, depth, pure):
+        """Record ``obj`` reached at ``path`` (``depth`` steps through plain objects)."""
+        self.budget -= 1
+        if self.budget < 0:
+            self.r.truncated = True
+            return
+        if isinstance(obj, Tensor):
+            self.r.tensors.setdefault(id(obj), []).append(path)
+            self.leaf(path, "id", obj, pure)
+            return
+        if _is_value(obj):
+            self.leaf(path, "value", obj, pure)
+            return
+        first = self.seen.get(id(obj))
+        if first is not None:           # walked already: this path must still lead to it
+            self.leaf(path, "id", obj, pure)
+            return
+        self.seen[id(obj)] = path
+        self.keep.append(obj)
+        self._walk(obj, path, depth, pure)
+
+    def _walk(self, obj, path, depth, pure):
+        from ..nn.module import Module
+        from ..optim.optimizer import Optimizer
+        from ..optim._lr_base import LRScheduler
+        if isinstance(obj, Module):
+            self._module(obj, path, depth, pure)
+        elif isinstance(obj, Optimizer):
+            self.leaf(path, "id", obj, pure)
+            self._optimizer(obj, path)
+        elif isinstance(obj, (dict, list, tuple)):
+            self._container(obj, path, depth, pure, False)
+        elif isinstance(obj, types.FunctionType):
+            self.leaf(path, "id", obj, pure)
+            if _user_file(obj.__code__.co_filename):
+                self._function(obj)
+        elif isinstance(obj, types.MethodType):
+            self.visit(obj.__self__, path + (("attr", "__self__"),), depth + 1, pure)
+            self.visit(obj.__func__, path + (("attr", "__func__"),), depth + 1, pure)
+        elif isinstance(obj, types.ModuleType):
+            self.leaf(path, "id", obj, pure)
+            f = getattr(obj, "__file__", None)
+            if f is not None and _user_file(f) and depth < _MAX_DEPTH:
+                for k in sorted(self.names & set(vars(obj))):
+                    self.visit(vars(obj)[k], path + (("attr", k),), depth + 1, pure)
+        elif isinstance(obj, type):
+            self.leaf(path, "id", obj, pure)
+            self._class(obj)
+        elif isinstance(obj, LRScheduler):
+            self.leaf(path, "id", obj, pure)      # its optimizer's state matters, not its own
+            self.visit(obj.optimizer, path + (("attr", "optimizer"),), depth + 1, pure)
+        elif _user_type(type(obj)) and hasattr(obj, "__dict__") and depth < _MAX_DEPTH:
+            self.leaf(path, "id", obj, pure)
+            self._class(type(obj))
+            d = vars(obj)
+            for k in sorted(self.names & set(d)):
+                self.visit(d[k], path + (("attr", k),), depth + 1, pure)
+            self._class_attrs(obj, d, path, depth, pure)
+        else:
+            self.leaf(path, "id", obj, pure)
+
+    def _container(self, obj, path, depth, pure, internal):
+        self.leaf(path, "len", len(obj), pure)
+        if len(obj) > _MAX_ITEMS or depth >= _MAX_DEPTH:
+            return
+        if isinstance(obj, dict):
+            for k, v in list(obj.items()):
+                if internal or not isinstance(k, str) or k in self.names:
+                    self.visit(v, path + (("item", k),), depth + 1, pure)
+        else:
+            for i, v in enumerate(obj):
+                self.visit(v, path + (("item", i),), depth + 1, pure)
+
+    def _module(self, m, path, depth, pure):
+        """A module: every parameter, buffer and submodule, hook counts, attributes."""
+        d = vars(m)
+        user = _user_type(type(m))
+        if user:
+            self._class(type(m))
+        for k, v in d.items():
+            p = path + (("attr", k),)
+            if k in _MODULE_STORES:
+                self.leaf(p, "len", len(v), pure)
+                for name, x in v.items():
+                    if x is not None:
+                        self.visit(x, p + (("item", name),), depth, pure)
+            elif k in _HOOKS:
+                self.leaf(p, "len", len(v), pure)
+            elif k.endswith("_with_kwargs") or k == "_non_persistent_buffers":
+                continue
+            elif not user or k in self.names:
+                self.visit(v, p, depth + 1, pure)
+        if user:
+            self._class_attrs(m, d, path, depth, pure)
+
+    def _class_attrs(self, obj, d, path, depth, pure):
+        """Class-level data a user object reads as ``self.NAME`` (a table, a constant)."""
+        cls = type(obj)
+        for k in sorted(self.names - set(d)):
+            for c in cls.__mro__:
+                if not _user_type(c) or k not in vars(c):
+                    continue
+                v = vars(c)[k]
+                if not isinstance(v, (types.FunctionType, staticmethod, classmethod,
+                                      property, type)):
+                    self.visit(v, path + (("attr", "__class__"), ("attr", k)), depth + 1, pure)
+                break
+
+    def _optimizer(self, opt, path):
+        """Parameters and state tensors (identity only: the rest is the signature's)."""
+        for gi, g in enumerate(opt.param_groups):
+            for pi, p in enumerate(g["params"]):
+                self.visit(p, path + (("attr", "param_groups"), ("item", gi), ("item", "params"),
+                                      ("item", pi)), 0, False)
+        for p, st in list(opt.state.items()):
+            if isinstance(st, dict):
+                for k, v in st.items():
+                    if isinstance(v, Tensor):
+                        self.visit(v, path + (("attr", "state"), ("item", p), ("item", k)),
+                                   0, False)
+
+    def _function(self, f):
+        """User code: its names, closure cells and the globals it names."""
+        if id(f.__code__) in self.seen:
+            return
+        self.seen[id(f.__code__)] = None
+        self.keep.append(f.__code__)
+        _code_names(f.__code__, self.names)
+        for name, cell in zip(f.__code__.co_freevars, f.__closure__ or ()):
+            try:
+                v = cell.cell_contents
+            except ValueError:
+                continue
+            self.visit(v, (("obj", cell, name), ("cell", None)), 0, True)
+        g = f.__globals__
+        code_names: set = set()
+        _code_names(f.__code__, code_names)
+        for name in sorted(code_names):
+            if name in g and not name.startswith("__"):
+                self.visit(g[name], (("obj", g, ""), ("item", name)), 0, True)
+
+    def _class(self, cls):
+        """A user class: its methods' code is read by :meth:`methods` once they are named."""
+        for c in cls.__mro__:
+            if c is not object and _user_type(c) and id(c) not in self.seen:
+                self.seen[id(c)] = None
+                self.keep.append(c)
+                self.classes.append(c)
+
+    def methods(self) -> None:
+        """Read the code of the user methods that may run: ``forward`` and ``__call__`` and
+        those some code read so far names (``self.helper()``, a property) — not, say, the
+        ``__init__`` or ``fit`` that set attributes the traced code never reads."""
+        done: set = set()
+        grew = True
+        while grew:
+            grew = False
+            for c in list(self.classes):
+                for k, v in list(vars(c).items()):
+                    if (id(c), k) in done or (k not in self.names and
+                                              k not in ("forward", "__call__")):
+                        continue
+                    done.add((id(c), k))
+                    f = v.__func__ if isinstance(v, (staticmethod, classmethod)) else v
+                    f = f.fget if isinstance(f, property) else f
+                    if isinstance(f, types.FunctionType) and \
+                            _user_file(f.__code__.co_filename):
+                        self._function(f)
+                        grew = True
+
+
+# ---------------------------------------------------------------------- the check
+class Guards:
+    """The leaves of a :class:`Reach`, compiled into one function run before each call.
+
+    ``guards(flat)`` is ``True`` when every leaf still holds; :meth:`failure` explains
+    the first one that does not (the slow path, run only after a failure).
+    """
+
+    def __init__(self, r: Reach):
+        self.leaves = [(p, k, v) for p, k, v, _ in r.leaves]
+        self.check = _compile(self.leaves)
+
+    def __len__(self) -> int:
+        return len(self.leaves)
+
+    def __call__(self, flat) -> bool:
+        return self.check(flat)
+
+    def failure(self, flat) -> dict:
+        """``{"guard <path>": (old, new)}`` for the first leaf that no longer holds."""
+        for p, k, v in self.leaves:
+            new = _read_leaf(p, k, flat)
+            if not _same(k, v, new):
+                return {f"guard {_label(p)}": (_show(k, v), _show(k, new))}
+        return {}
+
+
+def _compile(leaves):
+    """Python source for all the leaves, intermediate lookups shared; compiled once."""
+    ns: dict = {}
+    lines = ["def guard(flat):", "    try:"]
+    var_of: dict = {}
+
+    def const(x, prefix):
+        name = f"{prefix}{len(ns)}"
+        ns[name] = x
+        return name
+
+    def var(path):
+        key = tuple(_step_key(s) for s in path)
+        v = var_of.get(key)
+        if v is not None:
+            return v
+        if len(path) == 1:
+            root = path[0]
+            expr = const(root[1], "R") if root[0] == "obj" else f"flat[{root[1]}]"
+        else:
+            parent = var(path[:-1])
+            kind, k = path[-1]
+            if kind == "cell":
+                expr = f"{parent}.cell_contents"
+            elif kind == "attr":
+                expr = (f"{parent}.{k}" if k.isidentifier() and not keyword.iskeyword(k)
+                        else f"getattr({parent}, {k!r})")
+            elif type(k) in (str, int, bool):
+                expr = f"{parent}[{k!r}]"
+            else:
+                expr = f"{parent}[{const(k, 'K')}]"
+        v = var_of[key] = f"v{len(var_of)}"
+        lines.append(f"        {v} = {expr}")
+        return v
+
+    for p, kind, value in leaves:
+        v = var(p)
+        if kind == "id":
+            lines.append(f"        if {v} is not {const(value, 'O')}: return False")
+        elif kind == "len":
+            lines.append(f"        if len({v}) != {value}: return False")
+        else:
+            e, t = const(value, "E"), const(type(value), "T")
+            lines.append(f"        if {v} is not {e} and ({v}.__class__ is not {t} or "
+                         f"not {v} == {e}): return False")
+    lines += ["    except Exception:", "        return False", "    return True"]
+    exec(compile("\n".join(lines), "<ember.compile guards>", "exec"), ns)   # noqa: S102
+    return ns["guard"]
+
+
+def capture_guards(fn, flat, needed) -> tuple:
+    """``(Guards, labels)``: the guards of a capture of ``fn`` called with ``flat``, and
+    the labels of the ``needed`` ``(tensor, label)`` pairs (the graph's lifted inputs and
+    write-back targets) that no path reaches, so no guard can tell if they are replaced."""
+    r = reach(fn, flat)
+    args = {id(x) for x in flat if isinstance(x, Tensor)}
+    missing = [label for obj, label in needed
+               if id(obj) not in r.tensors and id(obj) not in args]
+    return Guards(r), missing

@@ -1,0 +1,320 @@
+"""ember.compile never returns a stale result: guards on what a graph read from Python.
+
+Issue 14 items 2-3. Every test calls the compiled function and the plain function side by
+side, call after call, changing Python state in between (a rebound global tensor, a
+replaced parameter, a scalar in a dict, a counter the function bumps, data-dependent
+sizes), and checks the compiled answer is eager's every time; ``explain()`` must name
+what changed (a retrace) or why the function runs eagerly (a graph break).
+"""
+import warnings
+
+import numpy as np
+import pytest
+
+import ember as em
+import ember.nn as nn
+import ember.nn.functional as F
+from ember.graph.trace import GraphBreak
+
+
+def _same(got, want):
+    # NOTE: fused kernels may round the last bit differently from eager; a stale result is
+    # off by far more
+    assert got.dtype == want.dtype and tuple(got.shape) == tuple(want.shape)
+    np.testing.assert_allclose(np.asarray(got.detach().numpy()),
+                               np.asarray(want.detach().numpy()), rtol=1e-6, atol=1e-7)
+
+
+def _quiet(c, *args):
+    with warnings.catch_warnings():
+        warnings.simplefilter("ignore")
+        return c(*args)
+
+
+# ---------------------------------------------------------------- state read from Python
+G_TENSORS = {"w": em.ones(3)}
+G_SCALE = 2.0
+G_LAYERS: list = []
+
+
+def test_global_dict_tensor_rebound_retraces():
+    f = lambda x: x * G_TENSORS["w"]                         # noqa: E731
+    c = em.compile(f)
+    x = em.ones(3)
+    _same(c(x), f(x))
+    _same(c(x), f(x))                                           # graph run
+    G_TENSORS["w"] = em.full((3,), 5.0)
+    _same(c(x), f(x))                                           # [5, 5, 5], not [1, 1, 1]
+    _same(c(x), f(x))
+    text = str(c.explain())
+    assert "guard G_TENSORS['w']" in text, text
+    assert len(c.explain().recompiles) == 1
+
+
+def test_closure_tensor_rebound_and_written_through_old_object():
+    box = {"w": em.ones(2)}
+
+    def f(x):
+        return x + box["w"]
+    c = em.compile(f)
+    x = em.ones(2)
+    for k in range(4):
+        _same(c(x), f(x))
+        if k == 1:
+            old = box["w"]
+            box["w"] = em.full((2,), 7.0)
+            old.add_(100.0)            # the stale object changes too: must not be read
+    assert "guard box['w']" in str(c.explain())
+
+
+def test_module_parameter_replaced_retraces():
+    m = nn.Linear(2, 1, bias=False)
+    f = lambda x: m(x)                                          # noqa: E731
+    c = em.compile(f)
+    x = em.ones(1, 2)
+    _same(c(x), f(x))
+    _same(c(x), f(x))
+    m.weight = nn.Parameter(em.full((1, 2), 3.0))
+    _same(c(x), f(x))                                           # [[6.]]
+    _same(c(x), f(x))
+    assert "guard m.weight" in str(c.explain())
+
+
+def test_module_attribute_and_hook_changes_retrace():
+    ln = nn.LayerNorm(4)
+    f = lambda x: ln(x)                                         # noqa: E731
+    c = em.compile(f)
+    x = em.randn(2, 4)
+    _same(c(x), f(x))
+    _same(c(x), f(x))
+    ln.eps = 0.5                                                # folded into the graph
+    _same(c(x), f(x))
+    ln.register_forward_hook(lambda mod, inp, out: out * 2.0)
+    _same(c(x), f(x))
+    _same(c(x), f(x))
+    text = str(c.explain())
+    assert "guard ln.eps: 1e-05 -> 0.5" in text, text
+    assert "guard ln._forward_hooks: len 0 -> len 1" in text, text
+
+
+def test_global_python_scalar_and_factory_constant_retrace():
+    global G_SCALE
+    f = lambda x: x * G_SCALE + em.full((2,), G_SCALE)         # noqa: E731
+    c = em.compile(f)
+    x = em.ones(2)
+    _same(c(x), f(x))
+    _same(c(x), f(x))
+    G_SCALE = 3.0
+    try:
+        _same(c(x), f(x))
+        _same(c(x), f(x))
+    finally:
+        G_SCALE = 2.0
+    assert "guard G_SCALE: 2.0 -> 3.0" in str(c.explain())
+
+
+def test_int_to_float_scalar_is_a_change():
+    cfg = {"k": 2}
+    f = lambda x: x * cfg["k"]                                  # noqa: E731
+    c = em.compile(f)
+    x = em.arange(3)                                            # int64: int * 2 stays int
+    _same(c(x), f(x))
+    _same(c(x), f(x))
+    cfg["k"] = 2.0                                              # equal, but float: float32
+    got, want = c(x), f(x)
+    assert got.dtype == want.dtype == em.float32
+    _same(got, want)
+
+
+def test_list_of_tensors_grows_retraces():
+    G_LAYERS[:] = [em.ones(2)]
+    f = lambda x: sum((x * w for w in G_LAYERS), em.zeros(2))  # noqa: E731
+    c = em.compile(f)
+    x = em.ones(2)
+    _same(c(x), f(x))
+    _same(c(x), f(x))
+    G_LAYERS.append(em.full((2,), 4.0))
+    _same(c(x), f(x))
+    assert "guard G_LAYERS: len 1 -> len 2" in str(c.explain())
+
+
+class _Scaled(nn.Module):
+    TABLE = em.ones(3)
+
+    def __init__(self):
+        super().__init__()
+        self.calls_outside = 0          # bumped by the caller, never read by forward
+
+    def forward(self, x):
+        return x * self.TABLE
+
+
+def test_class_attribute_tensor_and_unread_counter():
+    m = _Scaled()
+    c = em.compile(m)
+    x = em.ones(3)
+    for k in range(4):
+        _same(c(x), m(x))
+        m.calls_outside += 1            # not read by forward: no retrace
+    assert len(c.explain().recompiles) == 0
+    _Scaled.TABLE = em.full((3,), 2.0)
+    try:
+        _same(c(x), m(x))
+    finally:
+        _Scaled.TABLE = em.ones(3)
+    assert "guard model.__class__.TABLE" in str(c.explain())
+
+
+# ---------------------------------------------------------------- writes to Python state
+def test_function_writing_python_state_runs_eagerly():
+    state = {"n": 0}
+
+    def f(x):
+        state["n"] += 1
+        return x + state["n"]
+    ref = {"n": 0}
+
+    def g(x):
+        ref["n"] += 1
+        return x + ref["n"]
+    c = em.compile(f)
+    x = em.ones(1)
+    outs = [_quiet(c, x) for _ in range(4)]
+    for k, o in enumerate(outs):
+        _same(o, g(x))                                          # [2], [3], [4], [5]
+    assert state["n"] == 4
+    text = str(c.explain())
+    assert "writes Python state (state['n']: 1 -> 2)" in text, text
+    assert len(c.explain().breaks) == 1
+
+
+def test_state_set_up_once_is_compiled_afterwards():
+    cache = {}
+
+    def f(x):
+        if "scale" not in cache:
+            cache["scale"] = 3.0           # a first call sets things up, once
+        return x * cache["scale"]
+    c = em.compile(f)
+    x = em.ones(2)
+    for _ in range(3):
+        _same(c(x), x * 3.0)
+    assert len(c.graphs()) == 1 and not c.explain().breaks
+
+
+def test_attribute_counter_on_self_runs_eagerly():
+    class Counter:
+        def __init__(self):
+            self.n = 0
+
+        def __call__(self, x):
+            self.n += 1
+            return x * self.n
+    obj, ref = Counter(), Counter()
+    c = em.compile(obj.__call__)
+    x = em.ones(2)
+    for _ in range(4):
+        _same(_quiet(c, x), ref(x))
+    assert "self.n" in str(c.explain())
+
+
+# ---------------------------------------------------------------- data-dependent sizes
+def test_nonzero_count_in_python_is_a_graph_break():
+    f = lambda x: em.nonzero(x).shape[0] * 1.0 + x.sum()       # noqa: E731
+    c = em.compile(f)
+    for x in (em.tensor([1., 0., 2.]), em.tensor([1., 3., 2.]), em.tensor([0., 0., 2.])):
+        _same(_quiet(c, x), f(x))
+    assert "nonzero" in str(c.explain())
+
+
+@pytest.mark.parametrize("how", ["mask", "masked_select"])
+def test_boolean_mask_with_changing_count(how):
+    if how == "mask":
+        f = lambda x: x[x > 0] * 2.0                            # noqa: E731
+    else:
+        f = lambda x: em.masked_select(x, x > 0) * 2.0          # noqa: E731
+    c = em.compile(f)
+    for x in (em.tensor([1., -1., 2.]), em.tensor([1., 1., 2.]), em.tensor([-1., -1., -2.]),
+              em.tensor([3., -1., 2.])):
+        _same(_quiet(c, x), f(x))
+    text = str(c.explain())
+    assert "graph break" in text and "nonzero" in text, text
+
+
+def test_boolean_mask_under_fullgraph_raises():
+    c = em.compile(lambda x: x[x > 0], fullgraph=True)
+    with pytest.raises(GraphBreak, match="nonzero"):
+        c(em.tensor([1., -1., 2.]))
+
+
+def test_boolean_mask_gradient_is_eager():
+    def f(x):
+        return (x[x > 0] ** 2).sum()
+    c = em.compile(f)
+    for v in ([1., -1., 2.], [1., 1., 2.]):
+        x1 = em.tensor(v, requires_grad=True)
+        x2 = em.tensor(v, requires_grad=True)
+        _quiet(c, x1).backward()
+        f(x2).backward()
+        _same(x1.grad, x2.grad)
+
+
+# ---------------------------------------------------------------- the fast path stays fast
+def test_training_step_with_scheduler_never_retraces():
+    em.manual_seed(0)
+    model = nn.Sequential(nn.Linear(4, 8), nn.ReLU(), nn.Linear(8, 3))
+    opt = em.optim.Adam(model.parameters(), lr=0.01)
+    sched = em.optim.lr_scheduler.StepLR(opt, step_size=2, gamma=0.5)
+    x, y = em.randn(5, 4), em.tensor([0, 1, 2, 0, 1])
+
+    @em.compile
+    def step(x, y):
+        opt.zero_grad()
+        loss = F.cross_entropy(model(x), y)
+        loss.backward()
+        opt.step()
+        return loss.detach()
+    for _ in range(8):
+        step(x, y)
+        sched.step()
+    text = str(step.explain())
+    assert not step.explain().breaks, text
+    assert not [k for d in step.explain().recompiles for k in d if "guard" in k], text
+    e = [e for e in step._cache.values() if not e.eager]
+    assert len(e) == 1 and len(e[0].guards) > 0
+
+
+def test_step_after_load_state_dict_uses_new_state():
+    em.manual_seed(0)
+    model = nn.Linear(3, 2)
+    opt = em.optim.SGD(model.parameters(), lr=0.1, momentum=0.9)
+    x = em.randn(4, 3)
+
+    def step(x):
+        opt.zero_grad()
+        loss = model(x).pow(2).mean()
+        loss.backward()
+        opt.step()
+        return loss.detach()
+    c = em.compile(step)
+    for _ in range(3):
+        c(x)
+    saved_m, saved_o = model.state_dict(), opt.state_dict()
+    twin = nn.Linear(3, 2)
+    twin.load_state_dict(saved_m)
+    twin_opt = em.optim.SGD(twin.parameters(), lr=0.1, momentum=0.9)
+    twin_opt.load_state_dict(saved_o)
+    model.weight = nn.Parameter(em.zeros(2, 3))            # replaced: guards must see it
+    twin.weight = nn.Parameter(em.zeros(2, 3))
+    opt.param_groups[0]["params"][0] = model.weight
+    twin_opt.param_groups[0]["params"][0] = twin.weight
+
+    def twin_step(x):
+        twin_opt.zero_grad()
+        loss = twin(x).pow(2).mean()
+        loss.backward()
+        twin_opt.step()
+        return loss.detach()
+    for _ in range(3):
+        _same(_quiet(c, x), twin_step(x))
+    _same(model.weight, twin.weight)
