@@ -259,6 +259,15 @@ def test_view_dtype_different_sizes():
     assert not em.tensor([1.0], requires_grad=True).view(em.int32).requires_grad
 
 
+def test_view_dtype_under_compile_is_a_graph_break_not_a_stale_input():
+    f = lambda x: (x * 2).view(em.int32) + 1                                # noqa: E731
+    c = em.compile(f)
+    with pytest.warns(UserWarning, match="view"):
+        c(em.tensor([1.0, 2.0]))
+    b = em.tensor([3.0, 4.0])
+    assert c(b).tolist() == f(b).tolist()
+
+
 @pytest.mark.parametrize("make, dtype, words", [
     (lambda: em.zeros(4, 3).t(), em.int16, ["stride(-1) must be 1", "[3, 4]", "float32"]),
     (lambda: em.tensor(1.0), em.int16, ["dim() cannot be 0", "4", "2"]),

@@ -173,8 +173,13 @@ def view_dtype(input, dtype):
         tensor([1065353216], dtype=ember.int32)
     """
     from .. import dtypes
+    from ..autograd.grad_mode import state
     from ..tensor import _wrap
     new = dtypes.as_dtype(dtype)
+    if state.modes and hasattr(state.modes[-1], "unsupported"):
+        # NOTE: a bit cast is no primitive: a tracer would lift the result as an input
+        # read from this very array at every run (stale values), so it breaks the graph.
+        state.modes[-1].unsupported("Tensor.view(dtype)")
     old, arr = input._dtype, input._data
     if new.itemsize != old.itemsize:
         _check_view_dtype(input, old, new)
