@@ -117,6 +117,11 @@ class Communicator(abc.ABC):
         """Receive into ``buf`` from ``src`` (None: any rank; see ``Request.source``)."""
 
     @abc.abstractmethod
+    def poll(self, buf, tag: int) -> int | None:
+        """Receive a waiting message with ``tag`` from any rank into ``buf``, if there is
+        one (returns its sender), without blocking; None when there is none."""
+
+    @abc.abstractmethod
     def barrier(self) -> Request:
         """Complete once every rank has entered the barrier."""
 
@@ -157,12 +162,13 @@ class Work:
     """
 
     def __init__(self, requests, *, timeout: float, on_timeout=None, finish=None,
-                 result=None):
+                 result=None, poll=None):
         self._requests = list(requests)
         self._timeout = timeout
         self._on_timeout = on_timeout   # () -> DistributedError, built only when needed
         self._finish = finish           # writes results back into the tensors
         self._result = result
+        self._poll = poll               # called while waiting (answers peers' probes)
         self._done = False
 
     def is_completed(self) -> bool:
@@ -193,6 +199,8 @@ class Work:
                 elapsed = time.monotonic() - start
                 if elapsed > limit:
                     raise self._timeout_error(elapsed)
+                if self._poll is not None:
+                    self._poll()
                 time.sleep(min(1e-3, 1e-6 * spins))
         self._complete()
         return True

@@ -10,11 +10,13 @@ bypass autograd. ``src``/``dst`` are global ranks.
 """
 from __future__ import annotations
 
+import time
+
 import numpy as np
 
 from ..errors import DeviceError, DTypeError, ShapeError
-from . import debug
-from .backend import CompletedWork, ReduceOp, Work
+from . import debug, health
+from .backend import ReduceOp, Work
 from .groups import resolve, timeout_error
 
 _FLOAT = {"float16", "bfloat16", "float32", "float64"}
@@ -95,9 +97,11 @@ def _run(name, group, async_op, sig, start):
     if grp.debug:
         debug.check_consistent(grp, call)
     requests, finish, *result = start(grp)
+    t0 = time.monotonic()
     work = Work(requests, timeout=grp.timeout, finish=finish,
                 result=result[0] if result else None,
-                on_timeout=lambda elapsed: timeout_error(grp, call, elapsed))
+                on_timeout=lambda elapsed: timeout_error(grp, call, elapsed),
+                poll=lambda: health.serve(call, t0))
     if async_op:
         return work
     work.wait()

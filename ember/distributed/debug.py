@@ -21,7 +21,7 @@ from .backend import DistributedError
 
 _PKG = os.path.dirname(os.path.dirname(os.path.abspath(__file__)))   # .../ember
 _FP_BYTES = 2048
-_TAG_SPACE = 1 << 15
+_TAG_SPACE = 32000   # NOTE: tags above are health's probes
 
 
 def enabled() -> bool:
@@ -41,7 +41,9 @@ def caller_site() -> str:
 
 def describe_call(call: dict) -> str:
     """``all_reduce(shapes=[(4,)], dtypes=[float32], op=SUM) at train.py:12``."""
-    args = ", ".join(f"{k}={v}" for k, v in call.items() if k not in ("op", "where", "seq"))
+    keys = sorted(call, key=lambda k: (k not in ("shape", "dtype"), k != "shape", k))
+    args = ", ".join(f"{k}={call[k]}" for k in keys
+                     if k not in ("op", "where", "seq", "waiting"))
     return f"{call['op']}({args}) at {call['where']}"
 
 
@@ -82,7 +84,9 @@ def check_consistent(group, call: dict) -> None:
 
 
 def _wait_all(group, call, sends, recvs) -> None:
-    deadline = time.monotonic() + group.timeout
+    from . import health
+    start = time.monotonic()
+    deadline = start + group.timeout
     while True:
         missing = [r for r, q in recvs.items() if not q.test()]
         if not missing and all(s.test() for s in sends):
@@ -94,4 +98,5 @@ def _wait_all(group, call, sends, recvs) -> None:
                 f"after {group.timeout:.1f} s: rank(s) {absent} of the group "
                 f"{group.ranks} never reached a collective #{call['seq']} (they died, are "
                 f"stuck, or called fewer collectives)")
+        health.serve(call, start)
         time.sleep(1e-4)

@@ -9,6 +9,7 @@ from __future__ import annotations
 import datetime
 import os
 import sys
+import time
 
 from . import debug
 from .backend import Communicator, DistributedError, seconds
@@ -265,11 +266,17 @@ def get_global_rank(group: ProcessGroup, group_rank: int) -> int:   # noqa: F811
 
 
 def timeout_error(grp: ProcessGroup, call: dict, elapsed: float) -> DistributedError:
-    """The error of a collective that waited longer than the group's timeout."""
+    """The error of a collective that waited longer than the group's timeout.
+
+    Probes the other ranks first (see ``health``) to name those that never arrived
+    and what the others are waiting in.
+    """
+    from . import health
     me = grp.ranks[grp.comm.rank]
-    hint = ("" if grp.debug else " Run with EMBER_DISTRIBUTED_DEBUG=1 to find out which "
-            "ranks did not arrive and what each rank called.")
+    grace = min(5.0, max(0.5, 0.25 * grp.timeout))
+    states = health.probe(grp, call, time.monotonic() - elapsed, grace) if grp.size() > 1 \
+        else {}
     return DistributedError(
         f"[rank {me}] {debug.describe_call(call)} (collective #{call['seq']} on the group of "
-        f"ranks {grp.ranks}) timed out after {elapsed:.1f} s: another rank of the group "
-        f"did not take part (it died, is stuck, or called a different collective).{hint}")
+        f"ranks {grp.ranks}) timed out after {elapsed:.1f} s:\n  "
+        + health.explain(grp, call, states))

@@ -147,6 +147,15 @@ class MPICommunicator(Communicator):
         req = self.comm.Irecv([_bytes(buf), M.BYTE], source=source, tag=tag)
         return _MPIRequest(req, buf, M.Status())
 
+    def poll(self, buf, tag):
+        M = self.MPI
+        status = M.Status()
+        if not self.comm.Iprobe(source=M.ANY_SOURCE, tag=tag, status=status):
+            return None
+        src = status.Get_source()
+        self.comm.Recv([_bytes(buf), M.BYTE], source=src, tag=tag)
+        return src
+
     def barrier(self):
         return _MPIRequest(self.comm.Ibarrier(), None)
 

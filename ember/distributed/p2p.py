@@ -1,9 +1,12 @@
 """Point-to-point (``send``/``recv``/``isend``/``irecv``) and all-to-all on Ember tensors."""
 from __future__ import annotations
 
+import time
+
 import numpy as np
 
 from ..errors import DTypeError, ShapeError
+from . import health
 from .backend import Work
 from .collectives import _check_count, _check_tensor, _desc, _Keep, _run, _Stage
 from .groups import resolve, timeout_error
@@ -25,7 +28,8 @@ def _p2p_work(name, tensor, peer, group, tag, start_fn):
             "peer": peer if peer is None else grp.ranks[peer], "tag": tag,
             "where": debug.caller_site()}
     req, finish = start_fn(grp, peer, int(tag))
-    return Work([req], timeout=grp.timeout, finish=finish,
+    t0 = time.monotonic()
+    return Work([req], timeout=grp.timeout, finish=finish, poll=lambda: health.serve(call, t0),
                 result=lambda: grp.ranks[req.source if peer is None else peer],
                 on_timeout=lambda e: timeout_error(grp, call, e))
 

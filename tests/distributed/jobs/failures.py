@@ -1,0 +1,40 @@
+"""Jobs that fail on purpose: ``python failures.py SCENARIO`` on 2 or 3 ranks.
+
+kill        rank 1 kills itself (SIGKILL) before the first all_reduce (on the first
+            attempt only when ``EMBER_RESTART_COUNT`` is set: a restart then succeeds)
+raise       rank 1 raises ValueError before the first all_reduce
+exit_early  the last rank returns before the all_reduce the others wait in (timeout 3 s)
+mismatch    rank 0 all_reduces shape (3,), the others shape (4,) (with the debug flag)
+order       rank 0 calls broadcast then all_reduce, the others the reverse (debug flag)
+"""
+import datetime
+import os
+import signal
+import sys
+
+import ember
+import ember.distributed as dist
+
+scenario = sys.argv[1]
+dist.init_process_group("mpi", timeout=datetime.timedelta(seconds=3))
+rank, n = dist.get_rank(), dist.get_world_size()
+t = ember.ones(4)
+dist.all_reduce(t)   # everyone is up
+first_attempt = os.environ.get("EMBER_RESTART_COUNT", "0") == "0"
+if scenario == "kill" and rank == 1 and first_attempt:
+    os.kill(os.getpid(), signal.SIGKILL)
+if scenario == "raise" and rank == 1:
+    raise ValueError("rank 1 fails on purpose")
+if scenario == "exit_early" and rank == n - 1:
+    sys.exit(0)
+if scenario == "mismatch":
+    dist.all_reduce(ember.ones(3) if rank == 0 else ember.ones(4))   # MISMATCH-LINE
+if scenario == "order":
+    if rank == 0:
+        dist.broadcast(t, src=0)   # ORDER-LINE-A
+        dist.all_reduce(t)
+    else:
+        dist.all_reduce(t)   # ORDER-LINE-B
+        dist.broadcast(t, src=0)
+dist.all_reduce(t)   # WAIT-LINE
+print(f"rank {rank} finished: {t.numpy().tolist()}", flush=True)
