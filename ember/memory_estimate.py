@@ -17,7 +17,9 @@ refers to are put back afterwards.
 The peak is the highest value of (real live bytes + simulated live bytes) at any
 allocation, broken down into parameters, gradients, optimizer state, activations
 (values made while recording a graph), temporaries (made during backward and the
-optimizer step) and other tensors (inputs, anything else alive).
+optimizer step) and other tensors (inputs, anything else alive). A value counts as what
+it is once the function returns: backward's copy of a gradient into ``p.grad`` (often
+the peak's last allocation) is a gradient, a moment being created is optimizer state.
 
 For a function made by ``ember.compile`` that can report its memory plan
 (``compiled.memory_plan(*inputs)``), the plan's peak is used instead.

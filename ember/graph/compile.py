@@ -373,11 +373,15 @@ class CompiledFunction:
         changed while capturing) means not a call, so not a recompile either."""
         from .sandbox import side_effects_undone
         last, recompiles, self._captured = self._last_sig, self._recompiles, None
-        with side_effects_undone(self.fn, args, kwargs, self._roots):
-            self._capture(sig, tuple(sig.items()), flat, spec, args, kwargs)
-        e, self._captured = self._captured, None
-        if e is None or all(x is not e for x in self._cache.values()):
-            self._last_sig, self._recompiles = last, recompiles
+        self.log.note("memory_plan(): capturing a new signature for its plan; its effects "
+                      "are undone")
+        try:
+            with side_effects_undone(self.fn, args, kwargs, self._roots):
+                self._capture(sig, tuple(sig.items()), flat, spec, args, kwargs)
+        finally:
+            e, self._captured = self._captured, None
+            if e is None or all(x is not e for x in self._cache.values()):
+                self._last_sig, self._recompiles = last, recompiles
         return e or self._cache[tuple(sig.items())]      # None: it runs eagerly
 
     def explain(self) -> Explanation:
