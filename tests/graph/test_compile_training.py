@@ -76,6 +76,26 @@ def test_compiled_backward_fills_the_grad_of_the_tensor_passed_at_each_call():
     np.testing.assert_allclose(a.grad.numpy(), [9.0, 36.0])    # a untouched by b's calls
 
 
+_W = em.tensor([1.0, 2.0, 3.0], requires_grad=True)     # a global leaf, for the test below
+
+
+def test_backward_accumulates_into_global_and_closure_leaves():
+    v = em.tensor([0.5, -1.0], requires_grad=True)
+
+    def f(x):
+        y = (_W * _W * x).sum() + (v * v * v).sum()
+        y.backward()
+        return y
+
+    cf = em.compile(f, passes=EXACT_PASSES)
+    x = em.ones(3)
+    for k in range(1, 5):
+        assert float(_no_warnings(cf, x)) == 14.0 - 0.875
+        np.testing.assert_array_equal(_W.grad.numpy(), [2.0 * k, 4.0 * k, 6.0 * k])
+        np.testing.assert_array_equal(v.grad.numpy(), [0.75 * k, 3.0 * k])
+    _W.grad = None
+
+
 # ----------------------------------------------------------------- item 5: steps
 def _train(step, compiled, steps=5, passes=EXACT_PASSES, **kw):
     model = _net()
