@@ -1,0 +1,93 @@
+"""ember.distributed pieces that need no MPI job: Work, object encoding, the launcher's
+command line and diagnosis, and the errors raised before a process group exists."""
+import time
+
+import pytest
+
+import ember.distributed as dist
+from ember.distributed import objects, run
+from ember.distributed.backend import DistributedError, Request, Work
+
+
+class _Never(Request):
+    def test(self) -> bool:
+        return False
+
+
+class _After(Request):
+    def __init__(self, n):
+        self.n = n
+
+    def test(self) -> bool:
+        self.n -= 1
+        return self.n <= 0
+
+
+def test_work_wait_times_out_instead_of_hanging():
+    calls = []
+    w = Work([_Never()], timeout=0.05, poll=lambda: calls.append(1),
+             on_timeout=lambda e: DistributedError(f"all_reduce waited {e:.2f} s"))
+    start = time.monotonic()
+    with pytest.raises(DistributedError, match="all_reduce waited"):
+        w.wait()
+    assert time.monotonic() - start < 2 and calls    # polled peers' probes while waiting
+    assert not w.is_completed()
+    with pytest.raises(RuntimeError):                # DistributedError is a RuntimeError
+        w.wait(timeout=0.01)
+
+
+def test_work_finishes_once_and_returns_result():
+    done = []
+    w = Work([_After(3)], timeout=5, finish=lambda: done.append(1), result=lambda: 7)
+    assert w.wait() is True and w.is_completed() and w.wait() is True
+    assert done == [1] and w.result() == 7
+
+
+def test_objects_plain_data_is_json_others_pickled():
+    plain = {"epoch": 3, "lr": 0.5, "names": ["a", None, True]}
+    data = objects.encode(plain)
+    assert data[:1] == b"J" and objects.decode(data) == plain
+    data = objects.encode((1, "x"))
+    assert data[:1] == b"P" and objects.decode(data) == (1, "x")
+    with pytest.raises(TypeError, match="allow_pickle=False"):
+        objects.encode((1, 2), allow_pickle=False)
+    with pytest.raises(ValueError, match="refusing"):
+        objects.decode(data, allow_pickle=False)
+
+
+def test_launcher_gives_each_rank_its_environment(monkeypatch):
+    monkeypatch.setattr(run, "find_mpiexec", lambda: "mpiexec")
+    cmd = run.mpiexec_command(2, ["python", "train.py", "--x"])
+    assert cmd[0] == "mpiexec" and cmd.count(":") == 1
+    first, second = " ".join(cmd).split(" : ")
+    assert "-env RANK 0" in first and "-env LOCAL_RANK 0" in first
+    assert "-env RANK 1" in second and "-env WORLD_SIZE 2" in second
+    assert second.endswith("python train.py --x")
+
+
+def test_launcher_names_the_rank_behind_a_pid():
+    banner = (b"=   BAD TERMINATION OF ONE OF YOUR APPLICATION PROCESSES\n"
+              b"=   PID 4242 RUNNING AT vm\n=   EXIT CODE: 9\n")
+    assert run.diagnose(9, banner, {4242: 2}).startswith("rank 2 (pid 4242) died (signal 9")
+    assert "pid 4242" in run.diagnose(9, banner, {})
+    abort = b"Abort(1) on node 0 (rank 3 in comm 0): application called MPI_Abort"
+    assert run.diagnose(1, abort, {}).startswith("rank 3 aborted the job")
+    assert run.diagnose(5, b"", {}) == "mpiexec exited with code 5"
+
+
+def test_launcher_without_mpiexec_names_the_extra(monkeypatch, tmp_path):
+    monkeypatch.setattr(run.sys, "executable", str(tmp_path / "python"))
+    monkeypatch.setenv("PATH", str(tmp_path))
+    with pytest.raises(RuntimeError, match=r"ember\[distributed\]"):
+        run.find_mpiexec()
+
+
+def test_errors_before_init_process_group():
+    assert not dist.is_initialized()
+    with pytest.raises(ValueError, match="init_process_group"):
+        dist.get_rank()
+    with pytest.raises(ValueError, match="'mpi'"):
+        dist.init_process_group("nccl")
+    with pytest.raises(ValueError, match="env://"):
+        dist.init_process_group("mpi", init_method="tcp://127.0.0.1:23456")
+    assert not dist.is_initialized()
