@@ -14,10 +14,6 @@ import os
 
 from ember.data import DataLoader, DistributedSampler
 
-#: set in the ranks of a job that ``ember train --nproc N`` launched
-CHILD_ENV = "EMBER_TRAIN_RANK_OF"
-
-
 def init(nproc: int) -> tuple[int, int]:
     """(rank, world size): joins the MPI process group when this is a launched rank."""
     if nproc <= 1:
@@ -67,5 +63,17 @@ def barrier(world: int) -> None:
         dist.barrier()
 
 
-def is_child() -> bool:
-    return CHILD_ENV in os.environ
+def restarted() -> bool:
+    """Whether ``ember run --max-restarts`` started this job again after a failure."""
+    return int(os.environ.get("EMBER_RESTART_COUNT", "0") or 0) > 0
+
+
+def in_job() -> bool:
+    """Whether this process is a rank of an MPI job (``ember run``, ``mpiexec``)."""
+    return any(k in os.environ for k in ("WORLD_SIZE", "PMI_SIZE", "OMPI_COMM_WORLD_SIZE"))
+
+
+def launch(argv: list, nproc: int, max_restarts: int) -> int:
+    """Run ``ember <argv>`` on ``nproc`` ranks (``ember run``); returns the exit status."""
+    from ember.distributed.run import launch as run
+    return run(nproc, ["-m", "ember"] + list(argv), max_restarts=max_restarts)
