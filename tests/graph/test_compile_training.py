@@ -375,3 +375,39 @@ def test_compiled_step_calling_a_compiled_module_inlines_it():
     assert lc == le
     for p, q in zip(mc.parameters(), me.parameters()):
         _eq(p, q)
+
+
+def test_char_gpt_script_with_compiled_model_matches_eager():
+    """examples/char_gpt.py's loop with ``model = ember.compile(model)`` added (dropout on;
+    ``generate`` reached through the wrapper)."""
+    from ember.data import DataLoader
+    from ember.datasets import CharText
+    from ember.training.models import GPT
+
+    def run(compiled):
+        em.manual_seed(0)
+        data = CharText("Beautiful is better than ugly. Explicit is better than implicit.",
+                        block_size=8)
+        model = GPT(data.vocab_size, 8, d_model=16, n_heads=2, n_layers=2, dropout=0.1)
+        net = em.compile(model, passes=EXACT_PASSES) if compiled else model
+        opt = em.optim.AdamW(net.parameters(), lr=3e-3, weight_decay=0.01)
+        losses = []
+        for x, y in DataLoader(data, batch_size=4, shuffle=True, drop_last=True):
+            logits = net(x)
+            loss = F.cross_entropy(logits.reshape(-1, data.vocab_size), y.reshape(-1))
+            opt.zero_grad()
+            loss.backward()
+            opt.step()
+            losses.append(loss.item())
+            if len(losses) == 6:
+                break
+        net.eval()
+        out = net.generate(em.tensor([data.encode("Beaut")]), 8,
+                           generator=em.Generator().manual_seed(0))
+        return losses, data.decode(out[0]), model
+
+    le, se, me = run(False)
+    lc, sc, mc = run(True)
+    assert lc == le and sc == se
+    for k, v in mc.state_dict().items():
+        _eq(v, me.state_dict()[k], k)
