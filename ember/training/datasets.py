@@ -2,14 +2,19 @@
 from __future__ import annotations
 
 import codecs
+import contextlib
+import io
 
 import ember as em
-from ember.data import TensorDataset
+from ember.data import Subset, TensorDataset
 from ember import datasets as D
+
+from .errors import UsageError
 
 
 def _zen_of_python() -> str:
-    import this  # noqa: F401 - ships with every Python; prints once, so silence it
+    with contextlib.redirect_stdout(io.StringIO()):   # NOTE: its first import prints it
+        import this
     return codecs.decode(this.s, "rot13")
 
 
@@ -29,18 +34,31 @@ def load_dataset(cfg):
         return TensorDataset(x[tr], y[tr]), TensorDataset(x[te], y[te]), info
     if name == "mnist":
         if not cfg.data_root:
-            raise ValueError("--dataset mnist needs --data-root DIR holding the MNIST IDX files")
+            raise UsageError("--dataset mnist needs --data-root DIR holding the MNIST IDX files")
         tr, te = D.MNIST(cfg.data_root, train=True), D.MNIST(cfg.data_root, train=False)
         info = {"name": "mnist", "features": 784, "channels": 1, "size": 28, "classes": 10}
         return tr, te, info
     if name == "text":
         text = open(cfg.text_file, encoding="utf-8").read() if cfg.text_file \
             else _zen_of_python()
-        split = int(len(text) * 0.9)
-        tr = D.CharText(text[:split], block_size=cfg.block_size)
-        te = D.CharText(text[split - cfg.block_size:], block_size=cfg.block_size)
-        te.stoi, te.itos = tr.stoi, tr.itos   # one vocabulary for both parts
-        info = {"name": "text", "vocab": tr.vocab_size, "block_size": cfg.block_size,
-                "dataset": tr}
-        return tr, te, info
-    raise ValueError(f"unknown dataset {name!r}; choose digits, spirals, mnist or text")
+        return _text_parts(text, cfg.block_size)
+    raise UsageError(f"unknown dataset {name!r}; choose digits, spirals, mnist or text")
+
+
+def _text_parts(text: str, block_size: int):
+    """Windows of the first 90% of ``text`` to train on, of the last 10% held out.
+
+    One vocabulary and one encoding for both parts (the whole text's), and no held-out
+    window reads or predicts a training character.
+    """
+    full = D.CharText(text, block_size=block_size)
+    split = int(len(text) * 0.9)
+    if split - block_size < 1 or len(text) - split - block_size < 1:
+        raise UsageError(f"--block-size {block_size} needs a text of at least "
+                         f"{10 * (block_size + 1)} characters (90% to train on, 10% held "
+                         f"out), got {len(text)}")
+    tr = Subset(full, range(0, split - block_size))
+    te = Subset(full, range(split, len(text) - block_size))
+    info = {"name": "text", "vocab": full.vocab_size, "block_size": block_size,
+            "dataset": full}
+    return tr, te, info

@@ -1,37 +1,43 @@
 """A resumable training loop with progress bars, checkpoints and a held-out evaluation.
 
 Resuming is bit-exact: a checkpoint holds the model, the optimizer, the scheduler, the
-global RNG state, the loader's generator and its position inside the epoch, so an
-interrupted run continued with ``--resume`` ends with the same parameters as a run that
-was never interrupted.
+global RNG state, the loader's generator and its position inside the epoch (and the loss
+sums of that epoch), so an interrupted run continued with ``--resume`` ends with the same
+parameters and logs the same metrics as a run that was never interrupted. Progress bars
+change nothing: they are given the loader's iterator, never the loader.
 """
 from __future__ import annotations
 
 import math
 import os
 import time
-from dataclasses import asdict, dataclass, field
+from dataclasses import dataclass, field
 
 import ember as em
 from ember import nn, optim
 from ember.data import DataLoader
 
+from . import checkpoint as ckpt
 from . import distributed as _dist
 from .datasets import load_dataset
-from .models import build_model
+from .errors import DivergedError, UsageError
+from .models import DEFAULT_EPOCHS, build_model
+from .report import metrics_path, plot, sample, write_metrics
 
 
 @dataclass
 class TrainConfig:
+    """The options of ``ember train`` (see ``ember train --help``)."""
     model: str = "cnn"
     dataset: str = "digits"
-    epochs: int = 15
+    epochs: int | None = None        # None: the model's default (models.DEFAULT_EPOCHS)
     batch_size: int = 64
     lr: float = 3e-3
     weight_decay: float = 1e-4
     seed: int = 0
     checkpoint: str = "checkpoints/ember-{model}-{dataset}.safetensors"
     resume: bool = False
+    overwrite: bool = False          # replace an existing checkpoint (else: refuse)
     data_root: str | None = None
     text_file: str | None = None
     block_size: int = 32
@@ -45,14 +51,16 @@ class TrainConfig:
         return self.checkpoint.format(model=self.model, dataset=self.dataset)
 
 
-def _bar(iterable, total, desc, enabled):
+def _bar(it, total: int, done: int, desc: str, enabled: bool):
     if not enabled:
-        return iterable
+        return it
     try:
         from tqdm.auto import tqdm
     except ImportError:
-        return iterable
-    return tqdm(iterable, total=total, desc=desc, leave=False, dynamic_ncols=True)
+        return it
+    # NOTE: ``it`` is the loader's iterator: tqdm.auto calls iter() on what it gets when
+    # created and again when iterated, and each iter(loader) starts an epoch
+    return tqdm(it, total=total, initial=done, desc=desc, leave=False, dynamic_ncols=True)
 
 
 def evaluate(model: nn.Module, loader: DataLoader, token_level: bool = False) -> tuple:
@@ -72,102 +80,155 @@ def evaluate(model: nn.Module, loader: DataLoader, token_level: bool = False) ->
     return loss_sum / max(total, 1), correct / max(total, 1)
 
 
-def _state(model, opt, sched, loader, epoch, step, cfg):
-    return {"model": model.state_dict(), "optimizer": opt.state_dict(),
-            "scheduler": sched.state_dict(), "rng": em.get_rng_state(),
-            "loader": loader.state_dict(), "epoch": epoch, "step": step,
-            "history": cfg.history, "config": {k: v for k, v in asdict(cfg).items()
-                                               if k != "history"}}
+def _check_options(cfg) -> None:
+    for name in ("epochs", "batch_size", "block_size", "max_steps"):
+        v = getattr(cfg, name)
+        if v is not None and (not isinstance(v, int) or v < 1):
+            raise UsageError(f"--{name.replace('_', '-')} must be a positive integer, got {v}")
+    if not (math.isfinite(cfg.lr) and cfg.lr > 0):
+        raise UsageError(f"--lr must be a positive number, got {cfg.lr}")
+    if not (math.isfinite(cfg.weight_decay) and cfg.weight_decay >= 0):
+        raise UsageError(f"--weight-decay must be a number >= 0, got {cfg.weight_decay}")
 
 
-def _restore(path, model, opt, sched, loader, cfg):
-    ck = em.load(path)
-    model.load_state_dict(ck["model"])
-    opt.load_state_dict(ck["optimizer"])
-    sched.load_state_dict(ck["scheduler"])
-    em.set_rng_state(ck["rng"])
-    loader.load_state_dict(ck["loader"])
+def _schedule(opt, cfg, total: int, at: int = 0):
+    """One-cycle over ``total`` steps, positioned to give step ``at + 1`` its lr."""
+    return optim.lr_scheduler.OneCycleLR(opt, max_lr=cfg.lr, total_steps=total,
+                                         last_epoch=min(at, total - 1) - 1)
+
+
+def _resume(path, cfg, model, opt, loader, total, log):
+    """Restore a run; returns ``(epoch, step, sums, scheduler)``."""
+    ck = ckpt.load(path)
+    ckpt.check_options(ck, cfg, path)
+    spe = len(loader)
+    epoch, step, sums = ckpt.restore(ck, path, model, opt, loader, spe)
     cfg.history = list(ck["history"])
-    return int(ck["epoch"]), int(ck["step"])
+    old_total = ck["scheduler"].get("total_steps")
+    if old_total == total:
+        sched = _schedule(opt, cfg, total, step)
+        ckpt.restore_schedule(ck, path, sched, step)
+    elif step > total:
+        raise UsageError(f"checkpoint {path} has already run {epoch} epochs ({step} steps); "
+                         f"--epochs {cfg.epochs} is fewer: pass --epochs {-(-step // spe)} "
+                         "or more to continue it")
+    else:
+        sched = _schedule(opt, cfg, total, step)
+        log(f"the checkpoint's learning-rate schedule was for {old_total} steps; rebuilt "
+            f"the one-cycle schedule for {total} steps ({cfg.epochs} epochs): step "
+            f"{step + 1} runs at lr {sched.get_last_lr()[0]:.2e}")
+    log(f"resumed from {path} at epoch {epoch + 1}, step {step}")
+    return epoch, step, sums, sched
+
+
+def _epoch(model, opt, sched, it, token_level, step, sums, cfg):
+    """Run the rest of an epoch from ``it``; returns ``(step, sums, stopped)``."""
+    loss_sum, n = sums
+    for x, y in it:
+        logits = model(x)
+        if token_level:
+            logits, y = logits.reshape(-1, logits.shape[-1]), y.reshape(-1)
+        loss = nn.functional.cross_entropy(logits, y)
+        opt.zero_grad()
+        loss.backward()
+        opt.step()
+        step += 1
+        if step < sched.total_steps:   # NOTE: past its end the one-cycle lr rises again
+            sched.step()
+        value = float(loss)
+        if not math.isfinite(value):
+            raise DivergedError(f"training diverged at step {step}: the loss is {value}; "
+                                f"try a lower --lr (now {cfg.lr})")
+        loss_sum, n = loss_sum + value, n + 1
+        if hasattr(it, "set_postfix"):
+            it.set_postfix(loss=f"{loss_sum / n:.4f}", lr=f"{sched.get_last_lr()[0]:.2e}",
+                           refresh=False)
+        if cfg.max_steps is not None and step >= cfg.max_steps:
+            return step, (loss_sum, n), True
+    return step, (loss_sum, n), False
 
 
 def train(cfg: TrainConfig, log=print) -> dict:
-    """Train ``cfg.model`` on ``cfg.dataset``; returns the final metrics."""
+    """Train ``cfg.model`` on ``cfg.dataset``; returns the final metrics.
+
+    Raises:
+        UsageError: options that cannot work (the CLI exits with status 2).
+        CheckpointError: ``--resume`` from a checkpoint that is unreadable or invalid.
+        DivergedError: the loss became NaN or Inf.
+    """
+    if cfg.epochs is None:
+        cfg.epochs = DEFAULT_EPOCHS.get(cfg.model, 15)
+    _check_options(cfg)
     rank, world = _dist.init(cfg.nproc)
     if rank != 0:   # NOTE: rank 0 alone prints, evaluates and writes checkpoints
         log = _silent
+    path = cfg.checkpoint_path()
+    if _dist.restarted() and os.path.exists(path):
+        cfg.resume = True   # a job ember run --max-restarts started again: continue it
+    if not cfg.resume and os.path.exists(path) and not cfg.overwrite:
+        raise UsageError(f"{path} already holds a checkpoint; pass --resume to continue "
+                         "that run, --overwrite to replace it, or --checkpoint PATH")
     em.manual_seed(cfg.seed)
     train_ds, test_ds, info = load_dataset(cfg)
-    gen = em.Generator().manual_seed(cfg.seed)
-    loader = _dist.make_loader(train_ds, cfg.batch_size, cfg.seed, gen, rank, world)
+    loader = _dist.make_loader(train_ds, cfg.batch_size, cfg.seed,
+                               em.Generator().manual_seed(cfg.seed), rank, world)
+    if len(loader) == 0:
+        raise UsageError(f"--batch-size {cfg.batch_size} is larger than the {len(train_ds)} "
+                         f"training samples of {cfg.dataset}")
     test_loader = DataLoader(test_ds, batch_size=256)
     model = build_model(cfg.model, info)
     net = _dist.wrap(model, world)   # DistributedDataParallel(model) when world > 1
     opt = optim.AdamW(model.parameters(), lr=cfg.lr, weight_decay=cfg.weight_decay)
-    steps_per_epoch = len(loader)
-    sched = optim.lr_scheduler.OneCycleLR(opt, max_lr=cfg.lr, epochs=cfg.epochs,
-                                          steps_per_epoch=steps_per_epoch)
-    path = cfg.checkpoint_path()
+    spe, total = len(loader), cfg.epochs * len(loader)
     os.makedirs(os.path.dirname(os.path.abspath(path)), exist_ok=True)
-    epoch, step = 0, 0
+    epoch, step, sums = 0, 0, (0.0, 0)
     if cfg.resume:
-        if not os.path.exists(path):
-            raise FileNotFoundError(f"--resume: no checkpoint at {path}")
-        epoch, step = _restore(path, model, opt, sched, loader, cfg)
-        log(f"resumed from {path} at epoch {epoch + 1}, step {step}")
+        epoch, step, sums, sched = _resume(path, cfg, model, opt, loader, total, log)
+        if cfg.max_steps is not None and step >= cfg.max_steps:
+            raise UsageError(f"--max-steps {cfg.max_steps}: the checkpoint is already at "
+                             f"step {step}")
+    else:
+        sched = _schedule(opt, cfg, total)
     nparams = sum(p.numel() for p in model.parameters())
     log(f"{cfg.model} on {info['name']}: {len(train_ds)} train / {len(test_ds)} held-out "
         f"samples, {nparams:,} parameters, {cfg.epochs} epochs")
     token_level = "vocab" in info
-    t0 = time.perf_counter()
-    stopped = False
+    t0, stopped = time.perf_counter(), False
     while epoch < cfg.epochs and not stopped:
         model.train()
-        run_loss = run_n = 0
         _dist.set_epoch(loader, epoch)
-        bar = _bar(loader, steps_per_epoch, f"epoch {epoch + 1}/{cfg.epochs}",
-                   cfg.progress and rank == 0)
-        for x, y in bar:
-            logits = net(x)
-            if token_level:
-                logits, y = logits.reshape(-1, logits.shape[-1]), y.reshape(-1)
-            loss = nn.functional.cross_entropy(logits, y)
-            opt.zero_grad()
-            loss.backward()
-            opt.step()
-            sched.step()
-            step += 1
-            run_loss, run_n = run_loss + float(loss), run_n + 1
-            if hasattr(bar, "set_postfix"):
-                bar.set_postfix(loss=f"{run_loss / run_n:.4f}", lr=f"{sched.get_last_lr()[0]:.2e}")
-            if cfg.max_steps is not None and step >= cfg.max_steps:
-                stopped = True
-                break
+        it = iter(loader)
+        bar = _bar(it, spe, it.state_dict()["batches_consumed"],
+                   f"epoch {epoch + 1}/{cfg.epochs}", cfg.progress and rank == 0)
+        step, sums, stopped = _epoch(net, opt, sched, bar, token_level, step, sums, cfg)
+        if hasattr(bar, "close"):
+            bar.close()
         if stopped:
             if rank == 0:
-                em.save(_state(model, opt, sched, loader, epoch, step, cfg), path)
+                ckpt.save(path, model, opt, sched, loader, epoch, step, sums, cfg)
             log(f"stopped after {step} steps; checkpoint written to {path}")
             break
         epoch += 1
+        # NOTE: every rank evaluates: iterating a loader draws from the global RNG, which
+        # must stay the same on all ranks for rank 0's checkpoint to resume all of them
+        held_out = evaluate(model, test_loader, token_level)
         if rank != 0:
+            sums = (0.0, 0)
             continue
-        test_loss, test_acc = evaluate(model, test_loader, token_level)
-        cfg.history.append({"epoch": epoch, "train_loss": run_loss / max(run_n, 1),
-                            "test_loss": test_loss, "test_acc": test_acc})
-        log(f"epoch {epoch:3d}  train loss {run_loss / max(run_n, 1):.4f}  held-out loss "
-            f"{test_loss:.4f}  accuracy {test_acc * 100:6.2f}%")
-        em.save(_state(model, opt, sched, loader, epoch, step, cfg), path)
+        _log_epoch(cfg, epoch, sums, held_out, token_level, log)
+        sums = (0.0, 0)
+        ckpt.save(path, model, opt, sched, loader, epoch, step, sums, cfg)
+        write_metrics(metrics_path(path), cfg.history)
     elapsed = time.perf_counter() - t0
     result = {"steps": step, "seconds": elapsed, "checkpoint": path, "model": model}
     if cfg.history:
         result.update(cfg.history[-1])
     if not stopped and rank == 0:
-        log(f"held-out accuracy {result.get('test_acc', math.nan) * 100:.2f}% after "
-            f"{epoch} epochs ({elapsed:.1f} s this run); checkpoint: {path}")
+        _log_end(cfg, result, epoch, elapsed, path, token_level, log)
         if token_level and hasattr(model, "generate"):
-            _sample(model, info, log)
+            sample(model, info, log)
         if cfg.plot:
-            _plot(cfg, log)
+            plot(cfg, cfg.plot, log)
     return result
 
 
@@ -175,30 +236,25 @@ def _silent(*args, **kwargs) -> None:
     """The log of ranks other than 0."""
 
 
-def _sample(model, info, log):
-    ds = info["dataset"]
-    start = em.tensor([ds.encode(ds.text[: model.block_size // 2])])
-    out = model.generate(start, 80, generator=em.Generator().manual_seed(0))
-    log("sample: " + repr(ds.decode(out[0].tolist())))
+def _log_epoch(cfg, epoch, sums, held_out, token_level, log) -> None:
+    train_loss = sums[0] / max(sums[1], 1)
+    test_loss, test_acc = held_out
+    row = {"epoch": epoch, "train_loss": train_loss, "test_loss": test_loss}
+    if token_level:   # NOTE: next-character accuracy says little; perplexity is the measure
+        row["test_ppl"] = math.exp(test_loss)
+        what = f"perplexity {row['test_ppl']:7.3f}"
+    else:
+        row["test_acc"] = test_acc
+        what = f"accuracy {test_acc * 100:6.2f}%"
+    cfg.history.append(row)
+    log(f"epoch {epoch:3d}  train loss {train_loss:.4f}  held-out loss {test_loss:.4f}  {what}")
 
 
-def _plot(cfg, log):
-    try:
-        import matplotlib
-        matplotlib.use("Agg")
-        import matplotlib.pyplot as plt
-    except ImportError:
-        log("matplotlib is not installed: no training-curve PNG (pip install ember[examples])")
-        return
-    h = cfg.history
-    fig, ax = plt.subplots(1, 2, figsize=(9, 3.5))
-    ax[0].plot([r["epoch"] for r in h], [r["train_loss"] for r in h], label="train")
-    ax[0].plot([r["epoch"] for r in h], [r["test_loss"] for r in h], label="held-out")
-    ax[0].set_xlabel("epoch"), ax[0].set_ylabel("loss"), ax[0].legend()
-    ax[1].plot([r["epoch"] for r in h], [100 * r["test_acc"] for r in h])
-    ax[1].set_xlabel("epoch"), ax[1].set_ylabel("held-out accuracy (%)")
-    fig.suptitle(f"ember train --model {cfg.model} --dataset {cfg.dataset}")
-    fig.tight_layout()
-    os.makedirs(os.path.dirname(os.path.abspath(cfg.plot)), exist_ok=True)
-    fig.savefig(cfg.plot, dpi=100)
-    log(f"training curve written to {cfg.plot}")
+def _log_end(cfg, result, epoch, elapsed, path, token_level, log) -> None:
+    if token_level:
+        what = (f"held-out loss {result.get('test_loss', math.nan):.4f}, perplexity "
+                f"{result.get('test_ppl', math.nan):.3f}")
+    else:
+        what = f"held-out accuracy {result.get('test_acc', math.nan) * 100:.2f}%"
+    log(f"{what} after {epoch} epochs ({elapsed:.1f} s this run); checkpoint: {path}; "
+        f"metrics: {metrics_path(path)}")
