@@ -80,8 +80,9 @@ class _Snapshot:
         if t._grad is not None:
             self._save_tensor(t._grad)
         st = t._storage
-        if id(st) not in self.values:
-            root = t._base._data if t._base is not None else t._data
+        root = t._base._data if t._base is not None else t._data
+        if id(st) not in self.values and getattr(root, "flags", None) is not None and \
+                root.flags.writeable:     # NOTE: nothing writes a read-only array
             self.values[id(st)] = (st, root, root.copy(), st.version)
 
     def restore(self) -> None:

@@ -3,6 +3,7 @@ back before anything runs, and the capture behind it leaves no trace — paramet
 buffers, gradients, optimizer state and random generators are as before, so training
 afterwards is bitwise the training without the call."""
 import numpy as np
+import pytest
 
 import ember as em
 from ember import nn
@@ -83,3 +84,29 @@ def test_plan_capture_is_not_a_call():
         assert np.array_equal(p.detach().numpy(), q)
     step(x2, y2)
     assert len(step.graphs()) == n + 1            # the real call ran the planned graph
+
+
+def test_plan_capture_undoes_writes_to_closure_tensors_also_when_fn_raises():
+    counter, w = em.zeros(()), em.randn(4, 4)
+    w0 = w.numpy().copy()
+    gen = em.Generator().manual_seed(3)
+    state0 = gen.get_state().numpy().copy()
+
+    def f(x):
+        counter.add_(1)                       # in-place writes into closure tensors
+        w.mul_(2.0)
+        return (x @ w + em.rand(4, 4, generator=gen)).sum()
+
+    x = em.randn(4, 4)
+    plan = em.compile(f).memory_plan(x)
+    assert plan.peak_bytes > 0
+    assert counter.item() == 0 and np.array_equal(w.numpy(), w0)
+    assert np.array_equal(gen.get_state().numpy(), state0)
+
+    def g(x):
+        counter.add_(1)
+        raise RuntimeError("boom in the traced call")
+
+    with pytest.raises(RuntimeError, match="boom in the traced call"):
+        em.compile(g).memory_plan(x)
+    assert counter.item() == 0
