@@ -431,7 +431,8 @@ def test_pad_pack_roundtrip(batch_first):
     want = np.full((4, 5, 3), -1.0, np.float32)
     for i, s in enumerate(seqs):
         want[i, :len(s)] = s
-    np.testing.assert_array_equal(p.detach().numpy(), want if batch_first else want.transpose(1, 0, 2))
+    np.testing.assert_array_equal(p.detach().numpy(),
+                                  want if batch_first else want.transpose(1, 0, 2))
     pk = rnn.pack_padded_sequence(p, [2, 5, 3, 5], batch_first=batch_first, enforce_sorted=False)
     assert pk.batch_sizes.tolist() == [4, 4, 3, 2, 2]
     assert pk.sorted_indices.tolist() == [1, 3, 2, 0]
@@ -444,7 +445,8 @@ def test_pad_pack_roundtrip(batch_first):
     w6 = np.zeros((4, 6, 3), np.float32)
     for i, s in enumerate(seqs):
         w6[i, :len(s)] = s
-    np.testing.assert_array_equal(out.detach().numpy(), w6 if batch_first else w6.transpose(1, 0, 2))
+    np.testing.assert_array_equal(out.detach().numpy(),
+                                  w6 if batch_first else w6.transpose(1, 0, 2))
     (pk.data * 2).sum().backward()                         # gradients reach every sequence
     for t, s in zip(ts, seqs):
         np.testing.assert_array_equal(t.grad.numpy(), np.full(s.shape, 2.0))
@@ -472,3 +474,38 @@ def test_rnn_utils_errors_and_torch_parity():
     ep = rnn.pack_sequence([em.tensor(s) for s in seqs], enforce_sorted=False)
     np.testing.assert_array_equal(ep.data.numpy(), tp.data.numpy())
     assert ep.batch_sizes.tolist() == tp.batch_sizes.tolist()
+
+
+@pytest.mark.skipif(not available(), reason="no C compiler: no generated kernels here")
+@pytest.mark.parametrize("cc", _compilers())
+def test_generated_float64_and_binary_transcendentals_dense_sweep(cc, tmp_path, monkeypatch):
+    """float64 kernels against NumPy's float64 (itself within ~1 ulp: bound 4 + 1), and the
+    binary float32 ones against float64."""
+    monkeypatch.setenv("EMBER_KERNEL_CACHE", str(tmp_path))
+    domains = {**_F32_DOMAINS, "exp": (-700, 700), "expm1": (-30, 700), "sinh": (-700, 700),
+               "cosh": (-700, 700), "exp2": (-1000, 1000), "erfc": (-5, 26),
+               "sigmoid": (-700, 700)}
+    for op, (lo, hi) in domains.items():
+        x = np.concatenate([np.linspace(lo, hi, 50001), np.linspace(-1, 1, 10001)])
+        x = x[(x >= lo) & (x <= hi)]
+        got = _unary_kernel(op, dt.float64, x.size, cc)(x)
+        # NOTE: SciPy's (Cephes') erfc loses ~x^2 ulp in the tail; glibc's (math) does not
+        ref = np.vectorize(getattr(math, op))(x) if op in ("erf", "erfc") else _np_ref(op, x)
+        keep = np.isfinite(ref) & (np.abs(ref) > np.finfo(np.float64).tiny)
+        assert_within_ulp(got[keep], ref[keep], x[keep], np.float64, 5.0,
+                          f"generated float64 {op} ({cc.flags[-1]})")
+    rng = np.random.default_rng(0)
+    n = 40000
+    for op, a, b, ref in (
+            ("pow", rng.uniform(0, 10, n), rng.uniform(-30, 30, n), np.power),
+            ("atan2", rng.uniform(-10, 10, n), rng.uniform(-10, 10, n), np.arctan2),
+            ("hypot", rng.uniform(-1e3, 1e3, n), rng.uniform(-1e3, 1e3, n), np.hypot)):
+        a32, b32 = a.astype(np.float32), b.astype(np.float32)
+        k = Kernel([InputSpec(dt.float32, (1,)), InputSpec(dt.float32, (1,))],
+                   OutSpec(dt.float32, (n,)), call(op, Load(0), Load(1)), name=f"ember_i14_{op}")
+        got = CompiledKernel(k, cc)(a32, b32)
+        want = ref(a32.astype(np.float64), b32.astype(np.float64))
+        fi = np.finfo(np.float32)
+        keep = (np.abs(want) < fi.max) & (np.abs(want) > fi.tiny)
+        assert_within_ulp(got[keep], want[keep], a32[keep], np.float32, 4.0,
+                          f"generated float32 {op} ({cc.flags[-1]})")
