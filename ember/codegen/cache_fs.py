@@ -21,7 +21,6 @@ import errno
 import os
 import re
 import secrets
-import shutil
 import stat
 import time
 
@@ -232,9 +231,25 @@ def unlink(dfd: int, name: str) -> None:
 
 
 def remove_tree(dfd: int, name: str) -> None:
-    """Remove the folder ``name`` of folder ``dfd`` and everything in it (no symlinks followed)."""
+    """Remove the folder ``name`` of folder ``dfd`` and everything in it (no symlinks followed).
+
+    NOTE: by descriptors, since ``shutil.rmtree(dir_fd=)`` needs Python 3.11.
+    """
     try:
-        shutil.rmtree(name, dir_fd=dfd)
+        fd = os.open(name, _DIR | _NOFOLLOW, dir_fd=dfd)
+    except OSError:
+        unlink(dfd, name)
+        return
+    try:
+        with os.scandir(fd) as it:
+            for e in list(it):
+                (remove_tree if e.is_dir(follow_symlinks=False) else unlink)(fd, e.name)
+    except OSError:
+        pass
+    finally:
+        os.close(fd)
+    try:
+        os.rmdir(name, dir_fd=dfd)
     except OSError:
         pass
 
