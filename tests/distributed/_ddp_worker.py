@@ -223,6 +223,40 @@ def check_unused(out, rank, world):
         out["strict_unused_raises"] = "find_unused_parameters=True" in str(e)
 
 
+def check_compiled(out, rank, world):
+    """ember.compile of a DDP step graph-breaks at the collectives: same weights as eager."""
+    import warnings
+    runs = {}
+    for compiled in (False, True):
+        model = DDP(cnn(ember.float32))
+        opt = sgd(model)
+
+        def step(x, y):
+            opt.zero_grad()
+            loss = F.cross_entropy(model(x), y)
+            loss.backward()
+            opt.step()
+            return loss
+
+        fn = ember.compile(step) if compiled else step
+        with warnings.catch_warnings(record=True) as caught:
+            warnings.simplefilter("always")
+            for s in range(4):
+                x, y = data("cnn", s, ember.float32)
+                fn(shard(x, rank, world), shard(y, rank, world))
+        runs[compiled] = params(model.module)
+        if compiled:
+            out["compiled_graph_break_warned"] = any("graph break" in str(w.message)
+                                                     for w in caught)
+    out[f"compiled_equals_eager_rank{rank}"] = exact(runs[True], runs[False])
+    try:
+        model = DDP(mlp(ember.float32))
+        ember.compile(lambda x: model(x).sum().backward(), fullgraph=True)(ember.ones(2, 20))
+        out["fullgraph_raises"] = False
+    except RuntimeError as e:
+        out["fullgraph_raises"] = "DistributedDataParallel" in str(e)
+
+
 def main(path):
     dist.init_process_group(backend="mpi")
     rank, world = dist.get_rank(), dist.get_world_size()
@@ -232,6 +266,7 @@ def main(path):
     check_no_sync(out, rank, world)
     check_zero(out, rank, world)
     check_unused(out, rank, world)
+    check_compiled(out, rank, world)
     results = [None] * world
     dist.all_gather_object(results, out)
     if rank == 0:

@@ -128,6 +128,8 @@ class ZeroRedundancyOptimizer(Optimizer):
     def _sync_params(self) -> None:
         if self.world_size == 1:
             return
+        from ...nn.parallel._buckets import graph_break
+        graph_break("ZeroRedundancyOptimizer's parameter broadcast")
         from ...ops.factories import empty
         from ...ops.join import cat
         with no_grad():

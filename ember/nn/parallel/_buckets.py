@@ -15,7 +15,7 @@ import time
 
 from ... import dtypes as _dt
 from ...autograd.engine import queue_callback
-from ...autograd.grad_mode import no_grad
+from ...autograd.grad_mode import no_grad, state as _grad_state
 
 #: bytes of the first bucket (``torch.distributed._DEFAULT_FIRST_BUCKET_BYTES``)
 FIRST_BUCKET_BYTES = 1024 * 1024
@@ -62,6 +62,21 @@ class _Bucket:
 
     def reset(self) -> None:
         self.pending, self.work = len(self.params), None
+
+
+def graph_break(what: str) -> None:
+    """Tell an ``ember.compile`` tracer that a collective runs here.
+
+    NOTE: collectives move array data outside Ember ops, so a captured graph would replay
+    the step WITHOUT them (silently unaveraged gradients). A graph break makes the traced
+    call finish eagerly and that signature run eagerly from then on: correct, not fused;
+    ``fullgraph=True`` raises ``GraphBreak`` instead.
+    """
+    for mode in reversed(_grad_state.modes):
+        unsupported = getattr(mode, "unsupported", None)
+        if unsupported is not None:
+            unsupported(what)
+            return
 
 
 def _wait(work, spin_s: float = 0.05) -> None:
@@ -140,6 +155,8 @@ class Reducer:
                 return   # NOTE: MPI completes collectives in order; one test suffices
 
     def _start_backward(self) -> None:
+        if self.world > 1:
+            graph_break("DistributedDataParallel's gradient all-reduce")
         self.in_backward = True
         self.used = [False] * len(self.params)
         self.next_launch = 0

@@ -20,7 +20,7 @@ from __future__ import annotations
 import contextlib
 
 from ..module import Module
-from ._buckets import Reducer
+from ._buckets import Reducer, graph_break
 
 __all__ = ["DistributedDataParallel"]
 
@@ -85,6 +85,7 @@ class DistributedDataParallel(Module):
         """Broadcast ``tensors`` in place from rank 0 (parameters, then buffers)."""
         if dist.get_world_size() == 1:
             return
+        graph_break("DistributedDataParallel's broadcast from rank 0")
         for t in tensors:
             dist.broadcast(t.detach(), 0, group=self.process_group)
 
