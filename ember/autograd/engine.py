@@ -114,6 +114,13 @@ def _accumulate(buf, key, g):
     buf[key] = g if cur is None else cur + g
 
 
+#: how many backward passes that free the saved values they use (``retain_graph=False``:
+#: ``backward()``, ``autograd.grad``) have started. ``ember.compile`` asks whether the traced
+#: function ran one: then the autograd graphs of its outputs may be spent, and they come
+#: back as plain tensors instead of getting a compiled backward.
+freeing_runs = 0
+
+
 def run_backward(roots, grad_roots, retain_graph: bool, create_graph: bool,
                  inputs=None, allow_unused: bool = False):
     """Core of ``Tensor.backward`` and ``autograd.grad``.
@@ -121,6 +128,9 @@ def run_backward(roots, grad_roots, retain_graph: bool, create_graph: bool,
     With ``inputs`` given, returns their gradients (no ``.grad`` is touched);
     otherwise accumulates into the ``.grad`` of every leaf reached.
     """
+    global freeing_runs
+    if not retain_graph:
+        freeing_runs += 1
     buffers: dict = {}
     root_nodes = []
     external = set()  # storages the caller owns: never stored as a .grad without a copy
@@ -275,15 +285,8 @@ def _to_leaf(t, g, create_graph, external, claimed):
         t._grad.add_(g.detach())
 
 
-#: how many ``backward()`` calls have started (``ember.compile`` asks whether the traced
-#: function ran its own backward: then its outputs' graphs are spent, not differentiable)
-backward_calls = 0
-
-
 def backward(tensors, grad_tensors=None, retain_graph=None, create_graph=False, inputs=None):
     """Accumulate gradients of ``tensors`` into the leaves' ``.grad`` (``torch.autograd.backward``)."""
-    global backward_calls
-    backward_calls += 1
     if isinstance(tensors, Tensor):
         tensors = [tensors]
     if grad_tensors is None or isinstance(grad_tensors, Tensor):

@@ -240,10 +240,10 @@ class CompiledFunction:
                 arg_slots.append(i)
         walk = reach(self.fn, flat)
         before = walk.snapshot(flat)
-        calls = _engine.backward_calls
+        calls = _engine.freeing_runs
         with tr:
             result = self.fn(*args, **kwargs)
-        ran_backward = _engine.backward_calls != calls
+        ran_backward = _engine.freeing_runs != calls
         e = _Entry()
         e.eager = False
         if tr.broken is not None:
@@ -476,8 +476,9 @@ def _finish_capture(tr: Tracer, e: _Entry, result, arg_slots, flat, params, pass
                     ran_backward=False) -> None:
     """Turn the tracer's state into graph outputs, write-backs and the output template.
 
-    ``ran_backward``: the function called ``backward()`` itself (a training step); its
-    outputs' autograd graphs are spent, so they come back as plain tensors.
+    ``ran_backward``: the function ran a backward pass that frees saved values itself
+    (``backward()``, ``autograd.grad``: a training step); its outputs' autograd graphs
+    may be spent, so they come back as plain tensors.
     """
     leaves, spec = tree_flatten(result)
     outs, leaf_kind, diff_outs = [], [], []

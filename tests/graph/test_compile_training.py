@@ -185,7 +185,18 @@ def _grad_zero_first(model, opt):
     return step
 
 
-@pytest.mark.parametrize("step", [_data_add, _isub_no_grad, _grad_zero_first])
+def _autograd_grad(model, opt):
+    def step(x, y):
+        loss = F.mse_loss(model(x), y)
+        grads = em.autograd.grad(loss, list(model.parameters()))
+        with em.no_grad():
+            for p, g in zip(model.parameters(), grads):
+                p -= 0.05 * g
+        return loss
+    return step
+
+
+@pytest.mark.parametrize("step", [_data_add, _isub_no_grad, _grad_zero_first, _autograd_grad])
 def test_manual_parameter_updates(step):
     _same_training(step)
 
