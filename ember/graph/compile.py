@@ -426,6 +426,15 @@ class CompiledFunction:
     def __get__(self, obj, objtype=None):
         return self if obj is None else functools.partial(self, obj)
 
+    def __deepcopy__(self, memo):
+        """A copy (``copy.deepcopy`` of a model after ``model.compile()``) compiles its
+        copied function afresh: captured programs hold raw kernel pointers."""
+        import copy
+        return CompiledFunction(copy.deepcopy(self.fn, memo), fullgraph=self.fullgraph,
+                                dynamic=self.dynamic, passes=self.passes,
+                                parallel=self.parallel, name=self.name,
+                                memory_budget=self.memory_budget)
+
 
 class _Eager(Exception):
     pass

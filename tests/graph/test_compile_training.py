@@ -318,6 +318,12 @@ def test_module_compile_in_place():
     for p, q in zip(model.parameters(), eager.parameters()):
         _eq(p.grad, q.grad)
     assert len(model._compiled_call_impl.graphs()) == 1
+    twin = copy.deepcopy(model)               # compiles its own copy afresh
+    assert twin._compiled_call_impl.fn.__self__ is twin
+    x, _ = _data(seed=5)
+    _eq(twin(x), model(x))
+    twin[0].weight.data.zero_()
+    assert not np.array_equal(twin(x).detach().numpy(), model(x).detach().numpy())
 
 
 def test_compiled_module_deepcopies_and_reports():
