@@ -50,3 +50,22 @@ def test_nproc2_restart_after_kill_is_bit_exact_and_resumes_on_one_process(tmp_p
     one = ember_train("--resume", "--epochs", "4", "--checkpoint", a, cwd=tmp_path)
     assert one.returncode == 0, one.stdout[-2000:] + one.stderr[-2000:]
     assert "epoch   4" in one.stdout
+
+
+def test_ddp_example_zero_matches_plain_on_two_processes(tmp_path):
+    """examples/ddp_train.py: ZeRO-1 (--zero) and plain Adam train the same replicas."""
+    example = os.path.join(os.path.dirname(os.path.dirname(HERE)), "examples", "ddp_train.py")
+    outs = {}
+    for flag in ([], ["--zero"]):
+        ck = str(tmp_path / f"ck{len(flag)}.safetensors")
+        run = subprocess.run([sys.executable, "-m", "ember", "run", "--nproc", "2", example,
+                              "--epochs", "2", "--checkpoint", ck, *flag],
+                             capture_output=True, text=True, timeout=300, cwd=tmp_path,
+                             env=dict(os.environ, OMP_NUM_THREADS="1"))
+        assert run.returncode == 0, run.stdout[-2000:] + run.stderr[-2000:]
+        assert "epoch 2: loss" in run.stdout and "(2 process(es))" in run.stdout
+        outs[len(flag)] = ember.load(ck)
+    for k, v in outs[0]["model"].items():
+        assert np.array_equal(v.numpy(), outs[1]["model"][k].numpy()), k
+    plain, zero = outs[0]["optimizer"]["state"], outs[1]["optimizer"]["state"]
+    assert sorted(plain, key=str) == sorted(zero, key=str)   # consolidated: every param
