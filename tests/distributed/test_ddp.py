@@ -13,32 +13,20 @@ float64, 20 steps):
 """
 import json
 import os
-import shutil
-import subprocess
 import sys
 
 import pytest
-
-pytest.importorskip("mpi4py")
+from mpi_helper import mpiexec_or_skip, run
 
 HERE = os.path.dirname(os.path.abspath(__file__))
 
 
-def mpiexec():
-    exe = os.path.join(os.path.dirname(sys.executable), "mpiexec")
-    return exe if os.path.exists(exe) else shutil.which("mpiexec")
-
-
 @pytest.fixture(scope="module")
 def results(tmp_path_factory):
-    if mpiexec() is None:
-        pytest.skip("no mpiexec (pip install mpich)")
     out = tmp_path_factory.mktemp("ddp") / "out.json"
-    env = dict(os.environ, OMP_NUM_THREADS="1", EMBER_NUM_THREADS="1")
-    proc = subprocess.run([mpiexec(), "-n", "2", sys.executable,
-                           os.path.join(HERE, "_ddp_worker.py"), str(out)],
-                          capture_output=True, text=True, timeout=300, env=env)
-    assert proc.returncode == 0, proc.stdout[-3000:] + proc.stderr[-3000:]
+    res = run([mpiexec_or_skip(), "-n", 2, sys.executable, os.path.join(HERE, "_ddp_worker.py"),
+               out], timeout=300)
+    assert res.rc == 0, str(res)
     return json.loads(out.read_text())
 
 
