@@ -241,3 +241,11 @@ def test_language_models_report_perplexity_and_held_out_loss_falls(tmp_path, cap
     losses = [r["test_loss"] for r in rows]
     assert len(rows) == 3 and losses[-1] == min(losses) and losses[-1] < losses[0] - 0.1
     assert rows[-1]["test_ppl"] == pytest.approx(math.exp(losses[-1]))
+
+
+def test_a_diverged_run_is_an_error_and_writes_no_checkpoint(tmp_path, capsys):
+    path = tmp_path / "nan.safetensors"
+    assert main(_spirals(path, "--lr", "1e30")) == 1
+    err = capsys.readouterr().err
+    assert err.startswith("ember train: error: training diverged at step") and "nan" in err
+    assert not path.exists()
