@@ -445,12 +445,18 @@ def _hashable(k):
 def load(f, map_location=None, weights_only: bool = True):
     """Load what :func:`save` wrote (or any safetensors file) from a path or file object.
 
+    A file object is read from its position to the end of the data (what follows is left
+    unread); a stream that can't seek is read in chunks, so a header that claims more
+    data than arrives fails as truncated without allocating it.
+
     Args:
         map_location: ``None``/``"cpu"``/an ``ember.device``: where tensors go.
         weights_only: accepted for PyTorch compatibility; loading never runs code anyway.
 
     Raises:
-        ValueError: the file is truncated or corrupted (the message names file and problem).
+        ValueError: the file is truncated or corrupted: sizes that disagree, JSON that is
+            invalid, nested too deeply or has a key twice... (the message names file and
+            problem).
 
     Example:
         >>> p = os.path.join(tempfile.mkdtemp(), "b.st")
