@@ -419,3 +419,14 @@ def test_temp_files_of_killed_saves_are_removed_by_the_next_save(tmp_path):
     em.save({"step": 3}, p)
     assert sorted(os.listdir(tmp_path)) == sorted([p.name, alive.name, other.name])
     assert em.load(p) == {"step": 3}
+
+
+def test_file_object_reads_from_its_position_to_the_end_of_the_data():
+    buf = io.BytesIO()
+    em.save({"first": em.ones(2)}, buf)
+    em.save({"second": 2}, buf)
+    buf.seek(0)
+    assert em.load(buf)["first"].tolist() == [1.0, 1.0]     # checked against what is left
+    assert em.load(buf) == {"second": 2}
+    with pytest.raises(ValueError, match="truncated"):
+        em.load(io.BytesIO(buf.getvalue()[:-1]))
