@@ -201,7 +201,8 @@ def _run(nproc: int, threads: int, args, out: Path) -> dict:
     env = dict(os.environ, OMP_NUM_THREADS=str(threads), OPENBLAS_NUM_THREADS=str(threads),
                MKL_NUM_THREADS=str(threads), MASTER_PORT=str(29500 + os.getpid() % 1000))
     target = [sys.executable, __file__, "--worker", str(out), "--steps", str(args.steps),
-              "--rounds", str(args.rounds), "--bucket-mb", str(args.bucket_mb)] + (["--no-torch"] if args.no_torch else [])
+              "--rounds", str(args.rounds), "--bucket-mb", str(args.bucket_mb)]
+    target += ["--no-torch"] if args.no_torch else []
     cmd = target if nproc == 1 else mpiexec_command(nproc, target)
     subprocess.run(cmd, env=env, check=True, timeout=1800)
     return json.loads(out.read_text())

@@ -68,7 +68,8 @@ def test_state_dict_round_trip_and_loader():
 
 
 def test_errors():
-    with pytest.raises(ValueError, match=r"Invalid rank 2, rank should be in the interval \[0, 1\]"):
+    with pytest.raises(ValueError, match=r"Invalid rank 2, rank should be in the interval "
+                                         r"\[0, 1\]"):
         DistributedSampler(range(4), num_replicas=2, rank=2)
     with pytest.raises(ValueError, match="num_replicas"):
         DistributedSampler(range(4), num_replicas=0, rank=0)
