@@ -216,7 +216,11 @@ def _drawn(draw, dtype, device, requires_grad, what: str, inputs=()) -> Tensor:
     """A tensor of fresh samples ``draw(*input arrays)``. Under a tracer (``ember.compile``)
     the draw becomes a ``random`` node that samples again, from the same generator, at
     every run of the graph."""
-    t = _finish(draw(*(x._data for x in inputs)), dtype, device, requires_grad)
+    try:
+        arr = draw(*(x._data for x in inputs))
+    except MemoryError as e:         # NOTE: NumPy's names the shape and size, not the op
+        raise MemoryError(f"{what}: {e}") from None
+    t = _finish(arr, dtype, device, requires_grad)
     if _grad_state.modes:
         m = _grad_state.modes[-1]
         if hasattr(m, "random"):

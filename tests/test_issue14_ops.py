@@ -509,3 +509,12 @@ def test_generated_float64_and_binary_transcendentals_dense_sweep(cc, tmp_path, 
         keep = (np.abs(want) < fi.max) & (np.abs(want) > fi.tiny)
         assert_within_ulp(got[keep], want[keep], a32[keep], np.float32, 4.0,
                           f"generated float32 {op} ({cc.flags[-1]})")
+
+
+@pytest.mark.parametrize("op, fn", [("empty", lambda: em.empty(2 ** 59)),
+                                    ("zeros", lambda: em.zeros(2 ** 30, 2 ** 29)),
+                                    ("randn", lambda: em.randn(2 ** 59))])
+def test_unallocatable_sizes_name_the_op(op, fn):
+    # NOTE: 2**61 bytes: addressable in principle, past any x86-64 address space (2**57)
+    with pytest.raises(MemoryError, match=rf"^{op}: "):
+        fn()

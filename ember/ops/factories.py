@@ -164,7 +164,10 @@ def _make(fill, shape, dtype, device, requires_grad, op):
     shape = check_new_size(as_shape(shape, op), dtype, op)
     dev = _device(device or "cpu")
     be = get_backend(dev)
-    arr = be.empty(shape, dtype.np)
+    try:
+        arr = be.empty(shape, dtype.np)
+    except MemoryError as e:         # NOTE: NumPy's names the shape and size, not the op
+        raise MemoryError(f"{op}: {e}") from None
     if fill is not None:
         arr.fill(fill)
     t = _wrap(arr, dtype, dev)
