@@ -48,6 +48,7 @@ _BUDGET = 20000         # objects visited per walk
 _VALUE = (bool, int, float, complex, str, bytes, type(None), DType, _device, np.generic)
 _HOOKS = ("_forward_pre_hooks", "_forward_hooks", "_backward_pre_hooks", "_backward_hooks")
 _MODULE_STORES = ("_parameters", "_buffers", "_modules")
+_ITERATE = frozenset({"items", "values", "keys"})   # code that names these may read any key
 _EMBER_DIR = os.path.dirname(os.path.dirname(os.path.abspath(__file__))) + os.sep
 _LIB_DIRS = tuple({os.path.abspath(p) + os.sep for p in (sysconfig.get_paths()["stdlib"],
                                                         sysconfig.get_paths()["purelib"],
@@ -203,7 +204,7 @@ def _show(kind, v) -> str:
     return f"len {v}" if kind == "len" else describe(v)
 
 
-def _roots(fn, flat) -> list:
+def _roots(fn, flat, names: set) -> list:
     """``[(path, obj)]`` where the walk starts, and the user code those roots hold."""
     from ..nn.module import Module
     roots = []
@@ -215,6 +216,8 @@ def _roots(fn, flat) -> list:
     else:
         roots.append(((("obj", fn, getattr(fn, "__name__", "fn")),), fn))
     for i, a in enumerate(flat):
+        if isinstance(a, str):
+            names.add(a)
         if isinstance(a, Tensor):
             if a._base is not None:         # a view's base: in-place writes land there
                 roots.append(((("arg", i, f"arg{i}"), ("attr", "_base")), a._base))
@@ -226,11 +229,12 @@ def _roots(fn, flat) -> list:
 def reach(fn, flat) -> Reach:
     """Walk everything ``fn`` can reach (see the module docstring)."""
     names: set = set()
-    w = _Walk(names)
     for _ in range(4):      # user code found on the way names more attributes: walk again
         n = len(names)
         w = _Walk(names)
-        for path, obj in _roots(fn, flat):
+        for path, obj in _roots(fn, flat, names):
+            if isinstance(obj, types.FunctionType):
+                w._function(obj)        # the compiled function itself, wherever it lives
             w.visit(obj, path, 0, True)
         w.methods()
         if len(names) == n:
@@ -262,6 +266,8 @@ class _Walk:
             return
         if _is_value(obj):
             self.leaf(path, "value", obj, pure)
+            if isinstance(obj, str):
+                self.names.add(obj)         # perhaps a key: ``d[key]``, ``getattr(o, key)``
             return
         first = self.seen.get(id(obj))
         if first is not None:           # walked already: this path must still lead to it
@@ -281,7 +287,7 @@ class _Walk:
             self.leaf(path, "id", obj, pure)
             self._optimizer(obj, path)
         elif isinstance(obj, (dict, list, tuple)):
-            self._container(obj, path, depth, pure, False)
+            self._container(obj, path, depth, pure)
         elif isinstance(obj, types.FunctionType):
             self.leaf(path, "id", obj, pure)
             if _user_file(obj.__code__.co_filename):
@@ -311,13 +317,15 @@ class _Walk:
         else:
             self.leaf(path, "id", obj, pure)
 
-    def _container(self, obj, path, depth, pure, internal):
+    def _container(self, obj, path, depth, pure):
         self.leaf(path, "len", len(obj), pure)
         if len(obj) > _MAX_ITEMS or depth >= _MAX_DEPTH:
+            self.leaf(path, "id", obj, pure)        # too big or deep to walk: the object
             return
         if isinstance(obj, dict):
+            every = not self.names.isdisjoint(_ITERATE)
             for k, v in list(obj.items()):
-                if internal or not isinstance(k, str) or k in self.names:
+                if every or not isinstance(k, str) or k in self.names:
                     self.visit(v, path + (("item", k),), depth + 1, pure)
         else:
             for i, v in enumerate(obj):
