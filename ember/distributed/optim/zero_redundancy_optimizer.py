@@ -89,6 +89,16 @@ class ZeroRedundancyOptimizer(Optimizer):
     def _validate_group(self, group) -> None:
         pass   # NOTE: the local optimizer validates its own hyper-parameters
 
+    def add_param_group(self, param_group: dict) -> None:
+        """Add a group before the first step (the partition is rebuilt; no state is lost)."""
+        super().add_param_group(param_group)
+        if hasattr(self, "_owned"):
+            if self.optim is not None and self.optim.state:
+                raise RuntimeError("ZeroRedundancyOptimizer.add_param_group: not supported "
+                                   "after the first step (the optimizer state is sharded by "
+                                   "the old partition); add every group before stepping")
+            self._build()
+
     # ------------------------------------------------------------------ partition
     def _build(self) -> None:
         """Assign each parameter an owner and build this rank's local optimizer."""
