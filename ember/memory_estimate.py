@@ -385,9 +385,10 @@ def _from_plan(compiled, inputs, kwargs):
     held = plan.peak_bytes - plan.input_bytes
     saved = (getattr(plan, "breakdown", {}) or {}).get("saved", 0)
     new_grads = 0 if entry.joint else _grads_at_peak(plan, entry)
+    acts = saved if entry.joint or not new_grads else _forward_values_at_peak(plan, entry)
     parts["gradients"] += new_grads
-    parts["activations"] = saved
-    parts["temporaries"] = held - saved - new_grads
+    parts["activations"] = acts
+    parts["temporaries"] = held - acts - new_grads
     return MemoryEstimate(base + held, "compiled plan", **parts)
 
 
@@ -410,6 +411,19 @@ def _resident(opts, params, skip) -> dict:
             for v in s.values():
                 add("optimizer_state", v)
     return parts
+
+
+def _forward_values_at_peak(plan, entry) -> int:
+    """Bytes of a training step's activations alive at its peak: the buffers made up to
+    the returned loss (a step's graph runs forward, backward, update in that order) that
+    are not outputs. Without a returned tensor there is no boundary: 0."""
+    graph = plan.graph
+    user = {graph.outputs[k[1]].id for k in entry.out_leaves if k[0] == "tensor"}
+    made = [i for i, n in enumerate(graph.nodes) for o in n.outs if o.id in user]
+    if not made:
+        return 0
+    return sum(b.nbytes for b in plan.live_at(plan.peak_step) if b.born <= max(made)
+               and not any(m in plan.outputs for m in b.members))
 
 
 def _grads_at_peak(plan, entry) -> int:
