@@ -126,6 +126,10 @@ def _corrupt(ck, what):
         ck["loader"]["batches_consumed"] = 10_000
     elif what == "no_optimizer":
         del ck["optimizer"]
+    elif what == "scheduler":
+        ck["scheduler"] = [1, 2]
+    elif what == "sums":
+        ck["epoch_loss_sum"] = math.inf
     return ck
 
 
@@ -136,6 +140,8 @@ def _corrupt(ck, what):
     ("nan_lr", r"'optimizer': .*param_groups\[0\]\['lr'\] is nan"),
     ("batches", r"'loader': .*'batches_consumed' is 10000"),
     ("no_optimizer", r"has no 'optimizer' entry"),
+    ("scheduler", r"'scheduler' must be a dict"),
+    ("sums", r"'epoch_loss_sum'/'epoch_batches' \(inf, 8\) are not a finite sum over the 8"),
 ])
 def test_resume_from_a_bad_checkpoint_is_a_one_line_error(tmp_path, capsys, what, match):
     path = tmp_path / "bad.safetensors"
@@ -150,6 +156,15 @@ def test_resume_from_a_bad_checkpoint_is_a_one_line_error(tmp_path, capsys, what
     err = capsys.readouterr().err
     assert err.startswith(f"ember train: error: checkpoint {path}") and err.count("\n") == 1
     assert "Traceback" not in err
+
+
+def test_a_checkpoint_without_loss_sums_still_resumes(tmp_path):
+    path = tmp_path / "old.safetensors"
+    train(_cfg(path, max_steps=30), **QUIET)
+    ck = em.load(str(path))
+    del ck["epoch_loss_sum"], ck["epoch_batches"]   # written before the sums were saved
+    em.save(ck, str(path))
+    assert train(_cfg(path, resume=True), **QUIET)["steps"] == 44
 
 
 def test_resume_with_other_options_is_refused(tmp_path):

@@ -48,6 +48,10 @@ def load(path: str) -> dict:
     if missing:
         raise CheckpointError(f"checkpoint {path} has no {', '.join(map(repr, missing))} "
                               "entry (not written by ember train?)")
+    for key in ("model", "optimizer", "scheduler", "loader", "config"):
+        if not isinstance(ck[key], dict):
+            raise CheckpointError(f"checkpoint {path}: {key!r} must be a dict (a state dict), "
+                                  f"got {type(ck[key]).__name__}")
     return ck
 
 
@@ -83,15 +87,17 @@ def restore(ck: dict, path: str, model, opt, loader, steps_per_epoch: int) -> tu
                               f"{consumed} batches into the next make "
                               f"{epoch * steps_per_epoch + consumed} steps of "
                               f"{steps_per_epoch}")
-    loss_sum, batches = ck.get("epoch_loss_sum", 0.0), ck.get("epoch_batches", 0)
+    if not isinstance(ck["history"], list):
+        raise CheckpointError(f"checkpoint {path}: 'history' must be a list of per-epoch "
+                              f"metrics, got {type(ck['history']).__name__}")
+    if "epoch_loss_sum" not in ck:   # NOTE: written before the sums were saved
+        return epoch, step, (0.0, 0)
+    loss_sum, batches = ck["epoch_loss_sum"], ck.get("epoch_batches")
     if not (isinstance(loss_sum, (int, float)) and math.isfinite(loss_sum)
             and isinstance(batches, int) and batches == consumed):
         raise CheckpointError(f"checkpoint {path}: 'epoch_loss_sum'/'epoch_batches' "
                               f"({loss_sum!r}, {batches!r}) are not a finite sum over the "
                               f"{consumed} batches run this epoch")
-    if not isinstance(ck["history"], list):
-        raise CheckpointError(f"checkpoint {path}: 'history' must be a list of per-epoch "
-                              f"metrics, got {type(ck['history']).__name__}")
     return epoch, step, (float(loss_sum), batches)
 
 

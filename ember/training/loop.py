@@ -20,7 +20,7 @@ from ember.data import DataLoader
 from . import checkpoint as ckpt
 from . import distributed as _dist
 from .datasets import load_dataset
-from .errors import DivergedError, UsageError
+from .errors import CheckpointError, DivergedError, UsageError
 from .models import DEFAULT_EPOCHS, build_model
 from .report import metrics_path, plot, sample, write_metrics
 
@@ -105,6 +105,9 @@ def _resume(path, cfg, model, opt, loader, total, log):
     epoch, step, sums = ckpt.restore(ck, path, model, opt, loader, spe)
     cfg.history = list(ck["history"])
     old_total = ck["scheduler"].get("total_steps")
+    if not isinstance(old_total, int) or old_total < 1:
+        raise CheckpointError(f"checkpoint {path}: 'scheduler' has no valid 'total_steps' "
+                              f"(got {old_total!r}); it is not a one-cycle schedule's state")
     if old_total == total:
         sched = _schedule(opt, cfg, total, step)
         ckpt.restore_schedule(ck, path, sched, step)
