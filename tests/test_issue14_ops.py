@@ -107,6 +107,16 @@ def test_generated_erf_float32_within_two_ulp_any_vector_width(cc, tmp_path, mon
     assert spec[2] == 1 and spec[3] == -1 and math.isnan(spec[4])
 
 
+def test_float32_erf_source_never_calls_libm_erff():
+    from ember.codegen import render_cuda
+    from ember.codegen.layout import coalesce
+    from ember.codegen.runtime import render
+    k = Kernel([InputSpec(dt.float32, (1,))], OutSpec(dt.float32, (8,)), call("erf", Load(0)))
+    body = render(k, coalesce((8,), [(1,)]).key)[0]         # the kernel, without the prelude
+    assert "ember_erf_f32(" in body and "erff(" not in body.replace("ember_erf_f32(", "")
+    assert "return erff(x)" in render_cuda(k)          # CUDA's own erff on GPUs
+
+
 @pytest.mark.parametrize("fast", [False, True], ids=["numpy", "eager-kernel"])
 def test_eager_erf_float32_within_two_ulp(fast):
     if fast and not available():

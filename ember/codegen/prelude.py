@@ -109,6 +109,8 @@ EMBER_FN float ember_tanh_f32(float x) {
 # every float32 against glibc's double erf: <= 1.59 ulp (at x = 2.7e-5), with or without
 # FMA contraction, SSE2 to AVX-512; tests/test_issue14_ops.py sweeps it densely. Cost: ~1.5-2x
 # libmvec's AVX2 erff on one thread (double lanes, one division), still ~5x NumPy's path.
+# CUDA keeps its own erff (<= 2 ulp, one implementation on every GPU; FP64 is slow there).
+_ERF32_CUDA = "EMBER_FN float ember_erf_f32(float x) { return erff(x); }\n"
 _ERF32 = r"""
 EMBER_FN float ember_erf_f32(float xf) {
     double x = (double)xf;
@@ -235,4 +237,4 @@ _MATH = ("exp", "exp2", "expm1", "log", "log2", "log10", "log1p", "sqrt", "sin",
 def prelude(cuda: bool = False, mvec: dict | None = None) -> str:
     """The helper text that starts every generated source file."""
     head = CUDA_HEAD if cuda else C_HEAD + mvec_decls(mvec or {})
-    return head + _DIVMOD + _INT + _TANH + _ERF32 + _ERFINV + _BF16
+    return head + _DIVMOD + _INT + _TANH + (_ERF32_CUDA if cuda else _ERF32) + _ERFINV + _BF16
