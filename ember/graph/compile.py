@@ -14,6 +14,15 @@ each module's ``training`` flag, which parameters have a ``.grad``, the optimize
 hyper-parameters (the learning rate excepted: it is a graph input, so schedulers never
 cause a recompile) and which parameters have optimizer state. A change retraces, and
 ``explain()`` shows the difference.
+
+Each captured graph also carries *guards* (:mod:`ember.graph.guards`) on what it read
+from Python beyond its arguments: the identity of the tensors it reached through globals,
+closures, attributes and optimizer state, the Python scalars it may have folded in, the
+length of containers and hook lists. They are checked before every compiled call (a few
+microseconds); a failure retraces and ``explain()`` names the path (``guard G['w']: ...``).
+A traced call that writes Python state (``state["n"] += 1``) is traced once more; a second
+write makes the signature run eagerly (a graph break), as does an op whose output size
+depends on values (``nonzero``, boolean masks): never a stale answer.
 """
 from __future__ import annotations
 
@@ -137,7 +146,7 @@ class CompiledFunction:
         self._last_sig = None
         self._recompiles = 0
         self._grad_keys = True    # False once a capture showed fn never touches .grad
-        self._wrote_python = {}   # signature -> the Python state its traced call wrote
+        self._wrote_python = {}   # signature -> [(path, old, new)] its traced call wrote
         self.log = Explanation(self.name)
         functools.update_wrapper(self, fn, updated=()) if not self.module else None
 
@@ -210,8 +219,8 @@ class CompiledFunction:
                     if self._last_sig.get(k) != v}
             diff.update({k: (v, None) for k, v in self._last_sig.items() if k not in sig})
             diff.update(why or {})          # a failed guard
-            if key in self._wrote_python:
-                diff["Python state the last call wrote"] = (self._wrote_python[key], None)
+            diff.update({f"{p} (written by the traced call)": (a, b)
+                         for p, a, b in self._wrote_python.get(key, ())[:4]})
             shape_only = all(k.startswith("arg") for k in diff)
             if not (self.dynamic and shape_only):
                 self._recompiles += 1
@@ -302,7 +311,7 @@ class CompiledFunction:
         what = "; ".join(f"{p}: {a} -> {b}" for p, a, b in wrote[:4]) + (
             f" (+{len(wrote) - 4} more)" if len(wrote) > 4 else "")
         if key not in self._wrote_python:
-            self._wrote_python[key] = what
+            self._wrote_python[key] = wrote
             self.log.note(f"the traced call wrote Python state ({what}); traced again at the "
                           f"next call")
             return result
@@ -310,6 +319,9 @@ class CompiledFunction:
         where = f"{code.co_filename}:{code.co_firstlineno}" if code else self.name
         reason = f"the function writes Python state ({what}), which its graph can't replay"
         self.log.graph_break(reason, where)
+        if self.fullgraph:
+            from .trace import GraphBreak
+            raise GraphBreak(reason, where)
         warnings.warn(f"ember.compile({self.name}): graph break at {where}: {reason}; "
                       f"this function runs eagerly for this signature", stacklevel=3)
         e.eager, e.reason = True, f"graph break at {where}: {reason}"

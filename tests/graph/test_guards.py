@@ -224,6 +224,18 @@ def test_function_writing_python_state_runs_eagerly():
     assert len(c.explain().breaks) == 1
 
 
+def test_python_state_write_under_fullgraph_raises():
+    state = {"n": 0}
+
+    def f(x):
+        state["n"] += 1
+        return x * state["n"]
+    c = em.compile(f, fullgraph=True)
+    c(em.ones(1))                       # traced: may be a one-time set-up
+    with pytest.raises(GraphBreak, match=r"writes Python state \(state\['n'\]: 1 -> 2\)"):
+        c(em.ones(1))
+
+
 def test_state_set_up_once_is_compiled_afterwards():
     cache = {}
 
