@@ -1,7 +1,6 @@
 """``ember train`` as a user runs it: progress bars, resume, bad checkpoints, CLI errors."""
 import json
 import math
-import os
 import subprocess
 import sys
 
