@@ -55,3 +55,29 @@ def test_queue_callback_runs_at_end_of_backward():
     assert order == ["a", ("end", True)]   # after every leaf's gradient, b's included
     with pytest.raises(GraphError, match="no backward pass"):
         queue_callback(lambda: None)
+
+
+def test_distributed_wrappers_need_a_process_group():
+    import ember.distributed as dist
+    from ember.data import DistributedSampler
+    from ember.distributed.optim import ZeroRedundancyOptimizer
+    from ember.nn.parallel import DistributedDataParallel
+
+    if dist.is_initialized():
+        pytest.skip("a process group is initialized in this process")
+    with pytest.raises(RuntimeError, match="init_process_group"):
+        DistributedDataParallel(ember.nn.Linear(2, 2))
+    with pytest.raises(RuntimeError, match="num_replicas= and rank="):
+        DistributedSampler(range(3))
+    with pytest.raises(RuntimeError, match="init_process_group"):
+        ZeroRedundancyOptimizer(ember.nn.Linear(2, 2).parameters(), ember.optim.SGD, lr=0.1)
+
+
+def test_bucket_assignment_reverse_order_first_bucket_small():
+    from ember.nn.parallel._buckets import assign_buckets
+    params = [ember.zeros(256 * 1024), ember.zeros(10), ember.zeros(256 * 1024),
+              ember.zeros(10, dtype=ember.float64)]   # 1 MiB, 40 B, 1 MiB, 80 B
+    # reverse order; dtypes never share a bucket; the first bucket closes at 1 MiB; open
+    # buckets follow in the order they were opened (about when backward fills them)
+    assert assign_buckets(params, cap_bytes=25 * 2**20) == [[2], [3], [1, 0]]
+    assert assign_buckets(params, cap_bytes=1, first_cap_bytes=1) == [[3], [2], [1], [0]]
