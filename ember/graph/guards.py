@@ -42,6 +42,7 @@ from ..tensor import Tensor
 
 __all__ = ["Reach", "Guards", "reach"]
 
+GUARD, WRITES, BOTH = 1, 2, 3   # what a leaf is for (see :class:`Reach`)
 _MAX_DEPTH = 6          # steps through user objects and plain containers
 _MAX_ITEMS = 256        # containers longer than this are guarded by length only
 _BUDGET = 20000         # objects visited per walk
@@ -151,12 +152,14 @@ def describe(x) -> str:
 
 # ---------------------------------------------------------------------- the walk
 class Reach:
-    """What a function can reach from Python: leaves ``(path, kind, value, pure)``.
+    """What a function can reach from Python: leaves ``(path, kind, value, use)``.
 
-    ``kind`` is ``"id"`` (identity), ``"value"`` (equality and type) or ``"len"``;
-    ``pure`` tells whether the leaf takes part in the purity check (optimizer internals
-    change during a step by design and do not). ``tensors`` maps ``id(tensor)`` to its
-    paths.
+    ``kind`` is ``"id"`` (identity), ``"value"`` (equality and type) or ``"len"``; ``use``
+    says what the leaf is for: :data:`GUARD` (checked before each call), :data:`WRITES`
+    (compared before and after the traced call) or both. Optimizer state changes during
+    a step by design (guard only); a learning rate changes between steps by design but
+    must not change inside one, where a scheduler's ``step()`` would not be replayed
+    (writes only). ``tensors`` maps ``id(tensor)`` to its paths.
     """
 
     def __init__(self):
@@ -165,13 +168,13 @@ class Reach:
         self.truncated = False
 
     def snapshot(self, flat) -> list:
-        """The current value of every pure leaf (``_MISSING`` where its path fails)."""
-        return [_read_leaf(p, k, flat) for p, k, _, pure in self.leaves if pure]
+        """The current value of every WRITES leaf (``_MISSING`` where its path fails)."""
+        return [_read_leaf(p, k, flat) for p, k, _, use in self.leaves if use & WRITES]
 
     def writes(self, before: list, flat) -> list:
-        """``[(label, old, new)]`` of the pure leaves that changed since ``before``."""
+        """``[(label, old, new)]`` of the WRITES leaves that changed since ``before``."""
         out = []
-        leaves = [lf for lf in self.leaves if lf[3]]
+        leaves = [lf for lf in self.leaves if lf[3] & WRITES]
         for (p, k, _, _), old in zip(leaves, before):
             new = _read_leaf(p, k, flat)
             if not _same(k, old, new):
@@ -235,7 +238,7 @@ def reach(fn, flat) -> Reach:
         for path, obj in _roots(fn, flat, names):
             if isinstance(obj, types.FunctionType):
                 w._function(obj)        # the compiled function itself, wherever it lives
-            w.visit(obj, path, 0, True)
+            w.visit(obj, path, 0, BOTH)
         w.methods()
         if len(names) == n:
             break
@@ -251,10 +254,10 @@ class _Walk:
         self.keep: list = []
         self.budget = _BUDGET
 
-    def leaf(self, path, kind, value, pure):
-        self.r.leaves.append((path, kind, value, pure))
+    def leaf(self, path, kind, value, use):
+        self.r.leaves.append((path, kind, value, use))
 
-    def visit(self, obj, path, depth, pure):
+    def visit(self, obj, path, depth, use):
         """Record ``obj`` reached at ``path`` (``depth`` steps through plain objects)."""
         self.budget -= 1
         if self.budget < 0:
@@ -262,76 +265,79 @@ class _Walk:
             return
         if isinstance(obj, Tensor):
             self.r.tensors.setdefault(id(obj), []).append(path)
-            self.leaf(path, "id", obj, pure)
+            self.leaf(path, "id", obj, use)
             return
         if _is_value(obj):
-            self.leaf(path, "value", obj, pure)
+            self.leaf(path, "value", obj, use)
             if isinstance(obj, str):
                 self.names.add(obj)         # perhaps a key: ``d[key]``, ``getattr(o, key)``
             return
         first = self.seen.get(id(obj))
         if first is not None:           # walked already: this path must still lead to it
-            self.leaf(path, "id", obj, pure)
+            self.leaf(path, "id", obj, use)
             return
         self.seen[id(obj)] = path
         self.keep.append(obj)
-        self._walk(obj, path, depth, pure)
+        self._walk(obj, path, depth, use)
 
-    def _walk(self, obj, path, depth, pure):
+    def _walk(self, obj, path, depth, use):
         from ..nn.module import Module
         from ..optim.optimizer import Optimizer
         from ..optim._lr_base import LRScheduler
         if isinstance(obj, Module):
-            self._module(obj, path, depth, pure)
+            self._module(obj, path, depth, use)
         elif isinstance(obj, Optimizer):
-            self.leaf(path, "id", obj, pure)
+            self.leaf(path, "id", obj, use)
             self._optimizer(obj, path)
         elif isinstance(obj, (dict, list, tuple)):
-            self._container(obj, path, depth, pure)
+            self._container(obj, path, depth, use)
         elif isinstance(obj, types.FunctionType):
-            self.leaf(path, "id", obj, pure)
+            self.leaf(path, "id", obj, use)
             if _user_file(obj.__code__.co_filename):
                 self._function(obj)
         elif isinstance(obj, types.MethodType):
-            self.visit(obj.__self__, path + (("attr", "__self__"),), depth + 1, pure)
-            self.visit(obj.__func__, path + (("attr", "__func__"),), depth + 1, pure)
+            self.visit(obj.__self__, path + (("attr", "__self__"),), depth + 1, use)
+            self.visit(obj.__func__, path + (("attr", "__func__"),), depth + 1, use)
         elif isinstance(obj, types.ModuleType):
-            self.leaf(path, "id", obj, pure)
+            self.leaf(path, "id", obj, use)
             f = getattr(obj, "__file__", None)
             if f is not None and _user_file(f) and depth < _MAX_DEPTH:
                 for k in sorted(self.names & set(vars(obj))):
-                    self.visit(vars(obj)[k], path + (("attr", k),), depth + 1, pure)
+                    self.visit(vars(obj)[k], path + (("attr", k),), depth + 1, use)
         elif isinstance(obj, type):
-            self.leaf(path, "id", obj, pure)
+            self.leaf(path, "id", obj, use)
             self._class(obj)
         elif isinstance(obj, LRScheduler):
-            self.leaf(path, "id", obj, pure)      # its optimizer's state matters, not its own
-            self.visit(obj.optimizer, path + (("attr", "optimizer"),), depth + 1, pure)
+            self.leaf(path, "id", obj, use)
+            for k, v in vars(obj).items():    # its counters: step() inside the call is a write
+                if _is_value(v):
+                    self.leaf(path + (("attr", k),), "value", v, WRITES)
+            self.visit(obj.optimizer, path + (("attr", "optimizer"),), depth + 1, use)
         elif _user_type(type(obj)) and hasattr(obj, "__dict__") and depth < _MAX_DEPTH:
-            self.leaf(path, "id", obj, pure)
+            self.leaf(path, "id", obj, use)
             self._class(type(obj))
             d = vars(obj)
             for k in sorted(self.names & set(d)):
-                self.visit(d[k], path + (("attr", k),), depth + 1, pure)
-            self._class_attrs(obj, d, path, depth, pure)
+                self.visit(d[k], path + (("attr", k),), depth + 1, use)
+            self._class_attrs(obj, d, path, depth, use)
         else:
-            self.leaf(path, "id", obj, pure)
+            self.leaf(path, "id", obj, use)
 
-    def _container(self, obj, path, depth, pure):
-        self.leaf(path, "len", len(obj), pure)
+    def _container(self, obj, path, depth, use):
+        self.leaf(path, "len", len(obj), use)
         if len(obj) > _MAX_ITEMS or depth >= _MAX_DEPTH:
-            self.leaf(path, "id", obj, pure)        # too big or deep to walk: the object
+            self.leaf(path, "id", obj, use)        # too big or deep to walk: the object
             return
         if isinstance(obj, dict):
             every = not self.names.isdisjoint(_ITERATE)
             for k, v in list(obj.items()):
                 if every or not isinstance(k, str) or k in self.names:
-                    self.visit(v, path + (("item", k),), depth + 1, pure)
+                    self.visit(v, path + (("item", k),), depth + 1, use)
         else:
             for i, v in enumerate(obj):
-                self.visit(v, path + (("item", i),), depth + 1, pure)
+                self.visit(v, path + (("item", i),), depth + 1, use)
 
-    def _module(self, m, path, depth, pure):
+    def _module(self, m, path, depth, use):
         """A module: every parameter, buffer and submodule, hook counts, attributes."""
         d = vars(m)
         user = _user_type(type(m))
@@ -340,20 +346,20 @@ class _Walk:
         for k, v in d.items():
             p = path + (("attr", k),)
             if k in _MODULE_STORES:
-                self.leaf(p, "len", len(v), pure)
+                self.leaf(p, "len", len(v), use)
                 for name, x in v.items():
                     if x is not None:
-                        self.visit(x, p + (("item", name),), depth, pure)
+                        self.visit(x, p + (("item", name),), depth, use)
             elif k in _HOOKS:
-                self.leaf(p, "len", len(v), pure)
+                self.leaf(p, "len", len(v), use)
             elif k.endswith("_with_kwargs") or k == "_non_persistent_buffers":
                 continue
             elif not user or k in self.names:
-                self.visit(v, p, depth + 1, pure)
+                self.visit(v, p, depth + 1, use)
         if user:
-            self._class_attrs(m, d, path, depth, pure)
+            self._class_attrs(m, d, path, depth, use)
 
-    def _class_attrs(self, obj, d, path, depth, pure):
+    def _class_attrs(self, obj, d, path, depth, use):
         """Class-level data a user object reads as ``self.NAME`` (a table, a constant)."""
         cls = type(obj)
         for k in sorted(self.names - set(d)):
@@ -363,21 +369,26 @@ class _Walk:
                 v = vars(c)[k]
                 if not isinstance(v, (types.FunctionType, staticmethod, classmethod,
                                       property, type)):
-                    self.visit(v, path + (("attr", "__class__"), ("attr", k)), depth + 1, pure)
+                    self.visit(v, path + (("attr", "__class__"), ("attr", k)), depth + 1, use)
                 break
 
     def _optimizer(self, opt, path):
-        """Parameters and state tensors (identity only: the rest is the signature's)."""
+        """Parameters and state tensors (identity: the rest is the signature's), and the
+        hyper-parameters, which the call must not change (a graph would not replay it)."""
         for gi, g in enumerate(opt.param_groups):
+            for k, v in g.items():
+                if k != "params" and _is_value(v):
+                    self.leaf(path + (("attr", "param_groups"), ("item", gi), ("item", k)),
+                              "value", v, WRITES)
             for pi, p in enumerate(g["params"]):
                 self.visit(p, path + (("attr", "param_groups"), ("item", gi), ("item", "params"),
-                                      ("item", pi)), 0, False)
+                                      ("item", pi)), 0, GUARD)
         for p, st in list(opt.state.items()):
             if isinstance(st, dict):
                 for k, v in st.items():
                     if isinstance(v, Tensor):
                         self.visit(v, path + (("attr", "state"), ("item", p), ("item", k)),
-                                   0, False)
+                                   0, GUARD)
 
     def _function(self, f):
         """User code: its names, closure cells and the globals it names."""
@@ -391,13 +402,13 @@ class _Walk:
                 v = cell.cell_contents
             except ValueError:
                 continue
-            self.visit(v, (("obj", cell, name), ("cell", None)), 0, True)
+            self.visit(v, (("obj", cell, name), ("cell", None)), 0, BOTH)
         g = f.__globals__
         code_names: set = set()
         _code_names(f.__code__, code_names)
         for name in sorted(code_names):
             if name in g and not name.startswith("__"):
-                self.visit(g[name], (("obj", g, ""), ("item", name)), 0, True)
+                self.visit(g[name], (("obj", g, ""), ("item", name)), 0, BOTH)
 
     def _class(self, cls):
         """A user class: its methods' code is read by :meth:`methods` once they are named."""
@@ -438,7 +449,7 @@ class Guards:
     """
 
     def __init__(self, r: Reach):
-        self.leaves = [(p, k, v) for p, k, v, _ in r.leaves]
+        self.leaves = [(p, k, v) for p, k, v, use in r.leaves if use & GUARD]
         self.check = _compile(self.leaves)
 
     def __len__(self) -> int:

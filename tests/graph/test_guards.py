@@ -332,6 +332,30 @@ def test_training_step_with_scheduler_never_retraces():
     assert len(e) == 1 and len(e[0].guards) > 0
 
 
+def test_scheduler_stepped_inside_the_compiled_step_runs_eagerly():
+    def make():
+        em.manual_seed(0)
+        model = nn.Linear(3, 2)
+        opt = em.optim.SGD(model.parameters(), lr=0.5)
+        sched = em.optim.lr_scheduler.StepLR(opt, step_size=1, gamma=0.5)
+
+        def step(x):
+            opt.zero_grad()
+            loss = model(x).pow(2).mean()
+            loss.backward()
+            opt.step()
+            sched.step()                # Python: a graph run would not halve the lr
+            return loss.detach()
+        return step, opt
+    (f, opt), (g, ref) = make(), make()
+    c = em.compile(f)
+    x = em.randn(4, 3)
+    for _ in range(5):
+        _same(_quiet(c, x), g(x))
+    assert opt.param_groups[0]["lr"] == ref.param_groups[0]["lr"] == 0.5 / 2 ** 5
+    assert "writes Python state" in str(c.explain())
+
+
 def test_training_step_after_a_parameter_is_replaced():
     em.manual_seed(0)
     model, twin = nn.Linear(3, 2), nn.Linear(3, 2)
