@@ -1,0 +1,80 @@
+"""Count how many of PyTorch's public names Ember has, per namespace.
+
+Run where PyTorch is installed (it is only the yardstick, never imported by Ember)::
+
+    .venv/bin/python scripts/api_coverage.py            # the summary table
+    .venv/bin/python scripts/api_coverage.py --missing  # plus the missing names
+
+A *public name* is an attribute of the PyTorch object whose name has no leading
+underscore, leaving out modules that are not submodules of that namespace (``torch.nn``'s
+``torch`` re-export, ``functional``'s ``math``) . The same name is looked up on Ember's
+object under the same path (``torch.utils.data`` -> ``ember.utils.data``).
+"""
+from __future__ import annotations
+
+import argparse
+import importlib
+import types
+
+#: (PyTorch path, Ember path, attribute of the imported module or None)
+NAMESPACES = [
+    ("torch", "ember", None),
+    ("torch", "ember", "Tensor"),
+    ("torch.nn", "ember.nn", None),
+    ("torch.nn.functional", "ember.nn.functional", None),
+    ("torch.optim", "ember.optim", None),
+    ("torch.utils.data", "ember.utils.data", None),
+]
+
+
+def _resolve(path: str, attr: str | None):
+    """The module (or ``module.attr``) at ``path``, or None where it does not import."""
+    try:
+        mod = importlib.import_module(path)
+    except ImportError:
+        return None
+    return getattr(mod, attr, None) if attr else mod
+
+
+def public_names(obj, path: str) -> list[str]:
+    """Public names of a PyTorch module or class (see the module docstring)."""
+    names = []
+    for name in dir(obj):
+        if name.startswith("_"):
+            continue
+        val = getattr(obj, name, None)
+        if isinstance(val, types.ModuleType) and not val.__name__.startswith(path + "."):
+            continue
+        names.append(name)
+    return sorted(names)
+
+
+def coverage(torch_path: str, ember_path: str, attr: str | None):
+    """(label, present count, total, missing names) for one namespace."""
+    ref = _resolve(torch_path, attr)
+    mine = _resolve(ember_path, attr)
+    names = public_names(ref, torch_path)
+    missing = [n for n in names if mine is None or not hasattr(mine, n)]
+    label = f"{torch_path}.{attr}" if attr else torch_path
+    return label, len(names) - len(missing), len(names), missing
+
+
+def main(argv=None) -> int:
+    """Print the coverage table (and the missing names with ``--missing``)."""
+    ap = argparse.ArgumentParser(description=__doc__.splitlines()[0])
+    ap.add_argument("--missing", action="store_true", help="list the missing names")
+    args = ap.parse_args(argv)
+    import torch  # noqa: F401 - the yardstick
+    import ember  # noqa: F401
+    rows = [coverage(*ns) for ns in NAMESPACES]
+    print(f"{'namespace':24s} {'present':>8s} {'total':>6s} {'coverage':>9s}")
+    for label, have, total, _ in rows:
+        print(f"{label:24s} {have:8d} {total:6d} {have / max(total, 1):9.1%}")
+    if args.missing:
+        for label, _, _, missing in rows:
+            print(f"\n{label} missing ({len(missing)}):\n  " + " ".join(missing))
+    return 0
+
+
+if __name__ == "__main__":
+    raise SystemExit(main())
