@@ -184,7 +184,9 @@ def equal(input, other) -> bool:
     """
     if tuple(input.shape) != tuple(other.shape):
         return False
-    return bool(eq(input, other)._data.all())
+    # NOTE: through Tensor.__bool__, so ember.compile sees a value read into Python (a graph
+    # break) instead of baking this call's answer into the graph
+    return bool(eq(input, other).all())
 
 
 # ------------------------------------------------------------------ Tensor methods/operators

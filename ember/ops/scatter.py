@@ -197,8 +197,8 @@ def one_hot(tensor, num_classes=-1):
     a = tensor._data
     if a.size and int(a.min()) < 0:
         raise EmberIndexError("one_hot: Class values must be non-negative.")
-    if num_classes == -1:
-        num_classes = int(a.max()) + 1 if a.size else 0
+    if num_classes == -1:       # NOTE: a size read from values: .item() (a graph break)
+        num_classes = int(tensor.max().item()) + 1 if a.size else 0
     elif a.size and int(a.max()) >= num_classes:
         raise EmberIndexError(f"one_hot: Class values must be smaller than num_classes "
                               f"({num_classes}), got {int(a.max())}")
