@@ -18,10 +18,10 @@ optimizer and ``ember.get_rng_state()``::
         for x, y in loader:   # the first pass finishes the interrupted epoch
             ...
 
-Every ``iter(loader)`` starts an epoch (drawing from the generator) or takes up the loaded
-position, as in PyTorch, so give a progress bar the iterator, not the loader:
-``tqdm(iter(loader), total=len(loader))`` (``tqdm.auto``'s bar calls ``iter()`` on what it
-is given once when created and again when iterated).
+An iterator starts its epoch (draws the seeds, or takes up a loaded position) at its first
+``next()``, not when ``iter(loader)`` makes it: an iterator made and dropped unused changes
+nothing (``tqdm.auto.tqdm(loader)`` makes one before the one it iterates), so a loop gives
+the same batches with or without a progress bar. (PyTorch draws its seed in ``iter()``.)
 
 Example:
     >>> ds = TensorDataset(ember.arange(5.0))
@@ -138,14 +138,9 @@ class DataLoader:
         return len(self._index_sampler)
 
     def __iter__(self):
-        resume, self._resume = self._resume, None
-        self._epoch += 0 if resume is not None else 1
-        if self.num_workers == 0:
-            it = _SingleProcessIter(self, resume)
-        else:
-            it = _MultiProcessIter(self, resume)
-        self._progress = it._progress  # NOTE: not the iterator: no loader<->iterator cycle
-        return it
+        # NOTE: the epoch starts at the iterator's first next(), so an iterator made and
+        # dropped unused (tqdm.auto makes one) draws nothing and keeps a loaded position
+        return _SingleProcessIter(self) if self.num_workers == 0 else _MultiProcessIter(self)
 
     # ------------------------------------------------------------------- resume
     def state_dict(self) -> dict:
@@ -231,14 +226,26 @@ class _Progress:
 
 
 class _BaseIter:
-    def __init__(self, loader: DataLoader, resume) -> None:
-        self._loader = loader
+    def __init__(self, loader: DataLoader) -> None:
+        self._loader, self._started = loader, False
+
+    def _start(self) -> None:
+        """Begin the epoch (or take up the loaded position): draw the seeds, skip."""
+        ld = self._loader
+        resume, ld._resume = ld._resume, None
+        ld._epoch += 0 if resume is not None else 1
         if resume is None:
-            base_seed = int(_random._gen(loader.generator).integers(0, 1 << 63))
+            base_seed = int(_random._gen(ld.generator).integers(0, 1 << 63))
         else:
             base_seed = resume["base_seed"]
-        self._base_seed, self._progress = base_seed, _Progress(loader._epoch, base_seed)
-        self._sampler_iter = iter(loader._index_sampler)
+        self._base_seed, self._progress = base_seed, _Progress(ld._epoch, base_seed)
+        ld._progress = self._progress  # NOTE: not the iterator: no loader<->iterator cycle
+        self._sampler_iter = iter(ld._index_sampler)
+        self._started = True
+        self._begin(resume)
+
+    def _begin(self, resume) -> None:
+        raise NotImplementedError
 
     @property
     def _consumed(self) -> int:
@@ -260,6 +267,8 @@ class _BaseIter:
 
     def state_dict(self) -> dict:
         """See :meth:`DataLoader.state_dict`."""
+        if not self._started:   # NOTE: loading this state makes the next iterator start here
+            return self._loader.state_dict()
         return self._progress.state_dict(self._loader)
 
     def _skip(self, n: int) -> None:
@@ -286,15 +295,16 @@ class _BaseIter:
 
 
 class _SingleProcessIter(_BaseIter):
-    def __init__(self, loader, resume) -> None:
-        super().__init__(loader, resume)
-        if loader._iterable:
-            self._data_iter = iter(loader.dataset)
+    def _begin(self, resume) -> None:
+        if self._loader._iterable:
+            self._data_iter = iter(self._loader.dataset)
         if resume is not None:
             self._skip(resume["batches"])
 
     def __next__(self):
         ld = self._loader
+        if not self._started:
+            self._start()
         if self._exhausted:
             raise StopIteration
         if ld._iterable:
@@ -317,8 +327,8 @@ class _MultiProcessIter(_BaseIter):
 
     _token = 0
 
-    def __init__(self, loader, resume) -> None:
-        super().__init__(loader, resume)
+    def _begin(self, resume) -> None:
+        loader = self._loader
         _MultiProcessIter._token += 1
         self._key0 = (id(loader), _MultiProcessIter._token)
         if not loader.persistent_workers:
@@ -356,6 +366,8 @@ class _MultiProcessIter(_BaseIter):
         self._next_task += 1
 
     def __next__(self):
+        if not self._started:
+            self._start()
         while True:
             if self._exhausted or self._next_out == self._next_task:
                 self._shutdown()
@@ -387,7 +399,7 @@ class _MultiProcessIter(_BaseIter):
 
     def __del__(self) -> None:
         try:
-            if not self._exhausted:
+            if self._started and not self._exhausted:
                 self._shutdown()
         except Exception:  # noqa: BLE001 - interpreter teardown
             pass

@@ -200,8 +200,9 @@ def train(cfg: TrainConfig, log=print) -> dict:
     while epoch < cfg.epochs and not stopped:
         model.train()
         _dist.set_epoch(loader, epoch)
+        pos = loader.state_dict()
         it = iter(loader)
-        bar = _bar(it, spe, it.state_dict()["batches_consumed"],
+        bar = _bar(it, spe, 0 if pos["exhausted"] else pos["batches_consumed"],
                    f"epoch {epoch + 1}/{cfg.epochs}", cfg.progress and rank == 0)
         step, sums, stopped = _epoch(net, opt, sched, bar, token_level, step, sums, cfg)
         if hasattr(bar, "close"):

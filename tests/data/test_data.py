@@ -376,6 +376,37 @@ def test_state_dict_resume_global_generator_and_iterable():
     assert [b.tolist() for b in st2] == [[2, 3], [4, 5], [6]]
 
 
+@pytest.mark.parametrize("workers", [0, 2])
+def test_an_iterator_dropped_unused_changes_nothing(workers):
+    def make():
+        return DataLoader(_ds(12), batch_size=3, shuffle=True, num_workers=workers,
+                          generator=em.Generator().manual_seed(5))
+    once = make()
+    ref, dl = [_labels(once), _labels(once)], make()
+    unused = iter(dl)
+    del unused
+    assert _labels(dl) == ref[0]
+    it = iter(dl)
+    head = [next(it)[1].tolist()]
+    sd = dl.state_dict()
+    fresh = make()
+    fresh.load_state_dict(sd)
+    unused = iter(fresh)      # must not take up the loaded position
+    assert fresh.state_dict() == sd and unused.state_dict() == sd
+    del unused
+    assert head + _labels(fresh) == ref[1]
+
+
+def test_a_tqdm_auto_bar_over_the_loader_gives_the_same_batches():
+    tqdm = pytest.importorskip("tqdm.auto").tqdm
+    def make():
+        return DataLoader(_ds(12), batch_size=3, shuffle=True,
+                          generator=em.Generator().manual_seed(5))
+    ref = _labels(make())
+    assert [b[1].tolist() for b in tqdm(make(), disable=False, file=open(os.devnull, "w"))] \
+        == ref
+
+
 class _Unsized(IterableDataset):
     def __iter__(self):
         return iter(range(5))
@@ -407,7 +438,7 @@ def test_resume_past_the_end_of_an_unsized_stream_is_a_value_error_not_stop_iter
     fresh.load_state_dict(sd)
     with pytest.raises(ValueError, match="cannot resume after 7 batches: the dataset yields "
                                          "only 3"):
-        iter(fresh)
+        next(iter(fresh))
 
 
 def test_state_dict_round_trips_through_save(tmp_path):
