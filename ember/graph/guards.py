@@ -45,6 +45,7 @@ __all__ = ["Reach", "Guards", "reach"]
 GUARD, WRITES, BOTH = 1, 2, 3   # what a leaf is for (see :class:`Reach`)
 _MAX_DEPTH = 6          # steps through user objects and plain containers
 _MAX_ITEMS = 256        # containers longer than this are guarded by length only
+_MAX_ARRAY = 4096        # NumPy arrays up to this size are guarded by value
 _BUDGET = 20000         # objects visited per walk
 _VALUE = (bool, int, float, complex, str, bytes, type(None), DType, _device, np.generic)
 _HOOKS = ("_forward_pre_hooks", "_forward_hooks", "_backward_pre_hooks", "_backward_hooks")
@@ -144,6 +145,8 @@ def describe(x) -> str:
     if isinstance(x, Tensor):
         return (f"{type(x).__name__} {x._dtype.name}[{', '.join(map(str, x._data.shape))}] "
                 f"@{id(x):x}")
+    if isinstance(x, np.ndarray):
+        return f"ndarray {x.dtype}{list(x.shape)} {np.array2string(x, threshold=6)}"[:80]
     if _is_value(x):
         r = repr(x)
         return r if len(r) < 60 else r[:57] + "..."
@@ -154,7 +157,8 @@ def describe(x) -> str:
 class Reach:
     """What a function can reach from Python: leaves ``(path, kind, value, use)``.
 
-    ``kind`` is ``"id"`` (identity), ``"value"`` (equality and type) or ``"len"``; ``use``
+    ``kind`` is ``"id"`` (identity), ``"value"`` (equality and type), ``"len"`` or
+    ``"array"`` (a small NumPy array's contents, against a copy); ``use``
     says what the leaf is for: :data:`GUARD` (checked before each call), :data:`WRITES`
     (compared before and after the traced call) or both. Optimizer state changes during
     a step by design (guard only); a learning rate changes between steps by design but
@@ -190,12 +194,23 @@ def _read_leaf(path, kind, flat):
         v = _eval(path, flat)
     except Exception:       # noqa: BLE001 — any failing lookup means "not there"
         return _MISSING
+    if kind == "array":
+        return np.array(v, copy=True) if isinstance(v, np.ndarray) else v
     return len(v) if kind == "len" else v
+
+
+def _same_array(v, c) -> bool:
+    """Whether ``v`` is still an array holding what the copy ``c`` holds."""
+    if type(v) is not np.ndarray or v.shape != c.shape or v.dtype != c.dtype:
+        return False
+    return bool(np.array_equal(v, c, equal_nan=c.dtype.kind in "fc"))
 
 
 def _same(kind, old, new) -> bool:
     if old is _MISSING or new is _MISSING:
         return old is new
+    if kind == "array":
+        return _same_array(new, old)
     if kind == "value":
         return old is new or (type(old) is type(new) and bool(old == new))
     return old is new if kind == "id" else old == new
@@ -266,6 +281,10 @@ class _Walk:
         if isinstance(obj, Tensor):
             self.r.tensors.setdefault(id(obj), []).append(path)
             self.leaf(path, "id", obj, use)
+            return
+        if isinstance(obj, np.ndarray) and obj.size <= _MAX_ARRAY:
+            # NOTE: by value: ``ember.tensor(ARRAY)`` in the function is a graph constant
+            self.leaf(path, "array", np.array(obj, copy=True), use)
             return
         if _is_value(obj):
             self.leaf(path, "value", obj, use)
@@ -508,6 +527,9 @@ def _compile(leaves):
             lines.append(f"        if {v} is not {const(value, 'O')}: return False")
         elif kind == "len":
             lines.append(f"        if len({v}) != {value}: return False")
+        elif kind == "array":
+            ns["_same_array"] = _same_array
+            lines.append(f"        if not _same_array({v}, {const(value, 'A')}): return False")
         else:
             e, t = const(value, "E"), const(type(value), "T")
             lines.append(f"        if {v} is not {e} and ({v}.__class__ is not {t} or "

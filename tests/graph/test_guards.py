@@ -126,6 +126,25 @@ def test_int_to_float_scalar_is_a_change():
     _same(got, want)
 
 
+G_TABLE = np.array([1.0, 2.0, 3.0], dtype=np.float32)
+
+
+def test_numpy_array_made_into_a_constant_is_guarded_by_value():
+    f = lambda x: x * em.tensor(G_TABLE)                        # noqa: E731
+    c = em.compile(f)
+    x = em.ones(3)
+    _same(c(x), f(x))
+    _same(c(x), f(x))
+    G_TABLE[1] = 20.0                                           # in place: same object
+    try:
+        _same(c(x), f(x))
+        _same(c(x), f(x))
+    finally:
+        G_TABLE[1] = 2.0
+    assert "guard G_TABLE: ndarray float32[3] [1. 2. 3.] -> ndarray float32[3] [ 1. 20.  3.]" \
+        in str(c.explain())
+
+
 def test_list_of_tensors_grows_retraces():
     G_LAYERS[:] = [em.ones(2)]
     f = lambda x: sum((x * w for w in G_LAYERS), em.zeros(2))  # noqa: E731
