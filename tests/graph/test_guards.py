@@ -220,6 +220,32 @@ def test_counters_the_function_never_reads_cause_no_retrace():
     assert len(c.explain().recompiles) == 0 and len(c.graphs()) == 1
 
 
+def test_method_compiled_with_the_decorator_sees_attribute_changes():
+    class Head:
+        def __init__(self):
+            self.scale = 2.0
+            self.w = em.ones(2)
+
+        @em.compile
+        def __call__(self, x):
+            return x * self.w * self.scale
+    h = Head()
+    x = em.ones(2)
+    for k in range(4):
+        _same(h(x), x * h.w * h.scale)
+        h.scale += 1.0 if k % 2 else 0.0
+        if k == 2:
+            h.w = em.full((2,), 3.0)
+
+
+def test_explain_lists_inputs_no_guard_reaches():
+    deep = [[[[[[[em.ones(2)]]]]]]]                              # deeper than the walk goes
+    f = lambda x: x * deep[0][0][0][0][0][0][0]                 # noqa: E731
+    c = em.compile(f)
+    _same(c(em.ones(2)), f(em.ones(2)))
+    assert "unguarded graph inputs" in str(c.explain())
+
+
 # ---------------------------------------------------------------- writes to Python state
 def test_function_writing_python_state_runs_eagerly():
     state = {"n": 0}
