@@ -56,3 +56,6 @@ from .graph.declarative import Graph, Variable, placeholder, gradients  # noqa: 
 from .graph.control import cond, while_loop, fori_loop, scan  # noqa: E402,F401
 from .graph.viz import viz  # noqa: E402 - ember.viz(graph_or_compiled, "g.svg")
 from . import onnx  # noqa: E402,F401 - ember.onnx.export (onnx itself is imported lazily)
+from . import accelerator, backends, cuda, serialization, testing  # noqa: E402,F401
+from ._threads import (get_num_interop_threads, get_num_threads,  # noqa: E402,F401
+                       set_num_interop_threads, set_num_threads)

@@ -41,7 +41,8 @@ from .device import device as _device
 from .ops.factories import from_numpy
 from .tensor import Tensor
 
-__all__ = ["save", "load"]
+__all__ = ["save", "load", "add_safe_globals", "safe_globals", "get_safe_globals",
+           "clear_safe_globals"]
 
 _ST_NAMES = {"float32": "F32", "float64": "F64", "float16": "F16", "bfloat16": "BF16",
              "int64": "I64", "int32": "I32", "int16": "I16", "int8": "I8", "uint8": "U8",
@@ -503,3 +504,48 @@ def _load_from(fh, size, exact, name, dev):
         raise ValueError(f"ember.load({name!r}): nested too deeply") from None
     except (KeyError, TypeError, ValueError) as e:
         raise ValueError(f"ember.load({name!r}): malformed Ember metadata: {e!r}") from None
+
+
+# PyTorch's allowlist for ``weights_only`` unpickling. Ember's loading never unpickles (it
+# parses JSON and copies bytes), so no global can ever run and there is nothing to allow:
+# these accept PyTorch programs' calls and record the list for ``get_safe_globals``.
+_SAFE_GLOBALS: list = []
+
+
+def add_safe_globals(safe_globals: list) -> None:
+    """Accepted for PyTorch compatibility; a no-op for safety: ``load`` never unpickles.
+
+    Args:
+        safe_globals: classes/functions (or ``(obj, "name")`` pairs) PyTorch would allow
+            its unpickler to rebuild; recorded only.
+    """
+    if not isinstance(safe_globals, (list, tuple)):
+        raise TypeError(f"add_safe_globals(): expected a list of globals, got "
+                        f"{type(safe_globals).__name__}")
+    _SAFE_GLOBALS.extend(safe_globals)
+
+
+def get_safe_globals() -> list:
+    """The globals passed to :func:`add_safe_globals` (they affect nothing)."""
+    return list(_SAFE_GLOBALS)
+
+
+def clear_safe_globals() -> None:
+    """Forget the globals passed to :func:`add_safe_globals`."""
+    _SAFE_GLOBALS.clear()
+
+
+@contextlib.contextmanager
+def safe_globals(safe_globals: list):
+    """``with safe_globals([...]):`` accepted like PyTorch's; loading never unpickles.
+
+    Example:
+        >>> with ember.serialization.safe_globals([dict]):
+        ...     pass
+    """
+    n = len(_SAFE_GLOBALS)
+    add_safe_globals(safe_globals)
+    try:
+        yield
+    finally:
+        del _SAFE_GLOBALS[n:]

@@ -1,0 +1,9 @@
+"""``ember.backends``: PyTorch's backend switches (``torch.backends``).
+
+``cudnn``, ``cuda`` and ``mps`` hold settable flags that programs written for PyTorch set
+(``ember.backends.cudnn.benchmark = True``); Ember has no such backend, so they change
+nothing. ``cpu.get_cpu_capability()`` reports the SIMD level of this CPU.
+"""
+from . import cpu, cuda, cudnn, mps  # noqa: F401
+
+__all__ = ["cpu", "cuda", "cudnn", "mps"]
