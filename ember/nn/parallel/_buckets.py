@@ -16,6 +16,7 @@ import time
 from ... import dtypes as _dt
 from ...autograd.engine import queue_callback
 from ...autograd.grad_mode import no_grad, state as _grad_state
+from . import _traced
 
 #: bytes of the first bucket (``torch.distributed._DEFAULT_FIRST_BUCKET_BYTES``)
 FIRST_BUCKET_BYTES = 1024 * 1024
@@ -59,6 +60,7 @@ class _Bucket:
                       for o, p in zip(self.offsets, self.params)]
         self.pending = len(self.params)
         self.work = None
+        self.traced = None   # under ember.compile: the all-reduced flat tensor
 
     def reset(self) -> None:
         self.pending, self.work = len(self.params), None
@@ -111,6 +113,7 @@ class Reducer:
         self.next_launch = 0
         self.in_backward = False
         self.enabled = True
+        self.tracer = self.last_traced = None   # the ember.compile tracer of this backward
         self.stats = {"comm_launch": [], "backward_end": None, "comm_done": None}
         self.handles = [p.register_post_accumulate_grad_hook(self._hook(i))
                         for i, p in enumerate(params)]
@@ -133,10 +136,11 @@ class Reducer:
                 f"twice in one backward pass (a reentrant backward or a shared parameter "
                 f"used across backward calls); this is not supported")
         self.used[i] = True
-        with no_grad():
-            bucket.slots[k].copy_(p.grad)
-            if self.world > 1:
-                bucket.slots[k].div_(self.world)
+        if self.tracer is None:
+            with no_grad():
+                bucket.slots[k].copy_(p.grad)
+                if self.world > 1:
+                    bucket.slots[k].div_(self.world)
         bucket.pending -= 1
         if bucket.pending == 0:
             self._launch_ready()
@@ -155,8 +159,11 @@ class Reducer:
                 return   # NOTE: MPI completes collectives in order; one test suffices
 
     def _start_backward(self) -> None:
-        if self.world > 1:
+        self.tracer = _traced.active_tracer() if self.world > 1 else None
+        if self.world > 1 and (self.tracer is None or self.find_unused):
+            self.tracer = None
             graph_break("DistributedDataParallel's gradient all-reduce")
+        self.last_traced = None
         self.in_backward = True
         self.used = [False] * len(self.params)
         self.next_launch = 0
@@ -171,9 +178,20 @@ class Reducer:
                 self.buckets[self.next_launch].pending == 0:
             bucket = self.buckets[self.next_launch]
             self.stats["comm_launch"].append(time.perf_counter())
-            if self.world > 1:
+            if self.tracer is not None:
+                self._launch_traced(bucket)
+            elif self.world > 1:
                 bucket.work = self.dist.all_reduce(bucket.flat, group=self.group, async_op=True)
             self.next_launch += 1
+
+    def _launch_traced(self, bucket) -> None:
+        """Under ``ember.compile``: the bucket's average as Ember ops + an all_reduce node."""
+        from ...ops.join import cat
+        with no_grad():
+            flat = cat([p.grad.reshape(-1) for p in bucket.params]) / self.world
+        bucket.traced = _traced.all_reduce_node(self.tracer, flat, self.last_traced, self.dist,
+                                                self.group)
+        self.last_traced = bucket.traced
 
     # ------------------------------------------------------------------ end of backward
     def _finalize(self) -> None:
@@ -198,7 +216,18 @@ class Reducer:
             if bucket.work is not None:
                 _wait(bucket.work)
         self.stats["comm_done"] = time.perf_counter()
-        self._copy_back(global_used)
+        if self.tracer is not None:
+            self._copy_back_traced()
+            self.tracer = None
+        else:
+            self._copy_back(global_used)
+
+    def _copy_back_traced(self) -> None:
+        with no_grad():
+            for bucket in self.buckets:
+                for p, o in zip(bucket.params, bucket.offsets):
+                    p.grad.copy_(bucket.traced[o:o + p.numel()].view(p.shape))
+                bucket.traced = None
 
     def _global_usage(self):
         """How many ranks used each parameter (PyTorch's ``local_used_map`` all-reduce)."""
