@@ -19,12 +19,16 @@ what the function can reach, recording each such object with the *path* to it
 What is walked: the function's closure cells and the globals its code names (also in
 nested code and in the user functions and classes it reaches), its bound ``self`` and
 non-tensor arguments; through them modules (parameters, buffers, submodules, attributes,
-hook counts), optimizers (parameters and state tensors only: their hyper-parameters are
-in the signature and their learning rate is a graph input), dicts, lists, tuples and user
-objects. Attributes and string keys of user objects and dicts are followed only when a
-reached piece of user code names them, so a counter the function never reads does not
-cause retraces. Library objects (Ember's, NumPy's, the standard library's) are guarded by
-identity and not walked.
+hook counts), optimizers (guards on parameters and state tensors only: hyper-parameters are
+in the signature and their learning rate is a graph input; they and an LR scheduler's
+counters take part in the purity check only), dicts, lists, tuples, small NumPy arrays (by
+value: ``ember.tensor(ARRAY)`` is a graph constant) and user objects. Attributes and
+string keys of user objects and dicts are followed only when a reached piece of user code
+names them (its ``forward``/``__call__`` and the methods named so far: not ``__init__``),
+so a counter the function never reads does not cause retraces. Library objects (Ember's,
+NumPy's, the standard library's) are guarded by identity and not walked. What the walk
+can't reach (deeper than it goes, or only through library code) is read from the same
+object at every run, unguarded: ``explain()`` lists such graph inputs.
 """
 from __future__ import annotations
 
@@ -265,6 +269,7 @@ class _Walk:
         self.names = names
         self.r = Reach()
         self.seen: dict = {}       # id(walked object) -> its first path
+        self.code: set = set()     # id() of the code objects read
         self.classes: list = []    # user classes met (their methods: see ``methods``)
         self.keep: list = []
         self.budget = _BUDGET
@@ -326,6 +331,12 @@ class _Walk:
         elif isinstance(obj, type):
             self.leaf(path, "id", obj, use)
             self._class(obj)
+            if _user_type(obj) and depth < _MAX_DEPTH:      # its data: ``Table.ROWS``
+                for k in sorted(self.names & set(vars(obj))):
+                    v = vars(obj)[k]
+                    if not isinstance(v, (types.FunctionType, staticmethod, classmethod,
+                                          property)):
+                        self.visit(v, path + (("attr", k),), depth + 1, use)
         elif isinstance(obj, LRScheduler):
             self.leaf(path, "id", obj, use)
             for k, v in vars(obj).items():    # its counters: step() inside the call is a write
@@ -411,9 +422,9 @@ class _Walk:
 
     def _function(self, f):
         """User code: its names, closure cells and the globals it names."""
-        if id(f.__code__) in self.seen:
+        if id(f.__code__) in self.code:
             return
-        self.seen[id(f.__code__)] = None
+        self.code.add(id(f.__code__))
         self.keep.append(f.__code__)
         _code_names(f.__code__, self.names)
         for name, cell in zip(f.__code__.co_freevars, f.__closure__ or ()):
@@ -432,9 +443,7 @@ class _Walk:
     def _class(self, cls):
         """A user class: its methods' code is read by :meth:`methods` once they are named."""
         for c in cls.__mro__:
-            if c is not object and _user_type(c) and id(c) not in self.seen:
-                self.seen[id(c)] = None
-                self.keep.append(c)
+            if c is not object and _user_type(c) and all(c is not k for k in self.classes):
                 self.classes.append(c)
 
     def methods(self) -> None:

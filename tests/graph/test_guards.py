@@ -246,6 +246,24 @@ def test_explain_lists_inputs_no_guard_reaches():
     assert "unguarded graph inputs" in str(c.explain())
 
 
+class _Table:
+    ROWS = {"w": em.ones(2)}
+
+    @staticmethod
+    def lookup(k):
+        return _Table.ROWS[k]
+
+
+def test_user_class_reached_as_a_global_is_walked():
+    f = lambda x: x * _Table.lookup("w")                        # noqa: E731
+    c = em.compile(f)
+    x = em.ones(2)
+    _same(c(x), f(x))
+    _Table.ROWS["w"] = em.full((2,), 4.0)
+    _same(c(x), f(x))
+    assert "guard _Table.ROWS['w']" in str(c.explain())
+
+
 # ---------------------------------------------------------------- writes to Python state
 def test_function_writing_python_state_runs_eagerly():
     state = {"n": 0}
