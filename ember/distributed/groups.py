@@ -12,7 +12,7 @@ import sys
 import time
 
 from . import debug
-from .backend import Communicator, DistributedError, seconds
+from .backend import Communicator, DistributedError, Work, seconds
 
 #: PyTorch's default process-group timeout.
 default_pg_timeout = datetime.timedelta(minutes=30)
@@ -63,6 +63,7 @@ class group:   # noqa: N801 - PyTorch's name (``dist.group.WORLD``)
 
 class _State:
     world_comm = None     # the backend communicator of COMM_WORLD (never freed)
+    abort_on_error = False   # an uncaught exception aborts the job (until destroyed)
     groups: list = []
 
 
@@ -140,26 +141,43 @@ def init_process_group(backend: str | None = None, init_method: str | None = Non
     limit = seconds(default_pg_timeout if timeout is None else timeout)
     if limit <= 0:
         raise ValueError(f"init_process_group: timeout must be positive, got {timeout!r}")
-    comm = _world_comm()
+    comm = _world_comm(limit)
     _check_env(comm, world_size, rank)
+    _install_excepthook(comm.rank, comm.size)
+    _State.abort_on_error = True
+    _rendezvous(comm, limit, "init_process_group")
     group.WORLD = ProcessGroup(comm.dup(), list(range(comm.size)), limit, debug.enabled())
     _State.groups = [group.WORLD]
-    _install_excepthook(comm.rank, comm.size)
-    _record_pid(comm.rank)
+    _record(comm.rank, "pid", str(os.getpid()))
 
 
-def _record_pid(rank: int) -> None:
-    """Tell ``ember run`` which process is which rank (it names dead ranks by pid)."""
+def _record(rank: int, what: str, text: str) -> None:
+    """Tell ``ember run`` (through ``EMBER_RUN_DIR``) this rank's pid or its error."""
     run_dir = os.environ.get("EMBER_RUN_DIR")
     if run_dir and os.path.isdir(run_dir):
-        with open(os.path.join(run_dir, f"rank{rank}.pid"), "w") as f:
-            f.write(str(os.getpid()))
+        with open(os.path.join(run_dir, f"rank{rank}.{what}"), "w") as f:
+            f.write(text)
 
 
-def _world_comm() -> Communicator:
+def _rendezvous(comm: Communicator, limit: float, op: str) -> None:
+    """Wait (at most ``limit`` s) until every rank calls ``op``, whose MPI calls block."""
+    def error(elapsed):
+        return DistributedError(
+            f"[rank {comm.rank}] {op} at {debug.caller_site()}: waited {elapsed:.1f} s for "
+            f"all {comm.size} ranks to call {op}; some never did (they died, exited or are "
+            f"stuck before it)")
+    Work([comm.barrier()], timeout=limit, on_timeout=error).wait()
+
+
+def _world_comm(limit: float) -> Communicator:
     if _State.world_comm is None:
         from .mpi import MPICommunicator, load_mpi
-        _State.world_comm = MPICommunicator(load_mpi().COMM_WORLD)
+        from .sentinel import Sentinel
+        sentinel = Sentinel(limit)   # NOTE: MPI_Init can block forever; see sentinel.py
+        try:
+            _State.world_comm = MPICommunicator(load_mpi().COMM_WORLD)
+        finally:
+            sentinel.stop()
     return _State.world_comm
 
 
@@ -183,13 +201,16 @@ def _install_excepthook(rank: int, size: int) -> None:
     previous = sys.excepthook
 
     def hook(kind, value, tb):
-        if size == 1 or group.WORLD is None:
+        if size == 1 or not _State.abort_on_error:
             return previous(kind, value, tb)
         sys.stderr.write(f"[rank {rank}] uncaught exception; aborting the job\n")
         import traceback
         for line in "".join(traceback.format_exception(kind, value, tb)).splitlines():
             sys.stderr.write(f"[rank {rank}] {line}\n")
         sys.stderr.flush()
+        first = (str(value).splitlines() or [""])[0]
+        _record(rank, "error", f"{kind.__name__}: {first}")
+        time.sleep(0.3)   # NOTE: lets mpiexec forward the traceback before it kills the job
         _State.world_comm.abort(1)
 
     hook.ember_rank_hook = True
@@ -210,6 +231,7 @@ def destroy_process_group(grp: ProcessGroup | None = None) -> None:
             _State.groups.remove(g)
     if grp is None or grp is world:
         group.WORLD = None
+        _State.abort_on_error = False
 
 
 def new_group(ranks=None, timeout=None, backend=None, pg_options=None,
@@ -230,6 +252,7 @@ def new_group(ranks=None, timeout=None, backend=None, pg_options=None,
         raise ValueError(f"new_group: ranks {bad} are not in the world of size "
                          f"{world.size()}; valid ranks are 0..{world.size() - 1}")
     limit = world.timeout if timeout is None else seconds(timeout)
+    _rendezvous(world.comm, world.timeout, "new_group")
     g = ProcessGroup(world.comm.split(members), members, limit, world.debug)
     _State.groups.append(g)
     return g

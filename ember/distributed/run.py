@@ -3,9 +3,10 @@
 ``ember run --nproc 2 train.py --epochs 3`` runs ``mpiexec`` with one program segment
 per rank, so each rank sees ``RANK``, ``WORLD_SIZE``, ``LOCAL_RANK`` and
 ``LOCAL_WORLD_SIZE`` in its environment before any of its code runs. Each rank's
-``init_process_group`` records its process id in ``EMBER_RUN_DIR``, so when a rank
-dies (MPICH's ``mpiexec`` then stops the whole job and names only a process id) the
-launcher says which rank it was and how it ended. With ``--max-restarts K`` a failed
+``init_process_group`` reports to the launcher (``EMBER_RUN_DIR``: its pid, its
+uncaught error, and through a sentinel process when it died), so when a rank dies (MPICH's
+``mpiexec`` then stops the whole job and names only some process id) the launcher
+says which rank it was and how it ended. With ``--max-restarts K`` a failed
 job is started again up to K times; ``EMBER_RESTART_COUNT`` tells the script which
 attempt it is (it should resume from its last checkpoint).
 
@@ -24,6 +25,7 @@ import sys
 import tempfile
 import threading
 
+from . import rankwrap
 from .mpi import INSTALL_HINT
 
 _BANNER_PID = re.compile(rb"PID (\d+) RUNNING AT (\S+)\s*=\s*EXIT CODE: (\d+)")
@@ -109,28 +111,67 @@ def _pids(run_dir: str) -> dict[int, int]:
     return out
 
 
-def diagnose(rc: int, output: bytes, pids: dict[int, int]) -> str:
-    """One line saying which rank ended the job and how."""
-    m = _BANNER_PID.search(output)
-    if m:
-        pid, code = int(m.group(1)), int(m.group(3))
-        rank = pids.get(pid)
-        who = f"rank {rank} (pid {pid})" if rank is not None else \
-            f"the process with pid {pid} (it died before init_process_group named its rank)"
-        how = _signal_name(code) if 0 < code < 64 and code != 1 else f"exit code {code}"
-        return f"{who} died ({how}); mpiexec stopped the other ranks"
+def _errors(run_dir: str) -> list[tuple[int, str]]:
+    """(rank, ``"Kind: message"``) of ranks that died of an uncaught exception, oldest first."""
+    found = []
+    for name in os.listdir(run_dir):
+        m = re.fullmatch(r"rank(\d+)\.error", name)
+        if m:
+            path = os.path.join(run_dir, name)
+            with open(path) as f:
+                found.append((os.stat(path).st_mtime_ns, int(m.group(1)), f.read().strip()))
+    return [(r, text) for _, r, text in sorted(found)]
+
+
+def _exits(run_dir: str) -> list[tuple[int, int, int]]:
+    """(rank, pid, status) of ranks whose process failed on its own (see rankwrap)."""
+    found = []
+    for name in os.listdir(run_dir):
+        m = re.fullmatch(r"rank(\d+)\.exit", name)
+        if m:
+            with open(os.path.join(run_dir, name)) as f:
+                pid, status = f.read().split()
+            found.append((int(m.group(1)), int(pid), int(status)))
+    return sorted(found)
+
+
+def diagnose(rc: int, output: bytes, pids: dict[int, int], errors=(), exits=()) -> str:
+    """One line saying which rank ended the job and how.
+
+    In order of evidence: a rank killed by a signal (its parent, ``rankwrap``, saw it;
+    ranks ``mpiexec`` killed afterwards report nothing), a rank that died of an
+    uncaught exception (a collective's timeout included: it wrote its error), a rank
+    that called MPI_Abort, a rank that exited with a non-zero status, and last the
+    process id in ``mpiexec``'s banner (mapped to a rank through the pid files).
+    """
+    killed = [(r, pid, st) for r, pid, st in exits if st < 0]
+    if killed:
+        return "; ".join(f"rank {r} (pid {pid}) was killed by {_signal_name(-st)}"
+                         for r, pid, st in killed) + "; mpiexec stopped the other ranks"
+    if errors:
+        (rank, text), later = errors[0], sorted({r for r, _ in errors[1:]})
+        return f"rank {rank} failed with {text}" + (
+            f" (then rank(s) {later} failed too)" if later else "")
     m = _ABORT.search(output)
     if m:
         return (f"rank {int(m.group(2))} aborted the job (MPI_Abort code {int(m.group(1))}); "
                 f"its error is printed above")
+    if exits:
+        return "; ".join(f"rank {r} (pid {pid}) exited with status {st}"
+                         for r, pid, st in exits)
+    m = _BANNER_PID.search(output)
+    if m:
+        pid, code = int(m.group(1)), int(m.group(3))
+        who = f"rank {pids[pid]}" if pid in pids else "a process"
+        return f"{who} (pid {pid}) ended with status {code}; mpiexec stopped the other ranks"
     return f"mpiexec exited with code {rc}"
 
 
 def _signal_name(code: int) -> str:
     try:
-        return f"signal {code}, {signal.Signals(code).name}"
+        return signal.Signals(code).name
     except ValueError:
-        return f"exit code {code}"
+        return f"signal {code}"
 
 
 def launch(nproc: int, target: list[str], *, max_restarts: int = 0,
@@ -148,7 +189,8 @@ def launch(nproc: int, target: list[str], *, max_restarts: int = 0,
         raise ValueError(f"ember run: --nproc must be >= 1, got {nproc}")
     if max_restarts < 0:
         raise ValueError(f"ember run: --max-restarts must be >= 0, got {max_restarts}")
-    cmd = mpiexec_command(nproc, [sys.executable, "-u"] + list(target), hostfile)
+    cmd = mpiexec_command(nproc, rankwrap.command(sys.executable, ["-u"] + list(target)),
+                          hostfile)
     rc = 0
     for attempt in range(max_restarts + 1):
         with tempfile.TemporaryDirectory(prefix="ember-run-") as run_dir:
@@ -178,7 +220,8 @@ def _run_once(cmd, env, run_dir) -> tuple[int, str]:
         s.thread.join(timeout=5)
     if rc == 0:
         return 0, ""
-    return rc, diagnose(rc, scans[0].tail + scans[1].tail, _pids(run_dir))
+    return rc, diagnose(rc, scans[0].tail + scans[1].tail, _pids(run_dir),
+                        _errors(run_dir), _exits(run_dir))
 
 
 def main(argv=None) -> int:

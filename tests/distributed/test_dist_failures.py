@@ -18,8 +18,8 @@ def _line(tag: str) -> str:
 def test_killed_rank_ends_job_and_launcher_names_it():
     res = ember_run(3, "failures.py", "kill", timeout=LIMIT)
     assert res.rc != 0 and res.seconds < LIMIT, str(res)
-    assert "job failed: rank 1 (pid" in res.out and "SIGKILL" in res.out, str(res)
-    assert "finished" not in res.out, str(res)
+    assert "job failed: rank 1 (pid" in res.out and "was killed by SIGKILL" in res.out, str(res)
+    assert "finished" not in res.out and "rank 0 (pid" not in res.out, str(res)
 
 
 def test_launcher_restarts_a_failed_job():
@@ -63,3 +63,9 @@ def test_debug_mode_reports_collectives_called_in_different_orders():
     assert "rank 0: broadcast(shape=[4]" in res.out and "rank 1: all_reduce(shape=[4]" \
         in res.out, str(res)
     assert _line("ORDER-LINE-A") in res.out and _line("ORDER-LINE-B") in res.out, str(res)
+
+
+def test_rank_that_never_calls_init_process_group_is_a_timeout_not_a_hang():
+    res = mpiexec(2, "failures.py", "no_init", timeout=LIMIT)
+    assert res.rc != 0 and res.seconds < LIMIT, str(res)
+    assert "[rank 0] init_process_group: MPI_Init waited 3.0 s" in res.out, str(res)

@@ -65,14 +65,36 @@ def test_launcher_gives_each_rank_its_environment(monkeypatch):
     assert second.endswith("python train.py --x")
 
 
-def test_launcher_names_the_rank_behind_a_pid():
+def test_launcher_diagnosis_prefers_the_strongest_evidence():
     banner = (b"=   BAD TERMINATION OF ONE OF YOUR APPLICATION PROCESSES\n"
               b"=   PID 4242 RUNNING AT vm\n=   EXIT CODE: 9\n")
-    assert run.diagnose(9, banner, {4242: 2}).startswith("rank 2 (pid 4242) died (signal 9")
-    assert "pid 4242" in run.diagnose(9, banner, {})
     abort = b"Abort(1) on node 0 (rank 3 in comm 0): application called MPI_Abort"
+    # a killed rank (seen by its own parent) beats mpiexec's banner naming a victim
+    assert run.diagnose(9, banner, {4242: 0}, exits=[(2, 77, -9)]).startswith(
+        "rank 2 (pid 77) was killed by SIGKILL")
+    errors = [(1, "DistributedError: timed out"), (0, "DistributedError: timed out")]
+    assert run.diagnose(1, abort, {}, errors=errors) == \
+        "rank 1 failed with DistributedError: timed out (then rank(s) [0] failed too)"
     assert run.diagnose(1, abort, {}).startswith("rank 3 aborted the job")
+    assert run.diagnose(3, b"", {}, exits=[(1, 5, 3)]) == "rank 1 (pid 5) exited with status 3"
+    assert run.diagnose(9, banner, {4242: 2}).startswith("rank 2 (pid 4242) ended with status 9")
     assert run.diagnose(5, b"", {}) == "mpiexec exited with code 5"
+
+
+def test_rank_wrapper_reports_a_killed_child(tmp_path):
+    import os
+    import subprocess
+    import sys
+    from ember.distributed import rankwrap
+    env = dict(os.environ, EMBER_RUN_DIR=str(tmp_path), RANK="4")
+    code = "import os, signal; os.kill(os.getpid(), signal.SIGKILL)"
+    proc = subprocess.run(rankwrap.command(sys.executable, ["-c", code]), env=env, timeout=60)
+    assert proc.returncode == -9                       # ends the way its child ended
+    pid, status = (tmp_path / "rank4.exit").read_text().split()
+    assert int(status) == -9 and int(pid) != proc.returncode
+    ok = subprocess.run(rankwrap.command(sys.executable, ["-c", "pass"]), env=dict(
+        env, RANK="5"), timeout=60)
+    assert ok.returncode == 0 and not (tmp_path / "rank5.exit").exists()
 
 
 def test_launcher_without_mpiexec_names_the_extra(monkeypatch, tmp_path):

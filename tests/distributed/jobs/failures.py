@@ -6,6 +6,7 @@ raise       rank 1 raises ValueError before the first all_reduce
 exit_early  the last rank returns before the all_reduce the others wait in (timeout 3 s)
 mismatch    rank 0 all_reduces shape (3,), the others shape (4,) (with the debug flag)
 order       rank 0 calls broadcast then all_reduce, the others the reverse (debug flag)
+no_init     rank 1 exits before init_process_group
 """
 import datetime
 import os
@@ -16,7 +17,9 @@ import ember
 import ember.distributed as dist
 
 scenario = sys.argv[1]
-dist.init_process_group("mpi", timeout=datetime.timedelta(seconds=3))
+if scenario == "no_init" and os.environ.get("PMI_RANK") == "1":
+    sys.exit(0)   # rank 1 never joins: the others must not wait in MPI forever
+dist.init_process_group("mpi", timeout=datetime.timedelta(seconds=3))   # INIT-LINE
 rank, n = dist.get_rank(), dist.get_world_size()
 t = ember.ones(4)
 dist.all_reduce(t)   # everyone is up
