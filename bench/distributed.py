@@ -10,7 +10,8 @@ global batch (each of 2 ranks takes half) — it prints, side by side in one run
   the last bucket's completion and *standalone* the same buckets all-reduced alone;
 * optimizer-state bytes per rank (W3, AdamW) with and without ZeRO-1 (Ember and, when
   installed, PyTorch's ZeroRedundancyOptimizer);
-* Ember's DDP step time / PyTorch DDP's (target <= 1.0).
+* Ember's DDP step time / PyTorch DDP's (target <= 1.0), eager and ``ember.compile``d
+  (the compiled step holds the bucket all-reduces as graph nodes, blocking: no overlap).
 
 Run:
     .venv/bin/python bench/distributed.py            # about a minute on 2 cores
@@ -53,16 +54,18 @@ def _build(lib, wl, world, rank, seed=0):
     return model, opt, lib.tensor(x[part]), lib.tensor(y[part])
 
 
-def _step_fn(lib, model, opt, x, y):
+def _step_fn(lib, model, opt, x, y, compiled=False):
     F = lib.nn.functional
 
-    def step():
+    def step(x, y):
         opt.zero_grad()
         out = model(x)
         loss = F.cross_entropy(out.reshape(-1, out.shape[-1]), y.reshape(-1))
         loss.backward()
         opt.step()
-    return step
+        return loss
+    fn = lib.compile(step) if compiled else step
+    return lambda: fn(x, y)
 
 
 def _time(step, steps: int, rounds: int, barrier) -> float:
@@ -79,15 +82,15 @@ def _time(step, steps: int, rounds: int, barrier) -> float:
     return statistics.median(out)
 
 
-def _ember_ddp(wl, world, rank, steps, rounds, dist, bucket_mb):
+def _ember_ddp(wl, world, rank, steps, rounds, dist, bucket_mb, compiled=False):
     from ember.nn.parallel import DistributedDataParallel as DDP
     model, opt, x, y = _build(ember, wl, world, rank)
     # NOTE: DDP keeps the same Parameters: the optimizer stays valid
     ddp = DDP(model, bucket_cap_mb=bucket_mb) if world > 1 else model
-    step = _step_fn(ember, ddp, opt, x, y)
+    step = _step_fn(ember, ddp, opt, x, y, compiled)
     barrier = dist.barrier if world > 1 else (lambda: None)
     res = {"s_per_step": _time(step, steps, rounds, barrier)}
-    if world > 1:
+    if world > 1 and not compiled:
         res.update(_overlap(ddp, step, dist))
     return res
 
@@ -176,7 +179,9 @@ def worker(out_path: str, steps: int, rounds: int, use_torch: bool, bucket_mb: f
     res = {"world": world, "bucket_mb": bucket_mb}
     for key, name in NAMES.items():
         wl = WORKLOADS[name]
-        res[key] = {"ember": _ember_ddp(wl, world, rank, steps, rounds, dist, bucket_mb)}
+        res[key] = {"ember": _ember_ddp(wl, world, rank, steps, rounds, dist, bucket_mb),
+                    "ember.compile": _ember_ddp(wl, world, rank, steps, rounds, dist,
+                                                bucket_mb, compiled=True)}
         if torch is not None:
             res[key]["torch"] = _torch_side(torch, wl, world, rank, steps, rounds)
     if world > 1:
@@ -209,19 +214,21 @@ def _run(nproc: int, threads: int, args, out: Path) -> dict:
 
 
 def report(one: dict, two: dict) -> None:
-    libs = ["ember", "torch"] if "torch" in one["W1"] else ["ember"]
+    libs = ["ember", "ember.compile"] + (["torch"] if "torch" in one["W1"] else [])
     print(f"Ember DDP bucket_cap_mb={two['bucket_mb']:g}")
-    print(f"{'workload':<14}{'lib':<7}{'1p x 2t steps/s':>17}{'2p x 1t steps/s':>17}"
+    print(f"{'workload':<14}{'lib':<14}{'1p x 2t steps/s':>10}{'2p x 1t steps/s':>17}"
           f"{'2p / 1p':>9}{'overlap':>9}")
     for key in NAMES:
         for lib in libs:
             a, b = one[key][lib], two[key][lib]
             ov = f"{b['overlap'] * 100:7.0f}%" if "overlap" in b else f"{'n/a':>8}"
-            print(f"{NAMES[key]:<14}{lib:<7}{1 / a['s_per_step']:17.1f}"
+            print(f"{NAMES[key]:<14}{lib:<14}{1 / a['s_per_step']:10.1f}"
                   f"{1 / b['s_per_step']:17.1f}{a['s_per_step'] / b['s_per_step']:8.2f}x{ov}")
         if "torch" in libs:
-            r = two[key]["ember"]["s_per_step"] / two[key]["torch"]["s_per_step"]
-            print(f"{'':<14}Ember DDP step / PyTorch DDP (gloo) step: {r:.2f}x (target <= 1.0)")
+            for lib in ("ember", "ember.compile"):
+                r = two[key][lib]["s_per_step"] / two[key]["torch"]["s_per_step"]
+                print(f"{'':<14}{lib} DDP step / PyTorch DDP (gloo) step: {r:.2f}x "
+                      f"(target <= 1.0)")
         e = two[key]["ember"]
         print(f"{'':<14}all-reduce alone {e['allreduce_s'] * 1e3:.2f} ms in {e['buckets']} "
               f"bucket(s), exposed after backward {e['exposed_s'] * 1e3:.2f} ms")
