@@ -3,6 +3,10 @@
 Forward: an op whose inputs are all finite but whose output is not raises at once.
 Backward: a VJP whose incoming gradient is finite but which returns non-finite
 gradients raises, naming the forward op's source line recorded when the node was made.
+
+A *recorder* (``set_recorder``) turns the raise into a record on this thread: a
+``GradScaler`` between ``scale()`` and ``update()`` expects overflows (it skips the step)
+and keeps the first one to say which op and line produced it.
 """
 from __future__ import annotations
 
@@ -61,12 +65,40 @@ class in_backward:
         return False
 
 
+class AnomalyEvent:
+    """Where NaN/Inf first appeared: ``phase`` ('forward'/'backward'), ``op``, ``where``."""
+
+    def __init__(self, phase: str, op: str, where: str, message: str):
+        self.phase, self.op, self.where, self.message = phase, op, where, message
+
+    def __repr__(self) -> str:
+        return f"AnomalyEvent({self.message!r})"
+
+
+def set_recorder(fn):
+    """Make anomaly checks on this thread call ``fn(AnomalyEvent)`` instead of raising.
+
+    ``None`` restores raising. Returns the previous recorder.
+    """
+    prev = getattr(_tls, "recorder", None)
+    _tls.recorder = fn
+    return prev
+
+
+def _anomaly(phase: str, op: str, where: str, message: str) -> None:
+    rec = getattr(_tls, "recorder", None)
+    if rec is None:
+        raise AnomalyError(message)
+    rec(AnomalyEvent(phase, op, where, message))
+
+
 def check_forward(op, inputs, params, out) -> None:
     if getattr(_tls, "depth", 0) or _finite(out) or \
             not check_forward_inputs_finite(inputs, params):
         return
-    raise AnomalyError(f"anomaly detected: {op.name} produced NaN/Inf in forward at "
-                       f"{_where(capture_stack())}")
+    where = _where(capture_stack())
+    _anomaly("forward", op.name, where,
+             f"anomaly detected: {op.name} produced NaN/Inf in forward at {where}")
 
 
 def check_forward_inputs_finite(inputs, params) -> bool:
@@ -79,9 +111,11 @@ def check_backward(node, grads, g_in=None) -> None:
         return
     for g in grads:
         if g is not None and hasattr(g, "_dtype") and not _finite(g):
-            raise AnomalyError(
-                f"anomaly detected: {node.name()} returned NaN/Inf gradients. The forward op "
-                f"({node.op.name}) was created at {_where(node.stack)}")
+            where = _where(getattr(node, "stack", None))
+            _anomaly("backward", node.op.name, where,
+                     f"anomaly detected: {node.name()} returned NaN/Inf gradients. The "
+                     f"forward op ({node.op.name}) was created at {where}")
+            return
 
 
 class detect_anomaly:

@@ -1,0 +1,447 @@
+"""``GradScaler``: dynamic loss scaling for float16 training (``torch.amp.GradScaler``).
+
+float16 gradients underflow to zero below ~6e-8; multiplying the loss by a large scale
+before ``backward()`` keeps them representable, and dividing the gradients by it
+(``unscale_``) before the optimizer step undoes it. When a scaled gradient overflowed
+(inf/NaN), the step is skipped — parameters and optimizer state untouched — and the scale
+is multiplied by ``backoff_factor``; after ``growth_interval`` clean steps in a row it is
+multiplied by ``growth_factor``. The numbers are PyTorch's (``_amp_update_scale_``): the
+scale is a float32 value, ``init_scale=2**16``, ``growth_factor=2``, ``backoff_factor=0.5``,
+``growth_interval=2000``.
+
+What Ember adds: a skipped step leaves a :class:`SkipReport` (``last_skip_report()``,
+also logged on the ``"ember.amp"`` logger at INFO level) naming each parameter whose
+gradient was inf/NaN and, when anomaly mode is on (``ember.autograd.set_detect_anomaly``),
+the op and the user's source line that first produced the inf. Between ``scale()`` and
+``update()`` anomaly mode *records* that first inf instead of raising, since overflows are
+what the scaler expects and handles.
+
+Example:
+    >>> scaler = ember.amp.GradScaler("cpu")
+    >>> for x, y in loader:
+    ...     opt.zero_grad()
+    ...     with ember.autocast("cpu", dtype=ember.float16):
+    ...         loss = loss_fn(model(x), y)
+    ...     scaler.scale(loss).backward()
+    ...     scaler.unscale_(opt)                      # optional: clip the true gradients
+    ...     ember.nn.utils.clip_grad_norm_(model.parameters(), 1.0)
+    ...     scaler.step(opt)                          # skipped if a gradient is inf/NaN
+    ...     scaler.update()
+"""
+from __future__ import annotations
+
+import logging
+import warnings
+import weakref
+from collections.abc import Iterable
+from enum import Enum
+from typing import Any
+
+import numpy as np
+
+from ..autograd import anomaly as _anomaly
+from ..autograd.grad_mode import no_grad, state
+from ..device.base import _backends
+from ..tensor import Tensor
+from .skip_report import OverflowedParam, SkipReport
+
+__all__ = ["GradScaler", "OptState"]
+
+_log = logging.getLogger("ember.amp")
+
+
+class OptState(Enum):
+    """Where an optimizer is in the current iteration (PyTorch's ``OptState``)."""
+    READY = 0
+    UNSCALED = 1
+    STEPPED = 2
+
+
+def _fresh_state() -> dict:
+    return {"stage": OptState.READY, "found_inf_per_device": {}}
+
+
+class GradScaler:
+    """Dynamic loss scaling (``torch.amp.GradScaler``, same arguments and defaults).
+
+    Args:
+        device: ``"cuda"`` (PyTorch's default) or ``"cpu"``. As in PyTorch, a ``"cuda"``
+            scaler without a CUDA device warns and disables itself.
+        init_scale: the first scale factor.
+        growth_factor: the scale is multiplied by this after ``growth_interval`` clean steps.
+        backoff_factor: the scale is multiplied by this after a step with inf/NaN gradients.
+        growth_interval: clean steps in a row before the scale grows.
+        enabled: ``False`` makes every method a pass-through (``scale`` returns its input,
+            ``step`` calls ``optimizer.step``), so one script serves both modes.
+
+    Example:
+        >>> scaler = ember.amp.GradScaler("cpu", init_scale=2.0**10)
+        >>> scaler.scale(loss).backward(); scaler.step(opt); scaler.update()
+    """
+
+    def __init__(self, device: str = "cuda", init_scale: float = 2.0**16,
+                 growth_factor: float = 2.0, backoff_factor: float = 0.5,
+                 growth_interval: int = 2000, enabled: bool = True) -> None:
+        if not isinstance(device, str) or device.split(":")[0] not in ("cpu", "cuda"):
+            raise ValueError(f"GradScaler: device must be 'cpu' or 'cuda', got {device!r}")
+        self._device = device.split(":")[0]
+        self._enabled = bool(enabled)
+        if self._device == "cuda" and self._enabled and "cuda" not in _backends:
+            warnings.warn("ember.amp.GradScaler is enabled, but CUDA is not available.  "
+                          "Disabling.", stacklevel=2)
+            self._enabled = False
+        self._last_report: SkipReport | None = None
+        self._event = None          # the first anomaly recorded since scale()
+        self._armed = False
+        self._prev_recorder = None
+        if not self._enabled:
+            return
+        if not growth_factor > 1.0:
+            raise ValueError(f"GradScaler: the growth factor must be > 1.0, got {growth_factor}")
+        if not backoff_factor < 1.0:
+            raise ValueError(f"GradScaler: the backoff factor must be < 1.0, got "
+                             f"{backoff_factor}")
+        self._init_scale = init_scale
+        self._scale: Tensor | None = None         # 0-d float32, created by the first scale()
+        self._growth_factor = growth_factor
+        self._backoff_factor = backoff_factor
+        self._growth_interval = growth_interval
+        self._init_growth_tracker = 0
+        self._growth_tracker: int | None = None
+        self._per_optimizer_states: dict[int, dict] = {}
+        self._iteration = 0
+
+    # ------------------------------------------------------------------ scaling
+    def _check_scale_growth_tracker(self, funcname: str) -> Tensor:
+        if self._scale is None:
+            raise RuntimeError(f"GradScaler: attempted {funcname} but the scale was never "
+                               "set.  This may indicate your script did not use "
+                               "scaler.scale(loss or outputs) earlier in the iteration.")
+        return self._scale
+
+    def _lazy_init(self, dev) -> None:
+        from ..ops.factories import full
+        from ..dtypes import float32
+        self._scale = full((), self._init_scale, dtype=float32, device=dev)
+        self._growth_tracker = self._init_growth_tracker
+
+    def scale(self, outputs):
+        """Multiply ``outputs`` (a tensor, or nested lists/tuples/iterables of them) by the scale.
+
+        Returns ``outputs`` unchanged when the scaler is disabled.
+
+        Example:
+            >>> scaler.scale(loss).backward()
+        """
+        if not self._enabled:
+            return outputs
+        self._arm()
+        if isinstance(outputs, Tensor):
+            if self._scale is None:
+                self._lazy_init(outputs.device)
+            return outputs * self._scale.to(outputs.device)
+
+        def apply(val):
+            if isinstance(val, Tensor):
+                if self._scale is None:
+                    self._lazy_init(val.device)
+                return val * self._scale.to(val.device)
+            if isinstance(val, (str, bytes)) or not isinstance(val, Iterable):
+                raise ValueError(f"GradScaler.scale: outputs must be a Tensor or an iterable "
+                                 f"of Tensors, got {type(val).__name__}")
+            it = map(apply, val)
+            return type(val)(it) if isinstance(val, (list, tuple)) else it
+        return apply(outputs)
+
+    # ------------------------------------------------------------------ unscaling
+    def unscale_(self, optimizer) -> None:
+        """Divide ``optimizer``'s gradients by the scale, in place, once per iteration.
+
+        Call it before clipping or inspecting gradients; ``step`` then does not unscale
+        again. Raises ``RuntimeError`` when called twice before ``update()`` or after
+        ``step()``.
+
+        Example:
+            >>> scaler.scale(loss).backward()
+            >>> scaler.unscale_(opt)
+            >>> ember.nn.utils.clip_grad_norm_(model.parameters(), max_norm=1.0)
+        """
+        if not self._enabled:
+            return
+        scale = self._check_scale_growth_tracker("unscale_")
+        st = self._per_optimizer_states.setdefault(id(optimizer), _fresh_state())
+        if st["stage"] is OptState.UNSCALED:
+            raise RuntimeError("unscale_() has already been called on this optimizer since "
+                               "the last update().")
+        if st["stage"] is OptState.STEPPED:
+            raise RuntimeError("unscale_() is being called after step().")
+        # NOTE: PyTorch's rounding: the reciprocal in float64, then float32
+        inv = np.float32(1.0 / float(scale._data))
+        st["found_inf_per_device"] = _unscale_grads(optimizer, inv, allow_fp16=False)
+        st["stage"] = OptState.UNSCALED
+
+    # ------------------------------------------------------------------ stepping
+    def step(self, optimizer, *args, **kwargs):
+        """Unscale (unless ``unscale_`` ran) and call ``optimizer.step(*args, **kwargs)``.
+
+        The step is skipped when any gradient is inf/NaN; then ``last_skip_report()`` says
+        which. Returns what ``optimizer.step`` returned, or None when skipped.
+
+        Example:
+            >>> scaler.step(opt); scaler.update()
+        """
+        if not self._enabled:
+            return optimizer.step(*args, **kwargs)
+        if "closure" in kwargs:
+            raise RuntimeError("Closure use is not currently supported if GradScaler is "
+                               "enabled.")
+        self._check_scale_growth_tracker("step")
+        st = self._per_optimizer_states.setdefault(id(optimizer), _fresh_state())
+        if st["stage"] is OptState.STEPPED:
+            raise RuntimeError("step() has already been called since the last update().")
+        if st["stage"] is OptState.READY:
+            self.unscale_(optimizer)
+        if not st["found_inf_per_device"]:
+            raise RuntimeError("GradScaler.step: no inf checks were recorded for this "
+                               "optimizer (none of its parameters has a gradient)")
+        retval = None
+        if any(st["found_inf_per_device"].values()):
+            self._skipped(optimizer)
+        else:
+            retval = optimizer.step(*args, **kwargs)
+        st["stage"] = OptState.STEPPED
+        return retval
+
+    def update(self, new_scale: float | Tensor | None = None) -> None:
+        """Update the scale for the next iteration (PyTorch's rule), or set it to ``new_scale``.
+
+        Any inf/NaN seen by this iteration's ``unscale_``/``step`` multiplies the scale by
+        ``backoff_factor`` and restarts the count of clean steps; ``growth_interval`` clean
+        steps in a row multiply it by ``growth_factor`` (unless that overflows float32).
+
+        Example:
+            >>> scaler.update()          # or scaler.update(1024.0)
+        """
+        if not self._enabled:
+            return
+        scale = self._check_scale_growth_tracker("update")
+        if new_scale is not None:
+            scale._data[...] = self._new_scale_value(new_scale)
+        else:
+            found = [f for s in self._per_optimizer_states.values()
+                     for f in s["found_inf_per_device"].values()]
+            if not found:
+                raise RuntimeError("GradScaler.update: no inf checks were recorded prior to "
+                                   "update(); call scaler.step(optimizer) (or unscale_) first")
+            self._update_scale(scale, any(found))
+        scale._storage.version += 1
+        self._per_optimizer_states = {}
+        self._iteration += 1
+        self._disarm()
+
+    def _new_scale_value(self, new_scale) -> np.float32:
+        if isinstance(new_scale, float):
+            return np.float32(new_scale)
+        reason = ("GradScaler.update: new_scale should be a float or a 1-element float "
+                  f"Tensor with requires_grad=False on {self._device!r}, got ")
+        if not isinstance(new_scale, Tensor):
+            raise TypeError(reason + type(new_scale).__name__)
+        if new_scale.device.type != self._device or new_scale.numel() != 1 or \
+                new_scale.requires_grad:
+            raise ValueError(reason + f"shape {tuple(new_scale.shape)} on "
+                             f"{new_scale.device} (requires_grad={new_scale.requires_grad})")
+        return np.float32(float(new_scale.detach().reshape(())))
+
+    def _update_scale(self, scale: Tensor, found_inf: bool) -> None:
+        """``torch._amp_update_scale_`` with the scale held in float32."""
+        cur = np.float32(scale._data)
+        if found_inf:
+            scale._data[...] = cur * np.float32(self._backoff_factor)
+            self._growth_tracker = 0
+            return
+        successful = self._growth_tracker + 1
+        if successful == self._growth_interval:
+            with np.errstate(over="ignore"):
+                grown = cur * np.float32(self._growth_factor)
+            if np.isfinite(grown):
+                scale._data[...] = grown
+            successful = 0
+        self._growth_tracker = successful
+
+    # ------------------------------------------------------------------ skip reports
+    def _arm(self) -> None:
+        """Record (not raise) anomaly mode's first inf on this thread until ``update()``."""
+        if self._armed or not state.anomaly:
+            return
+        ref = weakref.ref(self)
+
+        def record(event):
+            me = ref()
+            if me is not None and me._event is None:
+                me._event = event
+        self._prev_recorder = _anomaly.set_recorder(record)
+        self._armed = True
+
+    def _disarm(self) -> None:
+        if self._armed:
+            _anomaly.set_recorder(self._prev_recorder)
+            self._armed, self._prev_recorder = False, None
+        self._event = None
+
+    def _skipped(self, optimizer) -> None:
+        params = []
+        for gi, group in enumerate(optimizer.param_groups):
+            names = group.get("param_names")
+            for pi, p in enumerate(group["params"]):
+                g = p.grad
+                if g is None or not g.dtype.is_floating_point:
+                    continue
+                bad = OverflowedParam.check(p, g, gi, pi, names[pi] if names else None)
+                if bad is not None:
+                    params.append(bad)
+        ev = self._event
+        self._last_report = SkipReport(
+            iteration=self._iteration, scale=self.get_scale(), params=params,
+            op=ev.op if ev else None, where=ev.where if ev else None,
+            phase=ev.phase if ev else None, anomaly_mode=state.anomaly)
+        _log.info("%s", self._last_report)
+
+    def last_skip_report(self, names=None) -> SkipReport | None:
+        """The report of the last skipped step (None if no step was skipped yet).
+
+        Args:
+            names: optional ``model.named_parameters()`` (or a module, or a
+                ``{name: param}`` dict) to name the parameters; without it the names are
+                the optimizer's own (when built from ``named_parameters()``) or
+                ``param_groups[g][i]``.
+
+        Example:
+            >>> scaler.step(opt)
+            >>> if (r := scaler.last_skip_report(model)) is not None and r.iteration == i:
+            ...     print(r)   # which gradient overflowed, and where (anomaly mode)
+        """
+        r = self._last_report
+        return r if r is None or names is None else r.named(names)
+
+    # ------------------------------------------------------------------ accessors
+    def get_scale(self) -> float:
+        """The current scale as a Python float (1.0 when disabled)."""
+        if not self._enabled:
+            return 1.0
+        return self._init_scale if self._scale is None else float(self._scale._data)
+
+    def get_growth_factor(self) -> float:
+        """The scale growth factor."""
+        return self._growth_factor
+
+    def set_growth_factor(self, new_factor: float) -> None:
+        """Set the scale growth factor."""
+        self._growth_factor = new_factor
+
+    def get_backoff_factor(self) -> float:
+        """The scale backoff factor."""
+        return self._backoff_factor
+
+    def set_backoff_factor(self, new_factor: float) -> None:
+        """Set the scale backoff factor."""
+        self._backoff_factor = new_factor
+
+    def get_growth_interval(self) -> int:
+        """The number of clean steps in a row before the scale grows."""
+        return self._growth_interval
+
+    def set_growth_interval(self, new_interval: int) -> None:
+        """Set the growth interval."""
+        self._growth_interval = new_interval
+
+    def _get_growth_tracker(self) -> int:
+        if not self._enabled:
+            return 0
+        return self._init_growth_tracker if self._growth_tracker is None \
+            else self._growth_tracker
+
+    def is_enabled(self) -> bool:
+        """Whether this scaler scales (False: every method is a pass-through)."""
+        return self._enabled
+
+    def state_dict(self) -> dict[str, Any]:
+        """``scale``, ``growth_factor``, ``backoff_factor``, ``growth_interval`` and
+        ``_growth_tracker`` (PyTorch's keys); ``{}`` when disabled. Call it after ``update()``.
+        """
+        if not self._enabled:
+            return {}
+        return {"scale": self.get_scale(), "growth_factor": self._growth_factor,
+                "backoff_factor": self._backoff_factor,
+                "growth_interval": self._growth_interval,
+                "_growth_tracker": self._get_growth_tracker()}
+
+    def load_state_dict(self, state_dict: dict[str, Any]) -> None:
+        """Load what ``state_dict()`` returned (a no-op when this scaler is disabled)."""
+        if not self._enabled:
+            return
+        if len(state_dict) == 0:
+            raise RuntimeError("The source state dict is empty, possibly because it was saved "
+                               "from a disabled instance of GradScaler.")
+        missing = {"scale", "growth_factor", "backoff_factor", "growth_interval",
+                   "_growth_tracker"} - set(state_dict)
+        if missing:
+            raise KeyError(f"GradScaler.load_state_dict: missing keys {sorted(missing)}")
+        self._init_scale = float(state_dict["scale"])
+        if self._scale is not None:
+            self._scale._data[...] = np.float32(self._init_scale)
+            self._scale._storage.version += 1
+        self._growth_factor = float(state_dict["growth_factor"])
+        self._backoff_factor = float(state_dict["backoff_factor"])
+        self._growth_interval = int(state_dict["growth_interval"])
+        self._init_growth_tracker = int(state_dict["_growth_tracker"])
+        if self._growth_tracker is not None:
+            self._growth_tracker = self._init_growth_tracker
+
+    def __del__(self):
+        try:
+            if self._armed:
+                _anomaly.set_recorder(self._prev_recorder)
+        except Exception:   # NOTE: interpreter shutdown
+            pass
+
+
+def _unscale_grads(optimizer, inv: np.float32, allow_fp16: bool) -> dict:
+    """Unscale every gradient in place; ``{device: found_inf}``, one check per dtype group."""
+    groups: dict = {}
+    for group in optimizer.param_groups:
+        for p in group["params"]:
+            g = p.grad
+            if g is None:
+                continue
+            if not allow_fp16 and g.dtype.name == "float16":
+                raise ValueError(f"GradScaler.unscale_: attempting to unscale FP16 gradients "
+                                 f"(parameter of shape {tuple(p.shape)}); keep the parameters "
+                                 "in float32 and let autocast run the ops in float16")
+            groups.setdefault(g.device, {}).setdefault(g.dtype, []).append(g)
+    found = {}
+    with no_grad():
+        for dev, per_dtype in groups.items():
+            found[dev] = any([_unscale_group(grads, inv) for grads in per_dtype.values()])
+    return found
+
+
+def _unscale_group(grads: list, inv: np.float32) -> bool:
+    """Multiply ``grads`` (one device and dtype) by ``inv`` in place; True if any is inf/NaN."""
+    if state.modes or state.fw_levels:   # NOTE: a tracer records the update as ops
+        for g in grads:
+            g.mul_(float(inv))
+        return not all(bool(g.isfinite().all()) for g in grads)
+    xp = _backends[grads[0].device.type].xp
+    ok = True
+    with np.errstate(all="ignore"):
+        for g in grads:
+            a = g._data
+            if a.dtype.itemsize < 4:   # NOTE: float32 arithmetic, one rounding (as PyTorch)
+                a[...] = xp.multiply(a.astype(xp.float32), inv)
+            else:
+                xp.multiply(a, inv, out=a)
+            g._storage.version += 1
+            # NOTE: one reduction per gradient, decided once per group; a non-finite
+            # value anywhere makes the group's verdict (no early exit: all must unscale)
+            ok &= bool(xp.isfinite(a).all())
+    return not ok
