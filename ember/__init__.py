@@ -38,6 +38,9 @@ from . import func
 from . import nn
 from . import data
 from . import optim
+from . import amp  # noqa: F401 - mixed precision (ember.amp.GradScaler, custom_fwd)
+from .amp import autocast, get_autocast_dtype, is_autocast_enabled  # noqa: F401
+from .amp import set_autocast_dtype, set_autocast_enabled  # noqa: F401
 from .memory import (memory_stats, record_allocation_sites, reset_peak_memory_stats,  # noqa: F401
                      set_memory_limit)
 from .autograd.checkpoint import checkpoint, checkpoint_sequential  # noqa: F401

@@ -247,6 +247,7 @@ class _CheckpointOp(EngineOp):
         self.saved = saved
         self.out_spec = out_spec                   # per output leaf: index among tensors
         self.written = written                     # outside tensors fn writes in place
+        self.autocast = state.autocast             # the recompute runs under the same casts
         self.freed = False
 
     def free_saved(self) -> None:
@@ -309,6 +310,7 @@ class _CheckpointOp(EngineOp):
         args, kwargs = tree_unflatten(leaves, spec)
         mode = _RecomputeMode(subst, self.saved) if (subst or self.saved) else None
         keep = [(t, t._data.copy()) for t in self.written]
+        autocast, state.autocast = state.autocast, self.autocast
         try:
             with _replay(self.rng), enable_grad():
                 if mode is None:
@@ -317,6 +319,7 @@ class _CheckpointOp(EngineOp):
                     with mode:
                         out = self.fn(*args, **kwargs)
         finally:
+            state.autocast = autocast
             for t, value in keep:    # e.g. running statistics are updated once, not twice
                 t._data[...] = value
         flat, _ = tree_flatten(out)

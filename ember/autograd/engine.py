@@ -167,6 +167,9 @@ def run_backward(roots, grad_roots, retain_graph: bool, create_graph: bool,
     callbacks = _running.__dict__.setdefault("callbacks", [])
     modes.append(inputs is None)
     callbacks.append([])
+    # NOTE: VJPs run in the dtypes the forward chose: autocast is off in the backward (a
+    # checkpoint's recompute and custom_bwd restore the forward's state themselves).
+    autocast, state.autocast = state.autocast, None
     try:
         pending = _post_hook_counts(nodes) if inputs is None and _post_hooks_live else None
         _run_nodes(nodes, buffers, inputs, target_nodes, target_leaves, needed, captured,
@@ -175,6 +178,7 @@ def run_backward(roots, grad_roots, retain_graph: bool, create_graph: bool,
         while queued:   # a callback may queue another (PyTorch runs those too)
             queued.pop(0)()
     finally:
+        state.autocast = autocast
         modes.pop()
         callbacks.pop()
     if inputs is not None:

@@ -18,6 +18,7 @@ class _State(threading.local):
         self.fw_levels: list = []     # active forward-AD levels, innermost last
         self.modes: list = []         # dispatch modes (tracers); innermost last
         self.saved_hooks: list = []   # (pack, unpack) pairs for saved tensors
+        self.autocast = None          # op name -> autocast policies (ember.amp), None: off
 
 
 state = _State()

@@ -185,6 +185,9 @@ class CompiledFunction:
 
     def _signature(self, flat, spec) -> dict:
         sig = {"grad_enabled": _state.grad_enabled, "structure": repr(spec)}
+        if _state.autocast is not None:   # the graph holds the casts autocast chose
+            from ..amp.autocast_mode import signature_key
+            sig["autocast"] = signature_key()
         for i, x in enumerate(flat):
             if isinstance(x, Tensor):
                 sig[f"arg{i}"] = (f"{x._dtype.name}[{', '.join(map(str, x._data.shape))}] "

@@ -13,6 +13,7 @@ from ..errors import DTypeError, ShapeError
 from ..tensor import Tensor
 from . import dispatch
 from .registry import defop
+from .dispatch import autocast_entry
 
 __all__ = ['conv1d', 'conv2d', 'conv_transpose1d', 'conv_transpose2d', 'max_pool1d',
            'max_pool2d', 'avg_pool1d', 'avg_pool2d', 'adaptive_avg_pool1d',
@@ -221,6 +222,7 @@ def _same_pads(padding, k, d, s, op):
     return ((p[0], p[0]), (p[1], p[1]))
 
 
+@autocast_entry("conv2d")
 def conv2d(input, weight, bias=None, stride=1, padding=0, dilation=1, groups=1):
     """2-D convolution (cross-correlation) over NCHW input (``F.conv2d``), as im2col + matmul.
 
@@ -247,6 +249,7 @@ def conv2d(input, weight, bias=None, stride=1, padding=0, dilation=1, groups=1):
     return out.squeeze(0) if unb else out
 
 
+@autocast_entry("conv1d")
 def conv1d(input, weight, bias=None, stride=1, padding=0, dilation=1, groups=1):
     """1-D convolution over NCL input (``F.conv1d``): conv2d on a height-1 image."""
     x, unb = _batched(input, 3, "conv1d")
@@ -260,6 +263,7 @@ def conv1d(input, weight, bias=None, stride=1, padding=0, dilation=1, groups=1):
     return out.squeeze(0) if unb else out
 
 
+@autocast_entry("conv_transpose2d")
 def conv_transpose2d(input, weight, bias=None, stride=1, padding=0, output_padding=0, groups=1,
                      dilation=1):
     """Transposed 2-D convolution (``F.conv_transpose2d``): matmul, then fold (col2im).
@@ -292,6 +296,7 @@ def conv_transpose2d(input, weight, bias=None, stride=1, padding=0, output_paddi
     return out.squeeze(0) if unb else out
 
 
+@autocast_entry("conv_transpose1d")
 def conv_transpose1d(input, weight, bias=None, stride=1, padding=0, output_padding=0, groups=1,
                      dilation=1):
     """Transposed 1-D convolution (``F.conv_transpose1d``) via the 2-D one."""

@@ -15,6 +15,7 @@ This function is the eager hot path: every branch here costs every op.
 """
 from __future__ import annotations
 
+import functools
 import warnings
 
 from .. import dtypes as _dt
@@ -73,6 +74,8 @@ def _compute_dtype(op, kind, inputs, x0, params):
 def apply(op, inputs, params):
     """Run ``op`` on ``inputs`` (Tensors or Python scalars) with keyword ``params``."""
     st = state
+    if st.autocast is not None and op.name in st.autocast:
+        inputs = _autocast(op.name, st.autocast[op.name], inputs, None)[0]
     if st.modes:
         return st.modes[-1].process(op, inputs, params)
     # One pass over the inputs: the first tensor, whether all tensors share one dtype and
@@ -144,6 +147,39 @@ def apply(op, inputs, params):
         check_forward(op, inputs, params, out)
     return out
 
+
+
+def _autocast(name, entries, args, kwargs):
+    # NOTE: imported on first need: ember.amp sits above the ops layer.
+    from ..amp.autocast_mode import cast_inputs
+    return cast_inputs(name, entries, args, kwargs)
+
+
+def autocast_entry(name: str, leaf: bool = True):
+    """Decorate a composite that is PyTorch op ``name``: inside an ``ember.autocast`` region
+    its tensor arguments are cast by ``name``'s policy (``ember/amp/op_lists.py``) and its
+    body runs with autocast off, as PyTorch's autocast kernels redispatch. ``leaf=False``
+    marks an op PyTorch decomposes (``tensordot``): off its lists, the body's ops autocast.
+    """
+    def wrap(fn):
+        @functools.wraps(fn)
+        def entry(*args, **kwargs):
+            st = state
+            table = st.autocast
+            if table is None:
+                return fn(*args, **kwargs)
+            entries = table.get(name)
+            if entries is None and not leaf:
+                return fn(*args, **kwargs)
+            if entries is not None:
+                args, kwargs = _autocast(name, entries, args, kwargs)
+            st.autocast = None
+            try:
+                return fn(*args, **kwargs)
+            finally:
+                st.autocast = table
+        return entry
+    return wrap
 
 
 def record(op, params, inputs, out) -> None:

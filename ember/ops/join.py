@@ -14,6 +14,7 @@ from . import dispatch
 from ._util import as_shape, wrap_dim, wrap_dims
 from .movement import apply_slices, reshape_p
 from .registry import defop
+from .dispatch import autocast_entry
 
 __all__ = ['cat', 'concat', 'concatenate', 'stack', 'hstack', 'vstack', 'narrow', 'select',
            'unbind', 'split', 'chunk', 'tensor_split', 'flip', 'fliplr', 'flipud', 'roll',
@@ -118,6 +119,7 @@ def cat(tensors, dim=0, *, out=None):
 concat = concatenate = cat
 
 
+@autocast_entry("stack")
 def stack(tensors, dim=0, *, out=None):
     """Join equally shaped tensors along a new dim (``torch.stack``)."""
     tensors = list(tensors)

@@ -14,6 +14,7 @@ from ..tensor import Tensor
 from . import dispatch
 from ._util import wrap_dim
 from .registry import defop
+from .dispatch import autocast_entry
 
 __all__ = ['matmul', 'mm', 'bmm', 'mv', 'dot', 'vdot', 'inner', 'outer', 'ger', 'einsum',
            'addmm', 'baddbmm', 'tensordot']
@@ -150,6 +151,7 @@ def bmm(input, mat2, *, out=None):
     return matmul(input, mat2, out=out)
 
 
+@autocast_entry("mv")
 def mv(input, vec, *, out=None):
     """Matrix-vector product (``torch.mv``)."""
     _need_dims("mv", "input", input, 2)
@@ -157,6 +159,7 @@ def mv(input, vec, *, out=None):
     return matmul(input, vec, out=out)
 
 
+@autocast_entry("dot")
 def dot(input, other, *, out=None):
     """Inner product of two 1-D tensors of the same size and dtype (``torch.dot``)."""
     _need_dims("dot", "input", input, 1)
@@ -184,6 +187,7 @@ def outer(input, vec2, *, out=None):
 ger = outer
 
 
+@autocast_entry("tensordot", leaf=False)
 def tensordot(a, b, dims=2, out=None):
     """Contract ``dims`` of ``a`` with ``dims`` of ``b`` (``torch.tensordot``).
 
@@ -224,11 +228,13 @@ def inner(input, other, *, out=None):
     return tensordot(input, other, ([-1], [-1]), out=out)
 
 
+@autocast_entry("addmm")
 def addmm(input, mat1, mat2, *, beta=1, alpha=1, out=None):
     """``beta * input + alpha * (mat1 @ mat2)`` (``torch.addmm``); ``beta=0`` ignores input."""
     return _out(_scaled_add(input, mm(mat1, mat2), beta, alpha), out)
 
 
+@autocast_entry("baddbmm")
 def baddbmm(input, batch1, batch2, *, beta=1, alpha=1, out=None):
     """``beta * input + alpha * bmm(batch1, batch2)`` (``torch.baddbmm``)."""
     return _out(_scaled_add(input, bmm(batch1, batch2), beta, alpha), out)

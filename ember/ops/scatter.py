@@ -17,6 +17,7 @@ from . import dispatch
 from ._util import wrap_dim
 from .index import _index_put, _scalar, index_p
 from .strided import contiguous_strides
+from .dispatch import autocast_entry
 
 __all__ = ['gather', 'scatter', 'scatter_add', 'index_select', 'index_add', 'index_fill',
            'index_copy', 'one_hot']
@@ -124,6 +125,7 @@ def scatter(input, dim, index, src=None, *, value=None, reduce=None):
     return flat.reshape(input.shape)
 
 
+@autocast_entry("scatter_add")
 def scatter_add(input, dim, index, src):
     """``scatter(input, dim, index, src, reduce="add")``: duplicates sum (``torch.scatter_add``)."""
     return scatter(input, dim, index, src, reduce="add")
@@ -168,6 +170,7 @@ def index_add(input, dim, index, source, *, alpha=1):
     return _index_put(input, (index,), (d,), source, True)
 
 
+@autocast_entry("index_copy")
 def index_copy(input, dim, index, source):
     """``input`` with ``source`` slices copied to ``index`` along ``dim`` (``torch.index_copy``)."""
     index, d = _along(input, dim, index, source, "index_copy")

@@ -16,6 +16,7 @@ from .reduce import _dims, amax, sum
 from .registry import defop
 from .select import where
 from .unary import exp, log
+from .dispatch import autocast_entry
 
 __all__ = ['softmax', 'log_softmax', 'logsumexp']
 
@@ -106,6 +107,7 @@ def log_softmax(input, dim, dtype=None):
     return _apply(log_softmax_p, (x,), {"dim": d})
 
 
+@autocast_entry("logsumexp")
 def logsumexp(input, dim=None, keepdim=False):
     """``log(exp(x).sum(dim))`` without overflow: shifted by the max (``torch.logsumexp``).
 

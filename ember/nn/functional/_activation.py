@@ -16,6 +16,7 @@ from ...ops import unary as _unary
 from ...ops.inplace import check_inplace, commit
 from ...autograd.grad_mode import state as _state
 from ...tensor import Tensor
+from ...ops.dispatch import autocast_entry
 
 __all__ = ['relu', 'relu_', 'relu6', 'leaky_relu', 'leaky_relu_', 'prelu', 'elu', 'elu_', 'selu',
            'celu', 'gelu', 'silu', 'mish', 'softplus', 'softsign', 'hardtanh', 'hardtanh_',
@@ -89,6 +90,7 @@ def leaky_relu_(input: Tensor, negative_slope: float = 0.01) -> Tensor:
     return leaky_relu(input, negative_slope, inplace=True)
 
 
+@autocast_entry("prelu")
 def prelu(input: Tensor, weight: Tensor) -> Tensor:
     """``x`` if ``x > 0`` else ``weight * x``; ``weight`` has 1 or C (dim 1) entries."""
     _check(input, "prelu")
@@ -148,6 +150,7 @@ def silu(input: Tensor, inplace: bool = False) -> Tensor:
     return _apply(lambda x: x * _unary.sigmoid(x), input, inplace, "silu")
 
 
+@autocast_entry("softplus")
 def softplus(input: Tensor, beta: float = 1.0, threshold: float = 20.0) -> Tensor:
     """``log(1 + exp(beta * x)) / beta``; linear where ``beta * x > threshold``."""
     _check(input, "softplus")

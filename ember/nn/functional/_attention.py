@@ -17,6 +17,7 @@ from ...ops.linalg import addmm, matmul
 from ...ops.softmax import softmax
 from ...tensor import Tensor
 from ._layers import dropout
+from ...ops.dispatch import autocast_entry
 
 __all__ = ["scaled_dot_product_attention", "multi_head_attention_forward"]
 
@@ -83,6 +84,7 @@ def _check_sdpa(query, key, value, enable_gqa):
     return key, value
 
 
+@autocast_entry("scaled_dot_product_attention")
 def scaled_dot_product_attention(query, key, value, attn_mask=None, dropout_p=0.0,
                                  is_causal=False, scale=None, enable_gqa=False) -> Tensor:
     """``softmax(Q Kᵀ * scale + mask) V`` (``torch.nn.functional.scaled_dot_product_attention``).

@@ -12,6 +12,7 @@ from ._norm import *  # noqa: F401,F403
 from ._norm import __all__ as _norm_all
 from ._resample import *  # noqa: F401,F403
 from ._resample import __all__ as _resample_all
+from ...ops.dispatch import autocast_entry
 
 __all__ = ['linear', 'bilinear', 'dropout', 'dropout1d', 'dropout2d', 'dropout3d',
            'alpha_dropout', 'feature_alpha_dropout', 'embedding', 'normalize',
@@ -20,6 +21,7 @@ __all__ = ['linear', 'bilinear', 'dropout', 'dropout1d', 'dropout2d', 'dropout3d
 _SELU_NEG = 1.7580993408473766      # -selu(-inf) = scale * alpha
 
 
+@autocast_entry("linear")
 def linear(input: Tensor, weight: Tensor, bias: Tensor | None = None) -> Tensor:
     """``input @ weight.T + bias``.
 
@@ -37,6 +39,7 @@ def linear(input: Tensor, weight: Tensor, bias: Tensor | None = None) -> Tensor:
     return out if bias is None else out + bias
 
 
+@autocast_entry("bilinear")
 def bilinear(input1: Tensor, input2: Tensor, weight: Tensor, bias: Tensor | None = None):
     """``y_k = x1 · W_k · x2 + b_k``; ``weight`` has shape (out, in1, in2)."""
     if weight.ndim != 3 or input1.shape[-1] != weight.shape[1] or \
@@ -219,6 +222,7 @@ def normalize(input: Tensor, p: float = 2.0, dim: int = 1, eps: float = 1e-12, o
     return r
 
 
+@autocast_entry("cosine_similarity")
 def cosine_similarity(x1: Tensor, x2: Tensor, dim: int = 1, eps: float = 1e-8) -> Tensor:
     """``<x1, x2> / (max(||x1||, eps) * max(||x2||, eps))`` along ``dim`` (broadcasting)."""
     from ...ops.dispatch import broadcast_shapes

@@ -19,6 +19,7 @@ from ...ops.softmax import log_softmax
 from ...ops.sort import take_along_dim_p
 from ...ops.unary import exp, log, log1p
 from ...tensor import Tensor
+from ...ops.dispatch import autocast_entry
 
 __all__ = ['mse_loss', 'l1_loss', 'smooth_l1_loss', 'huber_loss', 'cross_entropy', 'nll_loss',
            'binary_cross_entropy', 'binary_cross_entropy_with_logits', 'kl_div']
@@ -123,6 +124,7 @@ def _clamped_log(x, arg_ok, log_fn):
 
 
 # ------------------------------------------------------------------ regression losses
+@autocast_entry("mse_loss")
 def mse_loss(input, target, size_average=None, reduce=None, reduction="mean", weight=None):
     """Mean squared error ``(input - target)**2``, reduced (``torch.nn.functional.mse_loss``).
 
@@ -139,6 +141,7 @@ def mse_loss(input, target, size_average=None, reduce=None, reduction="mean", we
     return _reduce(d * d, reduction)
 
 
+@autocast_entry("l1_loss")
 def l1_loss(input, target, size_average=None, reduce=None, reduction="mean", weight=None):
     """Mean absolute error ``|input - target|``, reduced (``torch.nn.functional.l1_loss``).
 
@@ -163,6 +166,7 @@ def _huber(input, target, delta):
     return c * (a - 0.5 * c)
 
 
+@autocast_entry("smooth_l1_loss")
 def smooth_l1_loss(input, target, size_average=None, reduce=None, reduction="mean",
                    beta=1.0):
     """Huber loss divided by ``beta``; ``beta=0`` is ``l1_loss``
@@ -181,6 +185,7 @@ def smooth_l1_loss(input, target, size_average=None, reduce=None, reduction="mea
     return _reduce(_huber(input, target, beta) / beta, reduction)
 
 
+@autocast_entry("huber_loss")
 def huber_loss(input, target, reduction="mean", delta=1.0, weight=None):
     """``0.5 d**2`` where ``|d| < delta``, else ``delta * (|d| - 0.5 delta)``
     (``torch.nn.functional.huber_loss``).
@@ -273,6 +278,7 @@ def _nll(op, logp, target, weight, ignore_index, reduction, smoothing=0.0):
     return total / -(keep.sum() if weight is None else where(keep, w, 0.0).sum())
 
 
+@autocast_entry("nll_loss")
 def nll_loss(input, target, weight=None, size_average=None, ignore_index=-100, reduce=None,
              reduction="mean"):
     """Negative log-likelihood of class indices given log-probabilities
@@ -310,6 +316,7 @@ def _soft_targets(input, target, weight, reduction, smoothing):
     return total * (-1.0 / rows) if rows else total * math.nan
 
 
+@autocast_entry("cross_entropy")
 def cross_entropy(input, target, weight=None, size_average=None, ignore_index=-100,
                   reduce=None, reduction="mean", label_smoothing=0.0):
     """Cross entropy between logits and class indices or class probabilities
@@ -358,6 +365,7 @@ def _bcast_weight(op, name, weight, shape):
                          f"{tuple(shape)}")
 
 
+@autocast_entry("binary_cross_entropy")
 def binary_cross_entropy(input, target, weight=None, size_average=None, reduce=None,
                          reduction="mean"):
     """``-w (t log x + (1 - t) log(1 - x))`` for probabilities ``x``, each log clamped to
@@ -386,6 +394,7 @@ def binary_cross_entropy(input, target, weight=None, size_average=None, reduce=N
     return _reduce(loss, reduction)
 
 
+@autocast_entry("binary_cross_entropy_with_logits")
 def binary_cross_entropy_with_logits(input, target, weight=None, size_average=None,
                                      reduce=None, reduction="mean", pos_weight=None):
     """Sigmoid + binary cross entropy in one numerically stable expression:
@@ -418,6 +427,7 @@ def _xlogx(t):
     return where(zero, 0.0, t * log(where(zero, 1.0, t)))
 
 
+@autocast_entry("kl_div")
 def kl_div(input, target, size_average=None, reduce=None, reduction="mean", log_target=False):
     """Pointwise KL divergence ``t (log t - input)`` for log-probabilities ``input``
     (``torch.nn.functional.kl_div``); ``reduction='batchmean'`` is the true KL per sample.

@@ -11,12 +11,14 @@ from ...ops.binary import minimum
 from ...ops.select import where
 from ...ops.unary import exp, log, log1p
 from ._loss import _desc, _legacy, _log_sigmoid, _pair, _reduce, _reduction, _tensor
+from ...ops.dispatch import autocast_entry
 
 __all__ = ['cosine_embedding_loss', 'margin_ranking_loss', 'hinge_embedding_loss',
            'soft_margin_loss', 'multilabel_soft_margin_loss', 'poisson_nll_loss',
            'gaussian_nll_loss', 'triplet_margin_loss']
 
 
+@autocast_entry("cosine_embedding_loss")
 def cosine_embedding_loss(input1, input2, target, margin=0, size_average=None, reduce=None,
                           reduction="mean"):
     """``1 - cos(x1, x2)`` where ``target == 1``, ``max(0, cos(x1, x2) - margin)`` where
@@ -48,6 +50,7 @@ def cosine_embedding_loss(input1, input2, target, margin=0, size_average=None, r
     return _reduce(loss, reduction)
 
 
+@autocast_entry("margin_ranking_loss")
 def margin_ranking_loss(input1, input2, target, margin=0, size_average=None, reduce=None,
                         reduction="mean"):
     """``max(0, -target * (input1 - input2) + margin)``
@@ -68,6 +71,7 @@ def margin_ranking_loss(input1, input2, target, margin=0, size_average=None, red
     return _reduce((-target * (input1 - input2) + margin).clamp(min=0), reduction)
 
 
+@autocast_entry("hinge_embedding_loss")
 def hinge_embedding_loss(input, target, margin=1.0, size_average=None, reduce=None,
                          reduction="mean"):
     """``input`` where ``target == 1``, ``max(0, margin - input)`` where ``target == -1``
@@ -85,6 +89,7 @@ def hinge_embedding_loss(input, target, margin=1.0, size_average=None, reduce=No
     return _reduce(loss, reduction)
 
 
+@autocast_entry("soft_margin_loss")
 def soft_margin_loss(input, target, size_average=None, reduce=None, reduction="mean"):
     """``log(1 + exp(-target * input))`` (``torch.nn.functional.soft_margin_loss``).
 
@@ -120,6 +125,7 @@ def multilabel_soft_margin_loss(input, target, weight=None, size_average=None, r
     return _reduce(loss, reduction)
 
 
+@autocast_entry("poisson_nll_loss")
 def poisson_nll_loss(input, target, log_input=True, full=False, size_average=None, eps=1e-8,
                      reduce=None, reduction="mean"):
     """Poisson negative log-likelihood: ``exp(input) - target * input`` for log-rates, else
@@ -184,6 +190,7 @@ def _pairwise_distance(x1, x2, p, eps):
     return (d.abs() ** p).sum(max(x1.ndim, x2.ndim) - 1) ** (1.0 / p)
 
 
+@autocast_entry("triplet_margin_loss")
 def triplet_margin_loss(anchor, positive, negative, margin=1.0, p=2, eps=1e-6, swap=False,
                         size_average=None, reduce=None, reduction="mean"):
     """``max(d(a, p) - d(a, n) + margin, 0)`` with ``d`` the p-norm distance

@@ -9,6 +9,7 @@ from __future__ import annotations
 from ...autograd.grad_mode import no_grad
 from ...errors import ShapeError
 from ...tensor import Tensor
+from ...ops.dispatch import autocast_entry
 
 __all__ = ['batch_norm', 'layer_norm', 'group_norm', 'rms_norm', 'instance_norm']
 
@@ -90,6 +91,7 @@ def _norm_dims(input, normalized_shape, op):
     return ns, tuple(range(-k, 0))
 
 
+@autocast_entry("layer_norm")
 def layer_norm(input: Tensor, normalized_shape, weight: Tensor | None = None,
                bias: Tensor | None = None, eps: float = 1e-5) -> Tensor:
     """Normalise over the trailing ``normalized_shape`` dims, then scale and shift.
@@ -103,6 +105,7 @@ def layer_norm(input: Tensor, normalized_shape, weight: Tensor | None = None,
     return _affine(out, weight, bias, None)
 
 
+@autocast_entry("rms_norm")
 def rms_norm(input: Tensor, normalized_shape, weight: Tensor | None = None,
              eps: float | None = None) -> Tensor:
     """``x / sqrt(mean(x², trailing dims) + eps) * weight``; ``eps`` defaults to the
@@ -115,6 +118,7 @@ def rms_norm(input: Tensor, normalized_shape, weight: Tensor | None = None,
     return out if weight is None else out * weight
 
 
+@autocast_entry("group_norm")
 def group_norm(input: Tensor, num_groups: int, weight: Tensor | None = None,
                bias: Tensor | None = None, eps: float = 1e-5) -> Tensor:
     """Normalise each group of ``C / num_groups`` channels over its channels and spatial dims."""
