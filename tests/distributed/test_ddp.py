@@ -64,21 +64,23 @@ def test_find_unused_parameters(results):
     assert results["strict_unused_raises"] is True
 
 
-def test_compiled_ddp_step_captures_all_reduce_nodes(results):
-    # ember.compile records each bucket's all-reduce as a graph node that calls MPI at
-    # every replay: no graph break, the graph is replayed, the replicas stay identical
-    # and match eager DDP (fused kernels round differently: <= 1e-6, not exact)
-    assert results["compiled_mlp_graph_break"] is False
-    assert results["compiled_mlp_captures"] <= 2
-    assert results["compiled_mlp_all_reduce_nodes"] >= 1
-    assert results["compiled_mlp_replicas_agree"] is True
-    assert results["compiled_mlp_vs_eager_rel_rank0"] <= 1e-6
-    assert results["compiled_mlp_vs_eager_rel_rank1"] <= 1e-6
+@pytest.mark.parametrize("kind", ["mlp", "cnn"])
+def test_compiled_ddp_step_captures_collectives_as_nodes(results, kind):
+    # ember.compile records each bucket's all-reduce (and, for the BatchNorm CNN, the
+    # buffer broadcasts) as graph nodes that call MPI at every replay: no graph break, the
+    # graph is replayed, the replicas stay identical and match eager DDP (fused kernels
+    # round differently from eager ones: <= 1e-6, not exact)
+    assert results[f"compiled_{kind}_graph_break"] is False
+    assert results[f"compiled_{kind}_captures"] <= 2
+    all_reduces, broadcasts = results[f"compiled_{kind}_collective_nodes"]
+    assert all_reduces >= 1
+    assert broadcasts == (3 if kind == "cnn" else 0)   # running mean, var, batches seen
+    assert results[f"compiled_{kind}_replicas_agree"] is True
+    assert results[f"compiled_{kind}_vs_eager_rel_rank0"] <= 1e-6
+    assert results[f"compiled_{kind}_vs_eager_rel_rank1"] <= 1e-6
 
 
-def test_compiled_ddp_buffer_broadcast_graph_breaks(results):
-    # BatchNorm buffers are broadcast before each forward: not capturable yet, so the step
-    # graph-breaks and runs eagerly (exactly eager DDP); fullgraph=True raises instead
-    assert results["compiled_cnn_equals_eager_rank0"] is True
-    assert results["compiled_cnn_equals_eager_rank1"] is True
+def test_compiled_ddp_find_unused_parameters_graph_breaks(results):
+    # the usage-map all-reduce is not capturable: fullgraph=True raises (without it, the
+    # step runs eagerly)
     assert results["fullgraph_raises"] is True

@@ -163,7 +163,8 @@ class Reducer:
         if self.world > 1 and (self.tracer is None or self.find_unused):
             self.tracer = None
             graph_break("DistributedDataParallel's gradient all-reduce")
-        self.last_traced = None
+        if self.tracer is None:
+            self.last_traced = None
         self.in_backward = True
         self.used = [False] * len(self.params)
         self.next_launch = 0
@@ -218,7 +219,7 @@ class Reducer:
         self.stats["comm_done"] = time.perf_counter()
         if self.tracer is not None:
             self._copy_back_traced()
-            self.tracer = None
+            self.tracer = self.last_traced = None
         else:
             self._copy_back(global_used)
 

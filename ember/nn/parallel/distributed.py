@@ -20,6 +20,7 @@ from __future__ import annotations
 import contextlib
 
 from ..module import Module
+from . import _traced
 from ._buckets import Reducer, graph_break
 
 __all__ = ["DistributedDataParallel"]
@@ -85,9 +86,23 @@ class DistributedDataParallel(Module):
         """Broadcast ``tensors`` in place from rank 0 (parameters, then buffers)."""
         if dist.get_world_size() == 1:
             return
+        tr = _traced.active_tracer()
+        if tr is not None:   # under ember.compile: broadcast nodes, written back per run
+            self._sync_traced(tr, dist, tensors)
+            return
         graph_break("DistributedDataParallel's broadcast from rank 0")
         for t in tensors:
             dist.broadcast(t.detach(), 0, group=self.process_group)
+
+    def _sync_traced(self, tr, dist, tensors) -> None:
+        from ...autograd.grad_mode import no_grad
+        after = None
+        with no_grad():
+            for t in tensors:
+                after = _traced.broadcast_node(tr, t.detach(), after, dist,
+                                               self.process_group)
+                t.detach().copy_(after)
+        self.reducer.last_traced = after   # NOTE: the all-reduces come after, in order
 
     def forward(self, *inputs, **kwargs):
         if self.broadcast_buffers and self.require_backward_grad_sync:
