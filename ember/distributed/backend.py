@@ -14,6 +14,7 @@ from __future__ import annotations
 import abc
 import datetime
 import enum
+import os
 import time
 
 from ..errors import EmberError
@@ -148,6 +149,10 @@ def seconds(timeout) -> float:
     return float(timeout)
 
 
+_SPIN_S = 2e-3
+_yield = getattr(os, "sched_yield", lambda: None)
+
+
 class Work:
     """The handle an ``async_op=True`` collective returns (``torch.distributed.Work``).
 
@@ -195,13 +200,19 @@ class Work:
             if not pending:
                 break
             spins += 1
-            if spins > 200:   # NOTE: spin first (latency), then yield the core to others
-                elapsed = time.monotonic() - start
-                if elapsed > limit:
-                    raise self._timeout_error(elapsed)
+            if spins & 63:
+                # NOTE: MPI progresses a collective only inside Test(), on every rank, so a
+                # sleeping rank delays all; spin (yielding the core now and then) ~2 ms...
+                if not spins & 15:
+                    _yield()
+                continue
+            elapsed = time.monotonic() - start
+            if elapsed > limit:
+                raise self._timeout_error(elapsed)
+            if elapsed > _SPIN_S:   # ...then poll less often, up to every millisecond
                 if self._poll is not None:
                     self._poll()
-                time.sleep(min(1e-3, 1e-6 * spins))
+                time.sleep(min(1e-3, 0.05 * (elapsed - _SPIN_S) + 2e-5))
         self._complete()
         return True
 

@@ -208,8 +208,8 @@ def _install_excepthook(rank: int, size: int) -> None:
         for line in "".join(traceback.format_exception(kind, value, tb)).splitlines():
             sys.stderr.write(f"[rank {rank}] {line}\n")
         sys.stderr.flush()
-        first = (str(value).splitlines() or [""])[0]
-        _record(rank, "error", f"{kind.__name__}: {first}")
+        text = " ".join(line.strip() for line in str(value).splitlines())
+        _record(rank, "error", f"{kind.__name__}: {text[:600]}")
         time.sleep(0.3)   # NOTE: lets mpiexec forward the traceback before it kills the job
         _State.world_comm.abort(1)
 

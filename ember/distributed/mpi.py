@@ -72,27 +72,30 @@ class MPICommunicator(Communicator):
         self.comm = comm
         self.rank = comm.Get_rank()
         self.size = comm.Get_size()
+        self._tables()
 
     # ------------------------------------------------------------------ helpers
     def reduces(self, dtype) -> bool:
         return np.dtype(dtype) in _REDUCIBLE
 
     def _typed(self, arr):
-        M = self.MPI
-        dt = {"bool": M.C_BOOL, "uint8": M.UINT8_T, "int8": M.INT8_T, "int16": M.INT16_T,
-              "int32": M.INT32_T, "int64": M.INT64_T, "float32": M.FLOAT,
-              "float64": M.DOUBLE}[arr.dtype.name]
-        return [arr.reshape(-1), arr.size, dt]
+        return [arr.reshape(-1), arr.size, self._types[arr.dtype]]
 
     def _op(self, op: ReduceOp, dtype):
+        return (self._bool_ops if dtype == np.bool_ else self._ops)[op]
+
+    def _tables(self) -> None:
         M = self.MPI
-        if np.dtype(dtype) == np.bool_:
-            return {ReduceOp.SUM: M.LOR, ReduceOp.MAX: M.LOR, ReduceOp.BOR: M.LOR,
-                    ReduceOp.PRODUCT: M.LAND, ReduceOp.MIN: M.LAND, ReduceOp.BAND: M.LAND,
-                    ReduceOp.BXOR: M.LXOR}[op]
-        return {ReduceOp.SUM: M.SUM, ReduceOp.PRODUCT: M.PROD, ReduceOp.MIN: M.MIN,
-                ReduceOp.MAX: M.MAX, ReduceOp.BAND: M.BAND, ReduceOp.BOR: M.BOR,
-                ReduceOp.BXOR: M.BXOR}[op]
+        self._types = {np.dtype(k): v for k, v in (
+            ("bool", M.C_BOOL), ("uint8", M.UINT8_T), ("int8", M.INT8_T),
+            ("int16", M.INT16_T), ("int32", M.INT32_T), ("int64", M.INT64_T),
+            ("float32", M.FLOAT), ("float64", M.DOUBLE))}
+        self._bool_ops = {ReduceOp.SUM: M.LOR, ReduceOp.MAX: M.LOR, ReduceOp.BOR: M.LOR,
+                          ReduceOp.PRODUCT: M.LAND, ReduceOp.MIN: M.LAND,
+                          ReduceOp.BAND: M.LAND, ReduceOp.BXOR: M.LXOR}
+        self._ops = {ReduceOp.SUM: M.SUM, ReduceOp.PRODUCT: M.PROD, ReduceOp.MIN: M.MIN,
+                     ReduceOp.MAX: M.MAX, ReduceOp.BAND: M.BAND, ReduceOp.BOR: M.BOR,
+                     ReduceOp.BXOR: M.BXOR}
 
     # ------------------------------------------------------------------ collectives
     def allreduce(self, buf, op):

@@ -43,6 +43,16 @@ def test_work_finishes_once_and_returns_result():
     assert done == [1] and w.result() == 7
 
 
+def test_work_spins_before_sleeping(monkeypatch):
+    # MPI progresses a collective only while each rank calls Test(): a rank that sleeps
+    # early makes every peer wait (a 1-float all_reduce took 440 us instead of ~20 us)
+    from ember.distributed import backend
+    slept = []
+    monkeypatch.setattr(backend.time, "sleep", slept.append)
+    monkeypatch.setattr(backend, "_yield", lambda: None)
+    assert Work([_After(300)], timeout=5).wait() and slept == []
+
+
 def test_objects_plain_data_is_json_others_pickled():
     plain = {"epoch": 3, "lr": 0.5, "names": ["a", None, True]}
     data = objects.encode(plain)

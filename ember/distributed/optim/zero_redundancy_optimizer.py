@@ -138,8 +138,11 @@ class ZeroRedundancyOptimizer(Optimizer):
     def _sync_params(self) -> None:
         if self.world_size == 1:
             return
-        from ...nn.parallel._buckets import graph_break
-        graph_break("ZeroRedundancyOptimizer's parameter broadcast")
+        from ...nn.parallel import _traced
+        tr = _traced.active_tracer()
+        if tr is not None:
+            self._sync_traced(tr, _traced)
+            return
         from ...ops.factories import empty
         from ...ops.join import cat
         with no_grad():
@@ -160,6 +163,27 @@ class ZeroRedundancyOptimizer(Optimizer):
                     for p in params:
                         p.detach().copy_(flat[o:o + p.numel()].view(p.shape))
                         o += p.numel()
+
+    def _sync_traced(self, tr, _traced) -> None:
+        """Under ``ember.compile``: one broadcast node per owner, copied into the params.
+
+        NOTE: the owner copies its own values back too, so its node has a reader (never
+        dead code) and every rank's graph holds the same chain of collectives.
+        """
+        from ...ops.join import cat
+        after = None
+        with no_grad():
+            for r in range(self.world_size):
+                params = self.params_of(r)
+                if not params:
+                    continue
+                flat = cat([p.detach().reshape(-1) for p in params])
+                after = _traced.broadcast_node(tr, flat, after, self._dist, self.process_group,
+                                               src=self._global_rank(r))
+                o = 0
+                for p in params:
+                    p.detach().copy_(after[o:o + p.numel()].view(p.shape))
+                    o += p.numel()
 
     def _global_rank(self, r: int) -> int:
         if self.process_group is None:
