@@ -223,10 +223,11 @@ def check_unused(out, rank, world):
         out["strict_unused_raises"] = "find_unused_parameters=True" in str(e)
 
 
-def _compiled_run(make, kind, compiled, rank, world, steps=5):
+def _compiled_run(make, kind, compiled, rank, world, steps=5, zero=False):
     import warnings
     model = DDP(make(ember.float32))
-    opt = sgd(model)
+    opt = ZeroRedundancyOptimizer(model.parameters(), optimizer_class=ember.optim.AdamW,
+                                  lr=1e-2) if zero else sgd(model)
 
     def step(x, y):
         opt.zero_grad()
@@ -247,9 +248,10 @@ def _compiled_run(make, kind, compiled, rank, world, steps=5):
 def check_compiled(out, rank, world):
     """ember.compile of a DDP step: bucket all-reduces and the BatchNorm buffer broadcasts
     are graph nodes; find_unused_parameters still graph-breaks (runs eagerly)."""
-    for kind, make in (("mlp", mlp), ("cnn", cnn)):
-        eager, _, _ = _compiled_run(make, kind, False, rank, world)
-        comp, fn, broke = _compiled_run(make, kind, True, rank, world)
+    for kind, make, zero in (("mlp", mlp, False), ("cnn", cnn, False), ("zero", mlp, True)):
+        data_kind = "cnn" if kind == "cnn" else "mlp"
+        eager, _, _ = _compiled_run(make, data_kind, False, rank, world, zero=zero)
+        comp, fn, broke = _compiled_run(make, data_kind, True, rank, world, zero=zero)
         caps = fn.explain().captures
         names = [n.op.name for n in caps[-1].graph.nodes]
         out[f"compiled_{kind}_graph_break"] = broke

@@ -64,17 +64,18 @@ def test_find_unused_parameters(results):
     assert results["strict_unused_raises"] is True
 
 
-@pytest.mark.parametrize("kind", ["mlp", "cnn"])
+@pytest.mark.parametrize("kind", ["mlp", "cnn", "zero"])
 def test_compiled_ddp_step_captures_collectives_as_nodes(results, kind):
-    # ember.compile records each bucket's all-reduce (and, for the BatchNorm CNN, the
-    # buffer broadcasts) as graph nodes that call MPI at every replay: no graph break, the
+    # ember.compile records each bucket's all-reduce (and the BatchNorm CNN's buffer
+    # broadcasts, ZeRO-1's parameter broadcasts) as graph nodes that call MPI at every replay: no graph break, the
     # graph is replayed, the replicas stay identical and match eager DDP (fused kernels
     # round differently from eager ones: <= 1e-6, not exact)
     assert results[f"compiled_{kind}_graph_break"] is False
     assert results[f"compiled_{kind}_captures"] <= 2
     all_reduces, broadcasts = results[f"compiled_{kind}_collective_nodes"]
     assert all_reduces >= 1
-    assert broadcasts == (3 if kind == "cnn" else 0)   # running mean, var, batches seen
+    # cnn: BatchNorm's running mean, var and batches seen; zero: one per owner rank
+    assert broadcasts == {"mlp": 0, "cnn": 3, "zero": 2}[kind]
     assert results[f"compiled_{kind}_replicas_agree"] is True
     assert results[f"compiled_{kind}_vs_eager_rel_rank0"] <= 1e-6
     assert results[f"compiled_{kind}_vs_eager_rel_rank1"] <= 1e-6
