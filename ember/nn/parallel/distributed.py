@@ -6,7 +6,10 @@ backward, gradients are averaged in buckets whose all-reduces are launched from
 autograd hooks as soon as a bucket is full, overlapping communication with the rest of
 the backward pass (see :mod:`ember.nn.parallel._buckets`); before each forward the
 buffers (BatchNorm running statistics) are broadcast from rank 0. Each rank normalises
-with its own batch's statistics (no SyncBatchNorm), as in PyTorch.
+with its own batch's statistics (no SyncBatchNorm), as in PyTorch. Under
+``ember.compile`` the collectives become graph nodes (see :mod:`._traced`): the compiled
+step replays with MPI calls inside, blocking (no overlap); ``find_unused_parameters``
+graph-breaks (the step runs eagerly).
 
 Example (run under ``ember run --nproc 2 train.py``)::
 
