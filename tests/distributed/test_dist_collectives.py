@@ -1,7 +1,8 @@
 """Every collective vs NumPy on every dtype, in real multi-process jobs.
 
 One job per world size batches ~1000 checks (see jobs/collectives.py): 3 ranks under
-plain ``mpiexec -n 3``, 2 ranks through the launcher (``ember run --nproc 2``).
+plain ``mpiexec -n 3``, 2 ranks through the launcher (``ember run --nproc 2``) with the
+cross-rank checks of ``EMBER_DISTRIBUTED_DEBUG=1`` on.
 """
 from mpi_helper import ember_run, mpiexec
 
@@ -17,5 +18,7 @@ def test_collectives_three_ranks_plain_mpiexec():
     _passed(mpiexec(3, "collectives.py", timeout=180), 3)
 
 
-def test_collectives_two_ranks_ember_run():
-    _passed(ember_run(2, "collectives.py", timeout=180), 2)
+def test_collectives_two_ranks_ember_run_debug_mode():
+    # EMBER_DISTRIBUTED_DEBUG=1: every collective is cross-checked first (no false alarms)
+    _passed(ember_run(2, "collectives.py", timeout=180,
+                      env={"EMBER_DISTRIBUTED_DEBUG": "1"}), 2)
