@@ -123,3 +123,18 @@ def test_errors_before_init_process_group():
     with pytest.raises(ValueError, match="env://"):
         dist.init_process_group("mpi", init_method="tcp://127.0.0.1:23456")
     assert not dist.is_initialized()
+
+
+def test_missing_mpi4py_names_the_extra(monkeypatch):
+    import builtins
+    from ember.distributed import DistributedUnavailable, mpi
+    real_import = builtins.__import__
+
+    def no_mpi4py(name, *args, **kwargs):
+        if name.startswith("mpi4py"):
+            raise ImportError("No module named 'mpi4py'")
+        return real_import(name, *args, **kwargs)
+    monkeypatch.setattr(builtins, "__import__", no_mpi4py)
+    with pytest.raises(DistributedUnavailable, match=r"pip install 'ember\[distributed\]'"):
+        mpi.load_mpi()
+    assert issubclass(DistributedUnavailable, ImportError)

@@ -266,6 +266,11 @@ def main():
     dist.all_gather_object(report, [COUNT[0], FAILS])
     dist.destroy_process_group()
     assert not dist.is_initialized()
+    dist.init_process_group("mpi", timeout=datetime.timedelta(seconds=60))   # again
+    again = ember.tensor(np.array([1.0], np.float32))
+    dist.all_reduce(again)
+    check("all_reduce after re-init", again, np.array([float(n)], np.float32))
+    dist.destroy_process_group()
     if RANK == 0:
         fails = [f for _, fs in report for f in fs]
         if fails:
