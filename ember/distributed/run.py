@@ -213,8 +213,7 @@ def _run_once(cmd, env, run_dir) -> tuple[int, str]:
     scans = [_Scan(proc.stdout, sys.stdout.buffer), _Scan(proc.stderr, sys.stderr.buffer)]
     try:
         rc = proc.wait()
-    except KeyboardInterrupt:
-        proc.send_signal(signal.SIGINT)
+    except KeyboardInterrupt:   # NOTE: mpiexec got the Ctrl-C too and passes it on
         rc = proc.wait()
     for s in scans:
         s.thread.join(timeout=5)
