@@ -27,7 +27,7 @@ CTYPE = {"float32": "float", "float64": "double", "float16": "float", "bfloat16"
          "int64": "int64_t", "int32": "int32_t", "int16": "int16_t", "int8": "int8_t",
          "uint8": "uint8_t", "bool": "_Bool"}
 #: storage C type (what a pointer to the array's elements points to).
-STORAGE = {**CTYPE, "float16": "_Float16", "bfloat16": "uint16_t", "bool": "uint8_t"}
+STORAGE = {**CTYPE, "float16": "uint16_t", "bfloat16": "uint16_t", "bool": "uint8_t"}
 CUDA_STORAGE = {**STORAGE, "float16": "__half", "bool": "bool"}
 
 _MATH = ("exp", "exp2", "expm1", "log", "log2", "log10", "log1p", "sqrt", "sin", "cos", "tan",

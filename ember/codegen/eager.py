@@ -16,6 +16,11 @@ takes an op only when all of these hold:
 * the inputs are CPU float32/float64 NumPy arrays of one dtype (a Python scalar operand
   rides along as a 0-d array); any layout — broadcast, transposed, sliced — is passed to
   the kernel as strides (one compiled variant per layout class, see :mod:`.layout`);
+* float16/bfloat16 (``ember/codegen/eager.py`` ``LOWP_THRESHOLD``, the smallest threshold
+  above): every op with a C template, computed in float32 inside and rounded once on store
+  — NumPy's float16 and ml_dtypes' bfloat16 loops convert element by element, so even
+  ``add`` is 3-10x slower than the kernel. A ``cast`` between float32 and float16/bfloat16
+  runs :mod:`.convert_kernels` (bit-identical to ``astype``, at memory speed);
 * a C compiler exists (otherwise NumPy, silently: eager users did not ask for codegen);
 * the process has already pushed :data:`WARMUP` elements through this op and dtype in
   NumPy (``EMBER_EAGER_KERNELS_WARMUP``).
@@ -52,6 +57,7 @@ from .. import dtypes as _dt
 from ..ops.registry import REGISTRY
 from .ir import InputSpec, Kernel, Load, OutSpec, call, infer
 from .layout import coalesce
+from . import convert_kernels as _cvt
 from . import runtime as _rt
 from .runtime import CompiledKernel, compile, num_threads
 from .toolchain import CompileError, find_compiler
@@ -76,7 +82,18 @@ _DEFAULT_THRESHOLDS = dict(THRESHOLDS)
 WARMUP = config.EAGER_KERNELS_WARMUP
 
 _FLOATS = (np.dtype(np.float32), np.dtype(np.float64))
-_F64 = _FLOATS[1]
+_F32, _F64 = _FLOATS
+_LOWP = (_cvt.F16, _cvt.BF16)
+#: minimum output elements of a float16/bfloat16 op (and of a float32 <-> low cast).
+LOWP_THRESHOLD = 1 << 15
+#: ops left to NumPy in float16/bfloat16: ``cast`` has its own kernels (``convert_kernels``).
+LOWP_EXCLUDE = frozenset(("cast",))
+#: float16 ops NumPy does on the bits (memory speed everywhere).
+NUMPY_F16_BITOPS = frozenset(("abs", "neg"))
+#: float16 ops NumPy (>= 1.25) vectorises through SVML on AVX512_SKX CPUs.
+NUMPY_F16_SVML = frozenset((
+    "exp", "exp2", "expm1", "log", "log2", "log10", "log1p", "sin", "cos", "tan", "asin",
+    "acos", "atan", "sinh", "cosh", "tanh"))
 _seen: dict = {}          # (op name, dtype) -> elements run in NumPy so far
 _kernels: dict = {}       # (op name, dtype, nin, params) -> CompiledKernel or False
 _state = {"cc": None, "probed": False}
@@ -95,8 +112,6 @@ def run(op, arrays, params):
     if not config.EAGER_KERNELS:
         return None
     need = THRESHOLDS.get(op.name)
-    if need is None:
-        return None
     dt = None
     for a in arrays:
         if a.__class__ is np.ndarray:
@@ -106,9 +121,14 @@ def run(op, arrays, params):
                 return None
         elif a.__class__ is not float and a.__class__ is not int:
             return None
-    if dt is None or dt not in _FLOATS:
+    if dt is None:
         return None
-    need = need[dt is _F64]
+    if dt in _LOWP or (dt is _F32 and op.name == "cast"):
+        need = _lowp_need(op, dt, params)
+    elif need is None or dt not in _FLOATS:
+        return None
+    else:
+        need = need[dt is _F64]
     if need is None:
         return None
     shape = _broadcast(arrays)
@@ -124,6 +144,11 @@ def run(op, arrays, params):
     if seen < WARMUP:
         _seen[key] = seen + size
         return None
+    if op.name == "cast":
+        out = _convert(arrays[0], params["dtype"].np)
+        if out is not None:
+            stats["runs"] += 1
+        return out
     fn = _kernel(op.name, dt, len(arrays), params)
     if fn is None:
         return None
@@ -132,6 +157,39 @@ def run(op, arrays, params):
     if out is not None:
         stats["runs"] += 1
     return out
+
+
+def _lowp_need(op, dt, params):
+    """Minimum size for a float16/bfloat16 op (or a float32 -> low cast); None: never.
+
+    NOTE: NumPy runs every float16/bfloat16 ufunc one element at a time through scalar
+    conversions (float16 add: ~3 ns an element where float32 is at memory speed), so
+    every op with a C template takes the kernel, from the smallest eager threshold on.
+    """
+    if op.name == "cast":
+        ok = _cvt.supports(dt, params["dtype"].np)
+    else:
+        ok = op.expr is not None and op.name not in LOWP_EXCLUDE and not (
+            dt is _cvt.F16 and op.name in _numpy_f16_simd())
+    return LOWP_THRESHOLD if ok else None
+
+
+def _numpy_f16_simd() -> frozenset:
+    """float16 ops NumPy runs in SIMD on this CPU (left to it: 2-4x faster than a kernel
+    converting in software; measured, bench/RESULTS.md "Issue 16")."""
+    ops = _state.get("f16_simd")
+    if ops is None:
+        from numpy._core import _multiarray_umath as umath
+        skx = umath.__cpu_features__.get("AVX512_SKX", False)
+        ops = _state["f16_simd"] = NUMPY_F16_BITOPS | (NUMPY_F16_SVML if skx else frozenset())
+        return ops
+    return ops
+
+
+def _convert(x, dtype):
+    if _compiler() is None:
+        return None
+    return _cvt.convert(x, dtype)
 
 
 def _broadcast(arrays):

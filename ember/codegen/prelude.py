@@ -174,17 +174,50 @@ EMBER_FN double ember_erfinv_f64(double y) {
 EMBER_FN float ember_erfinv_f32(float y) { return (float)ember_erfinv_f64((double)y); }
 """
 
-# bfloat16 <-> float with round-to-nearest-even; NaN stays a (quiet) NaN.
+# bfloat16 <-> float with round-to-nearest-even; a NaN becomes 0x7FC0 with its sign, the
+# bits ml_dtypes (eager Ember's bfloat16) gives.
 _BF16 = r"""
 EMBER_FN float ember_bf16_to_f32(uint16_t h) {
     union { uint32_t u; float f; } v; v.u = (uint32_t)h << 16; return v.f;
 }
 EMBER_FN uint16_t ember_f32_to_bf16(float f) {
     union { uint32_t u; float f; } v; v.f = f;
-    if (f != f) return (uint16_t)((v.u >> 16) | 0x40);
+    if (f != f) return (uint16_t)(((v.u >> 16) & 0x8000u) | 0x7FC0u);
     return (uint16_t)((v.u + 0x7FFFu + ((v.u >> 16) & 1u)) >> 16);
 }
 EMBER_FN float ember_round_bf16(float f) { return ember_bf16_to_f32(ember_f32_to_bf16(f)); }
+"""
+
+# float16 (stored as uint16_t) <-> float in plain integer/float arithmetic, so GCC
+# vectorises a kernel's loads and stores: it cannot vectorise ``_Float16`` conversions
+# without AVX512-FP16 and calls scalar libm in every lane instead (float16 exp measured
+# 20x slower than NumPy). Round to nearest even; bit-identical to NumPy for every
+# non-NaN value (all 65,536 halves; float32 ties, overflow, subnormals: tests/amp); a NaN
+# stays a NaN with its sign (float -> half: 0x7E00, the payload is not kept).
+# ember_f32_to_f16 is the FP16 library's fp16_ieee_from_fp32_value (M. Dukhan, MIT).
+_F16 = r"""
+EMBER_FN float ember_f16_to_f32(uint16_t h) {
+    union { uint32_t u; float f; } v, r;
+    const uint32_t em = h & 0x7fffu;
+    v.u = em << 13;
+    r.f = v.f * 0x1p112f;                    /* normals and subnormals, exactly */
+    if (em >= 0x7c00u) r.u = 0x7f800000u | (em << 13);
+    r.u |= (uint32_t)(h & 0x8000u) << 16;
+    return r.f;
+}
+EMBER_FN uint16_t ember_f32_to_f16(float f) {
+    union { uint32_t u; float f; } w, b, s;
+    w.f = f;
+    const float base = (fabsf(f) * 0x1p112f) * 0x1p-110f;
+    const uint32_t shl1 = w.u + w.u;
+    uint32_t bias = shl1 & 0xff000000u;
+    if (bias < 0x71000000u) bias = 0x71000000u;
+    s.u = (bias >> 1) + 0x07800000u;
+    b.f = s.f + base;
+    const uint32_t nonsign = ((b.u >> 13) & 0x7c00u) + (b.u & 0x0fffu);
+    return (uint16_t)(((w.u & 0x80000000u) >> 16) | (shl1 > 0xff000000u ? 0x7e00u : nonsign));
+}
+EMBER_FN float ember_round_f16(float f) { return ember_f16_to_f32(ember_f32_to_f16(f)); }
 """
 
 C_HEAD = r"""#include <math.h>
@@ -195,7 +228,6 @@ C_HEAD = r"""#include <math.h>
 typedef void (*ember_run_fn)(char **, const int64_t *, const int64_t *, int64_t, int64_t);
 void (*ember_parallel_hook)(ember_run_fn, char **, const int64_t *, const int64_t *,
                             int64_t, int64_t, int64_t) = 0;
-EMBER_FN float ember_round_f16(float f) { return (float)(_Float16)f; }
 """
 
 CUDA_HEAD = r"""typedef long long int64_t;
@@ -237,4 +269,5 @@ _MATH = ("exp", "exp2", "expm1", "log", "log2", "log10", "log1p", "sqrt", "sin",
 def prelude(cuda: bool = False, mvec: dict | None = None) -> str:
     """The helper text that starts every generated source file."""
     head = CUDA_HEAD if cuda else C_HEAD + mvec_decls(mvec or {})
-    return head + _DIVMOD + _INT + _TANH + (_ERF32_CUDA if cuda else _ERF32) + _ERFINV + _BF16
+    return head + _DIVMOD + _INT + _TANH + (_ERF32_CUDA if cuda else _ERF32) + _ERFINV + _BF16 \
+        + ("" if cuda else _F16)

@@ -27,7 +27,7 @@ def load_c(ptr: str, index: str, d) -> str:
     if d is _dt.bfloat16:
         return f"ember_bf16_to_f32({v})"
     if d is _dt.float16:
-        return f"(float){v}"
+        return f"ember_f16_to_f32({v})"
     if d is _dt.bool_:
         return f"({v} != 0)"
     return v
@@ -40,7 +40,7 @@ def store_c(value: str, src, d) -> str:
     if d is _dt.bfloat16:
         return f"ember_f32_to_bf16({value})"
     if d is _dt.float16:
-        return f"(_Float16){value}"
+        return f"ember_f32_to_f16({value})"
     if d is _dt.bool_:
         return f"(uint8_t)({value} != 0)"
     return value

@@ -1,7 +1,10 @@
-"""Small helpers shared by op modules: dims, shapes, method binding."""
+"""Small helpers shared by op modules: dims, shapes, method binding, float16/bfloat16."""
 from __future__ import annotations
 
 import math
+
+import ml_dtypes
+import numpy as np
 
 from ..errors import ShapeError
 from ..tensor import Tensor, _wrap_dim
@@ -36,6 +39,16 @@ def as_shape(args, op: str) -> tuple:
     except (TypeError, ValueError):
         raise TypeError(f"{op}: shape must be a sequence of ints, got {args!r}") from None
     return shape
+
+
+def size_args(args: tuple, size, op: str) -> tuple:
+    """The shape given positionally (``f(2, 3)``, ``f((2, 3))``) or as ``size=`` (PyTorch's
+    keyword), never both."""
+    if size is None:
+        return args
+    if args:
+        raise TypeError(f"{op}(): got the size both positionally {args} and as size={size}")
+    return (size,)
 
 
 def method(name: str | None = None):
@@ -73,3 +86,27 @@ def check_new_size(shape: tuple, dtype, op: str) -> tuple:
                          f"{nbytes} bytes, which overflows the {MAX_BYTES} bytes (2**63 - 1) "
                          f"any tensor can address")
     return shape
+
+
+#: NumPy dtypes Ember computes in float32 inside (float16, bfloat16).
+LOWP = (np.dtype(np.float16), np.dtype(ml_dtypes.bfloat16))
+_F32 = np.dtype(np.float32)
+
+
+def is_lowp(*arrays) -> bool:
+    """Whether every array is a float16 (or every one a bfloat16) NumPy array."""
+    d = arrays[0].dtype
+    return d in LOWP and all(a.__class__ is np.ndarray and a.dtype == d for a in arrays)
+
+
+def lowp_to_f32(a):
+    """A float16/bfloat16 array as float32: exact, at memory speed (a C kernel) where a
+    compiler exists and the layout allows, else ``astype``."""
+    from ..codegen.convert_kernels import to_float32   # NOTE: codegen sits above ops
+    return to_float32(a)
+
+
+def f32_to_lowp(r, dtype, out=None):
+    """float32 ``r`` rounded once (to nearest even) to ``dtype``, into ``out`` if given."""
+    from ..codegen.convert_kernels import from_float32
+    return from_float32(r, dtype, out=out)

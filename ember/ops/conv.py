@@ -12,6 +12,7 @@ from __future__ import annotations
 from ..errors import DTypeError, ShapeError
 from ..tensor import Tensor
 from . import dispatch
+from ._util import f32_to_lowp, is_lowp, lowp_to_f32
 from .registry import defop
 from .dispatch import autocast_entry
 
@@ -45,6 +46,12 @@ def _unfold_kernel(xp, x, kernel_size, dilation, padding, stride, pad_value):
 
 
 def _fold_kernel(xp, cols, output_size, kernel_size, dilation, padding, stride):
+    if is_lowp(cols):
+        # NOTE: overlapping windows are summed in float32 and rounded once, not rounded
+        # to float16/bfloat16 after every one of the kh*kw adds (NumPy's loops would).
+        r = _fold_kernel(xp, lowp_to_f32(cols), output_size, kernel_size, dilation,
+                         padding, stride)
+        return f32_to_lowp(r, cols.dtype)
     (h, w), (kh, kw), (dh, dw), (sh, sw) = output_size, kernel_size, dilation, stride
     (pt, pb), (pl, pr) = padding
     n, ck, _ = cols.shape

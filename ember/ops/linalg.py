@@ -12,7 +12,7 @@ import math
 from ..errors import DTypeError, ShapeError
 from ..tensor import Tensor
 from . import dispatch
-from ._util import wrap_dim
+from ._util import f32_to_lowp, is_lowp, lowp_to_f32, wrap_dim
 from .registry import defop
 from .dispatch import autocast_entry
 
@@ -82,7 +82,15 @@ def _matmul_shape(xs, ys):
     return batch + tuple(xs[-2:-1]) + tuple(ys[-1:] if len(ys) > 1 else ())
 
 
-def _matmul_kernel(xp, x, y):
+def _matmul_kernel(xp, x, y, out=None):
+    if is_lowp(x, y):
+        # NOTE: NumPy's float16 matmul is a scalar triple loop (a 512² product: 0.6 s
+        # against 2 ms in float32) and bfloat16 has no BLAS either: convert both operands
+        # to float32 (exact), one float32 BLAS call (float32 accumulation), round once.
+        r = _matmul_kernel(xp, lowp_to_f32(x), lowp_to_f32(y))
+        return f32_to_lowp(r, x.dtype, out=out)
+    if out is not None:
+        return xp.matmul(x, y, out=out)
     # NOTE: NumPy's stacked matmul runs its own non-BLAS loop when an operand is transposed
     # or has stride-0 (expanded) dims — measured 0.4-1.9 s vs 8 ms for a (16, 64, 128) @
     # (128, 128) layer. Fold batch dims into rows so BLAS sees one 2-D GEMM, and make
@@ -257,6 +265,9 @@ _LETTERS = "abcdefghijklmnopqrstuvwxyzABCDEFGHIJKLMNOPQRSTUVWXYZ"
 
 
 def _einsum_kernel(xp, *arrays, equation):
+    if is_lowp(*arrays):    # NOTE: float32 inside, rounded once (as matmul)
+        r = xp.einsum(equation, *[lowp_to_f32(a) for a in arrays], optimize=len(arrays) > 1)
+        return f32_to_lowp(r, arrays[0].dtype)
     r = xp.einsum(equation, *arrays, optimize=len(arrays) > 1)
     # NOTE: xp.einsum returns views for pure relabellings ("ij->ji", "ii->i"); a primitive
     # that is not declared a view must not alias its inputs.

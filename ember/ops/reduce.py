@@ -13,7 +13,7 @@ from .. import dtypes as _dt
 from ..errors import DTypeError, ShapeError
 from ..tensor import Tensor
 from . import dispatch
-from ._util import wrap_dim, wrap_dims
+from ._util import f32_to_lowp, is_lowp, lowp_to_f32, wrap_dim, wrap_dims
 from .registry import defop
 from .select import where
 from .sort import take_along_dim_p
@@ -39,6 +39,11 @@ def _sum_dtype(x, dim=None, keepdim=False, dtype=None, **_):
 
 
 def _sum_kernel(xp, x, dim=None, keepdim=False, dtype=None):
+    if dtype is None and is_lowp(x):
+        # NOTE: float32 sums rounded once; NumPy's float16/bfloat16 loops round after every
+        # add when the summed dim is not the innermost (a conv's batch-summed weight grad).
+        r = xp.sum(lowp_to_f32(x), axis=dim, keepdims=keepdim)
+        return f32_to_lowp(xp.asarray(r), x.dtype)
     return xp.sum(x, axis=dim, keepdims=keepdim, dtype=dtype.np if dtype is not None else None)
 
 

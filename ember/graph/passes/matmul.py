@@ -38,6 +38,7 @@ import math
 import numpy as np
 
 from ...codegen import bmm_kernels, reduce_kernels
+from ...ops._util import f32_to_lowp, is_lowp, lowp_to_f32
 from ..ir import BufferOp, Graph, Var
 from ._util import Rewrite
 from .dce import dce
@@ -141,6 +142,8 @@ def _colsum_fn(rows, n, x, mul):
 
 def _run_sum_rows(xp, x, out=None):
     n = x.shape[-1]
+    if is_lowp(x):          # NOTE: float32 sums (one GEMV), rounded once
+        return f32_to_lowp(_run_sum_rows(xp, lowp_to_f32(x)), x.dtype, out=out)
     if not x.flags.c_contiguous or xp is not np:
         return xp.sum(x, axis=tuple(range(x.ndim - 1)), out=out)
     rows = math.prod(x.shape[:-1])
