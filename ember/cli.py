@@ -49,6 +49,9 @@ def _parser() -> argparse.ArgumentParser:
                    "processes (MPI; --batch-size stays the global batch)")
     t.add_argument("--max-restarts", type=int, default=0, help="with --nproc: start a failed "
                    "job again (resuming from its checkpoint) up to this many times")
+    t.add_argument("--amp", choices=["bf16", "fp16"], help="mixed precision: the forward "
+                   "under ember.autocast in this dtype, float32 weights (fp16: with a "
+                   "GradScaler)")
     sub.add_parser("config", help="print Ember's configuration (BLAS, threads, allocator)")
     from .codegen import cache_cli
     cache_cli.add_parser(sub)
@@ -81,7 +84,8 @@ def main(argv=None) -> int:
                       overwrite=args.overwrite,
                       data_root=args.data_root, text_file=args.text_file,
                       block_size=args.block_size, max_steps=args.max_steps,
-                      progress=not args.no_progress, plot=args.plot, nproc=args.nproc)
+                      progress=not args.no_progress, plot=args.plot, nproc=args.nproc,
+                      amp=args.amp)
     from .training.errors import CheckpointError, DivergedError, UsageError
     try:
         train(cfg)

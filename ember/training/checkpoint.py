@@ -21,16 +21,20 @@ __all__ = ["save", "load", "check_options", "restore", "restore_schedule"]
 _ENTRIES = ("model", "optimizer", "scheduler", "rng", "loader", "epoch", "step", "history",
             "config")
 # NOTE: options that define the run; a resumed run must use the same (epochs may change)
-_SAME = ("model", "dataset", "batch_size", "lr", "weight_decay", "seed", "block_size")
+_SAME = ("model", "dataset", "batch_size", "lr", "weight_decay", "seed", "block_size", "amp")
 
 
-def save(path: str, model, opt, sched, loader, epoch: int, step: int, sums, cfg) -> None:
-    """Write the whole training state to ``path`` (atomically, see :func:`ember.save`)."""
+def save(path: str, model, opt, sched, loader, epoch: int, step: int, sums, cfg,
+         grad_scaler: dict | None = None) -> None:
+    """Write the whole training state to ``path`` (atomically, see :func:`ember.save`);
+    ``grad_scaler`` is the ``--amp fp16`` loss scaler's state (an optional entry)."""
+    extra = {"grad_scaler": grad_scaler} if grad_scaler else {}
     em.save({"model": model.state_dict(), "optimizer": opt.state_dict(),
              "scheduler": sched.state_dict(), "rng": em.get_rng_state(),
              "loader": loader.state_dict(), "epoch": epoch, "step": step,
              "epoch_loss_sum": sums[0], "epoch_batches": sums[1], "history": cfg.history,
-             "config": {k: v for k, v in asdict(cfg).items() if k != "history"}}, path)
+             "config": {k: v for k, v in asdict(cfg).items() if k != "history"}, **extra},
+            path)
 
 
 def load(path: str) -> dict:

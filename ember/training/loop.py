@@ -22,6 +22,7 @@ from . import distributed as _dist
 from .datasets import load_dataset
 from .errors import CheckpointError, DivergedError, UsageError
 from .models import DEFAULT_EPOCHS, build_model
+from .precision import Precision
 from .report import metrics_path, plot, sample, write_metrics
 
 
@@ -45,6 +46,7 @@ class TrainConfig:
     progress: bool = True
     plot: str | None = None          # training-curve PNG (needs matplotlib)
     nproc: int = 1                   # data-parallel ranks (batch_size is the global batch)
+    amp: str | None = None           # "bf16"/"fp16": mixed precision (training/precision.py)
     history: list = field(default_factory=list)
 
     def checkpoint_path(self) -> str:
@@ -97,12 +99,13 @@ def _schedule(opt, cfg, total: int, at: int = 0):
                                          last_epoch=min(at, total - 1) - 1)
 
 
-def _resume(path, cfg, model, opt, loader, total, log):
+def _resume(path, cfg, model, opt, loader, total, log, prec):
     """Restore a run; returns ``(epoch, step, sums, scheduler)``."""
     ck = ckpt.load(path)
     ckpt.check_options(ck, cfg, path)
     spe = len(loader)
     epoch, step, sums = ckpt.restore(ck, path, model, opt, loader, spe)
+    prec.load_state_dict(ck, path)
     cfg.history = list(ck["history"])
     old_total = ck["scheduler"].get("total_steps")
     if not isinstance(old_total, int) or old_total < 1:
@@ -124,17 +127,17 @@ def _resume(path, cfg, model, opt, loader, total, log):
     return epoch, step, sums, sched
 
 
-def _epoch(model, opt, sched, it, token_level, step, sums, cfg):
+def _epoch(model, opt, sched, it, token_level, step, sums, cfg, prec):
     """Run the rest of an epoch from ``it``; returns ``(step, sums, stopped)``."""
     loss_sum, n = sums
     for x, y in it:
-        logits = model(x)
-        if token_level:
-            logits, y = logits.reshape(-1, logits.shape[-1]), y.reshape(-1)
-        loss = nn.functional.cross_entropy(logits, y)
+        with prec.autocast():   # NOTE: --amp: the forward and the loss under autocast
+            logits = model(x)
+            if token_level:
+                logits, y = logits.reshape(-1, logits.shape[-1]), y.reshape(-1)
+            loss = nn.functional.cross_entropy(logits, y)
         opt.zero_grad()
-        loss.backward()
-        opt.step()
+        prec.backward_step(loss, opt)   # through the GradScaler with --amp fp16
         step += 1
         if step < sched.total_steps:   # NOTE: past its end the one-cycle lr rises again
             sched.step()
@@ -162,6 +165,7 @@ def train(cfg: TrainConfig, log=print) -> dict:
     if cfg.epochs is None:
         cfg.epochs = DEFAULT_EPOCHS.get(cfg.model, 15)
     _check_options(cfg)
+    prec = Precision(cfg.amp)
     rank, world = _dist.init(cfg.nproc)
     if rank != 0:   # NOTE: rank 0 alone prints, evaluates and writes checkpoints
         log = _silent
@@ -186,7 +190,7 @@ def train(cfg: TrainConfig, log=print) -> dict:
     os.makedirs(os.path.dirname(os.path.abspath(path)), exist_ok=True)
     epoch, step, sums = 0, 0, (0.0, 0)
     if cfg.resume:
-        epoch, step, sums, sched = _resume(path, cfg, model, opt, loader, total, log)
+        epoch, step, sums, sched = _resume(path, cfg, model, opt, loader, total, log, prec)
         if cfg.max_steps is not None and step >= cfg.max_steps:
             raise UsageError(f"--max-steps {cfg.max_steps}: the checkpoint is already at "
                              f"step {step}")
@@ -204,12 +208,14 @@ def train(cfg: TrainConfig, log=print) -> dict:
         it = iter(loader)
         bar = _bar(it, spe, 0 if pos["exhausted"] else pos["batches_consumed"],
                    f"epoch {epoch + 1}/{cfg.epochs}", cfg.progress and rank == 0)
-        step, sums, stopped = _epoch(net, opt, sched, bar, token_level, step, sums, cfg)
+        step, sums, stopped = _epoch(net, opt, sched, bar, token_level, step, sums, cfg,
+                                     prec)
         if hasattr(bar, "close"):
             bar.close()
         if stopped:
             if rank == 0:
-                ckpt.save(path, model, opt, sched, loader, epoch, step, sums, cfg)
+                ckpt.save(path, model, opt, sched, loader, epoch, step, sums, cfg,
+                          prec.state_dict())
             log(f"stopped after {step} steps; checkpoint written to {path}")
             break
         epoch += 1
@@ -221,7 +227,7 @@ def train(cfg: TrainConfig, log=print) -> dict:
             continue
         _log_epoch(cfg, epoch, sums, held_out, token_level, log)
         sums = (0.0, 0)
-        ckpt.save(path, model, opt, sched, loader, epoch, step, sums, cfg)
+        ckpt.save(path, model, opt, sched, loader, epoch, step, sums, cfg, prec.state_dict())
         write_metrics(metrics_path(path), cfg.history)
     elapsed = time.perf_counter() - t0
     result = {"steps": step, "seconds": elapsed, "checkpoint": path, "model": model}
