@@ -29,6 +29,10 @@ from .ops.factories import *  # noqa: F401,F403
 from .random import *  # noqa: F401,F403
 from .ops.misc import *  # noqa: F401,F403
 from .ops.convert import clone, contiguous, detach  # noqa: F401
+from .ops.tensor_api import *  # noqa: F401,F403 - legacy constructors, new_*, isclose
+from .ops.composite_math import *  # noqa: F401,F403
+from .ops.composite_shape import *  # noqa: F401,F403
+from .ops.composite_data import *  # noqa: F401,F403
 from .ops import inplace as _inplace  # noqa: F401
 from .ops.dispatch import broadcast_shapes  # noqa: F401
 from .autograd.grad_mode import (enable_grad, inference_mode, is_grad_enabled,

@@ -28,7 +28,7 @@ from .autograd.grad_mode import state as _grad_state
 from .device import device as _device
 from .errors import DTypeError, ShapeError
 from .tensor import Tensor, _wrap
-from .ops._util import as_shape, check_new_size
+from .ops._util import as_shape, check_new_size, size_args
 from .ops.factories import _finish
 
 __all__ = ["Generator", "default_generator", "manual_seed", "seed", "initial_seed",
@@ -235,7 +235,8 @@ def _untraceable(what: str) -> None:
 
 
 # ---------------------------------------------------------------------------- factories
-def rand(*size, generator=None, dtype=None, device=None, requires_grad=False) -> Tensor:
+def rand(*args, size=None, generator=None, dtype=None, device=None,
+         requires_grad=False) -> Tensor:
     """Uniform samples on [0, 1) (``torch.rand``).
 
     Example:
@@ -243,12 +244,13 @@ def rand(*size, generator=None, dtype=None, device=None, requires_grad=False) ->
         ember.Size([2, 3])
     """
     dtype = _float_dtype(dtype, "rand")
-    shape = _size(size, "rand", dtype)
+    shape = _size(size_args(args, size, "rand"), "rand", dtype)
     return _drawn(lambda: _uniform01(_gen(generator), shape, dtype), dtype, device,
                   requires_grad, "rand")
 
 
-def randn(*size, generator=None, dtype=None, device=None, requires_grad=False) -> Tensor:
+def randn(*args, size=None, generator=None, dtype=None, device=None,
+          requires_grad=False) -> Tensor:
     """Standard normal samples (``torch.randn``).
 
     Example:
@@ -256,7 +258,7 @@ def randn(*size, generator=None, dtype=None, device=None, requires_grad=False) -
         ember.float32
     """
     dtype = _float_dtype(dtype, "randn")
-    shape = _size(size, "randn", dtype)
+    shape = _size(size_args(args, size, "randn"), "randn", dtype)
     return _drawn(lambda: _normal01(_gen(generator), shape, dtype), dtype, device,
                   requires_grad, "randn")
 

@@ -14,7 +14,7 @@ from ..device import device as _device, get_backend
 from ..autograd.grad_mode import state as _grad_state
 from ..errors import DTypeError, ShapeError
 from ..tensor import Tensor, _wrap, from_array
-from ._util import as_shape, check_new_size
+from ._util import as_shape, check_new_size, size_args
 
 __all__ = ['tensor', 'as_tensor', 'from_numpy', 'from_dlpack', 'zeros', 'ones', 'empty', 'full',
            'zeros_like', 'ones_like', 'empty_like', 'full_like', 'arange', 'linspace',
@@ -178,19 +178,22 @@ def _make(fill, shape, dtype, device, requires_grad, op):
     return t
 
 
-def zeros(*size, dtype=None, device=None, requires_grad=False) -> Tensor:
+def zeros(*args, size=None, dtype=None, device=None, requires_grad=False) -> Tensor:
     """A tensor of zeros (``torch.zeros``)."""
-    return _make(0, size, dtype, device, requires_grad, "zeros")
+    return _make(0, size_args(args, size, "zeros"), dtype, device, requires_grad,
+                 "zeros")
 
 
-def ones(*size, dtype=None, device=None, requires_grad=False) -> Tensor:
+def ones(*args, size=None, dtype=None, device=None, requires_grad=False) -> Tensor:
     """A tensor of ones (``torch.ones``)."""
-    return _make(1, size, dtype, device, requires_grad, "ones")
+    return _make(1, size_args(args, size, "ones"), dtype, device, requires_grad,
+                 "ones")
 
 
-def empty(*size, dtype=None, device=None, requires_grad=False) -> Tensor:
+def empty(*args, size=None, dtype=None, device=None, requires_grad=False) -> Tensor:
     """An uninitialised tensor (``torch.empty``)."""
-    return _make(None, size, dtype, device, requires_grad, "empty")
+    return _make(None, size_args(args, size, "empty"), dtype, device, requires_grad,
+                 "empty")
 
 
 def full(size, fill_value, *, dtype=None, device=None, requires_grad=False) -> Tensor:
