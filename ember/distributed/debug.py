@@ -85,18 +85,14 @@ def check_consistent(group, call: dict) -> None:
 
 def _wait_all(group, call, sends, recvs) -> None:
     from . import health
+    from .backend import Work
     start = time.monotonic()
-    deadline = start + group.timeout
-    while True:
-        missing = [r for r, q in recvs.items() if not q.test()]
-        if not missing and all(s.test() for s in sends):
-            return
-        if time.monotonic() > deadline:
-            absent = [group.ranks[r] for r in missing]
-            raise DistributedError(
-                f"[rank {group.ranks[group.ctrl.rank]}] {describe_call(call)} timed out "
-                f"after {group.timeout:.1f} s: rank(s) {absent} of the group "
-                f"{group.ranks} never reached a collective #{call['seq']} (they died, are "
-                f"stuck, or called fewer collectives)")
-        health.serve(call, start)
-        time.sleep(1e-4)
+
+    def error(elapsed):
+        absent = [group.ranks[r] for r, q in recvs.items() if not q.test()]
+        return DistributedError(
+            f"[rank {group.ranks[group.ctrl.rank]}] {describe_call(call)} timed out after "
+            f"{elapsed:.1f} s: rank(s) {absent} of the group {group.ranks} never reached a "
+            f"collective #{call['seq']} (they died, are stuck, or called fewer collectives)")
+    Work(list(recvs.values()) + list(sends), timeout=group.timeout, on_timeout=error,
+         poll=lambda: health.serve(call, start)).wait()

@@ -69,3 +69,12 @@ def test_rank_that_never_calls_init_process_group_is_a_timeout_not_a_hang():
     res = mpiexec(2, "failures.py", "no_init", timeout=LIMIT)
     assert res.rc != 0 and res.seconds < LIMIT, str(res)
     assert "[rank 0] init_process_group: MPI_Init waited 3.0 s" in res.out, str(res)
+
+
+def test_debug_mode_timeout_names_the_rank_that_never_arrived():
+    res = mpiexec(3, "failures.py", "exit_early", timeout=LIMIT,
+                  env={"EMBER_DISTRIBUTED_DEBUG": "1"})
+    assert res.rc != 0 and res.seconds < LIMIT, str(res)
+    assert "rank(s) [2] of the group [0, 1, 2] never reached a collective #2" in res.out, \
+        str(res)
+    assert _line("WAIT-LINE") in res.out, str(res)
