@@ -52,6 +52,7 @@ def add_parser(sub) -> None:
                        "RANK, WORLD_SIZE, LOCAL_RANK. A failed job is reported by rank and, "
                        "with --max-restarts, started again.")
     add_arguments(r)
+    r.set_defaults(run_error=r.error)
 
 
 def find_mpiexec() -> str:
@@ -227,13 +228,21 @@ def main(argv=None) -> int:
     """``python -m ember.distributed.run --nproc N script.py ...``."""
     p = argparse.ArgumentParser(prog="ember run", description=__doc__.splitlines()[0])
     add_arguments(p)
+    p.set_defaults(run_error=p.error)
     return run_from_args(p.parse_args(argv))
 
 
 def run_from_args(args) -> int:
     """Launch from parsed ``ember run`` arguments."""
     target = (["-m", args.script] if args.module else [args.script]) + list(args.script_args)
-    return launch(args.nproc, target, max_restarts=args.max_restarts, hostfile=args.hostfile)
+    try:
+        return launch(args.nproc, target, max_restarts=args.max_restarts,
+                      hostfile=args.hostfile)
+    except ValueError as e:     # NOTE: bad options: argparse's usage line and status 2
+        args.run_error(str(e).removeprefix("ember run: "))
+    except RuntimeError as e:   # no mpiexec
+        print(f"ember run: error: {str(e).removeprefix('ember run: ')}", file=sys.stderr)
+        return 1
 
 
 if __name__ == "__main__":

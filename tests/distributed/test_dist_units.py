@@ -138,3 +138,10 @@ def test_missing_mpi4py_names_the_extra(monkeypatch):
     with pytest.raises(DistributedUnavailable, match=r"pip install 'ember\[distributed\]'"):
         mpi.load_mpi()
     assert issubclass(DistributedUnavailable, ImportError)
+
+
+def test_ember_run_rejects_bad_options_with_usage(capsys):
+    from ember.cli import main
+    with pytest.raises(SystemExit) as e:
+        main(["run", "--nproc", "0", "train.py"])
+    assert e.value.code == 2 and "--nproc must be >= 1, got 0" in capsys.readouterr().err
