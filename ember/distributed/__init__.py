@@ -37,7 +37,11 @@ A collective that waits longer than the group's timeout raises ``DistributedErro
 (a ``RuntimeError``) naming the rank, the op and the call site; an uncaught exception
 on any rank prints ``[rank N] Traceback ...`` and aborts the whole job.
 ``EMBER_DISTRIBUTED_DEBUG=1`` checks before every collective that all ranks call the
-same one with the same shapes, and reports each rank's op, shapes and ``file:line``.
+same one with the same shapes, and reports each rank's op, shapes and ``file:line``
+(one small message per peer per collective). Without it, MPI does not notice ranks
+that pass different shapes to the same collective: the results are then wrong.
+Launched by ``ember run``, each rank reports to the launcher, which names a rank that
+was killed or failed, and restarts the job with ``--max-restarts``.
 
 Example:
     >>> import ember, ember.distributed as dist
