@@ -9,11 +9,11 @@ Three tables, one process:
 2. **conversion GB/s** (bytes read + written) of ``.float()`` / ``.half()`` /
    ``.bfloat16()`` on 4M elements against ``np.copyto`` of the float32 array (memcpy) and
    NumPy's ``astype`` (what Ember ran before).
-3. **W1-W3 training steps** (bench/train.py's models and data, eager): float32, bf16 under
-   ``ember.autocast``, fp16 under autocast + ``GradScaler``: median step time and the loss
-   after ``--steps`` steps; PyTorch CPU bf16 autocast beside it when installed.
-   TODO(issue 16): compiled (``ember.compile``) rows and activation memory (allocator peak
-   above inputs) are not measured here yet.
+3. **W1-W3 training steps** (bench/train.py's models and data), eager and through
+   ``ember.compile``: float32, bf16 under ``ember.autocast``, fp16 under autocast +
+   ``GradScaler``: median step time, activation memory (the allocator's peak during one
+   step above the bytes alive before it) and the loss after ``--steps`` steps; PyTorch
+   CPU eager float32 and bf16 autocast beside it when installed (no ``torch.compile``).
 
 Medians of interleaved repeats (the machine is shared: rerun before quoting).
 
@@ -108,8 +108,12 @@ def bench_convert(n, repeats) -> None:
         print(f"{k:34s} {nbytes / med[k] / 1e9:7.1f} GB/s  ({med[k] * 1e3:.2f} ms)")
 
 
-def _amp_step(lib, wl, mode, steps, tiny):
-    """(median step seconds, final loss) of ``wl`` in ``lib`` under ``mode``."""
+def _amp_step(lib, wl, mode, steps, tiny, compiled=False):
+    """(median step seconds, activation bytes, final loss) of ``wl`` in ``lib`` under
+    ``mode`` ("fp32", "bf16" autocast, "fp16" autocast + GradScaler); ``compiled``: the
+    step (fp16: forward + scaled backward, the scaler's step/update eager) through
+    ``ember.compile``. Activation bytes: Ember's allocator peak above the bytes alive
+    before one step (None for PyTorch)."""
     size = dict(wl.tiny if tiny else wl.size)
     lib.manual_seed(0)
     model, opt = wl.build(lib, **size)
@@ -117,51 +121,70 @@ def _amp_step(lib, wl, mode, steps, tiny):
     x, y = lib.tensor(x), lib.tensor(y)
     F = lib.nn.functional
     dt = {"bf16": lib.bfloat16, "fp16": lib.float16}.get(mode)
-    scaler = None
-    if mode == "fp16":
-        scaler = lib.amp.GradScaler("cpu")
+    scaler = lib.amp.GradScaler("cpu") if mode == "fp16" else None
 
-    def step():
+    def fwd_bwd():
         opt.zero_grad()
-        with lib.autocast("cpu", dtype=dt, enabled=dt is not None):
+        with lib.autocast("cpu", dtype=dt or lib.bfloat16, enabled=dt is not None):
             out = model(x)
             loss = F.cross_entropy(out.reshape(-1, out.shape[-1]).float(), y.reshape(-1))
-        if scaler is not None:
-            scaler.scale(loss).backward()
-            scaler.step(opt)
-            scaler.update()
-        else:
-            loss.backward()
-            opt.step()
+        (scaler.scale(loss) if scaler is not None else loss).backward()
         return loss
 
-    times, loss = [], None
+    def whole():
+        loss = fwd_bwd()
+        opt.step()
+        return loss
+
+    if scaler is None:
+        step = ember.compile(whole) if compiled else whole
+    else:
+        inner = ember.compile(fwd_bwd) if compiled else fwd_bwd
+
+        def step():
+            loss = inner()
+            scaler.step(opt)
+            scaler.update()
+            return loss
+
+    times, loss, act = [], None, None
     for i in range(steps):
+        if lib is ember and i == steps // 2:
+            ember.reset_peak_memory_stats()
+            base = ember.memory_stats()["current_bytes"]
         t = time.perf_counter()
         loss = step()
         times.append(time.perf_counter() - t)
-    return statistics.median(times[2:] or times), float(loss.item())
+        if lib is ember and i == steps // 2:
+            act = ember.memory_stats()["peak_bytes"] - base
+    return statistics.median(times[2:] or times), act, float(loss.item())
+
+
+def _cell(fn) -> str:
+    try:
+        s, act, loss = fn()
+    except Exception as e:                   # report, keep benchmarking the rest
+        return f"error: {type(e).__name__}: {str(e)[:60]}"
+    mem = f"{act / 2 ** 20:7.2f} MiB" if act is not None else " " * 11
+    return f"{s * 1e3:8.1f} ms {mem} {loss:7.4f}"
 
 
 def bench_train(steps, torch, tiny=False) -> None:
     import train as tb                       # bench/train.py: the same W1-W3 as elsewhere
-    print(f"\n## W1-W3 eager training steps: median ms/step and loss after {steps} steps")
-    modes = ("fp32", "bf16", "fp16")
-    head = " ".join(f"{'ember ' + m:>20}" for m in modes)
-    print(f"{'workload':16s} {head}" + (f" {'torch bf16':>20}" if torch else ""))
+    print(f"\n## W1-W3 training steps: median step, activation peak, loss after {steps} "
+          f"steps")
     for name in ("W1 MLP SGD", "W2 CNN SGD", "W3 GPT AdamW"):
         wl = tb.WORKLOADS[name]
-        cells = []
-        for m in modes:
-            try:
-                s, loss = _amp_step(ember, wl, m, steps, tiny)
-                cells.append(f"{s * 1e3:9.1f} / {loss:8.4f}")
-            except Exception as e:           # report, keep benchmarking the rest
-                cells.append(f"{'error: ' + type(e).__name__:>20}")
+        for compiled in (False, True):
+            for m in ("fp32", "bf16", "fp16"):
+                label = f"ember {'compiled' if compiled else 'eager   '} {m}"
+                print(f"{name:14s} {label:24s} "
+                      f"{_cell(lambda: _amp_step(ember, wl, m, steps, tiny, compiled))}",
+                      flush=True)
         if torch:
-            s, loss = _amp_step(torch, wl, "bf16", steps, tiny)
-            cells.append(f"{s * 1e3:9.1f} / {loss:8.4f}")
-        print(f"{name:16s} " + " ".join(f"{c:>20}" for c in cells))
+            for m in ("fp32", "bf16"):
+                print(f"{name:14s} {'torch eager    ' + m:24s} "
+                      f"{_cell(lambda: _amp_step(torch, wl, m, steps, tiny))}", flush=True)
 
 
 def main(argv=None) -> int:
