@@ -73,6 +73,9 @@ def test_launcher_gives_each_rank_its_environment(monkeypatch):
     assert "-env RANK 0" in first and "-env LOCAL_RANK 0" in first
     assert "-env RANK 1" in second and "-env WORLD_SIZE 2" in second
     assert second.endswith("python train.py --x")
+    hosts = " ".join(run.mpiexec_command(2, ["python", "t.py"], hostfile="hosts.txt"))
+    # on several hosts LOCAL_RANK is not the rank: init_process_group takes MPI's
+    assert hosts.startswith("mpiexec -f hosts.txt ") and "LOCAL_RANK" not in hosts
 
 
 def test_launcher_diagnosis_prefers_the_strongest_evidence():
