@@ -42,6 +42,7 @@ import numpy as np
 
 from ..device.base import device as _device
 from ..dtypes import DType
+from ..storage import Storage
 from ..tensor import Tensor
 
 __all__ = ["Reach", "Guards", "reach"]
@@ -149,6 +150,8 @@ def describe(x) -> str:
     if isinstance(x, Tensor):
         return (f"{type(x).__name__} {x._dtype.name}[{', '.join(map(str, x._data.shape))}] "
                 f"@{id(x):x}")
+    if isinstance(x, Storage):
+        return f"storage of {x.nbytes} bytes @{id(x):x}"
     if isinstance(x, np.ndarray):
         return f"ndarray {x.dtype}{list(x.shape)} {np.array2string(x, threshold=6)}"[:80]
     if _is_value(x):
@@ -554,6 +557,13 @@ def capture_guards(fn, flat, needed) -> tuple:
     write-back targets) that no path reaches, so no guard can tell if they are replaced."""
     r = reach(fn, flat)
     args = {id(x) for x in flat if isinstance(x, Tensor)}
-    missing = [label for obj, label in needed
-               if id(obj) not in r.tensors and id(obj) not in args]
+    missing, done = [], set()
+    for obj, label in needed:
+        paths = r.tensors.get(id(obj))
+        if paths is None:
+            if id(obj) not in args:
+                missing.append(label)
+        elif id(obj) not in done:      # ``p.data = other`` swaps the storage (and dtype)
+            done.add(id(obj))
+            r.leaves.append((paths[0] + (("attr", "_storage"),), "id", obj._storage, GUARD))
     return Guards(r), missing

@@ -80,6 +80,21 @@ def test_module_parameter_replaced_retraces():
     assert "guard m.weight" in str(c.explain())
 
 
+@pytest.mark.parametrize("new", ["values", "shape", "dtype"])
+def test_parameter_data_swapped(new):
+    m = nn.Linear(3, 2, bias=False)
+    f = lambda x: m(x).reshape(-1) * 2.0                        # noqa: E731
+    c = em.compile(f)
+    x = em.ones(1, 3)
+    _same(c(x), f(x))
+    _same(c(x), f(x))
+    # p.data = other: the same Parameter object over another storage (and dtype, shape)
+    m.weight.data = em.full((1, 3) if new == "shape" else (2, 3), 0.5,
+                            dtype=em.float64 if new == "dtype" else em.float32)
+    _same(_quiet(c, x), f(x))
+    _same(_quiet(c, x), f(x))
+
+
 def test_module_attribute_and_hook_changes_retrace():
     ln = nn.LayerNorm(4)
     f = lambda x: ln(x)                                         # noqa: E731
