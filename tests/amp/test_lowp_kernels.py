@@ -271,3 +271,42 @@ def test_compiled_loads_stores_every_bit_pattern(dt):
         got = ember.compile(lambda v: (v * 1.0).to(ember.bfloat16))(t).numpy()
         with np.errstate(all="ignore"):
             assert np.array_equal(_bits(got), _bits(np.repeat(f, 4).astype(dt.np)))
+
+
+@pytest.mark.parametrize("dt", LOW, ids=lambda d: d.name)
+def test_compiled_matmul_into_a_reused_buffer(dt, monkeypatch):
+    """The executor's ``out=`` GEMM (a matmul planned into a dead buffer) is the kernel's
+    float32 product rounded once, like eager — not NumPy's float16 loop."""
+    from ember.graph import executor
+    outfns = []
+    init = executor.Program.__init__
+
+    def spy(self, *a, **k):
+        init(self, *a, **k)
+        outfns.extend(s.outfn for s in self.steps if s.name == "matmul" and s.outfn)
+
+    monkeypatch.setattr(executor.Program, "__init__", spy)
+    w = _rand((64, 64), dt, 1)
+
+    def f(x):
+        b = (x * 2.0) @ w
+        return (b @ w) @ w
+
+    x = _rand((64, 64), dt)
+    got = ember.compile(f)(x)
+    assert np.array_equal(_bits(got.numpy()), _bits(f(x).numpy()))
+    assert outfns and all(fn is not np.matmul for fn in outfns)
+
+
+def test_bench_amp_quick_runs(capsys):
+    """``bench/amp.py --quick`` runs every table (tiny sizes; no PyTorch)."""
+    import importlib.util
+    import pathlib
+    path = pathlib.Path(__file__).resolve().parents[2] / "bench" / "amp.py"
+    spec = importlib.util.spec_from_file_location("bench_amp", path)
+    mod = importlib.util.module_from_spec(spec)
+    spec.loader.exec_module(mod)
+    assert mod.main(["--quick", "--no-torch"]) == 0
+    out = capsys.readouterr().out
+    assert "GFLOP/s" in out and "GB/s" in out and "error" not in out
+    assert out.count("W3 GPT AdamW") == 6
