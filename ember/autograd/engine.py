@@ -109,6 +109,17 @@ def _fit(g, meta, node, i):
     return g
 
 
+def _fit_checked(g, node, i):
+    """``_fit`` in anomaly mode: a NaN/Inf that reducing or casting a VJP's gradient
+    produces (a float16 ``sum_to`` overflowing) is the node's, not a forward op's."""
+    from .anomaly import check_backward, in_backward
+    with in_backward():
+        out = _fit(g, node.in_meta[i], node, i)
+    if out is not g:
+        check_backward(node, [out], g)
+    return out
+
+
 def _accumulate(buf, key, g):
     cur = buf.get(key)
     buf[key] = g if cur is None else cur + g
@@ -493,7 +504,8 @@ def _run_nodes(nodes, buffers, inputs, target_nodes, target_leaves, needed, capt
             for i, (e, gi) in enumerate(zip(node.next, in_grads)):
                 if e is None or gi is None:
                     continue
-                gi = _fit(gi, node.in_meta[i], node, i)
+                gi = _fit_checked(gi, node, i) if state.anomaly else \
+                    _fit(gi, node.in_meta[i], node, i)
                 target, k = e
                 if target.__class__ is not Node:   # a leaf (Tensor, Parameter...)
                     if inputs is None:

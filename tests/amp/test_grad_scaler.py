@@ -331,3 +331,33 @@ def test_clean_steps_leave_no_report():
     scaler = GradScaler("cpu")
     _iteration(model, opt, scaler, em.randn(3, 4))
     assert scaler.last_skip_report() is None
+
+
+def test_anomaly_blames_a_float16_sum_to_on_its_node():
+    # the add's VJP returns finite float16 rows; reducing them to the bias' shape overflows
+    b = nn.Parameter(em.zeros(1, dtype=em.float16))
+    a = em.ones(4, dtype=em.float16)
+    with em.autograd.detect_anomaly():
+        y = a + b   # SUM-TO-LINE
+        loss = (y.float() * 30000.0).sum()
+        with pytest.raises(em.autograd.AnomalyError, match="SUM-TO-LINE"):
+            loss.backward()
+
+
+def test_skip_report_under_float16_autocast():
+    em.manual_seed(0)
+    model = nn.Sequential(nn.Linear(8, 8), nn.ReLU(), nn.Linear(8, 1))
+    opt = optim.SGD(model.named_parameters(), lr=0.1)
+    scaler = GradScaler("cpu")
+    em.autograd.set_detect_anomaly(True)
+    try:
+        with em.autocast("cpu", dtype=em.float16):
+            loss = model(em.full((4, 8), 60.0)).float().mean()   # FP16-LINE
+        scaler.scale(loss).backward()
+        assert scaler.step(opt) is None
+    finally:
+        em.autograd.set_detect_anomaly(False)
+    report = scaler.last_skip_report()
+    scaler.update()
+    assert "2.bias" in report.names and all(p.dtype == "float32" for p in report.params)
+    assert report.phase == "backward" and "FP16-LINE" in report.where
