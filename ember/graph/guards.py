@@ -566,4 +566,6 @@ def capture_guards(fn, flat, needed) -> tuple:
         elif id(obj) not in done:      # ``p.data = other`` swaps the storage (and dtype)
             done.add(id(obj))
             r.leaves.append((paths[0] + (("attr", "_storage"),), "id", obj._storage, GUARD))
+    if r.truncated:
+        missing.append(f"(the walk stopped after {_BUDGET} objects)")
     return Guards(r), missing
