@@ -112,8 +112,8 @@ def _pids(run_dir: str) -> dict[int, int]:
     return out
 
 
-def _errors(run_dir: str) -> list[tuple[int, str]]:
-    """(rank, ``"Kind: message"``) of ranks that died of an uncaught exception, oldest first."""
+def _errors(run_dir: str) -> list[tuple[int, int, str]]:
+    """(time, rank, ``"Kind: message"``) of ranks that died of an uncaught exception."""
     found = []
     for name in os.listdir(run_dir):
         m = re.fullmatch(r"rank(\d+)\.error", name)
@@ -121,45 +121,48 @@ def _errors(run_dir: str) -> list[tuple[int, str]]:
             path = os.path.join(run_dir, name)
             with open(path) as f:
                 found.append((os.stat(path).st_mtime_ns, int(m.group(1)), f.read().strip()))
-    return [(r, text) for _, r, text in sorted(found)]
+    return sorted(found)
 
 
-def _exits(run_dir: str) -> list[tuple[int, int, int]]:
-    """(rank, pid, status) of ranks whose process failed on its own (see rankwrap)."""
+def _exits(run_dir: str) -> list[tuple[int, int, int, int]]:
+    """(time, rank, pid, status) of ranks whose process failed on its own (see rankwrap)."""
     found = []
     for name in os.listdir(run_dir):
         m = re.fullmatch(r"rank(\d+)\.exit", name)
         if m:
-            with open(os.path.join(run_dir, name)) as f:
+            path = os.path.join(run_dir, name)
+            with open(path) as f:
                 pid, status = f.read().split()
-            found.append((int(m.group(1)), int(pid), int(status)))
+            found.append((os.stat(path).st_mtime_ns, int(m.group(1)), int(pid), int(status)))
     return sorted(found)
 
 
 def diagnose(rc: int, output: bytes, pids: dict[int, int], errors=(), exits=()) -> str:
     """One line saying which rank ended the job and how.
 
-    In order of evidence: a rank killed by a signal (its parent, ``rankwrap``, saw it;
-    ranks ``mpiexec`` killed afterwards report nothing), a rank that died of an
-    uncaught exception (a collective's timeout included: it wrote its error), a rank
-    that called MPI_Abort, a rank that exited with a non-zero status, and last the
-    process id in ``mpiexec``'s banner (mapped to a rank through the pid files).
+    The earliest evidence wins: a rank's uncaught exception (a collective's timeout
+    included: it wrote its error), or a rank's process ending by a signal or a non-zero
+    status (its parent, ``rankwrap``, saw it; ranks that ``mpiexec`` killed afterwards
+    report nothing). Without either: a rank that called MPI_Abort, then the process id
+    in ``mpiexec``'s banner (mapped to a rank through the pid files).
+
+    Args:
+        errors: ``(time, rank, text)`` as from the run folder's ``rank<N>.error``.
+        exits: ``(time, rank, pid, status)``, status < 0 for a signal.
     """
-    killed = [(r, pid, st) for r, pid, st in exits if st < 0]
-    if killed:
-        return "; ".join(f"rank {r} (pid {pid}) was killed by {_signal_name(-st)}"
-                         for r, pid, st in killed) + "; mpiexec stopped the other ranks"
+    later = sorted({r for _, r, _ in errors[1:]})
+    then = f" (then rank(s) {later} failed too)" if later else ""
+    if exits and (not errors or exits[0][0] < errors[0][0]):
+        _, r, pid, st = exits[0]
+        how = f"was killed by {_signal_name(-st)}" if st < 0 else f"exited with status {st}"
+        rest = f"; then rank {errors[0][1]} failed with {errors[0][2]}" if errors else ""
+        return f"rank {r} (pid {pid}) {how}{rest}; mpiexec stopped the other ranks"
     if errors:
-        (rank, text), later = errors[0], sorted({r for r, _ in errors[1:]})
-        return f"rank {rank} failed with {text}" + (
-            f" (then rank(s) {later} failed too)" if later else "")
+        return f"rank {errors[0][1]} failed with {errors[0][2]}{then}"
     m = _ABORT.search(output)
     if m:
         return (f"rank {int(m.group(2))} aborted the job (MPI_Abort code {int(m.group(1))}); "
                 f"its error is printed above")
-    if exits:
-        return "; ".join(f"rank {r} (pid {pid}) exited with status {st}"
-                         for r, pid, st in exits)
     m = _BANNER_PID.search(output)
     if m:
         pid, code = int(m.group(1)), int(m.group(3))

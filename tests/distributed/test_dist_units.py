@@ -78,18 +78,22 @@ def test_launcher_gives_each_rank_its_environment(monkeypatch):
     assert hosts.startswith("mpiexec -f hosts.txt ") and "LOCAL_RANK" not in hosts
 
 
-def test_launcher_diagnosis_prefers_the_strongest_evidence():
+def test_launcher_diagnosis_blames_the_earliest_evidence():
     banner = (b"=   BAD TERMINATION OF ONE OF YOUR APPLICATION PROCESSES\n"
               b"=   PID 4242 RUNNING AT vm\n=   EXIT CODE: 9\n")
     abort = b"Abort(1) on node 0 (rank 3 in comm 0): application called MPI_Abort"
     # a killed rank (seen by its own parent) beats mpiexec's banner naming a victim
-    assert run.diagnose(9, banner, {4242: 0}, exits=[(2, 77, -9)]).startswith(
+    assert run.diagnose(9, banner, {4242: 0}, exits=[(5, 2, 77, -9)]).startswith(
         "rank 2 (pid 77) was killed by SIGKILL")
-    errors = [(1, "DistributedError: timed out"), (0, "DistributedError: timed out")]
+    errors = [(10, 1, "DistributedError: timed out"), (11, 0, "DistributedError: timed out")]
     assert run.diagnose(1, abort, {}, errors=errors) == \
         "rank 1 failed with DistributedError: timed out (then rank(s) [0] failed too)"
+    # a rank that exited with status 3 before its peers timed out is the one to blame
+    assert run.diagnose(1, b"", {}, errors=errors, exits=[(4, 2, 50, 3)]).startswith(
+        "rank 2 (pid 50) exited with status 3; then rank 1 failed with DistributedError")
+    assert run.diagnose(1, b"", {}, errors=errors, exits=[(12, 1, 50, 1)]).startswith(
+        "rank 1 failed with")
     assert run.diagnose(1, abort, {}).startswith("rank 3 aborted the job")
-    assert run.diagnose(3, b"", {}, exits=[(1, 5, 3)]) == "rank 1 (pid 5) exited with status 3"
     assert run.diagnose(9, banner, {4242: 2}).startswith("rank 2 (pid 4242) ended with status 9")
     assert run.diagnose(5, b"", {}) == "mpiexec exited with code 5"
 
