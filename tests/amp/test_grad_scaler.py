@@ -361,3 +361,37 @@ def test_skip_report_under_float16_autocast():
     scaler.update()
     assert "2.bias" in report.names and all(p.dtype == "float32" for p in report.params)
     assert report.phase == "backward" and "FP16-LINE" in report.where
+
+
+def test_training_with_injected_infs_follows_pytorch():
+    torch = pytest.importorskip("torch")
+    em.manual_seed(1)
+    model = nn.Sequential(nn.Linear(4, 3), nn.Tanh(), nn.Linear(3, 2))
+    tmodel = torch.nn.Sequential(torch.nn.Linear(4, 3), torch.nn.Tanh(), torch.nn.Linear(3, 2))
+    with torch.no_grad():
+        for p, q in zip(model.parameters(), tmodel.parameters()):
+            q.copy_(torch.from_numpy(p.detach().numpy().copy()))
+    opt, topt = optim.Adam(model.parameters(), lr=0.05), torch.optim.Adam(tmodel.parameters(),
+                                                                          lr=0.05)
+    kw = dict(init_scale=2.0**6, growth_interval=2)
+    scaler, tscaler = GradScaler("cpu", **kw), torch.amp.GradScaler("cpu", **kw)
+    x = np.random.default_rng(0).standard_normal((6, 4)).astype(np.float32)
+    for it in range(8):
+        xi = x.copy()
+        if it in (0, 3, 4):
+            xi[it % 6, 1] = np.inf if it != 4 else np.nan
+        for m, o, s, t in ((model, opt, scaler, em.tensor(xi)),
+                           (tmodel, topt, tscaler, torch.from_numpy(xi))):
+            o.zero_grad()
+            s.scale(m(t).pow(2).mean()).backward()
+            s.unscale_(o)
+            (nn.utils.clip_grad_norm_ if s is scaler else torch.nn.utils.clip_grad_norm_)(
+                m.parameters(), 0.5)
+            s.step(o)
+            s.update()
+        assert scaler.get_scale() == tscaler.get_scale(), it
+        for p, q in zip(model.parameters(), tmodel.parameters()):
+            np.testing.assert_allclose(p.detach().numpy(), q.detach().numpy(), rtol=1e-5,
+                                       atol=1e-6)
+    assert [float(opt.state[p]["step"]) for p in model.parameters()] == \
+        [float(topt.state[q]["step"]) for q in tmodel.parameters()] == [5.0] * 4
