@@ -31,6 +31,7 @@ from ..autograd.grad_mode import state
 from ..errors import DTypeError, ShapeError
 from ..tensor import Tensor
 from . import dispatch
+from ._util import f32_to_lowp, is_lowp, lowp_to_f32
 from .factories import ones
 from .movement import tril  # NOTE: via movement, which loads join (import order)
 from .linalg import matmul
@@ -110,6 +111,9 @@ def _use_c(*arrays):
 
 
 def _sdpa_cpu(xp, q, k, v, scale, is_causal):
+    if is_lowp(q, k, v):     # NOTE: float32 inside (no float16 BLAS/loops), rounded once
+        r = _sdpa_cpu(xp, *[lowp_to_f32(a) for a in (q, k, v)], scale, is_causal)
+        return f32_to_lowp(r, q.dtype)
     ak = _use_c(q, k, v)
     if ak is None:
         return _sdpa_np(xp, q, k, v, scale, is_causal)
@@ -117,6 +121,9 @@ def _sdpa_cpu(xp, q, k, v, scale, is_causal):
 
 
 def _sdpa_grad_cpu(xp, g, q, k, v, scale, is_causal):
+    if is_lowp(g, q, k, v):
+        r = _sdpa_grad_cpu(xp, *[lowp_to_f32(a) for a in (g, q, k, v)], scale, is_causal)
+        return f32_to_lowp(r, q.dtype)
     ak = _use_c(g, q, k, v)
     if ak is None:
         return _sdpa_grad_np(xp, g, q, k, v, scale, is_causal)
@@ -130,7 +137,9 @@ def sdpa_into(xp, q, k, v, out, scale, is_causal):
     """Write ``sdpa(q, k, v)`` into ``out`` (the result's shape, any strides): bitwise the
     primitive's ``"cpu"`` kernel's values."""
     ak = _use_c(q, k, v, out)
-    if ak is None:
+    if is_lowp(q, k, v, out):
+        out[...] = _sdpa_cpu(xp, q, k, v, scale, is_causal)
+    elif ak is None:
         out[...] = _sdpa_np(xp, q, k, v, scale, is_causal)
     else:
         ak.sdpa(q, k, v, scale, is_causal, out=out)
@@ -140,6 +149,16 @@ def sdpa_into(xp, q, k, v, out, scale, is_causal):
 def sdpa_grad_into(xp, g, q, k, v, outs, scale, is_causal, plus_zero=False):
     """Write ``dq, dk, dv`` into ``outs`` (of q's, k's, v's shapes, any strides): bitwise
     the slices of ``sdpa_grad``'s ``"cpu"`` kernel, plus ``0.0`` with ``plus_zero``."""
+    if is_lowp(g, q, k, v, *outs):
+        flat, at = _sdpa_grad_cpu(xp, g, q, k, v, scale, is_causal), 0
+        for o in outs:
+            part = flat[at:at + o.size].reshape(o.shape)
+            at += o.size
+            if plus_zero:
+                xp.add(part, 0.0, out=o)
+            else:
+                o[...] = part
+        return outs
     ak = _use_c(g, q, k, v, *outs)
     if ak is not None:
         return ak.sdpa_grad(g, q, k, v, scale, is_causal, out=outs, plus_zero=plus_zero)

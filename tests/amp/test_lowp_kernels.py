@@ -310,3 +310,29 @@ def test_bench_amp_quick_runs(capsys):
     out = capsys.readouterr().out
     assert "GFLOP/s" in out and "GB/s" in out and "error" not in out
     assert out.count("W3 GPT AdamW") == 6
+
+
+@pytest.mark.parametrize("dt", LOW, ids=lambda d: d.name)
+@pytest.mark.parametrize("causal", [False, True])
+def test_sdpa_forward_backward_in_float32_inside(dt, causal):
+    """Attention in float16/bfloat16: the float32 kernel's values rounded once (forward and
+    each gradient), eager and compiled — not NumPy's float16 loops."""
+    F = ember.nn.functional
+    q, k, v = (_rand((2, 4, 64, 32), dt, s).requires_grad_() for s in range(3))
+    g = _rand((2, 4, 64, 32), dt, 3)
+    y = F.scaled_dot_product_attention(q, k, v, is_causal=causal)
+    y.backward(g)
+    f32 = [t.detach().float().requires_grad_() for t in (q, k, v)]
+    yf = F.scaled_dot_product_attention(*f32, is_causal=causal)
+    yf.backward(g.float())
+    assert np.array_equal(_bits(y.detach().numpy()), _bits(yf.detach().numpy().astype(dt.np)))
+    for low, ref in zip((q, k, v), f32):
+        assert np.array_equal(_bits(low.grad.numpy()), _bits(ref.grad.numpy().astype(dt.np)))
+
+    def step(a, b, c):
+        out = F.scaled_dot_product_attention(a, b, c, is_causal=causal)
+        return ember.autograd.grad((out * g).sum(), (a, b, c))
+
+    ins = [t.detach().requires_grad_() for t in (q, k, v)]
+    for got, ref in zip(ember.compile(step)(*ins), (q.grad, k.grad, v.grad)):
+        assert np.array_equal(_bits(got.numpy()), _bits(ref.numpy()))
