@@ -58,7 +58,10 @@ def binary(name, kernel, expr, dx=None, dy=None, *, save="inputs", dtype="promot
 def _tie_weight(x, y, lose):
     """PyTorch's maximum/minimum gradient share: 1/2 on ties, 0 where ``lose``, else 1."""
     from .select import where
-    return where(x == y, 0.5, where(lose, 0.0, 1.0))
+    from ..dtypes import result_type
+    # NOTE: in the operands' dtype: a default-dtype (float32) weight would round a 0-d
+    # float64 tangent times it to float32 (a 0-d tensor is weak against a dimensioned one).
+    return where(x == y, 0.5, where(lose, 0.0, 1.0)).to(result_type(x, y))
 
 
 def _checked(name, fn):

@@ -207,7 +207,10 @@ def scatter_reduce(input, dim, index, src, reduce, *, include_self=True):
 
     ``reduce`` is "sum", "prod", "mean", "amax" or "amin"; with ``include_self=False`` the
     input's own values at scattered positions take no part. Gradients follow PyTorch
-    (amax/amin split evenly among tied winners).
+    (amax/amin split evenly among tied winners), with one deliberate difference: with
+    ``include_self=False`` an excluded input element that happens to equal the result is
+    not counted among the winners (PyTorch counts it, so the gradient of such an output
+    sums to less than 1; here it always sums to 1).
 
     Example:
         >>> ember.scatter_reduce(ember.ones(3), 0, ember.tensor([0, 0, 2]),
@@ -246,8 +249,6 @@ def _scatter_extreme(input, d, index, src, reduce, include_self, touched):
     where_ = tuple(grid)
     ufunc.at(a, where_, s)
     res = _tensor(a, dtype=input.dtype, device=input.device)
-    if not (input.requires_grad or src.requires_grad):
-        return res
     x, src_c = _host(input), src[crop]
     if reduce == "prod":
         w_self, w_src = _prod_partials(x, s, a, excluded, where_, include_self)

@@ -215,7 +215,8 @@ def isclose(input: Tensor, other: Tensor, rtol: float = 1e-05, atol: float = 1e-
     a, b = input.detach(), other.detach()
     if not a.dtype.is_floating_point:
         a, b = a.to(_dt.float64), b.to(_dt.float64)
-    close = eq | ((a - b).abs() <= atol + rtol * b.abs())
+    err = (a - b).abs()
+    close = eq | (err.isfinite() & (err <= atol + rtol * b.abs()))   # NOTE: inf vs -inf
     if equal_nan:
         close = close | (a.isnan() & b.isnan())
     return close

@@ -2,7 +2,7 @@
 from importlib import import_module
 
 FAMILIES = ("arith", "unary", "binary", "reduce", "movement", "index", "linalg", "conv",
-            "misc")
+            "misc", "breadth")
 
 OPINFOS = []
 for _f in FAMILIES:
