@@ -19,10 +19,14 @@ import ember.distributed as dist
 scenario = sys.argv[1]
 if scenario == "no_init" and os.environ.get("PMI_RANK") == "1":
     sys.exit(0)   # rank 1 never joins: the others must not wait in MPI forever
-dist.init_process_group("mpi", timeout=datetime.timedelta(seconds=3))   # INIT-LINE
+# NOTE: a generous timeout to start (a loaded CI machine starts ranks seconds apart),
+# 3 s for the collectives of the scenarios (group g spans every rank)
+dist.init_process_group("mpi", timeout=datetime.timedelta(
+    seconds=3 if scenario == "no_init" else 60))   # INIT-LINE
+g = dist.new_group(timeout=datetime.timedelta(seconds=3))
 rank, n = dist.get_rank(), dist.get_world_size()
 t = ember.ones(4)
-dist.all_reduce(t)   # everyone is up
+dist.all_reduce(t, group=g)   # everyone is up
 first_attempt = os.environ.get("EMBER_RESTART_COUNT", "0") == "0"
 if scenario == "kill" and rank == 1 and first_attempt:
     os.kill(os.getpid(), signal.SIGKILL)
@@ -31,13 +35,13 @@ if scenario == "raise" and rank == 1:
 if scenario == "exit_early" and rank == n - 1:
     sys.exit(0)
 if scenario == "mismatch":
-    dist.all_reduce(ember.ones(3) if rank == 0 else ember.ones(4))   # MISMATCH-LINE
+    dist.all_reduce(ember.ones(3) if rank == 0 else ember.ones(4), group=g)   # MISMATCH-LINE
 if scenario == "order":
     if rank == 0:
-        dist.broadcast(t, src=0)   # ORDER-LINE-A
-        dist.all_reduce(t)
+        dist.broadcast(t, src=0, group=g)   # ORDER-LINE-A
+        dist.all_reduce(t, group=g)
     else:
-        dist.all_reduce(t)   # ORDER-LINE-B
-        dist.broadcast(t, src=0)
-dist.all_reduce(t)   # WAIT-LINE
+        dist.all_reduce(t, group=g)   # ORDER-LINE-B
+        dist.broadcast(t, src=0, group=g)
+dist.all_reduce(t, group=g)   # WAIT-LINE
 print(f"rank {rank} finished: {t.numpy().tolist()}", flush=True)
