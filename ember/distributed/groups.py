@@ -296,7 +296,7 @@ def timeout_error(grp: ProcessGroup, call: dict, elapsed: float) -> DistributedE
     """
     from . import health
     me = grp.ranks[grp.comm.rank]
-    grace = min(5.0, max(0.5, 0.25 * grp.timeout))
+    grace = min(5.0, max(1.0, 0.25 * grp.timeout))
     states = health.probe(grp, call, time.monotonic() - elapsed, grace) if grp.size() > 1 \
         else {}
     return DistributedError(
