@@ -31,6 +31,7 @@ Example:
 from __future__ import annotations
 
 import logging
+import threading
 import warnings
 import weakref
 from collections.abc import Iterable
@@ -48,6 +49,25 @@ from .skip_report import OverflowedParam, SkipReport
 __all__ = ["GradScaler", "OptState"]
 
 _log = logging.getLogger("ember.amp")
+_tls = threading.local()
+
+
+def _armed_scalers() -> list:
+    """This thread's scalers inside an iteration (weak references), behind one recorder."""
+    armed = getattr(_tls, "armed", None)
+    if armed is None:
+        armed = _tls.armed = []
+        prev = _anomaly.set_recorder(None)
+
+        def record(event) -> bool:
+            live = [s for s in (r() for r in armed) if s is not None]
+            for s in live:
+                if s._event is None:
+                    s._event = event
+            # NOTE: with no scaler alive inside an iteration, anomaly mode raises as usual
+            return bool(live) or (prev is not None and prev(event))
+        _anomaly.set_recorder(record)
+    return armed
 
 
 class OptState(Enum):
@@ -92,8 +112,7 @@ class GradScaler:
             self._enabled = False
         self._last_report: SkipReport | None = None
         self._event = None          # the first anomaly recorded since scale()
-        self._armed = False
-        self._prev_recorder = None
+        self._armed_in: list | None = None
         if not self._enabled:
             return
         if not growth_factor > 1.0:
@@ -271,21 +290,15 @@ class GradScaler:
     # ------------------------------------------------------------------ skip reports
     def _arm(self) -> None:
         """Record (not raise) anomaly mode's first inf on this thread until ``update()``."""
-        if self._armed or not state.anomaly:
+        if self._armed_in is not None or not state.anomaly:
             return
-        ref = weakref.ref(self)
-
-        def record(event):
-            me = ref()
-            if me is not None and me._event is None:
-                me._event = event
-        self._prev_recorder = _anomaly.set_recorder(record)
-        self._armed = True
+        self._armed_in = _armed_scalers()
+        self._armed_in.append(weakref.ref(self))
 
     def _disarm(self) -> None:
-        if self._armed:
-            _anomaly.set_recorder(self._prev_recorder)
-            self._armed, self._prev_recorder = False, None
+        if self._armed_in is not None:
+            self._armed_in[:] = [r for r in self._armed_in if r() not in (self, None)]
+            self._armed_in = None
         self._event = None
 
     def _skipped(self, optimizer) -> None:
@@ -396,13 +409,6 @@ class GradScaler:
         self._init_growth_tracker = int(state_dict["_growth_tracker"])
         if self._growth_tracker is not None:
             self._growth_tracker = self._init_growth_tracker
-
-    def __del__(self):
-        try:
-            if self._armed:
-                _anomaly.set_recorder(self._prev_recorder)
-        except Exception:   # NOTE: interpreter shutdown
-            pass
 
 
 def _unscale_grads(optimizer, inv: np.float32, allow_fp16: bool) -> dict:

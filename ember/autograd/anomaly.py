@@ -76,9 +76,9 @@ class AnomalyEvent:
 
 
 def set_recorder(fn):
-    """Make anomaly checks on this thread call ``fn(AnomalyEvent)`` instead of raising.
-
-    ``None`` restores raising. Returns the previous recorder.
+    """Make anomaly checks on this thread call ``fn(AnomalyEvent)``; they raise only when
+    ``fn`` returns False (nobody took the event). ``None`` restores raising. Returns the
+    previous recorder.
     """
     prev = getattr(_tls, "recorder", None)
     _tls.recorder = fn
@@ -87,9 +87,8 @@ def set_recorder(fn):
 
 def _anomaly(phase: str, op: str, where: str, message: str) -> None:
     rec = getattr(_tls, "recorder", None)
-    if rec is None:
+    if rec is None or not rec(AnomalyEvent(phase, op, where, message)):
         raise AnomalyError(message)
-    rec(AnomalyEvent(phase, op, where, message))
 
 
 def check_forward(op, inputs, params, out) -> None:

@@ -395,3 +395,33 @@ def test_training_with_injected_infs_follows_pytorch():
                                        atol=1e-6)
     assert [float(opt.state[p]["step"]) for p in model.parameters()] == \
         [float(topt.state[q]["step"]) for q in tmodel.parameters()] == [5.0] * 4
+
+
+def _raises_anomaly():
+    w = nn.Parameter(em.ones(2))
+    with pytest.raises(em.autograd.AnomalyError, match="NaN/Inf"):
+        (w * 1e34 * 1e34).sum()
+
+
+def test_two_scalers_and_a_dropped_scaler_leave_anomaly_mode_raising():
+    import gc
+    em.autograd.set_detect_anomaly(True)
+    try:
+        a, b = GradScaler("cpu"), GradScaler("cpu")
+        wa, wb = nn.Parameter(em.ones(2)), nn.Parameter(em.ones(2))
+        oa, ob = optim.SGD([wa], lr=0.1), optim.SGD([wb], lr=0.1)
+        a.scale((wa * 1e34).sum()).backward()      # TWO-LINE
+        b.scale((wb * 2.0).sum()).backward()
+        a.step(oa), b.step(ob)
+        assert "TWO-LINE" in a.last_skip_report().where and b.last_skip_report() is None
+        a.update()                                 # b still inside its iteration
+        (wb * 1e34 * 1e34).sum()                   # recorded for b, not raised
+        b.update()
+        _raises_anomaly()
+        dropped = GradScaler("cpu")
+        dropped.scale(wa.sum())                    # armed, never updated
+        del dropped
+        gc.collect()
+        _raises_anomaly()
+    finally:
+        em.autograd.set_detect_anomaly(False)
