@@ -177,6 +177,7 @@ class Reach:
         self.leaves: list = []
         self.tensors: dict = {}
         self.truncated = False
+        self.error = None           # what stopped the walk, if anything did
 
     def snapshot(self, flat) -> list:
         """The current value of every WRITES leaf (``_MISSING`` where its path fails)."""
@@ -257,11 +258,14 @@ def reach(fn, flat) -> Reach:
     for _ in range(4):      # user code found on the way names more attributes: walk again
         n = len(names)
         w = _Walk(names)
-        for path, obj in _roots(fn, flat, names):
-            if isinstance(obj, types.FunctionType):
-                w._function(obj)        # the compiled function itself, wherever it lives
-            w.visit(obj, path, 0, BOTH)
-        w.methods()
+        try:
+            for path, obj in _roots(fn, flat, names):
+                if isinstance(obj, types.FunctionType):
+                    w._function(obj)    # the compiled function itself, wherever it lives
+                w.visit(obj, path, 0, BOTH)
+            w.methods()
+        except Exception as e:  # noqa: BLE001 — odd user objects: guard what was found
+            w.r.error = f"{type(e).__name__}: {e}"
         if len(names) == n:
             break
     return w.r
@@ -568,4 +572,6 @@ def capture_guards(fn, flat, needed) -> tuple:
             r.leaves.append((paths[0] + (("attr", "_storage"),), "id", obj._storage, GUARD))
     if r.truncated:
         missing.append(f"(the walk stopped after {_BUDGET} objects)")
+    if r.error:
+        missing.append(f"(the walk stopped at {r.error})")
     return Guards(r), missing

@@ -279,6 +279,18 @@ def test_user_class_reached_as_a_global_is_walked():
     assert "guard _Table.ROWS['w']" in str(c.explain())
 
 
+def test_an_object_the_walk_cannot_read_is_reported_not_fatal():
+    class NoLen(list):
+        def __len__(self):
+            raise RuntimeError("no len today")
+    box = NoLen([em.ones(2)])
+    f = lambda x: x * list.__getitem__(box, 0)                 # noqa: E731
+    c = em.compile(f)
+    for _ in range(3):
+        _same(c(em.ones(2)), f(em.ones(2)))
+    assert "the walk stopped at RuntimeError: no len today" in str(c.explain())
+
+
 # ---------------------------------------------------------------- writes to Python state
 def test_function_writing_python_state_runs_eagerly():
     state = {"n": 0}
