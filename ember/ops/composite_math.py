@@ -17,6 +17,7 @@ from .. import dtypes as _dt
 from ..errors import DTypeError, ShapeError
 from ..tensor import Tensor
 from .binary import maximum
+from .dispatch import autocast_entry
 from .inplace import copy_into_out, inplace_from
 from .linalg import _scaled_add, bmm, mv, outer
 from .reduce import sum as _sum
@@ -43,6 +44,7 @@ def _to_float(x: Tensor) -> Tensor:
 
 
 # ------------------------------------------------------------------ fused multiply-adds
+@autocast_entry("addcmul")
 def addcmul(input, tensor1, tensor2, *, value=1, out=None):
     """``input + value * tensor1 * tensor2`` (``torch.addcmul``).
 
@@ -54,6 +56,7 @@ def addcmul(input, tensor1, tensor2, *, value=1, out=None):
     return _out(input + (prod if value == 1 else prod * value), out)
 
 
+@autocast_entry("addcdiv")
 def addcdiv(input, tensor1, tensor2, *, value=1, out=None):
     """``input + value * tensor1 / tensor2`` (``torch.addcdiv``); integer division is refused.
 
@@ -68,16 +71,19 @@ def addcdiv(input, tensor1, tensor2, *, value=1, out=None):
     return _out(input + (q if value == 1 else q * value), out)
 
 
+@autocast_entry("addmv")
 def addmv(input, mat, vec, *, beta=1, alpha=1, out=None):
     """``beta * input + alpha * (mat @ vec)`` (``torch.addmv``); ``beta=0`` ignores input."""
     return _out(_scaled_add(input, mv(mat, vec), beta, alpha), out)
 
 
+@autocast_entry("addr")
 def addr(input, vec1, vec2, *, beta=1, alpha=1, out=None):
     """``beta * input + alpha * outer(vec1, vec2)`` (``torch.addr``)."""
     return _out(_scaled_add(input, outer(vec1, vec2), beta, alpha), out)
 
 
+@autocast_entry("addbmm")
 def addbmm(input, batch1, batch2, *, beta=1, alpha=1, out=None):
     """``beta * input + alpha * sum_b batch1[b] @ batch2[b]`` (``torch.addbmm``)."""
     return _out(_scaled_add(input, _sum(bmm(batch1, batch2), 0), beta, alpha), out)
@@ -168,6 +174,7 @@ def float_power(input, exponent, *, out=None):
 
 
 # ------------------------------------------------------------------ reductions
+@autocast_entry("trace")
 def trace(input):
     """Sum of the main diagonal of a 2-D tensor (``torch.trace``)."""
     if input.ndim != 2:

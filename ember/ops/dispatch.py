@@ -168,7 +168,8 @@ def autocast_entry(name: str, leaf: bool = True):
             table = st.autocast
             if table is None:
                 return fn(*args, **kwargs)
-            entries = table.get(name)
+            # NOTE: PyTorch autocasts functional overloads only: with out= nothing is cast.
+            entries = table.get(name) if kwargs.get("out") is None else None
             if entries is None and not leaf:
                 return fn(*args, **kwargs)
             if entries is not None:

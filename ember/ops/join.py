@@ -70,6 +70,7 @@ triu_p = defop(
 
 
 # ------------------------------------------------------------------ cat / stack
+@autocast_entry("cat")
 def cat(tensors, dim=0, *, out=None):
     """Concatenate along ``dim``, promoting dtypes (``torch.cat``).
 

@@ -120,6 +120,7 @@ def _out(r, out):
     return copy_into_out(out, r)
 
 
+@autocast_entry("matmul")
 def matmul(input, other, *, out=None):
     """Matrix product with broadcasting (``torch.matmul``).
 

@@ -17,6 +17,7 @@ from ._util import f32_to_lowp, is_lowp, lowp_to_f32, wrap_dim, wrap_dims
 from .registry import defop
 from .select import where
 from .sort import take_along_dim_p
+from .dispatch import autocast_entry
 
 __all__ = ['sum', 'mean', 'prod', 'amax', 'amin', 'max', 'min', 'aminmax', 'argmax', 'argmin',
            'all', 'any', 'var', 'std', 'var_mean', 'std_mean', 'norm', 'count_nonzero',
@@ -172,6 +173,7 @@ prod_p = defop(
         t[0] * _prod_partials(x, None, dim), dim, keepdim))
 
 
+@autocast_entry("prod")
 def prod(input, dim=None, keepdim=False, *, dtype=None, out=None):
     """Product over ``dim`` (all if None) (``torch.prod``); ints and bools give int64.
 

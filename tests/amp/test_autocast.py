@@ -303,3 +303,15 @@ def test_compiled_training_step_matches_eager_autocast(ckpt):
         for pe, pc in zip(ne.parameters(), nc.parameters()):
             np.testing.assert_array_equal(pc.grad.numpy(), pe.grad.numpy())
             np.testing.assert_array_equal(pc.detach().numpy(), pe.detach().numpy())
+
+
+def test_out_variants_are_not_autocast():
+    """As in PyTorch, only functional overloads autocast: ``out=`` runs on the inputs as given."""
+    a = em.randn(3, 3)
+    with em.autocast("cpu"):
+        r = em.mm(a, a, out=em.empty(3, 3))
+        assert r.dtype is em.float32
+        with em.autocast("cpu", enabled=False):
+            np.testing.assert_array_equal(r.numpy(), (a @ a).numpy())
+        assert em.cat([a, a], out=em.empty(6, 3)).dtype is em.float32
+        assert em.matmul(a, a).dtype is em.bfloat16
