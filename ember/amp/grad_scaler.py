@@ -259,7 +259,7 @@ class GradScaler:
         self._disarm()
 
     def _new_scale_value(self, new_scale) -> np.float32:
-        if isinstance(new_scale, float):
+        if isinstance(new_scale, (float, int)) and not isinstance(new_scale, bool):
             return np.float32(new_scale)
         reason = ("GradScaler.update: new_scale should be a float or a 1-element float "
                   f"Tensor with requires_grad=False on {self._device!r}, got ")

@@ -251,6 +251,10 @@ def test_update_new_scale_and_bad_factors():
     assert scaler.get_scale() == 128.0
     scaler.update(em.tensor([64.0]))
     assert scaler.get_scale() == 64.0
+    scaler.update(1024)
+    assert scaler.get_scale() == 1024.0
+    with pytest.raises(TypeError, match="got str"):
+        scaler.update("2")
     with pytest.raises(ValueError, match="1-element"):
         scaler.update(em.tensor([1.0, 2.0]))
     with pytest.raises(ValueError, match="growth factor"):
