@@ -16,10 +16,11 @@ takes an op only when all of these hold:
 * the inputs are CPU float32/float64 NumPy arrays of one dtype (a Python scalar operand
   rides along as a 0-d array); any layout — broadcast, transposed, sliced — is passed to
   the kernel as strides (one compiled variant per layout class, see :mod:`.layout`);
-* float16/bfloat16 (``ember/codegen/eager.py`` ``LOWP_THRESHOLD``, the smallest threshold
-  above): every op with a C template, computed in float32 inside and rounded once on store
+* float16/bfloat16, from :data:`LOWP_THRESHOLD` elements (the smallest threshold above):
+  every op with a C template, computed in float32 inside and rounded once on store
   — NumPy's float16 and ml_dtypes' bfloat16 loops convert element by element, so even
-  ``add`` is 3-10x slower than the kernel. A ``cast`` between float32 and float16/bfloat16
+  ``add`` is 3-10x slower than the kernel (except the float16 ops NumPy vectorises itself:
+  :func:`_numpy_f16_simd`). A ``cast`` between float32 and float16/bfloat16
   runs :mod:`.convert_kernels` (bit-identical to ``astype``, at memory speed);
 * a C compiler exists (otherwise NumPy, silently: eager users did not ask for codegen);
 * the process has already pushed :data:`WARMUP` elements through this op and dtype in
@@ -179,8 +180,9 @@ def _numpy_f16_simd() -> frozenset:
     converting in software; measured, bench/RESULTS.md "Issue 16")."""
     ops = _state.get("f16_simd")
     if ops is None:
-        from numpy._core import _multiarray_umath as umath
-        skx = umath.__cpu_features__.get("AVX512_SKX", False)
+        core = getattr(np, "_core", None) or getattr(np, "core", None)
+        feats = getattr(getattr(core, "_multiarray_umath", None), "__cpu_features__", {})
+        skx = bool(feats.get("AVX512_SKX", False))
         ops = _state["f16_simd"] = NUMPY_F16_BITOPS | (NUMPY_F16_SVML if skx else frozenset())
         return ops
     return ops
