@@ -155,8 +155,9 @@ def _autocast(name, entries, args, kwargs):
     return cast_inputs(name, entries, args, kwargs)
 
 
-def autocast_entry(name: str, leaf: bool = True):
-    """Decorate a composite that is PyTorch op ``name``: inside an ``ember.autocast`` region
+def autocast_entry(name, leaf: bool = True):
+    """Decorate a composite that is PyTorch op ``name`` (or ``name(*args, **kwargs)``, when
+    the ATen op depends on the arguments): inside an ``ember.autocast`` region
     its tensor arguments are cast by ``name``'s policy (``ember/amp/op_lists.py``) and its
     body runs with autocast off, as PyTorch's autocast kernels redispatch. ``leaf=False``
     marks an op PyTorch decomposes (``tensordot``): off its lists, the body's ops autocast.
@@ -169,11 +170,12 @@ def autocast_entry(name: str, leaf: bool = True):
             if table is None:
                 return fn(*args, **kwargs)
             # NOTE: PyTorch autocasts functional overloads only: with out= nothing is cast.
-            entries = table.get(name) if kwargs.get("out") is None else None
+            op = name(*args, **kwargs) if callable(name) else name
+            entries = table.get(op) if kwargs.get("out") is None else None
             if entries is None and not leaf:
                 return fn(*args, **kwargs)
             if entries is not None:
-                args, kwargs = _autocast(name, entries, args, kwargs)
+                args, kwargs = _autocast(op, entries, args, kwargs)
             st.autocast = None
             try:
                 return fn(*args, **kwargs)

@@ -12,6 +12,7 @@ from .. import dtypes as _dt
 from ..errors import ShapeError
 from ..tensor import _wrap
 from . import dispatch
+from .dispatch import autocast_entry
 from .registry import defop
 
 __all__ = ['pad']
@@ -59,6 +60,13 @@ def _source_rows(mode, n, a, b, xp):
     return xp.where(i > n - 1, 2 * (n - 1) - i, i)
 
 
+def _aten_pad(input, pad, mode="constant", value=None):
+    """The ATen op PyTorch's ``F.pad`` runs (its autocast policy is that op's)."""
+    kind = {"reflect": "reflection_pad", "replicate": "replication_pad"}.get(mode)
+    return f"{kind}{len(pad) // 2}d" if kind else "constant_pad_nd"
+
+
+@autocast_entry(_aten_pad)
 def pad(input, pad, mode="constant", value=None):
     """Pad ``input``; ``pad`` = (left, right) for the last dim, then the one before, ...
     Modes: ``"constant"`` (with ``value``), ``"reflect"``, ``"replicate"``, ``"circular"``
