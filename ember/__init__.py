@@ -33,6 +33,8 @@ from .ops.tensor_api import *  # noqa: F401,F403 - legacy constructors, new_*, i
 from .ops.composite_math import *  # noqa: F401,F403
 from .ops.composite_shape import *  # noqa: F401,F403
 from .ops.composite_data import *  # noqa: F401,F403
+from .ops.composite_misc import *  # noqa: F401,F403
+from .ops.composite_grid import *  # noqa: F401,F403
 from .ops import inplace as _inplace  # noqa: F401
 from .ops.dispatch import broadcast_shapes  # noqa: F401
 from .autograd.grad_mode import (enable_grad, inference_mode, is_grad_enabled,
@@ -66,3 +68,4 @@ from . import onnx  # noqa: E402,F401 - ember.onnx.export (onnx itself is import
 from . import accelerator, backends, cuda, serialization, testing  # noqa: E402,F401
 from ._threads import (get_num_interop_threads, get_num_threads,  # noqa: E402,F401
                        set_num_interop_threads, set_num_threads)
+from ._torch_globals import *  # noqa: E402,F401,F403 - pi, determinism flags, default device

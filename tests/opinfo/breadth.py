@@ -203,3 +203,123 @@ OPINFOS = [
 ] + [OpInfo(f"scatter_reduce_{red}", em.scatter_reduce, _scatter_reduce_ref,
             _scatter_samples(red), ("scatter_add_along_dim",), gradgrad=red != "prod")
      for red in ("sum", "prod", "mean", "amax", "amin")]
+
+
+# ------------------------------------------------------------------ composite_misc / grid
+def _nanmedian_ref(a, dim):
+    s = np.sort(a, axis=dim)
+    k = np.sum(~np.isnan(a), axis=dim, keepdims=True)
+    return np.take_along_axis(s, np.maximum((k - 1) // 2, 0), dim).squeeze(dim)
+
+
+def _with_nans(rng, s, dt):
+    a = rand(rng, s, dt)
+    a.reshape(-1)[::4] = np.nan
+    return a
+
+
+def _index_reduce_ref(a, dim, index, src, reduce, include_self=True):
+    full = np.broadcast_to(np.expand_dims(index, tuple(i for i in range(src.ndim) if i != dim)),
+                           src.shape)
+    return _scatter_reduce_ref(a, dim, full, src, reduce, include_self)
+
+
+def _xlogy_ref(x, y):
+    with np.errstate(divide="ignore", invalid="ignore"):
+        return np.where((x == 0) & ~np.isnan(y), 0, x * np.log(np.where(x == 0, 1, y)))
+
+
+def _cdist_ref(a, b, p=2.0):
+    d = np.abs(a[..., :, None, :] - b[..., None, :, :])
+    return (d ** p).sum(-1) ** (1 / p)
+
+
+def _trap_ref(y, x=None, dx=1.0):
+    h = dx if x is None else np.diff(x)
+    return ((y[..., 1:] + y[..., :-1]) * h).sum(-1) / 2
+
+
+def _cumtrap_ref(y, dx=1.0):
+    return np.cumsum((y[..., 1:] + y[..., :-1]) * dx / 2, -1)
+
+
+OPINFOS += [
+    OpInfo("tensor_unfold", lambda x, d, s, st: x.unfold(d, s, st),
+           lambda a, d, s, st: np.moveaxis(np.lib.stride_tricks.sliding_window_view(
+               a, s, axis=d), d, d)[(slice(None),) * d + (slice(None, None, st),)].copy(),
+           _s(lambda r, d: [((rand(r, (7,), d), 0, 3, 2), {}), ((rand(r, (3, 5), d), 1, 2, 1),
+                                                                {}),
+                            ((rand(r, (4, 3), d), 0, 4, 3), {})]), ("as_strided",)),
+    OpInfo("nanmedian", lambda x, d: em.nanmedian(x, d).values, _nanmedian_ref,
+           _s(lambda r, d: [((_with_nans(r, (3, 5), d), 1), {}),
+                            ((_with_nans(r, (4, 3), d), 0), {})]), ("argsort",)),
+    OpInfo("index_reduce_mean", em.index_reduce, _index_reduce_ref,
+           _s(lambda r, d: [((rand(r, (4, 3), d), 0, np.array([0, 2, 0], I64),
+                              rand(r, (3, 3), d), "mean"), {}),
+                            ((rand(r, (2, 4), d), 1, np.array([3, 3]), rand(r, (2, 2), d),
+                              "amax"), {"include_self": False})]), ("scatter_add_along_dim",)),
+    OpInfo("xlogy", em.xlogy, lambda x, y: _xlogy_ref(x, y).astype(x.dtype),
+           binary_samples(0.3, 2, scalars=(2.5,)), ("mul", "log", "where")),
+    _u("logit", em.logit, lambda p: np.log(p / (1 - p)), 0.1, 0.9, ("log", "div")),
+    _u("sinc", em.sinc, np.sinc, -2, 2, ("sin", "div", "where")),
+    OpInfo("diff", em.diff, lambda a, n=1, dim=-1: np.diff(a, n, dim),
+           _s(lambda r, d: [((rand(r, (3, 5), d),), {}), ((rand(r, (4, 3), d), 2, 0), {})]),
+           ("sub",)),
+    OpInfo("kron", em.kron, np.kron,
+           _s(lambda r, d: [((rand(r, (2, 3), d), rand(r, (3, 2), d)), {}),
+                            ((rand(r, (3,), d), rand(r, (2, 2), d)), {})]), ("mul",)),
+    OpInfo("cross", em.cross, lambda a, b, dim=None: np.cross(a, b, axis=0 if dim is None
+                                                              else dim),
+           _s(lambda r, d: [((rand(r, (3, 4), d), rand(r, (3, 4), d)), {}),
+                            ((rand(r, (2, 3), d), rand(r, (2, 3), d), 1), {})]), ("mul",)),
+    OpInfo("dist", em.dist, lambda a, b, p=2: np.linalg.norm((a - b).ravel(), p),
+           _s(lambda r, d: [((rand(r, (3, 4), d), rand(r, (3, 4), d)), {}),
+                            ((rand(r, (5,), d), rand(r, (5,), d), 1), {})]), ("sum",)),
+    OpInfo("cdist", em.cdist, _cdist_ref,
+           _s(lambda r, d: [((rand(r, (3, 4), d), rand(r, (2, 4), d)), {}),
+                            ((rand(r, (2, 3, 2), d), rand(r, (2, 4, 2), d), 1.5), {})]),
+           ("sum", "sqrt")),
+    OpInfo("vander", em.vander, lambda x, N=None, increasing=False: np.vander(x, N, increasing),
+           _s(lambda r, d: [((rand(r, (4,), d),), {}), ((rand(r, (3,), d), 4, True), {})]),
+           ("pow",), exact_dtype=False),   # NOTE: NumPy's vander/cov compute in float64
+    OpInfo("trapezoid", em.trapezoid, _trap_ref,
+           _s(lambda r, d: [((rand(r, (3, 5), d),), {}),
+                            ((rand(r, (4,), d), np.sort(rand(r, (4,), d))), {}),
+                            ((rand(r, (2, 4), d),), {"dx": 0.5})]), ("sum",)),
+    OpInfo("cumulative_trapezoid", em.cumulative_trapezoid, _cumtrap_ref,
+           _s(lambda r, d: [((rand(r, (3, 5), d),), {}), ((rand(r, (4,), d),), {"dx": 2.0})]),
+           ("cumsum",)),
+    OpInfo("cov", em.cov, lambda a, correction=1: np.cov(a, ddof=correction),
+           _s(lambda r, d: [((rand(r, (3, 6), d),), {}), ((rand(r, (2, 5), d),),
+                                                          {"correction": 0})]), ("matmul",),
+           exact_dtype=False),
+    OpInfo("corrcoef", em.corrcoef, np.corrcoef, _s(lambda r, d: [((rand(r, (3, 6), d),), {})]),
+           ("matmul", "clamp"), exact_dtype=False),
+    OpInfo("block_diag", lambda *ts: em.block_diag(*ts),
+           lambda *a: _block_diag_ref(a),
+           _s(lambda r, d: [((rand(r, (2, 3), d), rand(r, (3,), d), rand(r, (1, 2), d)), {})]),
+           ("cat",)),
+    OpInfo("cartesian_prod", lambda *ts: em.cartesian_prod(*ts),
+           lambda *a: np.stack([g.ravel() for g in np.meshgrid(*a, indexing="ij")], 1),
+           _s(lambda r, d: [((rand(r, (2,), d), rand(r, (3,), d)), {})]), ("expand",)),
+    OpInfo("meshgrid_xy", lambda *ts: em.meshgrid(*ts, indexing="xy"),
+           lambda *a: tuple(np.meshgrid(*a, indexing="xy")),
+           _s(lambda r, d: [((rand(r, (2,), d), rand(r, (3,), d), rand(r, (4,), d)), {})]),
+           ("expand",)),
+    OpInfo("dstack", lambda *ts: em.dstack(ts), lambda *a: np.dstack(a),
+           _s(lambda r, d: [((rand(r, (2, 3), d), rand(r, (2, 3), d)), {}),
+                            ((rand(r, (2, 3, 2), d), rand(r, (2, 3), d)), {})]), ("cat",)),
+    OpInfo("column_stack", lambda *ts: em.column_stack(ts), lambda *a: np.column_stack(a),
+           _s(lambda r, d: [((rand(r, (3,), d), rand(r, (3, 2), d)), {})]), ("cat",)),
+]
+
+
+def _block_diag_ref(arrs):
+    arrs = [a.reshape(1, -1) if a.ndim < 2 else a for a in arrs]
+    out = np.zeros((sum(a.shape[0] for a in arrs), sum(a.shape[1] for a in arrs)),
+                   arrs[0].dtype)
+    r = c = 0
+    for a in arrs:
+        out[r:r + a.shape[0], c:c + a.shape[1]] = a
+        r, c = r + a.shape[0], c + a.shape[1]
+    return out

@@ -1,0 +1,113 @@
+"""Top-level settings and constants PyTorch programs use (``torch.pi``,
+``torch.use_deterministic_algorithms``, ``torch.set_float32_matmul_precision``,
+``torch.get_default_device``...), answered truthfully for Ember.
+
+Ember's CPU kernels are deterministic already (no atomics, fixed reduction orders), so
+requesting determinism is recorded and changes nothing; float32 matmuls always run in
+full float32 ("highest"), and any other precision is recorded only.
+
+Example:
+    >>> ember.use_deterministic_algorithms(True)
+    >>> ember.are_deterministic_algorithms_enabled()
+    True
+"""
+from __future__ import annotations
+
+import math
+
+from .device import device as _device
+
+__all__ = ["pi", "e", "inf", "nan", "newaxis", "use_deterministic_algorithms",
+           "are_deterministic_algorithms_enabled", "is_deterministic_algorithms_warn_only_enabled",
+           "set_deterministic_debug_mode", "get_deterministic_debug_mode",
+           "set_float32_matmul_precision", "get_float32_matmul_precision",
+           "get_default_device", "set_default_device", "set_warn_always",
+           "is_warn_always_enabled", "typename"]
+
+pi, e, inf, nan = math.pi, math.e, math.inf, math.nan
+newaxis = None
+
+_STATE = {"deterministic": False, "warn_only": False, "matmul_precision": "highest",
+          "warn_always": False}
+_PRECISIONS = ("highest", "high", "medium")
+
+
+def use_deterministic_algorithms(mode: bool, *, warn_only: bool = False) -> None:
+    """Record the request; Ember's kernels are deterministic whatever it says."""
+    _STATE["deterministic"], _STATE["warn_only"] = bool(mode), bool(warn_only)
+
+
+def are_deterministic_algorithms_enabled() -> bool:
+    """What :func:`use_deterministic_algorithms` last set."""
+    return _STATE["deterministic"]
+
+
+def is_deterministic_algorithms_warn_only_enabled() -> bool:
+    """The ``warn_only`` flag :func:`use_deterministic_algorithms` last set."""
+    return _STATE["warn_only"]
+
+
+def set_deterministic_debug_mode(debug_mode) -> None:
+    """0/"default", 1/"warn", 2/"error": as :func:`use_deterministic_algorithms` would set."""
+    names = {"default": 0, "warn": 1, "error": 2}
+    mode = names.get(debug_mode, debug_mode)
+    if mode not in (0, 1, 2):
+        raise ValueError(f"set_deterministic_debug_mode(): invalid mode {debug_mode!r}; valid "
+                         f"are 0/'default', 1/'warn', 2/'error'")
+    use_deterministic_algorithms(mode > 0, warn_only=mode == 1)
+
+
+def get_deterministic_debug_mode() -> int:
+    """0, 1 (warn only) or 2 (deterministic)."""
+    if not _STATE["deterministic"]:
+        return 0
+    return 1 if _STATE["warn_only"] else 2
+
+
+def set_float32_matmul_precision(precision: str) -> None:
+    """Record "highest", "high" or "medium"; Ember's float32 matmuls are always full float32."""
+    if precision not in _PRECISIONS:
+        raise ValueError(f"set_float32_matmul_precision(): invalid precision {precision!r}; "
+                         f"valid are {_PRECISIONS}")
+    _STATE["matmul_precision"] = precision
+
+
+def get_float32_matmul_precision() -> str:
+    """The precision :func:`set_float32_matmul_precision` last recorded ("highest")."""
+    return _STATE["matmul_precision"]
+
+
+def get_default_device():
+    """The device factories use when none is given: the CPU."""
+    return _device("cpu")
+
+
+def set_default_device(device) -> None:
+    """Accept the CPU (the only default Ember's factories know); refuse other devices.
+
+    Raises:
+        RuntimeError: ``device`` is not the CPU.
+    """
+    if device is not None and _device(device).type != "cpu":
+        raise RuntimeError(f"set_default_device(): Ember's factories allocate on the CPU; "
+                           f"{device!r} cannot be the default (valid: 'cpu' or None)")
+
+
+def set_warn_always(b: bool) -> None:
+    """Record whether once-only warnings should always be shown."""
+    _STATE["warn_always"] = bool(b)
+
+
+def is_warn_always_enabled() -> bool:
+    """What :func:`set_warn_always` last set."""
+    return _STATE["warn_always"]
+
+
+def typename(obj) -> str:
+    """The legacy type name of a tensor (``'ember.FloatTensor'``), else the Python type's."""
+    from .tensor import Tensor
+    if isinstance(obj, Tensor):
+        return obj.type()
+    t = type(obj)
+    return t.__qualname__ if t.__module__ in ("builtins", "__builtin__") else \
+        f"{t.__module__}.{t.__qualname__}"

@@ -1,0 +1,179 @@
+"""More of PyTorch's tensor/top-level surface (issue 17, item 2): Tensor.unfold, nanmedian,
+index_reduce, grids and stacks, searchsorted, real-dtype identities, device predicates and
+the top-level flags (determinism, matmul precision, default device, constants). The
+differentiable ones also have OpInfo entries (tests/opinfo/breadth.py)."""
+from __future__ import annotations
+
+import math
+
+import numpy as np
+import pytest
+
+import ember as em
+
+
+def test_tensor_unfold_is_a_view_with_pytorch_shapes():
+    x = em.arange(10.0).reshape(2, 5)
+    w = x.unfold(1, 3, 2)
+    assert w.shape == (2, 2, 3)
+    assert w.tolist() == [[[0.0, 1.0, 2.0], [2.0, 3.0, 4.0]], [[5.0, 6.0, 7.0], [7.0, 8.0, 9.0]]]
+    x[0, 2] = 100.0
+    assert w[0, 0, 2].item() == 100.0 and w[0, 1, 0].item() == 100.0   # a view
+    with pytest.raises(ValueError, match="maximum size"):
+        x.unfold(1, 6, 1)
+    with pytest.raises(ValueError, match="step"):
+        x.unfold(1, 2, 0)
+    torch = pytest.importorskip("torch")
+    a = np.arange(24.0).reshape(2, 3, 4)
+    for args in ((0, 1, 1), (1, 2, 1), (2, 3, 1), (2, 2, 2), (-1, 4, 3)):
+        np.testing.assert_array_equal(em.from_numpy(a).unfold(*args).numpy(),
+                                      torch.from_numpy(a).unfold(*args).numpy())
+
+
+def test_nanmedian_follows_torch():
+    torch = pytest.importorskip("torch")
+    nan = float("nan")
+    a = np.array([[1.0, nan, 3.0, 2.0], [4.0, 5.0, nan, nan], [nan, 7.0, 8.0, 6.0]])
+    got, want = em.nanmedian(em.from_numpy(a), 1), torch.nanmedian(torch.from_numpy(a), 1)
+    np.testing.assert_array_equal(got.values.numpy(), want.values.numpy())
+    np.testing.assert_array_equal(got.indices.numpy(), want.indices.numpy())
+    assert em.nanmedian(em.from_numpy(a)).item() == torch.nanmedian(torch.from_numpy(a)).item()
+    assert math.isnan(em.nanmedian(em.tensor([nan, nan])).item())
+
+
+def test_index_reduce_matches_torch():
+    torch = pytest.importorskip("torch")
+    rng = np.random.default_rng(0)
+    a, s = rng.standard_normal((4, 3)), rng.standard_normal((3, 3))
+    idx = np.array([0, 2, 0])
+    for reduce in ("prod", "mean", "amax", "amin"):
+        for include_self in (True, False):
+            got = em.index_reduce(em.from_numpy(a), 0, em.from_numpy(idx), em.from_numpy(s),
+                                  reduce, include_self=include_self)
+            want = torch.from_numpy(a).index_reduce(0, torch.from_numpy(idx),
+                                                    torch.from_numpy(s), reduce,
+                                                    include_self=include_self)
+            np.testing.assert_allclose(got.numpy(), want.numpy(), rtol=1e-12)
+    with pytest.raises(ValueError, match="reduce argument"):
+        em.index_reduce(em.zeros(2), 0, em.tensor([0]), em.ones(1), "sum")
+
+
+def test_grids_and_stacks_follow_torch():
+    torch = pytest.importorskip("torch")
+    a, b = np.arange(2.0), np.arange(3.0)
+    for indexing in ("ij", "xy"):
+        for g, w in zip(em.meshgrid(em.from_numpy(a), em.from_numpy(b), indexing=indexing),
+                        torch.meshgrid(torch.from_numpy(a), torch.from_numpy(b),
+                                       indexing=indexing)):
+            np.testing.assert_array_equal(g.numpy(), w.numpy())
+    for name in ("atleast_1d", "atleast_2d", "atleast_3d"):
+        for x in (np.array(1.0), np.arange(3.0), np.ones((2, 3))):
+            assert getattr(em, name)(em.from_numpy(x)).shape == \
+                getattr(torch, name)(torch.from_numpy(x)).shape
+        pair = getattr(em, name)(em.ones(2), em.ones(()))
+        assert isinstance(pair, tuple) and len(pair) == 2
+    xs, ys = em.broadcast_tensors(em.ones(3, 1), em.ones(4))
+    assert xs.shape == ys.shape == (3, 4)
+    np.testing.assert_array_equal(em.tril_indices(4, 3, -1).numpy(),
+                                  torch.tril_indices(4, 3, -1).numpy())
+    np.testing.assert_array_equal(em.triu_indices(3, 5, 1).numpy(),
+                                  torch.triu_indices(3, 5, 1).numpy())
+    np.testing.assert_array_equal(em.row_stack([em.ones(2), em.zeros(2)]).numpy(),
+                                  np.vstack([np.ones(2), np.zeros(2)]))
+
+
+def test_searchsorted_and_bucketize_follow_torch():
+    torch = pytest.importorskip("torch")
+    seq = np.array([[1.0, 3.0, 5.0, 7.0], [2.0, 4.0, 6.0, 8.0]])
+    vals = np.array([[3.0, 6.0, 9.0], [1.0, 4.0, 8.0]])
+    for right in (False, True):
+        np.testing.assert_array_equal(
+            em.searchsorted(em.from_numpy(seq), em.from_numpy(vals), right=right).numpy(),
+            torch.searchsorted(torch.from_numpy(seq), torch.from_numpy(vals),
+                               right=right).numpy())
+        np.testing.assert_array_equal(
+            em.bucketize(em.from_numpy(vals), em.from_numpy(seq[0]), right=right).numpy(),
+            torch.bucketize(torch.from_numpy(vals), torch.from_numpy(seq[0]),
+                            right=right).numpy())
+    assert em.searchsorted(em.tensor([1, 3]), em.tensor([2]), out_int32=True).dtype == em.int32
+    with pytest.raises(ValueError, match="1-D"):
+        em.bucketize(em.ones(2), em.ones(2, 2))
+
+
+def test_zero_distance_and_zero_gradients_follow_torch():
+    torch = pytest.importorskip("torch")
+    a = np.array([[0.0, 1.0], [2.0, 3.0]])
+    x = em.from_numpy(a.copy()).requires_grad_()
+    em.cdist(x, em.from_numpy(a.copy())).sum().backward()
+    tx = torch.tensor(a, requires_grad=True)
+    torch.cdist(tx, torch.tensor(a)).sum().backward()
+    np.testing.assert_allclose(x.grad.numpy(), tx.grad.numpy(), atol=1e-12)
+    s = em.tensor([0.0, 0.5], dtype=em.float64).requires_grad_()
+    em.sinc(s).sum().backward()
+    ts = torch.tensor([0.0, 0.5], dtype=torch.float64, requires_grad=True)
+    torch.sinc(ts).sum().backward()
+    np.testing.assert_allclose(s.grad.numpy(), ts.grad.numpy(), atol=1e-12)
+    nan = float("nan")
+    xv, yv = np.array([0.0, 0.0, 2.0, 0.0]), np.array([0.0, nan, 3.0, -1.0])
+    np.testing.assert_array_equal(em.xlogy(em.from_numpy(xv), em.from_numpy(yv)).numpy(),
+                                  torch.xlogy(torch.from_numpy(xv), torch.from_numpy(yv)).numpy())
+    p = np.array([0.0, 0.3, 1.0])
+    np.testing.assert_allclose(em.logit(em.from_numpy(p), eps=1e-6).numpy(),
+                               torch.logit(torch.from_numpy(p), eps=1e-6).numpy())
+
+
+def test_real_dtype_identities_and_device_predicates():
+    x = em.arange(6.0).reshape(2, 3)
+    assert x.conj() is x and x.resolve_conj() is x and x.real is x
+    assert not x.is_conj() and not x.is_neg()
+    assert x.mH.shape == (3, 2) and x.H.shape == (3, 2) and x.adjoint().shape == (3, 2)
+    with pytest.raises(ValueError, match="2-D"):
+        em.ones(2, 2, 2).H
+    with pytest.raises(TypeError, match="non-complex"):
+        x.imag
+    for flag in ("is_meta", "is_sparse", "is_quantized", "is_mkldnn", "is_nested", "is_mps",
+                 "is_xpu"):
+        assert getattr(x, flag) is False
+    assert x.get_device() == -1
+    assert em.sgn(em.tensor([-2.0, 0.0, 3.0])).tolist() == [-1.0, 0.0, 1.0]
+    assert em.positive(x) is x
+    with pytest.raises(TypeError, match="bool"):
+        em.positive(em.tensor([True]))
+
+
+def test_inplace_aliases():
+    x = em.tensor([2.0, 4.0])
+    x.multiply_(2).divide_(4).subtract_(1).negative_()
+    assert x.tolist() == [0.0, -1.0]
+    m = em.ones(3, 3)
+    m.tril_()
+    assert m.sum().item() == 6
+    y = em.tensor([0.5])
+    y.logit_()
+    assert y.item() == 0.0
+
+
+def test_top_level_flags_and_constants():
+    assert em.pi == math.pi and em.e == math.e and em.inf == math.inf and math.isnan(em.nan)
+    assert em.ones(3)[em.newaxis].shape == (1, 3)
+    try:
+        em.use_deterministic_algorithms(True, warn_only=True)
+        assert em.are_deterministic_algorithms_enabled()
+        assert em.is_deterministic_algorithms_warn_only_enabled()
+        assert em.get_deterministic_debug_mode() == 1
+        em.set_deterministic_debug_mode("error")
+        assert em.get_deterministic_debug_mode() == 2
+    finally:
+        em.use_deterministic_algorithms(False)
+    with pytest.raises(ValueError, match="invalid mode"):
+        em.set_deterministic_debug_mode(5)
+    em.set_float32_matmul_precision("high")
+    assert em.get_float32_matmul_precision() == "high"
+    em.set_float32_matmul_precision("highest")
+    with pytest.raises(ValueError, match="valid are"):
+        em.set_float32_matmul_precision("low")
+    assert em.get_default_device() == em.device("cpu")
+    em.set_default_device("cpu")
+    with pytest.raises(RuntimeError, match="CPU"):
+        em.set_default_device("cuda")
+    assert em.typename(em.ones(1)) == "ember.FloatTensor" and em.typename(1) == "int"
