@@ -139,9 +139,13 @@ class GradScaler:
         return self._scale
 
     def _lazy_init(self, dev) -> None:
-        from ..ops.factories import full
         from ..dtypes import float32
-        self._scale = full((), self._init_scale, dtype=float32, device=dev)
+        from ..tensor import _wrap
+        # NOTE: made without an op, so that a first scale() inside ember.compile's trace
+        # lifts the scale as a graph input (read at every run) instead of folding a
+        # factory's constant that update() could never change
+        xp = _backends[dev.type].xp
+        self._scale = _wrap(xp.full((), self._init_scale, dtype=xp.float32), float32, dev)
         self._growth_tracker = self._init_growth_tracker
 
     def scale(self, outputs):

@@ -429,3 +429,26 @@ def test_two_scalers_and_a_dropped_scaler_leave_anomaly_mode_raising():
         _raises_anomaly()
     finally:
         em.autograd.set_detect_anomaly(False)
+
+
+def test_compiled_scaled_backward_reads_the_updated_scale():
+    em.manual_seed(0)
+    model = nn.Linear(3, 1)
+    opt = optim.SGD(model.parameters(), lr=0.0)
+    scaler = GradScaler("cpu", init_scale=8.0, growth_interval=1)
+
+    def forward_backward(x):
+        scaler.scale(model(x).sum()).backward()   # the first scale() runs while tracing
+
+    step = em.compile(forward_backward)
+    grads = []
+    for bad in (0, 0, 1, 0):
+        opt.zero_grad()
+        x = em.ones(2, 3)
+        if bad:
+            x[0, 0] = INF
+        step(x)
+        grads.append(float(model.weight.grad[0, 1]))
+        scaler.step(opt)
+        scaler.update()
+    assert grads == [16.0, 32.0, 64.0, 32.0]   # 2 * the scale of each iteration
