@@ -505,7 +505,7 @@ class Guards:
 def _compile(leaves):
     """Python source for all the leaves, intermediate lookups shared; compiled once."""
     ns: dict = {}
-    lines = ["def guard(flat):", "    try:"]
+    lines = ["def guard(flat):", "    try:", "        pass"]
     var_of: dict = {}
 
     def const(x, prefix):
