@@ -315,3 +315,19 @@ def test_out_variants_are_not_autocast():
             np.testing.assert_array_equal(r.numpy(), (a @ a).numpy())
         assert em.cat([a, a], out=em.empty(6, 3)).dtype is em.float32
         assert em.matmul(a, a).dtype is em.bfloat16
+
+
+def test_compiled_step_default_pipeline_close_to_eager_autocast():
+    """With fusion (kernels keep float32 inside a fused chain, round once at the store) the
+    compiled step agrees with eager autocast to bfloat16 precision."""
+    x, t = em.randn(8, 6), em.tensor([0, 1, 2, 0, 1, 2, 0, 1])
+    ne, nc = _gelu_net(), _gelu_net()
+    step = em.compile(_train_step)
+    le = _train_step(ne, em.optim.SGD(ne.parameters(), lr=0.1), x, t, True)
+    with warnings.catch_warnings():
+        warnings.simplefilter("error")
+        lc = step(nc, em.optim.SGD(nc.parameters(), lr=0.1), x, t, True)
+    assert abs(float(lc) - float(le)) <= 2 ** -7 * abs(float(le))
+    for pe, pc in zip(ne.parameters(), nc.parameters()):
+        np.testing.assert_allclose(pc.grad.numpy(), pe.grad.numpy(), rtol=2 ** -5,
+                                   atol=2 ** -7 * float(np.abs(pe.grad.numpy()).max()))
