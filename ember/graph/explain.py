@@ -3,10 +3,14 @@
 Example output::
 
     ember.compile(step): 1 graph, 1 recompile, 0 graph breaks
-    capture #1  (compile 41.2 ms; 212 nodes traced -> 151 after passes; 1 random op)
+    capture #1  (compile 41.2 ms; 212 nodes traced -> 151 after passes; 1 random op; 53 guards)
       signature: arg0=float32[64, 784] cpu, arg1=int64[64] cpu, model.training=True, ...
       passes: dce removed 12 nodes; cse merged 9 nodes; fold folded 3 nodes; ...
     recompile #1: model.training: True -> False
+    recompile #2: guard model.fc.weight: Parameter float32[10, 784] @7f.. -> Parameter ...
+
+A recompile's reasons are signature keys or guards (:mod:`ember.graph.guards`: a tensor,
+value or container the graph read from Python changed since the capture).
 """
 from __future__ import annotations
 
