@@ -44,6 +44,7 @@ from ..autograd import anomaly as _anomaly
 from ..autograd.grad_mode import no_grad, state
 from ..device.base import _backends
 from ..tensor import Tensor
+from ._unscale_kernels import unscale_group
 from .skip_report import OverflowedParam, SkipReport
 
 __all__ = ["GradScaler", "OptState"]
@@ -416,7 +417,7 @@ class GradScaler:
 
 
 def _unscale_grads(optimizer, inv: np.float32, allow_fp16: bool) -> dict:
-    """Unscale every gradient in place; ``{device: found_inf}``, one check per dtype group."""
+    """Unscale every gradient in place; ``{device: found_inf}``, one fused call per dtype group."""
     groups: dict = {}
     for group in optimizer.param_groups:
         for p in group["params"]:
@@ -436,22 +437,14 @@ def _unscale_grads(optimizer, inv: np.float32, allow_fp16: bool) -> dict:
 
 
 def _unscale_group(grads: list, inv: np.float32) -> bool:
-    """Multiply ``grads`` (one device and dtype) by ``inv`` in place; True if any is inf/NaN."""
+    """Multiply ``grads`` (one device and dtype) by ``inv`` in place; True if any held
+    inf/NaN before (PyTorch checks the scaled values). One C call for the whole group."""
     if state.modes or state.fw_levels:   # NOTE: a tracer records the update as ops
+        bad = not all(bool(g.isfinite().all()) for g in grads)
         for g in grads:
             g.mul_(float(inv))
-        return not all(bool(g.isfinite().all()) for g in grads)
-    xp = _backends[grads[0].device.type].xp
-    ok = True
-    with np.errstate(all="ignore"):
-        for g in grads:
-            a = g._data
-            if a.dtype.itemsize < 4:   # NOTE: float32 arithmetic, one rounding (as PyTorch)
-                a[...] = xp.multiply(a.astype(xp.float32), inv)
-            else:
-                xp.multiply(a, inv, out=a)
-            g._storage.version += 1
-            # NOTE: one reduction per gradient, decided once per group; a non-finite
-            # value anywhere makes the group's verdict (no early exit: all must unscale)
-            ok &= bool(xp.isfinite(a).all())
-    return not ok
+        return bad
+    bad = unscale_group([g._data for g in grads], inv)
+    for g in grads:
+        g._storage.version += 1
+    return bad
