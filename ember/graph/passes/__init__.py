@@ -21,6 +21,7 @@ from .hfuse import hfuse
 from .layout import layout
 from .matmul import small_bmm, sum_rows
 from .pool import pool
+from .recast import recast
 from .rewrite import fold_conv_affine, fuse_linear_act, rewrite
 from .scatter_stack import scatter_stack
 from .sdpa_layout import sdpa_layout, sdpa_out_layout
@@ -45,6 +46,7 @@ PASSES = {
     "fuse": fuse,                    # elementwise/reduction groups -> generated C kernels
     "pool": pool,                    # max-pool fwd/bwd, unfold/fold as C loops
     "conv_gemm": conv_gemm,          # conv GEMMs over channel-first columns: one GEMM each
+    "recast": recast,                # autocast weight copies cast again where read late
     "dce": dce,                      # values no output needs
 }
 
@@ -64,7 +66,7 @@ EXACT_PASSES = ["simplify", "fold", "cse", "scatter_stack", "sdpa_layout", "line
 #: conv_affine, rewrite, hfuse, layout, simplify_fast, small_bmm. Opt-in though exact:
 #: sdpa_out_layout (slower than the copy it removes on the reference machine).
 DEFAULT_PASSES = ["simplify", "fold", "cse", "scatter_stack", "sdpa_layout", "sum_rows", "pool",
-                  "conv_gemm", "fuse", "dce"]
+                  "conv_gemm", "fuse", "recast", "dce"]
 
 
 def register(name: str, fn, default_position: int | None = None) -> None:
