@@ -336,3 +336,20 @@ def test_sdpa_forward_backward_in_float32_inside(dt, causal):
     ins = [t.detach().requires_grad_() for t in (q, k, v)]
     for got, ref in zip(ember.compile(step)(*ins), (q.grad, k.grad, v.grad)):
         assert np.array_equal(_bits(got.numpy()), _bits(ref.numpy()))
+
+
+@pytest.mark.parametrize("dt", LOW, ids=lambda d: d.name)
+def test_extrema_and_arg_extrema_exact(dt):
+    """amax/amin/argmax/argmin (max-pool's) in float16/bfloat16: exactly NumPy's answer on
+    the low values (computed on exact float32 copies), NaN and ties included."""
+    x = _rand((512, 4, 40), dt, specials=True)
+    a = x.numpy()
+    a32 = a.astype(np.float32)
+    for dim in (0, 1, 2):
+        assert np.array_equal(x.amax(dim).float().numpy(), a32.max(dim), equal_nan=True)
+        assert np.array_equal(x.amin(dim).float().numpy(), a32.min(dim), equal_nan=True)
+        assert np.array_equal(x.argmax(dim).numpy(), a.argmax(dim))
+        assert np.array_equal(x.argmin(dim).numpy(), a.argmin(dim))
+    t = ember.from_numpy(np.array([[1, 3, 3, -0.0, 0.0]], np.float32)).to(dt)
+    assert x.argmax().item() == a.argmax() and t.argmax(1).item() == 1
+    assert t.argmin(1).item() == 3 and t.neg().argmax(1).item() == 3   # -0 == 0: first
