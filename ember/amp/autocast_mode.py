@@ -243,11 +243,6 @@ def cast_inputs(name: str, entries, args: tuple, kwargs: dict | None = None):
     return args, kwargs
 
 
-def autocast_state():
-    """An opaque snapshot of the autocast switches of this thread (for checkpoint/compile)."""
-    return state.autocast
-
-
 def signature_key():
     """What a compiled graph is specialised on: the enabled device types and their dtypes."""
     return tuple((d, _sw.dtype[d].name) for d in _DEVICE_TYPES if _sw.enabled[d]) \
