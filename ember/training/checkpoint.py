@@ -61,7 +61,7 @@ def load(path: str) -> dict:
 
 def check_options(ck: dict, cfg, path: str) -> None:
     """:class:`UsageError` when ``cfg`` differs from the checkpoint's run in an option that
-    defines it (model, dataset, batch size, lr, weight decay, seed, block size)."""
+    defines it (model, dataset, batch size, lr, weight decay, seed, block size, amp)."""
     saved = ck["config"]
     for key in _SAME:
         if key in saved and saved[key] != getattr(cfg, key):

@@ -5,7 +5,9 @@ The parameters and the optimizer stay in float32; the forward runs under
 float32), and the backward follows the dtypes the forward chose. ``fp16`` adds a
 :class:`ember.amp.GradScaler` against gradient underflow: its state goes into the
 checkpoint, so a resumed run continues with the same loss scale. ``bf16`` has float32's
-range and needs no scaling. Without ``--amp`` both contexts are no-ops.
+range and needs no scaling. Without ``--amp`` both contexts are no-ops. A skipped fp16
+step still counts as a step (the schedule advances, as in PyTorch scripts), and the
+held-out evaluation runs in float32.
 """
 from __future__ import annotations
 
