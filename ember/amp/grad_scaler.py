@@ -160,10 +160,6 @@ class GradScaler:
         if not self._enabled:
             return outputs
         self._arm()
-        if isinstance(outputs, Tensor):
-            if self._scale is None:
-                self._lazy_init(outputs.device)
-            return outputs * self._scale.to(outputs.device)
 
         def apply(val):
             if isinstance(val, Tensor):
