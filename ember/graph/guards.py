@@ -380,6 +380,7 @@ class _Walk:
         user = _user_type(type(m))
         if user:
             self._class(type(m))
+            self._library_names(type(m))
         for k, v in d.items():
             p = path + (("attr", k),)
             if k in _MODULE_STORES:
@@ -395,6 +396,18 @@ class _Walk:
                 self.visit(v, p, depth + 1, use)
         if user:
             self._class_attrs(m, d, path, depth, use)
+
+    def _library_names(self, cls):
+        """A user subclass of an Ember layer (``class MyNorm(nn.LayerNorm)``): the names the
+        library's own methods read (``eps``...) count as read too."""
+        from ..nn.module import Module
+        for c in cls.__mro__:
+            if c in (Module, object) or _user_type(c) or id(c) in self.code:
+                continue
+            self.code.add(id(c))
+            for v in vars(c).values():
+                if isinstance(v, types.FunctionType):
+                    _code_names(v.__code__, self.names)
 
     def _class_attrs(self, obj, d, path, depth, use):
         """Class-level data a user object reads as ``self.NAME`` (a table, a constant)."""

@@ -112,6 +112,21 @@ def test_module_attribute_and_hook_changes_retrace():
     assert "guard ln._forward_hooks: len 0 -> len 1" in text, text
 
 
+class _MyNorm(nn.LayerNorm):
+    def forward(self, x):
+        return super().forward(x) * 2.0
+
+
+def test_user_subclass_of_a_library_layer_guards_library_attributes():
+    m = _MyNorm(4)
+    c = em.compile(m)
+    x = em.randn(2, 4)
+    _same(c(x), m(x))
+    m.eps = 10.0                        # read by LayerNorm's code, not by _MyNorm's
+    _same(c(x), m(x))
+    assert "guard model.eps: 1e-05 -> 10.0" in str(c.explain())
+
+
 def test_global_python_scalar_and_factory_constant_retrace():
     global G_SCALE
     f = lambda x: x * G_SCALE + em.full((2,), G_SCALE)         # noqa: E731
