@@ -83,6 +83,8 @@ CASES = [
     ("replication_pad2d", lambda m, F, t: F.pad(t.img, (1, 1, 1, 1), mode="replicate")),
     ("constant_pad_nd", lambda m, F, t: F.pad(t.img, (1, 1, 1, 1))),
     ("cdist", lambda m, F, t: m.cdist(t.x, t.y)),
+    ("quantile", lambda m, F, t: m.quantile(t.x, 0.25)),
+    ("nanquantile", lambda m, F, t: m.nanquantile(t.x, 0.25)),
     ("prod", lambda m, F, t: m.prod(t.x)),
     ("sum", lambda m, F, t: m.sum(t.x)),
     ("exp", lambda m, F, t: m.exp(t.x)),
@@ -140,8 +142,8 @@ def _run(lib, F, fn, dtype, low, *extra):
 @pytest.mark.parametrize("name,fn", CASES, ids=[c[0] for c in CASES])
 def test_result_dtype_matches_pytorch(name, fn, inputs, low):
     in_dtype = low if inputs == "low" else inputs
-    if name == "cdist" and not hasattr(ember, "cdist"):
-        pytest.skip("ember.cdist is not in this tree yet")
+    if name in ("cdist", "quantile", "nanquantile") and not hasattr(ember, name):
+        pytest.skip(f"ember.{name} is not in this tree yet")
     got = _dtype_name(_run(ember, EF, fn, in_dtype, low))
     assert got == _expected(name, in_dtype, low), (name, in_dtype, low)
     if torch is not None:
