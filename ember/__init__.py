@@ -28,6 +28,7 @@ from .ops.conv import *  # noqa: F401,F403
 from .ops.factories import *  # noqa: F401,F403
 from .random import *  # noqa: F401,F403
 from .ops.misc import *  # noqa: F401,F403
+from .ops.composite_more import *  # noqa: F401,F403
 from .ops.convert import clone, contiguous, detach  # noqa: F401
 from .ops.tensor_api import *  # noqa: F401,F403 - legacy constructors, new_*, isclose
 from .ops.composite_math import *  # noqa: F401,F403

@@ -15,14 +15,22 @@ from __future__ import annotations
 
 import math
 
+from .autograd import anomaly as _anomaly
 from .device import device as _device
+from .nn.functional import (celu, cosine_similarity, hardshrink,  # noqa: F401 - torch.<name>
+                            pairwise_distance, pixel_shuffle, pixel_unshuffle, prelu, selu,
+                            threshold)
+from .tensor import Tensor
 
 __all__ = ["pi", "e", "inf", "nan", "newaxis", "use_deterministic_algorithms",
            "are_deterministic_algorithms_enabled", "is_deterministic_algorithms_warn_only_enabled",
            "set_deterministic_debug_mode", "get_deterministic_debug_mode",
            "set_float32_matmul_precision", "get_float32_matmul_precision",
            "get_default_device", "set_default_device", "set_warn_always",
-           "is_warn_always_enabled", "typename"]
+           "is_warn_always_enabled", "typename", "layout", "strided", "is_inference",
+           "get_device", "is_anomaly_enabled", "set_anomaly_enabled", "selu", "celu",
+           "threshold", "hardshrink", "prelu", "cosine_similarity", "pairwise_distance",
+           "pixel_shuffle", "pixel_unshuffle"]
 
 pi, e, inf, nan = math.pi, math.e, math.inf, math.nan
 newaxis = None
@@ -111,3 +119,40 @@ def typename(obj) -> str:
     t = type(obj)
     return t.__qualname__ if t.__module__ in ("builtins", "__builtin__") else \
         f"{t.__module__}.{t.__qualname__}"
+
+
+class layout:
+    """A tensor memory layout (``torch.layout``); Ember tensors are all :data:`strided`."""
+
+    def __init__(self, name: str):
+        self.name = name
+
+    def __repr__(self) -> str:
+        return f"ember.{self.name}"
+
+
+strided = layout("strided")
+Tensor.layout = property(lambda self: strided)
+
+
+def is_inference(input) -> bool:
+    """Whether ``input`` was made under ``inference_mode`` (``torch.is_inference``)."""
+    # NOTE: Ember's Tensor.is_inference is a property (PyTorch's is a method)
+    flag = input.is_inference
+    return bool(flag() if callable(flag) else flag)
+
+
+def get_device(input) -> int:
+    """-1 for a CPU tensor, else its device index (``torch.get_device``)."""
+    return input.get_device()
+
+
+def is_anomaly_enabled() -> bool:
+    """Whether anomaly detection is on (``torch.is_anomaly_enabled``)."""
+    return _anomaly.is_anomaly_enabled()
+
+
+def set_anomaly_enabled(enabled: bool, check_nan: bool = True) -> None:
+    """Turn anomaly detection on or off (``torch.set_anomaly_enabled``); NaN and Inf are
+    always checked when on."""
+    _anomaly.set_detect_anomaly(enabled)

@@ -177,3 +177,114 @@ def test_top_level_flags_and_constants():
     with pytest.raises(RuntimeError, match="CPU"):
         em.set_default_device("cuda")
     assert em.typename(em.ones(1)) == "ember.FloatTensor" and em.typename(1) == "int"
+
+
+@pytest.mark.parametrize("interpolation", ["linear", "lower", "higher", "midpoint", "nearest"])
+def test_quantile_and_nanquantile_follow_torch(interpolation):
+    torch = pytest.importorskip("torch")
+    a = np.random.default_rng(0).standard_normal((4, 6))
+    a[1, 2] = np.nan
+    for name in ("quantile", "nanquantile"):
+        for q in (0.3, [0.1, 0.5, 0.95]):
+            for dim, keep in ((None, False), (1, False), (0, True), (None, True)):
+                eq = em.tensor(q, dtype=em.float64) if isinstance(q, list) else q
+                tq = torch.tensor(q, dtype=torch.float64) if isinstance(q, list) else q
+                got = getattr(em, name)(em.from_numpy(a), eq, dim, keep,
+                                        interpolation=interpolation).numpy()
+                want = getattr(torch, name)(torch.from_numpy(a), tq, dim, keep,
+                                            interpolation=interpolation).numpy()
+                assert got.shape == want.shape
+                np.testing.assert_allclose(got, want, rtol=1e-12)
+
+
+def test_quantile_gradients_follow_torch_including_q():
+    torch = pytest.importorskip("torch")
+    a = np.random.default_rng(1).standard_normal(7)
+    x, q = em.from_numpy(a.copy()).requires_grad_(), em.tensor([0.3, 0.6], dtype=em.float64)
+    q.requires_grad_()
+    em.quantile(x, q).sum().backward()
+    tx, tq = torch.tensor(a, requires_grad=True), torch.tensor([0.3, 0.6], dtype=torch.float64,
+                                                               requires_grad=True)
+    torch.quantile(tx, tq).sum().backward()
+    np.testing.assert_allclose(x.grad.numpy(), tx.grad.numpy(), rtol=1e-12)
+    np.testing.assert_allclose(q.grad.numpy(), tq.grad.numpy(), rtol=1e-12)
+    with pytest.raises(ValueError, match=r"\[0, 1\]"):
+        em.quantile(em.ones(3), 1.5)
+    with pytest.raises(TypeError, match="floating point"):
+        em.quantile(em.tensor([1, 2]), 0.5)
+
+
+def test_windows_and_fill_diagonal_follow_torch():
+    torch = pytest.importorskip("torch")
+    for name in ("hann_window", "hamming_window", "blackman_window", "bartlett_window",
+                 "kaiser_window"):
+        for n in (0, 1, 5, 8):
+            for periodic in (True, False):
+                np.testing.assert_allclose(getattr(em, name)(n, periodic).numpy(),
+                                           getattr(torch, name)(n, periodic).numpy(),
+                                           atol=1e-6, err_msg=f"{name}({n}, {periodic})")
+    for shape, wrap in (((7, 3), True), ((7, 3), False), ((3, 7), False), ((3, 3, 3), False)):
+        e, t = em.zeros(*shape), torch.zeros(*shape)
+        e.fill_diagonal_(5.0, wrap=wrap)
+        t.fill_diagonal_(5.0, wrap=wrap)
+        np.testing.assert_array_equal(e.numpy(), t.numpy())
+    with pytest.raises(ValueError, match="equal length"):
+        em.zeros(2, 3, 4).fill_diagonal_(1.0)
+
+
+def test_integer_and_bit_helpers_follow_torch():
+    torch = pytest.importorskip("torch")
+    a, b = np.array([12, 18, -4, 0]), np.array([8, 27, 6, 5])
+    for name in ("gcd", "lcm"):
+        got = getattr(em, name)(em.from_numpy(a), em.from_numpy(b))
+        want = getattr(torch, name)(torch.from_numpy(a), torch.from_numpy(b))
+        np.testing.assert_array_equal(got.numpy(), want.numpy())
+    with pytest.raises(TypeError, match="integer"):
+        em.gcd(em.ones(2), em.ones(2))
+    f = np.array([8.0, 0.3, -5.0, 0.0])
+    em_m, em_e = em.frexp(em.from_numpy(f))
+    t_m, t_e = torch.frexp(torch.from_numpy(f))
+    np.testing.assert_array_equal(em_m.numpy(), t_m.numpy())
+    np.testing.assert_array_equal(em_e.numpy(), t_e.numpy())
+    np.testing.assert_array_equal(
+        em.nextafter(em.from_numpy(f), em.from_numpy(-f)).numpy(),
+        torch.nextafter(torch.from_numpy(f), torch.from_numpy(-f)).numpy())
+    np.testing.assert_array_equal(em.angle(em.from_numpy(f)).numpy(),
+                                  torch.angle(torch.from_numpy(f)).numpy())
+    np.testing.assert_array_equal(em.isin(em.tensor([1, 2, 3]), em.tensor([2, 5])).numpy(),
+                                  [False, True, False])
+    for got, want in zip(em.unravel_index(em.tensor([5, 7, -1]), (2, 4)),
+                         torch.unravel_index(torch.tensor([5, 7, -1]), (2, 4))):
+        np.testing.assert_array_equal(got.numpy(), want.numpy())
+    for vals, r, rep in (([1, 2, 3], 2, False), ([1, 2, 3], 3, True), ([1, 2, 3], 0, False),
+                         ([1], 2, False), ([1, 2, 3], 1, False)):
+        got = em.combinations(em.tensor(vals), r, rep)
+        want = torch.combinations(torch.tensor(vals), r, rep)
+        assert tuple(got.shape) == tuple(want.shape)
+        np.testing.assert_array_equal(got.numpy(), want.numpy())
+
+
+def test_factories_and_aliases():
+    t = em.empty_strided((2, 3), (1, 2))
+    assert t.shape == (2, 3) and t.stride() == (1, 2)
+    assert em.scalar_tensor(3).dtype == em.float32 and em.scalar_tensor(3).ndim == 0
+    a = np.arange(3.0)
+    shared, copied = em.asarray(a), em.asarray(a, copy=True)
+    a[0] = 9.0
+    assert shared[0].item() == 9.0 and copied[0].item() == 0.0
+    x = em.ones(2, dtype=em.float64)
+    assert x.new(2, 3).shape == (2, 3) and x.new(2, 3).dtype == em.float64
+    assert x.new([1, 2]).tolist() == [1.0, 2.0]
+    assert em.narrow_copy(em.arange(5), 0, 1, 2).tolist() == [1, 2]
+    assert em.rsub(em.tensor([1.0]), 5.0).tolist() == [4.0]
+    assert em.ones(4).bernoulli().shape == (4,)
+    assert em.tensor([0.0, 1.0]).multinomial(3, replacement=True).tolist() == [1, 1, 1]
+    with pytest.raises(TypeError, match="float64"):
+        em.ones(2).float_power_(2)
+    m = em.zeros(2, 2)
+    m.addmm_(em.eye(2), em.ones(2, 2))
+    assert m.tolist() == [[1.0, 1.0], [1.0, 1.0]]
+    assert em.selu is em.nn.functional.selu and em.pixel_shuffle is em.nn.functional.pixel_shuffle
+    assert em.ones(1).layout is em.strided
+    assert em.is_inference(em.ones(1)) is False and em.get_device(em.ones(1)) == -1
+    assert em.is_signed(em.ones(1)) and not em.isreal(em.ones(2)).logical_not().any()

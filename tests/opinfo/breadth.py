@@ -323,3 +323,48 @@ def _block_diag_ref(arrs):
         out[r:r + a.shape[0], c:c + a.shape[1]] = a
         r, c = r + a.shape[0], c + a.shape[1]
     return out
+
+
+# ------------------------------------------------------------------ composite_more
+def _quantile_samples(rng, dt):
+    return [Sample((rand(rng, (3, 5), dt), 0.3), {"dim": 1}, name="row"),
+            Sample((rand(rng, (4, 3), dt), np.array([0.1, 0.5, 0.9], dt)), {"dim": 0,
+                                                                           "keepdim": True},
+                   name="vector-q"),
+            Sample((rand(rng, (2, 3), dt), 0.75), name="all"),
+            Sample((rand(rng, (5,), dt), 0.4), {"interpolation": "midpoint"}, name="midpoint")]
+
+
+def _np_quantile(a, q, dim=None, keepdim=False, interpolation="linear"):
+    return np.quantile(a, q, axis=dim, keepdims=keepdim, method=interpolation).astype(a.dtype)
+
+
+OPINFOS += [
+    OpInfo("quantile", em.quantile, _np_quantile, _quantile_samples, ("argsort",)),
+    OpInfo("ldexp", em.ldexp, lambda a, e: a * 2.0 ** e,
+           _s(lambda r, d: [((rand(r, (3, 4), d), np.array([1, -2, 0, 3], I64)), {})]),
+           ("mul", "pow"), exact_dtype=False),
+    OpInfo("chain_matmul", lambda *m: em.chain_matmul(*m), lambda *m: m[0] @ m[1] @ m[2],
+           _s(lambda r, d: [((rand(r, (2, 3), d), rand(r, (3, 4), d), rand(r, (4, 2), d)),
+                             {})]), ("matmul",)),
+    OpInfo("put", em.put, lambda a, i, s, acc=False: _put_ref(a, i, s, acc),
+           _s(lambda r, d: [((rand(r, (3, 4), d), np.array([0, 5, -1], I64), rand(r, (3,), d)),
+                             {}),
+                            ((rand(r, (2, 2), d), np.array([1, 1], I64), rand(r, (2,), d),
+                              True), {})]), ("index_put",)),
+    OpInfo("combinations", em.combinations,
+           lambda a, r=2, with_replacement=False: np.array(
+               list((__import__("itertools").combinations_with_replacement if with_replacement
+                     else __import__("itertools").combinations)(a, r)), a.dtype).reshape(-1, r),
+           _s(lambda r, d: [((rand(r, (4,), d),), {}), ((rand(r, (3,), d), 3, True), {})]),
+           ("index",)),
+]
+
+
+def _put_ref(a, idx, src, acc):
+    out = a.copy().reshape(-1)
+    if acc:
+        np.add.at(out, idx, src)
+    else:
+        out[idx] = src
+    return out.reshape(a.shape)
