@@ -288,3 +288,41 @@ def test_factories_and_aliases():
     assert em.ones(1).layout is em.strided
     assert em.is_inference(em.ones(1)) is False and em.get_device(em.ones(1)) == -1
     assert em.is_signed(em.ones(1)) and not em.isreal(em.ones(2)).logical_not().any()
+
+
+def test_inplace_view_ops_restride_the_tensor_itself():
+    torch = pytest.importorskip("torch")
+    a = np.arange(6.0).reshape(2, 3)
+    for op, args in (("unsqueeze_", (0,)), ("unsqueeze_", (-1,)), ("squeeze_", ()),
+                     ("t_", ()), ("transpose_", (0, 1)), ("swapdims_", (1, 0))):
+        e, t = em.from_numpy(a.copy()), torch.from_numpy(a.copy())
+        if op == "squeeze_":
+            e, t = e.unsqueeze(0), t.unsqueeze(0)
+        assert getattr(e, op)(*args) is e
+        getattr(t, op)(*args)
+        assert tuple(e.shape) == tuple(t.shape) and e.stride() == t.stride()
+        np.testing.assert_array_equal(e.numpy(), t.numpy())
+    x = em.zeros(2, 3)
+    row = x[0]
+    x.t_()
+    x[1, 0] = 7.0                      # same storage: the earlier view sees the write
+    assert row[1].item() == 7.0
+    p = em.ones(2, requires_grad=True)
+    with pytest.raises(RuntimeError, match=r"x = x.unsqueeze\(0\)"):
+        p.unsqueeze_(0)
+    q = p * 2
+    with pytest.raises(RuntimeError, match="autograd history"):
+        with em.no_grad():
+            q.unsqueeze_(0)
+    with em.no_grad():
+        p.unsqueeze_(0)
+    assert p.shape == (1, 2)
+
+
+def test_apply_and_map():
+    y = em.tensor([1.0, 2.0, 3.0])
+    assert y.apply_(lambda v: v * v) is y and y.tolist() == [1.0, 4.0, 9.0]
+    y.map_(em.tensor([1.0]), lambda a, b: a - b)
+    assert y.tolist() == [0.0, 3.0, 8.0]
+    with pytest.raises(RuntimeError, match="callable"):
+        em.ones(2, requires_grad=True).apply_(abs)
