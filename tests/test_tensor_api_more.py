@@ -326,3 +326,31 @@ def test_apply_and_map():
     assert y.tolist() == [0.0, 3.0, 8.0]
     with pytest.raises(RuntimeError, match="callable"):
         em.ones(2, requires_grad=True).apply_(abs)
+
+
+def test_logcumsumexp_is_stable_and_follows_torch():
+    torch = pytest.importorskip("torch")
+    a = np.array([[1000.0, -1000.0, 0.5, -2000.0, 3.0], [-np.inf, 0.0, -np.inf, 1.0, 2.0]])
+    np.testing.assert_allclose(em.logcumsumexp(em.from_numpy(a), 1).numpy(),
+                               torch.logcumsumexp(torch.from_numpy(a), 1).numpy(), rtol=1e-14)
+    b = np.random.default_rng(0).standard_normal((3, 7, 4)) * 50   # values far apart
+    for d in range(3):
+        np.testing.assert_allclose(em.logcumsumexp(em.from_numpy(b), d).numpy(),
+                                   torch.logcumsumexp(torch.from_numpy(b), d).numpy(),
+                                   rtol=1e-12)
+
+
+def test_histogram_follows_torch():
+    torch = pytest.importorskip("torch")
+    x = np.random.default_rng(1).standard_normal(100)
+    cases = [((7,), {}), ((np.array([-1.0, 0.0, 2.0]),), {"density": True}),
+             ((5,), {"range": (-1.0, 1.0), "weight": x * x})]
+    for args, kw in cases:
+        ea = tuple(em.from_numpy(a) if isinstance(a, np.ndarray) else a for a in args)
+        ta = tuple(torch.from_numpy(a) if isinstance(a, np.ndarray) else a for a in args)
+        ekw = {k: em.from_numpy(v) if isinstance(v, np.ndarray) else v for k, v in kw.items()}
+        tkw = {k: torch.from_numpy(v) if isinstance(v, np.ndarray) else v for k, v in kw.items()}
+        (h, e), (th, te) = em.histogram(em.from_numpy(x), *ea, **ekw), \
+            torch.histogram(torch.from_numpy(x), *ta, **tkw)
+        np.testing.assert_allclose(h.numpy(), th.numpy(), rtol=1e-12)
+        np.testing.assert_allclose(e.numpy(), te.numpy(), rtol=1e-12, atol=1e-15)

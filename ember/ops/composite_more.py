@@ -33,7 +33,8 @@ __all__ = ["quantile", "nanquantile", "isin", "gcd", "lcm", "ldexp", "frexp", "n
            "angle", "isreal", "unravel_index", "combinations", "chain_matmul", "hann_window",
            "hamming_window", "blackman_window", "bartlett_window", "kaiser_window",
            "empty_strided", "scalar_tensor", "asarray", "narrow_copy", "unsafe_chunk",
-           "unsafe_split", "unsafe_split_with_sizes", "is_signed", "put", "rsub"]
+           "unsafe_split", "unsafe_split_with_sizes", "is_signed", "put", "rsub",
+           "logcumsumexp", "histogram"]
 
 _INTERPOLATIONS = ("linear", "lower", "higher", "midpoint", "nearest")
 
@@ -91,6 +92,52 @@ def quantile(input, q, dim=None, keepdim=False, *, interpolation="linear"):
 def nanquantile(input, q, dim=None, keepdim=False, *, interpolation="linear"):
     """:func:`quantile` ignoring NaNs (NaN only where a slice is all NaN)."""
     return _quantile(input, q, dim, keepdim, interpolation, True, "nanquantile")
+
+
+def logcumsumexp(input, dim, *, out=None):
+    """``log(cumsum(exp(input)))`` along ``dim`` without overflow or underflow
+    (``torch.logcumsumexp``).
+
+    A Hillis-Steele scan of ``logaddexp``: ``ceil(log2 n)`` shifted pairwise steps, each
+    exact in log space, so an element far below the running maximum is not lost (as it
+    would be by one global shift) and autograd follows ``logaddexp``.
+    """
+    from .composite_math import logaddexp
+    from .factories import full
+    x = input if input.dtype.is_floating_point else input.to(_dt.get_default_dtype())
+    if x.ndim == 0:
+        return x.clone()
+    d = wrap_dim(dim, x.ndim, "logcumsumexp")
+    n, k, y = x.shape[d], 1, x
+    while k < n:
+        pad_shape = tuple(k if i == d else s for i, s in enumerate(y.shape))
+        pad = full(pad_shape, -math.inf, dtype=y.dtype, device=y.device)
+        shifted = _cat_along([pad, y.narrow(d, 0, n - k)], d)
+        y = logaddexp(y, shifted)
+        k *= 2
+    return y if out is None else out.copy_(y)
+
+
+def _cat_along(ts, d):
+    from .join import cat
+    return cat(ts, d)
+
+
+def histogram(input, bins=100, *, range=None, weight=None, density=False):  # noqa: A002
+    """Histogram of a tensor's values: ``(hist, bin_edges)`` (``torch.histogram``).
+
+    ``bins`` is a count of equal bins over ``range`` (the data's min and max by default)
+    or a 1-D tensor of increasing edges.
+    """
+    if not input.dtype.is_floating_point:
+        raise DTypeError(f"histogram(): expected a floating point input, got "
+                         f"{input.dtype.name}")
+    a = _host(input).reshape(-1)
+    b = _host(bins) if isinstance(bins, Tensor) else int(bins)
+    w = None if weight is None else _host(weight).reshape(-1)
+    hist, edges = np.histogram(a, bins=b, range=range, weights=w, density=density)
+    return (_tensor(hist, dtype=input.dtype, device=input.device),
+            _tensor(edges, dtype=input.dtype, device=input.device))
 
 
 # ------------------------------------------------------------------ integer / float bits
@@ -323,11 +370,13 @@ def _float_power_(self, exponent):
 
 for _name in ("quantile", "nanquantile", "isin", "gcd", "lcm", "ldexp", "frexp",
               "nextafter", "angle", "isreal", "narrow_copy", "unsafe_chunk", "unsafe_split",
-              "unsafe_split_with_sizes", "put"):
+              "unsafe_split_with_sizes", "put", "logcumsumexp", "histogram"):
     setattr(Tensor, _name, globals()[_name])
 for _name in ("gcd", "lcm", "ldexp", "nextafter", "put"):
     setattr(Tensor, _name + "_", inplace_from(globals()[_name], _name))
 Tensor.new = _new
+Tensor.to_dense = lambda self, dtype=None, *, masked_grad=None: \
+    self if dtype is None else self.to(dtype)   # NOTE: a strided tensor is already dense
 Tensor.bernoulli = bernoulli
 Tensor.multinomial = multinomial
 Tensor.fill_diagonal_ = _fill_diagonal_

@@ -368,3 +368,16 @@ def _put_ref(a, idx, src, acc):
     else:
         out[idx] = src
     return out.reshape(a.shape)
+
+
+def _logcumsumexp_ref(a, dim):
+    m = np.max(a, axis=dim, keepdims=True)
+    return (np.log(np.cumsum(np.exp(a - m), axis=dim)) + m).astype(a.dtype)
+
+
+OPINFOS += [
+    OpInfo("logcumsumexp", em.logcumsumexp, _logcumsumexp_ref,
+           _s(lambda r, d: [((rand(r, (3, 5), d), 1), {}), ((rand(r, (6, 2), d), 0), {}),
+                            ((rand(r, (9,), d, -20, 20), -1), {})]),
+           ("maximum", "log1p", "exp")),
+]
