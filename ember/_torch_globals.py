@@ -30,7 +30,8 @@ __all__ = ["pi", "e", "inf", "nan", "newaxis", "use_deterministic_algorithms",
            "is_warn_always_enabled", "typename", "layout", "strided", "is_inference",
            "get_device", "is_anomaly_enabled", "set_anomaly_enabled", "selu", "celu",
            "threshold", "hardshrink", "prelu", "cosine_similarity", "pairwise_distance",
-           "pixel_shuffle", "pixel_unshuffle"]
+           "pixel_shuffle", "pixel_unshuffle", "memory_format", "contiguous_format",
+           "preserve_format", "legacy_contiguous_format"]
 
 pi, e, inf, nan = math.pi, math.e, math.inf, math.nan
 newaxis = None
@@ -132,6 +133,23 @@ class layout:
 
 
 strided = layout("strided")
+
+
+class memory_format:
+    """A memory format (``torch.memory_format``). Ember tensors are row-major, so only
+    :data:`contiguous_format` and :data:`preserve_format` exist; ``channels_last`` is
+    deliberately absent rather than accepted and ignored."""
+
+    def __init__(self, name: str):
+        self.name = name
+
+    def __repr__(self) -> str:
+        return f"ember.{self.name}"
+
+
+contiguous_format = memory_format("contiguous_format")
+preserve_format = memory_format("preserve_format")
+legacy_contiguous_format = contiguous_format
 Tensor.layout = property(lambda self: strided)
 
 
