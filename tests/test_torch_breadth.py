@@ -39,6 +39,10 @@ def test_cuda_answers_no_gpu():
         ember.cuda.get_device_name(0)
     with pytest.raises((TypeError, ValueError)):
         ember.cuda.manual_seed("not a seed")
+    assert ember.cuda.get_rng_state_all() == []
+    ember.cuda.set_rng_state_all([])
+    with pytest.raises(RuntimeError, match="no CUDA device"):
+        ember.cuda.get_rng_state()
 
 
 def test_accelerator_none():

@@ -17,7 +17,8 @@ __all__ = ["NoCUDADeviceError", "is_available", "device_count", "current_device"
            "is_bf16_supported", "synchronize", "get_device_name", "get_device_capability",
            "get_device_properties", "set_device", "empty_cache", "memory_allocated",
            "max_memory_allocated", "memory_reserved", "max_memory_reserved",
-           "reset_peak_memory_stats"]
+           "reset_peak_memory_stats", "get_rng_state_all", "set_rng_state_all",
+           "get_rng_state", "set_rng_state"]
 
 
 class NoCUDADeviceError(RuntimeError):
@@ -66,6 +67,25 @@ def seed() -> None:
 
 def seed_all() -> None:
     """No-op: there are no CUDA generators to seed."""
+
+
+def get_rng_state_all() -> list:
+    """The RNG states of every CUDA device: an empty list (there are none)."""
+    return []
+
+
+def set_rng_state_all(new_states) -> None:
+    """Restore every CUDA device's RNG state: nothing to restore without devices."""
+
+
+def get_rng_state(device="cuda"):
+    """Raise: there is no CUDA device whose generator state could be read."""
+    _no_device("get_rng_state")
+
+
+def set_rng_state(new_state, device="cuda") -> None:
+    """Raise: there is no CUDA device whose generator state could be set."""
+    _no_device("set_rng_state")
 
 
 def empty_cache() -> None:
