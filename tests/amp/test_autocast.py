@@ -331,3 +331,44 @@ def test_compiled_step_default_pipeline_close_to_eager_autocast():
     for pe, pc in zip(ne.parameters(), nc.parameters()):
         np.testing.assert_allclose(pc.grad.numpy(), pe.grad.numpy(), rtol=2 ** -5,
                                    atol=2 ** -7 * float(np.abs(pe.grad.numpy()).max()))
+
+
+_NORMS = {
+    "batch_norm": lambda F, x, w, b: F.batch_norm(x, None, None, w, b, training=True),
+    "batch_norm_eval": lambda F, x, w, b: F.batch_norm(x, w * 0, w.abs() + 1, w, b),
+    "layer_norm": lambda F, x, w, b: F.layer_norm(x, (5,), w[:5], b[:5]),
+    "group_norm": lambda F, x, w, b: F.group_norm(x, 2, w, b),
+    "instance_norm": lambda F, x, w, b: F.instance_norm(x, weight=w, bias=b),
+    "rms_norm": lambda F, x, w, b: F.rms_norm(x, (5,), w[:5]),
+}
+
+
+@pytest.mark.parametrize("low", [em.bfloat16, em.float16], ids=["bf16", "fp16"])
+@pytest.mark.parametrize("name", list(_NORMS))
+def test_norms_of_a_low_precision_input_with_float32_parameters(name, low):
+    """As PyTorch's kernels: a bf16/fp16 input with float32 weights gives the input's dtype,
+    computed in float32 and rounded once (a conv's bf16 output stays bf16 through a
+    float32 BatchNorm under autocast)."""
+    em.manual_seed(0)
+    x = em.randn(4, 6, 5, 5).to(low).requires_grad_()
+    w = em.randn(6, requires_grad=True)
+    b = em.randn(6, requires_grad=True)
+    fn = _NORMS[name]
+    y = fn(F, x, w, b)
+    assert y.dtype is low
+    ref = fn(F, x.detach().float(), w.detach(), b.detach()).to(low)
+    if name == "rms_norm":     # as PyTorch: normalised and rounded, then scaled and rounded
+        ref = (F.rms_norm(x.detach().float(), (5,)).to(low) * w.detach()[:5]).to(low)
+    np.testing.assert_array_equal(_np(y), _np(ref))
+    y.float().sum().backward()
+    assert x.grad.dtype is low and w.grad.dtype is em.float32
+    try:
+        import torch
+        import torch.nn.functional as TF
+    except ImportError:
+        return
+    tl = getattr(torch, str(low).split(".")[-1])
+    tx = torch.tensor(x.detach().float().numpy()).to(tl)
+    ty = fn(TF, tx, torch.tensor(w.detach().numpy()), torch.tensor(b.detach().numpy()))
+    assert ty.dtype == tl
+    np.testing.assert_allclose(_np(y), ty.float().numpy(), rtol=2 ** -6, atol=2 ** -6)

@@ -6,12 +6,29 @@ place under ``no_grad``.
 """
 from __future__ import annotations
 
+import functools
+
+from ... import dtypes as _dt
 from ...autograd.grad_mode import no_grad
 from ...errors import ShapeError
 from ...tensor import Tensor
 from ...ops.dispatch import autocast_entry
 
 __all__ = ['batch_norm', 'layer_norm', 'group_norm', 'rms_norm', 'instance_norm']
+
+_LOWP = (_dt.bfloat16, _dt.float16)
+
+
+def _lowp_in_float32(fn):
+    """PyTorch's norm kernels take a bfloat16/float16 input with parameters of its dtype or
+    float32, compute in float32 and round the output once to the input's dtype (so a
+    bfloat16 activation stays bfloat16 through a float32 BatchNorm under autocast)."""
+    @functools.wraps(fn)
+    def norm(input, *args, **kwargs):
+        if input.__class__ is Tensor and input.dtype in _LOWP:
+            return fn(input.float(), *args, **kwargs).to(input.dtype)
+        return fn(input, *args, **kwargs)
+    return norm
 
 
 def _normalize(x: Tensor, dims, eps: float):
@@ -39,6 +56,7 @@ def _update(running, stat, momentum):
         running.mul_(1.0 - momentum).add_(stat.to(running.dtype) * momentum)
 
 
+@_lowp_in_float32
 def batch_norm(input: Tensor, running_mean: Tensor | None, running_var: Tensor | None,
                weight: Tensor | None = None, bias: Tensor | None = None, training: bool = False,
                momentum: float = 0.1, eps: float = 1e-5) -> Tensor:
@@ -92,6 +110,7 @@ def _norm_dims(input, normalized_shape, op):
 
 
 @autocast_entry("layer_norm")
+@_lowp_in_float32
 def layer_norm(input: Tensor, normalized_shape, weight: Tensor | None = None,
                bias: Tensor | None = None, eps: float = 1e-5) -> Tensor:
     """Normalise over the trailing ``normalized_shape`` dims, then scale and shift.
@@ -111,14 +130,19 @@ def rms_norm(input: Tensor, normalized_shape, weight: Tensor | None = None,
     """``x / sqrt(mean(x², trailing dims) + eps) * weight``; ``eps`` defaults to the
     dtype's machine epsilon (as PyTorch)."""
     _, dims = _norm_dims(input, normalized_shape, "rms_norm")
+    if input.dtype in _LOWP:
+        # NOTE: as PyTorch: normalised in float32 (eps: float32's epsilon by default) and
+        # rounded to the input's dtype, then scaled and rounded again
+        out = rms_norm(input.float(), normalized_shape, None, eps).to(input.dtype)
+        return out if weight is None else (out * weight).to(input.dtype)
     if eps is None:
-        from ...dtypes import finfo
-        eps = finfo(input.dtype).eps
+        eps = _dt.finfo(input.dtype).eps
     out = input * (input.square().mean(dim=dims, keepdim=True) + eps).rsqrt()
     return out if weight is None else out * weight
 
 
 @autocast_entry("group_norm")
+@_lowp_in_float32
 def group_norm(input: Tensor, num_groups: int, weight: Tensor | None = None,
                bias: Tensor | None = None, eps: float = 1e-5) -> Tensor:
     """Normalise each group of ``C / num_groups`` channels over its channels and spatial dims."""
@@ -131,6 +155,7 @@ def group_norm(input: Tensor, num_groups: int, weight: Tensor | None = None,
     return _affine(out, weight, bias, _channel_shape(input))
 
 
+@_lowp_in_float32
 def instance_norm(input: Tensor, running_mean: Tensor | None = None,
                   running_var: Tensor | None = None, weight: Tensor | None = None,
                   bias: Tensor | None = None, use_input_stats: bool = True,
