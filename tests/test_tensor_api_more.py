@@ -358,3 +358,25 @@ def test_histogram_follows_torch():
             torch.histogram(torch.from_numpy(x), *ta, **tkw)
         np.testing.assert_allclose(h.numpy(), th.numpy(), rtol=1e-12)
         np.testing.assert_allclose(e.numpy(), te.numpy(), rtol=1e-12, atol=1e-15)
+
+
+def test_random_fills_are_seeded_and_distributed_right():
+    em.manual_seed(0)
+    a = em.empty(200000, dtype=em.float64).log_normal_(0.5, 0.25)
+    em.manual_seed(0)
+    b = em.empty(200000, dtype=em.float64).log_normal_(0.5, 0.25)
+    assert (a.numpy() == b.numpy()).all()                      # the default generator
+    la = np.log(a.numpy())
+    assert abs(la.mean() - 0.5) < 0.005 and abs(la.std() - 0.25) < 0.005
+    c = em.empty(200000, dtype=em.float64).cauchy_(2.0, 3.0).numpy()
+    assert abs(np.median(c) - 2.0) < 0.05                      # median of Cauchy(2, 3)
+    assert abs(np.percentile(c, 75) - np.percentile(c, 25) - 6.0) < 0.1   # IQR = 2 sigma
+    g = em.empty(200000, dtype=em.int64).geometric_(0.25).numpy()
+    assert g.min() >= 1 and abs(g.mean() - 4.0) < 0.05         # mean 1/p
+    with pytest.raises(ValueError, match="p to be in"):
+        em.empty(2).geometric_(1.5)
+    with pytest.raises(TypeError, match="floating point"):
+        em.empty(2, dtype=em.int64).cauchy_()
+    w = em.ones(2, requires_grad=True)
+    with pytest.raises(RuntimeError, match="leaf"):
+        w.log_normal_()
