@@ -8,6 +8,12 @@ gradient reaching a float32 weight is float32) and ``ember.compile`` captures th
 nodes. The backward pass runs in the dtypes the forward chose: the engine runs VJPs with
 autocast off (see :func:`ember.autograd.engine.run_backward`).
 
+NOTE: PyTorch recommends calling ``backward()`` outside the region, where the two agree. A
+``backward()`` inside one re-autocasts PyTorch's backward ATen ops; Ember's VJPs are written
+in Ember primitives that do not map one to one onto those, so autocasting them would choose
+dtypes PyTorch never does (e.g. a bfloat16 ``mv`` gradient). A custom ``Function``'s backward
+decorated with :func:`custom_bwd` runs under its forward's autocast state, as in PyTorch.
+
 The switches are thread-local. ``state.autocast`` (``ember.autograd.grad_mode``) holds the
 merged table of the enabled device types, or ``None``: the one attribute the dispatcher's hot
 path reads.
