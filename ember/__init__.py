@@ -72,3 +72,4 @@ from . import accelerator, backends, cuda, serialization, testing  # noqa: E402,
 from ._threads import (get_num_interop_threads, get_num_threads,  # noqa: E402,F401
                        set_num_interop_threads, set_num_threads)
 from ._torch_globals import *  # noqa: E402,F401,F403 - pi, determinism flags, default device
+from ._torch_functional import *  # noqa: E402,F401,F403 - torch.batch_norm etc., ATen order
