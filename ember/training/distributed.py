@@ -14,9 +14,13 @@ import os
 
 from ember.data import DataLoader, DistributedSampler
 
+from .errors import UsageError
+
 def init(nproc: int) -> tuple[int, int]:
     """(rank, world size): joins the MPI process group when this is a launched rank."""
-    if nproc <= 1:
+    if nproc < 1:
+        raise UsageError(f"--nproc must be a positive integer, got {nproc}")
+    if nproc == 1:
         return 0, 1
     import ember.distributed as dist
     if not dist.is_initialized():
@@ -35,7 +39,7 @@ def make_loader(train_ds, batch_size: int, seed: int, gen, rank: int, world: int
         return DataLoader(train_ds, batch_size=batch_size, shuffle=True, drop_last=True,
                           generator=gen)
     if batch_size % world:
-        raise ValueError(f"ember train: --batch-size {batch_size} (the global batch) must be "
+        raise UsageError(f"ember train: --batch-size {batch_size} (the global batch) must be "
                          f"divisible by --nproc {world}")
     sampler = DistributedSampler(train_ds, num_replicas=world, rank=rank, shuffle=True,
                                  seed=seed, drop_last=True)

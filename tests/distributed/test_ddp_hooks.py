@@ -81,3 +81,22 @@ def test_bucket_assignment_reverse_order_first_bucket_small():
     # buckets follow in the order they were opened (about when backward fills them)
     assert assign_buckets(params, cap_bytes=25 * 2**20) == [[2], [3], [1, 0]]
     assert assign_buckets(params, cap_bytes=1, first_cap_bytes=1) == [[3], [2], [1], [0]]
+
+
+def test_train_loader_splits_the_global_batch_and_rejects_uneven_splits():
+    from ember.data import TensorDataset
+    from ember.training import distributed as dist_train
+    from ember.training.errors import UsageError
+
+    ds = TensorDataset(ember.arange(20))
+    shards = [dist_train.make_loader(ds, 8, 0, None, r, 2) for r in range(2)]
+    for s in shards:
+        dist_train.set_epoch(s, 3)
+    batches = [[b[0].tolist() for b in s] for s in shards]
+    assert [len(b) for b in batches[0]] == [4, 4]        # global batch 8 = 2 ranks x 4
+    seen = sum(batches[0], []) + sum(batches[1], [])
+    assert len(set(seen)) == len(seen) == 16             # disjoint shards, drop_last
+    with pytest.raises(UsageError, match="--batch-size 9 .* divisible by --nproc 2"):
+        dist_train.make_loader(ds, 9, 0, None, 0, 2)
+    with pytest.raises(UsageError, match="--nproc"):
+        dist_train.init(0)
