@@ -49,13 +49,18 @@ def public_names(obj, path: str) -> list[str]:
     return sorted(names)
 
 
-def coverage(torch_path: str, ember_path: str, attr: str | None):
-    """(label, present count, total, missing names) for one namespace."""
+def coverage(torch_path: str, ember_path: str, attr: str | None, callables: bool = False):
+    """(label, present count, total, missing names) for one namespace; with ``callables``,
+    only its functions (callable names that are not classes or modules)."""
     ref = _resolve(torch_path, attr)
     mine = _resolve(ember_path, attr)
     names = public_names(ref, torch_path)
+    if callables:
+        names = [n for n in names if callable(getattr(ref, n, None)) and not isinstance(
+            getattr(ref, n), (type, types.ModuleType))]
     missing = [n for n in names if mine is None or not hasattr(mine, n)]
-    label = f"{torch_path}.{attr}" if attr else torch_path
+    label = (f"{torch_path}.{attr}" if attr else torch_path) + (" (functions)" if callables
+                                                                else "")
     return label, len(names) - len(missing), len(names), missing
 
 
@@ -67,9 +72,10 @@ def main(argv=None) -> int:
     import torch  # noqa: F401 - the yardstick
     import ember  # noqa: F401
     rows = [coverage(*ns) for ns in NAMESPACES]
-    print(f"{'namespace':24s} {'present':>8s} {'total':>6s} {'coverage':>9s}")
+    rows.insert(1, coverage("torch", "ember", None, callables=True))
+    print(f"{'namespace':28s} {'present':>8s} {'total':>6s} {'coverage':>9s}")
     for label, have, total, _ in rows:
-        print(f"{label:24s} {have:8d} {total:6d} {have / max(total, 1):9.1%}")
+        print(f"{label:28s} {have:8d} {total:6d} {have / max(total, 1):9.1%}")
     if args.missing:
         for label, _, _, missing in rows:
             print(f"\n{label} missing ({len(missing)}):\n  " + " ".join(missing))
