@@ -23,7 +23,7 @@ from .composite_shape import split_with_sizes
 from .dispatch import autocast_entry
 from .factories import arange, as_tensor, empty, tensor as _tensor
 from .inplace import check_inplace, commit, inplace_from
-from .join import chunk, split, stack
+from .join import chunk, split
 from .scatter import gather
 from .select import where
 from .sort import sort

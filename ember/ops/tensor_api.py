@@ -12,8 +12,6 @@ from __future__ import annotations
 
 import numbers
 
-import numpy as np
-
 from .. import dtypes as _dt
 from ..tensor import Size, Tensor
 from . import factories as _f
