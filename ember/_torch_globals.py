@@ -31,7 +31,8 @@ __all__ = ["pi", "e", "inf", "nan", "newaxis", "use_deterministic_algorithms",
            "get_device", "is_anomaly_enabled", "set_anomaly_enabled", "selu", "celu",
            "threshold", "hardshrink", "prelu", "cosine_similarity", "pairwise_distance",
            "pixel_shuffle", "pixel_unshuffle", "memory_format", "contiguous_format",
-           "preserve_format", "legacy_contiguous_format"]
+           "preserve_format", "legacy_contiguous_format", "set_default_tensor_type",
+           "can_cast", "set_flush_denormal", "frombuffer"]
 
 pi, e, inf, nan = math.pi, math.e, math.inf, math.nan
 newaxis = None
@@ -174,3 +175,40 @@ def set_anomaly_enabled(enabled: bool, check_nan: bool = True) -> None:
     """Turn anomaly detection on or off (``torch.set_anomaly_enabled``); NaN and Inf are
     always checked when on."""
     _anomaly.set_detect_anomaly(enabled)
+
+
+def set_default_tensor_type(t) -> None:
+    """Deprecated PyTorch call: sets the default float dtype from a legacy type
+    (``ember.DoubleTensor`` or ``"torch.DoubleTensor"``); CPU only."""
+    from . import dtypes as _dt
+    from .ops.tensor_api import _LEGACY
+    name = t if isinstance(t, str) else getattr(t, "__name__", repr(t))
+    key = name.rsplit(".", 1)[-1]
+    if key not in _LEGACY or "cuda" in name:
+        raise TypeError(f"set_default_tensor_type(): expected a CPU floating point tensor type "
+                        f"such as 'torch.DoubleTensor', got {name!r}")
+    _dt.set_default_dtype(_LEGACY[key])
+
+
+def can_cast(from_, to) -> bool:
+    """Whether PyTorch's casting rules allow ``from_`` -> ``to`` in type promotion: not to a
+    lower category (float -> int, int -> bool) (``torch.can_cast``)."""
+    from . import dtypes as _dt
+    return _dt.as_dtype(from_).category <= _dt.as_dtype(to).category
+
+
+def set_flush_denormal(mode: bool) -> bool:
+    """False: Ember does not switch the CPU's flush-to-zero mode (PyTorch returns False
+    where it is unsupported), so denormals keep IEEE semantics."""
+    return False
+
+
+def frombuffer(buffer, *, dtype, count: int = -1, offset: int = 0, requires_grad=False):
+    """A 1-D tensor sharing memory with a Python buffer (``torch.frombuffer``)."""
+    import numpy as np
+
+    from . import dtypes as _dt
+    from .ops.factories import from_numpy
+    arr = np.frombuffer(buffer, dtype=_dt.as_dtype(dtype).np, count=count, offset=offset)
+    t = from_numpy(arr)
+    return t.requires_grad_(requires_grad) if requires_grad else t

@@ -380,3 +380,28 @@ def test_random_fills_are_seeded_and_distributed_right():
     w = em.ones(2, requires_grad=True)
     with pytest.raises(RuntimeError, match="leaf"):
         w.log_normal_()
+
+
+def test_dtype_helpers_and_buffers():
+    torch = pytest.importorskip("torch")
+    pairs = [("float64", "float32"), ("float32", "int64"), ("int64", "float32"),
+             ("int32", "bool"), ("bool", "uint8"), ("int8", "uint8")]
+    for a, b in pairs:
+        assert em.can_cast(getattr(em, a), getattr(em, b)) == \
+            torch.can_cast(getattr(torch, a), getattr(torch, b)), (a, b)
+    before = em.get_default_dtype()
+    try:
+        em.set_default_tensor_type("torch.DoubleTensor")
+        assert em.get_default_dtype() == em.float64 and em.tensor([1.0]).dtype == em.float64
+        em.set_default_tensor_type(em.FloatTensor)
+        assert em.get_default_dtype() == em.float32
+    finally:
+        em.set_default_dtype(before)
+    with pytest.raises(TypeError, match="CPU floating point"):
+        em.set_default_tensor_type("torch.cuda.FloatTensor")
+    assert em.set_flush_denormal(True) is False
+    buf = bytearray(np.arange(4, dtype=np.float32).tobytes())
+    t = em.frombuffer(buf, dtype=em.float32, count=2, offset=4)
+    assert t.tolist() == [1.0, 2.0]
+    t[0] = 9.0                                   # shares the buffer's memory
+    assert np.frombuffer(buf, np.float32)[1] == 9.0
