@@ -372,3 +372,42 @@ def test_norms_of_a_low_precision_input_with_float32_parameters(name, low):
     ty = fn(TF, tx, torch.tensor(w.detach().numpy()), torch.tensor(b.detach().numpy()))
     assert ty.dtype == tl
     np.testing.assert_allclose(_np(y), ty.float().numpy(), rtol=2 ** -6, atol=2 ** -6)
+
+
+_RNNS = [("LSTM", {}), ("LSTM", {"num_layers": 2, "bidirectional": True}),
+         ("LSTM", {"proj_size": 4}), ("GRU", {}), ("RNN", {"batch_first": True}),
+         ("LSTMCell", {}), ("GRUCell", {}), ("RNNCell", {})]
+# NOTE: PyTorch's CPU LSTM runs oneDNN's mkldnn_rnn_layer (on the autocast list): all in
+# bfloat16, but a projected LSTM's cell state stays float32; GRU and the LSTM/GRU cells run
+# ops on no list; RNN and RNNCell run listed matmuls.
+_RNN_DTYPES = {"LSTM": ("bfloat16",) * 3, "LSTM-proj": ("bfloat16", "bfloat16", "float32"),
+               "GRU": ("float32",) * 2, "RNN": ("bfloat16",) * 2, "LSTMCell": ("float32",) * 2,
+               "GRUCell": ("float32",), "RNNCell": ("bfloat16",)}
+
+
+def _rnn_dtypes(lib, cls, kw):
+    lib.manual_seed(0)
+    m = getattr(lib.nn, cls)(4, 8, **kw)
+    x = lib.randn(3, 2, 4) if not cls.endswith("Cell") else lib.randn(2, 4)
+    with lib.autocast("cpu"):
+        r = m(x)
+    flat = []
+    for v in (r if isinstance(r, tuple) else (r,)):
+        flat.extend(v if isinstance(v, tuple) else (v,))
+    return tuple(str(t.dtype).split(".")[-1] for t in flat), m, flat
+
+
+@pytest.mark.parametrize("cls,kw", _RNNS, ids=[f"{c}-{'-'.join(k)}" for c, k in _RNNS])
+def test_recurrent_layers_under_autocast(cls, kw):
+    got, m, flat = _rnn_dtypes(em, cls, kw)
+    key = "LSTM-proj" if kw.get("proj_size") else cls
+    assert got == _RNN_DTYPES[key]
+    sum(t.float().sum() for t in flat).backward()
+    assert all(p.grad is not None and p.grad.dtype is em.float32 for p in m.parameters())
+    try:
+        import torch
+    except ImportError:
+        return
+    with warnings.catch_warnings():
+        warnings.simplefilter("ignore")   # oneDNN: "LSTM with projections is not supported"
+        assert got == _rnn_dtypes(torch, cls, kw)[0]

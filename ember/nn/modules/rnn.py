@@ -12,7 +12,7 @@ import numbers
 import warnings
 
 from ... import dtypes as _dt
-from ...autograd.grad_mode import no_grad
+from ...autograd.grad_mode import no_grad, state
 from ...errors import ShapeError
 from ...ops.factories import empty, zeros
 from ...ops.join import cat, stack
@@ -220,6 +220,9 @@ class RNNBase(Module):
         return outs, h, c
 
     def forward(self, input, hx=None):
+        return self._forward(input, hx, self._layer_weights)
+
+    def _forward(self, input, hx, layer_weights):
         x, states, batched = self._check_input(input, hx)
         D = 2 if self.bidirectional else 1
         h_n, c_n = [], []
@@ -229,7 +232,7 @@ class RNNBase(Module):
             out_time = 1 if last and self.batch_first else 0
             outs = []
             for d in range(D):
-                w = self._layer_weights(layer, d == 1)
+                w = layer_weights(layer, d == 1)
                 xp = _project(x, w[0], w[2], w[3], self.mode)
                 if layer == 0 and self.batch_first:
                     xp = xp.transpose(0, 1)
@@ -305,6 +308,26 @@ class LSTM(RNNBase):
                  dropout=0.0, bidirectional=False, proj_size=0, device=None, dtype=None):
         super().__init__("LSTM", input_size, hidden_size, num_layers, bias, batch_first,
                          dropout, bidirectional, proj_size, device=device, dtype=dtype)
+
+    def forward(self, input, hx=None):
+        table = state.autocast
+        if table is None or self.proj_size or "mkldnn_rnn_layer" not in table:
+            return self._forward(input, hx, self._layer_weights)
+        # NOTE: PyTorch's CPU LSTM runs oneDNN's mkldnn_rnn_layer, on the CPU autocast list:
+        # input, states and weights in the lower dtype (a projected LSTM, a GRU, an RNN and
+        # the cells take other paths there and keep their ops' own policies)
+        from ...amp.autocast_mode import cast_inputs
+        entries = table["mkldnn_rnn_layer"]
+        (input, hx), _ = cast_inputs("mkldnn_rnn_layer", entries, (input, hx))
+
+        def layer_weights(layer, reverse):
+            return cast_inputs("mkldnn_rnn_layer", entries,
+                               self._layer_weights(layer, reverse))[0]
+        state.autocast = None
+        try:
+            return self._forward(input, hx, layer_weights)
+        finally:
+            state.autocast = table
 
 
 class GRU(RNNBase):
