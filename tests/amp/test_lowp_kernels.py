@@ -113,6 +113,20 @@ def test_tensor_casts_take_the_kernel_and_keep_bits(dt):
 
 
 @needs_cc
+@pytest.mark.parametrize("dt", LOW, ids=lambda d: d.name)
+def test_convert_on_the_thread_pool(dt, monkeypatch):
+    """Chunks split over the pool (a size no 64-element boundary divides) join exactly."""
+    monkeypatch.setattr(ck, "PARALLEL_MIN", 1)
+    monkeypatch.setattr(ck, "num_threads", lambda: 2)
+    f = _f32_specials(dt.np)[:100_003]
+    with np.errstate(all="ignore"):
+        ref = f.astype(dt.np)
+    low = ck.convert(f, dt.np)
+    assert np.array_equal(_bits(low), _bits(ref))
+    assert np.array_equal(_bits(ck.convert(low, np.float32)), _bits(ref.astype(np.float32)))
+
+
+@needs_cc
 def test_convert_transposed_and_out():
     a = np.random.default_rng(1).standard_normal((3, 40, 50)).astype(np.float16)
     t = a.transpose(2, 0, 1)
