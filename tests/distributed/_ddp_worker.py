@@ -22,9 +22,10 @@ STEPS = 20
 
 
 def mlp(dtype):
+    """W1 of bench/train.py: 784-512-512-10 with ReLU (5 classes used by the data)."""
     ember.manual_seed(1)
-    m = nn.Sequential(nn.Linear(20, 32), nn.ReLU(), nn.Linear(32, 32), nn.ReLU(),
-                      nn.Linear(32, 5))
+    m = nn.Sequential(nn.Linear(784, 512), nn.ReLU(), nn.Linear(512, 512), nn.ReLU(),
+                      nn.Linear(512, 10))
     return m.to(dtype)
 
 
@@ -38,7 +39,7 @@ def cnn(dtype):
 def data(kind, step, dtype, batch=8):
     """The global batch of ``step`` (the same on every rank); shards are halves of it."""
     rng = np.random.default_rng(100 + step)
-    shape = (batch, 20) if kind == "mlp" else (batch, 1, 8, 8)
+    shape = (batch, 784) if kind == "mlp" else (batch, 1, 8, 8)
     x = ember.tensor(rng.standard_normal(shape)).to(dtype)
     return x, ember.tensor(rng.integers(0, 5, batch))
 
@@ -172,7 +173,9 @@ def check_zero(out, rank, world):
                for v in st.values() if isinstance(v, ember.Tensor))
     shares = [None] * world
     dist.all_gather_object(shares, zopt.local_state_bytes())
-    out["zero_state_ratio_max"] = max(shares) / full
+    # NOTE: whole tensors are sharded (greedy by size, as PyTorch): W1's 784x512 weight
+    # alone is 60% of its state, so the max share is 0.60 here (0.50 on W3, see bench)
+    out["zero_state_shares"] = [s / full for s in shares]
     zopt.consolidate_state_dict(to=0)
     sd = zopt.state_dict() if rank == 0 else None
     [sd] = _bcast_state(sd)
@@ -226,8 +229,8 @@ def check_unused(out, rank, world):
 def _compiled_run(make, kind, compiled, rank, world, steps=5, zero=False):
     import warnings
     model = DDP(make(ember.float32))
-    opt = ZeroRedundancyOptimizer(model.parameters(), optimizer_class=ember.optim.AdamW,
-                                  lr=1e-2) if zero else sgd(model)
+    opt = ZeroRedundancyOptimizer(model.parameters(), optimizer_class=ember.optim.SGD,
+                                  lr=0.05, momentum=0.9) if zero else sgd(model)
 
     def step(x, y):
         opt.zero_grad()
@@ -266,7 +269,7 @@ def check_compiled(out, rank, world):
         out[f"compiled_{kind}_replicas_agree"] = all(exact(g, gathered[0]) for g in gathered)
     try:
         model = DDP(mlp(ember.float32), find_unused_parameters=True)
-        ember.compile(lambda x: model(x).sum().backward(), fullgraph=True)(ember.ones(2, 20))
+        ember.compile(lambda x: model(x).sum().backward(), fullgraph=True)(ember.ones(2, 784))
         out["fullgraph_raises"] = False
     except RuntimeError as e:
         out["fullgraph_raises"] = "DistributedDataParallel" in str(e)

@@ -8,7 +8,7 @@ float64, 20 steps):
   normalises each shard with its own statistics, as a DDP rank does) — DDP must equal
   it EXACTLY in float32 and float64: with 2 ranks the all-reduce adds two pre-halved
   gradients, which is the same sum backward forms.
-* concatenated batch (MLP): the whole batch in one forward — GEMMs sum in another
+* concatenated batch (W1 MLP, 784-512-512-10): the whole batch in one forward — GEMMs sum in another
   order, so <= 1e-6 relative in float32 and <= 1e-12 in float64.
 """
 import json
@@ -53,7 +53,8 @@ def test_no_sync_accumulation_equals_larger_batch(results):
 def test_zero1_equals_ddp_and_shards_state(results):
     assert results["zero_equals_ddp_rank0"] is True
     assert results["zero_equals_ddp_rank1"] is True
-    assert results["zero_state_ratio_max"] <= 0.55
+    shares = results["zero_state_shares"]   # each rank's state / a replicated optimizer's
+    assert sum(shares) == pytest.approx(1.0, abs=1e-12) and max(shares) < 0.61
     assert results["zero_consolidated_matches_plain"] is True
     assert results["zero_reload_bytes_rank0"] is True and results["zero_reload_bytes_rank1"]
 
