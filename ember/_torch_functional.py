@@ -131,3 +131,10 @@ def poisson_nll_loss(input, target, log_input, full, eps, reduction):
     """``torch.poisson_nll_loss(input, target, log_input, full, eps, reduction)``."""
     return F.poisson_nll_loss(input, target, log_input, full, eps=eps,
                               reduction=_reduction(reduction, "poisson_nll_loss"))
+
+
+# NOTE: Tensor methods that are nn functions; bound here because ops sit below nn.
+from .tensor import Tensor as _Tensor  # noqa: E402
+
+_Tensor.hardshrink = F.hardshrink
+_Tensor.prelu = F.prelu

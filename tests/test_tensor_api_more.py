@@ -405,3 +405,24 @@ def test_dtype_helpers_and_buffers():
     assert t.tolist() == [1.0, 2.0]
     t[0] = 9.0                                   # shares the buffer's memory
     assert np.frombuffer(buf, np.float32)[1] == 9.0
+
+
+def test_small_tensor_methods_follow_torch():
+    torch = pytest.importorskip("torch")
+    a = np.array([[0, 1], [2, 0]])
+    for size in (1, 2, 3):
+        np.testing.assert_array_equal(em.from_numpy(a).nonzero_static(size=size).numpy(),
+                                      torch.from_numpy(a).nonzero_static(size=size).numpy())
+    x = em.ones(2)
+    assert x.new_empty_strided((2, 2), (1, 2)).stride() == (1, 2)
+    assert x.is_set_to(x) and not x.is_set_to(x.clone())
+    assert not x.is_shared() and not x.is_distributed()
+    assert x.const_data_ptr() == x.data_ptr()
+    v = np.array([-1.0, 0.2, 3.0])
+    np.testing.assert_array_equal(em.from_numpy(v).hardshrink().numpy(),
+                                  torch.from_numpy(v).hardshrink().numpy())
+    np.testing.assert_array_equal(em.from_numpy(v).prelu(em.tensor([0.25], dtype=em.float64))
+                                  .numpy(),
+                                  torch.from_numpy(v).prelu(torch.tensor([0.25],
+                                                                         dtype=torch.float64))
+                                  .numpy())

@@ -384,4 +384,24 @@ Tensor.float_power_ = _float_power_
 Tensor.addmm_ = inplace_from(Tensor.addmm, "addmm")
 Tensor.baddbmm_ = inplace_from(Tensor.baddbmm, "baddbmm")
 Tensor.output_nr = property(lambda self: self._out_nr)
+Tensor.const_data_ptr = Tensor.data_ptr
+Tensor.is_distributed = lambda self: False
+Tensor.is_shared = lambda self: False   # NOTE: storages are private memory (no share_memory_)
+Tensor.nonzero_static = lambda self, *, size, fill_value=-1: _nonzero_static(
+    self, size, fill_value)
+Tensor.new_empty_strided = lambda self, size, stride, *, dtype=None, device=None, \
+    requires_grad=False: empty_strided(size, stride, dtype=dtype or self.dtype,
+                                       device=device or self.device,
+                                       requires_grad=requires_grad)
+Tensor.is_set_to = lambda self, other: (
+    self.untyped_storage() is other.untyped_storage() and self.shape == other.shape
+    and self.stride() == other.stride() and self.storage_offset() == other.storage_offset())
+
+
+def _nonzero_static(self, size: int, fill_value: int = -1):
+    """``nonzero`` padded with ``fill_value`` (or truncated) to ``size`` rows."""
+    nz = np.argwhere(_host(self))
+    out = np.full((int(size), max(self.ndim, 0)), fill_value, np.int64)
+    out[:min(len(nz), int(size))] = nz[:int(size)]
+    return _tensor(out, device=self.device)
 Tensor.dim_order = lambda self: tuple(sorted(range(self.ndim), key=lambda i: -self.stride(i)))
