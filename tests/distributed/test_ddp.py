@@ -8,8 +8,8 @@ float64, 20 steps):
   normalises each shard with its own statistics, as a DDP rank does) — DDP must equal
   it EXACTLY in float32 and float64: with 2 ranks the all-reduce adds two pre-halved
   gradients, which is the same sum backward forms.
-* concatenated batch (W1 MLP, 784-512-512-10): the whole batch in one forward — GEMMs sum in another
-  order, so <= 1e-6 relative in float32 and <= 1e-12 in float64.
+* concatenated batch (W1 MLP, 784-512-512-10): the whole batch in one forward — GEMMs
+  sum in another order, so <= 1e-6 relative in float32 and <= 1e-12 in float64.
 """
 import json
 import os
@@ -68,9 +68,9 @@ def test_find_unused_parameters(results):
 @pytest.mark.parametrize("kind", ["mlp", "cnn", "zero"])
 def test_compiled_ddp_step_captures_collectives_as_nodes(results, kind):
     # ember.compile records each bucket's all-reduce (and the BatchNorm CNN's buffer
-    # broadcasts, ZeRO-1's parameter broadcasts) as graph nodes that call MPI at every replay: no graph break, the
-    # graph is replayed, the replicas stay identical and match eager DDP (fused kernels
-    # round differently from eager ones: <= 1e-6, not exact)
+    # broadcasts, ZeRO-1's parameter broadcasts) as graph nodes that call MPI at every
+    # replay: no graph break, the graph is replayed, the replicas stay identical and match
+    # eager DDP (fused kernels round differently from eager ones: <= 1e-6, not exact)
     assert results[f"compiled_{kind}_graph_break"] is False
     assert results[f"compiled_{kind}_captures"] <= 2
     all_reduces, broadcasts = results[f"compiled_{kind}_collective_nodes"]
