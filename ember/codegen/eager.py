@@ -20,8 +20,8 @@ takes an op only when all of these hold:
   every op with a C template, computed in float32 inside and rounded once on store
   — NumPy's float16 and ml_dtypes' bfloat16 loops convert element by element, so even
   ``add`` is 3-10x slower than the kernel (except the float16 ops NumPy vectorises itself:
-  :func:`_numpy_f16_simd`). A ``cast`` between float32 and float16/bfloat16
-  runs :mod:`.convert_kernels` (bit-identical to ``astype``, at memory speed);
+  :func:`_numpy_f16_simd`). (A ``cast`` between float32 and float16/bfloat16 is the
+  cast kernel's own business: :mod:`.convert_kernels`, eager and compiled alike);
 * a C compiler exists (otherwise NumPy, silently: eager users did not ask for codegen);
 * the process has already pushed :data:`WARMUP` elements through this op and dtype in
   NumPy (``EMBER_EAGER_KERNELS_WARMUP``).
@@ -83,11 +83,11 @@ _DEFAULT_THRESHOLDS = dict(THRESHOLDS)
 WARMUP = config.EAGER_KERNELS_WARMUP
 
 _FLOATS = (np.dtype(np.float32), np.dtype(np.float64))
-_F32, _F64 = _FLOATS
+_F64 = _FLOATS[1]
 _LOWP = (_cvt.F16, _cvt.BF16)
-#: minimum output elements of a float16/bfloat16 op (and of a float32 <-> low cast).
+#: minimum output elements of a float16/bfloat16 op.
 LOWP_THRESHOLD = 1 << 15
-#: ops left to NumPy in float16/bfloat16: ``cast`` has its own kernels (``convert_kernels``).
+#: ops left out in float16/bfloat16: ``cast``'s own kernel converts (``convert_kernels``).
 LOWP_EXCLUDE = frozenset(("cast",))
 #: float16 ops NumPy does on the bits (memory speed everywhere).
 NUMPY_F16_BITOPS = frozenset(("abs", "neg"))
@@ -124,8 +124,8 @@ def run(op, arrays, params):
             return None
     if dt is None:
         return None
-    if dt in _LOWP or (dt is _F32 and op.name == "cast"):
-        need = _lowp_need(op, dt, params)
+    if dt in _LOWP:
+        need = _lowp_need(op, dt)
     elif need is None or dt not in _FLOATS:
         return None
     else:
@@ -145,11 +145,6 @@ def run(op, arrays, params):
     if seen < WARMUP:
         _seen[key] = seen + size
         return None
-    if op.name == "cast":
-        out = _convert(arrays[0], params["dtype"].np)
-        if out is not None:
-            stats["runs"] += 1
-        return out
     fn = _kernel(op.name, dt, len(arrays), params)
     if fn is None:
         return None
@@ -160,18 +155,15 @@ def run(op, arrays, params):
     return out
 
 
-def _lowp_need(op, dt, params):
-    """Minimum size for a float16/bfloat16 op (or a float32 -> low cast); None: never.
+def _lowp_need(op, dt):
+    """Minimum size for a float16/bfloat16 op; None: never.
 
     NOTE: NumPy runs every float16/bfloat16 ufunc one element at a time through scalar
     conversions (float16 add: ~3 ns an element where float32 is at memory speed), so
     every op with a C template takes the kernel, from the smallest eager threshold on.
     """
-    if op.name == "cast":
-        ok = _cvt.supports(dt, params["dtype"].np)
-    else:
-        ok = op.expr is not None and op.name not in LOWP_EXCLUDE and not (
-            dt is _cvt.F16 and op.name in _numpy_f16_simd())
+    ok = op.expr is not None and op.name not in LOWP_EXCLUDE and not (
+        dt is _cvt.F16 and op.name in _numpy_f16_simd())
     return LOWP_THRESHOLD if ok else None
 
 
@@ -186,12 +178,6 @@ def _numpy_f16_simd() -> frozenset:
         ops = _state["f16_simd"] = NUMPY_F16_BITOPS | (NUMPY_F16_SVML if skx else frozenset())
         return ops
     return ops
-
-
-def _convert(x, dtype):
-    if _compiler() is None:
-        return None
-    return _cvt.convert(x, dtype)
 
 
 def _broadcast(arrays):

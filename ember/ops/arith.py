@@ -5,10 +5,13 @@ straight to the dispatcher with no wrapper in between.
 """
 from __future__ import annotations
 
+import numpy as np
+
 from .. import dtypes as _dt
 from ..errors import DTypeError
 from ..tensor import Tensor
 from . import dispatch
+from ._util import LOWP
 from .registry import defop
 
 __all__ = ['add', 'sub', 'subtract', 'mul', 'multiply', 'div', 'divide', 'true_divide', 'neg', 'negative', 'pow']
@@ -97,7 +100,19 @@ def _cast_rule(x, dtype):
 
 
 def _cast_kernel(xp, x, dtype):
+    if x.size >= _CONVERT_MIN and (x.dtype in LOWP or dtype.np in LOWP):
+        # NOTE: float32 <-> float16/bfloat16 through a C kernel, bit-identical to astype
+        # and 4-8x faster (NumPy/ml_dtypes convert one element at a time); eager and
+        # compiled graphs (a cast node runs this kernel) alike. None: not a handled pair.
+        from ..codegen.convert_kernels import convert     # NOTE: codegen sits above ops
+        r = convert(x, dtype.np) if x.__class__ is np.ndarray else None
+        if r is not None:
+            return r
     return x.astype(dtype.np)
+
+
+#: elements from which a float32 <-> float16/bfloat16 cast runs the conversion kernel.
+_CONVERT_MIN = 4096
 
 
 cast_p = defop(
