@@ -197,3 +197,21 @@ def test_safe_globals_accepted(tmp_path):
                                   "ember.backends.cpu", "ember.testing"])
 def test_module_paths_import(path):
     assert importlib.import_module(path) is not None
+
+
+def test_nn_modules_paths_follow_pytorch_file_names():
+    from ember.nn.modules.activation import MultiheadAttention
+    from ember.nn.modules.batchnorm import BatchNorm2d, _BatchNorm
+    from ember.nn.modules.instancenorm import InstanceNorm1d
+    from ember.nn.modules.linear import NonDynamicallyQuantizableLinear
+    from ember.nn.modules.module import Module
+    from ember.nn.modules.utils import _pair, _quadruple, _single, _triple
+    nn = ember.nn
+    assert MultiheadAttention is nn.MultiheadAttention and Module is nn.Module
+    assert BatchNorm2d is nn.BatchNorm2d and InstanceNorm1d is nn.InstanceNorm1d
+    assert all(isinstance(m, _BatchNorm) for m in (nn.BatchNorm1d(2), nn.BatchNorm3d(2)))
+    assert not isinstance(nn.InstanceNorm1d(2), _BatchNorm)
+    assert issubclass(NonDynamicallyQuantizableLinear, nn.Linear)
+    assert isinstance(nn.MultiheadAttention(4, 2).out_proj, NonDynamicallyQuantizableLinear)
+    assert (_single(2), _pair(3), _triple((1, 2, 3)), _quadruple(0)) == \
+        ((2,), (3, 3), (1, 2, 3), (0, 0, 0, 0))

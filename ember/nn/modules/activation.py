@@ -322,3 +322,8 @@ class GLU(Module):
 
     def extra_repr(self) -> str:
         return f"dim={self.dim}"
+
+
+# NOTE: PyTorch keeps MultiheadAttention in torch.nn.modules.activation; the class lives in
+# .attention and is importable from here too.
+from .attention import MultiheadAttention  # noqa: E402,F401

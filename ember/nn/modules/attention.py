@@ -9,13 +9,9 @@ from ...ops.factories import empty
 from ..functional import multi_head_attention_forward
 from ..module import Module
 from ..parameter import Parameter
-from .linear import Linear
+from .linear import NonDynamicallyQuantizableLinear
 
 __all__ = ["MultiheadAttention", "NonDynamicallyQuantizableLinear"]
-
-
-class NonDynamicallyQuantizableLinear(Linear):
-    """A plain :class:`Linear` (PyTorch uses the name to steer quantization)."""
 
 
 def _xavier_uniform_(w) -> None:

@@ -80,6 +80,11 @@ class Linear(Module):
                f"bias={self.bias is not None}"
 
 
+class NonDynamicallyQuantizableLinear(Linear):
+    """A plain :class:`Linear` (PyTorch uses the name to steer quantization); it lives here
+    as in PyTorch (``torch.nn.modules.linear``), and ``MultiheadAttention`` uses it."""
+
+
 class Bilinear(Module):
     """``y_k = x1 · weight_k · x2 + bias_k`` with weight (out, in1, in2)."""
 

@@ -1,0 +1,34 @@
+"""``torch.nn.modules.utils``' tuple helpers, which PyTorch layers and user code import
+(``from torch.nn.modules.utils import _pair``).
+
+Example:
+    >>> _pair(3), _pair((1, 2)), _triple(2)
+    ((3, 3), (1, 2), (2, 2, 2))
+"""
+from __future__ import annotations
+
+import collections.abc
+import itertools
+
+__all__: list = []
+
+
+def _ntuple(n: int, name: str = "parse"):
+    """A function turning a scalar into an ``n``-tuple (an iterable is returned as a tuple)."""
+    def parse(x):
+        if isinstance(x, collections.abc.Iterable) and not isinstance(x, str):
+            return tuple(x)
+        return tuple(itertools.repeat(x, n))
+    parse.__name__ = name
+    return parse
+
+
+_single = _ntuple(1, "_single")
+_pair = _ntuple(2, "_pair")
+_triple = _ntuple(3, "_triple")
+_quadruple = _ntuple(4, "_quadruple")
+
+
+def _reverse_repeat_tuple(t, n: int) -> tuple:
+    """Reverse ``t`` and repeat each element ``n`` times (``F.pad`` order from conv padding)."""
+    return tuple(x for x in reversed(t) for _ in range(n))
