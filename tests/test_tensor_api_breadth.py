@@ -79,6 +79,8 @@ def test_legacy_constructors():
         em.LongTensor(em.zeros(2))
     with pytest.raises(TypeError, match="integer sizes"):
         em.Tensor(2, "3")
+    with pytest.raises(TypeError, match="must be a sequence"):
+        em.Tensor(3.5)                # PyTorch: new(): data must be a sequence (got float)
 
 
 @pytest.mark.parametrize("fn", [em.zeros, em.ones, em.empty, em.rand, em.randn])

@@ -85,6 +85,10 @@ def _legacy_new(dtype: _dt.DType, args: tuple, device, op: str) -> Tensor:
                 raise TypeError(f"{op}(): expected a tensor of dtype {dtype.name}, got "
                                 f"{data.dtype.name} (use .to({dtype.name}))")
             return data
+        if isinstance(data, numbers.Number) or isinstance(data, (str, bytes)):
+            raise TypeError(f"{op}(): data must be a sequence (got {type(data).__name__}); "
+                            f"valid: sizes {op}(2, 3), data {op}([1, 2]) or ember.tensor(x) "
+                            f"for a scalar")
         return _f.tensor(data, dtype=dtype, device=device)
     if any(isinstance(a, bool) or not isinstance(a, (numbers.Integral, Size)) for a in args):
         raise TypeError(f"{op}(): expected a sequence of data or integer sizes, got "
