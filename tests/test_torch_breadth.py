@@ -215,3 +215,38 @@ def test_nn_modules_paths_follow_pytorch_file_names():
     assert isinstance(nn.MultiheadAttention(4, 2).out_proj, NonDynamicallyQuantizableLinear)
     assert (_single(2), _pair(3), _triple((1, 2, 3)), _quadruple(0)) == \
         ((2,), (3, 3), (1, 2, 3), (0, 0, 0, 0))
+
+
+def test_pytorch_style_training_script_runs_unmodified():
+    # Written as a PyTorch user would, with ``import ember as torch``.
+    import ember as torch
+    from ember.utils.data import DataLoader, TensorDataset, random_split
+    import ember.nn as nn
+    import ember.nn.functional as F
+
+    torch.manual_seed(0)
+    torch.cuda.manual_seed_all(0)
+    torch.backends.cudnn.deterministic = True
+    torch.backends.cudnn.benchmark = False
+    device = torch.device("cuda" if torch.cuda.is_available() else "cpu")
+    x = torch.randn(64, 3)
+    y = (x.sum(1) > 0).type(torch.LongTensor)
+    train, val = random_split(TensorDataset(x, y), [48, 16])
+    loader = DataLoader(train, batch_size=16, shuffle=True, pin_memory=torch.cuda.is_available())
+    model = nn.Sequential(nn.Linear(3, 8), nn.ReLU(), nn.Linear(8, 2)).to(device)
+    opt = torch.optim.SGD(model.parameters(), lr=0.5)
+    for _ in range(30):
+        for xb, yb in loader:
+            xb, yb = xb.to(device, non_blocking=True), yb.to(device, non_blocking=True)
+            loss = F.cross_entropy(model(xb), yb)
+            opt.zero_grad()
+            loss.backward()
+            opt.step()
+    with torch.no_grad():
+        xv = torch.stack([val[i][0] for i in range(len(val))])
+        yv = torch.stack([val[i][1] for i in range(len(val))])
+        acc = (model(xv).argmax(1) == yv).float().mean().item()
+    assert acc >= 0.8
+    w = model[0].weight
+    torch.testing.assert_close(w.new_zeros(w.shape), torch.zeros_like(w))
+    assert torch.is_tensor(w) and torch.numel(w) == 24
