@@ -373,3 +373,17 @@ def test_extrema_and_arg_extrema_exact(dt):
     t = ember.from_numpy(np.array([[1, 3, 3, -0.0, 0.0]], np.float32)).to(dt)
     assert x.argmax().item() == a.argmax() and t.argmax(1).item() == 1
     assert t.argmin(1).item() == 3 and t.neg().argmax(1).item() == 3   # -0 == 0: first
+
+
+@pytest.mark.parametrize("dt", LOW, ids=lambda d: d.name)
+def test_compiled_lone_low_precision_op_gets_a_kernel(dt):
+    """A single large float16/bfloat16 op in a compiled graph runs as a generated kernel
+    (float32 inside), not NumPy's element-at-a-time loop; same bits as eager."""
+    if not ck.available():
+        pytest.skip("no C compiler")
+    x, y = _rand((256, 256), dt), _rand((256, 256), dt, 1)
+    f = ember.compile(lambda a, b: a * b)
+    got = f(x, y)
+    assert np.array_equal(_bits(got.numpy()), _bits((x * y).numpy()))
+    fuse = [ln for ln in str(f.explain()).splitlines() if "pass fuse" in ln]
+    assert fuse and "kernels 1" in fuse[0], fuse

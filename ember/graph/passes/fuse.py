@@ -25,6 +25,8 @@ from __future__ import annotations
 
 from ...codegen import launch as _launch
 from ...codegen.runtime import compile_many, warn_unavailable
+from ... import dtypes as _dt
+from ...codegen import eager
 from ...codegen.toolchain import find_compiler
 from ..ir import Graph, Node
 from .fuse_groups import partition
@@ -37,6 +39,7 @@ EXPENSIVE = {"exp", "exp2", "expm1", "log", "log2", "log10", "log1p", "sin", "co
              "erfinv", "pow", "atan2", "hypot"}
 #: elements from which a single expensive op gets its own kernel.
 SINGLE_OP_MIN = 1 << 16
+_LOWP = (_dt.float16, _dt.bfloat16)
 
 
 def worth(group) -> bool:
@@ -45,6 +48,12 @@ def worth(group) -> bool:
         return True
     n, cls = group.members[0]
     if n.op.name in ("softmax", "log_softmax"):
+        return True
+    if n.out.dtype in _LOWP and n.out.numel() >= eager.LOWP_THRESHOLD and n.op.name != "cast" \
+            and not (n.out.dtype is _dt.float16 and n.op.name in eager._numpy_f16_simd()):
+        # NOTE: NumPy's float16/bfloat16 loops convert one element at a time (an add 3-6x
+        # slower than a kernel): every large low-precision op gets one, as in eager mode
+        # (ember/codegen/eager.py LOWP_THRESHOLD; a cast runs its own conversion kernel).
         return True
     return cls != "stage" and n.op.name in EXPENSIVE and n.out.numel() >= SINGLE_OP_MIN
 
