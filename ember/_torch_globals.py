@@ -156,9 +156,7 @@ Tensor.layout = property(lambda self: strided)
 
 def is_inference(input) -> bool:
     """Whether ``input`` was made under ``inference_mode`` (``torch.is_inference``)."""
-    # NOTE: Ember's Tensor.is_inference is a property (PyTorch's is a method)
-    flag = input.is_inference
-    return bool(flag() if callable(flag) else flag)
+    return input.is_inference()
 
 
 def get_device(input) -> int:

@@ -146,8 +146,8 @@ class Tensor:
     def _is_view(self) -> bool:
         return self._base is not None
 
-    @property
     def is_inference(self) -> bool:
+        """Whether this tensor was made under ``inference_mode`` (a method, as PyTorch's)."""
         return self._inference
 
     # ---------------------------------------------------------------- autograd state
