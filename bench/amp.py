@@ -5,7 +5,8 @@ Three tables, one process:
 1. **matmul GFLOP/s** at 512² and 2048²: Ember float32 / float16 / bfloat16 (``x @ y`` on
    tensors: two operands converted to float32 at memory speed, one float32 BLAS call, the
    result rounded once) beside PyTorch CPU in the same dtypes when installed. Target:
-   float16/bfloat16 >= 0.8x Ember's float32.
+   float16/bfloat16 >= 0.8x Ember's float32 (ratios of medians, and of the best times:
+   the one less disturbed when other jobs share the machine).
 2. **conversion GB/s** (bytes read + written) of ``.float()`` / ``.half()`` /
    ``.bfloat16()`` on 4M elements against ``np.copyto`` of the float32 array (memcpy) and
    NumPy's ``astype`` (what Ember ran before).
@@ -49,8 +50,9 @@ def _torch(enabled: bool):
     return torch
 
 
-def _median(fns: dict, repeats: int) -> dict:
-    """Median seconds of each function, called round-robin ``repeats`` times (1 warm-up)."""
+def _median(fns: dict, repeats: int, best: bool = False) -> dict:
+    """Median (``best``: also the minimum) seconds of each function, called round-robin
+    ``repeats`` times after one warm-up call each."""
     times = {k: [] for k in fns}
     for f in fns.values():
         f()
@@ -59,14 +61,15 @@ def _median(fns: dict, repeats: int) -> dict:
             t = time.perf_counter()
             f()
             times[k].append(time.perf_counter() - t)
-    return {k: statistics.median(v) for k, v in times.items()}
+    med = {k: statistics.median(v) for k, v in times.items()}
+    return (med, {k: min(v) for k, v in times.items()}) if best else med
 
 
 def bench_matmul(sizes, repeats, torch) -> None:
     print("\n## matmul GFLOP/s (x @ y, n x n)")
     print(f"{'n':>6} " + " ".join(f"{'ember ' + d:>15}" for d in DTYPES) +
           ("  " + " ".join(f"{'torch ' + d:>15}" for d in DTYPES) if torch else "") +
-          f"  {'f16/f32':>8} {'bf16/f32':>8}")
+          f"  {'f16/f32':>8} {'bf16/f32':>8}  (best of: {'f16/f32':>7} {'bf16/f32':>8})")
     rng = np.random.default_rng(0)
     for n in sizes:
         a = rng.standard_normal((n, n)).astype(np.float32)
@@ -79,13 +82,16 @@ def bench_matmul(sizes, repeats, torch) -> None:
                 tx = torch.from_numpy(a).to(getattr(torch, d))
                 ty = torch.from_numpy(b).to(getattr(torch, d))
                 fns["torch " + d] = (lambda x=tx, y=ty: x @ y)
-        med = _median(fns, repeats if n <= 1024 else max(3, repeats // 4))
+        med, low = _median(fns, repeats if n <= 1024 else max(3, repeats // 4), best=True)
         gf = {k: 2 * n ** 3 / v / 1e9 for k, v in med.items()}
+        bf = {k: low["ember float32"] / low["ember " + d] for k, d in
+              (("f16", "float16"), ("bf16", "bfloat16"))}
         row = " ".join(f"{gf['ember ' + d]:15.1f}" for d in DTYPES)
         if torch:
             row += "  " + " ".join(f"{gf['torch ' + d]:15.1f}" for d in DTYPES)
         f32 = gf["ember float32"]
-        print(f"{n:>6} {row}  {gf['ember float16'] / f32:8.2f} {gf['ember bfloat16'] / f32:8.2f}")
+        print(f"{n:>6} {row}  {gf['ember float16'] / f32:8.2f} {gf['ember bfloat16'] / f32:8.2f}"
+              f"  {'':10}{bf['f16']:7.2f} {bf['bf16']:8.2f}")
 
 
 def bench_convert(n, repeats) -> None:
