@@ -36,6 +36,7 @@ from .ops.composite_shape import *  # noqa: F401,F403
 from .ops.composite_data import *  # noqa: F401,F403
 from .ops.composite_misc import *  # noqa: F401,F403
 from .ops.composite_grid import *  # noqa: F401,F403
+from .ops.special_gamma import *  # noqa: F401,F403 - lgamma, digamma, polygamma
 from .ops import metadata_inplace as _metadata_inplace  # noqa: F401 - x.unsqueeze_(0)
 from .ops import random_fills as _random_fills  # noqa: F401 - cauchy_, log_normal_...
 from .ops import inplace as _inplace  # noqa: F401

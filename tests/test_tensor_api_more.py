@@ -426,3 +426,35 @@ def test_small_tensor_methods_follow_torch():
                                   torch.from_numpy(v).prelu(torch.tensor([0.25],
                                                                          dtype=torch.float64))
                                   .numpy())
+
+
+def test_gamma_family_special_values_follow_torch():
+    torch = pytest.importorskip("torch")
+    x = np.array([0.5, 1.0, 2.0, 3.5, 10.0, 100.0, 1e5, 1e300, -0.5, -1.5, -2.7, -100.3, 0.0,
+                  -1.0, -2.0, np.inf, -np.inf, np.nan, 1e-10, -1e-10, 1 + 1e-9, 2 - 1e-9])
+    for name in ("lgamma", "digamma"):
+        got = getattr(em, name)(em.from_numpy(x)).numpy()
+        want = getattr(torch, name)(torch.from_numpy(x)).numpy()
+        np.testing.assert_allclose(got, want, rtol=1e-13, atol=1e-14, equal_nan=True,
+                                   err_msg=name)
+    assert em.lgamma(em.tensor([3])).dtype == em.float32
+    assert em.lgamma(em.tensor([3.0], dtype=em.bfloat16)).dtype == em.bfloat16
+
+
+def test_polygamma_and_gradient_chain_match_scipy():
+    sp = pytest.importorskip("scipy.special")
+    y = np.array([0.3, 1.0, 2.5, 7.0, 30.0, 1e4, -0.5, -2.3])
+    for n in (0, 1, 2, 3, 5):
+        np.testing.assert_allclose(em.polygamma(n, em.from_numpy(y)).numpy(),
+                                   sp.polygamma(n, y), rtol=1e-13)
+    x = em.tensor([0.7, 2.5, -1.3], dtype=em.float64).requires_grad_()
+    (g,) = em.autograd.grad(em.lgamma(x).sum(), x, create_graph=True)
+    np.testing.assert_allclose(g.detach().numpy(), sp.digamma(x.detach().numpy()), rtol=1e-13)
+    (h,) = em.autograd.grad(g.sum(), x)
+    np.testing.assert_allclose(h.numpy(), sp.polygamma(1, x.detach().numpy()), rtol=1e-13)
+    np.testing.assert_allclose(em.mvlgamma(em.tensor([2.5, 4.0], dtype=em.float64), 3).numpy(),
+                               [sp.multigammaln(2.5, 3), sp.multigammaln(4.0, 3)], rtol=1e-13)
+    with pytest.raises(ValueError, match="non-negative integer"):
+        em.polygamma(-1, x)
+    with pytest.raises(ValueError, match="greater than"):
+        em.mvlgamma(em.tensor([0.5]), 3)

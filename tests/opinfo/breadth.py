@@ -381,3 +381,34 @@ OPINFOS += [
                             ((rand(r, (9,), d, -20, 20), -1), {})]),
            ("maximum", "log1p", "exp")),
 ]
+
+
+# ------------------------------------------------------------------ gamma family
+def _sp(name):
+    def ref(a, *args):
+        import scipy.special as sp   # NOTE: a test dependency (pyproject [test])
+        return getattr(sp, name)(*args, a.astype(np.float64)).astype(a.dtype)
+    return ref
+
+
+def _mvlgamma_ref(a, p):
+    import scipy.special as sp
+    return np.vectorize(lambda v: sp.multigammaln(v, p))(a.astype(np.float64)).astype(a.dtype)
+
+
+def _polygamma_samples(rng, dt):
+    return [Sample((rand(rng, (3, 4), dt, 0.3, 4.0), 1), name="n1"),
+            Sample((rand(rng, (5,), dt, 0.5, 3.0), 2), name="n2"),
+            Sample((rand(rng, (2, 3), dt, -2.9, -2.1), 1), name="negative")]
+
+
+OPINFOS += [
+    _u("lgamma", em.lgamma, _sp("gammaln"), 0.2, 6.0, ("lgamma",)),
+    _u("lgamma_negative", em.lgamma, _sp("gammaln"), -2.9, -2.1, ("lgamma",)),
+    _u("digamma", em.digamma, _sp("digamma"), 0.2, 12.0, ("digamma",)),
+    _u("digamma_negative", em.digamma, _sp("digamma"), -1.9, -1.1, ("digamma",)),
+    OpInfo("polygamma", lambda x, n: em.polygamma(n, x), lambda a, n: _sp("polygamma")(a, n),
+           _polygamma_samples, ("polygamma",)),
+    OpInfo("mvlgamma", em.mvlgamma, lambda a, p: _mvlgamma_ref(a, p),
+           _s(lambda r, d: [((rand(r, (3, 2), d, 2.0, 4.0), 3), {})]), ("lgamma",)),
+]
