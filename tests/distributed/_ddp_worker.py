@@ -275,6 +275,30 @@ def check_compiled(out, rank, world):
         out["fullgraph_raises"] = "DistributedDataParallel" in str(e)
 
 
+def check_failed_backward(out, rank, world):
+    """A backward that raised midway (after some buckets launched) must not leave the next
+    one unaveraged: the replicas still agree after another step."""
+    model = DDP(mlp(ember.float32), bucket_cap_mb=0.001)   # several buckets
+    x, y = data("mlp", 0, ember.float32)
+    xs, ys = shard(x, rank, world), shard(y, rank, world)
+
+    def boom(g):
+        raise ValueError("boom")
+
+    h = model.module[0].weight.register_hook(boom)   # the last gradient backward makes
+    try:
+        F.cross_entropy(model(xs), ys).backward()
+        out["failed_backward_raised"] = False
+    except ValueError:
+        out["failed_backward_raised"] = True
+    h.remove()
+    model.module.zero_grad()
+    F.cross_entropy(model(xs), ys).backward()
+    grads = [None] * world
+    dist.all_gather_object(grads, [p.grad.numpy().copy() for p in model.module.parameters()])
+    out["after_failed_backward_grads_agree"] = all(exact(g, grads[0]) for g in grads)
+
+
 def main(path):
     dist.init_process_group(backend="mpi")
     rank, world = dist.get_rank(), dist.get_world_size()
@@ -285,6 +309,7 @@ def main(path):
     check_zero(out, rank, world)
     check_unused(out, rank, world)
     check_compiled(out, rank, world)
+    check_failed_backward(out, rank, world)
     results = [None] * world
     dist.all_gather_object(results, out)
     if rank == 0:

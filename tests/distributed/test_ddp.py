@@ -86,3 +86,8 @@ def test_compiled_ddp_find_unused_parameters_graph_breaks(results):
     # the usage-map all-reduce is not capturable: fullgraph=True raises (without it, the
     # step runs eagerly)
     assert results["fullgraph_raises"] is True
+
+
+def test_backward_that_raised_midway_does_not_break_the_next(results):
+    assert results["failed_backward_raised"] is True
+    assert results["after_failed_backward_grads_agree"] is True

@@ -250,6 +250,21 @@ class Reducer:
                 else:
                     p.grad.copy_(slot)
 
+    def abandon(self) -> None:
+        """Forget a backward pass that raised before its end-of-backward callback ran.
+
+        Its launched all-reduces are waited for (the next backward reuses their buffers;
+        every rank launched the same ones, as they failed at the same point).
+        """
+        if not self.in_backward:
+            return
+        for bucket in self.buckets:
+            if bucket.work is not None:
+                _wait(bucket.work)
+            bucket.reset()
+        self.in_backward = False
+        self.tracer = self.last_traced = None
+
     def remove(self) -> None:
         for h in self.handles:
             h.remove()

@@ -108,6 +108,7 @@ class DistributedDataParallel(Module):
         self.reducer.last_traced = after   # NOTE: the all-reduces come after, in order
 
     def forward(self, *inputs, **kwargs):
+        self.reducer.abandon()   # NOTE: a previous backward raised midway (no-op otherwise)
         if self.broadcast_buffers and self.require_backward_grad_sync:
             buffers = [b for _, b in self.module.named_buffers()]
             if buffers:
