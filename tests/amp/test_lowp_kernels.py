@@ -387,3 +387,14 @@ def test_compiled_lone_low_precision_op_gets_a_kernel(dt):
     assert np.array_equal(_bits(got.numpy()), _bits((x * y).numpy()))
     fuse = [ln for ln in str(f.explain()).splitlines() if "pass fuse" in ln]
     assert fuse and "kernels 1" in fuse[0], fuse
+
+
+@pytest.mark.parametrize("dt", LOW, ids=lambda d: d.name)
+def test_without_a_compiler_the_same_bits(dt, monkeypatch):
+    """No C compiler: conversions fall back to ``astype``, GEMMs still run in float32."""
+    x, y = _rand((64, 128), dt), _rand((128, 32), dt, 1)
+    want_mm, want_up = (x @ y).numpy().copy(), x.float().numpy().copy()
+    monkeypatch.setitem(ck._state, "fns", {})
+    assert not ck.available() and ck.convert(x.numpy(), np.float32) is None
+    assert np.array_equal(_bits((x @ y).numpy()), _bits(want_mm))
+    assert np.array_equal(_bits(x.float().numpy()), _bits(want_up))
