@@ -28,10 +28,10 @@ def side_effects_undone(fn, args, kwargs, roots):
         fn: the traced function (or Module).
         args, kwargs: the call's arguments.
         roots: the modules, parameters and optimizers ``fn`` reaches
-            (``ember.graph.compile._discover``).
+            (``ember.graph.discover.discover``).
 
     Example:
-        >>> with side_effects_undone(step, (x, y), {}, _discover(step, (x, y), {})):
+        >>> with side_effects_undone(step, (x, y), {}, discover(step, (x, y), {})):
         ...     step(x, y)          # parameters, .grad, optimizer state: as before
     """
     snap = _Snapshot(fn, args, kwargs, roots)
