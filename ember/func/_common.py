@@ -59,7 +59,12 @@ def tracked(t) -> bool:
         return False
     if t._grad_fn is None:
         return t.__dict__.get("_func_live", True)
-    stack, seen = [t._grad_fn], set()
+    return _reaches_leaf([t._grad_fn], lambda leaf: leaf.__dict__.get("_func_live", True))
+
+
+def _reaches_leaf(nodes, pred) -> bool:
+    """Whether the autograd graph below ``nodes`` reaches a leaf tensor ``pred`` accepts."""
+    stack, seen = list(nodes), set()
     while stack:
         n = stack.pop()
         if id(n) in seen:
@@ -70,7 +75,7 @@ def tracked(t) -> bool:
                 continue
             if not isinstance(e[0], Tensor):
                 stack.append(e[0])
-            elif e[0].__dict__.get("_func_live", True):
+            elif pred(e[0]):
                 return True
     return False
 
@@ -100,25 +105,11 @@ def regroup(flat, specs, argnums_was_int: bool):
 def reaches_outside(outputs, inside) -> bool:
     """Does the graph of ``outputs`` depend on a tensor requiring grad not in ``inside``?"""
     inside_ids = {id(t) for t in inside}
-    stack = [o._grad_fn for o in outputs if isinstance(o, Tensor) and o._grad_fn is not None]
     if any(isinstance(o, Tensor) and o._requires_grad and o._grad_fn is None and
            id(o) not in inside_ids for o in outputs):
         return True
-    seen = set()
-    while stack:
-        n = stack.pop()
-        if id(n) in seen:
-            continue
-        seen.add(id(n))
-        for e in n.next:
-            if e is None:
-                continue
-            if isinstance(e[0], Tensor):
-                if id(e[0]) not in inside_ids:
-                    return True
-            else:
-                stack.append(e[0])
-    return False
+    roots = [o._grad_fn for o in outputs if isinstance(o, Tensor) and o._grad_fn is not None]
+    return _reaches_leaf(roots, lambda leaf: id(leaf) not in inside_ids)
 
 
 def detach_keep_tangent(t):
