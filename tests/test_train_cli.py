@@ -9,25 +9,13 @@ import pytest
 
 import ember as em
 from ember.cli import main
-from ember.training import TrainConfig, train
+from ember.training import train
 from ember.training.errors import CheckpointError, UsageError
-
-QUIET = dict(log=lambda *a: None)
-
-
-def _cfg(path, **kw):
-    base = dict(model="mlp", dataset="spirals", epochs=2, batch_size=32, progress=False,
-                checkpoint=str(path))
-    base.update(kw)
-    return TrainConfig(**base)
-
-
-def _params(model):
-    return {k: v.detach().numpy().copy() for k, v in model.state_dict().items()}
+from train_helpers import QUIET, train_config, weights
 
 
 def _same_weights(a, b):
-    a, b = _params(a), _params(b)
+    a, b = weights(a), weights(b)
     assert a.keys() == b.keys()
     for k in a:
         np.testing.assert_array_equal(a[k], b[k], err_msg=k)
@@ -35,8 +23,8 @@ def _same_weights(a, b):
 
 def test_progress_bars_do_not_change_the_run(tmp_path):
     pytest.importorskip("tqdm")
-    quiet = train(_cfg(tmp_path / "a.safetensors"), **QUIET)
-    bars = train(_cfg(tmp_path / "b.safetensors", progress=True), **QUIET)
+    quiet = train(train_config(tmp_path / "a.safetensors"), **QUIET)
+    bars = train(train_config(tmp_path / "b.safetensors", progress=True), **QUIET)
     _same_weights(quiet["model"], bars["model"])
     assert quiet["test_loss"] == bars["test_loss"]
 
@@ -45,13 +33,13 @@ def test_progress_bars_do_not_change_the_run(tmp_path):
 def test_max_steps_then_resume_equals_an_uninterrupted_run(tmp_path, progress):
     if progress:
         pytest.importorskip("tqdm")
-    full_cfg = _cfg(tmp_path / "full.safetensors", progress=progress)
+    full_cfg = train_config(tmp_path / "full.safetensors", progress=progress)
     full = train(full_cfg, **QUIET)
     spe = full["steps"] // 2
-    part = _cfg(tmp_path / "part.safetensors", progress=progress, max_steps=spe + 5)
+    part = train_config(tmp_path / "part.safetensors", progress=progress, max_steps=spe + 5)
     assert train(part, **QUIET)["steps"] == spe + 5
     em.manual_seed(999)
-    resumed_cfg = _cfg(tmp_path / "part.safetensors", progress=progress, resume=True)
+    resumed_cfg = train_config(tmp_path / "part.safetensors", progress=progress, resume=True)
     resumed = train(resumed_cfg, **QUIET)
     assert resumed["steps"] == full["steps"]
     _same_weights(full["model"], resumed["model"])
@@ -64,20 +52,20 @@ def test_max_steps_then_resume_equals_an_uninterrupted_run(tmp_path, progress):
 
 def test_resume_with_more_epochs_rebuilds_the_schedule(tmp_path):
     path = tmp_path / "c.safetensors"
-    first = train(_cfg(path, epochs=2), **QUIET)
+    first = train(train_config(path, epochs=2), **QUIET)
     lines = []
-    more = train(_cfg(path, epochs=3, resume=True), log=lines.append)
+    more = train(train_config(path, epochs=3, resume=True), log=lines.append)
     assert more["steps"] == first["steps"] // 2 * 3
     assert any("rebuilt the one-cycle schedule for" in s for s in lines)
     ck = em.load(str(path))
     assert ck["epoch"] == 3 and ck["scheduler"]["total_steps"] == more["steps"]
     with pytest.raises(UsageError, match="has already run 3 epochs.*pass --epochs 3 or more"):
-        train(_cfg(path, epochs=1, resume=True), **QUIET)
+        train(train_config(path, epochs=1, resume=True), **QUIET)
 
 
 def test_the_learning_rate_does_not_rise_after_the_last_step(tmp_path):
     path = tmp_path / "d.safetensors"
-    train(_cfg(path, lr=3e-3), **QUIET)
+    train(train_config(path, lr=3e-3), **QUIET)
     group = em.load(str(path))["optimizer"]["param_groups"][0]
     assert group["lr"] == pytest.approx(3e-3 / 25 / 1e4, rel=1e-12)   # the schedule's minimum
 
@@ -85,7 +73,7 @@ def test_the_learning_rate_does_not_rise_after_the_last_step(tmp_path):
 def test_the_lrs_train_uses_are_pytorchs_one_cycle(tmp_path):
     torch = pytest.importorskip("torch")
     used = []
-    cfg = _cfg(tmp_path / "e.safetensors", epochs=1)
+    cfg = train_config(tmp_path / "e.safetensors", epochs=1)
     orig = em.optim.AdamW.step
 
     def spy(self, *a, **k):
@@ -144,10 +132,10 @@ def _corrupt(ck, what):
 ])
 def test_resume_from_a_bad_checkpoint_is_a_one_line_error(tmp_path, capsys, what, match):
     path = tmp_path / "bad.safetensors"
-    train(_cfg(path, max_steps=30), **QUIET)
+    train(train_config(path, max_steps=30), **QUIET)
     em.save(_corrupt(em.load(str(path)), what), str(path))
     with pytest.raises(CheckpointError, match=match):
-        train(_cfg(path, resume=True), **QUIET)
+        train(train_config(path, resume=True), **QUIET)
     capsys.readouterr()
     assert main(["train", "--model", "mlp", "--dataset", "spirals", "--epochs", "2",
                  "--batch-size", "32", "--no-progress", "--resume",
@@ -159,18 +147,18 @@ def test_resume_from_a_bad_checkpoint_is_a_one_line_error(tmp_path, capsys, what
 
 def test_a_checkpoint_without_loss_sums_still_resumes(tmp_path):
     path = tmp_path / "old.safetensors"
-    train(_cfg(path, max_steps=30), **QUIET)
+    train(train_config(path, max_steps=30), **QUIET)
     ck = em.load(str(path))
     del ck["epoch_loss_sum"], ck["epoch_batches"]   # written before the sums were saved
     em.save(ck, str(path))
-    assert train(_cfg(path, resume=True), **QUIET)["steps"] == 44
+    assert train(train_config(path, resume=True), **QUIET)["steps"] == 44
 
 
 def test_resume_with_other_options_is_refused(tmp_path):
     path = tmp_path / "o.safetensors"
-    train(_cfg(path, max_steps=5), **QUIET)
+    train(train_config(path, max_steps=5), **QUIET)
     with pytest.raises(UsageError, match="written by a run with --batch-size 32, not 16"):
-        train(_cfg(path, batch_size=16, resume=True), **QUIET)
+        train(train_config(path, batch_size=16, resume=True), **QUIET)
 
 
 # ------------------------------------------------------------------ the command line

@@ -5,34 +5,22 @@ import pytest
 import ember as em
 from ember import nn
 from ember.cli import main
-from ember.training import TrainConfig, train
+from ember.training import train
 from ember.training.errors import UsageError
 from ember.training.precision import Precision
-
-QUIET = dict(log=lambda *a: None)
-
-
-def _cfg(path, **kw):
-    base = dict(model="mlp", dataset="spirals", epochs=2, batch_size=32, progress=False,
-                checkpoint=str(path))
-    base.update(kw)
-    return TrainConfig(**base)
-
-
-def _weights(model):
-    return {k: v.detach().numpy().copy() for k, v in model.state_dict().items()}
+from train_helpers import QUIET, train_config, weights
 
 
 def test_fp16_resume_restores_the_loss_scaler(tmp_path):
-    full = train(_cfg(tmp_path / "full.safetensors", amp="fp16"), **QUIET)
+    full = train(train_config(tmp_path / "full.safetensors", amp="fp16"), **QUIET)
     half = full["steps"] // 2 + 3
-    train(_cfg(tmp_path / "part.safetensors", amp="fp16", max_steps=half), **QUIET)
+    train(train_config(tmp_path / "part.safetensors", amp="fp16", max_steps=half), **QUIET)
     part = em.load(str(tmp_path / "part.safetensors"))
     assert part["config"]["amp"] == "fp16"
     assert part["grad_scaler"]["_growth_tracker"] == half   # no overflow on spirals
     em.manual_seed(123)
-    resumed = train(_cfg(tmp_path / "part.safetensors", amp="fp16", resume=True), **QUIET)
-    a, b = _weights(full["model"]), _weights(resumed["model"])
+    resumed = train(train_config(tmp_path / "part.safetensors", amp="fp16", resume=True), **QUIET)
+    a, b = weights(full["model"]), weights(resumed["model"])
     for k in a:
         np.testing.assert_array_equal(a[k], b[k], err_msg=k)
     ends = [em.load(str(tmp_path / f"{n}.safetensors"))["grad_scaler"] for n in ("full",
@@ -41,9 +29,9 @@ def test_fp16_resume_restores_the_loss_scaler(tmp_path):
 
 
 def test_resume_with_another_amp_is_refused(tmp_path):
-    train(_cfg(tmp_path / "c.safetensors", amp="bf16", max_steps=2), **QUIET)
+    train(train_config(tmp_path / "c.safetensors", amp="bf16", max_steps=2), **QUIET)
     with pytest.raises(UsageError, match="--amp bf16, not None"):
-        train(_cfg(tmp_path / "c.safetensors", resume=True), **QUIET)
+        train(train_config(tmp_path / "c.safetensors", resume=True), **QUIET)
 
 
 def test_bf16_runs_the_forward_in_bfloat16_and_changes_the_run(tmp_path):
@@ -51,9 +39,9 @@ def test_bf16_runs_the_forward_in_bfloat16_and_changes_the_run(tmp_path):
     lin = nn.Linear(4, 3)
     with prec.autocast():
         assert lin(em.randn(2, 4)).dtype == em.bfloat16
-    f32 = train(_cfg(tmp_path / "a.safetensors", max_steps=3), **QUIET)
-    bf16 = train(_cfg(tmp_path / "b.safetensors", max_steps=3, amp="bf16"), **QUIET)
-    a, b = _weights(f32["model"]), _weights(bf16["model"])
+    f32 = train(train_config(tmp_path / "a.safetensors", max_steps=3), **QUIET)
+    bf16 = train(train_config(tmp_path / "b.safetensors", max_steps=3, amp="bf16"), **QUIET)
+    a, b = weights(f32["model"]), weights(bf16["model"])
     assert all(b[k].dtype == np.float32 for k in b)        # float32 master weights
     assert any(not np.array_equal(a[k], b[k]) for k in a)  # the forward did change
     assert all(np.abs(a[k] - b[k]).max() < 0.05 for k in a)
