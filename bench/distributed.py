@@ -34,7 +34,8 @@ sys.path.insert(0, str(ROOT))
 sys.path.insert(0, str(ROOT / "bench"))
 import ember  # noqa: E402  (before NumPy: Ember sets OpenBLAS's thread spin)
 import numpy as np  # noqa: E402
-from train import WORKLOADS, _import_torch  # noqa: E402
+from compile import train_step  # noqa: E402
+from train import WORKLOADS, _import_torch, make_step  # noqa: E402
 
 NAMES = {"W1": "W1 MLP SGD", "W3": "W3 GPT AdamW"}
 
@@ -55,16 +56,11 @@ def _build(lib, wl, world, rank, seed=0):
 
 
 def _step_fn(lib, model, opt, x, y, compiled=False):
-    F = lib.nn.functional
-
-    def step(x, y):
-        opt.zero_grad()
-        out = model(x)
-        loss = F.cross_entropy(out.reshape(-1, out.shape[-1]), y.reshape(-1))
-        loss.backward()
-        opt.step()
-        return loss
-    fn = lib.compile(step) if compiled else step
+    """A zero-argument training step on this rank's batch: ``bench/train.py``'s, or when
+    ``compiled`` ``bench/compile.py``'s under ``lib.compile`` (the batch as arguments)."""
+    if not compiled:
+        return make_step(lib, model, opt, x, y)
+    fn = lib.compile(train_step(lib, model, opt))
     return lambda: fn(x, y)
 
 
