@@ -101,39 +101,33 @@ class _Scan:
             self.tail = (self.tail + chunk)[-65536:]
 
 
+def _rank_files(run_dir: str, ext: str):
+    """``(rank, path, text)`` of each ``rank<N>.<ext>`` file a rank left in ``run_dir``."""
+    for name in os.listdir(run_dir):
+        m = re.fullmatch(rf"rank(\d+)\.{ext}", name)
+        if m:
+            path = os.path.join(run_dir, name)
+            with open(path) as f:
+                yield int(m.group(1)), path, f.read()
+
+
 def _pids(run_dir: str) -> dict[int, int]:
     """pid -> rank from the files ``init_process_group`` writes."""
-    out = {}
-    for name in os.listdir(run_dir):
-        m = re.fullmatch(r"rank(\d+)\.pid", name)
-        if m:
-            with open(os.path.join(run_dir, name)) as f:
-                out[int(f.read().strip() or -1)] = int(m.group(1))
-    return out
+    return {int(text.strip() or -1): rank for rank, _, text in _rank_files(run_dir, "pid")}
 
 
 def _errors(run_dir: str) -> list[tuple[int, int, str]]:
     """(time, rank, ``"Kind: message"``) of ranks that died of an uncaught exception."""
-    found = []
-    for name in os.listdir(run_dir):
-        m = re.fullmatch(r"rank(\d+)\.error", name)
-        if m:
-            path = os.path.join(run_dir, name)
-            with open(path) as f:
-                found.append((os.stat(path).st_mtime_ns, int(m.group(1)), f.read().strip()))
-    return sorted(found)
+    return sorted((os.stat(path).st_mtime_ns, rank, text.strip())
+                  for rank, path, text in _rank_files(run_dir, "error"))
 
 
 def _exits(run_dir: str) -> list[tuple[int, int, int, int]]:
     """(time, rank, pid, status) of ranks whose process failed on its own (see rankwrap)."""
     found = []
-    for name in os.listdir(run_dir):
-        m = re.fullmatch(r"rank(\d+)\.exit", name)
-        if m:
-            path = os.path.join(run_dir, name)
-            with open(path) as f:
-                pid, status = f.read().split()
-            found.append((os.stat(path).st_mtime_ns, int(m.group(1)), int(pid), int(status)))
+    for rank, path, text in _rank_files(run_dir, "exit"):
+        pid, status = text.split()
+        found.append((os.stat(path).st_mtime_ns, rank, int(pid), int(status)))
     return sorted(found)
 
 
