@@ -13,15 +13,18 @@ __all__ = ["Roots", "discover"]
 
 
 class Roots:
+    """What :func:`discover` found: ``(label, object)`` lists of modules, parameters (and
+    other leaves needing grad) and optimizers, and ``labels``: ``id(tensor) -> label``."""
+
     def __init__(self):
         self.modules, self.params, self.optimizers = [], [], []
         self.labels: dict = {}
 
 
-def discover(fn, args, kwargs) -> Roots:
-    """The modules and optimizers ``fn`` can reach: its self, closure, globals, arguments."""
+def _candidates(fn, args, kwargs) -> list:
+    """``(label, object)`` of where ``fn``'s state may live: its ``self`` (or the Module
+    itself), its closure cells, the globals its code names, its arguments."""
     from ..nn.module import Module
-    from ..optim.optimizer import Optimizer
     found = []
     f = fn
     if isinstance(fn, Module):
@@ -49,6 +52,14 @@ def discover(fn, args, kwargs) -> Roots:
         found.append((f"arg{i}", a))
     for k, a in kwargs.items():
         found.append((k, a))
+    return found
+
+
+def discover(fn, args, kwargs) -> Roots:
+    """The modules and optimizers ``fn`` can reach: its self, closure, globals, arguments."""
+    from ..nn.module import Module
+    from ..optim.optimizer import Optimizer
+    found = _candidates(fn, args, kwargs)
     r = Roots()
     seen = {id(x) for x in tree_flatten((args, kwargs))[0] if isinstance(x, Tensor)}
 
