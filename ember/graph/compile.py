@@ -179,6 +179,7 @@ class CompiledFunction:
         return self._capture(sig, tuple(sig.items()), flat, spec, args, kwargs, why)
 
     def _signature(self, flat, spec) -> dict:
+        """This call's signature (:func:`ember.graph.signature.signature`)."""
         return signature(flat, spec, self._roots, self._grad_keys)
 
     # ------------------------------------------------------------------ tracing
@@ -384,6 +385,7 @@ class CompiledFunction:
         return [e.graph for e in self._cache.values() if not e.eager]
 
     def raw_graphs(self) -> list:
+        """The graphs as traced, before the passes, one per cached signature."""
         return [e.raw_graph for e in self._cache.values() if not e.eager]
 
     def last_capture(self) -> "CaptureInfo":
