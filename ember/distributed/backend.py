@@ -141,6 +141,13 @@ class Communicator(abc.ABC):
     def free(self) -> None:
         """Release the communicator (after ``destroy_process_group``)."""
 
+    def progress(self) -> None:
+        """Move in-flight transfers forward without completing any (see ``progress.py``)."""
+
+    def thread_safe(self) -> bool:
+        """Whether :meth:`progress` may run on another thread while this one communicates."""
+        return False
+
 
 def seconds(timeout) -> float:
     """Seconds in a ``timedelta`` or a number."""

@@ -73,6 +73,8 @@ class MPICommunicator(Communicator):
         self.rank = comm.Get_rank()
         self.size = comm.Get_size()
         self._tables()
+        self._thread_multiple = self.MPI.Query_thread() >= self.MPI.THREAD_MULTIPLE
+        self._progress_tag = int(comm.Get_attr(self.MPI.TAG_UB) or 32767)
 
     # ------------------------------------------------------------------ helpers
     def reduces(self, dtype) -> bool:
@@ -174,6 +176,13 @@ class MPICommunicator(Communicator):
 
     def abort(self, code=1):
         self.MPI.COMM_WORLD.Abort(code)
+
+    def progress(self):
+        # NOTE: an Iprobe on a tag no message carries: MPICH runs its progress engine
+        self.comm.Iprobe(source=self.MPI.ANY_SOURCE, tag=self._progress_tag)
+
+    def thread_safe(self):
+        return self._thread_multiple
 
     def free(self):
         if self.comm != self.MPI.COMM_NULL and not self.MPI.Is_finalized():

@@ -259,8 +259,12 @@ def check_compiled(out, rank, world):
         names = [n.op.name for n in caps[-1].graph.nodes]
         out[f"compiled_{kind}_graph_break"] = broke
         out[f"compiled_{kind}_captures"] = len(caps)   # 5 calls: the rest replayed
-        out[f"compiled_{kind}_collective_nodes"] = [names.count("all_reduce"),
+        out[f"compiled_{kind}_collective_nodes"] = [names.count("all_reduce_start"),
                                                     names.count("broadcast")]
+        out[f"compiled_{kind}_waits"] = names.count("all_reduce_wait")
+        if kind == "mlp":   # 2 buckets: [fc3, fc2], [fc1]
+            first, wait = names.index("all_reduce_start"), names.index("all_reduce_wait")
+            out["compiled_between_first_start_and_wait"] = names[first + 1:wait]
         out[f"compiled_{kind}_vs_eager_rel_rank{rank}"] = rel(params(comp.module),
                                                               params(eager.module))
         gathered = [None] * world
@@ -273,6 +277,46 @@ def check_compiled(out, rank, world):
         out["fullgraph_raises"] = False
     except RuntimeError as e:
         out["fullgraph_raises"] = "DistributedDataParallel" in str(e)
+
+
+class LateFirst(nn.Module):
+    """Registers ``late`` first, but backward makes its gradients first: reverse
+    registration order puts ``early`` (ready last) in the first bucket."""
+
+    def __init__(self):
+        super().__init__()
+        ember.manual_seed(3)
+        self.late = nn.Linear(512, 512)      # 1 MiB + 2 KiB: a first bucket of its own
+        self.early = nn.Linear(784, 512)
+
+    def forward(self, x):
+        return self.late(F.relu(self.early(x)))
+
+
+def check_overlap_structure(out, rank, world):
+    """A bucket's all-reduce starts before backward ends (launch vs gradient-ready order);
+    the first backward rebuilds the buckets in ready order (PyTorch's rebuild_buckets)."""
+    model = DDP(LateFirst())
+    red = model.reducer
+    x, y = data("mlp", 0, ember.float32)
+    xs, ys = shard(x, rank, world), shard(y, rank, world)
+    launches = []
+    for _ in range(2):
+        model.module.zero_grad()
+        F.cross_entropy(model(xs), ys).backward()
+        ev = red.stats["events"]
+        first_launch = ev.index(("launch", 0))
+        last_ready = max(i for i, e in enumerate(ev) if e[0] == "ready")
+        launches.append(first_launch < last_ready)
+    out["ddp_first_launch_before_backward_end"] = launches   # before / after the rebuild
+    out["ddp_rebuilt_buckets"] = [[red.names[i] for i in b.indices] for b in red.buckets]
+    local = LateFirst()   # the same weights, no DDP: this rank's own gradients
+    F.cross_entropy(local(xs), ys).backward()
+    every = [None] * world
+    dist.all_gather_object(every, [p.grad.numpy().copy() for p in local.parameters()])
+    mean = [sum(g[k] for g in every) / world for k in range(len(every[0]))]
+    out[f"ddp_rebuilt_grads_vs_mean_rel_rank{rank}"] = rel(
+        [p.grad.numpy() for p in model.module.parameters()], mean)
 
 
 def check_failed_backward(out, rank, world):
@@ -309,6 +353,7 @@ def main(path):
     check_zero(out, rank, world)
     check_unused(out, rank, world)
     check_compiled(out, rank, world)
+    check_overlap_structure(out, rank, world)
     check_failed_backward(out, rank, world)
     results = [None] * world
     dist.all_gather_object(results, out)

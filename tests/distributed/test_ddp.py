@@ -74,7 +74,7 @@ def test_compiled_ddp_step_captures_collectives_as_nodes(results, kind):
     assert results[f"compiled_{kind}_graph_break"] is False
     assert results[f"compiled_{kind}_captures"] <= 2
     all_reduces, broadcasts = results[f"compiled_{kind}_collective_nodes"]
-    assert all_reduces >= 1
+    assert all_reduces >= 1 and results[f"compiled_{kind}_waits"] == all_reduces
     # cnn: BatchNorm's running mean, var and batches seen; zero: one per owner rank
     assert broadcasts == {"mlp": 0, "cnn": 3, "zero": 2}[kind]
     assert results[f"compiled_{kind}_replicas_agree"] is True
@@ -91,3 +91,22 @@ def test_compiled_ddp_find_unused_parameters_graph_breaks(results):
 def test_backward_that_raised_midway_does_not_break_the_next(results):
     assert results["failed_backward_raised"] is True
     assert results["after_failed_backward_grads_agree"] is True
+
+
+def test_compiled_ddp_waits_after_the_remaining_backward(results):
+    # each bucket's all-reduce is a start node (when the bucket is full) and a wait node
+    # at the end of backward: fc1's weight gradient (a matmul) is computed between the
+    # first bucket's start and its wait, so the communication overlaps it
+    between = results["compiled_between_first_start_and_wait"]
+    assert "matmul" in between, between
+
+
+def test_ddp_launches_a_bucket_before_backward_ends_after_rebuild(results):
+    # iteration 1: reverse registration order puts `early` (ready last) in bucket 0, so
+    # nothing can launch before the end of backward; the buckets are then rebuilt in the
+    # order gradients became ready and iteration 2 launches bucket 0 mid-backward
+    assert results["ddp_first_launch_before_backward_end"] == [False, True]
+    assert results["ddp_rebuilt_buckets"][0] == ["late.bias", "late.weight"] or \
+        results["ddp_rebuilt_buckets"][0] == ["late.weight", "late.bias"]
+    assert results["ddp_rebuilt_grads_vs_mean_rel_rank0"] <= 1e-6
+    assert results["ddp_rebuilt_grads_vs_mean_rel_rank1"] <= 1e-6

@@ -81,6 +81,23 @@ def test_bucket_assignment_reverse_order_first_bucket_small():
     # buckets follow in the order they were opened (about when backward fills them)
     assert assign_buckets(params, cap_bytes=25 * 2**20) == [[2], [3], [1, 0]]
     assert assign_buckets(params, cap_bytes=1, first_cap_bytes=1) == [[3], [2], [1], [0]]
+    # after the first backward: the order gradients became ready
+    assert assign_buckets(params, cap_bytes=25 * 2**20, order=[0, 1, 2, 3]) == \
+        [[0], [1, 2], [3]]
+
+
+def test_default_bucket_cap_keeps_several_buckets_for_small_models():
+    from ember.nn.parallel._buckets import FIRST_BUCKET_BYTES, assign_buckets, default_cap_bytes
+    # W3's gradient bytes (3.4 MB): PyTorch's 25 MiB cap gives 1 MiB + one bucket with the
+    # rest (ready only when backward ends); Ember's default caps at a quarter of the total
+    params = [ember.zeros(54_000) for _ in range(16)]   # 16 x 216 kB
+    assert len(assign_buckets(params, 25 * 2**20)) == 2
+    cap = default_cap_bytes(params)
+    assert cap == FIRST_BUCKET_BYTES and len(assign_buckets(params, cap)) == 4
+    big = [ember.zeros(25 * 2**20)]                       # 100 MiB: PyTorch's 25 MiB
+    assert default_cap_bytes(big) == 25 * 2**20
+    mid = [ember.zeros(4 * 2**20)]                        # 16 MiB: 4 MiB buckets
+    assert default_cap_bytes(mid) == 4 * 2**20
 
 
 def test_train_loader_splits_the_global_batch_and_rejects_uneven_splits():

@@ -152,3 +152,28 @@ def test_ember_run_rejects_bad_options_with_usage(capsys):
     with pytest.raises(SystemExit) as e:
         main(["run", "--nproc", "0", "train.py"])
     assert e.value.code == 2 and "--nproc must be >= 1, got 0" in capsys.readouterr().err
+
+
+def test_progress_thread_drives_in_flight_collectives_then_parks():
+    # MPI moves a nonblocking collective only inside MPI calls: while one is in flight
+    # the progress thread calls comm.progress() (never Test: one owner per request)
+    from ember.distributed import progress
+
+    class Comm:
+        calls = 0
+
+        def progress(self):
+            Comm.calls += 1
+
+    comm = Comm()
+    progress.watch(comm)
+    deadline = time.monotonic() + 5
+    while Comm.calls < 3 and time.monotonic() < deadline:
+        time.sleep(0.01)
+    assert Comm.calls >= 3
+    progress.unwatch(comm)
+    assert progress.in_flight() == 0
+    time.sleep(0.05)
+    parked = Comm.calls
+    time.sleep(0.05)
+    assert Comm.calls == parked

@@ -6,8 +6,11 @@ bucket 1 MB, as in PyTorch, so communication starts early). Each parameter's
 post-accumulate-grad hook copies its gradient into its bucket slot, pre-divided by the
 world size; once every slot of a bucket is filled the bucket's all-reduce is launched
 asynchronously, in bucket order on every rank, while backward goes on computing the
-next gradients. At the end of backward the reducer waits for the all-reduces and
-copies the averaged gradients back into ``p.grad``.
+next gradients (MPI progresses in the hooks' ``Test`` calls and on
+``ember.distributed.progress``'s thread). At the end of backward the reducer waits for
+the all-reduces and copies the averaged gradients back into ``p.grad``. After the first
+backward the buckets are rebuilt in the order the gradients actually became ready
+(rank 0's order), as PyTorch's reducer does.
 """
 from __future__ import annotations
 
@@ -22,14 +25,22 @@ from . import _traced
 FIRST_BUCKET_BYTES = 1024 * 1024
 
 
-def assign_buckets(params: list, cap_bytes: int, first_cap_bytes: int = FIRST_BUCKET_BYTES):
-    """Indices of ``params`` grouped into buckets: reverse order, one dtype per bucket.
+def assign_buckets(params: list, cap_bytes: int, first_cap_bytes: int = FIRST_BUCKET_BYTES,
+                   order=None):
+    """Indices of ``params`` grouped into buckets, one dtype per bucket.
+
+    Args:
+        params: the parameters.
+        cap_bytes: a bucket closes once it holds at least this many bytes...
+        first_cap_bytes: ...the first one at this many (PyTorch: 1 MiB).
+        order: the order to fill buckets in (default: reverse registration order; after
+            the first backward, the order the gradients became ready).
 
     Example:
         >>> assign_buckets([a, b, c], cap_bytes=25 * 2**20)   # [[2, 1, 0]] when small
     """
     buckets, open_by_dtype = [], {}
-    for i in reversed(range(len(params))):
+    for i in (reversed(range(len(params))) if order is None else order):
         p = params[i]
         cur = open_by_dtype.get(p.dtype)
         if cur is None:
@@ -42,6 +53,19 @@ def assign_buckets(params: list, cap_bytes: int, first_cap_bytes: int = FIRST_BU
             del open_by_dtype[p.dtype]
     buckets.extend(c[0] for c in open_by_dtype.values() if c[0])
     return buckets
+
+
+def default_cap_bytes(params: list, cap_bytes: int = 25 * 2**20, parts: int = 4) -> int:
+    """Ember's default bucket size: PyTorch's 25 MiB, but at most 1/``parts`` of the
+    model's gradient bytes (and at least the 1 MiB first bucket).
+
+    NOTE: deviation from PyTorch, on purpose: a model whose gradients total less than the
+    cap gets PyTorch's 1 MiB first bucket and ONE bucket with everything else, whose
+    all-reduce can only start after backward ends (W3: 3.4 MB of gradients, 2.4 MB of
+    them exposed). A few buckets let most of the communication overlap backward.
+    """
+    total = sum(p.numel() * p.element_size() for p in params)
+    return max(FIRST_BUCKET_BYTES, min(cap_bytes, -(-total // parts)))
 
 
 class _Bucket:
@@ -103,20 +127,45 @@ class Reducer:
         self.params, self.names, self.dist, self.group = params, names, dist, group
         self.world = dist.get_world_size(group) if group is not None else dist.get_world_size()
         self.find_unused = find_unused_parameters
-        cap = int(bucket_cap_mb * 1024 * 1024)
-        self.buckets = [_Bucket(params, idx) for idx in assign_buckets(params, cap)]
-        self.where = {}
-        for b, bucket in enumerate(self.buckets):
-            for k, i in enumerate(bucket.indices):
-                self.where[i] = (b, k)
+        self.cap = int(bucket_cap_mb * 1024 * 1024)
+        self._make_buckets(None)
+        self.ready_order = []   # indices, in the order this backward's gradients were ready
+        self.rebuilt = False    # buckets rebuilt in that order after the first backward
         self.used = [False] * len(params)
         self.next_launch = 0
         self.in_backward = False
         self.enabled = True
         self.tracer = self.last_traced = None   # the ember.compile tracer of this backward
-        self.stats = {"comm_launch": [], "backward_end": None, "comm_done": None}
+        # events: ("ready", param index) and ("launch", bucket index) in the order they happened
+        self.stats = {"comm_launch": [], "backward_end": None, "comm_done": None, "events": []}
         self.handles = [p.register_post_accumulate_grad_hook(self._hook(i))
                         for i, p in enumerate(params)]
+
+    def _make_buckets(self, order) -> None:
+        self.buckets = [_Bucket(self.params, idx)
+                        for idx in assign_buckets(self.params, self.cap, order=order)]
+        self.where = {}
+        for b, bucket in enumerate(self.buckets):
+            for k, i in enumerate(bucket.indices):
+                self.where[i] = (b, k)
+
+    def _rebuild(self) -> None:
+        """Re-bucket in the order the first backward made the gradients ready (PyTorch's
+        ``rebuild_buckets``), taking rank 0's order so every rank launches the same buckets.
+
+        NOTE: reverse registration order is only a guess (a GPT's embeddings are registered
+        first but their gradients are ready last, a shared weight is ready at its first
+        use); a bucket that waits for a late gradient holds back all the ones after it.
+        """
+        from ...ops.factories import tensor
+        self.rebuilt = True
+        seen = set(self.ready_order)
+        order = self.ready_order + [i for i in reversed(range(len(self.params)))
+                                    if i not in seen]
+        t = tensor(order, dtype=_dt.int64)
+        src = self.group.ranks[0] if self.group is not None else 0
+        self.dist.broadcast(t, src, group=self.group)
+        self._make_buckets([int(i) for i in t.tolist()])
 
     # ------------------------------------------------------------------ hooks
     def _hook(self, i: int):
@@ -136,6 +185,8 @@ class Reducer:
                 f"twice in one backward pass (a reentrant backward or a shared parameter "
                 f"used across backward calls); this is not supported")
         self.used[i] = True
+        self.ready_order.append(i)
+        self.stats["events"].append(("ready", i))
         if self.tracer is None:
             with no_grad():
                 bucket.slots[k].copy_(p.grad)
@@ -167,10 +218,11 @@ class Reducer:
             self.last_traced = None
         self.in_backward = True
         self.used = [False] * len(self.params)
+        self.ready_order = []
         self.next_launch = 0
         for bucket in self.buckets:
             bucket.reset()
-        self.stats["comm_launch"] = []
+        self.stats["comm_launch"], self.stats["events"] = [], []
         queue_callback(self._finalize)
 
     def _launch_ready(self) -> None:
@@ -179,6 +231,7 @@ class Reducer:
                 self.buckets[self.next_launch].pending == 0:
             bucket = self.buckets[self.next_launch]
             self.stats["comm_launch"].append(time.perf_counter())
+            self.stats["events"].append(("launch", self.next_launch))
             if self.tracer is not None:
                 self._launch_traced(bucket)
             elif self.world > 1:
@@ -186,12 +239,13 @@ class Reducer:
             self.next_launch += 1
 
     def _launch_traced(self, bucket) -> None:
-        """Under ``ember.compile``: the bucket's average as Ember ops + an all_reduce node."""
+        """Under ``ember.compile``: the bucket's average as Ember ops + an all-reduce start
+        node (its wait node is recorded at the end of backward, see ``_finalize``)."""
         from ...ops.join import cat
         with no_grad():
             flat = cat([p.grad.reshape(-1) for p in bucket.params]) / self.world
-        bucket.traced = _traced.all_reduce_node(self.tracer, flat, self.last_traced, self.dist,
-                                                self.group)
+        bucket.traced = _traced.start_all_reduce(self.tracer, flat, self.last_traced,
+                                                 self.dist, self.group)
         self.last_traced = bucket.traced
 
     # ------------------------------------------------------------------ end of backward
@@ -213,6 +267,9 @@ class Reducer:
             self.buckets[b].pending -= 1
         self._launch_ready()
         global_used = self._global_usage() if self.find_unused else None
+        if self.tracer is not None:   # the wait nodes: after every backward node so far
+            for bucket in self.buckets:
+                bucket.traced = _traced.wait_all_reduce(self.tracer, bucket.traced, _wait)
         for bucket in self.buckets:
             if bucket.work is not None:
                 _wait(bucket.work)
@@ -222,6 +279,8 @@ class Reducer:
             self.tracer = self.last_traced = None
         else:
             self._copy_back(global_used)
+            if not self.rebuilt and not self.find_unused and self.world > 1:
+                self._rebuild()
 
     def _copy_back_traced(self) -> None:
         with no_grad():

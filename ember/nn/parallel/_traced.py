@@ -1,14 +1,23 @@
 """DDP's collectives as graph nodes, for ``ember.compile`` of a data-parallel step.
 
 While ``ember.compile`` traces a step, the reducer averages each full bucket with Ember
-ops (``cat`` of the gradients, divided by the world size) and one ``all_reduce`` graph
-node, whose run calls MPI at every replay of the graph; the buffers' broadcast from rank
+ops (``cat`` of the gradients, divided by the world size) and all-reduce nodes (below),
+whose runs call MPI at every replay of the graph; the buffers' broadcast from rank
 0 before the forward becomes ``broadcast`` nodes whose results are copied into the
-buffers (written back after each run). The node returns a new array
-(it never writes its input, so the memory planner may reuse that buffer) and takes the
-previous all-reduce's output as an extra input: the nodes keep one order on every rank
-whatever the passes do, so the ranks' collectives always match. The collective itself
-is blocking inside the graph (no overlap with the rest of backward, unlike eager DDP).
+buffers (written back after each run). A node returns a new array
+(it never writes its input, so the memory planner may reuse that buffer) and each
+collective node takes the previous one's output as an extra input: the nodes keep one order on every rank
+whatever the passes do, so the ranks' collectives always match.
+
+A bucket's all-reduce is two nodes, so that it overlaps the rest of the backward pass
+as in eager DDP: ``all_reduce_start`` (recorded when the bucket is full) copies the
+averaged gradients into a new array, launches the nonblocking all-reduce on it and
+returns a 0-d *token* naming the in-flight request; ``all_reduce_wait`` (recorded at the
+end of backward, so every later backward node comes before it in the schedule — the
+graph's node order is its execution order) waits for it and returns the reduced array.
+Between the two, MPI progresses on the progress thread (``ember.distributed.progress``).
+The array moves from start to wait outside the graph's values, so the memory planner
+never sees it while MPI writes it; the wait hands it over as new memory.
 """
 from __future__ import annotations
 
@@ -20,7 +29,6 @@ def _run_collective(xp, flat, *after, reduce):
 
 
 #: never merged by CSE, never folded: they talk to the other ranks at every run
-ALL_REDUCE = GraphOp("all_reduce", _run_collective, random=True)
 BROADCAST = GraphOp("broadcast", _run_collective, random=True)
 
 
@@ -33,12 +41,71 @@ def active_tracer():
     return None
 
 
-def all_reduce_node(tr, flat, after, dist, group):
-    """All-reduce ``flat`` now (eagerly, on a copy) and record it in ``tr`` as a node.
+class _InFlight:
+    """The all-reduces started by a graph's start nodes and not yet waited: token -> work."""
 
-    Returns the reduced tensor, bound to the node's output.
+    def __init__(self):
+        self.next, self.works = 0, {}
+
+    def start(self, arr, dist, group):
+        import numpy as np
+
+        from ...ops.factories import from_numpy
+        buf = np.array(arr, copy=True, order="C")
+        self.next += 1
+        self.works[self.next] = (buf, dist.all_reduce(from_numpy(buf), group=group,
+                                                      async_op=True))
+        return np.array(self.next, dtype=np.int64)
+
+    def wait(self, token, wait):
+        buf, work = self.works.pop(int(token))
+        wait(work)
+        return buf
+
+
+_IN_FLIGHT = _InFlight()
+
+
+def _run_start(xp, flat, *after, start):
+    return start(flat)
+
+
+def _run_wait(xp, token, wait):
+    return wait(token)
+
+
+ALL_REDUCE_START = GraphOp("all_reduce_start", _run_start, random=True)
+ALL_REDUCE_WAIT = GraphOp("all_reduce_wait", _run_wait, random=True)
+
+
+def start_all_reduce(tr, flat, after, dist, group):
+    """Launch the all-reduce of ``flat`` (now, and as a start node in ``tr``).
+
+    Returns the token tensor, bound to the node's output; pass it to
+    :func:`wait_all_reduce` and as ``after`` to the next collective node.
     """
-    return _node(tr, ALL_REDUCE, flat, after, lambda t: dist.all_reduce(t, group=group))
+    def start(arr):
+        return _IN_FLIGHT.start(arr, dist, group)
+    return _record(tr, ALL_REDUCE_START, flat, after, {"start": start})
+
+
+def wait_all_reduce(tr, token, wait_fn):
+    """Wait for the all-reduce of ``token`` (now, and as a wait node in ``tr``); returns
+    the reduced tensor."""
+    def wait(tok):
+        return _IN_FLIGHT.wait(tok, wait_fn)
+    return _record(tr, ALL_REDUCE_WAIT, token, None, {"wait": wait})
+
+
+def _record(tr, op, x, after, params):
+    from ...ops.factories import from_numpy
+    with tr.suspended():
+        out = from_numpy(op.run(None, x._data, **params))
+    ins = (tr.read(x),) + ((tr.read(after),) if after is not None else ())
+    v = tr.b.add1(op, ins, params, out._data.shape, out._dtype, out._device)
+    tr.bind(out, v)
+    tr.internal.add(id(out._data))
+    return out
 
 
 def broadcast_node(tr, t, after, dist, group, src: int = 0):

@@ -8,8 +8,9 @@ the backward pass (see :mod:`ember.nn.parallel._buckets`); before each forward t
 buffers (BatchNorm running statistics) are broadcast from rank 0. Each rank normalises
 with its own batch's statistics (no SyncBatchNorm), as in PyTorch. Under
 ``ember.compile`` the collectives become graph nodes (see :mod:`._traced`): the compiled
-step replays with MPI calls inside, blocking (no overlap); ``find_unused_parameters``
-graph-breaks (the step runs eagerly).
+step replays with MPI calls inside, each bucket's all-reduce a start node and a wait node
+after the rest of backward (overlapped); ``find_unused_parameters`` graph-breaks (the
+step runs eagerly).
 
 Example (run under ``ember run --nproc 2 train.py``)::
 
@@ -24,7 +25,7 @@ import contextlib
 
 from ..module import Module
 from . import _traced
-from ._buckets import Reducer, graph_break
+from ._buckets import Reducer, default_cap_bytes, graph_break
 
 __all__ = ["DistributedDataParallel"]
 
@@ -45,7 +46,12 @@ class DistributedDataParallel(Module):
         device_ids, output_device, dim: accepted for PyTorch compatibility (CPU: unused).
         broadcast_buffers: broadcast buffers from rank 0 before each synced forward.
         process_group: the group to average over (default: the whole world).
-        bucket_cap_mb: bucket size in MiB (default 25; the first bucket is 1 MiB).
+        bucket_cap_mb: bucket size in MiB; the first bucket is 1 MiB, as in PyTorch. Default
+            (None): PyTorch's 25, but at most a quarter of the model's gradient bytes so a
+            model under ~100 MiB still gets several buckets to overlap with backward
+            (``_buckets.default_cap_bytes``; pass 25 for PyTorch's exact bucketing). After
+            the first backward the buckets are rebuilt in the order gradients became
+            ready (PyTorch's ``rebuild_buckets``; not with ``find_unused_parameters``).
         find_unused_parameters: allow parameters that get no gradient in some backward
             passes (they contribute zeros; unused on every rank, ``.grad`` is untouched).
         gradient_as_bucket_view, static_graph: accepted; gradients are copied back.
@@ -73,12 +79,13 @@ class DistributedDataParallel(Module):
         self.process_group = process_group
         self.find_unused_parameters = bool(find_unused_parameters)
         self.gradient_as_bucket_view, self.static_graph = gradient_as_bucket_view, static_graph
-        self.bucket_bytes_cap = int((25 if bucket_cap_mb is None else bucket_cap_mb) * 2**20)
         self.require_backward_grad_sync = True
         named = [(n, p) for n, p in module.named_parameters() if p.requires_grad]
         if not named:
             raise RuntimeError("DistributedDataParallel is not needed when a module doesn't "
                                "have any parameter that requires a gradient.")
+        self.bucket_bytes_cap = (default_cap_bytes([p for _, p in named])
+                                 if bucket_cap_mb is None else int(bucket_cap_mb * 2**20))
         self._sync_state(dist, [p for _, p in module.named_parameters()])
         self._sync_state(dist, [b for _, b in module.named_buffers()])
         self.reducer = Reducer([p for _, p in named], [n for n, _ in named], dist,
