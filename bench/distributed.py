@@ -5,13 +5,25 @@ global batch (each of 2 ranks takes half) — it prints, side by side in one run
 
 * steps/s of one process with 2 threads (plain step) and of 2 processes with 1 thread
   each (DistributedDataParallel; PyTorch: DDP on gloo), and the ratio 2-proc / 1-proc;
-* overlap: the fraction of all-reduce time hidden behind backward (Ember), i.e.
-  ``1 - exposed / standalone`` where *exposed* is the time from the end of backward to
-  the last bucket's completion and *standalone* the same buckets all-reduced alone;
+* overlap: the fraction of all-reduce time hidden behind backward,
+  ``1 - exposed / standalone``, where *standalone* is the time to all-reduce the same
+  buckets alone, back to back (ranks started together by a barrier), and *exposed* is
+  measured two ways (medians over 10 backward passes):
+
+  - ``overlap`` (Ember only): exposed = time from the end of the LAST rank's backward
+    computation (the reducer's end-of-backward callback; one machine, one clock) to the
+    completion of the last bucket's all-reduce;
+  - ``overlap (bw)`` (Ember and PyTorch alike): exposed = ``loss.backward()`` time with
+    DDP syncing minus the same backward under ``no_sync()`` (ranks start each backward
+    together); it also charges the hooks' bucket copies to communication;
+
 * optimizer-state bytes per rank (W3, AdamW) with and without ZeRO-1 (Ember and, when
   installed, PyTorch's ZeroRedundancyOptimizer);
 * Ember's DDP step time / PyTorch DDP's (target <= 1.0), eager and ``ember.compile``d
-  (the compiled step holds the bucket all-reduces as graph nodes, blocking: no overlap).
+  (the compiled step holds each bucket's all-reduce as a start node and a wait node
+  after the rest of backward).
+
+``EMBER_DIST_PROGRESS=0`` in the environment turns off the MPI progress thread.
 
 Run:
     .venv/bin/python bench/distributed.py            # about a minute on 2 cores
@@ -20,6 +32,7 @@ Run:
 from __future__ import annotations
 
 import argparse
+import contextlib
 import json
 import os
 import statistics
@@ -86,9 +99,44 @@ def _ember_ddp(wl, world, rank, steps, rounds, dist, bucket_mb, compiled=False):
     step = _step_fn(ember, ddp, opt, x, y, compiled)
     barrier = dist.barrier if world > 1 else (lambda: None)
     res = {"s_per_step": _time(step, steps, rounds, barrier)}
+    if world > 1 and compiled:
+        res.update(_overlap_compiled(ddp, step, dist))
     if world > 1 and not compiled:
         res.update(_overlap(ddp, step, dist))
+        exposed = _exposed_backward(ember, ddp, x, y, barrier)
+        res["overlap_bw"] = max(0.0, 1.0 - exposed / res["allreduce_s"])
+        res["exposed_bw_s"] = exposed
     return res
+
+
+def _exposed_backward(lib, ddp, x, y, barrier, reps: int = 10) -> float:
+    """Median ``loss.backward()`` time syncing minus the median under ``no_sync()``."""
+    F = lib.nn.functional
+
+    def backward_s(sync):
+        out = []
+        for _ in range(reps + 2):
+            ddp.zero_grad()
+            with contextlib.nullcontext() if sync else ddp.no_sync():
+                o = ddp(x)
+                loss = F.cross_entropy(o.reshape(-1, o.shape[-1]), y.reshape(-1))
+                barrier()
+                t0 = time.perf_counter()
+                loss.backward()
+                out.append(time.perf_counter() - t0)
+        return statistics.median(out[2:])
+    return max(0.0, backward_s(True) - backward_s(False))
+
+
+def _allreduce_alone(dist, flats, reps: int = 10) -> float:
+    out = []
+    for _ in range(reps):
+        dist.barrier()
+        t0 = time.perf_counter()
+        for f in flats:
+            dist.all_reduce(f)
+        out.append(time.perf_counter() - t0)
+    return statistics.median(out)
 
 
 def _overlap(ddp, step, dist):
@@ -104,16 +152,30 @@ def _overlap(ddp, step, dist):
     dist.all_gather_object(every, marks)
     exposed = [max(0.0, done - max(r[i][0] for r in every))
                for i, (_, done) in enumerate(marks)]
-    alone = []
-    for _ in range(10):
-        dist.barrier()
-        t0 = time.perf_counter()
-        for b in red.buckets:
-            dist.all_reduce(b.flat)
-        alone.append(time.perf_counter() - t0)
-    e, a = statistics.median(exposed), statistics.median(alone)
+    e, a = statistics.median(exposed), _allreduce_alone(dist, [b.flat for b in red.buckets])
     return {"exposed_s": e, "allreduce_s": a, "overlap": max(0.0, 1.0 - e / a) if a else 1.0,
             "buckets": len(red.buckets)}
+
+
+def _overlap_compiled(ddp, step, dist):
+    """Compiled DDP: exposed = from the LAST rank's first wait node to this rank's last
+    wait node's completion (the wait nodes run after the rest of backward)."""
+    from ember.nn.parallel._traced import _IN_FLIGHT
+    nb = len(ddp.reducer.buckets)
+    marks = []
+    for _ in range(10):
+        _IN_FLIGHT.log.clear()
+        step()
+        waits = list(_IN_FLIGHT.log)[-nb:]
+        marks.append((waits[0][0], waits[-1][1]))
+    every = [None] * dist.get_world_size()
+    dist.all_gather_object(every, marks)
+    exposed = [max(0.0, done - max(r[i][0] for r in every))
+               for i, (_, done) in enumerate(marks)]
+    e = statistics.median(exposed)
+    a = _allreduce_alone(dist, [b.flat for b in ddp.reducer.buckets])
+    return {"exposed_s": e, "allreduce_s": a, "overlap": max(0.0, 1.0 - e / a) if a else 1.0,
+            "buckets": nb}
 
 
 def _ember_zero_bytes(world, rank):
@@ -146,7 +208,18 @@ def _torch_side(torch, wl, world, rank, steps, rounds):
         from torch.nn.parallel import DistributedDataParallel as TDDP
         model = TDDP(model)
         barrier = tdist.barrier
-    return {"s_per_step": _time(_step_fn(torch, model, opt, x, y), steps, rounds, barrier)}
+    res = {"s_per_step": _time(_step_fn(torch, model, opt, x, y), steps, rounds, barrier)}
+    if world > 1:
+        from ember.nn.parallel._buckets import assign_buckets
+        params = [p for p in model.parameters() if p.requires_grad]
+        # NOTE: PyTorch's default buckets (1 MiB first, then 25 MiB, reverse order)
+        flats = [torch.zeros(sum(params[i].numel() for i in b)) for b in
+                 assign_buckets(params, 25 * 2**20)]
+        res["allreduce_s"] = _allreduce_alone(tdist, flats)
+        res["buckets"] = len(flats)
+        res["exposed_bw_s"] = _exposed_backward(torch, model, x, y, barrier)
+        res["overlap_bw"] = max(0.0, 1.0 - res["exposed_bw_s"] / res["allreduce_s"])
+    return res
 
 
 def _torch_zero_bytes(torch, world, rank):
@@ -202,7 +275,8 @@ def _run(nproc: int, threads: int, args, out: Path) -> dict:
     env = dict(os.environ, OMP_NUM_THREADS=str(threads), OPENBLAS_NUM_THREADS=str(threads),
                MKL_NUM_THREADS=str(threads), MASTER_PORT=str(29500 + os.getpid() % 1000))
     target = [sys.executable, __file__, "--worker", str(out), "--steps", str(args.steps),
-              "--rounds", str(args.rounds), "--bucket-mb", str(args.bucket_mb)]
+              "--rounds", str(args.rounds)]
+    target += ["--bucket-mb", str(args.bucket_mb)] if args.bucket_mb is not None else []
     target += ["--no-torch"] if args.no_torch else []
     cmd = target if nproc == 1 else mpiexec_command(nproc, target)
     subprocess.run(cmd, env=env, check=True, timeout=1800)
@@ -211,23 +285,32 @@ def _run(nproc: int, threads: int, args, out: Path) -> dict:
 
 def report(one: dict, two: dict) -> None:
     libs = ["ember", "ember.compile"] + (["torch"] if "torch" in one["W1"] else [])
-    print(f"Ember DDP bucket_cap_mb={two['bucket_mb']:g}")
+    print(f"Ember DDP bucket_cap_mb={two['bucket_mb'] or 'default'}, MPI progress thread "
+          f"{'off' if os.environ.get('EMBER_DIST_PROGRESS') == '0' else 'on'}")
     print(f"{'workload':<14}{'lib':<14}{'1p x 2t steps/s':>10}{'2p x 1t steps/s':>17}"
-          f"{'2p / 1p':>9}{'overlap':>9}")
+          f"{'2p / 1p':>9}{'overlap':>9}{'overlap (bw)':>14}")
+
+    def pct(r, k):
+        return f"{r[k] * 100:7.0f}%" if k in r else f"{'n/a':>8}"
     for key in NAMES:
         for lib in libs:
             a, b = one[key][lib], two[key][lib]
-            ov = f"{b['overlap'] * 100:7.0f}%" if "overlap" in b else f"{'n/a':>8}"
             print(f"{NAMES[key]:<14}{lib:<14}{1 / a['s_per_step']:10.1f}"
-                  f"{1 / b['s_per_step']:17.1f}{a['s_per_step'] / b['s_per_step']:8.2f}x{ov}")
+                  f"{1 / b['s_per_step']:17.1f}{a['s_per_step'] / b['s_per_step']:8.2f}x"
+                  f"{pct(b, 'overlap')}{pct(b, 'overlap_bw'):>14}")
         if "torch" in libs:
             for lib in ("ember", "ember.compile"):
                 r = two[key][lib]["s_per_step"] / two[key]["torch"]["s_per_step"]
                 print(f"{'':<14}{lib} DDP step / PyTorch DDP (gloo) step: {r:.2f}x "
                       f"(target <= 1.0)")
-        e = two[key]["ember"]
-        print(f"{'':<14}all-reduce alone {e['allreduce_s'] * 1e3:.2f} ms in {e['buckets']} "
-              f"bucket(s), exposed after backward {e['exposed_s'] * 1e3:.2f} ms")
+        for lib in libs:
+            e = two[key][lib]
+            extra = (f", exposed after the last backward {e['exposed_s'] * 1e3:.2f} ms"
+                     if "exposed_s" in e else "")
+            bw = (f", backward sync - no_sync {e['exposed_bw_s'] * 1e3:.2f} ms"
+                  if "exposed_bw_s" in e else "")
+            print(f"{'':<14}{lib}: all-reduce alone {e['allreduce_s'] * 1e3:.2f} ms in "
+                  f"{e['buckets']} bucket(s){extra}{bw}")
     per_rank = two["zero_bytes_per_rank"]
     plain = max(r["ember"]["plain"] for r in per_rank)
     zero = max(r["ember"]["zero"] for r in per_rank)
@@ -246,8 +329,8 @@ def main(argv=None) -> int:
                    help="run each configuration this many times, alternating; keep the fastest")
     p.add_argument("--steps", type=int, default=20)
     p.add_argument("--rounds", type=int, default=5)
-    p.add_argument("--bucket-mb", type=float, default=25.0,
-                   help="Ember DDP bucket_cap_mb (PyTorch's default: 25)")
+    p.add_argument("--bucket-mb", type=float, default=None,
+                   help="Ember DDP bucket_cap_mb (default: DDP's default)")
     p.add_argument("--worker", help=argparse.SUPPRESS)
     args = p.parse_args(argv)
     if args.quick:

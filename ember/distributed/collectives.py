@@ -15,7 +15,7 @@ import time
 import numpy as np
 
 from ..errors import DeviceError, DTypeError, ShapeError
-from . import debug, health, progress
+from . import debug, health
 from .backend import ReduceOp, Work
 from .groups import resolve, timeout_error
 
@@ -98,9 +98,6 @@ def _run(name, group, async_op, sig, start):
         debug.check_consistent(grp, call)
     requests, finish, *result = start(grp)
     t0 = time.monotonic()
-    if async_op and requests and progress.enabled(grp.comm):
-        finish = _unwatching(grp.comm, finish)
-        progress.watch(grp.comm)
     work = Work(requests, timeout=grp.timeout, finish=finish,
                 result=result[0] if result else None,
                 on_timeout=lambda elapsed: timeout_error(grp, call, elapsed),
@@ -109,15 +106,6 @@ def _run(name, group, async_op, sig, start):
         return work
     work.wait()
     return None
-
-
-def _unwatching(comm, finish):
-    """``finish``, then tell the progress thread this collective is done."""
-    def done():
-        progress.unwatch(comm)
-        if finish is not None:
-            finish()
-    return done
 
 
 def _sig(t, **extra):

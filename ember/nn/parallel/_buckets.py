@@ -123,11 +123,12 @@ class Reducer:
     """Bucketed, overlapped gradient averaging for :class:`DistributedDataParallel`."""
 
     def __init__(self, params: list, names: list, dist, group, bucket_cap_mb: float,
-                 find_unused_parameters: bool) -> None:
+                 find_unused_parameters: bool,
+                 first_cap_bytes: int = FIRST_BUCKET_BYTES) -> None:
         self.params, self.names, self.dist, self.group = params, names, dist, group
         self.world = dist.get_world_size(group) if group is not None else dist.get_world_size()
         self.find_unused = find_unused_parameters
-        self.cap = int(bucket_cap_mb * 1024 * 1024)
+        self.cap, self.first_cap = int(bucket_cap_mb * 1024 * 1024), first_cap_bytes
         self._make_buckets(None)
         self.ready_order = []   # indices, in the order this backward's gradients were ready
         self.rebuilt = False    # buckets rebuilt in that order after the first backward
@@ -143,7 +144,8 @@ class Reducer:
 
     def _make_buckets(self, order) -> None:
         self.buckets = [_Bucket(self.params, idx)
-                        for idx in assign_buckets(self.params, self.cap, order=order)]
+                        for idx in assign_buckets(self.params, self.cap, self.first_cap,
+                                                    order=order)]
         self.where = {}
         for b, bucket in enumerate(self.buckets):
             for k, i in enumerate(bucket.indices):

@@ -45,7 +45,9 @@ class _InFlight:
     """The all-reduces started by a graph's start nodes and not yet waited: token -> work."""
 
     def __init__(self):
+        import collections
         self.next, self.works = 0, {}
+        self.log = collections.deque(maxlen=256)   # (wait entered, done) per wait node
 
     def start(self, arr, dist, group):
         import numpy as np
@@ -53,13 +55,26 @@ class _InFlight:
         from ...ops.factories import from_numpy
         buf = np.array(arr, copy=True, order="C")
         self.next += 1
-        self.works[self.next] = (buf, dist.all_reduce(from_numpy(buf), group=group,
-                                                      async_op=True))
+        from ...distributed import groups, progress   # NOTE: late: nn sits below it
+        work = dist.all_reduce(from_numpy(buf), group=group, async_op=True)
+        comm = groups.resolve(group, "all_reduce").comm
+        if progress.enabled(comm) and not work.is_completed():
+            progress.watch(comm)   # NOTE: MPI progress while the graph computes
+        else:
+            comm = None
+        self.works[self.next] = (buf, work, comm, progress)
         return np.array(self.next, dtype=np.int64)
 
     def wait(self, token, wait):
-        buf, work = self.works.pop(int(token))
-        wait(work)
+        import time
+        buf, work, comm, progress = self.works.pop(int(token))
+        t0 = time.perf_counter()
+        try:
+            wait(work)
+            self.log.append((t0, time.perf_counter()))
+        finally:
+            if comm is not None:
+                progress.unwatch(comm)
         return buf
 
 

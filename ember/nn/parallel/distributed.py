@@ -25,7 +25,7 @@ import contextlib
 
 from ..module import Module
 from . import _traced
-from ._buckets import Reducer, default_cap_bytes, graph_break
+from ._buckets import FIRST_BUCKET_BYTES, Reducer, default_cap_bytes, graph_break
 
 __all__ = ["DistributedDataParallel"]
 
@@ -46,10 +46,11 @@ class DistributedDataParallel(Module):
         device_ids, output_device, dim: accepted for PyTorch compatibility (CPU: unused).
         broadcast_buffers: broadcast buffers from rank 0 before each synced forward.
         process_group: the group to average over (default: the whole world).
-        bucket_cap_mb: bucket size in MiB; the first bucket is 1 MiB, as in PyTorch. Default
-            (None): PyTorch's 25, but at most a quarter of the model's gradient bytes so a
-            model under ~100 MiB still gets several buckets to overlap with backward
-            (``_buckets.default_cap_bytes``; pass 25 for PyTorch's exact bucketing). After
+        bucket_cap_mb: bucket size in MiB (every bucket's, as in PyTorch 2.13). Default
+            (None): a 1 MiB first bucket, then PyTorch's 25 MiB but at most a quarter of
+            the model's gradient bytes, so a model under ~100 MiB still gets several
+            buckets to overlap with backward (``_buckets.default_cap_bytes``; PyTorch's
+            default gives such a model 1 MiB + one bucket ready only at the end). After
             the first backward the buckets are rebuilt in the order gradients became
             ready (PyTorch's ``rebuild_buckets``; not with ``find_unused_parameters``).
         find_unused_parameters: allow parameters that get no gradient in some backward
@@ -88,9 +89,10 @@ class DistributedDataParallel(Module):
                                  if bucket_cap_mb is None else int(bucket_cap_mb * 2**20))
         self._sync_state(dist, [p for _, p in module.named_parameters()])
         self._sync_state(dist, [b for _, b in module.named_buffers()])
+        first = FIRST_BUCKET_BYTES if bucket_cap_mb is None else self.bucket_bytes_cap
         self.reducer = Reducer([p for _, p in named], [n for n, _ in named], dist,
                                process_group, self.bucket_bytes_cap / 2**20,
-                               self.find_unused_parameters)
+                               self.find_unused_parameters, first_cap_bytes=first)
 
     def _sync_state(self, dist, tensors) -> None:
         """Broadcast ``tensors`` in place from rank 0 (parameters, then buffers)."""
