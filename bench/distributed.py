@@ -285,7 +285,9 @@ def _run(nproc: int, threads: int, args, out: Path) -> dict:
 
 def report(one: dict, two: dict) -> None:
     libs = ["ember", "ember.compile"] + (["torch"] if "torch" in one["W1"] else [])
-    print(f"Ember DDP bucket_cap_mb={two['bucket_mb'] or 'default'}, MPI progress thread "
+    default = ("PyTorch's default (1 MiB, 25 MiB)" if os.environ.get(
+        "EMBER_BENCH_PYTORCH_BUCKETS") == "1" else "default")
+    print(f"Ember DDP bucket_cap_mb={two['bucket_mb'] or default}, MPI progress thread "
           f"{'off' if os.environ.get('EMBER_DIST_PROGRESS') == '0' else 'on'}")
     print(f"{'workload':<14}{'lib':<14}{'1p x 2t steps/s':>10}{'2p x 1t steps/s':>17}"
           f"{'2p / 1p':>9}{'overlap':>9}{'overlap (bw)':>14}")
@@ -331,11 +333,18 @@ def main(argv=None) -> int:
     p.add_argument("--rounds", type=int, default=5)
     p.add_argument("--bucket-mb", type=float, default=None,
                    help="Ember DDP bucket_cap_mb (default: DDP's default)")
+    p.add_argument("--pytorch-buckets", action="store_true",
+                   help="Ember DDP with PyTorch's default buckets (1 MiB, then 25 MiB)")
     p.add_argument("--worker", help=argparse.SUPPRESS)
     args = p.parse_args(argv)
     if args.quick:
         args.steps, args.rounds, args.repeat = 3, 2, 1
+    if args.pytorch_buckets:   # NOTE: read by the workers' DDP default (see _buckets)
+        os.environ["EMBER_BENCH_PYTORCH_BUCKETS"] = "1"
     if args.worker:
+        if os.environ.get("EMBER_BENCH_PYTORCH_BUCKETS") == "1":
+            from ember.nn.parallel import distributed as ddp_mod
+            ddp_mod.default_cap_bytes = lambda params: 25 * 2**20
         worker(args.worker, args.steps, args.rounds, not args.no_torch, args.bucket_mb)
         return 0
     ones, twos = [], []
