@@ -23,7 +23,7 @@ global batch (each of 2 ranks takes half) — it prints, side by side in one run
   (the compiled step holds each bucket's all-reduce as a start node and a wait node
   after the rest of backward).
 
-``EMBER_DIST_PROGRESS=0`` in the environment turns off the MPI progress thread.
+``EMBER_DIST_PROGRESS=1`` in the environment turns on the (opt-in) MPI progress thread.
 
 Run:
     .venv/bin/python bench/distributed.py            # about a minute on 2 cores
@@ -288,7 +288,7 @@ def report(one: dict, two: dict) -> None:
     default = ("PyTorch's default (1 MiB, 25 MiB)" if os.environ.get(
         "EMBER_BENCH_PYTORCH_BUCKETS") == "1" else "default")
     print(f"Ember DDP bucket_cap_mb={two['bucket_mb'] or default}, MPI progress thread "
-          f"{'off' if os.environ.get('EMBER_DIST_PROGRESS') == '0' else 'on'}")
+          f"{'on' if os.environ.get('EMBER_DIST_PROGRESS') == '1' else 'off'}")
     print(f"{'workload':<14}{'lib':<14}{'1p x 2t steps/s':>10}{'2p x 1t steps/s':>17}"
           f"{'2p / 1p':>9}{'overlap':>9}{'overlap (bw)':>14}")
 

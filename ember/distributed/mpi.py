@@ -179,6 +179,8 @@ class MPICommunicator(Communicator):
 
     def progress(self):
         # NOTE: an Iprobe on a tag no message carries: MPICH runs its progress engine
+        if self.MPI.Is_finalized() or self.comm == self.MPI.COMM_NULL:
+            raise RuntimeError("MPI progress: the communicator is gone")
         self.comm.Iprobe(source=self.MPI.ANY_SOURCE, tag=self._progress_tag)
 
     def thread_safe(self):

@@ -13,13 +13,18 @@ owner's ``Test``/``wait`` stay the only completion path. MPI must run with
 ``MPI_THREAD_MULTIPLE`` (mpi4py's default); with a lower thread level the pump stays off
 and progress happens in ``Test`` calls only (DDP's gradient hooks poll).
 
-Only compiled DDP's all-reduces are watched: eager DDP's gradient hooks already call
-``Test`` between gradients, and there the thread measured slower (waking every 0.1 ms it
-took the GIL from the Python-bound autograd engine and a core from the other rank:
-W1 113 vs 157 steps/s at 2 ranks x 1 thread). ``EMBER_DIST_PROGRESS=0`` turns it off.
+Opt-in (``EMBER_DIST_PROGRESS=1``), for compiled DDP's all-reduces only. By default
+progress comes from ``Test`` calls on the computing thread instead: eager DDP's gradient
+hooks and compiled DDP's ``all_reduce_poll`` nodes (``ember.nn.parallel._traced``).
+Measured on 2 ranks x 1 thread (bench/distributed.py, 2 shared cores): those Tests alone
+hide 93% of W3's compiled all-reduce time, the thread adds nothing to that and costs
+throughput (it wakes every :data:`INTERVAL_S`, takes the GIL from the Python-bound
+executor and a core from the other rank: W3 compiled 22.3 vs 21.5 steps/s; with the
+thread on for eager DDP too, W1 fell from 157 to 113 steps/s).
 """
 from __future__ import annotations
 
+import atexit
 import os
 import threading
 import time
@@ -34,7 +39,7 @@ _thread = None
 
 def enabled(comm) -> bool:
     """Whether in-flight collectives of ``comm`` are driven by the progress thread."""
-    return os.environ.get("EMBER_DIST_PROGRESS", "1") != "0" and comm.thread_safe()
+    return os.environ.get("EMBER_DIST_PROGRESS", "0") == "1" and comm.thread_safe()
 
 
 def watch(comm) -> None:
@@ -46,6 +51,9 @@ def watch(comm) -> None:
         if _thread is None:
             _thread = threading.Thread(target=_loop, name="ember-dist-progress", daemon=True)
             _thread.start()
+            # NOTE: registered after mpi4py's MPI_Finalize handler, so it runs before it:
+            # a collective left in flight by an exception must not be pumped past Finalize
+            atexit.register(stop)
         _lock.notify()
 
 
@@ -57,6 +65,12 @@ def unwatch(comm) -> None:
             entry[1] -= 1
             if entry[1] <= 0:
                 del _active[id(comm)]
+
+
+def stop() -> None:
+    """Forget every watched collective (the thread parks); at exit, before MPI finalizes."""
+    with _lock:
+        _active.clear()
 
 
 def in_flight() -> int:

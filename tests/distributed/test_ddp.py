@@ -96,9 +96,12 @@ def test_backward_that_raised_midway_does_not_break_the_next(results):
 def test_compiled_ddp_waits_after_the_remaining_backward(results):
     # each bucket's all-reduce is a start node (when the bucket is full) and a wait node
     # at the end of backward: fc1's weight gradient (a matmul) is computed between the
-    # first bucket's start and its wait, so the communication overlaps it
+    # first bucket's start and its wait, so the communication overlaps it, and a poll
+    # node after fc1's gradients Tests the request (MPI progresses only inside MPI calls)
     between = results["compiled_between_first_start_and_wait"]
     assert "matmul" in between, between
+    polls = [i for i, name in enumerate(between) if name == "all_reduce_poll"]
+    assert polls and polls[-1] > between.index("matmul"), between
 
 
 def test_ddp_launches_a_bucket_before_backward_ends_after_rebuild(results):

@@ -217,7 +217,11 @@ class Reducer:
         bucket.pending -= 1
         if bucket.pending == 0:
             self._launch_ready()
-        self._progress()
+        if self.tracer is not None:
+            if self.last_traced is not None and self.next_launch > 0:
+                _traced.poll_all_reduces(self.tracer, self.last_traced)
+        else:
+            self._progress()
 
     def _progress(self) -> None:
         """Drive in-flight all-reduces forward.

@@ -15,7 +15,9 @@ averaged gradients into a new array, launches the nonblocking all-reduce on it a
 returns a 0-d *token* naming the in-flight request; ``all_reduce_wait`` (recorded at the
 end of backward, so every later backward node comes before it in the schedule — the
 graph's node order is its execution order) waits for it and returns the reduced array.
-Between the two, MPI progresses on the progress thread (``ember.distributed.progress``).
+Between the two, MPI progresses in ``all_reduce_poll`` nodes (recorded wherever backward
+made another gradient: they ``Test`` the in-flight requests, as eager DDP's hooks do)
+and, opt-in, on a progress thread (``ember.distributed.progress``).
 The array moves from start to wait outside the graph's values, so the memory planner
 never sees it while MPI writes it; the wait hands it over as new memory.
 """
@@ -65,6 +67,14 @@ class _InFlight:
         self.works[self.next] = (buf, work, comm, progress)
         return np.array(self.next, dtype=np.int64)
 
+    def poll(self):
+        """Test the in-flight all-reduces, oldest first (MPI progresses inside Test)."""
+        import numpy as np
+        for _, work, _, _ in self.works.values():   # NOTE: launch order
+            if not work.is_completed():
+                break
+        return np.zeros((), dtype=np.int64)
+
     def wait(self, token, wait):
         import time
         buf, work, comm, progress = self.works.pop(int(token))
@@ -89,8 +99,13 @@ def _run_wait(xp, token, wait):
     return wait(token)
 
 
+def _run_poll(xp, token, poll):
+    return poll()
+
+
 ALL_REDUCE_START = GraphOp("all_reduce_start", _run_start, random=True)
 ALL_REDUCE_WAIT = GraphOp("all_reduce_wait", _run_wait, random=True)
+ALL_REDUCE_POLL = GraphOp("all_reduce_poll", _run_poll, random=True)
 
 
 def start_all_reduce(tr, flat, after, dist, group):
@@ -110,6 +125,16 @@ def wait_all_reduce(tr, token, wait_fn):
     def wait(tok):
         return _IN_FLIGHT.wait(tok, wait_fn)
     return _record(tr, ALL_REDUCE_WAIT, token, None, {"wait": wait})
+
+
+def poll_all_reduces(tr, token):
+    """Record a node that tests the in-flight all-reduces (after ``token``'s start).
+
+    NOTE: placed where backward made a gradient, like eager DDP's hooks: MPI moves a
+    nonblocking collective only inside MPI calls, and these Tests on the graph's own
+    thread need no GIL hand-off nor another core (cf. the progress thread).
+    """
+    return _record(tr, ALL_REDUCE_POLL, token, None, {"poll": _IN_FLIGHT.poll})
 
 
 def _record(tr, op, x, after, params):
