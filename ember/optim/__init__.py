@@ -11,7 +11,8 @@ from .optimizer import Optimizer, required
 from .sgd import SGD, Lion
 from .adam import Adam, AdamW, Adamax, NAdam
 from .adaptive import Adadelta, Adagrad, RMSprop
+from .lbfgs import LBFGS
 from . import lr_scheduler
 
 __all__ = ["Optimizer", "SGD", "Adam", "AdamW", "Adamax", "NAdam", "RMSprop", "Adagrad",
-           "Adadelta", "Lion", "lr_scheduler"]
+           "Adadelta", "Lion", "LBFGS", "lr_scheduler"]
