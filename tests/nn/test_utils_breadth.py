@@ -1,0 +1,132 @@
+"""nn.utils breadth (issue 17, item 4): parametrize, weight/spectral norm, fusion, skip_init,
+functional_call, prune — against PyTorch where it is installed."""
+import numpy as np
+import pytest
+
+import ember as em
+from ember.nn.utils import parametrizations as PZ
+from ember.nn.utils import parametrize as P
+
+torch = pytest.importorskip("torch")
+
+
+def _e(t):
+    return em.tensor(t.detach().numpy().copy())
+
+
+def _n(t):
+    return t.detach().numpy()
+
+
+def _copy_params(dst, src):
+    """Copy torch module ``src``'s state into ember module ``dst`` (same keys)."""
+    sd = {k: _e(v) for k, v in src.state_dict().items()}
+    dst.load_state_dict(sd)
+
+
+def _pair_linear(i=4, o=3):
+    tl, el = torch.nn.Linear(i, o).double(), em.nn.Linear(i, o, dtype=em.float64)
+    _copy_params(el, tl)
+    return tl, el
+
+
+class _Sym(em.nn.Module):
+    def forward(self, x):
+        return x.triu() + x.triu(1).T
+
+
+def test_register_parametrization_layout_and_grad():
+    m = em.nn.Linear(3, 3)
+    P.register_parametrization(m, "weight", _Sym())
+    assert type(m).__name__ == "ParametrizedLinear"
+    assert P.is_parametrized(m) and P.is_parametrized(m, "weight")
+    assert not P.is_parametrized(m, "bias")
+    assert list(m.state_dict()) == ["bias", "parametrizations.weight.original"]
+    w = m.weight.detach().numpy()
+    np.testing.assert_array_equal(w, w.T)
+    m(em.randn(2, 3)).sum().backward()
+    assert m.parametrizations.weight.original.grad is not None
+    P.remove_parametrizations(m, "weight")
+    assert type(m) is em.nn.Linear and not P.is_parametrized(m)
+    assert list(m.state_dict()) == ["bias", "weight"]   # torch re-registers it last
+    np.testing.assert_array_equal(m.weight.detach().numpy(), w)
+
+
+def test_parametrization_cached_evaluates_once():
+    calls = []
+
+    class Count(em.nn.Module):
+        def forward(self, x):
+            calls.append(1)
+            return x * 2
+
+    m = em.nn.Linear(2, 2)
+    P.register_parametrization(m, "weight", Count())
+    calls.clear()
+    with P.cached():
+        a, b = m.weight, m.weight
+    assert len(calls) == 1 and a is b
+    m.weight
+    assert len(calls) == 2
+
+
+def test_register_parametrization_bad_input():
+    m = em.nn.Linear(2, 2)
+    with pytest.raises(ValueError, match="no parameter or buffer named 'nope'"):
+        P.register_parametrization(m, "nope", _Sym())
+
+    class Shrink(em.nn.Module):
+        def forward(self, x):
+            return x[0]
+
+    with pytest.raises(ValueError, match="shape"):
+        P.register_parametrization(m, "weight", Shrink())
+    with pytest.raises(ValueError, match="no parametrization"):
+        P.remove_parametrizations(m, "weight")
+
+
+def test_weight_norm_parametrization_matches_torch_training():
+    tl, el = _pair_linear()
+    torch.nn.utils.parametrizations.weight_norm(tl)
+    PZ.weight_norm(el)
+    assert list(el.state_dict()) == list(tl.state_dict())
+    _train_and_compare(tl, el)
+
+
+def test_spectral_norm_parametrization_matches_torch_training():
+    tl, el = _pair_linear(5, 4)
+    torch.nn.utils.parametrizations.spectral_norm(tl)
+    PZ.spectral_norm(el)
+    assert list(el.state_dict()) == list(tl.state_dict())
+    _copy_params(el, tl)   # the power iteration's u, v from torch's buffers
+    _train_and_compare(tl, el)
+    tl.eval(), el.eval()
+    np.testing.assert_allclose(_n(el.weight), _n(tl.weight), rtol=1e-12, atol=1e-12)
+
+
+def _train_and_compare(tl, el, steps=4):
+    rng = np.random.default_rng(0)
+    to = torch.optim.SGD(tl.parameters(), lr=0.1)
+    eo = em.optim.SGD(el.parameters(), lr=0.1)
+    for _ in range(steps):
+        x = rng.standard_normal((6, tl.in_features))
+        lt = (tl(torch.tensor(x)) ** 2).mean()
+        le = (el(em.tensor(x)) ** 2).mean()
+        np.testing.assert_allclose(le.item(), lt.item(), rtol=1e-12)
+        to.zero_grad(), eo.zero_grad()
+        lt.backward(), le.backward()
+        for (k, a), (k2, b) in zip(tl.named_parameters(), el.named_parameters()):
+            assert k == k2
+            np.testing.assert_allclose(_n(b.grad), _n(a.grad), rtol=1e-10, atol=1e-12)
+        to.step(), eo.step()
+    for k, v in tl.state_dict().items():
+        np.testing.assert_allclose(_n(el.state_dict()[k]), _n(v), rtol=1e-10, atol=1e-12)
+
+
+def test_spectral_norm_bad_input():
+    with pytest.raises(IndexError, match="out of range"):
+        PZ.spectral_norm(em.nn.Linear(3, 2), dim=2)
+    with pytest.raises(ValueError, match="n_power_iterations"):
+        PZ.spectral_norm(em.nn.Linear(3, 2), n_power_iterations=0)
+    with pytest.raises(ValueError, match="no parameter or buffer"):
+        PZ.spectral_norm(em.nn.Linear(3, 2), name="w")
