@@ -12,7 +12,12 @@ from .sgd import SGD, Lion
 from .adam import Adam, AdamW, Adamax, NAdam
 from .adaptive import Adadelta, Adagrad, RMSprop
 from .lbfgs import LBFGS
+from .radam import RAdam
+from .rprop import Rprop
+from .asgd import ASGD
+from .adafactor import Adafactor
 from . import lr_scheduler
 
 __all__ = ["Optimizer", "SGD", "Adam", "AdamW", "Adamax", "NAdam", "RMSprop", "Adagrad",
-           "Adadelta", "Lion", "LBFGS", "lr_scheduler"]
+           "Adadelta", "Lion", "LBFGS", "RAdam",
+           "Rprop", "ASGD", "Adafactor", "lr_scheduler"]

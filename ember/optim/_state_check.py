@@ -15,7 +15,7 @@ from ..tensor import Tensor
 __all__ = ["check_groups", "check_state"]
 
 _COUNTERS = ("step",)          # integer counters, >= 0
-_SCALARS = ("step", "mu_product")
+_SCALARS = ("step", "mu_product", "eta", "mu")   # NOTE: eta, mu: ASGD's 0-d state
 
 
 def check_groups(opt, groups: list) -> None:

@@ -281,14 +281,14 @@ class Optimizer:
         return ()
 
 
-_SCALAR_STATE = ("step", "mu_product")
+_SCALAR_STATE = ("step", "mu_product", "eta", "mu")
 
 
 def _cast(p: Tensor, value, key):
     """Copy a loaded state value; tensors take ``p``'s dtype and device.
 
-    Scalar counters (``step``, NAdam's ``mu_product``) keep their dtype so that a resumed
-    run is bit-identical (PyTorch exempts only ``step``).
+    Scalar state (``step``, NAdam's ``mu_product``, ASGD's ``eta`` and ``mu``) keeps its
+    dtype so that a resumed run is bit-identical (PyTorch exempts only ``step``).
     """
     if isinstance(value, Tensor):
         v = value.detach()

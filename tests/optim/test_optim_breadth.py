@@ -54,3 +54,103 @@ def test_lbfgs_bad_arguments():
         optim.LBFGS([{"params": [x]}, {"params": [ember.zeros(1, requires_grad=True)]}])
     with pytest.raises(TypeError, match="closure"):
         optim.LBFGS([x]).step()
+
+
+_RNG = np.random.default_rng(0)
+_X, _Y = _RNG.standard_normal((8, 3)), _RNG.standard_normal((8, 4))
+_W0, _B0 = _RNG.standard_normal((3, 4)), _RNG.standard_normal(4)
+
+
+def _trajectory(lib, name, kw, steps=20, groups=False):
+    """Params after each of ``steps`` steps of ``lib.optim.<name>(**kw)`` on a small
+    least-squares problem with a tanh (float64)."""
+    w = lib.tensor(_W0.copy(), dtype=lib.float64, requires_grad=True)
+    b = lib.tensor(_B0.copy(), dtype=lib.float64, requires_grad=True)
+    x, y = lib.tensor(_X, dtype=lib.float64), lib.tensor(_Y, dtype=lib.float64)
+    params = [{"params": [w]}, {"params": [b], "lr": 0.02}] if groups else [w, b]
+    opt = getattr(lib.optim, name)(params, **kw)
+    out = []
+    for _ in range(steps):
+        opt.zero_grad()
+        loss = ((lib.tanh(x @ w) + b - y) ** 2).mean()
+        loss.backward()
+        opt.step()
+        out.append(np.concatenate([w.detach().numpy().ravel(), b.detach().numpy()]))
+    return np.array(out), opt
+
+
+_CASES = [
+    ("RAdam", dict(lr=0.05)),
+    ("RAdam", dict(lr=0.05, weight_decay=0.1, betas=(0.8, 0.9))),
+    ("RAdam", dict(lr=0.05, weight_decay=0.1, decoupled_weight_decay=True, maximize=False)),
+    ("RAdam", dict(lr=0.05, foreach=False, capturable=False, differentiable=False)),
+    ("Rprop", dict(lr=0.01)),
+    ("Rprop", dict(lr=0.05, etas=(0.3, 1.5), step_sizes=(1e-3, 0.1), maximize=True)),
+    ("ASGD", dict(lr=0.05)),
+    ("ASGD", dict(lr=0.05, t0=5, lambd=1e-2, alpha=0.5, weight_decay=0.1)),
+    ("Adafactor", dict(lr=0.05)),
+    ("Adafactor", dict(lr=0.05, beta2_decay=-0.5, eps=(1e-20, 1e-2), d=1.5,
+                       weight_decay=0.1)),
+]
+
+
+@pytest.mark.parametrize("name,kw", _CASES, ids=[f"{n}-{i}" for i, (n, _) in enumerate(_CASES)])
+def test_trajectory_matches_torch(name, kw):
+    ours, _ = _trajectory(ember, name, kw)
+    ref, _ = _trajectory(torch, name, kw)
+    np.testing.assert_allclose(ours, ref, rtol=1e-12, atol=1e-13)
+
+
+@pytest.mark.parametrize("name,kw", _CASES[::2], ids=[n for n, _ in _CASES[::2]])
+def test_trajectory_with_groups_matches_torch(name, kw):
+    ours, _ = _trajectory(ember, name, kw, steps=8, groups=True)
+    ref, _ = _trajectory(torch, name, kw, steps=8, groups=True)
+    np.testing.assert_allclose(ours, ref, rtol=1e-12, atol=1e-13)
+
+
+@pytest.mark.parametrize("name,kw", _CASES[::2], ids=[n for n, _ in _CASES[::2]])
+def test_state_dict_round_trip_resumes_exactly(name, kw):
+    full, _ = _trajectory(ember, name, kw, steps=12)
+    _, opt = _trajectory(ember, name, kw, steps=6)
+    sd = opt.state_dict()
+    w = ember.tensor(full[5, :12].reshape(3, 4), dtype=ember.float64, requires_grad=True)
+    b = ember.tensor(full[5, 12:], dtype=ember.float64, requires_grad=True)
+    opt2 = getattr(optim, name)([w, b], **kw)
+    opt2.load_state_dict(sd)
+    x, y = ember.tensor(_X, dtype=ember.float64), ember.tensor(_Y, dtype=ember.float64)
+    for i in range(6, 12):
+        opt2.zero_grad()
+        ((ember.tanh(x @ w) + b - y) ** 2).mean().backward()
+        opt2.step()
+        got = np.concatenate([w.detach().numpy().ravel(), b.detach().numpy()])
+        np.testing.assert_array_equal(got, full[i])
+
+
+@pytest.mark.parametrize("name,kw,match", [
+    ("RAdam", dict(lr=-1e-3), "learning rate"),
+    ("RAdam", dict(betas=(1.0, 0.9)), "beta parameter at index 0"),
+    ("RAdam", dict(eps=-1), "epsilon"),
+    ("RAdam", dict(weight_decay=-1), "weight_decay"),
+    ("Rprop", dict(etas=(1.5, 1.2)), "eta values"),
+    ("Rprop", dict(lr=-1), "learning rate"),
+    ("ASGD", dict(weight_decay=-0.1), "weight_decay"),
+    ("Adafactor", dict(beta2_decay=0.5), "beta2_decay"),
+    ("Adafactor", dict(eps=(None, -1.0)), "epsilon2"),
+    ("Adafactor", dict(d=0.5), "Clipping threshold d"),
+    ("Adafactor", dict(lr=-1.0), "Learning rate"),
+])
+def test_bad_hyper_parameters_raise_like_torch(name, kw, match):
+    with pytest.raises(ValueError, match=match):
+        getattr(optim, name)([ember.zeros(2, requires_grad=True)], **kw)
+    with pytest.raises(ValueError, match=match):
+        getattr(torch.optim, name)([torch.zeros(2, requires_grad=True)], **kw)
+
+
+def test_asgd_load_rejects_bad_scalar_state():
+    _, opt = _trajectory(ember, "ASGD", dict(lr=0.05), steps=2)
+    sd = opt.state_dict()
+    sd["state"][0]["eta"] = ember.ones(3)
+    opt2 = optim.ASGD([ember.zeros(3, 4, dtype=ember.float64, requires_grad=True),
+                       ember.zeros(4, dtype=ember.float64, requires_grad=True)])
+    with pytest.raises(TypeError, match="eta"):
+        opt2.load_state_dict(sd)
