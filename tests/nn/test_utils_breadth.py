@@ -130,3 +130,95 @@ def test_spectral_norm_bad_input():
         PZ.spectral_norm(em.nn.Linear(3, 2), n_power_iterations=0)
     with pytest.raises(ValueError, match="no parameter or buffer"):
         PZ.spectral_norm(em.nn.Linear(3, 2), name="w")
+
+
+# ------------------------------------------------------------------ fusion
+def _bn_pair(n):
+    tb, eb = torch.nn.BatchNorm2d(n).double(), em.nn.BatchNorm2d(n, dtype=em.float64)
+    with torch.no_grad():
+        tb.running_mean.normal_(), tb.running_var.uniform_(0.5, 2)
+        tb.weight.normal_(), tb.bias.normal_()
+    _copy_params(eb, tb)
+    return tb.eval(), eb.eval()
+
+
+def test_fuse_conv_bn_eval_matches_torch_and_unfused():
+    from ember.nn.utils.fusion import fuse_conv_bn_eval
+    tc = torch.nn.Conv2d(3, 4, 3).double().eval()
+    ec = em.nn.Conv2d(3, 4, 3, dtype=em.float64).eval()
+    _copy_params(ec, tc)
+    tb, eb = _bn_pair(4)
+    tf = torch.nn.utils.fusion.fuse_conv_bn_eval(tc, tb)
+    ef = fuse_conv_bn_eval(ec, eb)
+    assert ef is not ec and isinstance(ef.weight, em.nn.Parameter)
+    np.testing.assert_allclose(_n(ef.weight), _n(tf.weight), rtol=1e-12)
+    np.testing.assert_allclose(_n(ef.bias), _n(tf.bias), rtol=1e-12)
+    x = em.randn(2, 3, 6, 6, dtype=em.float64)
+    np.testing.assert_allclose(_n(ef(x)), _n(eb(ec(x))), rtol=1e-10, atol=1e-12)
+    with pytest.raises(RuntimeError, match="eval"):
+        fuse_conv_bn_eval(ec.train(), eb)
+
+
+def test_fuse_linear_bn_eval_matches_torch():
+    from ember.nn.utils.fusion import fuse_linear_bn_eval
+    tl, el = _pair_linear(5, 4)
+    tb = torch.nn.BatchNorm1d(4).double()
+    with torch.no_grad():
+        tb.running_mean.normal_(), tb.running_var.uniform_(0.5, 2), tb.weight.normal_()
+    eb = em.nn.BatchNorm1d(4, dtype=em.float64)
+    _copy_params(eb, tb)
+    tl.eval(), el.eval(), tb.eval(), eb.eval()
+    tf = torch.nn.utils.fusion.fuse_linear_bn_eval(tl, tb)
+    ef = fuse_linear_bn_eval(el, eb)
+    np.testing.assert_allclose(_n(ef.weight), _n(tf.weight), rtol=1e-12)
+    np.testing.assert_allclose(_n(ef.bias), _n(tf.bias), rtol=1e-12)
+    with pytest.raises(ValueError, match="num_features"):
+        fuse_linear_bn_eval(el, em.nn.BatchNorm1d(3).eval())
+
+
+# ------------------------------------------------------------------ skip_init
+def test_skip_init_draws_no_random_numbers():
+    from ember.nn.utils import skip_init
+    em.manual_seed(3)
+    a = em.rand(4).numpy()
+    em.manual_seed(3)
+    m = skip_init(em.nn.Linear, 3, 4)
+    assert type(m) is em.nn.Linear and tuple(m.weight.shape) == (4, 3)
+    np.testing.assert_array_equal(em.rand(4).numpy(), a)   # nothing drawn in between
+
+    class NoDevice(em.nn.Module):
+        def __init__(self, n):
+            super().__init__()
+
+    with pytest.raises(RuntimeError, match="'device'"):
+        skip_init(NoDevice, 3)
+
+
+# ------------------------------------------------------------------ functional_call
+def test_functional_call_swaps_and_restores():
+    from ember.nn.utils.stateless import functional_call
+    m = em.nn.Linear(3, 2, dtype=em.float64)
+    w = em.randn(2, 3, dtype=em.float64, requires_grad=True)
+    x = em.randn(4, 3, dtype=em.float64)
+    old = m.weight
+    out = functional_call(m, {"weight": w}, (x,))
+    np.testing.assert_allclose(_n(out), _n(x @ w.T + m.bias), rtol=1e-12)
+    assert m.weight is old
+    out.sum().backward()
+    np.testing.assert_allclose(_n(w.grad), np.tile(x.numpy().sum(0), (2, 1)), rtol=1e-12)
+    assert old.grad is None
+    with pytest.raises(RuntimeError, match="missing keys \\['bias'\\]"):
+        functional_call(m, {"weight": w}, x, strict=True)
+    with pytest.raises(AttributeError, match="'nope'"):
+        functional_call(m, {"nope": w}, x)
+    assert m.weight is old
+
+
+def test_functional_call_tied_weights():
+    from ember.nn.utils.stateless import functional_call
+    m = em.nn.Sequential(em.nn.Linear(2, 2, bias=False), em.nn.Linear(2, 2, bias=False))
+    m[1].weight = m[0].weight
+    w = em.eye(2) * 2
+    out = functional_call(m, {"0.weight": w}, em.ones(1, 2))
+    np.testing.assert_allclose(out.numpy(), [[4.0, 4.0]])
+    assert m[1].weight is m[0].weight

@@ -1,6 +1,8 @@
 """``ember.nn.utils``: gradient clipping and parameter/vector conversion.
 
-``ember.nn.utils.rnn`` (sequence packing) is a submodule, imported on first use.
+``rnn`` (sequence packing), ``parametrize``, ``parametrizations``, ``fusion``, ``stateless``
+and ``prune`` are submodules imported on first use, as are the names below taken from them
+(``weight_norm``, ``spectral_norm``, ``fuse_conv_bn_eval``, ``skip_init``...).
 """
 from __future__ import annotations
 
@@ -14,12 +16,27 @@ __all__ = ["clip_grad_norm_", "clip_grad_norm", "clip_grad_value_", "clip_grads_
            "get_total_norm", "parameters_to_vector", "vector_to_parameters"]
 
 
+_SUBMODULES = ("rnn", "parametrize", "parametrizations", "fusion", "stateless", "prune")
+_LAZY = {"weight_norm": "weight_norm", "remove_weight_norm": "weight_norm",
+         "spectral_norm": "spectral_norm", "remove_spectral_norm": "spectral_norm",
+         "fuse_conv_bn_eval": "fusion", "fuse_conv_bn_weights": "fusion",
+         "fuse_linear_bn_eval": "fusion", "fuse_linear_bn_weights": "fusion",
+         "skip_init": "init"}
+__all__ += list(_LAZY)
+
+
 def __getattr__(name: str):
-    # NOTE: lazy (the rnn helpers import the join/scatter ops); any other name, or a
-    # failing import, is an AttributeError so that hasattr() never raises.
-    if name == "rnn":
-        try:
-            return importlib.import_module(".rnn", __name__)
-        except ImportError as e:
-            raise AttributeError(f"module {__name__!r} has no attribute 'rnn' ({e})") from e
-    raise AttributeError(f"module {__name__!r} has no attribute {name!r}")
+    # NOTE: lazy (the submodules import the layers, which import this package); any other
+    # name, or a failing import, is an AttributeError so that hasattr() never raises.
+    if name not in _SUBMODULES and name not in _LAZY:
+        raise AttributeError(f"module {__name__!r} has no attribute {name!r}")
+    try:
+        mod = importlib.import_module(f".{_LAZY.get(name, name)}", __name__)
+    except ImportError as e:
+        raise AttributeError(f"module {__name__!r} has no attribute {name!r} ({e})") from e
+    if name in _SUBMODULES:
+        return mod
+    # NOTE: importing submodule weight_norm binds the package attribute to the module;
+    # bind the function over it (as torch's eager `from .weight_norm import weight_norm`)
+    globals()[name] = getattr(mod, name)
+    return globals()[name]
