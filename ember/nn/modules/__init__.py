@@ -12,3 +12,9 @@ from .rnn import *  # noqa: F401,F403
 from .attention import *  # noqa: F401,F403
 from .transformer import *  # noqa: F401,F403
 from .loss import *  # noqa: F401,F403
+from .upsampling import *  # noqa: F401,F403
+from .padding import *  # noqa: F401,F403
+from .pixelshuffle import *  # noqa: F401,F403
+from .fold import *  # noqa: F401,F403
+from .distance import *  # noqa: F401,F403
+from .channelshuffle import *  # noqa: F401,F403

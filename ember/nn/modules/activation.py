@@ -8,7 +8,7 @@ from ..parameter import Parameter
 __all__ = ['ReLU', 'ReLU6', 'LeakyReLU', 'PReLU', 'ELU', 'CELU', 'SELU', 'GELU', 'SiLU', 'Mish',
            'Softplus', 'Softsign', 'Sigmoid', 'Tanh', 'LogSigmoid', 'Softmax', 'LogSoftmax',
            'Softmin', 'Softmax2d', 'Hardtanh', 'Hardsigmoid', 'Hardswish', 'Threshold', 'GLU',
-           'Tanhshrink', 'Softshrink', 'Hardshrink']
+           'Tanhshrink', 'Softshrink', 'Hardshrink', 'RReLU']
 
 
 def _inplace_repr(inplace: bool) -> str:
@@ -308,6 +308,27 @@ class Softmax2d(Module):
             raise ShapeError(f"Softmax2d: expected a 3-D or 4-D input, got shape "
                              f"{tuple(input.shape)}")
         return F.softmax(input, -3)
+
+
+class RReLU(Module):
+    """Randomized leaky ReLU: negative slopes drawn from U(lower, upper) in training,
+    ``(lower + upper) / 2`` in eval.
+
+    Example:
+        >>> ember.nn.RReLU().eval()(ember.tensor([-2., 3.]))
+        tensor([-0.4583,  3.0000])
+    """
+
+    def __init__(self, lower: float = 1.0 / 8, upper: float = 1.0 / 3, inplace: bool = False):
+        super().__init__()
+        self.lower, self.upper, self.inplace = lower, upper, inplace
+
+    def forward(self, input):
+        return F.rrelu(input, self.lower, self.upper, self.training, self.inplace)
+
+    def extra_repr(self) -> str:
+        inplace = ", inplace=True" if self.inplace else ""
+        return f"lower={self.lower}, upper={self.upper}{inplace}"
 
 
 class GLU(Module):

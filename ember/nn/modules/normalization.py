@@ -12,7 +12,7 @@ from ..module import Module
 from ..parameter import Parameter
 
 __all__ = ['BatchNorm1d', 'BatchNorm2d', 'BatchNorm3d', 'InstanceNorm1d', 'InstanceNorm2d',
-           'LayerNorm', 'GroupNorm', 'RMSNorm']
+           'LayerNorm', 'GroupNorm', 'RMSNorm', 'LocalResponseNorm']
 
 
 def _factory(fn, *shape, device=None, dtype=None):
@@ -245,3 +245,22 @@ class RMSNorm(Module):
     def extra_repr(self) -> str:
         return f"{self.normalized_shape}, eps={self.eps}, " \
                f"elementwise_affine={self.elementwise_affine}"
+
+
+class LocalResponseNorm(Module):
+    """Normalise each channel by its ``size`` neighbouring channels' squares.
+
+    Example:
+        >>> ember.nn.LocalResponseNorm(2)(ember.ones(1, 4, 3)).shape
+        ember.Size([1, 4, 3])
+    """
+
+    def __init__(self, size: int, alpha: float = 1e-4, beta: float = 0.75, k: float = 1.0):
+        super().__init__()
+        self.size, self.alpha, self.beta, self.k = size, alpha, beta, k
+
+    def forward(self, input):
+        return F.local_response_norm(input, self.size, self.alpha, self.beta, self.k)
+
+    def extra_repr(self) -> str:
+        return f"{self.size}, alpha={self.alpha}, beta={self.beta}, k={self.k}"

@@ -1,0 +1,226 @@
+"""Issue 17 nn breadth: Upsample/interpolate, padding modules, PixelShuffle, Fold/Unfold,
+distances, ChannelShuffle, LocalResponseNorm, RReLU — forward vs PyTorch (when installed),
+float64 gradcheck, and clear errors."""
+import numpy as np
+import pytest
+
+import ember as em
+import ember.nn as nn
+import ember.nn.functional as F
+from ember.autograd import gradcheck
+
+RNG = np.random.default_rng(17)
+
+
+@pytest.fixture
+def torch():
+    return pytest.importorskip("torch")
+
+
+def _arr(*shape):
+    return RNG.standard_normal(shape)
+
+
+def _pair(torch, a, grad=False):
+    return (em.tensor(a, requires_grad=grad), torch.tensor(a, requires_grad=grad))
+
+
+def _same(got, want, rtol=1e-10, atol=1e-12):
+    want = want.detach().numpy()
+    got = got.detach().numpy()
+    assert got.shape == want.shape, f"shape {got.shape} vs {want.shape}"
+    np.testing.assert_allclose(got, want, rtol=rtol, atol=atol)
+
+
+def _module_parity(torch, name, args, kwargs, *arrays):
+    ours = getattr(nn, name)(*args, **kwargs)
+    theirs = getattr(torch.nn, name)(*args, **kwargs)
+    xs = [em.tensor(a, requires_grad=True) for a in arrays]
+    ts = [torch.tensor(a, requires_grad=True) for a in arrays]
+    out, ref = ours(*xs), theirs(*ts)
+    _same(out, ref)
+    g = RNG.standard_normal(tuple(ref.shape))
+    out.backward(em.tensor(g))
+    ref.backward(torch.tensor(g))
+    for x, t in zip(xs, ts):
+        _same(x.grad, t.grad)
+
+
+# ------------------------------------------------------------------ interpolate / Upsample
+UPSAMPLE_CASES = [
+    ("Upsample", (), dict(scale_factor=2, mode="nearest"), (2, 3, 5)),
+    ("Upsample", (), dict(scale_factor=1.7, mode="nearest"), (1, 2, 3, 4)),
+    ("Upsample", (), dict(size=(5, 7), mode="nearest-exact"), (1, 2, 3, 4)),
+    ("Upsample", (), dict(scale_factor=0.6, mode="nearest-exact"), (1, 2, 7, 6)),
+    ("Upsample", (), dict(scale_factor=2.5, mode="linear"), (2, 3, 4)),
+    ("Upsample", (), dict(size=7, mode="linear", align_corners=True), (2, 3, 4)),
+    ("Upsample", (), dict(scale_factor=(1.5, 2.2), mode="bilinear"), (1, 2, 3, 4)),
+    ("Upsample", (), dict(scale_factor=(1.5, 2.2), mode="bilinear",
+                          recompute_scale_factor=True), (1, 2, 3, 4)),
+    ("Upsample", (), dict(size=(2, 3), mode="bilinear", align_corners=True), (1, 2, 5, 6)),
+    ("Upsample", (), dict(scale_factor=(2, 1.5, 1.3), mode="trilinear"), (1, 2, 2, 3, 4)),
+    ("Upsample", (), dict(size=(3, 4, 2), mode="trilinear", align_corners=True),
+     (1, 1, 2, 3, 4)),
+    ("UpsamplingNearest2d", (), dict(scale_factor=3), (1, 2, 2, 3)),
+    ("UpsamplingBilinear2d", (), dict(size=(5, 4)), (2, 1, 3, 3)),
+    ("UpsamplingBilinear2d", (), dict(scale_factor=2), (1, 2, 3, 2)),
+]
+
+
+@pytest.mark.parametrize("name,args,kwargs,shape", UPSAMPLE_CASES)
+def test_upsample_matches_torch(torch, name, args, kwargs, shape):
+    _module_parity(torch, name, args, kwargs, _arr(*shape))
+
+
+@pytest.mark.parametrize("mode,kw", [("nearest", {}), ("bilinear", {}),
+                                      ("bilinear", {"align_corners": True})])
+def test_interpolate_gradcheck(mode, kw):
+    x = em.tensor(_arr(1, 2, 3, 4), requires_grad=True)
+    assert gradcheck(lambda t: F.interpolate(t, scale_factor=(1.5, 2), mode=mode, **kw), (x,))
+
+
+def test_upsample_errors():
+    with pytest.raises(ValueError, match="interpolate: .*bilinear.*4-D.*\\(1, 2, 3\\)"):
+        nn.Upsample(scale_factor=2, mode="bilinear")(em.ones(1, 2, 3))
+    with pytest.raises(ValueError, match="exactly one of size or scale_factor"):
+        nn.Upsample()(em.ones(1, 2, 3))
+    with pytest.raises(ValueError, match="align_corners"):
+        nn.Upsample(scale_factor=2, mode="nearest", align_corners=True)(em.ones(1, 2, 3))
+
+
+# ------------------------------------------------------------------ padding modules
+PAD_CASES = [
+    ("ZeroPad1d", ((1, 2),), {}, (2, 3, 4)),
+    ("ZeroPad2d", (1,), {}, (2, 3, 4)),
+    ("ZeroPad2d", ((1, 0, 2, -1),), {}, (1, 2, 3, 4)),
+    ("ZeroPad3d", ((1, 0, 2, 1, 0, 1),), {}, (1, 2, 2, 3, 4)),
+    ("ConstantPad1d", (2, 3.5), {}, (2, 4)),
+    ("ConstantPad2d", ((1, 2, 0, 1), -1.0), {}, (1, 2, 3, 4)),
+    ("ConstantPad3d", (1, 0.25), {}, (2, 2, 3, 4)),
+    ("ReflectionPad1d", ((3, 1),), {}, (2, 3, 5)),
+    ("ReflectionPad1d", (2,), {}, (3, 4)),
+    ("ReflectionPad2d", ((1, 2, 2, 0),), {}, (1, 2, 3, 4)),
+    ("ReflectionPad2d", (1,), {}, (2, 3, 4)),
+    ("ReflectionPad3d", ((1, 0, 2, 1, 1, 1),), {}, (1, 2, 2, 3, 4)),
+    ("ReplicationPad1d", ((3, 1),), {}, (2, 3, 2)),
+    ("ReplicationPad2d", ((1, 4, 2, 0),), {}, (1, 2, 3, 4)),
+    ("ReplicationPad3d", (2,), {}, (2, 2, 3, 4)),
+    ("CircularPad1d", ((3, 1),), {}, (2, 3, 4)),
+    ("CircularPad2d", ((1, 2, 2, 0),), {}, (1, 2, 3, 4)),
+    ("CircularPad3d", ((1, 0, 2, 1, 1, 1),), {}, (1, 2, 2, 3, 4)),
+]
+
+
+@pytest.mark.parametrize("name,args,kwargs,shape", PAD_CASES)
+def test_padding_matches_torch(torch, name, args, kwargs, shape):
+    _module_parity(torch, name, args, kwargs, _arr(*shape))
+
+
+@pytest.mark.parametrize("name", ["ReflectionPad2d", "ReplicationPad2d", "CircularPad2d",
+                                  "ConstantPad2d"])
+def test_padding_gradcheck(name):
+    args = ((1, 2, 2, 1), 0.5) if name == "ConstantPad2d" else ((1, 2, 2, 1),)
+    m = getattr(nn, name)(*args)
+    assert gradcheck(m, (em.tensor(_arr(1, 2, 3, 4), requires_grad=True),))
+
+
+def test_padding_errors():
+    with pytest.raises(ValueError, match="ReflectionPad2d: padding must be an int or a tuple "
+                                         "of 4 ints, got \\(1, 2\\)"):
+        nn.ReflectionPad2d((1, 2))
+    with pytest.raises(ValueError, match="CircularPad2d: expected 3D or 4D input, got shape "
+                                         "\\(1, 1, 1, 2, 2\\)"):
+        nn.CircularPad2d(1)(em.ones(1, 1, 1, 2, 2))
+    with pytest.raises(ValueError, match="padding size should be less than"):
+        nn.ReflectionPad1d(3)(em.ones(1, 1, 3))
+    assert repr(nn.ConstantPad1d(2, 1.5)) == "ConstantPad1d(padding=(2, 2), value=1.5)"
+    assert repr(nn.ZeroPad2d(1)) == "ZeroPad2d(padding=(1, 1, 1, 1))"
+
+
+# ------------------------------------------------------------------ shuffles, fold, distances
+MISC_CASES = [
+    ("PixelShuffle", (2,), {}, [(2, 8, 3, 2)]),
+    ("PixelShuffle", (3,), {}, [(2, 1, 9, 2, 2)]),
+    ("PixelUnshuffle", (2,), {}, [(2, 3, 4, 6)]),
+    ("ChannelShuffle", (2,), {}, [(2, 4, 3)]),
+    ("ChannelShuffle", (3,), {}, [(1, 6, 2, 2)]),
+    ("Unfold", (2,), dict(dilation=1, padding=1, stride=2), [(2, 3, 5, 4)]),
+    ("Unfold", ((2, 3),), dict(dilation=(2, 1)), [(1, 2, 5, 6)]),
+    ("Fold", ((4, 5), 2), {}, [(2, 12, 12)]),
+    ("Fold", ((5, 5), (2, 3)), dict(padding=1, stride=2), [(1, 6, 9)]),
+    ("CosineSimilarity", (), {}, [(4, 5), (4, 5)]),
+    ("CosineSimilarity", (), dict(dim=-1, eps=1e-6), [(3, 1, 5), (2, 5)]),
+    ("PairwiseDistance", (), {}, [(4, 5), (4, 5)]),
+    ("PairwiseDistance", (), dict(p=1.0, keepdim=True), [(4, 5), (1, 5)]),
+    ("PairwiseDistance", (), dict(p=3.0, eps=1e-3), [(4, 5), (4, 5)]),
+    ("LocalResponseNorm", (2,), {}, [(2, 5, 3)]),
+    ("LocalResponseNorm", (3,), dict(alpha=0.3, beta=0.6, k=2.0), [(2, 6, 3, 4)]),
+    ("LocalResponseNorm", (4,), dict(alpha=0.5), [(1, 5, 2, 3, 2)]),
+]
+
+
+@pytest.mark.parametrize("name,args,kwargs,shapes", MISC_CASES)
+def test_misc_layers_match_torch(torch, name, args, kwargs, shapes):
+    _module_parity(torch, name, args, kwargs, *[_arr(*s) for s in shapes])
+
+
+@pytest.mark.parametrize("name,args,shapes", [
+    ("PixelShuffle", (2,), [(1, 4, 2, 3)]), ("PixelUnshuffle", (2,), [(1, 1, 4, 2)]),
+    ("ChannelShuffle", (2,), [(1, 4, 3)]), ("Fold", ((3, 4), 2), [(1, 8, 6)]),
+    ("Unfold", (2,), [(1, 2, 3, 3)]), ("CosineSimilarity", (), [(3, 4), (3, 4)]),
+    ("PairwiseDistance", (), [(3, 4), (3, 4)]),
+    ("LocalResponseNorm", (3, 0.5, 0.75, 1.0), [(2, 4, 3)]),
+])
+def test_misc_layers_gradcheck(name, args, shapes):
+    m = getattr(nn, name)(*args)
+    xs = tuple(em.tensor(_arr(*s), requires_grad=True) for s in shapes)
+    assert gradcheck(m, xs)
+
+
+def test_misc_layer_errors():
+    with pytest.raises(ValueError, match="channel_shuffle: groups must .* dividing the 5 "
+                                         "channels of input \\(1, 5, 2\\), got 2"):
+        nn.ChannelShuffle(2)(em.ones(1, 5, 2))
+    with pytest.raises(ValueError, match="channel_shuffle: .*\\(N, C, \\*\\).*\\(4, 2\\)"):
+        nn.ChannelShuffle(2)(em.ones(4, 2))
+    with pytest.raises(ValueError, match="local_response_norm: expected 3D .* \\(2, 3\\)"):
+        nn.LocalResponseNorm(2)(em.ones(2, 3))
+    with pytest.raises(ValueError, match="pixel_shuffle: .*\\(1, 3, 2, 2\\)"):
+        nn.PixelShuffle(2)(em.ones(1, 3, 2, 2))
+    with pytest.raises(ValueError, match="fold: input of shape \\(1, 8, 5\\)"):
+        nn.Fold((3, 4), 2)(em.ones(1, 8, 5))
+
+
+# ------------------------------------------------------------------ RReLU
+def test_rrelu_eval_matches_torch(torch):
+    for lo, hi in [(0.1, 0.4), (1 / 8, 1 / 3)]:
+        m, tm = nn.RReLU(lo, hi).eval(), torch.nn.RReLU(lo, hi).eval()
+        x, t = _pair(torch, _arr(3, 4), grad=True)
+        _same(m(x), tm(t))
+        m(x).sum().backward()
+        tm(t).sum().backward()
+        _same(x.grad, t.grad)
+
+
+def test_rrelu_training_draws_slopes_in_range():
+    a = -np.abs(_arr(2000)) - 0.1
+    m = nn.RReLU(0.2, 0.3)
+    x = em.tensor(a, requires_grad=True)
+    y = m(x)
+    slope = y.detach().numpy() / a
+    assert slope.min() >= 0.2 and slope.max() <= 0.3 and slope.std() > 0.02
+    y.sum().backward()
+    np.testing.assert_allclose(x.grad.numpy(), slope, rtol=1e-12)
+    pos = em.tensor(np.abs(_arr(50)))
+    np.testing.assert_array_equal(m(pos).numpy(), pos.numpy())
+
+
+def test_rrelu_gradcheck_and_errors():
+    m = nn.RReLU().eval()
+    assert gradcheck(m, (em.tensor(_arr(3, 4) + 0.05, requires_grad=True),))
+    with pytest.raises(ValueError, match="rrelu: lower bound .* lower=0.5, upper=0.1"):
+        F.rrelu(em.ones(2), 0.5, 0.1)
+    x = em.tensor(np.array([-1.0, 2.0]))
+    assert F.rrelu_(x) is x and x.numpy()[0] == pytest.approx(-(1 / 8 + 1 / 3) / 2)
+    assert repr(nn.RReLU(inplace=True)) == \
+        "RReLU(lower=0.125, upper=0.3333333333333333, inplace=True)"
