@@ -16,8 +16,8 @@ from .radam import RAdam
 from .rprop import Rprop
 from .asgd import ASGD
 from .adafactor import Adafactor
-from . import lr_scheduler
+from . import lr_scheduler, swa_utils
 
 __all__ = ["Optimizer", "SGD", "Adam", "AdamW", "Adamax", "NAdam", "RMSprop", "Adagrad",
            "Adadelta", "Lion", "LBFGS", "RAdam",
-           "Rprop", "ASGD", "Adafactor", "lr_scheduler"]
+           "Rprop", "ASGD", "Adafactor", "lr_scheduler", "swa_utils"]

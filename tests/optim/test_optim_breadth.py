@@ -154,3 +154,91 @@ def test_asgd_load_rejects_bad_scalar_state():
                        ember.zeros(4, dtype=ember.float64, requires_grad=True)])
     with pytest.raises(TypeError, match="eta"):
         opt2.load_state_dict(sd)
+
+
+# ---------------------------------------------------------------- swa_utils
+def _net(lib, seed):
+    rng = np.random.default_rng(seed)
+    net = lib.nn.Sequential(lib.nn.Linear(3, 4), lib.nn.BatchNorm1d(4), lib.nn.ReLU(),
+                            lib.nn.Linear(4, 2)).double()
+    with lib.no_grad():
+        for p in net.parameters():
+            p.copy_(lib.tensor(rng.standard_normal(tuple(p.shape)), dtype=lib.float64))
+        for name, buf in net.named_buffers():
+            if buf.is_floating_point():
+                buf.copy_(lib.tensor(rng.random(tuple(buf.shape)) + 0.5, dtype=lib.float64))
+    return net
+
+
+def _averaged(lib, kind, use_buffers=False, updates=5):
+    swa = lib.optim.swa_utils
+    kw = {"swa": {}, "ema": dict(multi_avg_fn=swa.get_ema_multi_avg_fn(0.9)),
+          "ema_fn": dict(avg_fn=swa.get_ema_avg_fn(0.8)),
+          "swa_fn": dict(avg_fn=swa.get_swa_avg_fn())}[kind]
+    avg = swa.AveragedModel(_net(lib, 0), use_buffers=use_buffers, **kw)
+    for i in range(updates):
+        avg.update_parameters(_net(lib, i + 1))
+    return {k: v.detach().numpy() for k, v in avg.state_dict().items()}
+
+
+@pytest.mark.parametrize("kind", ["swa", "ema", "ema_fn", "swa_fn"])
+@pytest.mark.parametrize("use_buffers", [False, True])
+def test_averaged_model_matches_torch(kind, use_buffers):
+    ours, ref = _averaged(ember, kind, use_buffers), _averaged(torch, kind, use_buffers)
+    assert sorted(ours) == sorted(ref)
+    for k in ref:
+        np.testing.assert_allclose(ours[k], ref[k], rtol=1e-14, atol=1e-15, err_msg=k)
+
+
+def test_ema_decay_out_of_range_raises():
+    for make in (optim.swa_utils.get_ema_multi_avg_fn, optim.swa_utils.get_ema_avg_fn):
+        with pytest.raises(ValueError, match="decay"):
+            make(1.5)
+
+
+def test_update_bn_matches_torch():
+    rng = np.random.default_rng(3)
+    batches = [rng.standard_normal((5, 3)) for _ in range(4)]
+    stats = []
+    for lib in (ember, torch):
+        net = _net(lib, 0)
+        net.eval()
+        loader = [(lib.tensor(b, dtype=lib.float64), 0) for b in batches]
+        lib.optim.swa_utils.update_bn(loader, net)
+        bn = net[1]
+        assert not net.training and bn.momentum == 0.1
+        stats.append((bn.running_mean.numpy(), bn.running_var.numpy()))
+    np.testing.assert_allclose(stats[0][0], stats[1][0], rtol=1e-13)
+    np.testing.assert_allclose(stats[0][1], stats[1][1], rtol=1e-13)
+
+
+@pytest.mark.parametrize("strategy,epochs", [("cos", 3), ("linear", 4), ("cos", 0)])
+def test_swalr_matches_torch(strategy, epochs):
+    lrs = []
+    for lib in (ember, torch):
+        p = lib.zeros(2, requires_grad=True)
+        opt = lib.optim.SGD([{"params": [p]}, {"params": [lib.zeros(1, requires_grad=True)],
+                                              "lr": 0.3}], lr=0.5)
+        sched = lib.optim.swa_utils.SWALR(opt, swa_lr=[0.05, 0.01], anneal_epochs=epochs,
+                                          anneal_strategy=strategy)
+        seq = [sched.get_last_lr()]
+        for _ in range(6):
+            opt.step()
+            sched.step()
+            seq.append(sched.get_last_lr())
+        lrs.append(seq)
+    np.testing.assert_allclose(lrs[0], lrs[1], rtol=1e-15)
+
+
+def test_swalr_bad_arguments_and_state_round_trip():
+    opt = optim.SGD([ember.zeros(2, requires_grad=True)], lr=0.5)
+    with pytest.raises(ValueError, match="anneal_strategy"):
+        optim.swa_utils.SWALR(opt, swa_lr=0.1, anneal_strategy="exp")
+    with pytest.raises(ValueError, match="anneal_epochs"):
+        optim.swa_utils.SWALR(opt, swa_lr=0.1, anneal_epochs=-1)
+    sched = optim.swa_utils.SWALR(opt, swa_lr=0.1, anneal_strategy="linear")
+    sd = sched.state_dict()
+    assert "anneal_func" not in sd
+    other = optim.swa_utils.SWALR(opt, swa_lr=0.1)
+    other.load_state_dict(sd)
+    assert other.anneal_func(0.25) == 0.25
