@@ -222,3 +222,40 @@ def test_functional_call_tied_weights():
     out = functional_call(m, {"0.weight": w}, em.ones(1, 2))
     np.testing.assert_allclose(out.numpy(), [[4.0, 4.0]])
     assert m[1].weight is m[0].weight
+
+
+# ------------------------------------------------------------------ older hooks
+def test_old_weight_norm_hook_matches_torch_training():
+    from ember.nn.utils import remove_weight_norm, weight_norm
+    tl, el = _pair_linear()
+    with pytest.warns(FutureWarning):
+        torch.nn.utils.weight_norm(tl)
+    with pytest.warns(FutureWarning):
+        weight_norm(el)
+    assert list(el.state_dict()) == list(tl.state_dict())
+    _train_and_compare(tl, el)
+    torch.nn.utils.remove_weight_norm(tl)
+    remove_weight_norm(el)
+    assert list(el.state_dict()) == list(tl.state_dict())
+    np.testing.assert_allclose(_n(el.weight), _n(tl.weight), rtol=1e-12)
+    with pytest.raises(ValueError, match="not found"):
+        remove_weight_norm(el)
+
+
+def test_old_spectral_norm_hook_matches_torch_training():
+    from ember.nn.utils import remove_spectral_norm, spectral_norm
+    tl, el = _pair_linear(5, 4)
+    torch.nn.utils.spectral_norm(tl)
+    spectral_norm(el)
+    assert list(el.state_dict()) == list(tl.state_dict())
+    _copy_params(el, tl)   # the power iteration's u, v from torch's buffers
+    _train_and_compare(tl, el)
+    tl.eval(), el.eval()
+    x = np.ones((1, 5))
+    np.testing.assert_allclose(_n(el(em.tensor(x))), _n(tl(torch.tensor(x))), rtol=1e-12)
+    torch.nn.utils.remove_spectral_norm(tl)
+    remove_spectral_norm(el)
+    assert list(el.state_dict()) == list(tl.state_dict())
+    np.testing.assert_allclose(_n(el.weight), _n(tl.weight), rtol=1e-12)
+    with pytest.raises(RuntimeError, match="two spectral_norm"):
+        spectral_norm(spectral_norm(em.nn.Linear(2, 2)))

@@ -38,5 +38,6 @@ def __getattr__(name: str):
         return mod
     # NOTE: importing submodule weight_norm binds the package attribute to the module;
     # bind the function over it (as torch's eager `from .weight_norm import weight_norm`)
-    globals()[name] = getattr(mod, name)
+    src = _LAZY[name]
+    globals().update({n: getattr(mod, n) for n, m in _LAZY.items() if m == src})
     return globals()[name]
