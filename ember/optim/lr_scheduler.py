@@ -22,10 +22,11 @@ from ._lr_simple import (ConstantLR, CosineAnnealingLR, ExponentialLR, LambdaLR,
                          MultiplicativeLR, MultiStepLR, PolynomialLR, StepLR)
 from ._lr_cyclic import (ChainedScheduler, CosineAnnealingWarmRestarts, OneCycleLR,
                          ReduceLROnPlateau, SequentialLR)
+from ._lr_cyclic_lr import CyclicLR
 
 _LRScheduler = LRScheduler   # NOTE: PyTorch's old name
 
 __all__ = ["LRScheduler", "LambdaLR", "MultiplicativeLR", "StepLR", "MultiStepLR", "ConstantLR",
            "LinearLR", "ExponentialLR", "PolynomialLR", "CosineAnnealingLR",
            "CosineAnnealingWarmRestarts", "OneCycleLR", "ReduceLROnPlateau", "SequentialLR",
-           "ChainedScheduler"]
+           "ChainedScheduler", "CyclicLR"]

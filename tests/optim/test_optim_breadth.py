@@ -242,3 +242,58 @@ def test_swalr_bad_arguments_and_state_round_trip():
     other = optim.swa_utils.SWALR(opt, swa_lr=0.1)
     other.load_state_dict(sd)
     assert other.anneal_func(0.25) == 0.25
+
+
+# ---------------------------------------------------------------- CyclicLR
+def _cyclic(lib, opt_name, steps=25, **kw):
+    p = lib.zeros(2, requires_grad=True)
+    q = lib.zeros(1, requires_grad=True)
+    extra = dict(momentum=0.9) if opt_name == "SGD" else {}
+    opt = getattr(lib.optim, opt_name)([{"params": [p]}, {"params": [q]}], lr=0.1, **extra)
+    sched = lib.optim.lr_scheduler.CyclicLR(opt, **kw)
+    seq = []
+    for _ in range(steps):
+        opt.step()
+        sched.step()
+        g = opt.param_groups
+        seq.append([g[0]["lr"], g[1]["lr"]]
+                   + [x.get("momentum", x.get("betas", (None,))[0]) for x in g])
+    return seq, sched
+
+
+@pytest.mark.parametrize("opt_name,kw", [
+    ("SGD", dict(base_lr=0.01, max_lr=0.1, step_size_up=4)),
+    ("SGD", dict(base_lr=[0.01, 0.02], max_lr=[0.1, 0.3], step_size_up=3, step_size_down=5,
+                 mode="triangular2", base_momentum=0.7, max_momentum=0.95)),
+    ("Adam", dict(base_lr=0.001, max_lr=0.01, step_size_up=5, mode="exp_range",
+                  gamma=0.97)),
+    ("Adam", dict(base_lr=0.001, max_lr=0.01, step_size_up=2, cycle_momentum=False,
+                  scale_fn=lambda x: 0.5 ** x, scale_mode="iterations")),
+])
+def test_cyclic_lr_matches_torch(opt_name, kw):
+    ours, _ = _cyclic(ember, opt_name, **kw)
+    ref, _ = _cyclic(torch, opt_name, **kw)
+    np.testing.assert_allclose(np.array(ours, dtype=float), np.array(ref, dtype=float),
+                               rtol=1e-15, atol=0)
+
+
+def test_cyclic_lr_state_round_trip_and_errors():
+    kw = dict(base_lr=0.01, max_lr=0.1, step_size_up=3, mode="triangular2")
+    full, _ = _cyclic(ember, "SGD", steps=12, **kw)
+    _, sched = _cyclic(ember, "SGD", steps=5, **kw)
+    sd = sched.state_dict()
+    p = ember.zeros(2, requires_grad=True)
+    opt = optim.SGD([{"params": [p]}, {"params": [ember.zeros(1, requires_grad=True)]}],
+                    lr=0.1, momentum=0.9)
+    other = optim.lr_scheduler.CyclicLR(opt, base_lr=0.5, max_lr=0.9, step_size_up=7)
+    other.load_state_dict(sd)
+    for i in range(5, 12):
+        opt.step()
+        other.step()
+        assert [g["lr"] for g in opt.param_groups] == full[i][:2]
+    with pytest.raises(ValueError, match="mode is invalid"):
+        optim.lr_scheduler.CyclicLR(opt, 0.01, 0.1, mode="sine")
+    with pytest.raises(ValueError, match="momentum"):
+        optim.lr_scheduler.CyclicLR(optim.Adagrad([p]), 0.01, 0.1)
+    with pytest.raises(ValueError, match="step_size_up"):
+        optim.lr_scheduler.CyclicLR(opt, 0.01, 0.1, step_size_up=0)
