@@ -8,6 +8,7 @@ from ember.nn.utils import parametrizations as PZ
 from ember.nn.utils import parametrize as P
 
 torch = pytest.importorskip("torch")
+import torch.nn.utils.prune  # noqa: E402  (a submodule torch does not import itself)
 
 
 def _e(t):
@@ -259,3 +260,57 @@ def test_old_spectral_norm_hook_matches_torch_training():
     np.testing.assert_allclose(_n(el.weight), _n(tl.weight), rtol=1e-12)
     with pytest.raises(RuntimeError, match="two spectral_norm"):
         spectral_norm(spectral_norm(em.nn.Linear(2, 2)))
+
+
+# ------------------------------------------------------------------ prune
+def test_l1_unstructured_matches_torch_twice_and_remove():
+    from ember.nn.utils import prune
+    tl, el = _pair_linear(5, 4)
+    for amount in (0.3, 4):
+        torch.nn.utils.prune.l1_unstructured(tl, "weight", amount=amount)
+        prune.l1_unstructured(el, "weight", amount=amount)
+        assert list(el.state_dict()) == list(tl.state_dict())
+        np.testing.assert_array_equal(_n(el.weight_mask), _n(tl.weight_mask))
+    assert prune.is_pruned(el) and isinstance(el._forward_pre_hooks[
+        next(iter(el._forward_pre_hooks))], prune.PruningContainer)
+    x = np.ones((2, 5))
+    lt, le = tl(torch.tensor(x)).sum(), el(em.tensor(x)).sum()
+    lt.backward(), le.backward()
+    np.testing.assert_allclose(_n(el.weight_orig.grad), _n(tl.weight_orig.grad), rtol=1e-12)
+    torch.nn.utils.prune.remove(tl, "weight")
+    prune.remove(el, "weight")
+    assert list(el.state_dict()) == list(tl.state_dict()) and not prune.is_pruned(el)
+    np.testing.assert_array_equal(_n(el.weight), _n(tl.weight))
+    with pytest.raises(ValueError, match="has to be pruned"):
+        prune.remove(el, "weight")
+
+
+def test_random_unstructured_and_global_unstructured():
+    from ember.nn.utils import prune
+    m = em.nn.Linear(10, 10)
+    prune.random_unstructured(m, "weight", amount=0.25)
+    assert int((m.weight_mask == 0).sum().item()) == 25
+    assert int((m.weight == 0).sum().item()) >= 25
+    tl1, el1 = _pair_linear(4, 3)
+    tl2, el2 = _pair_linear(3, 2)
+    tp = ((tl1, "weight"), (tl2, "weight"), (tl2, "bias"))
+    ep = ((el1, "weight"), (el2, "weight"), (el2, "bias"))
+    torch.nn.utils.prune.global_unstructured(tp, torch.nn.utils.prune.L1Unstructured,
+                                             amount=0.4)
+    prune.global_unstructured(ep, prune.L1Unstructured, amount=0.4)
+    for (tm, n), (emod, _) in zip(tp, ep):
+        np.testing.assert_array_equal(_n(getattr(emod, n + "_mask")),
+                                      _n(getattr(tm, n + "_mask")))
+        assert list(emod.state_dict()) == list(tm.state_dict())
+
+
+def test_prune_bad_amount():
+    from ember.nn.utils import prune
+    with pytest.raises(ValueError, match="float in the range"):
+        prune.l1_unstructured(em.nn.Linear(2, 2), "weight", amount=1.5)
+    with pytest.raises(ValueError, match="smaller than the number"):
+        prune.l1_unstructured(em.nn.Linear(2, 2), "weight", amount=9)
+    m = em.nn.Linear(2, 2)
+    with pytest.raises(ValueError, match="smaller than the number"):
+        prune.l1_unstructured(m, "weight", amount=9)
+    assert sorted(m.state_dict()) == ["bias", "weight"]   # rolled back (as torch)
