@@ -79,6 +79,42 @@ def test_interpolate_gradcheck(mode, kw):
     assert gradcheck(lambda t: F.interpolate(t, scale_factor=(1.5, 2), mode=mode, **kw), (x,))
 
 
+INTERP_CASES = [
+    # regression: ATen's 2-D nearest kernel copies a kept dim and halves indices of a doubled
+    # one whatever scale_factor says (Ember applied 1/scale_factor and picked other rows)
+    ((2, 3, 3, 5), dict(scale_factor=(1.11, 2.3), mode="nearest")),
+    ((1, 2, 2, 6), dict(scale_factor=(1.41, 0.33), mode="nearest")),
+    ((1, 2, 2, 3), dict(scale_factor=(2.3, 1.2), mode="nearest")),
+    ((2, 2, 3, 4), dict(scale_factor=1.11, mode="nearest")),
+    ((2, 3, 4), dict(scale_factor=1.11, mode="nearest")),             # 1-D: no shortcut
+    ((1, 2, 3, 2, 2), dict(scale_factor=(1.11, 2.3, 1.2), mode="nearest")),  # 3-D: none
+    # regression: linear modes copy a dim whose size is unchanged (ATen's
+    # compute_source_index_and_lambda), Ember interpolated it by 1/scale_factor
+    ((1, 2, 3, 1, 4), dict(scale_factor=(1.11, 2.52, 1.7), mode="trilinear")),
+    ((2, 1, 3, 5), dict(scale_factor=(1.2, 1.5), mode="bilinear")),
+    ((2, 3, 4), dict(scale_factor=1.1, mode="linear")),
+    # regression: mode="area" on 5-D input raised NotImplementedError
+    ((2, 2, 5, 4, 6), dict(size=(3, 5, 2), mode="area")),
+    ((1, 2, 6, 3, 5), dict(scale_factor=(0.5, 1.7, 0.8), mode="area")),
+]
+
+
+@pytest.mark.parametrize("shape,kwargs", INTERP_CASES)
+def test_interpolate_scale_factor_matches_torch(torch, shape, kwargs):
+    for dt in (np.float64, np.float32):
+        a = _arr(*shape).astype(dt)
+        x, t = _pair(torch, a, grad=dt is np.float64)
+        tol = dict(rtol=1e-10, atol=1e-12) if dt is np.float64 else dict(rtol=1e-5, atol=1e-6)
+        _same(F.interpolate(x, **kwargs), torch.nn.functional.interpolate(t, **kwargs), **tol)
+
+
+def test_interpolate_area3d_and_trilinear_gradcheck():
+    x = em.tensor(_arr(1, 2, 4, 3, 5), requires_grad=True)
+    assert gradcheck(lambda t: F.interpolate(t, size=(3, 2, 4), mode="area"), (x,))
+    assert gradcheck(lambda t: F.interpolate(t, scale_factor=(1, 1.5, 0.8),
+                                             mode="trilinear"), (x,))
+
+
 def test_upsample_errors():
     with pytest.raises(ValueError, match="interpolate: .*bilinear.*4-D.*\\(1, 2, 3\\)"):
         nn.Upsample(scale_factor=2, mode="bilinear")(em.ones(1, 2, 3))

@@ -42,9 +42,13 @@ def _out_sizes(x, size, scale_factor, nd):
     return tuple(math.floor(x.shape[2 + i] * sf[i]) for i in range(nd)), sf
 
 
-def _nearest_index(n_in, n_out, scale, exact, like):
+def _nearest_index(n_in, n_out, scale, exact, like, nd):
     from ... import dtypes
     from ...ops.factories import arange
+    if not exact and nd == 2 and n_out in (n_in, 2 * n_in):
+        # NOTE: ATen's 2-D nearest kernel (nearest_idx) ignores scale_factor when the size is
+        # kept or exactly doubled; its 1-D and 3-D kernels do not take that shortcut.
+        return arange(n_out, device=like.device) // (n_out // n_in)
     s = (1.0 / scale) if scale else n_in / n_out
     # NOTE: PyTorch computes nearest source indices in float32 whatever the input dtype
     dst = arange(n_out, dtype=dtypes.float32, device=like.device)
@@ -86,6 +90,18 @@ def _check(input, mode, align_corners, nd):
                         f"{input.dtype.name}")
 
 
+def _area3d(x, sizes):
+    """Adaptive average pooling of (N, C, D, H, W) to ``sizes``, one dim at a time."""
+    from ...ops.pool import _pool_matrix
+    if not x.dtype.is_floating_point:
+        raise TypeError(f"interpolate: mode='area' needs a floating point input, got "
+                        f"{x.dtype.name}")
+    for i, o in enumerate(sizes):
+        dim = 2 + i
+        x = (x.movedim(dim, -1) @ _pool_matrix(x.shape[dim], o, x).mT).movedim(-1, dim)
+    return x
+
+
 def interpolate(input: Tensor, size=None, scale_factor=None, mode: str = "nearest",
                 align_corners: bool | None = None, recompute_scale_factor: bool | None = None,
                 antialias: bool = False) -> Tensor:
@@ -107,22 +123,23 @@ def interpolate(input: Tensor, size=None, scale_factor=None, mode: str = "neares
         scales = (None,) * nd
     if mode == "area":
         from ...ops import pool
-        fn = pool.adaptive_avg_pool1d if nd == 1 else pool.adaptive_avg_pool2d if nd == 2 \
-            else None
-        if fn is None:
-            raise NotImplementedError("interpolate: mode='area' supports 3-D and 4-D input")
+        if nd == 3:
+            return _area3d(input, sizes)
+        fn = pool.adaptive_avg_pool1d if nd == 1 else pool.adaptive_avg_pool2d
         return fn(input, sizes if nd > 1 else sizes[0])
     x = input
     for i in range(nd):
         n_in, n_out, dim = x.shape[2 + i], sizes[i], 2 + i
         if mode in _LINEAR:
+            if n_in == n_out:
+                continue  # NOTE: ATen's linear kernels copy a dim whose size is unchanged
             i0, i1, w0, w1 = _linear_index(n_in, n_out, scales[i], bool(align_corners), x)
             view = (n_out,) + (1,) * (nd - 1 - i)
             x = x.index_select(dim, i0) * w0.reshape(view) + \
                 x.index_select(dim, i1) * w1.reshape(view)
         elif n_in != n_out or scales[i] is not None:
             x = x.index_select(dim, _nearest_index(n_in, n_out, scales[i],
-                                                   mode == "nearest-exact", x))
+                                                   mode == "nearest-exact", x, nd))
     return x
 
 
