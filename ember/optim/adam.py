@@ -53,10 +53,12 @@ class Adam(_AdamBase):
 
     def __init__(self, params, lr: float = 1e-3, betas: tuple[float, float] = (0.9, 0.999),
                  eps: float = 1e-8, weight_decay: float = 0, amsgrad: bool = False, *,
-                 foreach=None, maximize: bool = False,
+                 foreach=None, maximize: bool = False, capturable: bool = False,
+                 differentiable: bool = False, fused=None,
                  decoupled_weight_decay: bool = False) -> None:
         defaults = dict(lr=lr, betas=betas, eps=eps, weight_decay=weight_decay,
                         amsgrad=amsgrad, maximize=maximize, foreach=foreach,
+                        capturable=capturable, differentiable=differentiable, fused=fused,
                         decoupled_weight_decay=decoupled_weight_decay)
         super().__init__(params, defaults)
 
@@ -107,9 +109,12 @@ class AdamW(Adam):
 
     def __init__(self, params, lr: float = 1e-3, betas: tuple[float, float] = (0.9, 0.999),
                  eps: float = 1e-8, weight_decay: float = 1e-2, amsgrad: bool = False, *,
-                 foreach=None, maximize: bool = False) -> None:
+                 foreach=None, maximize: bool = False, capturable: bool = False,
+                 differentiable: bool = False, fused=None) -> None:
         super().__init__(params, lr, betas, eps, weight_decay, amsgrad, foreach=foreach,
-                         maximize=maximize, decoupled_weight_decay=True)
+                         maximize=maximize, capturable=capturable,
+                         differentiable=differentiable, fused=fused,
+                         decoupled_weight_decay=True)
 
 
 class Adamax(_AdamBase):
@@ -125,9 +130,11 @@ class Adamax(_AdamBase):
 
     def __init__(self, params, lr: float = 2e-3, betas: tuple[float, float] = (0.9, 0.999),
                  eps: float = 1e-8, weight_decay: float = 0, foreach=None, *,
-                 maximize: bool = False) -> None:
+                 maximize: bool = False, differentiable: bool = False,
+                 capturable: bool = False) -> None:
         defaults = dict(lr=lr, betas=betas, eps=eps, weight_decay=weight_decay,
-                        foreach=foreach, maximize=maximize)
+                        foreach=foreach, maximize=maximize, differentiable=differentiable,
+                        capturable=capturable)
         super().__init__(params, defaults)
 
     def _state_keys(self, group) -> tuple:
@@ -171,11 +178,13 @@ class NAdam(_AdamBase):
     def __init__(self, params, lr: float = 2e-3, betas: tuple[float, float] = (0.9, 0.999),
                  eps: float = 1e-8, weight_decay: float = 0, momentum_decay: float = 4e-3,
                  decoupled_weight_decay: bool = False, *, foreach=None,
-                 maximize: bool = False) -> None:
+                 maximize: bool = False, capturable: bool = False,
+                 differentiable: bool = False) -> None:
         defaults = dict(lr=lr, betas=betas, eps=eps, weight_decay=weight_decay,
                         momentum_decay=momentum_decay,
                         decoupled_weight_decay=decoupled_weight_decay, maximize=maximize,
-                        foreach=foreach)
+                        foreach=foreach, capturable=capturable,
+                        differentiable=differentiable)
         super().__init__(params, defaults)
 
     def _validate_group(self, group) -> None:

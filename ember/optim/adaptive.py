@@ -27,11 +27,13 @@ class RMSprop(Optimizer):
     """
 
     def __init__(self, params, lr: float = 1e-2, alpha: float = 0.99, eps: float = 1e-8,
-                 weight_decay: float = 0, momentum: float = 0, centered: bool = False, *,
-                 foreach=None, maximize: bool = False) -> None:
+                 weight_decay: float = 0, momentum: float = 0, centered: bool = False,
+                 capturable: bool = False, foreach=None, maximize: bool = False,
+                 differentiable: bool = False) -> None:
         defaults = dict(lr=lr, alpha=alpha, eps=eps, weight_decay=weight_decay,
                         momentum=momentum, centered=centered, foreach=foreach,
-                        maximize=maximize)
+                        maximize=maximize, capturable=capturable,
+                        differentiable=differentiable)
         super().__init__(params, defaults)
 
     def _validate_group(self, group) -> None:
@@ -90,10 +92,11 @@ class Adagrad(Optimizer):
 
     def __init__(self, params, lr: float = 1e-2, lr_decay: float = 0, weight_decay: float = 0,
                  initial_accumulator_value: float = 0, eps: float = 1e-10, foreach=None, *,
-                 maximize: bool = False) -> None:
+                 maximize: bool = False, differentiable: bool = False, fused=None) -> None:
         defaults = dict(lr=lr, lr_decay=lr_decay, eps=eps, weight_decay=weight_decay,
                         initial_accumulator_value=initial_accumulator_value,
-                        foreach=foreach, maximize=maximize)
+                        foreach=foreach, maximize=maximize, differentiable=differentiable,
+                        fused=fused)
         super().__init__(params, defaults)
         for group in self.param_groups:
             for p in group["params"]:
@@ -145,9 +148,11 @@ class Adadelta(Optimizer):
     """
 
     def __init__(self, params, lr: float = 1.0, rho: float = 0.9, eps: float = 1e-6,
-                 weight_decay: float = 0, foreach=None, *, maximize: bool = False) -> None:
+                 weight_decay: float = 0, foreach=None, *, capturable: bool = False,
+                 maximize: bool = False, differentiable: bool = False) -> None:
         defaults = dict(lr=lr, rho=rho, eps=eps, weight_decay=weight_decay, foreach=foreach,
-                        maximize=maximize)
+                        maximize=maximize, capturable=capturable,
+                        differentiable=differentiable)
         super().__init__(params, defaults)
 
     def _validate_group(self, group) -> None:

@@ -35,6 +35,18 @@ def _check(ok: bool, what: str, value) -> None:
         raise ValueError(f"Invalid {what}: {value}")
 
 
+def _check_impl_flags(name: str, group: dict) -> None:
+    """PyTorch's implementation switches: ``foreach``, ``fused`` and ``capturable`` are
+    accepted (Ember has one implementation, which ``ember.compile`` already captures as one
+    graph); ``differentiable=True`` is refused, as steps run under ``no_grad``."""
+    if group.get("fused") and group.get("foreach"):
+        raise RuntimeError(f"{name}: `fused` and `foreach` cannot be `True` together.")
+    if group.get("differentiable"):
+        raise RuntimeError(f"{name}: differentiable=True is not supported: Ember's optimizer "
+                           "steps run under no_grad, so the update is not recorded by "
+                           "autograd (use differentiable=False, the default)")
+
+
 def _typename(x) -> str:
     return type(x).__module__ + "." + type(x).__qualname__
 
@@ -165,6 +177,7 @@ class Optimizer:
                             f"(use lr.item(), or change param_group['lr'] between steps)")
         if lr is not required:
             _check(lr >= 0.0, "learning rate", lr)
+        _check_impl_flags(type(self).__name__, group)
 
     def _hyper(self, group, key: str):
         """``group[key]`` — or, while ``ember.compile`` traces a step, a 0-d float64 graph

@@ -24,10 +24,10 @@ class SGD(Optimizer):
 
     def __init__(self, params, lr: float = 1e-3, momentum: float = 0, dampening: float = 0,
                  weight_decay: float = 0, nesterov: bool = False, *, maximize: bool = False,
-                 foreach=None) -> None:
+                 foreach=None, differentiable: bool = False, fused=None) -> None:
         defaults = dict(lr=lr, momentum=momentum, dampening=dampening,
                         weight_decay=weight_decay, nesterov=nesterov, maximize=maximize,
-                        foreach=foreach)
+                        foreach=foreach, differentiable=differentiable, fused=fused)
         super().__init__(params, defaults)
 
     def _validate_group(self, group) -> None:

@@ -297,3 +297,42 @@ def test_cyclic_lr_state_round_trip_and_errors():
         optim.lr_scheduler.CyclicLR(optim.Adagrad([p]), 0.01, 0.1)
     with pytest.raises(ValueError, match="step_size_up"):
         optim.lr_scheduler.CyclicLR(opt, 0.01, 0.1, step_size_up=0)
+
+
+# ---------------------------------------------------------------- implementation flags
+_ALL = ["SGD", "Adam", "AdamW", "Adamax", "NAdam", "RMSprop", "Adagrad", "Adadelta", "RAdam",
+        "Rprop", "ASGD", "Adafactor", "LBFGS"]
+
+
+@pytest.mark.parametrize("name", _ALL)
+def test_signature_matches_torch(name):
+    import inspect
+    ours = inspect.signature(getattr(optim, name).__init__).parameters
+    ref = inspect.signature(getattr(torch.optim, name).__init__).parameters
+    assert [k for k in ref if k not in ours] == []
+    for k, p in ref.items():
+        assert ours[k].kind == p.kind, k
+        if k != "params":
+            assert ours[k].default == p.default, k
+
+
+@pytest.mark.parametrize("name", [n for n in _ALL if n != "LBFGS"])
+def test_foreach_fused_capturable_accepted_and_same_result(name):
+    import inspect
+    keys = inspect.signature(getattr(optim, name).__init__).parameters
+    flags = {k: v for k, v in dict(foreach=True, capturable=True, fused=True).items()
+             if k in keys}
+    if "fused" in flags:
+        flags["foreach"] = False
+    base, _ = _trajectory(ember, name, {}, steps=4)
+    flagged, opt = _trajectory(ember, name, flags, steps=4)
+    np.testing.assert_array_equal(flagged, base)
+    assert all(opt.param_groups[0][k] == v for k, v in flags.items())
+
+
+def test_fused_with_foreach_and_differentiable_refused():
+    p = [ember.zeros(2, requires_grad=True)]
+    with pytest.raises(RuntimeError, match="cannot be `True` together"):
+        optim.Adam(p, fused=True, foreach=True)
+    with pytest.raises(RuntimeError, match="differentiable=True is not supported"):
+        optim.SGD(p, lr=0.1, differentiable=True)
