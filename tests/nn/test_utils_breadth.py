@@ -314,3 +314,41 @@ def test_prune_bad_amount():
     with pytest.raises(ValueError, match="smaller than the number"):
         prune.l1_unstructured(m, "weight", amount=9)
     assert sorted(m.state_dict()) == ["bias", "weight"]   # rolled back (as torch)
+
+
+# ------------------------------------------------------------------ packed RNNs
+@pytest.mark.parametrize("kind,batch_first", [("LSTM", False), ("GRU", True), ("RNN", False)])
+def test_packed_rnn_matches_torch(kind, batch_first):
+    from ember.nn.utils.rnn import pack_padded_sequence, pad_packed_sequence
+    trnn = getattr(torch.nn, kind)(3, 4, num_layers=2, bidirectional=True,
+                                   batch_first=batch_first).double()
+    ernn = getattr(em.nn, kind)(3, 4, num_layers=2, bidirectional=True,
+                                batch_first=batch_first, dtype=em.float64)
+    _copy_params(ernn, trnn)
+    rng = np.random.default_rng(1)
+    lengths = [2, 5, 3]   # unsorted: enforce_sorted=False permutes
+    x = rng.standard_normal((3, 5, 3) if batch_first else (5, 3, 3))
+    h0 = rng.standard_normal((4, 3, 4))
+    tx, ex = torch.tensor(x, requires_grad=True), em.tensor(x, requires_grad=True)
+    th = torch.tensor(h0, requires_grad=True)
+    eh = em.tensor(h0, requires_grad=True)
+    thx = (th, th * 2) if kind == "LSTM" else th
+    ehx = (eh, eh * 2) if kind == "LSTM" else eh
+    tp = torch.nn.utils.rnn.pack_padded_sequence(tx, lengths, batch_first=batch_first,
+                                                 enforce_sorted=False)
+    ep = pack_padded_sequence(ex, lengths, batch_first=batch_first, enforce_sorted=False)
+    to, thn = trnn(tp, thx)
+    eo, ehn = ernn(ep, ehx)
+    np.testing.assert_allclose(_n(eo.data), _n(to.data), rtol=1e-10, atol=1e-12)
+    np.testing.assert_array_equal(_n(eo.unsorted_indices), _n(to.unsorted_indices))
+    thn, ehn = (thn, ehn) if kind != "LSTM" else (thn[0] + thn[1] * 3, ehn[0] + ehn[1] * 3)
+    np.testing.assert_allclose(_n(ehn), _n(thn), rtol=1e-10, atol=1e-12)
+    tpad, _ = torch.nn.utils.rnn.pad_packed_sequence(to, batch_first=batch_first)
+    epad, _ = pad_packed_sequence(eo, batch_first=batch_first)
+    w = rng.standard_normal(tuple(tpad.shape))
+    ((tpad * torch.tensor(w)).sum() + (thn ** 2).sum()).backward()
+    ((epad * em.tensor(w)).sum() + (ehn ** 2).sum()).backward()
+    np.testing.assert_allclose(_n(ex.grad), _n(tx.grad), rtol=1e-9, atol=1e-12)
+    np.testing.assert_allclose(_n(eh.grad), _n(th.grad), rtol=1e-9, atol=1e-12)
+    for (k, a), (_, b) in zip(trnn.named_parameters(), ernn.named_parameters()):
+        np.testing.assert_allclose(_n(b.grad), _n(a.grad), rtol=1e-9, atol=1e-12, err_msg=k)

@@ -14,12 +14,14 @@ import warnings
 from ... import dtypes as _dt
 from ...autograd.grad_mode import no_grad, state
 from ...errors import ShapeError
-from ...ops.factories import empty, zeros
+from ...ops.factories import arange, empty, zeros
+from ...ops.select import where
 from ...ops.join import cat, stack
 from ...ops.linalg import addmm, matmul
 from ...tensor import Tensor
 from ..module import Module
 from ..parameter import Parameter
+from ..utils.rnn import PackedSequence
 
 __all__ = ["RNNBase", "RNN", "LSTM", "GRU", "RNNCellBase", "RNNCell", "LSTMCell", "GRUCell"]
 
@@ -199,8 +201,11 @@ class RNNBase(Module):
         return out
 
     # ------------------------------------------------------------ forward
-    def _run_direction(self, xp, states, weights, reverse):
-        """Run one layer in one direction over time-major projections ``xp`` (L, N, G)."""
+    def _run_direction(self, xp, states, weights, reverse, mask=None):
+        """Run one layer in one direction over time-major projections ``xp`` (L, N, G).
+
+        ``mask`` (L, N, 1), for packed input: rows past their length keep their state, so
+        the reverse direction starts at each sequence's own last step."""
         _, w_hh, _, b_hh, w_hr = weights
         w_hh_t, w_hr_t = w_hh.t(), None if w_hr is None else w_hr.t()
         L = xp.shape[0]
@@ -208,6 +213,7 @@ class RNNBase(Module):
         h = states[0]
         c = states[1] if len(states) > 1 else None
         for t in (range(L - 1, -1, -1) if reverse else range(L)):
+            h_prev, c_prev = h, c
             if self.mode == "LSTM":
                 h, c = _lstm_step(xp[t], h, c, w_hh_t)
                 if w_hr_t is not None:
@@ -216,6 +222,9 @@ class RNNBase(Module):
                 h = _gru_step(xp[t], h, w_hh_t, b_hh)
             else:
                 h = _rnn_step(xp[t], h, w_hh_t, b_hh, self.mode == "RNN_RELU")
+            if mask is not None:
+                h = where(mask[t], h, h_prev)
+                c = None if c is None else where(mask[t], c, c_prev)
             outs[t] = h
         return outs, h, c
 
@@ -223,6 +232,33 @@ class RNNBase(Module):
         return self._forward(input, hx, self._layer_weights)
 
     def _forward(self, input, hx, layer_weights):
+        if isinstance(input, PackedSequence):
+            return self._forward_packed(input, hx, layer_weights)
+        return self._forward_padded(input, hx, layer_weights)
+
+    def _forward_packed(self, packed, hx, layer_weights):
+        """A ``PackedSequence`` in, one out: run padded with the padding masked, repack.
+
+        ``hx`` and ``h_n`` are in the caller's batch order (permuted by the packed
+        sequence's ``sorted_indices``/``unsorted_indices``, as PyTorch)."""
+        from ..utils.rnn import pack_padded_sequence, pad_packed_sequence
+        padded, lengths = pad_packed_sequence(PackedSequence(packed.data, packed.batch_sizes))
+        L = padded.shape[0]
+        mask = (arange(L).unsqueeze(1) < lengths.unsqueeze(0)).unsqueeze(-1)
+        order, undo = packed.sorted_indices, packed.unsorted_indices
+        if hx is not None and order is not None:
+            hx = tuple(h.index_select(1, order) for h in hx) if self.mode == "LSTM" \
+                else hx.index_select(1, order)
+        x = padded.transpose(0, 1) if self.batch_first else padded
+        out, h = self._forward_padded(x, hx, layer_weights, mask)
+        out = out.transpose(0, 1) if self.batch_first else out
+        data = pack_padded_sequence(out, lengths).data
+        if undo is not None:
+            h = tuple(t.index_select(1, undo) for t in h) if self.mode == "LSTM" \
+                else h.index_select(1, undo)
+        return PackedSequence(data, packed.batch_sizes, order, undo), h
+
+    def _forward_padded(self, input, hx, layer_weights, mask=None):
         x, states, batched = self._check_input(input, hx)
         D = 2 if self.bidirectional else 1
         h_n, c_n = [], []
@@ -237,7 +273,7 @@ class RNNBase(Module):
                 if layer == 0 and self.batch_first:
                     xp = xp.transpose(0, 1)
                 st = [s[layer * D + d] for s in states]
-                seq, h, c = self._run_direction(xp, st, w, d == 1)
+                seq, h, c = self._run_direction(xp, st, w, d == 1, mask)
                 outs.append(stack(seq, out_time))
                 h_n.append(h)
                 c_n.append(c)
