@@ -156,10 +156,9 @@ class LBFGS(Optimizer):
 
     def _validate_group(self, group) -> None:
         super()._validate_group(group)
-        _check(isinstance(group["max_iter"], int) and group["max_iter"] >= 1,
-               "max_iter value (an int >= 1)", group["max_iter"])
-        _check(isinstance(group["max_eval"], int) and group["max_eval"] >= 1,
-               "max_eval value (an int >= 1)", group["max_eval"])
+        for key in ("max_iter", "max_eval"):
+            _check(isinstance(group[key], (int, float)) and group[key] >= 1,
+                   f"{key} value (a number >= 1)", group[key])
         _check(isinstance(group["history_size"], int) and group["history_size"] >= 1,
                "history_size value (an int >= 1)", group["history_size"])
         _check(group["tolerance_grad"] >= 0.0, "tolerance_grad value", group["tolerance_grad"])

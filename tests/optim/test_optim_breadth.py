@@ -336,3 +336,32 @@ def test_fused_with_foreach_and_differentiable_refused():
         optim.Adam(p, fused=True, foreach=True)
     with pytest.raises(RuntimeError, match="differentiable=True is not supported"):
         optim.SGD(p, lr=0.1, differentiable=True)
+
+
+def test_lbfgs_state_dict_round_trip_resumes_exactly():
+    def run(steps, resume_from=None):
+        x = ember.tensor([-1.5, 2.0], dtype=ember.float64, requires_grad=True)
+        opt = optim.LBFGS([x], lr=1, history_size=3, max_iter=3,
+                          line_search_fn="strong_wolfe")
+        if resume_from is not None:
+            xs, sd = resume_from
+            with ember.no_grad():
+                x.copy_(xs)
+            opt.load_state_dict(sd)
+
+        def closure():
+            opt.zero_grad()
+            loss = _rosenbrock(x)
+            loss.backward()
+            return loss
+        path = []
+        for _ in range(steps):
+            opt.step(closure)
+            path.append(x.detach().numpy().copy())
+        return path, x, opt
+    full, _, _ = run(6)
+    first, x, opt = run(3)
+    import copy
+    sd = copy.deepcopy(opt.state_dict())
+    rest, _, _ = run(3, resume_from=(x.detach().clone(), sd))
+    np.testing.assert_array_equal(np.array(first + rest), np.array(full))
