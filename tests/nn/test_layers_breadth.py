@@ -61,6 +61,7 @@ UPSAMPLE_CASES = [
     ("Upsample", (), dict(scale_factor=(2, 1.5, 1.3), mode="trilinear"), (1, 2, 2, 3, 4)),
     ("Upsample", (), dict(size=(3, 4, 2), mode="trilinear", align_corners=True),
      (1, 1, 2, 3, 4)),
+    ("Upsample", (), dict(scale_factor=1.5, mode="bicubic"), (1, 2, 3, 4)),
     ("UpsamplingNearest2d", (), dict(scale_factor=3), (1, 2, 2, 3)),
     ("UpsamplingBilinear2d", (), dict(size=(5, 4)), (2, 1, 3, 3)),
     ("UpsamplingBilinear2d", (), dict(scale_factor=2), (1, 2, 3, 2)),
@@ -93,6 +94,13 @@ INTERP_CASES = [
     ((1, 2, 3, 1, 4), dict(scale_factor=(1.11, 2.52, 1.7), mode="trilinear")),
     ((2, 1, 3, 5), dict(scale_factor=(1.2, 1.5), mode="bilinear")),
     ((2, 3, 4), dict(scale_factor=1.1, mode="linear")),
+    # bicubic (was NotImplementedError): border taps, align_corners, downscaling
+    ((2, 2, 2, 3), dict(size=(4, 8), mode="bicubic")),
+    ((2, 2, 5, 2), dict(scale_factor=(1.05, 1.08), mode="bicubic")),
+    ((1, 2, 6, 6), dict(scale_factor=(3.19, 0.54), mode="bicubic")),
+    ((1, 3, 4, 5), dict(size=(7, 3), mode="bicubic", align_corners=True)),
+    ((1, 2, 4, 4), dict(scale_factor=(1.48, 0.54), mode="bicubic",
+                        recompute_scale_factor=True)),
     # regression: mode="area" on 5-D input raised NotImplementedError
     ((2, 2, 5, 4, 6), dict(size=(3, 5, 2), mode="area")),
     ((1, 2, 6, 3, 5), dict(scale_factor=(0.5, 1.7, 0.8), mode="area")),
@@ -115,7 +123,17 @@ def test_interpolate_area3d_and_trilinear_gradcheck():
                                              mode="trilinear"), (x,))
 
 
+@pytest.mark.parametrize("align_corners", [False, True])
+def test_interpolate_bicubic_gradcheck(align_corners):
+    x = em.tensor(_arr(1, 2, 3, 4), requires_grad=True)
+    assert gradcheck(lambda t: F.interpolate(t, size=(5, 3), mode="bicubic",
+                                             align_corners=align_corners), (x,))
+
+
 def test_upsample_errors():
+    with pytest.raises(ValueError, match="interpolate: mode='bicubic' expects a 4-D input, "
+                                         "got shape \\(1, 2, 3\\)"):
+        nn.Upsample(scale_factor=2, mode="bicubic")(em.ones(1, 2, 3))
     with pytest.raises(ValueError, match="interpolate: .*bilinear.*4-D.*\\(1, 2, 3\\)"):
         nn.Upsample(scale_factor=2, mode="bilinear")(em.ones(1, 2, 3))
     with pytest.raises(ValueError, match="exactly one of size or scale_factor"):

@@ -1,4 +1,4 @@
-"""Resampling functionals: ``interpolate`` (nearest, nearest-exact, (bi/tri)linear, area) and
+"""Resampling functionals: ``interpolate`` (nearest, nearest-exact, (bi/tri)linear, bicubic, area) and
 ``pixel_shuffle`` / ``pixel_unshuffle``.
 
 Interpolation is separable: each spatial dim is resampled in turn by an index gather
@@ -16,7 +16,8 @@ from ...tensor import Tensor
 __all__ = ['interpolate', 'upsample', 'pixel_shuffle', 'pixel_unshuffle']
 
 _LINEAR = {"linear": 1, "bilinear": 2, "trilinear": 3}
-_MODES = ("nearest", "nearest-exact", "area") + tuple(_LINEAR)
+_MODES = ("nearest", "nearest-exact", "area", "bicubic") + tuple(_LINEAR)
+_CUBIC_A = -0.75
 
 
 def _coord_dtype(x):
@@ -71,18 +72,54 @@ def _linear_index(n_in, n_out, scale, align_corners, like):
     return i0, i1, 1.0 - w1, w1
 
 
+def _cubic_taps(n_in, n_out, scale, align_corners, like):
+    """Four (index, weight) taps per output position along one dim, as ATen's
+    ``upsample_bicubic2d``: Keys' kernel (A = -0.75) at the unclamped source coordinate, tap
+    indices clamped to the border."""
+    from ...ops.factories import arange
+    dst = arange(n_out, dtype=_coord_dtype(like), device=like.device)
+    if align_corners:
+        src = dst * ((n_in - 1) / (n_out - 1) if n_out > 1 else 0.0)
+    else:
+        s = (1.0 / scale) if scale else n_in / n_out
+        src = (dst + 0.5) * s - 0.5
+    i0 = src.floor()
+    t = src - i0
+    a = _CUBIC_A
+    near = [t, 1.0 - t]                                # distances to taps 1 and 2
+    w = [((a * (t + 1) - 5 * a) * (t + 1) + 8 * a) * (t + 1) - 4 * a,
+         ((a + 2) * near[0] - (a + 3)) * near[0] * near[0] + 1,
+         ((a + 2) * near[1] - (a + 3)) * near[1] * near[1] + 1,
+         ((a * (2 - t) - 5 * a) * (2 - t) + 8 * a) * (2 - t) - 4 * a]
+    i0 = i0.long()
+    return [((i0 + j - 1).clamp(0, n_in - 1), w[j].to(like.dtype)) for j in range(4)]
+
+
+def _bicubic(x, sizes, scales, align_corners):
+    for i in range(2):
+        dim, view = 2 + i, (sizes[i],) + (1,) * (1 - i)
+        taps = _cubic_taps(x.shape[dim], sizes[i], scales[i], align_corners, x)
+        out = None
+        for idx, w in taps:
+            term = x.index_select(dim, idx) * w.reshape(view)
+            out = term if out is None else out + term
+        x = out
+    return x
+
+
 def _check(input, mode, align_corners, nd):
     if not isinstance(input, Tensor) or input.ndim < 3 or input.ndim > 5:
         raise ShapeError(f"interpolate: expected a 3-D, 4-D or 5-D input (N, C, *spatial), got "
                          f"{tuple(getattr(input, 'shape', ()))}")
-    if mode not in _MODES and mode != "bicubic":
+    if mode not in _MODES:
         raise ValueError(f"interpolate: mode must be one of {', '.join(_MODES)}, got {mode!r}")
-    if mode == "bicubic":
-        raise NotImplementedError("interpolate: mode='bicubic' is not supported yet")
+    if mode == "bicubic" and nd != 2:
+        raise ShapeError(f"interpolate: mode='bicubic' expects a 4-D input, got shape "
+                         f"{tuple(input.shape)}")
     if mode in _LINEAR and _LINEAR[mode] != nd:
         raise ShapeError(f"interpolate: mode={mode!r} expects a {_LINEAR[mode] + 2}-D input, got "
                          f"shape {tuple(input.shape)}")
-    if align_corners is not None and mode not in _LINEAR:
+    if align_corners is not None and mode not in _LINEAR and mode != "bicubic":
         raise ValueError("interpolate: align_corners option can only be set with the "
                          "interpolating modes: linear | bilinear | bicubic | trilinear")
     if not input.dtype.is_floating_point and mode != "nearest":
@@ -127,6 +164,8 @@ def interpolate(input: Tensor, size=None, scale_factor=None, mode: str = "neares
             return _area3d(input, sizes)
         fn = pool.adaptive_avg_pool1d if nd == 1 else pool.adaptive_avg_pool2d
         return fn(input, sizes if nd > 1 else sizes[0])
+    if mode == "bicubic":
+        return _bicubic(input, sizes, scales, bool(align_corners))
     x = input
     for i in range(nd):
         n_in, n_out, dim = x.shape[2 + i], sizes[i], 2 + i
