@@ -112,7 +112,9 @@ def test_interpolate_scale_factor_matches_torch(torch, shape, kwargs):
     for dt in (np.float64, np.float32):
         a = _arr(*shape).astype(dt)
         x, t = _pair(torch, a, grad=dt is np.float64)
-        tol = dict(rtol=1e-10, atol=1e-12) if dt is np.float64 else dict(rtol=1e-5, atol=1e-6)
+        # NOTE: float32 bound: Ember sums the separable taps in another order than ATen (up
+        # to 16 terms of |w| <= 1.25 on O(1) data: ~16 * 1.25 * 4 * 2**-24 ~ 5e-6)
+        tol = dict(rtol=1e-10, atol=1e-12) if dt is np.float64 else dict(rtol=1e-5, atol=5e-6)
         _same(F.interpolate(x, **kwargs), torch.nn.functional.interpolate(t, **kwargs), **tol)
 
 
