@@ -352,3 +352,27 @@ def test_packed_rnn_matches_torch(kind, batch_first):
     np.testing.assert_allclose(_n(eh.grad), _n(th.grad), rtol=1e-9, atol=1e-12)
     for (k, a), (_, b) in zip(trnn.named_parameters(), ernn.named_parameters()):
         np.testing.assert_allclose(_n(b.grad), _n(a.grad), rtol=1e-9, atol=1e-12, err_msg=k)
+
+
+def test_remove_weight_norm_parametrization_keeps_a_trainable_parameter():
+    tl, el = _pair_linear()
+    torch.nn.utils.parametrizations.weight_norm(tl)
+    PZ.weight_norm(el)
+    P.remove_parametrizations(el, "weight")
+    torch.nn.utils.parametrize.remove_parametrizations(tl, "weight")
+    assert isinstance(el.weight, em.nn.Parameter) and el.weight.requires_grad
+    assert list(el.state_dict()) == list(tl.state_dict())
+    np.testing.assert_allclose(_n(el.weight), _n(tl.weight), rtol=1e-12)
+    with pytest.raises(ValueError, match="leave_parametrized=False"):
+        P.remove_parametrizations(PZ.weight_norm(em.nn.Linear(2, 2)), "weight",
+                                  leave_parametrized=False)
+
+
+def test_parametrized_module_deepcopies():
+    import copy
+    m = PZ.spectral_norm(em.nn.Linear(3, 2))
+    c = copy.deepcopy(m)
+    assert type(c) is type(m) and c.parametrizations.weight.original is not \
+        m.parametrizations.weight.original
+    c.eval(), m.eval()
+    np.testing.assert_array_equal(c.weight.detach().numpy(), m.weight.detach().numpy())

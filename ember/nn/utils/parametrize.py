@@ -16,6 +16,7 @@ Example:
 from __future__ import annotations
 
 import contextlib
+import copy
 
 from ...autograd.grad_mode import no_grad
 from ...tensor import Tensor
@@ -156,7 +157,17 @@ def _inject_new_class(module: Module) -> None:
         raise RuntimeError("Serialization of parametrized modules is only supported through "
                            "state_dict()")
 
-    new = type(f"Parametrized{cls.__name__}", (cls,), {"__getstate__": getstate})
+    def deepcopy(self, memo):
+        # NOTE: as torch, the copy shares the generated class (and its properties)
+        replica = memo.get(id(self))
+        if replica is None:
+            replica = self.__new__(self.__class__)
+            memo[id(self)] = replica
+            replica.__dict__ = copy.deepcopy(self.__dict__, memo)
+        return replica
+
+    new = type(f"Parametrized{cls.__name__}", (cls,),
+               {"__getstate__": getstate, "__deepcopy__": deepcopy})
     module.__class__ = new
 
 
@@ -265,10 +276,8 @@ def remove_parametrizations(module: Module, tensor_name: str,
         if not leave_parametrized:
             raise ValueError("remove_parametrizations: leave_parametrized=False is not "
                              "possible when right_inverse returned several tensors")
-        with no_grad():
-            t = getattr(module, tensor_name)
-        original = Parameter(t.detach(), t.requires_grad) if any(
-            p.requires_grad for p in plist.parameters()) else t.detach()
+        t = getattr(module, tensor_name)   # NOTE: with grad mode, so requires_grad is kept
+        original = Parameter(t.detach(), True) if t.requires_grad else t.detach()
     delattr(module.__class__, tensor_name)
     del module.parametrizations[tensor_name]
     if isinstance(original, Parameter):
