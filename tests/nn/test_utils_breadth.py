@@ -376,3 +376,11 @@ def test_parametrized_module_deepcopies():
         m.parametrizations.weight.original
     c.eval(), m.eval()
     np.testing.assert_array_equal(c.weight.detach().numpy(), m.weight.detach().numpy())
+
+
+def test_nn_utils_names_match_torch():
+    import torch.nn.utils as tu
+    eu = em.nn.utils
+    wanted = [n for n in dir(tu) if not n.startswith("_") and "memory_format" not in n]
+    assert [n for n in wanted if not hasattr(eu, n)] == []
+    assert callable(eu.weight_norm) and callable(eu.spectral_norm) and callable(eu.skip_init)

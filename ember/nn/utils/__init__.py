@@ -16,7 +16,8 @@ __all__ = ["clip_grad_norm_", "clip_grad_norm", "clip_grad_value_", "clip_grads_
            "get_total_norm", "parameters_to_vector", "vector_to_parameters"]
 
 
-_SUBMODULES = ("rnn", "parametrize", "parametrizations", "fusion", "stateless", "prune")
+_SUBMODULES = ("rnn", "parametrize", "parametrizations", "fusion", "stateless", "prune",
+               "init")
 _LAZY = {"weight_norm": "weight_norm", "remove_weight_norm": "weight_norm",
          "spectral_norm": "spectral_norm", "remove_spectral_norm": "spectral_norm",
          "fuse_conv_bn_eval": "fusion", "fuse_conv_bn_weights": "fusion",
