@@ -61,9 +61,13 @@ class Rprop(Optimizer):
             _advance(state)
             prev, step_size = state["prev"], state["step_size"]
             sign = O.sign(g * prev)
-            factor = where(sign < 0, etaminus, full_like(sign, 1.0))
-            factor = where(sign > 0, etaplus, factor)
+            # NOTE: full_like, not Python scalars: a compiled graph's where() rounds scalar
+            # operands to float32 (etaplus 1.2 would drift); etaminus < 1 < etaplus, so
+            # "factor == etaminus" (PyTorch's test) is "sign < 0"
+            down = sign < 0
+            factor = where(down, full_like(sign, etaminus), full_like(sign, 1.0))
+            factor = where(sign > 0, full_like(sign, etaplus), factor)
             step_size.mul_(factor).clamp_(step_size_min, step_size_max)
-            g = where(factor == etaminus, 0.0, g)
+            g = where(down, zeros_like(g), g)
             O.addcmul_(p, O.sign(g), step_size, value=-1)
             prev.copy_(g)
