@@ -58,6 +58,19 @@ class Adafactor(Optimizer):
     def _state_keys(self, group) -> tuple:
         return ("step",)
 
+    def load_state_dict(self, state_dict) -> None:
+        """Load a :meth:`state_dict`, also checking the factored second moments: a matrix
+        parameter needs ``row_var``/``col_var`` of its shape with the last (resp. second
+        to last) dimension 1, a vector ``variance`` of its shape."""
+        saved = state_dict["state"]
+        keys = [k for g in state_dict["param_groups"] for k in g["params"]]
+        params = [q for g in self.param_groups for q in g["params"]]
+        for k, p in zip(keys, params):   # NOTE: before loading, so a failure changes nothing
+            st = saved.get(k, saved.get(str(k)))
+            if st:
+                _check_factored(k, p, st)
+        super().load_state_dict(state_dict)
+
     def _update_group(self, group) -> None:
         lr = group["lr"]
         for p, g, state in self._grads(group):
@@ -74,6 +87,21 @@ class Adafactor(Optimizer):
             if group["maximize"]:
                 g = O.neg(g)
             _adafactor_update(p, g, state, group, lr)
+
+
+def _check_factored(index: int, p, state: dict) -> None:
+    shape = tuple(p.shape)
+    if len(shape) > 1:
+        want = {"row_var": shape[:-1] + (1,), "col_var": shape[:-2] + (1, shape[-1])}
+    else:
+        want = {"variance": shape}
+    for key, expect in want.items():
+        got = state.get(key)
+        if got is None or tuple(got.shape) != expect:
+            raise ValueError(
+                f"Adafactor.load_state_dict: state[{index}] (parameter of shape {shape}) "
+                f"needs {key!r} of shape {expect}, got "
+                f"{'nothing' if got is None else tuple(got.shape)}")
 
 
 def _rms(t) -> float:

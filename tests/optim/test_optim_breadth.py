@@ -389,3 +389,18 @@ def test_compiled_step_matches_eager(name):
                 f()
         out.append(w.detach().numpy().copy())
     np.testing.assert_allclose(out[1], out[0], rtol=1e-10, atol=1e-13)
+
+
+@pytest.mark.parametrize("key,index", [("row_var", 0), ("col_var", 0), ("variance", 1)])
+def test_adafactor_load_rejects_missing_or_misshapen_factors(key, index):
+    _, opt = _trajectory(ember, "Adafactor", dict(lr=0.05), steps=2)
+    fresh = [ember.zeros(3, 4, dtype=ember.float64, requires_grad=True),
+             ember.zeros(4, dtype=ember.float64, requires_grad=True)]
+    sd = opt.state_dict()
+    del sd["state"][index][key]
+    with pytest.raises(ValueError, match=key):
+        optim.Adafactor(fresh).load_state_dict(sd)
+    sd = opt.state_dict()
+    sd["state"][index][key] = ember.zeros(2, 2, dtype=ember.float64)
+    with pytest.raises(ValueError, match=f"{key}.*shape"):
+        optim.Adafactor(fresh).load_state_dict(sd)
