@@ -101,6 +101,14 @@ INTERP_CASES = [
     ((1, 3, 4, 5), dict(size=(7, 3), mode="bicubic", align_corners=True)),
     ((1, 2, 4, 4), dict(scale_factor=(1.48, 0.54), mode="bicubic",
                         recompute_scale_factor=True)),
+    # antialias=True (was NotImplementedError): widened filters when downscaling
+    ((2, 2, 9, 7), dict(size=(4, 3), mode="bilinear", antialias=True)),
+    ((1, 2, 6, 10), dict(scale_factor=(0.45, 1.6), mode="bilinear", antialias=True)),
+    ((1, 2, 6, 10), dict(scale_factor=(1.1, 0.5), mode="bilinear", antialias=True)),
+    ((2, 1, 8, 5), dict(size=(3, 4), mode="bilinear", antialias=True, align_corners=True)),
+    ((1, 2, 11, 6), dict(size=(4, 9), mode="bicubic", antialias=True)),
+    ((1, 2, 7, 9), dict(scale_factor=(0.6, 0.3), mode="bicubic", antialias=True,
+                        align_corners=True)),
     # regression: mode="area" on 5-D input raised NotImplementedError
     ((2, 2, 5, 4, 6), dict(size=(3, 5, 2), mode="area")),
     ((1, 2, 6, 3, 5), dict(scale_factor=(0.5, 1.7, 0.8), mode="area")),
@@ -132,7 +140,16 @@ def test_interpolate_bicubic_gradcheck(align_corners):
                                              align_corners=align_corners), (x,))
 
 
+@pytest.mark.parametrize("mode", ["bilinear", "bicubic"])
+def test_interpolate_antialias_gradcheck(mode):
+    x = em.tensor(_arr(1, 2, 7, 5), requires_grad=True)
+    assert gradcheck(lambda t: F.interpolate(t, size=(3, 4), mode=mode, antialias=True), (x,))
+
+
 def test_upsample_errors():
+    with pytest.raises(ValueError, match="anti-alias option is restricted to bilinear and "
+                                         "bicubic.*mode='nearest'"):
+        F.interpolate(em.ones(1, 1, 4, 4), size=2, antialias=True)
     with pytest.raises(ValueError, match="interpolate: mode='bicubic' expects a 4-D input, "
                                          "got shape \\(1, 2, 3\\)"):
         nn.Upsample(scale_factor=2, mode="bicubic")(em.ones(1, 2, 3))

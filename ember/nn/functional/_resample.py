@@ -150,8 +150,10 @@ def interpolate(input: Tensor, size=None, scale_factor=None, mode: str = "neares
     """
     nd = getattr(input, "ndim", 0) - 2
     _check(input, mode, align_corners, nd)
-    if antialias:
-        raise NotImplementedError("interpolate: antialias=True is not supported")
+    if antialias and mode not in ("bilinear", "bicubic"):
+        raise ValueError(f"interpolate: anti-alias option is restricted to bilinear and "
+                         f"bicubic modes and requires a 4-D tensor as input, got "
+                         f"mode={mode!r}")
     sizes, scales = _out_sizes(input, size, scale_factor, nd)
     if min(sizes) < 1:
         raise ShapeError(f"interpolate: output size {sizes} must be positive (input shape "
@@ -164,6 +166,9 @@ def interpolate(input: Tensor, size=None, scale_factor=None, mode: str = "neares
             return _area3d(input, sizes)
         fn = pool.adaptive_avg_pool1d if nd == 1 else pool.adaptive_avg_pool2d
         return fn(input, sizes if nd > 1 else sizes[0])
+    if antialias:
+        from ._antialias import antialiased
+        return antialiased(input, sizes, scales, bool(align_corners), mode)
     if mode == "bicubic":
         return _bicubic(input, sizes, scales, bool(align_corners))
     x = input
