@@ -384,3 +384,30 @@ def test_nn_utils_names_match_torch():
     wanted = [n for n in dir(tu) if not n.startswith("_") and "memory_format" not in n]
     assert [n for n in wanted if not hasattr(eu, n)] == []
     assert callable(eu.weight_norm) and callable(eu.spectral_norm) and callable(eu.skip_init)
+
+
+# ------------------------------------------------------------------ orthogonal
+@pytest.mark.parametrize("shape,orth_map", [((4, 4), "matrix_exp"), ((4, 4), "householder"),
+                                            ((5, 3), "matrix_exp"), ((3, 5), "householder")])
+def test_orthogonal_matches_torch(shape, orth_map):
+    tl, el = _pair_linear(shape[1], shape[0])
+    torch.nn.utils.parametrizations.orthogonal(tl, orthogonal_map=orth_map)
+    PZ.orthogonal(el, orthogonal_map=orth_map)
+    assert list(el.state_dict()) == list(tl.state_dict())
+    w = _n(el.weight)
+    small = min(shape)
+    gram = w @ w.T if shape[0] < shape[1] else w.T @ w
+    np.testing.assert_allclose(gram, np.eye(small), atol=1e-12)
+    if shape[0] == shape[1]:   # no random completion: the same base as torch's
+        np.testing.assert_allclose(w, _n(tl.weight), atol=1e-12)
+    with torch.no_grad():   # move off the base point, then compare values and gradients
+        tl.parametrizations.weight.original.add_(0.3 * torch.randn(shape, dtype=torch.float64))
+    _copy_params(el, tl)
+    _train_and_compare(tl, el, steps=2)
+
+
+def test_orthogonal_bad_input():
+    with pytest.raises(ValueError, match="2 dimensions|matrix"):
+        PZ.orthogonal(em.nn.Linear(2, 2), name="bias")
+    with pytest.raises(ValueError, match="orthogonal_map"):
+        PZ.orthogonal(em.nn.Linear(2, 2), orthogonal_map="qr")

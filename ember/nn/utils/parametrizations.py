@@ -13,7 +13,7 @@ from .. import functional as F
 from ..module import Module
 from . import parametrize
 
-__all__ = ["weight_norm", "spectral_norm"]
+__all__ = ["weight_norm", "spectral_norm", "orthogonal"]
 
 
 def norm_except_dim(v: Tensor, pow: float = 2, dim: int = 0) -> Tensor:
@@ -142,4 +142,43 @@ def spectral_norm(module: Module, name: str = "weight", n_power_iterations: int 
         dim = 1 if _is_conv_transpose(module) else 0
     parametrize.register_parametrization(
         module, name, _SpectralNorm(weight, n_power_iterations, dim, eps))
+    return module
+
+
+def orthogonal(module: Module, name: str = "weight", orthogonal_map: str | None = None, *,
+               use_trivialization: bool = True) -> Module:
+    """Constrain ``module.<name>`` (a matrix or batch of matrices) to be orthogonal.
+
+    Args:
+        module: the module.
+        name: its parameter's name.
+        orthogonal_map: ``"matrix_exp"`` (default for square matrices) or
+            ``"householder"`` (default otherwise); ``"cayley"`` is not supported yet.
+        use_trivialization: keep a ``base`` buffer and parametrize around it (PyTorch's
+            default; the only mode supported).
+
+    Returns:
+        ``module``.
+
+    Raises:
+        ValueError: no such tensor, fewer than 2 dims, or an unknown map.
+    """
+    from ._orthogonal import _MAPS, _Orthogonal
+    weight = getattr(module, name, None)
+    if not isinstance(weight, Tensor):
+        raise ValueError(f"orthogonal: module {type(module).__name__} has no parameter or "
+                         f"buffer named '{name}'")
+    if weight.ndim < 2:
+        raise ValueError(f"orthogonal: expected a matrix or batch of matrices, got a tensor "
+                         f"of {weight.ndim} dimensions (shape {tuple(weight.shape)})")
+    if orthogonal_map is None:
+        orthogonal_map = "matrix_exp" if weight.shape[-2] == weight.shape[-1] else "householder"
+    if orthogonal_map not in _MAPS:
+        raise ValueError(f'orthogonal: orthogonal_map has to be one of "matrix_exp", '
+                         f'"cayley", "householder", got {orthogonal_map!r}')
+    if not use_trivialization:
+        raise NotImplementedError("orthogonal: use_trivialization=False is not supported")
+    parametrize.register_parametrization(
+        module, name, _Orthogonal(weight, orthogonal_map, use_trivialization=True),
+        unsafe=True)
     return module
