@@ -297,3 +297,24 @@ def test_rrelu_gradcheck_and_errors():
     assert F.rrelu_(x) is x and x.numpy()[0] == pytest.approx(-(1 / 8 + 1 / 3) / 2)
     assert repr(nn.RReLU(inplace=True)) == \
         "RReLU(lower=0.125, upper=0.3333333333333333, inplace=True)"
+
+
+# ------------------------------------------------------------------ ember.compile
+def test_new_layers_compile_like_eager():
+    em.manual_seed(0)
+    m = nn.Sequential(nn.ReflectionPad2d(1), nn.Conv2d(2, 8, 3), nn.PixelShuffle(2),
+                      nn.Upsample(scale_factor=1.5, mode="bicubic"), nn.LocalResponseNorm(2),
+                      nn.ChannelShuffle(2), nn.CircularPad2d((1, 0, 0, 1)),
+                      nn.Upsample(size=(5, 7), mode="bilinear")).double()
+    x = em.tensor(_arr(2, 2, 4, 4))
+    ref = m(x)
+    ref.sum().backward()
+    g_ref = m[1].weight.grad.numpy().copy()
+    cm = em.compile(m)
+    for _ in range(2):
+        m.zero_grad()
+        out = cm(x)
+        out.sum().backward()
+    np.testing.assert_allclose(out.detach().numpy(), ref.detach().numpy(), rtol=1e-10,
+                               atol=1e-12)
+    np.testing.assert_allclose(m[1].weight.grad.numpy(), g_ref, rtol=1e-10, atol=1e-12)
