@@ -147,6 +147,10 @@ def test_interpolate_antialias_gradcheck(mode):
 
 
 def test_upsample_errors():
+    # regression: recompute_scale_factor=True with an explicit size was silently accepted
+    with pytest.raises(ValueError, match="interpolate: recompute_scale_factor is not "
+                                         "meaningful with an explicit size \\(size=2\\)"):
+        F.interpolate(em.ones(1, 1, 4, 4), size=2, recompute_scale_factor=True)
     with pytest.raises(ValueError, match="anti-alias option is restricted to bilinear and "
                                          "bicubic.*mode='nearest'"):
         F.interpolate(em.ones(1, 1, 4, 4), size=2, antialias=True)

@@ -159,6 +159,9 @@ def interpolate(input: Tensor, size=None, scale_factor=None, mode: str = "neares
         raise ShapeError(f"interpolate: output size {sizes} must be positive (input shape "
                          f"{tuple(input.shape)})")
     if recompute_scale_factor:
+        if size is not None:
+            raise ValueError(f"interpolate: recompute_scale_factor is not meaningful with an "
+                             f"explicit size (size={size!r}); pass scale_factor instead")
         scales = (None,) * nd
     if mode == "area":
         from ...ops import pool
