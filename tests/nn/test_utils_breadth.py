@@ -411,3 +411,13 @@ def test_orthogonal_bad_input():
         PZ.orthogonal(em.nn.Linear(2, 2), name="bias")
     with pytest.raises(ValueError, match="orthogonal_map"):
         PZ.orthogonal(em.nn.Linear(2, 2), orthogonal_map="qr")
+
+
+def test_weight_norm_name_is_the_function_after_submodule_import():
+    import subprocess
+    import sys
+    code = ("import ember.nn.utils.weight_norm, ember.nn.utils.spectral_norm, ember as em\n"
+            "assert callable(em.nn.utils.weight_norm), em.nn.utils.weight_norm\n"
+            "assert callable(em.nn.utils.spectral_norm), em.nn.utils.spectral_norm\n")
+    r = subprocess.run([sys.executable, "-c", code], capture_output=True, text=True)
+    assert r.returncode == 0, r.stderr

@@ -1,8 +1,9 @@
-"""``ember.nn.utils``: gradient clipping and parameter/vector conversion.
+"""``ember.nn.utils``: gradient clipping, parameter/vector conversion, normalisations.
 
-``rnn`` (sequence packing), ``parametrize``, ``parametrizations``, ``fusion``, ``stateless``
-and ``prune`` are submodules imported on first use, as are the names below taken from them
-(``weight_norm``, ``spectral_norm``, ``fuse_conv_bn_eval``, ``skip_init``...).
+The hook-based ``weight_norm``/``spectral_norm`` (and their ``remove_*``) live here;
+``rnn`` (sequence packing), ``parametrize``, ``parametrizations``, ``fusion``, ``stateless``,
+``prune`` and ``init`` are submodules imported on first use, as are the names taken from
+them (``fuse_conv_bn_eval``, ``skip_init``...).
 """
 from __future__ import annotations
 
@@ -11,6 +12,10 @@ import importlib
 from .clip_grad import clip_grad_norm, clip_grad_norm_, clip_grad_value_, \
     clip_grads_with_norm_, get_total_norm
 from .convert_parameters import parameters_to_vector, vector_to_parameters
+# NOTE: eager, like torch's: a lazy name would be shadowed by its submodule (same name)
+# once anything imports ember.nn.utils.weight_norm / .spectral_norm directly
+from .spectral_norm import remove_spectral_norm, spectral_norm
+from .weight_norm import remove_weight_norm, weight_norm
 
 __all__ = ["clip_grad_norm_", "clip_grad_norm", "clip_grad_value_", "clip_grads_with_norm_",
            "get_total_norm", "parameters_to_vector", "vector_to_parameters"]
@@ -18,12 +23,11 @@ __all__ = ["clip_grad_norm_", "clip_grad_norm", "clip_grad_value_", "clip_grads_
 
 _SUBMODULES = ("rnn", "parametrize", "parametrizations", "fusion", "stateless", "prune",
                "init")
-_LAZY = {"weight_norm": "weight_norm", "remove_weight_norm": "weight_norm",
-         "spectral_norm": "spectral_norm", "remove_spectral_norm": "spectral_norm",
-         "fuse_conv_bn_eval": "fusion", "fuse_conv_bn_weights": "fusion",
+_LAZY = {"fuse_conv_bn_eval": "fusion", "fuse_conv_bn_weights": "fusion",
          "fuse_linear_bn_eval": "fusion", "fuse_linear_bn_weights": "fusion",
          "skip_init": "init"}
-__all__ += list(_LAZY)
+__all__ += ["weight_norm", "remove_weight_norm", "spectral_norm", "remove_spectral_norm",
+            *_LAZY]
 
 
 def __getattr__(name: str):
@@ -37,8 +41,6 @@ def __getattr__(name: str):
         raise AttributeError(f"module {__name__!r} has no attribute {name!r} ({e})") from e
     if name in _SUBMODULES:
         return mod
-    # NOTE: importing submodule weight_norm binds the package attribute to the module;
-    # bind the function over it (as torch's eager `from .weight_norm import weight_norm`)
     src = _LAZY[name]
     globals().update({n: getattr(mod, n) for n, m in _LAZY.items() if m == src})
     return globals()[name]
