@@ -58,6 +58,13 @@ def _register(owner: Module, name: str, t: Tensor, like: Tensor) -> None:
         owner.register_buffer(name, t.detach())
 
 
+def _check_same(what: str, shape: tuple, dtype, t: Tensor) -> None:
+    if tuple(t.shape) != shape or t.dtype != dtype:
+        raise ValueError(f"register_parametrization: {what} from shape {shape} dtype {dtype} "
+                         f"to shape {tuple(t.shape)} dtype {t.dtype}; pass unsafe=True to "
+                         f"allow it")
+
+
 class ParametrizationList(ModuleList):
     """The parametrizations of one tensor, plus its unparametrized ``original``.
 
@@ -81,33 +88,31 @@ class ParametrizationList(ModuleList):
                     new = inv(new)
         self.is_tensor = isinstance(new, Tensor)
         self.ntensors = 1 if self.is_tensor else len(new)
-        if self.is_tensor:
-            if not unsafe and (tuple(new.shape) != shape or new.dtype != dtype):
-                raise ValueError(
-                    f"register_parametrization: right_inverse changed the tensor from "
-                    f"shape {shape} dtype {dtype} to shape {tuple(new.shape)} dtype "
-                    f"{new.dtype}; pass unsafe=True to allow it")
-            if new is not original and tuple(new.shape) == shape:
-                with no_grad():
-                    original.copy_(new)
-                new = original
-            _register(self, "original", new, original)
-        else:
-            for i, t in enumerate(new):
-                if not isinstance(t, Tensor):
-                    raise TypeError(f"register_parametrization: right_inverse must return "
-                                    f"Tensors, got {type(t).__name__} at position {i}")
-                _register(self, f"original{i}", t, original)
+        self._store_originals(new, original, unsafe)
         if not unsafe:
             z = self()
             if not isinstance(z, Tensor):
                 raise ValueError(f"register_parametrization: the parametrization must return "
                                  f"a Tensor, got {type(z).__name__}")
-            if tuple(z.shape) != shape or z.dtype != dtype:
-                raise ValueError(
-                    f"register_parametrization: the parametrization changes the tensor from "
-                    f"shape {shape} dtype {dtype} to shape {tuple(z.shape)} dtype {z.dtype}; "
-                    f"pass unsafe=True to allow it")
+            _check_same("the parametrization changes the tensor", shape, dtype, z)
+
+    def _store_originals(self, new, original: Tensor, unsafe: bool) -> None:
+        """Register ``right_inverse``'s result as ``original`` (or ``original0``, ...)."""
+        if not self.is_tensor:
+            for i, t in enumerate(new):
+                if not isinstance(t, Tensor):
+                    raise TypeError(f"register_parametrization: right_inverse must return "
+                                    f"Tensors, got {type(t).__name__} at position {i}")
+                _register(self, f"original{i}", t, original)
+            return
+        shape = tuple(original.shape)
+        if not unsafe:
+            _check_same("right_inverse changed the tensor", shape, original.dtype, new)
+        if new is not original and tuple(new.shape) == shape:
+            with no_grad():
+                original.copy_(new)
+            new = original
+        _register(self, "original", new, original)
 
     def right_inverse(self, value: Tensor) -> None:
         """Set ``original`` so that the parametrized tensor equals ``value``."""
