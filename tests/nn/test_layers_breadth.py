@@ -322,3 +322,26 @@ def test_new_layers_compile_like_eager():
     np.testing.assert_allclose(out.detach().numpy(), ref.detach().numpy(), rtol=1e-10,
                                atol=1e-12)
     np.testing.assert_allclose(m[1].weight.grad.numpy(), g_ref, rtol=1e-10, atol=1e-12)
+
+
+# ------------------------------------------------------------------ pdist
+@pytest.mark.parametrize("shape,p", [((5, 3), 2.0), ((4, 6), 1.0), ((3, 2), 3.0),
+                                     ((6, 4), float("inf")), ((1, 3), 2.0)])
+def test_pdist_matches_torch(torch, shape, p):
+    x, t = _pair(torch, _arr(*shape), grad=True)
+    out, ref = F.pdist(x, p), torch.nn.functional.pdist(t, p)
+    _same(out, ref)
+    if ref.numel():
+        g = _arr(*ref.shape)
+        out.backward(em.tensor(g))
+        ref.backward(torch.tensor(g))
+        _same(x.grad, t.grad)
+
+
+def test_pdist_gradcheck_and_errors():
+    assert gradcheck(lambda t: F.pdist(t, 2.0), (em.tensor(_arr(4, 3), requires_grad=True),))
+    with pytest.raises(ValueError, match="pdist: only supports 2D tensors, got shape "
+                                         "\\(2, 3, 4\\)"):
+        F.pdist(em.ones(2, 3, 4))
+    with pytest.raises(ValueError, match="pdist: .*non-negative p.*p=-1"):
+        F.pdist(em.ones(2, 3), -1)

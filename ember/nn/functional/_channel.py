@@ -1,5 +1,5 @@
-"""Channel-wise functionals: ``channel_shuffle``, ``local_response_norm``, ``rrelu`` and the
-deprecated ``upsample_nearest`` / ``upsample_bilinear`` aliases of ``interpolate``.
+"""Channel-wise functionals: ``channel_shuffle``, ``local_response_norm``, ``rrelu``, ``pdist``
+and the deprecated ``upsample_nearest`` / ``upsample_bilinear`` aliases of ``interpolate``.
 
 All are composites of Ember ops, so autograd, forward mode and ``ember.compile`` see
 ordinary primitives.
@@ -11,7 +11,7 @@ from ...tensor import Tensor
 from ._resample import interpolate
 
 __all__ = ['channel_shuffle', 'native_channel_shuffle', 'local_response_norm', 'rrelu',
-           'rrelu_', 'upsample_nearest', 'upsample_bilinear']
+           'rrelu_', 'upsample_nearest', 'upsample_bilinear', 'pdist']
 
 
 def _shape(x) -> tuple:
@@ -112,3 +112,23 @@ def upsample_nearest(input: Tensor, size=None, scale_factor=None) -> Tensor:
 def upsample_bilinear(input: Tensor, size=None, scale_factor=None) -> Tensor:
     """Deprecated: ``interpolate(..., mode="bilinear", align_corners=True)``."""
     return interpolate(input, size, scale_factor, mode="bilinear", align_corners=True)
+
+
+def pdist(input: Tensor, p: float = 2.0) -> Tensor:
+    """p-norm distances between all pairs of rows ``i < j`` of an (N, M) ``input``, as the
+    N·(N-1)/2 upper-triangle entries, row by row.
+
+    Example:
+        >>> F.pdist(ember.tensor([[0., 0.], [3., 4.], [0., 1.]]))
+        tensor([5.0000, 1.0000, 4.2426])
+    """
+    if not isinstance(input, Tensor) or input.ndim != 2:
+        raise ShapeError(f"pdist: only supports 2D tensors, got shape {_shape(input)}")
+    if not input.dtype.is_floating_point:
+        raise TypeError(f"pdist: only supports floating-point dtypes, got {input.dtype.name}")
+    if p < 0:
+        raise ValueError(f"pdist: only supports non-negative p values, got p={p}")
+    from ...ops.composite_grid import triu_indices
+    n = input.shape[0]
+    i, j = triu_indices(n, n, 1, device=input.device)
+    return (input.index_select(0, i) - input.index_select(0, j)).norm(p, dim=-1)
