@@ -16,8 +16,9 @@ from .radam import RAdam
 from .rprop import Rprop
 from .asgd import ASGD
 from .adafactor import Adafactor
+from .muon import Muon
 from . import lr_scheduler, swa_utils
 
 __all__ = ["Optimizer", "SGD", "Adam", "AdamW", "Adamax", "NAdam", "RMSprop", "Adagrad",
            "Adadelta", "Lion", "LBFGS", "RAdam",
-           "Rprop", "ASGD", "Adafactor", "lr_scheduler", "swa_utils"]
+           "Rprop", "ASGD", "Adafactor", "Muon", "lr_scheduler", "swa_utils"]

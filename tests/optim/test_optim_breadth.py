@@ -404,3 +404,81 @@ def test_adafactor_load_rejects_missing_or_misshapen_factors(key, index):
     sd["state"][index][key] = ember.zeros(2, 2, dtype=ember.float64)
     with pytest.raises(ValueError, match=f"{key}.*shape"):
         optim.Adafactor(fresh).load_state_dict(sd)
+
+
+# ---------------------------------------------------------------- Muon
+def _muon_updates(lib, steps=8, **kw):
+    rng = np.random.default_rng(1)
+    w0, x0, y0 = rng.standard_normal((6, 4)), rng.standard_normal((8, 6)), \
+        rng.standard_normal((8, 4))
+    w = lib.tensor(w0, dtype=lib.float64, requires_grad=True)
+    x, y = lib.tensor(x0, dtype=lib.float64), lib.tensor(y0, dtype=lib.float64)
+    opt = lib.optim.Muon([w], **kw)
+    path = [w0]
+    for _ in range(steps):
+        opt.zero_grad()
+        ((x @ w - y) ** 2).mean().backward()
+        opt.step()
+        path.append(w.detach().numpy().copy())
+    return np.diff(np.array(path), axis=0)
+
+
+def _ns_float64(lib, grad, coefficients, steps, eps):
+    """PyTorch's Newton-Schulz iteration without its bfloat16 cast (exact comparisons)."""
+    a, b, c = coefficients
+    x = grad.clone()
+    tall = grad.shape[0] > grad.shape[1]
+    if tall:
+        x = x.T
+    x = x / x.norm().clamp(min=eps)
+    for _ in range(steps):
+        gram = x @ x.T
+        x = lib.addmm(x, lib.addmm(gram, gram, gram, beta=b, alpha=c), x, beta=a)
+    return x.T if tall else x
+
+
+@pytest.mark.parametrize("kw", [
+    dict(lr=0.02),
+    dict(lr=0.02, nesterov=False, momentum=0.8, weight_decay=0.0),
+    dict(lr=0.02, adjust_lr_fn="match_rms_adamw", ns_steps=3),
+])
+def test_muon_trajectory_matches_torch_with_float64_orthogonalisation(kw, monkeypatch):
+    """Everything but the bfloat16 rounding: both libraries' Newton-Schulz step is swapped
+    for the same float64 iteration, so the trajectories must agree to float64 accuracy."""
+    import functools
+    import ember.optim.muon as ember_muon
+    import torch.optim._muon as torch_muon
+    monkeypatch.setattr(ember_muon, "_zeropower_via_newtonschulz",
+                        functools.partial(_ns_float64, ember))
+    monkeypatch.setattr(torch_muon, "_zeropower_via_newtonschulz",
+                        functools.partial(_ns_float64, torch))
+    ours, ref = _muon_updates(ember, **kw), _muon_updates(torch, **kw)
+    np.testing.assert_allclose(ours, ref, rtol=1e-10, atol=1e-13)
+
+
+@pytest.mark.parametrize("shape", [(6, 4), (4, 6)])
+def test_muon_newton_schulz_matches_torch_in_bfloat16(shape):
+    """The bfloat16 iteration itself: Ember's bfloat16 addmm may round differently from
+    PyTorch's by one bfloat16 ulp (2**-8 relative) per product, which five iterations
+    amplify (coefficients up to 4.8) to several ulps of the O(1) entries."""
+    from ember.optim.muon import _zeropower_via_newtonschulz as ours_ns
+    from torch.optim._muon import _zeropower_via_newtonschulz as torch_ns
+    g = np.random.default_rng(2).standard_normal(shape)
+    coef = (3.4445, -4.7750, 2.0315)
+    ours = ours_ns(ember.tensor(g), coef, 5, 1e-7)
+    ref = torch_ns(torch.tensor(g), coef, 5, 1e-7)
+    assert ours.dtype == ember.bfloat16 and tuple(ours.shape) == shape
+    np.testing.assert_allclose(ours.to(ember.float64).numpy(), ref.double().numpy(),
+                               rtol=0, atol=16 * 2.0 ** -8)
+
+
+def test_muon_bad_arguments():
+    w = ember.zeros(3, 2, requires_grad=True)
+    with pytest.raises(ValueError, match="2D parameters"):
+        optim.Muon([ember.zeros(3, requires_grad=True)])
+    with pytest.raises(ValueError, match="Adjust learning rate function"):
+        optim.Muon([w], adjust_lr_fn="sqrt")
+    with pytest.raises(ValueError, match="momentum"):
+        optim.Muon([w], momentum=-0.5)
+    with pytest.raises(ValueError, match="Learning rate"):
+        optim.Muon([w], lr=-1.0)
