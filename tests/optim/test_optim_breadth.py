@@ -304,7 +304,7 @@ _ALL = ["SGD", "Adam", "AdamW", "Adamax", "NAdam", "RMSprop", "Adagrad", "Adadel
         "Rprop", "ASGD", "Adafactor", "LBFGS"]
 
 
-@pytest.mark.parametrize("name", _ALL)
+@pytest.mark.parametrize("name", _ALL + ["Muon"])
 def test_signature_matches_torch(name):
     import inspect
     ours = inspect.signature(getattr(optim, name).__init__).parameters
