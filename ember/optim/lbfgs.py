@@ -3,7 +3,10 @@ strong-Wolfe line search (both after minFunc).
 
 The flat gradient, direction and history live in 1-D tensors of the parameters' dtype;
 scalars (``gtd``, ``ro``, ``H_diag``, step lengths) are Python floats, which in float64
-round exactly like PyTorch's 0-d float64 tensors, so float64 iterates match PyTorch's.
+round exactly like PyTorch's 0-d float64 tensors, so float64 iterates match PyTorch's
+(in float32 those scalars stay float64 here, where PyTorch rounds them to float32, so
+float32 runs agree only to float32 accuracy). The state (``d``, ``t``, history lists,
+``func_evals``, ``n_iter``) lives on the first parameter, as in PyTorch.
 """
 from __future__ import annotations
 
