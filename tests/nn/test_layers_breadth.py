@@ -345,3 +345,12 @@ def test_pdist_gradcheck_and_errors():
         F.pdist(em.ones(2, 3, 4))
     with pytest.raises(ValueError, match="pdist: .*non-negative p.*p=-1"):
         F.pdist(em.ones(2, 3), -1)
+
+
+NEW_MODULES = [c[0] for c in UPSAMPLE_CASES + PAD_CASES + MISC_CASES] + ["RReLU"]
+
+
+@pytest.mark.parametrize("name", sorted(set(NEW_MODULES)))
+def test_new_modules_live_where_pytorch_keeps_them(torch, name):
+    ours, theirs = getattr(nn, name), getattr(torch.nn, name)
+    assert ours.__module__.replace("ember.", "torch.", 1) == theirs.__module__
