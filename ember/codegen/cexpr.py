@@ -183,9 +183,13 @@ class Emitter:
     def _apply(self, node: Apply) -> str:
         d = node.compute or self._arg_dtype(node.args[0]) or node.dtype
         cast_from = 1 if node.op == "where" else 0
+        # NOTE: a traced where() carries no compute dtype (its dtype rule casts the values
+        # itself); its values are its output's dtype, so a weak Python scalar must be
+        # written at that precision (1.2 as a float literal widened to double is not 1.2).
+        values_dt = node.compute or (node.dtype if node.op == "where" else None)
         args = []
         for k, a in enumerate(node.args):
-            target = node.compute if k >= cast_from else None
+            target = values_dt if k >= cast_from else None
             args.append(self._arg(a, target))
         params = {k: _param_literal(node.op, k, v, d) for k, v in node.params}
         return specialise(template(node, d), d).format(*args, **params)

@@ -315,3 +315,22 @@ def test_without_a_compiler_the_graph_runs_unfused_with_one_warning(monkeypatch)
     np.testing.assert_array_equal(cf(x).numpy(), f(x).numpy())
     _, stats = fuse(cf.graph)
     assert stats["kernels"] == 0 and stats["no_compiler"] == 1
+
+
+@pytest.mark.parametrize("dtype, value", [(em.float64, 1.2), (em.float64, 0.1),
+                                          (em.float32, 1.2), (em.int64, 7)])
+def test_fused_where_writes_a_python_scalar_at_the_output_precision(dtype, value):
+    # Regression: the fused where() rendered a weak Python float as a C float literal
+    # (1.2 -> 1.2000000476837158 in float64) from the second (replayed) call on.
+    x = em.tensor([-1, 2, 3], dtype=dtype)
+
+    def f(x):
+        return em.where(x > 0, value, x) + em.where(x > 0, x, value)
+
+    cf = em.compile(f, passes=FUSED)
+    want = f(x).numpy()
+    for _ in range(3):
+        got = cf(x).numpy()
+        assert got.dtype == want.dtype
+        np.testing.assert_array_equal(got, want)
+    assert _names(cf.graph) == ["fused"], cf.graph     # the generated kernel ran
