@@ -1,0 +1,107 @@
+"""Issue 17 nn breadth, part 2: affine_grid/grid_sample, EmbeddingBag, MaxUnpool, LPPool —
+forward and gradients vs PyTorch (when installed), float64 gradcheck, and clear errors."""
+import numpy as np
+import pytest
+
+import ember as em
+import ember.nn as nn
+import ember.nn.functional as F
+from ember.autograd import gradcheck
+
+RNG = np.random.default_rng(1717)
+
+
+@pytest.fixture
+def torch():
+    return pytest.importorskip("torch")
+
+
+def _arr(*shape):
+    return RNG.standard_normal(shape)
+
+
+def _np(t):
+    return np.zeros(()) if t is None else t.detach().numpy()
+
+
+def _same(got, want, rtol=1e-10, atol=1e-12):
+    got, want = _np(got), _np(want)
+    if want.ndim:
+        got = np.broadcast_to(got, want.shape)     # a None gradient counts as zeros
+    assert got.shape == want.shape, f"shape {got.shape} vs {want.shape}"
+    np.testing.assert_allclose(got, want, rtol=rtol, atol=atol)
+
+
+# ------------------------------------------------------------------ affine_grid / grid_sample
+@pytest.mark.parametrize("spatial", [(4, 5), (3, 4, 5), (1, 3)])
+@pytest.mark.parametrize("align_corners", [False, True])
+def test_affine_grid_matches_torch(torch, spatial, align_corners):
+    nd = len(spatial)
+    th = _arr(2, nd, nd + 1)
+    size = (2, 3) + spatial
+    a, t = em.tensor(th, requires_grad=True), torch.tensor(th, requires_grad=True)
+    out = F.affine_grid(a, size, align_corners=align_corners)
+    ref = torch.nn.functional.affine_grid(t, size, align_corners=align_corners)
+    _same(out, ref)
+    g = _arr(*ref.shape)
+    out.backward(em.tensor(g))
+    ref.backward(torch.tensor(g))
+    _same(a.grad, t.grad)
+
+
+@pytest.mark.parametrize("nd", [2, 3])
+@pytest.mark.parametrize("mode", ["bilinear", "nearest"])
+@pytest.mark.parametrize("padding_mode", ["zeros", "border", "reflection"])
+@pytest.mark.parametrize("align_corners", [False, True])
+def test_grid_sample_matches_torch(torch, nd, mode, padding_mode, align_corners):
+    sp = (4, 5) if nd == 2 else (3, 4, 5)
+    x = _arr(2, 3, *sp)
+    grid = RNG.uniform(-1.6, 1.6, (2,) + (3,) * nd + (nd,))   # some samples fall outside
+    a, b = em.tensor(x, requires_grad=True), em.tensor(grid, requires_grad=True)
+    ta, tb = torch.tensor(x, requires_grad=True), torch.tensor(grid, requires_grad=True)
+    out = F.grid_sample(a, b, mode, padding_mode, align_corners)
+    ref = torch.nn.functional.grid_sample(ta, tb, mode, padding_mode, align_corners)
+    _same(out, ref)
+    g = _arr(*ref.shape)
+    out.backward(em.tensor(g))
+    ref.backward(torch.tensor(g))
+    _same(a.grad, ta.grad)
+    _same(b.grad, tb.grad, rtol=1e-9, atol=1e-12)
+
+
+@pytest.mark.parametrize("padding_mode", ["zeros", "border", "reflection"])
+def test_grid_sample_gradcheck(padding_mode):
+    x = em.tensor(_arr(1, 2, 3, 4), requires_grad=True)
+    grid = em.tensor(RNG.uniform(-1.3, 1.3, (1, 2, 3, 2)), requires_grad=True)
+    assert gradcheck(lambda a, b: F.grid_sample(a, b, padding_mode=padding_mode,
+                                                align_corners=False), (x, grid))
+
+
+def test_affine_grid_then_grid_sample_gradcheck():
+    x = em.tensor(_arr(2, 1, 4, 4), requires_grad=True)
+    theta = em.tensor(np.array([[[0.9, 0.1, 0.05], [-0.2, 1.1, 0.1]]] * 2) + 0.01 * _arr(2, 2, 3),
+                      requires_grad=True)
+    assert gradcheck(lambda a, th: F.grid_sample(a, F.affine_grid(th, (2, 1, 3, 3), False),
+                                                 align_corners=False), (x, theta))
+
+
+def test_grid_sample_identity_affine_is_identity():
+    x = em.tensor(_arr(1, 2, 5, 6))
+    theta = em.tensor(np.array([[[1.0, 0, 0], [0, 1.0, 0]]]))
+    grid = F.affine_grid(theta, (1, 2, 5, 6), align_corners=False)
+    np.testing.assert_allclose(F.grid_sample(x, grid, align_corners=False).numpy(), x.numpy(),
+                               rtol=1e-12, atol=1e-12)
+
+
+def test_grid_sample_bad_input():
+    x = em.zeros(1, 2, 4, 4)
+    with pytest.raises(ValueError, match="grid_sample: mode must be one of"):
+        F.grid_sample(x, em.zeros(1, 3, 3, 2), mode="bicubic")
+    with pytest.raises(ValueError, match="grid_sample: padding_mode must be one of"):
+        F.grid_sample(x, em.zeros(1, 3, 3, 2), padding_mode="wrap")
+    with pytest.raises(ValueError, match=r"grid_sample: grid must be \(N, \*out, 2\)"):
+        F.grid_sample(x, em.zeros(1, 3, 3, 3))
+    with pytest.raises(ValueError, match="grid_sample: expected a 4-D input with a 4-D grid"):
+        F.grid_sample(x, em.zeros(1, 3, 3, 3, 3))
+    with pytest.raises(ValueError, match=r"affine_grid: expected theta of shape \(1, 2, 3\)"):
+        F.affine_grid(em.zeros(1, 3, 4), (1, 2, 4, 4))
