@@ -27,7 +27,11 @@ wants), while the pooled values stay in (n, c) order.
 
 "Same" convolutions (stride 1, ``ow == w``) copy or add each tap as one contiguous run;
 big channel-first columns are written with streaming stores (the C source, with the
-notes on why, is :mod:`.conv_kernels_c`). float32 and float64 only; :func:`kernels`
+notes on why, is :mod:`.conv_kernels_c`). float32 and float64; float16/bfloat16
+(:data:`LOWP`) as eager computes them, float32 inside and rounded once: ``unfold`` and a
+tiling ``maxpool_grad`` move their 16-bit values as bits, ``fold``, ``maxpool`` and an
+overlapping ``maxpool_grad`` convert their operands exactly to float32
+(:mod:`.convert_kernels`), run the float32 loop and round the result. :func:`kernels`
 returns None without a C compiler, and callers (:mod:`ember.graph.passes.pool`) keep the
 NumPy primitives then.
 """
@@ -35,15 +39,20 @@ from __future__ import annotations
 
 import ctypes
 
+import ml_dtypes
 import numpy as np
 
 from . import pool as _pool
+from .convert_kernels import from_float32, to_float32
 from .conv_kernels_c import SOURCE
 from .runtime import num_threads
 from .toolchain import find_compiler
 
 #: dtypes with a kernel.
 DTYPES = {np.dtype(np.float32): "f32", np.dtype(np.float64): "f64"}
+#: float16/bfloat16: float32 arithmetic inside, 16-bit loads/stores (module docstring).
+LOWP = {np.dtype(np.float16): "u16", np.dtype(ml_dtypes.bfloat16): "u16"}
+_F32 = np.dtype(np.float32)
 _state: dict = {}
 _FN = ctypes.CFUNCTYPE(None, ctypes.POINTER(ctypes.c_char_p), ctypes.c_void_p, ctypes.c_int64)
 
@@ -52,11 +61,16 @@ def kernels():
     """``{name_suffix: ctypes function}`` of the compiled library, or None (no compiler)."""
     if "lib" not in _state:
         loaded = _pool.load_kernels(SOURCE, [f"{op}_{s}" for op in (
-            "unfold", "fold", "maxpool", "maxpool_grad") for s in DTYPES.values()])
+            "unfold", "fold", "maxpool", "maxpool_grad") for s in ("f32", "f64", "u16")])
         if loaded is None or find_compiler() is None:
             return None
         _state["lib"], _state["fns"] = loaded
     return _state["fns"]
+
+
+def supports(dtype) -> bool:
+    """Whether NumPy ``dtype`` has kernels (float32/float64, float16/bfloat16)."""
+    return np.dtype(dtype) in DTYPES or np.dtype(dtype) in LOWP
 
 
 def available() -> bool:
@@ -78,7 +92,7 @@ def geometry(planes, h, w, kernel_size, dilation, padding, stride, channels=1,
 
 
 def _call(name, dtype, arrays, g, pad=None, extra=()):
-    fn = _state["fns"][f"{name}_{DTYPES[dtype]}"]
+    fn = _state["fns"][f"{name}_{DTYPES.get(dtype) or LOWP[dtype]}"]
     ptrs = [a.ctypes.data for a in arrays]
     if pad is not None:
         ptrs.append(ctypes.addressof(pad))
@@ -97,6 +111,8 @@ def unfold(x, kernel_size, dilation, padding, stride, pad_value, out=None,
     ll = int(g[11] * g[12])
     shape = (c * k, n * ll) if channel_first else (n, c * k, ll)
     out = np.empty(shape, x.dtype) if out is None else out
+    if x.dtype in LOWP:      # a copy: the 16-bit loop moves bits, padding as its bits
+        pad_value = float(np.array(pad_value, x.dtype).view(np.uint16))
     if out.size:
         _call("unfold", x.dtype, (x, out), g, ctypes.c_double(pad_value))
     return out
@@ -106,6 +122,10 @@ def fold(cols, output_size, kernel_size, dilation, padding, stride, out=None, ba
     """col2im of (N, C*kh*kw, L) ``cols`` -> (N, C, H, W), like the ``fold`` primitive;
     with ``batch`` = N, of channel-first (C*kh*kw, N*L) columns (``unfold``'s)."""
     cols = np.ascontiguousarray(cols)
+    if cols.dtype in LOWP:   # overlap sums in float32, rounded once
+        res = fold(to_float32(cols), output_size, kernel_size, dilation, padding, stride,
+                   batch=batch)
+        return from_float32(res, cols.dtype, out=out)
     if batch is None:
         n, ck, _ = cols.shape
     else:
@@ -129,6 +149,13 @@ def maxpool(x, kernel_size, dilation, padding, stride, pad_value, bias=None, cha
     the outputs' are in (n, c) order.
     """
     x = np.ascontiguousarray(x)
+    if x.dtype in LOWP:      # compares of the exact float32 values; maxima are x's values
+        if bias is not None:
+            raise ValueError(f"maxpool: the bias+relu prologue takes float32/float64, not "
+                             f"{x.dtype} (eager rounds x + bias first: run the add apart)")
+        vals, arg = maxpool(to_float32(x), kernel_size, dilation, padding, stride, pad_value,
+                            channels=channels)
+        return from_float32(vals, x.dtype), arg
     p, c, h, w = x.shape
     extra = [None]
     nch = 1 if channels is None else channels
@@ -165,7 +192,18 @@ def maxpool_grad(grad, arg, output_size, kernel_size, dilation, padding, stride,
                          f"planes of gradient shape {grad.shape}")
     g = geometry(p * c, h, w, kernel_size, dilation, padding, stride,
                  1 if channels is None else channels, channels is not None)
+    if grad.dtype in LOWP and not _tiles(g):    # overlapping windows: float32 sums
+        res = maxpool_grad(to_float32(grad), arg, output_size, kernel_size, dilation,
+                           padding, stride, channels=channels)
+        return from_float32(res, grad.dtype, out=out)
     out = np.empty((p, c, h, w), grad.dtype) if out is None else out
     if out.size:
         _call("maxpool_grad", grad.dtype, (grad, arg, out), g)
     return out
+
+
+def _tiles(g) -> bool:
+    """Whether geometry ``g``'s windows tile the image (stride == kernel, no dilation or
+    padding): ``maxpool_grad`` then writes each pixel once (bit masks, no sums)."""
+    return bool(g[7] == g[3] and g[8] == g[4] and g[5] == 1 and g[6] == 1 and g[9] == 0
+                and g[10] == 0 and g[11] * g[3] <= g[1] and g[12] * g[4] <= g[2])

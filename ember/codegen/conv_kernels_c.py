@@ -1,7 +1,8 @@
 """The C source of :mod:`.conv_kernels` (its loops and the notes on why they look so).
 
 ``_BODY`` is written once with ``T`` (the element type), ``U`` (the unsigned integer of
-its size) and the suffix ``S``; :data:`SOURCE` holds a float32 and a float64 copy.
+its size) and the suffix ``S``; :data:`SOURCE` holds a float32, a float64 and a 16-bit
+copy (float16/bfloat16 as raw bits, for the loops that only move or mask values).
 """
 from __future__ import annotations
 
@@ -502,7 +503,13 @@ void ember_maxpool_grad_S(char **ptrs, const int64_t *g, int64_t nthreads) {
 }
 """
 
+#: (suffix, T, U) of each copy. ``u16`` holds float16/bfloat16 as their bits: only its
+#: copies are used (``unfold``, and ``maxpool_grad`` when windows tile the image: bit
+#: masks, no arithmetic); :mod:`.conv_kernels` runs the arithmetic in float32.
+COPIES = (("f32", "float", "uint32_t"), ("f64", "double", "uint64_t"),
+          ("u16", "uint16_t", "uint16_t"))
+
 SOURCE = _HEAD + "".join(
     f"#define T {t}\n#define U {u}\n"
     + _BODY.replace("_S_run", f"_{s}_run").replace("_S(", f"_{s}(") + "#undef T\n#undef U\n"
-    for s, t, u in (("f32", "float", "uint32_t"), ("f64", "double", "uint64_t")))
+    for s, t, u in COPIES)

@@ -23,7 +23,8 @@ Runs after ``pool`` (it rewrites that pass's ``unfold_c``/``fold_c``/max-pool no
 Values are eager's up to float rounding: the GEMMs sum the same products in another
 order (the weight gradient's batch sum inside the GEMM), the copies and pools are exact.
 Only the patterns above are rewritten (a grouped conv's 4-D matmuls are not); float32/
-float64 on the CPU; without a C compiler the pass changes nothing.
+float64/float16/bfloat16 on the CPU (16-bit GEMMs: float32 BLAS on converted operands, as
+eager's); without a C compiler the pass changes nothing.
 """
 from __future__ import annotations
 
