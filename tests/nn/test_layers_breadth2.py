@@ -105,3 +105,92 @@ def test_grid_sample_bad_input():
         F.grid_sample(x, em.zeros(1, 3, 3, 3, 3))
     with pytest.raises(ValueError, match=r"affine_grid: expected theta of shape \(1, 2, 3\)"):
         F.affine_grid(em.zeros(1, 3, 4), (1, 2, 4, 4))
+
+
+# ------------------------------------------------------------------ EmbeddingBag
+BAG_INPUTS = [
+    ("2d", RNG.integers(0, 10, (3, 4)), None, False),
+    ("offsets", RNG.integers(0, 10, (9,)), [0, 2, 2, 7], False),       # an empty bag
+    ("last_offset", RNG.integers(0, 10, (9,)), [0, 2, 2, 7, 9], True),
+]
+
+
+@pytest.mark.parametrize("case", BAG_INPUTS, ids=[c[0] for c in BAG_INPUTS])
+@pytest.mark.parametrize("mode", ["sum", "mean", "max"])
+@pytest.mark.parametrize("padding", [False, True])
+def test_embedding_bag_matches_torch(torch, case, mode, padding):
+    _, idx, off, last = case
+    weight = _arr(10, 4)
+    pad = int(idx.reshape(-1)[0]) if padding else None
+    kw = dict(mode=mode, include_last_offset=last, padding_idx=pad)
+    w, tw = em.tensor(weight, requires_grad=True), torch.tensor(weight, requires_grad=True)
+    out = F.embedding_bag(em.tensor(idx), w, None if off is None else em.tensor(off), **kw)
+    ref = torch.nn.functional.embedding_bag(torch.tensor(idx), tw,
+                                            None if off is None else torch.tensor(off), **kw)
+    _same(out, ref)
+    g = _arr(*ref.shape)
+    out.backward(em.tensor(g))
+    ref.backward(torch.tensor(g))
+    _same(w.grad, tw.grad)
+
+
+@pytest.mark.parametrize("case", BAG_INPUTS, ids=[c[0] for c in BAG_INPUTS])
+def test_embedding_bag_per_sample_weights_matches_torch(torch, case):
+    _, idx, off, last = case
+    weight, psw = _arr(10, 4), _arr(*idx.shape)
+    w, tw = em.tensor(weight, requires_grad=True), torch.tensor(weight, requires_grad=True)
+    p, tp = em.tensor(psw, requires_grad=True), torch.tensor(psw, requires_grad=True)
+    offs = (None, None) if off is None else (em.tensor(off), torch.tensor(off))
+    out = F.embedding_bag(em.tensor(idx), w, offs[0], mode="sum", per_sample_weights=p,
+                          include_last_offset=last)
+    ref = torch.nn.functional.embedding_bag(torch.tensor(idx), tw, offs[1], mode="sum",
+                                            per_sample_weights=tp, include_last_offset=last)
+    _same(out, ref)
+    g = _arr(*ref.shape)
+    out.backward(em.tensor(g))
+    ref.backward(torch.tensor(g))
+    _same(w.grad, tw.grad)
+    _same(p.grad, tp.grad)
+
+
+def test_embedding_bag_gradcheck():
+    idx, off = em.tensor([1, 3, 3, 0, 2]), em.tensor([0, 3])
+    w = em.tensor(_arr(4, 3), requires_grad=True)
+    p = em.tensor(_arr(5), requires_grad=True)
+    for mode in ("sum", "mean", "max"):
+        assert gradcheck(lambda t: F.embedding_bag(idx, t, off, mode=mode), (w,))
+    assert gradcheck(lambda t, s: F.embedding_bag(idx, t, off, mode="sum",
+                                                  per_sample_weights=s), (w, p))
+
+
+def test_embedding_bag_module_matches_torch(torch):
+    ours = nn.EmbeddingBag(10, 3, mode="max", padding_idx=2)
+    theirs = torch.nn.EmbeddingBag(10, 3, mode="max", padding_idx=2)
+    assert ours.weight.shape == tuple(theirs.weight.shape)
+    assert not ours.weight.detach().numpy()[2].any()
+    with em.no_grad():
+        ours.weight.copy_(em.tensor(theirs.weight.detach().numpy()))
+    idx, off = [1, 2, 4, 5, 4, 3, 2, 9], [0, 4]
+    _same(ours(em.tensor(idx), em.tensor(off)),
+          theirs(torch.tensor(idx), torch.tensor(off)), rtol=1e-6)
+    frozen = nn.EmbeddingBag.from_pretrained(em.tensor(_arr(5, 2)), mode="sum")
+    assert not frozen.weight.requires_grad and frozen.mode == "sum"
+    assert repr(ours) == repr(theirs)
+
+
+def test_embedding_bag_bad_input():
+    w = em.zeros(5, 2)
+    with pytest.raises(ValueError, match="embedding_bag: mode has to be one of"):
+        F.embedding_bag(em.tensor([[1]]), w, mode="min")
+    with pytest.raises(ValueError, match="embedding_bag: offsets has to be a 1-D tensor"):
+        F.embedding_bag(em.tensor([1, 2]), w)
+    with pytest.raises(ValueError, match=r"embedding_bag: if input is 2-D \(1, 2\)"):
+        F.embedding_bag(em.tensor([[1, 2]]), w, em.tensor([0]))
+    with pytest.raises(ValueError, match="offsets must start at 0, be non-decreasing"):
+        F.embedding_bag(em.tensor([1, 2]), w, em.tensor([0, 3]))
+    with pytest.raises(NotImplementedError, match="only supported for mode='sum'"):
+        F.embedding_bag(em.tensor([[1]]), w, mode="mean", per_sample_weights=em.ones(1, 1))
+    with pytest.raises(IndexError, match=r"embedding_bag: index out of range.*\[0, 5\)"):
+        F.embedding_bag(em.tensor([[7]]), w)
+    with pytest.raises(TypeError, match="embedding_bag: expected integer indices"):
+        F.embedding_bag(em.tensor([[1.0]]), w)
