@@ -34,12 +34,15 @@ F16, BF16, F32 = np.dtype(np.float16), np.dtype(ml_dtypes.bfloat16), np.dtype(np
 PAIRS = {(F16, F32): "f16_f32", (F32, F16): "f32_f16", (BF16, F32): "bf16_f32",
          (F32, BF16): "f32_bf16"}
 
-#: elements below which one thread converts. NOTE: measured on the 2-core machine (shared,
-#: medians of 30): one thread converts 256K / 1M / 4M float16 -> float32 elements in 0.034 /
-#: 0.25 / 0.99 ms, the pool's two in 0.043 / 0.27 / 3.0 ms — one core already saturates
-#: the memory bus, and the second competes with OpenBLAS's spinning threads right after a
-#: GEMM. So threads only from 16M elements (64 MiB of float32) on.
-PARALLEL_MIN = 1 << 24
+#: elements below which one thread converts. NOTE: first measured on the 2-core machine
+#: under load (6-11): one thread converted 256K / 1M / 4M float16 -> float32 elements in
+#: 0.034 / 0.25 / 0.99 ms, the pool's two in 0.043 / 0.27 / 3.0 ms (the second competed with
+#: OpenBLAS's spinning threads), so the limit was 16M. Re-measured quieter (load ~2,
+#: 2026-11-25 18:00, inside a GEMM loop where the operands come from L3, not L2): at 4M
+#: elements two threads convert in 1.2-1.3 ms against 1.6 (round 1.3 against 1.8), at 1M in
+#: 0.31-0.33 against 0.36-0.46; at 256K (a 512² operand) the pool's wake-up still costs more
+#: than it saves (0.10 against 0.07-0.09). So threads from 1M elements (4 MiB of float32).
+PARALLEL_MIN = 1 << 20
 
 _SOURCE = r"""
 #include <stdint.h>
@@ -161,6 +164,26 @@ EMBER_ENTRY(f32_f16)
 EMBER_ENTRY(bf16_f32)
 EMBER_ENTRY(f32_bf16)
 
+/* two buffers in one call (a GEMM's two operands): g = [n0, n1, parallel_min];
+   ptrs = [in0, out0, in1, out1]; one range [0, n0 + n1) spans both, so the pool splits
+   the pair like one buffer. */
+#define EMBER_PAIR(name)                                                               \
+static void name##_pair_run(char **p, const int64_t *g, const int64_t *st, int64_t lo,  \
+                            int64_t hi) {                                              \
+    const int64_t n0 = g[0];                                                           \
+    if (lo < n0) name##_run(p, g, st, lo, hi < n0 ? hi : n0);                          \
+    if (hi > n0) name##_run(p + 2, g, st, (lo > n0 ? lo : n0) - n0, hi - n0);          \
+}                                                                                      \
+void ember_##name##_pair(char **ptrs, const int64_t *g, int64_t nthreads) {           \
+    const int64_t n = g[0] + g[1];                                                     \
+    if (nthreads > 1 && n >= g[2] && ember_parallel_hook)                              \
+        ember_parallel_hook(name##_pair_run, ptrs, g, g, n, 64, nthreads);             \
+    else                                                                               \
+        name##_pair_run(ptrs, g, g, 0, n);                                             \
+}
+EMBER_PAIR(f16_f32)
+EMBER_PAIR(bf16_f32)
+
 /* the portable routines alone (tests: the path a CPU without F16C takes) */
 void ember_f16_f32_portable(char **ptrs, const int64_t *g, int64_t nthreads) {
     (void)nthreads; f16_f32_scalar((const uint16_t *)ptrs[0], (uint32_t *)ptrs[1], 0, g[0]);
@@ -177,7 +200,8 @@ def _fns():
     fns = _state.get("fns")
     if fns is None:
         loaded = load_kernels(_SOURCE, list(PAIRS.values()) +
-                              ["f16_f32_portable", "f32_f16_portable"])
+                              ["f16_f32_portable", "f32_f16_portable", "f16_f32_pair",
+                               "bf16_f32_pair"])
         fns = _state["fns"] = loaded[1] if loaded else {}
         _state["lib"] = loaded[0] if loaded else None
     return fns
@@ -224,9 +248,8 @@ def convert(x: np.ndarray, dtype, out: np.ndarray | None = None, portable: bool 
     elif out.shape != x.shape or out.dtype != dtype or not out.flags.c_contiguous:
         return None
     if x.size:
-        g = np.array([x.size, PARALLEL_MIN], np.int64)
-        fn((ctypes.c_void_p * 2)(x.ctypes.data, out.ctypes.data), g.ctypes.data,
-           num_threads())
+        fn((ctypes.c_void_p * 2)(x.ctypes.data, out.ctypes.data),
+           (ctypes.c_int64 * 2)(x.size, PARALLEL_MIN), num_threads())
     return out if perm is None else out.transpose(np.argsort(perm))
 
 
@@ -243,6 +266,36 @@ def to_float32(x: np.ndarray) -> np.ndarray:
         return x
     r = convert(x, F32)
     return r if r is not None else x.astype(F32)
+
+
+def to_float32_pair(x: np.ndarray, y: np.ndarray):
+    """``(x, y)`` as float32 (a GEMM's operands): both in one kernel call.
+
+    Both arrays must share one dtype (float16 or bfloat16); a pair the kernel does not take
+    (another dtype, a layout that is not C-contiguous, no compiler) converts one by one
+    through :func:`to_float32`. Results are bit-identical to ``astype``.
+
+    Args:
+        x: the first operand.
+        y: the second operand, of ``x``'s dtype.
+
+    Returns:
+        A tuple of two float32 arrays of ``x``'s and ``y``'s shapes.
+
+    Example:
+        >>> a, b = to_float32_pair(np.ones(3, np.float16), np.ones(2, np.float16))
+    """
+    name = _PAIR_KERNELS.get(x.dtype)
+    fn = _fns().get(name) if name is not None and y.dtype == x.dtype else None
+    if fn is None or not (x.flags.c_contiguous and y.flags.c_contiguous):
+        return to_float32(x), to_float32(y)
+    xf, yf = np.empty(x.shape, F32), np.empty(y.shape, F32)
+    fn((ctypes.c_void_p * 4)(x.ctypes.data, xf.ctypes.data, y.ctypes.data, yf.ctypes.data),
+       (ctypes.c_int64 * 3)(x.size, y.size, PARALLEL_MIN), num_threads())
+    return xf, yf
+
+
+_PAIR_KERNELS = {F16: "f16_f32_pair", BF16: "bf16_f32_pair"}
 
 
 def from_float32(x: np.ndarray, dtype, out: np.ndarray | None = None) -> np.ndarray:

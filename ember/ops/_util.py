@@ -106,6 +106,13 @@ def lowp_to_f32(a):
     return to_float32(a)
 
 
+def lowp_pair_to_f32(x, y):
+    """Two float16/bfloat16 arrays of one dtype (a GEMM's operands) as float32, converted
+    in one kernel call; bit-identical to :func:`lowp_to_f32` on each."""
+    from ..codegen.convert_kernels import to_float32_pair
+    return to_float32_pair(x, y)
+
+
 def f32_to_lowp(r, dtype, out=None):
     """float32 ``r`` rounded once (to nearest even) to ``dtype``, into ``out`` if given."""
     from ..codegen.convert_kernels import from_float32

@@ -12,7 +12,7 @@ import math
 from ..errors import DTypeError, ShapeError
 from ..tensor import Tensor
 from . import dispatch
-from ._util import f32_to_lowp, is_lowp, lowp_to_f32, wrap_dim
+from ._util import f32_to_lowp, is_lowp, lowp_pair_to_f32, lowp_to_f32, wrap_dim
 from .registry import defop
 from .dispatch import autocast_entry
 
@@ -87,7 +87,7 @@ def _matmul_kernel(xp, x, y, out=None):
         # NOTE: NumPy's float16 matmul is a scalar triple loop (a 512² product: 0.6 s
         # against 2 ms in float32) and bfloat16 has no BLAS either: convert both operands
         # to float32 (exact), one float32 BLAS call (float32 accumulation), round once.
-        r = _matmul_kernel(xp, lowp_to_f32(x), lowp_to_f32(y))
+        r = _matmul_kernel(xp, *lowp_pair_to_f32(x, y))
         return f32_to_lowp(r, x.dtype, out=out)
     if out is not None:
         return xp.matmul(x, y, out=out)
