@@ -194,3 +194,85 @@ def test_embedding_bag_bad_input():
         F.embedding_bag(em.tensor([[7]]), w)
     with pytest.raises(TypeError, match="embedding_bag: expected integer indices"):
         F.embedding_bag(em.tensor([[1.0]]), w)
+
+
+# ------------------------------------------------------------------ MaxUnpool / LPPool
+UNPOOL_CASES = [
+    (1, (2, 3, 9), dict(kernel_size=2), None),
+    (1, (2, 3, 9), dict(kernel_size=3, stride=2, padding=1), (9,)),
+    (2, (2, 3, 6, 7), dict(kernel_size=2), (6, 7)),
+    (2, (3, 6, 6), dict(kernel_size=(2, 3), stride=(2, 2), padding=(1, 1)), (6, 6)),
+    (2, (1, 3, 6, 6), dict(kernel_size=2, stride=2), None),
+]
+
+
+@pytest.mark.parametrize("nd, shape, kw, size", UNPOOL_CASES)
+def test_max_unpool_matches_torch(torch, nd, shape, kw, size):
+    x = torch.tensor(_arr(*shape))
+    pooled, idx = getattr(torch.nn, f"MaxPool{nd}d")(**kw, return_indices=True)(x)
+    ours, theirs = getattr(nn, f"MaxUnpool{nd}d")(**kw), getattr(torch.nn, f"MaxUnpool{nd}d")(**kw)
+    assert repr(ours) == repr(theirs)
+    a, t = em.tensor(pooled.numpy(), requires_grad=True), pooled.clone().requires_grad_()
+    out = ours(a, em.tensor(idx.numpy()), output_size=size)
+    ref = theirs(t, idx, output_size=size)
+    _same(out, ref)
+    g = _arr(*ref.shape)
+    out.backward(em.tensor(g))
+    ref.backward(torch.tensor(g))
+    _same(a.grad, t.grad)
+
+
+def test_max_unpool_roundtrip_and_gradcheck():
+    x = em.tensor(_arr(1, 2, 4, 6), requires_grad=True)
+    pooled, idx = F.max_pool2d(x, 2, return_indices=True)
+    back = F.max_unpool2d(pooled, idx, 2)
+    kept = back.detach().numpy() != 0
+    np.testing.assert_array_equal(back.detach().numpy()[kept], x.detach().numpy()[kept])
+    assert kept.sum() == pooled.numel()
+    v = em.tensor(_arr(1, 2, 2, 3), requires_grad=True)
+    assert gradcheck(lambda t: F.max_unpool2d(t, idx, 2), (v,))
+    v3 = em.tensor(_arr(1, 1, 2, 2, 2), requires_grad=True)
+    i3 = em.tensor(np.arange(8).reshape(1, 1, 2, 2, 2) * 7)
+    assert gradcheck(lambda t: F.max_unpool3d(t, i3, 2, output_size=(4, 4, 4)), (v3,))
+
+
+@pytest.mark.parametrize("nd", [1, 2])
+@pytest.mark.parametrize("p", [1.0, 2.0, 3.5])
+@pytest.mark.parametrize("ceil_mode", [False, True])
+def test_lp_pool_matches_torch(torch, nd, p, ceil_mode):
+    shape = (2, 3, 9) if nd == 1 else (2, 3, 6, 7)
+    x = _arr(*shape)
+    x = np.abs(x) + 0.1 if p == 3.5 else x       # a fractional power needs x >= 0
+    args = (p, 3, 2, ceil_mode)
+    ours, theirs = getattr(nn, f"LPPool{nd}d")(*args), getattr(torch.nn, f"LPPool{nd}d")(*args)
+    assert repr(ours) == repr(theirs)
+    a, t = em.tensor(x, requires_grad=True), torch.tensor(x, requires_grad=True)
+    out, ref = ours(a), theirs(t)
+    _same(out, ref)
+    g = _arr(*ref.shape)
+    out.backward(em.tensor(g))
+    ref.backward(torch.tensor(g))
+    _same(a.grad, t.grad)
+
+
+def test_lp_pool_gradcheck():
+    x = em.tensor(np.abs(_arr(1, 2, 5, 5)) + 0.1, requires_grad=True)
+    assert gradcheck(lambda t: F.lp_pool2d(t, 2.0, 2, 1), (x,))
+    y = em.tensor(np.abs(_arr(2, 7)) + 0.1, requires_grad=True)
+    assert gradcheck(lambda t: F.lp_pool1d(t, 3.0, 3), (y,))
+
+
+def test_unpool_and_lp_pool_bad_input():
+    x, idx = em.zeros(1, 1, 2, 2), em.zeros(1, 1, 2, 2, dtype=em.int64)
+    with pytest.raises(ValueError, match=r"max_unpool2d: indices of shape \(1, 1, 4\) must have"):
+        F.max_unpool2d(x, em.zeros(1, 1, 4, dtype=em.int64), 2)
+    with pytest.raises(TypeError, match="max_unpool2d: indices must be an integer tensor"):
+        F.max_unpool2d(x, em.zeros(1, 1, 2, 2), 2)
+    with pytest.raises(ValueError, match=r"max_unpool2d: invalid output_size \(9, 4\)"):
+        F.max_unpool2d(x, idx, 2, output_size=(9, 4))
+    with pytest.raises(ValueError, match="max_unpool2d: found an invalid max index 16"):
+        F.max_unpool2d(x, idx + 16, 2)
+    with pytest.raises(ValueError, match="max_unpool1d: expected a 2-D or 3-D input"):
+        F.max_unpool1d(x, idx, 2)
+    with pytest.raises(ValueError, match="lp_pool2d: kernel_size must be an int or a tuple"):
+        F.lp_pool2d(x, 2.0, (1, 2, 3))

@@ -1,11 +1,13 @@
-"""Pooling modules: max, average and adaptive pooling in 1-D and 2-D (PyTorch's surface)."""
+"""Pooling modules: max, average, adaptive and power-average pooling, max unpooling
+(PyTorch's surface)."""
 from __future__ import annotations
 
 from .. import functional as F
 from ..module import Module
 
 __all__ = ['MaxPool1d', 'MaxPool2d', 'AvgPool1d', 'AvgPool2d', 'AdaptiveAvgPool1d',
-           'AdaptiveAvgPool2d', 'AdaptiveMaxPool1d', 'AdaptiveMaxPool2d']
+           'AdaptiveAvgPool2d', 'AdaptiveMaxPool1d', 'AdaptiveMaxPool2d', 'MaxUnpool1d',
+           'MaxUnpool2d', 'MaxUnpool3d', 'LPPool1d', 'LPPool2d']
 
 
 class _MaxPoolNd(Module):
@@ -133,3 +135,70 @@ class AdaptiveMaxPool1d(_AdaptiveMax):
 class AdaptiveMaxPool2d(_AdaptiveMax):
     """Max pooling to a fixed output size."""
     _fn = staticmethod(F.adaptive_max_pool2d)
+
+
+class _MaxUnpoolNd(Module):
+    _nd = 0
+
+    def __init__(self, kernel_size, stride=None, padding=0):
+        super().__init__()
+        nd = type(self)._nd
+        tup = lambda v: (v,) * nd if isinstance(v, int) else tuple(v)  # noqa: E731
+        self.kernel_size = tup(kernel_size)
+        self.stride = tup(stride if stride is not None else kernel_size)
+        self.padding = tup(padding)
+
+    def forward(self, input, indices, output_size=None):
+        fn = getattr(F, f"max_unpool{type(self)._nd}d")
+        return fn(input, indices, self.kernel_size, self.stride, self.padding, output_size)
+
+    def extra_repr(self) -> str:
+        return f"kernel_size={self.kernel_size}, stride={self.stride}, padding={self.padding}"
+
+
+class MaxUnpool1d(_MaxUnpoolNd):
+    """Partial inverse of ``MaxPool1d``: ``forward(input, indices, output_size=None)``."""
+    _nd = 1
+
+
+class MaxUnpool2d(_MaxUnpoolNd):
+    """Partial inverse of ``MaxPool2d``: values go back to their indices, zeros elsewhere.
+
+    Example:
+        >>> pool, unpool = ember.nn.MaxPool2d(2, return_indices=True), ember.nn.MaxUnpool2d(2)
+        >>> unpool(*pool(ember.ones(1, 1, 4, 4))).shape
+        ember.Size([1, 1, 4, 4])
+    """
+    _nd = 2
+
+
+class MaxUnpool3d(_MaxUnpoolNd):
+    """Partial inverse of a 3-D max pooling: ``forward(input, indices, output_size=None)``."""
+    _nd = 3
+
+
+class _LPPoolNd(Module):
+    _fn = None
+
+    def __init__(self, norm_type: float, kernel_size, stride=None, ceil_mode: bool = False):
+        super().__init__()
+        self.norm_type, self.kernel_size = norm_type, kernel_size
+        self.stride, self.ceil_mode = stride, ceil_mode
+
+    def forward(self, input):
+        return type(self)._fn(input, float(self.norm_type), self.kernel_size, self.stride,
+                              self.ceil_mode)
+
+    def extra_repr(self) -> str:
+        return f"norm_type={self.norm_type}, kernel_size={self.kernel_size}, " \
+               f"stride={self.stride}, ceil_mode={self.ceil_mode}"
+
+
+class LPPool1d(_LPPoolNd):
+    """Power-average pooling ``(sum x ** p) ** (1 / p)`` over windows of (N, C, L) input."""
+    _fn = staticmethod(F.lp_pool1d)
+
+
+class LPPool2d(_LPPoolNd):
+    """Power-average pooling over windows of (N, C, H, W) input (see ``LPPool1d``)."""
+    _fn = staticmethod(F.lp_pool2d)
