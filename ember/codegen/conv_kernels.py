@@ -15,8 +15,9 @@ worker pool (:mod:`.pool`):
   window are dropped, like the padding ``fold`` crops).
 
 Geometry is one int64 array ``g = [planes, H, W, kh, kw, dh, dw, sh, sw, pt, pl, oh, ow, C,
-cf]`` (``pt``/``pl``: the top/left padding; bottom/right padding only changes ``oh``/``ow``;
-``C``: channels, ``cf``: a channel-first layout, below).
+cf, rnd]`` (``pt``/``pl``: the top/left padding; bottom/right padding only changes
+``oh``/``ow``; ``C``: channels, ``cf``: a channel-first layout, below; ``rnd``: maxpool's
+bias prologue rounded to bfloat16 (1) or float16 (2), for 16-bit graphs).
 
 Channel-first variants (``channel_first=True``) serve convolutions as single 2-D GEMMs
 (:mod:`ember.graph.passes.conv_gemm`): ``unfold``/``fold`` columns laid out
@@ -52,7 +53,7 @@ from .toolchain import find_compiler
 DTYPES = {np.dtype(np.float32): "f32", np.dtype(np.float64): "f64"}
 #: float16/bfloat16: float32 arithmetic inside, 16-bit loads/stores (module docstring).
 LOWP = {np.dtype(np.float16): "u16", np.dtype(ml_dtypes.bfloat16): "u16"}
-_F32 = np.dtype(np.float32)
+LOWP_BF16 = np.dtype(ml_dtypes.bfloat16)
 _state: dict = {}
 _FN = ctypes.CFUNCTYPE(None, ctypes.POINTER(ctypes.c_char_p), ctypes.c_void_p, ctypes.c_int64)
 
@@ -88,7 +89,7 @@ def geometry(planes, h, w, kernel_size, dilation, padding, stride, channels=1,
     (kh, kw), (dh, dw), (sh, sw) = kernel_size, dilation, stride
     oh, ow = blocks(h, kh, dh, padding[0], sh), blocks(w, kw, dw, padding[1], sw)
     return np.array([planes, h, w, kh, kw, dh, dw, sh, sw, padding[0][0], padding[1][0],
-                     max(oh, 0), max(ow, 0), max(channels, 1), int(channel_first)], np.int64)
+                     max(oh, 0), max(ow, 0), max(channels, 1), int(channel_first), 0], np.int64)
 
 
 def _call(name, dtype, arrays, g, pad=None, extra=()):
@@ -140,7 +141,8 @@ def fold(cols, output_size, kernel_size, dilation, padding, stride, out=None, ba
     return out
 
 
-def maxpool(x, kernel_size, dilation, padding, stride, pad_value, bias=None, channels=None):
+def maxpool(x, kernel_size, dilation, padding, stride, pad_value, bias=None, channels=None,
+            _rnd=0):
     """(vals, arg), each (P, 1, L), of the windows of (P, 1, H, W) ``x``.
 
     With ``bias`` (C values, C dividing P), the windows are those of
@@ -150,11 +152,10 @@ def maxpool(x, kernel_size, dilation, padding, stride, pad_value, bias=None, cha
     """
     x = np.ascontiguousarray(x)
     if x.dtype in LOWP:      # compares of the exact float32 values; maxima are x's values
-        if bias is not None:
-            raise ValueError(f"maxpool: the bias+relu prologue takes float32/float64, not "
-                             f"{x.dtype} (eager rounds x + bias first: run the add apart)")
+        if bias is not None:    # x + bias rounded to x's dtype, as eager's add
+            bias = to_float32(np.ascontiguousarray(bias, dtype=x.dtype))
         vals, arg = maxpool(to_float32(x), kernel_size, dilation, padding, stride, pad_value,
-                            channels=channels)
+                            bias, channels, _rnd=1 if x.dtype == LOWP_BF16 else 2)
         return from_float32(vals, x.dtype), arg
     p, c, h, w = x.shape
     extra = [None]
@@ -171,6 +172,7 @@ def maxpool(x, kernel_size, dilation, padding, stride, pad_value, bias=None, cha
     if bias is not None:
         extra = [bias.ctypes.data]
     g = geometry(p * c, h, w, kernel_size, dilation, padding, stride, nch, channels is not None)
+    g[15] = _rnd
     shape = (p, c, int(g[11] * g[12]))
     vals, arg = np.empty(shape, x.dtype), np.empty(shape, np.int64)
     if vals.size:

@@ -6,7 +6,10 @@ copy (float16/bfloat16 as raw bits, for the loops that only move or mask values)
 """
 from __future__ import annotations
 
-_HEAD = r"""#include <stdint.h>
+from .prelude import _BF16, _F16
+
+_HEAD = r"""#include <math.h>
+#include <stdint.h>
 #include <stdlib.h>
 #include <string.h>
 #if defined(__AVX__)
@@ -15,6 +18,15 @@ _HEAD = r"""#include <stdint.h>
 /* relu as NumPy's maximum(v, 0): NaN passes through, -0 becomes +0 (the "+ 0").
    One compare, so it can be a select (`v > 0 || v != v ? v : 0` is two). */
 #define EMBER_RELU(v) (((v) < 0 ? 0 : (v)) + 0)
+#define EMBER_FN static inline
+""" + _BF16 + _F16 + r"""
+/* The max-pool prologue's x + bias rounded as eager rounds it: g[15] = 1 to bfloat16,
+   2 to float16 (a 16-bit graph run on float32 copies), 0 not at all. */
+static inline float ember_pro_float(float v, int64_t r) {
+    return r == 1 ? ember_round_bf16(v) : r == 2 ? ember_round_f16(v) : v;
+}
+static inline double ember_pro_double(double v, int64_t r) { (void)r; return v; }
+static inline uint16_t ember_pro_uint16_t(uint16_t v, int64_t r) { (void)r; return v; }
 typedef void (*ember_run_fn)(char **, const int64_t *, const int64_t *, int64_t, int64_t);
 void (*ember_parallel_hook)(ember_run_fn, char **, const int64_t *, const int64_t *,
                             int64_t, int64_t, int64_t) = 0;
@@ -308,9 +320,9 @@ static void ember_maxpool_row_S(const T *xp, T *best, int64_t *bi, const int64_t
     }
 }
 
-static const T *ember_relu_plane_S(T *tmp, const T *x, T b, int64_t n) {
+static const T *ember_relu_plane_S(T *tmp, const T *x, T b, int64_t n, int64_t rnd) {
     for (int64_t i = 0; i < n; i++) {
-        const T v = x[i] + b;
+        const T v = PRO(x[i] + b, rnd);
         tmp[i] = EMBER_RELU(v);
     }
     return tmp;
@@ -334,13 +346,13 @@ static void ember_maxpool_S_run(char **ptrs, const int64_t *g, const int64_t *st
        with the same single rounding as the unfused add; the full-size result is never
        stored (a plane is, in `tmp`, only for the generic path and NaN rows) */
     const T *bias = (const T *)ptrs[4];
-    const int64_t C = g[13];
+    const int64_t C = g[13], rnd = g[15];
     T *tmp = bias ? (T *)malloc((size_t)(H * W) * sizeof(T)) : 0;
     if (bias && !tmp) return;
     /* with g[14] the input planes are channel-first (a conv's one-GEMM output), the
        outputs in (n, c) order all the same */
 #define PLANE(p) (bias ? ember_relu_plane_S(tmp, x + ember_plane(p, g) * H * W, bias[(p) % C], \
-                                            H * W) : x + ember_plane(p, g) * H * W)
+                                            H * W, rnd) : x + ember_plane(p, g) * H * W)
     if (KH == 2 && KW == 2 && SH == 2 && SW == 2 && DH == 1 && DW == 1 && PT == 0
             && PL == 0 && 2 * OH <= H && 2 * OW <= W) {
         /* the common 2x2 / stride 2 pool, no padding: one pass, no bounds checks */
@@ -355,7 +367,7 @@ static void ember_maxpool_S_run(char **ptrs, const int64_t *g, const int64_t *st
                    compares below, it stops the compiler's if-conversion (15x slower) */
                 const T bv = bias[p % C];
                 for (int64_t i = 0; i < W; i++) {
-                    const T u = r0[i] + bv, v = r1[i] + bv;
+                    const T u = PRO(r0[i] + bv, rnd), v = PRO(r1[i] + bv, rnd);
                     tmp[i] = EMBER_RELU(u);
                     tmp[W + i] = EMBER_RELU(v);
                 }
@@ -510,6 +522,7 @@ COPIES = (("f32", "float", "uint32_t"), ("f64", "double", "uint64_t"),
           ("u16", "uint16_t", "uint16_t"))
 
 SOURCE = _HEAD + "".join(
-    f"#define T {t}\n#define U {u}\n"
-    + _BODY.replace("_S_run", f"_{s}_run").replace("_S(", f"_{s}(") + "#undef T\n#undef U\n"
+    f"#define T {t}\n#define U {u}\n#define PRO ember_pro_{t}\n"
+    + _BODY.replace("_S_run", f"_{s}_run").replace("_S(", f"_{s}(")
+    + "#undef T\n#undef U\n#undef PRO\n"
     for s, t, u in COPIES)

@@ -82,11 +82,33 @@ def test_unfold_pads_with_the_dtypes_bits(dt):
     assert np.isneginf(cols.astype(np.float32)[0, 0, 0]) and cols.dtype == dt.np
 
 
-def test_bias_prologue_is_refused_in_low_precision():
-    x = _x((2, 1, 4, 4), em.bfloat16)
-    with pytest.raises(ValueError, match="bias"):
-        ck.maxpool(x, (2, 2), (1, 1), ((0, 0), (0, 0)), (2, 2), float("-inf"),
-                   bias=np.zeros(2, x.dtype))
+@pytest.mark.parametrize("dt", LOWP)
+@pytest.mark.parametrize("geom", GEOMS)
+@pytest.mark.parametrize("cf", [False, True])
+def test_bias_relu_prologue_rounds_the_add_like_eager(dt, geom, cf):
+    """relu(x + bias) is rounded to the dtype before the compares: values that tie only
+    after rounding pick eager's first maximum."""
+    assert ck.kernels() is not None
+    n, c, h, w = 2, 3, 9, 8
+    # rows alternate 1 and 1 + eps; + 2 rounds both to 3 (a tie to even): in float32 the
+    # second would win
+    x = _x((n * c, 1, h, w), dt, 4)
+    x[:, :, 0::2, :] = 1.0
+    x[:, :, 1::2, :] = np.array(1 + float(em.finfo(dt).eps), dt.np)
+    x[0, 0, 0, 0] = -5.0
+    bias = np.array([2.0, -3.0, 2.0], dt.np)
+    vals, arg = ck.maxpool(x, *geom, float("-inf"), bias=bias, channels=c if cf else None)
+    # eager: the add rounded once to dt, relu, then the pool of those values
+    x32 = x.astype(np.float32).reshape(c, n, h, w) if cf else \
+        x.astype(np.float32).reshape(n, c, h, w)
+    b = bias.astype(np.float32).reshape((c, 1, 1, 1) if cf else (1, c, 1, 1))
+    act = np.maximum((x32 + b).astype(dt.np).astype(np.float32), 0)
+    if cf:
+        act = act.transpose(1, 0, 2, 3)
+    v32, a32 = ck.maxpool(np.ascontiguousarray(act).reshape(n * c, 1, h, w), *geom,
+                          float("-inf"))
+    _eq(vals, v32.astype(dt.np))
+    np.testing.assert_array_equal(arg, a32)
 
 
 @pytest.mark.parametrize("dt", LOWP)
@@ -132,6 +154,8 @@ def test_compiled_conv_relu_pool_takes_the_conv_gemm_pass(dt, bias):
     assert {"unfold_t", "fold_t"} <= set(names), names
     assert not {"unfold", "fold", "unfold_c", "fold_c", "argmax"} & set(names), names
     assert any(n.startswith("maxpool_grad") for n in names), names
+    if bias:            # the pool reads the GEMM's planes, relu(x + bias) inside it
+        assert "maxpool_bias_relu_cf" in names and "contiguous" not in names, names
     _tol(cf(x, w, *b), f(x, w, *b), 3 * 9 * 11, dt)
 
 
@@ -159,6 +183,7 @@ def test_compiled_w2_step_under_autocast_matches_eager(dt):
         if key == "compiled":
             names = op_names(cf.graph)
             assert names.count("unfold_t") == 2 and names.count("fold_t") == 1, names
+            assert names.count("maxpool_bias_relu_cf") == 2, names
             assert sum(n.startswith("maxpool_grad") for n in names) == 2, names
             assert not {"unfold", "fold", "argmax"} & set(names), names
     # float32 master weights; the low-precision GEMMs sum in another order

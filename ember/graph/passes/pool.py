@@ -26,8 +26,8 @@ hide these elementwise ops):
 
 Values are eager's: ``unfold``, ``maxpool`` and the argmax are bitwise equal; ``fold``,
 ``maxpool_grad`` and the channel sums add the same terms, possibly in another order.
-float32/float64/float16/bfloat16 on the CPU (16-bit: float32 arithmetic inside, see
-:mod:`ember.codegen.conv_kernels`; the bias+relu prologue stays float32/float64); without
+float32/float64/float16/bfloat16 on the CPU (16-bit: float32 arithmetic inside, ``x + bias``
+rounded to the dtype as eager's add: :mod:`ember.codegen.conv_kernels`); without
 a C compiler the pass changes nothing (the executor runs the NumPy primitives).
 """
 from __future__ import annotations
@@ -188,9 +188,7 @@ def _bias_relus(graph, users, producer, outputs, pools, masks):
         if (tuple(b.shape) not in ((c, 1, 1), (1, c, 1, 1)) or x.dtype is not b.dtype
                 or add.outs[0].shape != x.shape or add.outs[0].dtype is not x.dtype
                 or add.ct not in (None, x.dtype) or tuple(xv.shape) != (n * c, 1, h, w)
-                or not _ok(x) or np.dtype(x.dtype.np) not in ck.DTYPES):
-            # NOTE: not float16/bfloat16: eager rounds x + bias before the relu and the
-            # compares; the fused add+relu kernel does that, the pool then reads it
+                or not _ok(x)):
             continue
         found[key] = (x, b)
     return found
