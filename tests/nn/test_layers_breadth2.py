@@ -276,3 +276,57 @@ def test_unpool_and_lp_pool_bad_input():
         F.max_unpool1d(x, idx, 2)
     with pytest.raises(ValueError, match="lp_pool2d: kernel_size must be an int or a tuple"):
         F.lp_pool2d(x, 2.0, (1, 2, 3))
+
+
+# ------------------------------------------------------------------ Conv3d
+CONV3D_CASES = [
+    dict(),
+    dict(stride=2, padding=1),
+    dict(stride=(1, 2, 1), padding=(1, 0, 2), dilation=(2, 1, 1)),
+    dict(padding="same", dilation=2),
+    dict(groups=2, padding=1, padding_mode="reflect"),
+    dict(padding=1, padding_mode="circular", bias=False),
+]
+
+
+@pytest.mark.parametrize("kw", CONV3D_CASES, ids=str)
+def test_conv3d_matches_torch(torch, kw):
+    ours, theirs = nn.Conv3d(4, 6, (3, 2, 3), **kw).double(), \
+        torch.nn.Conv3d(4, 6, (3, 2, 3), **kw).double()
+    assert repr(ours) == repr(theirs)
+    assert ours.weight.shape == tuple(theirs.weight.shape)
+    with em.no_grad():
+        ours.weight.copy_(em.tensor(theirs.weight.detach().numpy()))
+        if ours.bias is not None:
+            ours.bias.copy_(em.tensor(theirs.bias.detach().numpy()))
+    x = _arr(2, 4, 6, 7, 5)
+    a, t = em.tensor(x, requires_grad=True), torch.tensor(x, requires_grad=True)
+    out, ref = ours(a), theirs(t)
+    _same(out, ref, rtol=1e-10, atol=1e-12)
+    g = _arr(*ref.shape)
+    out.backward(em.tensor(g))
+    ref.backward(torch.tensor(g))
+    _same(a.grad, t.grad)
+    _same(ours.weight.grad, theirs.weight.grad, rtol=1e-10, atol=1e-11)
+
+
+def test_conv3d_gradcheck_and_unbatched():
+    x = em.tensor(_arr(1, 2, 3, 4, 3), requires_grad=True)
+    w = em.tensor(_arr(2, 2, 2, 2, 2), requires_grad=True)
+    b = em.tensor(_arr(2), requires_grad=True)
+    assert gradcheck(lambda a, k, c: F.conv3d(a, k, c, stride=(2, 1, 1), padding=1), (x, w, b))
+    np.testing.assert_allclose(F.conv3d(x[0], w, b).detach().numpy(),
+                               F.conv3d(x, w, b)[0].detach().numpy(), rtol=1e-12)
+
+
+def test_conv3d_bad_input():
+    with pytest.raises(ValueError, match=r"conv3d: expected a 5-D weight"):
+        F.conv3d(em.zeros(1, 2, 3, 3, 3), em.zeros(2, 2, 3, 3))
+    with pytest.raises(ValueError, match=r"conv3d: expected a 4-D \(unbatched\) or 5-D input"):
+        F.conv3d(em.zeros(2, 3, 3), em.zeros(2, 2, 1, 1, 1))
+    with pytest.raises(ValueError, match="conv3d: padding='same' is not supported for strided"):
+        F.conv3d(em.zeros(1, 2, 3, 3, 3), em.zeros(2, 2, 1, 1, 1), stride=2, padding="same")
+    with pytest.raises(ValueError, match=r"conv3d: input of shape \(1, 2, 1, 3, 3\) is too small"):
+        F.conv3d(em.zeros(1, 2, 1, 3, 3), em.zeros(2, 2, 2, 1, 1))
+    with pytest.raises(ValueError, match="does not fit weight"):
+        F.conv3d(em.zeros(1, 3, 3, 3, 3), em.zeros(2, 2, 1, 1, 1))

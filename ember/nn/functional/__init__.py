@@ -11,5 +11,6 @@ from ._channel import *  # noqa: F401,F403
 from ._grid import *  # noqa: F401,F403
 from ._embedding_bag import *  # noqa: F401,F403
 from ._pool_more import *  # noqa: F401,F403
+from ._conv3d import *  # noqa: F401,F403
 
 globals().update({_n: getattr(_conv, _n) for _n in _CONV_NAMES})

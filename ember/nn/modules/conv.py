@@ -1,4 +1,4 @@
-"""Convolution modules: Conv1d, Conv2d, ConvTranspose1d, ConvTranspose2d (PyTorch's surface)."""
+"""Convolution modules: Conv1d, Conv2d, Conv3d, ConvTranspose1d, ConvTranspose2d (PyTorch's surface)."""
 from __future__ import annotations
 
 from .. import functional as F
@@ -6,7 +6,7 @@ from ..module import Module
 from ..parameter import Parameter
 from .linear import _empty, default_init_
 
-__all__ = ['Conv1d', 'Conv2d', 'ConvTranspose1d', 'ConvTranspose2d']
+__all__ = ['Conv1d', 'Conv2d', 'Conv3d', 'ConvTranspose1d', 'ConvTranspose2d']
 
 _PADDING_MODES = ("zeros", "reflect", "replicate", "circular")
 
@@ -134,6 +134,17 @@ class Conv2d(_Conv):
     """
     _nd = 2
     _conv = staticmethod(F.conv2d)
+
+
+class Conv3d(_Conv):
+    """3-D convolution over (N, C, D, H, W) input.
+
+    Example:
+        >>> ember.nn.Conv3d(2, 4, 3, padding=1)(ember.ones(1, 2, 4, 5, 5)).shape
+        ember.Size([1, 4, 4, 5, 5])
+    """
+    _nd = 3
+    _conv = staticmethod(F.conv3d)
 
 
 class _ConvTranspose(_ConvNd):
