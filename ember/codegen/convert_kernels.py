@@ -41,8 +41,10 @@ PAIRS = {(F16, F32): "f16_f32", (F32, F16): "f32_f16", (BF16, F32): "bf16_f32",
 #: 2026-11-25 18:00, inside a GEMM loop where the operands come from L3, not L2): at 4M
 #: elements two threads convert in 1.2-1.3 ms against 1.6 (round 1.3 against 1.8), at 1M in
 #: 0.31-0.33 against 0.36-0.46; at 256K (a 512² operand) the pool's wake-up still costs more
-#: than it saves (0.10 against 0.07-0.09). So threads from 1M elements (4 MiB of float32).
-PARALLEL_MIN = 1 << 20
+#: than it saves (0.10 against 0.07-0.09), but a 512² GEMM's two operands converted in one
+#: call (:func:`to_float32_pair`, 512K elements, one wake-up) took 0.19-0.20 ms pooled against
+#: 0.21-0.24 on one thread (4 runs, medians of 300, load 2-4). So threads from 512K elements.
+PARALLEL_MIN = 1 << 19
 
 _SOURCE = r"""
 #include <stdint.h>
