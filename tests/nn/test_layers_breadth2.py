@@ -330,3 +330,66 @@ def test_conv3d_bad_input():
         F.conv3d(em.zeros(1, 2, 1, 3, 3), em.zeros(2, 2, 2, 1, 1))
     with pytest.raises(ValueError, match="does not fit weight"):
         F.conv3d(em.zeros(1, 3, 3, 3, 3), em.zeros(2, 2, 1, 1, 1))
+
+
+# ------------------------------------------------------------------ 3-D pooling
+POOL3D_CASES = [
+    ("MaxPool3d", (2,), {}),
+    ("MaxPool3d", (3,), dict(stride=2, padding=1, ceil_mode=True)),
+    ("MaxPool3d", ((3, 2, 2),), dict(stride=(2, 1, 2), dilation=(2, 1, 1), padding=(1, 1, 0))),
+    ("AvgPool3d", (2,), {}),
+    ("AvgPool3d", (3,), dict(stride=2, padding=1, ceil_mode=True)),
+    ("AvgPool3d", (3,), dict(stride=2, padding=1, ceil_mode=True, count_include_pad=False)),
+    ("AvgPool3d", ((3, 2, 2),), dict(stride=(2, 1, 2), padding=(1, 1, 0), divisor_override=5)),
+    ("AdaptiveAvgPool3d", ((3, 4, 2),), {}),
+    ("AdaptiveAvgPool3d", ((None, 3, 1),), {}),
+]
+
+
+@pytest.mark.parametrize("name, args, kw", POOL3D_CASES)
+@pytest.mark.parametrize("batched", [True, False])
+def test_pool3d_matches_torch(torch, name, args, kw, batched):
+    x = _arr(2, 3, 7, 6, 5) if batched else _arr(3, 7, 6, 5)
+    ours, theirs = getattr(nn, name)(*args, **kw), getattr(torch.nn, name)(*args, **kw)
+    assert repr(ours) == repr(theirs)
+    a, t = em.tensor(x, requires_grad=True), torch.tensor(x, requires_grad=True)
+    out, ref = ours(a), theirs(t)
+    _same(out, ref)
+    g = _arr(*ref.shape)
+    out.backward(em.tensor(g))
+    ref.backward(torch.tensor(g))
+    _same(a.grad, t.grad)
+
+
+def test_pool3d_gradcheck():
+    x = em.tensor(_arr(1, 2, 4, 3, 4), requires_grad=True)
+    assert gradcheck(lambda t: F.avg_pool3d(t, 2, 1, 1, count_include_pad=False), (x,))
+    assert gradcheck(lambda t: F.adaptive_avg_pool3d(t, (3, 2, 3)), (x,))
+    assert gradcheck(lambda t: F.max_pool3d(t, 2, 2, ceil_mode=True), (x,))
+
+
+def test_pool3d_bad_input():
+    x = em.zeros(1, 1, 2, 4, 4)
+    with pytest.raises(ValueError, match="max_pool3d: padding .* at most half of the kernel"):
+        F.max_pool3d(x, 2, padding=2)
+    with pytest.raises(ValueError, match=r"avg_pool3d: the output depth would be 0"):
+        F.avg_pool3d(x, (3, 1, 1))
+    with pytest.raises(ValueError, match=r"adaptive_avg_pool3d: expected a 4-D \(unbatched\)"):
+        F.adaptive_avg_pool3d(em.zeros(2, 2, 2), 1)
+    with pytest.raises(NotImplementedError, match="max_pool3d: return_indices=True"):
+        F.max_pool3d(x, 2, return_indices=True)
+    with pytest.raises(ValueError, match="kernel_size must be an int or a tuple of 3"):
+        F.avg_pool3d(x, (2, 2))
+
+
+NEW_MODULES = {"EmbeddingBag": "sparse", "MaxUnpool1d": "pooling", "MaxUnpool2d": "pooling",
+               "MaxUnpool3d": "pooling", "LPPool1d": "pooling", "LPPool2d": "pooling",
+               "Conv3d": "conv", "MaxPool3d": "pooling", "AvgPool3d": "pooling",
+               "AdaptiveAvgPool3d": "pooling"}
+
+
+@pytest.mark.parametrize("name", sorted(NEW_MODULES))
+def test_new_modules_live_where_pytorch_keeps_them(torch, name):
+    ours, theirs = getattr(nn, name), getattr(torch.nn, name)
+    assert ours.__module__ == f"ember.nn.modules.{NEW_MODULES[name]}"
+    assert ours.__module__.replace("ember.", "torch.", 1) == theirs.__module__

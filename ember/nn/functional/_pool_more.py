@@ -1,12 +1,14 @@
 """More pooling functionals: ``max_unpool1d/2d/3d`` (a ``scatter`` of the pooled values to
 the positions ``max_pool``'s indices name) and ``lp_pool1d/2d`` (power-average pooling built
-on ``avg_pool``), with PyTorch's signatures and output sizes."""
+on ``avg_pool``), and 3-D max/average/adaptive-average pooling as the 2-D pooling of each
+depth slice reduced across the depth window, with PyTorch's signatures and output sizes."""
 from __future__ import annotations
 
 from ...errors import DTypeError, ShapeError
 from ...tensor import Tensor
 
-__all__ = ['max_unpool1d', 'max_unpool2d', 'max_unpool3d', 'lp_pool1d', 'lp_pool2d']
+__all__ = ['max_unpool1d', 'max_unpool2d', 'max_unpool3d', 'lp_pool1d', 'lp_pool2d',
+           'max_pool3d', 'avg_pool3d', 'adaptive_avg_pool3d']
 
 
 def _tuple(v, nd, name, op):
@@ -121,3 +123,127 @@ def lp_pool2d(input: Tensor, norm_type: float, kernel_size, stride=None,
     kh, kw = _tuple(kernel_size, 2, "kernel_size", "lp_pool2d")
     avg = avg_pool2d(input.pow(norm_type), (kh, kw), stride, 0, ceil_mode)
     return _lp_finish(avg, norm_type, kh * kw)
+
+
+def _pool3d_args(input, kernel_size, stride, padding, dilation, op):
+    if not isinstance(input, Tensor) or input.ndim not in (4, 5):
+        raise ShapeError(f"{op}: expected a 4-D (unbatched) or 5-D input, got shape "
+                         f"{tuple(getattr(input, 'shape', ()))}")
+    k = _tuple(kernel_size, 3, "kernel_size", op)
+    s = k if stride is None or stride == [] or stride == () else _tuple(stride, 3, "stride", op)
+    p, d = _tuple(padding, 3, "padding", op), _tuple(dilation, 3, "dilation", op)
+    if any(p[i] * 2 > k[i] for i in range(3)):
+        raise ValueError(f"{op}: padding {p} should be at most half of the kernel size {k}")
+    x = input.unsqueeze(0) if input.ndim == 4 else input
+    return x, input.ndim == 4, k, s, p, d
+
+
+def _depth_windows(x, k, s, p, d, ceil_mode, fill, op):
+    """(depth-padded x, number of output depths) as PyTorch's pooling geometry."""
+    from ...ops.index import pad
+    size, span = x.shape[2], d * (k - 1) + 1
+    num = size + 2 * p - span
+    o = (-(-num // s) if ceil_mode else num // s) + 1
+    if ceil_mode and (o - 1) * s >= size + p:
+        o -= 1
+    if o < 1:
+        raise ShapeError(f"{op}: the output depth would be {o} (input shape {tuple(x.shape)}, "
+                         f"kernel_size {k}, stride {s}, padding {p}); it must be positive")
+    back = max(0, (o - 1) * s + span - size - p)
+    if p or back:
+        x = pad(x, (0, 0, 0, 0, p, back), value=fill)
+    return x, o
+
+
+def _slices(x, j, k_d, s_d, d_d, o):
+    """The depth slices of tap ``j``, folded into the batch: (N * o, C, H, W)."""
+    n, c = x.shape[:2]
+    sl = x[:, :, j * d_d:j * d_d + (o - 1) * s_d + 1:s_d]
+    return sl.permute(0, 2, 1, 3, 4).reshape(n * o, c, *x.shape[3:])
+
+
+def _unfold_depth(y, n, o):
+    return y.reshape(n, o, *y.shape[1:]).permute(0, 2, 1, 3, 4)
+
+
+def max_pool3d(input: Tensor, kernel_size, stride=None, padding=0, dilation=1,
+               ceil_mode: bool = False, return_indices: bool = False) -> Tensor:
+    """3-D max pooling over ``(N, C, D, H, W)`` input (``F.max_pool3d``).
+
+    Args:
+        input: ``(N, C, D, H, W)`` or unbatched ``(C, D, H, W)``, floating point.
+        kernel_size, stride, padding, dilation, ceil_mode: as ``max_pool2d``'s, per 3 dims.
+        return_indices: not supported (raises ``NotImplementedError``).
+    """
+    from . import max_pool2d
+    from ...ops.join import stack
+    op = "max_pool3d"
+    if return_indices:
+        raise NotImplementedError(f"{op}: return_indices=True is not supported by Ember yet")
+    x, unb, k, s, p, d = _pool3d_args(input, kernel_size, stride, padding, dilation, op)
+    if not x.dtype.is_floating_point:
+        raise DTypeError(f"{op}: expected a floating point input, got {x.dtype}")
+    x, o = _depth_windows(x, k[0], s[0], p[0], d[0], ceil_mode, float("-inf"), op)
+    taps = [max_pool2d(_slices(x, j, k[0], s[0], d[0], o), k[1:], s[1:], p[1:], d[1:],
+                       ceil_mode) for j in range(k[0])]
+    out = _unfold_depth(stack(taps).max(dim=0)[0], x.shape[0], o)
+    return out.squeeze(0) if unb else out
+
+
+def avg_pool3d(input: Tensor, kernel_size, stride=None, padding=0, ceil_mode: bool = False,
+               count_include_pad: bool = True, divisor_override: int | None = None) -> Tensor:
+    """3-D average pooling over ``(N, C, D, H, W)`` input (``F.avg_pool3d``).
+
+    Args:
+        input: ``(N, C, D, H, W)`` or unbatched ``(C, D, H, W)``.
+        kernel_size, stride, padding, ceil_mode, count_include_pad, divisor_override: as
+            ``avg_pool2d``'s, per 3 dims.
+    """
+    from . import avg_pool2d
+    from ...ops.factories import tensor
+    from ...ops.pool import _avg_divisor
+    op = "avg_pool3d"
+    x, unb, k, s, p, _ = _pool3d_args(input, kernel_size, stride, padding, 1, op)
+    sizes = tuple(x.shape[2:])
+    x, o = _depth_windows(x, k[0], s[0], p[0], 1, ceil_mode, 0.0, op)
+    tot = None
+    for j in range(k[0]):
+        y = avg_pool2d(_slices(x, j, k[0], s[0], 1, o), k[1:], s[1:], p[1:], ceil_mode,
+                       True, 1)
+        tot = y if tot is None else tot + y
+    out = _unfold_depth(tot, x.shape[0], o)
+    if divisor_override is not None:
+        if not divisor_override:
+            raise ValueError(f"{op}: divisor_override must be non-zero")
+        out = out / divisor_override
+    else:
+        outs = (o,) + tuple(out.shape[3:])
+        dv = [_avg_divisor(sizes[i], k[i], s[i], p[i], outs[i], count_include_pad)
+              for i in range(3)]
+        div = tensor([[[a * b * c for c in dv[2]] for b in dv[1]] for a in dv[0]],
+                     dtype=out.dtype, device=out.device)
+        out = out / div
+    return out.squeeze(0) if unb else out
+
+
+def adaptive_avg_pool3d(input: Tensor, output_size) -> Tensor:
+    """Adaptive 3-D average pooling (``F.adaptive_avg_pool3d``): PyTorch's
+    ``[floor(i*D/oD), ceil((i+1)*D/oD))`` cells, ``None`` keeping a dim's size.
+
+    Args:
+        input: ``(N, C, D, H, W)`` or unbatched ``(C, D, H, W)``.
+        output_size: an int or a 3-tuple of ints / None.
+    """
+    from . import adaptive_avg_pool2d
+    from ...ops.pool import _adaptive_size, _pool_matrix
+    op = "adaptive_avg_pool3d"
+    if not isinstance(input, Tensor) or input.ndim not in (4, 5):
+        raise ShapeError(f"{op}: expected a 4-D (unbatched) or 5-D input, got shape "
+                         f"{tuple(getattr(input, 'shape', ()))}")
+    x = input.unsqueeze(0) if input.ndim == 4 else input
+    od, oh, ow = _adaptive_size(x, output_size, 3, op)
+    n, c, depth, h, w = x.shape
+    y = adaptive_avg_pool2d(x.reshape(n, c * depth, h, w), (oh, ow)).reshape(n, c, depth, oh, ow)
+    pd = _pool_matrix(depth, od, y)                                   # (od, D)
+    out = (y.permute(0, 1, 3, 4, 2) @ pd.transpose(0, 1)).permute(0, 1, 4, 2, 3)
+    return out.squeeze(0) if input.ndim == 4 else out

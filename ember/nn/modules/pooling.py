@@ -7,7 +7,8 @@ from ..module import Module
 
 __all__ = ['MaxPool1d', 'MaxPool2d', 'AvgPool1d', 'AvgPool2d', 'AdaptiveAvgPool1d',
            'AdaptiveAvgPool2d', 'AdaptiveMaxPool1d', 'AdaptiveMaxPool2d', 'MaxUnpool1d',
-           'MaxUnpool2d', 'MaxUnpool3d', 'LPPool1d', 'LPPool2d']
+           'MaxUnpool2d', 'MaxUnpool3d', 'LPPool1d', 'LPPool2d', 'MaxPool3d', 'AvgPool3d',
+           'AdaptiveAvgPool3d']
 
 
 class _MaxPoolNd(Module):
@@ -202,3 +203,26 @@ class LPPool1d(_LPPoolNd):
 class LPPool2d(_LPPoolNd):
     """Power-average pooling over windows of (N, C, H, W) input (see ``LPPool1d``)."""
     _fn = staticmethod(F.lp_pool2d)
+
+
+class MaxPool3d(_MaxPoolNd):
+    """Max over sliding windows of (N, C, D, H, W) input (``return_indices`` unsupported)."""
+    _fn = staticmethod(F.max_pool3d)
+
+
+class AvgPool3d(AvgPool2d):
+    """Mean over sliding windows of (N, C, D, H, W) input.
+
+    Example:
+        >>> ember.nn.AvgPool3d(2)(ember.ones(1, 1, 4, 4, 4)).shape
+        ember.Size([1, 1, 2, 2, 2])
+    """
+
+    def forward(self, input):
+        return F.avg_pool3d(input, self.kernel_size, self.stride, self.padding, self.ceil_mode,
+                            self.count_include_pad, self.divisor_override)
+
+
+class AdaptiveAvgPool3d(_Adaptive):
+    """Average pooling of (N, C, D, H, W) input to a fixed output size (``None`` keeps a dim)."""
+    _fn = staticmethod(F.adaptive_avg_pool3d)
