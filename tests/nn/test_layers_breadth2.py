@@ -376,8 +376,8 @@ def test_pool3d_bad_input():
         F.avg_pool3d(x, (3, 1, 1))
     with pytest.raises(ValueError, match=r"adaptive_avg_pool3d: expected a 4-D \(unbatched\)"):
         F.adaptive_avg_pool3d(em.zeros(2, 2, 2), 1)
-    with pytest.raises(NotImplementedError, match="max_pool3d: return_indices=True"):
-        F.max_pool3d(x, 2, return_indices=True)
+    with pytest.raises(TypeError, match="max_pool3d: expected a floating point input"):
+        F.max_pool3d(em.zeros(1, 1, 2, 4, 4, dtype=em.int64), 2)
     with pytest.raises(ValueError, match="kernel_size must be an int or a tuple of 3"):
         F.avg_pool3d(x, (2, 2))
 
@@ -393,3 +393,21 @@ def test_new_modules_live_where_pytorch_keeps_them(torch, name):
     ours, theirs = getattr(nn, name), getattr(torch.nn, name)
     assert ours.__module__ == f"ember.nn.modules.{NEW_MODULES[name]}"
     assert ours.__module__.replace("ember.", "torch.", 1) == theirs.__module__
+
+
+@pytest.mark.parametrize("kw", [dict(kernel_size=2),
+                                dict(kernel_size=3, stride=2, padding=1, ceil_mode=True),
+                                dict(kernel_size=(3, 2, 2), stride=(2, 1, 2),
+                                     dilation=(2, 1, 1), padding=(1, 1, 0))], ids=str)
+def test_max_pool3d_indices_and_unpool3d_match_torch(torch, kw):
+    x = _arr(2, 3, 7, 6, 5)
+    out, idx = nn.MaxPool3d(**kw, return_indices=True)(em.tensor(x))
+    ref, tidx = torch.nn.MaxPool3d(**kw, return_indices=True)(torch.tensor(x))
+    _same(out, ref)
+    np.testing.assert_array_equal(idx.numpy(), tidx.numpy())
+    if "dilation" in kw:
+        return          # (a dilated pooling has no unpooling of the input's size)
+    unpool = dict(kernel_size=kw["kernel_size"], stride=kw.get("stride"),
+                  padding=kw.get("padding", 0))
+    back = nn.MaxUnpool3d(**unpool)(out, idx, output_size=x.shape)
+    _same(back, torch.nn.MaxUnpool3d(**unpool)(ref, tidx, output_size=x.shape))

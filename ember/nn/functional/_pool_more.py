@@ -167,27 +167,37 @@ def _unfold_depth(y, n, o):
 
 
 def max_pool3d(input: Tensor, kernel_size, stride=None, padding=0, dilation=1,
-               ceil_mode: bool = False, return_indices: bool = False) -> Tensor:
+               ceil_mode: bool = False, return_indices: bool = False):
     """3-D max pooling over ``(N, C, D, H, W)`` input (``F.max_pool3d``).
 
     Args:
         input: ``(N, C, D, H, W)`` or unbatched ``(C, D, H, W)``, floating point.
         kernel_size, stride, padding, dilation, ceil_mode: as ``max_pool2d``'s, per 3 dims.
-        return_indices: not supported (raises ``NotImplementedError``).
+        return_indices: also return each maximum's flat index into its ``D * H * W`` volume
+            (the first maximum in scan order, as PyTorch), for ``max_unpool3d``.
     """
     from . import max_pool2d
     from ...ops.join import stack
     op = "max_pool3d"
-    if return_indices:
-        raise NotImplementedError(f"{op}: return_indices=True is not supported by Ember yet")
     x, unb, k, s, p, d = _pool3d_args(input, kernel_size, stride, padding, dilation, op)
     if not x.dtype.is_floating_point:
         raise DTypeError(f"{op}: expected a floating point input, got {x.dtype}")
+    h, w = x.shape[3:]
     x, o = _depth_windows(x, k[0], s[0], p[0], d[0], ceil_mode, float("-inf"), op)
     taps = [max_pool2d(_slices(x, j, k[0], s[0], d[0], o), k[1:], s[1:], p[1:], d[1:],
-                       ceil_mode) for j in range(k[0])]
-    out = _unfold_depth(stack(taps).max(dim=0)[0], x.shape[0], o)
-    return out.squeeze(0) if unb else out
+                       ceil_mode, return_indices=True) for j in range(k[0])]
+    vals, tap = stack([t[0] for t in taps]).max(dim=0)        # first maximal tap: lowest depth
+    n = x.shape[0]
+    out = _unfold_depth(vals, n, o)
+    out = out.squeeze(0) if unb else out
+    if not return_indices:
+        return out
+    from ...ops.factories import arange
+    from ...ops.sort import take_along_dim
+    hw = take_along_dim(stack([t[1] for t in taps]), tap.unsqueeze(0), dim=0)[0]
+    od = arange(o, device=x.device).repeat(n).reshape(n * o, 1, 1, 1)
+    ind = _unfold_depth((od * s[0] + tap * d[0] - p[0]) * (h * w) + hw, n, o)
+    return out, (ind.squeeze(0) if unb else ind)
 
 
 def avg_pool3d(input: Tensor, kernel_size, stride=None, padding=0, ceil_mode: bool = False,
