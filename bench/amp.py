@@ -24,6 +24,7 @@ Run:
 from __future__ import annotations
 
 import argparse
+import os
 import statistics
 import sys
 import time
@@ -66,7 +67,7 @@ def _median(fns: dict, repeats: int, best: bool = False) -> dict:
 
 
 def bench_matmul(sizes, repeats, torch) -> None:
-    print("\n## matmul GFLOP/s (x @ y, n x n)")
+    print("\n## matmul GFLOP/s (x @ y, n x n; load average %.2f %.2f %.2f)" % os.getloadavg())
     print(f"{'n':>6} " + " ".join(f"{'ember ' + d:>15}" for d in DTYPES) +
           ("  " + " ".join(f"{'torch ' + d:>15}" for d in DTYPES) if torch else "") +
           f"  {'f16/f32':>8} {'bf16/f32':>8}  (best of: {'f16/f32':>7} {'bf16/f32':>8})")
@@ -206,7 +207,7 @@ def main(argv=None) -> int:
         bench_matmul((64,), 3, torch)
         bench_convert(1 << 16, 3)
     else:
-        bench_matmul((512, 2048), 20, torch)
+        bench_matmul((512, 2048), 100, torch)     # 512²: ~1 ms a call; 2048²: 25 repeats
         bench_convert(1 << 22, 20)
     if not args.no_train:
         bench_train(3 if args.quick else args.steps, torch, tiny=args.quick)
