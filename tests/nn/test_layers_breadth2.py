@@ -236,11 +236,11 @@ def test_max_unpool_roundtrip_and_gradcheck():
     assert gradcheck(lambda t: F.max_unpool3d(t, i3, 2, output_size=(4, 4, 4)), (v3,))
 
 
-@pytest.mark.parametrize("nd", [1, 2])
+@pytest.mark.parametrize("nd", [1, 2, 3])
 @pytest.mark.parametrize("p", [1.0, 2.0, 3.5])
 @pytest.mark.parametrize("ceil_mode", [False, True])
 def test_lp_pool_matches_torch(torch, nd, p, ceil_mode):
-    shape = (2, 3, 9) if nd == 1 else (2, 3, 6, 7)
+    shape = {1: (2, 3, 9), 2: (2, 3, 6, 7), 3: (2, 2, 5, 6, 7)}[nd]
     x = _arr(*shape)
     x = np.abs(x) + 0.1 if p == 3.5 else x       # a fractional power needs x >= 0
     args = (p, 3, 2, ceil_mode)
@@ -384,6 +384,7 @@ def test_pool3d_bad_input():
 
 NEW_MODULES = {"EmbeddingBag": "sparse", "MaxUnpool1d": "pooling", "MaxUnpool2d": "pooling",
                "MaxUnpool3d": "pooling", "LPPool1d": "pooling", "LPPool2d": "pooling",
+               "LPPool3d": "pooling",
                "Conv3d": "conv", "MaxPool3d": "pooling", "AvgPool3d": "pooling",
                "AdaptiveAvgPool3d": "pooling"}
 

@@ -7,7 +7,7 @@ from __future__ import annotations
 from ...errors import DTypeError, ShapeError
 from ...tensor import Tensor
 
-__all__ = ['max_unpool1d', 'max_unpool2d', 'max_unpool3d', 'lp_pool1d', 'lp_pool2d',
+__all__ = ['max_unpool1d', 'max_unpool2d', 'max_unpool3d', 'lp_pool1d', 'lp_pool2d', 'lp_pool3d',
            'max_pool3d', 'avg_pool3d', 'adaptive_avg_pool3d']
 
 
@@ -124,6 +124,14 @@ def lp_pool2d(input: Tensor, norm_type: float, kernel_size, stride=None,
     avg = avg_pool2d(input.pow(norm_type), (kh, kw), stride, 0, ceil_mode)
     return _lp_finish(avg, norm_type, kh * kw)
 
+
+
+def lp_pool3d(input: Tensor, norm_type: float, kernel_size, stride=None,
+              ceil_mode: bool = False) -> Tensor:
+    """Power-average pooling over ``(N, C, D, H, W)`` windows (see ``lp_pool1d``)."""
+    kd, kh, kw = _tuple(kernel_size, 3, "kernel_size", "lp_pool3d")
+    avg = avg_pool3d(input.pow(norm_type), (kd, kh, kw), stride, 0, ceil_mode)
+    return _lp_finish(avg, norm_type, kd * kh * kw)
 
 def _pool3d_args(input, kernel_size, stride, padding, dilation, op):
     if not isinstance(input, Tensor) or input.ndim not in (4, 5):

@@ -7,7 +7,7 @@ from ..module import Module
 
 __all__ = ['MaxPool1d', 'MaxPool2d', 'AvgPool1d', 'AvgPool2d', 'AdaptiveAvgPool1d',
            'AdaptiveAvgPool2d', 'AdaptiveMaxPool1d', 'AdaptiveMaxPool2d', 'MaxUnpool1d',
-           'MaxUnpool2d', 'MaxUnpool3d', 'LPPool1d', 'LPPool2d', 'MaxPool3d', 'AvgPool3d',
+           'MaxUnpool2d', 'MaxUnpool3d', 'LPPool1d', 'LPPool2d', 'LPPool3d', 'MaxPool3d', 'AvgPool3d',
            'AdaptiveAvgPool3d']
 
 
@@ -203,6 +203,11 @@ class LPPool1d(_LPPoolNd):
 class LPPool2d(_LPPoolNd):
     """Power-average pooling over windows of (N, C, H, W) input (see ``LPPool1d``)."""
     _fn = staticmethod(F.lp_pool2d)
+
+
+class LPPool3d(_LPPoolNd):
+    """Power-average pooling over windows of (N, C, D, H, W) input (see ``LPPool1d``)."""
+    _fn = staticmethod(F.lp_pool3d)
 
 
 class MaxPool3d(_MaxPoolNd):
