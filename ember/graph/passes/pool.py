@@ -32,7 +32,6 @@ a C compiler the pass changes nothing (the executor runs the NumPy primitives).
 """
 from __future__ import annotations
 
-
 from ...codegen import conv_kernels as ck
 from ...ops.registry import REGISTRY
 from ..ir import BufferOp, Graph, Node, Var
