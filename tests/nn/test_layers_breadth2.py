@@ -343,6 +343,8 @@ POOL3D_CASES = [
     ("AvgPool3d", ((3, 2, 2),), dict(stride=(2, 1, 2), padding=(1, 1, 0), divisor_override=5)),
     ("AdaptiveAvgPool3d", ((3, 4, 2),), {}),
     ("AdaptiveAvgPool3d", ((None, 3, 1),), {}),
+    ("AdaptiveMaxPool3d", ((3, 4, 2),), {}),
+    ("AdaptiveMaxPool3d", ((None, 5, 1),), {}),
 ]
 
 
@@ -386,7 +388,7 @@ NEW_MODULES = {"EmbeddingBag": "sparse", "MaxUnpool1d": "pooling", "MaxUnpool2d"
                "MaxUnpool3d": "pooling", "LPPool1d": "pooling", "LPPool2d": "pooling",
                "LPPool3d": "pooling",
                "Conv3d": "conv", "MaxPool3d": "pooling", "AvgPool3d": "pooling",
-               "AdaptiveAvgPool3d": "pooling"}
+               "AdaptiveAvgPool3d": "pooling", "AdaptiveMaxPool3d": "pooling"}
 
 
 @pytest.mark.parametrize("name", sorted(NEW_MODULES))
@@ -412,3 +414,14 @@ def test_max_pool3d_indices_and_unpool3d_match_torch(torch, kw):
                   padding=kw.get("padding", 0))
     back = nn.MaxUnpool3d(**unpool)(out, idx, output_size=x.shape)
     _same(back, torch.nn.MaxUnpool3d(**unpool)(ref, tidx, output_size=x.shape))
+
+
+def test_adaptive_max_pool3d_indices_match_torch(torch):
+    x = _arr(2, 3, 7, 6, 5)
+    out, idx = F.adaptive_max_pool3d(em.tensor(x), (3, 4, 2), return_indices=True)
+    ref, tidx = torch.nn.functional.adaptive_max_pool3d(torch.tensor(x), (3, 4, 2),
+                                                        return_indices=True)
+    _same(out, ref)
+    np.testing.assert_array_equal(idx.numpy(), tidx.numpy())
+    y = em.tensor(_arr(1, 2, 4, 3, 5), requires_grad=True)
+    assert gradcheck(lambda t: F.adaptive_max_pool3d(t, (3, 2, 2)), (y,))

@@ -8,7 +8,7 @@ from ...errors import DTypeError, ShapeError
 from ...tensor import Tensor
 
 __all__ = ['max_unpool1d', 'max_unpool2d', 'max_unpool3d', 'lp_pool1d', 'lp_pool2d', 'lp_pool3d',
-           'max_pool3d', 'avg_pool3d', 'adaptive_avg_pool3d']
+           'max_pool3d', 'avg_pool3d', 'adaptive_avg_pool3d', 'adaptive_max_pool3d']
 
 
 def _tuple(v, nd, name, op):
@@ -265,3 +265,49 @@ def adaptive_avg_pool3d(input: Tensor, output_size) -> Tensor:
     pd = _pool_matrix(depth, od, y)                                   # (od, D)
     out = (y.permute(0, 1, 3, 4, 2) @ pd.transpose(0, 1)).permute(0, 1, 4, 2, 3)
     return out.squeeze(0) if input.ndim == 4 else out
+
+
+def adaptive_max_pool3d(input: Tensor, output_size, return_indices: bool = False):
+    """Adaptive 3-D max pooling (``F.adaptive_max_pool3d``), PyTorch's cells.
+
+    Windows of unequal sizes are gathered padded to the largest one with repeats of their
+    first element (a repeat never changes the max; ``max`` picks the first index).
+
+    Args:
+        input: ``(N, C, D, H, W)`` or unbatched ``(C, D, H, W)``, floating point.
+        output_size: an int or a 3-tuple of ints / None.
+        return_indices: also return the flat ``D * H * W`` index of each maximum.
+    """
+    from ...ops.factories import tensor
+    from ...ops.pool import _adaptive_size, _cells
+    from ...ops.sort import take_along_dim
+    op = "adaptive_max_pool3d"
+    if not isinstance(input, Tensor) or input.ndim not in (4, 5):
+        raise ShapeError(f"{op}: expected a 4-D (unbatched) or 5-D input, got shape "
+                         f"{tuple(getattr(input, 'shape', ()))}")
+    if not input.dtype.is_floating_point:
+        raise DTypeError(f"{op}: expected a floating point input, got {input.dtype}")
+    x = input.unsqueeze(0) if input.ndim == 4 else input
+    n, c, sizes = x.shape[0], x.shape[1], tuple(x.shape[2:])
+    outs = _adaptive_size(x, output_size, 3, op)
+    taps = []                                   # per dim: (o, k) indices, padded with repeats
+    for size, o in zip(sizes, outs):
+        cells = _cells(size, o)
+        k = max(e - b for b, e in cells)
+        taps.append([[min(b + i, e - 1) for i in range(k)] for b, e in cells])
+    hw = sizes[1] * sizes[2]
+    flat = [[a * hw + b * sizes[2] + q for a in ta for b in tb for q in tc]
+            for ta in taps[0] for tb in taps[1] for tc in taps[2]]      # (L, K)
+    num, k = len(flat), len(flat[0])
+    idx = tensor(flat, device=x.device).reshape(1, num * k)
+    xf = x.reshape(n * c, -1)
+    win = take_along_dim(xf, idx.expand(n * c, -1), dim=1).reshape(n * c, num, k)
+    vals, arg = win.max(dim=2, keepdim=True)
+    unb = input.ndim == 4
+    out = vals.reshape(n, c, *outs)
+    out = out.squeeze(0) if unb else out
+    if not return_indices:
+        return out
+    ind = take_along_dim(idx.reshape(1, num, k).expand(n * c, -1, -1), arg, dim=2)
+    ind = ind.reshape(n, c, *outs)
+    return out, (ind.squeeze(0) if unb else ind)

@@ -8,7 +8,7 @@ from ..module import Module
 __all__ = ['MaxPool1d', 'MaxPool2d', 'AvgPool1d', 'AvgPool2d', 'AdaptiveAvgPool1d',
            'AdaptiveAvgPool2d', 'AdaptiveMaxPool1d', 'AdaptiveMaxPool2d', 'MaxUnpool1d',
            'MaxUnpool2d', 'MaxUnpool3d', 'LPPool1d', 'LPPool2d', 'LPPool3d', 'MaxPool3d', 'AvgPool3d',
-           'AdaptiveAvgPool3d']
+           'AdaptiveAvgPool3d', 'AdaptiveMaxPool3d']
 
 
 class _MaxPoolNd(Module):
@@ -231,3 +231,8 @@ class AvgPool3d(AvgPool2d):
 class AdaptiveAvgPool3d(_Adaptive):
     """Average pooling of (N, C, D, H, W) input to a fixed output size (``None`` keeps a dim)."""
     _fn = staticmethod(F.adaptive_avg_pool3d)
+
+
+class AdaptiveMaxPool3d(_AdaptiveMax):
+    """Max pooling of (N, C, D, H, W) input to a fixed output size."""
+    _fn = staticmethod(F.adaptive_max_pool3d)
