@@ -49,8 +49,9 @@ def test_affine_grid_matches_torch(torch, spatial, align_corners):
     _same(a.grad, t.grad)
 
 
-@pytest.mark.parametrize("nd", [2, 3])
-@pytest.mark.parametrize("mode", ["bilinear", "nearest"])
+# PyTorch's bicubic grid_sample is 4-D only (its error is tested below)
+@pytest.mark.parametrize("nd, mode", [(2, "bilinear"), (2, "nearest"), (2, "bicubic"),
+                                      (3, "bilinear"), (3, "nearest")])
 @pytest.mark.parametrize("padding_mode", ["zeros", "border", "reflection"])
 @pytest.mark.parametrize("align_corners", [False, True])
 def test_grid_sample_matches_torch(torch, nd, mode, padding_mode, align_corners):
@@ -69,11 +70,12 @@ def test_grid_sample_matches_torch(torch, nd, mode, padding_mode, align_corners)
     _same(b.grad, tb.grad, rtol=1e-9, atol=1e-12)
 
 
+@pytest.mark.parametrize("mode", ["bilinear", "bicubic"])
 @pytest.mark.parametrize("padding_mode", ["zeros", "border", "reflection"])
-def test_grid_sample_gradcheck(padding_mode):
+def test_grid_sample_gradcheck(mode, padding_mode):
     x = em.tensor(_arr(1, 2, 3, 4), requires_grad=True)
     grid = em.tensor(RNG.uniform(-1.3, 1.3, (1, 2, 3, 2)), requires_grad=True)
-    assert gradcheck(lambda a, b: F.grid_sample(a, b, padding_mode=padding_mode,
+    assert gradcheck(lambda a, b: F.grid_sample(a, b, mode=mode, padding_mode=padding_mode,
                                                 align_corners=False), (x, grid))
 
 
@@ -96,7 +98,9 @@ def test_grid_sample_identity_affine_is_identity():
 def test_grid_sample_bad_input():
     x = em.zeros(1, 2, 4, 4)
     with pytest.raises(ValueError, match="grid_sample: mode must be one of"):
-        F.grid_sample(x, em.zeros(1, 3, 3, 2), mode="bicubic")
+        F.grid_sample(x, em.zeros(1, 3, 3, 2), mode="area")
+    with pytest.raises(ValueError, match="grid_sample: mode='bicubic' supports only 4-D input"):
+        F.grid_sample(em.zeros(1, 1, 2, 2, 2), em.zeros(1, 1, 1, 1, 3), mode="bicubic")
     with pytest.raises(ValueError, match="grid_sample: padding_mode must be one of"):
         F.grid_sample(x, em.zeros(1, 3, 3, 2), padding_mode="wrap")
     with pytest.raises(ValueError, match=r"grid_sample: grid must be \(N, \*out, 2\)"):

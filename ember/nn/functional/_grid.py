@@ -13,7 +13,8 @@ from ...tensor import Tensor
 
 __all__ = ['affine_grid', 'grid_sample']
 
-_MODES = ("bilinear", "nearest")
+_MODES = ("bilinear", "nearest", "bicubic")
+_CUBIC_A = -0.75
 _PADDING = ("zeros", "border", "reflection")
 
 
@@ -89,8 +90,7 @@ def _source_coord(coord, n, padding_mode, align_corners):
 
 def _check(input, grid, mode, padding_mode):
     if mode not in _MODES:
-        raise ValueError(f"grid_sample: mode must be one of {_MODES} (bicubic is not supported "
-                         f"by Ember), got {mode!r}")
+        raise ValueError(f"grid_sample: mode must be one of {_MODES}, got {mode!r}")
     if padding_mode not in _PADDING:
         raise ValueError(f"grid_sample: padding_mode must be one of {_PADDING}, got "
                          f"{padding_mode!r}")
@@ -99,6 +99,9 @@ def _check(input, grid, mode, padding_mode):
                          f"with a 5-D grid, got input {tuple(input.shape)} and grid "
                          f"{tuple(grid.shape)}")
     nd = input.ndim - 2
+    if mode == "bicubic" and nd != 2:
+        raise ShapeError(f"grid_sample: mode='bicubic' supports only 4-D input, got input "
+                         f"{tuple(input.shape)}")
     if grid.shape[0] != input.shape[0] or grid.shape[-1] != nd:
         raise ShapeError(f"grid_sample: grid must be (N, *out, {nd}) with N = input's batch "
                          f"{input.shape[0]}, got input {tuple(input.shape)} and grid "
@@ -121,6 +124,48 @@ def _tap(flat, idx_list, sizes, valid, n, c):
     return vals
 
 
+def _cubic_weights(t):
+    """Keys' cubic convolution weights (A = -0.75) of the taps at -1, 0, 1, 2 from floor."""
+    a = _CUBIC_A
+    u = 1 - t
+    return [((a * (t + 1) - 5 * a) * (t + 1) + 8 * a) * (t + 1) - 4 * a,
+            ((a + 2) * t - (a + 3)) * t * t + 1,
+            ((a + 2) * u - (a + 3)) * u * u + 1,
+            ((a * (u + 1) - 5 * a) * (u + 1) + 8 * a) * (u + 1) - 4 * a]
+
+
+def _bicubic(flat, grid, sizes, padding_mode, align_corners, n, c):
+    """ATen's bicubic grid sampling: padding applied to each of the 4 x 4 tap coordinates."""
+    coords = [_unnormalize(grid[..., 1 - i], sizes[i], align_corners) for i in range(2)]
+    lo = [ci.floor().detach() for ci in coords]
+    weights = [_cubic_weights(ci - l) for ci, l in zip(coords, lo)]
+    out = None
+    for a in range(4):
+        for b in range(4):
+            taps, valid = [], None
+            for i, j in ((0, a), (1, b)):
+                t = lo[i] + (j - 1)
+                if padding_mode != "zeros":
+                    t = _source_coord_px(t, sizes[i], padding_mode, align_corners)
+                t = t.long()
+                taps.append(t)
+                if padding_mode == "zeros":
+                    v = _inside(t, sizes[i])
+                    valid = v if valid is None else valid.logical_and(v)
+            w = (weights[0][a] * weights[1][b]).reshape(n, 1, -1)
+            term = _tap(flat, taps, sizes, valid, n, c) * w
+            out = term if out is None else out + term
+    return out
+
+
+def _source_coord_px(c, n, padding_mode, align_corners):
+    """Padding of a pixel coordinate (ATen's ``compute_coordinates``)."""
+    if padding_mode == "border":
+        return c.clamp(0, n - 1)
+    c = _reflect(c, 0, 2 * (n - 1)) if align_corners else _reflect(c, -1, 2 * n - 1)
+    return c.clamp(0, n - 1)
+
+
 def _inside(idx, s):
     return (idx >= 0).logical_and(idx <= s - 1)
 
@@ -132,7 +177,7 @@ def grid_sample(input: Tensor, grid: Tensor, mode: str = "bilinear",
     Args:
         input: ``(N, C, H, W)`` or ``(N, C, D, H, W)``.
         grid: ``(N, Ho, Wo, 2)`` or ``(N, Do, Ho, Wo, 3)``, (x, y[, z]) in [-1, 1].
-        mode: ``'bilinear'`` (trilinear for 5-D) or ``'nearest'``.
+        mode: ``'bilinear'`` (trilinear for 5-D), ``'nearest'`` or ``'bicubic'`` (4-D).
         padding_mode: ``'zeros'``, ``'border'`` or ``'reflection'``.
         align_corners: whether -1 and 1 are the centres (True) or the outer edges (False,
             the default) of the corner pixels.
@@ -151,6 +196,9 @@ def grid_sample(input: Tensor, grid: Tensor, mode: str = "bilinear",
     # grid's last dim is (x, y[, z]): x indexes the last spatial dim
     coords = [_source_coord(grid[..., nd - 1 - i], sizes[i], padding_mode, align_corners)
               for i in range(nd)]
+    if mode == "bicubic":
+        return _bicubic(flat, grid, sizes, padding_mode, align_corners, n, c).reshape(
+            (n, c) + out_sp)
     zeros = padding_mode == "zeros"
     if mode == "nearest":
         idx = [ci.round().long() for ci in coords]
