@@ -4,7 +4,8 @@
 coordinates (PyTorch's formulas, padding modes applied to the coordinates), and each of the
 2**d corner taps is one ``gather`` on the flattened spatial dims (whose VJP is a scatter-add,
 giving the gradient to ``input``) times an interpolation weight computed from the grid in
-differentiable ops (giving the gradient to ``grid``).
+differentiable ops (giving the gradient to ``grid``). Bicubic mode sums 4 x 4 taps with
+Keys' weights (A = -0.75), padding each tap's coordinate as ATen does.
 """
 from __future__ import annotations
 
