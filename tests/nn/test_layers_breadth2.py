@@ -429,3 +429,16 @@ def test_adaptive_max_pool3d_indices_match_torch(torch):
     np.testing.assert_array_equal(idx.numpy(), tidx.numpy())
     y = em.tensor(_arr(1, 2, 4, 3, 5), requires_grad=True)
     assert gradcheck(lambda t: F.adaptive_max_pool3d(t, (3, 2, 2)), (y,))
+
+
+@pytest.mark.parametrize("name, shape, args", [
+    ("max_pool1d", (2, 3, 9), (2,)), ("max_pool2d", (2, 3, 6, 7), (3, 2, 1)),
+    ("max_pool3d", (2, 3, 5, 6, 7), (2,)), ("adaptive_max_pool1d", (2, 3, 9), (4,)),
+    ("adaptive_max_pool2d", (2, 3, 6, 7), ((4, 3),)),
+    ("adaptive_max_pool3d", (2, 3, 5, 6, 7), ((2, 4, 3),))])
+def test_pool_with_indices_match_torch(torch, name, shape, args):
+    x = _arr(*shape)
+    out, idx = getattr(F, f"{name}_with_indices")(em.tensor(x), *args)
+    ref, tidx = getattr(torch.nn.functional, f"{name}_with_indices")(torch.tensor(x), *args)
+    _same(out, ref)
+    np.testing.assert_array_equal(idx.numpy(), tidx.numpy())

@@ -8,7 +8,10 @@ from ...errors import DTypeError, ShapeError
 from ...tensor import Tensor
 
 __all__ = ['max_unpool1d', 'max_unpool2d', 'max_unpool3d', 'lp_pool1d', 'lp_pool2d', 'lp_pool3d',
-           'max_pool3d', 'avg_pool3d', 'adaptive_avg_pool3d', 'adaptive_max_pool3d']
+           'max_pool3d', 'avg_pool3d', 'adaptive_avg_pool3d', 'adaptive_max_pool3d',
+           'max_pool1d_with_indices', 'max_pool2d_with_indices', 'max_pool3d_with_indices',
+           'adaptive_max_pool1d_with_indices', 'adaptive_max_pool2d_with_indices',
+           'adaptive_max_pool3d_with_indices']
 
 
 def _tuple(v, nd, name, op):
@@ -311,3 +314,21 @@ def adaptive_max_pool3d(input: Tensor, output_size, return_indices: bool = False
     ind = take_along_dim(idx.reshape(1, num, k).expand(n * c, -1, -1), arg, dim=2)
     ind = ind.reshape(n, c, *outs)
     return out, (ind.squeeze(0) if unb else ind)
+
+
+def _with_indices(name):
+    def fn(input, *args, **kwargs):
+        from .. import functional
+        kwargs.pop("return_indices", None)
+        return getattr(functional, name)(input, *args, return_indices=True, **kwargs)
+    fn.__name__ = fn.__qualname__ = f"{name}_with_indices"
+    fn.__doc__ = f"``{name}(..., return_indices=True)``: (values, flat indices), as PyTorch's."
+    return fn
+
+
+max_pool1d_with_indices = _with_indices("max_pool1d")
+max_pool2d_with_indices = _with_indices("max_pool2d")
+max_pool3d_with_indices = _with_indices("max_pool3d")
+adaptive_max_pool1d_with_indices = _with_indices("adaptive_max_pool1d")
+adaptive_max_pool2d_with_indices = _with_indices("adaptive_max_pool2d")
+adaptive_max_pool3d_with_indices = _with_indices("adaptive_max_pool3d")
