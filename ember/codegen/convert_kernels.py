@@ -273,9 +273,11 @@ def to_float32(x: np.ndarray) -> np.ndarray:
 def to_float32_pair(x: np.ndarray, y: np.ndarray):
     """``(x, y)`` as float32 (a GEMM's operands): both in one kernel call.
 
-    Both arrays must share one dtype (float16 or bfloat16); a pair the kernel does not take
-    (another dtype, a layout that is not C-contiguous, no compiler) converts one by one
-    through :func:`to_float32`. Results are bit-identical to ``astype``.
+    Both arrays must share one dtype (float16 or bfloat16) and each be C-contiguous or a
+    permutation of a C-contiguous array's axes (a transposed matrix: the result keeps that
+    strides pattern, like :func:`convert`); any other pair (another dtype or layout, no
+    compiler) converts one by one through :func:`to_float32`. Results are bit-identical to
+    ``astype``.
 
     Args:
         x: the first operand.
@@ -289,12 +291,22 @@ def to_float32_pair(x: np.ndarray, y: np.ndarray):
     """
     name = _PAIR_KERNELS.get(x.dtype)
     fn = _fns().get(name) if name is not None and y.dtype == x.dtype else None
-    if fn is None or not (x.flags.c_contiguous and y.flags.c_contiguous):
+    px, py = _layout(x), _layout(y)
+    if fn is None or px is None or py is None:
         return to_float32(x), to_float32(y)
-    xf, yf = np.empty(x.shape, F32), np.empty(y.shape, F32)
-    fn((ctypes.c_void_p * 4)(x.ctypes.data, xf.ctypes.data, y.ctypes.data, yf.ctypes.data),
+    # NOTE: a transposed operand (``weight.mT`` in a Linear) converts as its contiguous
+    # buffer; the result is transposed back, so it keeps the operand's strides pattern.
+    xc, yc = (x if px is True else x.transpose(px)), (y if py is True else y.transpose(py))
+    xf, yf = np.empty(xc.shape, F32), np.empty(yc.shape, F32)
+    fn((ctypes.c_void_p * 4)(xc.ctypes.data, xf.ctypes.data, yc.ctypes.data, yf.ctypes.data),
        (ctypes.c_int64 * 3)(x.size, y.size, PARALLEL_MIN), num_threads())
-    return xf, yf
+    return (xf if px is True else xf.transpose(np.argsort(px)),
+            yf if py is True else yf.transpose(np.argsort(py)))
+
+
+def _layout(x):
+    """True for a C-contiguous ``x``, else the axis order making it C-contiguous, or None."""
+    return True if x.flags.c_contiguous else _contiguous_perm(x)
 
 
 _PAIR_KERNELS = {F16: "f16_f32_pair", BF16: "bf16_f32_pair"}

@@ -49,11 +49,30 @@ def test_pair_bit_exact_every_pattern(dt, n0, pooled, monkeypatch):
     assert np.array_equal(_bits(yf), _bits(y.astype(np.float32)))
 
 
+@needs_cc
+@pytest.mark.parametrize("dt", LOW, ids=lambda d: d.name)
+def test_pair_transposed_operand_in_the_kernel(dt, monkeypatch):
+    """``x @ w.mT`` (a Linear): the transposed weight converts as its buffer in the same
+    call, and its float32 copy keeps the transposed layout (a BLAS transpose flag)."""
+    rng = np.random.default_rng(3)
+    x = rng.standard_normal((2, 33, 40)).astype(dt.np)
+    w = rng.standard_normal((24, 40)).astype(dt.np)
+    monkeypatch.setattr(ck, "to_float32", lambda a: pytest.fail("per-operand fallback"))
+    for a, b in ((x, w.T), (w.T, x.transpose(0, 2, 1)), (w.T, w)):
+        af, bf = ck.to_float32_pair(a, b)
+        assert af.shape == a.shape and bf.shape == b.shape
+        assert af.flags.c_contiguous == a.flags.c_contiguous
+        assert bf.flags.c_contiguous == b.flags.c_contiguous
+        assert np.array_equal(_bits(af), _bits(a.astype(np.float32)))
+        assert np.array_equal(_bits(bf), _bits(b.astype(np.float32)))
+
+
 @pytest.mark.parametrize("dt", LOW, ids=lambda d: d.name)
 def test_pair_falls_back_per_operand(dt):
-    """A transposed operand, mixed dtypes, or float32: each converts alone, same bits."""
+    """A strided (not permuted-contiguous) operand, mixed dtypes, or float32: each converts
+    alone, same bits."""
     a = np.random.default_rng(0).standard_normal((40, 24)).astype(dt.np)
-    for x, y in ((a, a.T), (a.T, a), (a, a.astype(np.float32))):
+    for x, y in ((a, a[:, ::2]), (a[::3], a.T), (a, a.astype(np.float32))):
         xf, yf = ck.to_float32_pair(x, y)
         assert np.array_equal(_bits(xf), _bits(x.astype(np.float32)))
         assert np.array_equal(_bits(yf), _bits(y.astype(np.float32)))
