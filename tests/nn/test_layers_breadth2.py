@@ -391,7 +391,7 @@ def test_pool3d_bad_input():
 NEW_MODULES = {"EmbeddingBag": "sparse", "MaxUnpool1d": "pooling", "MaxUnpool2d": "pooling",
                "MaxUnpool3d": "pooling", "LPPool1d": "pooling", "LPPool2d": "pooling",
                "LPPool3d": "pooling",
-               "Conv3d": "conv", "MaxPool3d": "pooling", "AvgPool3d": "pooling",
+               "Conv3d": "conv", "ConvTranspose3d": "conv", "MaxPool3d": "pooling", "AvgPool3d": "pooling",
                "AdaptiveAvgPool3d": "pooling", "AdaptiveMaxPool3d": "pooling"}
 
 
@@ -442,3 +442,43 @@ def test_pool_with_indices_match_torch(torch, name, shape, args):
     ref, tidx = getattr(torch.nn.functional, f"{name}_with_indices")(torch.tensor(x), *args)
     _same(out, ref)
     np.testing.assert_array_equal(idx.numpy(), tidx.numpy())
+
+
+CONVT3D_CASES = [
+    dict(),
+    dict(stride=2, padding=1),
+    dict(stride=(2, 1, 2), padding=(1, 0, 1), output_padding=(1, 0, 1), dilation=(1, 2, 1)),
+    dict(groups=2, stride=2, output_padding=1, bias=False),
+]
+
+
+@pytest.mark.parametrize("kw", CONVT3D_CASES, ids=str)
+def test_conv_transpose3d_matches_torch(torch, kw):
+    ours = nn.ConvTranspose3d(4, 6, (3, 2, 3), **kw).double()
+    theirs = torch.nn.ConvTranspose3d(4, 6, (3, 2, 3), **kw).double()
+    assert repr(ours) == repr(theirs)
+    with em.no_grad():
+        ours.weight.copy_(em.tensor(theirs.weight.detach().numpy()))
+        if ours.bias is not None:
+            ours.bias.copy_(em.tensor(theirs.bias.detach().numpy()))
+    x = _arr(2, 4, 3, 4, 5)
+    a, t = em.tensor(x, requires_grad=True), torch.tensor(x, requires_grad=True)
+    out, ref = ours(a), theirs(t)
+    _same(out, ref, rtol=1e-10, atol=1e-12)
+    g = _arr(*ref.shape)
+    out.backward(em.tensor(g))
+    ref.backward(torch.tensor(g))
+    _same(a.grad, t.grad, rtol=1e-10, atol=1e-11)
+    _same(ours.weight.grad, theirs.weight.grad, rtol=1e-10, atol=1e-11)
+    size = tuple(ref.shape[2:])
+    _same(ours(a, output_size=size), theirs(t, output_size=size), rtol=1e-10, atol=1e-12)
+
+
+def test_conv_transpose3d_gradcheck_and_errors():
+    x = em.tensor(_arr(1, 2, 2, 3, 2), requires_grad=True)
+    w = em.tensor(_arr(2, 2, 2, 2, 2), requires_grad=True)
+    assert gradcheck(lambda a, k: F.conv_transpose3d(a, k, stride=2, padding=1), (x, w))
+    with pytest.raises(ValueError, match=r"conv_transpose3d: expected a 5-D weight"):
+        F.conv_transpose3d(x, em.zeros(2, 2, 2, 2))
+    with pytest.raises(ValueError, match=r"conv_transpose3d: output_padding \(2, 2, 2\) must be"):
+        F.conv_transpose3d(x, w, stride=2, output_padding=2)

@@ -1,11 +1,13 @@
 """``conv3d`` as a composite of ``conv2d``: the depth taps of the kernel are summed, each one
-a 2-D convolution of the matching (strided, dilated) depth slices folded into the batch."""
+a 2-D convolution of the matching (strided, dilated) depth slices folded into the batch.
+``conv_transpose3d`` likewise: each depth tap is a ``conv_transpose2d`` of every input depth
+slice, added (``index_add``) at output depth ``i * stride + tap * dilation``, then cropped."""
 from __future__ import annotations
 
 from ...errors import ShapeError
 from ...tensor import Tensor
 
-__all__ = ['conv3d']
+__all__ = ['conv3d', 'conv_transpose3d']
 
 
 def _triple(v, name, op):
@@ -83,6 +85,62 @@ def conv3d(input: Tensor, weight: Tensor, bias: Tensor | None = None, stride=1, 
     if bias is not None:
         if tuple(bias.shape) != (weight.shape[0],):
             raise ShapeError(f"{op}: expected bias of shape ({weight.shape[0]},), got "
+                             f"{tuple(bias.shape)}")
+        out = out + bias.reshape(-1, 1, 1, 1)
+    return out.squeeze(0) if unb else out
+
+
+def conv_transpose3d(input: Tensor, weight: Tensor, bias: Tensor | None = None, stride=1,
+                     padding=0, output_padding=0, groups: int = 1, dilation=1) -> Tensor:
+    """Transposed 3-D convolution over ``(N, C, D, H, W)`` input (``F.conv_transpose3d``).
+
+    Args:
+        input: ``(N, C_in, D, H, W)`` or unbatched ``(C_in, D, H, W)``.
+        weight: ``(C_in, C_out / groups, kD, kH, kW)``.
+        bias: optional ``(C_out,)``.
+        stride, padding, output_padding, dilation: ints or 3-tuples.
+        groups: number of channel groups.
+
+    Returns:
+        ``(N, C_out, D_out, H_out, W_out)``, ``D_out = (D - 1) * stride - 2 * padding +
+        dilation * (kD - 1) + output_padding + 1`` (likewise for H and W).
+    """
+    from . import conv_transpose2d
+    from ...ops.factories import tensor, zeros
+    op = "conv_transpose3d"
+    if not isinstance(input, Tensor) or input.ndim not in (4, 5):
+        raise ShapeError(f"{op}: expected a 4-D (unbatched) or 5-D input, got shape "
+                         f"{tuple(getattr(input, 'shape', ()))}")
+    if not isinstance(weight, Tensor) or weight.ndim != 5:
+        raise ShapeError(f"{op}: expected a 5-D weight (in, out/groups, kD, kH, kW), got "
+                         f"{tuple(getattr(weight, 'shape', ()))}")
+    unb = input.ndim == 4
+    x = input.unsqueeze(0) if unb else input
+    s, d = _triple(stride, "stride", op), _triple(dilation, "dilation", op)
+    p, op_ = _triple(padding, "padding", op), _triple(output_padding, "output_padding", op)
+    if any(op_[i] >= max(s[i], d[i]) for i in range(3)):
+        raise ValueError(f"{op}: output_padding {op_} must be smaller than stride {s} or "
+                         f"dilation {d}")
+    n, c, depth = x.shape[:3]
+    k = weight.shape[2]
+    full = (depth - 1) * s[0] + d[0] * (k - 1) + 1 + op_[0]
+    d_out = full - 2 * p[0]
+    if d_out < 1:
+        raise ShapeError(f"{op}: the output depth would be {d_out} (input {tuple(input.shape)}, "
+                         f"weight {tuple(weight.shape)}, stride {s}, padding {p})")
+    flat = x.permute(0, 2, 1, 3, 4).reshape(n * depth, c, *x.shape[3:])
+    out = None
+    for j in range(k):
+        y = conv_transpose2d(flat, weight[:, :, j], None, s[1:], p[1:], op_[1:], groups, d[1:])
+        y = y.reshape(n, depth, *y.shape[1:])
+        if out is None:
+            out = zeros(n, full, *y.shape[2:], dtype=y.dtype, device=y.device)
+        pos = tensor([i * s[0] + j * d[0] for i in range(depth)], device=y.device)
+        out = out.index_add(1, pos, y)
+    out = out[:, p[0]:p[0] + d_out].permute(0, 2, 1, 3, 4)
+    if bias is not None:
+        if tuple(bias.shape) != (out.shape[1],):
+            raise ShapeError(f"{op}: expected bias of shape ({out.shape[1]},), got "
                              f"{tuple(bias.shape)}")
         out = out + bias.reshape(-1, 1, 1, 1)
     return out.squeeze(0) if unb else out

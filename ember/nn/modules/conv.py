@@ -1,4 +1,4 @@
-"""Convolution modules: Conv1d, Conv2d, Conv3d, ConvTranspose1d, ConvTranspose2d (PyTorch's surface)."""
+"""Convolution modules: Conv1d/2d/3d, ConvTranspose1d/2d/3d (PyTorch's surface)."""
 from __future__ import annotations
 
 from .. import functional as F
@@ -6,7 +6,8 @@ from ..module import Module
 from ..parameter import Parameter
 from .linear import _empty, default_init_
 
-__all__ = ['Conv1d', 'Conv2d', 'Conv3d', 'ConvTranspose1d', 'ConvTranspose2d']
+__all__ = ['Conv1d', 'Conv2d', 'Conv3d', 'ConvTranspose1d', 'ConvTranspose2d',
+           'ConvTranspose3d']
 
 _PADDING_MODES = ("zeros", "reflect", "replicate", "circular")
 
@@ -207,3 +208,9 @@ class ConvTranspose2d(_ConvTranspose):
     """
     _nd = 2
     _conv = staticmethod(F.conv_transpose2d)
+
+
+class ConvTranspose3d(_ConvTranspose):
+    """Transposed 3-D convolution; weight (in, out / groups, kd, kh, kw)."""
+    _nd = 3
+    _conv = staticmethod(F.conv_transpose3d)
