@@ -391,7 +391,7 @@ def test_pool3d_bad_input():
 NEW_MODULES = {"EmbeddingBag": "sparse", "MaxUnpool1d": "pooling", "MaxUnpool2d": "pooling",
                "MaxUnpool3d": "pooling", "LPPool1d": "pooling", "LPPool2d": "pooling",
                "LPPool3d": "pooling",
-               "Conv3d": "conv", "ConvTranspose3d": "conv", "MaxPool3d": "pooling", "AvgPool3d": "pooling",
+               "Conv3d": "conv", "ConvTranspose3d": "conv", "InstanceNorm3d": "instancenorm", "MaxPool3d": "pooling", "AvgPool3d": "pooling",
                "AdaptiveAvgPool3d": "pooling", "AdaptiveMaxPool3d": "pooling"}
 
 
@@ -482,3 +482,24 @@ def test_conv_transpose3d_gradcheck_and_errors():
         F.conv_transpose3d(x, em.zeros(2, 2, 2, 2))
     with pytest.raises(ValueError, match=r"conv_transpose3d: output_padding \(2, 2, 2\) must be"):
         F.conv_transpose3d(x, w, stride=2, output_padding=2)
+
+
+@pytest.mark.parametrize("kw", [dict(), dict(affine=True, track_running_stats=True)], ids=str)
+def test_instance_norm3d_matches_torch(torch, kw):
+    ours, theirs = nn.InstanceNorm3d(3, **kw).double(), torch.nn.InstanceNorm3d(3, **kw).double()
+    assert repr(ours) == repr(theirs)
+    for x in (_arr(2, 3, 4, 5, 3), _arr(3, 4, 5, 3)):
+        a, t = em.tensor(x, requires_grad=True), torch.tensor(x, requires_grad=True)
+        out, ref = ours(a), theirs(t)
+        _same(out, ref)
+        g = _arr(*ref.shape)
+        out.backward(em.tensor(g))
+        ref.backward(torch.tensor(g))
+        _same(a.grad, t.grad)
+    if kw:
+        _same(ours.running_var, theirs.running_var)
+        ours.eval(), theirs.eval()
+        x = _arr(2, 3, 4, 5, 3)
+        _same(ours(em.tensor(x)), theirs(torch.tensor(x)))
+    with pytest.raises(ValueError, match="InstanceNorm3d"):
+        ours(em.zeros(2, 3, 4))
