@@ -390,8 +390,8 @@ def test_pool3d_bad_input():
 
 NEW_MODULES = {"EmbeddingBag": "sparse", "MaxUnpool1d": "pooling", "MaxUnpool2d": "pooling",
                "MaxUnpool3d": "pooling", "LPPool1d": "pooling", "LPPool2d": "pooling",
-               "LPPool3d": "pooling",
-               "Conv3d": "conv", "ConvTranspose3d": "conv", "InstanceNorm3d": "instancenorm", "MaxPool3d": "pooling", "AvgPool3d": "pooling",
+               "LPPool3d": "pooling", "Conv3d": "conv", "ConvTranspose3d": "conv",
+               "InstanceNorm3d": "instancenorm", "MaxPool3d": "pooling", "AvgPool3d": "pooling",
                "AdaptiveAvgPool3d": "pooling", "AdaptiveMaxPool3d": "pooling"}
 
 

@@ -7,8 +7,8 @@ from ..module import Module
 
 __all__ = ['MaxPool1d', 'MaxPool2d', 'AvgPool1d', 'AvgPool2d', 'AdaptiveAvgPool1d',
            'AdaptiveAvgPool2d', 'AdaptiveMaxPool1d', 'AdaptiveMaxPool2d', 'MaxUnpool1d',
-           'MaxUnpool2d', 'MaxUnpool3d', 'LPPool1d', 'LPPool2d', 'LPPool3d', 'MaxPool3d', 'AvgPool3d',
-           'AdaptiveAvgPool3d', 'AdaptiveMaxPool3d']
+           'MaxUnpool2d', 'MaxUnpool3d', 'LPPool1d', 'LPPool2d', 'LPPool3d', 'MaxPool3d',
+           'AvgPool3d', 'AdaptiveAvgPool3d', 'AdaptiveMaxPool3d']
 
 
 class _MaxPoolNd(Module):
