@@ -30,6 +30,8 @@ _ARR = {
     "p": _rng.uniform(0.1, 0.9, (4, 4)), "a": np.array([0.25]),
     "sign": np.array([1.0, -1.0, 1.0, -1.0]), "q": _rng.standard_normal((2, 3, 4, 8)),
     "tgt": np.array([0, 3, 1, 2]), "idx": np.array([0, 2]),
+    "vol": _rng.standard_normal((1, 2, 4, 4, 4)), "w3": _rng.standard_normal((3, 2, 3, 3, 3)),
+    "wt3": _rng.standard_normal((2, 3, 2, 2, 2)),
 }
 
 #: (table name, fn(lib, F, t), names of the float inputs). ``lib`` is ember or torch.
@@ -54,6 +56,16 @@ CASES = [
     ("conv2d", lambda m, F, t: F.conv2d(t.img, t.w, padding=1)),
     ("conv_transpose1d", lambda m, F, t: F.conv_transpose1d(t.t1, t.wt1)),
     ("conv_transpose2d", lambda m, F, t: F.conv_transpose2d(t.img, t.wt)),
+    ("conv3d", lambda m, F, t: F.conv3d(t.vol, t.w3, padding=1)),
+    ("conv_transpose3d", lambda m, F, t: F.conv_transpose3d(t.vol, t.wt3)),
+    ("avg_pool3d", lambda m, F, t: F.avg_pool3d(t.vol, 2)),
+    ("max_pool3d", lambda m, F, t: F.max_pool3d(t.vol, 2)),
+    ("adaptive_avg_pool3d", lambda m, F, t: F.adaptive_avg_pool3d(t.vol, 2)),
+    ("adaptive_max_pool3d", lambda m, F, t: F.adaptive_max_pool3d(t.vol, 2)),
+    ("max_unpool2d", lambda m, F, t: F.max_unpool2d(
+        *F.max_pool2d(t.img, 2, return_indices=True), 2, output_size=(5, 5))),
+    ("max_unpool3d", lambda m, F, t: F.max_unpool3d(
+        *F.max_pool3d(t.vol, 2, return_indices=True), 2)),
     ("scaled_dot_product_attention",
      lambda m, F, t: F.scaled_dot_product_attention(t.q, t.q, t.q, is_causal=True)),
     ("prelu", lambda m, F, t: F.prelu(t.x, t.a)),

@@ -6,6 +6,7 @@ from __future__ import annotations
 
 from ...errors import ShapeError
 from ...tensor import Tensor
+from ...ops.dispatch import autocast_entry
 
 __all__ = ['conv3d', 'conv_transpose3d']
 
@@ -35,6 +36,7 @@ def _pads(padding, k, d, s, op):
     return tuple((v, v) for v in p)
 
 
+@autocast_entry("conv3d")
 def conv3d(input: Tensor, weight: Tensor, bias: Tensor | None = None, stride=1, padding=0,
            dilation=1, groups: int = 1) -> Tensor:
     """3-D convolution (cross-correlation) over ``(N, C, D, H, W)`` input (``F.conv3d``).
@@ -90,6 +92,7 @@ def conv3d(input: Tensor, weight: Tensor, bias: Tensor | None = None, stride=1, 
     return out.squeeze(0) if unb else out
 
 
+@autocast_entry("conv_transpose3d")
 def conv_transpose3d(input: Tensor, weight: Tensor, bias: Tensor | None = None, stride=1,
                      padding=0, output_padding=0, groups: int = 1, dilation=1) -> Tensor:
     """Transposed 3-D convolution over ``(N, C, D, H, W)`` input (``F.conv_transpose3d``).

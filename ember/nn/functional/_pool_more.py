@@ -6,6 +6,7 @@ from __future__ import annotations
 
 from ...errors import DTypeError, ShapeError
 from ...tensor import Tensor
+from ...ops.dispatch import autocast_entry
 
 __all__ = ['max_unpool1d', 'max_unpool2d', 'max_unpool3d', 'lp_pool1d', 'lp_pool2d', 'lp_pool3d',
            'max_pool3d', 'avg_pool3d', 'adaptive_avg_pool3d', 'adaptive_max_pool3d',
@@ -87,12 +88,14 @@ def max_unpool1d(input: Tensor, indices: Tensor, kernel_size, stride=None, paddi
     return _max_unpool(input, indices, kernel_size, stride, padding, output_size, 1)
 
 
+@autocast_entry("max_unpool2d")
 def max_unpool2d(input: Tensor, indices: Tensor, kernel_size, stride=None, padding=0,
                  output_size=None) -> Tensor:
     """Partial inverse of ``max_pool2d`` (see ``max_unpool1d``), ``(N, C, H, W)`` input."""
     return _max_unpool(input, indices, kernel_size, stride, padding, output_size, 2)
 
 
+@autocast_entry("max_unpool3d")
 def max_unpool3d(input: Tensor, indices: Tensor, kernel_size, stride=None, padding=0,
                  output_size=None) -> Tensor:
     """Partial inverse of a 3-D max pooling (see ``max_unpool1d``), ``(N, C, D, H, W)``."""
@@ -177,6 +180,7 @@ def _unfold_depth(y, n, o):
     return y.reshape(n, o, *y.shape[1:]).permute(0, 2, 1, 3, 4)
 
 
+@autocast_entry("max_pool3d")
 def max_pool3d(input: Tensor, kernel_size, stride=None, padding=0, dilation=1,
                ceil_mode: bool = False, return_indices: bool = False):
     """3-D max pooling over ``(N, C, D, H, W)`` input (``F.max_pool3d``).
@@ -211,6 +215,7 @@ def max_pool3d(input: Tensor, kernel_size, stride=None, padding=0, dilation=1,
     return out, (ind.squeeze(0) if unb else ind)
 
 
+@autocast_entry("avg_pool3d")
 def avg_pool3d(input: Tensor, kernel_size, stride=None, padding=0, ceil_mode: bool = False,
                count_include_pad: bool = True, divisor_override: int | None = None) -> Tensor:
     """3-D average pooling over ``(N, C, D, H, W)`` input (``F.avg_pool3d``).
@@ -247,6 +252,7 @@ def avg_pool3d(input: Tensor, kernel_size, stride=None, padding=0, ceil_mode: bo
     return out.squeeze(0) if unb else out
 
 
+@autocast_entry("adaptive_avg_pool3d")
 def adaptive_avg_pool3d(input: Tensor, output_size) -> Tensor:
     """Adaptive 3-D average pooling (``F.adaptive_avg_pool3d``): PyTorch's
     ``[floor(i*D/oD), ceil((i+1)*D/oD))`` cells, ``None`` keeping a dim's size.
@@ -270,6 +276,7 @@ def adaptive_avg_pool3d(input: Tensor, output_size) -> Tensor:
     return out.squeeze(0) if input.ndim == 4 else out
 
 
+@autocast_entry("adaptive_max_pool3d")
 def adaptive_max_pool3d(input: Tensor, output_size, return_indices: bool = False):
     """Adaptive 3-D max pooling (``F.adaptive_max_pool3d``), PyTorch's cells.
 
