@@ -175,36 +175,48 @@ class Identity(BasePruningMethod):
         return super().apply(module, name)
 
 
-class RandomUnstructured(BasePruningMethod):
-    """Prunes ``amount`` (a fraction or a count) of the entries chosen uniformly at random."""
+class _AmountPruning(BasePruningMethod):
+    """Shared body of the unstructured methods that zero ``amount`` entries.
+
+    Subclasses give ``_scores(t)`` and ``_LARGEST``: the ``k`` entries with the highest
+    (``_LARGEST``) or lowest score are pruned.
+    """
+
+    _LARGEST = True
 
     def __init__(self, amount):
         _validate_amount_init(amount)
         self.amount = amount
 
+    def _scores(self, t):
+        raise NotImplementedError
+
     def compute_mask(self, t, default_mask):
         k = _nparams_toprune(self.amount, t.numel())
         if k == 0:
             return default_mask.clone()
-        return _zero_at(default_mask, rand_like(t).reshape(-1).topk(k).indices)
+        return _zero_at(default_mask,
+                        self._scores(t).reshape(-1).topk(k, largest=self._LARGEST).indices)
+
+
+class RandomUnstructured(_AmountPruning):
+    """Prunes ``amount`` (a fraction or a count) of the entries chosen uniformly at random."""
+
+    def _scores(self, t):
+        return rand_like(t)
 
     @classmethod
     def apply(cls, module, name, amount):
         return super().apply(module, name, amount=amount)
 
 
-class L1Unstructured(BasePruningMethod):
+class L1Unstructured(_AmountPruning):
     """Prunes the ``amount`` (fraction or count) entries of smallest absolute value."""
 
-    def __init__(self, amount):
-        _validate_amount_init(amount)
-        self.amount = amount
+    _LARGEST = False
 
-    def compute_mask(self, t, default_mask):
-        k = _nparams_toprune(self.amount, t.numel())
-        if k == 0:
-            return default_mask.clone()
-        return _zero_at(default_mask, t.abs().reshape(-1).topk(k, largest=False).indices)
+    def _scores(self, t):
+        return t.abs()
 
     @classmethod
     def apply(cls, module, name, amount, importance_scores=None):
