@@ -10,6 +10,7 @@ from ...autograd.grad_mode import no_grad
 from .. import functional as F
 from ..module import Module
 from ..parameter import Parameter
+from ._reparam_hook import remove_hook, take_hooked_parameter
 
 __all__ = ["spectral_norm", "remove_spectral_norm", "SpectralNorm"]
 
@@ -56,14 +57,7 @@ class SpectralNorm:
     @staticmethod
     def apply(module: Module, name: str, n_power_iterations: int, dim: int,
               eps: float) -> "SpectralNorm":
-        for hook in module._forward_pre_hooks.values():
-            if isinstance(hook, SpectralNorm) and hook.name == name:
-                raise RuntimeError(f"spectral_norm: cannot register two spectral_norm hooks "
-                                   f"on the same parameter '{name}'")
-        weight = module._parameters.get(name)
-        if weight is None:
-            raise ValueError(f"spectral_norm: module {type(module).__name__} has no parameter "
-                             f"'{name}' (parameters: {list(module._parameters)})")
+        weight = take_hooked_parameter(module, name, SpectralNorm, "spectral_norm")
         fn = SpectralNorm(name, n_power_iterations, dim, eps)
         with no_grad():
             h, w = fn.reshape_weight_to_matrix(weight).shape
@@ -104,10 +98,4 @@ def remove_spectral_norm(module: Module, name: str = "weight") -> Module:
     Raises:
         ValueError: no spectral_norm hook on ``name``.
     """
-    for k, hook in module._forward_pre_hooks.items():
-        if isinstance(hook, SpectralNorm) and hook.name == name:
-            hook.remove(module)
-            del module._forward_pre_hooks[k]
-            return module
-    raise ValueError(f"remove_spectral_norm: spectral_norm of '{name}' not found in "
-                     f"{type(module).__name__}")
+    return remove_hook(module, name, SpectralNorm, "spectral_norm")

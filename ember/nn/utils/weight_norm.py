@@ -10,6 +10,7 @@ import warnings
 
 from ..module import Module
 from ..parameter import Parameter
+from ._reparam_hook import remove_hook, take_hooked_parameter
 from .parametrizations import _weight_norm, norm_except_dim
 
 __all__ = ["weight_norm", "remove_weight_norm", "WeightNorm"]
@@ -28,13 +29,7 @@ class WeightNorm:
 
     @staticmethod
     def apply(module: Module, name: str, dim: int | None) -> "WeightNorm":
-        for hook in module._forward_pre_hooks.values():
-            if isinstance(hook, WeightNorm) and hook.name == name:
-                raise RuntimeError(f"weight_norm: cannot register two weight_norm hooks on "
-                                   f"the same parameter '{name}'")
-        if name not in module._parameters or module._parameters[name] is None:
-            raise ValueError(f"weight_norm: module {type(module).__name__} has no parameter "
-                             f"'{name}' (parameters: {list(module._parameters)})")
+        take_hooked_parameter(module, name, WeightNorm, "weight_norm")
         fn = WeightNorm(name, dim)
         weight = module._parameters.pop(name)
         module.register_parameter(name + "_g",
@@ -80,10 +75,4 @@ def remove_weight_norm(module: Module, name: str = "weight") -> Module:
     Raises:
         ValueError: no weight_norm hook on ``name``.
     """
-    for k, hook in module._forward_pre_hooks.items():
-        if isinstance(hook, WeightNorm) and hook.name == name:
-            hook.remove(module)
-            del module._forward_pre_hooks[k]
-            return module
-    raise ValueError(f"remove_weight_norm: weight_norm of '{name}' not found in "
-                     f"{type(module).__name__}")
+    return remove_hook(module, name, WeightNorm, "weight_norm")
