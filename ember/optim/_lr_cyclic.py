@@ -84,7 +84,29 @@ def _one_cycle_phases(total: int, pct: float, three_phase: bool) -> list[dict]:
             ph(total - 1, "max_lr", "min_lr", "base_momentum", "max_momentum")]
 
 
-class OneCycleLR(LRScheduler):
+class _MomentumCycling:
+    """Mixin of the schedulers that cycle the momentum (or Adam's ``beta1``) of each group."""
+
+    def _check_momentum(self, optimizer) -> None:
+        if "momentum" not in optimizer.defaults and "betas" not in optimizer.defaults:
+            raise ValueError("optimizer must support momentum or beta1 with `cycle_momentum` "
+                             "option enabled")
+        self.use_beta1 = "betas" in optimizer.defaults
+
+    def _start_momentum(self, optimizer, maxs, bases, last_epoch) -> None:
+        if last_epoch == -1:
+            for m, b, group in zip(maxs, bases, optimizer.param_groups, strict=True):
+                self._set_momentum(group, m)
+                group["max_momentum"], group["base_momentum"] = m, b
+
+    def _set_momentum(self, group, m) -> None:
+        if self.use_beta1:
+            group["betas"] = (m, *group["betas"][1:])
+        else:
+            group["momentum"] = m
+
+
+class OneCycleLR(_MomentumCycling, LRScheduler):
     """The 1cycle policy (Smith & Topin 2018), stepped once per *batch*.
 
     The lr rises from ``max_lr / div_factor`` to ``max_lr`` over ``pct_start`` of the
@@ -126,22 +148,10 @@ class OneCycleLR(LRScheduler):
         super().__init__(optimizer, last_epoch)
 
     def _init_momentum(self, optimizer, base_momentum, max_momentum, last_epoch) -> None:
-        if "momentum" not in optimizer.defaults and "betas" not in optimizer.defaults:
-            raise ValueError("optimizer must support momentum or beta1 with `cycle_momentum` "
-                             "option enabled")
-        self.use_beta1 = "betas" in optimizer.defaults
+        self._check_momentum(optimizer)
         maxs = _format_param("max_momentum", optimizer, max_momentum)
         bases = _format_param("base_momentum", optimizer, base_momentum)
-        if last_epoch == -1:
-            for m, b, group in zip(maxs, bases, optimizer.param_groups):
-                self._set_momentum(group, m)
-                group["max_momentum"], group["base_momentum"] = m, b
-
-    def _set_momentum(self, group, m) -> None:
-        if self.use_beta1:
-            group["betas"] = (m, *group["betas"][1:])
-        else:
-            group["momentum"] = m
+        self._start_momentum(optimizer, maxs, bases, last_epoch)
 
     def _anneal(self, start, end, pct):
         if self._anneal_func_type == "cos":

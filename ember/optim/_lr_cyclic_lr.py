@@ -7,12 +7,13 @@ from functools import partial
 from typing import Any, Callable
 
 from ._lr_base import LRScheduler, _format_param
+from ._lr_cyclic import _MomentumCycling
 from .optimizer import Optimizer
 
 __all__ = ["CyclicLR"]
 
 
-class CyclicLR(LRScheduler):
+class CyclicLR(_MomentumCycling, LRScheduler):
     """Cycles each group's lr between ``base_lr`` and ``max_lr`` (Smith 2017), stepped
     once per *batch*: ``step_size_up`` iterations up, ``step_size_down`` (default the same)
     down. ``mode`` scales the amplitude per cycle: ``"triangular"`` (constant),
@@ -63,23 +64,10 @@ class CyclicLR(LRScheduler):
         self.base_lrs = base_lrs
 
     def _init_momentum(self, optimizer, base_momentum, max_momentum, last_epoch) -> None:
-        if "momentum" not in optimizer.defaults and "betas" not in optimizer.defaults:
-            raise ValueError("optimizer must support momentum or beta1 with `cycle_momentum` "
-                             "option enabled")
-        self.use_beta1 = "betas" in optimizer.defaults
+        self._check_momentum(optimizer)
         self.base_momentums = _format_param("base_momentum", optimizer, base_momentum)
         self.max_momentums = _format_param("max_momentum", optimizer, max_momentum)
-        if last_epoch == -1:
-            for m, b, group in zip(self.max_momentums, self.base_momentums,
-                                   optimizer.param_groups, strict=True):
-                self._set_momentum(group, m)
-                group["max_momentum"], group["base_momentum"] = m, b
-
-    def _set_momentum(self, group, m) -> None:
-        if self.use_beta1:
-            group["betas"] = (m, *group["betas"][1:])
-        else:
-            group["momentum"] = m
+        self._start_momentum(optimizer, self.max_momentums, self.base_momentums, last_epoch)
 
     def _init_scale_fn(self) -> None:
         if self._scale_fn_custom is not None:
