@@ -33,17 +33,10 @@ class Embedding(Module):
             padding_idx %= num_embeddings
         self.padding_idx, self.max_norm, self.norm_type = padding_idx, max_norm, norm_type
         self.scale_grad_by_freq, self.sparse = scale_grad_by_freq, sparse
+        self.weight = _table("Embedding", num_embeddings, embedding_dim, _weight, device, dtype,
+                             requires_grad=not _freeze)
         if _weight is None:
-            from ...ops.factories import empty
-            self.weight = Parameter(empty(num_embeddings, embedding_dim, device=device,
-                                          dtype=dtype), requires_grad=not _freeze)
             self.reset_parameters()
-        else:
-            if tuple(_weight.shape) != (num_embeddings, embedding_dim):
-                raise ShapeError(f"Embedding: shape of weight {tuple(_weight.shape)} does not "
-                                 f"match num_embeddings and embedding_dim "
-                                 f"({num_embeddings}, {embedding_dim})")
-            self.weight = Parameter(_weight, requires_grad=not _freeze)
 
     def reset_parameters(self) -> None:
         with no_grad():
@@ -78,10 +71,7 @@ class Embedding(Module):
                         max_norm: float | None = None, norm_type: float = 2.0,
                         scale_grad_by_freq: bool = False, sparse: bool = False) -> "Embedding":
         """An Embedding whose table is ``embeddings`` (2-D), frozen unless ``freeze=False``."""
-        if embeddings.ndim != 2:
-            raise ShapeError(f"Embedding.from_pretrained: embeddings parameter is expected to "
-                             f"be 2-dimensional, got shape {tuple(embeddings.shape)}")
-        rows, cols = embeddings.shape
+        rows, cols = _table_shape("Embedding", embeddings)
         return cls(rows, cols, padding_idx, max_norm, norm_type, scale_grad_by_freq, sparse,
                    _weight=embeddings, _freeze=freeze)
 
@@ -114,17 +104,10 @@ class EmbeddingBag(Module):
                                  f"({num_embeddings}), got {padding_idx}")
             padding_idx %= num_embeddings
         self.padding_idx = padding_idx
+        self.weight = _table("EmbeddingBag", num_embeddings, embedding_dim, _weight, device,
+                             dtype)
         if _weight is None:
-            from ...ops.factories import empty
-            self.weight = Parameter(empty(num_embeddings, embedding_dim, device=device,
-                                          dtype=dtype))
             self.reset_parameters()
-        else:
-            if tuple(_weight.shape) != (num_embeddings, embedding_dim):
-                raise ShapeError(f"EmbeddingBag: shape of weight {tuple(_weight.shape)} does "
-                                 f"not match num_embeddings and embedding_dim "
-                                 f"({num_embeddings}, {embedding_dim})")
-            self.weight = Parameter(_weight)
 
     reset_parameters = Embedding.reset_parameters
     _fill_padding_idx_with_zero = Embedding._fill_padding_idx_with_zero
@@ -154,12 +137,31 @@ class EmbeddingBag(Module):
                         include_last_offset: bool = False,
                         padding_idx: int | None = None) -> "EmbeddingBag":
         """An EmbeddingBag whose table is ``embeddings`` (2-D), frozen unless ``freeze=False``."""
-        if embeddings.ndim != 2:
-            raise ShapeError(f"EmbeddingBag.from_pretrained: embeddings parameter is expected "
-                             f"to be 2-dimensional, got shape {tuple(embeddings.shape)}")
-        rows, cols = embeddings.shape
+        rows, cols = _table_shape("EmbeddingBag", embeddings)
         bag = cls(rows, cols, max_norm, norm_type, scale_grad_by_freq, mode, sparse,
                   _weight=embeddings, include_last_offset=include_last_offset,
                   padding_idx=padding_idx)
         bag.weight.requires_grad = not freeze
         return bag
+
+
+def _table(owner: str, num_embeddings: int, embedding_dim: int, _weight, device, dtype,
+           requires_grad: bool = True) -> Parameter:
+    """The table: ``_weight`` (checked to be ``(num_embeddings, embedding_dim)``) or a new,
+    uninitialised one (the caller resets it)."""
+    if _weight is None:
+        from ...ops.factories import empty
+        return Parameter(empty(num_embeddings, embedding_dim, device=device, dtype=dtype),
+                         requires_grad=requires_grad)
+    if tuple(_weight.shape) != (num_embeddings, embedding_dim):
+        raise ShapeError(f"{owner}: shape of weight {tuple(_weight.shape)} does not match "
+                         f"num_embeddings and embedding_dim ({num_embeddings}, {embedding_dim})")
+    return Parameter(_weight, requires_grad=requires_grad)
+
+
+def _table_shape(owner: str, embeddings) -> tuple:
+    """``(rows, cols)`` of a ``from_pretrained`` table, which must be 2-D."""
+    if embeddings.ndim != 2:
+        raise ShapeError(f"{owner}.from_pretrained: embeddings parameter is expected to be "
+                         f"2-dimensional, got shape {tuple(embeddings.shape)}")
+    return tuple(embeddings.shape)
