@@ -32,6 +32,34 @@ def _same(got, want, rtol=1e-10, atol=1e-12):
     np.testing.assert_allclose(got, want, rtol=rtol, atol=atol)
 
 
+def _same_then_backward(torch, out, ref):
+    """Check ``out`` against ``ref``, then back-propagate one random gradient through both."""
+    _same(out, ref)
+    g = _arr(*ref.shape)
+    out.backward(em.tensor(g))
+    ref.backward(torch.tensor(g))
+
+
+def _module_matches(torch, ours, theirs, x, grad_atol=1e-12):
+    """Run ``x`` through both modules; outputs and input gradients must agree.
+
+    Returns:
+        The (ember, torch) inputs, for further checks.
+    """
+    a, t = em.tensor(x, requires_grad=True), torch.tensor(x, requires_grad=True)
+    _same_then_backward(torch, ours(a), theirs(t))
+    _same(a.grad, t.grad, rtol=1e-10, atol=grad_atol)
+    return a, t
+
+
+def _copy_params(ours, theirs):
+    """Give ``ours`` the weight (and bias) of the torch module ``theirs``."""
+    with em.no_grad():
+        ours.weight.copy_(em.tensor(theirs.weight.detach().numpy()))
+        if ours.bias is not None:
+            ours.bias.copy_(em.tensor(theirs.bias.detach().numpy()))
+
+
 # ------------------------------------------------------------------ affine_grid / grid_sample
 @pytest.mark.parametrize("spatial", [(4, 5), (3, 4, 5), (1, 3)])
 @pytest.mark.parametrize("align_corners", [False, True])
@@ -42,10 +70,7 @@ def test_affine_grid_matches_torch(torch, spatial, align_corners):
     a, t = em.tensor(th, requires_grad=True), torch.tensor(th, requires_grad=True)
     out = F.affine_grid(a, size, align_corners=align_corners)
     ref = torch.nn.functional.affine_grid(t, size, align_corners=align_corners)
-    _same(out, ref)
-    g = _arr(*ref.shape)
-    out.backward(em.tensor(g))
-    ref.backward(torch.tensor(g))
+    _same_then_backward(torch, out, ref)
     _same(a.grad, t.grad)
 
 
@@ -62,10 +87,7 @@ def test_grid_sample_matches_torch(torch, nd, mode, padding_mode, align_corners)
     ta, tb = torch.tensor(x, requires_grad=True), torch.tensor(grid, requires_grad=True)
     out = F.grid_sample(a, b, mode, padding_mode, align_corners)
     ref = torch.nn.functional.grid_sample(ta, tb, mode, padding_mode, align_corners)
-    _same(out, ref)
-    g = _arr(*ref.shape)
-    out.backward(em.tensor(g))
-    ref.backward(torch.tensor(g))
+    _same_then_backward(torch, out, ref)
     _same(a.grad, ta.grad)
     _same(b.grad, tb.grad, rtol=1e-9, atol=1e-12)
 
@@ -131,10 +153,7 @@ def test_embedding_bag_matches_torch(torch, case, mode, padding):
     out = F.embedding_bag(em.tensor(idx), w, None if off is None else em.tensor(off), **kw)
     ref = torch.nn.functional.embedding_bag(torch.tensor(idx), tw,
                                             None if off is None else torch.tensor(off), **kw)
-    _same(out, ref)
-    g = _arr(*ref.shape)
-    out.backward(em.tensor(g))
-    ref.backward(torch.tensor(g))
+    _same_then_backward(torch, out, ref)
     _same(w.grad, tw.grad)
 
 
@@ -149,10 +168,7 @@ def test_embedding_bag_per_sample_weights_matches_torch(torch, case):
                           include_last_offset=last)
     ref = torch.nn.functional.embedding_bag(torch.tensor(idx), tw, offs[1], mode="sum",
                                             per_sample_weights=tp, include_last_offset=last)
-    _same(out, ref)
-    g = _arr(*ref.shape)
-    out.backward(em.tensor(g))
-    ref.backward(torch.tensor(g))
+    _same_then_backward(torch, out, ref)
     _same(w.grad, tw.grad)
     _same(p.grad, tp.grad)
 
@@ -219,10 +235,7 @@ def test_max_unpool_matches_torch(torch, nd, shape, kw, size):
     a, t = em.tensor(pooled.numpy(), requires_grad=True), pooled.clone().requires_grad_()
     out = ours(a, em.tensor(idx.numpy()), output_size=size)
     ref = theirs(t, idx, output_size=size)
-    _same(out, ref)
-    g = _arr(*ref.shape)
-    out.backward(em.tensor(g))
-    ref.backward(torch.tensor(g))
+    _same_then_backward(torch, out, ref)
     _same(a.grad, t.grad)
 
 
@@ -250,13 +263,7 @@ def test_lp_pool_matches_torch(torch, nd, p, ceil_mode):
     args = (p, 3, 2, ceil_mode)
     ours, theirs = getattr(nn, f"LPPool{nd}d")(*args), getattr(torch.nn, f"LPPool{nd}d")(*args)
     assert repr(ours) == repr(theirs)
-    a, t = em.tensor(x, requires_grad=True), torch.tensor(x, requires_grad=True)
-    out, ref = ours(a), theirs(t)
-    _same(out, ref)
-    g = _arr(*ref.shape)
-    out.backward(em.tensor(g))
-    ref.backward(torch.tensor(g))
-    _same(a.grad, t.grad)
+    _module_matches(torch, ours, theirs, x)
 
 
 def test_lp_pool_gradcheck():
@@ -299,18 +306,9 @@ def test_conv3d_matches_torch(torch, kw):
         torch.nn.Conv3d(4, 6, (3, 2, 3), **kw).double()
     assert repr(ours) == repr(theirs)
     assert ours.weight.shape == tuple(theirs.weight.shape)
-    with em.no_grad():
-        ours.weight.copy_(em.tensor(theirs.weight.detach().numpy()))
-        if ours.bias is not None:
-            ours.bias.copy_(em.tensor(theirs.bias.detach().numpy()))
+    _copy_params(ours, theirs)
     x = _arr(2, 4, 6, 7, 5)
-    a, t = em.tensor(x, requires_grad=True), torch.tensor(x, requires_grad=True)
-    out, ref = ours(a), theirs(t)
-    _same(out, ref, rtol=1e-10, atol=1e-12)
-    g = _arr(*ref.shape)
-    out.backward(em.tensor(g))
-    ref.backward(torch.tensor(g))
-    _same(a.grad, t.grad)
+    _module_matches(torch, ours, theirs, x)
     _same(ours.weight.grad, theirs.weight.grad, rtol=1e-10, atol=1e-11)
 
 
@@ -358,13 +356,7 @@ def test_pool3d_matches_torch(torch, name, args, kw, batched):
     x = _arr(2, 3, 7, 6, 5) if batched else _arr(3, 7, 6, 5)
     ours, theirs = getattr(nn, name)(*args, **kw), getattr(torch.nn, name)(*args, **kw)
     assert repr(ours) == repr(theirs)
-    a, t = em.tensor(x, requires_grad=True), torch.tensor(x, requires_grad=True)
-    out, ref = ours(a), theirs(t)
-    _same(out, ref)
-    g = _arr(*ref.shape)
-    out.backward(em.tensor(g))
-    ref.backward(torch.tensor(g))
-    _same(a.grad, t.grad)
+    _module_matches(torch, ours, theirs, x)
 
 
 def test_pool3d_gradcheck():
@@ -457,20 +449,11 @@ def test_conv_transpose3d_matches_torch(torch, kw):
     ours = nn.ConvTranspose3d(4, 6, (3, 2, 3), **kw).double()
     theirs = torch.nn.ConvTranspose3d(4, 6, (3, 2, 3), **kw).double()
     assert repr(ours) == repr(theirs)
-    with em.no_grad():
-        ours.weight.copy_(em.tensor(theirs.weight.detach().numpy()))
-        if ours.bias is not None:
-            ours.bias.copy_(em.tensor(theirs.bias.detach().numpy()))
+    _copy_params(ours, theirs)
     x = _arr(2, 4, 3, 4, 5)
-    a, t = em.tensor(x, requires_grad=True), torch.tensor(x, requires_grad=True)
-    out, ref = ours(a), theirs(t)
-    _same(out, ref, rtol=1e-10, atol=1e-12)
-    g = _arr(*ref.shape)
-    out.backward(em.tensor(g))
-    ref.backward(torch.tensor(g))
-    _same(a.grad, t.grad, rtol=1e-10, atol=1e-11)
+    a, t = _module_matches(torch, ours, theirs, x, grad_atol=1e-11)
     _same(ours.weight.grad, theirs.weight.grad, rtol=1e-10, atol=1e-11)
-    size = tuple(ref.shape[2:])
+    size = tuple(theirs(t).shape[2:])
     _same(ours(a, output_size=size), theirs(t, output_size=size), rtol=1e-10, atol=1e-12)
 
 
@@ -489,13 +472,7 @@ def test_instance_norm3d_matches_torch(torch, kw):
     ours, theirs = nn.InstanceNorm3d(3, **kw).double(), torch.nn.InstanceNorm3d(3, **kw).double()
     assert repr(ours) == repr(theirs)
     for x in (_arr(2, 3, 4, 5, 3), _arr(3, 4, 5, 3)):
-        a, t = em.tensor(x, requires_grad=True), torch.tensor(x, requires_grad=True)
-        out, ref = ours(a), theirs(t)
-        _same(out, ref)
-        g = _arr(*ref.shape)
-        out.backward(em.tensor(g))
-        ref.backward(torch.tensor(g))
-        _same(a.grad, t.grad)
+        _module_matches(torch, ours, theirs, x)
     if kw:
         _same(ours.running_var, theirs.running_var)
         ours.eval(), theirs.eval()
