@@ -36,6 +36,28 @@ def _pads(padding, k, d, s, op):
     return tuple((v, v) for v in p)
 
 
+def _batched(input, weight, op, layout):
+    """Check a 4-/5-D input and a 5-D weight; return (unbatched?, the 5-D input)."""
+    if not isinstance(input, Tensor) or input.ndim not in (4, 5):
+        raise ShapeError(f"{op}: expected a 4-D (unbatched) or 5-D input, got shape "
+                         f"{tuple(getattr(input, 'shape', ()))}")
+    if not isinstance(weight, Tensor) or weight.ndim != 5:
+        raise ShapeError(f"{op}: expected a 5-D weight ({layout}, kD, kH, kW), got "
+                         f"{tuple(getattr(weight, 'shape', ()))}")
+    unb = input.ndim == 4
+    return unb, input.unsqueeze(0) if unb else input
+
+
+def _finish(out, bias, c_out, unb, op):
+    """Add the (checked ``(c_out,)``) bias and drop the batch dim of an unbatched call."""
+    if bias is not None:
+        if tuple(bias.shape) != (c_out,):
+            raise ShapeError(f"{op}: expected bias of shape ({c_out},), got "
+                             f"{tuple(bias.shape)}")
+        out = out + bias.reshape(-1, 1, 1, 1)
+    return out.squeeze(0) if unb else out
+
+
 @autocast_entry("conv3d")
 def conv3d(input: Tensor, weight: Tensor, bias: Tensor | None = None, stride=1, padding=0,
            dilation=1, groups: int = 1) -> Tensor:
@@ -53,14 +75,7 @@ def conv3d(input: Tensor, weight: Tensor, bias: Tensor | None = None, stride=1, 
     """
     from . import conv2d, pad
     op = "conv3d"
-    if not isinstance(input, Tensor) or input.ndim not in (4, 5):
-        raise ShapeError(f"{op}: expected a 4-D (unbatched) or 5-D input, got shape "
-                         f"{tuple(getattr(input, 'shape', ()))}")
-    if not isinstance(weight, Tensor) or weight.ndim != 5:
-        raise ShapeError(f"{op}: expected a 5-D weight (out, in/groups, kD, kH, kW), got "
-                         f"{tuple(getattr(weight, 'shape', ()))}")
-    unb = input.ndim == 4
-    x = input.unsqueeze(0) if unb else input
+    unb, x = _batched(input, weight, op, "out, in/groups")
     k = tuple(weight.shape[2:])
     s, d = _triple(stride, "stride", op), _triple(dilation, "dilation", op)
     pads = _pads(padding, k, d, s, op)
@@ -84,12 +99,7 @@ def conv3d(input: Tensor, weight: Tensor, bias: Tensor | None = None, stride=1, 
         y = conv2d(sl, weight[:, :, j], None, s[1:], hw_pad, d[1:], groups)
         out = y if out is None else out + y
     out = out.reshape(n, d_out, *out.shape[1:]).permute(0, 2, 1, 3, 4)
-    if bias is not None:
-        if tuple(bias.shape) != (weight.shape[0],):
-            raise ShapeError(f"{op}: expected bias of shape ({weight.shape[0]},), got "
-                             f"{tuple(bias.shape)}")
-        out = out + bias.reshape(-1, 1, 1, 1)
-    return out.squeeze(0) if unb else out
+    return _finish(out, bias, weight.shape[0], unb, op)
 
 
 @autocast_entry("conv_transpose3d")
@@ -111,14 +121,7 @@ def conv_transpose3d(input: Tensor, weight: Tensor, bias: Tensor | None = None, 
     from . import conv_transpose2d
     from ...ops.factories import tensor, zeros
     op = "conv_transpose3d"
-    if not isinstance(input, Tensor) or input.ndim not in (4, 5):
-        raise ShapeError(f"{op}: expected a 4-D (unbatched) or 5-D input, got shape "
-                         f"{tuple(getattr(input, 'shape', ()))}")
-    if not isinstance(weight, Tensor) or weight.ndim != 5:
-        raise ShapeError(f"{op}: expected a 5-D weight (in, out/groups, kD, kH, kW), got "
-                         f"{tuple(getattr(weight, 'shape', ()))}")
-    unb = input.ndim == 4
-    x = input.unsqueeze(0) if unb else input
+    unb, x = _batched(input, weight, op, "in, out/groups")
     s, d = _triple(stride, "stride", op), _triple(dilation, "dilation", op)
     p, op_ = _triple(padding, "padding", op), _triple(output_padding, "output_padding", op)
     if any(op_[i] >= max(s[i], d[i]) for i in range(3)):
@@ -141,9 +144,4 @@ def conv_transpose3d(input: Tensor, weight: Tensor, bias: Tensor | None = None, 
         pos = tensor([i * s[0] + j * d[0] for i in range(depth)], device=y.device)
         out = out.index_add(1, pos, y)
     out = out[:, p[0]:p[0] + d_out].permute(0, 2, 1, 3, 4)
-    if bias is not None:
-        if tuple(bias.shape) != (out.shape[1],):
-            raise ShapeError(f"{op}: expected bias of shape ({out.shape[1]},), got "
-                             f"{tuple(bias.shape)}")
-        out = out + bias.reshape(-1, 1, 1, 1)
-    return out.squeeze(0) if unb else out
+    return _finish(out, bias, out.shape[1], unb, op)
