@@ -1,10 +1,9 @@
 """The C source of :mod:`.attention_kernels` (the loops and the notes on why they look so).
 
-:data:`HEAD` is shared; :data:`BODY` is written once with ``T`` (the element type),
-``EXP`` (its ``exp``) and the suffix ``{S}``, and instantiated per dtype by
-:func:`.attention_kernels.source`. Every output is written through its own pointer and
-strides (``g[23:35]``), so a graph can have the results land in the layout their readers
-want (:mod:`ember.graph.passes.sdpa_layout`).
+:data:`HEAD` is shared; :data:`BODY`, one copy per dtype, is written with ``T`` (element type),
+``EXP`` (its ``exp``) and suffix ``{S}``, instantiated by :func:`.attention_kernels.source`.
+Every output is written through its own pointer and strides (``g[23:35]``), so a graph can
+have the results land in the layout their readers want (:mod:`ember.graph.passes.sdpa_layout`).
 """
 from __future__ import annotations
 
@@ -90,7 +89,6 @@ static void ember_sdpa_launch(ember_run_fn run, char **ptrs, const int64_t *g,
 }
 """
 
-# One copy per dtype: T is the element type, EXP its exp, {S} the suffix.
 BODY = r"""
 typedef T ember_v{S} __attribute__((vector_size(32)));
 #define VT ember_v{S}
