@@ -10,6 +10,7 @@ from . import dtypes
 from .dtypes import (DType, bfloat16, bool_ as bool, double, finfo, float, float16, float32,
                      float64, get_default_dtype, half, iinfo, int, int8, int16, int32, int64,
                      long, promote_types, result_type, set_default_dtype, short, uint8)
+from .dtypes import cdouble, cfloat, complex64, complex128  # noqa: F401
 from .device import Event, Stream, device
 from .errors import DTypeError, DeviceError, EmberError, GraphError, ShapeError
 from .tensor import Size, Tensor

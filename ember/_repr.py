@@ -133,6 +133,24 @@ class _Formatter:
         return (self.max_width - len(ret)) * " " + ret
 
 
+class _ComplexFormatter:
+    """PyTorch's complex layout: the real parts and the imaginary parts each get their own
+    :class:`_Formatter`; an element prints as ``real`` then the signed ``imag`` + ``j``."""
+
+    def __init__(self, arr: np.ndarray):
+        self.re, self.im = _Formatter(arr.real), _Formatter(arr.imag)
+        self.max_width = self.re.max_width + self.im.max_width + 1
+
+    def format(self, value) -> str:
+        real = self.re.format(value.real)
+        imag = (self.im.format(value.imag) + "j").lstrip()
+        return real + imag if imag[0] in "+-" else real + "+" + imag
+
+
+def _formatter(arr: np.ndarray):
+    return _ComplexFormatter(arr) if arr.dtype.kind == "c" else _Formatter(arr)
+
+
 def _summarized(arr: np.ndarray) -> np.ndarray:
     """The elements a summarised print shows (to size the formatter on)."""
     e = PRINT_OPTS.edgeitems
@@ -205,6 +223,7 @@ def tensor_repr(self: Tensor) -> str:
     if self._device.type != "cpu":
         suffixes.append(f"device='{self._device}'")
     default = _dt.get_default_dtype()
+    cdefault = _dt.as_dtype(complex)
     if self._data.size == 0:
         if self._data.ndim != 1:
             suffixes.append(f"size={tuple(self._data.shape)}")
@@ -214,11 +233,11 @@ def tensor_repr(self: Tensor) -> str:
     else:
         if not PRINT_OPTS.edgeitems:
             suffixes.append(f"size={tuple(self._data.shape)}")
-        if self._dtype not in (default, _dt.int64, _dt.bool_):
+        if self._dtype not in (default, cdefault, _dt.int64, _dt.bool_):
             suffixes.append(f"dtype={self._dtype!r}")
         arr = _host(self)
         summarize = arr.size > PRINT_OPTS.threshold
-        fmt = _Formatter(_summarized(arr) if summarize else arr)
+        fmt = _formatter(_summarized(arr) if summarize else arr)
         body = _tensor_str(arr, indent, summarize, fmt)
     if self._grad_fn is not None:
         suffixes.append(f"grad_fn=<{self._grad_fn.name()}>")

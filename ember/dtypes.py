@@ -2,8 +2,9 @@
 
 A :class:`DType` is a small immutable descriptor wrapping the NumPy dtype that
 backs it (bfloat16 comes from ``ml_dtypes``). Promotion follows PyTorch:
-categories are ordered bool < integer < floating; when operands of different
-categories meet, the higher category wins; dimensioned tensors outrank
+categories are ordered bool < integer < floating < complex; when operands of different
+categories meet, the higher category wins (a complex operand meeting a wider floating one
+widens to the complex dtype of that float: float64 + complex64 -> complex128); dimensioned tensors outrank
 zero-dim tensors, which outrank Python scalars, unless the weaker operand has a
 higher category (then a zero-dim tensor contributes its dtype and a Python
 scalar the default dtype of its category).
@@ -23,18 +24,19 @@ import numpy as np
 __all__ = [
     "DType", "float16", "bfloat16", "float32", "float64", "int8", "int16", "int32",
     "int64", "uint8", "bool", "half", "float", "double", "long", "int", "short",
+    "complex64", "complex128", "cfloat", "cdouble",
     "promote_types", "result_type", "get_default_dtype", "set_default_dtype",
     "as_dtype", "finfo", "iinfo",
 ]
 
-BOOL, INT, FLOAT = 0, 1, 2
+BOOL, INT, FLOAT, COMPLEX = 0, 1, 2, 3
 
 
 class DType:
     """A tensor element type (``ember.float32``...)."""
 
     __slots__ = ("name", "np", "itemsize", "category", "is_floating_point", "is_signed",
-                 "_rank")
+                 "is_complex", "is_inexact", "_rank")
 
     def __init__(self, name: str, np_dtype, category: int, rank: int):
         self.name = name
@@ -42,12 +44,26 @@ class DType:
         self.itemsize = self.np.itemsize
         self.category = category
         self.is_floating_point = category == FLOAT
-        self.is_signed = category == FLOAT or (category == INT and self.np.kind == "i")
+        self.is_signed = category >= FLOAT or (category == INT and self.np.kind == "i")
+        self.is_complex = category == COMPLEX
+        # NOTE: floating or complex: the dtypes autograd differentiates (PyTorch's
+        # is_floating_point() is False for complex, so it cannot be the test).
+        self.is_inexact = category >= FLOAT
         self._rank = rank
 
-    @property
-    def is_complex(self) -> bool:
-        return False
+    def to_real(self) -> "DType":
+        """The real dtype of this complex dtype's parts (``complex64`` -> ``float32``);
+        other dtypes return themselves."""
+        return _complex_to_real.get(self, self)
+
+    def to_complex(self) -> "DType":
+        """The complex dtype whose parts have this floating dtype (``float64`` ->
+        ``complex128``; float16/bfloat16 -> ``complex64``, Ember has no ``chalf``)."""
+        if self.category == COMPLEX:
+            return self
+        if self.category != FLOAT:
+            raise TypeError(f"to_complex: {self} is not a floating dtype")
+        return complex128 if self is float64 else complex64
 
     def __repr__(self) -> str:
         return f"ember.{self.name}"
@@ -66,18 +82,24 @@ float16 = DType("float16", np.float16, FLOAT, 1)
 bfloat16 = DType("bfloat16", ml_dtypes.bfloat16, FLOAT, 1)
 float32 = DType("float32", np.float32, FLOAT, 2)
 float64 = DType("float64", np.float64, FLOAT, 3)
+complex64 = DType("complex64", np.complex64, COMPLEX, 2)
+complex128 = DType("complex128", np.complex128, COMPLEX, 3)
+_complex_to_real = {complex64: float32, complex128: float64}
 
 globals()["bool"] = bool_
 half, float, double = float16, float32, float64  # noqa: A001 - PyTorch aliases
 long, int, short = int64, int32, int16  # noqa: A001
+cfloat, cdouble = complex64, complex128
 
-ALL = (bool_, uint8, int8, int16, int32, int64, float16, bfloat16, float32, float64)
+ALL = (bool_, uint8, int8, int16, int32, int64, float16, bfloat16, float32, float64,
+       complex64, complex128)
+COMPLEX_TYPES = (complex64, complex128)
 FLOATING = (float16, bfloat16, float32, float64)
 INTEGRAL = (uint8, int8, int16, int32, int64)
 
 _by_name = {d.name: d for d in ALL}
 _by_name.update(half=float16, float=float32, double=float64, long=int64, int=int32,
-                short=int16)
+                short=int16, cfloat=complex64, cdouble=complex128)
 _by_np = {d.np: d for d in ALL}
 
 _default_float = float32
@@ -114,6 +136,8 @@ def as_dtype(d) -> DType:
         return int64
     if d is builtins_float:
         return _default_float
+    if d is builtins_complex:
+        return _default_for(COMPLEX)
     try:
         return _by_np[np.dtype(d)]
     except (KeyError, TypeError):
@@ -122,9 +146,12 @@ def as_dtype(d) -> DType:
 
 
 builtins_bool, builtins_int, builtins_float = _b.bool, _b.int, _b.float
+builtins_complex = _b.complex
 
 
 def _promote_same_category(a: DType, b: DType) -> DType:
+    if a.category == COMPLEX:
+        return a if a._rank >= b._rank else b
     if a.category == FLOAT:
         if {a, b} == {float16, bfloat16}:
             return float32
@@ -146,6 +173,10 @@ def promote_types(a: DType, b: DType) -> DType:
             r = a
         elif a.category != b.category:
             r = a if a.category > b.category else b
+            if r.category == COMPLEX:   # float64 + complex64 -> complex128
+                lo = b if r is a else a
+                if lo.category == FLOAT and lo._rank > r._rank:
+                    r = lo.to_complex()
         else:
             r = _promote_same_category(a, b)
         _promo_cache[key] = r
@@ -157,11 +188,27 @@ def scalar_category(x) -> int:
         return BOOL
     if isinstance(x, (builtins_int, np.integer)):
         return INT
+    if isinstance(x, (builtins_complex, np.complexfloating)):
+        return COMPLEX
     return FLOAT
 
 
 def _default_for(category: int) -> DType:
+    if category == COMPLEX:
+        return complex128 if _default_float is float64 else complex64
     return (bool_, int64, _default_float)[category]
+
+
+def _combine(higher: DType, lower: DType) -> DType:
+    """PyTorch's ``combine_categories``: ``higher`` (the stronger operand class) wins
+    unless ``lower`` has a higher category; a complex ``lower`` meeting a floating
+    ``higher`` keeps the float's precision (float64 tensor + complex scalar -> complex128).
+    """
+    if lower.category <= higher.category:
+        return higher
+    if lower.category == COMPLEX and higher.category == FLOAT:
+        return higher.to_complex()
+    return lower
 
 
 def result_type(*operands) -> DType:
@@ -185,10 +232,9 @@ def result_type(*operands) -> DType:
             scat = max(scat, scalar_category(x))
     r = dim
     if zero is not None:
-        if r is None or zero.category > r.category:
-            r = zero
+        r = zero if r is None else _combine(r, zero)
     if scat >= 0 and (r is None or scat > r.category):
-        r = _default_for(scat)
+        r = _default_for(scat) if r is None else _combine(r, _default_for(scat))
     if r is None:
         raise TypeError("result_type needs at least one operand")
     return r
@@ -198,7 +244,7 @@ class finfo:
     """Machine limits for floating dtypes (``torch.finfo``)."""
 
     def __init__(self, d=None):
-        d = as_dtype(d)
+        d = as_dtype(d).to_real()   # NOTE: finfo(complex64) describes its float32 parts
         if not d.is_floating_point:
             raise TypeError(f"finfo: {d} is not a floating dtype; use iinfo")
         fi = ml_dtypes.finfo(d.np) if d is bfloat16 else np.finfo(d.np)

@@ -175,16 +175,19 @@ def _gen(generator) -> np.random.Generator:
     return generator._rng
 
 
-def _float_dtype(dtype, op: str) -> _dt.DType:
+def _float_dtype(dtype, op: str, complex_ok: bool = False) -> _dt.DType:
     dtype = _dt.as_dtype(dtype)
-    if not dtype.is_floating_point:
+    if not dtype.is_floating_point and not (complex_ok and dtype.is_complex):
         raise DTypeError(f"{op}: expected a floating dtype, got {dtype}; valid: float16, "
                          f"bfloat16, float32, float64")
     return dtype
 
 
 def _uniform01(rng, shape, dtype: _dt.DType) -> np.ndarray:
-    """U[0, 1) in ``dtype`` (never rounds up to 1.0, also for half types)."""
+    """U[0, 1) in ``dtype`` (never rounds up to 1.0, also for half types); complex: real
+    and imaginary parts each U[0, 1), like PyTorch."""
+    if dtype.is_complex:
+        return _uniform01(rng, (*shape, 2), dtype.to_real()).view(dtype.np)[..., 0]
     if dtype in (_dt.float32, _dt.float64):
         return rng.random(shape, dtype=dtype.np)
     bits = 11 if dtype is _dt.float16 else 8  # mantissa digits incl. the implicit bit
@@ -193,6 +196,10 @@ def _uniform01(rng, shape, dtype: _dt.DType) -> np.ndarray:
 
 
 def _normal01(rng, shape, dtype: _dt.DType) -> np.ndarray:
+    if dtype.is_complex:   # NOTE: PyTorch draws each part with variance 1/2 (E|z|^2 = 1)
+        r = _normal01(rng, (*shape, 2), dtype.to_real())
+        r *= np.sqrt(0.5).astype(r.dtype)
+        return r.view(dtype.np)[..., 0]
     if dtype in (_dt.float32, _dt.float64):
         return rng.standard_normal(shape, dtype=dtype.np)
     return rng.standard_normal(shape, dtype=np.float32).astype(dtype.np)
@@ -243,7 +250,7 @@ def rand(*args, size=None, generator=None, dtype=None, device=None,
         >>> ember.rand(2, 3).shape
         ember.Size([2, 3])
     """
-    dtype = _float_dtype(dtype, "rand")
+    dtype = _float_dtype(dtype, "rand", complex_ok=True)
     shape = _size(size_args(args, size, "rand"), "rand", dtype)
     return _drawn(lambda: _uniform01(_gen(generator), shape, dtype), dtype, device,
                   requires_grad, "rand")
@@ -257,7 +264,7 @@ def randn(*args, size=None, generator=None, dtype=None, device=None,
         >>> ember.randn(4).dtype
         ember.float32
     """
-    dtype = _float_dtype(dtype, "randn")
+    dtype = _float_dtype(dtype, "randn", complex_ok=True)
     shape = _size(size_args(args, size, "randn"), "randn", dtype)
     return _drawn(lambda: _normal01(_gen(generator), shape, dtype), dtype, device,
                   requires_grad, "randn")

@@ -166,8 +166,9 @@ class Tensor:
                     "you can only change requires_grad flags of leaf variables; to use a "
                     "non-leaf without gradient, use .detach()")
             return self
-        if requires_grad and not self._dtype.is_floating_point:
-            raise RuntimeError(f"only tensors of floating point dtype can require gradients, "
+        if requires_grad and not self._dtype.is_inexact:
+            raise RuntimeError(f"only tensors of floating point and complex dtype can require "
+                               f"gradients, "
                                f"got {self._dtype}")
         self._requires_grad = bool(requires_grad)
         return self

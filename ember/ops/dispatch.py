@@ -60,10 +60,10 @@ def _compute_dtype(op, kind, inputs, x0, params):
     else:
         ct = _result_type(*(x for x in inputs if x is not None))
     if kind == "float":
-        if ct.category != _FLOAT:
+        if ct.category < _FLOAT:
             ct = _dt.get_default_dtype()
     elif kind == "integral":
-        if ct.category == _FLOAT:
+        if ct.category >= _FLOAT:
             raise DTypeError(f"{op.name}: only integer and bool tensors are supported, got "
                              f"{describe(inputs)}")
     elif kind == "compare":
@@ -135,7 +135,7 @@ def apply(op, inputs, params):
         out = _wrap(res, out_dt, dev, x0._storage, x0._base if x0._base is not None else x0)
     else:
         out = _wrap(res, out_dt, dev)
-    if req and st.grad_enabled and op.differentiable and out_dt.category == _FLOAT:
+    if req and st.grad_enabled and op.differentiable and out_dt.category >= _FLOAT:
         record(op, params, inputs, out)
     elif st.inference and not st.grad_enabled:
         out._inference = True

@@ -33,8 +33,10 @@ def _scalar_dtype(x) -> _dt.DType:
         return _dt.int64
     if isinstance(x, numbers.Real):
         return _dt.get_default_dtype()
+    if isinstance(x, numbers.Complex):
+        return _dt.as_dtype(complex)
     raise TypeError(f"tensor(): can't infer a dtype for an element of type {type(x).__name__}; "
-                    f"valid elements are bool, int, float, tensors and NumPy arrays/scalars")
+                    f"valid elements are bool, int, float, complex, tensors and NumPy arrays/scalars")
 
 
 def _infer_dtype(data) -> _dt.DType:
