@@ -40,6 +40,8 @@ from .ops.composite_grid import *  # noqa: F401,F403
 from .ops.special_gamma import *  # noqa: F401,F403 - lgamma, digamma, polygamma
 from .ops import metadata_inplace as _metadata_inplace  # noqa: F401 - x.unsqueeze_(0)
 from .ops import random_fills as _random_fills  # noqa: F401 - cauchy_, log_normal_...
+from .ops.random_dists import (_sample_dirichlet, _standard_gamma,  # noqa: F401
+                               _standard_gamma_grad, binomial, poisson)
 from .ops import inplace as _inplace  # noqa: F401
 from .ops.dispatch import broadcast_shapes  # noqa: F401
 from .autograd.grad_mode import (enable_grad, inference_mode, is_grad_enabled,

@@ -2,7 +2,7 @@
 from importlib import import_module
 
 FAMILIES = ("arith", "unary", "binary", "reduce", "movement", "index", "linalg", "conv",
-            "misc", "breadth")
+            "misc", "breadth", "random_dists")
 
 OPINFOS = []
 for _f in FAMILIES:
