@@ -492,7 +492,9 @@ def _run_nodes(nodes, buffers, inputs, target_nodes, target_leaves, needed, capt
                     continue
             if all(g is None for g in grads):
                 continue
-            in_grads = _call_vjp(node, grads, create_graph)
+            prof = state.profiler     # ember.profiler: the VJP as a range named like grad_fn
+            in_grads = _call_vjp(node, grads, create_graph) if prof is None else \
+                prof.call(node.name(), "cpu_op", _call_vjp, node, grads, create_graph)
             if not retain_graph:
                 if node.saved is not None:
                     node.saved = _FREED

@@ -19,6 +19,7 @@ class _State(threading.local):
         self.modes: list = []         # dispatch modes (tracers); innermost last
         self.saved_hooks: list = []   # (pack, unpack) pairs for saved tensors
         self.autocast = None          # op name -> autocast policies (ember.amp), None: off
+        self.profiler = None          # the recording ember.profiler (its Recorder), None: off
 
 
 state = _State()
