@@ -38,6 +38,7 @@ from .ops.composite_data import *  # noqa: F401,F403
 from .ops.composite_misc import *  # noqa: F401,F403
 from .ops.composite_grid import *  # noqa: F401,F403
 from .ops.special_gamma import *  # noqa: F401,F403 - lgamma, digamma, polygamma
+from .ops.special_fns import i0, igamma, igammac  # noqa: F401 - torch.i0, torch.igamma
 from .ops import metadata_inplace as _metadata_inplace  # noqa: F401 - x.unsqueeze_(0)
 from .ops import random_fills as _random_fills  # noqa: F401 - cauchy_, log_normal_...
 from .ops.random_dists import (_sample_dirichlet, _standard_gamma,  # noqa: F401
@@ -48,6 +49,7 @@ from .autograd.grad_mode import (enable_grad, inference_mode, is_grad_enabled,
                                  is_inference_mode_enabled, no_grad, set_grad_enabled)
 from . import autograd
 from . import func
+from . import special  # noqa: F401 - torch.special (SciPy imported on first use)
 from . import nn
 from . import data
 from . import optim

@@ -2,7 +2,8 @@
 from importlib import import_module
 
 FAMILIES = ("arith", "unary", "binary", "reduce", "movement", "index", "linalg", "conv",
-            "misc", "breadth", "random_dists")
+            "misc", "breadth", "random_dists",
+            "special")
 
 OPINFOS = []
 for _f in FAMILIES:

@@ -1,0 +1,286 @@
+"""Special-function primitives with SciPy forward kernels (``torch.special``'s functions).
+
+SciPy's ``scipy.special`` is the well-kept library for these values (Cephes, AMOS, Boost),
+so every kernel here calls it — imported on first use, so ``import ember`` stays fast.
+Kernels compute in float64 and the dispatcher rounds once to the output dtype (float32,
+float16, bfloat16): correctly rounded up to SciPy's float64 error, which is as good as or
+better than PyTorch's float32 kernels. Integer inputs compute in the default float dtype.
+
+Differentiable where PyTorch is (derivatives written in Ember ops, so every order exists):
+``erfcx``, ``i0``/``i0e``/``i1``/``i1e``, ``ndtr``, ``ndtri``, ``log_ndtr``, ``entr``,
+``zeta`` (in ``q`` only), ``gammainc``/``gammaincc`` (in ``x`` only: the first argument
+gets no gradient, where PyTorch raises when it is asked for — see :func:`_no_grad`). The
+Bessel functions of ``torch.special`` (``bessel_j0``...) and the orthogonal polynomials
+give results that do not require grad. Kernels are registered for the CPU backend only
+(SciPy works on NumPy arrays); another backend gets a clear NotImplementedError.
+
+Example:
+    >>> ember.special.i0e(ember.tensor([0.0, 1.0]))
+    tensor([1.0000, 0.4658])
+"""
+from __future__ import annotations
+
+import math
+
+import numpy as np
+
+from ..tensor import Tensor
+from . import dispatch
+from .inplace import copy_into_out, inplace_from
+from .registry import defop
+from .select import where
+from .unary import exp, log, sign
+
+__all__ = ["erfcx", "i0", "i0e", "i1", "i1e", "ndtr", "ndtri", "log_ndtr", "entr", "zeta",
+           "gammainc", "gammaincc", "igamma", "igammac", "bessel_j0", "bessel_j1",
+           "bessel_y0", "bessel_y1", "modified_bessel_i0", "modified_bessel_i1",
+           "modified_bessel_k0", "modified_bessel_k1",
+           "scaled_modified_bessel_k0", "scaled_modified_bessel_k1", "spherical_bessel_j0",
+           "airy_ai", "chebyshev_polynomial_t", "chebyshev_polynomial_u",
+           "shifted_chebyshev_polynomial_t", "shifted_chebyshev_polynomial_u",
+           "hermite_polynomial_h", "hermite_polynomial_he", "laguerre_polynomial_l",
+           "legendre_polynomial_p"]
+
+_SQRT_2PI = math.sqrt(2 * math.pi)
+_apply = dispatch.apply
+
+
+def _scipy():
+    import scipy.special as sp   # NOTE: lazy — SciPy takes ~0.2 s to import
+    return sp
+
+
+def _f64(a):
+    return np.asarray(a, dtype=np.float64)     # NOTE: a Python scalar operand arrives as is
+
+
+def _sc(fn):
+    """A CPU kernel computing ``fn(scipy.special, *float64 arrays)`` (rounded by dispatch)."""
+    def kernel(xp, *arrays):
+        with np.errstate(all="ignore"):
+            return np.asarray(fn(_scipy(), *[_f64(a) for a in arrays]), dtype=np.float64)
+    return {"cpu": kernel}
+
+
+def _unary(name, fn, deriv=None, save="inputs"):
+    """A unary SciPy-backed primitive; ``deriv(x, out)`` in Ember ops (None: no gradient)."""
+    vjp = jvp = None
+    if deriv is not None:
+        vjp = lambda g, out, x: (g * deriv(x, out),)  # noqa: E731
+        jvp = lambda t, out, x: t[0] * deriv(x, out)  # noqa: E731
+    return defop(name, nin=1, elementwise=True, kernels=_sc(fn), dtype="float",
+                 save=save if deriv is not None else None, vjp=vjp, jvp=jvp)
+
+
+def _at_zero(x, value, expr):
+    """``expr(x)`` with ``value`` where ``x == 0`` (``expr`` sees 1 there, a safe divisor)."""
+    zero = x == 0
+    return where(zero, value, expr(where(zero, 1.0, x)))
+
+
+# ------------------------------------------------------------------ differentiable unary
+erfcx_p = _unary("erfcx", lambda sp, x: sp.erfcx(x),
+                 lambda x, out: 2 * x * out - 2 / math.sqrt(math.pi), save="both")
+i0_p = _unary("i0", lambda sp, x: sp.i0(x), lambda x, out: i1(x))
+i1_p = _unary("i1", lambda sp, x: sp.i1(x),
+              # NOTE: i1'(0) = 1/2 (PyTorch's i1_backward writes the limit explicitly)
+              lambda x, out: _at_zero(x, 0.5, lambda s: i0(s) - i1(s) / s))
+i0e_p = _unary("i0e", lambda sp, x: sp.i0e(x), lambda x, out: i1e(x) - sign(x) * out,
+               save="both")
+i1e_p = _unary("i1e", lambda sp, x: sp.i1e(x),
+               lambda x, out: _at_zero(x, 0.5, lambda s: i0e(s) - i1e(s) * (sign(s) + 1 / s)))
+ndtri_p = _unary("ndtri", lambda sp, x: sp.ndtri(x),
+                 lambda x, out: _SQRT_2PI * exp(out * out * 0.5), save="output")
+ndtr_p = _unary("ndtr", lambda sp, x: sp.ndtr(x),
+                lambda x, out: exp(x * x * -0.5) / _SQRT_2PI)
+log_ndtr_p = _unary("log_ndtr", lambda sp, x: sp.log_ndtr(x),
+                    lambda x, out: exp(-(out + x * x * 0.5)) / _SQRT_2PI, save="both")
+# NOTE: a primitive, not a composite of log: entr(0) = 0 with gradient -(1 + log 0) = +inf
+# and NaN below 0, exactly PyTorch's values (a `where` composite would give 0 there).
+entr_p = _unary("entr", lambda sp, x: sp.entr(x), lambda x, out: -(1 + log(x)))
+
+# ------------------------------------------------------------------ non-differentiable unary
+_NODIFF = {
+    "bessel_j0": lambda sp, x: sp.j0(x),
+    "bessel_j1": lambda sp, x: sp.j1(x),
+    "bessel_y0": lambda sp, x: sp.y0(x),
+    "bessel_y1": lambda sp, x: sp.y1(x),
+    "modified_bessel_i0": lambda sp, x: sp.i0(x),
+    "modified_bessel_i1": lambda sp, x: sp.i1(x),
+    "modified_bessel_k0": lambda sp, x: sp.k0(x),
+    "modified_bessel_k1": lambda sp, x: sp.k1(x),
+    "scaled_modified_bessel_k0": lambda sp, x: sp.k0e(x),
+    "scaled_modified_bessel_k1": lambda sp, x: sp.k1e(x),
+    "spherical_bessel_j0": lambda sp, x: sp.spherical_jn(0, x),
+    "airy_ai": lambda sp, x: sp.airy(x)[0],
+}
+_NODIFF_P = {name: _unary(name, fn) for name, fn in _NODIFF.items()}
+
+
+# ------------------------------------------------------------------ binary
+def _no_grad(g, out, a, x):
+    """The rule of the first input: no gradient (None), as PyTorch defines none there.
+
+    NOTE: PyTorch raises "the derivative for 'igamma: input' is not implemented" when that
+    gradient is asked for; Ember's engine runs the rule of every input that requires grad
+    (it cannot tell which are asked for), so a raising rule would also break the gradient
+    in ``x``. ``autograd.grad(..., a)`` raises the unused-input error instead.
+    """
+    return None
+
+
+def _gammainc_dx(a, x):
+    """dP(a, x)/dx = x^(a-1) e^-x / Gamma(a) (``a`` may be a Python number)."""
+    a = a if isinstance(a, Tensor) else x.new_tensor(a)
+    return exp((a - 1) * log(x) - x - _lgamma(a))
+
+
+def _lgamma(a):
+    from .special_gamma import lgamma
+    return lgamma(a)
+
+
+def _binary(name, fn, dy):
+    """A binary SciPy-backed primitive differentiable in its second input only."""
+    return defop(name, nin=2, elementwise=True, kernels=_sc(fn), dtype="float",
+                 save="inputs", vjp=(_no_grad, lambda g, out, a, x: g * dy(a, x)),
+                 jvp=lambda t, out, a, x: t[1] * dy(a, x))
+
+
+zeta_p = _binary("zeta", lambda sp, x, q: sp.zeta(x, q), lambda x, q: -x * zeta(x + 1, q))
+gammainc_p = _binary("gammainc", lambda sp, a, x: sp.gammainc(a, x), _gammainc_dx)
+gammaincc_p = _binary("gammaincc", lambda sp, a, x: sp.gammaincc(a, x),
+                      lambda a, x: -_gammainc_dx(a, x))
+
+
+def _poly(evaluate):
+    """Kernel of an orthogonal polynomial ``P_n(x)``: ``n`` truncated to an integer, 0 for
+    ``n < 0`` (PyTorch's rules), NaN for a non-finite ``n``."""
+    def fn(sp, x, n):
+        finite = np.isfinite(n)
+        k = np.where(finite, np.trunc(n), 0).astype(np.int64)
+        out = evaluate(sp, np.maximum(k, 0), x)
+        return np.where(finite, np.where(k < 0, 0.0, out), np.nan)
+    return fn
+
+
+_POLYS = {
+    "chebyshev_polynomial_t": lambda sp, n, x: sp.eval_chebyt(n, x),
+    "chebyshev_polynomial_u": lambda sp, n, x: sp.eval_chebyu(n, x),
+    "shifted_chebyshev_polynomial_t": lambda sp, n, x: sp.eval_sh_chebyt(n, x),
+    "shifted_chebyshev_polynomial_u": lambda sp, n, x: sp.eval_sh_chebyu(n, x),
+    "hermite_polynomial_h": lambda sp, n, x: sp.eval_hermite(n, x),
+    "hermite_polynomial_he": lambda sp, n, x: sp.eval_hermitenorm(n, x),
+    "laguerre_polynomial_l": lambda sp, n, x: sp.eval_laguerre(n, x),
+    "legendre_polynomial_p": lambda sp, n, x: sp.eval_legendre(n, x),
+}
+_POLYS_P = {name: defop(name, nin=2, elementwise=True, kernels=_sc(_poly(ev)), dtype="float",
+                        save=None) for name, ev in _POLYS.items()}
+
+
+# ------------------------------------------------------------------ public functions
+def _out(r, out):
+    return r if out is None else copy_into_out(out, r)
+
+
+def _unary_fn(op, doc):
+    def f(input, *, out=None):
+        return _out(_apply(op, (input,), {}), out)
+    f.__name__ = f.__qualname__ = op.name
+    f.__doc__ = doc
+    return f
+
+
+erfcx = _unary_fn(erfcx_p, "Scaled complementary error function ``exp(x**2) * erfc(x)``.")
+i0 = _unary_fn(i0_p, "Modified Bessel function of the first kind, order 0 (``torch.i0``).")
+i1 = _unary_fn(i1_p, "Modified Bessel function of the first kind, order 1.")
+i0e = _unary_fn(i0e_p, "Exponentially scaled ``i0``: ``exp(-|x|) * i0(x)``.")
+i1e = _unary_fn(i1e_p, "Exponentially scaled ``i1``: ``exp(-|x|) * i1(x)``.")
+ndtri = _unary_fn(ndtri_p, "Inverse of the standard normal CDF (the quantile function).")
+ndtr = _unary_fn(ndtr_p, "Standard normal CDF ``(1 + erf(x / sqrt(2))) / 2``.")
+log_ndtr = _unary_fn(log_ndtr_p, "Log of the standard normal CDF, accurate in both tails.")
+entr = _unary_fn(entr_p, "Elementwise entropy ``-x log x`` (0 at 0, -inf below 0).")
+bessel_j0, bessel_j1, bessel_y0, bessel_y1 = (
+    _unary_fn(_NODIFF_P[n], f"Bessel function of the {k} kind, order {o} (no gradient, "
+              f"as PyTorch).") for n, k, o in (("bessel_j0", "first", 0),
+                                              ("bessel_j1", "first", 1),
+                                              ("bessel_y0", "second", 0),
+                                              ("bessel_y1", "second", 1)))
+modified_bessel_i0 = _unary_fn(_NODIFF_P["modified_bessel_i0"],
+                               "``i0`` without a gradient (PyTorch's modified_bessel_i0).")
+modified_bessel_i1 = _unary_fn(_NODIFF_P["modified_bessel_i1"],
+                               "``i1`` without a gradient (PyTorch's modified_bessel_i1).")
+modified_bessel_k0 = _unary_fn(_NODIFF_P["modified_bessel_k0"],
+                               "Modified Bessel function of the second kind, order 0.")
+modified_bessel_k1 = _unary_fn(_NODIFF_P["modified_bessel_k1"],
+                               "Modified Bessel function of the second kind, order 1.")
+scaled_modified_bessel_k0 = _unary_fn(_NODIFF_P["scaled_modified_bessel_k0"],
+                                      "``exp(x) * modified_bessel_k0(x)``.")
+scaled_modified_bessel_k1 = _unary_fn(_NODIFF_P["scaled_modified_bessel_k1"],
+                                      "``exp(x) * modified_bessel_k1(x)``.")
+spherical_bessel_j0 = _unary_fn(_NODIFF_P["spherical_bessel_j0"],
+                                "Spherical Bessel function of the first kind, ``sin(x)/x``.")
+airy_ai = _unary_fn(_NODIFF_P["airy_ai"], "Airy function Ai.")
+
+
+def zeta(input, other, *, out=None):
+    """Hurwitz zeta ``sum_k (k + q)^-x`` of ``x = input`` and ``q = other``
+    (``torch.special.zeta``); differentiable in ``other`` only, as PyTorch.
+
+    Example:
+        >>> ember.special.zeta(ember.tensor([2.0]), 1.0)     # pi**2 / 6
+        tensor([1.6449])
+    """
+    return _out(_apply(zeta_p, (input, other), {}), out)
+
+
+def gammainc(input, other, *, out=None):
+    """Regularised lower incomplete gamma ``P(a = input, x = other)``
+    (``torch.special.gammainc``); differentiable in ``other`` only, as PyTorch.
+
+    Example:
+        >>> ember.special.gammainc(ember.tensor([1.0]), ember.tensor([1.0]))   # 1 - 1/e
+        tensor([0.6321])
+    """
+    return _out(_apply(gammainc_p, (input, other), {}), out)
+
+
+def gammaincc(input, other, *, out=None):
+    """Regularised upper incomplete gamma ``Q(a, x) = 1 - P(a, x)``
+    (``torch.special.gammaincc``); differentiable in ``other`` only, as PyTorch."""
+    return _out(_apply(gammaincc_p, (input, other), {}), out)
+
+
+igamma, igammac = gammainc, gammaincc     # torch.igamma / torch.igammac
+
+
+def _poly_fn(name, what):
+    op = _POLYS_P[name]
+
+    def f(input, n, *, out=None):
+        return _out(_apply(op, (input, n), {}), out)
+    f.__name__ = f.__qualname__ = name
+    f.__doc__ = (f"{what} ``P_n(input)``, elementwise with broadcasting (``torch.special."
+                 f"{name}``). ``n`` (a tensor or number) is truncated to an integer; the "
+                 f"result is 0 for ``n < 0``. No gradient, as PyTorch.")
+    return f
+
+
+chebyshev_polynomial_t = _poly_fn("chebyshev_polynomial_t", "Chebyshev polynomial T")
+chebyshev_polynomial_u = _poly_fn("chebyshev_polynomial_u", "Chebyshev polynomial U")
+shifted_chebyshev_polynomial_t = _poly_fn("shifted_chebyshev_polynomial_t",
+                                          "Shifted Chebyshev polynomial T*")
+shifted_chebyshev_polynomial_u = _poly_fn("shifted_chebyshev_polynomial_u",
+                                          "Shifted Chebyshev polynomial U*")
+hermite_polynomial_h = _poly_fn("hermite_polynomial_h", "Physicists' Hermite polynomial H")
+hermite_polynomial_he = _poly_fn("hermite_polynomial_he",
+                                 "Probabilists' Hermite polynomial He")
+laguerre_polynomial_l = _poly_fn("laguerre_polynomial_l", "Laguerre polynomial L")
+legendre_polynomial_p = _poly_fn("legendre_polynomial_p", "Legendre polynomial P")
+
+
+Tensor.i0 = i0
+Tensor.i0_ = inplace_from(i0, "i0")
+Tensor.igamma, Tensor.igammac = igamma, igammac
+Tensor.igamma_ = inplace_from(igamma, "igamma")
+Tensor.igammac_ = inplace_from(igammac, "igammac")
