@@ -6,11 +6,11 @@ from __future__ import annotations
 
 import json
 import os
-import socket
 
 
 def trace_dict(rec, events) -> dict:
     """The trace of Recorder ``rec``'s ``events`` as a JSON-ready dict."""
+    import socket
     base = rec.start_ns
     out = [{"ph": "M", "name": "process_name", "pid": rec.pid, "tid": 0,
             "args": {"name": "python"}},

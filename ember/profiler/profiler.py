@@ -11,11 +11,11 @@ from __future__ import annotations
 
 import enum
 import os
-import socket
 import time
 from typing import Callable, Iterable
 
 from ..autograd.grad_mode import state
+from ..ops import dispatch as _dispatch
 from . import _chrome
 from ._events import Recorder, record_function
 from ._table import EventList, key_averages
@@ -84,6 +84,7 @@ def tensorboard_trace_handler(dir_name: str, worker_name: str | None = None,
     """An ``on_trace_ready`` handler writing ``<dir_name>/<worker>.<ms>.pt.trace.json[.gz]``
     (the file names TensorBoard's profiler plugin and Perfetto read)."""
     def handler(prof) -> None:
+        import socket
         os.makedirs(dir_name, exist_ok=True)
         worker = worker_name or f"{socket.gethostname()}_{os.getpid()}"
         name = f"{worker}.{time.time_ns() // 1_000_000}.pt.trace.json" + (".gz" if use_gzip
@@ -190,6 +191,7 @@ class profile:
     def _start_window(self) -> None:
         self._rec = Recorder(self.record_shapes, self.profile_memory, self.with_stack)
         state.profiler = self._rec
+        _dispatch._profiling += 1
         if self.record_steps:
             self._open_step()
 
@@ -200,6 +202,7 @@ class profile:
         rec.end_ns = time.perf_counter_ns()
         self._done, self._rec = rec, None
         state.profiler = self._prev
+        _dispatch._profiling -= 1
 
     def _open_step(self) -> None:
         self._step_range = record_function(f"ProfilerStep#{self.step_num}")

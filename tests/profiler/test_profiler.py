@@ -11,6 +11,7 @@ import pytest
 
 import ember
 from ember.autograd.grad_mode import state
+from ember.ops import dispatch
 from ember.profiler import (ProfilerAction, profile, record_function, schedule,
                             tensorboard_trace_handler)
 
@@ -175,7 +176,8 @@ def test_schedule_records_active_steps_and_calls_on_trace_ready():
             _step(x, w)
             prof.step()
     assert seen == [["ProfilerStep#2", "ProfilerStep#3"], ["ProfilerStep#6", "ProfilerStep#7"]]
-    assert state.profiler is None
+    assert state.profiler is None and dispatch._profiling == 0
+    assert ember.profiler.profile is profile      # reachable as ember.profiler, like torch's
 
 
 def test_tensorboard_trace_handler_writes_a_trace(tmp_path):
@@ -209,7 +211,7 @@ def test_off_after_exit_and_on_error():
         with profile():
             assert state.profiler is not None
             1 / 0
-    assert state.profiler is None
+    assert state.profiler is None and dispatch._profiling == 0
     with profile(enabled=False) as prof:
         ember.ones(2) + 1
     assert state.profiler is None
