@@ -112,7 +112,8 @@ _NODIFF = {
     "scaled_modified_bessel_k0": lambda sp, x: sp.k0e(x),
     "scaled_modified_bessel_k1": lambda sp, x: sp.k1e(x),
     "spherical_bessel_j0": lambda sp, x: sp.spherical_jn(0, x),
-    "airy_ai": lambda sp, x: sp.airy(x)[0],
+    # NOTE: SciPy's Ai is NaN past x = 1e8; it underflows to 0 from x = 104 on
+    "airy_ai": lambda sp, x: np.where((x > 200) & (x < np.inf), 0.0, sp.airy(x)[0]),
 }
 _NODIFF_P = {name: _unary(name, fn) for name, fn in _NODIFF.items()}
 
@@ -153,29 +154,33 @@ gammaincc_p = _binary("gammaincc", lambda sp, a, x: sp.gammaincc(a, x),
                       lambda a, x: -_gammainc_dx(a, x))
 
 
-def _poly(evaluate):
+def _poly(evaluate, first):
     """Kernel of an orthogonal polynomial ``P_n(x)``: ``n`` truncated to an integer, 0 for
-    ``n < 0`` (PyTorch's rules), NaN for a non-finite ``n``."""
+    ``n < 0``, ``P_0 = 1`` and ``P_1 = first(x)`` whatever ``x`` (PyTorch's rules, which
+    hold for non-finite ``x`` too), NaN for a non-finite ``n``."""
     def fn(sp, x, n):
         finite = np.isfinite(n)
         k = np.where(finite, np.trunc(n), 0).astype(np.int64)
         out = evaluate(sp, np.maximum(k, 0), x)
+        out = np.where(k == 0, 1.0, np.where(k == 1, first(x), out))
         return np.where(finite, np.where(k < 0, 0.0, out), np.nan)
     return fn
 
 
-_POLYS = {
-    "chebyshev_polynomial_t": lambda sp, n, x: sp.eval_chebyt(n, x),
-    "chebyshev_polynomial_u": lambda sp, n, x: sp.eval_chebyu(n, x),
-    "shifted_chebyshev_polynomial_t": lambda sp, n, x: sp.eval_sh_chebyt(n, x),
-    "shifted_chebyshev_polynomial_u": lambda sp, n, x: sp.eval_sh_chebyu(n, x),
-    "hermite_polynomial_h": lambda sp, n, x: sp.eval_hermite(n, x),
-    "hermite_polynomial_he": lambda sp, n, x: sp.eval_hermitenorm(n, x),
-    "laguerre_polynomial_l": lambda sp, n, x: sp.eval_laguerre(n, x),
-    "legendre_polynomial_p": lambda sp, n, x: sp.eval_legendre(n, x),
+_POLYS = {   # name: (P_n(x) for n >= 0, P_1(x))
+    "chebyshev_polynomial_t": (lambda sp, n, x: sp.eval_chebyt(n, x), lambda x: x),
+    "chebyshev_polynomial_u": (lambda sp, n, x: sp.eval_chebyu(n, x), lambda x: 2 * x),
+    "shifted_chebyshev_polynomial_t": (lambda sp, n, x: sp.eval_sh_chebyt(n, x),
+                                       lambda x: 2 * x - 1),
+    "shifted_chebyshev_polynomial_u": (lambda sp, n, x: sp.eval_sh_chebyu(n, x),
+                                       lambda x: 4 * x - 2),
+    "hermite_polynomial_h": (lambda sp, n, x: sp.eval_hermite(n, x), lambda x: 2 * x),
+    "hermite_polynomial_he": (lambda sp, n, x: sp.eval_hermitenorm(n, x), lambda x: x),
+    "laguerre_polynomial_l": (lambda sp, n, x: sp.eval_laguerre(n, x), lambda x: 1 - x),
+    "legendre_polynomial_p": (lambda sp, n, x: sp.eval_legendre(n, x), lambda x: x),
 }
-_POLYS_P = {name: defop(name, nin=2, elementwise=True, kernels=_sc(_poly(ev)), dtype="float",
-                        save=None) for name, ev in _POLYS.items()}
+_POLYS_P = {name: defop(name, nin=2, elementwise=True, kernels=_sc(_poly(*ev)),
+                        dtype="float", save=None) for name, ev in _POLYS.items()}
 
 
 # ------------------------------------------------------------------ public functions

@@ -68,6 +68,7 @@ def _lgamma_kernel(xp, x):
         lg = _HALF_LOG_2PI + (z + 0.5) * xp.log(t) - t + xp.log(s)
         out = xp.where(refl, math.log(math.pi) - xp.log(_sin_pi(xp, x)) - lg, lg)
         out = xp.where(xp.isinf(x), math.inf, out)
+        out = xp.where((x == 1) | (x == 2), 0.0, out)   # NOTE: exact zeros, as PyTorch's
         return xp.where(_poles(xp, x), math.inf, out)
 
 
@@ -93,7 +94,8 @@ def _digamma_kernel(xp, x):
             p = p * inv2
         res = res + xp.log(y) - 0.5 / y - series
         res = xp.where(x == xp.inf, xp.inf, xp.where(xp.isnan(x) | (x == -xp.inf), xp.nan, res))
-        return xp.where(_poles(xp, x), xp.where(x == 0, -xp.inf, xp.nan), res)
+        # NOTE: psi(+-0) = -+inf (PyTorch's copysign(inf, -x)); NaN at negative integers
+        return xp.where(_poles(xp, x), xp.where(x == 0, xp.copysign(xp.inf, -x), xp.nan), res)
 
 
 def _polygamma_kernel(xp, x, n=1):
