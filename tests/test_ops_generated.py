@@ -31,7 +31,7 @@ def _to_em(args, make=lambda a: a, requires_grad=False):
     for a in args:
         if isinstance(a, np.ndarray):
             t = em.from_numpy(make(a.copy()))
-            if requires_grad and t.dtype.is_floating_point:
+            if requires_grad and t.dtype.is_inexact:
                 t.requires_grad_(True)
             out.append(t)
         else:
@@ -63,8 +63,9 @@ def _check_forward(info, dtype, sample, make, label):
                 f"{info.name}[{label}] {sample.name}: dtype {g.dtype} vs NumPy {r.dtype}"
         gv = g.detach().numpy()
         if r.dtype.kind in "fc":
+            wide = np.complex128 if "c" in (r.dtype.kind, gv.dtype.kind) else np.float64
             np.testing.assert_allclose(
-                gv.astype(np.float64), r.astype(np.float64), atol=info.atol.get(dtype, 1e-5),
+                gv.astype(wide), r.astype(wide), atol=info.atol.get(dtype, 1e-5),
                 rtol=info.rtol.get(dtype, 1e-4), equal_nan=True,
                 err_msg=f"{info.name}[{label}] sample {sample.name}")
         else:
@@ -87,7 +88,7 @@ def test_forward_matches_numpy(info, dtype):
 
 
 def _grad_samples(info):
-    return [s for s in info.samples(_rng(info, "grad"), np.dtype("float64")) if s.grad]
+    return [s for s in info.samples(_rng(info, "grad"), np.dtype(info.grad_dtype)) if s.grad]
 
 
 def _float_args(args):
@@ -111,6 +112,20 @@ def test_vjp_and_jvp_match_central_differences(info):
                          rtol=info.grad_rtol, check_forward_ad=info.jvp)
 
 
+def _randn(rng, like):
+    """A random tensor shaped like ``like`` (complex values for complex ``like``)."""
+    if like.dtype.is_complex:
+        return em.tensor(rng.standard_normal(like.shape) + 1j * rng.standard_normal(like.shape),
+                         dtype=like.dtype)
+    return em.tensor(rng.standard_normal(like.shape))
+
+
+def _rdot(a, b) -> float:
+    """The real inner product (complex values as pairs of reals: Re(sum(conj(a) * b)))."""
+    a, b = a.detach().numpy(), b.detach().numpy()
+    return float(np.sum(np.real(np.conj(a) * b)))
+
+
 @pytest.mark.parametrize("info", [i for i in GRAD if i.jvp], ids=repr)
 def test_vjp_jvp_inner_product_identity(info):
     rng = _rng(info, "ip")
@@ -119,12 +134,12 @@ def test_vjp_jvp_inner_product_identity(info):
         idx = _float_args(args)
         f = _fn_of(info, s)
         outs = f(*args)
-        cots = [em.tensor(rng.standard_normal(o.shape)) for o in outs]
-        tans = {i: em.tensor(rng.standard_normal(args[i].shape)) for i in idx}
+        cots = [_randn(rng, o) for o in outs]
+        tans = {i: _randn(rng, args[i]) for i in idx}
         diff_outs = [(o, c) for o, c in zip(outs, cots) if o.requires_grad]
         vjps = em.autograd.grad([o for o, _ in diff_outs], [args[i] for i in idx],
                                 [c for _, c in diff_outs], allow_unused=True)
-        lhs = sum(float((tans[i] * g).sum()) for i, g in zip(idx, vjps) if g is not None)
+        lhs = sum(_rdot(tans[i], g) for i, g in zip(idx, vjps) if g is not None)
         with fwad.dual_level():
             duals = [fwad.make_dual(a.detach(), tans[k]) if k in tans else a
                      for k, a in enumerate(args)]
@@ -133,7 +148,7 @@ def test_vjp_jvp_inner_product_identity(info):
             for o, c in zip(jouts, cots):
                 t = fwad.unpack_dual(o).tangent
                 if t is not None:
-                    rhs += float((t * c).sum())
+                    rhs += _rdot(t, c)
         assert abs(lhs - rhs) <= 1e-8 * max(1.0, abs(lhs)), \
             f"{info.name} {s.name}: <t, vjp(c)> = {lhs} but <jvp(t), c> = {rhs}"
 

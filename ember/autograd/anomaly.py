@@ -40,7 +40,7 @@ def _finite(x) -> bool:
             return math.isfinite(x) if isinstance(x, (int, float)) else True
         except TypeError:
             return True
-    if not d.is_floating_point or x._data.size == 0:
+    if not d.is_inexact or x._data.size == 0:
         return True
     from ..device import get_backend
     xp = get_backend(x._device).xp

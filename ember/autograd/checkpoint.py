@@ -226,7 +226,7 @@ def _reuse(op, inputs, params, value):
     """``value`` (the forward's output of ``op``) recorded as if ``op`` just made it."""
     out = _wrap(value._data, value._dtype, value._device, value._storage, value._base)
     req = any(isinstance(x, Tensor) and x._requires_grad for x in inputs)
-    if req and state.grad_enabled and op.differentiable and out._dtype.is_floating_point:
+    if req and state.grad_enabled and op.differentiable and out._dtype.is_inexact:
         save = op.save
         out._grad_fn = Node(op, params, inputs, save == "inputs" or save == "both",
                             out if save == "output" or save == "both" else None)
@@ -418,7 +418,7 @@ def checkpoint(function, *args, use_reentrant=None, preserve_rng_state: bool = T
     node.name_ = "CheckpointBackward"
     for nr, k in enumerate(idx):
         o = flat[k]
-        if o._dtype.is_floating_point:
+        if o._dtype.is_inexact:
             o._grad_fn, o._out_nr, o._requires_grad = node, nr, True
             if o._base is not None:
                 o._view_version = o._storage.version

@@ -105,6 +105,8 @@ def _fit(g, meta, node, i):
             raise ShapeError(f"{node.name()} returned a gradient of shape "
                              f"{tuple(g._data.shape)} for input {i} of shape {shape}") from None
     if g._dtype is not dt:
+        if g._dtype.is_complex and not dt.is_complex:
+            g = g.real   # NOTE: PyTorch's handle_r_to_c: a real input keeps the real part
         g = g.to(dt)
     return g
 
@@ -354,6 +356,9 @@ def _roots_and_grads(tensors, grad_tensors, what):
             raise GraphError("element 0 of tensors does not require grad and does not have a "
                              "grad_fn")
         if g is None:
+            if t._dtype.is_complex:
+                raise GraphError(f"grad can be implicitly created only for real scalar "
+                                 f"outputs; got {t._dtype.name}: pass gradient=")
             if t._data.size != 1:
                 raise GraphError(f"grad can be implicitly created only for scalar outputs; "
                                  f"got an output of shape {tuple(t.shape)}: pass gradient=")

@@ -57,7 +57,7 @@ def push_tangents(op, inputs, params, out) -> None:
         fw = getattr(x, "_fw", None)
         if fw:
             levels.update(fw)
-    if not levels or not op.differentiable or not out._dtype.is_floating_point:
+    if not levels or not op.differentiable or not out._dtype.is_inexact:
         return
     if op.jvp is None:
         raise NotImplementedError(f"{op.name}: no JVP rule, forward-mode AD is not supported")
@@ -68,7 +68,7 @@ def push_tangents(op, inputs, params, out) -> None:
         for x in inputs:
             fw = getattr(x, "_fw", None)
             t = fw.get(level) if fw else None
-            if t is None and isinstance(x, Tensor) and x._dtype.is_floating_point:
+            if t is None and isinstance(x, Tensor) and x._dtype.is_inexact:
                 t = None
             else:
                 any_t = any_t or t is not None
@@ -77,7 +77,7 @@ def push_tangents(op, inputs, params, out) -> None:
             continue
         prim = [_strip(x, level) for x in inputs]
         tangents = [zeros_like(p) if t is None and isinstance(p, Tensor)
-                    and p._dtype.is_floating_point else t for t, p in zip(tangents, prim)]
+                    and p._dtype.is_inexact else t for t, p in zip(tangents, prim)]
         out_p = _strip(out, level)
         if op.jvp == "linear":
             tout = op(tangents[0], *prim[1:], **params)
@@ -125,7 +125,7 @@ def make_dual(tensor: Tensor, tangent: Tensor, *, level=None) -> Tensor:
     if tuple(tangent.shape) != tuple(tensor.shape):
         raise ValueError(f"make_dual: tangent shape {tuple(tangent.shape)} must match primal "
                          f"shape {tuple(tensor.shape)}")
-    if not tensor.dtype.is_floating_point:
+    if not tensor.dtype.is_inexact:
         raise TypeError(f"make_dual: primal must be floating point, got {tensor.dtype}")
     t = _differentiable_alias(tensor)
     t._fw = dict(tensor._fw or {})

@@ -280,7 +280,7 @@ def _record(op, ctx, args, outs):
     for k, o in enumerate(outs):
         if not isinstance(o, Tensor):
             continue
-        if o._dtype.is_floating_point and id(o) not in non_diff:
+        if o._dtype.is_inexact and id(o) not in non_diff:
             o._grad_fn, o._out_nr, o._requires_grad = node, k, True
         elif o._grad_fn is not None or o._requires_grad:
             o._grad_fn, o._requires_grad = None, False
@@ -324,7 +324,7 @@ def _push_tangents(op, args, outs, levels):
         for a in args:
             fw = getattr(a, "_fw", None)
             t = fw.get(level) if fw else None
-            if t is None and isinstance(a, Tensor) and a._dtype.is_floating_point and \
+            if t is None and isinstance(a, Tensor) and a._dtype.is_inexact and \
                     op.ctx.materialize_grads:
                 t = zeros_like(a)
             tans.append(t)
@@ -333,7 +333,7 @@ def _push_tangents(op, args, outs, levels):
             raise GraphError(f"{op.name}.jvp returned {len(res)} tangents for {len(outs)} "
                              f"outputs")
         for o, t in zip(outs, res):
-            if t is None or not isinstance(o, Tensor) or not o._dtype.is_floating_point:
+            if t is None or not isinstance(o, Tensor) or not o._dtype.is_inexact:
                 continue
             if o._fw is None:
                 o._fw = {}

@@ -31,31 +31,54 @@ def _diff_inputs(inputs):
 
 def _flat_outputs(fn, inputs):
     outs = _as_tuple(fn(*inputs))
-    return [o for o in outs if isinstance(o, Tensor) and o.dtype.is_floating_point]
+    return [o for o in outs if isinstance(o, Tensor) and o.dtype.is_inexact]
+
+
+# NOTE: complex values are checked as PyTorch does, as pairs of reals: a complex input gives
+# two Jacobian columns per element (perturb the real part, then the imaginary part) and a
+# complex output two rows (real part, imaginary part), interleaved. Reverse mode reads row
+# (re u_r) from the gradient of cotangent 1 at r and row (im u_r) from cotangent 1j; with
+# PyTorch's convention grad = dL/dRe + i dL/dIm, so the gradient's real and imaginary parts
+# are the row's (re, im) columns.
+def _dirs(t) -> tuple:
+    return (1, 1j) if t.dtype.is_complex else (1,)
+
+
+def _width(t) -> int:
+    return t.numel() * len(_dirs(t))
+
+
+def _real_vec(a) -> np.ndarray:
+    """A host array as float64, complex values as interleaved (real, imag) pairs."""
+    a = np.asarray(a)
+    if a.dtype.kind == "c":
+        return np.stack([a.real, a.imag], -1).astype(np.float64).reshape(-1)
+    return a.astype(np.float64).reshape(-1)
 
 
 def numerical_jacobian(fn, inputs, eps=1e-6):
-    """List over differentiable inputs of arrays ``J[out_flat, in_flat]`` per output."""
+    """List over outputs of lists over differentiable inputs of arrays ``J[out, in]``
+    (complex inputs/outputs as interleaved real and imaginary parts)."""
     idx = _diff_inputs(inputs)
     with no_grad():
         outs = _flat_outputs(fn, inputs)
-        jac = [[np.zeros((o.numel(), inputs[i].numel())) for i in idx] for o in outs]
+        jac = [[np.zeros((_width(o), _width(inputs[i]))) for i in idx] for o in outs]
         for k, i in enumerate(idx):
             x = inputs[i]
             flat = x._data.reshape(-1) if x._data.flags.c_contiguous else None
             if flat is None:
                 raise ValueError("gradcheck: inputs must be contiguous")
+            dirs = _dirs(x)
             for j in range(flat.size):
                 orig = flat[j].item()
-                flat[j] = orig + eps
-                plus = [o.detach()._data.astype(np.float64).copy() for o in
-                        _flat_outputs(fn, inputs)]
-                flat[j] = orig - eps
-                minus = [o.detach()._data.astype(np.float64).copy() for o in
-                         _flat_outputs(fn, inputs)]
-                flat[j] = orig
-                for m in range(len(outs)):
-                    jac[m][k][:, j] = ((plus[m] - minus[m]) / (2 * eps)).reshape(-1)
+                for p, d in enumerate(dirs):
+                    flat[j] = orig + eps * d
+                    plus = [_real_vec(o.detach()._data) for o in _flat_outputs(fn, inputs)]
+                    flat[j] = orig - eps * d
+                    minus = [_real_vec(o.detach()._data) for o in _flat_outputs(fn, inputs)]
+                    flat[j] = orig
+                    for m in range(len(outs)):
+                        jac[m][k][:, j * len(dirs) + p] = (plus[m] - minus[m]) / (2 * eps)
     return jac
 
 
@@ -64,18 +87,20 @@ def _analytical_vjp(fn, inputs, create_graph=False):
     from ..ops.factories import zeros_like
     idx = _diff_inputs(inputs)
     outs = _flat_outputs(fn, inputs)
-    jac = [[np.zeros((o.numel(), inputs[i].numel())) for i in idx] for o in outs]
+    jac = [[np.zeros((_width(o), _width(inputs[i]))) for i in idx] for o in outs]
     for m, o in enumerate(outs):
         if not o.requires_grad:
             continue
+        dirs = _dirs(o)
         for r in range(o.numel()):
-            g = zeros_like(o)
-            g._data.reshape(-1)[r] = 1
-            gs = grad([o], [inputs[i] for i in idx], [g], retain_graph=True,
-                      allow_unused=True)
-            for k, gi in enumerate(gs):
-                if gi is not None:
-                    jac[m][k][r, :] = gi._data.astype(np.float64).reshape(-1)
+            for p, d in enumerate(dirs):
+                g = zeros_like(o)
+                g._data.reshape(-1)[r] = d
+                gs = grad([o], [inputs[i] for i in idx], [g], retain_graph=True,
+                          allow_unused=True)
+                for k, gi in enumerate(gs):
+                    if gi is not None:
+                        jac[m][k][r * len(dirs) + p, :] = _real_vec(gi._data)
     return jac
 
 
@@ -85,22 +110,24 @@ def _analytical_jvp(fn, inputs):
     idx = _diff_inputs(inputs)
     with no_grad():
         outs = _flat_outputs(fn, inputs)
-    jac = [[np.zeros((o.numel(), inputs[i].numel())) for i in idx] for o in outs]
+    jac = [[np.zeros((_width(o), _width(inputs[i]))) for i in idx] for o in outs]
     for k, i in enumerate(idx):
+        dirs = _dirs(inputs[i])
         for c in range(inputs[i].numel()):
-            with fwad.dual_level():
-                duals = list(inputs)
-                t = zeros_like(inputs[i])
-                t._data.reshape(-1)[c] = 1
-                duals[i] = fwad.make_dual(inputs[i].detach(), t)
-                for j in idx:
-                    if j != i:
-                        duals[j] = inputs[j].detach()
-                res = _flat_outputs(fn, duals)
-                for m, o in enumerate(res):
-                    tan = fwad.unpack_dual(o).tangent
-                    if tan is not None:
-                        jac[m][k][:, c] = tan._data.astype(np.float64).reshape(-1)
+            for p, d in enumerate(dirs):
+                with fwad.dual_level():
+                    duals = list(inputs)
+                    t = zeros_like(inputs[i])
+                    t._data.reshape(-1)[c] = d
+                    duals[i] = fwad.make_dual(inputs[i].detach(), t)
+                    for j in idx:
+                        if j != i:
+                            duals[j] = inputs[j].detach()
+                    res = _flat_outputs(fn, duals)
+                    for m, o in enumerate(res):
+                        tan = fwad.unpack_dual(o).tangent
+                        if tan is not None:
+                            jac[m][k][:, c * len(dirs) + p] = _real_vec(tan._data)
     return jac
 
 
@@ -118,13 +145,16 @@ def _compare(kind, ana, num, atol, rtol, idx):
 def gradcheck(fn, inputs, *, eps: float = 1e-6, atol: float = 1e-5, rtol: float = 1e-3,
               raise_exception: bool = True, check_forward_ad: bool = True,
               check_backward_ad: bool = True, nondet_tol: float = 0.0) -> bool:
-    """Check ``fn``'s VJP (and JVP) against central differences; inputs should be float64."""
+    """Check ``fn``'s VJP (and JVP) against central differences; inputs should be float64
+    or complex128 (complex values are checked as real and imaginary parts, as PyTorch's
+    gradcheck does)."""
     inputs = _as_tuple(inputs)
     idx = _diff_inputs(inputs)
     for i in idx:
-        if inputs[i].dtype.name != "float64":
+        if inputs[i].dtype.name not in ("float64", "complex128"):
             import warnings
-            warnings.warn(f"gradcheck: input {i} is {inputs[i].dtype}, not float64; the check "
+            warnings.warn(f"gradcheck: input {i} is {inputs[i].dtype}, not float64 or "
+                          f"complex128; the check "
                           f"may fail from rounding alone", stacklevel=2)
     try:
         num = numerical_jacobian(fn, inputs, eps)
@@ -150,7 +180,9 @@ def gradgradcheck(fn, inputs, grad_outputs=None, *, eps: float = 1e-6, atol: flo
     outs = _flat_outputs(fn, inputs)
     rng = np.random.default_rng(0)
     if grad_outputs is None:
-        grad_outputs = [tensor(rng.standard_normal(o.shape), dtype=o.dtype) for o in outs]
+        grad_outputs = [tensor(rng.standard_normal(o.shape) + (
+            1j * rng.standard_normal(o.shape) if o.dtype.is_complex else 0), dtype=o.dtype)
+            for o in outs]
     grad_outputs = list(_as_tuple(grad_outputs)) if not isinstance(grad_outputs, list) \
         else grad_outputs
 

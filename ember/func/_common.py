@@ -31,7 +31,7 @@ def fresh(x, outer_grad: bool, where: str) -> Tensor:
     if not isinstance(x, Tensor):
         raise TypeError(f"{where}: expected the differentiated inputs to be Tensors, got "
                         f"{type(x).__name__}")
-    if not x._dtype.is_floating_point:
+    if not x._dtype.is_inexact:
         raise DTypeError(f"{where}: only floating point inputs can be differentiated, got "
                          f"{x._dtype}")
     if outer_grad and x._requires_grad:

@@ -12,6 +12,7 @@ from ..errors import DTypeError
 from ..tensor import Tensor
 from . import dispatch
 from ._util import LOWP
+from .complex import cj
 from .registry import defop
 
 __all__ = ['add', 'sub', 'subtract', 'mul', 'multiply', 'div', 'divide', 'true_divide', 'neg', 'negative', 'pow']
@@ -49,7 +50,7 @@ sub_p = defop(
 mul_p = defop(
     "mul", nin=2, elementwise=True, expr="({0} * {1})",
     kernel=lambda xp, x, y: xp.multiply(x, y),
-    vjp=(lambda g, out, x, y: g * y, lambda g, out, x, y: g * x),
+    vjp=(lambda g, out, x, y: g * cj(y), lambda g, out, x, y: g * cj(x)),
     jvp=lambda t, out, x, y: _tsum(None if t[0] is None else t[0] * y,
                                    None if t[1] is None else x * t[1]))
 
@@ -57,7 +58,7 @@ div_p = defop(
     "div", nin=2, elementwise=True, dtype="float", expr="({0} / {1})",
     kernel=lambda xp, x, y: xp.true_divide(x, y),
     save="both",
-    vjp=(lambda g, out, x, y: g / y, lambda g, out, x, y: -g * out / y),
+    vjp=(lambda g, out, x, y: g / cj(y), lambda g, out, x, y: -g * cj(out / y)),
     jvp=lambda t, out, x, y: _tsum(None if t[0] is None else t[0] / y,
                                    None if t[1] is None else -t[1] * out / y))
 
@@ -71,28 +72,32 @@ def _pow_kernel(xp, x, y):
     return xp.power(x, y)
 
 
-def _pow_dx(g, out, x, y):
-    return g * y * x ** (y - 1)
+def _pow_dx(g, out, x, y, conj=True):
+    d = y * x ** (y - 1)
+    return g * (cj(d) if conj else d)
 
 
-def _pow_dy(g, out, x, y):
+def _pow_dy(g, out, x, y, conj=True):
     # NOTE: d/dy x**y = out*log(x); where x == 0 the limit is 0 (for y > 0), not nan.
     from .unary import log
     from .select import where
     lx = log(where(x == 0, 1, x)) if _is_t(x) else _log_scalar(x)
-    return g * out * lx
+    return g * (cj(out * lx) if conj else out * lx)
 
 
 def _log_scalar(x):
+    import cmath
     import math
+    if isinstance(x, (complex, np.complexfloating)):
+        return cmath.log(x)
     return math.log(x) if x > 0 else float("nan")
 
 
 pow_p = defop(
     "pow", nin=2, elementwise=True, expr="pow({0}, {1})", kernel=_pow_kernel, save="both",
     vjp=(_pow_dx, _pow_dy),
-    jvp=lambda t, out, x, y: _tsum(None if t[0] is None else _pow_dx(t[0], out, x, y),
-                                   None if t[1] is None else _pow_dy(t[1], out, x, y)))
+    jvp=lambda t, out, x, y: _tsum(None if t[0] is None else _pow_dx(t[0], out, x, y, False),
+                                   None if t[1] is None else _pow_dy(t[1], out, x, y, False)))
 
 
 def _cast_rule(x, dtype):

@@ -13,6 +13,7 @@ import numbers
 from ..tensor import Tensor
 from . import dispatch
 from .inplace import copy_into_out, inplace_from
+from .complex import real_only
 from .registry import defop
 from .unary import (ZERO, _int_zero_check, _zeros, floor_divide_p,
                     sign, trunc, floor)
@@ -73,11 +74,11 @@ def _checked(name, fn):
 
 
 # ------------------------------------------------------------------ differentiable
-maximum_p = binary("maximum", lambda xp, x, y: xp.maximum(x, y),
+maximum_p = binary("maximum", real_only("maximum", lambda xp, x, y: xp.maximum(x, y)),
                    "({0} > {1} || {0} != {0} ? {0} : {1})",
                    lambda x, y, out: _tie_weight(x, y, x < y),
                    lambda x, y, out: _tie_weight(x, y, x > y))
-minimum_p = binary("minimum", lambda xp, x, y: xp.minimum(x, y),
+minimum_p = binary("minimum", real_only("minimum", lambda xp, x, y: xp.minimum(x, y)),
                    "({0} < {1} || {0} != {0} ? {0} : {1})",
                    lambda x, y, out: _tie_weight(x, y, x > y),
                    lambda x, y, out: _tie_weight(x, y, x < y))
@@ -103,10 +104,12 @@ def _nondiff(name, kernel, expr, dtype):
 
 eq_p = _nondiff("eq", lambda xp, x, y: xp.equal(x, y), "({0} == {1})", "compare")
 ne_p = _nondiff("ne", lambda xp, x, y: xp.not_equal(x, y), "({0} != {1})", "compare")
-lt_p = _nondiff("lt", lambda xp, x, y: xp.less(x, y), "({0} < {1})", "compare")
-le_p = _nondiff("le", lambda xp, x, y: xp.less_equal(x, y), "({0} <= {1})", "compare")
-gt_p = _nondiff("gt", lambda xp, x, y: xp.greater(x, y), "({0} > {1})", "compare")
-ge_p = _nondiff("ge", lambda xp, x, y: xp.greater_equal(x, y), "({0} >= {1})", "compare")
+lt_p = _nondiff("lt", real_only("lt", lambda xp, x, y: xp.less(x, y)), "({0} < {1})", "compare")
+le_p = _nondiff("le", real_only("le", lambda xp, x, y: xp.less_equal(x, y)), "({0} <= {1})",
+                "compare")
+gt_p = _nondiff("gt", real_only("gt", lambda xp, x, y: xp.greater(x, y)), "({0} > {1})", "compare")
+ge_p = _nondiff("ge", real_only("ge", lambda xp, x, y: xp.greater_equal(x, y)),
+                "({0} >= {1})", "compare")
 logical_and_p = _nondiff("logical_and", lambda xp, x, y: xp.logical_and(x, y),
                          "({0} && {1})", "bool")
 logical_or_p = _nondiff("logical_or", lambda xp, x, y: xp.logical_or(x, y),

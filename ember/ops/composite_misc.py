@@ -1,6 +1,7 @@
 """More of ``torch.Tensor``'s surface: ``unfold`` (sliding windows as a view), ``nanmedian``,
 ``index_reduce``, ``xlogy``, ``logit``, ``sinc``, ``diff``, ``kron``, ``cross``, ``dist``,
-the real-dtype identities (``conj``, ``real``, ``sgn``, ``adjoint``/``mH``) and the device
+the conjugate transposes (``adjoint``/``mH``/``H``; ``conj``, ``real``, ``sgn`` come from
+``complex.py``) and the device
 predicates a CPU build answers False (``is_meta``, ``is_sparse``...).
 
 All differentiable results are Ember ops (views through ``as_strided``, gathers from
@@ -20,6 +21,8 @@ from .. import dtypes as _dt
 from ..errors import DTypeError, ShapeError
 from ..tensor import Tensor
 from ._util import wrap_dim
+from .complex import (IMAG_PROPERTY, REAL_PROPERTY, conj, conj_physical,  # noqa: F401
+                      is_conj, real, resolve_conj, sgn)
 from .composite_data import scatter_reduce
 from .inplace import copy_into_out, inplace_from
 from .join import cat
@@ -176,11 +179,6 @@ def dist(input, other, p=2):
     return norm(input - other, p)
 
 
-def sgn(input, *, out=None):
-    """``sign`` for real tensors (``torch.sgn``)."""
-    return _out(input.sign(), out)
-
-
 def positive(input):
     """``input`` itself (``torch.positive``); refused for bool like PyTorch."""
     if input.dtype is _dt.bool_:
@@ -188,17 +186,9 @@ def positive(input):
     return input
 
 
-def conj(input):
-    """``input``: Ember tensors are real, so the conjugate is the tensor itself."""
+def resolve_neg(input):
+    """``input``: Ember tensors carry no lazy-negation bit."""
     return input
-
-
-conj_physical = resolve_conj = resolve_neg = conj
-
-
-def is_conj(input) -> bool:
-    """False: real tensors carry no lazy-conjugation bit."""
-    return False
 
 
 def is_neg(input) -> bool:
@@ -206,17 +196,13 @@ def is_neg(input) -> bool:
     return False
 
 
-def real(input):
-    """``input``: the real part of a real tensor."""
-    return input
-
-
 def adjoint(input):
-    """Transpose of the last two dims (the conjugate transpose of a real tensor)."""
+    """The conjugate transpose of the last two dims (a view for real tensors; Ember has no
+    lazy conjugation bit, so a complex result is a copy)."""
     if input.ndim < 2:
         raise ShapeError(f"adjoint(): expected a tensor with at least 2 dims, got shape "
                          f"{tuple(input.shape)}")
-    return input.transpose(-2, -1)
+    return conj(input.transpose(-2, -1))
 
 
 def get_device(self) -> int:
@@ -227,11 +213,11 @@ def get_device(self) -> int:
 for _name in __all__:
     setattr(Tensor, _name, globals()[_name])
 Tensor.unfold = unfold
-Tensor.real = property(real)
+Tensor.real = REAL_PROPERTY
 Tensor.get_device = get_device
 Tensor.mH = property(adjoint)
-Tensor.H = property(lambda self: self.t() if self.ndim == 2 else _h_error(self))
-Tensor.imag = property(lambda self: _no_imag())
+Tensor.H = property(lambda self: conj(self.t()) if self.ndim == 2 else _h_error(self))
+Tensor.imag = IMAG_PROPERTY
 for _flag in ("is_meta", "is_sparse", "is_sparse_csr", "is_quantized", "is_mkldnn",
               "is_nested", "is_xla", "is_mps", "is_vulkan", "is_ipu", "is_xpu", "is_mtia",
               "is_maia"):
@@ -249,7 +235,3 @@ Tensor.index_reduce_ = inplace_from(index_reduce, "index_reduce")
 def _h_error(self):
     raise ShapeError(f"tensor.H is only supported on matrices (2-D tensors), got shape "
                      f"{tuple(self.shape)}")
-
-
-def _no_imag():
-    raise DTypeError("imag is not implemented for tensors with non-complex dtypes")

@@ -19,6 +19,7 @@ from .. import dtypes as _dt
 from ..errors import DTypeError, ShapeError
 from ..tensor import Tensor
 from ._util import wrap_dim
+from .complex import angle, isreal  # noqa: F401 - in __all__ and bound below
 from .composite_shape import split_with_sizes
 from .dispatch import autocast_entry
 from .factories import arange, as_tensor, empty, tensor as _tensor
@@ -186,17 +187,6 @@ def nextafter(input, other):
     a, b = _host(input), _host(other)
     dt = _dt.result_type(input, other)
     return _tensor(np.nextafter(a.astype(dt.np), b.astype(dt.np)), dtype=dt)
-
-
-def angle(input):
-    """Argument of a real number: 0 for >= 0, pi for < 0, NaN for NaN (``torch.angle``)."""
-    x = input if input.dtype.is_floating_point else input.to(_dt.get_default_dtype())
-    return where(x < 0, math.pi, where(x.isnan(), x, 0.0 * x))
-
-
-def isreal(input):
-    """True everywhere: Ember tensors are real (``torch.isreal``)."""
-    return _tensor(np.ones(tuple(input.shape), bool), dtype=_dt.bool_)
 
 
 def is_signed(input) -> bool:

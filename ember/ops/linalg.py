@@ -13,6 +13,7 @@ from ..errors import DTypeError, ShapeError
 from ..tensor import Tensor
 from . import dispatch
 from ._util import f32_to_lowp, is_lowp, lowp_pair_to_f32, lowp_to_f32, wrap_dim
+from .complex import cj
 from .registry import defop
 from .dispatch import autocast_entry
 
@@ -48,6 +49,7 @@ def _matmul_check(x, y):
 
 
 def _mm_grad_x(g, out, x, y):
+    y = cj(y)    # NOTE: complex operands: g @ conj(y)^T (PyTorch's convention)
     if y.ndim == 1:                       # (..., n) x (k,): grad_x = g[..., None] * y
         return g.unsqueeze(-1) @ y.unsqueeze(0)
     if x.ndim == 1:                       # (k,) x (..., k, m): sum over batch by the engine
@@ -56,6 +58,7 @@ def _mm_grad_x(g, out, x, y):
 
 
 def _mm_grad_y(g, out, x, y):
+    x = cj(x)
     if x.ndim == 1:
         if y.ndim == 1:                   # dot product: g is 0-d
             return x * g
@@ -183,7 +186,9 @@ def dot(input, other, *, out=None):
     return matmul(input, other, out=out)
 
 
-vdot = dot   # NOTE: Ember has no complex dtypes, so conj(input) == input.
+def vdot(input, other, *, out=None):
+    """``sum(conj(input) * other)`` of two 1-D tensors (``torch.vdot``)."""
+    return dot(cj(input), other, out=out)
 
 
 def outer(input, vec2, *, out=None):
@@ -316,6 +321,7 @@ def _einsum_grad(i, g, inputs, equation):
 
 
 def _einsum_vjp(g, out, *inputs, equation):
+    inputs = tuple(cj(x) for x in inputs)   # NOTE: complex: g times conj(the others)
     return tuple(_einsum_grad(i, g, inputs, equation) for i in range(len(inputs)))
 
 

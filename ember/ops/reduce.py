@@ -36,7 +36,7 @@ def _sum_dtype(x, dim=None, keepdim=False, dtype=None, **_):
     if dtype is not None:
         return dtype, dtype
     d = x._dtype
-    return None, (_dt.int64 if d.category != _dt.FLOAT else d)
+    return None, (_dt.int64 if d.category < _dt.FLOAT else d)
 
 
 def _sum_kernel(xp, x, dim=None, keepdim=False, dtype=None):
@@ -89,7 +89,7 @@ def _out(r, out):
 
 
 def _need_float(x, op):
-    if x._dtype.category != _dt.FLOAT:
+    if x._dtype.category < _dt.FLOAT:
         raise DTypeError(f"{op}(): could not infer output dtype. Input dtype must be either a "
                          f"floating point or complex dtype. Got: {x._dtype.name} (pass dtype= "
                          f"or convert with .float())")

@@ -15,6 +15,7 @@ import math
 from ..errors import IntegerDivisionByZero
 from ..tensor import Tensor
 from . import _special, dispatch
+from .complex import cj, complex_abs, real_only
 from .inplace import copy_into_out, inplace_from
 from .registry import defop
 
@@ -43,7 +44,8 @@ def unary(name, kernel, expr, deriv=None, *, save="inputs", dtype="float", param
         vjp = lambda g, out, x, **p: (_zeros(g),)  # noqa: E731
         jvp = lambda t, out, x, **p: _zeros(t[0])  # noqa: E731
     else:
-        vjp = lambda g, out, x, **p: (g * deriv(x, out),)  # noqa: E731
+        # NOTE: g * conj(f'(z)): PyTorch's convention for complex z (cj is free on reals)
+        vjp = lambda g, out, x, **p: (g * cj(deriv(x, out)),)  # noqa: E731
         jvp = lambda t, out, x, **p: t[0] * deriv(x, out)  # noqa: E731
     return defop(name, nin=1, elementwise=True, kernel=kernel, expr=expr, dtype=dtype,
                  save=save, vjp=vjp, jvp=jvp, params=params)
@@ -95,11 +97,12 @@ tanh_p = unary("tanh", lambda xp, x: xp.tanh(x), "tanh({0})", lambda x, out: 1 -
 sigmoid_p = unary("sigmoid", _sigmoid, "(1 / (1 + exp(-{0})))",
                   lambda x, out: out * (1 - out), save="output")
 # NOTE: erf/erfinv are primitives because NumPy has none (see _special.py for the kernels).
-erf_p = unary("erf", lambda xp, x: _special.erf(xp, x), "erf({0})",
+erf_p = unary("erf", real_only("erf", lambda xp, x: _special.erf(xp, x)), "erf({0})",
               lambda x, out: (2 / math.sqrt(math.pi)) * exp(-x * x))
-erfc_p = unary("erfc", lambda xp, x: _special.erfc(xp, x), "erfc({0})",
+erfc_p = unary("erfc", real_only("erfc", lambda xp, x: _special.erfc(xp, x)), "erfc({0})",
                lambda x, out: (-2 / math.sqrt(math.pi)) * exp(-x * x))
-erfinv_p = unary("erfinv", lambda xp, x: _special.erfinv(xp, x), "erfinv({0})",
+erfinv_p = unary("erfinv", real_only("erfinv", lambda xp, x: _special.erfinv(xp, x)),
+                 "erfinv({0})",
                  lambda x, out: (math.sqrt(math.pi) / 2) * exp(out * out), save="output")
 
 # dtype-preserving ops
@@ -107,16 +110,20 @@ abs_p = unary("abs", lambda xp, x: xp.abs(x), "fabs({0})", lambda x, out: sign(x
               dtype="promote")
 # NOTE: ``{0} != {0}`` (only NaN differs from itself) keeps NaN like np.maximum(x, 0); a
 # plain ``x > 0 ? x : 0`` would map NaN to 0.
-relu_p = unary("relu", lambda xp, x: xp.maximum(x, 0), "({0} > 0 || {0} != {0} ? {0} : 0)",
+relu_p = unary("relu", real_only("relu", lambda xp, x: xp.maximum(x, 0)),
+               "({0} > 0 || {0} != {0} ? {0} : 0)",
                lambda x, out: out > 0, save="output", dtype="promote")
-sign_p = unary("sign", lambda xp, x: x.copy() if x.dtype.kind == "b" else xp.sign(x),
+sign_p = unary("sign", real_only("sign (use sgn for complex)",
+                                  lambda xp, x: x.copy() if x.dtype.kind == "b" else xp.sign(x)),
                "({0} != {0} ? {0} : ({0} > 0) - ({0} < 0))", ZERO, dtype="promote")
-floor_p = unary("floor", _keep_int(lambda xp, x: xp.floor(x)), "floor({0})", ZERO,
-                dtype="promote")
-ceil_p = unary("ceil", _keep_int(lambda xp, x: xp.ceil(x)), "ceil({0})", ZERO, dtype="promote")
-trunc_p = unary("trunc", _keep_int(lambda xp, x: xp.trunc(x)), "trunc({0})", ZERO,
-                dtype="promote")
-round_p = unary("round", lambda xp, x, decimals=0: _round(xp, x, decimals), "rint({0})", ZERO,
+floor_p = unary("floor", real_only("floor", _keep_int(lambda xp, x: xp.floor(x))),
+                "floor({0})", ZERO, dtype="promote")
+ceil_p = unary("ceil", real_only("ceil", _keep_int(lambda xp, x: xp.ceil(x))), "ceil({0})",
+               ZERO, dtype="promote")
+trunc_p = unary("trunc", real_only("trunc", _keep_int(lambda xp, x: xp.trunc(x))),
+                "trunc({0})", ZERO, dtype="promote")
+round_p = unary("round", real_only("round", lambda xp, x, decimals=0: _round(xp, x, decimals)),
+                "rint({0})", ZERO,
                 dtype="promote", params={"decimals": 0})
 
 
@@ -187,8 +194,20 @@ asin, acos, atan = _fn(asin_p), _fn(acos_p), _fn(atan_p)
 arcsin, arccos, arctan = _fn(asin_p, "arcsin"), _fn(acos_p, "arccos"), _fn(atan_p, "arctan")
 sinh, cosh, tanh, sigmoid = _fn(sinh_p), _fn(cosh_p), _fn(tanh_p), _fn(sigmoid_p)
 erf, erfc, erfinv = _fn(erf_p), _fn(erfc_p), _fn(erfinv_p)
-abs, relu, sign = _fn(abs_p), _fn(relu_p), _fn(sign_p)  # noqa: A001 - PyTorch name
-absolute = _fn(abs_p, "absolute")
+relu, sign = _fn(relu_p), _fn(sign_p)
+
+
+def abs(input, *, out=None):  # noqa: A001 - PyTorch name
+    """``|input|`` elementwise (``torch.abs``); complex tensors give their real modulus.
+
+    Example:
+        >>> ember.abs(ember.tensor([-1.5, 3 + 4j]))    # tensor([1.5000, 5.0000])
+    """
+    r = complex_abs(input) if input._dtype.is_complex else _apply(abs_p, (input,), _NOPARAMS)
+    return r if out is None else copy_into_out(out, r)
+
+
+absolute = abs
 floor, ceil, trunc = _fn(floor_p), _fn(ceil_p), _fn(trunc_p)
 fix = _fn(trunc_p, "fix")
 logical_not, bitwise_not = _fn(logical_not_p), _fn(bitwise_not_p)

@@ -38,6 +38,7 @@ class OpInfo:
     noncontig: bool = True             # also run on non-contiguous views
     atol: dict = field(default_factory=lambda: {"float32": 1e-5, "float64": 1e-10})
     rtol: dict = field(default_factory=lambda: {"float32": 1e-4, "float64": 1e-8})
+    grad_dtype: str = "float64"        # dtype of the gradient samples (complex128 for complex)
     grad_atol: float = 1e-5
     grad_rtol: float = 1e-3
     exact_dtype: bool = True           # output dtype must equal the reference's (mapped)
@@ -54,6 +55,9 @@ def rand(rng, shape, dtype, lo=-2.0, hi=2.0):
         return np.asarray(rng.random(shape) < 0.5)
     if dt.kind in "iu":
         return rng.integers(int(lo), int(hi) + 1, size=shape).astype(dt)
+    if dt.kind == "c":   # real and imaginary parts each uniform in [lo, hi)
+        return np.asarray(rng.uniform(lo, hi, size=shape) + 1j * rng.uniform(lo, hi, size=shape)
+                          ).astype(dt)
     return rng.uniform(lo, hi, size=shape).astype(dt)
 
 
