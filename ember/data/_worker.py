@@ -27,7 +27,8 @@ import numpy as np
 
 from .. import random as _random
 from ..tensor import Tensor
-from .collate import pack
+from .collate import default_collate, pack
+from .dataset import fetch_batch
 
 __all__ = ["WorkerInfo", "get_worker_info"]
 
@@ -91,6 +92,10 @@ class ExceptionWrapper:
 def fetch(dataset, indices, auto_collation: bool, collate_fn):
     """Load one batch (map-style): samples at ``indices`` through ``collate_fn``."""
     if auto_collation:
+        if collate_fn is default_collate:     # one gather per tensor, no per-sample work
+            batch = fetch_batch(dataset, indices)
+            if batch is not NotImplemented:
+                return batch
         getitems = getattr(dataset, "__getitems__", None)
         data = getitems(indices) if getitems else [dataset[i] for i in indices]
     else:

@@ -17,6 +17,7 @@ from typing import Sequence
 import numpy as np
 
 from .. import random as _random
+from ..ops.factories import from_numpy
 from ..tensor import Tensor
 
 __all__ = ["Dataset", "IterableDataset", "TensorDataset", "ConcatDataset", "ChainDataset",
@@ -67,6 +68,13 @@ class TensorDataset(Dataset):
     def __len__(self) -> int:
         return self.tensors[0].shape[0]
 
+    def _fetch_batch(self, indices) -> list:
+        """``default_collate([self[i] for i in indices])``, built with one ``index_select``
+        per tensor instead of one indexing op per sample and a stack (the DataLoader's fast
+        path when ``collate_fn`` is the default)."""
+        idx = _index_array(indices, len(self), "TensorDataset")
+        return [t.index_select(0, idx) for t in self.tensors]
+
 
 class StackDataset(Dataset):
     """Zips datasets of equal length: ``StackDataset(a, b)[i] == (a[i], b[i])``, or a dict
@@ -85,6 +93,15 @@ class StackDataset(Dataset):
         if isinstance(self.datasets, dict):
             return {k: d[index] for k, d in self.datasets.items()}
         return tuple(d[index] for d in self.datasets)
+
+    def _fetch_batch(self, indices):
+        """The collated batch from each dataset's batched fetch (NotImplemented when one
+        has none)."""
+        ds = self.datasets.values() if isinstance(self.datasets, dict) else self.datasets
+        parts = [fetch_batch(d, indices) for d in ds]
+        if any(p is NotImplemented for p in parts):
+            return NotImplemented
+        return dict(zip(self.datasets, parts)) if isinstance(self.datasets, dict) else parts
 
     def __len__(self) -> int:
         return self._length
@@ -141,8 +158,37 @@ class Subset(Dataset):
             return [self.dataset[self.indices[i]] for i in idx]
         return self.dataset[self.indices[idx]]
 
+    def _fetch_batch(self, indices):
+        return fetch_batch(self.dataset, [self.indices[i] for i in indices])
+
     def __len__(self) -> int:
         return len(self.indices)
+
+
+def fetch_batch(dataset, indices):
+    """``default_collate([dataset[i] for i in indices])`` computed by the dataset in one
+    batched call (``TensorDataset``, and ``Subset``/``StackDataset`` over such datasets),
+    or ``NotImplemented`` when it has none — also when a subclass overrides ``__getitem__``
+    or defines ``__getitems__`` (their samples then come from the user's code)."""
+    cls = type(dataset)
+    if cls.__getitem__ not in _BATCHED or getattr(cls, "__getitems__", None) is not None:
+        return NotImplemented
+    return dataset._fetch_batch(indices)
+
+
+def _index_array(indices, n: int, who: str) -> Tensor:
+    """``indices`` (ints, possibly negative) as an int64 index tensor, range-checked."""
+    idx = np.asarray(indices, dtype=np.int64).reshape(-1)
+    if idx.size and (idx.min() < -n or idx.max() >= n):
+        bad = int(idx[(idx < -n) | (idx >= n)][0])
+        raise IndexError(f"{who}: index {bad} is out of range for a dataset of length {n}")
+    if idx.size and idx.min() < 0:
+        idx = np.where(idx < 0, idx + n, idx)
+    return from_numpy(idx)
+
+
+#: the ``__getitem__`` s whose samples ``_fetch_batch`` reproduces in one call
+_BATCHED = {TensorDataset.__getitem__, Subset.__getitem__, StackDataset.__getitem__}
 
 
 def _split_lengths(n: int, lengths) -> list[int]:
