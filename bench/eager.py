@@ -4,7 +4,9 @@ Measures (median of repeated timings, seconds per call):
   a) ``a + b`` on 1-element and 1000-element float32 tensors (per-op overhead),
   b) a 100-op autograd chain on a 100-element tensor, forward + backward,
   c) one MLP training step (batch 128, 784-512-512-10, ReLU, softmax cross-entropy, SGD),
-  d) float32 matmul GFLOP/s at 2048² and 4096².
+  d) float32 matmul GFLOP/s at 2048² and 4096²,
+  e) DataLoader over a TensorDataset ((4096, 20) float32 + int64 labels), batch 64, shuffled:
+     time per sample.
 
 Ratios are ember time / other time (> 1 means Ember is slower).
 
@@ -192,6 +194,38 @@ def matmul_cases(n):
     return out
 
 
+# ------------------------------------------------------------------------ e) data loading
+LOAD_N, LOAD_BATCH = 4096, 64
+
+
+def loader_cases():
+    """One shuffled epoch of DataLoader(TensorDataset((N, 20) float32, N int64), 64): the
+    callables return the epoch; :func:`main` divides by N (seconds per sample)."""
+    rng = np.random.default_rng(0)
+    x = rng.standard_normal((LOAD_N, 20), dtype=np.float32)
+    y = rng.integers(0, 10, LOAD_N)
+    ds = em.data.TensorDataset(em.from_numpy(x), em.from_numpy(y))
+
+    def ember_epoch():
+        for _ in em.data.DataLoader(ds, batch_size=LOAD_BATCH, shuffle=True):
+            pass
+
+    def numpy_epoch():  # the floor: one fancy-indexing gather per array per batch
+        perm = rng.permutation(LOAD_N)
+        for i in range(0, LOAD_N, LOAD_BATCH):
+            j = perm[i:i + LOAD_BATCH]
+            x[j], y[j]
+    out = {"ember": ember_epoch, "numpy": numpy_epoch}
+    if torch is not None:
+        tds = torch.utils.data.TensorDataset(torch.from_numpy(x), torch.from_numpy(y))
+
+        def torch_epoch():
+            for _ in torch.utils.data.DataLoader(tds, batch_size=LOAD_BATCH, shuffle=True):
+                pass
+        out["torch"] = torch_epoch
+    return out
+
+
 # ------------------------------------------------------------------------ report
 def fmt_time(s: float) -> str:
     return f"{s * 1e6:9.2f} us" if s < 1e-3 else f"{s * 1e3:9.2f} ms"
@@ -230,6 +264,9 @@ def main() -> None:
         raise SystemExit(f"MLP step losses disagree: {first}")
     row("MLP train step (b128 784-512-512-10)",
         compare(mlps, min_time=1.0, repeat=9))
+    epochs = compare(loader_cases(), min_time=0.5, repeat=7)
+    row(f"DataLoader per sample (b{LOAD_BATCH}, shuffle)",
+        {k: v / LOAD_N for k, v in epochs.items()})
     for n in (2048, 4096):
         times = compare(matmul_cases(n), min_time=0.5 if n == 2048 else 0.0,
                         repeat=5 if n == 2048 else 3)
