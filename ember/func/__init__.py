@@ -15,7 +15,8 @@ from .ensembling import stack_module_state
 from .forward import hessian, jacfwd, jvp
 from .functional_call import functional_call
 from .reverse import grad, grad_and_value, jacobian, jacrev, value_and_grad, vjp
+from ._vmap import vmap
 
 __all__ = ["grad", "grad_and_value", "value_and_grad", "vjp", "jvp", "jacrev", "jacfwd",
-           "jacobian", "hessian", "functional_call", "stack_module_state", "tree_flatten",
+           "jacobian", "hessian", "vmap", "functional_call", "stack_module_state", "tree_flatten",
            "tree_unflatten", "tree_map"]

@@ -19,6 +19,11 @@ same entry:
 ``save``       what the VJP reads: ``"inputs"``, ``"output"``, ``"both"`` or ``None``
                (inputs not saved reach the VJP as :class:`ShapeOnly` placeholders)
 ``view``       ``True`` if the output aliases input 0, ``"maybe"`` if it may (reshape)
+``batch``      batching rule for ``ember.func.vmap``: ``fn(inputs, bdims, **params) ->
+               (out, out_bdim)`` on the physical tensors (``bdims[i]``: the batch dim of
+               input ``i`` or ``None``), a generic rule's name from
+               ``ember.ops.batching.GENERIC`` (elementwise ops default to
+               ``"elementwise"``), or ``"loop"`` (run per example and stack)
 =============  ===================================================================
 
 Example (a unary primitive in one declaration)::
@@ -53,7 +58,7 @@ class Op:
 
     __slots__ = ("name", "nin", "params", "kernels", "shape", "dtype", "expr", "vjp", "jvp",
                  "save", "view", "elementwise", "differentiable", "check", "doc",
-                 "nondiff_argnums", "random", "_kcache", "__weakref__")
+                 "nondiff_argnums", "random", "batch", "_kcache", "__weakref__")
 
     def __init__(self, name: str, *, nin: int, kernel: Callable | None = None,
                  kernels: dict | None = None, params: dict | None = None,
@@ -61,7 +66,7 @@ class Op:
                  vjp: Callable | None = None, jvp=None, save: str | None = "inputs",
                  view=False, elementwise: bool = False, differentiable: bool = True,
                  check: Callable | None = None, nondiff_argnums: tuple = (),
-                 random: bool = False, doc: str = ""):
+                 random: bool = False, batch=None, doc: str = ""):
         if name in REGISTRY:
             raise ValueError(f"op {name!r} is already registered")
         if dtype not in DTYPE_KINDS and not callable(dtype):
@@ -88,6 +93,7 @@ class Op:
         self.check = check
         self.nondiff_argnums = nondiff_argnums
         self.random = random
+        self.batch = batch if batch is not None or not elementwise else "elementwise"
         self.doc = doc
         self._kcache = {}
         REGISTRY[name] = self

@@ -1,0 +1,75 @@
+"""``BatchedTensor``: the per-example (logical) view of a physical tensor inside ``vmap``.
+
+A batched tensor of vmap level ``L`` holds the physical tensor ``_phys`` (which may itself be
+batched at an outer level), the batch dim ``_bdim`` in it and ``_level``. It presents the
+logical shape and dtype: its ``_data`` is the first example's slice of the physical array
+(for shape, dtype and stride queries only; reading its values into Python raises).
+
+Its own ``_requires_grad``/``_grad_fn``/``_fw`` are *logical* autograd state, for transforms
+that run inside the vmap (``vmap(grad(f))``): they record nodes on batched tensors whose VJPs
+run batched. Physical autograd (``grad(vmap(f))``) happens on ``_phys`` below the vmap mode.
+"""
+from __future__ import annotations
+
+import numpy as np
+
+from ..tensor import Tensor
+
+__all__ = ["BatchedTensor", "make_batched", "unwrap", "is_batched_at"]
+
+_new = object.__new__
+
+
+class BatchedTensor(Tensor):
+    """A tensor inside ``vmap``: one example's view of a physical tensor with a batch dim."""
+
+    __slots__ = ("_phys", "_bdim", "_level")
+
+    def __repr__(self) -> str:
+        return (f"BatchedTensor(lvl={self._level}, bdim={self._bdim}, "
+                f"value={self._phys!r})")
+
+
+def _logical_data(phys, bdim):
+    a = phys._data
+    if a.shape[bdim] > 0:
+        return a[(slice(None),) * bdim + (0,)]
+    shape = a.shape[:bdim] + a.shape[bdim + 1:]
+    return np.lib.stride_tricks.as_strided(np.zeros(1, a.dtype), shape, (0,) * len(shape))
+
+
+def make_batched(phys: Tensor, bdim: int, level: int) -> BatchedTensor:
+    """Wrap physical ``phys`` (batch dim ``bdim``) as a tensor of vmap level ``level``."""
+    t = _new(BatchedTensor)
+    t._data = _logical_data(phys, bdim)
+    t._dtype = phys._dtype
+    t._device = phys._device
+    t._storage = phys._storage
+    t._base = None
+    t._requires_grad = False
+    t._grad_fn = None
+    t._out_nr = 0
+    t._phys, t._bdim, t._level = phys, bdim, level
+    return t
+
+
+def alias(x: BatchedTensor, keep_grad: bool) -> BatchedTensor:
+    """``tensor._alias`` of a batched tensor: a new wrapper of the same physical value."""
+    t = make_batched(x._phys, x._bdim, x._level)
+    if keep_grad:
+        t._requires_grad, t._grad_fn, t._out_nr = x._requires_grad, x._grad_fn, x._out_nr
+    return t
+
+
+BatchedTensor._batched_alias = alias
+
+
+def is_batched_at(x, level: int) -> bool:
+    return x.__class__ is BatchedTensor and x._level == level
+
+
+def unwrap(x, level: int):
+    """``(physical, bdim)`` of ``x`` at ``level``; ``(x, None)`` if not batched there."""
+    if x.__class__ is BatchedTensor and x._level == level:
+        return x._phys, x._bdim
+    return x, None

@@ -1,0 +1,280 @@
+"""The dispatch mode of one ``vmap`` level (functorch's ``BatchedTensor`` + batching rules).
+
+While a vmapped function runs, its :class:`VmapMode` sits on ``state.modes`` and sees every
+primitive. ``process`` unwraps the inputs batched at its level, runs the op's batching rule
+(:func:`ember.ops.batching.rule_of`) on the physical tensors *below* itself — so outer vmap
+levels, autograd, forward mode and tracers see ordinary ops — and wraps the result. Inputs
+not batched at its level go straight below. The eager path pays nothing when no vmap runs.
+
+Transforms inside the vmap (``vmap(grad(f))``, ``vmap(jvp(f))``) differentiate the logical
+(per-example) values: when a logical input requires grad the mode records a node on the
+batched output whose VJP, written in Ember ops, runs batched through this same mode.
+"""
+from __future__ import annotations
+
+import warnings
+import weakref
+
+import numpy as np
+
+from .. import dtypes as _dt
+from ..autograd.grad_mode import state
+from ..autograd.graph import Node
+from ..ops import dispatch
+from ..ops.batching import rule_of
+from ..tensor import Tensor, _wrap
+from ._batched import BatchedTensor, make_batched
+
+_tensor_mod = __import__("ember.tensor", fromlist=["_DATA_HOOK"])
+_PROMOTE = frozenset({"promote", "float", "compare", "integral"})
+_warned: set = set()
+
+
+class VmapMode:
+    """One vmap level on the dispatcher's mode stack (see the module docstring)."""
+
+    abstract = False
+
+    def __init__(self, level: int, size: int, randomness: str, allow_fallback: bool):
+        self.level, self.size = level, size
+        self.randomness, self.allow_fallback = randomness, allow_fallback
+
+    # ------------------------------------------------------------------ the stack
+    def __enter__(self):
+        state.modes.append(self)
+        self._prev_hook = _tensor_mod._DATA_HOOK
+        _tensor_mod._DATA_HOOK = self.on_data_access
+        return self
+
+    def __exit__(self, *exc):
+        if self in state.modes:
+            state.modes.remove(self)
+        _tensor_mod._DATA_HOOK = self._prev_hook
+        return False
+
+    def below(self, fn, *args, **kwargs):
+        """Run ``fn`` with this level off the mode stack (its ops dispatch underneath)."""
+        modes = state.modes
+        i = len(modes) - 1 if modes and modes[-1] is self else modes.index(self)
+        modes.pop(i)
+        try:
+            return fn(*args, **kwargs)
+        finally:
+            modes.insert(i, self)
+
+    # ------------------------------------------------------------------ primitives
+    def process(self, op, inputs, params):
+        lvl = self.level
+        phys, bdims, hit = [], [], False
+        for x in inputs:
+            if x.__class__ is BatchedTensor and x._level == lvl:
+                phys.append(x._phys)
+                bdims.append(x._bdim)
+                hit = True
+            else:
+                phys.append(x)
+                bdims.append(None)
+        if op.random:
+            return self._random_op(op, phys, bdims, params, hit)
+        if not hit:
+            return self.below(dispatch.apply, op, inputs, params)
+        phys = self._promote(op, inputs, phys)
+        out, obd = self.below(self._run_rule, op, phys, bdims, params)
+        if obd is None:
+            return out
+        res = make_batched(out, obd, lvl)
+        self._logical_ad(op, inputs, params, res)
+        return res
+
+    def _run_rule(self, op, phys, bdims, params):
+        rule = rule_of(op)
+        if rule is None or rule == "loop":
+            return self._loop(op, phys, bdims, params, rule is None)
+        return rule(phys, bdims, **params)
+
+    def _promote(self, op, inputs, phys):
+        """Cast physical inputs to the *logical* compute dtype: a batched 0-d tensor is
+        1-d physically, which would change PyTorch's promotion (0-d tensors rank lower)."""
+        if op.dtype not in _PROMOTE or len(inputs) < 2:
+            return phys
+        ts = [x for x in inputs if isinstance(x, Tensor)]
+        if all(t._dtype is ts[0]._dtype for t in ts):
+            return phys
+        ct, _ = dispatch._compute_dtype(op, op.dtype, inputs, ts[0], params={})
+        if ct is None:
+            return phys
+        cast = lambda p: p.to(ct) if isinstance(p, Tensor) and p._dtype is not ct else p  # noqa
+        return [self.below(cast, p) for p in phys]
+
+    def _loop(self, op, phys, bdims, params, unmarked: bool):
+        what = "has no batching rule" if unmarked else "is marked to run per example ('loop')"
+        if not self.allow_fallback:
+            raise RuntimeError(f"vmap: {op.name} {what} and vmap(..., allow_fallback=False) "
+                               f"refuses the per-example loop fallback")
+        if op.name not in _warned:
+            _warned.add(op.name)
+            warnings.warn(f"vmap: there is a performance drop because {op.name} {what}: "
+                          f"falling back to a loop over the batch", stacklevel=4)
+        from ..ops.join import stack
+        n = next(p.shape[d] for p, d in zip(phys, bdims) if d is not None)
+        outs = []
+        for b in range(n):
+            ins = [p if d is None else p.select(d, b) for p, d in zip(phys, bdims)]
+            outs.append(op(*ins, **params))
+        if isinstance(outs[0], (tuple, list)) if outs else False:
+            raise NotImplementedError(f"vmap: the loop fallback of {op.name} returns one "
+                                      f"tensor per example")
+        return stack(outs) if outs else op(*[p if d is None else p.select(d, 0) for p, d in
+                                             zip(phys, bdims)], **params).unsqueeze(0), 0
+
+    def _random_op(self, op, phys, bdims, params, hit):
+        if self.randomness == "error":
+            raise RuntimeError(_random_error(op.name))
+        if self.randomness == "same":
+            if hit:
+                raise RuntimeError(f"vmap: {op.name}: randomness='same' does not support a "
+                                   f"batched tensor input (each example's draw would differ); "
+                                   f"use randomness='different'")
+            return self.below(dispatch.apply, op, phys, params)
+        xs = self.below(_materialize_all, phys, bdims, self.size)
+        return make_batched(self.below(op, *xs, **params), 0, self.level)
+
+    def _logical_ad(self, op, inputs, params, res):
+        st = state
+        if st.grad_enabled and op.differentiable and res._dtype.category == _dt.FLOAT:
+            for x in inputs:
+                if getattr(x, "_requires_grad", False):
+                    saves_out = op.save == "output" or op.save == "both"
+                    lop = _LogicalOp(op, (res._phys, res._bdim, res._level) if saves_out
+                                     else None)
+                    node = Node(lop, params, inputs, op.save == "inputs" or op.save == "both")
+                    lop.node = weakref.ref(node)
+                    res._grad_fn, res._requires_grad = node, True
+                    break
+        if st.fw_levels:
+            from ..autograd.forward_ad import push_tangents
+            push_tangents(op, inputs, params, res)
+
+    # ------------------------------------------------------------------ in-place writes
+    def check_write(self, x, r, op):
+        if not isinstance(r, Tensor):
+            return
+        if not _levels(r) <= _levels(x):
+            raise RuntimeError(
+                f"vmap: inplace arithmetic(self, *extra_args) is not possible because there "
+                f"exists a Tensor `other` in extra_args that has more elements than `self`. "
+                f"This happened due to `other` being vmapped over but `self` not being vmapped "
+                f"over in a vmap (in {op}: self of shape {tuple(x.shape)}, other of shape "
+                f"{tuple(r.shape)}). Please try to use out-of-place operators instead of "
+                f"{op}.")
+
+    def on_write(self, x, r):
+        """``commit`` wrote ``r``'s first example into ``x``'s logical view: write it all."""
+        if x.__class__ is not BatchedTensor:
+            return
+        from ..ops.inplace import commit
+        px, bx = x._phys, x._bdim
+        if r.__class__ is BatchedTensor and r._level == x._level:
+            pr = r._phys.movedim(r._bdim, bx)
+        else:
+            pr = r.unsqueeze(bx).expand(tuple(px.shape))
+        if pr._dtype is not px._dtype:
+            pr = pr.to(px._dtype)
+        commit(px, pr, "vmap write")
+
+    def on_fill(self, x, value):
+        if x.__class__ is BatchedTensor:
+            x._phys.fill_(value)
+
+    # ------------------------------------------------------------------ randomness
+    def random(self, t, draw, inputs, what):
+        """``t`` holds fresh samples drawn for one example: per ``randomness``, keep them for
+        every example (``same``) or draw one set per example (``different``)."""
+        modes = [m for m in state.modes if isinstance(m, VmapMode)]
+        if any(m.randomness == "error" for m in modes):
+            raise RuntimeError(_random_error(what))
+        diff = [m for m in modes if m.randomness == "different"]
+        if not diff:
+            return
+        sizes = [m.size for m in diff]
+        draws = []
+        for flat in np.ndindex(*sizes):
+            pick = {m.level: i for m, i in zip(diff, flat)}
+            draws.append(np.asarray(draw(*(_example(x, pick) for x in inputs))))
+        arr = np.stack(draws).reshape(tuple(sizes) + t._data.shape) if draws else \
+            np.zeros(tuple(sizes) + t._data.shape, t._dtype.np)
+        phys = _wrap(np.ascontiguousarray(arr, t._dtype.np), t._dtype, t._device)
+        for m in diff[:-1]:
+            phys = make_batched(phys, 0, m.level)
+        last = diff[-1]
+        t.__class__ = BatchedTensor          # NOTE: the factory already returned this object
+        t._phys, t._bdim, t._level = phys, 0, last.level
+        t._data = make_batched(phys, 0, last.level)._data
+        t._storage = phys._storage
+
+    def on_data_access(self, t, what):
+        if t.__class__ is BatchedTensor:
+            if what == "item":
+                raise RuntimeError("vmap: It looks like you're calling .item() on a Tensor. "
+                                   "We don't support vmap over calling .item() on a Tensor, "
+                                   "please try to rewrite what you're doing with other "
+                                   "operations.")
+            raise RuntimeError(f"vmap: It looks like you're attempting to use a Tensor in some "
+                               f"data-dependent control flow ({what}()). We don't support "
+                               f"that yet: use ember.where or other tensor ops instead.")
+        if self._prev_hook is not None:
+            self._prev_hook(t, what)
+
+
+class _LogicalOp:
+    """The op of a node recorded on batched values: its VJP sees the batched output."""
+
+    __slots__ = ("op", "out", "name", "node")
+    differentiable = True
+
+    def __init__(self, op, out):
+        self.op, self.out, self.name, self.node = op, out, op.name, None
+
+    def vjp(self, g, out, *inputs, **params):
+        if self.out is not None:
+            out = make_batched(*self.out)
+            if state.grad_enabled and self.node is not None:     # create_graph
+                out._grad_fn, out._requires_grad = self.node(), True
+        rule = self.op.vjp
+        if rule.__class__ is tuple:
+            return [None if r is None else r(g, out, *inputs, **params) for r in rule]
+        return rule(g, out, *inputs, **params)
+
+
+def _random_error(what) -> str:
+    return (f"vmap: called random operation {what} while in randomness error mode. Please "
+            f"either use the 'same' or 'different' randomness flags on vmap or perform the "
+            f"randomness operation out of vmap")
+
+
+def _materialize_all(phys, bdims, n):
+    from ..ops.batching import materialize
+    return [materialize(p, d, n) if isinstance(p, Tensor) else p for p, d in zip(phys, bdims)]
+
+
+def _levels(x) -> set:
+    out = set()
+    while x.__class__ is BatchedTensor:
+        out.add(x._level)
+        x = x._phys
+    return out
+
+
+def _example(x, pick):
+    """The array of one example of ``x`` (``pick``: level -> index; other levels: 0)."""
+    chain = []
+    while x.__class__ is BatchedTensor:
+        chain.append((x._level, x._bdim))
+        x = x._phys
+    a = x._data
+    for level, bd in reversed(chain):
+        a = np.take(a, pick.get(level, 0), axis=bd)
+    return a
+
+
+__all__ = ["VmapMode"]
