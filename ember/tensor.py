@@ -345,6 +345,8 @@ def _wrap(arr, dtype, dev, storage=None, base=None) -> Tensor:
 
 def _alias(x: Tensor, keep_grad: bool) -> Tensor:
     """A new Tensor object over the same data (detached unless ``keep_grad``)."""
+    if x.__class__ is not Tensor and hasattr(x, "_batched_alias"):   # inside ember.func.vmap
+        return x._batched_alias(keep_grad)
     t = _wrap(x._data, x._dtype, x._device, x._storage, x._base if x._base is not None else x)
     if keep_grad:
         t._requires_grad, t._grad_fn, t._out_nr = x._requires_grad, x._grad_fn, x._out_nr

@@ -36,6 +36,7 @@ from .factories import ones
 from .movement import tril  # NOTE: via movement, which loads join (import order)
 from .linalg import matmul
 from .reduce import sum
+from . import batching_rules as _vb
 from .registry import defop
 from .softmax import softmax
 
@@ -230,6 +231,7 @@ def _sdpa_jvp(t, out, q, k, v, scale, is_causal):
 
 sdpa_p = defop(
     "sdpa", nin=3, params={"scale": 1.0, "is_causal": False}, dtype=_dtype_rule,
+    batch=_vb.sdpa,
     kernels={"xp": _sdpa_np, "cpu": _sdpa_cpu}, save="inputs",
     check=lambda q, k, v, **p: _check_shapes(q.shape, k.shape, v.shape),
     shape=lambda qs, ks, vs, scale, is_causal: (_check_shapes(qs, ks, vs),
@@ -239,6 +241,7 @@ sdpa_p = defop(
 
 sdpa_grad_p = defop(
     "sdpa_grad", nin=4, params={"scale": 1.0, "is_causal": False}, dtype=_dtype_rule,
+    batch=_vb.sdpa_grad,
     kernels={"xp": _sdpa_grad_np, "cpu": _sdpa_grad_cpu}, save=None, differentiable=False,
     check=lambda g, q, k, v, **p: _check_shapes(q.shape, k.shape, v.shape, "sdpa_grad"),
     shape=_grad_shape,

@@ -13,6 +13,7 @@ from ..errors import DTypeError, ShapeError
 from ..tensor import Tensor
 from . import dispatch
 from ._util import f32_to_lowp, is_lowp, lowp_to_f32
+from . import batching_rules as _vb
 from .registry import defop
 from .dispatch import autocast_entry
 
@@ -104,6 +105,7 @@ def _unfold_shape(s, kernel_size, dilation, padding, stride, pad_value):
 
 unfold_p = defop(
     "unfold", nin=1, dtype="same", save=None, kernel=_unfold_kernel, shape=_unfold_shape,
+    batch=_vb.unfold,
     params={"kernel_size": (1, 1), "dilation": (1, 1), "padding": ((0, 0), (0, 0)),
             "stride": (1, 1), "pad_value": 0.0},
     vjp=lambda g, out, x, pad_value, **p: (_apply(fold_p, (g,), dict(p, output_size=tuple(
@@ -113,6 +115,7 @@ unfold_p = defop(
 
 fold_p = defop(
     "fold", nin=1, dtype="same", save=None, kernel=_fold_kernel,
+    batch=_vb.fold,
     params={"output_size": (1, 1), "kernel_size": (1, 1), "dilation": (1, 1),
             "padding": ((0, 0), (0, 0)), "stride": (1, 1)},
     shape=lambda s, output_size, kernel_size, **p: (

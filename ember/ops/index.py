@@ -17,6 +17,7 @@ from ..errors import DTypeError, EmberIndexError, ShapeError
 from ..tensor import Tensor
 from . import dispatch
 from .movement import apply_slices, norm_slice, reshape_p, slice_p
+from . import batching_rules as _vb
 from .registry import defop
 
 __all__ = ['index_put', 'nonzero', 'argwhere', 'masked_fill', 'masked_select',
@@ -65,6 +66,7 @@ def _index_vjp(g, out, x, *idx, dims):
 
 index_p = defop(
     "index", nin=-1, params={"dims": ()}, dtype="same", save="inputs",
+    batch=_vb.index,
     kernel=_index_kernel, check=lambda x, *idx, dims: _check_indices("index", x, idx, dims),
     vjp=_index_vjp, jvp="linear")
 
@@ -155,6 +157,7 @@ def _index_put_jvp(t, out, x, values, *idx, dims, accumulate):
 
 index_put_p = defop(
     "index_put", nin=-1, params={"dims": (), "accumulate": False}, dtype="same",
+    batch=_vb.index_put,
     save="inputs", kernels={"xp": _index_put_kernel, "cpu": _index_put_cpu},
     check=lambda x, v, *idx, dims, accumulate: _check_indices("index_put", x, idx, dims),
     vjp=_index_put_vjp, jvp=_index_put_jvp)
@@ -164,7 +167,8 @@ def _nonzero_kernel(xp, x):
     return xp.argwhere(x)
 
 
-nonzero_p = defop("nonzero", nin=1, dtype="int64", kernel=_nonzero_kernel, save=None)
+nonzero_p = defop("nonzero", nin=1, dtype="int64", kernel=_nonzero_kernel, save=None,
+                  batch="dynamic_shape")
 
 
 def _scalar(v, like):

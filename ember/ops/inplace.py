@@ -43,6 +43,8 @@ def _abstract() -> bool:
 
 def commit(x: Tensor, r: Tensor, op: str) -> Tensor:
     """Write result ``r`` into ``x`` (shape/dtype-checked) and rebase ``x``'s history."""
+    if state.modes and hasattr(state.modes[-1], "check_write"):   # vmap: batched into plain?
+        state.modes[-1].check_write(x, r, op)
     if r._dtype is not x._dtype:
         if r._dtype.category > x._dtype.category:
             raise DTypeError(f"{op}: result type {r._dtype.name} can't be cast to the desired "
@@ -229,6 +231,8 @@ def _ufunc_(name, fallback):
 
 def copy_into_out(out: Tensor, r: Tensor) -> Tensor:
     """Implements ``out=``: resize-free copy of ``r`` into ``out`` (not differentiable)."""
+    if state.modes and hasattr(state.modes[-1], "check_write"):
+        state.modes[-1].check_write(out, r, "out=")
     if r._requires_grad and state.grad_enabled:
         raise GraphError("out= arguments don't support automatic differentiation, but one of "
                          "the arguments requires grad")

@@ -13,6 +13,7 @@ from ..tensor import Tensor
 from . import dispatch
 from ._util import as_shape, wrap_dim, wrap_dims
 from .movement import apply_slices, reshape_p
+from . import batching_rules as _vb
 from .registry import defop
 from .dispatch import autocast_entry
 
@@ -47,23 +48,27 @@ def _cat_shape(*shapes, dim):
 
 cat_p = defop(
     "cat", nin=-1, params={"dim": 0}, dtype="promote", save=None,
+    batch="materialize_dim",
     kernel=lambda xp, *xs, dim: xp.concatenate(xs, axis=dim),
     shape=_cat_shape, vjp=_cat_vjp, jvp=_cat_jvp)
 
 flip_p = defop(
     "flip", nin=1, params={"dims": ()}, dtype="same", save=None,
+    batch=_vb.dims_rule("dims", none_means_all=False),
     kernel=lambda xp, x, dims: xp.ascontiguousarray(xp.flip(x, dims)),
     shape=lambda s, dims: s,
     vjp=lambda g, out, x, dims: (_apply(flip_p, (g,), {"dims": dims}),), jvp="linear")
 
 tril_p = defop(
     "tril", nin=1, params={"diagonal": 0}, dtype="same", save=None,
+    batch="front",
     kernel=lambda xp, x, diagonal: xp.tril(x, diagonal), shape=lambda s, diagonal: s,
     vjp=lambda g, out, x, diagonal: (_apply(tril_p, (g,), {"diagonal": diagonal}),),
     jvp="linear")
 
 triu_p = defop(
     "triu", nin=1, params={"diagonal": 0}, dtype="same", save=None,
+    batch="front",
     kernel=lambda xp, x, diagonal: xp.triu(x, diagonal), shape=lambda s, diagonal: s,
     vjp=lambda g, out, x, diagonal: (_apply(triu_p, (g,), {"diagonal": diagonal}),),
     jvp="linear")

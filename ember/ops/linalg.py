@@ -14,6 +14,7 @@ from ..tensor import Tensor
 from . import dispatch
 from ._util import f32_to_lowp, is_lowp, lowp_pair_to_f32, lowp_to_f32, wrap_dim
 from .complex import cj
+from . import batching_rules as _vb
 from .registry import defop
 from .dispatch import autocast_entry
 
@@ -111,6 +112,7 @@ def _matmul_kernel(xp, x, y, out=None):
 
 matmul_p = defop(
     "matmul", nin=2, check=_matmul_check, shape=_matmul_shape,
+    batch=_vb.matmul,
     kernel=_matmul_kernel,
     vjp=(_mm_grad_x, _mm_grad_y),
     jvp=lambda t, out, x, y: t[0] @ y + x @ t[1])
@@ -342,6 +344,7 @@ def _einsum_shape(*shapes, equation):
 
 
 einsum_p = defop("einsum", nin=-1, params={"equation": ""}, kernel=_einsum_kernel,
+                 batch=_vb.einsum,
                  shape=_einsum_shape, vjp=_einsum_vjp, jvp=_einsum_jvp)
 
 

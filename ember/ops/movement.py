@@ -13,6 +13,7 @@ from ..errors import ShapeError
 from ..tensor import Tensor
 from . import dispatch
 from ._util import as_shape, wrap_dim
+from . import batching_rules as _vb
 from .registry import defop
 
 __all__ = ['reshape', 'view', 'permute', 'expand', 'broadcast_to', 'transpose', 't', 'unsqueeze',
@@ -41,18 +42,21 @@ def _infer_shape(shape, numel, op):
 
 reshape_p = defop(
     "reshape", nin=1, params={"shape": ()}, dtype="same", view="maybe", save=None,
+    batch=_vb.reshape,
     kernel=lambda xp, x, shape: xp.reshape(x, shape),
     shape=lambda s, shape: shape,
     vjp=lambda g, out, x, shape: (g.reshape(x.shape),), jvp="linear")
 
 permute_p = defop(
     "permute", nin=1, params={"dims": ()}, dtype="same", view=True, save=None,
+    batch=_vb.permute,
     kernel=lambda xp, x, dims: xp.transpose(x, dims),
     shape=lambda s, dims: tuple(s[d] for d in dims),
     vjp=lambda g, out, x, dims: (g.permute(_inverse_perm(dims)),), jvp="linear")
 
 expand_p = defop(
     "expand", nin=1, params={"shape": ()}, dtype="same", view=True, save=None,
+    batch=_vb.expand,
     kernel=lambda xp, x, shape: xp.broadcast_to(x, shape),
     shape=lambda s, shape: shape,
     vjp=lambda g, out, x, shape: (_sum_to(g, x.shape),), jvp="linear")
@@ -71,6 +75,7 @@ def _slice_vjp(g, out, x, slices):
 
 slice_p = defop(
     "slice", nin=1, params={"slices": ()}, dtype="same", view=True, save=None,
+    batch=_vb.slice_,
     kernel=lambda xp, x, slices: x[tuple(slice(a, b, s) for a, b, s in slices)],
     shape=lambda s, slices: tuple(len(range(a, b, st)) for a, b, st in slices),
     vjp=_slice_vjp, jvp="linear")

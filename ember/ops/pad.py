@@ -13,6 +13,7 @@ from ..errors import ShapeError
 from ..tensor import _wrap
 from . import dispatch
 from .dispatch import autocast_entry
+from . import batching_rules as _vb
 from .registry import defop
 
 __all__ = ['pad']
@@ -44,6 +45,7 @@ def _pad_check(x, pads, value):
 
 pad_p = defop(
     "pad", nin=1, params={"pads": (), "value": 0.0}, dtype="same", save=None,
+    batch=_vb.pad,
     kernel=_pad_kernel, shape=_pad_shape, check=_pad_check,
     vjp=lambda g, out, x, pads, value: (_apply(pad_p, (g,), {"pads": _neg(pads), "value": 0}),),
     jvp=lambda t, out, x, pads, value: _apply(pad_p, (t[0],), {"pads": pads, "value": 0}))

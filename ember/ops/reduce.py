@@ -14,6 +14,7 @@ from ..errors import DTypeError, ShapeError
 from ..tensor import Tensor
 from . import dispatch
 from ._util import f32_to_lowp, is_lowp, lowp_to_f32, wrap_dim, wrap_dims
+from . import batching_rules as _vb
 from .registry import defop
 from .select import where
 from .sort import take_along_dim_p
@@ -98,6 +99,7 @@ def _need_float(x, op):
 # ------------------------------------------------------------------ sum
 sum_p = defop(
     "sum", nin=1, params={"dim": None, "keepdim": False, "dtype": None}, dtype=_sum_dtype,
+    batch=_vb.reduce_dims,
     kernel=_sum_kernel, shape=_sum_shape, save=None, vjp=_sum_vjp, jvp="linear")
 
 
@@ -164,6 +166,7 @@ def _prod_partials(x, out, dims):
 
 prod_p = defop(
     "prod", nin=1, params={"dim": (), "keepdim": False, "dtype": None}, dtype=_sum_dtype,
+    batch=_vb.reduce_dims,
     kernel=lambda xp, x, dim, keepdim, dtype: xp.prod(
         x, axis=dim, keepdims=keepdim, dtype=dtype.np if dtype is not None else None),
     shape=_sum_shape, save="inputs",
@@ -228,6 +231,7 @@ def _extremum_kernel(fn):
 def _extremum(name, fn):
     return defop(
         name, nin=1, params={"dim": (), "keepdim": False}, dtype="same", save="both",
+        batch=_vb.reduce_dims,
         kernel=_extremum_kernel(fn),
         shape=_sum_shape, check=_nonempty(name), vjp=_amax_vjp, jvp=_amax_jvp)
 
@@ -318,8 +322,10 @@ def _arg_check(name):
 
 
 argmax_p = defop("argmax", nin=1, params={"dim": None, "keepdim": False}, dtype="int64",
+                 batch=_vb.argmax,
                  kernel=_arg_kernel("argmax"), shape=_arg_shape, check=_arg_check("argmax"))
 argmin_p = defop("argmin", nin=1, params={"dim": None, "keepdim": False}, dtype="int64",
+                 batch=_vb.argmin,
                  kernel=_arg_kernel("argmin"), shape=_arg_shape, check=_arg_check("argmin"))
 
 
@@ -390,9 +396,11 @@ def _logical_dtype(x, dim=(), keepdim=False):
 
 
 all_p = defop("all", nin=1, params={"dim": (), "keepdim": False}, dtype=_logical_dtype,
+              batch=_vb.reduce_dims,
               kernel=lambda xp, x, dim, keepdim: xp.all(x, axis=dim, keepdims=keepdim),
               shape=_sum_shape)
 any_p = defop("any", nin=1, params={"dim": (), "keepdim": False}, dtype=_logical_dtype,
+              batch=_vb.reduce_dims,
               kernel=lambda xp, x, dim, keepdim: xp.any(x, axis=dim, keepdims=keepdim),
               shape=_sum_shape)
 

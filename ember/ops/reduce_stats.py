@@ -12,6 +12,7 @@ from . import dispatch
 from ._util import wrap_dim
 from .inplace import inplace_from
 from .reduce import _dims, _out, _sum_dtype, amax, amin, mean, sum
+from . import batching_rules as _vb
 from .registry import defop
 from .select import where
 
@@ -140,6 +141,7 @@ def _scan_shape(s, **_):
 
 cumsum_p = defop(
     "cumsum", nin=1, params={"dim": 0, "reverse": False, "dtype": None}, dtype=_sum_dtype,
+    batch=_vb.one_dim,
     kernel=_scan_kernel("cumsum"), shape=_scan_shape, save=None, jvp="linear",
     # NOTE: `reverse` (as in jax.lax.cumsum) makes the VJP one exact scan, no flips.
     vjp=lambda g, out, x, dim, reverse, dtype: (
@@ -155,6 +157,7 @@ def _cumprod_vjp(g, out, x, dim, reverse, dtype):
 
 cumprod_p = defop(
     "cumprod", nin=1, params={"dim": 0, "reverse": False, "dtype": None}, dtype=_sum_dtype,
+    batch=_vb.one_dim,
     kernel=_scan_kernel("cumprod"), shape=_scan_shape, save="both", vjp=_cumprod_vjp,
     jvp=lambda t, out, x, dim, reverse, dtype: out * _apply(
         cumsum_p, (t[0] / x,), {"dim": dim, "reverse": reverse, "dtype": None}))

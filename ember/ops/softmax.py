@@ -13,6 +13,7 @@ from ..tensor import Tensor
 from . import dispatch
 from ._util import wrap_dim
 from .reduce import _dims, amax, sum
+from . import batching_rules as _vb
 from .registry import defop
 from .select import where
 from .unary import exp, log
@@ -68,12 +69,14 @@ def _ksum(t, dim):
 
 softmax_p = defop(
     "softmax", nin=1, params={"dim": -1}, dtype="float", kernel=_softmax_kernel,
+    batch=_vb.one_dim,
     shape=lambda s, dim: tuple(s), save="output",
     vjp=lambda g, out, x, dim: (out * (g - _ksum(g * out, dim)),),
     jvp=lambda t, out, x, dim: out * (t[0] - _ksum(t[0] * out, dim)))
 
 log_softmax_p = defop(
     "log_softmax", nin=1, params={"dim": -1}, dtype="float", kernel=_log_softmax_kernel,
+    batch=_vb.one_dim,
     shape=lambda s, dim: tuple(s), save="output",
     vjp=lambda g, out, x, dim: (g - exp(out) * _ksum(g, dim),),
     jvp=lambda t, out, x, dim: t[0] - _ksum(exp(out) * t[0], dim))

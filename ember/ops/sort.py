@@ -15,6 +15,7 @@ from ..errors import DTypeError, EmberIndexError, ShapeError
 from ..tensor import Tensor
 from . import dispatch
 from ._util import wrap_dim
+from . import batching_rules as _vb
 from .registry import defop
 
 __all__ = ['sort', 'argsort', 'msort', 'topk', 'kthvalue', 'median', 'take_along_dim']
@@ -79,6 +80,7 @@ def _scatter_add_kernel(xp, g, idx, dim, shape):
 
 scatter_add_along_dim_p = defop(
     "scatter_add_along_dim", nin=2, params={"dim": 0, "shape": ()}, dtype="same",
+    batch=_vb.scatter_add,
     kernel=_scatter_add_kernel, shape=lambda gs, ids, dim, shape: shape, save="inputs",
     nondiff_argnums=(1,), jvp="linear",
     vjp=(lambda gg, out, g, idx, dim, shape: _apply(take_along_dim_p, (gg, idx), {"dim": dim}),
@@ -104,6 +106,7 @@ def _take_kernel(xp, x, idx, dim):
 
 take_along_dim_p = defop(
     "take_along_dim", nin=2, params={"dim": 0}, dtype="same", check=_take_check,
+    batch="materialize_dim",
     kernel=_take_kernel,
     shape=lambda xs, ids, dim: tuple(ids), save="inputs", nondiff_argnums=(1,), jvp="linear",
     vjp=(lambda g, out, x, idx, dim: _apply(scatter_add_along_dim_p, (g, idx),
@@ -177,6 +180,7 @@ def _argsort_shape(s, dim=0, descending=False, stable=False, k=None):
 
 argsort_p = defop(
     "argsort", nin=1, params={"dim": -1, "descending": False, "stable": False, "k": None},
+    batch=_vb.one_dim,
     dtype="int64", kernel=_argsort_kernel, shape=_argsort_shape)
 
 
