@@ -88,3 +88,175 @@ def test_requires_grad_allowed_for_complex():
     assert z.requires_grad
     with pytest.raises(RuntimeError, match="floating point and complex"):
         em.tensor([1]).requires_grad_()
+
+
+# ------------------------------------------------------------------ views and ops
+def test_real_imag_are_writable_views():
+    z = em.tensor([1 + 2j, 3 - 1j])
+    r, i = z.real, z.imag
+    assert r.dtype is em.float32 and i.dtype is em.float32
+    r[0] = 7.0
+    i.fill_(0.5)
+    np.testing.assert_array_equal(z.numpy(), np.array([7 + 0.5j, 3 + 0.5j], np.complex64))
+    z.real = em.tensor([1.0, 2.0])
+    np.testing.assert_array_equal(z.numpy().real, [1.0, 2.0])
+    x = em.tensor([1.0, 2.0])
+    assert x.real is x
+    with pytest.raises(RuntimeError, match="imag is not implemented"):
+        x.imag
+
+
+def test_view_as_real_and_complex_share_storage():
+    z = em.tensor([[1 + 2j, 3 - 1j]], dtype=em.complex128)
+    v = em.view_as_real(z)
+    assert v.shape == (1, 2, 2) and v.dtype is em.float64
+    v[0, 1, 1] = 9.0
+    assert z.numpy()[0, 1] == 3 + 9j
+    x = em.arange(8.0).reshape(2, 2, 2)
+    c = em.view_as_complex(x)
+    assert c.shape == (2, 2) and c.dtype is em.complex64
+    x[1, 1, 0] = -1.0
+    assert c.numpy()[1, 1] == -1 + 7j
+    with pytest.raises(ValueError, match="stride 1"):
+        em.view_as_complex(em.zeros(2, 4)[:, ::2])
+    with pytest.raises(ValueError, match="last dimension of size 2"):
+        em.view_as_complex(em.zeros(2, 3))
+    with pytest.raises(TypeError, match="only supported for complex"):
+        em.view_as_real(em.zeros(2))
+
+
+def test_elementwise_math_matches_numpy():
+    a = np.array([0.5 + 1j, -1.5 + 0.25j, 2 - 3j], np.complex128)
+    b = np.array([1 - 1j, 0.5 + 2j, -1 + 0.5j], np.complex128)
+    z, w = em.tensor(a), em.tensor(b)
+    for got, want in [(z + w, a + b), (z - w, a - b), (z * w, a * b), (z / w, a / b),
+                      (z ** w, a ** b), (z ** 2, a ** 2), (z.exp(), np.exp(a)),
+                      (z.log(), np.log(a)), (z.sqrt(), np.sqrt(a)), (z.sin(), np.sin(a)),
+                      (z.cos(), np.cos(a)), (z.tanh(), np.tanh(a)),
+                      (z.sigmoid(), 1 / (1 + np.exp(-a))), (z.reciprocal(), 1 / a),
+                      (z.abs(), np.abs(a)), (z.angle(), np.angle(a)), (z.conj(), np.conj(a)),
+                      (em.sgn(z), a / np.abs(a)), (z.sum(), a.sum()), (z.mean(), a.mean()),
+                      (z @ w, a @ b), (em.vdot(z, w), np.vdot(a, b)), (z * 2.5, a * 2.5),
+                      (1j * z, 1j * a)]:
+        np.testing.assert_allclose(got.numpy(), want, rtol=1e-12, atol=1e-12)
+    assert z.abs().dtype is em.float64 and z.angle().dtype is em.float64
+    np.testing.assert_allclose(em.polar(em.tensor([2.0]), em.tensor([0.5])).numpy(),
+                               2 * np.exp(0.5j), rtol=1e-6)
+    c = em.complex(em.tensor([1.0, 2.0]), em.tensor([3.0]))
+    assert c.dtype is em.complex64 and c.numpy().tolist() == [1 + 3j, 2 + 3j]
+    with pytest.raises(TypeError, match="same floating dtype"):
+        em.complex(em.tensor([1.0]), em.tensor([1.0], dtype=em.float64))
+    assert em.is_complex(z) and z.is_complex() and not em.tensor([1.0]).is_complex()
+    assert em.isreal(em.tensor([1 + 0j, 1j])).tolist() == [True, False]
+
+
+@pytest.mark.parametrize("fn", [
+    lambda z: z < 1, lambda z: z > z, lambda z: z.le(0), lambda z: z.ge(0), lambda z: z.max(),
+    lambda z: z.min(), lambda z: em.amax(z, 0), lambda z: z.argmax(), lambda z: z.clamp(0, 1),
+    lambda z: z.floor(), lambda z: z.ceil(), lambda z: z.trunc(), lambda z: z.round(),
+    lambda z: em.relu(z), lambda z: z.sign(), lambda z: em.sort(z), lambda z: z.topk(1),
+    lambda z: em.maximum(z, z), lambda z: em.erf(z),
+])
+def test_unordered_ops_refuse_complex(fn):
+    with pytest.raises(TypeError, match="complex"):
+        fn(em.tensor([1 + 1j, 2 - 1j]))
+
+
+def test_compile_keeps_complex_exact():
+    z = em.tensor(np.linspace(-1, 1, 6) + 0.5j * np.linspace(1, -1, 6), dtype=em.complex128)
+    f = em.compile(lambda a: (a * a + 1).exp() * a.conj())
+    a = z.numpy()
+    np.testing.assert_allclose(f(z).numpy(), np.exp(a * a + 1) * np.conj(a), rtol=1e-12)
+
+
+# ------------------------------------------------------------------ autograd
+def _c(rng, *shape):
+    return em.tensor(rng.standard_normal(shape) + 1j * rng.standard_normal(shape),
+                     dtype=em.complex128, requires_grad=True)
+
+
+def test_abs_backward_is_z_over_abs():
+    z = em.tensor([3 + 4j, -1 + 1j], requires_grad=True)
+    z.abs().sum().backward()
+    np.testing.assert_allclose(z.grad.numpy(), np.array([0.6 + 0.8j, (-1 + 1j) / 2 ** 0.5]),
+                               rtol=1e-6)
+
+
+def test_real_input_meeting_complex_gets_real_grad():
+    x = em.tensor([1.0, -2.0], dtype=em.float64, requires_grad=True)
+    w = em.tensor([1 + 2j, 3 - 1j], dtype=em.complex128)
+    (x * w).abs().sum().backward()
+    # d/dx |x w| = |w| sign(x)
+    np.testing.assert_allclose(x.grad.numpy(), np.abs(w.numpy()) * np.sign([1.0, -2.0]))
+    assert x.grad.dtype is em.float64
+
+
+def test_backward_of_complex_output_needs_gradient():
+    z = em.tensor([1j], requires_grad=True)
+    with pytest.raises(RuntimeError, match="real scalar outputs"):
+        (z * 2).sum().backward()
+
+
+_GRAD_FNS = {
+    "mul": (lambda a, b: (a * b).abs().sum(), 2), "div": (lambda a, b: (a / b).real.sum(), 2),
+    "exp": (lambda a: a.exp().imag.sum(), 1), "log": (lambda a: (a.log() * a).abs().sum(), 1),
+    "sqrt": (lambda a: a.sqrt().abs().pow(3).sum(), 1),
+    "tanh": (lambda a: em.view_as_real(a.tanh()).pow(2).sum(), 1),
+    "matmul": (lambda a, b: (a.reshape(2, 2) @ b.reshape(2, 2)).abs().sum(), 2),
+    "angle": (lambda a: a.angle().sum(), 1), "conj": (lambda a, b: (a.conj() * b).real.sum(), 2),
+    "pow": (lambda a, b: (a ** b).abs().sum(), 2),
+    "sigmoid": (lambda a: a.sigmoid().real.sum(), 1),
+    "polar": (lambda a, b: em.polar(a.abs(), b.angle()).imag.sum(), 2),
+}
+
+
+@pytest.mark.parametrize("name", sorted(_GRAD_FNS))
+def test_gradients_match_finite_differences(name):
+    fn, n = _GRAD_FNS[name]
+    rng = np.random.default_rng(len(name))
+    args = tuple(_c(rng, 4) for _ in range(n))
+    assert em.autograd.gradcheck(fn, args)
+
+
+@pytest.mark.parametrize("name", sorted(_GRAD_FNS))
+def test_gradients_match_pytorch(name):
+    torch = pytest.importorskip("torch")
+    fn, n = _GRAD_FNS[name]
+    rng = np.random.default_rng(len(name) + 100)
+    vals = [rng.standard_normal(4) + 1j * rng.standard_normal(4) for _ in range(n)]
+    ours = [em.tensor(v, dtype=em.complex128, requires_grad=True) for v in vals]
+    fn(*ours).backward()
+    theirs = [torch.tensor(v, dtype=torch.complex128, requires_grad=True) for v in vals]
+    tfn = {"polar": lambda a, b: torch.polar(a.abs(), b.angle()).imag.sum(),
+           "tanh": lambda a: torch.view_as_real(a.tanh()).pow(2).sum()}.get(name, fn)
+    tfn(*theirs).backward()
+    for o, t in zip(ours, theirs):
+        np.testing.assert_allclose(o.grad.numpy(), t.grad.resolve_conj().numpy(), rtol=1e-10,
+                                   atol=1e-12)
+
+
+def test_gradcheck_catches_a_wrong_complex_gradient():
+    bad = em.autograd.Function
+
+    class Conj(bad):
+        @staticmethod
+        def forward(ctx, x):
+            return x * 2
+
+        @staticmethod
+        def backward(ctx, g):
+            return g * 2j          # wrong: should be 2 (conj of the derivative 2)
+
+    z = _c(np.random.default_rng(0), 2)
+    assert not em.autograd.gradcheck(Conj.apply, (z,), raise_exception=False,
+                                     check_forward_ad=False)
+
+
+def test_forward_mode_complex_tangent():
+    import ember.autograd.forward_ad as fwad
+    z = em.tensor([1 + 1j], dtype=em.complex128)
+    t = em.tensor([0.5 - 1j], dtype=em.complex128)
+    with fwad.dual_level():
+        out = fwad.make_dual(z, t).exp()
+        tan = fwad.unpack_dual(out).tangent
+    np.testing.assert_allclose(tan.numpy(), np.exp(1 + 1j) * (0.5 - 1j))

@@ -14,6 +14,7 @@ from ..errors import DTypeError, ShapeError
 from ..tensor import Tensor
 from . import dispatch
 from ._util import f32_to_lowp, is_lowp, lowp_to_f32, wrap_dim, wrap_dims
+from .complex import real_only
 from . import batching_rules as _vb
 from .registry import defop
 from .select import where
@@ -232,7 +233,7 @@ def _extremum(name, fn):
     return defop(
         name, nin=1, params={"dim": (), "keepdim": False}, dtype="same", save="both",
         batch=_vb.reduce_dims,
-        kernel=_extremum_kernel(fn),
+        kernel=real_only(name, _extremum_kernel(fn)),
         shape=_sum_shape, check=_nonempty(name), vjp=_amax_vjp, jvp=_amax_jvp)
 
 
@@ -323,10 +324,10 @@ def _arg_check(name):
 
 argmax_p = defop("argmax", nin=1, params={"dim": None, "keepdim": False}, dtype="int64",
                  batch=_vb.argmax,
-                 kernel=_arg_kernel("argmax"), shape=_arg_shape, check=_arg_check("argmax"))
+                 kernel=real_only("argmax", _arg_kernel("argmax")), shape=_arg_shape, check=_arg_check("argmax"))
 argmin_p = defop("argmin", nin=1, params={"dim": None, "keepdim": False}, dtype="int64",
                  batch=_vb.argmin,
-                 kernel=_arg_kernel("argmin"), shape=_arg_shape, check=_arg_check("argmin"))
+                 kernel=real_only("argmin", _arg_kernel("argmin")), shape=_arg_shape, check=_arg_check("argmin"))
 
 
 def argmax(input, dim=None, keepdim=False):

@@ -6,6 +6,7 @@ from ..errors import DTypeError
 from ..tensor import Tensor
 from . import dispatch
 from .inplace import copy_into_out, inplace_from
+from .complex import real_only
 from .registry import defop
 
 __all__ = ['where', 'clamp', 'clip', 'clamp_min', 'clamp_max', 'lerp', 'nan_to_num']
@@ -66,8 +67,8 @@ clamp_p = defop(
     "clamp", nin=1, elementwise=True, params={"min": None, "max": None}, dtype=_clamp_dtype,
     # NOTE: the ember_clamp_* helper (codegen prelude) keeps NaN like np.clip; fmin/fmax
     # would drop it. A missing bound renders as the dtype's -inf/+inf (or integer extreme).
-    expr="clamp({0}, {min}, {max})", kernel=lambda xp, x, min=None, max=None:
-    xp.clip(x, min, max), save="inputs",
+    expr="clamp({0}, {min}, {max})", kernel=real_only(
+        "clamp", lambda xp, x, min=None, max=None: xp.clip(x, min, max)), save="inputs",
     vjp=lambda g, out, x, min=None, max=None: (g * _clamp_mask(x, min, max),),
     jvp=lambda t, out, x, min=None, max=None: t[0] * _clamp_mask(x, min, max))
 

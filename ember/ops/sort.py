@@ -15,6 +15,7 @@ from ..errors import DTypeError, EmberIndexError, ShapeError
 from ..tensor import Tensor
 from . import dispatch
 from ._util import wrap_dim
+from .complex import real_only
 from . import batching_rules as _vb
 from .registry import defop
 
@@ -181,7 +182,7 @@ def _argsort_shape(s, dim=0, descending=False, stable=False, k=None):
 argsort_p = defop(
     "argsort", nin=1, params={"dim": -1, "descending": False, "stable": False, "k": None},
     batch=_vb.one_dim,
-    dtype="int64", kernel=_argsort_kernel, shape=_argsort_shape)
+    dtype="int64", kernel=real_only("sort", _argsort_kernel), shape=_argsort_shape)
 
 
 def _argsort(input, dim, descending, stable=False, k=None, op="argsort"):
