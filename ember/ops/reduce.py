@@ -324,10 +324,12 @@ def _arg_check(name):
 
 argmax_p = defop("argmax", nin=1, params={"dim": None, "keepdim": False}, dtype="int64",
                  batch=_vb.argmax,
-                 kernel=real_only("argmax", _arg_kernel("argmax")), shape=_arg_shape, check=_arg_check("argmax"))
+                 kernel=real_only("argmax", _arg_kernel("argmax")), shape=_arg_shape,
+                 check=_arg_check("argmax"))
 argmin_p = defop("argmin", nin=1, params={"dim": None, "keepdim": False}, dtype="int64",
                  batch=_vb.argmin,
-                 kernel=real_only("argmin", _arg_kernel("argmin")), shape=_arg_shape, check=_arg_check("argmin"))
+                 kernel=real_only("argmin", _arg_kernel("argmin")), shape=_arg_shape,
+                 check=_arg_check("argmin"))
 
 
 def argmax(input, dim=None, keepdim=False):
