@@ -40,6 +40,7 @@ from .ops.composite_grid import *  # noqa: F401,F403
 from .ops.special_gamma import *  # noqa: F401,F403 - lgamma, digamma, polygamma
 from .ops.complex import *  # noqa: F401,F403 - real, imag, view_as_real, polar...
 from .ops.special_fns import i0, igamma, igammac  # noqa: F401 - torch.i0, torch.igamma
+from .ops.toplevel_numerics import *  # noqa: F401,F403 - torch.exp_(x), histogramdd
 from .ops import metadata_inplace as _metadata_inplace  # noqa: F401 - x.unsqueeze_(0)
 from .ops import random_fills as _random_fills  # noqa: F401 - cauchy_, log_normal_...
 from .ops.random_dists import (_sample_dirichlet, _standard_gamma,  # noqa: F401
