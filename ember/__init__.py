@@ -82,3 +82,13 @@ from ._threads import (get_num_interop_threads, get_num_threads,  # noqa: E402,F
                        set_num_interop_threads, set_num_threads)
 from ._torch_globals import *  # noqa: E402,F401,F403 - pi, determinism flags, default device
 from ._torch_functional import *  # noqa: E402,F401,F403 - torch.batch_norm etc., ATen order
+
+#: Subpackages imported on first attribute access (PEP 562), to keep ``import ember`` fast.
+_LAZY_SUBMODULES = {"distributions"}
+
+
+def __getattr__(name):
+    if name in _LAZY_SUBMODULES:
+        import importlib
+        return importlib.import_module(f"{__name__}.{name}")
+    raise AttributeError(f"module {__name__!r} has no attribute {name!r}")

@@ -1,0 +1,45 @@
+"""Probability distributions with PyTorch's API (``torch.distributions``).
+
+``sample``/``rsample`` draw from Ember's generators (seeded by ``ember.manual_seed``,
+traced as random nodes by ``ember.compile``); ``rsample`` is reparameterised (Normal,
+Uniform, Laplace... by location-scale; Gamma, Beta, Dirichlet, Chi2, StudentT by implicit
+reparameterisation through ``ember._standard_gamma``). ``log_prob``, ``entropy``, ``cdf``,
+``icdf`` and ``kl_divergence`` are compositions of Ember ops, so they differentiate in every
+parameter. Arguments are validated by default (PyTorch's error messages).
+
+Example:
+    >>> import ember.distributions as D
+    >>> q = D.Normal(ember.zeros(2), ember.ones(2))
+    >>> D.kl_divergence(q, D.Normal(0.0, 1.0)).tolist()
+    [0.0, 0.0]
+"""
+from . import constraints, transforms
+from .bernoulli import Bernoulli, Geometric
+from .binomial import Binomial, Multinomial, NegativeBinomial
+from .categorical import Categorical, OneHotCategorical, OneHotCategoricalStraightThrough
+from .constraint_registry import biject_to, transform_to
+from .dirichlet import Beta, Dirichlet
+from .distribution import Distribution
+from .exp_family import ExponentialFamily
+from .gamma import Chi2, Exponential, Gamma
+from .independent import Independent
+from .kl import kl_divergence, register_kl
+from .laplace import Cauchy, Gumbel, Laplace, StudentT
+from .mixture_same_family import MixtureSameFamily
+from .normal import Normal
+from .poisson import Poisson
+from .relaxed import (ExpRelaxedCategorical, LogitRelaxedBernoulli, RelaxedBernoulli,
+                      RelaxedOneHotCategorical)
+from .transformed_distribution import HalfCauchy, HalfNormal, LogNormal, TransformedDistribution
+from .transforms import *  # noqa: F401,F403
+from .uniform import Uniform
+
+__all__ = ["Bernoulli", "Beta", "Binomial", "Categorical", "Cauchy", "Chi2", "Dirichlet",
+           "Distribution", "ExpRelaxedCategorical", "Exponential", "ExponentialFamily",
+           "Gamma", "Geometric", "Gumbel", "HalfCauchy", "HalfNormal", "Independent",
+           "Laplace", "LogNormal", "LogitRelaxedBernoulli", "MixtureSameFamily", "Multinomial",
+           "NegativeBinomial", "Normal", "OneHotCategorical",
+           "OneHotCategoricalStraightThrough", "Poisson", "RelaxedBernoulli",
+           "RelaxedOneHotCategorical", "StudentT", "TransformedDistribution", "Uniform",
+           "biject_to", "constraints", "kl_divergence", "register_kl", "transform_to",
+           "transforms"]
