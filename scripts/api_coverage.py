@@ -24,6 +24,7 @@ NAMESPACES = [
     ("torch.nn.functional", "ember.nn.functional", None),
     ("torch.optim", "ember.optim", None),
     ("torch.utils.data", "ember.utils.data", None),
+    ("torch.special", "ember.special", None),
 ]
 
 
