@@ -32,14 +32,14 @@ from .select import where
 from .unary import exp, log, sign
 
 __all__ = ["erfcx", "i0", "i0e", "i1", "i1e", "ndtr", "ndtri", "log_ndtr", "entr", "zeta",
-           "gammainc", "gammaincc", "igamma", "igammac", "bessel_j0", "bessel_j1",
-           "bessel_y0", "bessel_y1", "modified_bessel_i0", "modified_bessel_i1",
-           "modified_bessel_k0", "modified_bessel_k1",
-           "scaled_modified_bessel_k0", "scaled_modified_bessel_k1", "spherical_bessel_j0",
-           "airy_ai", "chebyshev_polynomial_t", "chebyshev_polynomial_u",
+           "gammainc", "gammaincc", "igamma", "igammac", "bessel_j0", "bessel_j1", "bessel_y0",
+           "bessel_y1", "modified_bessel_i0", "modified_bessel_i1", "modified_bessel_k0",
+           "modified_bessel_k1", "scaled_modified_bessel_k0", "scaled_modified_bessel_k1",
+           "spherical_bessel_j0", "airy_ai", "chebyshev_polynomial_t", "chebyshev_polynomial_u",
            "shifted_chebyshev_polynomial_t", "shifted_chebyshev_polynomial_u",
-           "hermite_polynomial_h", "hermite_polynomial_he", "laguerre_polynomial_l",
-           "legendre_polynomial_p"]
+           "chebyshev_polynomial_v", "chebyshev_polynomial_w", "shifted_chebyshev_polynomial_v",
+           "shifted_chebyshev_polynomial_w", "hermite_polynomial_h", "hermite_polynomial_he",
+           "laguerre_polynomial_l", "legendre_polynomial_p"]
 
 _SQRT_2PI = math.sqrt(2 * math.pi)
 _apply = dispatch.apply
@@ -167,6 +167,20 @@ def _poly(evaluate, first):
     return fn
 
 
+def _chebyshev_vw(sign):
+    """Chebyshev polynomials of the third (V, ``sign=-1``) and fourth (W, ``sign=+1``) kind:
+    ``P_0 = 1``, ``P_1 = 2x + sign``, ``P_{k+1} = 2x P_k - P_{k-1}`` (SciPy has none)."""
+    def evaluate(sp, n, x):
+        x, n = np.broadcast_arrays(x, n)
+        prev, cur = np.ones_like(x), 2 * x + sign
+        out = np.where(n == 0, prev, cur)
+        for k in range(2, int(n.max(initial=0)) + 1):
+            prev, cur = cur, 2 * x * cur - prev
+            out = np.where(n == k, cur, out)
+        return out
+    return evaluate
+
+
 _POLYS = {   # name: (P_n(x) for n >= 0, P_1(x))
     "chebyshev_polynomial_t": (lambda sp, n, x: sp.eval_chebyt(n, x), lambda x: x),
     "chebyshev_polynomial_u": (lambda sp, n, x: sp.eval_chebyu(n, x), lambda x: 2 * x),
@@ -178,6 +192,12 @@ _POLYS = {   # name: (P_n(x) for n >= 0, P_1(x))
     "hermite_polynomial_he": (lambda sp, n, x: sp.eval_hermitenorm(n, x), lambda x: x),
     "laguerre_polynomial_l": (lambda sp, n, x: sp.eval_laguerre(n, x), lambda x: 1 - x),
     "legendre_polynomial_p": (lambda sp, n, x: sp.eval_legendre(n, x), lambda x: x),
+    "chebyshev_polynomial_v": (_chebyshev_vw(-1), lambda x: 2 * x - 1),
+    "chebyshev_polynomial_w": (_chebyshev_vw(1), lambda x: 2 * x + 1),
+    "shifted_chebyshev_polynomial_v": (lambda sp, n, x: _chebyshev_vw(-1)(sp, n, 2 * x - 1),
+                                       lambda x: 4 * x - 3),
+    "shifted_chebyshev_polynomial_w": (lambda sp, n, x: _chebyshev_vw(1)(sp, n, 2 * x - 1),
+                                       lambda x: 4 * x - 1),
 }
 _POLYS_P = {name: defop(name, nin=2, elementwise=True, kernels=_sc(_poly(*ev)),
                         dtype="float", save=None) for name, ev in _POLYS.items()}
@@ -282,6 +302,12 @@ hermite_polynomial_he = _poly_fn("hermite_polynomial_he",
                                  "Probabilists' Hermite polynomial He")
 laguerre_polynomial_l = _poly_fn("laguerre_polynomial_l", "Laguerre polynomial L")
 legendre_polynomial_p = _poly_fn("legendre_polynomial_p", "Legendre polynomial P")
+chebyshev_polynomial_v = _poly_fn("chebyshev_polynomial_v", "Chebyshev polynomial V (third kind)")
+chebyshev_polynomial_w = _poly_fn("chebyshev_polynomial_w", "Chebyshev polynomial W (fourth kind)")
+shifted_chebyshev_polynomial_v = _poly_fn("shifted_chebyshev_polynomial_v",
+                                          "Shifted Chebyshev polynomial V*")
+shifted_chebyshev_polynomial_w = _poly_fn("shifted_chebyshev_polynomial_w",
+                                          "Shifted Chebyshev polynomial W*")
 
 
 Tensor.i0 = i0

@@ -91,11 +91,17 @@ def _recurrence(p0, p1, step):
 
 _T = _recurrence(lambda x: 1.0, lambda x: x, lambda k, x, c, p: 2 * x * c - p)
 _U = _recurrence(lambda x: 1.0, lambda x: 2 * x, lambda k, x, c, p: 2 * x * c - p)
+_V = _recurrence(lambda x: 1.0, lambda x: 2 * x - 1, lambda k, x, c, p: 2 * x * c - p)
+_W = _recurrence(lambda x: 1.0, lambda x: 2 * x + 1, lambda k, x, c, p: 2 * x * c - p)
 _POLY_REFS = {
     "chebyshev_polynomial_t": _T,
     "chebyshev_polynomial_u": _U,
     "shifted_chebyshev_polynomial_t": lambda x, n: _T(2 * x - 1, n),
     "shifted_chebyshev_polynomial_u": lambda x, n: _U(2 * x - 1, n),
+    "chebyshev_polynomial_v": _V,
+    "chebyshev_polynomial_w": _W,
+    "shifted_chebyshev_polynomial_v": lambda x, n: _V(2 * x - 1, n),
+    "shifted_chebyshev_polynomial_w": lambda x, n: _W(2 * x - 1, n),
     "hermite_polynomial_h": _recurrence(lambda x: 1.0, lambda x: 2 * x,
                                         lambda k, x, c, p: 2 * x * c - 2 * k * p),
     "hermite_polynomial_he": _recurrence(lambda x: 1.0, lambda x: x,
