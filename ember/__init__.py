@@ -46,6 +46,8 @@ from .ops import random_fills as _random_fills  # noqa: F401 - cauchy_, log_norm
 from .ops.random_dists import (_sample_dirichlet, _standard_gamma,  # noqa: F401
                                _standard_gamma_grad, binomial, poisson)
 from .ops import inplace as _inplace  # noqa: F401
+from . import linalg  # noqa: F401 - ember.linalg (LAPACK through NumPy/SciPy)
+from .linalg._aliases import *  # noqa: F401,F403 - det, inverse, svd, cholesky_solve...
 from .ops.dispatch import broadcast_shapes  # noqa: F401
 from .autograd.grad_mode import (enable_grad, inference_mode, is_grad_enabled,
                                  is_inference_mode_enabled, no_grad, set_grad_enabled)

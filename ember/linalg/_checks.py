@@ -1,0 +1,63 @@
+"""Argument checks shared by ``ember.linalg``: PyTorch's messages, naming the op and shapes."""
+from __future__ import annotations
+
+from ..errors import DTypeError, ShapeError
+from ..tensor import Tensor
+
+_NAMES = {"int64": "Long", "int32": "Int", "int16": "Short", "int8": "Char", "uint8": "Byte",
+          "bool": "Bool", "float16": "Half", "bfloat16": "BFloat16"}
+
+
+def tensor_arg(op: str, x, name: str = "A") -> Tensor:
+    if not isinstance(x, Tensor):
+        raise TypeError(f"{op}: expected {name} to be a Tensor, got {type(x).__name__}")
+    return x
+
+
+def floating(op: str, x, name: str = "A") -> Tensor:
+    """``x`` if float32/float64 (LAPACK's real types), else PyTorch's dtype error."""
+    tensor_arg(op, x, name)
+    if x.dtype.name not in ("float32", "float64"):
+        got = _NAMES.get(x.dtype.name, x.dtype.name)
+        raise DTypeError(f"{op}: Expected a floating point or complex tensor as input. Got "
+                         f"{got} (Ember's LAPACK kernels take float32 and float64)")
+    return x
+
+
+def matrices(op: str, x, name: str = "A") -> Tensor:
+    floating(op, x, name)
+    if x.ndim < 2:
+        raise ShapeError(f"{op}: The input tensor {name} must have at least 2 dimensions, "
+                         f"got shape {tuple(x.shape)}")
+    return x
+
+
+def square(op: str, x, name: str = "A") -> Tensor:
+    matrices(op, x, name)
+    m, n = x.shape[-2:]
+    if m != n:
+        raise ShapeError(f"{op}: {name} must be batches of square matrices, but they are "
+                         f"{m} by {n} matrices")
+    return x
+
+
+def same_dtype(op: str, a: Tensor, b: Tensor, names=("A", "B")) -> None:
+    if a.dtype is not b.dtype:
+        raise DTypeError(f"{op}: Expected {names[0]} and {names[1]} to have the same dtype, but "
+                         f"found {names[0]} of type {a.dtype.name} and {names[1]} of type "
+                         f"{b.dtype.name} instead")
+
+
+def rows_match(op: str, A: Tensor, B: Tensor, left: bool = True) -> None:
+    k = A.shape[-1] if left else A.shape[-2]
+    got = B.shape[-2] if left else B.shape[-1]
+    if k != got:
+        side = "A.size(-1) == B.size(-2)" if left else "B.size(-1) == A.size(-2)"
+        raise ShapeError(f"{op}: Incompatible shapes of A and B for the equation "
+                         f"{'AX = B' if left else 'XA = B'} ({tuple(A.shape)} and "
+                         f"{tuple(B.shape)}): need {side}")
+
+
+def batch_shape(op: str, *xs) -> tuple:
+    from ..ops.dispatch import broadcast_shapes
+    return broadcast_shapes(*(tuple(x.shape[:-2]) for x in xs), op=f"{op} (batch dims)")

@@ -1,0 +1,20 @@
+"""PyTorch's named-tuple return types of ``torch.linalg`` (``torch.return_types.*``)."""
+from collections import namedtuple
+
+slogdet = namedtuple("linalg_slogdet", ["sign", "logabsdet"])
+slogdet_toplevel = namedtuple("slogdet", ["sign", "logabsdet"])
+cholesky_ex = namedtuple("linalg_cholesky_ex", ["L", "info"])
+inv_ex = namedtuple("linalg_inv_ex", ["inverse", "info"])
+solve_ex = namedtuple("linalg_solve_ex", ["result", "info"])
+eigh = namedtuple("linalg_eigh", ["eigenvalues", "eigenvectors"])
+eig = namedtuple("linalg_eig", ["eigenvalues", "eigenvectors"])
+svd = namedtuple("linalg_svd", ["U", "S", "Vh"])
+svd_toplevel = namedtuple("svd", ["U", "S", "V"])
+qr = namedtuple("linalg_qr", ["Q", "R"])
+qr_toplevel = namedtuple("qr", ["Q", "R"])
+lstsq = namedtuple("linalg_lstsq", ["solution", "residuals", "rank", "singular_values"])
+lu_factor = namedtuple("linalg_lu_factor", ["LU", "pivots"])
+lu_factor_ex = namedtuple("linalg_lu_factor_ex", ["LU", "pivots", "info"])
+lu = namedtuple("linalg_lu", ["P", "L", "U"])
+lu_unpack = namedtuple("lu_unpack", ["P", "L", "U"])
+triangular_solve = namedtuple("triangular_solve", ["solution", "cloned_coefficient"])

@@ -1,0 +1,331 @@
+"""Raw LAPACK kernels of ``ember.linalg``: NumPy arrays in, NumPy arrays out.
+
+NumPy's ``linalg`` batches natively (one C loop over the leading dims) and is used wherever
+it has the routine; SciPy's LAPACK/BLAS wrappers (imported on first use, so ``import ember``
+stays fast) cover the rest one matrix at a time (``getrf``, ``trsm``, ``gels*``, ``expm``).
+Failures raise :class:`LinAlgError` with PyTorch's message, naming the batch element (its
+flat index over the batch dims) and LAPACK's ``info``; NumPy's own errors name neither, so
+the failing element is found again with the per-matrix LAPACK routine (the error path only).
+
+Several-output factorizations (``eigh``, ``svd``, ``qr``, ``lu_factor``, ``slogdet``,
+``lstsq``) return one *packed* array (:func:`pack`): a registry primitive has one output,
+and the public functions hand out views of it (``ember/ops/linalg_lapack.py``).
+"""
+from __future__ import annotations
+
+import math
+
+import numpy as np
+
+from ..errors import EmberError
+
+
+class LinAlgError(EmberError, RuntimeError):
+    """A matrix the factorization cannot handle: singular, not positive-definite, or an
+    algorithm that did not converge (``torch.linalg.LinAlgError``, a ``RuntimeError``)."""
+
+
+def _scipy_linalg():
+    import scipy.linalg  # noqa: PLC0415 - lazy: SciPy is imported on first use only
+    return scipy.linalg
+
+
+def batch_prefix(batch_shape, i) -> str:
+    """PyTorch's ``'(Batch element 3): '`` prefix, empty for a single matrix."""
+    return f"(Batch element {i}): " if batch_shape else ""
+
+
+def first_failure(infos):
+    """(flat index, info) of the first nonzero ``info``, or None."""
+    flat = np.asarray(infos).reshape(-1)
+    bad = np.flatnonzero(flat)
+    return (int(bad[0]), int(flat[bad[0]])) if bad.size else None
+
+
+def _each(a):
+    """(batch shape, the matrices as a (B, m, n) array)."""
+    return a.shape[:-2], a.reshape((-1,) + a.shape[-2:])
+
+
+# ------------------------------------------------------------------ packing
+def pack(arrays, batch_shape):
+    """One contiguous (*batch, total) array holding each array's trailing block, flattened."""
+    flat = [np.ascontiguousarray(x).reshape(batch_shape + (math.prod(x.shape[len(batch_shape):]),))
+            for x in arrays]
+    return np.concatenate(flat, axis=-1) if len(flat) > 1 else flat[0]
+
+
+def packed_size(shapes) -> int:
+    return sum(math.prod(s) for s in shapes)
+
+
+# ------------------------------------------------------------------ Cholesky
+def potrf_each(a):
+    """Per-matrix Cholesky (lower) without raising: (L, info per matrix)."""
+    potrf = _scipy_linalg().lapack.get_lapack_funcs("potrf", (a,))
+    batch, mats = _each(a)
+    out = np.zeros_like(mats)
+    infos = np.zeros(len(mats), dtype=np.int32)
+    for i, m in enumerate(mats):
+        c, info = potrf(m, lower=1, clean=1)
+        out[i], infos[i] = c, max(int(info), 0)
+    return out.reshape(a.shape), infos.reshape(batch)
+
+
+def cholesky_error(op, batch_shape, idx, info) -> LinAlgError:
+    return LinAlgError(f"{op}: {batch_prefix(batch_shape, idx)}The factorization could not be "
+                       f"completed because the input is not positive-definite (the leading "
+                       f"minor of order {info} is not positive-definite).")
+
+
+def cholesky(xp, a, check_errors=True):
+    try:
+        return np.linalg.cholesky(a)
+    except np.linalg.LinAlgError:
+        L, infos = potrf_each(a)
+        bad = first_failure(infos)
+        if check_errors and bad is not None:
+            raise cholesky_error("linalg.cholesky", a.shape[:-2], *bad) from None
+        return L
+
+
+# ------------------------------------------------------------------ LU and what uses it
+def getrf_each(a):
+    """Per-matrix LU with partial pivoting: (LU, 1-based int32 pivots, info per matrix)."""
+    getrf = _scipy_linalg().lapack.get_lapack_funcs("getrf", (a,))
+    batch, mats = _each(a)
+    m, n = a.shape[-2:]
+    k = min(m, n)
+    lus = np.empty_like(mats)
+    pivs = np.empty((len(mats), k), dtype=np.int32)
+    infos = np.zeros(len(mats), dtype=np.int32)
+    for i, x in enumerate(mats):
+        lu, piv, info = getrf(x)
+        lus[i], pivs[i], infos[i] = lu, piv[:k] + 1, max(int(info), 0)
+    return lus.reshape(a.shape), pivs.reshape(batch + (k,)), infos.reshape(batch)
+
+
+def singular_infos(a):
+    """LAPACK ``getrf``'s info per matrix (0, or the 1-based index of a zero pivot)."""
+    return getrf_each(a)[2]
+
+
+def inv(xp, a, check_errors=True):
+    try:
+        return np.linalg.inv(a)
+    except np.linalg.LinAlgError:
+        bad = first_failure(singular_infos(a))
+        if check_errors and bad is not None:
+            i, info = bad
+            raise LinAlgError(f"linalg.inv: {batch_prefix(a.shape[:-2], i)}The diagonal "
+                              f"element {info} is zero, the inversion could not be completed "
+                              f"because the input matrix is singular.") from None
+        with np.errstate(all="ignore"):
+            return _solve_each(a, np.broadcast_to(np.eye(a.shape[-1], dtype=a.dtype),
+                                                  a.shape))
+
+
+def _solve_each(a, b):
+    """Solve matrix by matrix, leaving inf/nan where one is singular (the ``_ex`` paths)."""
+    batch = np.broadcast_shapes(a.shape[:-2], b.shape[:-2])
+    a = np.broadcast_to(a, batch + a.shape[-2:]).reshape((-1,) + a.shape[-2:])
+    b = np.broadcast_to(b, batch + b.shape[-2:]).reshape((-1,) + b.shape[-2:])
+    out = np.empty(b.shape, dtype=np.result_type(a, b))
+    for i in range(len(a)):
+        try:
+            out[i] = np.linalg.solve(a[i], b[i])
+        except np.linalg.LinAlgError:
+            out[i] = np.nan
+    return out.reshape(batch + out.shape[-2:])
+
+
+def solve(xp, a, b, check_errors=True):
+    try:
+        return np.linalg.solve(a, b)
+    except np.linalg.LinAlgError:
+        infos = singular_infos(np.broadcast_to(a, np.broadcast_shapes(a.shape[:-2],
+                                               b.shape[:-2]) + a.shape[-2:]))
+        bad = first_failure(infos)
+        if check_errors and bad is not None:
+            raise LinAlgError(f"linalg.solve: {batch_prefix(infos.shape, bad[0])}The solver "
+                              f"failed because the input matrix is singular.") from None
+        with np.errstate(all="ignore"):
+            return _solve_each(a, b)
+
+
+def lu_factor(xp, a, check_errors=True):
+    """Packed (*batch, m + 1, n): LU on top, the 1-based pivots in the last row's first
+    ``min(m, n)`` entries (as floats: exact below 2**24)."""
+    lu, piv, infos = getrf_each(a)
+    bad = first_failure(infos)
+    if check_errors and bad is not None:
+        i, info = bad
+        raise LinAlgError(f"linalg.lu_factor: {batch_prefix(a.shape[:-2], i)}U[{info},{info}] "
+                          f"is zero and using it on lu_solve would result in a division by "
+                          f"zero. If you still want to perform the factorization, consider "
+                          f"calling linalg.lu(A, pivot) or linalg.lu_factor_ex(A, pivot)")
+    m, n = a.shape[-2:]
+    out = np.zeros(a.shape[:-2] + (m + 1, n), dtype=a.dtype)
+    out[..., :m, :] = lu
+    out[..., m, :piv.shape[-1]] = piv
+    return out
+
+
+def permutation_from_pivots(piv, m, dtype):
+    """P (*batch, m, m) with A = P L U, from LAPACK's 1-based row swaps."""
+    batch = piv.shape[:-1]
+    flat = piv.reshape(-1, piv.shape[-1]).astype(np.int64) - 1
+    perms = np.tile(np.arange(m), (len(flat), 1))
+    for b, swaps in enumerate(flat):
+        p = perms[b]
+        for i, j in enumerate(swaps):
+            p[i], p[j] = p[j], p[i]
+    out = np.zeros((len(flat), m, m), dtype=dtype)
+    # row i of P^T A is row perm[i] of A, so P[perm[i], i] = 1
+    out[np.arange(len(flat))[:, None], perms, np.arange(m)[None, :]] = 1
+    return out.reshape(batch + (m, m))
+
+
+# ------------------------------------------------------------------ triangular solve
+def solve_triangular(xp, a, b, upper=False, unitriangular=False):
+    """``A X = B`` with A triangular (BLAS ``trsm``: a singular A gives inf/nan, as PyTorch)."""
+    trsm = _scipy_linalg().blas.get_blas_funcs("trsm", (a, b))
+    batch = np.broadcast_shapes(a.shape[:-2], b.shape[:-2])
+    out = np.empty(batch + b.shape[-2:], dtype=np.result_type(a, b))
+    if out.size == 0:
+        return out
+    if a.shape[-1] == 0:
+        return out * 0
+    am = np.broadcast_to(a, batch + a.shape[-2:]).reshape((-1,) + a.shape[-2:])
+    bm = np.broadcast_to(b, batch + b.shape[-2:]).reshape((-1,) + b.shape[-2:])
+    om = out.reshape((-1,) + b.shape[-2:])
+    # NOTE: pass A^T (a Fortran-ordered view of a C-ordered A, no copy) with trans_a=1 and
+    # the triangle flipped; trsm then reads A in place.
+    for i in range(len(am)):
+        om[i] = trsm(1.0, am[i].T, bm[i], side=0, lower=int(upper), trans_a=1,
+                     diag=int(unitriangular))
+    return out
+
+
+# ------------------------------------------------------------------ spectral
+def _converge_error(op, what, a, info=1) -> LinAlgError:
+    return LinAlgError(f"{op}: The algorithm failed to converge because the input matrix is "
+                       f"ill-conditioned or has too many repeated {what} (error code: {info}).")
+
+
+def eigh(xp, a, UPLO="L"):
+    """Packed (*batch, n + 1, n): the eigenvalues (ascending) in row 0, the eigenvectors
+    (columns) below."""
+    try:
+        w, q = np.linalg.eigh(a, UPLO=UPLO)
+    except np.linalg.LinAlgError:
+        raise _converge_error("linalg.eigh", "eigenvalues", a) from None
+    return np.concatenate([w[..., None, :], q], axis=-2)
+
+
+def eigvalsh(xp, a, UPLO="L"):
+    try:
+        return np.linalg.eigvalsh(a, UPLO=UPLO)
+    except np.linalg.LinAlgError:
+        raise _converge_error("linalg.eigvalsh", "eigenvalues", a) from None
+
+
+def svd_shapes(m, n, full_matrices):
+    k = min(m, n)
+    return ((m, m) if full_matrices else (m, k)), (k,), ((n, n) if full_matrices else (k, n))
+
+
+def svd(xp, a, full_matrices=True):
+    """Packed (*batch, |U| + |S| + |Vh|): U, S, Vh flattened one after the other."""
+    try:
+        u, s, vh = np.linalg.svd(a, full_matrices=full_matrices)
+    except np.linalg.LinAlgError:
+        raise _converge_error("linalg.svd", "singular values", a) from None
+    return pack((u, s, vh), a.shape[:-2])
+
+
+def svdvals(xp, a):
+    try:
+        return np.linalg.svd(a, compute_uv=False)
+    except np.linalg.LinAlgError:
+        raise _converge_error("linalg.svdvals", "singular values", a) from None
+
+
+def qr_shapes(m, n, mode):
+    k = min(m, n)
+    if mode == "complete":
+        return (m, m), (m, n)
+    if mode == "r":
+        return (0,), (k, n)
+    return (m, k), (k, n)
+
+
+def qr(xp, a, mode="reduced"):
+    """Packed (*batch, |Q| + |R|) (mode='r': R only)."""
+    if mode == "r":
+        r = np.linalg.qr(a, mode="r")
+        return pack((r,), a.shape[:-2])
+    q, r = np.linalg.qr(a, mode=mode)
+    return pack((q, r), a.shape[:-2])
+
+
+def slogdet(xp, a):
+    """Packed (*batch, 2): sign, log|det|."""
+    sign, logabs = np.linalg.slogdet(a)
+    return np.stack([sign, logabs], axis=-1)
+
+
+def det(xp, a):
+    return np.linalg.det(a)
+
+
+# ------------------------------------------------------------------ least squares, pinv, expm
+def lstsq(xp, a, b, rcond=None, driver="gelsy"):
+    """Packed (*batch, n*k + 1 + q): solution, rank (as a float) and, for gelsd/gelss, the
+    q = min(m, n) singular values."""
+    sl = _scipy_linalg()
+    batch = np.broadcast_shapes(a.shape[:-2], b.shape[:-2])
+    (m, n), k = a.shape[-2:], b.shape[-1]
+    q = min(m, n) if driver in ("gelsd", "gelss") else 0
+    am = np.broadcast_to(a, batch + (m, n)).reshape(-1, m, n)
+    bm = np.broadcast_to(b, batch + (m, k)).reshape(-1, m, k)
+    out = np.zeros((len(am), n * k + 1 + q), dtype=np.result_type(a, b))
+    if rcond is None:
+        rcond = np.finfo(out.dtype).eps * max(m, n)
+    lapack_driver = "gelsy" if driver == "gels" else driver
+    for i in range(len(am)):
+        if m == 0 or n == 0:
+            continue
+        x, _, rank, sv = sl.lstsq(am[i], bm[i], cond=rcond, lapack_driver=lapack_driver,
+                                  check_finite=False)
+        out[i, :n * k] = np.asarray(x).reshape(-1)
+        out[i, n * k] = rank
+        if q:
+            out[i, n * k + 1:] = sv
+    return out.reshape(batch + (out.shape[-1],))
+
+
+def pinv(xp, a, atol=None, rtol=None, hermitian=False):
+    """Pseudo-inverse with PyTorch's cutoff: values <= max(atol, rtol * largest) are dropped;
+    rtol defaults to eps * max(m, n) when atol is not given, else to 0."""
+    m, n = a.shape[-2:]
+    if rtol is None:
+        rtol = np.finfo(a.dtype).eps * max(m, n) if not atol else 0.0
+    atol = atol or 0.0
+    if hermitian:
+        w, q = np.linalg.eigh(a)
+        big = np.abs(w).max(-1, keepdims=True) if w.shape[-1] else np.zeros(w.shape)
+        keep = np.abs(w) > np.maximum(atol, rtol * big)
+        winv = np.where(keep, 1 / np.where(keep, w, 1), 0)
+        return (q * winv[..., None, :]) @ np.swapaxes(q, -1, -2)
+    u, s, vh = np.linalg.svd(a, full_matrices=False)
+    big = s[..., :1] if s.shape[-1] else np.zeros(s.shape)
+    keep = s > np.maximum(atol, rtol * big)
+    sinv = np.where(keep, 1 / np.where(keep, s, 1), 0)
+    return (np.swapaxes(vh, -1, -2) * sinv[..., None, :]) @ np.swapaxes(u, -1, -2)
+
+
+def matrix_exp(xp, a):
+    if a.size == 0:
+        return a.copy()
+    return np.asarray(_scipy_linalg().expm(a), dtype=a.dtype)
