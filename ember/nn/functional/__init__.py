@@ -14,3 +14,24 @@ from ._pool_more import *  # noqa: F401,F403
 from ._conv3d import *  # noqa: F401,F403
 
 globals().update({_n: getattr(_conv, _n) for _n in _CONV_NAMES})
+
+# NOTE: eager calls of these composites run their compiled form (the compiler's C kernels:
+# im2col/col2im and max-pool loops, fused norms and activations), see
+# ember/codegen/eager_composite.py; under a tracer, forward AD, autocast... they run as written.
+from ...codegen.eager_composite import allow_tensor_class as _allow  # noqa: E402
+from ...codegen.eager_composite import eager_composite as _fast  # noqa: E402
+from ..parameter import Parameter as _Parameter  # noqa: E402
+
+_allow(_Parameter)
+
+
+def _not_inplace(*args, **kwargs):
+    return not kwargs.get("inplace", args[1] if len(args) > 1 else False)
+
+
+conv1d, conv2d = _fast(conv1d), _fast(conv2d)  # noqa: F821 - from _CONV_NAMES
+max_pool1d, max_pool2d = _fast(max_pool1d), _fast(max_pool2d)  # noqa: F821
+avg_pool1d, avg_pool2d = _fast(avg_pool1d), _fast(avg_pool2d)  # noqa: F821
+gelu, silu = _fast(gelu), _fast(silu, when=_not_inplace)  # noqa: F405
+layer_norm, group_norm = _fast(layer_norm), _fast(group_norm)  # noqa: F405
+cross_entropy, nll_loss = _fast(cross_entropy), _fast(nll_loss)  # noqa: F405

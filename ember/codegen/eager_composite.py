@@ -1,0 +1,266 @@
+"""Composites run eagerly through their compiled form: the compiler's kernels in eager mode.
+
+A layer such as ``F.conv2d``, ``F.max_pool2d``, ``F.layer_norm``, ``F.gelu`` or
+``F.cross_entropy`` is a composite of registry primitives (im2col + matmul, windows +
+argmax + gather, mean/var/normalise...). Run op by op, each primitive is a full pass over
+memory through NumPy. ``ember.compile`` turns the same composite into the C kernels of
+:mod:`ember.codegen` (im2col/col2im and max-pool loops, fused row reductions, fused
+elementwise chains) for its forward and its backward. :func:`eager_composite` wraps such a
+public function so that an eager call runs the *compiled form of the composite itself*:
+one :class:`~ember.graph.compile.CompiledFunction` per (function, argument shapes, dtypes,
+``requires_grad`` flags, non-tensor arguments), built on the third call with that key
+(a shape seen once never pays for a compile). There is no second implementation of the
+math: the graph is traced from the composite, so the fast path computes what the
+composite computes, in the compiler's kernels.
+
+The composite runs as written (the fast path steps aside) whenever any of these holds:
+
+* a dispatch mode is active (``ember.compile``'s tracer, vmap...): the outer tracer must
+  see the primitives, to fuse them with their neighbours;
+* forward-mode AD, anomaly detection, saved-tensor hooks (checkpointing), autocast or
+  inference mode is on, or the profiler is recording (it should see the primitives);
+* a tensor argument is not a CPU tensor of float32/float64 (or an int64/int32/bool tensor,
+  such as class targets), or is of a subclass other than ``nn.Parameter``, or an argument
+  is not hashable;
+* no C compiler is found, ``EMBER_EAGER_COMPOSITES=0`` is set in the environment or
+  :func:`set_enabled` turned the path off;
+* every tensor argument has fewer than :data:`MIN_ELEMENTS` elements;
+* the key's capture did not compile (a graph break, e.g. a value read into Python), or
+  :data:`MAX_KEYS` keys of this function are already cached.
+
+Gradients: the compiled backward runs when ``backward()`` is called without
+``create_graph``. With ``create_graph=True`` (double backward) the node differentiates the
+composite itself, recomputed from the saved inputs, so higher-order gradients are the
+composite's.
+"""
+from __future__ import annotations
+
+import functools
+import os
+import warnings
+
+from ..autograd.function import Function
+from ..autograd.grad_mode import enable_grad, state
+from ..tensor import Tensor, _wrap
+
+#: keys (shapes, dtypes, params) cached per wrapped function; past it the composite runs.
+MAX_KEYS = 64
+#: elements of the largest tensor argument below which the composite runs as written. The
+#: compiled form wins from ~1K elements (a 128-wide layer norm fwd+bwd: 173 vs 358 us), but
+#: each key costs a capture and a C compile (20-400 ms); below this size a call saves too
+#: little for that, and small programs (tests, toy models) keep NumPy's bits.
+MIN_ELEMENTS = 1 << 15
+#: calls with one key before it is compiled (the first call of a key runs the composite).
+WARMUP = 2
+_DTYPE_NAMES = frozenset(("float32", "float64", "int64", "int32", "bool"))
+#: tensor classes taken as plain tensors (``nn.Parameter`` registers itself: see
+#: :func:`allow_tensor_class`); any other subclass may override behaviour: composite.
+_TENSOR_CLASSES = {Tensor}
+_conf = {"enabled": os.environ.get("EMBER_EAGER_COMPOSITES", "1") != "0", "cc": None}
+#: compiled calls (tests and benchmarks read it).
+stats = {"runs": 0, "compiles": 0}
+
+
+def set_enabled(flag: bool) -> bool:
+    """Turn the eager compiled-composite path on or off; returns the previous setting."""
+    prev = _conf["enabled"]
+    _conf["enabled"] = bool(flag)
+    return prev
+
+
+def is_enabled() -> bool:
+    """Whether eager calls of wrapped composites may run their compiled form."""
+    return _conf["enabled"]
+
+
+def allow_tensor_class(cls) -> None:
+    """Let tensors of subclass ``cls`` (which changes no behaviour) take the fast path."""
+    _TENSOR_CLASSES.add(cls)
+
+
+def _have_compiler() -> bool:
+    cc = _conf["cc"]
+    if cc is None:
+        from .toolchain import find_compiler
+        cc = _conf["cc"] = find_compiler() is not None
+    return cc
+
+
+def _eligible() -> bool:
+    st = state
+    return (_conf["enabled"] and not st.modes and not st.fw_levels and not st.anomaly
+            and not st.saved_hooks and st.autocast is None and not st.inference
+            and getattr(st, "profiler", None) is None)
+
+
+def _freeze(v):
+    """A hashable stand-in for a non-tensor argument, or raise TypeError."""
+    if isinstance(v, list):
+        return ("list",) + tuple(_freeze(x) for x in v)
+    if isinstance(v, tuple):
+        return ("tuple",) + tuple(_freeze(x) for x in v)
+    hash(v)
+    return (type(v), v)
+
+
+def _key(args, kwargs):
+    """(tensor arguments, their positions, hashable key) or None when not eligible."""
+    tensors, slots, parts = [], [], []
+    big = 0
+    for i, a in enumerate(list(args) + [kwargs[k] for k in sorted(kwargs)]):
+        if isinstance(a, Tensor):
+            if a.__class__ not in _TENSOR_CLASSES or a._device.type != "cpu" or \
+                    a._dtype.name not in _DTYPE_NAMES:
+                return None
+            d = a._data
+            big = max(big, d.size)
+            tensors.append(a)
+            slots.append(i)
+            parts.append((d.shape, d.strides, a._dtype.name, a._requires_grad))
+        else:
+            try:
+                parts.append(_freeze(a))
+            except TypeError:
+                return None
+    if big < MIN_ELEMENTS:
+        return None
+    return tensors, tuple(slots), (tuple(sorted(kwargs)), tuple(parts), state.grad_enabled)
+
+
+class _Entry:
+    """One compiled key of a wrapped function."""
+
+    __slots__ = ("cf", "fn", "call")
+
+    def __init__(self, fn, args, kwargs, slots):
+        from ..graph.compile import compile as _compile
+        names = sorted(kwargs)
+        n_pos = len(args)
+        static = list(args) + [kwargs[k] for k in names]
+
+        def call(*tensors):
+            vals = list(static)
+            for s, t in zip(slots, tensors):
+                vals[s] = t
+            return fn(*vals[:n_pos], **dict(zip(names, vals[n_pos:])))
+        call.__name__ = getattr(fn, "__name__", "composite")
+        self.fn = fn
+        self.call = call
+        self.cf = _compile(call, fullgraph=True)
+
+
+class _NotOneTensor(Exception):
+    """The composite returned something other than one tensor (e.g. values and indices)."""
+
+
+class _CompositeCall(Function):
+    """The autograd node of a compiled composite call (see the module docstring)."""
+
+    @staticmethod
+    def forward(ctx, entry, *tensors):
+        leaves = [_leaf(t) for t in tensors]
+        with enable_grad():
+            out = entry.cf(*leaves)
+        if not isinstance(out, Tensor):
+            raise _NotOneTensor(type(out).__name__)
+        ctx.save_for_backward(*tensors)     # for a double backward only
+        ctx.entry, ctx.leaves, ctx.out = entry, leaves, out
+        return out.detach()
+
+    @staticmethod
+    def backward(ctx, g):
+        from ..autograd.engine import grad as _grad
+        want = [lf._requires_grad for lf in ctx.leaves]
+        if state.grad_enabled:
+            # NOTE: create_graph: differentiate the composite itself, recomputed from the
+            # original inputs, so the gradient carries their history (double backward).
+            inputs = ctx.saved_tensors
+            out = ctx.entry.call(*inputs)
+            diff = [x for x, w in zip(inputs, want) if w]
+            grads = iter(_grad(out, diff, g, create_graph=True, allow_unused=True))
+        else:
+            diff = [lf for lf, w in zip(ctx.leaves, want) if w]
+            grads = iter(_grad(ctx.out, diff, g, retain_graph=True, allow_unused=True))
+        return (None,) + tuple(next(grads) if w else None for w in want)
+
+
+def _leaf(t):
+    """``t`` detached, as a tensor of its own: not a view of ``t`` (the compiled call's
+    guards would pin ``t``'s identity through ``_base``), same storage, same flag."""
+    lf = _wrap(t._data, t._dtype, t._device, t._storage, None)
+    lf._requires_grad = t._requires_grad
+    return lf
+
+
+def _run(entry, tensors):
+    if state.grad_enabled and any(t._requires_grad for t in tensors):
+        out = _CompositeCall.apply(entry, *tensors)
+    else:
+        out = entry.cf(*[_leaf(t) for t in tensors])
+    if isinstance(out, Tensor):
+        stats["runs"] += 1
+    return out
+
+
+def _build(fn, args, kwargs, slots):
+    """A compiled entry, or False when the capture did not give one graph."""
+    if not _have_compiler():
+        return False
+    stats["compiles"] += 1
+    return _Entry(fn, args, kwargs, slots)
+
+
+def eager_composite(fn, when=None):
+    """Wrap public composite ``fn`` so eager calls run its compiled form (module docstring).
+
+    ``when(*args, **kwargs)``, if given, must also be true for a call to take the fast
+    path (``F.silu(x, inplace=True)`` writes its input: it runs as written).
+
+    The wrapper keeps ``fn``'s name, signature and docstring; results agree with ``fn``'s to
+    the compiled kernels' rounding (tested per function in ``tests/eager/``).
+
+    Example:
+        >>> gelu = eager_composite(_gelu_composite)   # F.gelu is wrapped this way
+    """
+    cache: dict = {}
+    seen: dict = {}
+
+    @functools.wraps(fn)
+    def wrapper(*args, **kwargs):
+        if not _eligible() or (when is not None and not when(*args, **kwargs)):
+            return fn(*args, **kwargs)
+        found = _key(args, kwargs)
+        if found is None:
+            return fn(*args, **kwargs)
+        tensors, slots, key = found
+        entry = cache.get(key)
+        if entry is None:
+            n = seen[key] = seen.get(key, 0) + 1
+            if n <= WARMUP or len(cache) >= MAX_KEYS:
+                return fn(*args, **kwargs)
+            entry = cache[key] = _build(fn, args, kwargs, slots)
+            if entry is not False:
+                return _first(cache, key, entry, tensors, fn, args, kwargs)
+        if entry is False:
+            return fn(*args, **kwargs)
+        return _run(entry, tensors)
+
+    wrapper.__wrapped_composite__ = fn
+    wrapper._eager_cache = cache
+    return wrapper
+
+
+def _first(cache, key, entry, tensors, fn, args, kwargs):
+    """The capturing call of ``entry``: a graph break (a warning from ``ember.compile``, or
+    an error) retires the key to the composite."""
+    from ..graph.trace import GraphBreak
+    with warnings.catch_warnings():
+        warnings.simplefilter("error", UserWarning)
+        try:
+            out = _run(entry, tensors)
+        except (GraphBreak, UserWarning, _NotOneTensor):
+            cache[key] = False
+            return fn(*args, **kwargs)
+    if not isinstance(out, Tensor):
+        cache[key] = False
+    return out
