@@ -54,6 +54,7 @@ from .autograd.grad_mode import (enable_grad, inference_mode, is_grad_enabled,
 from . import autograd
 from . import func
 from . import special  # noqa: F401 - torch.special (SciPy imported on first use)
+from . import fft  # noqa: F401 - torch.fft (SciPy's pocketfft imported on first use)
 from . import nn
 from . import data
 from . import optim

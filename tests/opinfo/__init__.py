@@ -3,7 +3,7 @@ from importlib import import_module
 
 FAMILIES = ("arith", "unary", "binary", "reduce", "movement", "index", "linalg", "conv",
             "misc", "breadth", "random_dists",
-            "special", "complex", "linalg_lapack")
+            "special", "complex", "linalg_lapack", "fft")
 
 OPINFOS = []
 for _f in FAMILIES:
