@@ -25,6 +25,16 @@ class BatchedTensor(Tensor):
 
     __slots__ = ("_phys", "_bdim", "_level")
 
+    @property
+    def requires_grad(self) -> bool:
+        """Logical or physical (an outer ``grad``'s): composites that pick a differentiable
+        path by ``requires_grad`` must see both."""
+        return self._requires_grad or self._phys.requires_grad
+
+    @requires_grad.setter
+    def requires_grad(self, flag: bool) -> None:
+        self.requires_grad_(flag)
+
     def __repr__(self) -> str:
         return (f"BatchedTensor(lvl={self._level}, bdim={self._bdim}, "
                 f"value={self._phys!r})")

@@ -87,6 +87,10 @@ def dim_rule(param: str, front_all: bool = False):
             x = front(inputs[0], bdims[0])
             r = x.ndim - 1
             d = params.get(param)
+            if r == 0 and d is not None:      # a 0-d example acts as a 1-element dim
+                n = x.shape[0]
+                out = op(_p("reshape")(x, shape=(n, 1)), **dict(params, **{param: 1}))
+                return _p("reshape")(out, shape=(n,)), 0
             if d is not None:
                 params = dict(params, **{param: _shift(d, r)})
             return op(x, *inputs[1:], **params), 0

@@ -12,7 +12,8 @@ from ..device import get_backend
 from ..tensor import _wrap
 from .batching import batch_size, front, logical_ndim, materialize, pad_rank, _p, _shift
 
-__all__ = ["permute", "reshape", "expand", "slice_", "pad", "argext", "index", "index_put",
+__all__ = ["permute", "reshape", "expand", "slice_", "pad", "argext", "as_strided",
+           "as_strided_scatter", "index", "index_put",
            "scatter_add", "matmul", "einsum", "sdpa", "sdpa_grad", "unfold", "fold"]
 
 
@@ -56,6 +57,31 @@ def argext(name):
             out = _p("reshape")(out, shape=(n,) + (1,) * r)
         return out, 0
     return rule
+
+
+def _numel(shape) -> int:
+    n = 1
+    for s in shape:
+        n *= s
+    return n
+
+
+def as_strided(inputs, bdims, size, stride, storage_offset):
+    """Geometry relative to each example's contiguous values: one more (outer) dim that
+    steps over whole examples."""
+    x = front(inputs[0], bdims[0])
+    step = _numel(x.shape[1:]) or 1
+    return _p("as_strided")(x, size=(x.shape[0],) + tuple(size), stride=(step,) + tuple(stride),
+                            storage_offset=storage_offset), 0
+
+
+def as_strided_scatter(inputs, bdims, size, stride, storage_offset):
+    n = batch_size(inputs, bdims)
+    base, src = (materialize(x, d, n) for x, d in zip(inputs, bdims))
+    step = _numel(base.shape[1:]) or 1
+    return _p("as_strided_scatter")(base, src, size=(n,) + tuple(size),
+                                    stride=(step,) + tuple(stride),
+                                    storage_offset=storage_offset), 0
 
 
 # ---------------------------------------------------------------------------- indexing

@@ -100,7 +100,8 @@ def _matmul_kernel(xp, x, y, out=None):
     # (128, 128) layer. Fold batch dims into rows so BLAS sees one 2-D GEMM, and make
     # stride-0 batched operands dense.
     if x.ndim > 2 and y.ndim == 2:
-        x2 = xp.ascontiguousarray(x).reshape(-1, x.shape[-1])
+        # NOTE: rows counted explicitly: reshape(-1, 0) can't infer -1 for a 0-wide x
+        x2 = xp.ascontiguousarray(x).reshape(math.prod(x.shape[:-1]), x.shape[-1])
         return xp.matmul(x2, y).reshape(x.shape[:-1] + (y.shape[-1],))
     if x.ndim >= 3 or y.ndim >= 3:
         if 0 in x.strides:

@@ -98,7 +98,7 @@ def _as_strided_vjp(g, out, x, size, stride, storage_offset):
 
 as_strided_p = defop(
     "as_strided", nin=1, params={"size": (), "stride": (), "storage_offset": 0},
-    batch="loop",
+    batch=_vb.as_strided,
     dtype="same", view="maybe", save=None, kernel=_as_strided_kernel,
     shape=lambda s, size, stride, storage_offset: size,
     check=lambda x, size, stride, storage_offset: _check_geometry(
@@ -125,7 +125,7 @@ def _scatter_check(base, src, size, stride, storage_offset):
 
 as_strided_scatter_p = defop(
     "as_strided_scatter", nin=2, params={"size": (), "stride": (), "storage_offset": 0},
-    batch="loop",
+    batch=_vb.as_strided_scatter,
     dtype=lambda base, src, **p: (base._dtype, base._dtype), save=None,
     kernel=_scatter_kernel, check=_scatter_check,
     shape=lambda b, s, size, stride, storage_offset: b,
