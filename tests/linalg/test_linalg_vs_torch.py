@@ -1,0 +1,248 @@
+"""ember.linalg against PyTorch (optional oracle): values and gradients on batched inputs,
+including the cases PyTorch documents specially (singular det, repeated eigenvalues, lstsq's
+return fields)."""
+import numpy as np
+import pytest
+
+import ember as em
+import ember.linalg as LA
+
+torch = pytest.importorskip("torch")
+TL = torch.linalg
+
+
+def _rng(seed=0):
+    return np.random.default_rng(seed)
+
+
+def _both(a):
+    """(ember leaf, torch leaf) of the same float64 values, both requiring grad."""
+    return em.tensor(a).requires_grad_(), torch.tensor(a).requires_grad_()
+
+
+def _spd_np(rng, shape):
+    x = rng.standard_normal(shape)
+    return x @ np.swapaxes(x, -1, -2) + shape[-1] * np.eye(shape[-1])
+
+
+def _close(e, t, rtol=1e-7, atol=1e-9):
+    np.testing.assert_allclose(np.asarray(e.detach().numpy()), t.detach().numpy(),
+                               rtol=rtol, atol=atol)
+
+
+def _check(fe, ft, *arrays, rtol=1e-7, atol=1e-9, seed=1):
+    """Same outputs and the same gradient of sum(w * out) for random weights w."""
+    es, ts = zip(*[_both(a) for a in arrays])
+    oe, ot = fe(*es), ft(*ts)
+    oe = oe if isinstance(oe, tuple) else (oe,)
+    ot = ot if isinstance(ot, tuple) else (ot,)
+    rng = _rng(seed)
+    le, lt = 0, 0
+    for a, b in zip(oe, ot):
+        _close(a, b, rtol, atol)
+        w = rng.standard_normal(tuple(b.shape))
+        le = le + (a * em.tensor(w)).sum()
+        lt = lt + (b * torch.tensor(w)).sum()
+    le.backward()
+    lt.backward()
+    for a, b in zip(es, ts):
+        _close(a.grad, b.grad, rtol=1e-6, atol=1e-8)
+
+
+def test_cholesky_solve_triangular_slogdet():
+    rng = _rng()
+    A = _spd_np(rng, (3, 4, 4))
+    B = rng.standard_normal((3, 4, 2))
+    _check(lambda a: LA.cholesky(a + a.mT), lambda a: TL.cholesky(a + a.mT), A)
+    _check(lambda a: LA.cholesky(a + a.mT, upper=True),
+           lambda a: TL.cholesky(a + a.mT, upper=True), A)
+    L = np.linalg.cholesky(A)
+    for kw in ({"upper": False}, {"upper": True, "left": False},
+               {"upper": False, "unitriangular": True}):
+        M = L if not kw["upper"] else np.swapaxes(L, -1, -2)
+        rhs = B if kw.get("left", True) else np.swapaxes(B, -1, -2)
+        _check(lambda a, b: LA.solve_triangular(a, b, **kw),
+               lambda a, b: TL.solve_triangular(a, b, **kw), M, rhs)
+    _check(lambda a: tuple(LA.slogdet(a)), lambda a: tuple(TL.slogdet(a)), A)
+    _check(lambda b, a: em.cholesky_solve(b, LA.cholesky(a + a.mT)),
+           lambda b, a: torch.cholesky_solve(b, TL.cholesky(a + a.mT)), B, A)
+
+
+def test_inv_solve_det_lu():
+    rng = _rng(2)
+    A = rng.standard_normal((2, 3, 3)) + 2 * np.eye(3)
+    B = rng.standard_normal((2, 3, 2))
+    _check(LA.inv, TL.inv, A)
+    _check(LA.solve, TL.solve, A, B)
+    _check(lambda a, b: LA.solve(a, b, left=False), lambda a, b: TL.solve(a, b, left=False),
+           A, np.swapaxes(B, -1, -2))
+    _check(LA.det, TL.det, A)
+    _check(lambda a: LA.lu_factor(a).LU, lambda a: TL.lu_factor(a).LU, A)
+    _check(lambda a, b: LA.lu_solve(*LA.lu_factor(a), b),
+           lambda a, b: TL.lu_solve(*TL.lu_factor(a), b), A, B)
+    _check(lambda a, b: LA.lu_solve(*LA.lu_factor(a), b, adjoint=True),
+           lambda a, b: TL.lu_solve(*TL.lu_factor(a), b, adjoint=True), A, B)
+    _check(lambda a: tuple(LA.lu(a)), lambda a: tuple(TL.lu(a)), A)
+    e, t = LA.lu_factor(em.tensor(A)), TL.lu_factor(torch.tensor(A))
+    assert e.pivots.tolist() == t.pivots.tolist()
+
+
+def test_det_gradient_of_singular_matrices_is_the_cofactor():
+    # NOTE: compared with central differences, not PyTorch: for an exactly singular input
+    # (LU's det == 0) PyTorch 2.x returns a zero gradient, where the cofactor is not zero.
+    rng = _rng(3)
+    A = rng.standard_normal((3, 4, 4))
+    A[0, :, 3] = A[0, :, 0] + A[0, :, 1]     # rank 3: cofactor nonzero
+    A[1, :, 2:] = A[1, :, :1]                 # rank 2: cofactor zero
+    A[2] = np.diag([1., 2., 0., 3.])          # exactly zero det
+    e = em.tensor(A).requires_grad_()
+    LA.det(e).sum().backward()
+    eps, G = 1e-6, np.zeros_like(A)
+    for idx in np.ndindex(*A.shape):
+        d = np.zeros_like(A)
+        d[idx] = eps
+        G[idx] = (np.linalg.det(A + d) - np.linalg.det(A - d)).sum() / (2 * eps)
+    np.testing.assert_allclose(e.grad.numpy(), G, atol=1e-7)
+    assert np.abs(G[0]).max() > 0.1 and np.abs(G[2]).max() > 1
+
+
+def test_eigh_eigvalsh_and_repeated_eigenvalues():
+    rng = _rng(4)
+    X = rng.standard_normal((2, 4, 4))
+    _check(lambda a: (LA.eigh(a + a.mT)[0], LA.eigh(a + a.mT)[1].abs()),
+           lambda a: (TL.eigh(a + a.mT)[0], TL.eigh(a + a.mT)[1].abs()), X)
+    _check(lambda a: LA.eigvalsh(a, UPLO="U"), lambda a: TL.eigvalsh(a, UPLO="U"), X)
+    # repeated eigenvalues: gradients of the eigenvalues alone stay finite (as PyTorch)
+    D = np.diag([1., 1., 2.])
+    e, t = _both(D)
+    LA.eigh(e).eigenvalues.pow(2).sum().backward()
+    TL.eigh(t).eigenvalues.pow(2).sum().backward()
+    assert np.isfinite(e.grad.numpy()).all()
+    _close(e.grad, t.grad)
+
+
+def test_svd_svdvals_qr():
+    rng = _rng(5)
+    for shape in ((3, 3), (2, 4, 3), (3, 2, 5)):
+        A = rng.standard_normal(shape)
+
+        def gauge(fn):
+            def f(a):
+                U, S, Vh = fn(a, full_matrices=False)
+                return S, U @ Vh, U.abs(), Vh.abs()
+            return f
+        _check(gauge(LA.svd), gauge(TL.svd), A)
+        _check(LA.svdvals, TL.svdvals, A)
+        _check(lambda a: tuple(LA.qr(a)), lambda a: tuple(TL.qr(a)), A)
+    A = rng.standard_normal((2, 4, 3))
+    _check(lambda a: LA.svd(a, full_matrices=True).S, lambda a: TL.svd(a).S, A)
+
+
+def test_lstsq_fields_and_gradients():
+    rng = _rng(6)
+    A = rng.standard_normal((2, 5, 3))
+    B = rng.standard_normal((2, 5, 2))
+    for driver in ("gels", "gelsy", "gelsd", "gelss"):
+        e = LA.lstsq(em.tensor(A), em.tensor(B), driver=driver)
+        t = TL.lstsq(torch.tensor(A), torch.tensor(B), driver=driver)
+        for a, b in zip(e, t):
+            assert tuple(a.shape) == tuple(b.shape), driver
+            _close(a, b)
+        assert e.rank.dtype == em.int64
+    _check(lambda a, b: LA.lstsq(a, b).solution, lambda a, b: TL.lstsq(a, b).solution, A, B)
+    _check(lambda a, b: LA.lstsq(a, b, driver="gelsd").residuals,
+           lambda a, b: TL.lstsq(a, b, driver="gelsd").residuals, A, B)
+
+
+def test_pinv_matrix_exp_matrix_power():
+    rng = _rng(7)
+    for shape in ((3, 3), (2, 4, 2), (2, 5)):
+        _check(LA.pinv, TL.pinv, rng.standard_normal(shape))
+    S = _spd_np(rng, (3, 3))
+    _check(lambda a: LA.pinv(a, hermitian=True), lambda a: TL.pinv(a, hermitian=True), S)
+    _check(LA.matrix_exp, TL.matrix_exp, rng.standard_normal((2, 3, 3)))
+    for n in (-3, 0, 1, 4):
+        _check(lambda a: LA.matrix_power(a, n), lambda a: TL.matrix_power(a, n),
+               rng.standard_normal((2, 3, 3)) + 2 * np.eye(3))
+
+
+@pytest.mark.parametrize("ord", ["fro", "nuc", 2, -2, 1, -1, np.inf, -np.inf])
+def test_matrix_norm(ord):
+    A = _rng(8).standard_normal((2, 3, 4))
+    _check(lambda a: LA.matrix_norm(a, ord), lambda a: TL.matrix_norm(a, ord), A)
+    _check(lambda a: LA.matrix_norm(a, ord, dim=(0, 2), keepdim=True),
+           lambda a: TL.matrix_norm(a, ord, dim=(0, 2), keepdim=True), A)
+
+
+@pytest.mark.parametrize("ord", [2, 1, 0, 3.5, np.inf, -np.inf])
+def test_vector_norm_and_norm(ord):
+    x = _rng(9).standard_normal((3, 4))
+    e, t = LA.vector_norm(em.tensor(x), ord, dim=1), TL.vector_norm(torch.tensor(x), ord, dim=1)
+    _close(e, t)
+    _close(LA.norm(em.tensor(x), ord), TL.norm(torch.tensor(x), ord if ord != 0 else "fro"))\
+        if ord not in (0, 3.5) else None
+    _close(LA.norm(em.tensor(x)), TL.norm(torch.tensor(x)))
+    _close(LA.norm(em.tensor(x), dim=(0, 1)), TL.norm(torch.tensor(x), dim=(0, 1)))
+
+
+def test_vector_norm_gradient_at_zero_is_zero():
+    x = em.zeros(3, dtype=em.float64, requires_grad=True)
+    LA.vector_norm(x).backward()
+    assert x.grad.tolist() == [0.0, 0.0, 0.0]
+
+
+def test_cond_rank_multi_dot_cross_vecdot():
+    rng = _rng(10)
+    A = rng.standard_normal((2, 3, 3)) + np.eye(3)
+    for p in (None, 2, -2, "fro", "nuc", 1, np.inf):
+        _close(LA.cond(em.tensor(A), p), TL.cond(torch.tensor(A), p), rtol=1e-6)
+    R = rng.standard_normal((4, 5, 2)) @ rng.standard_normal((4, 2, 6))
+    assert LA.matrix_rank(em.tensor(R)).tolist() == TL.matrix_rank(torch.tensor(R)).tolist()
+    assert LA.matrix_rank(em.tensor(R), atol=1e9).tolist() == [0, 0, 0, 0]
+    ms = [rng.standard_normal(s) for s in ((3,), (3, 4), (4, 5), (5,))]
+    _check(lambda *t: LA.multi_dot(t), lambda *t: TL.multi_dot(t), *ms)
+    a, b = rng.standard_normal((4, 3)), rng.standard_normal((4, 3))
+    _check(LA.cross, TL.cross, a, b)
+    _check(LA.vecdot, TL.vecdot, a, b)
+    _close(LA.vander(em.tensor(a[0]), N=4), TL.vander(torch.tensor(a[0]), N=4))
+    _close(LA.tensorinv(em.tensor(A[0]), ind=1), TL.tensorinv(torch.tensor(A[0]), ind=1))
+    T4 = rng.standard_normal((2, 3, 6)) + 3 * np.eye(6).reshape(2, 3, 6)
+    _close(LA.tensorinv(em.tensor(T4), ind=2), TL.tensorinv(torch.tensor(T4), ind=2))
+    Bt = rng.standard_normal((2, 3))
+    _close(LA.tensorsolve(em.tensor(T4), em.tensor(Bt)),
+           TL.tensorsolve(torch.tensor(T4), torch.tensor(Bt)))
+
+
+def test_householder_product():
+    rng = _rng(11)
+    A = rng.standard_normal((2, 5, 3))
+    tau = rng.uniform(0.5, 1.5, (2, 2))
+    _check(LA.householder_product, TL.householder_product, A, tau)
+
+
+def test_top_level_aliases():
+    rng = _rng(12)
+    A = rng.standard_normal((2, 3, 3)) + 2 * np.eye(3)
+    ea, ta = em.tensor(A), torch.tensor(A)
+    _close(em.det(ea), torch.det(ta))
+    _close(ea.det(), ta.det())
+    _close(em.inverse(ea), torch.inverse(ta))
+    _close(em.logdet(ea), torch.logdet(ta))
+    _close(ea.slogdet().logabsdet, ta.slogdet().logabsdet)
+    U, S, V = em.svd(ea)
+    _close(U @ S.diag_embed() @ V.mT, ea)
+    _close(em.svd(ea, compute_uv=False).S, torch.svd(ta, compute_uv=False).S)
+    _close(em.pinverse(ea), torch.pinverse(ta))
+    _close(ea.matrix_power(3), ta.matrix_power(3))
+    _close(em.matrix_exp(ea), torch.matrix_exp(ta))
+    L = np.linalg.cholesky(A @ np.swapaxes(A, -1, -2))
+    _close(em.cholesky_inverse(em.tensor(L)), torch.cholesky_inverse(torch.tensor(L)))
+    b = rng.standard_normal((2, 3, 2))
+    _close(em.triangular_solve(em.tensor(b), em.tensor(L), upper=False).solution,
+           torch.triangular_solve(torch.tensor(b), torch.tensor(L), upper=False).solution)
+    LU, piv = em.lu(ea)
+    _close(em.lu_solve(em.tensor(b), LU, piv), torch.linalg.solve(ta, torch.tensor(b)))
+    P, Lo, Up = em.lu_unpack(LU, piv)
+    _close(P @ Lo @ Up, ea)
+    assert type(em.linalg.slogdet(ea)).__name__ == "linalg_slogdet"
+    assert em.linalg.eigh(ea + ea.mT)._fields == ("eigenvalues", "eigenvectors")
