@@ -97,3 +97,11 @@ def test_char_gpt_text_file(tmp_path):
                                "--heads", "1", "--sample-len", "3"])
     assert r["vocab_size"] == 4
     assert set(r["sample"]) <= set("abc\n")
+
+
+def test_gaussian_process_learns_hyperparameters(capsys):
+    r = load("gaussian_process").main(["--n", "40", "--steps", "120"])
+    assert r["nlml_after"] < r["nlml_before"] - 30     # the marginal likelihood went up
+    assert 0.05 < r["noise"] < 0.2                      # the data's noise std is 0.1
+    assert r["rmse"] < 0.5 * r["rmse_before"] and r["rmse"] < 0.1
+    assert "learnt hyperparameters" in capsys.readouterr().out
