@@ -55,6 +55,7 @@ from . import autograd
 from . import func
 from . import special  # noqa: F401 - torch.special (SciPy imported on first use)
 from . import fft  # noqa: F401 - torch.fft (SciPy's pocketfft imported on first use)
+from .fft import istft, stft  # noqa: F401 - torch.stft/istft
 from . import nn
 from . import data
 from . import optim

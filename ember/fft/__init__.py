@@ -22,6 +22,7 @@ from __future__ import annotations
 from ._transforms import (fft, fft2, fftn, hfft, hfft2, hfftn, ifft, ifft2, ifftn, ihfft,
                           ihfft2, ihfftn, irfft, irfft2, irfftn, rfft, rfft2, rfftn)
 from ._helpers import fftfreq, fftshift, ifftshift, rfftfreq
+from ._stft import istft, stft  # noqa: F401 - ember.stft/istft, bound on Tensor
 
 __all__ = ["fft", "ifft", "rfft", "irfft", "hfft", "ihfft", "fft2", "ifft2", "rfft2", "irfft2",
            "hfft2", "ihfft2", "fftn", "ifftn", "rfftn", "irfftn", "hfftn", "ihfftn", "fftfreq",

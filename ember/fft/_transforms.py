@@ -166,23 +166,23 @@ def fft(input, n=None, dim=-1, norm=None, *, out=None):
     Example:
         >>> ember.fft.fft(ember.tensor([1., 0., 0., 0.]))   # tensor([1.+0.j, 1.+0.j, ...])
     """
-    return fftn(input, *_one(n, dim), norm, out=out)
+    return _c2c_n(input, *_one(n, dim), norm, True, "fft", out)
 
 
 def ifft(input, n=None, dim=-1, norm=None, *, out=None):
     """1-D inverse DFT (``torch.fft.ifft``)."""
-    return ifftn(input, *_one(n, dim), norm, out=out)
+    return _c2c_n(input, *_one(n, dim), norm, False, "ifft", out)
 
 
 def rfft(input, n=None, dim=-1, norm=None, *, out=None):
     """1-D DFT of a real signal, ``n // 2 + 1`` bins (``torch.fft.rfft``)."""
-    return rfftn(input, *_one(n, dim), norm, out=out)
+    return _r2c_n(input, *_one(n, dim), norm, "rfft", out)
 
 
 def irfft(input, n=None, dim=-1, norm=None, *, out=None):
     """Inverse of :func:`rfft`; ``n`` output points, default ``2 * (m - 1)``
     (``torch.fft.irfft``)."""
-    return irfftn(input, *_one(n, dim), norm, out=out)
+    return _c2r_n(input, *_one(n, dim), norm, "irfft", out)
 
 
 def hfft(input, n=None, dim=-1, norm=None, *, out=None):
@@ -198,22 +198,22 @@ def ihfft(input, n=None, dim=-1, norm=None, *, out=None):
 
 def fft2(input, s=None, dim=(-2, -1), norm=None, *, out=None):
     """2-D DFT over the last two dims (``torch.fft.fft2``)."""
-    return fftn(input, s, dim, norm, out=out)
+    return _c2c_n(input, s, dim, norm, True, "fft2", out)
 
 
 def ifft2(input, s=None, dim=(-2, -1), norm=None, *, out=None):
     """2-D inverse DFT (``torch.fft.ifft2``)."""
-    return ifftn(input, s, dim, norm, out=out)
+    return _c2c_n(input, s, dim, norm, False, "ifft2", out)
 
 
 def rfft2(input, s=None, dim=(-2, -1), norm=None, *, out=None):
     """2-D DFT of a real signal (``torch.fft.rfft2``)."""
-    return rfftn(input, s, dim, norm, out=out)
+    return _r2c_n(input, s, dim, norm, "rfft2", out)
 
 
 def irfft2(input, s=None, dim=(-2, -1), norm=None, *, out=None):
     """Inverse of :func:`rfft2` (``torch.fft.irfft2``)."""
-    return irfftn(input, s, dim, norm, out=out)
+    return _c2r_n(input, s, dim, norm, "irfft2", out)
 
 
 def hfft2(input, s=None, dim=(-2, -1), norm=None, *, out=None):
