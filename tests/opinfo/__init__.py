@@ -3,7 +3,8 @@ from importlib import import_module
 
 FAMILIES = ("arith", "unary", "binary", "reduce", "movement", "index", "linalg", "conv",
             "misc", "breadth", "random_dists",
-            "special", "complex", "linalg_lapack", "fft")
+            "special", "complex", "linalg_lapack", "fft",
+            "ctc")
 
 OPINFOS = []
 for _f in FAMILIES:

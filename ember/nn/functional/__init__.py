@@ -12,6 +12,8 @@ from ._grid import *  # noqa: F401,F403
 from ._embedding_bag import *  # noqa: F401,F403
 from ._pool_more import *  # noqa: F401,F403
 from ._conv3d import *  # noqa: F401,F403
+from ._loss_multi_margin import *  # noqa: F401,F403
+from ._ctc import *  # noqa: F401,F403
 
 globals().update({_n: getattr(_conv, _n) for _n in _CONV_NAMES})
 

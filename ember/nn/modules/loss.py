@@ -11,7 +11,9 @@ from ..module import Module
 __all__ = ['MSELoss', 'L1Loss', 'SmoothL1Loss', 'HuberLoss', 'CrossEntropyLoss', 'NLLLoss',
            'BCELoss', 'BCEWithLogitsLoss', 'KLDivLoss', 'CosineEmbeddingLoss',
            'MarginRankingLoss', 'HingeEmbeddingLoss', 'SoftMarginLoss',
-           'MultiLabelSoftMarginLoss', 'PoissonNLLLoss', 'GaussianNLLLoss', 'TripletMarginLoss']
+           'MultiLabelSoftMarginLoss', 'PoissonNLLLoss', 'GaussianNLLLoss', 'TripletMarginLoss',
+           'MultiMarginLoss', 'MultiLabelMarginLoss', 'TripletMarginWithDistanceLoss',
+           'CTCLoss']
 
 
 class _Loss(Module):
@@ -262,3 +264,67 @@ class TripletMarginLoss(_Loss):
     def forward(self, anchor, positive, negative):
         return F.triplet_margin_loss(anchor, positive, negative, margin=self.margin, p=self.p,
                                      eps=self.eps, swap=self.swap, reduction=self.reduction)
+
+
+class MultiMarginLoss(_WeightedLoss):
+    """Multi-class hinge loss; see :func:`ember.nn.functional.multi_margin_loss`."""
+
+    _defaults = {"reduction": "mean", "p": 1, "margin": 1.0}
+
+    def __init__(self, p: int = 1, margin: float = 1.0, weight=None, size_average=None,
+                 reduce=None, reduction: str = "mean"):
+        super().__init__(weight, size_average, reduce, reduction)
+        if p not in (1, 2):
+            raise ValueError("only p == 1 and p == 2 supported")
+        self.p, self.margin = p, margin
+
+    def forward(self, input, target):
+        return F.multi_margin_loss(input, target, p=self.p, margin=self.margin,
+                                   weight=self.weight, reduction=self.reduction)
+
+
+class MultiLabelMarginLoss(_Loss):
+    """Multi-label hinge loss; see :func:`ember.nn.functional.multilabel_margin_loss`."""
+
+    def forward(self, input, target):
+        return F.multilabel_margin_loss(input, target, reduction=self.reduction)
+
+
+class TripletMarginWithDistanceLoss(_Loss):
+    """Triplet loss with any distance; see
+    :func:`ember.nn.functional.triplet_margin_with_distance_loss`."""
+
+    _defaults = {"reduction": "mean", "margin": 1.0, "swap": False}
+
+    def __init__(self, *, distance_function=None, margin: float = 1.0, swap: bool = False,
+                 reduction: str = "mean"):
+        super().__init__(None, None, reduction)
+        if margin <= 0:
+            raise ValueError(f"TripletMarginWithDistanceLoss: expected margin to be greater "
+                             f"than 0, got {margin} instead")
+        self.distance_function, self.margin, self.swap = distance_function, margin, swap
+
+    def forward(self, anchor, positive, negative):
+        return F.triplet_margin_with_distance_loss(
+            anchor, positive, negative, distance_function=self.distance_function,
+            margin=self.margin, swap=self.swap, reduction=self.reduction)
+
+
+class CTCLoss(_Loss):
+    """Connectionist temporal classification loss; see :func:`ember.nn.functional.ctc_loss`.
+
+    Example:
+        >>> loss_fn = nn.CTCLoss()
+        >>> lp = ember.randn(10, 2, 5).log_softmax(2)
+        >>> loss_fn(lp, ember.tensor([[1, 2], [3, 3]]), [10, 8], [2, 2])
+    """
+
+    _defaults = {"reduction": "mean", "blank": 0, "zero_infinity": False}
+
+    def __init__(self, blank: int = 0, reduction: str = "mean", zero_infinity: bool = False):
+        super().__init__(None, None, reduction)
+        self.blank, self.zero_infinity = blank, zero_infinity
+
+    def forward(self, log_probs, targets, input_lengths, target_lengths):
+        return F.ctc_loss(log_probs, targets, input_lengths, target_lengths, blank=self.blank,
+                          reduction=self.reduction, zero_infinity=self.zero_infinity)
