@@ -23,7 +23,9 @@ _new = object.__new__
 class BatchedTensor(Tensor):
     """A tensor inside ``vmap``: one example's view of a physical tensor with a batch dim."""
 
-    __slots__ = ("_phys", "_bdim", "_level")
+    # NOTE: no new slots (attributes live in the inherited __dict__): a random factory's
+    # plain result is turned into a BatchedTensor in place (``randomness="different"``).
+    __slots__ = ()
 
     @property
     def requires_grad(self) -> bool:
@@ -43,7 +45,7 @@ class BatchedTensor(Tensor):
 def _logical_data(phys, bdim):
     a = phys._data
     if a.shape[bdim] > 0:
-        return a[(slice(None),) * bdim + (0,)]
+        return a[(slice(None),) * bdim + (0, Ellipsis)]      # a 0-d array, never a scalar
     shape = a.shape[:bdim] + a.shape[bdim + 1:]
     return np.lib.stride_tricks.as_strided(np.zeros(1, a.dtype), shape, (0,) * len(shape))
 

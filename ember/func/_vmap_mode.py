@@ -38,6 +38,7 @@ class VmapMode:
     def __init__(self, level: int, size: int, randomness: str, allow_fallback: bool):
         self.level, self.size = level, size
         self.randomness, self.allow_fallback = randomness, allow_fallback
+        self.fresh: dict = {}    # id -> weakref of tensors factories made inside this level
 
     # ------------------------------------------------------------------ the stack
     def __enter__(self):
@@ -77,6 +78,8 @@ class VmapMode:
         if op.random:
             return self._random_op(op, phys, bdims, params, hit)
         if not hit:
+            if state.fw_levels and _tangent_batched_at(inputs, lvl):
+                return self._unbatched_primal_batched_tangent(op, inputs, params)
             return self.below(dispatch.apply, op, inputs, params)
         phys = self._promote(op, inputs, phys)
         out, obd = self.below(self._run_rule, op, phys, bdims, params)
@@ -85,6 +88,19 @@ class VmapMode:
         res = make_batched(out, obd, lvl)
         self._logical_ad(op, inputs, params, res)
         return res
+
+    def _unbatched_primal_batched_tangent(self, op, inputs, params):
+        """``vmap(lambda t: jvp(f, (x,), (t,)))`` (``jacfwd``): the primal runs below this
+        level with forward AD off; its tangent's JVP rule runs here, so it is batched."""
+        levels = state.fw_levels
+        state.fw_levels = []
+        try:
+            out = self.below(dispatch.apply, op, inputs, params)
+        finally:
+            state.fw_levels = levels
+        from ..autograd.forward_ad import push_tangents
+        push_tangents(op, inputs, params, out)
+        return out
 
     def _run_rule(self, op, phys, bdims, params):
         rule = rule_of(op)
@@ -156,10 +172,18 @@ class VmapMode:
             push_tangents(op, inputs, params, res)
 
     # ------------------------------------------------------------------ in-place writes
+    def constant(self, t):
+        """A factory made ``t`` (``zeros``, ``empty``...) while this level runs."""
+        ref = weakref.ref(t)
+        for m in state.modes:
+            if isinstance(m, VmapMode):
+                m.fresh[id(t)] = ref
+
     def check_write(self, x, r, op):
         if not isinstance(r, Tensor):
             return
-        if not _levels(r) <= _levels(x):
+        missing = _levels(r) - _levels(x)
+        if missing and not _promote(x, r, missing):
             raise RuntimeError(
                 f"vmap: inplace arithmetic(self, *extra_args) is not possible because there "
                 f"exists a Tensor `other` in extra_args that has more elements than `self`. "
@@ -171,6 +195,9 @@ class VmapMode:
     def on_write(self, x, r):
         """``commit`` wrote ``r``'s first example into ``x``'s logical view: write it all."""
         if x.__class__ is not BatchedTensor:
+            if r.__class__ is BatchedTensor:     # a random fill (commit checked the others)
+                self.check_write(x, r, "inplace random fill")
+                self.on_write(x, r)
             return
         from ..ops.inplace import commit
         px, bx = x._phys, x._bdim
@@ -255,6 +282,38 @@ def _random_error(what) -> str:
 def _materialize_all(phys, bdims, n):
     from ..ops.batching import materialize
     return [materialize(p, d, n) if isinstance(p, Tensor) else p for p, d in zip(phys, bdims)]
+
+
+def _promote(x, r, missing) -> bool:
+    """Make ``x`` — a plain tensor a factory made inside every vmap level in ``missing`` —
+    batched at those levels (its values copied to every example), so that writing the batched
+    ``r`` into it is what each example would do on its own copy. False if ``x`` may be seen
+    outside those levels (made earlier, or a view)."""
+    if x.__class__ is not Tensor or x._base is not None:
+        return False
+    modes = [m for m in state.modes if isinstance(m, VmapMode) and m.level in missing]
+    if len(modes) != len(missing) or any(
+            (m.fresh.get(id(x)) or (lambda: None))() is not x for m in modes):
+        return False
+    sizes = tuple(m.size for m in modes)
+    arr = np.ascontiguousarray(np.broadcast_to(x._data, sizes + x._data.shape))
+    phys = _wrap(arr, x._dtype, x._device)
+    for m in modes[:-1]:
+        phys = make_batched(phys, 0, m.level)
+    last = make_batched(phys, 0, modes[-1].level)
+    x.__class__ = BatchedTensor
+    x._phys, x._bdim, x._level = phys, 0, modes[-1].level
+    x._data, x._storage = last._data, last._storage
+    return True
+
+
+def _tangent_batched_at(inputs, level) -> bool:
+    for x in inputs:
+        fw = getattr(x, "_fw", None)
+        if fw and any(t.__class__ is BatchedTensor and level in _levels(t)
+                      for t in fw.values()):
+            return True
+    return False
 
 
 def _levels(x) -> set:

@@ -1,0 +1,303 @@
+"""ember.func.vmap: in/out dims, pytrees, nesting, errors, in-place ops, randomness."""
+import warnings
+
+import numpy as np
+import pytest
+
+import ember as em
+from ember.func import grad, vmap
+
+RNG = np.random.default_rng(0)
+
+
+def T(*shape):
+    return em.from_numpy(RNG.standard_normal(shape))
+
+
+def close(a, b, tol=1e-12):
+    np.testing.assert_allclose(np.asarray(a.numpy()), np.asarray(b.numpy()), rtol=tol, atol=tol)
+
+
+def loop(f, *args, in_dims=0):
+    dims = in_dims if isinstance(in_dims, tuple) else (in_dims,) * len(args)
+    n = next(a.shape[d] for a, d in zip(args, dims) if d is not None)
+    return em.stack([f(*[a if d is None else a.select(d, b) for a, d in zip(args, dims)])
+                     for b in range(n)])
+
+
+# ---------------------------------------------------------------------------- dims
+def test_in_dims_none_negative_and_out_dims():
+    x, w = T(3, 5), T(3)
+    f = lambda a, b: (a * b).sum()          # noqa: E731
+    close(vmap(f, in_dims=(1, None))(x, w), loop(f, x, w, in_dims=(1, None)))
+    close(vmap(f, in_dims=(-1, None))(x, w), loop(f, x, w, in_dims=(1, None)))
+    g = lambda a: a * 2                      # noqa: E731
+    out = vmap(g, in_dims=1, out_dims=1)(x)
+    assert tuple(out.shape) == (3, 5)
+    close(out, x * 2)
+    close(vmap(g, in_dims=1, out_dims=-1)(x), x * 2)
+
+
+def test_pytrees_in_and_out_with_per_output_out_dims():
+    a, b = T(4, 2), T(2, 4)
+
+    def f(d):
+        return {"s": d["x"] + d["y"], "p": (d["x"] * d["y"],)}
+    out = vmap(f, in_dims=({"x": 0, "y": 1},))({"x": a, "y": b})
+    close(out["s"], a + b.mT)
+    close(out["p"][0], a * b.mT)
+    s, p = vmap(lambda x: (x.sum(), x * 3), out_dims=(0, 1))(a)
+    close(s, a.sum(1))
+    close(p, (a * 3).mT)
+
+
+def test_python_scalars_kwargs_and_closures_pass_through():
+    w = T(3)
+    x = T(6, 3)
+
+    def f(v, scale, *, shift):
+        return (v * w).sum() * scale + shift
+    close(vmap(f, in_dims=(0, None))(x, 2.0, shift=1.5), (x @ w) * 2.0 + 1.5)
+
+
+def test_unbatched_outputs_are_broadcast_and_none_out_dim():
+    x, c = T(4, 2), T(2)
+    out = vmap(lambda a: c * 1)(x)
+    assert tuple(out.shape) == (4, 2)
+    close(out, c.expand(4, 2))
+    same = vmap(lambda a: c, out_dims=None)(x)
+    assert same is c
+    with pytest.raises(ValueError, match="can not return a BatchedTensor when out_dim is None"):
+        vmap(lambda a: a, out_dims=None)(x)
+
+
+def test_nested_vmap_levels_are_distinct():
+    x, y = T(3), T(4)
+    outer = vmap(vmap(lambda a, b: a * b, in_dims=(None, 0)), in_dims=(0, None))(x, y)
+    close(outer, x[:, None] * y[None, :])
+    m = T(3, 4)
+    # inner maps over columns of each row: a row-wise softmax done element by element
+    r = vmap(lambda row: vmap(lambda e: e * row.sum())(row))(m)
+    close(r, m * m.sum(1, keepdim=True))
+
+
+def test_chunk_size_matches_unchunked():
+    x, w = T(10, 3), T(3, 2)
+    f = lambda a: (a @ w).tanh()           # noqa: E731
+    close(vmap(f, chunk_size=3)(x), vmap(f)(x))
+    close(vmap(f, chunk_size=3, out_dims=1)(x), f(x).mT)
+
+
+def test_matmul_einsum_reductions_and_indexing_rules():
+    a, b = T(5, 3, 4), T(4, 2)
+    close(vmap(lambda m: m @ b)(a), a @ b)
+    close(vmap(lambda m, n: em.einsum("ij,jk->ik", m, n), in_dims=(0, None))(a, b), a @ b)
+    close(vmap(lambda m: m.amax(-1))(a), a.amax(-1))
+    close(vmap(lambda m: m.argmax())(a), a.reshape(5, -1).argmax(-1))
+    idx = em.tensor([[2, 0], [1, 1], [0, 2], [2, 2], [1, 0]])
+    close(vmap(lambda m, i: m[i])(a, idx), loop(lambda m, i: m[i], a, idx))
+    close(vmap(lambda m, i: m[:, i])(a, idx), loop(lambda m, i: m[:, i], a, idx))
+
+
+# ---------------------------------------------------------------------------- errors
+def test_batch_size_mismatch_names_the_sizes():
+    with pytest.raises(ValueError, match=r"Expected all tensors to have the same size in the "
+                                         r"mapped dimension, got sizes \[3, 4\] for the mapped "
+                                         r"dimension"):
+        vmap(lambda a, b: a + b)(T(3, 2), T(4, 2))
+
+
+def test_argument_errors():
+    with pytest.raises(ValueError, match="We cannot vmap over non-Tensor arguments"):
+        vmap(lambda a, s: a * s)(T(3), 2.0)
+    with pytest.raises(ValueError, match="expected in_dim to satisfy -2 <= in_dim < 2"):
+        vmap(lambda a: a, in_dims=2)(T(3, 2))
+    with pytest.raises(ValueError, match="none of the inputs are Tensors over which"):
+        vmap(lambda a: a, in_dims=None)(T(3))
+    with pytest.raises(ValueError, match="randomness"):
+        vmap(lambda a: a, randomness="sometimes")
+    with pytest.raises(ValueError, match="must only return Tensors"):
+        vmap(lambda a: 3.0)(T(3))
+
+
+def test_item_and_data_dependent_control_flow_raise():
+    with pytest.raises(RuntimeError, match=r"vmap: It looks like you're calling \.item\(\)"):
+        vmap(lambda a: a.sum().item())(T(3, 2))
+    with pytest.raises(RuntimeError, match="data-dependent control flow"):
+        vmap(lambda a: a if bool(a.sum() > 0) else -a)(T(3, 2))
+    with pytest.raises(RuntimeError, match="dynamic shape.*nonzero"):
+        vmap(lambda a: a.nonzero())(T(3, 2))
+
+
+def test_loop_fallback_warns_once_and_can_be_refused():
+    from ember.ops.registry import REGISTRY
+    op = REGISTRY["tril"]
+    saved = op.batch
+    op.batch = None
+    try:
+        x = T(3, 4, 4)
+        with pytest.warns(UserWarning, match="tril has no batching rule"):
+            out = vmap(lambda m: m.tril())(x)
+        close(out, x.tril())
+        with pytest.raises(RuntimeError, match="allow_fallback=False"):
+            vmap(lambda m: m.tril(), allow_fallback=False)(x)
+    finally:
+        op.batch = saved
+
+
+# ---------------------------------------------------------------------------- in-place
+def test_inplace_on_batched_tensors():
+    x = T(4, 3)
+    c = T(3)
+
+    def f(a):
+        b = a.clone()
+        b.mul_(2)
+        b.add_(c)                          # unbatched other into batched self: allowed
+        b[0] = 0.0
+        return b
+    want = x * 2 + c
+    want[:, 0] = 0.0
+    close(vmap(f)(x), want)
+
+
+def test_inplace_batched_into_unbatched_raises_torch_error():
+    buf = em.zeros(3)
+    with pytest.raises(RuntimeError, match=r"vmap: inplace arithmetic\(self, \*extra_args\) is "
+                                           r"not possible because there exists a Tensor `other` "
+                                           r"in extra_args that has more elements than `self`"):
+        vmap(lambda a: buf.add_(a))(T(4, 3))
+    assert float(buf.abs().sum()) == 0.0       # nothing was written
+
+
+def test_inplace_writes_reach_the_physical_tensor():
+    x = T(4, 3)
+    y = x.clone()
+    vmap(lambda a: a.mul_(3))(y)
+    close(y, x * 3)
+
+
+# ---------------------------------------------------------------------------- randomness
+def test_randomness_error_names_the_op():
+    with pytest.raises(RuntimeError, match="random operation randn while in randomness error"):
+        vmap(lambda a: a + em.randn(3))(T(4, 3))
+    with pytest.raises(RuntimeError, match="randomness error mode"):
+        vmap(lambda a: em.nn.functional.dropout(a, 0.5, training=True))(T(4, 3))
+
+
+def test_randomness_same_and_different():
+    x = em.zeros(5, 3)
+    same = vmap(lambda a: a + em.randn(3), randomness="same")(x)
+    assert np.allclose(same.numpy(), same.numpy()[0])
+    diff = vmap(lambda a: a + em.randn(3), randomness="different")(x)
+    assert tuple(diff.shape) == (5, 3)
+    assert len({tuple(r) for r in np.round(diff.numpy(), 12)}) == 5
+    drop = vmap(lambda a: em.nn.functional.dropout(a + 1, 0.5, training=True),
+                randomness="different")(em.zeros(64, 32))
+    masks = drop.numpy() == 0
+    assert 0.3 < masks.mean() < 0.7 and not (masks == masks[0]).all()
+
+
+def test_randomness_different_in_place_on_unbatched_raises():
+    buf = em.zeros(3)
+
+    def f(a):
+        buf.normal_()
+        return a + buf
+    with pytest.raises(RuntimeError, match="inplace arithmetic"):
+        vmap(f, randomness="different")(T(4, 3))
+
+
+# ---------------------------------------------------------------------------- composition
+def _mlp(params, x):
+    w1, b1, w2, b2 = params
+    return ((x @ w1 + b1).tanh() @ w2 + b2)
+
+
+def _loss(params, x, y):
+    return ((_mlp(params, x) - y) ** 2).mean()
+
+
+def _params():
+    return (T(4, 8), T(8), T(8, 2), T(2))
+
+
+def test_vmap_grad_per_sample_gradients_match_a_loop():
+    params, xs, ys = _params(), T(6, 4), T(6, 2)
+    per = vmap(grad(_loss), in_dims=(None, 0, 0))(params, xs, ys)
+    for k, p in enumerate(params):
+        want = em.stack([grad(_loss)(params, xs[i], ys[i])[k] for i in range(6)])
+        assert tuple(per[k].shape) == (6,) + tuple(p.shape)
+        close(per[k], want, 1e-10)
+
+
+def test_grad_of_vmap_matches_grad_of_loop():
+    params, xs, ys = _params(), T(6, 4), T(6, 2)
+    g = grad(lambda p: vmap(_loss, in_dims=(None, 0, 0))(p, xs, ys).sum())(params)
+    want = grad(lambda p: sum(_loss(p, xs[i], ys[i]) for i in range(6)))(params)
+    for a, b in zip(g, want):
+        close(a, b, 1e-10)
+
+
+def test_vmap_jvp_and_vmap_vjp_match_loops():
+    x, t = T(5, 3), T(5, 3)
+    f = lambda v: (v.sin() * v).sum(-1, keepdim=True) * v     # noqa: E731
+    out, tan = vmap(lambda a, b: em.func.jvp(f, (a,), (b,)))(x, t)
+    for i in range(5):
+        o, tt = em.func.jvp(f, (x[i],), (t[i],))
+        close(out[i], o)
+        close(tan[i], tt, 1e-10)
+    cot = T(5, 3)
+
+    def vjp_one(a, c):
+        return em.func.vjp(f, a)[1](c)[0]
+    got = vmap(vjp_one)(x, cot)
+    close(got, loop(vjp_one, x, cot), 1e-10)
+
+
+def test_vmap_of_jacrev_and_hessian_match_loops():
+    x = T(4, 3)
+    f = lambda v: (v ** 3).sum()                # noqa: E731
+    close(vmap(em.func.jacrev(f))(x), 3 * x ** 2, 1e-10)
+    h = vmap(em.func.hessian(f))(x)
+    close(h, loop(em.func.hessian(f), x), 1e-10)
+
+
+def test_grad_of_grad_through_vmap():
+    x = T(5)
+    f = lambda v: (v.sin() ** 2)                 # noqa: E731
+    d2 = vmap(grad(grad(lambda s: f(s))))(x)
+    close(d2, 2 * (2 * x).cos(), 1e-10)
+
+
+def test_per_sample_gradients_match_torch_func():
+    torch = pytest.importorskip("torch")
+    params, xs, ys = _params(), T(6, 4), T(6, 2)
+    per = vmap(grad(_loss), in_dims=(None, 0, 0))(params, xs, ys)
+    tp = tuple(torch.from_numpy(p.numpy().copy()) for p in params)
+
+    def tloss(p, x, y):
+        w1, b1, w2, b2 = p
+        return ((((x @ w1 + b1).tanh() @ w2 + b2) - y) ** 2).mean()
+    want = torch.func.vmap(torch.func.grad(tloss), in_dims=(None, 0, 0))(
+        tp, torch.from_numpy(xs.numpy().copy()), torch.from_numpy(ys.numpy().copy()))
+    for a, b in zip(per, want):
+        np.testing.assert_allclose(a.numpy(), b.numpy(), rtol=1e-10, atol=1e-12)
+
+
+def test_no_warnings_for_ruled_primitives():
+    x = T(4, 3, 5)
+    with warnings.catch_warnings():
+        warnings.simplefilter("error")
+        vmap(lambda a: (a.softmax(-1) @ a.mT).cumsum(0).flip(1).permute(1, 0).sum())(x)
+
+
+def test_tensor_made_inside_vmap_takes_batched_writes():
+    x = T(4, 3)
+
+    def f(a):
+        out = em.zeros(3)
+        out.add_(a)                            # made inside: becomes batched, as per example
+        out[0] = a[1]
+        return out
+    close(vmap(f)(x), loop(f, x))
