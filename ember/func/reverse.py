@@ -18,8 +18,9 @@ from ..autograd.engine import grad as _autograd_grad
 from ..autograd.grad_mode import enable_grad, state
 from ..errors import ShapeError
 from ..tensor import Tensor
+from ._basis import basis_rows, check_chunk_size, chunks, split_rows
 from ._common import (check_argnums, detach_keep_tangent, prepare, reaches_outside, regroup,
-                      retire, split_aux, stack_rows)
+                      retire, split_aux)
 from ._tree import tree_flatten, tree_map, tree_unflatten
 
 __all__ = ["grad", "grad_and_value", "value_and_grad", "vjp", "jacrev", "jacobian"]
@@ -49,7 +50,7 @@ def _grad_and_value(func, argnums, has_aux, where, args, kwargs):
         out = func(*new_args, **kwargs)
         out, aux = split_aux(out, has_aux, where)
         if not isinstance(out, Tensor) or out.numel() != 1 or \
-                not out._dtype.is_floating_point:
+                not out._dtype.is_inexact:
             what = (f"a tensor of shape {tuple(out.shape)} and dtype {out.dtype}"
                     if isinstance(out, Tensor) else type(out).__name__)
             raise ShapeError(f"{where}(f)(*args): expected f(*args) to return a scalar "
@@ -146,23 +147,20 @@ def vjp(func, *primals, has_aux: bool = False):
     return out, vjp_fn
 
 
-def _one_hot(o, r):
-    from ..ops.factories import zeros_like
-    e = zeros_like(o)
-    e._data.reshape(-1)[r] = 1
-    return e
-
-
 def jacrev(func, argnums=0, *, has_aux: bool = False, chunk_size=None):
-    """Jacobian by reverse mode, one VJP per output element (``torch.func.jacrev``).
+    """Jacobian by reverse mode: one batched VJP over the outputs' basis (``torch.func.jacrev``).
 
-    For an output of shape ``O`` and an input of shape ``I`` the Jacobian has shape
-    ``O + I``. Outputs and inputs may be pytrees; the result nests output structure
-    outside input structure (a tuple over ``argnums`` when it is a tuple).
+    The VJP runs once under :func:`~ember.func.vmap` with the rows of the identity as
+    cotangents (``chunk_size`` rows at a time when given; ``chunk_size=1`` is a plain loop
+    of VJPs, as in PyTorch). For an output of shape ``O`` and an input of shape ``I`` the
+    Jacobian has shape ``O + I``. Outputs and inputs may be pytrees; the result nests
+    output structure outside input structure (a tuple over ``argnums`` when it is a tuple).
 
     Example:
         >>> ember.func.jacrev(ember.exp)(ember.tensor([0.0, 1.0]))   # diag(exp(x))
     """
+    chunk_size = check_chunk_size(chunk_size, "jacrev")
+
     @functools.wraps(func)
     def wrapper(*args, **kwargs):
         outer = state.grad_enabled
@@ -172,34 +170,44 @@ def jacrev(func, argnums=0, *, has_aux: bool = False, chunk_size=None):
             out = func(*new_args, **kwargs)
             out, aux = split_aux(out, has_aux, "jacrev")
             out_leaves, out_spec = tree_flatten(out)
+            for o in out_leaves:
+                if not isinstance(o, Tensor):
+                    raise TypeError(f"jacrev: expected f to return Tensors (or tuples, lists, "
+                                    f"dicts of them), got {type(o).__name__}")
             keep = outer and reaches_outside(out_leaves, leaves)
             create = keep or bool(state.fw_levels)
-            jacs = [_jac_rows(o, leaves, create) for o in out_leaves]
+            per_leaf = _stacked_vjps(out_leaves, leaves, create, chunk_size)
         retire(leaves)
-        jacs = [regroup(_finish(j, keep), specs, isinstance(argnums, int)) for j in jacs]
+        # per input leaf (total_out, *x.shape) -> per output leaf, per input leaf O + I
+        by_out = list(zip(*[split_rows(_finish(j, keep), out_leaves) for j in per_leaf]))
+        jacs = [regroup(list(js), specs, isinstance(argnums, int)) for js in by_out]
         res = tree_unflatten(jacs, out_spec)
         return (res, _finish(aux, keep)) if has_aux else res
     return wrapper
 
 
-def _jac_rows(o, leaves, create):
-    """Jacobians of one output ``o`` with respect to each leaf: ``o.shape + x.shape``."""
-    if not isinstance(o, Tensor):
-        raise TypeError(f"jacrev: expected f to return Tensors, got {type(o).__name__}")
-    n = o.numel()
-    rows = [[] for _ in leaves]
-    for r in range(n):
-        gs = _grads([o], [_one_hot(o, r)], leaves, create)
-        for k, g in enumerate(gs):
-            rows[k].append(g)
-    out = []
-    for x, rs in zip(leaves, rows):
-        if n == 0:
-            from ..ops.factories import zeros
-            out.append(zeros(tuple(o.shape) + tuple(x.shape), dtype=x.dtype))
-            continue
-        out.append(stack_rows(rs).reshape(tuple(o.shape) + tuple(x.shape)))
-    return out
+def _stacked_vjps(out_leaves, leaves, create, chunk_size):
+    """``[(total_out, *x.shape) for x in leaves]``: the VJP of every basis cotangent."""
+    from ..ops.factories import zeros
+    total = sum(o.numel() for o in out_leaves)
+    if total == 0:
+        return [zeros((0,) + tuple(x.shape), dtype=x.dtype, device=x.device) for x in leaves]
+
+    def vjp_of(*cots):
+        return tuple(_grads(out_leaves, list(cots), leaves, create))
+
+    pieces = []
+    for a, b in chunks(total, chunk_size):
+        basis = basis_rows(out_leaves, a, b)
+        if chunk_size == 1:
+            pieces.append([g.unsqueeze(0) for g in vjp_of(*[e[0] for e in basis])])
+        else:
+            from ._vmap import vmap
+            pieces.append(list(vmap(vjp_of)(*basis)))
+    if len(pieces) == 1:
+        return pieces[0]
+    from ..ops.join import cat
+    return [cat([p[k] for p in pieces]) for k in range(len(leaves))]
 
 
 jacobian = jacrev
