@@ -190,3 +190,18 @@ def test_stft_istft_gradients():
     assert gradcheck(lambda t: em.istft(t, 8, 3, window=w, length=12), (s,))
     wg = em.hann_window(8, dtype=em.float64).requires_grad_()
     assert gradcheck(lambda v: em.stft(x.detach(), 8, 3, window=v, return_complex=True), (wg,))
+
+
+def test_bench_quick_smoke(capsys):
+    """bench/numerics_fft.py runs and checks every library's result against NumPy."""
+    import importlib.util
+    import pathlib
+    import sys
+    path = pathlib.Path(__file__).resolve().parents[1] / "bench" / "numerics_fft.py"
+    spec = importlib.util.spec_from_file_location("bench_numerics_fft", path)
+    mod = importlib.util.module_from_spec(spec)
+    sys.modules[spec.name] = mod
+    spec.loader.exec_module(mod)
+    mod.main(["--quick", "--no-torch", "--rounds", "1"])
+    out = capsys.readouterr().out
+    assert "fft 1-D" in out and "rfft2 2-D" in out and "speed vs NumPy" in out
