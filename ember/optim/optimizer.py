@@ -11,6 +11,7 @@ from ..autograd.grad_mode import enable_grad, no_grad, state as _grad_state
 from ..tensor import Tensor
 from ..autograd.engine import zero_grads
 from ._state_check import check_groups, check_state
+from . import _fused
 
 __all__ = ["Optimizer", "required"]
 
@@ -79,6 +80,14 @@ class Optimizer:
         >>> opt = ember.optim.SGD(model.parameters(), lr=0.1, momentum=0.9)
         >>> opt.zero_grad(); loss_fn(model(x), y).backward(); opt.step()
     """
+
+    #: whether ``foreach``/``fused`` steps may run the compiled update (``_fused.py``)
+    _fused_capable = False
+
+    def _fused_worth(self, group) -> bool:
+        """Whether the compiled update pays for ``group`` (it does unless the loop is
+        already one pass per parameter)."""
+        return True
 
     def __init_subclass__(cls, **kwargs):
         super().__init_subclass__(**kwargs)
@@ -206,9 +215,12 @@ class Optimizer:
         if closure is not None:
             with enable_grad():
                 loss = closure()
-        with no_grad():
-            for group in self.param_groups:
-                self._update_group(group)
+        if self._fused_capable and _fused.wanted(self):
+            _fused.step(self)        # foreach/fused: the compiled update (optim/_fused.py)
+        else:
+            with no_grad():
+                for group in self.param_groups:
+                    self._update_group(group)
         return loss
 
     def _update_group(self, group: dict[str, Any]) -> None:
