@@ -33,38 +33,45 @@ def _extended(targets, target_lengths, blank):
     return ext
 
 
-def _lse(*terms):
-    """Elementwise log-sum-exp of equal-shaped arrays, -inf where all are -inf."""
-    m = terms[0]
-    for t in terms[1:]:
-        m = np.maximum(m, t)
-    safe = np.where(np.isfinite(m), m, 0.0)
-    acc = sum(np.exp(t - safe) for t in terms)
-    with np.errstate(divide="ignore"):
-        return np.log(acc) + safe
+_FLOOR = -1e300      # a finite stand-in for a maximum of -inf terms (exp(-inf - floor) = 0)
 
 
-def _shift(a, k):
-    """``a`` shifted right by ``k`` along the last axis, -inf filled."""
-    out = np.full_like(a, _NEG_INF)
-    out[..., k:] = a[..., :a.shape[-1] - k]
-    return out
+def _alphas(lpx, skip_add, in_len):
+    """Forward variables ``alpha[t, n, s]`` in log space, frozen after each input length.
 
-
-def _alphas(lp, ext, skip, in_len):
-    """Forward variables ``alpha[t, n, s]`` (log space; frozen after each input length)."""
-    t_max, n = lp.shape[0], lp.shape[1]
-    rows = np.arange(n)[:, None]
-    alpha = np.full((t_max, n, ext.shape[1]), _NEG_INF)
-    a = np.full((n, ext.shape[1]), _NEG_INF)
-    a[:, :2] = lp[0][rows, ext[:, :2]]
-    for t in range(t_max):
-        if t:
-            prev = a
-            a = _lse(prev, _shift(prev, 1), np.where(skip, _shift(prev, 2), _NEG_INF)) \
-                + lp[t][rows, ext]
-            a = np.where((t < in_len)[:, None], a, prev)
-        alpha[t] = a
+    ``lpx[t, n, s]`` is the log-probability of extended label ``s`` at time ``t``;
+    ``skip_add`` is 0 where the ``s - 2 -> s`` transition is allowed, else -inf. Every step
+    writes into preallocated buffers (the arrays are small: one NumPy call costs more than
+    its arithmetic), the two shifted copies being views of one -inf-padded buffer.
+    """
+    t_max, n, width = lpx.shape
+    alpha = np.empty((t_max, n, width))
+    buf = np.full((n, width + 2), _NEG_INF)
+    a, s1, s2_src = buf[:, 2:], buf[:, 1:-1], buf[:, :-2]
+    a[:, :2] = lpx[0, :, :2]
+    alpha[0] = a
+    s2, m, acc, tmp = (np.empty((n, width)) for _ in range(4))
+    frozen_from = int(in_len.min(initial=t_max))
+    with np.errstate(divide="ignore", invalid="ignore"):
+        for t in range(1, t_max):
+            np.add(s2_src, skip_add, out=s2)
+            np.maximum(a, s1, out=m)
+            np.maximum(m, s2, out=m)
+            np.maximum(m, _FLOOR, out=m)
+            for i, term in enumerate((a, s1, s2)):
+                np.subtract(term, m, out=tmp)
+                np.exp(tmp, out=tmp)
+                if i:
+                    acc += tmp
+                else:
+                    acc[...] = tmp
+            np.log(acc, out=acc)
+            acc += m
+            acc += lpx[t]
+            if t >= frozen_from:
+                acc = np.where((t < in_len)[:, None], acc, a)
+            a[...] = acc
+            alpha[t] = a
     return alpha
 
 
@@ -74,55 +81,70 @@ def _nll(alpha, in_len, tgt_len):
     end = 2 * tgt_len                                              # index of the last blank
     a_end = last[np.arange(n), end]
     a_lab = np.where(tgt_len > 0, last[np.arange(n), np.maximum(end - 1, 0)], _NEG_INF)
-    nll = -_lse(a_end, a_lab)
+    with np.errstate(divide="ignore"):
+        nll = -np.logaddexp(a_end, a_lab)
     # NOTE: an empty input explains only an empty target (one alignment, probability 1)
     return np.where(in_len == 0, np.where(tgt_len == 0, 0.0, np.inf), nll)
 
 
 def _prepare(lp, targets, in_len, tgt_len, blank):
+    """float64 log-probs, extended labels, their picked log-probs and skip masks."""
     lp = np.asarray(lp, np.float64)
-    ext = _extended(np.asarray(targets, np.int64), np.asarray(tgt_len, np.int64), blank)
-    skip = (ext != blank) & (ext != _shift(ext.astype(np.float64), 2))
-    return lp, ext, skip, np.asarray(in_len, np.int64), np.asarray(tgt_len, np.int64)
+    in_len, tgt_len = np.asarray(in_len, np.int64), np.asarray(tgt_len, np.int64)
+    ext = _extended(np.asarray(targets, np.int64), tgt_len, blank)
+    lpx = np.take_along_axis(lp, np.broadcast_to(ext[None], (lp.shape[0],) + ext.shape), 2)
+    return lp, ext, lpx, _skip_add(ext, blank), in_len, tgt_len
+
+
+def _skip_add(ext, blank):
+    prev2 = np.full_like(ext, -1)
+    prev2[:, 2:] = ext[:, :-2]
+    return np.where((ext != blank) & (ext != prev2), 0.0, _NEG_INF)
 
 
 def _ctc_kernel(xp, log_probs, targets, input_lengths, target_lengths, blank=0):
-    lp, ext, skip, in_len, tgt_len = _prepare(log_probs, targets, input_lengths,
-                                              target_lengths, blank)
-    return _nll(_alphas(lp, ext, skip, in_len), in_len, tgt_len).astype(log_probs.dtype)
+    _, _, lpx, skip_add, in_len, tgt_len = _prepare(log_probs, targets, input_lengths,
+                                                    target_lengths, blank)
+    return _nll(_alphas(lpx, skip_add, in_len), in_len, tgt_len).astype(log_probs.dtype)
 
 
-def _betas(lp, ext, skip, in_len, tgt_len):
-    """Backward variables ``beta[t, n, s]`` (log space, including ``lp[t]`` like alpha)."""
-    t_max, n, width = lp.shape[0], lp.shape[1], ext.shape[1]
-    rows = np.arange(n)[:, None]
-    pos = np.arange(width)[None, :]
-    end = 2 * tgt_len[:, None]
-    start = np.where((pos == end) | ((pos == end - 1) & (tgt_len[:, None] > 0)), 0.0, _NEG_INF)
-    skip_up = np.concatenate([skip[:, 2:], np.zeros((n, 2), bool)], axis=1)  # s -> s+2 allowed
-    beta = np.full((t_max, n, width), _NEG_INF)
-    b = np.full((n, width), _NEG_INF)
-    for t in range(t_max - 1, -1, -1):
-        nxt = _lse(b, _shift(b[:, ::-1], 1)[:, ::-1],
-                   np.where(skip_up, _shift(b[:, ::-1], 2)[:, ::-1], _NEG_INF))
-        b = np.where((t == in_len - 1)[:, None], start,
-                     np.where((t < in_len - 1)[:, None], nxt, _NEG_INF)) + lp[t][rows, ext]
-        beta[t] = b
-    return beta
+def _reversal(in_len, tgt_len, t_max, width):
+    """Index arrays mapping each sample's time and label axes back to front: the backward
+    (beta) recursion is the forward one on the reversed problem."""
+    t = np.arange(t_max)[:, None]
+    t_idx = np.where(t < in_len[None, :], in_len[None, :] - 1 - t, t)          # (T, N)
+    s = np.arange(width)[None, :]
+    s_idx = np.where(s <= 2 * tgt_len[:, None], 2 * tgt_len[:, None] - s, s)   # (N, L)
+    return t_idx, s_idx
+
+
+def _betas(lpx, ext, blank, in_len, tgt_len):
+    """Backward variables ``beta[t, n, s]`` (log space, including ``lpx[t]`` like alpha)."""
+    t_max, n, width = lpx.shape
+    t_idx, s_idx = _reversal(in_len, tgt_len, t_max, width)
+    rows = np.arange(n)
+    rev = lpx[t_idx[:, :, None], rows[None, :, None], s_idx[None]]
+    ext_rev = np.take_along_axis(ext, s_idx, 1)
+    # NOTE: labels past a sample's end stay -inf: they are not part of its sequence
+    rev = np.where(np.arange(width)[None, None, :] <= 2 * tgt_len[None, :, None], rev, _NEG_INF)
+    beta_rev = _alphas(rev, _skip_add(ext_rev, blank), in_len)
+    beta = beta_rev[t_idx[:, :, None], rows[None, :, None], s_idx[None]]
+    return np.where(np.arange(t_max)[:, None, None] < in_len[None, :, None], beta, _NEG_INF)
 
 
 def _ctc_grad_kernel(xp, log_probs, targets, input_lengths, target_lengths, blank=0):
-    lp, ext, skip, in_len, tgt_len = _prepare(log_probs, targets, input_lengths,
-                                              target_lengths, blank)
-    alpha = _alphas(lp, ext, skip, in_len)
+    lp, ext, lpx, skip_add, in_len, tgt_len = _prepare(log_probs, targets, input_lengths,
+                                                       target_lengths, blank)
+    alpha = _alphas(lpx, skip_add, in_len)
     nll = _nll(alpha, in_len, tgt_len)
-    beta = _betas(lp, ext, skip, in_len, tgt_len)
+    beta = _betas(lpx, ext, blank, in_len, tgt_len)
     t_max, n, c = lp.shape
-    picked = np.take_along_axis(lp, np.broadcast_to(ext[None], alpha.shape), axis=2)
-    log_occ = alpha + beta - picked       # NOTE: alpha and beta both include lp[t]
     with np.errstate(invalid="ignore", over="ignore"):
-        occ = np.where(np.isfinite(alpha + beta) & np.isfinite(nll)[None, :, None],
-                       np.exp(log_occ + nll[None, :, None]), 0.0)
+        ab = alpha + beta
+        # NOTE: alpha and beta both include lpx[t]; -inf - -inf (a zero-probability label)
+        # and infinite losses contribute nothing
+        log_occ = np.where(np.isneginf(ab), _NEG_INF, ab - lpx) + nll[None, :, None]
+        occ = np.where(np.isfinite(nll)[None, :, None], np.exp(log_occ), 0.0)
     flat = (np.arange(t_max)[:, None, None] * n + np.arange(n)[None, :, None]) * c + ext[None]
     gamma = np.bincount(flat.reshape(-1), weights=occ.reshape(-1), minlength=t_max * n * c)
     return (-gamma.reshape(t_max, n, c)).astype(log_probs.dtype)
