@@ -260,3 +260,18 @@ def test_forward_mode_complex_tangent():
         out = fwad.make_dual(z, t).exp()
         tan = fwad.unpack_dual(out).tangent
     np.testing.assert_allclose(tan.numpy(), np.exp(1 + 1j) * (0.5 - 1j))
+
+
+def test_casts_across_the_boundary():
+    x = em.tensor([1.0, -2.0], dtype=em.float64, requires_grad=True)
+    z = x.to(em.complex128)
+    assert z.dtype is em.complex128 and z.requires_grad
+    (z * (1 + 1j)).abs().sum().backward()          # |x (1+i)| = sqrt(2)|x|
+    np.testing.assert_allclose(x.grad.numpy(), 2 ** 0.5 * np.sign([1.0, -2.0]))
+    with pytest.warns(UserWarning, match="discards the imaginary part"):
+        r = em.tensor([1 + 2j]).float()
+    assert r.tolist() == [1.0]
+    w = em.tensor([1 + 2j], dtype=em.complex128, requires_grad=True)
+    with pytest.warns(UserWarning):
+        w.to(em.float64).sum().backward()
+    assert w.grad.tolist() == [1 + 0j]

@@ -113,6 +113,8 @@ def _cast_kernel(xp, x, dtype):
         r = convert(x, dtype.np) if x.__class__ is np.ndarray else None
         if r is not None:
             return r
+    if x.dtype.kind == "c" and dtype.np.kind != "c":
+        x = x.real   # NOTE: the user was warned (to_dtype); NumPy would warn again
     return x.astype(dtype.np)
 
 
@@ -123,7 +125,13 @@ _CONVERT_MIN = 4096
 cast_p = defop(
     "cast", nin=1, params={"dtype": None}, dtype=lambda x, dtype=None: (None, dtype),
     kernel=_cast_kernel, save=None, elementwise=True, expr="(({dtype}){0})",
-    vjp=lambda g, out, x, dtype: (g.to(x.dtype),), jvp="linear")
+    vjp=lambda g, out, x, dtype: (_cast_back(g, x.dtype),), jvp="linear")
+
+
+def _cast_back(g, dtype):
+    if g._dtype.is_complex and not dtype.is_complex:
+        g = g.real   # NOTE: PyTorch's handle_r_to_c: a real input keeps the real part
+    return g.to(dtype)
 # NOTE: the engine also casts gradients back to each input's dtype; the VJP does it here
 # too so that a standalone vjp() of a cast has the right dtype.
 
@@ -204,6 +212,10 @@ def to_dtype(x: Tensor, dtype) -> Tensor:
     dtype = _dt.as_dtype(dtype)
     if x._dtype is dtype:
         return x
+    if x._dtype.is_complex and not dtype.is_complex:
+        import warnings
+        warnings.warn("Casting complex values to real discards the imaginary part",
+                      UserWarning, stacklevel=3)
     return _apply(cast_p, (x,), {"dtype": dtype})
 
 
