@@ -275,3 +275,14 @@ def test_casts_across_the_boundary():
     with pytest.warns(UserWarning):
         w.to(em.float64).sum().backward()
     assert w.grad.tolist() == [1 + 0j]
+
+
+def test_var_std_norm_of_complex_are_real():
+    a = np.array([[1 + 2j, 3 - 1j, -2 + 0.5j], [0.5j, 1, 2 - 2j]])
+    z = em.tensor(a)
+    np.testing.assert_allclose(z.var().numpy(), np.var(a, ddof=1))       # NumPy: E|z-mu|^2
+    np.testing.assert_allclose(z.std(1).numpy(), np.std(a, axis=1, ddof=1))
+    np.testing.assert_allclose(z.norm().numpy(), np.linalg.norm(a))
+    assert z.var().dtype is em.float64 and z.norm().dtype is em.float64
+    w = em.tensor(a, requires_grad=True)
+    assert em.autograd.gradcheck(lambda t: (t.var(0), t.norm()), (w,))

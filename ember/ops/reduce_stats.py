@@ -32,7 +32,7 @@ def _correction(op, unbiased, correction):
 def _var(input, dim, unbiased, keepdim, correction, op):
     if isinstance(dim, bool):            # legacy var(x, unbiased)
         dim, unbiased = None, dim
-    if input._dtype.category != _dt.FLOAT:
+    if input._dtype.category < _dt.FLOAT:
         raise DTypeError(f"{op}(): std and var only support floating point dtypes, got "
                          f"{input._dtype.name}")
     c = _correction(op, unbiased, correction)
@@ -41,6 +41,8 @@ def _var(input, dim, unbiased, keepdim, correction, op):
     mu = mean(input, dims, keepdim=True)
     d = input - mu
     # NOTE: like PyTorch, n - correction <= 0 divides by zero (inf or nan), it does not raise.
+    if d._dtype.is_complex:   # NOTE: PyTorch: the mean of |z - mu|^2, a real variance
+        d = d.abs()
     v = sum(d * d, dims, keepdim) / max(0, n - c)
     return v, (mu if keepdim else mu.reshape(v.shape))
 
@@ -88,6 +90,8 @@ def norm(input, p="fro", dim=None, keepdim=False, dtype=None):
         tensor(5.)
     """
     x = input.to(dtype) if dtype is not None else input
+    if x._dtype.is_complex:   # NOTE: PyTorch: the norm of the moduli, a real tensor
+        x = x.abs()
     if x._dtype.category != _dt.FLOAT:
         raise DTypeError(f"norm(): expected a floating point tensor as input, got "
                          f"{x._dtype.name}")
