@@ -272,3 +272,13 @@ def test_polynomials_match_pytorch(name):
     got = getattr(S, name)(em.tensor(x), em.tensor(n)).numpy()
     ref = getattr(torch.special, name)(torch.tensor(x), torch.tensor(n)).numpy()
     np.testing.assert_allclose(got, ref, rtol=1e-9, atol=1e-9 * np.abs(ref).max())
+
+
+@pytest.mark.parametrize("fn", [S.i0e, S.log_ndtr, S.ndtri, S.entr, S.gammaln, S.digamma,
+                                lambda z: S.polygamma(2, z), lambda z: S.zeta(z, 1.0),
+                                lambda z: S.legendre_polynomial_p(z, 2), S.bessel_j0])
+def test_complex_input_is_refused_as_pytorch(fn):
+    if not hasattr(em, "complex64"):
+        pytest.skip("no complex dtypes in this build")
+    with pytest.raises(TypeError, match="not implemented for complex"):
+        fn(em.tensor([1 + 1j]))

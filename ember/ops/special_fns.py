@@ -24,6 +24,7 @@ import math
 
 import numpy as np
 
+from ..errors import DTypeError
 from ..tensor import Tensor
 from . import dispatch
 from .inplace import copy_into_out, inplace_from
@@ -54,9 +55,14 @@ def _f64(a):
     return np.asarray(a, dtype=np.float64)     # NOTE: a Python scalar operand arrives as is
 
 
-def _sc(fn):
+def _sc(fn, name):
     """A CPU kernel computing ``fn(scipy.special, *float64 arrays)`` (rounded by dispatch)."""
     def kernel(xp, *arrays):
+        for a in arrays:
+            if np.iscomplexobj(a):
+                raise DTypeError(f"{name}: not implemented for complex dtype "
+                                 f"{np.asarray(a).dtype} (as in PyTorch); valid dtypes: bool, "
+                                 f"integer and floating")
         with np.errstate(all="ignore"):
             return np.asarray(fn(_scipy(), *[_f64(a) for a in arrays]), dtype=np.float64)
     return {"cpu": kernel}
@@ -68,7 +74,7 @@ def _unary(name, fn, deriv=None, save="inputs"):
     if deriv is not None:
         vjp = lambda g, out, x: (g * deriv(x, out),)  # noqa: E731
         jvp = lambda t, out, x: t[0] * deriv(x, out)  # noqa: E731
-    return defop(name, nin=1, elementwise=True, kernels=_sc(fn), dtype="float",
+    return defop(name, nin=1, elementwise=True, kernels=_sc(fn, name), dtype="float",
                  save=save if deriv is not None else None, vjp=vjp, jvp=jvp)
 
 
@@ -143,7 +149,7 @@ def _lgamma(a):
 
 def _binary(name, fn, dy):
     """A binary SciPy-backed primitive differentiable in its second input only."""
-    return defop(name, nin=2, elementwise=True, kernels=_sc(fn), dtype="float",
+    return defop(name, nin=2, elementwise=True, kernels=_sc(fn, name), dtype="float",
                  save="inputs", vjp=(_no_grad, lambda g, out, a, x: g * dy(a, x)),
                  jvp=lambda t, out, a, x: t[1] * dy(a, x))
 
@@ -199,7 +205,7 @@ _POLYS = {   # name: (P_n(x) for n >= 0, P_1(x))
     "shifted_chebyshev_polynomial_w": (lambda sp, n, x: _chebyshev_vw(1)(sp, n, 2 * x - 1),
                                        lambda x: 4 * x - 1),
 }
-_POLYS_P = {name: defop(name, nin=2, elementwise=True, kernels=_sc(_poly(*ev)),
+_POLYS_P = {name: defop(name, nin=2, elementwise=True, kernels=_sc(_poly(*ev), name),
                         dtype="float", save=None) for name, ev in _POLYS.items()}
 
 

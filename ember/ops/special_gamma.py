@@ -24,7 +24,7 @@ import math
 
 import numpy as np
 
-from ..errors import ShapeError
+from ..errors import DTypeError, ShapeError
 from ..tensor import Tensor
 from .inplace import copy_into_out, inplace_from
 from .registry import defop
@@ -123,14 +123,26 @@ def _polygamma_kernel(xp, x, n=1):
         return xp.where(_poles(xp, x), pole, res)
 
 
+def _real(name, kernel):
+    """``kernel`` refusing complex input (PyTorch has no complex lgamma/digamma/polygamma)."""
+    def checked(xp, x, **params):
+        if x.dtype.kind == "c":
+            raise DTypeError(f"{name}: not implemented for complex dtype {x.dtype} (as in "
+                             f"PyTorch); valid dtypes: bool, integer and floating")
+        return kernel(xp, x, **params)
+    return checked
+
+
 def _pg(n, x):
     return dispatch.apply(polygamma_p, (x,), {"n": n})
 
 
-lgamma_p = unary("lgamma", _lgamma_kernel, None, lambda x, out: digamma(x))
-digamma_p = unary("digamma", _digamma_kernel, None, lambda x, out: _pg(1, x))
+lgamma_p = unary("lgamma", _real("lgamma", _lgamma_kernel), None, lambda x, out: digamma(x))
+digamma_p = unary("digamma", _real("digamma", _digamma_kernel), None,
+                  lambda x, out: _pg(1, x))
 polygamma_p = defop(
-    "polygamma", nin=1, elementwise=True, kernel=_polygamma_kernel, dtype="float",
+    "polygamma", nin=1, elementwise=True, kernel=_real("polygamma", _polygamma_kernel),
+    dtype="float",
     params={"n": 1}, save="inputs",
     vjp=lambda g, out, x, n: (g * _pg(n + 1, x),),
     jvp=lambda t, out, x, n: t[0] * _pg(n + 1, x))
