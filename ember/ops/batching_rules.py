@@ -186,6 +186,11 @@ def matmul(inputs, bdims):
         x = pad_rank(x, lead + 2)
     if by is not None:
         y = pad_rank(y, lead + 2)
+    if x.shape[-1] == 1 and rx > 1 and ry > 1:
+        # NOTE: a batch of outer products (per-example weight gradients g.mT @ x): one
+        # broadcast multiply writes each product once; a stacked GEMM with k = 1 runs one
+        # tiny BLAS call per example (4x slower at (128, 512, 784)).
+        return _p("mul")(x, y), 0
     out = _p("matmul")(x, y)
     if rx == 1 or ry == 1:
         s = tuple(out.shape)
