@@ -117,17 +117,21 @@ conj_p = defop(
     vjp=lambda g, out, x: (cj(g),), jvp="linear")
 real_p = defop(
     "real", nin=1, view=True, save=None, dtype=_real_rule, kernel=lambda xp, x: x.real,
+    batch="elementwise",
     shape=lambda s: s, vjp=lambda g, out, x: (g.to(x.dtype),), jvp="linear")
 imag_p = defop(
     "imag", nin=1, view=True, save=None, dtype=_real_rule, kernel=lambda xp, x: x.imag,
+    batch="elementwise",
     shape=lambda s: s, vjp=lambda g, out, x: (g.to(x.dtype) * 1j,), jvp="linear")
 view_as_real_p = defop(
     "view_as_real", nin=1, view=True, save=None, dtype=_real_rule, check=_as_real_check,
+    batch="front",
     kernel=lambda xp, x: x[..., None].view(x.real.dtype), shape=lambda s: (*s, 2),
     vjp=lambda g, out, x: (_apply(complex_p, (g[..., 0], g[..., 1]), _NOPARAMS),),
     jvp="linear")
 view_as_complex_p = defop(
     "view_as_complex", nin=1, view=True, save=None, dtype=_complex_rule,
+    batch="front",
     check=_as_complex_check, shape=lambda s: s[:-1],
     kernel=lambda xp, x: xp.ascontiguousarray(x).view(np.result_type(x.dtype, np.complex64))[
         ..., 0] if x.size == 0 else x.view(np.result_type(x.dtype, np.complex64))[..., 0],

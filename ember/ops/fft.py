@@ -27,6 +27,7 @@ from __future__ import annotations
 from . import dispatch
 from .complex import real
 from .pad import pad_p
+from . import batching_rules as _vb
 from .registry import defop
 
 _apply = dispatch.apply
@@ -134,16 +135,19 @@ def _c2r_vjp(g, out, x, dim=(), norm="backward", last_dim_size=1):
 # ------------------------------------------------------------------ primitives
 fft_c2c_p = defop(
     "fft_c2c", nin=1, params={"dim": (), "norm": "backward", "forward": True}, dtype="same",
+    batch=_vb.reduce_dims,
     kernels={"cpu": _c2c_cpu, "xp": _c2c_xp}, shape=lambda s, **p: tuple(s), save=None,
     vjp=lambda g, out, x, dim=(), norm="backward", forward=True: (_apply(
         fft_c2c_p, (g,), {"dim": dim, "norm": _SWAP[norm], "forward": not forward}),),
     jvp="linear")
 fft_r2c_p = defop(
     "fft_r2c", nin=1, params={"dim": (), "norm": "backward", "onesided": True},
+    batch=_vb.reduce_dims,
     dtype=_to_complex_rule, kernels={"cpu": _r2c_cpu, "xp": _r2c_xp}, shape=_r2c_shape,
     save=None, vjp=_r2c_vjp, jvp="linear")
 fft_c2r_p = defop(
     "fft_c2r", nin=1, params={"dim": (), "norm": "backward", "last_dim_size": 1},
+    batch=_vb.reduce_dims,
     dtype=_to_real_rule, kernels={"cpu": _c2r_cpu, "xp": _c2r_xp}, shape=_c2r_shape,
     save=None, vjp=_c2r_vjp, jvp="linear")
 

@@ -82,6 +82,7 @@ def _mat_shape(a, b, **_):
 
 solve_triangular_p = defop(
     "linalg_solve_triangular", nin=2, kernel=_lapack.solve_triangular, shape=_mat_shape,
+    batch="elementwise",
     params={"upper": False, "unitriangular": False}, save="both",
     vjp=_stri_vjp, jvp=_stri_jvp,
     doc="A X = B, A triangular (left side only; X A = B by transposes in ember.linalg)")
@@ -105,6 +106,7 @@ def _cholesky_jvp(t, L, A, check_errors=True):
 
 cholesky_p = defop(
     "linalg_cholesky", nin=1, kernel=_lapack.cholesky, shape=lambda a, **_: tuple(a),
+    batch="front",
     params={"check_errors": True}, dtype="same", save="output",
     vjp=_cholesky_vjp, jvp=_cholesky_jvp, doc="lower Cholesky factor")
 
@@ -117,6 +119,7 @@ def _inv_vjp(g, X, A, check_errors=True):
 
 inv_p = defop(
     "linalg_inv", nin=1, kernel=_lapack.inv, shape=lambda a, **_: tuple(a), dtype="same",
+    batch="front",
     params={"check_errors": True}, save="output",
     vjp=_inv_vjp, jvp=lambda t, X, A, **_: -(X @ t[0] @ X))
 
@@ -132,6 +135,7 @@ def _solve_jvp(t, X, A, B, check_errors=True):
 
 solve_p = defop(
     "linalg_solve", nin=2, kernel=_lapack.solve, shape=_mat_shape,
+    batch="elementwise",
     params={"check_errors": True}, save="both", vjp=_solve_vjp, jvp=_solve_jvp,
     doc="A X = B for square A (matrix B; vectors and left=False in ember.linalg)")
 
@@ -161,6 +165,7 @@ def det_cofactor(A, d):
 
 det_p = defop(
     "linalg_det", nin=1, kernel=_lapack.det, shape=lambda a: tuple(a[:-2]), dtype="same",
+    batch="front",
     save="both",
     vjp=lambda g, d, A: (g.unsqueeze(-1).unsqueeze(-1) * det_cofactor(A, d),),
     jvp=lambda t, d, A: (det_cofactor(A, d) * t[0]).sum((-2, -1)))
@@ -178,5 +183,6 @@ def _slogdet_jvp(t, out, A):
 
 slogdet_p = defop(
     "linalg_slogdet", nin=1, kernel=_lapack.slogdet, shape=lambda a: tuple(a[:-2]) + (2,),
+    batch="front",
     dtype="same", save="inputs", vjp=_slogdet_vjp, jvp=_slogdet_jvp,
     doc="packed (..., 2): sign, log|det|")

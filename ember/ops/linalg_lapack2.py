@@ -63,11 +63,13 @@ def _eigh_jvp(t, P, A, UPLO="L"):
 
 eigh_p = defop(
     "linalg_eigh", nin=1, kernel=_lapack.eigh, params={"UPLO": "L"}, dtype="same",
+    batch="front",
     shape=lambda a, **_: tuple(a[:-2]) + (a[-1] + 1, a[-1]), save="output",
     vjp=_eigh_vjp, jvp=_eigh_jvp, doc="packed (..., n+1, n): eigenvalues row, eigenvectors")
 
 eigvalsh_p = defop(
     "linalg_eigvalsh", nin=1, kernel=_lapack.eigvalsh, params={"UPLO": "L"}, dtype="same",
+    batch="front",
     shape=lambda a, **_: tuple(a[:-1]), save=None, differentiable=False,
     doc="eigenvalues only (no gradient: ember.linalg.eigvalsh goes through eigh then)")
 
@@ -137,11 +139,13 @@ def _svd_shape(a, full_matrices=True):
 
 svd_p = defop(
     "linalg_svd", nin=1, kernel=_lapack.svd, params={"full_matrices": True}, dtype="same",
+    batch="front",
     shape=_svd_shape, save="both", vjp=_svd_vjp, jvp=_svd_jvp,
     doc="packed (..., |U| + |S| + |Vh|)")
 
 svdvals_p = defop(
     "linalg_svdvals", nin=1, kernel=_lapack.svdvals, dtype="same", save=None,
+    batch="front",
     shape=lambda a: tuple(a[:-2]) + (min(a[-2], a[-1]),), differentiable=False,
     doc="singular values only (no gradient: ember.linalg.svdvals goes through svd then)")
 
@@ -205,6 +209,7 @@ def _qr_jvp(t, P, A, mode="reduced"):
 
 qr_p = defop(
     "linalg_qr", nin=1, kernel=_lapack.qr, params={"mode": "reduced"}, dtype="same",
+    batch="front",
     shape=lambda a, mode="reduced": tuple(a[:-2]) + (
         _lapack.packed_size(_lapack.qr_shapes(a[-2], a[-1], mode)),),
     save="both", vjp=_qr_vjp, jvp=_qr_jvp, doc="packed (..., |Q| + |R|)")
@@ -256,6 +261,7 @@ def _lu_jvp(t, packed, A, check_errors=True):
 
 lu_factor_p = defop(
     "linalg_lu_factor", nin=1, kernel=_lapack.lu_factor, params={"check_errors": True},
+    batch="front",
     dtype="same", shape=lambda a, **_: tuple(a[:-2]) + (a[-2] + 1, a[-1]), save="both",
     vjp=_lu_vjp, jvp=_lu_jvp, doc="packed (..., m+1, n): LU, then the pivots row")
 
@@ -278,6 +284,7 @@ def pinv_jvp(dA, Pi, A):
 
 pinv_p = defop(
     "linalg_pinv", nin=1, kernel=_lapack.pinv, dtype="same",
+    batch="front",
     params={"atol": None, "rtol": None, "hermitian": False},
     shape=lambda a, **_: tuple(a[:-2]) + (a[-1], a[-2]), save="both",
     vjp=lambda g, Pi, A, **_: (pinv_vjp(g, Pi, A),),
@@ -315,6 +322,7 @@ def _lstsq_shape(a, b, rcond=None, driver="gelsy"):
 
 lstsq_p = defop(
     "linalg_lstsq", nin=2, kernel=_lapack.lstsq, params={"rcond": None, "driver": "gelsy"},
+    batch="elementwise",
     shape=_lstsq_shape, save="both", vjp=_lstsq_vjp, jvp=_lstsq_jvp,
     doc="packed (..., n*k + 1 + q): solution, rank, singular values (gelsd/gelss)")
 
@@ -330,6 +338,7 @@ def _expm_block(A, D):
 
 matrix_exp_p = defop(
     "linalg_matrix_exp", nin=1, kernel=_lapack.matrix_exp, dtype="same",
+    batch="front",
     shape=lambda a: tuple(a), save="inputs",
     vjp=lambda g, out, A: (_expm_block(A.mH, g),),
     jvp=lambda t, out, A: _expm_block(A, t[0]))
