@@ -227,7 +227,7 @@ def _run_pre_hooks(node, grads, create_graph):
     return grads
 
 
-def _call_vjp(node, grads, create_graph):
+def _call_vjp(node, grads, create_graph, want=None):
     op = node.op
     if node.nout == 1:
         g = grads[0]
@@ -239,9 +239,9 @@ def _call_vjp(node, grads, create_graph):
     if state.anomaly:
         from .anomaly import in_backward
         with in_backward():   # a NaN inside a VJP is blamed on its node, below
-            res = _run_rule(op.vjp, node, g, out, inputs)
+            res = _run_rule(op.vjp, node, g, out, inputs, want)
     else:
-        res = _run_rule(op.vjp, node, g, out, inputs)
+        res = _run_rule(op.vjp, node, g, out, inputs, want)
     if not isinstance(res, (tuple, list)):
         res = (res,)
     if len(res) != len(node.next):
@@ -253,10 +253,11 @@ def _call_vjp(node, grads, create_graph):
     return res
 
 
-def _run_rule(vjp, node, g, out, inputs):
+def _run_rule(vjp, node, g, out, inputs, want=None):
     if vjp.__class__ is tuple:  # one rule per input: compute only the gradients needed
-        return [None if e is None or rule is None else rule(g, out, *inputs, **node.params)
-                for rule, e in zip(vjp, node.next)]
+        return [None if e is None or rule is None or (want is not None and not want[i])
+                else rule(g, out, *inputs, **node.params)
+                for i, (rule, e) in enumerate(zip(vjp, node.next))]
     return vjp(g, out, *inputs, **node.params)
 
 
@@ -497,9 +498,14 @@ def _run_nodes(nodes, buffers, inputs, target_nodes, target_leaves, needed, capt
                     continue
             if all(g is None for g in grads):
                 continue
+            # NOTE: under autograd.grad, skip the VJPs of inputs that lead to no requested
+            # input (a weight's gradient in jacrev with respect to x), as PyTorch does
+            want = None if inputs is None else [
+                e is not None and (id(e[0]) in needed or id(e[0]) in target_leaves)
+                for e in node.next]
             prof = state.profiler     # ember.profiler: the VJP as a range named like grad_fn
-            in_grads = _call_vjp(node, grads, create_graph) if prof is None else \
-                prof.call(node.name(), "cpu_op", _call_vjp, node, grads, create_graph)
+            in_grads = _call_vjp(node, grads, create_graph, want) if prof is None else \
+                prof.call(node.name(), "cpu_op", _call_vjp, node, grads, create_graph, want)
             if not retain_graph:
                 if node.saved is not None:
                     node.saved = _FREED

@@ -269,3 +269,20 @@ def test_per_sample_gradients_compiled_match_eager():
         for k in want:
             np.testing.assert_allclose(_n(got[k]), _n(want[k]), rtol=1e-12, atol=1e-14)
     assert not compiled.explain().breaks
+
+
+def test_jacrev_runs_no_vjp_for_inputs_it_does_not_differentiate():
+    """autograd.grad (and so jacrev) skips the VJP of an input that leads to no requested
+    input: the weight's gradient of ``x @ w`` is never formed (PyTorch's needs_input_grad)."""
+    w = em.randn(3, 4, dtype=em.float64, requires_grad=True)
+    x = em.randn(3, dtype=em.float64)
+    with em.profiler.profile() as prof:
+        jac = func.jacrev(lambda v: v @ w)(x)
+    counts = {e.key: e.count for e in prof.key_averages()}
+    assert counts["matmul"] == 2, counts        # the forward and g @ w.T, not x.T @ g
+    np.testing.assert_allclose(_n(jac), _n(w).T, rtol=1e-12)
+    with em.profiler.profile() as prof:
+        (gx,) = em.autograd.grad((x.requires_grad_() @ w).sum(), [x])
+    assert {e.key: e.count for e in prof.key_averages()}["matmul"] == 2
+    np.testing.assert_allclose(_n(gx), _n(w).sum(1), rtol=1e-12)
+    assert w.grad is None
