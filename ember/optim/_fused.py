@@ -20,7 +20,10 @@ dispatch mode (tracer), forward AD or anomaly mode is active and a C compiler ex
 A step that creates state (the first) runs the loop; otherwise a step whose signature is
 new is first captured with its effects undone and then replayed, so every update on this
 path is the compiled program's (bit-reproducible across a ``state_dict`` resume). A capture
-that fails (a graph break) leaves the loop for good.
+that fails (a graph break) leaves the loop for good. A scheduler that cycles momentum
+(``OneCycleLR``, ``CyclicLR``) changes a folded hyper-parameter every step: it turns the
+path off from the start (``_fused_off``); so would any other per-step hyper-parameter
+change other than the learning rate (lifted), after ``ember.compile``'s recompile limit.
 """
 from __future__ import annotations
 
@@ -45,7 +48,8 @@ def _have_compiler() -> bool:
 def wanted(opt) -> bool:
     """Whether ``opt``'s step may take the compiled path now (module docstring)."""
     st = _grad_state
-    if st.modes or st.fw_levels or st.anomaly or opt.__dict__.get("_fused_broken"):
+    d = opt.__dict__
+    if st.modes or st.fw_levels or st.anomaly or d.get("_fused_broken") or d.get("_fused_off"):
         return False
     for group in opt.param_groups:
         fe, fu = group.get("foreach"), group.get("fused")

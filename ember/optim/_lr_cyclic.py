@@ -92,6 +92,10 @@ class _MomentumCycling:
             raise ValueError("optimizer must support momentum or beta1 with `cycle_momentum` "
                              "option enabled")
         self.use_beta1 = "betas" in optimizer.defaults
+        # NOTE: a momentum/beta1 that changes every step would be a new compiled update
+        # every step: the optimizer keeps its per-parameter loop (optim/_fused.py), from
+        # its first step on, so a run resumed from a checkpoint takes the same path.
+        optimizer.__dict__["_fused_off"] = f"{type(self).__name__} cycles its momentum"
 
     def _start_momentum(self, optimizer, maxs, bases, last_epoch) -> None:
         if last_epoch == -1:

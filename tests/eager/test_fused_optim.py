@@ -129,3 +129,18 @@ def test_a_compiled_training_step_still_captures_the_loop():
         step()
     assert _fused.stats["steps"] == before        # the tracer sees the update's ops
     assert "_fused_update" not in opt.__dict__
+
+
+@pytest.mark.parametrize("cycle", [True, False])
+def test_momentum_cycling_scheduler_keeps_the_loop_from_the_first_step(cycle):
+    params = _params("float32")
+    opt = optim.AdamW(params, lr=0.01)
+    sched = optim.lr_scheduler.OneCycleLR(opt, max_lr=0.05, total_steps=10,
+                                          cycle_momentum=cycle)
+    before = _fused.stats["steps"]
+    for k in range(4):
+        opt.zero_grad()
+        _grads(params, k)
+        opt.step()
+        sched.step()
+    assert _fused.stats["steps"] - before == (0 if cycle else 3)
