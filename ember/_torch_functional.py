@@ -19,7 +19,7 @@ __all__ = ["dropout", "alpha_dropout", "feature_alpha_dropout", "layer_norm", "g
            "batch_norm", "instance_norm", "embedding", "bilinear", "rms_norm", "kl_div",
            "binary_cross_entropy_with_logits", "hinge_embedding_loss", "margin_ranking_loss",
            "cosine_embedding_loss", "triplet_margin_loss", "poisson_nll_loss", "relu_",
-           "threshold_"]
+           "threshold_", "ctc_loss", "pdist"]
 
 _REDUCTIONS = {0: "none", 1: "mean", 2: "sum"}
 
@@ -131,6 +131,23 @@ def poisson_nll_loss(input, target, log_input, full, eps, reduction):
     """``torch.poisson_nll_loss(input, target, log_input, full, eps, reduction)``."""
     return F.poisson_nll_loss(input, target, log_input, full, eps=eps,
                               reduction=_reduction(reduction, "poisson_nll_loss"))
+
+
+
+def ctc_loss(log_probs, targets, input_lengths, target_lengths, blank=0, reduction=0,
+             zero_infinity=False):
+    """``torch.ctc_loss``: :func:`ember.nn.functional.ctc_loss` with ATen's integer reduction.
+
+    NOTE: PyTorch 2.13's ``torch.ctc_loss`` called without ``reduction`` returns the
+    per-sample losses (as ``reduction=0``), unlike ``F.ctc_loss``'s ``"mean"``; so does this.
+    """
+    return F.ctc_loss(log_probs, targets, input_lengths, target_lengths, blank=blank,
+                      reduction=_reduction(reduction, "ctc_loss"), zero_infinity=zero_infinity)
+
+
+def pdist(input, p=2.0):
+    """``torch.pdist``: :func:`ember.nn.functional.pdist`."""
+    return F.pdist(input, p)
 
 
 # NOTE: Tensor methods that are nn functions; bound here because ops sit below nn.

@@ -147,3 +147,68 @@ def test_functional_inplace_matches_pytorch(name):
     getattr(em, name + "_")(x)
     getattr(torch, name + "_")(t)
     np.testing.assert_allclose(x.numpy(), t.numpy(), rtol=1e-15, atol=0)
+
+
+@pytest.mark.parametrize("kw", [{}, {"spacing": 2.0}, {"edge_order": 2}, {"dim": 1},
+                                {"spacing": [0.5, 3.0], "edge_order": 2}, {"dim": -1,
+                                                                          "coords": True},
+                                {"coords": True, "edge_order": 2, "dim": 0}])
+def test_gradient_matches_numpy(kw):
+    rng = np.random.default_rng(9)
+    a = rng.standard_normal((5, 6))
+    kw = dict(kw)
+    if kw.pop("coords", False):
+        d = kw["dim"]
+        x = np.cumsum(rng.uniform(0.2, 1.0, a.shape[d]))
+        kw["spacing"] = [em.tensor(x)]
+        ref = np.gradient(a, x, axis=d, edge_order=kw.get("edge_order", 1))
+    else:
+        sp = kw.get("spacing", 1.0)
+        ref = np.gradient(a, *(sp if isinstance(sp, list) else [sp]), axis=kw.get("dim"),
+                          edge_order=kw.get("edge_order", 1))
+    got = em.gradient(em.tensor(a), **kw)
+    ref = list(ref) if isinstance(ref, (list, tuple)) else [ref]
+    assert isinstance(got, tuple) and len(got) == len(ref)
+    for g, r in zip(got, ref):
+        np.testing.assert_allclose(g.numpy(), r, rtol=1e-12, atol=1e-12)
+
+
+def test_gradient_is_differentiable_and_checks_sizes():
+    x = em.tensor(np.random.default_rng(10).standard_normal((4, 3)), requires_grad=True)
+    c = em.tensor([0.0, 0.4, 1.5, 2.0])
+    assert em.autograd.gradcheck(lambda t: em.gradient(t, spacing=[c], dim=0, edge_order=2),
+                                 (x,))
+    assert em.gradient(em.tensor([1, 4, 9]))[0].dtype is em.float32
+    with pytest.raises(ValueError, match="at least edge_order\\+1"):
+        em.gradient(em.tensor([1.0, 2.0]), edge_order=2)
+    with pytest.raises(ValueError, match="spacing"):
+        em.gradient(x, spacing=[1.0, 2.0, 3.0])
+
+
+def test_gradient_matches_pytorch():
+    torch = pytest.importorskip("torch")
+    a = np.random.default_rng(11).standard_normal((4, 5))
+    x = np.array([0.0, 0.3, 1.0, 1.2, 2.5])
+    for kw_e, kw_t in (({"spacing": [em.tensor(x)], "dim": 1, "edge_order": 2},
+                        {"spacing": [torch.tensor(x)], "dim": 1, "edge_order": 2}),
+                       ({"spacing": 0.5}, {"spacing": 0.5})):
+        for g, r in zip(em.gradient(em.tensor(a), **kw_e), torch.gradient(torch.tensor(a),
+                                                                          **kw_t)):
+            np.testing.assert_allclose(g.numpy(), r.numpy(), rtol=1e-12)
+
+
+def test_top_level_ctc_loss_and_pdist_match_pytorch():
+    torch = pytest.importorskip("torch")
+    lp = np.log(np.random.default_rng(12).dirichlet(np.ones(4), (5, 2)))
+    tg, il, tl = [[1, 2], [1, 0]], [5, 4], [2, 1]
+    for r in (0, 1, 2):
+        np.testing.assert_allclose(
+            em.ctc_loss(em.tensor(lp), em.tensor(tg), il, tl, 0, r).numpy(),
+            torch.ctc_loss(torch.tensor(lp), torch.tensor(tg), il, tl, 0, r, False).numpy(),
+            rtol=1e-12)
+    np.testing.assert_allclose(em.ctc_loss(em.tensor(lp), em.tensor(tg), il, tl).numpy(),
+                               torch.ctc_loss(torch.tensor(lp), torch.tensor(tg), il,
+                                              tl).numpy(), rtol=1e-12)
+    pts = np.random.default_rng(13).standard_normal((5, 3))
+    np.testing.assert_allclose(em.pdist(em.tensor(pts), 1.5).numpy(),
+                               torch.pdist(torch.tensor(pts), 1.5).numpy(), rtol=1e-12)
