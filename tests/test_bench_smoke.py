@@ -69,3 +69,17 @@ def test_compile_bench_w4_quick_runs_gelu_through_ember_compile(capsys):
     from ember.codegen import available
     if available():
         assert "graph: ['fused']" in out
+
+
+def test_func_bench_quick_run(capsys):
+    """``bench/func.py --quick``: every variant's result is checked against Ember's loop
+    before timing (a disagreement exits), and all three tables print."""
+    path = Path(__file__).resolve().parents[1] / "bench" / "func.py"
+    spec = importlib.util.spec_from_file_location("bench_func", path)
+    mod = importlib.util.module_from_spec(spec)
+    spec.loader.exec_module(mod)
+    assert mod.main(["--quick", "--no-torch", "--no-jax", "--rounds", "1"]) == 0
+    out = capsys.readouterr().out
+    for title in ("per-sample gradients", "jacrev of a", "ensemble forward"):
+        assert title in out
+    assert "ember row loop (before) / ember jacrev (vmap)" in out

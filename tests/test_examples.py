@@ -105,3 +105,19 @@ def test_gaussian_process_learns_hyperparameters(capsys):
     assert 0.05 < r["noise"] < 0.2                      # the data's noise std is 0.1
     assert r["rmse"] < 0.5 * r["rmse_before"] and r["rmse"] < 0.1
     assert "learnt hyperparameters" in capsys.readouterr().out
+
+
+def test_per_sample_grads_vmap_of_grad_matches_the_loop(capsys):
+    r = load("per_sample_grads").main(["--batch", "6", "--hidden", "16", "--repeat", "1"])
+    assert r["shapes"]["0.weight"] == (6, 16, 64) and r["shapes"]["4.bias"] == (6, 10)
+    assert r["max_abs_grad"] > 0
+    assert r["max_abs_diff"] <= 1e-5 * r["max_abs_grad"]      # float32 rounding only
+    assert "max |loop - vmap(grad)|" in capsys.readouterr().out
+
+
+def test_model_ensembling_vmap_over_stacked_weights_matches_the_loop(capsys):
+    r = load("model_ensembling").main(["--models", "3", "--batch", "4", "--hidden", "16",
+                                       "--repeat", "1"])
+    assert r["shape"] == (3, 4, 10)
+    assert r["diff_minibatches"] <= 1e-5 and r["same_minibatch"] <= 1e-5
+    assert "same minibatch" in capsys.readouterr().out
