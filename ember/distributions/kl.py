@@ -310,7 +310,7 @@ def _kl_uniform_beta(p, q):
     t2 = _x_log_x(p.high) - _x_log_x(p.low) - common_term
     t3 = (ember.lgamma(q.concentration1) + ember.lgamma(q.concentration0)
           - ember.lgamma(q.concentration1 + q.concentration0))
-    result = (-common_term.log() + (q.concentration1 - 1) * t2 / common_term
+    result = (-common_term.log() - (q.concentration1 - 1) * t2 / common_term
               + (q.concentration0 - 1) * t1 / common_term + t3)
     return ember.where((p.high > 1) | (p.low < 0), math.inf, result)
 
