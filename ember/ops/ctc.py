@@ -118,26 +118,33 @@ def _reversal(in_len, tgt_len, t_max, width):
     return t_idx, s_idx
 
 
-def _betas(lpx, ext, blank, in_len, tgt_len):
-    """Backward variables ``beta[t, n, s]`` (log space, including ``lpx[t]`` like alpha)."""
+def _alphas_and_betas(lpx, ext, skip_add, blank, in_len, tgt_len):
+    """Forward and backward variables; ``beta[t, n, s]`` includes ``lpx[t]`` like alpha.
+
+    The backward recursion is the forward one on each sample's problem reversed in time
+    and in labels, so both run as one forward recursion over a batch of 2N (one NumPy
+    call per step serves both).
+    """
     t_max, n, width = lpx.shape
     t_idx, s_idx = _reversal(in_len, tgt_len, t_max, width)
     rows = np.arange(n)
     rev = lpx[t_idx[:, :, None], rows[None, :, None], s_idx[None]]
-    ext_rev = np.take_along_axis(ext, s_idx, 1)
     # NOTE: labels past a sample's end stay -inf: they are not part of its sequence
     rev = np.where(np.arange(width)[None, None, :] <= 2 * tgt_len[None, :, None], rev, _NEG_INF)
-    beta_rev = _alphas(rev, _skip_add(ext_rev, blank), in_len)
+    skip_rev = _skip_add(np.take_along_axis(ext, s_idx, 1), blank)
+    both = _alphas(np.concatenate([lpx, rev], 1), np.concatenate([skip_add, skip_rev]),
+                   np.concatenate([in_len, in_len]))
+    alpha, beta_rev = both[:, :n], both[:, n:]
     beta = beta_rev[t_idx[:, :, None], rows[None, :, None], s_idx[None]]
-    return np.where(np.arange(t_max)[:, None, None] < in_len[None, :, None], beta, _NEG_INF)
+    inside = np.arange(t_max)[:, None, None] < in_len[None, :, None]
+    return alpha, np.where(inside, beta, _NEG_INF)
 
 
 def _ctc_grad_kernel(xp, log_probs, targets, input_lengths, target_lengths, blank=0):
     lp, ext, lpx, skip_add, in_len, tgt_len = _prepare(log_probs, targets, input_lengths,
                                                        target_lengths, blank)
-    alpha = _alphas(lpx, skip_add, in_len)
+    alpha, beta = _alphas_and_betas(lpx, ext, skip_add, blank, in_len, tgt_len)
     nll = _nll(alpha, in_len, tgt_len)
-    beta = _betas(lpx, ext, blank, in_len, tgt_len)
     t_max, n, c = lp.shape
     with np.errstate(invalid="ignore", over="ignore"):
         ab = alpha + beta
