@@ -185,8 +185,8 @@ def imag(input):
         >>> ember.imag(ember.tensor([1 + 2j]))      # tensor([2.])
     """
     if not input._dtype.is_complex:
-        raise RuntimeError(f"imag is not implemented for tensors with non-complex dtypes "
-                           f"(got {input._dtype.name})")
+        raise DTypeError(f"imag is not implemented for tensors with non-complex dtypes "
+                         f"(got {input._dtype.name})")
     return _apply(imag_p, (input,), _NOPARAMS)
 
 
