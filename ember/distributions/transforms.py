@@ -62,6 +62,8 @@ class PowerTransform(Transform):
 
     def __init__(self, exponent, cache_size: int = 0):
         super().__init__(cache_size=cache_size)
+        # NOTE: a number stays a Python float in the math (no float32 rounding of 1/exponent)
+        self._exp = exponent if isinstance(exponent, ember.Tensor) else float(exponent)
         self.exponent = exponent if isinstance(exponent, ember.Tensor) else ember.tensor(
             float(exponent))
 
@@ -74,13 +76,13 @@ class PowerTransform(Transform):
         return self.exponent.sign()
 
     def _call(self, x):
-        return x.pow(self.exponent)
+        return x.pow(self._exp)
 
     def _inverse(self, y):
-        return y.pow(1 / self.exponent)
+        return y.pow(1 / self._exp)
 
     def log_abs_det_jacobian(self, x, y):
-        return (self.exponent * y / x).abs().log()
+        return (self._exp * y / x).abs().log()
 
     def forward_shape(self, shape):
         return tuple(ember.broadcast_shapes(tuple(shape), tuple(self.exponent.shape)))
