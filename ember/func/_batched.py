@@ -13,7 +13,7 @@ from __future__ import annotations
 
 import numpy as np
 
-from ..tensor import Tensor
+from ..tensor import Tensor, _wrap
 
 __all__ = ["BatchedTensor", "make_batched", "unwrap", "is_batched_at"]
 
@@ -73,7 +73,16 @@ def alias(x: BatchedTensor, keep_grad: bool) -> BatchedTensor:
     return t
 
 
+def copy(x: BatchedTensor) -> BatchedTensor:
+    """A batched tensor over a copy of ``x``'s physical values (no autograd history)."""
+    p = x._phys
+    phys = copy(p) if p.__class__ is BatchedTensor else _wrap(p._data.copy(), p._dtype,
+                                                                  p._device)
+    return make_batched(phys, x._bdim, x._level)
+
+
 BatchedTensor._batched_alias = alias
+BatchedTensor._batched_copy = copy
 
 
 def is_batched_at(x, level: int) -> bool:

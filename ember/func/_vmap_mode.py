@@ -86,6 +86,10 @@ class VmapMode:
         if obd is None:
             return out
         res = make_batched(out, obd, lvl)
+        x0 = inputs[0]
+        if op.view and x0.__class__ is BatchedTensor and x0._level == lvl and (
+                out._storage is x0._phys._storage):
+            res._base = x0._base if x0._base is not None else x0   # in-place writes reach it
         self._logical_ad(op, inputs, params, res)
         return res
 

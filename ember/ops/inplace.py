@@ -78,7 +78,7 @@ def commit(x: Tensor, r: Tensor, op: str) -> Tensor:
         from .select import where
         r = where(_true(x), r, x)
         node = r._grad_fn
-    if not abstract:
+    if not abstract and not hasattr(x, "_batched_copy"):   # vmap writes batched x in on_write
         x._data[...] = r._data
     x._storage.version += 1
     if state.modes:
@@ -142,7 +142,7 @@ def _commit_view(x: Tensor, r: Tensor, grad: bool) -> Tensor:
             _wrap(backend_of(x).asarray(geo.reshape(-1)), _dt.int64, x._device)
         nb = dispatch.apply(index_put_p, (b.reshape(-1), r.reshape(-1), ids),
                             {"dims": (0,), "accumulate": False}).reshape(b.shape)
-    if not _abstract():
+    if not _abstract() and not hasattr(x, "_batched_copy"):
         x._data[...] = r._data
     x._storage.version += 1
     if state.modes:
@@ -184,9 +184,16 @@ def _refresh_view(x: Tensor) -> None:
 _graph.refresh_view = _refresh_view
 
 
+def _copy(s: Tensor) -> Tensor:
+    """A new tensor holding a copy of ``s``'s values (every example's, inside vmap)."""
+    if s.__class__ is not Tensor and hasattr(s, "_batched_copy"):
+        return s._batched_copy()
+    return _wrap(s._data.copy(), s._dtype, s._device)
+
+
 def _snapshot(s: Tensor) -> Tensor:
     """A copy of ``s``'s current values that keeps its place in the graph."""
-    t = _wrap(s._data.copy(), s._dtype, s._device)
+    t = _copy(s)
     t._grad_fn, t._out_nr, t._requires_grad = s._grad_fn, s._out_nr, s._requires_grad
     return t
 
@@ -256,10 +263,10 @@ def copy_(self: Tensor, src, non_blocking: bool = False) -> Tensor:
     r = src.to(self._dtype) if src._dtype is not self._dtype else src
     if r._data.shape != self._data.shape:
         r = r.expand(self._data.shape)
-    if r._requires_grad and state.grad_enabled:
+    if r.requires_grad and state.grad_enabled:    # (inside vmap: also an outer grad's)
         r = r.clone()
     elif r._storage is self._storage:
-        r = _wrap(r._data.copy(), r._dtype, r._device)
+        r = _copy(r)
     return commit(self, r, "copy_")
 
 

@@ -301,3 +301,36 @@ def test_tensor_made_inside_vmap_takes_batched_writes():
         out[0] = a[1]
         return out
     close(vmap(f)(x), loop(f, x))
+
+
+def _inplace_fns():
+    def add_slice(a):
+        b = a * 2
+        b[1:] += a[:-1]
+        return (b * a).sum()
+
+    def mul_(a):
+        b = a * 2
+        b.mul_(a)
+        return b.sum()
+
+    def set_slice(a):
+        b = a.sin()
+        b[1:] = a[:-1] * 5
+        return (b * b).sum()
+
+    def view_add(a):
+        b = a * 2
+        t = b[1:]
+        t.add_(a[:-1].exp())
+        return (b ** 2).sum()
+    return [add_slice, mul_, set_slice, view_add]
+
+
+@pytest.mark.parametrize("f", _inplace_fns(), ids=lambda f: f.__name__)
+def test_inplace_under_grad_of_vmap_and_vmap_of_grad(f):
+    x = T(4, 3)
+    want = grad(lambda v: sum(f(v[i]) for i in range(4)))(x)
+    close(grad(lambda v: vmap(f)(v).sum())(x), want, 1e-10)
+    close(vmap(grad(f))(x), want, 1e-10)
+    close(vmap(f)(x), em.stack([f(x[i]) for i in range(4)]), 1e-12)
