@@ -242,3 +242,33 @@ def test_loop_marks_are_the_known_ones():
 #: primitives other families added and marked "loop" (reviewed: no batched kernel yet)
 _NEW_LOOPS = {"ctc_loss", "ctc_loss_grad"}   # targets/lengths per example; F.ctc_loss reads
 #                                              them on the host anyway
+
+
+RANDOM_INFOS = [i for i in OPINFOS if RANDOM & set(i.primitives) and "float64" in i.dtypes]
+
+
+def test_every_random_primitive_has_a_randomness_test():
+    covered = {p for i in RANDOM_INFOS for p in i.primitives}
+    assert RANDOM <= covered, f"random primitives without a float64 OpInfo: {RANDOM - covered}"
+
+
+@pytest.mark.parametrize("info", RANDOM_INFOS, ids=repr)
+def test_random_primitives_follow_randomness(info):
+    """error: raises naming the op; different: independent draws per example; same (inputs
+    unbatched): one draw shared by every example."""
+    versions = next(v for k in _samples_of(info, 8) if (v := _examples(info, k)) is not None
+                    and all(np.size(a) > 1 for a in v[0].args if isinstance(a, np.ndarray)))
+    args, dims = _batched_args(info, versions, _rng(info, "rand"), all_batched=True)
+    fn = lambda *xs: info.fn(*xs, **versions[0].kwargs)  # noqa: E731
+    with pytest.raises(RuntimeError, match="randomness error mode"):
+        vmap(fn, in_dims=tuple(dims))(*args)
+    out = _as_tuple(vmap(fn, in_dims=tuple(dims), randomness="different")(*args))[0]
+    per = [np.asarray(out.select(0, b).numpy()) for b in range(B)]
+    assert not np.array_equal(per[0], per[1]), f"{info.name}: examples drew the same values"
+    with pytest.raises(RuntimeError, match="randomness='same' does not support a batched"):
+        vmap(fn, in_dims=tuple(dims), randomness="same")(*args)
+    plain = [a if d is None else a.select(d, 0) for a, d in zip(args, dims)]
+    same = _as_tuple(vmap(lambda z, *xs: fn(*xs), in_dims=(0,) + (None,) * len(plain),
+                          randomness="same")(em.zeros(B), *plain))[0]
+    assert all(np.array_equal(same.select(0, b).numpy(), same.select(0, 0).numpy())
+               for b in range(B)), f"{info.name}: randomness='same' drew per example"
