@@ -334,3 +334,52 @@ def test_inplace_under_grad_of_vmap_and_vmap_of_grad(f):
     close(grad(lambda v: vmap(f)(v).sum())(x), want, 1e-10)
     close(vmap(grad(f))(x), want, 1e-10)
     close(vmap(f)(x), em.stack([f(x[i]) for i in range(4)]), 1e-12)
+
+
+_GETS = {
+    "adjacent_from_0": lambda x, i, j, k: x[i, j],
+    "adjacent_middle": lambda x, i, j, k: x[:, j, k],
+    "split": lambda x, i, j, k: x[i, :, k],
+    "one_middle": lambda x, i, j, k: x[:, j],
+    "one_last": lambda x, i, j, k: x[..., k],
+}
+
+
+@pytest.mark.parametrize("name", sorted(_GETS))
+def test_advanced_indexing_every_batching_pattern(name):
+    """Batched data and/or batched index tensors, indices adjacent or split (NumPy's layout
+    rules), against a per-example loop."""
+    import itertools
+    f = _GETS[name]
+    full = [T(3, 4, 5, 6), em.from_numpy(RNG.integers(0, 4, (3, 2, 3))),
+            em.from_numpy(RNG.integers(0, 5, (3, 3))), em.from_numpy(RNG.integers(0, 6, (3, 2, 3)))]
+    for dims in itertools.product([0, None], repeat=4):
+        if dims == (None,) * 4:
+            continue
+        args = [a if d is not None else a[0] for a, d in zip(full, dims)]
+        want = em.stack([f(*[a if d is None else a[b] for a, d in zip(args, dims)])
+                         for b in range(3)])
+        close(vmap(f, in_dims=dims)(*args), want)
+
+
+@pytest.mark.parametrize("key", [lambda i, j: (i, j), lambda i, j: (i, slice(None), j),
+                                 lambda i, j: (slice(None), i, j)],
+                         ids=["adjacent_from_0", "split", "adjacent_middle"])
+def test_index_put_every_batching_pattern(key):
+    import itertools
+    x, i, j = T(3, 4, 4, 5), em.from_numpy(RNG.integers(0, 4, (3, 2))), \
+        em.from_numpy(RNG.integers(0, 4, (3, 2)))
+
+    def f(x, i, j, v):
+        y = x.clone()
+        y[key(i, j)] = v
+        return y
+    region = tuple(x[0][key(i[0], j[0])].shape)
+    v = T(3, *region)
+    for dims in itertools.product([0, None], repeat=4):
+        if dims[0] is None:
+            continue                             # a batched write into an unbatched copy
+        args = [a if d is not None else a[0] for a, d in zip((x, i, j, v), dims)]
+        want = em.stack([f(*[a if d is None else a[b] for a, d in zip(args, dims)])
+                         for b in range(3)])
+        close(vmap(f, in_dims=dims)(*args), want)
