@@ -313,3 +313,12 @@ def test_holomorphic_unary_gradients(name):
     (getattr(torch, name)(zt) * torch.tensor(c)).real.sum().backward()
     np.testing.assert_allclose(z.grad.numpy(), zt.grad.resolve_conj().numpy(), rtol=1e-10,
                                atol=1e-12)
+
+
+def test_gradients_at_zero_are_zero_like_pytorch():
+    for fn in (lambda z: z.angle(), lambda z: em.sgn(z).real, lambda z: z.abs()):
+        z = em.tensor([0j, 1 + 1j], dtype=em.complex128, requires_grad=True)
+        fn(z).sum().backward()
+        assert z.grad.numpy()[0] == 0 and np.isfinite(z.grad.numpy()).all()
+    assert em.tensor([complex(-0.0, 0.0)]).angle().item() == pytest.approx(np.pi)
+    assert em.tensor([0j]).angle().item() == 0.0

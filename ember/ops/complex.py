@@ -155,7 +155,8 @@ def _abs_jvp(t, out, x):
 
 def _sgn_from(x, out):
     from .select import where
-    return x / where(out == 0, 1.0, out)
+    zero = out == 0   # NOTE: sgn(0) = 0 with zero gradient there, as PyTorch
+    return where(zero, 0.0, x / where(zero, 1.0, out))
 
 
 # NOTE: its own primitive (not abs's dtype rule) so real abs keeps the dispatcher's
@@ -232,7 +233,12 @@ def angle(input):
     from .binary import atan2
     from .select import where
     if input._dtype.is_complex:
-        return atan2(imag(input), real(input))
+        re, im = real(input), imag(input)
+        zero = (re == 0) & (im == 0)
+        # NOTE: PyTorch's gradient at 0 is 0 (atan2's would be nan); values stay atan2's
+        # (angle(-0 + 0j) = pi)
+        safe = atan2(where(zero, 0.0, im), where(zero, 1.0, re))
+        return where(zero, atan2(im, re).detach(), safe)
     x = input if input._dtype.is_floating_point else input.to(_dt.get_default_dtype())
     return where(x < 0, math.pi, where(x.isnan(), x, 0.0 * x))
 
