@@ -25,7 +25,9 @@ from .gamma import Chi2, Exponential, Gamma
 from .independent import Independent
 from .kl import kl_divergence, register_kl
 from .laplace import Cauchy, Gumbel, Laplace, StudentT
+from .lowrank_multivariate_normal import LowRankMultivariateNormal
 from .mixture_same_family import MixtureSameFamily
+from .multivariate_normal import MultivariateNormal
 from .normal import Normal
 from .poisson import Poisson
 from .relaxed import (ExpRelaxedCategorical, LogitRelaxedBernoulli, RelaxedBernoulli,
@@ -37,9 +39,9 @@ from .uniform import Uniform
 __all__ = ["Bernoulli", "Beta", "Binomial", "Categorical", "Cauchy", "Chi2", "Dirichlet",
            "Distribution", "ExpRelaxedCategorical", "Exponential", "ExponentialFamily",
            "Gamma", "Geometric", "Gumbel", "HalfCauchy", "HalfNormal", "Independent",
-           "Laplace", "LogNormal", "LogitRelaxedBernoulli", "MixtureSameFamily", "Multinomial",
-           "NegativeBinomial", "Normal", "OneHotCategorical",
-           "OneHotCategoricalStraightThrough", "Poisson", "RelaxedBernoulli",
-           "RelaxedOneHotCategorical", "StudentT", "TransformedDistribution", "Uniform",
-           "biject_to", "constraints", "kl_divergence", "register_kl", "transform_to",
-           "transforms"]
+           "Laplace", "LogNormal", "LogitRelaxedBernoulli", "LowRankMultivariateNormal",
+           "MixtureSameFamily", "Multinomial", "MultivariateNormal", "NegativeBinomial",
+           "Normal", "OneHotCategorical", "OneHotCategoricalStraightThrough", "Poisson",
+           "RelaxedBernoulli", "RelaxedOneHotCategorical", "StudentT",
+           "TransformedDistribution", "Uniform", "biject_to", "constraints", "kl_divergence",
+           "register_kl", "transform_to", "transforms"]

@@ -27,6 +27,7 @@ from .distribution import Distribution
 from .gamma import Exponential, Gamma
 from .independent import Independent
 from .laplace import Cauchy, Gumbel, Laplace
+from .multivariate_normal import MultivariateNormal, _batch_mahalanobis
 from .normal import Normal
 from .poisson import Poisson
 from .transformed_distribution import HalfNormal, LogNormal, TransformedDistribution
@@ -269,6 +270,23 @@ def _kl_independent_independent(p, q):
 @register_kl(LogNormal, LogNormal)
 def _kl_lognormal_lognormal(p, q):
     return _kl_normal_normal(p.base_dist, q.base_dist)
+
+
+@register_kl(MultivariateNormal, MultivariateNormal)
+def _kl_multivariatenormal_multivariatenormal(p, q):
+    if p.event_shape != q.event_shape:
+        raise ValueError("KL-divergence between two Multivariate Normals with different "
+                         "event shapes cannot be computed")
+    Lp, Lq = p._unbroadcasted_scale_tril, q._unbroadcasted_scale_tril
+    half_term1 = (Lq.diagonal(dim1=-2, dim2=-1).log().sum(-1)
+                  - Lp.diagonal(dim1=-2, dim2=-1).log().sum(-1))
+    n = p.event_shape[0]
+    batch = tuple(ember.broadcast_shapes(tuple(Lq.shape[:-2]), tuple(Lp.shape[:-2])))
+    X = ember.linalg.solve_triangular(Lq.expand(batch + (n, n)), Lp.expand(batch + (n, n)),
+                                      upper=False)
+    term2 = X.pow(2).sum((-2, -1))
+    term3 = _batch_mahalanobis(Lq, q.loc - p.loc)
+    return half_term1 + 0.5 * (term2 + term3 - n)
 
 
 # ------------------------------------------------------------------ mixed families
