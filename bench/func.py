@@ -23,11 +23,14 @@ Run:
     .venv/bin/python bench/func.py            # everything
     .venv/bin/python bench/func.py --quick    # tiny sizes, a few rounds (smoke test)
     .venv/bin/python bench/func.py --no-jax --no-torch
+    .venv/bin/python bench/func.py --cpu-time  # 1 thread each, process CPU time (busy box)
 """
 from __future__ import annotations
 
 import argparse
+import statistics
 import sys
+import time
 from pathlib import Path
 
 sys.path.insert(0, str(Path(__file__).resolve().parent))
@@ -270,6 +273,29 @@ def _torch_no_grad(torch, f, *a):
         return f(*a)
 
 
+# ------------------------------------------------------------------ timing
+def round_robin_cpu(steps: dict, rounds: int, turn_s: float) -> dict:
+    """Median *process CPU* seconds per step, the libraries taking turns (``--cpu-time``).
+
+    On a machine others load, a step's wall time counts the time the scheduler gave to
+    other processes; its CPU time (all of this process's threads) does not. Meaningful with
+    one thread per library, where CPU time is the step's own work.
+    """
+    per_turn = {}
+    for name, step in steps.items():
+        t0 = time.process_time()
+        step()
+        per_turn[name] = max(1, round(turn_s / max(time.process_time() - t0, 1e-6)))
+    samples = {name: [] for name in steps}
+    for _ in range(rounds):
+        for name, step in steps.items():
+            for _ in range(per_turn[name]):
+                t0 = time.process_time()
+                step()
+                samples[name].append(time.process_time() - t0)
+    return {name: statistics.median(v) for name, v in samples.items()}
+
+
 # ------------------------------------------------------------------ report
 def report(title, times, pairs):
     """Print one table: median times, then the named ratios against their targets."""
@@ -293,32 +319,39 @@ def main(argv=None) -> int:
     p.add_argument("--no-jax", action="store_true")
     p.add_argument("--rounds", type=int, default=None)
     p.add_argument("--only", choices=["psg", "jacrev", "ensemble"], default=None)
+    p.add_argument("--cpu-time", action="store_true",
+                   help="one thread per library, time by process CPU time (a shared machine)")
     a = p.parse_args(argv)
     sz = SIZES["quick" if a.quick else "full"]
     torch = None if a.no_torch else _import_torch()
     jax = None if a.no_jax else _import_jax()
     rounds = a.rounds or (2 if a.quick else 7)
     turn = 0.01 if a.quick else 0.3
+    if a.cpu_time:
+        ember.set_num_threads(1)
     if torch is not None:
         torch.set_num_threads(ember.get_num_threads())
+    timer = (lambda steps: round_robin_cpu(steps, rounds, turn)) if a.cpu_time else \
+        (lambda steps: round_robin(steps, rounds, turn, 1))
     print(f"bench/func.py: ember {ember.__version__}, threads {ember.get_num_threads()}"
+          + (", process CPU time" if a.cpu_time else ", wall time")
           + (f", torch {torch.__version__}" if torch else "")
           + (f", jax {jax.__version__}" if jax else "") + (" (quick)" if a.quick else ""))
     rng = np.random.default_rng(0)
     if a.only in (None, "psg"):
-        t = round_robin(per_sample_variants(sz, torch, jax, rng), rounds, turn, 1)
+        t = timer(per_sample_variants(sz, torch, jax, rng))
         report(f"per-sample gradients, MLP {sz['mlp']}, batch {sz['batch']}", t,
                [("ember vmap(grad)", "ember batched backward", 3.0, "<="),
                 ("ember vmap(grad)", "torch.func vmap(grad)", 1.0, "<="),
                 ("torch.func vmap(grad)", "torch batched backward", 3.0, "<=")])
     if a.only in (None, "jacrev"):
-        t = round_robin(jacrev_variants(sz, torch, jax, rng), rounds, turn, 1)
+        t = timer(jacrev_variants(sz, torch, jax, rng))
         n = sz["jac"]
         report(f"jacrev of a {n}->{n} MLP ({n}-{n}-{n}, tanh)", t,
                [("ember row loop (before)", "ember jacrev (vmap)", 10.0, ">="),
                 ("ember jacrev (vmap)", "torch.func.jacrev", 1.0, "<=")])
     if a.only in (None, "ensemble"):
-        t = round_robin(ensemble_variants(sz, torch, jax, rng), rounds, turn, 1)
+        t = timer(ensemble_variants(sz, torch, jax, rng))
         report(f"ensemble forward, {sz['models']} MLPs {sz['mlp']}, batch {sz['batch']}", t,
                [("ember vmap ensemble", "ember bmm chain", 1.2, "<="),
                 ("ember vmap ensemble", "torch.func vmap ensemble", 1.0, "<=")])
