@@ -199,9 +199,14 @@ def _unwrap(o, od, level, n, func):
 def _chunked(func, leaves, spec, dims, n, chunk, out_dims, randomness, allow_fallback,
              kwargs):
     from ..ops.join import cat
+    from ..random import get_rng_state, set_rng_state
+    # NOTE: randomness="same" means one draw for the whole batch: every chunk replays it
+    saved = get_rng_state() if randomness == "same" else None
     parts, ospec, od = [], None, None
     for start in range(0, n, chunk):
         k = min(chunk, n - start)
+        if saved is not None:
+            set_rng_state(saved)
         sub = [x if d is None else x.narrow(d, start, k) for x, d in zip(leaves, dims)]
         outs, ospec = _run(func, sub, spec, dims, k, out_dims, randomness, allow_fallback,
                            kwargs)

@@ -383,3 +383,10 @@ def test_index_put_every_batching_pattern(key):
         want = em.stack([f(*[a if d is None else a[b] for a, d in zip(args, dims)])
                          for b in range(3)])
         close(vmap(f, in_dims=dims)(*args), want)
+
+
+def test_chunks_share_the_draw_with_randomness_same():
+    out = vmap(lambda a: a + em.randn(2), randomness="same", chunk_size=2)(em.zeros(5, 2))
+    assert np.allclose(out.numpy(), out.numpy()[0])
+    out = vmap(lambda a: a + em.randn(2), randomness="different", chunk_size=2)(em.zeros(5, 2))
+    assert len({tuple(r) for r in np.round(out.numpy(), 12)}) == 5
