@@ -83,3 +83,19 @@ def test_func_bench_quick_run(capsys):
     for title in ("per-sample gradients", "jacrev of a", "ensemble forward"):
         assert title in out
     assert "ember row loop (before) / ember jacrev (vmap)" in out
+
+
+def test_numerics_bench_quick_run(capsys):
+    """``bench/numerics.py --quick``: every linalg case runs in every library present, forward
+    and backward, and the ratios are printed."""
+    path = Path(__file__).resolve().parents[1] / "bench" / "numerics.py"
+    spec = importlib.util.spec_from_file_location("bench_numerics", path)
+    mod = importlib.util.module_from_spec(spec)
+    sys.modules[spec.name] = mod
+    spec.loader.exec_module(mod)
+    results = mod.main(["--quick", "--reps", "1", "--only", "linalg", "--threads", "0"])
+    fwd, bwd = results["linalg"]
+    assert {name.split()[0] for name, _, _ in fwd} == {"solve", "cholesky", "svd", "eigh"}
+    assert all(t["ember"] >= 0 and ratio > 0 for _, t, ratio in fwd)
+    assert {name.split()[0] for name, _, _ in bwd} == {"cholesky", "solve", "eigh"}
+    assert "np/ember" in capsys.readouterr().out
