@@ -322,3 +322,30 @@ def test_gradients_at_zero_are_zero_like_pytorch():
         assert z.grad.numpy()[0] == 0 and np.isfinite(z.grad.numpy()).all()
     assert em.tensor([complex(-0.0, 0.0)]).angle().item() == pytest.approx(np.pi)
     assert em.tensor([0j]).angle().item() == 0.0
+
+
+_MORE = {
+    "prod": (lambda a: a.prod(), (4,)), "prod_dim": (lambda a: a.prod(1), (2, 3)),
+    "cumprod": (lambda a: a.cumprod(0), (4,)), "cumsum": (lambda a: a.cumsum(0), (4,)),
+    "bmm": (lambda a: em.bmm(a[:, :, :2], a[:, :, 1:].mT), (2, 2, 3)),
+    "einsum": (lambda a: em.einsum("ij,kj->ik", a, a * 1j), (2, 3)),
+    "vdot": (lambda a: em.vdot(a[0], a[1]), (2, 3)), "outer": (lambda a: em.outer(a, a), (3,)),
+    "linear": (lambda a: em.nn.functional.linear(a, a.mT @ a), (2, 2)),
+    "lerp": (lambda a: em.lerp(a, a * a, 0.3), (3,)), "trace": (lambda a: a.trace(), (3, 3)),
+    "where": (lambda a: em.where(a.real > 0, a, 2j * a), (4,)),
+    "index_cat": (lambda a: em.cat([a[[0, 2]] * a[1], a]), (3,)),
+}
+
+
+@pytest.mark.parametrize("name", sorted(_MORE))
+def test_more_gradients_match_finite_differences(name):
+    fn, shape = _MORE[name]
+    z = _c(np.random.default_rng(zlib.crc32(name.encode())), *shape)
+    assert em.autograd.gradcheck(fn, (z,))
+
+
+def test_bool_cast_of_complex_is_nonzero_without_warning():
+    import warnings
+    with warnings.catch_warnings():
+        warnings.simplefilter("error")
+        assert em.tensor([0j, 1j, 2 + 0j]).bool().tolist() == [False, True, True]

@@ -113,7 +113,7 @@ def _cast_kernel(xp, x, dtype):
         r = convert(x, dtype.np) if x.__class__ is np.ndarray else None
         if r is not None:
             return r
-    if x.dtype.kind == "c" and dtype.np.kind != "c":
+    if x.dtype.kind == "c" and dtype.np.kind not in "cb":
         x = x.real   # NOTE: the user was warned (to_dtype); NumPy would warn again
     return x.astype(dtype.np)
 
@@ -212,7 +212,7 @@ def to_dtype(x: Tensor, dtype) -> Tensor:
     dtype = _dt.as_dtype(dtype)
     if x._dtype is dtype:
         return x
-    if x._dtype.is_complex and not dtype.is_complex:
+    if x._dtype.is_complex and not dtype.is_complex and dtype is not _dt.bool_:
         import warnings
         warnings.warn("Casting complex values to real discards the imaginary part",
                       UserWarning, stacklevel=3)

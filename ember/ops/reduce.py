@@ -14,7 +14,7 @@ from ..errors import DTypeError, ShapeError
 from ..tensor import Tensor
 from . import dispatch
 from ._util import f32_to_lowp, is_lowp, lowp_to_f32, wrap_dim, wrap_dims
-from .complex import real_only
+from .complex import cj, real_only
 from . import batching_rules as _vb
 from .registry import defop
 from .select import where
@@ -172,7 +172,7 @@ prod_p = defop(
         x, axis=dim, keepdims=keepdim, dtype=dtype.np if dtype is not None else None),
     shape=_sum_shape, save="inputs",
     vjp=lambda g, out, x, dim, keepdim, dtype: (
-        _keep(g, x.shape, dim, keepdim) * _prod_partials(x, None, dim),),
+        _keep(g, x.shape, dim, keepdim) * cj(_prod_partials(x, None, dim)),),
     jvp=lambda t, out, x, dim, keepdim, dtype: sum(
         t[0] * _prod_partials(x, None, dim), dim, keepdim))
 

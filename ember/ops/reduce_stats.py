@@ -10,6 +10,7 @@ from ..errors import DTypeError
 from ..tensor import Tensor
 from . import dispatch
 from ._util import wrap_dim
+from .complex import cj
 from .inplace import inplace_from
 from .reduce import _dims, _out, _sum_dtype, amax, amin, mean, sum
 from . import batching_rules as _vb
@@ -155,8 +156,8 @@ cumsum_p = defop(
 def _cumprod_vjp(g, out, x, dim, reverse, dtype):
     # NOTE: d out_j / d x_i = out_j / x_i (j >= i): exact while x has no zeros (documented
     # limitation: at zeros this divides 0 by 0, like the simple formula always does).
-    rc = _apply(cumsum_p, (g * out,), {"dim": dim, "reverse": not reverse, "dtype": None})
-    return (rc / x,)
+    rc = _apply(cumsum_p, (g * cj(out),), {"dim": dim, "reverse": not reverse, "dtype": None})
+    return (rc / cj(x),)   # NOTE: cj: complex inputs get g * conj(d out / d x)
 
 
 cumprod_p = defop(

@@ -118,6 +118,9 @@ def logsumexp(input, dim=None, keepdim=False):
         >>> ember.tensor([1000., 1000.]).logsumexp(0)
         tensor(1000.6931)
     """
+    if input._dtype.is_complex:
+        raise DTypeError(f"logsumexp: expected a floating point input, got "
+                         f"{input._dtype.name}; complex inputs are not supported")
     x = input if input._dtype.category == _dt.FLOAT else input.to(_dt.get_default_dtype())
     dims = _dims(dim, x.ndim, "logsumexp")
     if x._data.size == 0:
