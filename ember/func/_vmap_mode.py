@@ -224,6 +224,11 @@ class VmapMode:
         modes = [m for m in state.modes if isinstance(m, VmapMode)]
         if any(m.randomness == "error" for m in modes):
             raise RuntimeError(_random_error(what))
+        batched = set().union(*(_levels(x) for x in inputs))
+        if any(m.randomness == "same" and m.level in batched for m in modes):
+            raise RuntimeError(f"vmap: {what}: randomness='same' does not support a batched "
+                               f"tensor input (each example's draw would differ); use "
+                               f"randomness='different'")
         diff = [m for m in modes if m.randomness == "different"]
         if not diff:
             return

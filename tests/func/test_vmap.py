@@ -390,3 +390,12 @@ def test_chunks_share_the_draw_with_randomness_same():
     assert np.allclose(out.numpy(), out.numpy()[0])
     out = vmap(lambda a: a + em.randn(2), randomness="different", chunk_size=2)(em.zeros(5, 2))
     assert len({tuple(r) for r in np.round(out.numpy(), 12)}) == 5
+
+
+def test_sampling_from_batched_parameters():
+    p = em.from_numpy(np.array([[0.0] * 50, [1.0] * 50, [0.5] * 50]))
+    out = vmap(lambda q: em.bernoulli(q), randomness="different")(p)
+    assert out[0].sum().item() == 0 and out[1].sum().item() == 50
+    assert 5 < out[2].sum().item() < 45
+    with pytest.raises(RuntimeError, match="randomness='same' does not support a batched"):
+        vmap(lambda q: em.bernoulli(q), randomness="same")(p)
