@@ -349,3 +349,14 @@ def test_bool_cast_of_complex_is_nonzero_without_warning():
     with warnings.catch_warnings():
         warnings.simplefilter("error")
         assert em.tensor([0j, 1j, 2 + 0j]).bool().tolist() == [False, True, True]
+
+
+def test_inplace_rules():
+    with pytest.raises(TypeError, match="In-place abs"):
+        em.tensor([1j]).abs_()
+    with pytest.raises(TypeError, match="can't be cast"):
+        em.tensor([1.0]).add_(1j)
+    z = em.tensor([1 + 1j])
+    z.mul_(2j)
+    assert z.tolist() == [-2 + 2j]
+    assert em.tensor([-2.0]).abs_().tolist() == [2.0]

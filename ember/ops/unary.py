@@ -12,7 +12,7 @@ from __future__ import annotations
 
 import math
 
-from ..errors import IntegerDivisionByZero
+from ..errors import DTypeError, IntegerDivisionByZero
 from ..tensor import Tensor
 from . import _special, dispatch
 from .complex import cj, complex_abs, real_only
@@ -287,6 +287,19 @@ for _name in _METHODS:
     setattr(Tensor, _name, globals()[_name])
 for _name in _INPLACE:
     setattr(Tensor, _name + "_", inplace_from(globals()[_name], _name))
+
+
+def _real_abs_only(fn):
+    def abs_(self):
+        if self._dtype.is_complex:   # NOTE: |z| is real: it has no complex storage to go to
+            raise DTypeError("In-place abs is not supported for complex tensors (PyTorch "
+                             "refuses it too); use z.abs()")
+        return fn(self)
+    abs_.__name__ = fn.__name__
+    return abs_
+
+
+Tensor.abs_ = Tensor.absolute_ = _real_abs_only(Tensor.abs_)
 Tensor.__abs__ = abs
 Tensor.__invert__ = bitwise_not
 Tensor.__round__ = lambda self, ndigits=None: round(self, decimals=ndigits or 0)
