@@ -103,13 +103,22 @@ def regroup(flat, specs, argnums_was_int: bool):
 
 
 def reaches_outside(outputs, inside) -> bool:
-    """Does the graph of ``outputs`` depend on a tensor requiring grad not in ``inside``?"""
+    """Does the graph of ``outputs`` depend on a tensor requiring grad not in ``inside``?
+
+    Stand-ins of finished inner transforms do not count (:func:`retire`): the gradient
+    of ``lambda w: grad(f)(x, w).sum()`` need not stay differentiable when nothing outside
+    requires grad.
+    """
     inside_ids = {id(t) for t in inside}
-    if any(isinstance(o, Tensor) and o._requires_grad and o._grad_fn is None and
-           id(o) not in inside_ids for o in outputs):
+
+    def outside(leaf):
+        return id(leaf) not in inside_ids and leaf.__dict__.get("_func_live", True)
+
+    if any(isinstance(o, Tensor) and o._requires_grad and o._grad_fn is None and outside(o)
+           for o in outputs):
         return True
     roots = [o._grad_fn for o in outputs if isinstance(o, Tensor) and o._grad_fn is not None]
-    return _reaches_leaf(roots, lambda leaf: id(leaf) not in inside_ids)
+    return _reaches_leaf(roots, outside)
 
 
 def detach_keep_tangent(t):

@@ -286,3 +286,24 @@ def test_jacrev_runs_no_vjp_for_inputs_it_does_not_differentiate():
     assert {e.key: e.count for e in prof.key_averages()}["matmul"] == 2
     np.testing.assert_allclose(_n(gx), _n(w).sum(1), rtol=1e-12)
     assert w.grad is None
+
+
+def test_gradient_through_an_inner_transform_requires_grad_only_when_its_input_does():
+    """grad of ``w -> jacrev(f(., w))(x)`` (the inner transform finished, its stand-ins
+    retired) is a plain tensor, unless ``w`` itself requires grad; values match the loop."""
+    x, w = f64([0.3, -0.5, 1.2]), f64([0.7, 1.1, -0.4])
+
+    def through_jacrev(w):
+        return func.jacrev(lambda v: (w * v).sin() * v.sum())(x).pow(2).sum()
+
+    def through_rows(w):
+        rows = [func.grad(lambda v, i=i: ((w * v).sin() * v.sum())[i])(x) for i in range(3)]
+        return em.stack(rows).pow(2).sum()
+
+    g, g_rows = func.grad(through_jacrev)(w), func.grad(through_rows)(w)
+    assert not g.requires_grad and not g_rows.requires_grad
+    np.testing.assert_allclose(_n(g), _n(g_rows), rtol=1e-12)
+    wr = w.clone().requires_grad_()
+    g2 = func.grad(through_jacrev)(wr)
+    assert g2.requires_grad                       # an outer graph tracks w: keep it
+    np.testing.assert_allclose(_n(g2), _n(g), rtol=1e-12)
