@@ -3,6 +3,7 @@ constraints``). ``constraint.check(value)`` returns a bool tensor of the batch s
 (``event_dim`` rightmost dims are reduced).
 
 Example:
+    >>> from ember.distributions import constraints
     >>> constraints.positive.check(ember.tensor([1.0, -1.0])).tolist()
     [True, False]
 """

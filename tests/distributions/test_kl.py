@@ -47,12 +47,14 @@ PAIRS = {
     "Exponential-Normal": (D.Exponential(t([2.0, 0.7])), D.Normal(t([0.5, -1.0]), t([2.0, 1.5]))),
     "Exponential-Gamma": (D.Exponential(t([2.0, 0.7])), D.Gamma(t([1.5, 1.0]), t([2.0, 1.0]))),
     "Gamma-Exponential": (D.Gamma(t([2.0, 0.7]), t([1.0, 3.0])), D.Exponential(t([1.0, 3.0]))),
-    "Gamma-Normal": (D.Gamma(t([2.0, 0.7]), t([1.0, 3.0])), D.Normal(t([0.5, -1.0]), t([2.0, 1.5]))),
+    "Gamma-Normal": (D.Gamma(t([2.0, 0.7]), t([1.0, 3.0])),
+                     D.Normal(t([0.5, -1.0]), t([2.0, 1.5]))),
     "Laplace-Normal": (D.Laplace(t([0.0, 1.0]), t([1.0, 0.5])),
                        D.Normal(t([0.5, -1.0]), t([2.0, 1.5]))),
     "Normal-Laplace": (D.Normal(t([0.0, 1.0]), t([1.0, 0.5])),
                        D.Laplace(t([0.5, -1.0]), t([2.0, 1.5]))),
-    "Beta-Uniform": (D.Beta(t([2.0, 0.7]), t([1.0, 3.0])), D.Uniform(t([-0.5, 0.0]), t([1.0, 2.0]))),
+    "Beta-Uniform": (D.Beta(t([2.0, 0.7]), t([1.0, 3.0])),
+                     D.Uniform(t([-0.5, 0.0]), t([1.0, 2.0]))),
 }
 
 DISCRETE = {

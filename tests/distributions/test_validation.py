@@ -117,7 +117,8 @@ def test_api_defaults_and_enumerate_support():
     assert D.Binomial(2, t([0.5])).enumerate_support().tolist() == [[0.0], [1.0], [2.0]]
     assert D.OneHotCategorical(t([0.2, 0.8])).enumerate_support().tolist() == \
         [[1.0, 0.0], [0.0, 1.0]]
-    assert D.Bernoulli(t(0.5)).has_enumerate_support and not D.Normal(0.0, 1.0).has_enumerate_support
+    assert D.Bernoulli(t(0.5)).has_enumerate_support
+    assert not D.Normal(0.0, 1.0).has_enumerate_support
     assert D.Normal(0.0, 1.0).has_rsample and not D.Poisson(t(1.0)).has_rsample
     np.testing.assert_allclose(D.Normal(0.0, 2.0).perplexity().item(),
                                np.exp(0.5 + 0.5 * np.log(2 * np.pi) + np.log(2.0)), rtol=1e-6)
