@@ -6,9 +6,9 @@ and JVP, checked with gradcheck in float64). The factorizations are registry pri
 functions around them are composites. Failures raise :class:`LinAlgError` (a
 ``RuntimeError``) naming the batch element; the ``_ex`` variants return ``info`` instead.
 
-Not yet: ``eig``/``eigvals`` (their outputs are complex and Ember has no complex dtype yet),
-``ldl_factor``/``ldl_solve``, ``solve_ex``'s per-element LAPACK info beyond singularity,
-complex inputs anywhere.
+``eig``/``eigvals`` return complex tensors (and take complex input); the other functions
+take float32/float64 only. Not yet: ``ldl_factor``/``ldl_solve``, ``solve_ex``'s
+per-element LAPACK info beyond singularity, complex inputs outside ``eig``/``eigvals``.
 
 Example:
     >>> A = ember.tensor([[4., 2.], [2., 3.]])
@@ -16,9 +16,10 @@ Example:
     tensor([[2.0000, 0.0000],
             [1.0000, 1.4142]])
 """
+from ..ops import linalg_eig as _linalg_eig  # noqa: F401 - registers the eig primitives
 from ..ops._lapack import LinAlgError
-from ._decomp import (cholesky, cholesky_ex, eigh, eigvalsh, lu, lu_factor, lu_factor_ex,
-                      lu_solve, qr, svd, svdvals)
+from ._decomp import (cholesky, cholesky_ex, eig, eigh, eigvals, eigvalsh, lu, lu_factor,
+                      lu_factor_ex, lu_solve, qr, svd, svdvals)
 from ._funcs import (cross, diagonal, householder_product, matrix_exp, matrix_power,
                      multi_dot, vander, vecdot)
 from ._norms import cond, matrix_norm, matrix_rank, norm, vector_norm
@@ -34,7 +35,7 @@ def matmul(input, other, *, out=None):
 
 
 __all__ = ["LinAlgError", "cholesky", "cholesky_ex", "cond", "cross", "det", "diagonal",
-           "eigh", "eigvalsh", "householder_product", "inv", "inv_ex", "lstsq", "lu",
+           "eig", "eigvals", "eigh", "eigvalsh", "householder_product", "inv", "inv_ex", "lstsq", "lu",
            "lu_factor", "lu_factor_ex", "lu_solve", "matmul", "matrix_exp", "matrix_norm",
            "matrix_power", "matrix_rank", "multi_dot", "norm", "pinv", "qr", "slogdet",
            "solve", "solve_ex", "solve_triangular", "svd", "svdvals", "tensorinv",

@@ -14,26 +14,32 @@ def tensor_arg(op: str, x, name: str = "A") -> Tensor:
     return x
 
 
-def floating(op: str, x, name: str = "A") -> Tensor:
-    """``x`` if float32/float64 (LAPACK's real types), else PyTorch's dtype error."""
+_REAL = ("float32", "float64")
+_ANY = _REAL + ("complex64", "complex128")
+
+
+def floating(op: str, x, name: str = "A", kinds=_REAL) -> Tensor:
+    """``x`` if float32/float64 (LAPACK's real types; ``kinds=_ANY`` also takes complex),
+    else PyTorch's dtype error."""
     tensor_arg(op, x, name)
-    if x.dtype.name not in ("float32", "float64"):
+    if x.dtype.name not in kinds:
         got = _NAMES.get(x.dtype.name, x.dtype.name)
         raise DTypeError(f"{op}: Expected a floating point or complex tensor as input. Got "
-                         f"{got} (Ember's LAPACK kernels take float32 and float64)")
+                         f"{got} (Ember's LAPACK kernels take float32 and float64"
+                         f"{'' if kinds is _REAL else ', complex64 and complex128'})")
     return x
 
 
-def matrices(op: str, x, name: str = "A") -> Tensor:
-    floating(op, x, name)
+def matrices(op: str, x, name: str = "A", kinds=_REAL) -> Tensor:
+    floating(op, x, name, kinds)
     if x.ndim < 2:
         raise ShapeError(f"{op}: The input tensor {name} must have at least 2 dimensions, "
                          f"got shape {tuple(x.shape)}")
     return x
 
 
-def square(op: str, x, name: str = "A") -> Tensor:
-    matrices(op, x, name)
+def square(op: str, x, name: str = "A", kinds=_REAL) -> Tensor:
+    matrices(op, x, name, kinds)
     m, n = x.shape[-2:]
     if m != n:
         raise ShapeError(f"{op}: {name} must be batches of square matrices, but they are "

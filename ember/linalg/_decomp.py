@@ -15,7 +15,7 @@ from . import _checks as C
 from . import _types as T
 from ._solve import solve_triangular
 
-__all__ = ["cholesky", "cholesky_ex", "qr", "svd", "svdvals", "eigh", "eigvalsh",
+__all__ = ["cholesky", "cholesky_ex", "qr", "svd", "svdvals", "eigh", "eigvalsh", "eig", "eigvals",
            "lu_factor", "lu_factor_ex", "lu", "lu_solve"]
 
 
@@ -120,6 +120,26 @@ def eigvalsh(A, UPLO="L", *, out=None):
     if _needs_grad(A):
         return eigh(A, UPLO).eigenvalues
     return _apply(eigvalsh_p, (A,), {"UPLO": UPLO})
+
+
+# ------------------------------------------------------------------ eig
+def eig(A, *, out=None):
+    """``(eigenvalues, eigenvectors)`` of a square matrix, both complex (complex64 for
+    float32/complex64 input, complex128 otherwise); unit-norm eigenvectors with LAPACK's
+    phase (``torch.linalg.eig``). Differentiable (PyTorch's ``linalg_eig_backward``): a loss
+    that depends on the eigenvectors' phase raises, as in PyTorch."""
+    from ..ops.linalg_eig import eig_p, eig_parts
+    C.square("linalg.eig", A, kinds=C._ANY)
+    return T.eig(*eig_parts(_apply(eig_p, (A,), {})))
+
+
+def eigvals(A, *, out=None):
+    """Eigenvalues of a square matrix, complex (``torch.linalg.eigvals``)."""
+    from ..ops.linalg_eig import eigvals_p
+    C.square("linalg.eigvals", A, kinds=C._ANY)
+    if _needs_grad(A):
+        return eig(A).eigenvalues
+    return _apply(eigvals_p, (A,), {})
 
 
 # ------------------------------------------------------------------ LU

@@ -246,3 +246,31 @@ def test_top_level_aliases():
     _close(P @ Lo @ Up, ea)
     assert type(em.linalg.slogdet(ea)).__name__ == "linalg_slogdet"
     assert em.linalg.eigh(ea + ea.mT)._fields == ("eigenvalues", "eigenvectors")
+
+
+def test_eig_eigvals_complex_values_and_gradients():
+    rng = _rng(13)
+    A = rng.standard_normal((2, 4, 4))
+    W = rng.standard_normal((2, 4, 4))
+
+    def f(mod, LAmod):
+        def fn(a):
+            L, V = LAmod.eig(a)
+            return L.real, L.imag ** 2, (V.abs() ** 2) * mod.tensor(W)
+        return fn
+    _check(f(em, LA), f(torch, TL), A)
+    e, t = LA.eigvals(em.tensor(A)), TL.eigvals(torch.tensor(A))
+    assert e.dtype == em.complex128
+    np.testing.assert_allclose(e.numpy(), t.numpy(), atol=1e-12)
+    assert LA.eig(em.tensor(A.astype(np.float32))).eigenvalues.dtype == em.complex64
+    # complex input
+    Z = A + 1j * rng.standard_normal((2, 4, 4))
+    np.testing.assert_allclose(LA.eigvals(em.tensor(Z)).numpy(), TL.eigvals(torch.tensor(Z)),
+                               atol=1e-12)
+
+
+def test_eig_phase_dependent_loss_raises_as_pytorch():
+    A = em.tensor(_rng(14).standard_normal((3, 3))).requires_grad_()
+    L, V = LA.eig(A)
+    with pytest.raises(RuntimeError, match="specified up to multiplication by e"):
+        V.imag.sum().backward()

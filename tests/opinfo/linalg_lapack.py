@@ -292,6 +292,32 @@ def _chol_solve_ref(b, a, upper=False):
     return np.linalg.solve(_spd(a), b)
 
 
+def _eig_fn(a):
+    L, V = LA.eig(a)
+    return L.real, L.imag, V.abs() ** 2       # |V|² does not depend on the phase gauge
+
+
+def _eig_ref(a):
+    L, V = np.linalg.eig(a)
+    return L.real, L.imag, np.abs(V) ** 2
+
+
+def _eig_samples(rng, dtype):
+    r = lambda s: _gen(rng, s, dtype) + np.diag(np.arange(s[-1]) * 1.0).astype(dtype)  # noqa
+    return [Sample((r((3, 3)),)), Sample((r((2, 3, 3)),)), Sample((r((4, 5, 5)),), grad=False),
+            Sample((r((0, 3, 3)),), grad=False)]
+
+
+def _eigvals_fn(a):
+    L = LA.eigvals(a)
+    return L.real, L.imag
+
+
+def _eigvals_ref(a):
+    L = np.linalg.eigvals(a)
+    return L.real, L.imag
+
+
 _sq = _square()
 OPINFOS = [
     OpInfo("linalg.cholesky", lambda a, upper=False: LA.cholesky(_spd(a), upper=upper),
@@ -350,6 +376,10 @@ OPINFOS = [
            _pair([((2, 3), (2, 3))], [((4, 1, 3), (5, 3))]), (), atol=LOOSE32, rtol=RTOL),
     OpInfo("linalg.vecdot", LA.vecdot, lambda a, b: (a * b).sum(-1),
            _pair([((2, 3), (3,))], [((4, 5), (4, 5))]), (), atol=LOOSE32, rtol=RTOL),
+    OpInfo("linalg.eig", _eig_fn, _eig_ref, _eig_samples, ("linalg_eig", "linalg_solve"),
+           atol=LOOSE32, rtol=RTOL),
+    OpInfo("linalg.eigvals", _eigvals_fn, _eigvals_ref, _eig_samples,
+           ("linalg_eigvals", "linalg_eig"), atol=LOOSE32, rtol=RTOL),
     OpInfo("cholesky_solve", _chol_solve_fn, _chol_solve_ref, _chol_solve_samples,
            ("linalg_cholesky", "linalg_solve_triangular"), atol=LOOSE32, rtol=RTOL),
 ]
