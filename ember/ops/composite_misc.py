@@ -31,6 +31,7 @@ from .scatter import gather
 from .select import where
 from .sort import sort
 from .unary import log, sin
+from .special_fns import xlogy  # noqa: F401 - a primitive (PyTorch's gradients at 0)
 
 __all__ = ["nanmedian", "index_reduce", "xlogy", "logit", "sinc", "diff", "kron", "cross",
            "dist", "sgn", "positive", "conj", "conj_physical", "resolve_conj", "resolve_neg",
@@ -102,18 +103,6 @@ def index_reduce(input, dim, index, source, reduce, *, include_self=True):
     view[d] = -1
     full = index.reshape(view).expand(source.shape)
     return scatter_reduce(input, d, full, source, reduce, include_self=include_self)
-
-
-def xlogy(input, other, *, out=None):
-    """``input * log(other)``, 0 where ``input`` is 0 unless ``other`` is NaN
-    (``torch.xlogy``)."""
-    x = input if isinstance(input, Tensor) else other.new_tensor(input)
-    y = other if isinstance(other, Tensor) else x.new_tensor(other)
-    if not x.dtype.is_floating_point:
-        x = x.to(_dt.result_type(y) if y.dtype.is_floating_point else _dt.get_default_dtype())
-    zero = (x == 0) & ~y.isnan()
-    r = where(zero, 0.0, x * log(where(zero, 1.0, y)))
-    return _out(r, out)
 
 
 def logit(input, eps=None, *, out=None):

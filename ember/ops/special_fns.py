@@ -32,15 +32,16 @@ from .registry import defop
 from .select import where
 from .unary import exp, log, sign
 
-__all__ = ["erfcx", "i0", "i0e", "i1", "i1e", "ndtr", "ndtri", "log_ndtr", "entr", "zeta",
-           "gammainc", "gammaincc", "igamma", "igammac", "bessel_j0", "bessel_j1", "bessel_y0",
-           "bessel_y1", "modified_bessel_i0", "modified_bessel_i1", "modified_bessel_k0",
-           "modified_bessel_k1", "scaled_modified_bessel_k0", "scaled_modified_bessel_k1",
-           "spherical_bessel_j0", "airy_ai", "chebyshev_polynomial_t", "chebyshev_polynomial_u",
-           "shifted_chebyshev_polynomial_t", "shifted_chebyshev_polynomial_u",
-           "chebyshev_polynomial_v", "chebyshev_polynomial_w", "shifted_chebyshev_polynomial_v",
-           "shifted_chebyshev_polynomial_w", "hermite_polynomial_h", "hermite_polynomial_he",
-           "laguerre_polynomial_l", "legendre_polynomial_p"]
+__all__ = ["xlogy", "xlog1py", "erfcx", "i0", "i0e", "i1", "i1e", "ndtr", "ndtri", "log_ndtr",
+           "entr", "zeta", "gammainc", "gammaincc", "igamma", "igammac", "bessel_j0", "bessel_j1",
+           "bessel_y0", "bessel_y1", "modified_bessel_i0", "modified_bessel_i1",
+           "modified_bessel_k0", "modified_bessel_k1", "scaled_modified_bessel_k0",
+           "scaled_modified_bessel_k1", "spherical_bessel_j0", "airy_ai", "chebyshev_polynomial_t",
+           "chebyshev_polynomial_u", "shifted_chebyshev_polynomial_t",
+           "shifted_chebyshev_polynomial_u", "chebyshev_polynomial_v", "chebyshev_polynomial_w",
+           "shifted_chebyshev_polynomial_v", "shifted_chebyshev_polynomial_w",
+           "hermite_polynomial_h", "hermite_polynomial_he", "laguerre_polynomial_l",
+           "legendre_polynomial_p"]
 
 _SQRT_2PI = math.sqrt(2 * math.pi)
 _apply = dispatch.apply
@@ -158,6 +159,40 @@ zeta_p = _binary("zeta", lambda sp, x, q: sp.zeta(x, q), lambda x, q: -x * zeta(
 gammainc_p = _binary("gammainc", lambda sp, a, x: sp.gammainc(a, x), _gammainc_dx)
 gammaincc_p = _binary("gammaincc", lambda sp, a, x: sp.gammaincc(a, x),
                       lambda a, x: -_gammainc_dx(a, x))
+
+
+def _like(v, ref):
+    return v if isinstance(v, Tensor) else ref.new_tensor(v)
+
+
+def _xlog_rules(name, pole):
+    """VJP/JVP of ``x * log_fn(y)`` as PyTorch's derivatives.yaml: ``d/dx`` is
+    ``xlog(grad, y)`` zeroed where ``x == 0`` and ``y <= pole`` (``log`` undefined there),
+    ``d/dy = grad * x / (y - pole)``."""
+    def dx(g, out, x, y):
+        x, y = _like(x, g), _like(y, g)
+        return where((x == 0) & (y <= pole), 0.0, _apply(_XLOG[name], (g, y), {}))
+
+    def dy(g, out, x, y):
+        return g * x / (y - pole)
+
+    def jvp(t, out, x, y):
+        terms = []
+        if t[0] is not None:
+            terms.append(dx(t[0], out, x, y))
+        if t[1] is not None:
+            terms.append(dy(t[1], out, x, y))
+        return terms[0] if len(terms) == 1 else terms[0] + terms[1]
+    return (dx, dy), jvp
+
+
+_XLOG = {}
+for _name, _fn, _pole in (("xlogy", lambda sp, x, y: sp.xlogy(x, y), 0.0),
+                          ("xlog1py", lambda sp, x, y: sp.xlog1py(x, y), -1.0)):
+    _vjp, _jvp = _xlog_rules(_name, _pole)
+    _XLOG[_name] = defop(_name, nin=2, elementwise=True, kernels=_sc(_fn, _name),
+                                dtype="float", save="inputs", vjp=_vjp, jvp=_jvp)
+xlogy_p, xlog1py_p = _XLOG["xlogy"], _XLOG["xlog1py"]
 
 
 def _poly(evaluate, first):
@@ -283,6 +318,30 @@ def gammaincc(input, other, *, out=None):
 
 
 igamma, igammac = gammainc, gammaincc     # torch.igamma / torch.igammac
+
+
+def xlogy(input, other, *, out=None):
+    """``input * log(other)``, 0 where ``input`` is 0 unless ``other`` is NaN
+    (``torch.xlogy``, ``torch.special.xlogy``); either argument may be a Python number.
+    Gradients as PyTorch's: ``log(other)`` for ``input`` (0 where ``input == 0`` and
+    ``other <= 0``) and ``input / other`` for ``other``.
+
+    Example:
+        >>> ember.xlogy(ember.tensor([0.0, 2.0]), ember.tensor([0.0, 3.0]))
+        tensor([0.0000, 2.1972])
+    """
+    return _out(_apply(xlogy_p, (input, other), {}), out)
+
+
+def xlog1py(input, other, *, out=None):
+    """``input * log1p(other)``, 0 where ``input`` is 0 unless ``other`` is NaN
+    (``torch.special.xlog1py``); gradients as :func:`xlogy`'s, with ``other + 1``.
+
+    Example:
+        >>> ember.special.xlog1py(ember.tensor([0.0, 2.0]), ember.tensor([-1.0, 1.0]))
+        tensor([0.0000, 1.3863])
+    """
+    return _out(_apply(xlog1py_p, (input, other), {}), out)
 
 
 def _poly_fn(name, what):

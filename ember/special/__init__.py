@@ -14,7 +14,7 @@ Example:
 """
 from __future__ import annotations
 
-from ..ops.composite_misc import logit, sinc, xlogy
+from ..ops.composite_misc import logit, sinc
 from ..ops.softmax import log_softmax, logsumexp, softmax
 from ..ops.special_fns import (
     airy_ai, bessel_j0, bessel_j1, bessel_y0, bessel_y1, chebyshev_polynomial_t,
@@ -24,10 +24,10 @@ from ..ops.special_fns import (
     modified_bessel_i1, modified_bessel_k0, modified_bessel_k1, ndtr, ndtri,
     scaled_modified_bessel_k0, scaled_modified_bessel_k1, shifted_chebyshev_polynomial_t,
     shifted_chebyshev_polynomial_u, shifted_chebyshev_polynomial_v,
-    shifted_chebyshev_polynomial_w, spherical_bessel_j0, zeta)
+    shifted_chebyshev_polynomial_w, spherical_bessel_j0, xlog1py, xlogy, zeta)
 from ..ops.special_gamma import digamma, lgamma as gammaln, polygamma
 from ..ops.unary import erf, erfc, erfinv, exp2, expm1, log1p, round, sigmoid as expit
-from ._composites import multigammaln, xlog1py
+from ._composites import multigammaln
 
 psi = digamma
 

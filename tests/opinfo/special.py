@@ -65,6 +65,20 @@ def _xlog1py_ref(x, y):
     return r.astype(np.result_type(x, y))
 
 
+def _xlogy_ref(x, y):
+    with np.errstate(all="ignore"):
+        r = np.where((x == 0) & ~np.isnan(y), 0.0, x * np.log(y))
+    return r.astype(np.result_type(x, y))
+
+
+def _xlogy_samples(rng, dt):
+    out = binary_samples(-2.0, 2.0, 0.2, 3.0, scalars=(2.5, 0.7))(rng, dt)
+    out.append(Sample((np.array([0.0, 0.0, 0.0, 1.0], dt), np.array([0.0, np.nan, np.inf, 0.0],
+                                                                    dt)), grad=False,
+                      name="edges"))
+    return out
+
+
 def _xlog1py_samples(rng, dt):
     out = binary_samples(-2.0, 2.0, -0.9, 2.0, scalars=())(rng, dt)
     out.append(Sample((np.array([0.0, 0.0, 1.0, 0.0], dt), np.array([-1.0, np.nan, -1.0, 3.0],
@@ -153,7 +167,8 @@ OPINFOS = [
     _u("scaled_modified_bessel_k1", 0.1, 4.0, grad=False, ref=_sp("k1e")),
     _u("spherical_bessel_j0", -6.0, 6.0, grad=False, ref=_sph_j0),
     _u("airy_ai", -4.0, 3.0, grad=False, ref=_ai),
-    OpInfo("xlog1py", S.xlog1py, _xlog1py_ref, _xlog1py_samples, ("where", "log1p")),
+    OpInfo("xlog1py", S.xlog1py, _xlog1py_ref, _xlog1py_samples, ("xlog1py",)),
+    OpInfo("special_xlogy", S.xlogy, _xlogy_ref, _xlogy_samples, ("xlogy",)),
 ]
 OPINFOS += [OpInfo(name, getattr(S, name), ref, _poly_samples, (name,), grad=False,
                    exact_dtype=True) for name, ref in _POLY_REFS.items()]
