@@ -272,3 +272,75 @@ def test_random_primitives_follow_randomness(info):
                           randomness="same")(em.zeros(B), *plain))[0]
     assert all(np.array_equal(same.select(0, b).numpy(), same.select(0, 0).numpy())
                for b in range(B)), f"{info.name}: randomness='same' drew per example"
+
+
+NESTED = [i for i in INFOS if i.name in {
+    "add", "mul", "div", "sub", "maximum", "where", "exp", "tanh", "sum", "mean", "amax",
+    "argmax", "softmax", "log_softmax", "cumsum", "matmul", "bmm", "einsum", "permute",
+    "reshape", "expand", "transpose", "flip", "cat", "stack", "getitem_advanced", "gather",
+    "take_along_dim", "index_select", "pad", "tril", "sort", "topk", "clamp", "pow"}]
+
+
+@pytest.mark.parametrize("info", NESTED, ids=repr)
+def test_nested_vmap_matches_double_loop(info):
+    """vmap(vmap(op)) with random in_dims at both levels (each argument batched at the outer,
+    the inner, both or neither level) against a double loop: the levels stay apart."""
+    rng = _rng(info, "nested")
+    b1, b2 = 2, 3
+    checked = 0
+    for k in _samples_of(info, 3):
+        grid = []
+        for i in range(b1):
+            row = []
+            for j in range(b2):
+                s = info.samples(_rng(info, f"n{i}.{j}"), "float64")
+                row.append(s[k] if k < len(s) else None)
+            grid.append(row)
+        if any(s is None for r in grid for s in r):
+            continue
+        a0 = grid[0][0].args
+        shapes = [np.shape(a) if isinstance(a, np.ndarray) else None for a in a0]
+        if any([np.shape(a) if isinstance(a, np.ndarray) else None for a in s.args] != shapes
+               for r in grid for s in r):
+            continue
+        args, outer, inner = [], [], []
+        for n, a in enumerate(a0):
+            if not isinstance(a, np.ndarray):
+                args.append(a)
+                outer.append(None)
+                inner.append(None)
+                continue
+            first = n == next(m for m, x in enumerate(a0) if isinstance(x, np.ndarray))
+            bo, bi = first or rng.random() < 0.7, first or rng.random() < 0.7
+            d2 = int(rng.integers(0, a.ndim + 1)) if bi else None
+            rows = []
+            for i in range(b1 if bo else 1):
+                exs = [grid[i][j].args[n] for j in range(b2 if bi else 1)]
+                rows.append(np.stack(exs, axis=d2) if bi else exs[0])
+            d1 = int(rng.integers(0, rows[0].ndim + 1)) if bo else None
+            args.append(em.from_numpy(np.ascontiguousarray(np.stack(rows, axis=d1) if bo
+                                                           else rows[0])))
+            outer.append(d1)
+            inner.append(d2)
+        if all(d is None for d in outer) or all(d is None for d in inner):
+            continue
+        kw = grid[0][0].kwargs
+        fn = lambda *xs: info.fn(*xs, **kw)  # noqa: E731
+        try:
+            want = [[_as_tuple(fn(*[a if do is None and di is None else
+                                     a.select(do, i) if di is None else
+                                     a.select(di, j) if do is None else
+                                     a.select(do, i).select(di, j)
+                                     for a, do, di in zip(args, outer, inner)]))
+                     for j in range(b2)] for i in range(b1)]
+        except Exception:
+            continue
+        with warnings.catch_warnings():
+            warnings.simplefilter("ignore")
+            got = _as_tuple(vmap(vmap(fn, in_dims=tuple(inner)), in_dims=tuple(outer))(*args))
+        for m, g in enumerate(got):
+            ref = np.stack([np.stack([np.asarray(w[m].numpy()) for w in row]) for row in want])
+            np.testing.assert_allclose(g.numpy(), ref, rtol=1e-10, atol=1e-12,
+                                       err_msg=f"{info.name}[{k}] outer={outer} inner={inner}")
+        checked += 1
+    assert checked, f"{info.name}: no sample was checked under nested vmap"
