@@ -81,10 +81,12 @@ def _eig_jvp(t, P, A):
 
 eig_p = defop(
     "linalg_eig", nin=1, kernel=_eig_kernel, dtype=_complex_out, save="both",
+    batch="front",
     shape=lambda a: tuple(a[:-2]) + (a[-1] + 1, a[-1]), vjp=_eig_vjp, jvp=_eig_jvp,
     doc="packed complex (..., n+1, n): eigenvalues row, eigenvectors")
 
 eigvals_p = defop(
     "linalg_eigvals", nin=1, kernel=_eigvals_kernel, dtype=_complex_out, save=None,
+    batch="front",
     shape=lambda a: tuple(a[:-1]), differentiable=False,
     doc="eigenvalues only (no gradient: ember.linalg.eigvals goes through eig then)")
