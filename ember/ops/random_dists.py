@@ -10,8 +10,9 @@ Poisson, binomial, Dirichlet.
 - ``_standard_gamma_grad(alpha, x)`` is that derivative (a deterministic primitive without a
   VJP of its own, like PyTorch's). ``dF/dalpha`` is a fourth-order central difference
   (Richardson over steps ``h``, ``2h`` with ``h = 1e-3 alpha``) of SciPy's regularised
-  incomplete gamma, differencing the smaller of ``P`` and ``Q = 1 - P`` so that nothing
-  cancels in the tails: about 1e-11 relative error in float64.
+  incomplete gamma, differencing ``P`` below ``x = alpha`` and ``Q = 1 - P`` above, so that
+  nothing cancels in the tails: about 1e-10 relative error in float64 (float32 results
+  take a plain central difference, half the SciPy calls, ~1e-8).
 - ``poisson``, ``binomial`` and ``_sample_dirichlet`` draw through :func:`ember.random._drawn`,
   like ``ember.rand``: seeded by ``ember.manual_seed``, traced as ``random`` nodes. Their
   gradients are zero (PyTorch's ``poisson``/``binomial`` formulas are zeros; Dirichlet's
@@ -56,13 +57,24 @@ def _gamma_kernel(xp, alpha, generator=None):
     return np.maximum(x, np.finfo(ct).tiny).astype(alpha.dtype, copy=False)
 
 
-def _dP_dalpha(a, x):
-    """d/da of the regularised lower incomplete gamma P(a, x), by Richardson differences."""
+def _dP_dalpha(a, x, fourth_order: bool = True):
+    """d/da of the regularised lower incomplete gamma P(a, x), by central differences of P
+    where x <= a (below about the median) and of -Q = P - 1 above (the smaller tail:
+    nothing cancels); Richardson-extrapolated (fourth order) unless ``fourth_order`` is
+    False (float32 results: half the SciPy calls, ~1e-8 relative error)."""
     from scipy import special as sp
-    h = 1e-3 * a
-    use_q = sp.gammainc(a, x) > 0.5               # NOTE: difference the smaller tail
-    f = lambda s: np.where(use_q, -sp.gammaincc(a + s, x), sp.gammainc(a + s, x))  # noqa
-    return (8 * (f(h) - f(-h)) - (f(2 * h) - f(-2 * h))) / (12 * h)
+    out = np.empty(a.shape)
+    for fn, sign, m in ((sp.gammainc, 1.0, x <= a), (sp.gammaincc, -1.0, x > a)):
+        am, xm = a[m], x[m]
+        if fourth_order:
+            h = 1e-3 * am
+            d = (8 * (fn(am + h, xm) - fn(am - h, xm))
+                 - (fn(am + 2 * h, xm) - fn(am - 2 * h, xm))) / (12 * h)
+        else:
+            h = 1e-4 * am
+            d = (fn(am + h, xm) - fn(am - h, xm)) / (2 * h)
+        out[m] = sign * d
+    return out
 
 
 def _gamma_grad_kernel(xp, alpha, x):
@@ -71,7 +83,7 @@ def _gamma_grad_kernel(xp, alpha, x):
     a, x = np.broadcast_arrays(alpha.astype(np.float64), x.astype(np.float64))
     with np.errstate(all="ignore"):
         log_pdf = (a - 1) * np.log(x) - x - sp.gammaln(a)
-        res = -_dP_dalpha(a, x) * np.exp(-log_pdf)
+        res = -_dP_dalpha(a, x, fourth_order=dt != np.float32) * np.exp(-log_pdf)
     # NOTE: 0 where the sample underflowed or the density vanished (PyTorch returns 0 too).
     return np.where(np.isfinite(res), res, 0.0).astype(dt)
 
@@ -158,3 +170,31 @@ def _sample_dirichlet(input: Tensor, generator=None) -> Tensor:
         g = np.maximum(_gen(generator).standard_gamma(a.astype(ct), dtype=ct), np.finfo(ct).tiny)
         return (g / g.sum(-1, keepdims=True)).astype(dt.np)
     return _drawn(draw, dt, input.device, False, "_sample_dirichlet", (input.detach(),))
+
+
+def _sample_categorical(probs: Tensor, sample_shape=(), generator=None) -> Tensor:
+    """Indices (int64, shape ``sample_shape + probs.shape[:-1]``) drawn by inverting the CDF
+    of each row of the non-negative weights ``probs`` (normalised here)."""
+    shape = tuple(sample_shape) + tuple(probs.shape[:-1])
+
+    def draw(p):
+        cdf = np.cumsum(p.astype(np.float64), -1)
+        cdf = cdf / cdf[..., -1:]
+        u = _gen(generator).random(shape)
+        idx = (u[..., None] >= cdf).sum(-1)
+        return np.minimum(idx, p.shape[-1] - 1).astype(np.int64)
+    return _drawn(draw, _dt.int64, probs.device, False, "categorical", (probs.detach(),))
+
+
+def _sample_multinomial(total_count: int, probs: Tensor, sample_shape=(),
+                        generator=None) -> Tensor:
+    """Counts (``probs``' dtype, shape ``sample_shape + probs.shape``) of ``total_count``
+    draws from each row of ``probs``."""
+    shape = tuple(sample_shape) + tuple(probs.shape)
+    dt = probs.dtype
+
+    def draw(p):
+        p = p.astype(np.float64)
+        p = np.ascontiguousarray(np.broadcast_to(p / p.sum(-1, keepdims=True), shape))
+        return _gen(generator).multinomial(int(total_count), p).astype(dt.np)
+    return _drawn(draw, dt, probs.device, False, "multinomial", (probs.detach(),))
