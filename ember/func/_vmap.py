@@ -47,6 +47,13 @@ def vmap(func, in_dims=0, out_dims=0, randomness: str = "error", *, chunk_size=N
     Returns:
         the vectorised function.
 
+    Semantics follow torch.func: writing a batched value in place into a tensor that is
+    not batched raises; reading a batched value into Python (``item()``, ``bool()``,
+    ``numpy()``) raises; ops whose output size depends on values (``nonzero``, boolean
+    masks) raise. One deliberate difference: a tensor a factory (``zeros``, ``empty``...)
+    made inside the vmapped function becomes batched when a batched value is written into
+    it, as each example's own copy would (torch.func raises there).
+
     Example:
         >>> per_sample = ember.func.vmap(ember.func.grad(loss), in_dims=(None, 0, 0))
         >>> grads = per_sample(w, xs, ys)            # one gradient per example
