@@ -70,7 +70,7 @@ class Dirichlet(ExponentialFamily):
     @property
     def variance(self):
         con0 = self.concentration.sum(-1, keepdim=True)
-        return self.concentration * (con0 - self.concentration) / (con0.pow(2) * (con0 + 1))
+        return self.concentration * (con0 - self.concentration) / (con0.square() * (con0 + 1))
 
     def entropy(self):
         c = self.concentration
@@ -129,7 +129,7 @@ class Beta(ExponentialFamily):
     @property
     def variance(self):
         total = self.concentration1 + self.concentration0
-        return self.concentration1 * self.concentration0 / (total.pow(2) * (total + 1))
+        return self.concentration1 * self.concentration0 / (total.square() * (total + 1))
 
     def rsample(self, sample_shape=()):
         return self._dirichlet.rsample(sample_shape).select(-1, 0)

@@ -47,7 +47,7 @@ class Gamma(ExponentialFamily):
 
     @property
     def variance(self):
-        return self.concentration / self.rate.pow(2)
+        return self.concentration / self.rate.square()
 
     def rsample(self, sample_shape=()):
         shape = tuple(self._extended_shape(sample_shape))

@@ -227,8 +227,8 @@ def _kl_laplace_laplace(p, q):
 
 @register_kl(Normal, Normal)
 def _kl_normal_normal(p, q):
-    var_ratio = (p.scale / q.scale).pow(2)
-    t1 = ((p.loc - q.loc) / q.scale).pow(2)
+    var_ratio = (p.scale / q.scale).square()
+    t1 = ((p.loc - q.loc) / q.scale).square()
     return 0.5 * (var_ratio + t1 - 1 - var_ratio.log())
 
 
@@ -254,7 +254,7 @@ def _kl_uniform_uniform(p, q):
 
 @register_kl(Cauchy, Cauchy)
 def _kl_cauchy_cauchy(p, q):
-    t1 = ((p.scale + q.scale).pow(2) + (p.loc - q.loc).pow(2)).log()
+    t1 = ((p.scale + q.scale).square() + (p.loc - q.loc).square()).log()
     t2 = (4 * p.scale * q.scale).log()
     return t1 - t2
 
@@ -284,7 +284,7 @@ def _kl_multivariatenormal_multivariatenormal(p, q):
     batch = tuple(ember.broadcast_shapes(tuple(Lq.shape[:-2]), tuple(Lp.shape[:-2])))
     X = ember.linalg.solve_triangular(Lq.expand(batch + (n, n)), Lp.expand(batch + (n, n)),
                                       upper=False)
-    term2 = X.pow(2).sum((-2, -1))
+    term2 = X.square().sum((-2, -1))
     term3 = _batch_mahalanobis(Lq, q.loc - p.loc)
     return half_term1 + 0.5 * (term2 + term3 - n)
 
@@ -299,9 +299,9 @@ def _kl_normal_uniform(p, q):
 def _kl_uniform_normal(p, q):
     common_term = p.high - p.low
     t1 = (math.sqrt(math.pi * 2) * q.scale / common_term).log()
-    t2 = common_term.pow(2) / 12
-    t3 = ((p.high + p.low - 2 * q.loc) / 2).pow(2)
-    return t1 + 0.5 * (t2 + t3) / q.scale.pow(2)
+    t2 = common_term.square() / 12
+    t3 = ((p.high + p.low - 2 * q.loc) / 2).square()
+    return t1 + 0.5 * (t2 + t3) / q.scale.square()
 
 
 @register_kl(Uniform, Gamma)
@@ -335,12 +335,12 @@ def _kl_uniform_beta(p, q):
 
 @register_kl(Exponential, Normal)
 def _kl_exponential_normal(p, q):
-    var_normal = q.scale.pow(2)
-    rate_sqr = p.rate.pow(2)
+    var_normal = q.scale.square()
+    rate_sqr = p.rate.square()
     t1 = 0.5 * (rate_sqr * var_normal * 2 * math.pi).log()
     t2 = rate_sqr.reciprocal()
     t3 = q.loc / p.rate
-    t4 = q.loc.pow(2) * 0.5
+    t4 = q.loc.square() * 0.5
     return t1 - 1 + (t2 - t3 + t4) / var_normal
 
 
@@ -359,25 +359,25 @@ def _kl_gamma_exponential(p, q):
 
 @register_kl(Gamma, Normal)
 def _kl_gamma_normal(p, q):
-    var_normal = q.scale.pow(2)
-    beta_sqr = p.rate.pow(2)
+    var_normal = q.scale.square()
+    beta_sqr = p.rate.square()
     t1 = (0.5 * (beta_sqr * var_normal * 2 * math.pi).log() - p.concentration
           - ember.lgamma(p.concentration))
-    t2 = 0.5 * (p.concentration.pow(2) + p.concentration) / beta_sqr
+    t2 = 0.5 * (p.concentration.square() + p.concentration) / beta_sqr
     t3 = q.loc * p.concentration / p.rate
-    t4 = 0.5 * q.loc.pow(2)
+    t4 = 0.5 * q.loc.square()
     return (t1 + (p.concentration - 1) * ember.digamma(p.concentration)
             + (t2 - t3 + t4) / var_normal)
 
 
 @register_kl(Laplace, Normal)
 def _kl_laplace_normal(p, q):
-    var_normal = q.scale.pow(2)
-    scale_sqr_var_ratio = p.scale.pow(2) / var_normal
+    var_normal = q.scale.square()
+    scale_sqr_var_ratio = p.scale.square() / var_normal
     t1 = 0.5 * (2 * scale_sqr_var_ratio / math.pi).log()
-    t2 = 0.5 * p.loc.pow(2)
+    t2 = 0.5 * p.loc.square()
     t3 = p.loc * q.loc
-    t4 = 0.5 * q.loc.pow(2)
+    t4 = 0.5 * q.loc.square()
     return -t1 + scale_sqr_var_ratio + (t2 - t3 + t4) / var_normal - 1
 
 
@@ -393,7 +393,7 @@ def _kl_normal_laplace(p, q):
     scale_ratio = p.scale / q.scale
     loc_diff_scale_ratio = loc_diff / p.scale
     t1 = scale_ratio.log()
-    t2 = math.sqrt(2 / math.pi) * p.scale * (-0.5 * loc_diff_scale_ratio.pow(2)).exp()
+    t2 = math.sqrt(2 / math.pi) * p.scale * (-0.5 * loc_diff_scale_ratio.square()).exp()
     t3 = loc_diff * ember.erf(math.sqrt(0.5) * loc_diff_scale_ratio)
     return -t1 + (t2 + t3) / q.scale - (0.5 * (1 + math.log(0.5 * math.pi)))
 

@@ -60,7 +60,7 @@ class Laplace(_LocScale):
 
     @property
     def variance(self):
-        return 2 * self.scale.pow(2)
+        return 2 * self.scale.square()
 
     @property
     def stddev(self):
@@ -109,7 +109,7 @@ class Cauchy(_LocScale):
         return self.loc + self.scale * (math.pi * (u - 0.5)).tan()
 
     def log_prob(self, value):
-        return -math.log(math.pi) - self.scale.log() - self._z(value).pow(2).log1p()
+        return -math.log(math.pi) - self.scale.log() - self._z(value).square().log1p()
 
     def cdf(self, value):
         return ember.atan(self._z(value)) / math.pi + 0.5
@@ -139,7 +139,7 @@ class Gumbel(_LocScale):
 
     @property
     def variance(self):
-        return self.stddev.pow(2)
+        return self.stddev.square()
 
     def rsample(self, sample_shape=()):
         fi = ember.finfo(self.loc.dtype)
@@ -194,7 +194,7 @@ class StudentT(Distribution):
 
     @property
     def variance(self):
-        v = self.scale.pow(2) * self.df / (self.df - 2)
+        v = self.scale.square() * self.df / (self.df - 2)
         v = ember.where(self.df <= 2, float("inf"), v)
         return ember.where(self.df <= 1, float("nan"), v)
 
@@ -211,7 +211,7 @@ class StudentT(Distribution):
         y = (value - self.loc) / self.scale
         z = (self.scale.log() + 0.5 * self.df.log() + 0.5 * math.log(math.pi)
              + ember.lgamma(0.5 * self.df) - ember.lgamma(0.5 * (self.df + 1.0)))
-        return -0.5 * (self.df + 1.0) * (y.pow(2) / self.df).log1p() - z
+        return -0.5 * (self.df + 1.0) * (y.square() / self.df).log1p() - z
 
     def entropy(self):
         lbeta = (ember.lgamma(0.5 * self.df) + math.lgamma(0.5)

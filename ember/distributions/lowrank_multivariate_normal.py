@@ -30,7 +30,7 @@ def _batch_lowrank_logdet(W, D, capacitance_tril):
 
 def _batch_lowrank_mahalanobis(W, D, x, capacitance_tril):
     Wt_Dinv_x = _batch_mv(W.mT / D.unsqueeze(-2), x)
-    return (x.pow(2) / D).sum(-1) - _batch_mahalanobis(capacitance_tril, Wt_Dinv_x)
+    return (x.square() / D).sum(-1) - _batch_mahalanobis(capacitance_tril, Wt_Dinv_x)
 
 
 class LowRankMultivariateNormal(Distribution):
@@ -102,7 +102,7 @@ class LowRankMultivariateNormal(Distribution):
     @lazy_property
     def variance(self):
         W, D = self._unbroadcasted_cov_factor, self._unbroadcasted_cov_diag
-        return (W.pow(2).sum(-1) + D).expand(tuple(self._batch_shape)
+        return (W.square().sum(-1) + D).expand(tuple(self._batch_shape)
                                             + tuple(self._event_shape))
 
     @lazy_property

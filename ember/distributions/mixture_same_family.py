@@ -98,7 +98,7 @@ class MixtureSameFamily(Distribution):
         d = -1 - self._event_ndims
         mean_cond_var = (probs * self.component_distribution.variance).sum(d)
         var_cond_mean = (probs * (self.component_distribution.mean
-                                  - self._pad(self.mean)).pow(2)).sum(d)
+                                  - self._pad(self.mean)).square()).sum(d)
         return mean_cond_var + var_cond_mean
 
     def cdf(self, x):

@@ -27,7 +27,7 @@ def _batch_mahalanobis(bL, bx):
     batch = tuple(ember.broadcast_shapes(tuple(bL.shape[:-2]), tuple(bx.shape[:-1])))
     L = bL.expand(batch + (n, n))
     x = bx.expand(batch + (n,)).unsqueeze(-1)
-    return ember.linalg.solve_triangular(L, x, upper=False).squeeze(-1).pow(2).sum(-1)
+    return ember.linalg.solve_triangular(L, x, upper=False).squeeze(-1).square().sum(-1)
 
 
 def _precision_to_scale_tril(P):
@@ -123,7 +123,7 @@ class MultivariateNormal(Distribution):
 
     @property
     def variance(self):
-        return self._unbroadcasted_scale_tril.pow(2).sum(-1).expand(
+        return self._unbroadcasted_scale_tril.square().sum(-1).expand(
             tuple(self._batch_shape) + tuple(self._event_shape))
 
     def rsample(self, sample_shape=()):

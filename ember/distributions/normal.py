@@ -56,7 +56,7 @@ class Normal(ExponentialFamily):
 
     @property
     def variance(self):
-        return self.scale.pow(2)
+        return self.scale.square()
 
     def rsample(self, sample_shape=()):
         shape = self._extended_shape(sample_shape)
@@ -66,8 +66,8 @@ class Normal(ExponentialFamily):
     def log_prob(self, value):
         if self._validate_args:
             self._validate_sample(value)
-        var = self.scale ** 2
-        return -((value - self.loc) ** 2) / (2 * var) - _log(self.scale) - _LOG_SQRT_2PI
+        var = self.scale.square()
+        return -(value - self.loc).square() / (2 * var) - _log(self.scale) - _LOG_SQRT_2PI
 
     def cdf(self, value):
         if self._validate_args:

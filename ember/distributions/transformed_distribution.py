@@ -167,15 +167,15 @@ class LogNormal(TransformedDistribution):
 
     @property
     def mean(self):
-        return (self.loc + self.scale.pow(2) / 2).exp()
+        return (self.loc + self.scale.square() / 2).exp()
 
     @property
     def mode(self):
-        return (self.loc - self.scale.pow(2)).exp()
+        return (self.loc - self.scale.square()).exp()
 
     @property
     def variance(self):
-        s2 = self.scale.pow(2)
+        s2 = self.scale.square()
         return s2.expm1() * (2 * self.loc + s2).exp()
 
     def entropy(self):
@@ -236,7 +236,7 @@ class HalfNormal(_Half):
 
     @property
     def variance(self):
-        return self.scale.pow(2) * (1 - 2 / math.pi)
+        return self.scale.square() * (1 - 2 / math.pi)
 
 
 class HalfCauchy(_Half):

@@ -53,7 +53,7 @@ class Uniform(Distribution):
 
     @property
     def variance(self):
-        return (self.high - self.low).pow(2) / 12
+        return (self.high - self.low).square() / 12
 
     def rsample(self, sample_shape=()):
         shape = self._extended_shape(sample_shape)
