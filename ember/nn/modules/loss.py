@@ -4,6 +4,8 @@ so they follow ``.to()`` and appear in ``state_dict()``.
 """
 from __future__ import annotations
 
+import warnings
+
 from .. import functional as F
 from ..functional._loss import _legacy
 from ..module import Module
@@ -13,7 +15,7 @@ __all__ = ['MSELoss', 'L1Loss', 'SmoothL1Loss', 'HuberLoss', 'CrossEntropyLoss',
            'MarginRankingLoss', 'HingeEmbeddingLoss', 'SoftMarginLoss',
            'MultiLabelSoftMarginLoss', 'PoissonNLLLoss', 'GaussianNLLLoss', 'TripletMarginLoss',
            'MultiMarginLoss', 'MultiLabelMarginLoss', 'TripletMarginWithDistanceLoss',
-           'CTCLoss']
+           'CTCLoss', 'NLLLoss2d']
 
 
 class _Loss(Module):
@@ -102,6 +104,17 @@ class NLLLoss(_WeightedLoss):
     def forward(self, input, target):
         return F.nll_loss(input, target, weight=self.weight, ignore_index=self.ignore_index,
                           reduction=self.reduction)
+
+
+class NLLLoss2d(NLLLoss):
+    """Deprecated alias of :class:`NLLLoss` (``torch.nn.NLLLoss2d``), with PyTorch's warning."""
+
+    def __init__(self, weight=None, size_average=None, ignore_index: int = -100, reduce=None,
+                 reduction: str = "mean"):
+        warnings.warn("NLLLoss2d has been deprecated. Please use NLLLoss instead as a drop-in "
+                      "replacement and see https://pytorch.org/docs/main/nn.html#torch.nn."
+                      "NLLLoss for more details.", stacklevel=2)
+        super().__init__(weight, size_average, ignore_index, reduce, reduction)
 
 
 class CrossEntropyLoss(_WeightedLoss):
