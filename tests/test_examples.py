@@ -113,6 +113,10 @@ def test_per_sample_grads_vmap_of_grad_matches_the_loop(capsys):
     assert r["max_abs_grad"] > 0
     assert r["max_abs_diff"] <= 1e-5 * r["max_abs_grad"]      # float32 rounding only
     assert "max |loop - vmap(grad)|" in capsys.readouterr().out
+    r = load("per_sample_grads").main(["--model", "cnn", "--batch", "4", "--hidden", "8",
+                                       "--repeat", "1"])
+    assert r["shapes"]["3.weight"] == (4, 64, 32, 3, 3)
+    assert r["max_abs_diff"] <= 1e-5 * r["max_abs_grad"]
 
 
 def test_model_ensembling_vmap_over_stacked_weights_matches_the_loop(capsys):
