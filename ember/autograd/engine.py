@@ -255,9 +255,13 @@ def _call_vjp(node, grads, create_graph, want=None):
 
 def _run_rule(vjp, node, g, out, inputs, want=None):
     if vjp.__class__ is tuple:  # one rule per input: compute only the gradients needed
-        return [None if e is None or rule is None or (want is not None and not want[i])
-                else rule(g, out, *inputs, **node.params)
-                for i, (rule, e) in enumerate(zip(vjp, node.next))]
+        res = []
+        params = node.params
+        for i, e in enumerate(node.next):
+            rule = vjp[i]
+            res.append(None if e is None or rule is None or (want is not None and not want[i])
+                       else rule(g, out, *inputs, **params))
+        return res
     return vjp(g, out, *inputs, **node.params)
 
 
@@ -488,15 +492,20 @@ def _run_nodes(nodes, buffers, inputs, target_nodes, target_leaves, needed, capt
     """The node loop of :func:`run_backward`: each node's VJP, in reverse creation order."""
     with set_grad_enabled(create_graph):
         for node in nodes:
-            grads = [buffers.pop((id(node), k), None) for k in range(node.nout)]
-            grads = _run_pre_hooks(node, grads, create_graph)
-            if inputs is not None and id(node) in target_nodes:
+            nid = id(node)
+            if node.nout == 1:
+                grads = [buffers.pop((nid, 0), None)]
+            else:
+                grads = [buffers.pop((nid, k), None) for k in range(node.nout)]
+            if node.pre_hooks is not None or node.retain is not None:
+                grads = _run_pre_hooks(node, grads, create_graph)
+            if inputs is not None and nid in target_nodes:
                 for k, i in target_nodes[id(node)]:
                     captured[i] = grads[k]
                 if not any(e is not None and (id(e[0]) in needed or id(e[0]) in target_leaves)
                            for e in node.next):
                     continue
-            if all(g is None for g in grads):
+            if grads[0] is None and (len(grads) == 1 or all(g is None for g in grads)):
                 continue
             # NOTE: under autograd.grad, skip the VJPs of inputs that lead to no requested
             # input (a weight's gradient in jacrev with respect to x), as PyTorch does
@@ -514,11 +523,16 @@ def _run_nodes(nodes, buffers, inputs, target_nodes, target_leaves, needed, capt
                 free = getattr(node.op, "free_saved", None)  # custom Function: its ctx
                 if free is not None:
                     free()
+            anomaly = state.anomaly
             for i, (e, gi) in enumerate(zip(node.next, in_grads)):
                 if e is None or gi is None:
                     continue
-                gi = _fit_checked(gi, node, i) if state.anomaly else \
-                    _fit(gi, node.in_meta[i], node, i)
+                if anomaly:
+                    gi = _fit_checked(gi, node, i)
+                else:
+                    meta = node.in_meta[i]
+                    if gi._dtype is not meta[1] or gi._data.shape != meta[0]:
+                        gi = _fit(gi, meta, node, i)
                 target, k = e
                 if target.__class__ is not Node:   # a leaf (Tensor, Parameter...)
                     if inputs is None:
@@ -529,7 +543,9 @@ def _run_nodes(nodes, buffers, inputs, target_nodes, target_leaves, needed, capt
                         j = target_leaves[id(target)]
                         captured[j] = gi if captured.get(j) is None else captured[j] + gi
                 else:
-                    _accumulate(buffers, (id(target), k), gi)
+                    key = (id(target), k)
+                    cur = buffers.get(key)
+                    buffers[key] = gi if cur is None else cur + gi
             # NOTE: drop this node's input gradients now, not when the next node's rule
             # returns: that rule may be a whole checkpointed segment (recompute + backward).
             in_grads = gi = None

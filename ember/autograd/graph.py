@@ -11,6 +11,7 @@ from __future__ import annotations
 
 import itertools
 
+from ..tensor import Tensor as _Tensor
 from .grad_mode import state
 
 _seq = itertools.count()
@@ -84,13 +85,12 @@ class Node:
         nxt = []
         meta = []
         for x in inputs:
-            rg = getattr(x, "_requires_grad", None)
-            if rg is None:          # a Python scalar
+            if x.__class__ is not _Tensor and not isinstance(x, _Tensor):   # a Python scalar
                 nxt.append(None)
                 meta.append(None)
                 continue
             meta.append((x._data.shape, x._dtype, x._device))
-            if rg:
+            if x._requires_grad:
                 fn = x._grad_fn if x._base is None else view_grad_fn(x)
                 nxt.append((x, 0) if fn is None else (fn, x._out_nr))
             else:
@@ -99,8 +99,8 @@ class Node:
         self.in_meta = meta
         if saved_inputs:
             self.saved = inputs
-            self.versions = [_version_of(x)
-                             for x in inputs]
+            self.versions = [x._storage.version if x.__class__ is _Tensor or
+                             isinstance(x, _Tensor) else None for x in inputs]
         else:
             self.saved = None
             self.versions = None
