@@ -41,6 +41,11 @@ class BatchedTensor(Tensor):
         return (f"BatchedTensor(lvl={self._level}, bdim={self._bdim}, "
                 f"value={self._phys!r})")
 
+    __str__ = __repr__
+
+    def __format__(self, spec) -> str:
+        return repr(self) if not spec else format(str(self), spec)
+
 
 def _logical_data(phys, bdim):
     a = phys._data

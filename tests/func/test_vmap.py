@@ -399,3 +399,9 @@ def test_sampling_from_batched_parameters():
     assert 5 < out[2].sum().item() < 45
     with pytest.raises(RuntimeError, match="randomness='same' does not support a batched"):
         vmap(lambda q: em.bernoulli(q), randomness="same")(p)
+
+
+def test_printing_a_batched_tensor_shows_the_batch(capsys):
+    vmap(lambda a: print(a, f"{a}") or a)(em.ones(2, 3))
+    out = capsys.readouterr().out
+    assert out.count("BatchedTensor(lvl=") == 2 and "bdim=0" in out
