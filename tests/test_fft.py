@@ -205,3 +205,19 @@ def test_bench_quick_smoke(capsys):
     mod.main(["--quick", "--no-torch", "--rounds", "1"])
     out = capsys.readouterr().out
     assert "fft 1-D" in out and "rfft2 2-D" in out and "speed vs NumPy" in out
+
+
+def test_stft_without_window_warns_like_pytorch():
+    with pytest.warns(UserWarning, match="window was not provided"):
+        em.stft(em.ones(32), 8, return_complex=True)
+
+
+def test_autocast_runs_transforms_in_float32():
+    x = em.tensor(X, dtype=em.bfloat16)
+    with em.autocast("cpu", dtype=em.bfloat16):
+        r = em.fft.rfft(x)
+        s = em.stft(x[0], 4, window=em.ones(4), return_complex=True)
+    assert r.dtype is em.complex64 and s.dtype is em.complex64
+    np.testing.assert_allclose(r.numpy(), np.fft.rfft(x.float().numpy()), rtol=1e-5, atol=1e-5)
+    with pytest.raises(TypeError, match="bfloat16"):
+        em.fft.rfft(x)                   # outside autocast: PyTorch's CPU refuses it too

@@ -7,6 +7,7 @@ from __future__ import annotations
 import warnings
 
 from ..errors import DTypeError, ShapeError
+from ..ops.dispatch import autocast_entry
 from ..tensor import Tensor
 from ._transforms import fft, ifft, irfft, rfft
 
@@ -16,6 +17,11 @@ def _window(window, win_length, n_fft, ref, op):
     from ..ops.factories import ones
     from ..ops.pad import pad
     if window is None:
+        if op == "stft":
+            warnings.warn("A window was not provided. A rectangular window will be applied, "
+                          "which is known to cause spectral leakage; pass window= (e.g. "
+                          "ember.hann_window(n_fft)) or window=ember.ones(n_fft) (PyTorch "
+                          "warns the same)", UserWarning, stacklevel=4)
         window = ones(win_length, dtype=ref.dtype.to_real(), device=ref.device)
     elif window.ndim != 1 or window.shape[0] != win_length:
         raise ShapeError(f"{op}: expected a 1D window tensor of size equal to win_length="
@@ -35,6 +41,7 @@ def _lengths(n_fft, hop_length, win_length, op):
     return hop, win
 
 
+@autocast_entry("stft")
 def stft(input: Tensor, n_fft: int, hop_length=None, win_length=None, window=None,
          center: bool = True, pad_mode: str = "reflect", normalized: bool = False,
          onesided=None, return_complex=None) -> Tensor:

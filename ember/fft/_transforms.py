@@ -8,6 +8,7 @@ from .. import dtypes as _dt
 from ..errors import DTypeError, ShapeError
 from ..ops import fft as _p
 from ..ops.complex import cj
+from ..ops.dispatch import autocast_entry
 from ..ops.inplace import copy_into_out
 
 _NORMS = ("backward", "ortho", "forward")
@@ -112,6 +113,7 @@ def _c2r_n(input, s, dim, norm, op, out):
     return _finish(_p.c2r(x, dims, _norm(norm, op), last), out)
 
 
+@autocast_entry("fft_fftn")
 def fftn(input, s=None, dim=None, norm=None, *, out=None):
     """N-dimensional DFT over ``dim`` (all dims by default) (``torch.fft.fftn``).
 
@@ -128,17 +130,20 @@ def fftn(input, s=None, dim=None, norm=None, *, out=None):
     return _c2c_n(input, s, dim, norm, True, "fftn", out)
 
 
+@autocast_entry("fft_ifftn")
 def ifftn(input, s=None, dim=None, norm=None, *, out=None):
     """N-dimensional inverse DFT (``torch.fft.ifftn``); ``"backward"`` scales by ``1/n``."""
     return _c2c_n(input, s, dim, norm, False, "ifftn", out)
 
 
+@autocast_entry("fft_rfftn")
 def rfftn(input, s=None, dim=None, norm=None, *, out=None):
     """N-dimensional DFT of a real signal; the last transformed dim keeps ``n // 2 + 1``
     bins (``torch.fft.rfftn``)."""
     return _r2c_n(input, s, dim, norm, "rfftn", out)
 
 
+@autocast_entry("fft_irfftn")
 def irfftn(input, s=None, dim=None, norm=None, *, out=None):
     """Inverse of :func:`rfftn`: a real signal whose last transformed dim has ``s[-1]``
     points (default ``2 * (m - 1)``) (``torch.fft.irfftn``)."""
@@ -160,6 +165,7 @@ def ihfftn(input, s=None, dim=None, norm=None, *, out=None):
 
 
 # ------------------------------------------------------------------ 1-D and 2-D forms
+@autocast_entry("fft_fft")
 def fft(input, n=None, dim=-1, norm=None, *, out=None):
     """1-D DFT along ``dim`` of a signal zero-padded/cropped to ``n`` (``torch.fft.fft``).
 
@@ -169,48 +175,57 @@ def fft(input, n=None, dim=-1, norm=None, *, out=None):
     return _c2c_n(input, *_one(n, dim), norm, True, "fft", out)
 
 
+@autocast_entry("fft_ifft")
 def ifft(input, n=None, dim=-1, norm=None, *, out=None):
     """1-D inverse DFT (``torch.fft.ifft``)."""
     return _c2c_n(input, *_one(n, dim), norm, False, "ifft", out)
 
 
+@autocast_entry("fft_rfft")
 def rfft(input, n=None, dim=-1, norm=None, *, out=None):
     """1-D DFT of a real signal, ``n // 2 + 1`` bins (``torch.fft.rfft``)."""
     return _r2c_n(input, *_one(n, dim), norm, "rfft", out)
 
 
+@autocast_entry("fft_irfft")
 def irfft(input, n=None, dim=-1, norm=None, *, out=None):
     """Inverse of :func:`rfft`; ``n`` output points, default ``2 * (m - 1)``
     (``torch.fft.irfft``)."""
     return _c2r_n(input, *_one(n, dim), norm, "irfft", out)
 
 
+@autocast_entry("fft_hfft")
 def hfft(input, n=None, dim=-1, norm=None, *, out=None):
     """1-D DFT of a Hermitian signal given by its one-sided half; real output of ``n``
     points (``torch.fft.hfft``)."""
     return hfftn(input, *_one(n, dim), norm, out=out)
 
 
+@autocast_entry("fft_ihfft")
 def ihfft(input, n=None, dim=-1, norm=None, *, out=None):
     """Inverse of :func:`hfft` for a real signal (``torch.fft.ihfft``)."""
     return ihfftn(input, *_one(n, dim), norm, out=out)
 
 
+@autocast_entry("fft_fft2")
 def fft2(input, s=None, dim=(-2, -1), norm=None, *, out=None):
     """2-D DFT over the last two dims (``torch.fft.fft2``)."""
     return _c2c_n(input, s, dim, norm, True, "fft2", out)
 
 
+@autocast_entry("fft_ifft2")
 def ifft2(input, s=None, dim=(-2, -1), norm=None, *, out=None):
     """2-D inverse DFT (``torch.fft.ifft2``)."""
     return _c2c_n(input, s, dim, norm, False, "ifft2", out)
 
 
+@autocast_entry("fft_rfft2")
 def rfft2(input, s=None, dim=(-2, -1), norm=None, *, out=None):
     """2-D DFT of a real signal (``torch.fft.rfft2``)."""
     return _r2c_n(input, s, dim, norm, "rfft2", out)
 
 
+@autocast_entry("fft_irfft2")
 def irfft2(input, s=None, dim=(-2, -1), norm=None, *, out=None):
     """Inverse of :func:`rfft2` (``torch.fft.irfft2``)."""
     return _c2r_n(input, s, dim, norm, "irfft2", out)

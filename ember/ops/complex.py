@@ -22,6 +22,7 @@ from .. import dtypes as _dt
 from ..errors import DTypeError, ShapeError, describe
 from ..tensor import Tensor
 from . import dispatch
+from .dispatch import autocast_entry
 from .registry import defop
 
 __all__ = ["real", "imag", "conj", "conj_physical", "resolve_conj", "is_conj", "angle",
@@ -243,6 +244,7 @@ def angle(input):
     return where(x < 0, math.pi, where(x.isnan(), x, 0.0 * x))
 
 
+@autocast_entry("polar")
 def polar(abs, angle):  # noqa: A002 - PyTorch's parameter names
     """``abs * (cos(angle) + i sin(angle))`` (``torch.polar``).
 
@@ -257,6 +259,7 @@ def view_as_real(input):
     return _apply(view_as_real_p, (input,), _NOPARAMS)
 
 
+@autocast_entry("view_as_complex")
 def view_as_complex(input):
     """A complex view of a float tensor whose last dim is 2 with stride 1
     (``torch.view_as_complex``)."""

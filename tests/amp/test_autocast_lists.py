@@ -109,6 +109,13 @@ CASES = [
     ("cosine_similarity", lambda m, F, t: F.cosine_similarity(t.x, t.y)),
     ("softplus", lambda m, F, t: F.softplus(t.x)),
     ("atan2", lambda m, F, t: m.atan2(t.x, t.y)),
+    # complex results: compared as their float view (fp32 policy: complex64 -> float32)
+    ("polar", lambda m, F, t: m.view_as_real(m.polar(t.p, t.x))),
+    ("view_as_complex", lambda m, F, t: m.view_as_real(m.view_as_complex(t.x.reshape(4, 2, 2)))),
+    ("stft", lambda m, F, t: m.view_as_real(m.stft(t.x.reshape(-1), 4, window=m.ones(4),
+                                                   return_complex=True))),
+    ("fft_rfft", lambda m, F, t: m.view_as_real(m.fft.rfft(t.x))),
+    ("fft_fft2", lambda m, F, t: m.view_as_real(m.fft.fft2(t.x))),
 ]
 #: promote-list (and reference) cases, run with one float32 and one low-precision input.
 MIXED = [
