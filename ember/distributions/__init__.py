@@ -35,6 +35,7 @@ from .relaxed import (ExpRelaxedCategorical, LogitRelaxedBernoulli, RelaxedBerno
 from .transformed_distribution import HalfCauchy, HalfNormal, LogNormal, TransformedDistribution
 from .transforms import *  # noqa: F401,F403
 from .uniform import Uniform
+from .von_mises import VonMises
 
 __all__ = ["Bernoulli", "Beta", "Binomial", "Categorical", "Cauchy", "Chi2", "Dirichlet",
            "Distribution", "ExpRelaxedCategorical", "Exponential", "ExponentialFamily",
@@ -43,5 +44,5 @@ __all__ = ["Bernoulli", "Beta", "Binomial", "Categorical", "Cauchy", "Chi2", "Di
            "MixtureSameFamily", "Multinomial", "MultivariateNormal", "NegativeBinomial",
            "Normal", "OneHotCategorical", "OneHotCategoricalStraightThrough", "Poisson",
            "RelaxedBernoulli", "RelaxedOneHotCategorical", "StudentT",
-           "TransformedDistribution", "Uniform", "biject_to", "constraints", "kl_divergence",
-           "register_kl", "transform_to", "transforms"]
+           "TransformedDistribution", "Uniform", "VonMises", "biject_to", "constraints",
+           "kl_divergence", "register_kl", "transform_to", "transforms"]

@@ -198,3 +198,19 @@ def _sample_multinomial(total_count: int, probs: Tensor, sample_shape=(),
         p = np.ascontiguousarray(np.broadcast_to(p / p.sum(-1, keepdims=True), shape))
         return _gen(generator).multinomial(int(total_count), p).astype(dt.np)
     return _drawn(draw, dt, probs.device, False, "multinomial", (probs.detach(),))
+
+
+def _sample_von_mises(loc: Tensor, concentration: Tensor, sample_shape=(),
+                      generator=None) -> Tensor:
+    """Von Mises angles in [-pi, pi) (NumPy's Best-Fisher sampler), shape
+    ``sample_shape + broadcast(loc, concentration)``."""
+    dt = _dt.result_type(loc, concentration)
+    shape = tuple(sample_shape) + tuple(np.broadcast_shapes(tuple(loc.shape),
+                                                            tuple(concentration.shape)))
+
+    def draw(mu, kappa):
+        mu, kappa = (np.broadcast_to(a.astype(np.float64), shape) for a in (mu, kappa))
+        x = _gen(generator).vonmises(mu, kappa)
+        return (np.mod(x + np.pi, 2 * np.pi) - np.pi).astype(dt.np)
+    return _drawn(draw, dt, loc.device, False, "von_mises",
+                  (loc.detach(), concentration.detach()))

@@ -2,7 +2,7 @@
 float64, on a batch of parameters (and values broadcast against it)."""
 import numpy as np
 import pytest
-from scipy import stats
+from scipy import special, stats
 
 import ember as em
 import ember.distributions as D
@@ -146,3 +146,19 @@ def test_modes():
                                np.minimum(np.floor(6 * P), 5), rtol=RTOL)
     assert D.Categorical(t(SIMPLEX_P)).mode.tolist() == SIMPLEX_P.argmax(-1).tolist()
     assert np.isnan(D.Uniform(0.0, 1.0).mode.item())
+
+
+def test_von_mises_vs_scipy_and_samples():
+    d = D.VonMises(t(LOC), t(A))
+    sd = stats.vonmises(A, loc=LOC)
+    x = RNG.uniform(-np.pi, np.pi, (2, 4))
+    np.testing.assert_allclose(d.log_prob(t(x)).numpy(), sd.logpdf(x), rtol=RTOL, atol=ATOL)
+    r = special.i1e(A) / special.i0e(A)               # mean resultant length
+    np.testing.assert_allclose(d.variance.numpy(), 1 - r, rtol=RTOL)
+    em.manual_seed(4)
+    n = 20000
+    s = d.sample((n,)).numpy()
+    assert np.all((s >= -np.pi) & (s < np.pi))
+    c = np.cos(s - LOC)
+    var_c = 0.5 * (1 + special.i0e(A) ** -1 * special.ive(2, A)) - r ** 2   # Var cos(x - loc)
+    assert np.all(np.abs(c.mean(0) - r) <= 5 * np.sqrt(var_c / n))
