@@ -20,6 +20,7 @@ Run:
 from __future__ import annotations
 
 import argparse
+import gc
 import statistics
 import time
 from dataclasses import dataclass, field
@@ -147,18 +148,36 @@ SECTIONS = {"linalg": linalg_cases, "fft": fft_cases}
 _clock = time.process_time
 
 
+def _no_gc(fn):
+    """Run a timing loop with Python's cyclic GC off (as ``timeit`` does): a collection
+    triggered by whichever library allocates last would be charged to it."""
+    def run(*args):
+        gc.collect()
+        gc.disable()
+        try:
+            return fn(*args)
+        finally:
+            gc.enable()
+    return run
+
+
+@_no_gc
 def _median_times(fns, reps):
     for f in fns.values():          # warm-up (first-call imports, BLAS thread start)
         f()
     times = {k: [] for k in fns}
-    for _ in range(reps):
-        for k, f in fns.items():
+    keys = list(fns)
+    for r in range(reps):
+        # NOTE: the order rotates every repetition, so no library always runs first (on a
+        # cold cache) or right after the same neighbour.
+        for k in keys[r % len(keys):] + keys[:r % len(keys)]:
             t0 = _clock()
-            f()
+            fns[k]()
             times[k].append(_clock() - t0)
     return {k: statistics.median(v) for k, v in times.items()}
 
 
+@_no_gc
 def _median_fb(pairs, reps):
     for fw, bw in pairs.values():
         fw()
