@@ -13,6 +13,7 @@ from .rnn import *  # noqa: F401,F403
 from .attention import *  # noqa: F401,F403
 from .transformer import *  # noqa: F401,F403
 from .loss import *  # noqa: F401,F403
+from .adaptive import *  # noqa: F401,F403
 from .upsampling import *  # noqa: F401,F403
 from .padding import *  # noqa: F401,F403
 from .pixelshuffle import *  # noqa: F401,F403
