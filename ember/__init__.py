@@ -53,6 +53,7 @@ from .autograd.grad_mode import (enable_grad, inference_mode, is_grad_enabled,
                                  is_inference_mode_enabled, no_grad, set_grad_enabled)
 from . import autograd
 from . import func
+from .func import vmap  # noqa: F401 - torch.vmap (= torch.func.vmap)
 from . import special  # noqa: F401 - torch.special (SciPy imported on first use)
 from . import fft  # noqa: F401 - torch.fft (SciPy's pocketfft imported on first use)
 from .fft import istft, stft  # noqa: F401 - torch.stft/istft
