@@ -177,7 +177,7 @@ def test_stft_errors():
     with pytest.raises(RuntimeError, match="overlap add"):
         em.istft(em.ones(5, 3, dtype=em.complex64), 8, 2, window=em.zeros(8))
     with pytest.warns(UserWarning, match="deprecated"):
-        r = em.stft(em.ones(32), 8, return_complex=False)
+        r = em.stft(em.ones(32), 8, window=em.ones(8), return_complex=False)
     assert r.shape == (5, 17, 2) and r.dtype is em.float32
 
 
