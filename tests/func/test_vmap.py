@@ -405,3 +405,16 @@ def test_printing_a_batched_tensor_shows_the_batch(capsys):
     vmap(lambda a: print(a, f"{a}") or a)(em.ones(2, 3))
     out = capsys.readouterr().out
     assert out.count("BatchedTensor(lvl=") == 2 and "bdim=0" in out
+
+
+def test_backward_through_vmap_of_a_module_reaches_its_parameters():
+    em.manual_seed(0)
+    m = em.nn.Sequential(em.nn.Linear(3, 4), em.nn.Tanh(), em.nn.Linear(4, 2)).double()
+    x = T(5, 3)
+    vmap(m)(x).pow(2).sum().backward()
+    got = [p.grad.clone() for p in m.parameters()]
+    for p in m.parameters():
+        p.grad = None
+    m(x).pow(2).sum().backward()
+    for g, p in zip(got, m.parameters()):
+        close(g, p.grad, 1e-12)
