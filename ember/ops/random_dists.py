@@ -53,8 +53,10 @@ def _gamma_kernel(xp, alpha, generator=None):
     ct = np.float32 if alpha.dtype == np.float32 else np.float64
     with np.errstate(invalid="ignore"):
         x = _gen(generator).standard_gamma(alpha.astype(ct, copy=False), dtype=ct)
-    # NOTE: PyTorch clamps to the smallest normal number so that log(x) stays finite.
-    return np.maximum(x, np.finfo(ct).tiny).astype(alpha.dtype, copy=False)
+    # NOTE: PyTorch clamps to the smallest normal number (of the output dtype, float16's
+    # too) so that log(x) stays finite.
+    tiny = _dt.finfo(_dt.as_dtype(alpha.dtype)).tiny
+    return np.maximum(np.asarray(x).astype(alpha.dtype, copy=False), np.asarray(tiny, alpha.dtype))
 
 
 def _dP_dalpha(a, x, fourth_order: bool = True):
