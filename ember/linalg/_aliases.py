@@ -3,6 +3,7 @@
 from __future__ import annotations
 
 from ..ops.factories import zeros
+from ._checks import outable
 from ..ops.select import where
 from ..ops.linalg_lapack2 import lu_unpack_dense
 from ..tensor import Tensor
@@ -18,11 +19,13 @@ matrix_exp = _funcs.matrix_exp
 matrix_power = _funcs.matrix_power
 
 
+@outable
 def inverse(input, *, out=None):
     """``torch.inverse`` (= :func:`ember.linalg.inv`)."""
     return _solve.inv(input)
 
 
+@outable
 def slogdet(input, *, out=None):
     """``torch.slogdet``: ``(sign, logabsdet)``."""
     return T.slogdet_toplevel(*_solve.slogdet(input))
@@ -35,6 +38,7 @@ def logdet(input):
     return where(sign < 0, float("nan"), logabs)
 
 
+@outable
 def svd(input, some=True, compute_uv=True, *, out=None):
     """``torch.svd``: ``(U, S, V)`` — V, not Vh; ``some=False`` gives full U, V; with
     ``compute_uv=False`` U and V are zero-filled, as PyTorch."""
@@ -50,16 +54,19 @@ def svd(input, some=True, compute_uv=True, *, out=None):
     return T.svd_toplevel(U, S, Vh.mH)
 
 
+@outable
 def qr(input, some=True, *, out=None):
     """``torch.qr``: reduced (``some``) or complete QR."""
     return T.qr_toplevel(*_decomp.qr(input, "reduced" if some else "complete"))
 
 
+@outable
 def cholesky(input, upper=False, *, out=None):
     """``torch.cholesky`` (deprecated in PyTorch for :func:`ember.linalg.cholesky`)."""
     return _decomp.cholesky(input, upper=upper)
 
 
+@outable
 def cholesky_solve(B, L, upper=False, *, out=None):
     """Solve ``A X = B`` given the Cholesky factor of ``A`` (``torch.cholesky_solve``: ``L``
     lower, or upper with ``upper=True``); differentiable in ``B`` and ``L``."""
@@ -70,6 +77,7 @@ def cholesky_solve(B, L, upper=False, *, out=None):
     return _solve.solve_triangular(L.mH, Y, upper=True)
 
 
+@outable
 def cholesky_inverse(L, upper=False, *, out=None):
     """``A^{-1}`` from the Cholesky factor of ``A`` (``torch.cholesky_inverse``)."""
     from ..ops.factories import eye
@@ -82,17 +90,20 @@ def pinverse(input, rcond=1e-15):
     return _solve.pinv(input, rtol=rcond)
 
 
+@outable
 def lu(A, pivot=True, get_infos=False, out=None):
     """``torch.lu`` (= :func:`ember.linalg.lu_factor_ex`): ``(LU, pivots[, infos])``."""
     LU, piv, info = _decomp.lu_factor_ex(A, pivot=pivot)
     return (LU, piv, info) if get_infos else (LU, piv)
 
 
+@outable
 def lu_solve(b, LU_data, LU_pivots, *, out=None):
     """``torch.lu_solve(b, LU_data, LU_pivots)``."""
     return _decomp.lu_solve(LU_data, LU_pivots, b)
 
 
+@outable
 def lu_unpack(LU_data, LU_pivots, unpack_data=True, unpack_pivots=True, *, out=None):
     """``(P, L, U)`` from :func:`ember.linalg.lu_factor`'s output (``torch.lu_unpack``)."""
     P, L, U = lu_unpack_dense(LU_data, LU_pivots)
@@ -103,6 +114,7 @@ def lu_unpack(LU_data, LU_pivots, unpack_data=True, unpack_pivots=True, *, out=N
     return T.lu_unpack(P, L, U)
 
 
+@outable
 def triangular_solve(b, A, upper=True, transpose=False, unitriangular=False, *, out=None):
     """``torch.triangular_solve``: ``(solution, cloned_coefficient)`` of ``A X = b`` (or
     ``A^T X = b``)."""

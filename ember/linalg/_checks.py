@@ -67,3 +67,24 @@ def rows_match(op: str, A: Tensor, B: Tensor, left: bool = True) -> None:
 def batch_shape(op: str, *xs) -> tuple:
     from ..ops.dispatch import broadcast_shapes
     return broadcast_shapes(*(tuple(x.shape[:-2]) for x in xs), op=f"{op} (batch dims)")
+
+
+def outable(fn):
+    """Give ``fn`` PyTorch's ``out=``: the result (or each result of a tuple) is copied into
+    the given tensor(s) of the same shape, which are returned (not differentiable)."""
+    import functools
+
+    @functools.wraps(fn)
+    def wrapper(*args, out=None, **kwargs):
+        r = fn(*args, **kwargs)
+        if out is None:
+            return r
+        from ..ops.inplace import copy_into_out
+        if isinstance(r, tuple):
+            if not isinstance(out, (tuple, list)) or len(out) != len(r):
+                raise TypeError(f"{fn.__name__}: out= must be a tuple of {len(r)} tensors, got "
+                                f"{type(out).__name__}")
+            done = [copy_into_out(o, x.to(o.dtype)) for o, x in zip(out, r)]
+            return type(r)(*done) if hasattr(r, "_fields") else tuple(done)
+        return copy_into_out(out, r.to(out.dtype) if r.dtype is not out.dtype else r)
+    return wrapper

@@ -35,6 +35,7 @@ def _cholesky(op, A, upper, check_errors):
     return L.mH if upper else L
 
 
+@C.outable
 def cholesky(A, *, upper=False, out=None):
     """Cholesky factor ``L`` (lower; ``upper=True``: ``L^H``) of a symmetric positive-definite
     matrix, reading its lower triangle (``torch.linalg.cholesky``).
@@ -50,6 +51,7 @@ def cholesky(A, *, upper=False, out=None):
     return _cholesky("linalg.cholesky", A, upper, True)
 
 
+@C.outable
 def cholesky_ex(A, *, upper=False, check_errors=False, out=None):
     """``(L, info)``: ``info`` > 0 is the order of the first leading minor that is not
     positive-definite, instead of an error (``torch.linalg.cholesky_ex``)."""
@@ -64,6 +66,7 @@ def cholesky_ex(A, *, upper=False, check_errors=False, out=None):
 
 
 # ------------------------------------------------------------------ QR
+@C.outable
 def qr(A, mode="reduced", *, out=None):
     """QR decomposition ``A = Q R`` with ``mode`` 'reduced' (Q m×k), 'complete' (Q m×m) or
     'r' (R only; Q is an empty tensor) (``torch.linalg.qr``)."""
@@ -78,6 +81,7 @@ def qr(A, mode="reduced", *, out=None):
 
 
 # ------------------------------------------------------------------ SVD
+@C.outable
 def svd(A, full_matrices=True, *, driver=None, out=None):
     """``(U, S, Vh)`` with ``A = U diag(S) Vh``, singular values descending
     (``torch.linalg.svd``). Gradients follow PyTorch's ``svd_backward``: with
@@ -89,6 +93,7 @@ def svd(A, full_matrices=True, *, driver=None, out=None):
                             tuple(A.shape), bool(full_matrices)))
 
 
+@C.outable
 def svdvals(A, *, driver=None, out=None):
     """Singular values, descending (``torch.linalg.svdvals``); differentiable (then through
     the full SVD, as PyTorch)."""
@@ -105,6 +110,7 @@ def _uplo(op, UPLO):
     return UPLO
 
 
+@C.outable
 def eigh(A, UPLO="L", *, out=None):
     """``(eigenvalues, eigenvectors)`` of a symmetric matrix, eigenvalues ascending, reading
     the ``UPLO`` triangle (``torch.linalg.eigh``). Gradients through the eigenvectors are
@@ -113,6 +119,7 @@ def eigh(A, UPLO="L", *, out=None):
     return T.eigh(*eigh_parts(_apply(eigh_p, (A,), {"UPLO": _uplo("linalg.eigh", UPLO)})))
 
 
+@C.outable
 def eigvalsh(A, UPLO="L", *, out=None):
     """Eigenvalues of a symmetric matrix, ascending (``torch.linalg.eigvalsh``)."""
     C.square("linalg.eigvalsh", A)
@@ -123,6 +130,7 @@ def eigvalsh(A, UPLO="L", *, out=None):
 
 
 # ------------------------------------------------------------------ eig
+@C.outable
 def eig(A, *, out=None):
     """``(eigenvalues, eigenvectors)`` of a square matrix, both complex (complex64 for
     float32/complex64 input, complex128 otherwise); unit-norm eigenvectors with LAPACK's
@@ -133,6 +141,7 @@ def eig(A, *, out=None):
     return T.eig(*eig_parts(_apply(eig_p, (A,), {})))
 
 
+@C.outable
 def eigvals(A, *, out=None):
     """Eigenvalues of a square matrix, complex (``torch.linalg.eigvals``)."""
     from ..ops.linalg_eig import eigvals_p
@@ -151,12 +160,14 @@ def _lu_factor(op, A, pivot, check_errors):
     return lu_parts(_apply(lu_factor_p, (A,), {"check_errors": check_errors}))
 
 
+@C.outable
 def lu_factor(A, *, pivot=True, out=None):
     """``(LU, pivots)``: L (unit diagonal, below) and U packed in one matrix, 1-based int32
     row swaps (``torch.linalg.lu_factor``). Gradients: square matrices."""
     return T.lu_factor(*_lu_factor("linalg.lu_factor", A, pivot, True))
 
 
+@C.outable
 def lu_factor_ex(A, *, pivot=True, check_errors=False, out=None):
     """``(LU, pivots, info)`` without raising; ``info`` = i > 0 where U[i, i] is zero
     (``torch.linalg.lu_factor_ex``)."""
@@ -168,6 +179,7 @@ def lu_factor_ex(A, *, pivot=True, check_errors=False, out=None):
     return T.lu_factor_ex(LU, piv, _info(first, tuple(A.shape[:-2])))
 
 
+@C.outable
 def lu(A, *, pivot=True, out=None):
     """``(P, L, U)`` with ``A = P L U`` (``torch.linalg.lu``)."""
     LU, piv = _lu_factor("linalg.lu", A, pivot, False)
@@ -184,6 +196,7 @@ def _permute_rows(B, piv):
     return B.expand(batch + tuple(B.shape[-2:])).gather(-2, idx)
 
 
+@C.outable
 def lu_solve(LU, pivots, B, *, left=True, adjoint=False, out=None):
     """Solve ``A X = B`` from :func:`lu_factor`'s output (``torch.linalg.lu_solve``);
     ``adjoint`` solves with ``A^H``, ``left=False`` solves ``X A = B``. Differentiable in

@@ -21,6 +21,7 @@ def matrix_exp(A):
     return _apply(matrix_exp_p, (A,), {})
 
 
+@C.outable
 def matrix_power(A, n, *, out=None):
     """``A`` to the integer power ``n`` by repeated squaring; ``n < 0`` inverts first,
     ``n == 0`` gives the identity (``torch.linalg.matrix_power``)."""
@@ -43,6 +44,7 @@ def matrix_power(A, n, *, out=None):
     return result
 
 
+@C.outable
 def cross(input, other, *, dim=-1, out=None):
     """Cross product of 3-vectors along ``dim`` (default -1, unlike ``ember.cross``), batch
     dims broadcasting (``torch.linalg.cross``)."""
@@ -57,6 +59,7 @@ def cross(input, other, *, dim=-1, out=None):
     return stack(r, d)
 
 
+@C.outable
 def vecdot(x, y, *, dim=-1, out=None):
     """``sum(conj(x) * y, dim)`` with broadcasting (``torch.linalg.vecdot``)."""
     return (x * y).sum(dim)
@@ -78,6 +81,7 @@ def _chain_order(dims):
     return split
 
 
+@C.outable
 def multi_dot(tensors, *, out=None):
     """Product of a chain of matrices in the cheapest order; the first / last may be 1-D
     (a row / column vector) (``torch.linalg.multi_dot``)."""
@@ -134,6 +138,7 @@ def vander(x, *, N=None):
     return stack(cols, -1)
 
 
+@C.outable
 def householder_product(A, tau, *, out=None):
     """First n columns of ``H_1 ... H_k`` with ``H_i = I - tau_i v_i v_i^H``, ``v_i`` the
     i-th column of ``A`` below the diagonal with a 1 on it (``torch.linalg.

@@ -16,6 +16,7 @@ __all__ = ["vector_norm", "matrix_norm", "norm", "cond", "matrix_rank"]
 _INF = math.inf
 
 
+@C.outable
 def vector_norm(x, ord=2, dim=None, keepdim=False, *, dtype=None, out=None):
     """``sum(|x|^ord)^(1/ord)`` over ``dim`` (all dims if None), ``ord`` any float,
     ``inf``/``-inf`` (max/min of ``|x|``) or 0 (count of nonzeros) (``torch.linalg.vector_norm``).
@@ -44,6 +45,7 @@ def _keep(r, dims, keepdim):
     return r
 
 
+@C.outable
 def matrix_norm(A, ord="fro", dim=(-2, -1), keepdim=False, *, dtype=None, out=None):
     """Matrix norm over the two dims ``dim`` (``torch.linalg.matrix_norm``): 'fro', 'nuc'
     (sum of singular values), 2 / -2 (largest / smallest singular value), 1 / -1 (max / min
@@ -69,6 +71,7 @@ def matrix_norm(A, ord="fro", dim=(-2, -1), keepdim=False, *, dtype=None, out=No
                      f"-inf, 1, -1, 2, -2")
 
 
+@C.outable
 def norm(A, ord=None, dim=None, keepdim=False, *, dtype=None, out=None):
     """Vector or matrix norm (``torch.linalg.norm``): ``dim`` of one dim or ``ord=None`` with
     ``dim=None`` (the flattened 2-norm) is a vector norm; two dims, or a 2-D input with
@@ -92,6 +95,7 @@ def norm(A, ord=None, dim=None, keepdim=False, *, dtype=None, out=None):
                      f"or 2D. Got {A.ndim}D.")
 
 
+@C.outable
 def cond(A, p=None, *, out=None):
     """Condition number ``norm(A, p) * norm(inv(A), p)``; for p in (None, 2, -2) the ratio of
     extreme singular values (``torch.linalg.cond``)."""
@@ -104,6 +108,7 @@ def cond(A, p=None, *, out=None):
     return matrix_norm(A, p) * matrix_norm(inv(A), p)
 
 
+@C.outable
 def matrix_rank(A, *, atol=None, rtol=None, hermitian=False, tol=None, out=None):
     """Number of singular values (|eigenvalues| with ``hermitian``) above
     ``max(atol, rtol * largest)``; ``rtol`` defaults to ``eps * max(m, n)`` unless ``atol``

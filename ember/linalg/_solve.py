@@ -25,6 +25,7 @@ def _info(infos, shape) -> "object":
     return from_numpy(np.ascontiguousarray(np.asarray(infos, dtype=np.int32)).reshape(shape))
 
 
+@C.outable
 def inv(A, *, out=None):
     """Inverse of a square matrix (batched) (``torch.linalg.inv``).
 
@@ -35,6 +36,7 @@ def inv(A, *, out=None):
     return _apply(inv_p, (A,), {"check_errors": True})
 
 
+@C.outable
 def inv_ex(A, *, check_errors=False, out=None):
     """``(inverse, info)``: ``info`` is LAPACK's per matrix (0: success; i > 0: U[i, i] is
     zero) instead of an error (``torch.linalg.inv_ex``)."""
@@ -71,6 +73,7 @@ def _solve(op, A, B, left, check_errors):
     return X.squeeze(-1) if vector else X
 
 
+@C.outable
 def solve(A, B, *, left=True, out=None):
     """Solve ``A X = B`` (or ``X A = B`` with ``left=False``) for square ``A``; ``B`` may be
     a batch of vectors (PyTorch's rule) and batch dims broadcast (``torch.linalg.solve``).
@@ -83,6 +86,7 @@ def solve(A, B, *, left=True, out=None):
     return _solve("linalg.solve", A, B, left, True)
 
 
+@C.outable
 def solve_ex(A, B, *, left=True, check_errors=False, out=None):
     """``(result, info)`` of :func:`solve` without raising (``torch.linalg.solve_ex``)."""
     X = _solve("linalg.solve_ex", A, B, left, check_errors)
@@ -95,6 +99,7 @@ def solve_ex(A, B, *, left=True, check_errors=False, out=None):
     return T.solve_ex(X, _info(infos, batch))
 
 
+@C.outable
 def solve_triangular(A, B, *, upper, left=True, unitriangular=False, out=None):
     """Solve ``A X = B`` (``left``) or ``X A = B`` for triangular ``A``; only the ``upper``
     (or lower) triangle of ``A`` is read, and with ``unitriangular`` its diagonal is taken
@@ -113,6 +118,7 @@ def solve_triangular(A, B, *, upper, left=True, unitriangular=False, out=None):
     return _apply(solve_triangular_p, (A.mT, B.mT), params).mT
 
 
+@C.outable
 def det(A, *, out=None):
     """Determinant (batched) (``torch.linalg.det``); its gradient is the cofactor matrix,
     computed through the SVD where a matrix is singular (as PyTorch)."""
@@ -120,6 +126,7 @@ def det(A, *, out=None):
     return _apply(det_p, (A,), {})
 
 
+@C.outable
 def slogdet(A, *, out=None):
     """``(sign, logabsdet)`` with ``det = sign * exp(logabsdet)`` (``torch.linalg.slogdet``);
     a singular matrix gives ``(0, -inf)``."""
@@ -181,6 +188,7 @@ def _tol(x, name):
     return float(x)
 
 
+@C.outable
 def pinv(A, *, atol=None, rtol=None, hermitian=False, out=None):
     """Moore-Penrose pseudo-inverse via the SVD (eigh with ``hermitian``): singular values
     below ``max(atol, rtol * largest)`` are dropped; ``rtol`` defaults to
@@ -191,6 +199,7 @@ def pinv(A, *, atol=None, rtol=None, hermitian=False, out=None):
                                  "hermitian": bool(hermitian)})
 
 
+@C.outable
 def tensorinv(A, ind=2, *, out=None):
     """Inverse for ``tensordot``: ``A`` reshaped to a square matrix at ``ind``
     (``torch.linalg.tensorinv``)."""
@@ -205,6 +214,7 @@ def tensorinv(A, ind=2, *, out=None):
     return inv(A.reshape(math.prod(rows), math.prod(cols))).reshape(cols + rows)
 
 
+@C.outable
 def tensorsolve(A, B, dims=None, *, out=None):
     """``X`` with ``tensordot(A, X, X.ndim) == B`` (``torch.linalg.tensorsolve``)."""
     if dims is not None:

@@ -135,3 +135,17 @@ def test_qr_complete_tall_is_not_differentiable():
     Q, R = LA.qr(A, mode="complete")
     with pytest.raises(RuntimeError, match="mode='complete' and nrows > ncols"):
         Q.sum().backward()
+
+
+def test_out_argument_is_written_and_returned():
+    A = _t(np.diag([2., 4.]))
+    o = em.empty(2, 2, dtype=em.float64)
+    assert LA.inv(A, out=o) is o
+    np.testing.assert_allclose(o.numpy(), np.diag([0.5, 0.25]))
+    w, v = em.empty(2, dtype=em.float64), em.empty(2, 2, dtype=em.float64)
+    r = LA.eigh(A, out=(w, v))
+    assert r.eigenvalues is w and w.tolist() == [2.0, 4.0]
+    with pytest.raises(ValueError, match="shape"):
+        LA.det(A, out=em.empty(3, dtype=em.float64))
+    with pytest.raises(TypeError, match="tuple of 2"):
+        LA.eigh(A, out=w)
