@@ -178,4 +178,5 @@ def test_gamma_samples_stay_positive_in_every_dtype(dtype):
     x = em._standard_gamma(em.full((200,), 0.01, dtype=dt))
     assert x.dtype == dt
     assert bool((x >= em.finfo(dt).tiny).all())
-    assert bool(x.float().log().isfinite().all())
+    wide = x if dt in (em.float32, em.float64) else x.float()
+    assert bool(wide.log().isfinite().all())
