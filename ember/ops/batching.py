@@ -70,6 +70,12 @@ def _shift(d, rank):
 
 
 # ---------------------------------------------------------------------------- generic rules
+def _maker(fn):
+    """Mark ``fn(op) -> rule`` so :func:`rule_of` builds the rule from the op."""
+    fn._makes_rule = True
+    return fn
+
+
 def _elementwise(op):
     def rule(inputs, bdims, **params):
         rank = max((logical_ndim(x, d) for x, d in zip(inputs, bdims)
@@ -95,7 +101,7 @@ def dim_rule(param: str, front_all: bool = False):
                 params = dict(params, **{param: _shift(d, r)})
             return op(x, *inputs[1:], **params), 0
         return rule
-    return make
+    return _maker(make)
 
 
 def dims_rule(param: str = "dim", none_means_all: bool = True):
@@ -113,7 +119,7 @@ def dims_rule(param: str = "dim", none_means_all: bool = True):
                 d = tuple(_shift(i, r) for i in d)
             return op(x, **dict(params, **{param: d})), 0
         return rule
-    return make
+    return _maker(make)
 
 
 def _front_only(op):
@@ -176,13 +182,3 @@ def rule_of(op):
             fn = b
         r = _CACHE[op.name] = (b, fn)
     return r[1]
-
-
-def _maker(fn):
-    """Mark ``fn(op) -> rule`` so :func:`rule_of` builds the rule from the op."""
-    fn._makes_rule = True
-    return fn
-
-
-dim_rule = (lambda f: lambda *a, **k: _maker(f(*a, **k)))(dim_rule)
-dims_rule = (lambda f: lambda *a, **k: _maker(f(*a, **k)))(dims_rule)
