@@ -6,7 +6,9 @@ convolution GEMMs) and Ember's own pool for generated kernels (``ember/codegen/p
 The BLAS library is found among the shared objects this process has loaded (NumPy's wheels
 bundle a prefixed OpenBLAS, ``scipy_openblas_set_num_threads64_``) and called through
 ctypes — no ``threadpoolctl`` needed. Where no known BLAS is found, only Ember's pool
-changes and :func:`blas_threading` is empty.
+changes and :func:`blas_threading` is empty. While other processes keep the CPUs busy,
+BLAS gets fewer threads than asked (:mod:`ember._contention`; ``EMBER_ADAPTIVE_THREADS=0``
+turns that off).
 
 Example:
     >>> ember.set_num_threads(1)
@@ -98,13 +100,14 @@ def set_num_threads(n: int) -> None:
     if n <= 0:
         raise ValueError(f"set_num_threads(): number of threads must be positive, got {n}")
     from .codegen.runtime import set_num_threads as set_kernel_threads
+    from . import _contention
     set_kernel_threads(n)
-    for setter, _ in _find_blas().values():
-        setter(n)
+    _contention.set_asked(n)    # BLAS: n, or fewer while other processes hold the CPUs
 
 
 def get_num_threads() -> int:
-    """Threads used for intra-op work (Ember's kernel pool; BLAS is set to the same)."""
+    """Threads used for intra-op work (Ember's kernel pool; BLAS is set to the same, or to
+    fewer while other processes keep the CPUs busy: :mod:`ember._contention`)."""
     from .codegen.runtime import num_threads
     return num_threads()
 
@@ -120,3 +123,11 @@ def set_num_interop_threads(n: int) -> None:
 def get_num_interop_threads() -> int:
     """The inter-op thread count set by :func:`set_num_interop_threads` (default 1)."""
     return _interop["n"] or 1
+
+
+def _start_contention_policy() -> None:
+    from . import _contention
+    _contention.start()
+
+
+_start_contention_policy()

@@ -54,6 +54,8 @@ def blas_info() -> dict:
         info[var] = os.environ.get(var)
     from ._blas_env import STATUS
     info["OPENBLAS_THREAD_TIMEOUT"] = STATUS
+    from ._contention import status as adaptive_status
+    info["adaptive_blas_threads"] = adaptive_status()
     info["cpu_count"] = os.cpu_count()
     from .device import cpu
     info["host_malloc"] = cpu.HOST_MALLOC_POLICY
