@@ -21,7 +21,7 @@ from .constraint_registry import biject_to, transform_to
 from .dirichlet import Beta, Dirichlet
 from .distribution import Distribution
 from .exp_family import ExponentialFamily
-from .gamma import Chi2, Exponential, Gamma
+from .gamma import Chi2, Exponential, FisherSnedecor, Gamma
 from .independent import Independent
 from .kl import kl_divergence, register_kl
 from .laplace import Cauchy, Gumbel, Laplace, StudentT
@@ -32,6 +32,7 @@ from .normal import Normal
 from .poisson import Poisson
 from .relaxed import (ExpRelaxedCategorical, LogitRelaxedBernoulli, RelaxedBernoulli,
                       RelaxedOneHotCategorical)
+from .transformed_families import InverseGamma, LogisticNormal, Pareto, Weibull
 from .transformed_distribution import HalfCauchy, HalfNormal, LogNormal, TransformedDistribution
 from .transforms import *  # noqa: F401,F403
 from .uniform import Uniform
@@ -39,10 +40,11 @@ from .von_mises import VonMises
 
 __all__ = ["Bernoulli", "Beta", "Binomial", "Categorical", "Cauchy", "Chi2", "Dirichlet",
            "Distribution", "ExpRelaxedCategorical", "Exponential", "ExponentialFamily",
-           "Gamma", "Geometric", "Gumbel", "HalfCauchy", "HalfNormal", "Independent",
-           "Laplace", "LogNormal", "LogitRelaxedBernoulli", "LowRankMultivariateNormal",
-           "MixtureSameFamily", "Multinomial", "MultivariateNormal", "NegativeBinomial",
-           "Normal", "OneHotCategorical", "OneHotCategoricalStraightThrough", "Poisson",
+           "FisherSnedecor", "Gamma", "Geometric", "Gumbel", "HalfCauchy", "HalfNormal",
+           "Independent", "InverseGamma", "Laplace", "LogNormal", "LogisticNormal",
+           "LogitRelaxedBernoulli", "LowRankMultivariateNormal", "MixtureSameFamily",
+           "Multinomial", "MultivariateNormal", "NegativeBinomial", "Normal",
+           "OneHotCategorical", "OneHotCategoricalStraightThrough", "Pareto", "Poisson",
            "RelaxedBernoulli", "RelaxedOneHotCategorical", "StudentT",
-           "TransformedDistribution", "Uniform", "VonMises", "biject_to", "constraints",
-           "kl_divergence", "register_kl", "transform_to", "transforms"]
+           "TransformedDistribution", "Uniform", "VonMises", "Weibull", "biject_to",
+           "constraints", "kl_divergence", "register_kl", "transform_to", "transforms"]

@@ -9,10 +9,11 @@ import ember
 from ember.tensor import Size
 
 from . import constraints
+from .distribution import Distribution
 from .exp_family import ExponentialFamily
 from .utils import broadcast_all
 
-__all__ = ["Chi2", "Exponential", "Gamma"]
+__all__ = ["Chi2", "Exponential", "FisherSnedecor", "Gamma"]
 
 
 class Gamma(ExponentialFamily):
@@ -152,3 +153,63 @@ class Exponential(ExponentialFamily):
 
     def entropy(self):
         return 1.0 - self.rate.log()
+
+
+class FisherSnedecor(Distribution):
+    """Fisher-Snedecor F with ``df1`` and ``df2`` degrees of freedom (a ratio of scaled
+    chi-squared variables; reparameterised through the Gammas).
+
+    Example:
+        >>> FisherSnedecor(ember.tensor([3.0]), ember.tensor([6.0])).mean.tolist()
+        [1.5]
+    """
+
+    arg_constraints = {"df1": constraints.positive, "df2": constraints.positive}
+    support = constraints.positive
+    has_rsample = True
+
+    def __init__(self, df1, df2, validate_args=None):
+        self.df1, self.df2 = broadcast_all(df1, df2)
+        self._gamma1 = Gamma(self.df1 * 0.5, self.df1)
+        self._gamma2 = Gamma(self.df2 * 0.5, self.df2)
+        both = isinstance(df1, numbers.Number) and isinstance(df2, numbers.Number)
+        super().__init__(Size() if both else self.df1.shape, validate_args=validate_args)
+
+    def expand(self, batch_shape, _instance=None):
+        new = self._expand_params(FisherSnedecor, batch_shape, _instance, {"df1": (), "df2": ()})
+        new._gamma1 = self._gamma1.expand(batch_shape)
+        new._gamma2 = self._gamma2.expand(batch_shape)
+        return new
+
+    @property
+    def mean(self):
+        df2 = self.df2.clamp(min=2 + 1e-12)
+        return ember.where(self.df2 > 2, df2 / (df2 - 2), float("nan"))
+
+    @property
+    def mode(self):
+        mode = (self.df1 - 2) / self.df1 * self.df2 / (self.df2 + 2)
+        return ember.where(self.df1 > 2, mode, float("nan"))
+
+    @property
+    def variance(self):
+        df1, df2 = self.df1, self.df2.clamp(min=4 + 1e-12)
+        v = 2 * df2.square() * (df1 + df2 - 2) / (df1 * (df2 - 2).square() * (df2 - 4))
+        return ember.where(self.df2 > 4, v, float("nan"))
+
+    def rsample(self, sample_shape=()):
+        # NOTE: Gamma(df / 2, rate=df) is chi2(df) / (2 df): the 2s cancel in the ratio.
+        x1 = self._gamma1.rsample(sample_shape)
+        x2 = self._gamma2.rsample(sample_shape)
+        tiny = ember.finfo(x2.dtype).tiny
+        return (x1 / x2.clamp(min=tiny)).clamp(min=tiny)
+
+    def log_prob(self, value):
+        if self._validate_args:
+            self._validate_sample(value)
+        ct1, ct2 = self.df1 * 0.5, self.df2 * 0.5
+        ct3 = self.df1 / self.df2
+        t1 = ember.lgamma(ct1 + ct2) - ember.lgamma(ct1) - ember.lgamma(ct2)
+        t2 = ct1 * ct3.log() + (ct1 - 1) * value.log()
+        t3 = (ct1 + ct2) * (ct3 * value).log1p()
+        return t1 + t2 - t3

@@ -32,6 +32,9 @@ RSAMPLE = {
     "RelaxedOneHotCategorical": ((np.array(0.7), P1), lambda tau, lg: D.RelaxedOneHotCategorical(
         tau, logits=lg)),
     "Independent(Normal)": ((P1, P2), lambda a, b: D.Independent(D.Normal(a, b), 1)),
+    "Pareto": ((P2, P2 + 1), lambda a, b: D.Pareto(a, b)),
+    "Weibull": ((P2, P2 + 0.5), lambda a, b: D.Weibull(a, b)),
+    "LogisticNormal": ((P1, P2), lambda a, b: D.LogisticNormal(a, b)),
 }
 
 
@@ -100,6 +103,11 @@ PATHWISE = {
                       lambda th: np.ones(2)),
     "Beta": ([0.5, 2.0], lambda th: D.Beta(th, _c([1.5, 3.0])).rsample(),
              lambda th: np.array([1.5, 3.0]) / (th + np.array([1.5, 3.0])) ** 2),
+    "InverseGamma": ([4.0, 6.5], lambda th: D.InverseGamma(th, 2.0).rsample(),
+                     lambda th: -2.0 / (th - 1) ** 2),
+    "FisherSnedecor(df2)": ([7.0, 9.0], lambda th: D.FisherSnedecor(_c([3.0, 5.0]),
+                                                                     th).rsample(),
+                            lambda th: -2 / (th - 2) ** 2),
     "Dirichlet": ([0.5, 2.0, 1.0], lambda th: D.Dirichlet(th).rsample()[:, 0],  # x_0
                   lambda th: np.where(np.arange(3) == 0, th.sum() - th[0], -th[0]) / th.sum() ** 2),
 }

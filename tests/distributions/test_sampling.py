@@ -36,6 +36,11 @@ CONTINUOUS = {
     "HalfNormal": (lambda: D.HalfNormal(t(A)), stats.halfnorm(scale=A)),
     "HalfCauchy": (lambda: D.HalfCauchy(t(A)), stats.halfcauchy(scale=A)),
     "Gumbel": (lambda: D.Gumbel(t(LOC), t(A)), stats.gumbel_r(LOC, A)),
+    "Pareto": (lambda: D.Pareto(t(A), t(A + 8.5)), stats.pareto(A + 8.5, scale=A)),
+    "Weibull": (lambda: D.Weibull(t(A), t(A + 0.5)), stats.weibull_min(A + 0.5, scale=A)),
+    "InverseGamma": (lambda: D.InverseGamma(t(A + 8.5), t(A)), stats.invgamma(A + 8.5,
+                                                                               scale=A)),
+    "FisherSnedecor": (lambda: D.FisherSnedecor(t(A + 2), t(A + 10)), stats.f(A + 2, A + 10)),
 }
 DISCRETE = {
     "Bernoulli": (lambda: D.Bernoulli(t(P)), stats.bernoulli(P)),

@@ -52,6 +52,11 @@ FAMILIES = {
     "LowRankMultivariateNormal": ("LowRankMultivariateNormal", (REAL, RNG.standard_normal(
         (3, 2)), POS), None),
     "VonMises": ("VonMises", (REAL, POS), None),
+    "Pareto": ("Pareto", (POS, POS2 + 2), None),
+    "Weibull": ("Weibull", (POS, POS2), None),
+    "InverseGamma": ("InverseGamma", (POS + 2, POS2), None),
+    "FisherSnedecor": ("FisherSnedecor", (POS + 2, POS2 + 4), None),
+    "LogisticNormal": ("LogisticNormal", (REAL, POS), None),
     "RelaxedBernoulli": ("RelaxedBernoulli", (np.array(0.7), PROB), None),
     "RelaxedOneHotCategorical": ("RelaxedOneHotCategorical", (np.array(0.7), SIMPLEX), None),
 }

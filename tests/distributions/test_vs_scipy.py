@@ -65,6 +65,14 @@ CASES = {
                    "log_prob entropy cdf icdf"),
     "Gumbel": (lambda: D.Gumbel(t(LOC), t(A)), stats.gumbel_r(LOC, A), REAL,
                "log_prob entropy cdf icdf mean variance"),
+    "Pareto": (lambda: D.Pareto(t(B), t(A + 2)), stats.pareto(A + 2, scale=B), B + POS,
+               "log_prob entropy cdf icdf mean variance"),
+    "Weibull": (lambda: D.Weibull(t(B), t(A)), stats.weibull_min(A, scale=B), POS,
+                "log_prob entropy cdf icdf mean variance"),
+    "InverseGamma": (lambda: D.InverseGamma(t(A + 2), t(B)), stats.invgamma(A + 2, scale=B),
+                     POS, "log_prob entropy mean variance"),
+    "FisherSnedecor": (lambda: D.FisherSnedecor(t(A + 2), t(B + 4)), stats.f(A + 2, B + 4),
+                       POS, "log_prob mean variance"),
 }
 
 SCIPY_NAME = {"log_prob": None, "entropy": "entropy", "cdf": "cdf", "icdf": "ppf",
