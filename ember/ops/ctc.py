@@ -93,13 +93,17 @@ def _prepare(lp, targets, in_len, tgt_len, blank):
     in_len, tgt_len = np.asarray(in_len, np.int64), np.asarray(tgt_len, np.int64)
     ext = _extended(np.asarray(targets, np.int64), tgt_len, blank)
     lpx = np.take_along_axis(lp, np.broadcast_to(ext[None], (lp.shape[0],) + ext.shape), 2)
-    return lp, ext, lpx, _skip_add(ext, blank), in_len, tgt_len
+    return lp, ext, lpx, _skip_add(ext), in_len, tgt_len
 
 
-def _skip_add(ext, blank):
+def _skip_add(ext):
+    """0 where the ``s - 2 -> s`` transition is allowed, else -inf: ``s`` holds a target
+    (odd ``s``; by position, as ATen, so a target equal to ``blank`` is still a target) that
+    differs from the one at ``s - 2``."""
     prev2 = np.full_like(ext, -1)
     prev2[:, 2:] = ext[:, :-2]
-    return np.where((ext != blank) & (ext != prev2), 0.0, _NEG_INF)
+    odd = (np.arange(ext.shape[1]) % 2 == 1)[None, :]
+    return np.where(odd & (ext != prev2), 0.0, _NEG_INF)
 
 
 def _ctc_kernel(xp, log_probs, targets, input_lengths, target_lengths, blank=0):
@@ -131,7 +135,7 @@ def _alphas_and_betas(lpx, ext, skip_add, blank, in_len, tgt_len):
     rev = lpx[t_idx[:, :, None], rows[None, :, None], s_idx[None]]
     # NOTE: labels past a sample's end stay -inf: they are not part of its sequence
     rev = np.where(np.arange(width)[None, None, :] <= 2 * tgt_len[None, :, None], rev, _NEG_INF)
-    skip_rev = _skip_add(np.take_along_axis(ext, s_idx, 1), blank)
+    skip_rev = _skip_add(np.take_along_axis(ext, s_idx, 1))
     both = _alphas(np.concatenate([lpx, rev], 1), np.concatenate([skip_add, skip_rev]),
                    np.concatenate([in_len, in_len]))
     alpha, beta_rev = both[:, :n], both[:, n:]

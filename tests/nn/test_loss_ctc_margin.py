@@ -230,3 +230,43 @@ def test_triplet_with_distance_matches_pytorch(kw):
     le.backward()
     lt.backward()
     np.testing.assert_allclose(ae.grad.numpy(), at.grad.numpy(), rtol=1e-10)
+
+
+def test_ctc_target_equal_to_blank_matches_pytorch_value():
+    """PyTorch's docs forbid blank in targets but don't check; its recursion treats every odd
+    position as a target (skip transitions by position, not by label). Regression: the
+    value agrees (the gradient is the true derivative of that value; PyTorch's is not)."""
+    torch = pytest.importorskip("torch")
+    lp = _log_softmax(np.random.default_rng(14).standard_normal((13, 2, 3)))
+    args = ([[2, 0, 1], [1, 1, 2]], [3, 11], [1, 3])
+    got = F.ctc_loss(em.tensor(lp), em.tensor(args[0]), args[1], args[2], blank=2,
+                     reduction="none")
+    want = torch.nn.functional.ctc_loss(torch.tensor(lp), torch.tensor(args[0]),
+                                        torch.tensor(args[1]), torch.tensor(args[2]), blank=2,
+                                        reduction="none")
+    np.testing.assert_allclose(got.numpy(), want.numpy(), rtol=1e-12)
+
+
+@pytest.mark.parametrize("seed", range(8))
+def test_ctc_random_shapes_match_pytorch(seed):
+    """Random T, N, C, lengths (incl. 0 and infeasible ones), blank and zero_infinity."""
+    torch = pytest.importorskip("torch")
+    rng = np.random.default_rng(100 + seed)
+    t, n, c, s = (int(rng.integers(lo, hi)) for lo, hi in ((1, 15), (1, 5), (2, 6), (0, 6)))
+    blank = int(rng.integers(0, c))
+    logits = rng.standard_normal((t, n, c))
+    tg = rng.integers(0, c, (n, max(s, 1)))
+    tg = np.where(tg == blank, (blank + 1) % c, tg)
+    il, tl = rng.integers(0, t + 1, n), rng.integers(0, s + 1, n)
+    zi = bool(seed % 2)
+    (xe,), (xt,) = _both(torch, [logits])
+    le = F.ctc_loss(xe.log_softmax(2), em.tensor(tg), em.tensor(il), em.tensor(tl),
+                    blank=blank, reduction="sum", zero_infinity=zi)
+    lt = torch.nn.functional.ctc_loss(xt.log_softmax(2), torch.tensor(tg), torch.tensor(il),
+                                      torch.tensor(tl), blank=blank, reduction="sum",
+                                      zero_infinity=zi)
+    np.testing.assert_allclose(le.detach().numpy(), lt.detach().numpy(), rtol=1e-10)
+    if np.isfinite(lt.item()):
+        le.backward()
+        lt.backward()
+        np.testing.assert_allclose(xe.grad.numpy(), xt.grad.numpy(), rtol=1e-8, atol=1e-10)
