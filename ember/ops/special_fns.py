@@ -14,6 +14,12 @@ Bessel functions of ``torch.special`` (``bessel_j0``...) and the orthogonal poly
 give results that do not require grad. Kernels are registered for the CPU backend only
 (SciPy works on NumPy arrays); another backend gets a clear NotImplementedError.
 
+Where PyTorch's values are wrong, Ember keeps SciPy's (tests/test_special.py checks them
+against mpmath): ``ndtr`` below -5.5 in float32 and -8 in float64 (PyTorch underflows to 0),
+the Bessel ``j0/j1/y0/y1`` and ``airy_ai`` in float64 (PyTorch's are off by up to 1e-4
+relative), ``zeta(x, inf) = 0`` (PyTorch: NaN), and a NaN argument of ``gammainc``/
+``gammaincc`` gives NaN (PyTorch returns 0 or 1 when the other argument is 0 or inf).
+
 Example:
     >>> ember.special.i0e(ember.tensor([0.0, 1.0]))
     tensor([1.0000, 0.4658])
