@@ -52,6 +52,9 @@ def _parser() -> argparse.ArgumentParser:
     t.add_argument("--amp", choices=["bf16", "fp16"], help="mixed precision: the forward "
                    "under ember.autocast in this dtype, float32 weights (fp16: with a "
                    "GradScaler)")
+    t.add_argument("--profile", nargs="?", const="", metavar="PATH",
+                   help="write an ember.profiler Chrome trace of training steps 4-6 to PATH "
+                   "(default: beside the checkpoint, .trace.json) and print the top ops")
     sub.add_parser("config", help="print Ember's configuration (BLAS, threads, allocator)")
     from .codegen import cache_cli
     cache_cli.add_parser(sub)
@@ -85,7 +88,7 @@ def main(argv=None) -> int:
                       data_root=args.data_root, text_file=args.text_file,
                       block_size=args.block_size, max_steps=args.max_steps,
                       progress=not args.no_progress, plot=args.plot, nproc=args.nproc,
-                      amp=args.amp)
+                      amp=args.amp, profile=args.profile)
     from .training.errors import CheckpointError, DivergedError, UsageError
     try:
         train(cfg)

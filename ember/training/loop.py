@@ -47,6 +47,7 @@ class TrainConfig:
     plot: str | None = None          # training-curve PNG (needs matplotlib)
     nproc: int = 1                   # data-parallel ranks (batch_size is the global batch)
     amp: str | None = None           # "bf16"/"fp16": mixed precision (training/precision.py)
+    profile: str | None = None       # trace path ("": beside the checkpoint), training/profiling
     history: list = field(default_factory=list)
 
     def checkpoint_path(self) -> str:
@@ -127,7 +128,7 @@ def _resume(path, cfg, model, opt, loader, total, log, prec):
     return epoch, step, sums, sched
 
 
-def _epoch(model, opt, sched, it, token_level, step, sums, cfg, prec):
+def _epoch(model, opt, sched, it, token_level, step, sums, cfg, prec, prof=None):
     """Run the rest of an epoch from ``it``; returns ``(step, sums, stopped)``."""
     loss_sum, n = sums
     for x, y in it:
@@ -141,6 +142,8 @@ def _epoch(model, opt, sched, it, token_level, step, sums, cfg, prec):
         step += 1
         if step < sched.total_steps:   # NOTE: past its end the one-cycle lr rises again
             sched.step()
+        if prof is not None:           # --profile: the step ends here
+            prof.step()
         value = float(loss)
         if not math.isfinite(value):
             raise DivergedError(f"training diverged at step {step}: the loss is {value}; "
@@ -201,6 +204,36 @@ def train(cfg: TrainConfig, log=print) -> dict:
         f"samples, {nparams:,} parameters, {cfg.epochs} epochs")
     token_level = "vocab" in info
     t0, stopped = time.perf_counter(), False
+    prof = _start_profile(cfg, path, log) if cfg.profile is not None and rank == 0 else None
+    try:
+        epoch, step, sums, stopped = _epochs(cfg, model, net, opt, sched, loader, test_loader,
+                                             token_level, epoch, step, sums, prec, prof, path,
+                                             rank, log)
+    finally:
+        if prof is not None:
+            prof.stop()
+    elapsed = time.perf_counter() - t0
+    result = {"steps": step, "seconds": elapsed, "checkpoint": path, "model": model}
+    if cfg.history:
+        result.update(cfg.history[-1])
+    if not stopped and rank == 0:
+        _log_end(cfg, result, epoch, elapsed, path, token_level, log)
+        if token_level and hasattr(model, "generate"):
+            sample(model, info, log)
+        if cfg.plot:
+            plot(cfg, cfg.plot, log)
+    return result
+
+
+def _start_profile(cfg, path, log):
+    from .profiling import default_path, start
+    return start(cfg.profile or default_path(path), log)
+
+
+def _epochs(cfg, model, net, opt, sched, loader, test_loader, token_level, epoch, step, sums,
+            prec, prof, path, rank, log) -> tuple:
+    """The epochs from ``epoch`` on; returns ``(epoch, step, sums, stopped)``."""
+    stopped, spe = False, len(loader)
     while epoch < cfg.epochs and not stopped:
         model.train()
         _dist.set_epoch(loader, epoch)
@@ -209,7 +242,7 @@ def train(cfg: TrainConfig, log=print) -> dict:
         bar = _bar(it, spe, 0 if pos["exhausted"] else pos["batches_consumed"],
                    f"epoch {epoch + 1}/{cfg.epochs}", cfg.progress and rank == 0)
         step, sums, stopped = _epoch(net, opt, sched, bar, token_level, step, sums, cfg,
-                                     prec)
+                                     prec, prof)
         if hasattr(bar, "close"):
             bar.close()
         if stopped:
@@ -229,17 +262,7 @@ def train(cfg: TrainConfig, log=print) -> dict:
         sums = (0.0, 0)
         ckpt.save(path, model, opt, sched, loader, epoch, step, sums, cfg, prec.state_dict())
         write_metrics(metrics_path(path), cfg.history)
-    elapsed = time.perf_counter() - t0
-    result = {"steps": step, "seconds": elapsed, "checkpoint": path, "model": model}
-    if cfg.history:
-        result.update(cfg.history[-1])
-    if not stopped and rank == 0:
-        _log_end(cfg, result, epoch, elapsed, path, token_level, log)
-        if token_level and hasattr(model, "generate"):
-            sample(model, info, log)
-        if cfg.plot:
-            plot(cfg, cfg.plot, log)
-    return result
+    return epoch, step, sums, stopped
 
 
 def _silent(*args, **kwargs) -> None:
