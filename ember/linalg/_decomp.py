@@ -21,7 +21,13 @@ __all__ = ["cholesky", "cholesky_ex", "qr", "svd", "svdvals", "eigh", "eigvalsh"
 
 def _needs_grad(A) -> bool:
     """Whether an op on ``A`` would be differentiated (reverse or forward mode)."""
-    return (A.requires_grad and _state.grad_enabled) or bool(getattr(A, "_fw", None))
+    if A.requires_grad and _state.grad_enabled:
+        return True
+    while A is not None:      # NOTE: inside vmap, an outer jvp's tangents sit on the physical
+        if getattr(A, "_fw", None):
+            return True
+        A = getattr(A, "_phys", None)
+    return False
 
 
 def _info(infos, shape):

@@ -418,3 +418,14 @@ def test_backward_through_vmap_of_a_module_reaches_its_parameters():
     m(x).pow(2).sum().backward()
     for g, p in zip(got, m.parameters()):
         close(g, p.grad, 1e-12)
+
+
+@pytest.mark.parametrize("name", ["eigvalsh", "svdvals"])
+def test_jvp_of_vmap_through_value_only_decompositions(name):
+    """Composites that pick a differentiable path see an outer jvp's tangents under vmap."""
+    f = getattr(em.linalg, name)
+    a, t = T(3, 4, 4), T(3, 4, 4)
+    a, t = a + a.mT, t + t.mT
+    _, got = em.func.jvp(lambda m: vmap(f)(m), (a,), (t,))
+    _, want = em.func.jvp(f, (a,), (t,))
+    close(got, want, 1e-10)
