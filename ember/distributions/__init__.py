@@ -48,3 +48,28 @@ __all__ = ["Bernoulli", "Beta", "Binomial", "Categorical", "Cauchy", "Chi2", "Di
            "RelaxedBernoulli", "RelaxedOneHotCategorical", "StudentT",
            "TransformedDistribution", "Uniform", "VonMises", "Weibull", "biject_to",
            "constraints", "kl_divergence", "register_kl", "transform_to", "transforms"]
+
+# NOTE: PyTorch keeps one module per family (``torch.distributions.beta.Beta``); Ember groups
+# small families in one module, and these aliases make PyTorch's module paths import.
+_MODULE_ALIASES = {
+    "beta": "dirichlet", "cauchy": "laplace", "chi2": "gamma", "exponential": "gamma",
+    "fishersnedecor": "gamma", "geometric": "bernoulli", "gumbel": "laplace",
+    "half_cauchy": "transformed_distribution", "half_normal": "transformed_distribution",
+    "inverse_gamma": "transformed_families", "log_normal": "transformed_distribution",
+    "logistic_normal": "transformed_families", "multinomial": "binomial",
+    "negative_binomial": "binomial", "one_hot_categorical": "categorical",
+    "pareto": "transformed_families", "relaxed_bernoulli": "relaxed",
+    "relaxed_categorical": "relaxed", "studentT": "laplace", "weibull": "transformed_families",
+}
+
+
+def _install_module_aliases() -> None:
+    import importlib
+    import sys
+    for alias, target in _MODULE_ALIASES.items():
+        module = importlib.import_module(f"{__name__}.{target}")
+        sys.modules[f"{__name__}.{alias}"] = module
+        globals()[alias] = module
+
+
+_install_module_aliases()

@@ -131,3 +131,14 @@ def test_api_defaults_and_enumerate_support():
     e = D.Normal(t([0.0]), t([1.0])).expand((3, 1))
     assert tuple(e.batch_shape) == (3, 1) and tuple(e.loc.shape) == (3, 1)
     assert D.Gamma(t([2.0]), t([1.0])).stddev.item() == pytest.approx(np.sqrt(2.0))
+
+
+def test_pytorch_module_paths_import():
+    import importlib
+    for path, name in [("beta", "Beta"), ("studentT", "StudentT"), ("half_normal", "HalfNormal"),
+                       ("one_hot_categorical", "OneHotCategorical"), ("normal", "Normal"),
+                       ("relaxed_categorical", "RelaxedOneHotCategorical"), ("kl", "register_kl"),
+                       ("utils", "broadcast_all"), ("constraint_registry", "biject_to")]:
+        module = importlib.import_module(f"ember.distributions.{path}")
+        assert getattr(module, name) is getattr(D, name, getattr(module, name))
+    assert D.studentT.StudentT is D.StudentT
