@@ -142,8 +142,9 @@ def test_selection_errors():
         em.take_along_dim(x, em.tensor([[0]], dtype=em.int32), 1)
     with pytest.raises(IndexError, match="out of range"):
         em.take_along_dim(x, em.tensor([[3]]), 1)
-    with pytest.raises(ValueError, match="nuc"):
-        x.norm(p="nuc")
+    with pytest.raises(ValueError, match="'fro', 'nuc' or a number"):
+        x.norm(p="bad")
+    assert float(x.norm(p="nuc")) == pytest.approx(6 ** 0.5)   # rank 1: the only σ is √6
     with pytest.raises(TypeError, match="correction"):
         x.var(unbiased=True, correction=0)
 

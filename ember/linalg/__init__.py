@@ -7,8 +7,7 @@ functions around them are composites. Failures raise :class:`LinAlgError` (a
 ``RuntimeError``) naming the batch element; the ``_ex`` variants return ``info`` instead.
 
 ``eig``/``eigvals`` return complex tensors (and take complex input); the other functions
-take float32/float64 only. Not yet: ``ldl_factor``/``ldl_solve``, ``solve_ex``'s
-per-element LAPACK info beyond singularity, complex inputs outside ``eig``/``eigvals``.
+take float32/float64 only (no complex inputs outside ``eig``/``eigvals`` yet).
 
 Example:
     >>> A = ember.tensor([[4., 2.], [2., 3.]])
@@ -17,9 +16,11 @@ Example:
             [1.0000, 1.4142]])
 """
 from ..ops import linalg_eig as _linalg_eig  # noqa: F401 - registers the eig primitives
+from ..ops import linalg_ldl as _linalg_ldl  # noqa: F401 - ldl_factor, ldl_solve, geqrf
 from ..ops._lapack import LinAlgError
 from ._decomp import (cholesky, cholesky_ex, eig, eigh, eigvals, eigvalsh, lu, lu_factor,
                       lu_factor_ex, lu_solve, qr, svd, svdvals)
+from ._extra import ldl_factor, ldl_factor_ex, ldl_solve
 from ._funcs import (cross, diagonal, householder_product, matrix_exp, matrix_power,
                      multi_dot, vander, vecdot)
 from ._norms import cond, matrix_norm, matrix_rank, norm, vector_norm
@@ -35,8 +36,9 @@ def matmul(input, other, *, out=None):
 
 
 __all__ = ["LinAlgError", "cholesky", "cholesky_ex", "cond", "cross", "det", "diagonal",
-           "eig", "eigvals", "eigh", "eigvalsh", "householder_product", "inv", "inv_ex", "lstsq", "lu",
-           "lu_factor", "lu_factor_ex", "lu_solve", "matmul", "matrix_exp", "matrix_norm",
-           "matrix_power", "matrix_rank", "multi_dot", "norm", "pinv", "qr", "slogdet",
-           "solve", "solve_ex", "solve_triangular", "svd", "svdvals", "tensorinv",
-           "tensorsolve", "vander", "vecdot", "vector_norm"]
+           "eig", "eigvals", "eigh", "eigvalsh", "householder_product", "inv", "inv_ex",
+           "ldl_factor", "ldl_factor_ex", "ldl_solve", "lstsq", "lu", "lu_factor",
+           "lu_factor_ex", "lu_solve", "matmul", "matrix_exp", "matrix_norm", "matrix_power",
+           "matrix_rank", "multi_dot", "norm", "pinv", "qr", "slogdet", "solve", "solve_ex",
+           "solve_triangular", "svd", "svdvals", "tensorinv", "tensorsolve", "vander",
+           "vecdot", "vector_norm"]

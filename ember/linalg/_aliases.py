@@ -8,11 +8,13 @@ from ..ops.select import where
 from ..ops.linalg_lapack2 import lu_unpack_dense
 from ..tensor import Tensor
 from . import _decomp, _funcs, _solve
+from ._extra import geqrf, orgqr, ormqr, pca_lowrank, svd_lowrank
 from . import _types as T
 
 __all__ = ["det", "logdet", "slogdet", "inverse", "svd", "qr", "cholesky", "cholesky_solve",
            "cholesky_inverse", "pinverse", "matrix_exp", "matrix_power", "lu", "lu_solve",
-           "lu_unpack", "triangular_solve"]
+           "lu_unpack", "triangular_solve", "geqrf", "orgqr", "ormqr", "svd_lowrank",
+           "pca_lowrank"]
 
 det = _solve.det
 matrix_exp = _funcs.matrix_exp
@@ -126,7 +128,8 @@ def triangular_solve(b, A, upper=True, transpose=False, unitriangular=False, *, 
 def _bind_methods() -> None:
     for name in ("det", "logdet", "slogdet", "inverse", "svd", "qr", "cholesky",
                  "cholesky_solve", "cholesky_inverse", "pinverse", "matrix_exp",
-                 "matrix_power", "lu", "lu_solve", "triangular_solve"):
+                 "matrix_power", "lu", "lu_solve", "triangular_solve", "geqrf", "orgqr",
+                 "ormqr"):
         setattr(Tensor, name, globals()[name])
 
 

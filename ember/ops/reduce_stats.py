@@ -98,9 +98,12 @@ def norm(input, p="fro", dim=None, keepdim=False, dtype=None):
                          f"{x._dtype.name}")
     if p is None or p == "fro":
         p = 2
+    if p == "nuc":
+        # NOTE: imported here: ember.linalg (the SVD) sits above the ops layer.
+        from ..linalg import matrix_norm
+        return matrix_norm(x, "nuc", tuple(range(x.ndim)) if dim is None else dim, keepdim)
     if isinstance(p, str):
-        raise ValueError(f"norm(): p={p!r} is not supported; use 'fro' or a number "
-                         f"('nuc' needs an SVD, not available yet)")
+        raise ValueError(f"norm(): p={p!r} is not supported; use 'fro', 'nuc' or a number")
     dims = _dims(dim, x.ndim, "norm")
     if p == 2:
         return _safe_root(sum(x * x, dims, keepdim), 2)

@@ -274,3 +274,37 @@ def test_eig_phase_dependent_loss_raises_as_pytorch():
     L, V = LA.eig(A)
     with pytest.raises(RuntimeError, match="specified up to multiplication by e"):
         V.imag.sum().backward()
+
+
+def test_ldl_geqrf_ormqr_lowrank():
+    rng = _rng(15)
+    A = rng.standard_normal((2, 4, 4))
+    A = A + np.swapaxes(A, -1, -2)
+    e, t = LA.ldl_factor(em.tensor(A)), TL.ldl_factor(torch.tensor(A))
+    _close(e.LD, t.LD)
+    assert e.pivots.tolist() == t.pivots.tolist()
+    B = rng.standard_normal((2, 4, 3))
+    _close(LA.ldl_solve(e.LD, e.pivots, em.tensor(B)),
+           TL.ldl_solve(t.LD, t.pivots, torch.tensor(B)))
+    assert LA.ldl_factor_ex(em.zeros(3, 3, dtype=em.float64)).info.tolist() == 1
+    with pytest.raises(LA.LinAlgError, match="D\\[0, 0\\] is exactly zero"):
+        LA.ldl_factor(em.zeros(3, 3, dtype=em.float64))
+    G = rng.standard_normal((2, 5, 3))
+    (a, tau), (ta, ttau) = em.geqrf(em.tensor(G)), torch.geqrf(torch.tensor(G))
+    _close(a, ta)
+    _close(tau, ttau)
+    _close(em.orgqr(a, tau), torch.orgqr(ta, ttau))
+    Cm = rng.standard_normal((2, 5, 2))
+    for left, tr in ((True, False), (True, True)):
+        _close(em.ormqr(a, tau, em.tensor(Cm), left, tr),
+               torch.ormqr(ta, ttau, torch.tensor(Cm), left, tr))
+    _close(em.ormqr(a, tau, em.tensor(np.swapaxes(Cm, -1, -2)), False, False),
+           torch.ormqr(ta, ttau, torch.tensor(np.swapaxes(Cm, -1, -2)), False, False))
+    low = rng.standard_normal((30, 3)) @ rng.standard_normal((3, 20))
+    em.manual_seed(0)
+    U, S, V = em.svd_lowrank(em.tensor(low), q=4)
+    _close((U * S.unsqueeze(-2)) @ V.mT, em.tensor(low), atol=1e-10)
+    _close(S[:3], torch.linalg.svdvals(torch.tensor(low))[:3])
+    U, S, V = em.pca_lowrank(em.tensor(low), q=3)
+    c = low - low.mean(0)
+    _close(S, torch.linalg.svdvals(torch.tensor(c))[:3])

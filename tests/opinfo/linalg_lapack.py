@@ -318,6 +318,28 @@ def _eigvals_ref(a):
     return L.real, L.imag
 
 
+def _ldl_fn(a):
+    LD, piv = LA.ldl_factor(_sym(a))
+    return LD, piv, LA.ldl_solve(LD, piv, a)
+
+
+def _ldl_ref(a):
+    s = _sym(a)
+    lds = _each(lambda x: np.tril(sl.lapack.get_lapack_funcs("sytrf", (x,))(x, lower=1)[0]), s)
+    pivs = _each(lambda x: sl.lapack.get_lapack_funcs("sytrf", (x,))(x, lower=1)[1], s,
+                 ).astype(np.int32)
+    return lds, pivs, np.linalg.solve(s, a)
+
+
+def _geqrf_fn(a):
+    return tuple(em.geqrf(a))
+
+
+def _geqrf_ref(a):
+    f = lambda x: sl.lapack.get_lapack_funcs("geqrf", (x,))(x)  # noqa: E731
+    return _each(lambda x: f(x)[0], a), _each(lambda x: f(x)[1], a, batch_nd=2)
+
+
 _sq = _square()
 OPINFOS = [
     OpInfo("linalg.cholesky", lambda a, upper=False: LA.cholesky(_spd(a), upper=upper),
@@ -380,6 +402,10 @@ OPINFOS = [
            atol=LOOSE32, rtol=RTOL),
     OpInfo("linalg.eigvals", _eigvals_fn, _eigvals_ref, _eig_samples,
            ("linalg_eigvals", "linalg_eig"), atol=LOOSE32, rtol=RTOL),
+    OpInfo("linalg.ldl_factor", _ldl_fn, _ldl_ref, _square(3.0, big=((4, 5, 5),)),
+           ("linalg_ldl_factor", "linalg_ldl_solve"), grad=False, atol=LOOSE32, rtol=RTOL),
+    OpInfo("geqrf", _geqrf_fn, _geqrf_ref, _mat_samples, ("linalg_geqrf",), grad=False,
+           atol=LOOSE32, rtol=RTOL),
     OpInfo("cholesky_solve", _chol_solve_fn, _chol_solve_ref, _chol_solve_samples,
            ("linalg_cholesky", "linalg_solve_triangular"), atol=LOOSE32, rtol=RTOL),
 ]
