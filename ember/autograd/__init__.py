@@ -1,6 +1,7 @@
 """Automatic differentiation: reverse mode (``backward``, ``grad``), forward mode
 (``forward_ad``), custom ``Function``s, ``gradcheck`` and anomaly detection."""
 from . import forward_ad
+from . import profiler  # noqa: F401 - torch.autograd.profiler's names (ember.profiler's)
 from .anomaly import AnomalyError, detect_anomaly, is_anomaly_enabled, set_detect_anomaly
 from .engine import backward, grad
 from .function import Function, FunctionCtx, once_differentiable

@@ -233,3 +233,17 @@ def test_group_by_input_shape():
     assert sorted(rows, key=str) == sorted([("add", [[2, 3], []], 1), ("add", [[4], []], 2)],
                                            key=str)
     assert "Input Shapes" in prof.key_averages(group_by_input_shape=True).table()
+
+
+def test_torch_autograd_profiler_names():
+    ap = ember.autograd.profiler
+    assert ap.record_function is record_function
+    with ap.profile(record_shapes=True) as prof:
+        with ap.record_function("r"):
+            ember.ones(3) * 2
+    evs = {e.name: e for e in prof.events()}
+    assert evs["mul"].parent is evs["r"] and evs["mul"].input_shapes == [[3], []]
+    with ap.profile(enabled=False) as off:
+        ember.ones(3) * 2
+    with pytest.raises(RuntimeError, match="nothing was recorded"):
+        off.events()
