@@ -8,8 +8,8 @@ better than PyTorch's float32 kernels. Integer inputs compute in the default flo
 
 Differentiable where PyTorch is (derivatives written in Ember ops, so every order exists):
 ``erfcx``, ``i0``/``i0e``/``i1``/``i1e``, ``ndtr``, ``ndtri``, ``log_ndtr``, ``entr``,
-``zeta`` (in ``q`` only), ``gammainc``/``gammaincc`` (in ``x`` only: the first argument
-gets no gradient, where PyTorch raises when it is asked for — see :func:`_no_grad`). The
+``zeta`` (in ``q`` only), ``gammainc``/``gammaincc`` (in ``x`` only: for the first argument
+``.backward()`` raises as PyTorch, ``autograd.grad`` gives none — see :func:`_no_grad_rule`). The
 Bessel functions of ``torch.special`` (``bessel_j0``...) and the orthogonal polynomials
 give results that do not require grad. Kernels are registered for the CPU backend only
 (SciPy works on NumPy arrays); another backend gets a clear NotImplementedError.
@@ -132,15 +132,23 @@ _NODIFF_P = {name: _unary(name, fn) for name, fn in _NODIFF.items()}
 
 
 # ------------------------------------------------------------------ binary
-def _no_grad(g, out, a, x):
-    """The rule of the first input: no gradient (None), as PyTorch defines none there.
+def _no_grad_rule(name):
+    """The rule of the first input, where PyTorch defines no derivative.
 
     NOTE: PyTorch raises "the derivative for 'igamma: input' is not implemented" when that
-    gradient is asked for; Ember's engine runs the rule of every input that requires grad
-    (it cannot tell which are asked for), so a raising rule would also break the gradient
-    in ``x``. ``autograd.grad(..., a)`` raises the unused-input error instead.
+    gradient is needed. Ember's engine runs the rule of every input that requires grad, so
+    the rule raises only under ``.backward()`` (which fills every leaf's ``.grad``, as
+    PyTorch's would need it); under ``autograd.grad`` it gives no gradient, so asking for
+    that input raises the unused-input error and asking for ``x`` alone works.
     """
-    return None
+    def rule(g, out, a, x):
+        from ..autograd.engine import accumulating
+        if accumulating():
+            raise NotImplementedError(f"the derivative for '{name}: input' is not implemented "
+                                      f"(as in PyTorch): {name} is differentiable in its "
+                                      f"second argument only; detach the first")
+        return None
+    return rule
 
 
 def _gammainc_dx(a, x):
@@ -157,7 +165,7 @@ def _lgamma(a):
 def _binary(name, fn, dy):
     """A binary SciPy-backed primitive differentiable in its second input only."""
     return defop(name, nin=2, elementwise=True, kernels=_sc(fn, name), dtype="float",
-                 save="inputs", vjp=(_no_grad, lambda g, out, a, x: g * dy(a, x)),
+                 save="inputs", vjp=(_no_grad_rule(name), lambda g, out, a, x: g * dy(a, x)),
                  jvp=lambda t, out, a, x: t[1] * dy(a, x))
 
 
