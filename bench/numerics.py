@@ -5,8 +5,8 @@ Sections (each a function returning a list of :class:`Case`):
 * ``linalg_cases``: ``solve``, ``cholesky``, ``svd``, ``eigh`` at 512² and batched 64×64
   (×256), Ember vs NumPy vs SciPy vs PyTorch, forward; and the backward of ``cholesky``,
   ``solve`` and ``eigh`` against their own forward (target ≤ 3×).
-* ``fft_cases``: left for the fft section (1-D 2^20 complex, 2-D 1024² real): append
-  ``Case``s there and they are timed and printed like the linalg ones.
+* ``fft_cases``: ``fft`` of 2^20 complex128 values and ``rfft2`` of a 1024² float64
+  array, forward vs NumPy/SciPy/PyTorch and backward vs forward.
 
 Every library gets the same float64 inputs; each repetition runs the libraries one after
 the other (interleaved, so a noisy neighbour slows all of them alike) and the medians are
@@ -135,11 +135,35 @@ def linalg_cases(quick=False):
 
 
 def fft_cases(quick=False):
-    """The fft section (issue 18, item 3): return (forward cases, backward cases) built with
-    :func:`_linalg_case`-style ``Case``s — e.g. ``ember.fft.fft`` of 2^20 complex values and
-    ``ember.fft.rfft2`` of a 1024² real array against ``numpy.fft``, ``scipy.fft`` and
-    ``torch.fft``. Empty until that section lands."""
-    return [], []
+    """The fft section (issue 18, item 3): ``fft`` of 2^20 complex128 values and ``rfft2`` of
+    a 1024² float64 array against ``numpy.fft``, ``scipy.fft`` (``workers`` = the thread
+    count, as Ember passes) and ``torch.fft``; backward (of a real view of the spectrum)
+    against forward. ``bench/numerics_fft.py`` times the float32/complex64 versions with
+    more peers (SciPy with 1 and N workers)."""
+    import scipy.fft as sf
+    torch = _lib_torch()
+    TF = torch.fft if torch is not None else None
+    rng = np.random.default_rng(1)
+    n1, n2 = (1 << 10, 32) if quick else (1 << 20, 1024)
+    sig = rng.standard_normal(n1) + 1j * rng.standard_normal(n1)
+    img = rng.standard_normal((n2, n2))
+    w = em.get_num_threads()
+    cases = [
+        _linalg_case(f"fft 1-D 2^{n1.bit_length() - 1} c128", em.fft.fft, np.fft.fft,
+                     lambda a: sf.fft(a, workers=w), TF and TF.fft, sig),
+        _linalg_case(f"rfft2 {n2}² f64", em.fft.rfft2, np.fft.rfft2,
+                     lambda a: sf.rfft2(a, workers=w), TF and TF.rfft2, img),
+    ]
+    back = [
+        _backward_case(f"fft 1-D 2^{n1.bit_length() - 1} c128",
+                       lambda a: em.view_as_real(em.fft.fft(a)),
+                       TF and (lambda a: torch.view_as_real(TF.fft(a))), [sig], [(n1, 2)],
+                       rng),
+        _backward_case(f"rfft2 {n2}² f64", lambda a: em.view_as_real(em.fft.rfft2(a)),
+                       TF and (lambda a: torch.view_as_real(TF.rfft2(a))), [img],
+                       [(n2, n2 // 2 + 1, 2)], rng),
+    ]
+    return cases, back
 
 
 SECTIONS = {"linalg": linalg_cases, "fft": fft_cases}

@@ -221,3 +221,19 @@ def test_autocast_runs_transforms_in_float32():
     np.testing.assert_allclose(r.numpy(), np.fft.rfft(x.float().numpy()), rtol=1e-5, atol=1e-5)
     with pytest.raises(TypeError, match="bfloat16"):
         em.fft.rfft(x)                   # outside autocast: PyTorch's CPU refuses it too
+
+
+def test_numerics_bench_fft_section_quick():
+    """``bench/numerics.py --only fft --quick``: both cases run forward and backward."""
+    import importlib.util
+    import pathlib
+    import sys
+    path = pathlib.Path(__file__).resolve().parents[1] / "bench" / "numerics.py"
+    spec = importlib.util.spec_from_file_location("bench_numerics_fft_section", path)
+    mod = importlib.util.module_from_spec(spec)
+    sys.modules[spec.name] = mod
+    spec.loader.exec_module(mod)
+    fwd, bwd = mod.main(["--quick", "--reps", "1", "--only", "fft", "--threads", "0"])["fft"]
+    assert [n.split()[0] for n, _, _ in fwd] == ["fft", "rfft2"]
+    assert [n.split()[0] for n, _, _ in bwd] == ["fft", "rfft2"]
+    assert all(ratio > 0 for _, _, ratio in fwd)

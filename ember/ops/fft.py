@@ -7,8 +7,8 @@ Every ``ember.fft`` function is a composite of these three (plus casts, ``conj``
 primitive   computes                                               VJP (adjoint)
 ==========  =====================================================  ======================
 ``fft_c2c``  ``scale * DFT±(x)`` over ``dim``, complex -> complex   c2c, opposite direction
-``fft_r2c``  ``scale * DFT-(x)``, real -> complex (one-sided: the   real(c2c⁻(zero-padded g))
-             last dim keeps ``n // 2 + 1`` bins)
+``fft_r2c``  ``scale * DFT-(x)``, real -> complex (one-sided: the   c2r(g, the bins that
+             last dim keeps ``n // 2 + 1`` bins)                    stand for two halved)
 ``fft_c2r``  ``scale * DFT+(x)`` of the Hermitian signal whose      r2c(g), the bins that
              one-sided half is ``x``, complex -> real               stand for two doubled
 ==========  =====================================================  ======================
@@ -108,28 +108,36 @@ def _to_real_rule(x, **_):
 
 
 def _r2c_vjp(g, out, x, dim=(), norm="backward", onesided=True):
-    if onesided:   # the dropped negative-frequency bins get zero gradient: zero-pad g
-        last = dim[-1]
-        n = x.shape[last]
-        pads = tuple((0, n - g.shape[last]) if d == last else (0, 0) for d in range(g.ndim))
-        g = _apply(pad_p, (g,), {"pads": pads, "value": 0.0})
-    full = _apply(fft_c2c_p, (g,), {"dim": dim, "norm": _SWAP[norm], "forward": False})
-    return (real(full),)
+    if not onesided:
+        full = _apply(fft_c2c_p, (g,), {"dim": dim, "norm": _SWAP[norm], "forward": False})
+        return (real(full),)
+    # NOTE: the adjoint is real(c2c⁻(g zero-padded to n)) (PyTorch's formula). The same
+    # values come from c2r of g with the bins c2r counts twice halved: c2r(y) is the real
+    # part of the inverse DFT of y's Hermitian extension, and real parts commute with the
+    # other dims' inverse DFTs. It skips the padded copy and the complex full-size transform.
+    n = x.shape[dim[-1]]
+    return (_apply(fft_c2r_p, (_bin_weights(g, dim[-1], n, 0.5),),
+                   {"dim": dim, "norm": _SWAP[norm], "last_dim_size": n}),)
 
 
 def _c2r_vjp(g, out, x, dim=(), norm="backward", last_dim_size=1):
     # NOTE: PyTorch's _fft_c2r_backward: r2c of g; each bin that stands for itself and its
     # mirror image (all but DC and, for even n, Nyquist) gets its gradient twice.
     gi = _apply(fft_r2c_p, (g,), {"dim": dim, "norm": _SWAP[norm], "onesided": True})
-    last = dim[-1]
-    doubled = last_dim_size - gi.shape[last]
+    return (_bin_weights(gi, dim[-1], last_dim_size, 2.0),)
+
+
+def _bin_weights(spec, last, n, factor):
+    """``spec`` with the one-sided bins that stand for two (1 .. n - n//2 - 1 along ``last``)
+    scaled by ``factor``."""
+    h = spec.shape[last]
+    doubled = n - h
     if doubled <= 0:
-        return (gi,)
+        return spec
     from .factories import tensor
-    h = gi.shape[last]
-    w = tensor([1.0] + [2.0] * doubled + [1.0] * (h - 1 - doubled), dtype=gi.dtype.to_real(),
-               device=gi.device)
-    return (gi * w.reshape([h if d == last else 1 for d in range(gi.ndim)]),)
+    w = tensor([1.0] + [factor] * doubled + [1.0] * (h - 1 - doubled),
+               dtype=spec.dtype.to_real(), device=spec.device)
+    return spec * w.reshape([h if d == last else 1 for d in range(spec.ndim)])
 
 
 # ------------------------------------------------------------------ primitives
