@@ -15,6 +15,6 @@ def multigammaln(input, p, *, out=None):
 
     Example:
         >>> ember.special.multigammaln(ember.tensor([2.5]), 2)
-        tensor([1.2389])
+        tensor([0.8570])
     """
     return _out(mvlgamma(input, p), out)
