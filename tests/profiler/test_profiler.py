@@ -247,3 +247,10 @@ def test_torch_autograd_profiler_names():
         ember.ones(3) * 2
     with pytest.raises(RuntimeError, match="nothing was recorded"):
         off.events()
+
+
+def test_with_stack_records_the_users_line():
+    with profile(with_stack=True) as prof:
+        ember.ones(2) + 1                     # this line
+    ev = next(e for e in prof.events() if e.name == "add")
+    assert ev.stack and __file__ in ev.stack[0] and "test_with_stack" in ev.stack[0]
