@@ -182,6 +182,8 @@ class VmapMode:
         for m in state.modes:
             if isinstance(m, VmapMode):
                 m.fresh[id(t)] = ref
+        if (low := self._lower("constant")) is not None:
+            low.constant(t)
 
     def check_write(self, x, r, op):
         if not isinstance(r, Tensor):
@@ -196,12 +198,22 @@ class VmapMode:
                 f"{tuple(r.shape)}). Please try to use out-of-place operators instead of "
                 f"{op}.")
 
+    def _lower(self, hook):
+        """The nearest mode below the vmap levels with ``hook`` (a tracer of ember.compile):
+        what this level turns into physical effects is reported to it."""
+        for m in reversed(state.modes):
+            if not isinstance(m, VmapMode) and hasattr(m, hook):
+                return m
+        return None
+
     def on_write(self, x, r):
         """``commit`` wrote ``r``'s first example into ``x``'s logical view: write it all."""
         if x.__class__ is not BatchedTensor:
             if r.__class__ is BatchedTensor:     # a random fill (commit checked the others)
                 self.check_write(x, r, "inplace random fill")
                 self.on_write(x, r)
+            elif (low := self._lower("on_write")) is not None:
+                low.on_write(x, r)
             return
         from ..ops.inplace import commit
         px, bx = x._phys, x._bdim
@@ -216,6 +228,12 @@ class VmapMode:
     def on_fill(self, x, value):
         if x.__class__ is BatchedTensor:
             x._phys.fill_(value)
+        elif (low := self._lower("on_fill")) is not None:
+            low.on_fill(x, value)
+
+    def unsupported(self, what):
+        if (low := self._lower("unsupported")) is not None:
+            low.unsupported(what)
 
     # ------------------------------------------------------------------ randomness
     def random(self, t, draw, inputs, what):
@@ -230,16 +248,26 @@ class VmapMode:
                                f"tensor input (each example's draw would differ); use "
                                f"randomness='different'")
         diff = [m for m in modes if m.randomness == "different"]
+        low = self._lower("random")
         if not diff:
+            if low is not None:
+                low.random(t, draw, inputs, what)
             return
         sizes = [m.size for m in diff]
-        draws = []
-        for flat in np.ndindex(*sizes):
-            pick = {m.level: i for m, i in zip(diff, flat)}
-            draws.append(np.asarray(draw(*(_example(x, pick) for x in inputs))))
-        arr = np.stack(draws).reshape(tuple(sizes) + t._data.shape) if draws else \
-            np.zeros(tuple(sizes) + t._data.shape, t._dtype.np)
-        phys = _wrap(np.ascontiguousarray(arr, t._dtype.np), t._dtype, t._device)
+        shape, dt = t._data.shape, t._dtype
+
+        def draw_all(*_):
+            draws = [np.asarray(draw(*(_example(x, {m.level: i for m, i in zip(diff, flat)})
+                                       for x in inputs))) for flat in np.ndindex(*sizes)]
+            arr = np.stack(draws).reshape(tuple(sizes) + shape) if draws else \
+                np.zeros(tuple(sizes) + shape, dt.np)
+            return np.ascontiguousarray(arr, dt.np)
+        phys = _wrap(draw_all(), dt, t._device)
+        if low is not None:           # a tracer: the graph draws the whole batch again
+            if inputs:
+                self.unsupported(f"{what} of batched parameters under vmap")
+            else:
+                low.random(phys, draw_all, (), what)
         for m in diff[:-1]:
             phys = make_batched(phys, 0, m.level)
         last = diff[-1]

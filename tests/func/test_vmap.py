@@ -429,3 +429,18 @@ def test_jvp_of_vmap_through_value_only_decompositions(name):
     _, got = em.func.jvp(lambda m: vmap(f)(m), (a,), (t,))
     _, want = em.func.jvp(f, (a,), (t,))
     close(got, want, 1e-10)
+
+
+def test_vmap_inside_compile_replays_per_example_draws_and_writes():
+    def one(a):
+        b = a * 2
+        b[0] = 1.0
+        b.add_(1)
+        return em.nn.functional.dropout(b, 0.5, training=True)
+    cf = em.compile(lambda x: vmap(one, randomness="different")(x))
+    x = em.ones(4, 6)
+    r1, r2 = cf(x).numpy(), cf(x).numpy()
+    assert not np.array_equal(r1, r2)                       # the graph draws again
+    assert not all(np.array_equal(r1[0], r) for r in r1[1:])  # per example
+    assert set(np.unique(np.concatenate([r1, r2]))) <= {0.0, 4.0, 6.0}
+    assert np.all((r1[:, 0] == 0) | (r1[:, 0] == 4.0))
