@@ -46,6 +46,8 @@ def _alphas(lpx, skip_add, in_len):
     """
     t_max, n, width = lpx.shape
     alpha = np.empty((t_max, n, width))
+    if t_max == 0:
+        return alpha
     buf = np.full((n, width + 2), _NEG_INF)
     a, s1, s2_src = buf[:, 2:], buf[:, 1:-1], buf[:, :-2]
     a[:, :2] = lpx[0, :, :2]
@@ -76,6 +78,8 @@ def _alphas(lpx, skip_add, in_len):
 
 
 def _nll(alpha, in_len, tgt_len):
+    if alpha.shape[0] == 0:                  # no time steps: every input length is 0
+        return np.where(tgt_len == 0, 0.0, np.inf)
     n = alpha.shape[1]
     last = alpha[np.maximum(in_len - 1, 0), np.arange(n)]         # (N, 2S+1)
     end = 2 * tgt_len                                              # index of the last blank
