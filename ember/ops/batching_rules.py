@@ -270,3 +270,15 @@ from .batching import dim_rule, dims_rule  # noqa: E402  (re-exported for the de
 reduce_dims = dims_rule("dim", none_means_all=False)
 one_dim = dim_rule("dim")
 argmax, argmin = argext("argmax"), argext("argmin")
+
+
+def leading(name, *cores):
+    """Rule of an op that broadcasts leading (batch) dims over trailing cores of fixed
+    ranks ``cores`` (one per input): each batched input gets the same number of leading
+    dims, the vmap batch dim first."""
+    def rule(inputs, bdims, **params):
+        lead = max(logical_ndim(x, d) - c for x, d, c in zip(inputs, bdims, cores))
+        xs = [x if d is None else pad_rank(front(x, d), lead + c)
+              for x, d, c in zip(inputs, bdims, cores)]
+        return _p(name)(*xs, **params), 0
+    return rule

@@ -9,6 +9,7 @@ from __future__ import annotations
 
 import numpy as np
 
+from . import batching_rules as _vb
 from .registry import defop
 
 __all__ = []
@@ -63,15 +64,18 @@ def _geqrf_kernel(xp, a):
 
 ldl_factor_p = defop(
     "linalg_ldl_factor", nin=1, kernel=_ldl_factor_kernel, dtype="same", save=None,
+    batch="front",
     shape=lambda a: tuple(a[:-2]) + (a[-1] + 2, a[-1]), differentiable=False,
     doc="packed (..., n+2, n): LD, pivots row, info row")
 
 ldl_solve_p = defop(
     "linalg_ldl_solve", nin=3, kernel=_ldl_solve_kernel, dtype="same", save=None,
+    batch=_vb.leading("linalg_ldl_solve", 2, 1, 2),
     shape=lambda ld, piv, b: tuple(np.broadcast_shapes(ld[:-2], piv[:-1], b[:-2])) +
     tuple(b[-2:]), differentiable=False, doc="A X = B from ldl_factor's LD and pivots")
 
 geqrf_p = defop(
     "linalg_geqrf", nin=1, kernel=_geqrf_kernel, dtype="same", save=None,
+    batch="front",
     shape=lambda a: tuple(a[:-2]) + (a[-2] + 1, a[-1]), differentiable=False,
     doc="packed (..., m+1, n): compact QR, then tau")

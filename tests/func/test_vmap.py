@@ -444,3 +444,17 @@ def test_vmap_inside_compile_replays_per_example_draws_and_writes():
     assert not all(np.array_equal(r1[0], r) for r in r1[1:])  # per example
     assert set(np.unique(np.concatenate([r1, r2]))) <= {0.0, 4.0, 6.0}
     assert np.all((r1[:, 0] == 0) | (r1[:, 0] == 4.0))
+
+
+@pytest.mark.parametrize("dims", [(0, 0, 0), (0, 0, None), (None, None, 0), (0, None, -1)])
+def test_ldl_solve_broadcasts_leading_dims_per_input(dims):
+    a = T(3, 4, 4)
+    a = a + a.mT
+    ld, piv = em.linalg.ldl_factor(a)
+    b = T(3, 4, 2)
+    args = [t if d is not None else t[0] for t, d in zip((ld, piv, b.movedim(0, -1)
+                                                          if dims[2] == -1 else b), dims)]
+    got = vmap(em.linalg.ldl_solve, in_dims=dims)(*args)
+    want = em.stack([em.linalg.ldl_solve(*[x if d is None else x.select(d, i)
+                                           for x, d in zip(args, dims)]) for i in range(3)])
+    close(got, want, 1e-10)

@@ -113,6 +113,7 @@ HOST_READS = {
     "linalg.lu_solve": "unpacks the pivots in NumPy",
     "linalg.lstsq": "reads the rank on the host",
     "ctc_loss": "reads targets and lengths on the host",
+    "linalg.ldl_factor": "checks LAPACK's info on the host",
 }
 _DATA_ERROR = r"vmap: (It looks like|We do not support batching operators that can output)"
 
