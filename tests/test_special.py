@@ -298,3 +298,17 @@ def test_edge_gradients_of_composites_and_xlogy_match_pytorch():
         for a, b in zip(ge, gt):
             np.testing.assert_allclose(a.numpy(), b.numpy(), rtol=1e-14, equal_nan=True,
                                        err_msg=name)
+
+
+def test_complex_sinc_and_logit_as_pytorch():
+    z = np.array([0j, 0.3 + 0.2j, 1 + 2j, -0.7 + 0.1j])
+    got = S.sinc(em.tensor(z)).numpy()
+    pz = np.pi * np.where(z == 0, 1, z)
+    np.testing.assert_allclose(got, np.where(z == 0, 1, np.sin(pz) / pz), rtol=1e-12)
+    with pytest.raises(TypeError, match="logit: not implemented for complex"):
+        S.logit(em.tensor(z))
+    torch = pytest.importorskip("torch")
+    e, t = em.tensor(z[1:], requires_grad=True), torch.tensor(z[1:], requires_grad=True)
+    S.sinc(e).abs().sum().backward()
+    torch.special.sinc(t).abs().sum().backward()
+    np.testing.assert_allclose(e.grad.numpy(), t.grad.numpy(), rtol=1e-12)

@@ -107,6 +107,9 @@ def index_reduce(input, dim, index, source, reduce, *, include_self=True):
 
 def logit(input, eps=None, *, out=None):
     """``log(p / (1 - p))``, with ``p`` clamped to ``[eps, 1 - eps]`` if ``eps`` is given."""
+    if input.dtype.is_complex:
+        raise DTypeError(f"logit: not implemented for complex dtype {input.dtype.name} (as in "
+                         f"PyTorch); valid dtypes: bool, integer and floating")
     p = input if input.dtype.is_floating_point else input.to(_dt.get_default_dtype())
     if eps is not None:
         p = p.clamp(eps, 1 - eps)
@@ -114,8 +117,9 @@ def logit(input, eps=None, *, out=None):
 
 
 def sinc(input, *, out=None):
-    """Normalised sinc ``sin(pi x) / (pi x)``, 1 at 0 (``torch.sinc``)."""
-    x = input if input.dtype.is_floating_point else input.to(_dt.get_default_dtype())
+    """Normalised sinc ``sin(pi x) / (pi x)``, 1 at 0 (``torch.sinc``); complex too."""
+    x = input if input.dtype.is_floating_point or input.dtype.is_complex else \
+        input.to(_dt.get_default_dtype())
     px = x * math.pi
     safe = where(x == 0, 1.0, px)
     return _out(where(x == 0, 1.0, sin(safe) / safe), out)
