@@ -18,12 +18,14 @@ from .bernoulli import Bernoulli, Geometric
 from .binomial import Binomial, Multinomial, NegativeBinomial
 from .categorical import Categorical, OneHotCategorical, OneHotCategoricalStraightThrough
 from .constraint_registry import biject_to, transform_to
+from .continuous_bernoulli import ContinuousBernoulli
 from .dirichlet import Beta, Dirichlet
 from .distribution import Distribution
 from .exp_family import ExponentialFamily
 from .gamma import Chi2, Exponential, FisherSnedecor, Gamma
 from .independent import Independent
 from .kl import kl_divergence, register_kl
+from .kumaraswamy import Kumaraswamy
 from .laplace import Cauchy, Gumbel, Laplace, StudentT
 from .lowrank_multivariate_normal import LowRankMultivariateNormal
 from .mixture_same_family import MixtureSameFamily
@@ -38,16 +40,17 @@ from .transforms import *  # noqa: F401,F403
 from .uniform import Uniform
 from .von_mises import VonMises
 
-__all__ = ["Bernoulli", "Beta", "Binomial", "Categorical", "Cauchy", "Chi2", "Dirichlet",
-           "Distribution", "ExpRelaxedCategorical", "Exponential", "ExponentialFamily",
-           "FisherSnedecor", "Gamma", "Geometric", "Gumbel", "HalfCauchy", "HalfNormal",
-           "Independent", "InverseGamma", "Laplace", "LogNormal", "LogisticNormal",
-           "LogitRelaxedBernoulli", "LowRankMultivariateNormal", "MixtureSameFamily",
-           "Multinomial", "MultivariateNormal", "NegativeBinomial", "Normal",
-           "OneHotCategorical", "OneHotCategoricalStraightThrough", "Pareto", "Poisson",
-           "RelaxedBernoulli", "RelaxedOneHotCategorical", "StudentT",
-           "TransformedDistribution", "Uniform", "VonMises", "Weibull", "biject_to",
-           "constraints", "kl_divergence", "register_kl", "transform_to", "transforms"]
+__all__ = ["Bernoulli", "Beta", "Binomial", "Categorical", "Cauchy", "Chi2",
+           "ContinuousBernoulli", "Dirichlet", "Distribution", "ExpRelaxedCategorical",
+           "Exponential", "ExponentialFamily", "FisherSnedecor", "Gamma", "Geometric",
+           "Gumbel", "HalfCauchy", "HalfNormal", "Independent", "InverseGamma", "Kumaraswamy",
+           "Laplace", "LogNormal", "LogisticNormal", "LogitRelaxedBernoulli",
+           "LowRankMultivariateNormal", "MixtureSameFamily", "Multinomial",
+           "MultivariateNormal", "NegativeBinomial", "Normal", "OneHotCategorical",
+           "OneHotCategoricalStraightThrough", "Pareto", "Poisson", "RelaxedBernoulli",
+           "RelaxedOneHotCategorical", "StudentT", "TransformedDistribution", "Uniform",
+           "VonMises", "Weibull", "biject_to", "constraints", "kl_divergence", "register_kl",
+           "transform_to", "transforms"]
 
 # NOTE: PyTorch keeps one module per family (``torch.distributions.beta.Beta``); Ember groups
 # small families in one module, and these aliases make PyTorch's module paths import.

@@ -23,11 +23,16 @@ from . import constraints
 from ._transform_base import (ComposeTransform, IndependentTransform,  # noqa: F401
                               ReshapeTransform, Transform, _InverseTransform,
                               identity_transform)
+from ._transforms_structured import (CatTransform,  # noqa: F401
+                                     CumulativeDistributionTransform,
+                                     PositiveDefiniteTransform, StackTransform)
 
-__all__ = ["AbsTransform", "AffineTransform", "ComposeTransform", "ExpTransform",
-           "IndependentTransform", "LowerCholeskyTransform", "PowerTransform",
+__all__ = ["AbsTransform", "AffineTransform", "CatTransform", "ComposeTransform",
+           "CumulativeDistributionTransform", "ExpTransform", "IndependentTransform",
+           "LowerCholeskyTransform", "PositiveDefiniteTransform", "PowerTransform",
            "ReshapeTransform", "SigmoidTransform", "SoftmaxTransform", "SoftplusTransform",
-           "StickBreakingTransform", "TanhTransform", "Transform", "identity_transform"]
+           "StackTransform", "StickBreakingTransform", "TanhTransform", "Transform",
+           "identity_transform"]
 
 
 class ExpTransform(Transform):

@@ -57,6 +57,8 @@ FAMILIES = {
     "InverseGamma": ("InverseGamma", (POS + 2, POS2), None),
     "FisherSnedecor": ("FisherSnedecor", (POS + 2, POS2 + 4), None),
     "LogisticNormal": ("LogisticNormal", (REAL, POS), None),
+    "Kumaraswamy": ("Kumaraswamy", (POS, POS2), None),
+    "ContinuousBernoulli": ("ContinuousBernoulli", (PROB,), None),
     "RelaxedBernoulli": ("RelaxedBernoulli", (np.array(0.7), PROB), None),
     "RelaxedOneHotCategorical": ("RelaxedOneHotCategorical", (np.array(0.7), SIMPLEX), None),
 }
@@ -80,6 +82,9 @@ def _make(name):
 # in float32 (5e-8 off), and its VonMises takes log I0/I1 from Abramowitz-Stegun polynomials
 # (~1e-8); Ember's match scipy.stats to 1e-9 (test_vs_scipy.py).
 RTOL = {"Multinomial.entropy": 1e-7, "VonMises.log_prob": 1e-7, "VonMises.variance": 1e-7}
+# NOTE: PyTorch's Kumaraswamy.mode is NaN wherever concentration0 > 1 (its formula takes
+# log1p(-concentration0)); Ember's is the density's maximiser (test_more_families.py).
+SKIP = {"Kumaraswamy.mode"}
 
 
 def _close(e, t, what):
@@ -98,6 +103,8 @@ def test_same_as_pytorch(name):
     value = td.sample((2,))
     _close(d.log_prob(em.tensor(value.numpy())), td.log_prob(value), f"{name}.log_prob")
     for attr in ("mean", "variance", "mode"):
+        if f"{name}.{attr}" in SKIP:
+            continue
         try:
             want = getattr(td, attr)
         except NotImplementedError:

@@ -1,0 +1,119 @@
+"""Kumaraswamy and ContinuousBernoulli (no scipy.stats counterpart): against their closed-form
+densities and numerical integration, samples, gradients; and the structured transforms
+(Cat/Stack/CumulativeDistribution/PositiveDefinite)."""
+import numpy as np
+import pytest
+from scipy import integrate
+
+import ember as em
+import ember.distributions as D
+from ember.distributions import constraints
+from ember.distributions import transforms as T
+
+
+def t(a, grad=False):
+    return em.tensor(np.asarray(a, dtype=np.float64), requires_grad=grad)
+
+
+def _quad(f):
+    return integrate.quad(f, 0.0, 1.0, epsabs=1e-13, epsrel=1e-12, limit=200)[0]
+
+
+KUMA = [(0.5, 2.0), (2.0, 0.7), (3.0, 4.0), (1.5, 1.5)]
+
+
+@pytest.mark.parametrize("a,b", KUMA)
+def test_kumaraswamy_against_density_and_integrals(a, b):
+    d = D.Kumaraswamy(t(a), t(b))
+    x = np.array([0.05, 0.3, 0.5, 0.8, 0.97])
+    pdf = a * b * x ** (a - 1) * (1 - x ** a) ** (b - 1)
+    np.testing.assert_allclose(d.log_prob(t(x)).numpy(), np.log(pdf), rtol=1e-10)
+    np.testing.assert_allclose(d.cdf(t(x)).numpy(), 1 - (1 - x ** a) ** b, rtol=1e-10)
+    dens = lambda v: a * b * v ** (a - 1) * (1 - v ** a) ** (b - 1)  # noqa: E731
+    mean = _quad(lambda v: v * dens(v))
+    np.testing.assert_allclose(d.mean.item(), mean, rtol=1e-8)
+    np.testing.assert_allclose(d.variance.item(), _quad(lambda v: v * v * dens(v)) - mean ** 2,
+                               rtol=1e-7)
+    ent = -_quad(lambda v: dens(v) * np.log(dens(v)) if dens(v) > 0 else 0.0)
+    np.testing.assert_allclose(d.entropy().item(), ent, rtol=1e-7, atol=1e-9)
+    if a >= 1 and b >= 1:
+        grid = np.linspace(1e-4, 1 - 1e-4, 200001)
+        np.testing.assert_allclose(d.mode.item(), grid[np.argmax(dens(grid))], atol=1e-4)
+    else:
+        assert np.isnan(d.mode.item())
+
+
+CB = [0.02, 0.3, 0.4995, 0.5, 0.5008, 0.8, 0.99]
+
+
+@pytest.mark.parametrize("lam", CB)
+def test_continuous_bernoulli_against_integrals(lam):
+    d = D.ContinuousBernoulli(t(lam))
+    dens = lambda v: float(d.log_prob(t(v)).exp())  # noqa: E731
+    np.testing.assert_allclose(_quad(dens), 1.0, rtol=1e-9)
+    mean = _quad(lambda v: v * dens(v))
+    np.testing.assert_allclose(d.mean.item(), mean, rtol=1e-8)
+    np.testing.assert_allclose(d.variance.item(), _quad(lambda v: v * v * dens(v)) - mean ** 2,
+                               rtol=1e-6)
+    np.testing.assert_allclose(d.entropy().item(),
+                               -_quad(lambda v: dens(v) * np.log(dens(v))), rtol=1e-7,
+                               atol=1e-9)
+    for x in (0.1, 0.6, 0.93):
+        np.testing.assert_allclose(d.cdf(t(x)).item(), integrate.quad(dens, 0, x)[0],
+                                   rtol=1e-8)
+        np.testing.assert_allclose(d.icdf(d.cdf(t(x))).item(), x, rtol=1e-9)
+    with pytest.raises(ValueError, match="probs has invalid values"):
+        D.ContinuousBernoulli(t(1.5))
+
+
+def test_samples_and_reparameterised_gradients():
+    n = 20000
+    em.manual_seed(6)
+    for d in (D.Kumaraswamy(t([0.5, 3.0]), t([2.0, 4.0])),
+              D.ContinuousBernoulli(t([0.2, 0.5, 0.9]))):
+        x = d.sample((n,)).numpy()
+        assert np.all((x >= 0) & (x <= 1))
+        var = d.variance.numpy()
+        assert np.all(np.abs(x.mean(0) - d.mean.numpy()) <= 5 * np.sqrt(var / n))
+    a, b = t([0.7, 2.5], grad=True), t([1.5, 3.0], grad=True)
+
+    def f(a, b):
+        em.manual_seed(1)
+        return D.Kumaraswamy(a, b).rsample((3,))
+    assert em.autograd.gradcheck(f, (a, b))
+
+    def g(p):
+        em.manual_seed(1)
+        return D.ContinuousBernoulli(p).rsample((3,))
+    assert em.autograd.gradcheck(g, (t([0.2, 0.7], grad=True),))
+
+
+def test_structured_transforms():
+    x = t(np.random.default_rng(0).standard_normal((4, 3)))
+    cat = T.CatTransform([T.ExpTransform(), T.AffineTransform(1.0, -2.0)], dim=-1,
+                         lengths=[2, 1])
+    y = cat(x)
+    np.testing.assert_allclose(y.numpy()[:, :2], np.exp(x.numpy()[:, :2]))
+    np.testing.assert_allclose(y.numpy()[:, 2], 1 - 2 * x.numpy()[:, 2])
+    np.testing.assert_allclose(cat.inv(y).numpy(), x.numpy(), rtol=1e-12)
+    lad = cat.log_abs_det_jacobian(x, y).numpy()
+    np.testing.assert_allclose(lad, np.concatenate([x.numpy()[:, :2], np.full((4, 1), np.log(2))],
+                                                   1), rtol=1e-12)
+    assert bool(cat.codomain.check(y).all()) and cat.bijective
+    st = T.StackTransform([T.ExpTransform(), T.SigmoidTransform(), T.TanhTransform()], dim=1)
+    y = st(x)
+    np.testing.assert_allclose(st.inv(y).numpy(), x.numpy(), rtol=1e-9)
+    np.testing.assert_allclose(st.log_abs_det_jacobian(x, y)[:, 0].numpy(), x.numpy()[:, 0])
+    with pytest.raises(ValueError, match="StackTransform: expected size 3"):
+        st(em.zeros(4, 2))
+    cdf = T.CumulativeDistributionTransform(D.Normal(t(0.0), t(1.0)))
+    u = cdf(x)
+    assert bool(constraints.unit_interval.check(u).all())
+    np.testing.assert_allclose(cdf.inv(u).numpy(), x.numpy(), rtol=1e-9, atol=1e-12)
+    np.testing.assert_allclose(cdf.log_abs_det_jacobian(x, u).numpy(),
+                               D.Normal(t(0.0), t(1.0)).log_prob(x).numpy())
+    pd = T.PositiveDefiniteTransform()
+    m = t(np.random.default_rng(1).standard_normal((2, 3, 3)))
+    s = pd(m)
+    assert bool(constraints.positive_definite.check(s).all())
+    np.testing.assert_allclose(pd(pd.inv(s)).numpy(), s.numpy(), rtol=1e-10)
