@@ -1,24 +1,96 @@
-"""Kernel IR to CUDA C text (for the CUDA backend to compile, e.g. with CuPy's RawKernel).
+"""Kernel IR to CUDA C text (compiled by NVRTC: ``ember.codegen.nvrtc``, ``cupy.RawModule``).
 
 Same expressions and helpers as the C renderer (the prelude's ``EMBER_FN`` becomes
-``__device__``); the loops become a grid-stride loop over output elements (elementwise)
-or over rows, one thread per row (reductions; a block-per-row tree reduction is the
-obvious next step). Shapes and strides are runtime arguments::
+``__device__``). Elementwise kernels are a grid-stride loop over output elements.
+Reductions are one block per row by default (``strategy="block"``): the block's threads
+stride over the row, combine their partial results with warp shuffles
+(``__shfl_down_sync``) and one shared-memory step across warps, and every thread reads
+the row's value for the epilogue; ``strategy="thread"`` keeps one thread per row (short
+rows, many of them). The block size must be a multiple of 32 (the launcher uses 256).
+Shapes and strides are runtime arguments::
 
-    extern "C" __global__ void NAME(const T0 *in0, ..., TO *out, const int64_t *shape,
-                                    const int64_t *strides, int ndim, int64_t n)
+    extern "C" __global__ void NAME(const T0 *in0, ..., TO *out, TO1 *out1, ...,
+                                    const int64_t *shape, const int64_t *strides,
+                                    int ndim, int64_t n)
 
-where ``n`` is the number of output elements (elementwise) or rows (reductions) and
-``strides[k*ndim + j]`` is input k's stride in elements along loop dim j.
+where ``n`` is the number of output elements (elementwise) or rows (reductions),
+``strides[k*ndim + j]`` is input k's stride in elements along loop dim j, and ``out1...``
+are the extra outputs of a multi-output kernel (contiguous; per element or per row).
+
+NOTE: NVRTC has no libc headers, so the text declares the fixed-width integer types
+itself under NVRTC (``__CUDACC_RTC__``) and includes ``<stdint.h>`` under ``nvcc``, where
+redefining them with ``long long`` clashed with glibc's ``long``.
 """
 from __future__ import annotations
 
 from .. import dtypes as _dt
 from .cexpr import CTYPE, CUDA_STORAGE, Emitter
-from .ir import Kernel, ReduceKernel
-from .prelude import prelude
+from .ir import Kernel, ReduceKernel, Row
+from .prelude import CUDA_HEAD, prelude
 
 CUDA_CTYPE = {**CTYPE, "bool": "bool"}
+
+#: replaces the prelude's CUDA head: integer types NVRTC lacks, libm's constants, fp16/bf16.
+NVRTC_HEAD = r"""#if defined(__CUDACC_RTC__)
+typedef long int64_t;            /* LP64, as glibc's <stdint.h> on x86-64 and aarch64 */
+typedef unsigned long uint64_t;
+typedef int int32_t;
+typedef unsigned int uint32_t;
+typedef short int16_t;
+typedef unsigned short uint16_t;
+typedef signed char int8_t;
+typedef unsigned char uint8_t;
+#else
+#include <stdint.h>
+#include <math.h>
+#endif
+#ifndef INFINITY
+#define INFINITY __int_as_float(0x7f800000)
+#endif
+#ifndef NAN
+#define NAN __int_as_float(0x7fffffff)
+#endif
+#include <cuda_fp16.h>
+#include <cuda_bf16.h>
+#define EMBER_FN __device__ static inline
+EMBER_FN float ember_round_f16(float f) { return __half2float(__float2half_rn(f)); }
+"""
+
+#: block-level reduction helpers (warp shuffles, then one shared-memory step).
+BLOCK_REDUCE = r"""struct EmberSum { template <typename T> __device__ static T f(T a, T b) { return a + b; } };
+struct EmberMax { template <typename T> __device__ static T f(T a, T b) {
+    return (b > a || b != b) ? b : a; } };
+struct EmberMin { template <typename T> __device__ static T f(T a, T b) {
+    return (b < a || b != b) ? b : a; } };
+template <typename Op, typename T>
+__device__ static inline T ember_warp_reduce(T v) {
+    for (int o = 16; o > 0; o >>= 1) v = Op::f(v, __shfl_down_sync(0xffffffffu, v, o));
+    return v;
+}
+/* Every thread of the block gets the reduction of all threads' v (blockDim.x % 32 == 0). */
+template <typename Op, typename T>
+__device__ static inline T ember_block_reduce(T v, T identity, T *sh) {
+    const int lane = threadIdx.x & 31, warp = threadIdx.x >> 5;
+    v = ember_warp_reduce<Op>(v);
+    if (lane == 0) sh[warp] = v;
+    __syncthreads();
+    if (warp == 0) {
+        v = lane < (int)(blockDim.x >> 5) ? sh[lane] : identity;
+        v = ember_warp_reduce<Op>(v);
+        if (lane == 0) sh[32] = v;
+    }
+    __syncthreads();
+    v = sh[32];
+    __syncthreads();   /* NOTE: sh is reused by the next stage */
+    return v;
+}
+"""
+
+STRATEGIES = ("block", "thread")
+
+
+def _ptr_type(d) -> str:
+    return "__nv_bfloat16" if d is _dt.bfloat16 else CUDA_STORAGE[d.name]
 
 
 def _load(k: int, d, inner: bool = False) -> str:
@@ -42,13 +114,11 @@ def _store(value: str, src, d) -> str:
     return value
 
 
-def _signature(name: str, ins, out) -> str:
-    args = [f"const {CUDA_STORAGE[d.name].replace('uint16_t', '__nv_bfloat16')} "
-            f"*__restrict__ in{k}" if d is _dt.bfloat16 else
-            f"const {CUDA_STORAGE[d.name]} *__restrict__ in{k}" for k, d in enumerate(ins)]
-    ot = "__nv_bfloat16" if out is _dt.bfloat16 else CUDA_STORAGE[out.name]
-    args += [f"{ot} *__restrict__ out", "const int64_t *__restrict__ shape",
-             "const int64_t *__restrict__ strides", "int ndim", "int64_t n"]
+def _signature(name: str, ins, outs) -> str:
+    args = [f"const {_ptr_type(d)} *__restrict__ in{k}" for k, d in enumerate(ins)]
+    args += [f"{_ptr_type(d)} *__restrict__ out{j or ''}" for j, d in enumerate(outs)]
+    args += ["const int64_t *__restrict__ shape", "const int64_t *__restrict__ strides",
+             "int ndim", "int64_t n"]
     return f'extern "C" __global__ void {name}({", ".join(args)})'
 
 
@@ -60,65 +130,152 @@ def _offsets(nin: int, dims: str, var: str) -> list:
     return lines + [f"    o{k} += c * strides[{k} * ndim + d];" for k in range(nin)] + ["}"]
 
 
-def render_cuda(kernel) -> str:
+def _stores(emit: Emitter, outs, index: str) -> list:
+    """Statements storing every ``(name, dtype, expr)`` of ``outs`` at ``index``."""
+    stores = []
+    for name, d, e in outs:
+        var, vd = emit.value(e)
+        stores.append(f"{name}[{index}] = {_store(var, vd, d)};")
+    return emit.lines + stores
+
+
+def _indent(lines, n: int = 1) -> list:
+    return ["    " * n + ln for ln in lines]
+
+
+def render_cuda(kernel, strategy: str = "block") -> str:
     """CUDA C source of an elementwise or reduction kernel (prelude included).
+
+    Args:
+        kernel: a :class:`Kernel` or :class:`ReduceKernel` (extra outputs included).
+        strategy: for reductions, ``"block"`` (a block per row, warp-shuffle tree
+            reduction) or ``"thread"`` (a thread per row).
 
     Example:
         >>> print(render_cuda(Kernel([InputSpec(float32, (1,))], OutSpec(float32, (n,)),
         ...                          call("exp", Load(0)))))
     """
-    if kernel.extra:
-        raise NotImplementedError("codegen: CUDA rendering of multi-output kernels")
+    return render_cuda_many([kernel], strategy)
+
+
+def render_cuda_many(kernels, strategy: str = "block") -> str:
+    """One CUDA C source holding every kernel of ``kernels`` (one prelude, one NVRTC run:
+    how a graph's kernels compile together). Kernel names must be distinct."""
+    if strategy not in STRATEGIES:
+        raise ValueError(f"render_cuda: strategy must be one of {STRATEGIES}, got {strategy!r}")
+    names = [k.name for k in kernels]
+    if len(set(names)) != len(names):
+        raise ValueError(f"render_cuda_many: kernel names must be distinct, got {names}")
+    parts = [NVRTC_HEAD + prelude(cuda=True)[len(CUDA_HEAD):]]
+    if any(isinstance(k, ReduceKernel) for k in kernels):
+        parts.append(BLOCK_REDUCE)
+    for k in kernels:
+        parts.append(_render_one(k, strategy))
+    return "".join(parts)
+
+
+def _render_one(kernel, strategy: str) -> str:
     ins = [s.dtype for s in kernel.inputs]
-    head = prelude(cuda=True).replace("#include <cuda_fp16.h>",
-                                      "#include <cuda_fp16.h>\n#include <cuda_bf16.h>")
-    sig = _signature(kernel.name, ins, kernel.out.dtype)
+    sig = _signature(kernel.name, ins, [o[0] for o in kernel.outputs])
+    if isinstance(kernel, Kernel):
+        return _render_elementwise(kernel, ins, sig)
+    if strategy == "block":
+        return _render_block_reduction(kernel, ins, sig)
+    return _render_thread_reduction(kernel, ins, sig)
+
+
+def _render_elementwise(k: Kernel, ins, sig) -> str:
+    emit = Emitter(lambda j: _load(j, ins[j]), ins, ctype=CUDA_CTYPE)
+    body = _offsets(len(ins), "ndim", "idx") + _stores(
+        emit, [(f"out{j or ''}", d, e) for j, (d, e) in enumerate(k.outputs)], "idx")
     loop = ["    for (int64_t idx = (int64_t)blockIdx.x * blockDim.x + threadIdx.x; idx < n;",
             "         idx += (int64_t)blockDim.x * gridDim.x) {"]
-    if isinstance(kernel, Kernel):
-        emit = Emitter(lambda k: _load(k, ins[k]), ins, ctype=CUDA_CTYPE)
-        var, d = emit.value(kernel.body)
-        body = _offsets(len(ins), "ndim", "idx") + emit.lines + [
-            f"out[idx] = {_store(var, d, kernel.out.dtype)};"]
-        return head + "\n".join([sig + " {"] + loop + ["        " + ln for ln in body]
-                                + ["    }", "}"]) + "\n"
-    return head + _render_reduction(kernel, ins, sig, loop)
+    return "\n".join([sig + " {"] + loop + _indent(body, 2) + ["    }", "}"]) + "\n"
 
 
-def _render_reduction(k: ReduceKernel, ins, sig, loop) -> str:
+def _row_setup(ins) -> list:
+    lines = _offsets(len(ins), "ndim - 1", "idx") + ["const int64_t m = shape[ndim - 1];"]
+    return lines + [f"const int64_t is{j} = strides[{j} * ndim + ndim - 1];"
+                    for j in range(len(ins))]
+
+
+def _emitter(ins, rows, prefix, nrows):
+    return Emitter(lambda j: _load(j, ins[j], True), ins, rows[:nrows], prefix=prefix,
+                   ctype=CUDA_CTYPE)
+
+
+def _stage_parts(j: int, st, var: str):
+    """(accumulator type, identity, combine functor) of reduction stage ``j``."""
+    is_float = st.dtype.category == _dt.FLOAT
+    if st.kind in ("sum", "mean"):
+        return ("double" if is_float else "long long"), "0", "EmberSum"
+    acc = "double" if is_float else "long long"
+    big = "INFINITY" if is_float else "9223372036854775807LL"
+    if st.kind == "amax":
+        return acc, (f"-{big}" if is_float else f"(-{big} - 1)"), "EmberMax"
+    return acc, big, "EmberMin"
+
+
+def _update(j: int, op: str, acc: str, var: str) -> str:
+    if op == "EmberSum":
+        return f"acc{j} += ({acc}){var};"
+    return f"acc{j} = {op}::f(acc{j}, ({acc}){var});"
+
+
+def _row_value(j: int, st) -> str:
+    ct = CUDA_CTYPE[st.dtype.name]
+    val = f"acc{j} / (double)m" if st.kind == "mean" else f"acc{j}"
+    return f"const {ct} row{j} = ({ct})({val});"
+
+
+def _epilogue(k: ReduceKernel, ins, rows, row_loop: list, first_only: list) -> list:
+    """Stores of every output: per row (``first_only`` guards them) and per element."""
+    last = len(rows) - 1
+    outs = [(f"out{j or ''}", d, Row(last) if e is None else e, f)
+            for j, (d, e, f) in enumerate(k.outputs)]
+    per_row = [(nm, d, e) for nm, d, e, f in outs if not f]
+    full = [(nm, d, e) for nm, d, e, f in outs if f]
+    lines = []
+    if per_row:
+        body = ["const int64_t i = 0; (void)i;"] + _stores(
+            _emitter(ins, rows, "e_", len(rows)), per_row, "idx")
+        lines += first_only[:1] + _indent(body) + first_only[1:]
+    if full:
+        body = _stores(_emitter(ins, rows, "f_", len(rows)), full, "idx * m + i")
+        lines += row_loop + _indent(body) + ["}"]
+    return lines
+
+
+def _render_block_reduction(k: ReduceKernel, ins, sig) -> str:
     rows = list(k.row_dtypes)
-    lines = _offsets(len(ins), "ndim - 1", "idx")
-    lines += ["const int64_t m = shape[ndim - 1];"]
-    lines += [f"const int64_t is{j} = strides[{j} * ndim + ndim - 1];" for j in range(len(ins))]
-
-    def emitter(prefix, nrows):
-        return Emitter(lambda j: _load(j, ins[j], True), ins, rows[:nrows], prefix=prefix,
-                       ctype=CUDA_CTYPE)
+    row_loop = ["for (int64_t i = threadIdx.x; i < m; i += blockDim.x) {"]
+    lines = _row_setup(ins)
     for j, st in enumerate(k.stages):
-        e = emitter(f"p{j}_", j)
-        var, d = e.value(st.body)
-        acc = "double" if st.dtype.category == _dt.FLOAT else "long long"
-        big = "INFINITY" if acc == "double" else "9223372036854775807LL"
-        init = {"sum": "0", "mean": "0", "amax": f"-{big}", "amin": big}[st.kind]
-        upd = {"sum": f"acc{j} += ({acc}){var};", "mean": f"acc{j} += ({acc}){var};",
-               "amax": f"acc{j} = ({var} > acc{j} || {var} != {var}) ? ({acc}){var} : acc{j};",
-               "amin": f"acc{j} = ({var} < acc{j} || {var} != {var}) ? ({acc}){var} : acc{j};"}
-        lines += [f"{acc} acc{j} = {init};", "for (int64_t i = 0; i < m; i++) {"]
-        lines += ["    " + ln for ln in e.lines + [upd[st.kind]]] + ["}"]
-        val = f"acc{j} / (double)m" if st.kind == "mean" else f"acc{j}"
-        lines.append(f"const {CUDA_CTYPE[st.dtype.name]} row{j} = "
-                     f"({CUDA_CTYPE[st.dtype.name]})({val});")
-    if k.full:
-        e = emitter("e_", len(rows))
-        var, d = e.value(k.epilogue)
-        lines += ["for (int64_t i = 0; i < m; i++) {"]
-        lines += ["    " + ln for ln in e.lines + [
-            f"out[idx * m + i] = {_store(var, d, k.out.dtype)};"]] + ["}"]
-    elif k.epilogue is not None:
-        e = emitter("e_", len(rows))
-        var, d = e.value(k.epilogue)
-        lines += e.lines + [f"out[idx] = {_store(var, d, k.out.dtype)};"]
-    else:
-        lines += [f"out[idx] = {_store(f'row{len(rows) - 1}', rows[-1], k.out.dtype)};"]
-    return "\n".join([sig + " {"] + loop + ["        " + ln for ln in lines]
-                     + ["    }", "}"]) + "\n"
+        e = _emitter(ins, rows, f"p{j}_", j)
+        var, _ = e.value(st.body)
+        acc, ident, op = _stage_parts(j, st, var)
+        lines += [f"{acc} acc{j} = {ident};"] + row_loop
+        lines += _indent(e.lines + [_update(j, op, acc, var)]) + ["}"]
+        lines += [f"acc{j} = ember_block_reduce<{op}>(acc{j}, ({acc}){ident}, "
+                  f"({acc} *)ember_sh);", _row_value(j, st)]
+    lines += _epilogue(k, ins, rows, row_loop, ["if (threadIdx.x == 0) {", "}"])
+    loop = ["    __shared__ long long ember_sh[33];",
+            "    for (int64_t idx = blockIdx.x; idx < n; idx += gridDim.x) {"]
+    return "\n".join([sig + " {"] + loop + _indent(lines, 2) + ["    }", "}"]) + "\n"
+
+
+def _render_thread_reduction(k: ReduceKernel, ins, sig) -> str:
+    rows = list(k.row_dtypes)
+    row_loop = ["for (int64_t i = 0; i < m; i++) {"]
+    lines = _row_setup(ins)
+    for j, st in enumerate(k.stages):
+        e = _emitter(ins, rows, f"p{j}_", j)
+        var, _ = e.value(st.body)
+        acc, ident, op = _stage_parts(j, st, var)
+        lines += [f"{acc} acc{j} = {ident};"] + row_loop
+        lines += _indent(e.lines + [_update(j, op, acc, var)]) + ["}"]
+        lines.append(_row_value(j, st))
+    lines += _epilogue(k, ins, rows, row_loop, ["{", "}"])
+    loop = ["    for (int64_t idx = (int64_t)blockIdx.x * blockDim.x + threadIdx.x; idx < n;",
+            "         idx += (int64_t)blockDim.x * gridDim.x) {"]
+    return "\n".join([sig + " {"] + loop + _indent(lines, 2) + ["    }", "}"]) + "\n"
