@@ -14,8 +14,11 @@ if [ "${EMBER_TEST_ORACLE:-1}" != "0" ]; then extras=test,oracle; fi
 extras=$extras,onnx
 # mpi4py + mpich for the multi-process tests of ember.distributed (they skip without them).
 extras=$extras,distributed
+# NVRTC wheels: every generated CUDA kernel is compiled to PTX in the tests (no GPU needed).
+extras=$extras,nvrtc
 if ! .venv/bin/python -m pip install -q -e ".[$extras]"; then
-    if .venv/bin/python -m pip install -q -e '.[test,onnx,distributed]' ||
+    if .venv/bin/python -m pip install -q -e '.[test,onnx,distributed,nvrtc]' ||
+            .venv/bin/python -m pip install -q -e '.[test,onnx,distributed]' ||
             .venv/bin/python -m pip install -q -e '.[test,onnx]' ||
             .venv/bin/python -m pip install -q -e '.[test]'; then
         echo "scripts/test.sh: some optional test extras ($extras) are not" \
