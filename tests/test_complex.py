@@ -360,3 +360,52 @@ def test_inplace_rules():
     z.mul_(2j)
     assert z.tolist() == [-2 + 2j]
     assert em.tensor([-2.0]).abs_().tolist() == [2.0]
+
+
+_OPTIMS = [("SGD", dict(lr=0.1, momentum=0.9)), ("Adam", dict(lr=0.1)),
+           ("AdamW", dict(lr=0.1, weight_decay=0.1)), ("Adam", dict(lr=0.1, amsgrad=True)),
+           ("RMSprop", dict(lr=0.01)), ("Adagrad", dict(lr=0.1)), ("NAdam", dict(lr=0.1)),
+           ("RAdam", dict(lr=0.1)), ("Adamax", dict(lr=0.1)), ("Adadelta", dict(lr=1.0)),
+           ("Rprop", dict(lr=0.1)), ("ASGD", dict(lr=0.1)), ("Adam", dict(lr=0.1, foreach=True))]
+_P0 = np.array([1 + 2j, -0.5 + 0.3j, 2 - 1j])
+_TGT = np.array([0.5j, 1 + 0j, -1 - 1j])
+
+
+def _optimize(lib, name, kw, as_pairs=False, steps=4):
+    """Minimise |p - t|^2 with ``lib.optim.<name>``; ``as_pairs``: the same problem on a
+    real (3, 2) parameter holding (re, im) pairs."""
+    if as_pairs:
+        p0, t = np.stack([_P0.real, _P0.imag], -1), np.stack([_TGT.real, _TGT.imag], -1)
+        p = lib.tensor(p0.astype(np.float32), requires_grad=True)
+        t = lib.tensor(t.astype(np.float32))
+    else:
+        p = lib.tensor(_P0.astype(np.complex64), requires_grad=True)
+        t = lib.tensor(_TGT.astype(np.complex64))
+    opt = getattr(lib.optim, name)([p], **kw)
+    for _ in range(steps):
+        opt.zero_grad()
+        d = p - t
+        ((d * d).sum() if as_pairs else (d.abs() ** 2).sum()).backward()
+        opt.step()
+    r = p.detach().numpy()
+    return (r[..., 0] + 1j * r[..., 1]) if as_pairs else r, opt
+
+
+@pytest.mark.parametrize("name,kw", _OPTIMS, ids=[f"{n}{sorted(k)}" for n, k in _OPTIMS])
+def test_optimizers_update_complex_params_as_real_pairs(name, kw):
+    got, opt = _optimize(em, name, kw)
+    want, _ = _optimize(em, name, kw, as_pairs=True)
+    np.testing.assert_allclose(got, want, rtol=1e-5, atol=1e-6)
+    state = next(iter(opt.state.values()))
+    assert all(v.dtype is em.complex64 for k, v in state.items()
+               if isinstance(v, em.Tensor) and v.ndim)   # state stays complex, as PyTorch's
+    torch = pytest.importorskip("torch")
+    theirs, _ = _optimize(torch, name, kw)
+    np.testing.assert_allclose(got, theirs, rtol=1e-5, atol=1e-6)
+
+
+def test_optimizers_that_refuse_complex_still_do():
+    p = em.tensor([1j], requires_grad=True)
+    (p.abs() ** 2).sum().backward()
+    with pytest.raises(RuntimeError, match="complex"):
+        em.optim.Adafactor([p]).step()

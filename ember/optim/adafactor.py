@@ -55,6 +55,8 @@ class Adafactor(Optimizer):
         _require(group["weight_decay"] >= 0.0,
                  f"weight_decay should be >= 0 but is: {group['weight_decay']}")
 
+    _complex_as_real = False   # NOTE: refuses complex parameters (below), as PyTorch
+
     def _state_keys(self, group) -> tuple:
         return ("step",)
 

@@ -92,6 +92,8 @@ class Muon(Optimizer):
                  f"Adjust learning rate function {group['adjust_lr_fn']} is not supported "
                  "(valid: None, 'original', 'match_rms_adamw')")
 
+    _complex_as_real = False   # NOTE: refuses complex parameters (below), as PyTorch
+
     def _state_keys(self, group) -> tuple:
         return ("momentum_buffer",)
 

@@ -83,6 +83,9 @@ class Optimizer:
 
     #: whether ``foreach``/``fused`` steps may run the compiled update (``_fused.py``)
     _fused_capable = False
+    #: update complex parameters as pairs of reals (PyTorch's ``_view_as_real``); optimizers
+    #: that refuse complex parameters (Muon, Adafactor) set it False to see them as they are
+    _complex_as_real = True
 
     def _fused_worth(self, group) -> bool:
         """Whether the compiled update pays for ``group`` (it does unless the loop is
@@ -233,7 +236,13 @@ class Optimizer:
         for p in group["params"]:
             g = p.grad
             if g is not None:
-                yield p, g, state[p]
+                if p._dtype.is_complex and self._complex_as_real:
+                    # NOTE: PyTorch's optimizers update view_as_real(p) with view_as_real(g)
+                    # (Adam's second moment per real component, not g * g); the state stays
+                    # complex, as in PyTorch's state_dict.
+                    yield _real(p), _real(g), _RealViewState(state[p])
+                else:
+                    yield p, g, state[p]
 
     # ------------------------------------------------------------------ state dicts
     def state_dict(self) -> dict[str, Any]:
@@ -336,3 +345,47 @@ def _copy(value):
     if isinstance(value, (list, tuple)):
         return type(value)(_copy(x) for x in value)
     return copy.deepcopy(value)
+
+
+def _real(t: Tensor) -> Tensor:
+    from ..ops.complex import view_as_real
+    return view_as_real(t)
+
+
+class _RealViewState:
+    """A complex parameter's state seen through ``view_as_real``: complex tensors read as
+    their real views; real tensors of the viewed shape are stored as complex views of
+    themselves (sharing memory), so an update through the real view updates the state."""
+
+    __slots__ = ("_d",)
+
+    def __init__(self, d: dict) -> None:
+        self._d = d
+
+    def __getitem__(self, key):
+        v = self._d[key]
+        return _real(v) if isinstance(v, Tensor) and v._dtype.is_complex else v
+
+    def __setitem__(self, key, value) -> None:
+        if isinstance(value, Tensor) and value.ndim and value.shape[-1] == 2 and \
+                value._dtype in (_dt.float32, _dt.float64) and key != "step":
+            from ..ops.complex import view_as_complex
+            value = view_as_complex(value.contiguous())
+        self._d[key] = value
+
+    def __contains__(self, key) -> bool:
+        return key in self._d
+
+    def __len__(self) -> int:
+        return len(self._d)
+
+    def __bool__(self) -> bool:
+        return bool(self._d)
+
+    def get(self, key, default=None):
+        return self[key] if key in self._d else default
+
+    def setdefault(self, key, default=None):
+        if key not in self._d:
+            self[key] = default
+        return self[key]
