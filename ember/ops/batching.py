@@ -5,8 +5,12 @@ where ``bdims[i]`` is the batch dim of input ``i`` (``None``: the input is the s
 example). It calls primitives on the physical tensors (below the vmap level that asked), so
 autograd, forward mode and tracers see ordinary ops. An op's entry names its rule with
 ``defop(..., batch=...)``: a function, a generic rule's name from :data:`GENERIC`
-(elementwise ops get ``"elementwise"`` by default), or ``"loop"`` (run per example and stack:
-for ops whose per-example geometry has no batched form, e.g. ``as_strided``).
+(``"elementwise"`` — the default of elementwise ops, also right for ops that broadcast
+leading dims over equal-rank cores —, ``"front"`` for ops on trailing dims only,
+``"materialize"``/``"materialize_dim"`` for n-ary ops whose inputs must all carry the
+batch, ``"dynamic_shape"`` for ops whose output size depends on values), or ``"loop"`` (run
+per example and stack, with a one-time warning: ``ctc_loss``, whose per-example targets
+have no batched layout). Rules needing more live in :mod:`.batching_rules`.
 
 Example (``softmax``'s rule: move the batch dim first and shift ``dim`` past it)::
 
