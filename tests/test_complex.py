@@ -409,3 +409,13 @@ def test_optimizers_that_refuse_complex_still_do():
     (p.abs() ** 2).sum().backward()
     with pytest.raises(RuntimeError, match="complex"):
         em.optim.Adafactor([p]).step()
+
+
+def test_python_scalar_conversions():
+    t = em.tensor(1 + 2j)
+    assert complex(t) == 1 + 2j and t.item() == 1 + 2j and bool(t)
+    assert complex(em.tensor(2.5)) == 2.5 + 0j
+    with pytest.raises(TypeError):
+        float(t)
+    with pytest.raises((ValueError, RuntimeError)):
+        complex(em.tensor([1j, 2j]))

@@ -310,3 +310,4 @@ for _name in ("conj", "conj_physical", "resolve_conj", "is_conj", "angle", "sgn"
 REAL_PROPERTY = Tensor.real = property(real, _set_part(real))
 IMAG_PROPERTY = Tensor.imag = property(imag, _set_part(imag))
 Tensor.is_complex = lambda self: self._dtype.is_complex
+Tensor.__complex__ = lambda self: _dt.builtins_complex(self.item())
