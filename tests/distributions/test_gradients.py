@@ -35,6 +35,8 @@ RSAMPLE = {
     "Pareto": ((P2, P2 + 1), lambda a, b: D.Pareto(a, b)),
     "Weibull": ((P2, P2 + 0.5), lambda a, b: D.Weibull(a, b)),
     "LogisticNormal": ((P1, P2), lambda a, b: D.LogisticNormal(a, b)),
+    "GeneralizedPareto": ((P1, P2, np.array([-0.3, 0.1, 0.4])),
+                          lambda a, b, c: D.GeneralizedPareto(a, b, c)),
 }
 
 

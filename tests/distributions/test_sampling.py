@@ -41,6 +41,8 @@ CONTINUOUS = {
     "InverseGamma": (lambda: D.InverseGamma(t(A + 8.5), t(A)), stats.invgamma(A + 8.5,
                                                                                scale=A)),
     "FisherSnedecor": (lambda: D.FisherSnedecor(t(A + 2), t(A + 10)), stats.f(A + 2, A + 10)),
+    "GeneralizedPareto": (lambda: D.GeneralizedPareto(t(LOC), t(A), t([-0.3, 0.0, 0.1])),
+                          stats.genpareto([-0.3, 0.0, 0.1], LOC, A)),
 }
 DISCRETE = {
     "Bernoulli": (lambda: D.Bernoulli(t(P)), stats.bernoulli(P)),

@@ -19,6 +19,7 @@ POS = RNG.uniform(0.05, 4.0, (2, 4))
 UNIT = RNG.uniform(0.02, 0.98, (2, 4))
 COUNTS = RNG.integers(0, 6, (2, 4)).astype(float)
 SIMPLEX_P = RNG.dirichlet(np.ones(3), 4)   # (4, 3)
+XI = np.array([-0.4, 0.0, 0.2, 0.45])     # generalized Pareto shapes (bounded .. heavy)
 
 
 def t(a):
@@ -73,6 +74,9 @@ CASES = {
                      POS, "log_prob entropy mean variance"),
     "FisherSnedecor": (lambda: D.FisherSnedecor(t(A + 2), t(B + 4)), stats.f(A + 2, B + 4),
                        POS, "log_prob mean variance"),
+    "GeneralizedPareto": (lambda: D.GeneralizedPareto(t(LOC), t(A), t(XI)),
+                          stats.genpareto(XI, LOC, A), LOC + UNIT * A,
+                          "log_prob entropy cdf icdf mean variance"),
 }
 
 SCIPY_NAME = {"log_prob": None, "entropy": "entropy", "cdf": "cdf", "icdf": "ppf",
