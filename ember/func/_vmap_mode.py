@@ -20,6 +20,7 @@ import numpy as np
 from .. import dtypes as _dt
 from ..autograd.grad_mode import state
 from ..autograd.graph import Node
+from ..errors import DTypeError, EmberIndexError, ShapeError
 from ..ops import dispatch
 from ..ops.batching import rule_of
 from ..tensor import Tensor, _wrap
@@ -82,7 +83,10 @@ class VmapMode:
                 return self._unbatched_primal_batched_tangent(op, inputs, params)
             return self.below(dispatch.apply, op, inputs, params)
         phys = self._promote(op, inputs, phys)
-        out, obd = self.below(self._run_rule, op, phys, bdims, params)
+        try:
+            out, obd = self.below(self._run_rule, op, phys, bdims, params)
+        except (ShapeError, DTypeError, EmberIndexError) as e:
+            raise _in_vmap(e, op, inputs, bdims, self) from None
         if obd is None:
             return out
         res = make_batched(out, obd, lvl)
@@ -308,6 +312,23 @@ class _LogicalOp:
         if rule.__class__ is tuple:
             return [None if r is None else r(g, out, *inputs, **params) for r in rule]
         return rule(g, out, *inputs, **params)
+
+
+def _in_vmap(e, op, inputs, bdims, mode):
+    """``e`` (raised on physical shapes) with the per-example shapes and batch dims; an
+    inner level's view (closest to the user's code) replaces an outer level's."""
+    root = getattr(e, "_vmap_root", None) or str(e)
+    if root.startswith("vmap"):
+        return e
+    shapes = ", ".join(str(tuple(x.shape)) for x in inputs if isinstance(x, Tensor))
+    dims = ", ".join(str(d) for x, d in zip(inputs, bdims) if isinstance(x, Tensor))
+    try:
+        new = type(e)(f"vmap: {op.name} on per-example shapes {shapes} (batch dims {dims}, "
+                      f"batch size {mode.size}): {root}")
+    except TypeError:
+        return e
+    new._vmap_root = root
+    return new
 
 
 def _random_error(what) -> str:

@@ -458,3 +458,19 @@ def test_ldl_solve_broadcasts_leading_dims_per_input(dims):
     want = em.stack([em.linalg.ldl_solve(*[x if d is None else x.select(d, i)
                                            for x, d in zip(args, dims)]) for i in range(3)])
     close(got, want, 1e-10)
+
+
+def test_shape_errors_inside_vmap_name_the_per_example_shapes():
+    with pytest.raises(ValueError, match=r"vmap: add on per-example shapes \(3,\), \(5,\) "
+                                         r"\(batch dims 0, None, batch size 4\)"):
+        vmap(lambda a, b: a + b, in_dims=(0, None))(T(4, 3), T(5))
+    with pytest.raises(ValueError, match=r"vmap: matmul on per-example shapes \(3,\), "
+                                         r"\(5, 2\)"):
+        vmap(vmap(lambda a, b: a @ b, in_dims=(0, None)), in_dims=(0, None))(T(2, 4, 3), T(5, 2))
+
+
+def test_empty_batch():
+    x = em.zeros(0, 3)
+    assert tuple(vmap(lambda a: (a.sin() @ em.ones(3, 2)).softmax(-1).sum())(x).shape) == (0,)
+    assert tuple(vmap(grad(lambda a: (a ** 2).sum()))(x).shape) == (0, 3)
+    assert tuple(vmap(lambda a: a[em.tensor([0, 2])])(x).shape) == (0, 2)
