@@ -18,19 +18,19 @@ _REAL = ("float32", "float64")
 _ANY = _REAL + ("complex64", "complex128")
 
 
-def floating(op: str, x, name: str = "A", kinds=_REAL) -> Tensor:
-    """``x`` if float32/float64 (LAPACK's real types; ``kinds=_ANY`` also takes complex),
-    else PyTorch's dtype error."""
+def floating(op: str, x, name: str = "A", kinds=_ANY) -> Tensor:
+    """``x`` if of a LAPACK type (float32/float64/complex64/complex128; ``kinds=_REAL`` for
+    the functions Ember implements for real input only), else PyTorch's dtype error."""
     tensor_arg(op, x, name)
     if x.dtype.name not in kinds:
         got = _NAMES.get(x.dtype.name, x.dtype.name)
         raise DTypeError(f"{op}: Expected a floating point or complex tensor as input. Got "
-                         f"{got} (Ember's LAPACK kernels take float32 and float64"
-                         f"{'' if kinds is _REAL else ', complex64 and complex128'})")
+                         f"{got} (Ember's {op} takes "
+                         f"{'float32 and float64' if kinds is _REAL else 'float32, float64, complex64 and complex128'})")
     return x
 
 
-def matrices(op: str, x, name: str = "A", kinds=_REAL) -> Tensor:
+def matrices(op: str, x, name: str = "A", kinds=_ANY) -> Tensor:
     floating(op, x, name, kinds)
     if x.ndim < 2:
         raise ShapeError(f"{op}: The input tensor {name} must have at least 2 dimensions, "
@@ -38,7 +38,7 @@ def matrices(op: str, x, name: str = "A", kinds=_REAL) -> Tensor:
     return x
 
 
-def square(op: str, x, name: str = "A", kinds=_REAL) -> Tensor:
+def square(op: str, x, name: str = "A", kinds=_ANY) -> Tensor:
     matrices(op, x, name, kinds)
     m, n = x.shape[-2:]
     if m != n:

@@ -95,8 +95,9 @@ def svd(A, full_matrices=True, *, driver=None, out=None):
     repeated singular values make gradients through U, Vh inf/nan (only ``S`` used: finite).
     ``driver`` is accepted for PyTorch compatibility (a CUDA option) and ignored."""
     C.matrices("linalg.svd", A)
-    return T.svd(*svd_parts(_apply(svd_p, (A,), {"full_matrices": bool(full_matrices)}),
-                            tuple(A.shape), bool(full_matrices)))
+    U, S, Vh = svd_parts(_apply(svd_p, (A,), {"full_matrices": bool(full_matrices)}),
+                         tuple(A.shape), bool(full_matrices))
+    return T.svd(U, S.real if S.dtype.is_complex else S, Vh)
 
 
 @C.outable
@@ -122,7 +123,8 @@ def eigh(A, UPLO="L", *, out=None):
     the ``UPLO`` triangle (``torch.linalg.eigh``). Gradients through the eigenvectors are
     inf/nan for repeated eigenvalues, as PyTorch documents."""
     C.square("linalg.eigh", A)
-    return T.eigh(*eigh_parts(_apply(eigh_p, (A,), {"UPLO": _uplo("linalg.eigh", UPLO)})))
+    w, Q = eigh_parts(_apply(eigh_p, (A,), {"UPLO": _uplo("linalg.eigh", UPLO)}))
+    return T.eigh(w.real if w.dtype.is_complex else w, Q)
 
 
 @C.outable
@@ -193,13 +195,10 @@ def lu(A, *, pivot=True, out=None):
 
 
 def _permute_rows(B, piv):
-    """P^T B for LAPACK pivots (the swaps applied in order), as an index gather."""
-    m = B.shape[-2]
-    perm = _lapack.permutation_from_pivots(piv.numpy(), m, np.float64).argmax(-2)
-    idx = from_numpy(np.ascontiguousarray(perm.astype(np.int64)))
-    batch = tuple(np.broadcast_shapes(tuple(idx.shape[:-1]), tuple(B.shape[:-2])))
-    idx = idx.unsqueeze(-1).expand(batch + (m, B.shape[-1]))
-    return B.expand(batch + tuple(B.shape[-2:])).gather(-2, idx)
+    """P^T B for LAPACK pivots, as a product with the permutation matrix (BLAS: exact, any
+    dtype, differentiable in B)."""
+    P = from_numpy(_lapack.permutation_from_pivots(piv.numpy(), B.shape[-2], B.dtype.np))
+    return P.mT @ B
 
 
 @C.outable

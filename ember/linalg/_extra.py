@@ -20,7 +20,7 @@ __all__ = ["ldl_factor", "ldl_factor_ex", "ldl_solve", "geqrf", "orgqr", "ormqr"
 
 
 def _ldl(op, A):
-    C.square(op, A)
+    C.square(op, A, kinds=C._REAL)
     P = _apply(ldl_factor_p, (A,), {})
     n = A.shape[-1]
     LD = P.narrow(-2, 0, n)
@@ -64,8 +64,8 @@ def ldl_factor(A, *, hermitian=False, out=None):
 def ldl_solve(LD, pivots, B, *, hermitian=False, out=None):
     """Solve ``A X = B`` from :func:`ldl_factor`'s output (``torch.linalg.ldl_solve``)."""
     op = "linalg.ldl_solve"
-    C.square(op, LD, "LD")
-    C.matrices(op, B, "B")
+    C.square(op, LD, "LD", kinds=C._REAL)
+    C.matrices(op, B, "B", kinds=C._REAL)
     C.rows_match(op, LD, B)
     return _apply(ldl_solve_p, (LD, pivots, B), {})
 
@@ -74,7 +74,7 @@ def ldl_solve(LD, pivots, B, *, hermitian=False, out=None):
 def geqrf(input, *, out=None):
     """``(a, tau)``: QR in LAPACK's compact form — R on and above the diagonal, the
     Householder vectors below it, their scales in ``tau`` (``torch.geqrf``)."""
-    C.matrices("geqrf", input)
+    C.matrices("geqrf", input, kinds=C._REAL)
     m, n = input.shape[-2:]
     P = _apply(geqrf_p, (input,), {})
     return T.geqrf(P.narrow(-2, 0, m), P.select(-2, m).narrow(-1, 0, min(m, n)))
@@ -101,7 +101,8 @@ def ormqr(input, tau, other, left=True, transpose=False, *, out=None):
 
 
 def _approximate_basis(A, q, niter, M):
-    R = randn(A.shape[-1], q, dtype=A.dtype)
+    R = randn(A.shape[-1], q, dtype=A.dtype.to_real() if A.dtype.is_complex else A.dtype)
+    R = R.to(A.dtype)
     X = A @ R if M is None else A @ R - M @ R
     Q = qr(X).Q
     for _ in range(niter):
@@ -120,15 +121,15 @@ def svd_lowrank(A, q=6, niter=2, M=None):
     m, n = A.shape[-2:]
     q = min(6 if q is None else q, m, n)
     if m < n or n > q:
-        Mt = None if M is None else M.mT
-        Q = _approximate_basis(A.mT, q, niter, Mt)
+        Mt = None if M is None else M.mH
+        Q = _approximate_basis(A.mH, q, niter, Mt)
         Bt = A @ Q if M is None else A @ Q - M @ Q
         U, S, Vh = svd(Bt, full_matrices=False)
-        return U, S, Q @ Vh.mT
+        return U, S, Q @ Vh.mH
     Q = _approximate_basis(A, q, niter, M)
-    B = Q.mT @ A if M is None else Q.mT @ (A - M)
+    B = Q.mH @ A if M is None else Q.mH @ (A - M)
     U, S, Vh = svd(B, full_matrices=False)
-    return Q @ U, S, Vh.mT
+    return Q @ U, S, Vh.mH
 
 
 def pca_lowrank(A, q=None, center=True, niter=2):

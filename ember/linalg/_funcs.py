@@ -143,7 +143,7 @@ def householder_product(A, tau, *, out=None):
     """First n columns of ``H_1 ... H_k`` with ``H_i = I - tau_i v_i v_i^H``, ``v_i`` the
     i-th column of ``A`` below the diagonal with a 1 on it (``torch.linalg.
     householder_product``; a composite, so differentiable in both arguments)."""
-    C.matrices("linalg.householder_product", A)
+    C.matrices("linalg.householder_product", A, kinds=C._REAL)
     m, n = A.shape[-2:]
     k = tau.shape[-1]
     if not (m >= n >= k):

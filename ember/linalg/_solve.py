@@ -132,6 +132,8 @@ def slogdet(A, *, out=None):
     a singular matrix gives ``(0, -inf)``."""
     C.square("linalg.slogdet", A)
     packed = _apply(slogdet_p, (A,), {})
+    if A.dtype.is_complex:      # a complex sign is differentiable; log|det| is real
+        return T.slogdet(packed.select(-1, 0), packed.select(-1, 1).real)
     return T.slogdet(packed.select(-1, 0).detach(), packed.select(-1, 1))
 
 
@@ -165,12 +167,15 @@ def lstsq(A, B, rcond=None, *, driver=None):
     packed = _apply(lstsq_p, (A, B), {"rcond": rcond, "driver": driver})
     (m, n), k = A.shape[-2:], B.shape[-1]
     X, rank, sv = unpack(packed, lstsq_shapes(m, n, k, driver))
+    if A.dtype.is_complex:      # packed as complex: rank and singular values are real
+        rank, sv = rank.real, sv.real
     rank = rank.squeeze(-1).detach().to(_dt.int64)
+    real_dt = A.dtype.to_real() if A.dtype.is_complex else A.dtype
     full = m > n and driver != "gelsy" and (driver == "gels" or bool((rank == n).all()))
-    residuals = ((A @ X - B) ** 2).sum(-2) if full else zeros(0, dtype=A.dtype)
+    residuals = ((A @ X - B).abs() ** 2).sum(-2) if full else zeros(0, dtype=real_dt)
     if driver == "gels":
         rank = zeros(0, dtype=_dt.int64)
-    sv = sv.detach() if sv.shape[-1] else zeros(0, dtype=A.dtype)
+    sv = sv.detach() if sv.shape[-1] else zeros(0, dtype=real_dt)
     if vector:
         X = X.squeeze(-1)
         residuals = residuals.squeeze(-1) if full else residuals

@@ -325,12 +325,13 @@ def pinv(xp, a, atol=None, rtol=None, hermitian=False):
         big = np.abs(w).max(-1, keepdims=True) if w.shape[-1] else np.zeros(w.shape)
         keep = np.abs(w) > np.maximum(atol, rtol * big)
         winv = np.where(keep, 1 / np.where(keep, w, 1), 0)
-        return (q * winv[..., None, :]) @ np.swapaxes(q, -1, -2)
+        return (q * winv[..., None, :]) @ np.conj(np.swapaxes(q, -1, -2))
     u, s, vh = np.linalg.svd(a, full_matrices=False)
     big = s[..., :1] if s.shape[-1] else np.zeros(s.shape)
     keep = s > np.maximum(atol, rtol * big)
     sinv = np.where(keep, 1 / np.where(keep, s, 1), 0)
-    return (np.swapaxes(vh, -1, -2) * sinv[..., None, :]) @ np.swapaxes(u, -1, -2)
+    return (np.conj(np.swapaxes(vh, -1, -2)) * sinv[..., None, :]) @ np.conj(
+        np.swapaxes(u, -1, -2))
 
 
 def matrix_exp(xp, a):

@@ -151,16 +151,19 @@ def _prod_others(S):
 
 
 def det_cofactor(A, d):
-    """d det(A) / dA (real case): ``det * A^{-T}``, or through the SVD (PyTorch's
-    ``linalg_det_backward``) when a matrix is singular, where the cofactor stays finite."""
+    """The VJP of ``det`` for a unit cotangent: the conjugated cofactor matrix
+    ``conj(det) * A^{-H}`` (PyTorch's conjugate-Wirtinger convention; for real A the
+    cofactor itself), through the SVD (PyTorch's ``linalg_det_backward``) when a matrix is
+    singular, where the cofactor stays finite."""
     if A.shape[-1] == 0:
         return A * 0
     if bool((d == 0).any()):
         from .linalg_lapack2 import svd_p, svd_parts
         U, S, Vh = svd_parts(_apply(svd_p, (A,), {"full_matrices": False}), A.shape, False)
-        sign = _apply(det_p, (U,), {}) * _apply(det_p, (Vh,), {})
+        S = S.real if S.dtype.is_complex else S
+        sign = (_apply(det_p, (U,), {}) * _apply(det_p, (Vh,), {})).conj()
         return (U * (sign.unsqueeze(-1) * _prod_others(S)).unsqueeze(-2)) @ Vh
-    return d.unsqueeze(-1).unsqueeze(-1) * _apply(inv_p, (A,), {}).mT
+    return d.conj().unsqueeze(-1).unsqueeze(-1) * _apply(inv_p, (A,), {}).mH
 
 
 det_p = defop(
@@ -168,21 +171,27 @@ det_p = defop(
     batch="front",
     save="both",
     vjp=lambda g, d, A: (g.unsqueeze(-1).unsqueeze(-1) * det_cofactor(A, d),),
-    jvp=lambda t, d, A: (det_cofactor(A, d) * t[0]).sum((-2, -1)))
+    jvp=lambda t, d, A: (det_cofactor(A, d).conj() * t[0]).sum((-2, -1)))
 
 
 def _slogdet_vjp(g, out, A):
+    # PyTorch's slogdet_backward: (g_abs - i Im(conj(g_sign) sign)) A^{-H}; the sign of a
+    # real matrix is piecewise constant (no gradient).
     glog = g.select(-1, 1)
+    if A.dtype.is_complex:
+        glog = glog.real - 1j * (g.select(-1, 0).conj() * out.select(-1, 0)).imag
     return (glog.unsqueeze(-1).unsqueeze(-1) * _apply(inv_p, (A,), {}).mH,)
 
 
 def _slogdet_jvp(t, out, A):
-    dlog = _apply(solve_p, (A, t[0]), {}).diagonal(0, -2, -1).sum(-1)
-    return stack([dlog * 0, dlog], -1)
+    tr = _apply(solve_p, (A, t[0]), {}).diagonal(0, -2, -1).sum(-1)
+    if A.dtype.is_complex:   # d log|det| = Re tr(A^{-1} dA), d sign = i sign Im tr(...)
+        return stack([1j * out.select(-1, 0) * tr.imag, tr.real + 0j], -1)
+    return stack([tr * 0, tr], -1)
 
 
 slogdet_p = defop(
     "linalg_slogdet", nin=1, kernel=_lapack.slogdet, shape=lambda a: tuple(a[:-2]) + (2,),
     batch="front",
-    dtype="same", save="inputs", vjp=_slogdet_vjp, jvp=_slogdet_jvp,
+    dtype="same", save="both", vjp=_slogdet_vjp, jvp=_slogdet_jvp,
     doc="packed (..., 2): sign, log|det|")

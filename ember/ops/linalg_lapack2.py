@@ -25,6 +25,22 @@ def _eye_like(X, n):
     return eye(n, dtype=X.dtype)
 
 
+def _real_out(x, **_):
+    """dtype rule: singular values / eigenvalues of a complex matrix are real."""
+    return None, x._dtype.to_real() if x._dtype.is_complex else x._dtype
+
+
+def _check_phase(M, op):
+    """PyTorch's error for a loss that depends on the arbitrary phase of complex singular
+    or eigen vectors (``M`` = Vᴴ gV, whose diagonal must then be real)."""
+    if M.dtype.is_complex and M.numel():
+        im = M.diagonal(0, -2, -1).imag
+        if not bool((im.abs() <= 1e-2 * (1 + M.diagonal(0, -2, -1).abs())).all()):
+            raise RuntimeError(f"{op}: The singular vectors in the complex case are specified "
+                               f"up to multiplication by e^{{i phi}}. The specified loss "
+                               f"function depends on this phase term, making it ill-defined.")
+
+
 def _used(g) -> bool:
     return g.numel() > 0 and bool(g.ne(0).any())
 
@@ -50,6 +66,7 @@ def _eigh_vjp(g, P, A, UPLO="L"):
         # PyTorch: project Q^H gQ onto the skew-symmetric matrices, divide by
         # E_ij = w_j - w_i (inf/nan for repeated eigenvalues, as PyTorch), gw on the diagonal
         M = Q.mH @ gQ
+        _check_phase(M, "linalg_eigh_backward")
         inner = inner + _offdiag_div(0.5 * (M - M.mH), w.unsqueeze(-2) - w.unsqueeze(-1))
     return (Q @ inner @ Q.mH,)
 
@@ -68,7 +85,7 @@ eigh_p = defop(
     vjp=_eigh_vjp, jvp=_eigh_jvp, doc="packed (..., n+1, n): eigenvalues row, eigenvectors")
 
 eigvalsh_p = defop(
-    "linalg_eigvalsh", nin=1, kernel=_lapack.eigvalsh, params={"UPLO": "L"}, dtype="same",
+    "linalg_eigvalsh", nin=1, kernel=_lapack.eigvalsh, params={"UPLO": "L"}, dtype=_real_out,
     batch="front",
     shape=lambda a, **_: tuple(a[:-1]), save=None, differentiable=False,
     doc="eigenvalues only (no gradient: ember.linalg.eigvalsh goes through eigh then)")
@@ -91,6 +108,9 @@ def _svd_vjp(g, P, A, full_matrices=True):
     use_u, use_v = _used(gU), _used(gVh)
     if not use_u and not use_v:
         return ((U * gS.unsqueeze(-2)) @ Vh,)
+    if A.dtype.is_complex:
+        parts = ([U.mH @ gU] if use_u else []) + ([Vh @ gVh.mH] if use_v else [])
+        _check_phase(sum(parts[1:], parts[0]), "svd_backward")
     S2 = S * S
     ret = 0
     if use_u:
@@ -100,6 +120,8 @@ def _svd_vjp(g, P, A, full_matrices=True):
         M = Vh @ gVh.mH
         ret = ret + S.unsqueeze(-1) * (M - M.mH)
     ret = _offdiag_div(ret, S2.unsqueeze(-2) - S2.unsqueeze(-1)) + gS.diag_embed()
+    if use_u and ret.dtype.is_complex:   # PyTorch: i Im(diag(Uᴴ gU)) / S on the diagonal
+        ret = ret + (1j * (U.mH @ gU).diagonal(0, -2, -1).imag / S).diag_embed()
     if m > k and use_u:
         gUS = gU / S.unsqueeze(-2)
         gA = (U @ ret + gUS - U @ (U.mH @ gUS)) @ Vh
@@ -125,11 +147,15 @@ def _svd_jvp(t, P, A, full_matrices=True):
     Si, Sj = S.unsqueeze(-1), S.unsqueeze(-2)
     dU = U @ _offdiag_div(dP * Sj + Si * dP.mH, E)
     dV = V @ _offdiag_div(Si * dP + dP.mH * Sj, E)
+    dS = dP.diagonal(0, -2, -1)
+    if dP.dtype.is_complex:   # the phase gauge: V's diagonal term is fixed at 0
+        dU = dU + U * (1j * dS.imag / S).unsqueeze(-2)
+        dS = dS.real + 0j
     if m > k:
         dU = dU + (dA @ V - U @ dP) / Sj
     if n > k:
         dV = dV + (dA.mH @ U - V @ dP.mH) / Sj
-    return pack([dU, dP.diagonal(0, -2, -1), dV.mH], A.shape[:-2])
+    return pack([dU, dS, dV.mH], A.shape[:-2])
 
 
 def _svd_shape(a, full_matrices=True):
@@ -144,7 +170,7 @@ svd_p = defop(
     doc="packed (..., |U| + |S| + |Vh|)")
 
 svdvals_p = defop(
-    "linalg_svdvals", nin=1, kernel=_lapack.svdvals, dtype="same", save=None,
+    "linalg_svdvals", nin=1, kernel=_lapack.svdvals, dtype=_real_out, save=None,
     batch="front",
     shape=lambda a: tuple(a[:-2]) + (min(a[-2], a[-1]),), differentiable=False,
     doc="singular values only (no gradient: ember.linalg.svdvals goes through svd then)")
@@ -170,7 +196,8 @@ def _qr_vjp_tall(Q, R, gQ, gR):
     # gA = (gQ + Q copyltu(M)) R^{-H},  M = R gR^H - gQ^H Q
     M = R @ gR.mH - gQ.mH @ Q
     low = M.tril(-1)
-    b = gQ + Q @ (low + low.mH + M.diagonal(0, -2, -1).diag_embed())
+    diag = M.diagonal(0, -2, -1)
+    b = gQ + Q @ (low + low.mH + (diag.real + 0j if diag.dtype.is_complex else diag).diag_embed())
     return stri(R.mH, b, upper=False, left=False)
 
 
@@ -190,6 +217,8 @@ def _qr_jvp_tall(Q, R, dA):
     C = stri(R, Q.mH @ dA, upper=True, left=False)          # Q^H dA R^{-1}
     low = C.tril(-1)
     up = C - low + low.mH                                    # dR R^{-1}
+    if C.dtype.is_complex:   # LAPACK's R has a real diagonal: Qᴴ dQ takes i Im(diag C)
+        up = up - 1j * C.diagonal(0, -2, -1).imag.diag_embed()
     return stri(R, dA, upper=True, left=False) - Q @ up, up @ R
 
 
@@ -220,7 +249,8 @@ def lu_parts(P):
     """(LU, pivots as int32) of lu_factor's packed output."""
     m = P.shape[-2] - 1
     k = min(m, P.shape[-1])
-    return P.narrow(-2, 0, m), P.select(-2, m).narrow(-1, 0, k).detach().to(_dt.int32)
+    piv = P.select(-2, m).narrow(-1, 0, k).detach()
+    return P.narrow(-2, 0, m), (piv.real if piv.dtype.is_complex else piv).to(_dt.int32)
 
 
 def lu_unpack_dense(LU, pivots):
