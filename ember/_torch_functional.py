@@ -19,7 +19,8 @@ __all__ = ["dropout", "alpha_dropout", "feature_alpha_dropout", "layer_norm", "g
            "batch_norm", "instance_norm", "embedding", "bilinear", "rms_norm", "kl_div",
            "binary_cross_entropy_with_logits", "hinge_embedding_loss", "margin_ranking_loss",
            "cosine_embedding_loss", "triplet_margin_loss", "poisson_nll_loss", "relu_",
-           "threshold_", "ctc_loss", "pdist"]
+           "threshold_", "ctc_loss", "pdist", "celu_", "selu_", "rrelu", "rrelu_", "dropout_",
+           "alpha_dropout_", "feature_alpha_dropout_", "feature_dropout", "feature_dropout_"]
 
 _REDUCTIONS = {0: "none", 1: "mean", 2: "sum"}
 
@@ -148,6 +149,62 @@ def ctc_loss(log_probs, targets, input_lengths, target_lengths, blank=0, reducti
 def pdist(input, p=2.0):
     """``torch.pdist``: :func:`ember.nn.functional.pdist`."""
     return F.pdist(input, p)
+
+
+
+def celu_(input, alpha=1.0):
+    """``torch.celu_``: in-place :func:`ember.nn.functional.celu`."""
+    return F.celu(input, alpha, inplace=True)
+
+
+def selu_(input):
+    """``torch.selu_``: in-place :func:`ember.nn.functional.selu`."""
+    return F.selu(input, inplace=True)
+
+
+def rrelu(input, lower=1.0 / 8, upper=1.0 / 3, training=False, generator=None):
+    """``torch.rrelu``: :func:`ember.nn.functional.rrelu` (global generator only)."""
+    _no_generator(generator, "rrelu")
+    return F.rrelu(input, lower, upper, training)
+
+
+def rrelu_(input, lower=1.0 / 8, upper=1.0 / 3, training=False, generator=None):
+    """``torch.rrelu_``: in-place :func:`rrelu`."""
+    _no_generator(generator, "rrelu_")
+    return F.rrelu(input, lower, upper, training, inplace=True)
+
+
+def _no_generator(generator, op):
+    if generator is not None:
+        raise NotImplementedError(f"{op}: generator= is not supported; seed the global "
+                                  f"generator with ember.manual_seed instead")
+
+
+def dropout_(input, p: float, train: bool):
+    """``torch.dropout_(input, p, train)``: in-place :func:`dropout`."""
+    return F.dropout(input, p, train, inplace=True)
+
+
+def alpha_dropout_(input, p: float, train: bool):
+    """``torch.alpha_dropout_``: in-place :func:`alpha_dropout`."""
+    return F.alpha_dropout(input, p, train, inplace=True)
+
+
+def feature_alpha_dropout_(input, p: float, train: bool):
+    """``torch.feature_alpha_dropout_``: in-place :func:`feature_alpha_dropout`."""
+    return F.feature_alpha_dropout(input, p, train, inplace=True)
+
+
+def feature_dropout(input, p: float, train: bool):
+    """``torch.feature_dropout``: zero whole channels (dim 1) with probability ``p``."""
+    from .nn.functional._inplace_more import feature_dropout as _fd
+    return _fd(input, p, train)
+
+
+def feature_dropout_(input, p: float, train: bool):
+    """``torch.feature_dropout_``: in-place :func:`feature_dropout`."""
+    from .nn.functional._inplace_more import feature_dropout as _fd
+    return _fd(input, p, train, inplace=True)
 
 
 # NOTE: Tensor methods that are nn functions; bound here because ops sit below nn.
