@@ -237,3 +237,14 @@ def test_numerics_bench_fft_section_quick():
     assert [n.split()[0] for n, _, _ in fwd] == ["fft", "rfft2"]
     assert [n.split()[0] for n, _, _ in bwd] == ["fft", "rfft2"]
     assert all(ratio > 0 for _, _, ratio in fwd)
+
+
+def test_out_argument():
+    x = em.tensor(X)
+    o = em.empty(3, 6, dtype=em.complex128)
+    r = em.fft.rfft(x, out=o)
+    assert r is o
+    np.testing.assert_allclose(o.numpy(), np.fft.rfft(X), atol=1e-12)
+    o2 = em.empty(3, 10, dtype=em.float64)
+    em.fft.irfft(em.fft.rfft(x), n=10, out=o2)
+    np.testing.assert_allclose(o2.numpy(), X, atol=1e-12)
