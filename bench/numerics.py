@@ -11,7 +11,8 @@ Sections (each a function returning a list of :class:`Case`):
 Every library gets the same float64 inputs; each repetition runs the libraries one after
 the other (interleaved, so a noisy neighbour slows all of them alike) and the medians are
 reported. By default every library runs single-threaded and the clock is the process's CPU
-time (``--clock cpu``), which a loaded shared machine disturbs far less than wall time. ``ratio`` is NumPy's time over Ember's: ≥ 0.9 is the target (Ember calls the same
+time (``--clock cpu``), which a loaded shared machine disturbs far less than wall time.
+``np/ember`` is NumPy's time over Ember's: ≥ 0.9 is the target (Ember calls the same
 LAPACK; its overhead is the dispatch).
 
 Run:

@@ -25,6 +25,7 @@ NAMESPACES = [
     ("torch.optim", "ember.optim", None),
     ("torch.utils.data", "ember.utils.data", None),
     ("torch.special", "ember.special", None),
+    ("torch.linalg", "ember.linalg", None),
     ("torch.distributions", "ember.distributions", None),
 ]
 

@@ -6,8 +6,10 @@ and JVP, checked with gradcheck in float64). The factorizations are registry pri
 functions around them are composites. Failures raise :class:`LinAlgError` (a
 ``RuntimeError``) naming the batch element; the ``_ex`` variants return ``info`` instead.
 
-``eig``/``eigvals`` return complex tensors (and take complex input); the other functions
-take float32/float64 only (no complex inputs outside ``eig``/``eigvals`` yet).
+Inputs are float32, float64, complex64 or complex128 (gradients of complex inputs in
+PyTorch's conjugate-Wirtinger convention); ``eig``/``eigvals`` return complex tensors,
+singular values and Hermitian eigenvalues are real. ``ldl_factor``/``ldl_solve``,
+``geqrf`` and ``householder_product`` take real input only.
 
 Example:
     >>> A = ember.tensor([[4., 2.], [2., 3.]])
