@@ -213,6 +213,8 @@ class Function:
     def apply(cls, *args, **kwargs):
         """Run ``forward`` and record one graph node for ``backward``."""
         ctx = FunctionCtx()
+        if state.modes and hasattr(state.modes[-1], "check_function"):   # ember.func.vmap
+            state.modes[-1].check_function(cls, args)
         grad_on = state.grad_enabled
         ctx.needs_input_grad = tuple(grad_on and isinstance(a, Tensor) and a._requires_grad
                                      for a in args)

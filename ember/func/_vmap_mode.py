@@ -179,6 +179,26 @@ class VmapMode:
             from ..autograd.forward_ad import push_tangents
             push_tangents(op, inputs, params, res)
 
+    def check_function(self, cls, args):
+        """A custom ``autograd.Function`` runs its forward on batched values with autograd
+        off and records its node on them: a gradient or tangent an *outer* transform tracks
+        on the physical tensors would be lost, so that case is refused."""
+        for a in args:
+            if a.__class__ is not BatchedTensor or a._requires_grad or a._fw:
+                continue
+            p = a._phys
+            outer_fw = False
+            while p is not None and not outer_fw:
+                outer_fw = bool(getattr(p, "_fw", None))
+                p = getattr(p, "_phys", None)
+            if (state.grad_enabled and a.requires_grad) or outer_fw:
+                raise NotImplementedError(
+                    f"vmap: {cls.__name__}.apply on a batched tensor that an enclosing "
+                    f"grad/jvp differentiates (grad(vmap(f))) is not supported: the "
+                    f"Function's node would be recorded per example and the outer "
+                    f"derivative lost. Apply it outside vmap, swap the transforms "
+                    f"(vmap(grad(f)) works), or write it in Ember ops.")
+
     # ------------------------------------------------------------------ in-place writes
     def constant(self, t):
         """A factory made ``t`` (``zeros``, ``empty``...) while this level runs."""

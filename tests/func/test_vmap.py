@@ -474,3 +474,24 @@ def test_empty_batch():
     assert tuple(vmap(lambda a: (a.sin() @ em.ones(3, 2)).softmax(-1).sum())(x).shape) == (0,)
     assert tuple(vmap(grad(lambda a: (a ** 2).sum()))(x).shape) == (0, 3)
     assert tuple(vmap(lambda a: a[em.tensor([0, 2])])(x).shape) == (0, 2)
+
+
+class _Cube(em.autograd.Function):
+    @staticmethod
+    def forward(ctx, x):
+        ctx.save_for_backward(x)
+        return x ** 3
+
+    @staticmethod
+    def backward(ctx, g):
+        (x,) = ctx.saved_tensors
+        return 3 * x ** 2 * g
+
+
+def test_custom_function_under_vmap():
+    x = T(4, 3)
+    close(vmap(_Cube.apply)(x), x ** 3)
+    close(vmap(grad(lambda v: _Cube.apply(v).sum()))(x), 3 * x ** 2, 1e-12)
+    with pytest.raises(NotImplementedError, match=r"_Cube.apply on a batched tensor that an "
+                                                  r"enclosing grad/jvp differentiates"):
+        grad(lambda v: vmap(_Cube.apply)(v).sum())(x)
