@@ -308,3 +308,16 @@ def test_ldl_geqrf_ormqr_lowrank():
     U, S, V = em.pca_lowrank(em.tensor(low), q=3)
     c = low - low.mean(0)
     _close(S, torch.linalg.svdvals(torch.tensor(c))[:3])
+
+
+def test_repeated_values_with_vectors_used_give_nan_as_pytorch():
+    for fn_e, fn_t, A in (
+            (lambda a: LA.eigh(a)[1].abs().sum(), lambda a: TL.eigh(a)[1].abs().sum(),
+             np.diag([1., 1., 2.])),
+            (lambda a: LA.svd(a)[0].abs().sum(), lambda a: TL.svd(a)[0].abs().sum(),
+             np.diag([3., 3., 1.]))):
+        e, t = _both(A)
+        fn_e(e).backward()
+        fn_t(t).backward()
+        assert np.isnan(t.grad.numpy()).any()
+        np.testing.assert_array_equal(np.isnan(e.grad.numpy()), np.isnan(t.grad.numpy()))
