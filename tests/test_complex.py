@@ -419,3 +419,14 @@ def test_python_scalar_conversions():
         float(t)
     with pytest.raises((ValueError, RuntimeError)):
         complex(em.tensor([1j, 2j]))
+
+
+def test_inplace_random_fills_of_complex():
+    em.manual_seed(0)
+    z = em.zeros(200_000, dtype=em.complex128).normal_(mean=1.0, std=2.0).numpy()
+    # each part N(1, 2): variance estimate's sd ~ 2 * sqrt(2 / n) ~ 0.006
+    for part in (z.real, z.imag):
+        assert abs(part.mean() - 1.0) < 0.02 and abs(part.var() - 2.0) < 0.04
+    u = em.zeros(10_000, dtype=em.complex64).uniform_(-1, 3).numpy()
+    assert u.real.min() >= -1 and u.real.max() < 3 and u.imag.min() >= -1 and u.imag.max() < 3
+    assert u.real.std() > 1 and u.imag.std() > 1

@@ -41,6 +41,11 @@ def _write(self: Tensor, draw, op: str, inputs=()) -> Tensor:
     return self
 
 
+def _real_view(self: Tensor) -> Tensor:
+    from .complex import view_as_real
+    return view_as_real(self)
+
+
 def _need_float(self: Tensor, op: str) -> _dt.DType:
     if not self._dtype.is_floating_point:
         raise DTypeError(f"{op}: expected a floating point tensor, got {self._dtype}")
@@ -57,6 +62,9 @@ def uniform_(self: Tensor, a: float = 0.0, b: float = 1.0, *, generator=None,
     a, b = kw.pop("from", a), kw.pop("to", b)
     if kw:
         raise TypeError(f"uniform_(): unexpected keyword arguments {sorted(kw)}")
+    if self._dtype.is_complex:   # NOTE: PyTorch: each part U[a, b), through view_as_real
+        _real_view(self).uniform_(a, b, generator=generator)
+        return self
     dt = _need_float(self, "uniform_")
     if not a <= b:
         raise ValueError(f"uniform_ expects to return a [from, to) range, but found "
@@ -73,9 +81,12 @@ def normal_(self: Tensor, mean: float = 0.0, std: float = 1.0, *, generator=None
     Example:
         >>> w = ember.empty(2, 2).normal_(0.0, 0.02)
     """
-    dt = _need_float(self, "normal_")
     if std < 0:
         raise ValueError(f"normal_ expects std >= 0.0, but found std {std}")
+    if self._dtype.is_complex:   # NOTE: PyTorch: each part N(mean, std²/2) (E|z-m|² = std²)
+        _real_view(self).normal_(mean, std * 0.5 ** 0.5, generator=generator)
+        return self
+    dt = _need_float(self, "normal_")
     shape = tuple(self.shape)
     ct = dt.np if dt in (_dt.float32, _dt.float64) else np.dtype(np.float32)
     return _write(self, lambda: (_normal01(_gen(generator), shape, dt).astype(ct) *
