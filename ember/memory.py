@@ -45,7 +45,7 @@ def set_memory_limit(nbytes, device="cpu") -> None:
         raise ValueError(f"set_memory_limit: expected a number of bytes >= 0 or None, got "
                          f"{nbytes!r}")
     alloc.limit = None if nbytes is None else int(nbytes)
-    alloc.on_oom = _on_oom
+    alloc.on_oom = _oom_hook(device)
 
 
 def record_allocation_sites(enabled: bool = True, device="cpu") -> None:
@@ -59,7 +59,7 @@ def record_allocation_sites(enabled: bool = True, device="cpu") -> None:
         alloc.limit = NO_LIMIT
     elif not enabled and alloc.limit == NO_LIMIT:
         alloc.limit = None
-    alloc.on_oom = _on_oom
+    alloc.on_oom = _oom_hook(device)
 
 
 def live_tensors(device="cpu") -> list:
@@ -113,10 +113,18 @@ def creation_site_outside() -> str:
     return creation_site()
 
 
-def _on_oom(msg: str, nbytes: int) -> str:
+def _on_oom(msg: str, nbytes: int, device="cpu") -> str:
     """The allocator's ``on_oom`` hook: replace its one-line message by the full report."""
-    alloc = get_backend(_device("cpu")).allocator
+    alloc = get_backend(_device(device)).allocator
     try:
-        return oom_report(nbytes, alloc.limit, alloc.current)
+        report = oom_report(nbytes, alloc.limit, alloc.current, device)
+        return report if _device(device).type == "cpu" else f"{_device(device)}: {report}"
     except Exception:  # noqa: BLE001 - never hide the MemoryError itself behind a report bug
         return msg
+
+
+def _oom_hook(device):
+    """``on_oom`` for ``device``'s allocator (its own live tensors in the report)."""
+    if _device(device).type == "cpu":
+        return _on_oom
+    return lambda msg, nbytes: _on_oom(msg, nbytes, device)

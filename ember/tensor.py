@@ -226,8 +226,8 @@ class Tensor:
                                "tensor.detach().numpy() instead")
         if not get_backend(self._device).has("host_memory"):
             if not force:
-                raise TypeError(f"can't convert a {self._device} tensor to NumPy; use "
-                                f".cpu() first")
+                raise TypeError(f"can't convert {self._device} device type tensor to numpy. "
+                                f"Use Tensor.cpu() to copy the tensor to host memory first.")
             return get_backend(self._device).to_host(self._data)
         return self._data
 

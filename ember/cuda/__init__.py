@@ -1,139 +1,203 @@
-"""``ember.cuda``: what ``torch.cuda`` answers on a machine without a CUDA device.
+"""``ember.cuda``: ``torch.cuda``'s API over Ember's ``cuda`` device.
 
-Ember has no CUDA backend yet, so every query answers truthfully "no GPU": programs that
-branch on ``ember.cuda.is_available()`` take their CPU path, seeding calls are harmless
-no-ops, and anything that would need a device (``synchronize``, ``get_device_name``...)
-raises :class:`NoCUDADeviceError`. The CUDA backend replaces this module wholesale.
+The ``cuda`` backend (``ember/device/cuda.py``) is made on first need: CuPy with an NVIDIA
+GPU, or the CPU stand-in under ``EMBER_FAKE_CUDA=1`` (NumPy arrays in their own memory
+space, so device semantics are testable without a GPU). Without either every query
+answers truthfully "no GPU": ``is_available()`` is False, seeding calls are harmless
+no-ops, and anything that needs a device (``synchronize``, ``get_device_name``...)
+raises :class:`NoCUDADeviceError`.
+
+NOTE: random draws for ``cuda`` tensors are made by the default (host) generator and
+copied to the device, so :func:`manual_seed` seeds that generator (reproducible, but
+unlike PyTorch it also moves the CPU stream; PyTorch keeps one generator per device).
 
 Example:
     >>> dev = "cuda" if ember.cuda.is_available() else "cpu"
-    >>> dev
-    'cpu'
 """
 from __future__ import annotations
 
-__all__ = ["NoCUDADeviceError", "is_available", "device_count", "current_device",
-           "is_initialized", "init", "manual_seed", "manual_seed_all", "seed", "seed_all",
-           "is_bf16_supported", "synchronize", "get_device_name", "get_device_capability",
-           "get_device_properties", "set_device", "empty_cache", "memory_allocated",
-           "max_memory_allocated", "memory_reserved", "max_memory_reserved",
-           "reset_peak_memory_stats", "get_rng_state_all", "set_rng_state_all",
-           "get_rng_state", "set_rng_state"]
+from ..device.base import device as _device
+from ._memory import (OutOfMemoryError, empty_cache, max_memory_allocated,
+                      max_memory_reserved, memory_allocated, memory_reserved, memory_stats,
+                      memory_summary, reset_max_memory_allocated, reset_peak_memory_stats)
+from ._state import NoCUDADeviceError, backend_or_none, need
+from ._streams import Event, Stream, StreamContext, current_stream, default_stream, stream
 
-
-class NoCUDADeviceError(RuntimeError):
-    """Raised by calls that need a CUDA device (this build has no CUDA backend)."""
-
-
-def _no_device(op: str):
-    raise NoCUDADeviceError(
-        f"ember.cuda.{op}(): no CUDA device is present (Ember has no CUDA backend in this "
-        f"build; ember.cuda.is_available() is False). Valid: run on device 'cpu'.")
+__all__ = ["NoCUDADeviceError", "OutOfMemoryError", "is_available", "device_count",
+           "current_device", "is_initialized", "init", "manual_seed", "manual_seed_all",
+           "seed", "seed_all", "initial_seed", "is_bf16_supported", "synchronize",
+           "get_device_name", "get_device_capability", "get_device_properties", "set_device",
+           "device", "empty_cache", "memory_allocated", "max_memory_allocated",
+           "memory_reserved", "max_memory_reserved", "reset_peak_memory_stats",
+           "reset_max_memory_allocated", "memory_stats", "memory_summary",
+           "get_rng_state_all", "set_rng_state_all", "get_rng_state", "set_rng_state",
+           "Stream", "Event", "StreamContext", "stream", "current_stream", "default_stream"]
 
 
 def is_available() -> bool:
-    """False: no CUDA device can be used (``torch.cuda.is_available``)."""
-    return False
+    """Whether a CUDA device can be used (``torch.cuda.is_available``)."""
+    return backend_or_none() is not None
 
 
 def device_count() -> int:
-    """0: the number of usable CUDA devices (``torch.cuda.device_count``)."""
-    return 0
+    """The number of usable CUDA devices (0 without a GPU or the stand-in)."""
+    be = backend_or_none()
+    return 0 if be is None else be.device_count()
 
 
 def is_initialized() -> bool:
-    """False: CUDA was never initialised (``torch.cuda.is_initialized``)."""
-    return False
-
-
-def is_bf16_supported(including_emulation: bool = True) -> bool:
-    """False: there is no CUDA device to run bfloat16 on."""
-    return False
-
-
-def manual_seed(seed) -> None:
-    """No-op (PyTorch too ignores it without CUDA): CUDA generators do not exist here."""
-    int(seed)  # NOTE: still reject a seed that is not an integer, as PyTorch does
-
-
-def manual_seed_all(seed) -> None:
-    """No-op: seeds every CUDA device's generator, and there are none."""
-    int(seed)
-
-
-def seed() -> None:
-    """No-op: there is no CUDA generator to seed."""
-
-
-def seed_all() -> None:
-    """No-op: there are no CUDA generators to seed."""
-
-
-def get_rng_state_all() -> list:
-    """The RNG states of every CUDA device: an empty list (there are none)."""
-    return []
-
-
-def set_rng_state_all(new_states) -> None:
-    """Restore every CUDA device's RNG state: nothing to restore without devices."""
-
-
-def get_rng_state(device="cuda"):
-    """Raise: there is no CUDA device whose generator state could be read."""
-    _no_device("get_rng_state")
-
-
-def set_rng_state(new_state, device="cuda") -> None:
-    """Raise: there is no CUDA device whose generator state could be set."""
-    _no_device("set_rng_state")
-
-
-def empty_cache() -> None:
-    """No-op: no CUDA memory is cached."""
-
-
-def memory_allocated(device=None) -> int:
-    """0 bytes: no CUDA memory is allocated."""
-    return 0
-
-
-max_memory_allocated = memory_reserved = max_memory_reserved = memory_allocated
-
-
-def reset_peak_memory_stats(device=None) -> None:
-    """No-op: there are no CUDA memory statistics."""
+    """Whether the CUDA backend has been made (``torch.cuda.is_initialized``)."""
+    return backend_or_none(probe=False) is not None
 
 
 def init() -> None:
-    """Raise: CUDA cannot be initialised without a device."""
-    _no_device("init")
+    """Make the CUDA backend now (it is otherwise made on first use)."""
+    need("init")
+
+
+def is_bf16_supported(including_emulation: bool = True) -> bool:
+    """Whether the current device computes bfloat16 (compute capability 8.0 or newer)."""
+    be = backend_or_none()
+    return be is not None and get_device_capability() >= (8, 0)
 
 
 def current_device() -> int:
-    """Raise: there is no current CUDA device."""
-    _no_device("current_device")
+    """The index of the current CUDA device."""
+    return need("current_device").current_index
 
 
 def set_device(device) -> None:
-    """Raise: there is no CUDA device to select."""
-    _no_device("set_device")
+    """Make ``device`` (an index, ``"cuda:1"`` or an ``ember.device``) the current device."""
+    be = need("set_device")
+    idx = _index(device)
+    if idx is None or idx < 0:    # NOTE: PyTorch ignores negative indices here
+        return
+    be.current_index = be.check_index(idx, "set_device")
+    be.runtime.set_device(be.current_index)
+
+
+def _index(device) -> int | None:
+    if device is None or isinstance(device, int):
+        return device
+    d = _device(device)
+    if d.type != "cuda":
+        raise ValueError(f"ember.cuda: expected a cuda device, got {d}")
+    return d.index
+
+
+class device:
+    """Context manager selecting the current CUDA device (``torch.cuda.device``)."""
+
+    def __init__(self, device):
+        self.idx = _index(device)
+        self.prev = None
+
+    def __enter__(self):
+        if self.idx is not None and self.idx >= 0:
+            self.prev = current_device()
+            set_device(self.idx)
+        return self
+
+    def __exit__(self, *exc):
+        if self.prev is not None:
+            set_device(self.prev)
+        return False
 
 
 def synchronize(device=None) -> None:
-    """Raise: there is no CUDA device to wait for."""
-    _no_device("synchronize")
-
-
-def get_device_name(device=None) -> str:
-    """Raise: there is no CUDA device to name."""
-    _no_device("get_device_name")
-
-
-def get_device_capability(device=None) -> tuple:
-    """Raise: there is no CUDA device."""
-    _no_device("get_device_capability")
+    """Wait for all work queued on ``device`` (default: the current one)."""
+    be = need("synchronize")
+    be.runtime.synchronize(be.check_index(_index(device), "synchronize"))
 
 
 def get_device_properties(device=None):
-    """Raise: there is no CUDA device."""
-    _no_device("get_device_properties")
+    """Name, compute capability, memory and multiprocessor count of a device."""
+    be = need("get_device_properties")
+    props = be.runtime.properties(be.check_index(_index(device), "get_device_properties"))
+    return _Properties(**props)
+
+
+class _Properties:
+    def __init__(self, name, major, minor, total_memory, multi_processor_count):
+        self.name, self.major, self.minor = name, major, minor
+        self.total_memory, self.multi_processor_count = total_memory, multi_processor_count
+
+    def __repr__(self) -> str:
+        return (f"_CudaDeviceProperties(name='{self.name}', major={self.major}, "
+                f"minor={self.minor}, total_memory={self.total_memory >> 20}MB, "
+                f"multi_processor_count={self.multi_processor_count})")
+
+
+def get_device_name(device=None) -> str:
+    """The device's name."""
+    return get_device_properties(device).name
+
+
+def get_device_capability(device=None) -> tuple:
+    """The device's compute capability ``(major, minor)``."""
+    p = get_device_properties(device)
+    return (p.major, p.minor)
+
+
+# ---------------------------------------------------------------------------- random
+def manual_seed(seed) -> None:
+    """Seed the generator ``cuda`` tensors draw from (no-op without a device, as in PyTorch).
+
+    See the module note: ``cuda`` draws come from the default generator.
+    """
+    seed = int(seed)   # NOTE: still reject a seed that is not an integer, as PyTorch does
+    if backend_or_none() is not None:
+        from ..random import manual_seed as _seed
+        _seed(seed)
+
+
+def manual_seed_all(seed) -> None:
+    """Seed every CUDA device's generator (one shared generator: :func:`manual_seed`)."""
+    manual_seed(seed)
+
+
+def seed() -> None:
+    """Seed the generator from OS entropy (no-op without a device)."""
+    if backend_or_none() is not None:
+        from ..random import seed as _seed
+        _seed()
+
+
+def seed_all() -> None:
+    """Seed every device's generator from OS entropy."""
+    seed()
+
+
+def initial_seed() -> int:
+    """The seed of the generator ``cuda`` draws use."""
+    need("initial_seed")
+    from ..random import initial_seed as _initial
+    return _initial()
+
+
+def get_rng_state(device="cuda"):
+    """The generator state ``cuda`` draws use, as a uint8 tensor."""
+    need("get_rng_state")
+    from ..random import get_rng_state as _get
+    return _get()
+
+
+def set_rng_state(new_state, device="cuda") -> None:
+    """Restore the state from :func:`get_rng_state`."""
+    need("set_rng_state")
+    from ..random import set_rng_state as _set
+    _set(new_state)
+
+
+def get_rng_state_all() -> list:
+    """One state per CUDA device (an empty list without devices)."""
+    if backend_or_none() is None:
+        return []
+    return [get_rng_state()] * device_count()
+
+
+def set_rng_state_all(new_states) -> None:
+    """Restore every device's state (the generator is shared: the first one)."""
+    states = list(new_states)
+    if states and backend_or_none() is not None:
+        set_rng_state(states[0])

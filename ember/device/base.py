@@ -153,5 +153,36 @@ def get_backend(dev) -> Backend:
     try:
         return _backends[t]
     except KeyError:
-        raise RuntimeError(f"device type {t!r} is not available in this Ember build "
-                           f"(available: {sorted(_backends)}); for 'cuda' install CuPy") from None
+        pass
+    why = ""
+    if t == "cuda":      # NOTE: made on first need, so `import ember` never imports CuPy
+        be, why = cuda_backend()
+        if be is not None:
+            return be
+    raise RuntimeError(f"device type {t!r} is not available in this Ember build "
+                       f"(available: {sorted(_backends)}); for 'cuda' install CuPy and "
+                       f"run on a machine with an NVIDIA GPU" + (f" ({why})" if why else ""))
+
+
+_cuda_probe: list = []   # [(backend or None, why)] once probed
+
+
+def cuda_backend():
+    """``(backend, "")`` for the ``cuda`` device, made and registered on first call, or
+    ``(None, why)``: CuPy missing, no GPU (``EMBER_FAKE_CUDA=1`` gives the CPU stand-in)."""
+    if "cuda" in _backends:
+        return _backends["cuda"], ""
+    if not _cuda_probe:
+        from .cuda import make_backend
+        _cuda_probe.append(make_backend())
+    be, why = _cuda_probe[0]
+    if be is not None:
+        register_backend(be)
+    return be, why
+
+
+def reset_cuda_backend() -> None:
+    """Forget the cuda backend so the next use probes again (tests switch the stand-in
+    on and off with ``EMBER_FAKE_CUDA``); tensors already on it keep their data."""
+    _backends.pop("cuda", None)
+    _cuda_probe.clear()

@@ -70,7 +70,7 @@ def to(input, *args, dtype=None, device=None, non_blocking=False, copy=False) ->
     if device is not None:
         dev = _device(device)
         if dev != r._device:
-            r = _transfer(r, dev)
+            r = _transfer(r, dev)   # NOTE: non_blocking: copies are synchronous here
     if dtype is not None:
         r = to_dtype(r, dtype)
     if copy and r is input:
@@ -79,13 +79,42 @@ def to(input, *args, dtype=None, device=None, non_blocking=False, copy=False) ->
 
 
 def _transfer(x: Tensor, dev) -> Tensor:
+    """A copy of ``x`` on ``dev``; differentiable (the gradient is copied back)."""
+    dst = get_backend(dev)
+    if dev.type == "cuda":
+        dst.check_index(dev.index, f"to({dev})")
+    if x._requires_grad or x._fw is not None:
+        from ..autograd.function import Function  # NOTE: above the ops layer: lazy
+        return _device_copy(Function).apply(x, dev)
+    return _copy_to(x, dev)
+
+
+def _copy_to(x: Tensor, dev) -> Tensor:
     src, dst = get_backend(x._device), get_backend(dev)
-    arr = dst.asarray(src.to_host(x._data))
-    out = _wrap(arr, x._dtype, dev)
-    if x._requires_grad:
-        from ..autograd.function import Function  # noqa: F401 - device copies need it
-        raise NotImplementedError("differentiable device transfer arrives with the CUDA backend")
-    return out
+    return _wrap(dst.asarray(src.to_host(x._data)), x._dtype, dev)
+
+
+_DEVICE_COPY: list = []
+
+
+def _device_copy(Function):
+    """The autograd Function of a device transfer (made once, on first need)."""
+    if not _DEVICE_COPY:
+        class ToCopy(Function):   # NOTE: grad_fn prints as PyTorch's ToCopyBackward
+            @staticmethod
+            def forward(ctx, x, dev):
+                ctx.src, ctx.dst = x._device, dev
+                return _copy_to(x, dev)
+
+            @staticmethod
+            def backward(ctx, g):
+                return to(g, ctx.src), None
+
+            @staticmethod
+            def jvp(ctx, t, _dev):
+                return to(t, ctx.dst)
+        _DEVICE_COPY.append(ToCopy)
+    return _DEVICE_COPY[0]
 
 
 def type_as(input, other) -> Tensor:
@@ -112,5 +141,22 @@ Tensor.short = _shorthand(_dt.int16)
 Tensor.bool = _shorthand(_dt.bool_)
 Tensor.byte = _shorthand(_dt.uint8)
 Tensor.char = _shorthand(_dt.int8)
-Tensor.cpu = lambda self: to(self, "cpu")
-Tensor.cuda = lambda self, device=None: to(self, device or "cuda")
+def _cpu(self, memory_format=None) -> Tensor:
+    """A copy of this tensor in CPU memory (``self`` if it is there already)."""
+    return to(self, "cpu")
+
+
+def _cuda(self, device=None, non_blocking: bool = False, memory_format=None) -> Tensor:
+    """A copy on CUDA device ``device`` (an index, ``"cuda:1"``...; None: the current one)."""
+    if device is None or isinstance(device, int):
+        if device is None:
+            device = get_backend("cuda").current_index
+        device = _device("cuda", device)
+    dev = _device(device)
+    if dev.type != "cuda":
+        raise ValueError(f"Tensor.cuda(): expected a cuda device, got {dev}")
+    return to(self, dev, non_blocking=non_blocking)
+
+
+Tensor.cpu = _cpu
+Tensor.cuda = _cuda

@@ -261,8 +261,9 @@ def _input_arrays(op, inputs, ct, dev):
     for x in inputs:
         if x.__class__ is Tensor or isinstance(x, Tensor):
             if x._device is not dev and x._device != dev:
-                raise DeviceError(f"{op.name}: expected all tensors to be on the same device, "
-                                  f"but found {dev} and {x._device}")
+                raise DeviceError(f"{op.name}: Expected all tensors to be on the same device, "
+                                  f"but found at least two devices, {dev} and {x._device}! "
+                                  f"(move one with .to(device); inputs: {describe(inputs)})")
             a = x._data
             if ct is not None and x._dtype is not ct and not (keep_bool and x._dtype is _bool):
                 a = a.astype(ct.np)

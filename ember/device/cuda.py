@@ -1,0 +1,281 @@
+"""The ``cuda`` device: CuPy arrays on an NVIDIA GPU, or NumPy arrays in a stand-in.
+
+:class:`CUDABackend` is one class over a small *runtime* object that holds what differs
+between a real GPU and the CPU stand-in:
+
+* :class:`CuPyRuntime` (``xp = cupy``): device memory from CuPy's memory pool, streams and
+  events from ``cupy.cuda``, host<->device copies, NVRTC kernels via ``cupy.RawModule``;
+* :class:`FakeRuntime` (``EMBER_FAKE_CUDA=1``; ``xp = numpy``): arrays are NumPy arrays
+  kept in their own memory space (a transfer always copies; their bytes are counted by
+  this backend's allocator, not the CPU's), events time with the host clock, and a
+  simulated caching pool keeps freed bytes *reserved* until ``empty_cache`` like CuPy's.
+
+Everything else (allocator statistics, the current device and stream, the OOM report,
+transfers) is the same code on both, so CI tests the real backend's paths on the stand-in.
+Importing this module never imports CuPy; :func:`make_backend` decides which runtime (if
+any) is available.
+"""
+from __future__ import annotations
+
+import os
+import time
+
+import numpy as np
+
+from .base import Backend, device
+from .cpu import CountingAllocator
+
+__all__ = ["CUDABackend", "CachingAllocator", "CuPyRuntime", "FakeRuntime", "make_backend",
+           "fake_requested"]
+
+
+class CachingAllocator(CountingAllocator):
+    """The counting allocator plus a caching pool's *reserved* bytes.
+
+    ``current``/``peak`` count live tensor storages exactly as on the CPU (so
+    ``memory_allocated`` equals PyTorch's meaning); ``reserved`` is what the pool holds
+    (live plus cached free blocks), ``empty_cache`` returns the cached blocks.
+    """
+
+    __slots__ = ("pool", "peak_reserved", "num_ooms")
+
+    def __init__(self, pool):
+        super().__init__()
+        self.pool = pool
+        self.peak_reserved = 0
+        self.num_ooms = 0
+
+    def track(self, nbytes: int) -> None:
+        try:
+            super().track(nbytes)
+        except MemoryError:
+            self.num_ooms += 1
+            raise
+
+    def reserved(self) -> int:
+        r = max(self.pool.total_bytes(), self.current)
+        if r > self.peak_reserved:
+            self.peak_reserved = r
+        return r
+
+    def stats(self) -> dict:
+        s = super().stats()
+        s.update(reserved_bytes=self.reserved(), peak_reserved_bytes=self.peak_reserved,
+                 num_ooms=self.num_ooms)
+        return s
+
+    def reset_peak(self) -> None:
+        super().reset_peak()
+        self.peak_reserved = self.reserved()
+
+    def empty_cache(self) -> None:
+        self.pool.free_all_blocks()
+
+
+class _HostPool:
+    """The stand-in's pool: like a caching allocator, freed bytes stay reserved (up to the
+    peak of live bytes since the last ``free_all_blocks``) until the cache is emptied."""
+
+    def __init__(self):
+        self.alloc = None
+        self._held = 0
+
+    def total_bytes(self) -> int:
+        cur = self.alloc.current if self.alloc is not None else 0
+        self._held = max(self._held, cur, self.alloc.peak if self.alloc is not None else 0)
+        return self._held
+
+    def used_bytes(self) -> int:
+        return self.alloc.current if self.alloc is not None else 0
+
+    def free_all_blocks(self) -> None:
+        self._held = self.alloc.current if self.alloc is not None else 0
+
+
+class FakeRuntime:
+    """The CPU stand-in for a GPU runtime (``EMBER_FAKE_CUDA=N``: N devices, default 1)."""
+
+    name = "Ember fake CUDA device (CPU stand-in, EMBER_FAKE_CUDA)"
+    is_fake = True
+
+    def __init__(self, count: int = 1):
+        self.xp = np
+        self.count = count
+        self.pool = _HostPool()
+
+    def device_count(self) -> int:
+        return self.count
+
+    def to_device(self, host, np_dtype=None):
+        # NOTE: always a copy: device memory is never the host array it came from
+        return np.array(host, dtype=np_dtype, copy=True)
+
+    def to_host(self, arr):
+        return np.array(arr, copy=True)
+
+    def synchronize(self, index: int) -> None:
+        return None
+
+    def new_stream(self, index: int, priority: int = 0):
+        return None
+
+    def new_event(self, enable_timing: bool, blocking: bool):
+        return None
+
+    def record(self, raw_event, raw_stream) -> float:
+        return time.perf_counter()
+
+    def elapsed_ms(self, start, end) -> float:
+        return (end._time - start._time) * 1e3
+
+    def use_stream(self, raw_stream):
+        return _NullContext()
+
+    def properties(self, index: int) -> dict:
+        return {"name": self.name, "major": 9, "minor": 0, "total_memory": 80 << 30,
+                "multi_processor_count": 132}
+
+    def set_device(self, index: int) -> None:
+        return None
+
+
+class CuPyRuntime:
+    """The real runtime: CuPy (imported here, only when a backend is made)."""
+
+    is_fake = False
+
+    def __init__(self):
+        import cupy
+        self.cupy = cupy
+        self.xp = cupy
+        self.pool = cupy.get_default_memory_pool()
+        self.name = "CuPy " + cupy.__version__
+
+    def device_count(self) -> int:
+        return self.cupy.cuda.runtime.getDeviceCount()
+
+    def to_device(self, host, np_dtype=None):
+        return self.cupy.asarray(host, dtype=np_dtype)
+
+    def to_host(self, arr):
+        return self.cupy.asnumpy(arr)
+
+    def synchronize(self, index: int) -> None:
+        with self.cupy.cuda.Device(index):
+            self.cupy.cuda.runtime.deviceSynchronize()
+
+    def new_stream(self, index: int, priority: int = 0):
+        with self.cupy.cuda.Device(index):
+            return self.cupy.cuda.Stream(non_blocking=True, priority=priority)
+
+    def new_event(self, enable_timing: bool, blocking: bool):
+        return self.cupy.cuda.Event(block=blocking, disable_timing=not enable_timing)
+
+    def record(self, raw_event, raw_stream) -> None:
+        raw_event.record(raw_stream)
+
+    def elapsed_ms(self, start, end) -> float:
+        return float(self.cupy.cuda.get_elapsed_time(start._raw, end._raw))
+
+    def use_stream(self, raw_stream):
+        return raw_stream if raw_stream is not None else \
+            self.cupy.cuda.Stream.null
+
+    def properties(self, index: int) -> dict:
+        p = self.cupy.cuda.runtime.getDeviceProperties(index)
+        name = p["name"].decode() if isinstance(p["name"], bytes) else p["name"]
+        return {"name": name, "major": p["major"], "minor": p["minor"],
+                "total_memory": p["totalGlobalMem"],
+                "multi_processor_count": p["multiProcessorCount"]}
+
+    def set_device(self, index: int) -> None:
+        self.cupy.cuda.Device(index).use()
+
+
+class _NullContext:
+    def __enter__(self):
+        return self
+
+    def __exit__(self, *exc):
+        return False
+
+
+class CUDABackend(Backend):
+    """The ``cuda`` device type over a runtime (CuPy, or the CPU stand-in)."""
+
+    type = "cuda"
+
+    def __init__(self, runtime):
+        self.runtime = runtime
+        self.xp = runtime.xp
+        self.device = device("cuda", 0)
+        self.allocator = CachingAllocator(runtime.pool)
+        if isinstance(runtime.pool, _HostPool):
+            runtime.pool.alloc = self.allocator
+        # NOTE: no "host_memory": a cuda tensor's data is not NumPy's (numpy() raises,
+        # as in PyTorch), on the stand-in too, so CI sees the same errors as a GPU.
+        caps = {"dlpack", "streams", "cuda"}
+        self.capabilities = frozenset(caps | ({"fake"} if runtime.is_fake else set()))
+        self.current_index = 0
+        self.streams: list = []         # the `ember.cuda.stream(...)` stack
+
+    @property
+    def is_fake(self) -> bool:
+        return self.runtime.is_fake
+
+    def device_count(self) -> int:
+        return self.runtime.device_count()
+
+    def check_index(self, index, what: str = "cuda") -> int:
+        """``index`` (None: the current device) as an int, or a RuntimeError naming the range."""
+        i = self.current_index if index is None else int(index)
+        n = self.device_count()
+        if not 0 <= i < n:
+            raise RuntimeError(f"{what}: invalid device ordinal cuda:{i}; this machine has "
+                               f"{n} CUDA device(s) (valid: cuda:0 to cuda:{n - 1})")
+        return i
+
+    def empty(self, shape, np_dtype):
+        return self.xp.empty(shape, np_dtype)
+
+    def asarray(self, data, np_dtype=None):
+        return self.runtime.to_device(data, np_dtype)
+
+    def to_host(self, arr):
+        return self.runtime.to_host(arr)
+
+    def synchronize(self, stream=None) -> None:
+        self.runtime.synchronize(self.current_index)
+
+
+def fake_requested() -> int:
+    """Devices the stand-in should offer (``EMBER_FAKE_CUDA``; 0 = off)."""
+    v = os.environ.get("EMBER_FAKE_CUDA", "").strip()
+    if v in ("", "0"):
+        return 0
+    try:
+        return max(1, int(v))
+    except ValueError:
+        return 1
+
+
+def make_backend():
+    """The cuda backend this process can have, or ``(None, why)``.
+
+    ``EMBER_FAKE_CUDA=N`` gives the stand-in; else CuPy with at least one GPU.
+    """
+    n = fake_requested()
+    if n:
+        return CUDABackend(FakeRuntime(n)), ""
+    try:
+        import cupy
+    except ImportError:
+        return None, "CuPy is not installed (pip install 'ember[cuda]')"
+    except Exception as e:   # noqa: BLE001 - a broken CUDA install must not break `import ember`
+        return None, f"CuPy failed to import ({type(e).__name__}: {e})"
+    try:
+        if cupy.cuda.runtime.getDeviceCount() < 1:
+            return None, "CuPy found no CUDA GPU"
+    except Exception as e:   # noqa: BLE001 - e.g. no driver: cudaErrorNoDevice
+        return None, f"CuPy found no usable CUDA GPU ({type(e).__name__}: {e})"
+    return CUDABackend(CuPyRuntime()), ""
