@@ -40,6 +40,7 @@ from .transformed_distribution import HalfCauchy, HalfNormal, LogNormal, Transfo
 from .transforms import *  # noqa: F401,F403
 from .uniform import Uniform
 from .von_mises import VonMises
+from .wishart import Wishart
 
 __all__ = ["Bernoulli", "Beta", "Binomial", "Categorical", "Cauchy", "Chi2",
            "ContinuousBernoulli", "Dirichlet", "Distribution", "ExpRelaxedCategorical",
@@ -50,8 +51,8 @@ __all__ = ["Bernoulli", "Beta", "Binomial", "Categorical", "Cauchy", "Chi2",
            "MultivariateNormal", "NegativeBinomial", "Normal", "OneHotCategorical",
            "OneHotCategoricalStraightThrough", "Pareto", "Poisson", "RelaxedBernoulli",
            "RelaxedOneHotCategorical", "StudentT", "TransformedDistribution", "Uniform",
-           "VonMises", "Weibull", "biject_to", "constraints", "kl_divergence", "register_kl",
-           "transform_to", "transforms"]
+           "VonMises", "Weibull", "Wishart", "biject_to", "constraints", "kl_divergence",
+           "register_kl", "transform_to", "transforms"]
 
 # NOTE: PyTorch keeps one module per family (``torch.distributions.beta.Beta``); Ember groups
 # small families in one module, and these aliases make PyTorch's module paths import.
