@@ -34,9 +34,11 @@ def slogdet(input, *, out=None):
 
 
 def logdet(input):
-    """``log(det(A))``: nan for a negative determinant, -inf for a singular matrix
-    (``torch.logdet``)."""
+    """``log(det(A))``: nan for a negative determinant, -inf for a singular matrix; complex
+    for complex input (``torch.logdet``)."""
     sign, logabs = _solve.slogdet(input)
+    if input.dtype.is_complex:      # log det = log|det| + i arg(det)
+        return logabs + 1j * sign.angle()
     return where(sign < 0, float("nan"), logabs)
 
 

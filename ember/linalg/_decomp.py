@@ -64,6 +64,7 @@ def cholesky_ex(A, *, upper=False, check_errors=False, out=None):
     L = _cholesky("linalg.cholesky_ex", A, False, check_errors)
     batch = tuple(A.shape[:-2])
     d = L.detach().diagonal(0, -2, -1)
+    d = d.real if d.dtype.is_complex else d
     if d.numel() and not bool((d > 0).all()):
         info = _info(_lapack.potrf_each(A.detach().numpy())[1], batch)
     else:

@@ -115,3 +115,10 @@ def test_real_only_functions_refuse_complex():
         LA.ldl_factor(em.tensor(H[0]))
     with pytest.raises(TypeError, match="takes float32 and float64"):
         LA.householder_product(em.tensor(M[0]), em.tensor(c(2)))
+
+
+def test_complex_ex_variants_and_logdet():
+    Z = np.array([[1, 2], [2, 1]], dtype=complex)
+    assert int(LA.cholesky_ex(em.tensor(Z)).info) == int(TL.cholesky_ex(torch.tensor(Z)).info)
+    assert LA.inv_ex(em.tensor(np.zeros((2, 2), complex))).info.tolist() == 1
+    _check(em.logdet, torch.logdet, A)
