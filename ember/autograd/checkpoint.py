@@ -393,6 +393,10 @@ def checkpoint(function, *args, use_reentrant=None, preserve_rng_state: bool = T
         return function(*args, **kwargs)
     leaves, _ = tree_flatten((args, kwargs))
     explicit = [x for x in leaves if isinstance(x, Tensor)]
+    if any(hasattr(x, "_phys") for x in explicit):
+        # NOTE: batched values inside ember.func.vmap: the node would hold per-example
+        # values, invisible to a grad outside the vmap; run plainly (nothing is saved less).
+        return function(*args, **kwargs)
     fwd = _ForwardMode({id(x) for x in explicit}, pol)
     from ..random import default_generator
     rng0 = default_generator.get_state() if preserve_rng_state else None

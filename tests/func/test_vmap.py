@@ -495,3 +495,13 @@ def test_custom_function_under_vmap():
     with pytest.raises(NotImplementedError, match=r"_Cube.apply on a batched tensor that an "
                                                   r"enclosing grad/jvp differentiates"):
         grad(lambda v: vmap(_Cube.apply)(v).sum())(x)
+
+
+def test_checkpoint_inside_vmap_keeps_gradients():
+    from ember.autograd.checkpoint import checkpoint
+    f = lambda v: (v.sin() * v).sum()            # noqa: E731
+    x = T(4, 3)
+    want = x.cos() * x + x.sin()
+    close(grad(lambda v: vmap(lambda a: checkpoint(f, a, use_reentrant=False))(v).sum())(x),
+          want, 1e-12)
+    close(vmap(grad(lambda a: checkpoint(f, a, use_reentrant=False)))(x), want, 1e-12)
