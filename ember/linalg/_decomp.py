@@ -36,15 +36,18 @@ def _info(infos, shape):
 
 # ------------------------------------------------------------------ Cholesky
 def _cholesky(op, A, upper, check_errors):
+    """The factor; ``upper`` reads A's upper triangle (as PyTorch): the lower factor of Aᴴ,
+    conjugate-transposed."""
     C.square(op, A)
-    L = _apply(cholesky_p, (A,), {"check_errors": check_errors})
+    L = _apply(cholesky_p, (A.mH if upper else A,), {"check_errors": check_errors})
     return L.mH if upper else L
 
 
 @C.outable
 def cholesky(A, *, upper=False, out=None):
-    """Cholesky factor ``L`` (lower; ``upper=True``: ``L^H``) of a symmetric positive-definite
-    matrix, reading its lower triangle (``torch.linalg.cholesky``).
+    """Cholesky factor ``L`` (lower; ``upper=True``: ``U = L^H``) of a symmetric
+    positive-definite matrix, reading its lower triangle (the upper one with ``upper=True``,
+    as PyTorch) (``torch.linalg.cholesky``).
 
     Raises:
         LinAlgError: not positive-definite, naming the batch element and the leading minor.
@@ -61,15 +64,16 @@ def cholesky(A, *, upper=False, out=None):
 def cholesky_ex(A, *, upper=False, check_errors=False, out=None):
     """``(L, info)``: ``info`` > 0 is the order of the first leading minor that is not
     positive-definite, instead of an error (``torch.linalg.cholesky_ex``)."""
-    L = _cholesky("linalg.cholesky_ex", A, False, check_errors)
+    L = _cholesky("linalg.cholesky_ex", A, upper, check_errors)
     batch = tuple(A.shape[:-2])
     d = L.detach().diagonal(0, -2, -1)
     d = d.real if d.dtype.is_complex else d
     if d.numel() and not bool((d > 0).all()):
-        info = _info(_lapack.potrf_each(A.detach().numpy())[1], batch)
+        a = (A.mH if upper else A).detach().numpy()
+        info = _info(_lapack.potrf_each(a)[1], batch)
     else:
         info = zeros(batch, dtype=_dt.int32)
-    return T.cholesky_ex(L.mH if upper else L, info)
+    return T.cholesky_ex(L, info)
 
 
 # ------------------------------------------------------------------ QR

@@ -321,3 +321,12 @@ def test_repeated_values_with_vectors_used_give_nan_as_pytorch():
         fn_t(t).backward()
         assert np.isnan(t.grad.numpy()).any()
         np.testing.assert_array_equal(np.isnan(e.grad.numpy()), np.isnan(t.grad.numpy()))
+
+
+def test_cholesky_reads_the_triangle_pytorch_reads():
+    A = np.array([[4., 1.], [-100., 5.]])     # PD in the upper triangle only
+    _check(lambda a: LA.cholesky(a, upper=True), lambda a: TL.cholesky(a, upper=True), A)
+    with pytest.raises(LA.LinAlgError):
+        LA.cholesky(em.tensor(A))
+    assert int(LA.cholesky_ex(em.tensor(A), upper=True).info) == 0
+    assert int(LA.cholesky_ex(em.tensor(A)).info) == 2
