@@ -25,6 +25,7 @@ from ..ops import dispatch
 from ..ops.batching import rule_of
 from ..tensor import Tensor, _wrap
 from ._batched import BatchedTensor, make_batched
+from ._tree import tree_flatten, tree_unflatten
 
 _tensor_mod = __import__("ember.tensor", fromlist=["_DATA_HOOK"])
 _PROMOTE = frozenset({"promote", "float", "compare", "integral"})
@@ -96,6 +97,40 @@ class VmapMode:
             res._base = x0._base if x0._base is not None else x0   # in-place writes reach it
         self._logical_ad(op, inputs, params, res)
         return res
+
+    def per_example(self, fn, wrapper, args, kwargs):
+        """A host-reading composite (``batching.per_example``): one call per example."""
+        leaves, spec = tree_flatten((args, kwargs))
+        lvl = self.level
+        hit = [x.__class__ is BatchedTensor and x._level == lvl for x in leaves]
+        if not any(hit):
+            return self.below(wrapper, *args, **kwargs)
+        name = getattr(fn, "__qualname__", repr(fn))
+        if not self.size:
+            raise RuntimeError(f"vmap: {name} reads values on the host: its per-example loop "
+                               f"needs at least one example")
+        if any(h and x._requires_grad for h, x in zip(hit, leaves)):
+            raise NotImplementedError(f"vmap: {name} reads values on the host and runs per "
+                                      f"example under vmap, which a transform inside the vmap "
+                                      f"(vmap(grad(...))) can't differentiate")
+        if not self.allow_fallback:
+            raise RuntimeError(f"vmap: {name} reads values on the host and vmap(..., "
+                               f"allow_fallback=False) refuses the per-example loop")
+        if name not in _warned:
+            _warned.add(name)
+            warnings.warn(f"vmap: there is a performance drop because {name} reads values on "
+                          f"the host: falling back to a loop over the batch", stacklevel=4)
+        outs, ospec = [], None
+        for b in range(self.size):
+            ex = [x._phys.select(x._bdim, b) if h else x for x, h in zip(leaves, hit)]
+            a, kw = tree_unflatten(ex, spec)
+            o_leaves, ospec = tree_flatten(self.below(wrapper, *a, **kw))
+            outs.append(o_leaves)
+        from ..ops.join import stack
+        cols = [[o[k] for o in outs] for k in range(len(outs[0]))] if outs else []
+        res = [make_batched(self.below(stack, c), 0, lvl) if isinstance(c[0], Tensor) else c[0]
+               for c in cols]
+        return tree_unflatten(res, ospec)
 
     def _unbatched_primal_batched_tangent(self, op, inputs, params):
         """``vmap(lambda t: jvp(f, (x,), (t,)))`` (``jacfwd``): the primal runs below this

@@ -18,10 +18,13 @@ Example (``softmax``'s rule: move the batch dim first and shift ``dim`` past it)
 """
 from __future__ import annotations
 
+import functools
+
+from ..autograd.grad_mode import state
 from . import registry
 
 __all__ = ["GENERIC", "rule_of", "front", "logical_ndim", "batch_size", "materialize",
-           "dim_rule", "dims_rule", "pad_rank"]
+           "dim_rule", "dims_rule", "pad_rank", "per_example"]
 
 
 def _p(name):
@@ -186,3 +189,23 @@ def rule_of(op):
             fn = b
         r = _CACHE[op.name] = (b, fn)
     return r[1]
+
+
+def per_example(fn):
+    """Decorate a *composite* that reads tensor values on the host (NumPy code on
+    ``.numpy()``, a ``bool()`` check): inside ``vmap`` it runs once per example and the
+    results are stacked (with a one-time warning, as a primitive's loop fallback), where it
+    would otherwise raise vmap's data-dependent error. Outside vmap it costs one check.
+
+    Example:
+        >>> @per_example
+        ... def mode(input, dim=-1, keepdim=False): ...
+    """
+    @functools.wraps(fn)
+    def wrapper(*args, **kwargs):
+        if state.modes:
+            hook = getattr(state.modes[-1], "per_example", None)
+            if hook is not None:
+                return hook(fn, wrapper, args, kwargs)
+        return fn(*args, **kwargs)
+    return wrapper

@@ -20,6 +20,7 @@ import numpy as np
 from .. import dtypes as _dt
 from ..errors import DTypeError, ShapeError
 from ..tensor import Tensor
+from .batching import per_example
 from ._util import wrap_dim
 from .factories import tensor as _tensor, zeros_like
 from .inplace import inplace_from
@@ -58,17 +59,20 @@ def _cum_extreme(input, dim, better, op, result):
     return result(gather(input, d, idx), idx)
 
 
+@per_example
 def cummax(input, dim):
     """Running maximum along ``dim`` and where it was reached (``torch.cummax``)."""
     return _cum_extreme(input, dim, np.maximum, "cummax", cummax_result)
 
 
+@per_example
 def cummin(input, dim):
     """Running minimum along ``dim`` and where it was reached (``torch.cummin``)."""
     return _cum_extreme(input, dim, np.minimum, "cummin", cummin_result)
 
 
 # ------------------------------------------------------------------ mode
+@per_example
 def mode(input, dim=-1, keepdim=False):
     """Most frequent value along ``dim`` (the smallest among ties) and the index of its last
     occurrence (``torch.mode``).
@@ -201,6 +205,7 @@ def histc(input, bins=100, min=0, max=0):  # noqa: A002 - PyTorch names
 _REDUCES = ("sum", "prod", "mean", "amax", "amin")
 
 
+@per_example
 def scatter_reduce(input, dim, index, src, reduce, *, include_self=True):
     """Reduce ``src`` into a copy of ``input`` at ``index`` along ``dim``
     (``torch.scatter_reduce``).

@@ -20,6 +20,7 @@ from collections import namedtuple
 from .. import dtypes as _dt
 from ..errors import DTypeError, ShapeError
 from ..tensor import Tensor
+from .batching import per_example
 from ._util import wrap_dim
 from .complex import (IMAG_PROPERTY, REAL_PROPERTY, conj, conj_physical,  # noqa: F401
                       is_conj, real, resolve_conj, sgn)
@@ -89,6 +90,7 @@ def nanmedian(input, dim=None, keepdim=False):
     return nanmedian_result(values, indices)
 
 
+@per_example
 def index_reduce(input, dim, index, source, reduce, *, include_self=True):
     """Reduce ``source``'s slices into ``input`` at the positions ``index`` names along
     ``dim`` (``torch.index_reduce``); ``reduce`` is "prod", "mean", "amax" or "amin"."""

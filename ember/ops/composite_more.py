@@ -18,6 +18,7 @@ import numpy as np
 from .. import dtypes as _dt
 from ..errors import DTypeError, ShapeError
 from ..tensor import Tensor
+from .batching import per_example
 from ._util import wrap_dim
 from .complex import angle, isreal  # noqa: F401 - in __all__ and bound below
 from .composite_shape import split_with_sizes
@@ -83,6 +84,7 @@ def _quantile(input, q, dim, keepdim, interpolation, ignore_nan, op):
 
 
 @autocast_entry("quantile")
+@per_example
 def quantile(input, q, dim=None, keepdim=False, *, interpolation="linear"):
     """The ``q``-th quantiles along ``dim`` (all elements if None); NaN if a slice has NaN
     (``torch.quantile``). A 1-D ``q`` adds a leading dim of its length."""
@@ -90,6 +92,7 @@ def quantile(input, q, dim=None, keepdim=False, *, interpolation="linear"):
 
 
 @autocast_entry("nanquantile")
+@per_example
 def nanquantile(input, q, dim=None, keepdim=False, *, interpolation="linear"):
     """:func:`quantile` ignoring NaNs (NaN only where a slice is all NaN)."""
     return _quantile(input, q, dim, keepdim, interpolation, True, "nanquantile")

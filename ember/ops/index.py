@@ -15,6 +15,7 @@ from .. import config
 from .. import dtypes as _dt
 from ..errors import DTypeError, EmberIndexError, ShapeError
 from ..tensor import Tensor
+from .batching import per_example
 from . import dispatch
 from .movement import apply_slices, norm_slice, reshape_p, slice_p
 from . import batching_rules as _vb
@@ -405,6 +406,7 @@ def masked_select(input, mask):
     return getitem(input.expand(*shape), mask.expand(*shape))
 
 
+@per_example
 def masked_scatter(input, mask, source):
     """``input`` with the first elements of ``source`` placed where ``mask`` is True, in order
     (``torch.masked_scatter``)."""

@@ -26,6 +26,7 @@ import numpy as np
 
 from ..errors import DTypeError, ShapeError
 from ..tensor import Tensor
+from .batching import per_example
 from .inplace import copy_into_out, inplace_from
 from .registry import defop
 from .unary import unary
@@ -168,6 +169,7 @@ def polygamma(n, input, *, out=None):
     return r if out is None else copy_into_out(out, r)
 
 
+@per_example
 def mvlgamma(input, p):
     """Multivariate log-gamma of dimension ``p`` (``torch.mvlgamma``): ``p(p-1)/4 log(pi) +
     sum_{i<p} lgamma(x - i/2)``; every element must exceed ``(p - 1) / 2``."""

@@ -505,3 +505,16 @@ def test_checkpoint_inside_vmap_keeps_gradients():
     close(grad(lambda v: vmap(lambda a: checkpoint(f, a, use_reentrant=False))(v).sum())(x),
           want, 1e-12)
     close(vmap(grad(lambda a: checkpoint(f, a, use_reentrant=False)))(x), want, 1e-12)
+
+
+def test_host_reading_composites_loop_per_example():
+    x = T(4, 6)
+    with pytest.warns(UserWarning, match="cummax reads values on the host"):
+        got = vmap(lambda a: em.cummax(a, 0).values)(x)
+    close(got, em.cummax(x, 1).values)
+    with pytest.raises(RuntimeError, match="allow_fallback=False"):
+        vmap(lambda a: em.cummax(a, 0).values, allow_fallback=False)(x)
+    with pytest.raises(NotImplementedError, match="can't differentiate"):
+        vmap(grad(lambda a: em.cummax(a, 0).values.sum()))(x)
+    g = grad(lambda v: vmap(lambda a: em.cummax(a, 0).values)(v).sum())(x)
+    close(g, grad(lambda v: em.cummax(v, 1).values.sum())(x))
