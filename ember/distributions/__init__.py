@@ -28,6 +28,7 @@ from .independent import Independent
 from .kl import kl_divergence, register_kl
 from .kumaraswamy import Kumaraswamy
 from .laplace import Cauchy, Gumbel, Laplace, StudentT
+from .lkj_cholesky import LKJCholesky
 from .lowrank_multivariate_normal import LowRankMultivariateNormal
 from .mixture_same_family import MixtureSameFamily
 from .multivariate_normal import MultivariateNormal
@@ -46,13 +47,14 @@ __all__ = ["Bernoulli", "Beta", "Binomial", "Categorical", "Cauchy", "Chi2",
            "ContinuousBernoulli", "Dirichlet", "Distribution", "ExpRelaxedCategorical",
            "Exponential", "ExponentialFamily", "FisherSnedecor", "Gamma", "GeneralizedPareto",
            "Geometric", "Gumbel", "HalfCauchy", "HalfNormal", "Independent", "InverseGamma",
-           "Kumaraswamy", "Laplace", "LogNormal", "LogisticNormal", "LogitRelaxedBernoulli",
-           "LowRankMultivariateNormal", "MixtureSameFamily", "Multinomial",
-           "MultivariateNormal", "NegativeBinomial", "Normal", "OneHotCategorical",
-           "OneHotCategoricalStraightThrough", "Pareto", "Poisson", "RelaxedBernoulli",
-           "RelaxedOneHotCategorical", "StudentT", "TransformedDistribution", "Uniform",
-           "VonMises", "Weibull", "Wishart", "biject_to", "constraints", "kl_divergence",
-           "register_kl", "transform_to", "transforms"]
+           "Kumaraswamy", "LKJCholesky", "Laplace", "LogNormal", "LogisticNormal",
+           "LogitRelaxedBernoulli", "LowRankMultivariateNormal", "MixtureSameFamily",
+           "Multinomial", "MultivariateNormal", "NegativeBinomial", "Normal",
+           "OneHotCategorical", "OneHotCategoricalStraightThrough", "Pareto", "Poisson",
+           "RelaxedBernoulli", "RelaxedOneHotCategorical", "StudentT",
+           "TransformedDistribution", "Uniform", "VonMises", "Weibull", "Wishart",
+           "biject_to", "constraints", "kl_divergence", "register_kl", "transform_to",
+           "transforms"]
 
 # NOTE: PyTorch keeps one module per family (``torch.distributions.beta.Beta``); Ember groups
 # small families in one module, and these aliases make PyTorch's module paths import.

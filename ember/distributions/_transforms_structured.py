@@ -1,16 +1,20 @@
-"""Transforms built from other transforms or distributions: ``CatTransform``,
-``StackTransform``, ``CumulativeDistributionTransform`` and ``PositiveDefiniteTransform``
-(re-exported by :mod:`ember.distributions.transforms`)."""
+"""Transforms built from other transforms or distributions, and matrix-valued ones:
+``CatTransform``, ``StackTransform``, ``CumulativeDistributionTransform``,
+``PositiveDefiniteTransform`` and ``CorrCholeskyTransform`` (re-exported by
+:mod:`ember.distributions.transforms`)."""
 from __future__ import annotations
 
+import math
+
 import ember
+import ember.nn.functional as F
 
 from . import constraints
 from ._transform_base import Transform
-from .utils import _sum_rightmost
+from .utils import _sum_rightmost, tril_matrix_to_vec, vec_to_tril_matrix
 
-__all__ = ["CatTransform", "CumulativeDistributionTransform", "PositiveDefiniteTransform",
-           "StackTransform"]
+__all__ = ["CatTransform", "CorrCholeskyTransform", "CumulativeDistributionTransform",
+           "PositiveDefiniteTransform", "StackTransform"]
 
 
 class CatTransform(Transform):
@@ -198,3 +202,62 @@ class PositiveDefiniteTransform(Transform):
     def _inverse(self, y):
         from .transforms import LowerCholeskyTransform
         return LowerCholeskyTransform().inv(ember.linalg.cholesky(y))
+
+
+class CorrCholeskyTransform(Transform):
+    """Unconstrained vectors of length ``D(D-1)/2`` to Cholesky factors of ``D x D``
+    correlation matrices: ``tanh`` to (-1, 1), then per row a stick-breaking that gives the
+    rows unit norm (``L[i, j] = r[i, j] sqrt(1 - sum_{k<j} L[i, k]^2)``, the diagonal takes
+    what is left).
+
+    Example:
+        >>> L = CorrCholeskyTransform()(ember.tensor([0.3, -1.0, 2.0]))
+        >>> [round(v, 6) for v in (L @ L.mT).diagonal().tolist()]
+        [1.0, 1.0, 1.0]
+    """
+
+    domain = constraints.real_vector
+    codomain = constraints.corr_cholesky
+    bijective = True
+
+    def __eq__(self, other):
+        return isinstance(other, CorrCholeskyTransform)
+
+    __hash__ = object.__hash__
+
+    def _call(self, x):
+        eps = ember.finfo(x.dtype).eps
+        r = vec_to_tril_matrix(x.tanh().clamp(min=-1 + eps, max=1 - eps), diag=-1)
+        # NOTE: prod_{k<j} sqrt(1 - r_ik^2): the length of row i left for column j
+        left = (1 - r.square()).sqrt().cumprod(-1)
+        left = ember.cat([ember.ones_like(left[..., :1]), left[..., :-1]], -1)
+        eye = ember.eye(r.shape[-1], dtype=r.dtype, device=r.device)
+        return (r + eye) * left
+
+    def _left_sq(self, y):
+        """1 - sum_{k<j} y_ik^2 for every (i, j)."""
+        c = 1 - (y * y).cumsum(-1)
+        return ember.cat([ember.ones_like(c[..., :1]), c[..., :-1]], -1)
+
+    def _inverse(self, y):
+        t = tril_matrix_to_vec(y, diag=-1) / tril_matrix_to_vec(self._left_sq(y), diag=-1).sqrt()
+        return ember.atanh(t)
+
+    def log_abs_det_jacobian(self, x, y):
+        stick = 0.5 * tril_matrix_to_vec(1 - (y * y).cumsum(-1), diag=-2).log().sum(-1)
+        tanh = (2.0 * (math.log(2.0) - x - F.softplus(-2.0 * x))).sum(-1)
+        return stick + tanh
+
+    def forward_shape(self, shape):
+        n = shape[-1]
+        d = round((0.25 + 2 * n) ** 0.5 + 0.5)
+        if d * (d - 1) // 2 != n:
+            raise ValueError(f"CorrCholeskyTransform: the last dim ({n}) is not D(D-1)/2")
+        return tuple(shape[:-1]) + (d, d)
+
+    def inverse_shape(self, shape):
+        d = shape[-1]
+        if shape[-2] != d:
+            raise ValueError(f"CorrCholeskyTransform: expected square matrices, got "
+                             f"{tuple(shape)}")
+        return tuple(shape[:-2]) + (d * (d - 1) // 2,)

@@ -23,13 +23,14 @@ from . import constraints
 from ._transform_base import (ComposeTransform, IndependentTransform,  # noqa: F401
                               ReshapeTransform, Transform, _InverseTransform,
                               identity_transform)
-from ._transforms_structured import (CatTransform,  # noqa: F401
+from ._transforms_structured import (CatTransform, CorrCholeskyTransform,  # noqa: F401
                                      CumulativeDistributionTransform,
                                      PositiveDefiniteTransform, StackTransform)
 
 __all__ = ["AbsTransform", "AffineTransform", "CatTransform", "ComposeTransform",
-           "CumulativeDistributionTransform", "ExpTransform", "IndependentTransform",
-           "LowerCholeskyTransform", "PositiveDefiniteTransform", "PowerTransform",
+           "CorrCholeskyTransform", "CumulativeDistributionTransform", "ExpTransform",
+           "IndependentTransform", "LowerCholeskyTransform", "PositiveDefiniteTransform",
+           "PowerTransform",
            "ReshapeTransform", "SigmoidTransform", "SoftmaxTransform", "SoftplusTransform",
            "StackTransform", "StickBreakingTransform", "TanhTransform", "Transform",
            "identity_transform"]

@@ -117,3 +117,44 @@ def test_structured_transforms():
     s = pd(m)
     assert bool(constraints.positive_definite.check(s).all())
     np.testing.assert_allclose(pd(pd.inv(s)).numpy(), s.numpy(), rtol=1e-10)
+
+
+def test_corr_cholesky_transform():
+    from ember.distributions.utils import tril_matrix_to_vec
+    tr = T.CorrCholeskyTransform()
+    x = t(np.random.default_rng(2).standard_normal((2, 6)))
+    L = tr(x)
+    assert tuple(L.shape) == (2, 4, 4) and bool(constraints.corr_cholesky.check(L).all())
+    np.testing.assert_allclose((L @ L.mT).diagonal(dim1=-2, dim2=-1).numpy(), 1.0, rtol=1e-12)
+    np.testing.assert_allclose(tr.inv(L).numpy(), x.numpy(), rtol=1e-9, atol=1e-12)
+    # NOTE: log|det| with respect to L's free (strictly lower) coordinates
+    for b in range(2):
+        f = lambda v: tril_matrix_to_vec(tr(t(v)), diag=-1).numpy()  # noqa: E731
+        h = 1e-6
+        jac = np.stack([(f(x.numpy()[b] + e) - f(x.numpy()[b] - e)) / (2 * h)
+                        for e in np.eye(6) * h], -1)
+        np.testing.assert_allclose(tr.log_abs_det_jacobian(x, L).numpy()[b],
+                                   np.linalg.slogdet(jac)[1], rtol=1e-6)
+    assert isinstance(D.biject_to(constraints.corr_cholesky), T.CorrCholeskyTransform)
+    assert tuple(tr.inverse_shape((5, 4, 4))) == (5, 6)
+
+
+@pytest.mark.parametrize("eta", [0.5, 1.0, 3.0])
+def test_lkj_cholesky(eta):
+    d2 = D.LKJCholesky(2, t(eta))
+    dens = lambda r: float(d2.log_prob(t([[1.0, 0.0], [r, np.sqrt(1 - r * r)]])).exp())  # noqa
+    np.testing.assert_allclose(integrate.quad(dens, -1, 1)[0], 1.0, rtol=1e-8)
+    n, dim = 20000, 4
+    em.manual_seed(9)
+    L = D.LKJCholesky(dim, t(eta)).sample((n,))
+    assert bool(constraints.corr_cholesky.check(L[:100]).all())
+    C = (L @ L.mT).numpy()
+    r = C[:, np.tril_indices(dim, -1)[0], np.tril_indices(dim, -1)[1]]
+    # NOTE: each correlation r of an LKJ(eta) matrix has (r + 1) / 2 ~ Beta(b, b),
+    # b = eta - 1 + dim / 2: E r = 0, E r^2 = 1 / (2 b + 1)
+    b = eta - 1 + dim / 2
+    m2, v4 = 1 / (2 * b + 1), 3 / ((2 * b + 1) * (2 * b + 3))
+    assert np.all(np.abs(r.mean(0)) <= 5 * np.sqrt(m2 / n))
+    assert np.all(np.abs((r ** 2).mean(0) - m2) <= 5 * np.sqrt((v4 - m2 ** 2) / n))
+    with pytest.raises(ValueError, match="greater than or equal to 2"):
+        D.LKJCholesky(1, 1.0)

@@ -74,6 +74,7 @@ FAMILIES = {
     "Kumaraswamy": lambda dt: D.Kumaraswamy(pos(dt), pos(dt)),
     "ContinuousBernoulli": lambda dt: D.ContinuousBernoulli(prob(dt)),
     "GeneralizedPareto": lambda dt: D.GeneralizedPareto(real(dt), pos(dt), real(dt) / 3),
+    "LKJCholesky": lambda dt: D.LKJCholesky(3, pos(dt)),
     "Wishart": lambda dt: D.Wishart(pos(dt) + 3, covariance_matrix=t(
         np.diag([1.0, 2.0, 0.5]) + 0.2, dt)),
 }

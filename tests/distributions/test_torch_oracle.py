@@ -58,6 +58,7 @@ FAMILIES = {
     "FisherSnedecor": ("FisherSnedecor", (POS + 2, POS2 + 4), None),
     "LogisticNormal": ("LogisticNormal", (REAL, POS), None),
     "Kumaraswamy": ("Kumaraswamy", (POS, POS2), None),
+    "LKJCholesky": ("LKJCholesky", (4, POS), None),
     "Wishart": ("Wishart", (POS + 3, np.diag(POS) + 0.3), (None, "covariance_matrix")),
     # NOTE: no GeneralizedPareto: PyTorch's log_prob fails on float64 parameters
     # (isclose against a float32 zero); test_vs_scipy.py checks it against scipy.stats.
