@@ -117,3 +117,6 @@ def _tensor_copy(self: Tensor) -> Tensor:
 
 Tensor.__deepcopy__ = _tensor_deepcopy
 Tensor.__copy__ = _tensor_copy
+
+
+from ._uninitialized import UninitializedBuffer, UninitializedParameter, is_lazy  # noqa: E402,F401

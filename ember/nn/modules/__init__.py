@@ -20,3 +20,4 @@ from .pixelshuffle import *  # noqa: F401,F403
 from .fold import *  # noqa: F401,F403
 from .distance import *  # noqa: F401,F403
 from .channelshuffle import *  # noqa: F401,F403
+from .lazy import *  # noqa: F401,F403
