@@ -111,7 +111,16 @@ def apply(op, inputs, params):
     if same and (kind == "promote" or kind == "same" or (
             kind == "float" and x0._dtype.category == _FLOAT)):
         ct, out_dt = None, x0._dtype      # the common case: nothing to promote or cast
-        arrays = _arrays(inputs, scalars)
+        if scalars:
+            arrays = [x._data if isinstance(x, Tensor) else x for x in inputs]
+        elif len(inputs) == 2:
+            # NOTE: no comprehension for the usual operand counts: on Python 3.11 each one
+            # is a function call, a measurable part of a 100-element op's cost.
+            arrays = [inputs[0]._data, inputs[1]._data]
+        elif len(inputs) == 1:
+            arrays = [x0._data]
+        else:
+            arrays = [x._data for x in inputs]
     else:
         ct, out_dt = _compute_dtype(op, kind, inputs, x0, params)
         if ct is None and same and not scalars:
@@ -159,19 +168,6 @@ def apply(op, inputs, params):
         check_forward(op, inputs, params, out)
     return out
 
-
-
-def _arrays(inputs, scalars):
-    # NOTE: no list comprehension for the usual one or two operands: on Python 3.11 each
-    # comprehension is a function call, a measurable part of a 100-element op's cost.
-    n = len(inputs)
-    if scalars:
-        return [x._data if isinstance(x, Tensor) else x for x in inputs]
-    if n == 1:
-        return [inputs[0]._data]
-    if n == 2:
-        return [inputs[0]._data, inputs[1]._data]
-    return [x._data for x in inputs]
 
 
 def _weak_scalars(inputs, cat) -> bool:
