@@ -24,7 +24,7 @@ class VonMises(Distribution):
 
     Example:
         >>> round(float(VonMises(0.0, 1.0).log_prob(ember.tensor(0.0))), 4)
-        -1.0608
+        -1.0738
     """
 
     arg_constraints = {"loc": constraints.real, "concentration": constraints.positive}
