@@ -5,7 +5,9 @@ traced as random nodes by ``ember.compile``); ``rsample`` is reparameterised (No
 Uniform, Laplace... by location-scale; Gamma, Beta, Dirichlet, Chi2, StudentT by implicit
 reparameterisation through ``ember._standard_gamma``). ``log_prob``, ``entropy``, ``cdf``,
 ``icdf`` and ``kl_divergence`` are compositions of Ember ops, so they differentiate in every
-parameter. Arguments are validated by default (PyTorch's error messages).
+parameter. Arguments are validated by default (PyTorch's error messages); validation reads
+values into Python, so under ``ember.compile`` pass ``validate_args=False`` (or
+``Distribution.set_default_validate_args(False)``) to capture one graph instead of breaking it.
 
 Example:
     >>> import ember.distributions as D
