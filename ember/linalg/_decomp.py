@@ -3,6 +3,7 @@ from __future__ import annotations
 
 import numpy as np
 
+from ..ops.batching import per_example
 from .. import dtypes as _dt
 from ..autograd.grad_mode import state as _state
 from ..ops import _lapack
@@ -192,6 +193,7 @@ def lu_factor_ex(A, *, pivot=True, check_errors=False, out=None):
     return T.lu_factor_ex(LU, piv, _info(first, tuple(A.shape[:-2])))
 
 
+@per_example
 @C.outable
 def lu(A, *, pivot=True, out=None):
     """``(P, L, U)`` with ``A = P L U`` (``torch.linalg.lu``)."""
@@ -206,6 +208,7 @@ def _permute_rows(B, piv):
     return P.mT @ B
 
 
+@per_example
 @C.outable
 def lu_solve(LU, pivots, B, *, left=True, adjoint=False, out=None):
     """Solve ``A X = B`` from :func:`lu_factor`'s output (``torch.linalg.lu_solve``);

@@ -3,6 +3,7 @@
 ``pca_lowrank``). PyTorch has no derivative for ``ldl_*`` and ``geqrf`` either."""
 from __future__ import annotations
 
+from ..ops.batching import per_example
 from .. import dtypes as _dt
 from ..ops.dispatch import apply as _apply
 from ..ops.factories import zeros
@@ -30,6 +31,7 @@ def _ldl(op, A):
     return LD, piv, info
 
 
+@per_example
 @C.outable
 def ldl_factor_ex(A, *, hermitian=False, check_errors=False, out=None):
     """``(LD, pivots, info)``: the Bunch-Kaufman LDLᵀ factorization of a symmetric matrix
@@ -51,6 +53,7 @@ def _raise_ldl(A, info):
                           f"is exactly zero: the input is singular.")
 
 
+@per_example
 @C.outable
 def ldl_factor(A, *, hermitian=False, out=None):
     """``(LD, pivots)`` of :func:`ldl_factor_ex`, raising :class:`LinAlgError` for a singular

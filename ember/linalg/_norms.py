@@ -60,6 +60,8 @@ def matrix_norm(A, ord="fro", dim=(-2, -1), keepdim=False, *, dtype=None, out=No
     M, dims = _to_end(A, dim)
     if ord == "nuc" or ord in (2, -2):
         S = svdvals(M)
+        if ord == 2 and S.shape[-1] == 0:      # PyTorch: the 2-norm of an empty matrix is 0
+            return _keep(S.sum(-1), dims, keepdim)
         r = S.sum(-1) if ord == "nuc" else (S.amax(-1) if ord == 2 else S.amin(-1))
         return _keep(r, dims, keepdim)
     if ord in (1, -1, _INF, -_INF):
@@ -102,6 +104,8 @@ def cond(A, p=None, *, out=None):
     C.matrices("linalg.cond", A)
     if p is None or p in (2, -2):
         S = svdvals(A)
+        if S.shape[-1] == 0:                   # PyTorch: an empty matrix has cond 0
+            return S.sum(-1)
         hi, lo = S.amax(-1), S.amin(-1)
         return hi / lo if p != -2 else lo / hi
     C.square("linalg.cond", A)

@@ -5,6 +5,7 @@ import math
 
 import numpy as np
 
+from ..ops.batching import per_example
 from .. import dtypes as _dt
 from ..ops import _lapack
 from ..ops.dispatch import apply as _apply
@@ -140,6 +141,7 @@ def slogdet(A, *, out=None):
 _DRIVERS = ("gels", "gelsy", "gelsd", "gelss")
 
 
+@per_example
 def lstsq(A, B, rcond=None, *, driver=None):
     """Least-squares solution of ``A X = B``: ``(solution, residuals, rank,
     singular_values)`` (``torch.linalg.lstsq``; CPU default driver ``'gelsy'``).

@@ -44,7 +44,7 @@ def first_failure(infos):
 
 def _each(a):
     """(batch shape, the matrices as a (B, m, n) array)."""
-    return a.shape[:-2], a.reshape((-1,) + a.shape[-2:])
+    return a.shape[:-2], a.reshape((math.prod(a.shape[:-2]),) + a.shape[-2:])
 
 
 # ------------------------------------------------------------------ packing
@@ -99,7 +99,7 @@ def getrf_each(a):
     lus = np.empty_like(mats)
     pivs = np.empty((len(mats), k), dtype=np.int32)
     infos = np.zeros(len(mats), dtype=np.int32)
-    for i, x in enumerate(mats):
+    for i, x in enumerate(mats if k else ()):
         lu, piv, info = getrf(x)
         lus[i], pivs[i], infos[i] = lu, piv[:k] + 1, max(int(info), 0)
     return lus.reshape(a.shape), pivs.reshape(batch + (k,)), infos.reshape(batch)
@@ -174,7 +174,7 @@ def lu_factor(xp, a, check_errors=True):
 def permutation_from_pivots(piv, m, dtype):
     """P (*batch, m, m) with A = P L U, from LAPACK's 1-based row swaps."""
     batch = piv.shape[:-1]
-    flat = piv.reshape(-1, piv.shape[-1]).astype(np.int64) - 1
+    flat = piv.reshape(math.prod(batch), piv.shape[-1]).astype(np.int64) - 1
     perms = np.tile(np.arange(m), (len(flat), 1))
     for b, swaps in enumerate(flat):
         p = perms[b]
@@ -295,8 +295,9 @@ def lstsq(xp, a, b, rcond=None, driver="gelsy"):
     batch = np.broadcast_shapes(a.shape[:-2], b.shape[:-2])
     (m, n), k = a.shape[-2:], b.shape[-1]
     q = min(m, n) if driver in ("gelsd", "gelss") else 0
-    am = np.broadcast_to(a, batch + (m, n)).reshape(-1, m, n)
-    bm = np.broadcast_to(b, batch + (m, k)).reshape(-1, m, k)
+    nb = math.prod(batch)
+    am = np.broadcast_to(a, batch + (m, n)).reshape(nb, m, n)
+    bm = np.broadcast_to(b, batch + (m, k)).reshape(nb, m, k)
     out = np.zeros((len(am), n * k + 1 + q), dtype=np.result_type(a, b))
     if rcond is None:
         rcond = np.finfo(out.dtype).eps * max(m, n)

@@ -7,6 +7,8 @@
 """
 from __future__ import annotations
 
+import math
+
 import numpy as np
 
 from . import batching_rules as _vb
@@ -23,7 +25,7 @@ def _lapack_fn(name, *arrays):
 def _ldl_factor_kernel(xp, a):
     sytrf = _lapack_fn("sytrf", a)
     batch, n = a.shape[:-2], a.shape[-1]
-    mats = a.reshape((-1, n, n))
+    mats = a.reshape((math.prod(batch), n, n))
     out = np.zeros((len(mats), n + 2, n), dtype=a.dtype)
     for i, m in enumerate(mats):
         if n == 0:
@@ -39,9 +41,10 @@ def _ldl_solve_kernel(xp, ld, piv, b):
     sytrs = _lapack_fn("sytrs", ld, b)
     batch = np.broadcast_shapes(ld.shape[:-2], piv.shape[:-1], b.shape[:-2])
     n = ld.shape[-1]
-    lds = np.broadcast_to(ld, batch + ld.shape[-2:]).reshape((-1, n, n))
-    pivs = np.broadcast_to(piv, batch + piv.shape[-1:]).reshape((-1, n))
-    bs = np.broadcast_to(b, batch + b.shape[-2:]).reshape((-1,) + b.shape[-2:])
+    nb = math.prod(batch)
+    lds = np.broadcast_to(ld, batch + ld.shape[-2:]).reshape((nb, n, n))
+    pivs = np.broadcast_to(piv, batch + piv.shape[-1:]).reshape((nb, n))
+    bs = np.broadcast_to(b, batch + b.shape[-2:]).reshape((nb,) + b.shape[-2:])
     out = np.empty(bs.shape, dtype=np.result_type(ld, b))
     for i in range(len(bs)):
         if out[i].size:
@@ -53,7 +56,7 @@ def _geqrf_kernel(xp, a):
     geqrf = _lapack_fn("geqrf", a)
     batch, (m, n) = a.shape[:-2], a.shape[-2:]
     k = min(m, n)
-    mats = a.reshape((-1, m, n))
+    mats = a.reshape((math.prod(batch), m, n))
     out = np.zeros((len(mats), m + 1, n), dtype=a.dtype)
     for i, x in enumerate(mats):
         if x.size:

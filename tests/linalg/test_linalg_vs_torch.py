@@ -330,3 +330,26 @@ def test_cholesky_reads_the_triangle_pytorch_reads():
         LA.cholesky(em.tensor(A))
     assert int(LA.cholesky_ex(em.tensor(A), upper=True).info) == 0
     assert int(LA.cholesky_ex(em.tensor(A)).info) == 2
+
+
+@pytest.mark.parametrize("shape", [(0, 0), (2, 0, 0), (0, 3, 3)])
+def test_empty_matrices_match_pytorch(shape):
+    a = np.random.default_rng(16).random(shape)
+    pairs = [(LA.det, TL.det), (LA.inv, TL.inv), (lambda x: LA.lu_factor(x).LU,
+                                                  lambda x: TL.lu_factor(x).LU),
+             (lambda x: LA.matrix_norm(x, 2), lambda x: TL.matrix_norm(x, 2)),
+             (LA.cond, TL.cond), (lambda x: LA.eigh(x)[0], lambda x: TL.eigh(x)[0]),
+             (LA.svdvals, TL.svdvals), (LA.matrix_exp, TL.matrix_exp), (LA.pinv, TL.pinv)]
+    for fe, ft in pairs:
+        e, t = fe(em.tensor(a)), ft(torch.tensor(a))
+        assert tuple(e.shape) == tuple(t.shape)
+        _close(e, t)
+
+
+@pytest.mark.parametrize("shape", [(3, 0), (0, 3), (2, 3, 0)])
+def test_lstsq_of_empty_matrices(shape):
+    a = np.zeros(shape)
+    b = np.ones(shape[:-1] + (1,))
+    e, t = LA.lstsq(em.tensor(a), em.tensor(b)), TL.lstsq(torch.tensor(a), torch.tensor(b))
+    assert tuple(e.solution.shape) == tuple(t.solution.shape)
+    _close(e.solution, t.solution)
