@@ -518,3 +518,13 @@ def test_host_reading_composites_loop_per_example():
         vmap(grad(lambda a: em.cummax(a, 0).values.sum()))(x)
     g = grad(lambda v: vmap(lambda a: em.cummax(a, 0).values)(v).sum())(x)
     close(g, grad(lambda v: em.cummax(v, 1).values.sum())(x))
+
+
+def test_embedding_bag_under_vmap_uses_every_examples_indices():
+    w = T(10, 4)
+    idx = em.from_numpy(RNG.integers(0, 10, (3, 2, 5)))
+    with warnings.catch_warnings():
+        warnings.simplefilter("ignore")
+        got = vmap(lambda i: em.nn.functional.embedding_bag(i, w, mode="sum"))(idx)
+    want = em.stack([em.nn.functional.embedding_bag(idx[b], w, mode="sum") for b in range(3)])
+    close(got, want)

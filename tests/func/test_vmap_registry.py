@@ -98,11 +98,6 @@ def _as_tuple(r):
 #: tests accept vmap's data-dependent error for them (and compare whatever does run).
 HOST_READS = {
     "masked_select": "output size depends on the mask (torch.func refuses it too)",
-    "linalg.lu": "unpacks the pivots in NumPy",
-    "linalg.lu_solve": "unpacks the pivots in NumPy",
-    "linalg.lstsq": "reads the rank on the host",
-    "ctc_loss": "reads targets and lengths on the host",
-    "linalg.ldl_factor": "checks LAPACK's info on the host",
 }
 _DATA_ERROR = r"vmap: (It looks like|We do not support batching operators that can output)"
 

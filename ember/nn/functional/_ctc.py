@@ -10,6 +10,7 @@ from __future__ import annotations
 
 import numpy as np
 
+from ...ops.batching import per_example
 from ...errors import DTypeError, ShapeError
 from ...ops import dispatch
 from ...ops.ctc import ctc_loss_p
@@ -69,6 +70,7 @@ def _check(op, lp, tg, in_len, tgt_len, blank):
                          f" got values in [{tg[used].min()}, {tg[used].max()}]")
 
 
+@per_example
 @autocast_entry("ctc_loss")
 def ctc_loss(log_probs, targets, input_lengths, target_lengths, blank=0, reduction="mean",
              zero_infinity=False):

@@ -9,6 +9,7 @@ from __future__ import annotations
 
 import numpy as np
 
+from ...ops.batching import per_example
 from ...errors import DTypeError, ShapeError
 from ...tensor import Tensor
 
@@ -73,6 +74,7 @@ def _validate(input, weight, mode, per_sample_weights):
                              f"{tuple(input.shape)}")
 
 
+@per_example
 def embedding_bag(input: Tensor, weight: Tensor, offsets: Tensor | None = None,
                   max_norm: float | None = None, norm_type: float = 2, scale_grad_by_freq:
                   bool = False, mode: str = "mean", sparse: bool = False,
