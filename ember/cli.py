@@ -52,6 +52,8 @@ def _parser() -> argparse.ArgumentParser:
     t.add_argument("--amp", choices=["bf16", "fp16"], help="mixed precision: the forward "
                    "under ember.autocast in this dtype, float32 weights (fp16: with a "
                    "GradScaler)")
+    t.add_argument("--device", default="cpu", help="where to train: cpu, cuda or cuda:N "
+                   "(needs CuPy and an NVIDIA GPU; EMBER_FAKE_CUDA=1 gives a CPU stand-in)")
     t.add_argument("--profile", nargs="?", const="", metavar="PATH",
                    help="write an ember.profiler Chrome trace of training steps 4-6 to PATH "
                    "(default: beside the checkpoint, .trace.json) and print the top ops")
@@ -88,7 +90,7 @@ def main(argv=None) -> int:
                       data_root=args.data_root, text_file=args.text_file,
                       block_size=args.block_size, max_steps=args.max_steps,
                       progress=not args.no_progress, plot=args.plot, nproc=args.nproc,
-                      amp=args.amp, profile=args.profile)
+                      amp=args.amp, profile=args.profile, device=args.device)
     from .training.errors import CheckpointError, DivergedError, UsageError
     try:
         train(cfg)

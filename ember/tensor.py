@@ -58,6 +58,7 @@ class Tensor:
     _post_acc_hooks = None  # hooks run after a leaf's .grad is complete (DDP)
     _inference = False
     _view_version = None  # storage version at which a differentiable view's grad_fn was made
+    _pinned = False       # page-locked host memory (Tensor.pin_memory)
 
     # ---------------------------------------------------------------- structure
     @property

@@ -319,6 +319,9 @@ class _SingleProcessIter(_BaseIter):
                 self._finish()
             batch = _worker.fetch(ld.dataset, indices, ld._auto_collation, ld.collate_fn)
         self._consumed += 1
+        if ld.pin_memory:
+            from ._pin import pin_batch
+            batch = pin_batch(batch)
         return batch
 
 
@@ -391,6 +394,9 @@ class _MultiProcessIter(_BaseIter):
                 continue
             self._send()
             self._consumed += 1
+            if self._loader.pin_memory:
+                from ._pin import pin_batch
+                return pin_batch(unpack(out))
             return unpack(out)
 
     def _shutdown(self) -> None:

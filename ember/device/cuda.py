@@ -65,7 +65,10 @@ class CachingAllocator(CountingAllocator):
         return s
 
     def reset_peak(self) -> None:
+        self.reserved()               # NOTE: the pool notes the old peak first
         super().reset_peak()
+        if hasattr(self.pool, "peak_reset"):
+            self.pool.peak_reset(self.peak)
         self.peak_reserved = self.reserved()
 
     def empty_cache(self) -> None:
@@ -79,17 +82,26 @@ class _HostPool:
     def __init__(self):
         self.alloc = None
         self._held = 0
+        self._mark = 0     # the allocator's peak when the cache was last emptied
 
     def total_bytes(self) -> int:
-        cur = self.alloc.current if self.alloc is not None else 0
-        self._held = max(self._held, cur, self.alloc.peak if self.alloc is not None else 0)
+        a = self.alloc
+        if a is None:
+            return 0
+        if a.peak > self._mark:   # NOTE: a new high since the cache was emptied
+            self._held = max(self._held, a.peak)
+        self._held = max(self._held, a.current)
         return self._held
 
     def used_bytes(self) -> int:
         return self.alloc.current if self.alloc is not None else 0
 
     def free_all_blocks(self) -> None:
-        self._held = self.alloc.current if self.alloc is not None else 0
+        if self.alloc is not None:
+            self._held, self._mark = self.alloc.current, self.alloc.peak
+
+    def peak_reset(self, peak: int) -> None:
+        self._mark = min(self._mark, peak)
 
 
 class FakeRuntime:
@@ -116,11 +128,14 @@ class FakeRuntime:
     def synchronize(self, index: int) -> None:
         return None
 
+    def pin(self, arr):
+        return np.array(arr, copy=True)   # NOTE: host memory is host memory here
+
     def new_stream(self, index: int, priority: int = 0):
-        return None
+        return _HostQueue()
 
     def new_event(self, enable_timing: bool, blocking: bool):
-        return None
+        return _HostQueue()
 
     def record(self, raw_event, raw_stream) -> float:
         return time.perf_counter()
@@ -164,6 +179,12 @@ class CuPyRuntime:
         with self.cupy.cuda.Device(index):
             self.cupy.cuda.runtime.deviceSynchronize()
 
+    def pin(self, arr):
+        import cupyx
+        out = cupyx.empty_pinned(arr.shape, arr.dtype)
+        out[...] = arr
+        return out
+
     def new_stream(self, index: int, priority: int = 0):
         with self.cupy.cuda.Device(index):
             return self.cupy.cuda.Stream(non_blocking=True, priority=priority)
@@ -190,6 +211,18 @@ class CuPyRuntime:
 
     def set_device(self, index: int) -> None:
         self.cupy.cuda.Device(index).use()
+
+
+class _HostQueue:
+    """The stand-in's stream or event: work is synchronous, so it is always done."""
+
+    done = True
+
+    def synchronize(self) -> None:
+        return None
+
+    def wait_event(self, event) -> None:
+        return None
 
 
 class _NullContext:

@@ -158,5 +158,22 @@ def _cuda(self, device=None, non_blocking: bool = False, memory_format=None) -> 
     return to(self, dev, non_blocking=non_blocking)
 
 
+def pin(self, device=None) -> Tensor:
+    """A copy of this CPU tensor in page-locked host memory (faster, asynchronous copies to
+    a CUDA device); ``self`` if it is pinned already."""
+    if self._device.type != "cpu":
+        raise RuntimeError(f"pin_memory(): cannot pin '{self._device}' memory: only CPU "
+                           f"tensors can be pinned")
+    if self._pinned:
+        return self
+    from ..device.base import cuda_backend
+    be, why = cuda_backend()
+    if be is None:
+        raise RuntimeError(f"pin_memory(): pinned memory needs a CUDA device ({why})")
+    t = _wrap(be.runtime.pin(self._data), self._dtype, self._device)
+    t._pinned = True
+    return t
+
+
 Tensor.cpu = _cpu
 Tensor.cuda = _cuda

@@ -260,6 +260,8 @@ def copy_(self: Tensor, src, non_blocking: bool = False) -> Tensor:
     if not isinstance(src, Tensor):
         from .factories import tensor
         src = tensor(src, dtype=self._dtype)
+    if src._device != self._device:      # NOTE: a copy between devices, as in PyTorch
+        src = src.to(self._device)
     r = src.to(self._dtype) if src._dtype is not self._dtype else src
     if r._data.shape != self._data.shape:
         r = r.expand(self._data.shape)

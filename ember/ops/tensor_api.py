@@ -232,13 +232,18 @@ def allclose(input: Tensor, other: Tensor, rtol: float = 1e-05, atol: float = 1e
 
 # ------------------------------------------------------------------ memory placement
 def pin_memory(self: Tensor, device=None) -> Tensor:
-    """``self``: without an accelerator there is no page-locked staging memory to use."""
-    return self
+    """A copy in page-locked host memory when a CUDA device is present (``convert.pin``);
+    ``self`` without one: there is no page-locked staging memory to use."""
+    from ..device.base import cuda_backend
+    if cuda_backend()[0] is None and self._device.type == "cpu":
+        return self
+    from .convert import pin
+    return pin(self)
 
 
 def is_pinned(self: Tensor, device=None) -> bool:
-    """False: Ember's CPU tensors are ordinary pageable memory."""
-    return False
+    """Whether this tensor is in page-locked host memory (:func:`pin_memory`)."""
+    return self._pinned
 
 
 Tensor.__new__ = _tensor_new

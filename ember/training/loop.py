@@ -48,6 +48,7 @@ class TrainConfig:
     nproc: int = 1                   # data-parallel ranks (batch_size is the global batch)
     amp: str | None = None           # "bf16"/"fp16": mixed precision (training/precision.py)
     profile: str | None = None       # trace path ("": beside the checkpoint), training/profiling
+    device: str = "cpu"              # "cuda": model and batches on the GPU (or the stand-in)
     history: list = field(default_factory=list)
 
     def checkpoint_path(self) -> str:
@@ -66,13 +67,17 @@ def _bar(it, total: int, done: int, desc: str, enabled: bool):
     return tqdm(it, total=total, initial=done, desc=desc, leave=False, dynamic_ncols=True)
 
 
-def evaluate(model: nn.Module, loader: DataLoader, token_level: bool = False) -> tuple:
-    """(mean loss, accuracy) of ``model`` over ``loader`` in eval mode."""
+def evaluate(model: nn.Module, loader: DataLoader, token_level: bool = False,
+             device=None) -> tuple:
+    """(mean loss, accuracy) of ``model`` over ``loader`` in eval mode (batches moved to
+    ``device`` when given)."""
     model.eval()
     total = correct = 0
     loss_sum = 0.0
     with em.no_grad():
         for x, y in loader:
+            if device is not None:
+                x, y = x.to(device, non_blocking=True), y.to(device, non_blocking=True)
             logits = model(x)
             if token_level:
                 logits, y = logits.reshape(-1, logits.shape[-1]), y.reshape(-1)
@@ -92,6 +97,26 @@ def _check_options(cfg) -> None:
         raise UsageError(f"--lr must be a positive number, got {cfg.lr}")
     if not (math.isfinite(cfg.weight_decay) and cfg.weight_decay >= 0):
         raise UsageError(f"--weight-decay must be a number >= 0, got {cfg.weight_decay}")
+    _check_device(cfg)
+
+
+def _check_device(cfg) -> None:
+    try:
+        dev = em.device(cfg.device)
+    except (ValueError, TypeError) as e:
+        raise UsageError(f"--device: {e}") from None
+    if dev.type == "cuda":
+        if not em.cuda.is_available():
+            from ..device.base import cuda_backend
+            raise UsageError(f"--device {cfg.device}: no CUDA GPU is available here "
+                             f"({cuda_backend()[1]}); use --device cpu")
+        n = em.cuda.device_count()
+        if dev.index >= n:
+            raise UsageError(f"--device {cfg.device}: this machine has {n} CUDA device(s) "
+                             f"(valid: cuda:0 to cuda:{n - 1})")
+        if cfg.nproc > 1:
+            raise UsageError("--device cuda with --nproc > 1 is not supported yet (ember "
+                             "run's ranks communicate through MPI on the CPU)")
 
 
 def _schedule(opt, cfg, total: int, at: int = 0):
@@ -131,7 +156,10 @@ def _resume(path, cfg, model, opt, loader, total, log, prec):
 def _epoch(model, opt, sched, it, token_level, step, sums, cfg, prec, prof=None):
     """Run the rest of an epoch from ``it``; returns ``(step, sums, stopped)``."""
     loss_sum, n = sums
+    dev = None if cfg.device == "cpu" else em.device(cfg.device)
     for x, y in it:
+        if dev is not None:
+            x, y = x.to(dev, non_blocking=True), y.to(dev, non_blocking=True)
         with prec.autocast():   # NOTE: --amp: the forward and the loss under autocast
             logits = model(x)
             if token_level:
@@ -186,7 +214,7 @@ def train(cfg: TrainConfig, log=print) -> dict:
         raise UsageError(f"--batch-size {cfg.batch_size} is larger than the {len(train_ds)} "
                          f"training samples of {cfg.dataset}")
     test_loader = DataLoader(test_ds, batch_size=256)
-    model = build_model(cfg.model, info)
+    model = build_model(cfg.model, info).to(cfg.device)
     net = _dist.wrap(model, world)   # DistributedDataParallel(model) when world > 1
     opt = optim.AdamW(model.parameters(), lr=cfg.lr, weight_decay=cfg.weight_decay)
     spe, total = len(loader), cfg.epochs * len(loader)
@@ -254,7 +282,7 @@ def _epochs(cfg, model, net, opt, sched, loader, test_loader, token_level, epoch
         epoch += 1
         # NOTE: every rank evaluates: iterating a loader draws from the global RNG, which
         # must stay the same on all ranks for rank 0's checkpoint to resume all of them
-        held_out = evaluate(model, test_loader, token_level)
+        held_out = evaluate(model, test_loader, token_level, cfg.device)
         if rank != 0:
             sums = (0.0, 0)
             continue

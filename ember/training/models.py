@@ -65,7 +65,7 @@ class GPT(nn.Module):
 
     def forward(self, idx):
         t = idx.shape[1]
-        x = self.tok(idx) + self.pos(em.arange(t))
+        x = self.tok(idx) + self.pos(em.arange(t, device=idx.device))
         mask = self.mask[:t, :t]
         for b in self.blocks:
             x = b(x, mask)

@@ -58,6 +58,7 @@ def sample(model, info, log, length: int = 80) -> None:
     ds = info["dataset"]
     model.eval()
     prompt = ds.text[: model.block_size // 2]
-    out = model.generate(em.tensor([ds.encode(prompt)]), length,
+    dev = next(model.parameters()).device
+    out = model.generate(em.tensor([ds.encode(prompt)], device=dev), length,
                          generator=em.Generator().manual_seed(0))
     log("sample: " + repr(ds.decode(out[0].tolist())))
