@@ -86,7 +86,14 @@ def copy(x: BatchedTensor) -> BatchedTensor:
     return make_batched(phys, x._bdim, x._level)
 
 
+def batched_map(x: BatchedTensor, fn, bdim=None) -> BatchedTensor:
+    """``fn`` applied to the physical value (which keeps the batch dim where it is, or moves
+    it to ``bdim``), wrapped at ``x``'s level: for non-primitive views (``view(dtype)``)."""
+    return make_batched(fn(x._phys), x._bdim if bdim is None else bdim, x._level)
+
+
 BatchedTensor._batched_alias = alias
+BatchedTensor._batched_map = batched_map
 BatchedTensor._batched_copy = copy
 
 

@@ -186,6 +186,10 @@ def view_dtype(input, dtype):
         # read from this very array at every run (stale values), so it breaks the graph.
         state.modes[-1].unsupported("Tensor.view(dtype)")
     old, arr = input._dtype, input._data
+    if hasattr(input, "_batched_map"):          # inside ember.func.vmap: view the physical
+        if new.itemsize != old.itemsize and input._bdim == input._phys.ndim - 1:
+            input = input._batched_map(lambda p: p.movedim(-1, 0).contiguous(), 0)
+        return input._batched_map(lambda p: view_dtype(p, dtype))
     if new.itemsize != old.itemsize:
         _check_view_dtype(input, old, new)
     return _wrap(arr.view(new.np), new, input._device, input._storage,

@@ -528,3 +528,12 @@ def test_embedding_bag_under_vmap_uses_every_examples_indices():
         got = vmap(lambda i: em.nn.functional.embedding_bag(i, w, mode="sum"))(idx)
     want = em.stack([em.nn.functional.embedding_bag(idx[b], w, mode="sum") for b in range(3)])
     close(got, want)
+
+
+@pytest.mark.parametrize("in_dim", [0, 1])
+def test_view_dtype_of_batched_values(in_dim):
+    x = em.from_numpy(RNG.standard_normal((3, 4)).astype(np.float32))
+    phys = x if in_dim == 0 else x.mT.contiguous()
+    for dt in (em.int32, em.int16):
+        got = vmap(lambda v: v.view(dt), in_dims=in_dim)(phys)
+        assert bool((got == x.view(dt)).all())
