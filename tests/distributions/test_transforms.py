@@ -125,7 +125,7 @@ def test_transformed_distribution_log_prob_and_cdf():
     np.testing.assert_allclose(d.cdf(y).numpy(), (1 - base.cdf(x)).numpy(), rtol=1e-12)
     np.testing.assert_allclose(d.icdf(d.cdf(y)).numpy(), y.numpy(), rtol=1e-9)
     assert tuple(d.sample((5,)).shape) == (5, 2) and d.has_rsample
-    stick = D.TransformedDistribution(D.Normal(em.zeros(2), 1.0),
+    stick = D.TransformedDistribution(D.Normal(em.zeros(2, dtype=em.float64), 1.0),
                                       T.StickBreakingTransform())
     assert tuple(stick.event_shape) == (3,) and tuple(stick.batch_shape) == ()
     s = stick.sample((4,))
