@@ -58,6 +58,10 @@ def _infer_dtype(data) -> _dt.DType:
 def _nested_arrays(data):
     """Replace tensors inside (nested) lists by host NumPy arrays."""
     if isinstance(data, Tensor):
+        if hasattr(data, "_phys"):          # a batched value inside ember.func.vmap
+            raise RuntimeError("vmap: ember.tensor() copies values on the host, which a "
+                               "batched tensor can't give: use ember.stack / torch-style "
+                               "tensor ops instead")
         return get_backend(data._device).to_host(data._data)
     if isinstance(data, (list, tuple)) and any(isinstance(d, (Tensor, list, tuple)) for d in data):
         return [_nested_arrays(d) for d in data]

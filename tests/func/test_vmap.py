@@ -537,3 +537,8 @@ def test_view_dtype_of_batched_values(in_dim):
     for dt in (em.int32, em.int16):
         got = vmap(lambda v: v.view(dt), in_dims=in_dim)(phys)
         assert bool((got == x.view(dt)).all())
+
+
+def test_tensor_factory_of_batched_values_raises():
+    with pytest.raises(RuntimeError, match=r"vmap: ember.tensor\(\) copies values"):
+        vmap(lambda a: em.tensor([a[0], a[1]]))(T(3, 2))
