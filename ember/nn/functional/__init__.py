@@ -16,6 +16,7 @@ from ._loss_multi_margin import *  # noqa: F401,F403
 from ._ctc import *  # noqa: F401,F403
 from ._gumbel import *  # noqa: F401,F403
 from ._inplace_more import *  # noqa: F401,F403
+from ._pool_frac import *  # noqa: F401,F403
 
 globals().update({_n: getattr(_conv, _n) for _n in _CONV_NAMES})
 

@@ -21,3 +21,7 @@ from .fold import *  # noqa: F401,F403
 from .distance import *  # noqa: F401,F403
 from .channelshuffle import *  # noqa: F401,F403
 from .lazy import *  # noqa: F401,F403
+from .pooling_frac import *  # noqa: F401,F403
+from .legacy import *  # noqa: F401,F403
+from .sync_batchnorm import *  # noqa: F401,F403
+from .data_parallel import *  # noqa: F401,F403
