@@ -187,15 +187,46 @@ def permutation_from_pivots(piv, m, dtype):
 
 
 # ------------------------------------------------------------------ triangular solve
+def _trtrs_one(sl, trtrs, a, b, upper, unitriangular):
+    """One triangular solve; the result is Fortran-ordered (LAPACK's own layout)."""
+    # NOTE: trtrs wants a Fortran-ordered A: a C-ordered A is passed as its transpose (a
+    # Fortran view, no copy) with trans=1 and the triangle flipped; an A that is already a
+    # transposed view (Aᴴ in the VJPs) goes as is. Copies of a 512² operand cost ~0.5 ms
+    # against ~5 ms for the solve.
+    if a.flags.f_contiguous:
+        at, lower, trans = a, int(not upper), 0
+    else:
+        at, lower, trans = a.T, int(upper), 1
+    x, info = trtrs(at, b, lower=lower, trans=trans, unitdiag=int(unitriangular))
+    if info > 0:   # singular: BLAS trsm gives inf/nan instead of an error, as PyTorch
+        trsm = sl.blas.get_blas_funcs("trsm", (a, b))
+        with np.errstate(all="ignore"):
+            x = trsm(1.0, at, b, side=0, lower=lower, trans_a=trans,
+                     diag=int(unitriangular))
+    return x
+
+
 def solve_triangular(xp, a, b, upper=False, unitriangular=False):
-    """``A X = B`` with A triangular: LAPACK ``trtrs`` per matrix; a singular A (``info`` >
-    0) goes through BLAS ``trsm`` instead, which gives inf/nan as PyTorch does."""
+    """``A X = B`` with A triangular: LAPACK ``trtrs`` per matrix (measured at 64²
+    single-threaded: 26 µs, against ~1 ms for SciPy's BLAS ``trsm`` and ~90 µs per matrix
+    for NumPy's batched LU solve of the triangle)."""
     sl = _scipy_linalg()
     trtrs = sl.lapack.get_lapack_funcs("trtrs", (a, b))
     batch = np.broadcast_shapes(a.shape[:-2], b.shape[:-2])
-    out = np.empty(batch + b.shape[-2:], dtype=np.result_type(a, b))
-    if out.size == 0:
-        return out
+    dtype = np.result_type(a, b)
+    if math.prod(batch + b.shape[-2:]) == 0 or a.shape[-1] == 0:
+        return np.zeros(batch + b.shape[-2:], dtype=dtype)
+    nb = math.prod(batch)
+    am = np.broadcast_to(a, batch + a.shape[-2:]).reshape((nb,) + a.shape[-2:])
+    bm = np.broadcast_to(b, batch + b.shape[-2:]).reshape((nb,) + b.shape[-2:])
+    if nb == 1:   # no copy into a C-ordered result
+        x = _trtrs_one(sl, trtrs, am[0], bm[0], upper, unitriangular)
+        return np.asarray(x, dtype=dtype)[(None,) * len(batch)]
+    out = np.empty(batch + b.shape[-2:], dtype=dtype)
+    om = out.reshape((nb,) + b.shape[-2:])
+    for i in range(nb):
+        om[i] = _trtrs_one(sl, trtrs, am[i], bm[i], upper, unitriangular)
+    return out
     if a.shape[-1] == 0:
         return out * 0
     am = np.broadcast_to(a, batch + a.shape[-2:]).reshape((-1,) + a.shape[-2:])
