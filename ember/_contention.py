@@ -27,6 +27,7 @@ environment, or ``ember.use_deterministic_algorithms(True)``, keeps the asked co
 from __future__ import annotations
 
 import os
+import sys
 import threading
 
 #: seconds between two looks at the machine's load
@@ -104,9 +105,26 @@ def _set_blas(n: int) -> None:
     """Point every loaded BLAS at ``n`` threads (the library list is re-read: SciPy's
     OpenBLAS may have loaded since)."""
     from ._threads import _find_blas
-    for setter, _ in _find_blas().values():
+    libs = _find_blas()
+    for setter, _ in libs.values():
         setter(n)
-    _state["used"] = n
+    _state["used"], _state["libs"] = n, set(libs)
+    _state["nmods"] = len(sys.modules)
+
+
+def _new_libraries() -> None:
+    """A BLAS loaded since the last look (SciPy's OpenBLAS, on its first import) gets the
+    thread count in use. Looked for only when modules were imported since (cheap)."""
+    if len(sys.modules) == _state.get("nmods"):
+        return
+    from ._threads import _find_blas
+    _state["nmods"] = len(sys.modules)
+    libs = _find_blas()
+    new = set(libs) - _state.get("libs", set())
+    if new and _state["used"] is not None:
+        for path in new:
+            libs[path][0](_state["used"])
+    _state["libs"] = set(libs)
 
 
 def set_asked(n: int) -> None:
@@ -138,6 +156,8 @@ def tick(sampler: _Sampler, now: float) -> int | None:
         n = asked if _deterministic() else target(sampler.ncpu, others, asked, used)
         if n != used:
             _set_blas(n)
+        else:
+            _new_libraries()
     return n
 
 

@@ -90,3 +90,15 @@ def test_set_num_threads_sets_blas_at_once_while_the_policy_runs():
             assert ember.get_num_threads() == n
     finally:
         ember.set_num_threads(asked)
+
+
+def test_a_blas_loaded_later_gets_the_thread_count_in_use():
+    code = ("import ember, sys; from ember import _contention as c, _threads as t; "
+            "ember.set_num_threads(1); assert 'scipy.linalg' not in sys.modules; "
+            "import scipy.linalg; c._new_libraries(); v = t.blas_threading(); "
+            "print(len(v), sorted(set(v.values())))")
+    out = subprocess.run([sys.executable, "-c", code], capture_output=True, text=True,
+                         timeout=120)
+    assert out.returncode == 0, out.stderr
+    nlibs, counts = out.stdout.split(maxsplit=1)
+    assert int(nlibs) >= 2 and counts.strip() == "[1]"      # NumPy's and SciPy's OpenBLAS
