@@ -281,6 +281,29 @@ class CUDABackend(Backend):
         self.runtime.synchronize(self.current_index)
 
 
+_fallback_warned: set = set()
+
+
+def host_fallback(name: str, cpu_kernel):
+    """A cuda kernel for op ``name`` that runs its CPU kernel on host copies of the arrays
+    (a copy each way; a warning once per op names the cost). Scalars pass through."""
+    def kernel(xp, *arrays, **params):
+        from .base import _backends
+        be = _backends["cuda"]
+        if name not in _fallback_warned and not be.is_fake:
+            _fallback_warned.add(name)
+            import warnings
+            warnings.warn(f"{name}: no CUDA kernel yet; it runs on the CPU with a copy of "
+                          f"its inputs each way", RuntimeWarning, stacklevel=2)
+        host = [be.to_host(a) if isinstance(a, be.xp.ndarray) else a for a in arrays]
+        res = cpu_kernel(np, *host, **params)
+        if isinstance(res, tuple):
+            return tuple(be.asarray(r) for r in res)
+        return be.asarray(np.asarray(res))
+    kernel.__name__ = f"{name}_host_fallback"
+    return kernel
+
+
 def fake_requested() -> int:
     """Devices the stand-in should offer (``EMBER_FAKE_CUDA``; 0 = off)."""
     v = os.environ.get("EMBER_FAKE_CUDA", "").strip()

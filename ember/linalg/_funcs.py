@@ -29,7 +29,7 @@ def matrix_power(A, n, *, out=None):
     if not isinstance(n, int):
         raise TypeError(f"linalg.matrix_power: n must be an int, got {type(n).__name__}")
     if n == 0:
-        return eye(A.shape[-1], dtype=A.dtype) + A * 0
+        return eye(A.shape[-1], dtype=A.dtype, device=A.device) + A * 0
     if n == 1:
         return A.clone()
     if n < 0:

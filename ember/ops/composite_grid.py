@@ -106,7 +106,8 @@ def block_diag(*tensors):
     rows, left = [], 0
     for t in ts:
         right = cols - left - t.shape[1]
-        parts = [zeros(t.shape[0], left, dtype=dt), t.to(dt), zeros(t.shape[0], right, dtype=dt)]
+        parts = [zeros(t.shape[0], left, dtype=dt, device=t.device), t.to(dt),
+                 zeros(t.shape[0], right, dtype=dt, device=t.device)]
         rows.append(cat(parts, 1))
         left += t.shape[1]
     return cat(rows, 0)

@@ -64,7 +64,8 @@ def _quantile(input, q, dim, keepdim, interpolation, ignore_nan, op):
     k = (~nan).sum(-1, keepdim=True) if ignore_nan else xs.shape[-1] + 0 * nan.sum(
         -1, keepdim=True)
     # NOTE: a tensor q stays in the graph: the linear weight makes quantile differentiable in q
-    qt = q.reshape(-1).to(input.dtype) if isinstance(q, Tensor) else _tensor(qa, dtype=input.dtype)
+    qt = q.reshape(-1).to(input.dtype) if isinstance(q, Tensor) else \
+        _tensor(qa, dtype=input.dtype, device=input.device)
     pos = qt * (k - 1).to(input.dtype)
     p = pos.detach()
     lo, hi = p.floor().clamp_min(0), p.ceil().clamp_min(0)
@@ -222,7 +223,7 @@ def combinations(input, r=2, with_replacement=False):
     rows = np.array(list(make(range(input.shape[0]), r)), np.int64).reshape(-1, r)
     if rows.shape[0] == 0:
         return input.new_empty((0, r))
-    idx = _tensor(rows.reshape(-1))
+    idx = _tensor(rows.reshape(-1), device=input.device)
     return input[idx].reshape(-1, r)
 
 

@@ -374,7 +374,7 @@ def repeat_interleave(input, repeats=None, dim=None, *, output_size=None):
         x = input.unsqueeze(d + 1).expand(*shape[:d + 1], repeats, *shape[d + 1:])
         return x.reshape(shape[:d] + (n * repeats,) + shape[d + 1:])
     from .scatter import index_select
-    return index_select(input, d, _interleave_index(repeats, n))
+    return index_select(input, d, _interleave_index(repeats, n).to(input.device))
 
 
 def _interleave_index(repeats, n):

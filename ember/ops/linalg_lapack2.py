@@ -22,7 +22,7 @@ __all__ = []
 
 
 def _eye_like(X, n):
-    return eye(n, dtype=X.dtype)
+    return eye(n, dtype=X.dtype, device=X.device)
 
 
 def _real_out(x, **_):
@@ -257,8 +257,9 @@ def lu_unpack_dense(LU, pivots):
     """P, L, U (P a constant built from the pivots; L, U differentiable in LU)."""
     m, n = LU.shape[-2:]
     k = min(m, n)
-    P = from_numpy(_lapack.permutation_from_pivots(pivots.numpy(), m, LU.dtype.np))
-    L = LU.narrow(-1, 0, k).tril(-1) + eye(m, k, dtype=LU.dtype)
+    P = from_numpy(_lapack.permutation_from_pivots(pivots.cpu().numpy(), m,
+                                                   LU.dtype.np)).to(LU.device)
+    L = LU.narrow(-1, 0, k).tril(-1) + eye(m, k, dtype=LU.dtype, device=LU.device)
     U = LU.narrow(-2, 0, k).triu()
     return P, L, U
 

@@ -102,6 +102,10 @@ class Op:
         k = self._kcache.get(backend_type)
         if k is None:
             k = self.kernels.get(backend_type) or self.kernels.get("xp")
+            if k is None and backend_type == "cuda" and "cpu" in self.kernels:
+                # NOTE: a CPU-only kernel (SciPy, LAPACK extras) runs on host copies
+                from ..device.cuda import host_fallback
+                k = host_fallback(self.name, self.kernels["cpu"])
             if k is None:
                 raise NotImplementedError(f"{self.name}: no kernel for the "
                                           f"{backend_type!r} backend")

@@ -1,0 +1,111 @@
+"""Every OpInfo on the ``cuda`` stand-in against the CPU: outputs stay on the device and
+agree with the CPU's (forward, and gradients of the float64 gradient samples).
+
+The stand-in runs the real backend's code with NumPy as ``xp``, so a composite that builds
+a CPU tensor inside (``arange(n)`` without ``device=``) or reads an input through
+``.numpy()`` fails here exactly as it would on a GPU. The same sweep runs on a GPU in
+``test_gpu.py``. Entries known to fail are listed below with why (strict: they fail the
+run once fixed, so the list cannot go stale).
+"""
+import numpy as np
+import pytest
+
+import ember as em
+
+from opinfo import OPINFOS
+
+#: composites that read an input's values through NumPy (``x.numpy()``): they need a host
+#: copy (``.cpu()``) or a device kernel before they can run on ``cuda``.
+NUMPY_ONLY = {"ctc_loss", "cummax", "cummin", "index_reduce_mean", "linalg.ldl_factor",
+              "linalg.lu_solve", "mode", "quantile", "scatter_reduce_amax",
+              "scatter_reduce_amin", "scatter_reduce_prod"}
+#: the OpInfo's own ``fn`` builds a CPU tensor (tests/opinfo/linalg_lapack.py ``_spd``).
+CPU_HELPER = {"linalg.cholesky", "cholesky_solve"}
+
+_BY_NAME = {}
+for _info in OPINFOS:
+    _BY_NAME.setdefault(_info.name, _info)
+
+
+def _param(name):
+    why = ("reads its input through .numpy()" if name in NUMPY_ONLY else
+           "its OpInfo fn builds a CPU tensor" if name in CPU_HELPER else None)
+    marks = [pytest.mark.xfail(reason=why, strict=True,
+                               raises=(RuntimeError, TypeError))] if why else []
+    return pytest.param(name, marks=marks, id=name)
+
+
+def _on(args, dev, grad=False):
+    out = []
+    for a in args:
+        if isinstance(a, np.ndarray):
+            t = em.from_numpy(a.copy()).to(dev)
+            if grad and t.dtype.is_floating_point:
+                t.requires_grad_(True)
+            out.append(t)
+        else:
+            out.append(a)
+    return out
+
+
+def _tensors(r):
+    rs = r if isinstance(r, (tuple, list)) else (r,)
+    return [x for x in rs if isinstance(x, em.Tensor)]
+
+
+def _close(info, dtype, got, want, what):
+    assert got.device == em.device("cuda:0"), f"{info.name} {what}: output on {got.device}"
+    assert got.dtype is want.dtype and tuple(got.shape) == tuple(want.shape), what
+    g, w = got.detach().cpu().numpy(), want.detach().numpy()
+    if w.dtype.kind in "fc":
+        np.testing.assert_allclose(g, w, atol=info.atol.get(dtype, 1e-5),
+                                   rtol=info.rtol.get(dtype, 1e-4), equal_nan=True,
+                                   err_msg=f"{info.name} {what}")
+    else:
+        np.testing.assert_array_equal(g, w, err_msg=f"{info.name} {what}")
+
+
+def _forward(info, dtype):
+    rng = np.random.default_rng(0)
+    ran = 0
+    for s in info.samples(rng, np.dtype(dtype) if dtype not in ("bfloat16",) else dtype):
+        try:
+            em.manual_seed(0)
+            want = info.fn(*_on(s.args, "cpu"), **s.kwargs)
+        except Exception:   # noqa: BLE001 - the CPU rejects it too (error samples)
+            continue
+        em.manual_seed(0)
+        got = info.fn(*_on(s.args, "cuda"), **s.kwargs)
+        for g, w in zip(_tensors(got), _tensors(want)):
+            _close(info, dtype, g, w, f"{dtype} {s.name}")
+        ran += 1
+    return ran
+
+
+def _gradients(info):
+    rng = np.random.default_rng(1)
+    for s in info.samples(rng, np.dtype(info.grad_dtype)):
+        if not s.grad:
+            continue
+        grads = []
+        for dev in ("cpu", "cuda"):
+            args = _on(s.args, dev, grad=True)
+            em.manual_seed(0)
+            outs = [o for o in _tensors(info.fn(*args, **s.kwargs)) if o.requires_grad]
+            if not outs:
+                return
+            total = sum((o.real if o.is_complex() else o).sum() for o in outs)
+            ins = [a for a in args if isinstance(a, em.Tensor) and a.requires_grad]
+            grads.append(em.autograd.grad(total, ins, allow_unused=True))
+        for gc, gd in zip(*grads):
+            if gc is not None:
+                _close(info, info.grad_dtype, gd, gc, f"gradient of {s.name}")
+
+
+@pytest.mark.parametrize("name", [_param(n) for n in sorted(_BY_NAME)])
+def test_opinfo_on_the_cuda_stand_in(fake_cuda, name):
+    info = _BY_NAME[name]
+    ran = sum(_forward(info, dt) for dt in info.dtypes)
+    assert ran > 0 or name.startswith("_"), f"{name}: no sample ran on the CPU"
+    if info.grad:
+        _gradients(info)
