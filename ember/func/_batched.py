@@ -11,6 +11,8 @@ run batched. Physical autograd (``grad(vmap(f))``) happens on ``_phys`` below th
 """
 from __future__ import annotations
 
+import weakref
+
 import numpy as np
 
 from ..tensor import Tensor, _wrap
@@ -55,6 +57,41 @@ def _logical_data(phys, bdim):
     return np.lib.stride_tricks.as_strided(np.zeros(1, a.dtype), shape, (0,) * len(shape))
 
 
+#: level -> weak references to its batched tensors, while that vmap runs (see :func:`retire`)
+_LIVE: dict = {}
+
+
+class _Dead(np.ndarray):
+    """The per-example view of a batched tensor whose vmap has returned: computing on it
+    would silently use the first example's values, so every NumPy operation raises."""
+
+    def __array_ufunc__(self, *args, **kwargs):
+        _used_after_vmap()
+
+    def __array_function__(self, *args, **kwargs):
+        _used_after_vmap()
+
+
+def _used_after_vmap():
+    raise RuntimeError("vmap: a batched tensor was used after the vmap that made it had "
+                       "returned (it was kept outside the vmapped function): return it from "
+                       "the function instead, and vmap gives it back with its batch dim")
+
+
+def track(t: BatchedTensor) -> None:
+    refs = _LIVE.get(t._level)
+    if refs is not None:
+        refs.append(weakref.ref(t))
+
+
+def retire(level: int) -> None:
+    """Level ``level`` has returned: poison its batched tensors still alive."""
+    for ref in _LIVE.pop(level, ()):
+        t = ref()
+        if t is not None and t.__class__ is BatchedTensor and t._level == level:
+            t._data = t._data.view(_Dead)
+
+
 def make_batched(phys: Tensor, bdim: int, level: int) -> BatchedTensor:
     """Wrap physical ``phys`` (batch dim ``bdim``) as a tensor of vmap level ``level``."""
     t = _new(BatchedTensor)
@@ -67,6 +104,9 @@ def make_batched(phys: Tensor, bdim: int, level: int) -> BatchedTensor:
     t._grad_fn = None
     t._out_nr = 0
     t._phys, t._bdim, t._level = phys, bdim, level
+    refs = _LIVE.get(level)
+    if refs is not None:
+        refs.append(weakref.ref(t))
     return t
 
 

@@ -24,6 +24,7 @@ from ..errors import DTypeError, EmberIndexError, ShapeError
 from ..ops import dispatch
 from ..ops.batching import rule_of
 from ..tensor import Tensor, _wrap
+from . import _batched
 from ._batched import BatchedTensor, make_batched
 from ._tree import tree_flatten, tree_unflatten
 
@@ -44,6 +45,7 @@ class VmapMode:
 
     # ------------------------------------------------------------------ the stack
     def __enter__(self):
+        _batched._LIVE[self.level] = []
         state.modes.append(self)
         self._prev_hook = _tensor_mod._DATA_HOOK
         _tensor_mod._DATA_HOOK = self.on_data_access
@@ -53,6 +55,7 @@ class VmapMode:
         if self in state.modes:
             state.modes.remove(self)
         _tensor_mod._DATA_HOOK = self._prev_hook
+        _batched.retire(self.level)
         return False
 
     def below(self, fn, *args, **kwargs):
@@ -149,7 +152,10 @@ class VmapMode:
         rule = rule_of(op)
         if rule is None or rule == "loop":
             return self._loop(op, phys, bdims, params, rule is None)
-        return rule(phys, bdims, **params)
+        res = rule(phys, bdims, **params)
+        if res is NotImplemented:           # the rule covers only some batching patterns
+            return self._loop(op, phys, bdims, params, False)
+        return res
 
     def _promote(self, op, inputs, phys):
         """Cast physical inputs to the *logical* compute dtype: a batched 0-d tensor is
@@ -334,6 +340,7 @@ class VmapMode:
         t._phys, t._bdim, t._level = phys, 0, last.level
         t._data = make_batched(phys, 0, last.level)._data
         t._storage = phys._storage
+        _batched.track(t)
 
     def on_data_access(self, t, what):
         if t.__class__ is BatchedTensor:
@@ -417,6 +424,7 @@ def _promote(x, r, missing) -> bool:
     x.__class__ = BatchedTensor
     x._phys, x._bdim, x._level = phys, 0, modes[-1].level
     x._data, x._storage = last._data, last._storage
+    _batched.track(x)
     return True
 
 

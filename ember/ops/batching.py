@@ -10,7 +10,8 @@ leading dims over equal-rank cores —, ``"front"`` for ops on trailing dims onl
 ``"materialize"``/``"materialize_dim"`` for n-ary ops whose inputs must all carry the
 batch, ``"dynamic_shape"`` for ops whose output size depends on values), or ``"loop"`` (run
 per example and stack, with a one-time warning: ``ctc_loss``, whose per-example targets
-have no batched layout). Rules needing more live in :mod:`.batching_rules`.
+have no batched layout). Rules needing more live in :mod:`.batching_rules`; a rule may
+return ``NotImplemented`` for the batching patterns it does not cover (then the loop runs).
 
 Example (``softmax``'s rule: move the batch dim first and shift ``dim`` past it)::
 

@@ -131,9 +131,11 @@ def test_item_and_data_dependent_control_flow_raise():
 
 def test_loop_fallback_warns_once_and_can_be_refused():
     from ember.ops.registry import REGISTRY
+    from ember.func import _vmap_mode
     op = REGISTRY["tril"]
     saved = op.batch
     op.batch = None
+    _vmap_mode._warned.discard("tril")           # the warning is once per op and process
     try:
         x = T(3, 4, 4)
         with pytest.warns(UserWarning, match="tril has no batching rule"):
@@ -508,7 +510,9 @@ def test_checkpoint_inside_vmap_keeps_gradients():
 
 
 def test_host_reading_composites_loop_per_example():
+    from ember.func import _vmap_mode
     x = T(4, 6)
+    _vmap_mode._warned.discard("cummax")
     with pytest.warns(UserWarning, match="cummax reads values on the host"):
         got = vmap(lambda a: em.cummax(a, 0).values)(x)
     close(got, em.cummax(x, 1).values)
@@ -542,3 +546,26 @@ def test_view_dtype_of_batched_values(in_dim):
 def test_tensor_factory_of_batched_values_raises():
     with pytest.raises(RuntimeError, match=r"vmap: ember.tensor\(\) copies values"):
         vmap(lambda a: em.tensor([a[0], a[1]]))(T(3, 2))
+
+
+def test_a_rule_may_decline_a_batching_pattern():
+    from ember.ops.registry import REGISTRY
+    from ember.func import _vmap_mode
+    op = REGISTRY["triu"]
+    saved = op.batch
+    op.batch = lambda inputs, bdims, **p: NotImplemented
+    _vmap_mode._warned.discard("triu")
+    try:
+        x = T(3, 4, 4)
+        with pytest.warns(UserWarning, match="triu is marked to run per example"):
+            close(vmap(lambda m: m.triu())(x), x.triu())
+    finally:
+        op.batch = saved
+
+
+def test_batched_tensor_kept_after_vmap_raises_when_used():
+    keep = []
+    out = vmap(lambda a: keep.append(a * 2) or a.sin())(T(3, 2))
+    assert tuple(out.shape) == (3, 2)
+    with pytest.raises(RuntimeError, match="used after the vmap that made it had returned"):
+        keep[0] + 1

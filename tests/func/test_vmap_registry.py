@@ -225,20 +225,6 @@ def test_every_primitive_has_a_batching_rule_or_loop_mark():
     assert not bad, f"primitives naming an unknown generic batching rule: {bad}"
 
 
-#: primitives allowed to run per example (explicitly marked "loop" in their defop)
-LOOP_OK: set = set()
-
-
-def test_loop_marks_are_the_known_ones():
-    loops = {n for n, op in REGISTRY.items() if op.batch == "loop"}
-    assert loops <= LOOP_OK | _NEW_LOOPS, f"new primitives left on the loop: {loops - LOOP_OK}"
-
-
-#: primitives other families added and marked "loop" (reviewed: no batched kernel yet)
-_NEW_LOOPS = {"ctc_loss", "ctc_loss_grad"}   # targets/lengths per example; F.ctc_loss reads
-#                                              them on the host anyway
-
-
 RANDOM_INFOS = [i for i in OPINFOS if RANDOM & set(i.primitives) and "float64" in i.dtypes]
 
 
