@@ -99,3 +99,17 @@ def test_numerics_bench_quick_run(capsys):
     assert all(t["ember"] >= 0 and ratio > 0 for _, t, ratio in fwd)
     assert {name.split()[0] for name, _, _ in bwd} == {"cholesky", "solve", "eigh"}
     assert "np/ember" in capsys.readouterr().out
+
+
+def test_distributions_bench_quick_run(capsys):
+    """``bench/distributions.py --quick``: every case runs in Ember and PyTorch."""
+    pytest.importorskip("torch")
+    path = Path(__file__).resolve().parents[1] / "bench" / "distributions.py"
+    spec = importlib.util.spec_from_file_location("bench_distributions", path)
+    mod = importlib.util.module_from_spec(spec)
+    spec.loader.exec_module(mod)
+    rows = mod.main(["--quick"])
+    assert {name.split()[0] for name, _, _ in rows} >= {"Gamma.sample", "Normal.log_prob",
+                                                       "Gamma.rsample+backward"}
+    assert all(te > 0 and tt > 0 for _, te, tt in rows)
+    assert "torch/ember" in capsys.readouterr().out
