@@ -77,7 +77,7 @@ def ldl_solve(LD, pivots, B, *, hermitian=False, out=None):
 def geqrf(input, *, out=None):
     """``(a, tau)``: QR in LAPACK's compact form — R on and above the diagonal, the
     Householder vectors below it, their scales in ``tau`` (``torch.geqrf``)."""
-    C.matrices("geqrf", input, kinds=C._REAL)
+    C.matrices("geqrf", input)
     m, n = input.shape[-2:]
     P = _apply(geqrf_p, (input,), {})
     return T.geqrf(P.narrow(-2, 0, m), P.select(-2, m).narrow(-1, 0, min(m, n)))
@@ -91,7 +91,7 @@ def orgqr(input, tau, *, out=None):
 
 @C.outable
 def ormqr(input, tau, other, left=True, transpose=False, *, out=None):
-    """``Q @ other`` (``left``) or ``other @ Q``, with ``Qᵀ`` if ``transpose``, for the Q of
+    """``Q @ other`` (``left``) or ``other @ Q``, with ``Qᴴ`` if ``transpose``, for the Q of
     :func:`geqrf`'s ``(input, tau)`` (``torch.ormqr``), as a composite through the full
     m×m Q."""
     m, k = input.shape[-2], tau.shape[-1]
@@ -99,7 +99,7 @@ def ormqr(input, tau, other, left=True, transpose=False, *, out=None):
     if m > k:
         V = cat([V, zeros(tuple(V.shape[:-1]) + (m - k,), dtype=V.dtype)], -1)
     Q = householder_product(V, tau)
-    Q = Q.mT if transpose else Q
+    Q = Q.mH if transpose else Q
     return Q @ other if left else other @ Q
 
 

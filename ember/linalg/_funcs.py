@@ -140,10 +140,10 @@ def vander(x, *, N=None):
 
 @C.outable
 def householder_product(A, tau, *, out=None):
-    """First n columns of ``H_1 ... H_k`` with ``H_i = I - tau_i v_i v_i^H``, ``v_i`` the
+    """First n columns of ``H_1 ... H_k`` with ``H_i = I - tau_i v_i v_iᴴ``, ``v_i`` the
     i-th column of ``A`` below the diagonal with a 1 on it (``torch.linalg.
     householder_product``; a composite, so differentiable in both arguments)."""
-    C.matrices("linalg.householder_product", A, kinds=C._REAL)
+    C.matrices("linalg.householder_product", A)
     m, n = A.shape[-2:]
     k = tau.shape[-1]
     if not (m >= n >= k):
@@ -153,5 +153,5 @@ def householder_product(A, tau, *, out=None):
     Q = eye(m, dtype=A.dtype) + A.narrow(-1, 0, 1).narrow(-2, 0, 1) * 0
     for i in range(k):
         v = V.narrow(-1, i, 1)
-        Q = Q - (Q @ v) * tau.narrow(-1, i, 1).unsqueeze(-1) @ v.mT
+        Q = Q - (Q @ v) * tau.narrow(-1, i, 1).unsqueeze(-1) @ v.mH
     return Q.narrow(-1, 0, n)

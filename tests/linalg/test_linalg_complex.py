@@ -113,8 +113,20 @@ def test_phase_dependent_losses_raise_as_pytorch():
 def test_real_only_functions_refuse_complex():
     with pytest.raises(TypeError, match="takes float32 and float64"):
         LA.ldl_factor(em.tensor(H[0]))
-    with pytest.raises(TypeError, match="takes float32 and float64"):
-        LA.householder_product(em.tensor(M[0]), em.tensor(c(2)))
+
+
+def test_complex_geqrf_orgqr_ormqr_householder_product():
+    G = c(2, 5, 3)
+    (a, tau), (ta, ttau) = em.geqrf(em.tensor(G)), torch.geqrf(torch.tensor(G))
+    np.testing.assert_allclose(a.numpy(), ta.numpy(), atol=1e-12)
+    np.testing.assert_allclose(em.orgqr(a, tau).numpy(), torch.orgqr(ta, ttau).numpy(),
+                               atol=1e-12)
+    C = c(2, 5, 2)
+    for transpose in (False, True):
+        np.testing.assert_allclose(
+            em.ormqr(a, tau, em.tensor(C), True, transpose).numpy(),
+            torch.ormqr(ta, ttau, torch.tensor(C), True, transpose).numpy(), atol=1e-12)
+    _check(LA.householder_product, TL.householder_product, G, c(2, 2))
 
 
 def test_complex_ex_variants_and_logdet():
