@@ -50,9 +50,10 @@ def _window_matrix(channels: int, size: int):
 class CrossMapLRN2d(Module):
     """Cross-channel local response normalisation of ``(N, C, H, W)`` input:
     ``x / (k + alpha / size * S)^beta`` with ``S`` PyTorch's running window sum of squares
-    over channels (see :func:`_window_matrix` for its window). Gradients are those of that
-    forward (PyTorch's hand-written backward assumes the symmetric window and so differs
-    where the window is not symmetric: ``C > (size - 1) // 2 + 2``).
+    over channels (see :func:`_window_matrix` for its window). Ember deliberately differs
+    in the backward: gradients are the derivative of that forward, whereas PyTorch's
+    hand-written backward assumes another window (it fails ``torch.autograd.gradcheck``
+    for more than one channel, and raises for ``size=1``); values agree with PyTorch.
 
     Example:
         >>> ember.nn.CrossMapLRN2d(3)(ember.ones(1, 4, 2, 2)).shape

@@ -64,22 +64,19 @@ class SyncBatchNorm(_BatchNorm):
             raise ValueError(f"SyncBatchNorm: expected at least 2D input (got {input.ndim}D "
                              f"input)")
 
-    def _sync_group(self):
-        """The group to synchronise over, or None when this call needs no sync."""
+    def _needs_sync(self) -> bool:
+        """Training with an initialised ``ember.distributed`` group of more than one."""
         from ... import distributed as dist
-        if not self.training or not dist.is_initialized():
-            return None
-        group = self.process_group
-        return group if dist.get_world_size(group) > 1 else None
+        return (self.training and dist.is_initialized()
+                and dist.get_world_size(self.process_group) > 1)
 
     def forward(self, input):
         self._check_input_dim(input)
         if input.shape[1] == 0:
             raise ValueError("SyncBatchNorm number of input channels should be non-zero")
-        group = self._sync_group()
-        if group is None:
+        if not self._needs_sync():
             return super().forward(input)
-        return self._sync_forward(input, group, self._factor())
+        return self._sync_forward(input, self.process_group, self._factor())
 
     def _sync_forward(self, input, group, factor):
         from ...ops.factories import tensor
