@@ -97,7 +97,7 @@ def tune_host_malloc() -> str:
 class CPUBackend(Backend):
     type = "cpu"
     xp = np
-    capabilities = frozenset({"host_memory", "dlpack", "blas"})
+    capabilities = frozenset({"host_memory", "host_kernels", "dlpack", "blas"})
 
     def __init__(self):
         self.device = device("cpu")

@@ -248,7 +248,10 @@ class CUDABackend(Backend):
         # NOTE: no "host_memory": a cuda tensor's data is not NumPy's (numpy() raises,
         # as in PyTorch), on the stand-in too, so CI sees the same errors as a GPU.
         caps = {"dlpack", "streams", "cuda"}
-        self.capabilities = frozenset(caps | ({"fake"} if runtime.is_fake else set()))
+        # NOTE: the stand-in's arrays are NumPy's, so generated C kernels (compiled graphs'
+        # fusion, pooling...) run on them; a GPU's compiled graphs skip those passes
+        fake = {"fake", "host_kernels"} if runtime.is_fake else set()
+        self.capabilities = frozenset(caps | fake)
         self.current_index = 0
         self.streams: list = []         # the `ember.cuda.stream(...)` stack
 

@@ -126,6 +126,8 @@ def apply(op, inputs, params):
         if ct is None and same and not scalars:
             arrays = [x._data for x in inputs]
         else:
+            if not same:
+                dev = _common_device(inputs, dev)
             arrays = _input_arrays(op, inputs, ct, dev)
     if op.check is not None:
         op.check(*inputs, **params)
@@ -256,17 +258,29 @@ def _input_arrays(op, inputs, ct, dev):
     arrays = []
     for x in inputs:
         if x.__class__ is Tensor or isinstance(x, Tensor):
-            if x._device is not dev and x._device != dev:
-                raise DeviceError(f"{op.name}: Expected all tensors to be on the same device, "
-                                  f"but found at least two devices, {dev} and {x._device}! "
-                                  f"(move one with .to(device); inputs: {describe(inputs)})")
             a = x._data
+            if x._device is not dev and x._device != dev:
+                if a.ndim != 0 or x._device.type != "cpu":
+                    raise DeviceError(
+                        f"{op.name}: Expected all tensors to be on the same device, but found "
+                        f"at least two devices, {dev} and {x._device}! (move one with "
+                        f".to(device); inputs: {describe(inputs)})")
+                a = _backends[dev.type].asarray(a)   # NOTE: a 0-d CPU tensor is a scalar
             if ct is not None and x._dtype is not ct and not (keep_bool and x._dtype is _bool):
                 a = a.astype(ct.np)
             arrays.append(a)
         else:
             arrays.append(x)
     return arrays
+
+
+def _common_device(inputs, dev):
+    """The device of the first input that is not a 0-d CPU tensor (PyTorch lets those mix
+    with tensors on any device, like Python scalars); ``dev`` if there is none."""
+    for x in inputs:
+        if isinstance(x, Tensor) and (x._data.ndim != 0 or x._device.type != "cpu"):
+            return x._device
+    return dev
 
 
 def _check_broadcast(op, inputs) -> None:

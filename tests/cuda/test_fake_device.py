@@ -161,3 +161,41 @@ def test_optimizer_state_follows_params_on_load(fake_cuda):
                               em.zeros(5, 3, device="cuda")).backward()
     opt2.step()                                             # and the next step runs
     assert p0.device.type == "cuda" and opt2.state[p0]["exp_avg"].device.type == "cuda"
+
+
+def test_zero_dim_cpu_tensors_mix_with_device_tensors(fake_cuda):
+    a = em.ones(3, device="cuda")
+    for r in (em.tensor(2.0) * a, a * em.tensor(2.0), em.tensor(2.0) + a * 0 + 1.0):
+        assert r.device == em.device("cuda:0")
+    assert (em.tensor(2.0) * a).cpu().tolist() == [2.0] * 3
+    with pytest.raises(RuntimeError, match="at least two devices"):
+        a * em.ones(1)                           # 1-d is not a scalar
+
+
+def _compiled_losses(dev, host_kernels=True, backend=None):
+    em.manual_seed(0)
+    m = em.nn.Sequential(em.nn.Linear(64, 256), em.nn.GELU(), em.nn.Linear(256, 10)).to(dev)
+    opt = em.optim.AdamW(m.parameters(), lr=1e-3)
+    x, y = em.randn(128, 64).to(dev), em.randint(0, 10, (128,)).to(dev)
+
+    def step(x, y):
+        loss = em.nn.functional.cross_entropy(m(x), y)
+        loss.backward()
+        opt.step()
+        opt.zero_grad()
+        return loss
+    f = em.compile(step)
+    losses = [float(f(x, y)) for _ in range(3)]
+    assert next(m.parameters()).device == em.device(dev)
+    return losses, str(f.explain())
+
+
+def test_compiled_training_step_on_the_device_matches_cpu(fake_cuda, monkeypatch):
+    want, _ = _compiled_losses("cpu")
+    got, report = _compiled_losses("cuda")
+    assert got == want and "kernels 1" in report       # the stand-in runs the C kernels
+    # a GPU has no host kernels: the pipeline skips the passes that emit them
+    monkeypatch.setattr(fake_cuda, "capabilities", fake_cuda.capabilities - {"host_kernels"})
+    gpu_like, report = _compiled_losses("cuda")
+    assert "skipped (no host kernels on the device)" in report and "kernels 1" not in report
+    np.testing.assert_allclose(gpu_like, want, rtol=1e-6)

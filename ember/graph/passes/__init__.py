@@ -69,6 +69,18 @@ DEFAULT_PASSES = ["simplify", "fold", "cse", "scatter_stack", "sdpa_layout", "su
                   "conv_gemm", "fuse", "recast", "dce"]
 
 
+#: passes whose output runs generated C or host loops on the arrays: skipped for graphs on
+#: a device without the ``host_kernels`` capability (CuPy arrays on a GPU).
+HOST_PASSES = frozenset({"sdpa_layout", "sdpa_out_layout", "small_bmm", "sum_rows", "layout",
+                         "fuse", "pool", "conv_gemm"})
+
+
+def _host_kernels(graph) -> bool:
+    from ...device.base import get_backend
+    devs = {v.device for v in graph.inputs if v.device is not None}
+    return all(get_backend(d).has("host_kernels") for d in devs)
+
+
 def register(name: str, fn, default_position: int | None = None) -> None:
     """Make ``fn`` available to pipelines as ``name``; optionally add it to the default."""
     PASSES[name] = fn
@@ -91,9 +103,15 @@ def run_pipeline(graph, passes, verify: bool | None = None):
     if verify:
         graph.verify()
     report = []
+    host = _host_kernels(graph)
     for p in passes:
         fn = PASSES[p] if isinstance(p, str) else p
         name = p if isinstance(p, str) else getattr(fn, "__name__", "pass")
+        if not host and name in HOST_PASSES:
+            report.append({"pass": name, "changed": {"skipped (no host kernels on the "
+                                                     "device)": 1}, "nodes": len(graph.nodes),
+                           "ms": 0.0})
+            continue
         t0 = time.perf_counter()
         graph, changed = fn(graph)
         ms = (time.perf_counter() - t0) * 1e3
