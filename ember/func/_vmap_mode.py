@@ -86,11 +86,17 @@ class VmapMode:
             if state.fw_levels and _tangent_batched_at(inputs, lvl):
                 return self._unbatched_primal_batched_tangent(op, inputs, params)
             return self.below(dispatch.apply, op, inputs, params)
-        phys = self._promote(op, inputs, phys)
+        if len(inputs) > 1:
+            phys = self._promote(op, inputs, phys)
+        modes = state.modes
+        i = len(modes) - 1 if modes[-1] is self else modes.index(self)
+        modes.pop(i)                              # (self.below, inlined: the hot path)
         try:
-            out, obd = self.below(self._run_rule, op, phys, bdims, params)
+            out, obd = self._run_rule(op, phys, bdims, params)
         except (ShapeError, DTypeError, EmberIndexError) as e:
             raise _in_vmap(e, op, inputs, bdims, self) from None
+        finally:
+            modes.insert(i, self)
         if obd is None:
             return out
         res = make_batched(out, obd, lvl)

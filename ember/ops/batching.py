@@ -86,6 +86,8 @@ def _maker(fn):
 
 def _elementwise(op):
     def rule(inputs, bdims, **params):
+        if len(inputs) == 1:
+            return op(front(inputs[0], bdims[0]), **params), 0
         rank = max((logical_ndim(x, d) for x, d in zip(inputs, bdims)
                     if hasattr(x, "ndim")), default=0)
         args = [x if d is None else pad_rank(front(x, d), rank)
