@@ -8,8 +8,7 @@ functions around them are composites. Failures raise :class:`LinAlgError` (a
 
 Inputs are float32, float64, complex64 or complex128 (gradients of complex inputs in
 PyTorch's conjugate-Wirtinger convention); ``eig``/``eigvals`` return complex tensors,
-singular values and Hermitian eigenvalues are real. ``ldl_factor``/``ldl_solve`` take
-real input only.
+singular values and Hermitian eigenvalues are real.
 
 Example:
     >>> A = ember.tensor([[4., 2.], [2., 3.]])

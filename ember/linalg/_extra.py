@@ -20,13 +20,14 @@ __all__ = ["ldl_factor", "ldl_factor_ex", "ldl_solve", "geqrf", "orgqr", "ormqr"
            "svd_lowrank", "pca_lowrank"]
 
 
-def _ldl(op, A):
-    C.square(op, A, kinds=C._REAL)
-    P = _apply(ldl_factor_p, (A,), {})
+def _ldl(op, A, hermitian):
+    C.square(op, A)
+    P = _apply(ldl_factor_p, (A,), {"hermitian": bool(hermitian)})
     n = A.shape[-1]
     LD = P.narrow(-2, 0, n)
-    piv = P.select(-2, n).to(_dt.int32)
-    info = P.select(-2, n + 1).select(-1, 0).to(_dt.int32) if n else \
+    ints = P.narrow(-2, n, 2).real if P.dtype.is_complex else P.narrow(-2, n, 2)
+    piv = ints.select(-2, 0).to(_dt.int32)
+    info = ints.select(-2, 1).select(-1, 0).to(_dt.int32) if n else \
         zeros(tuple(A.shape[:-2]), dtype=_dt.int32)
     return LD, piv, info
 
@@ -35,10 +36,10 @@ def _ldl(op, A):
 @C.outable
 def ldl_factor_ex(A, *, hermitian=False, check_errors=False, out=None):
     """``(LD, pivots, info)``: the Bunch-Kaufman LDLᵀ factorization of a symmetric matrix
-    (LAPACK ``sytrf``, lower triangle), ``info`` > 0 where D is exactly singular
-    (``torch.linalg.ldl_factor_ex``). ``hermitian`` only matters for complex input, which
-    Ember's LAPACK kernels do not take."""
-    LD, piv, info = _ldl("linalg.ldl_factor_ex", A)
+    (LAPACK ``sytrf``, lower triangle; ``hetrf``, LDLᴴ, for complex input with
+    ``hermitian=True``), ``info`` > 0 where D is exactly singular
+    (``torch.linalg.ldl_factor_ex``)."""
+    LD, piv, info = _ldl("linalg.ldl_factor_ex", A, hermitian)
     if check_errors:
         _raise_ldl(A, info)
     return T.ldl_factor_ex(LD, piv, info)
@@ -58,7 +59,7 @@ def _raise_ldl(A, info):
 def ldl_factor(A, *, hermitian=False, out=None):
     """``(LD, pivots)`` of :func:`ldl_factor_ex`, raising :class:`LinAlgError` for a singular
     D (``torch.linalg.ldl_factor``; PyTorch 2.x fails there with an internal assert)."""
-    LD, piv, info = _ldl("linalg.ldl_factor", A)
+    LD, piv, info = _ldl("linalg.ldl_factor", A, hermitian)
     _raise_ldl(A, info)
     return T.ldl_factor(LD, piv)
 
@@ -67,10 +68,10 @@ def ldl_factor(A, *, hermitian=False, out=None):
 def ldl_solve(LD, pivots, B, *, hermitian=False, out=None):
     """Solve ``A X = B`` from :func:`ldl_factor`'s output (``torch.linalg.ldl_solve``)."""
     op = "linalg.ldl_solve"
-    C.square(op, LD, "LD", kinds=C._REAL)
-    C.matrices(op, B, "B", kinds=C._REAL)
+    C.square(op, LD, "LD")
+    C.matrices(op, B, "B")
     C.rows_match(op, LD, B)
-    return _apply(ldl_solve_p, (LD, pivots, B), {})
+    return _apply(ldl_solve_p, (LD, pivots, B), {"hermitian": bool(hermitian)})
 
 
 @C.outable

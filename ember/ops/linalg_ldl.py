@@ -22,8 +22,9 @@ def _lapack_fn(name, *arrays):
     return lapack.get_lapack_funcs(name, arrays)
 
 
-def _ldl_factor_kernel(xp, a):
-    sytrf = _lapack_fn("sytrf", a)
+def _ldl_factor_kernel(xp, a, hermitian=False):
+    # NOTE: complex input: LDLᴴ (hetrf) with hermitian=True, else LDLᵀ (sytrf), as PyTorch
+    sytrf = _lapack_fn("hetrf" if hermitian and a.dtype.kind == "c" else "sytrf", a)
     batch, n = a.shape[:-2], a.shape[-1]
     mats = a.reshape((math.prod(batch), n, n))
     out = np.zeros((len(mats), n + 2, n), dtype=a.dtype)
@@ -37,8 +38,9 @@ def _ldl_factor_kernel(xp, a):
     return out.reshape(batch + (n + 2, n))
 
 
-def _ldl_solve_kernel(xp, ld, piv, b):
-    sytrs = _lapack_fn("sytrs", ld, b)
+def _ldl_solve_kernel(xp, ld, piv, b, hermitian=False):
+    cplx = np.result_type(ld, b).kind == "c"
+    sytrs = _lapack_fn("hetrs" if hermitian and cplx else "sytrs", ld, b)
     batch = np.broadcast_shapes(ld.shape[:-2], piv.shape[:-1], b.shape[:-2])
     n = ld.shape[-1]
     nb = math.prod(batch)
@@ -67,14 +69,14 @@ def _geqrf_kernel(xp, a):
 
 ldl_factor_p = defop(
     "linalg_ldl_factor", nin=1, kernel=_ldl_factor_kernel, dtype="same", save=None,
-    batch="front",
-    shape=lambda a: tuple(a[:-2]) + (a[-1] + 2, a[-1]), differentiable=False,
+    batch="front", params={"hermitian": False},
+    shape=lambda a, **_: tuple(a[:-2]) + (a[-1] + 2, a[-1]), differentiable=False,
     doc="packed (..., n+2, n): LD, pivots row, info row")
 
 ldl_solve_p = defop(
     "linalg_ldl_solve", nin=3, kernel=_ldl_solve_kernel, dtype="same", save=None,
-    batch=_vb.leading("linalg_ldl_solve", 2, 1, 2),
-    shape=lambda ld, piv, b: tuple(np.broadcast_shapes(ld[:-2], piv[:-1], b[:-2])) +
+    batch=_vb.leading("linalg_ldl_solve", 2, 1, 2), params={"hermitian": False},
+    shape=lambda ld, piv, b, **_: tuple(np.broadcast_shapes(ld[:-2], piv[:-1], b[:-2])) +
     tuple(b[-2:]), differentiable=False, doc="A X = B from ldl_factor's LD and pivots")
 
 geqrf_p = defop(

@@ -110,9 +110,16 @@ def test_phase_dependent_losses_raise_as_pytorch():
         LA.eigh(h)[1].imag.sum().backward()
 
 
-def test_real_only_functions_refuse_complex():
-    with pytest.raises(TypeError, match="takes float32 and float64"):
-        LA.ldl_factor(em.tensor(H[0]))
+@pytest.mark.parametrize("hermitian", [False, True])
+def test_complex_ldl(hermitian):
+    X = c(2, 3, 3)
+    S = H if hermitian else X + np.swapaxes(X, -1, -2)      # complex symmetric
+    e = LA.ldl_factor(em.tensor(S), hermitian=hermitian)
+    t = TL.ldl_factor(torch.tensor(S), hermitian=hermitian)
+    np.testing.assert_allclose(e.LD.numpy(), t.LD.numpy(), atol=1e-12)
+    assert e.pivots.tolist() == t.pivots.tolist()
+    x = LA.ldl_solve(e.LD, e.pivots, em.tensor(B), hermitian=hermitian)
+    np.testing.assert_allclose(x.numpy(), np.linalg.solve(S, B), atol=1e-10)
 
 
 def test_complex_geqrf_orgqr_ormqr_householder_product():
