@@ -51,8 +51,11 @@ def _check_float(x, op):
 
 def _gamma_kernel(xp, alpha, generator=None):
     ct = np.float32 if alpha.dtype == np.float32 else np.float64
+    bad = ~(alpha >= 0)                           # NOTE: negative or NaN: no such law
     with np.errstate(invalid="ignore"):
-        x = _gen(generator).standard_gamma(alpha.astype(ct, copy=False), dtype=ct)
+        x = _gen(generator).standard_gamma(np.where(bad, 1, alpha).astype(ct, copy=False),
+                                           dtype=ct)
+    x = np.where(bad, np.nan, x)
     # NOTE: PyTorch clamps to the smallest normal number (of the output dtype, float16's
     # too) so that log(x) stays finite.
     tiny = _dt.finfo(_dt.as_dtype(alpha.dtype)).tiny
@@ -111,7 +114,8 @@ standard_gamma_p = defop(
 
 def _standard_gamma(input: Tensor, generator=None) -> Tensor:
     """Gamma(``input``, 1) samples (``torch._standard_gamma``), differentiable in ``input``
-    by implicit reparameterisation.
+    by implicit reparameterisation. Samples are at least the dtype's smallest normal number
+    (as PyTorch's); a negative or NaN concentration gives NaN.
 
     Example:
         >>> ember._standard_gamma(ember.full((3,), 2.0)).shape
@@ -137,8 +141,14 @@ def poisson(input: Tensor, generator=None) -> Tensor:
     """
     _check_float(input, "poisson")
     dt = input.dtype
-    out = _drawn(lambda r: _gen(generator).poisson(r.astype(np.float64)).astype(dt.np),
-                 dt, input.device, False, "poisson", (input.detach(),))
+
+    def draw(r):
+        r = r.astype(np.float64)
+        if not np.all(r >= 0):
+            raise ValueError(f"poisson: invalid Poisson rate, expected rate to be "
+                             f"non-negative (and not NaN), got min {np.min(r)}")
+        return _gen(generator).poisson(r).astype(dt.np)
+    out = _drawn(draw, dt, input.device, False, "poisson", (input.detach(),))
     return _zero_grad_link(out, input)
 
 
@@ -151,6 +161,7 @@ def binomial(count: Tensor, prob: Tensor, generator=None) -> Tensor:
     """
     _check_float(count, "binomial")
     _check_float(prob, "binomial")
+    dispatch.broadcast_shapes(tuple(count.shape), tuple(prob.shape), op="binomial")
     dt = _dt.result_type(count, prob)
 
     def draw(n, p):

@@ -187,3 +187,17 @@ def test_gamma_samples_stay_positive_in_every_dtype(dtype):
     assert bool((x >= em.finfo(dt).tiny).all())
     wide = x if dt in (em.float32, em.float64) else x.float()
     assert bool(wide.log().isfinite().all())
+
+
+def test_sampler_primitives_reject_bad_inputs_clearly():
+    x = em._standard_gamma(t([-1.0, float("nan"), 0.0, 2.0]))
+    assert np.isnan(x[0].item()) and np.isnan(x[1].item())
+    assert x[2].item() == em.finfo(em.float64).tiny and x[3].item() > 0
+    with pytest.raises(ValueError, match="poisson: invalid Poisson rate"):
+        em.poisson(t([-1.0]))
+    with pytest.raises(ValueError, match="binomial: shapes"):
+        em.binomial(em.ones(3), em.full((2,), 0.5))
+    with pytest.raises(TypeError, match="_standard_gamma: expected a floating point tensor"):
+        em._standard_gamma(em.ones(2, dtype=em.int64))
+    # NOTE: like torch.binomial, probabilities outside [0, 1] are clamped
+    assert em.binomial(t([3.0, 3.0]), t([1.5, -0.5])).tolist() == [3.0, 0.0]
