@@ -282,3 +282,24 @@ def leading(name, *cores):
               for x, d, c in zip(inputs, bdims, cores)]
         return _p(name)(*xs, **params), 0
     return rule
+
+
+def recurrent_layer(name, n_weights):
+    """Fused recurrent layers (``xp (L, N, G)``, states ``(N, H)``..., then ``n_weights``
+    weights shared by the batch): with unbatched weights the vmap batch joins ``N``; batched
+    weights (an ensemble) decline, so they run per example."""
+    def rule(inputs, bdims, **params):
+        if any(d is not None for d in bdims[len(bdims) - n_weights:]):
+            return NotImplemented
+        n = batch_size(inputs, bdims)
+        xp = materialize(inputs[0], bdims[0], n)                 # (B, L, N, G)
+        s = tuple(xp.shape)
+        xp = _p("reshape")(_p("permute")(xp, dims=(1, 0, 2, 3)), shape=(s[1], n * s[2], s[3]))
+        states = []
+        for x, d in zip(inputs[1:len(inputs) - n_weights], bdims[1:]):
+            x = materialize(x, d, n)                              # (B, N, H)
+            states.append(_p("reshape")(x, shape=(n * x.shape[1],) + tuple(x.shape[2:])))
+        out = _p(name)(xp, *states, *inputs[len(inputs) - n_weights:], **params)
+        o = tuple(out.shape)                                       # (L, B * N, K)
+        return _p("reshape")(out, shape=(o[0], n, s[2]) + o[2:]), 1
+    return rule
