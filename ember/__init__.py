@@ -32,6 +32,7 @@ from .ops.misc import *  # noqa: F401,F403
 from .ops.composite_more import *  # noqa: F401,F403
 from .ops.convert import clone, contiguous, detach  # noqa: F401
 from .ops.tensor_api import *  # noqa: F401,F403 - legacy constructors, new_*, isclose
+from .ops import tensor_api2 as _tensor_api2  # noqa: F401 - resize_, set_, share_memory_...
 from .ops.composite_math import *  # noqa: F401,F403
 from .ops.composite_shape import *  # noqa: F401,F403
 from .ops.composite_data import *  # noqa: F401,F403
