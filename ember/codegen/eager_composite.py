@@ -18,7 +18,8 @@ The composite runs as written (the fast path steps aside) whenever any of these 
 * a dispatch mode is active (``ember.compile``'s tracer, vmap...): the outer tracer must
   see the primitives, to fuse them with their neighbours;
 * forward-mode AD, anomaly detection, saved-tensor hooks (checkpointing), autocast or
-  inference mode is on, or the profiler is recording (it should see the primitives);
+  inference mode is on (``ember.profiler`` does not turn it off: a profile shows the
+  compiled kernels that really run);
 * a tensor argument is not a CPU tensor of float32/float64 (or an int64/int32/bool tensor,
   such as class targets), or is of a subclass other than ``nn.Parameter``, or an argument
   is not hashable;
@@ -89,8 +90,7 @@ def _have_compiler() -> bool:
 def _eligible() -> bool:
     st = state
     return (_conf["enabled"] and not st.modes and not st.fw_levels and not st.anomaly
-            and not st.saved_hooks and st.autocast is None and not st.inference
-            and getattr(st, "profiler", None) is None)
+            and not st.saved_hooks and st.autocast is None and not st.inference)
 
 
 def _freeze(v):
