@@ -131,6 +131,10 @@ class FakeRuntime:
     def pin(self, arr):
         return np.array(arr, copy=True)   # NOTE: host memory is host memory here
 
+    def from_dlpack(self, ext):
+        raise RuntimeError("from_dlpack: a CUDA DLPack capsule needs a real GPU; the "
+                           "EMBER_FAKE_CUDA stand-in holds host memory")
+
     def new_stream(self, index: int, priority: int = 0):
         return _HostQueue()
 
@@ -178,6 +182,9 @@ class CuPyRuntime:
     def synchronize(self, index: int) -> None:
         with self.cupy.cuda.Device(index):
             self.cupy.cuda.runtime.deviceSynchronize()
+
+    def from_dlpack(self, ext):
+        return self.cupy.from_dlpack(ext)     # NOTE: zero-copy, on the exporter's device
 
     def pin(self, arr):
         import cupyx

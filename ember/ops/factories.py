@@ -156,6 +156,10 @@ def from_dlpack(ext) -> Tensor:
     """A tensor sharing memory with any DLPack-exporting object."""
     if isinstance(ext, Tensor):
         return ext
+    dev = getattr(ext, "__dlpack_device__", None)
+    if dev is not None and dev()[0] in (2, 3, 13):   # kDLCUDA, kDLCUDAHost, kDLCUDAManaged
+        be = get_backend("cuda")                     # (raises naming what is missing)
+        return from_array(be.runtime.from_dlpack(ext), _device("cuda", int(dev()[1])))
     try:
         arr = np.from_dlpack(ext)
     except (RuntimeError, BufferError, TypeError) as e:

@@ -1,0 +1,66 @@
+"""The launch plan of generated CUDA kernels, checked on the CPU.
+
+``launch_plan`` builds the argument list of the rendered signature; here a Python model of
+the kernel's index arithmetic (the same decomposition ``render_cuda`` emits) reads the
+inputs through that plan, so shapes, broadcast strides and merged reduction axes are
+checked without a GPU. Running the kernels themselves is ``test_gpu.py``'s job.
+"""
+import numpy as np
+
+from ember import dtypes as dt
+from ember.codegen.cuda_launch import BLOCK, launch_plan
+from ember.codegen.ir import InputSpec, Kernel, Load, OutSpec, Reduce, ReduceKernel, Row, call
+
+
+def _gather(arg, shape, strides, k, ndim, idx):
+    """Element ``idx`` of input ``k`` as the kernel addresses it."""
+    rem, off = idx, 0
+    for d in range(ndim - 1, -1, -1):
+        c = rem % shape[d]
+        rem //= shape[d]
+        off += c * strides[k * ndim + d]
+    base = np.lib.stride_tricks.as_strided(arg, shape=(arg.size or 1,), strides=(arg.itemsize,))
+    return base[off]
+
+
+def test_elementwise_plan_broadcasts_with_zero_strides():
+    x = np.arange(5, dtype=np.float32).reshape(1, 5)
+    y = np.arange(4, dtype=np.float64).reshape(4, 1)
+    k = Kernel([InputSpec(dt.float32, (0, 1)), InputSpec(dt.float64, (1, 0))],
+               OutSpec(dt.float64, (4, 5)), Load(0) + Load(1),
+               extra=((dt.bool_, call("gt", Load(0), 2.0)),))
+    grid, block, args, outs = launch_plan(k, [x, y])
+    assert block == (BLOCK,) and grid == (1,)
+    a0, a1, o0, o1, shape, strides, ndim, n = args
+    assert o0.shape == (4, 5) and o1.dtype == np.bool_ and int(n) == 20 and int(ndim) == 2
+    assert list(strides) == [0, 1, 1, 0]
+    got = [[_gather(a0, shape, strides, 0, 2, i) + _gather(a1, shape, strides, 1, 2, i)
+            for i in range(20)]]
+    np.testing.assert_array_equal(np.reshape(got, (4, 5)), x + y)
+
+
+def test_reduction_plan_merges_the_reduced_axes():
+    x = np.arange(24, dtype=np.float32).reshape(2, 3, 4)
+    k = ReduceKernel([InputSpec(dt.float32, (12, 4, 1))], (2, 3, 4), 2,
+                     [Reduce("sum", Load(0))], None, OutSpec(dt.float32, (2,)),
+                     extra=((dt.float32, Row(0) * 2.0, False),))
+    grid, _, args, outs = launch_plan(k, [x])
+    a0, o0, o1, shape, strides, ndim, n = args
+    assert list(shape) == [2, 12] and int(n) == 2 and grid == (2,)
+    assert o0.shape == (2,) and o1.shape == (2,)
+    rows = [[_gather(a0, shape, strides, 0, 2, r * 12 + i) for i in range(12)] for r in range(2)]
+    np.testing.assert_array_equal(np.sum(rows, 1), x.reshape(2, -1).sum(1))
+    assert launch_plan(k, [x], strategy="thread")[0] == (1,)     # a thread per row
+
+
+def test_full_reduction_output_and_zero_dim_kernels():
+    x = np.ones((3, 7), np.float16)
+    soft = ReduceKernel([InputSpec(dt.float16, (7, 1))], (3, 7), 1,
+                        [Reduce("amax", Load(0))], call("exp", Load(0) - Row(0)),
+                        OutSpec(dt.float16, (3, 7)), full=True)
+    _, _, args, outs = launch_plan(soft, [x])
+    assert outs[0].shape == (3, 7) and outs[0].dtype == np.float16
+    k0 = Kernel([InputSpec(dt.float32, ())], OutSpec(dt.float32, ()), Load(0) * 2.0)
+    grid, _, args, outs = launch_plan(k0, [np.float32(3.0)])
+    assert outs[0].shape == () and list(args[2]) == [1] and list(args[3]) == [0]
+    assert int(args[-1]) == 1 and grid == (1,)
