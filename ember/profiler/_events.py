@@ -21,6 +21,7 @@ import contextlib
 import functools
 import os
 import sys
+import threading
 import time
 
 from ..autograd.grad_mode import state
@@ -112,7 +113,7 @@ class Recorder:
         self.record_shapes = record_shapes
         self.with_stack = with_stack
         self.alloc = _backends["cpu"].allocator if profile_memory else None
-        self.tid = _tid()
+        self.tid = threading.get_native_id()
         self.pid = os.getpid()
         self.start_ns = _now()
         self.end_ns = None
@@ -164,11 +165,6 @@ class Recorder:
             p.child_mem += ev.mem
         ev.id = len(self.events)
         self.events.append(ev)
-
-
-def _tid() -> int:
-    import threading
-    return threading.get_native_id()
 
 
 class record_function(contextlib.ContextDecorator):
