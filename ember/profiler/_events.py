@@ -9,7 +9,8 @@ so a program that never profiles pays one attribute check per primitive and noth
   ``grad_fn`` name (``MulBackward``: Ember's node names, which are PyTorch's without the
   trailing overload digit), so the ops the VJP runs nest under it,
 * a compiled program (``ember/graph/executor.py``) runs each graph node through
-  :meth:`Recorder.call` under its op's name: the fused kernels appear by their fused names,
+  :meth:`Recorder.call` under its op's name: the fused kernels appear by their fused names
+  (a program run level by level on threads, ``Program(parallel=True)``, is not broken down),
 * :class:`record_function` opens a user range (category ``user_annotation``).
 
 Self time is accounted while recording: every event adds its duration (and allocated bytes)
