@@ -58,9 +58,16 @@ def eigh_parts(P):
     return P.select(-2, 0), P.narrow(-2, 1, n)
 
 
+def _re(x):
+    """A complex-typed slot that holds real values (eigen/singular values) as real: taking
+    ``.real`` projects the gradients that reach it, as PyTorch's real outputs do."""
+    return x.real if x.dtype.is_complex else x
+
+
 def _eigh_vjp(g, P, A, UPLO="L"):
     w, Q = eigh_parts(P)
     gw, gQ = eigh_parts(g)
+    w, gw = _re(w), _re(gw)
     inner = gw.diag_embed()
     if _used(gQ):
         # PyTorch: project Q^H gQ onto the skew-symmetric matrices, divide by
@@ -73,9 +80,12 @@ def _eigh_vjp(g, P, A, UPLO="L"):
 
 def _eigh_jvp(t, P, A, UPLO="L"):
     w, Q = eigh_parts(P)
+    w = _re(w)
     dP = Q.mH @ t[0] @ Q
     dQ = Q @ _offdiag_div(dP, w.unsqueeze(-2) - w.unsqueeze(-1))
-    return cat([dP.diagonal(0, -2, -1).unsqueeze(-2), dQ], -2)
+    dw = dP.diagonal(0, -2, -1)
+    dw = dw.real + 0j if dw.dtype.is_complex else dw
+    return cat([dw.unsqueeze(-2), dQ], -2)
 
 
 eigh_p = defop(
@@ -102,6 +112,7 @@ def _svd_vjp(g, P, A, full_matrices=True):
     k = min(m, n)
     U, S, Vh = svd_parts(P, A.shape, full_matrices)
     gU, gS, gVh = svd_parts(g, A.shape, full_matrices)
+    S, gS = _re(S), _re(gS)
     if full_matrices:  # PyTorch: the extra columns of U / rows of Vh get no gradient
         U, gU, Vh, gVh = U.narrow(-1, 0, k), gU.narrow(-1, 0, k), Vh.narrow(-2, 0, k), \
             gVh.narrow(-2, 0, k)
@@ -141,6 +152,7 @@ def _svd_jvp(t, P, A, full_matrices=True):
             f"linalg.svd: forward-mode AD is not implemented for full_matrices=True and a "
             f"{m} by {n} (non-square) input; use full_matrices=False")
     U, S, Vh = svd_parts(P, A.shape, full_matrices)
+    S = _re(S)
     dA, V = t[0], Vh.mH
     dP = U.mH @ dA @ V
     E = (S * S).unsqueeze(-2) - (S * S).unsqueeze(-1)

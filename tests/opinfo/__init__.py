@@ -3,8 +3,8 @@ from importlib import import_module
 
 FAMILIES = ("arith", "unary", "binary", "reduce", "movement", "index", "linalg", "conv",
             "misc", "breadth", "random_dists",
-            "special", "complex", "linalg_lapack", "fft",
-            "ctc")
+            "special", "complex", "linalg_lapack", "linalg_complex", "fft",
+            "ctc", "rnn")
 
 OPINFOS = []
 for _f in FAMILIES:
