@@ -1,0 +1,134 @@
+"""Ember on a CUDA GPU beside PyTorch on the same GPU, in one process (issue 21).
+
+Needs CuPy and an NVIDIA GPU (and PyTorch with CUDA for the peer column); without a GPU it
+says so and exits 0. Prints, side by side (medians of alternating runs, events timing):
+
+* matmul TFLOP/s in float32 and bfloat16 (n = 4096), Ember vs ``torch.matmul``;
+* a GELU's GB/s (Ember eager, Ember compiled) against a device-to-device copy's;
+* W1 (MLP 64-256-10, batch 256, AdamW) step time, eager and compiled, vs PyTorch eager.
+
+Run: ``python bench/cuda.py`` (``--quick``: fewer repetitions).
+"""
+from __future__ import annotations
+
+import argparse
+import statistics
+import sys
+
+import ember as em
+
+
+def _time(fn, reps: int, sync) -> float:
+    """Median milliseconds of ``fn()`` over ``reps`` runs (after two warm-ups)."""
+    for _ in range(2):
+        fn()
+    sync()
+    out = []
+    for _ in range(reps):
+        a, b = em.cuda.Event(enable_timing=True), em.cuda.Event(enable_timing=True)
+        a.record()
+        fn()
+        b.record()
+        b.synchronize()
+        out.append(a.elapsed_time(b))
+    return statistics.median(out)
+
+
+def _torch():
+    try:
+        import torch
+    except ImportError:
+        return None
+    return torch if torch.cuda.is_available() else None
+
+
+def matmul_rows(reps, torch):
+    n = 4096
+    rows = []
+    for dt, tdt in ((em.float32, "float32"), (em.bfloat16, "bfloat16")):
+        a = em.randn(n, n, device="cuda").to(dt)
+        ms = _time(lambda: a @ a, reps, em.cuda.synchronize)
+        peer = None
+        if torch is not None:
+            ta = torch.randn(n, n, device="cuda", dtype=getattr(torch, tdt))
+            peer = _time(lambda: ta @ ta, reps, torch.cuda.synchronize)
+        flops = 2 * n ** 3 / 1e12
+        rows.append((f"matmul {tdt} n={n} TFLOP/s", flops / (ms / 1e3),
+                     None if peer is None else flops / (peer / 1e3)))
+    return rows
+
+
+def gelu_rows(reps, torch):
+    n = 1 << 26
+    x = em.randn(n, device="cuda")
+    gb = 2 * 4 * n / 1e9
+    f = em.compile(lambda x: em.nn.functional.gelu(x, approximate="tanh"))
+    rows = [("copy GB/s", gb / (_time(lambda: x.clone(), reps, em.cuda.synchronize) / 1e3),
+             None),
+            ("GELU eager GB/s", gb / (_time(lambda: em.nn.functional.gelu(
+                x, approximate="tanh"), reps, em.cuda.synchronize) / 1e3), None),
+            ("GELU compiled GB/s", gb / (_time(lambda: f(x), reps, em.cuda.synchronize) / 1e3),
+             None)]
+    if torch is not None:
+        tx = torch.randn(n, device="cuda")
+        ms = _time(lambda: torch.nn.functional.gelu(tx, approximate="tanh"), reps,
+                   torch.cuda.synchronize)
+        rows[1] = rows[1][:2] + (gb / (ms / 1e3),)
+    return rows
+
+
+def w1_rows(reps, torch):
+    em.manual_seed(0)
+    m = em.nn.Sequential(em.nn.Linear(64, 256), em.nn.GELU(), em.nn.Linear(256, 10)).cuda()
+    opt = em.optim.AdamW(m.parameters(), lr=1e-3)
+    x, y = em.randn(256, 64, device="cuda"), em.randint(0, 10, (256,), device="cuda")
+
+    def step(x, y):
+        loss = em.nn.functional.cross_entropy(m(x), y)
+        loss.backward()
+        opt.step()
+        opt.zero_grad()
+        return loss
+    comp = em.compile(step)
+    rows = [("W1 step eager ms", _time(lambda: step(x, y), reps, em.cuda.synchronize), None),
+            ("W1 step compiled ms", _time(lambda: comp(x, y), reps, em.cuda.synchronize),
+             None)]
+    if torch is not None:
+        tm = torch.nn.Sequential(torch.nn.Linear(64, 256), torch.nn.GELU(),
+                                 torch.nn.Linear(256, 10)).cuda()
+        topt = torch.optim.AdamW(tm.parameters(), lr=1e-3)
+        tx, ty = torch.randn(256, 64, device="cuda"), torch.randint(0, 10, (256,), device="cuda")
+
+        def tstep():
+            loss = torch.nn.functional.cross_entropy(tm(tx), ty)
+            loss.backward()
+            topt.step()
+            topt.zero_grad()
+        rows[0] = rows[0][:2] + (_time(tstep, reps, torch.cuda.synchronize),)
+    return rows
+
+
+def main(argv=None) -> int:
+    p = argparse.ArgumentParser(description=__doc__.splitlines()[0])
+    p.add_argument("--quick", action="store_true")
+    args = p.parse_args(argv)
+    if not em.cuda.is_available():
+        from ember.device.base import cuda_backend
+        print(f"bench/cuda.py: no CUDA GPU here ({cuda_backend()[1]}); nothing to measure")
+        return 0
+    if em.cuda.get_device_properties().name.startswith("Ember fake"):
+        print("bench/cuda.py: EMBER_FAKE_CUDA is a CPU stand-in; timings would mean nothing")
+        return 0
+    reps = 5 if args.quick else 20
+    torch = _torch()
+    print(f"GPU: {em.cuda.get_device_name()}; PyTorch peer: "
+          f"{torch.__version__ if torch else 'not available'}")
+    print(f"{'benchmark':<28} {'ember':>12} {'torch':>12}")
+    for rows in (matmul_rows(reps, torch), gelu_rows(reps, torch), w1_rows(reps, torch)):
+        for name, mine, peer in rows:
+            print(f"{name:<28} {mine:>12.2f} {'-' if peer is None else f'{peer:.2f}':>12}")
+    return 0
+
+
+if __name__ == "__main__":
+    sys.exit(main())
