@@ -65,14 +65,13 @@ def _op_kernel(op, d, name, broadcast):
 @pytest.mark.parametrize("d", DTYPES, ids=str)
 def test_every_expr_op_compiles_in_every_dtype(d):
     ops = sorted(n for n, o in REGISTRY.items() if o.expr)
-    kernels = []
-    for i, op in enumerate(ops):
-        for bc in (False, True):
-            k = _op_kernel(op, d, f"k{i}_{op}_{'bc' if bc else 'c'}", bc)
-            if k is not None:
-                kernels.append(k)
+    # NOTE: strides are runtime arguments, so a broadcast layout renders the same text
+    kernels = [k for i, op in enumerate(ops)
+               if (k := _op_kernel(op, d, f"k{i}_{op}", broadcast=i % 2 == 1)) is not None]
     floor = {True: 60, False: 20}[d.is_floating_point]
-    assert len(kernels) // 2 >= floor, sorted({k.name for k in kernels})
+    assert len(kernels) >= floor, sorted(k.name for k in kernels)
+    kernels += [Kernel([InputSpec(d, (1,))], OutSpec(t, (5,)), call("cast", Load(0), dtype=t),
+                       f"cast_to_{t.name}") for t in DTYPES]      # every store conversion
     _compile(kernels, f"ops_{d.name}")
 
 
