@@ -28,6 +28,7 @@ from .gamma import Chi2, Exponential, FisherSnedecor, Gamma
 from .generalized_pareto import GeneralizedPareto
 from .independent import Independent
 from .kl import kl_divergence, register_kl
+from . import _kl_mixed  # noqa: F401,E402 - registers the mixed-family KL pairs
 from .kumaraswamy import Kumaraswamy
 from .laplace import Cauchy, Gumbel, Laplace, StudentT
 from .lkj_cholesky import LKJCholesky

@@ -15,6 +15,14 @@ def t(a):
     return em.tensor(np.asarray(a, dtype=np.float64))
 
 
+LOWRANK = D.LowRankMultivariateNormal(t([[0.0, 1.0, 0.5]]), t([[[1.0], [0.5], [0.2]]]),
+                                      t([[1.0, 2.0, 0.5]]))
+LOWRANK2 = D.LowRankMultivariateNormal(t([[0.5, 0.0, 0.0]]), t([[[0.3], [0.1], [1.0]]]),
+                                       t([[2.0, 1.0, 1.0]]))
+MVN = D.MultivariateNormal(t([[0.5, 0.0, 0.0]]), scale_tril=t([[[1.0, 0.0, 0.0],
+                                                               [0.3, 2.0, 0.0],
+                                                               [0.0, 0.5, 1.0]]]))
+
 # (p, q) pairs, each batched over 2 parameter sets.
 PAIRS = {
     "Normal-Normal": (D.Normal(t([0.0, 1.0]), t([1.0, 0.5])),
@@ -55,6 +63,41 @@ PAIRS = {
                        D.Laplace(t([0.5, -1.0]), t([2.0, 1.5]))),
     "Beta-Uniform": (D.Beta(t([2.0, 0.7]), t([1.0, 3.0])),
                      D.Uniform(t([-0.5, 0.0]), t([1.0, 2.0]))),
+    "Beta-Exponential": (D.Beta(t([2.0, 0.7]), t([1.0, 3.0])), D.Exponential(t([1.0, 3.0]))),
+    "Beta-Gamma": (D.Beta(t([2.0, 0.7]), t([1.0, 3.0])), D.Gamma(t([1.5, 0.8]), t([2.0, 1.0]))),
+    "Beta-Normal": (D.Beta(t([2.0, 0.7]), t([1.0, 3.0])), D.Normal(t([0.5, -1.0]), t([2.0, 0.5]))),
+    "Beta-ContinuousBernoulli": (D.Beta(t([2.0, 0.7]), t([1.0, 3.0])),
+                                 D.ContinuousBernoulli(t([0.3, 0.8]))),
+    "ContinuousBernoulli-ContinuousBernoulli": (D.ContinuousBernoulli(t([0.2, 0.6])),
+                                                D.ContinuousBernoulli(t([0.7, 0.4999]))),
+    "ContinuousBernoulli-Exponential": (D.ContinuousBernoulli(t([0.2, 0.6])),
+                                        D.Exponential(t([1.0, 3.0]))),
+    "ContinuousBernoulli-Normal": (D.ContinuousBernoulli(t([0.2, 0.6])),
+                                   D.Normal(t([0.5, -1.0]), t([2.0, 0.5]))),
+    "ContinuousBernoulli-Uniform": (D.ContinuousBernoulli(t([0.2, 0.6])),
+                                    D.Uniform(t([-0.5, 0.0]), t([1.0, 2.0]))),
+    "Uniform-ContinuousBernoulli": (D.Uniform(t([0.1, 0.3]), t([0.5, 1.0])),
+                                    D.ContinuousBernoulli(t([0.2, 0.6]))),
+    "Exponential-Gumbel": (D.Exponential(t([2.0, 0.7])), D.Gumbel(t([0.5, -1.0]), t([2.0, 1.5]))),
+    "Gamma-Gumbel": (D.Gamma(t([2.0, 0.7]), t([1.0, 3.0])),
+                     D.Gumbel(t([0.5, -1.0]), t([2.0, 1.5]))),
+    "Gumbel-Normal": (D.Gumbel(t([0.0, 1.0]), t([1.0, 0.5])),
+                      D.Normal(t([0.5, -1.0]), t([2.0, 1.5]))),
+    "Normal-Gumbel": (D.Normal(t([0.0, 1.0]), t([1.0, 0.5])),
+                      D.Gumbel(t([0.5, -1.0]), t([2.0, 1.5]))),
+    "Uniform-Gumbel": (D.Uniform(t([0.0, 1.0]), t([1.0, 3.0])),
+                       D.Gumbel(t([0.5, -1.0]), t([2.0, 1.5]))),
+    "Pareto-Exponential": (D.Pareto(t([1.0, 0.5]), t([3.0, 5.0])), D.Exponential(t([1.0, 3.0]))),
+    "Pareto-Gamma": (D.Pareto(t([1.0, 0.5]), t([3.0, 5.0])), D.Gamma(t([1.5, 0.8]), t([2.0, 1.0]))),
+    "Pareto-Normal": (D.Pareto(t([1.0, 0.5]), t([5.0, 6.0])),
+                      D.Normal(t([0.5, -1.0]), t([2.0, 1.5]))),
+    "Pareto-Pareto": (D.Pareto(t([1.0, 0.5]), t([3.0, 5.0])),
+                      D.Pareto(t([0.5, 0.4]), t([2.0, 6.0]))),
+    "Uniform-Pareto": (D.Uniform(t([1.0, 0.6]), t([2.0, 3.0])),
+                       D.Pareto(t([0.5, 0.4]), t([2.0, 6.0]))),
+    "LowRank-LowRank": (LOWRANK, LOWRANK2),
+    "LowRank-MVN": (LOWRANK, MVN),
+    "MVN-LowRank": (MVN, LOWRANK),
 }
 
 DISCRETE = {
@@ -62,6 +105,7 @@ DISCRETE = {
     "Poisson-Poisson": (D.Poisson(t([2.0, 0.7])), D.Poisson(t([1.0, 3.0])), range(80)),
     "Geometric-Geometric": (D.Geometric(t([0.3, 0.7])), D.Geometric(t([0.5, 0.2])), range(200)),
     "Binomial-Binomial": (D.Binomial(6, t([0.3, 0.7])), D.Binomial(6, t([0.5, 0.2])), range(7)),
+    "Bernoulli-Poisson": (D.Bernoulli(t([0.2, 0.7])), D.Poisson(t([0.5, 3.0])), range(2)),
     "Categorical-Categorical": (D.Categorical(t([[0.2, 0.3, 0.5], [0.6, 0.3, 0.1]])),
                                 D.Categorical(t([[0.4, 0.4, 0.2], [0.1, 0.1, 0.8]])), range(3)),
 }
@@ -128,10 +172,21 @@ def test_registry_dispatch_not_implemented_and_ambiguity():
             assert D.kl_divergence(MyNormal(0.0, 1.0), MyUniform(0.0, 1.0)) == "a"
         with warnings.catch_warnings():
             warnings.simplefilter("error")
-            assert D.kl_divergence(MyNormal(0.0, 1.0), D.Gamma(1.0, 1.0)) == "a"
+            assert D.kl_divergence(MyNormal(0.0, 1.0), D.Poisson(t([1.0]))) == "a"
     finally:
         _KL_REGISTRY.pop((MyNormal, D.Distribution), None)
         _KL_REGISTRY.pop((D.Distribution, MyUniform), None)
         D.kl.__dict__["_KL_MEMOIZE"].clear()
     with pytest.raises(TypeError, match="Distribution subclass"):
         D.register_kl(int, D.Normal)
+
+
+@pytest.mark.parametrize("p,q", [(D.Normal(0.0, 1.0), D.Exponential(1.0)),
+                                 (D.Gamma(2.0, 1.0), D.Beta(2.0, 2.0)),
+                                 (D.Exponential(1.0), D.Pareto(0.5, 3.0)),
+                                 (D.Gumbel(0.0, 1.0), D.Uniform(0.0, 1.0)),
+                                 (D.Pareto(1.0, 3.0), D.Uniform(0.0, 9.0)),
+                                 (D.Pareto(0.5, 3.0), D.Pareto(1.0, 3.0)),
+                                 (D.Laplace(0.0, 1.0), D.ContinuousBernoulli(0.3))])
+def test_kl_infinite_where_p_leaves_q_support(p, q):
+    assert D.kl_divergence(p, q).item() == float("inf")

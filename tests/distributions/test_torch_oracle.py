@@ -168,3 +168,17 @@ def test_error_messages_same_as_pytorch():
         with pytest.raises(ValueError) as ee:
             case(D, em)
         assert str(ee.value) == str(te.value).replace("torch.Size", "ember.Size")
+
+
+def _registered_pairs():
+    from ember.distributions.kl import _KL_REGISTRY
+    pairs = sorted({(p.__name__, q.__name__) for p, q in _KL_REGISTRY})
+    return [(p, q) for p, q in pairs if p in FAMILIES and q in FAMILIES]
+
+
+@pytest.mark.parametrize("p,q", _registered_pairs(), ids=[f"{p}-{q}" for p, q in
+                                                          _registered_pairs()])
+def test_every_registered_kl_pair_same_as_pytorch(p, q):
+    """Both frameworks' registries, every pair whose families this file builds (infinite
+    pairs included: inf == inf)."""
+    test_kl_same_as_pytorch(p, q)
