@@ -2,8 +2,10 @@
 
 Parameter names, shapes, gate order (LSTM: i, f, g, o; GRU: r, z, n) and initialisation
 U(-1/sqrt(hidden), 1/sqrt(hidden)) follow PyTorch, so state dicts load across. Each layer and
-direction projects the whole input sequence with ONE matmul; only the recurrent part
-``h @ W_hhᵀ`` runs in the Python time loop.
+direction projects the whole input sequence with ONE matmul; the recurrence then runs as
+one fused primitive per layer and direction (``ember/ops/rnn.py``: per-step GEMM and
+in-place gate updates forward, BPTT with time-batched weight gradients backward). Packed
+sequences, ``proj_size`` and float16/bfloat16 take the per-step composite path.
 """
 from __future__ import annotations
 
@@ -18,6 +20,7 @@ from ...ops.factories import arange, empty, zeros
 from ...ops.select import where
 from ...ops.join import cat, stack
 from ...ops.linalg import addmm, matmul
+from ...ops.rnn import gru_layer, lstm_layer, rnn_layer
 from ...tensor import Tensor
 from ..module import Module
 from ..parameter import Parameter
@@ -50,6 +53,40 @@ def _gru_step(xp, h, w_hh_t, b_hh):
     z = (xz + hz).sigmoid()
     n = (xn + r * hn).tanh()
     return n + z * (h - n)
+
+
+# ---------------------------------------------------------------- fused layers
+#: The fused primitives (``ember/ops/rnn.py``) run whole layers; tests turn this off to
+#: compare against the per-step composite above.
+_FUSED = True
+
+
+def _fused_ok(xp, mask, w_hr):
+    """Fused unless packed (masked), projected (``proj_size``), empty or low precision."""
+    return _FUSED and mask is None and w_hr is None and xp.shape[0] > 0 and \
+        xp.dtype in (_dt.float32, _dt.float64)
+
+
+def _run_fused(mode, xp, states, weights, reverse):
+    """One layer, one direction, as one primitive: ``(outputs (L, N, H), h_n, c_n)``."""
+    w_hh, b_hh = weights[1], weights[3]
+    if reverse:
+        xp = xp.flip(0)
+    c = None
+    if mode == "LSTM":
+        H = w_hh.shape[1]
+        out = lstm_layer(xp, states[0], states[1], w_hh)
+        seq, h, c = out[..., :H], out[-1, :, :H], out[-1, :, H:]
+    elif mode == "GRU":
+        if b_hh is None:
+            b_hh = zeros(w_hh.shape[:1], dtype=xp.dtype, device=xp.device)
+        seq = gru_layer(xp, states[0], w_hh, b_hh)
+        h = seq[-1]
+    else:
+        seq = rnn_layer(xp, states[0], w_hh, relu=mode == "RNN_RELU")
+        h = seq[-1]
+    seq = seq.flip(0) if reverse else seq
+    return (seq.contiguous() if mode == "LSTM" and not reverse else seq), h, c
 
 
 def _project(x, w_ih, b_ih, b_hh, mode):
@@ -202,10 +239,13 @@ class RNNBase(Module):
 
     # ------------------------------------------------------------ forward
     def _run_direction(self, xp, states, weights, reverse, mask=None):
-        """Run one layer in one direction over time-major projections ``xp`` (L, N, G).
+        """Run one layer in one direction over time-major projections ``xp`` (L, N, G);
+        return the time-major outputs (L, N, H_out) and the last ``h`` and ``c``.
 
         ``mask`` (L, N, 1), for packed input: rows past their length keep their state, so
         the reverse direction starts at each sequence's own last step."""
+        if _fused_ok(xp, mask, weights[4]):
+            return _run_fused(self.mode, xp, states, weights, reverse)
         _, w_hh, _, b_hh, w_hr = weights
         w_hh_t, w_hr_t = w_hh.t(), None if w_hr is None else w_hr.t()
         L = xp.shape[0]
@@ -226,7 +266,7 @@ class RNNBase(Module):
                 h = where(mask[t], h, h_prev)
                 c = None if c is None else where(mask[t], c, c_prev)
             outs[t] = h
-        return outs, h, c
+        return stack(outs, 0), h, c
 
     def forward(self, input, hx=None):
         return self._forward(input, hx, self._layer_weights)
@@ -274,7 +314,7 @@ class RNNBase(Module):
                     xp = xp.transpose(0, 1)
                 st = [s[layer * D + d] for s in states]
                 seq, h, c = self._run_direction(xp, st, w, d == 1, mask)
-                outs.append(stack(seq, out_time))
+                outs.append(seq.transpose(0, 1).contiguous() if out_time else seq)
                 h_n.append(h)
                 c_n.append(c)
             x = outs[0] if D == 1 else cat(outs, -1)
@@ -463,7 +503,10 @@ class RNNCell(RNNCellBase):
     def forward(self, input, hx=None):
         x, (h,), batched = self._prepare(input, hx, 1)
         xp = _project(x, self.weight_ih, self.bias_ih, self.bias_hh, "RNN")
-        h = _rnn_step(xp, h, self.weight_hh.t(), None, self.nonlinearity == "relu")
+        if _fused_ok(xp.unsqueeze(0), None, None):
+            h = rnn_layer(xp.unsqueeze(0), h, self.weight_hh, self.nonlinearity == "relu")[0]
+        else:
+            h = _rnn_step(xp, h, self.weight_hh.t(), None, self.nonlinearity == "relu")
         return h if batched else h.squeeze(0)
 
 
@@ -483,7 +526,11 @@ class LSTMCell(RNNCellBase):
     def forward(self, input, hx=None):
         x, (h, c), batched = self._prepare(input, hx, 2)
         xp = _project(x, self.weight_ih, self.bias_ih, self.bias_hh, "LSTM")
-        h, c = _lstm_step(xp, h, c, self.weight_hh.t())
+        if _fused_ok(xp.unsqueeze(0), None, None):
+            hc = lstm_layer(xp.unsqueeze(0), h, c, self.weight_hh)[0]
+            h, c = hc[:, :self.hidden_size], hc[:, self.hidden_size:]
+        else:
+            h, c = _lstm_step(xp, h, c, self.weight_hh.t())
         return (h, c) if batched else (h.squeeze(0), c.squeeze(0))
 
 
@@ -502,5 +549,10 @@ class GRUCell(RNNCellBase):
     def forward(self, input, hx=None):
         x, (h,), batched = self._prepare(input, hx, 1)
         xp = _project(x, self.weight_ih, self.bias_ih, None, "GRU")
-        h = _gru_step(xp, h, self.weight_hh.t(), self.bias_hh)
+        if _fused_ok(xp.unsqueeze(0), None, None):
+            b = self.bias_hh if self.bias_hh is not None else \
+                zeros(self.weight_hh.shape[:1], dtype=xp.dtype, device=xp.device)
+            h = gru_layer(xp.unsqueeze(0), h, self.weight_hh, b)[0]
+        else:
+            h = _gru_step(xp, h, self.weight_hh.t(), self.bias_hh)
         return h if batched else h.squeeze(0)

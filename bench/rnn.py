@@ -1,0 +1,110 @@
+"""Recurrent language-model training steps: Ember (fused layers and the per-step composite)
+vs PyTorch eager, each library timed in its own process.
+
+Model (same shapes in every library): Embedding(64, 64) -> 2-layer nn.LSTM / nn.GRU /
+nn.RNN (hidden 128, batch_first) -> Linear(128, 64), batch 32, 32 steps, cross-entropy,
+Adam. Each child builds the model, warms up, times ``--steps`` training steps and prints
+the median; the parent runs the children alternately (ember, ember-composite, torch, ...)
+``--rounds`` times and reports the medians of the medians.
+
+Libraries: ``ember`` (fused ``lstm_layer``/``gru_layer``/``rnn_layer`` primitives),
+``ember-composite`` (``ember.nn.modules.rnn._FUSED = False``: the per-step composite, the
+path before the fused primitives), ``torch``.
+
+Run:
+    .venv/bin/python bench/rnn.py [--cells lstm gru rnn] [--rounds 3] [--steps 20] [--threads N]
+
+The machine may be shared: alternate, take medians, and say so with the numbers.
+"""
+from __future__ import annotations
+
+import argparse
+import json
+import os
+import statistics
+import subprocess
+import sys
+
+_CHILD = r"""
+import json, statistics, sys, time
+lib_name, cell, steps, threads = sys.argv[1], sys.argv[2], int(sys.argv[3]), int(sys.argv[4])
+if lib_name.startswith("ember"):
+    import ember as lib
+    if lib_name == "ember-composite":
+        import ember.nn.modules.rnn as _r
+        _r._FUSED = False
+else:
+    import torch as lib
+nn, F = lib.nn, lib.nn.functional
+if threads:
+    lib.set_num_threads(threads)
+lib.manual_seed(0)
+V, E, H, B, T = 64, 64, 128, 32, 32
+Cell = {"lstm": nn.LSTM, "gru": nn.GRU, "rnn": nn.RNN}[cell]
+
+class LM(nn.Module):
+    def __init__(self):
+        super().__init__()
+        self.emb = nn.Embedding(V, E)
+        self.rnn = Cell(E, H, num_layers=2, batch_first=True)
+        self.out = nn.Linear(H, V)
+    def forward(self, x):
+        h, _ = self.rnn(self.emb(x))
+        return self.out(h)
+
+model = LM()
+opt = lib.optim.Adam(model.parameters(), lr=1e-3)
+x = lib.randint(0, V, (B, T)); y = lib.randint(0, V, (B, T))
+def step():
+    opt.zero_grad()
+    loss = F.cross_entropy(model(x).reshape(B * T, V), y.reshape(B * T))
+    loss.backward()
+    opt.step()
+for _ in range(3):
+    step()
+ts = []
+for _ in range(steps):
+    t0 = time.perf_counter()
+    step()
+    ts.append(time.perf_counter() - t0)
+print(json.dumps({"median": statistics.median(ts)}))
+"""
+
+LIBS = ("ember", "ember-composite", "torch")
+
+
+def _child(lib: str, cell: str, steps: int, threads: int) -> float:
+    root = os.path.dirname(os.path.dirname(os.path.abspath(__file__)))
+    out = subprocess.run([sys.executable, "-c", _CHILD, lib, cell, str(steps), str(threads)],
+                         capture_output=True, text=True, timeout=600, cwd=root)
+    if out.returncode != 0:
+        raise SystemExit(f"{lib} {cell} child failed:\n{out.stderr[-2000:]}")
+    return json.loads(out.stdout.strip().splitlines()[-1])["median"]
+
+
+def main() -> None:
+    ap = argparse.ArgumentParser(description=__doc__.splitlines()[0])
+    ap.add_argument("--cells", nargs="+", default=["lstm", "gru", "rnn"],
+                    choices=["lstm", "gru", "rnn"])
+    ap.add_argument("--libs", nargs="+", default=list(LIBS), choices=list(LIBS))
+    ap.add_argument("--rounds", type=int, default=3)
+    ap.add_argument("--steps", type=int, default=20)
+    ap.add_argument("--threads", type=int, default=0,
+                    help="set_num_threads(N) in every library (0: each library's default)")
+    a = ap.parse_args()
+    print(f"{'cell':6} " + " ".join(f"{lib + ' ms':>20}" for lib in a.libs) +
+          "   ember/torch")
+    for cell in a.cells:
+        runs = {lib: [] for lib in a.libs}
+        for _ in range(a.rounds):
+            for lib in a.libs:
+                runs[lib].append(_child(lib, cell, a.steps, a.threads))
+        med = {lib: statistics.median(v) * 1e3 for lib, v in runs.items()}
+        ratio = f"{med['ember'] / med['torch']:.2f}x" if {"ember", "torch"} <= med.keys() \
+            else "-"
+        print(f"{cell:6} " + " ".join(f"{med[lib]:20.2f}" for lib in a.libs) +
+              f"   {ratio:>10}")
+
+
+if __name__ == "__main__":
+    main()

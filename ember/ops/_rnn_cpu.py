@@ -1,0 +1,111 @@
+"""The ``"cpu"`` kernels of ``lstm_layer`` / ``gru_layer`` and their gradients: NumPy's GEMM
+per step, the rest of the step one C loop (:mod:`ember.codegen.rnn_kernels`).
+
+Same arithmetic as the NumPy kernels of :mod:`ember.ops.rnn` (the reference and the
+fallback: no C compiler, ``EMBER_EAGER_KERNELS=0``, other dtypes), within rounding.
+"""
+from __future__ import annotations
+
+from .. import config
+
+
+def _rk(*arrays):
+    """The step kernels' module when they take these arrays, else None."""
+    if not config.EAGER_KERNELS:
+        return None
+    from ..codegen import rnn_kernels as rk      # NOTE: codegen sits above ops
+    if arrays[0].dtype not in rk.DTYPES or any(a.dtype != arrays[0].dtype for a in arrays) \
+            or rk.kernels() is None:
+        return None
+    return rk
+
+
+def _unit(xp, a):
+    """``a`` with a unit last stride (the step kernels read rows)."""
+    return a if a.ndim == 0 or a.shape[-1] <= 1 or a.strides[-1] == a.itemsize \
+        else xp.ascontiguousarray(a)
+
+
+def _prev(xp, first, seq):
+    return xp.concatenate([first[None], seq[:-1]], 0)
+
+
+def lstm(xp, x, h0, c0, w, fallback):
+    rk = _rk(x, h0, c0, w)
+    if rk is None:
+        return fallback(xp, x, h0, c0, w)
+    x, h, c = (_unit(xp, a) for a in (x, h0, c0))
+    L, N, G = x.shape
+    H = G // 4
+    out = xp.empty((L, N, 2 * H), dtype=x.dtype)
+    pre = xp.empty((N, G), dtype=x.dtype)
+    wt, step, r = xp.ascontiguousarray(w.T), rk.Step("lstm_fwd", x.dtype, 5), rk.rows
+    for t in range(L):
+        xp.matmul(h, wt, out=pre)
+        hn, cn = out[t, :, :H], out[t, :, H:]
+        step((pre, x[t], c, hn, cn), (N, H, r(x[t]), r(c), r(hn), r(cn)))
+        h, c = hn, cn
+    return out
+
+
+def lstm_grad(xp, gout, out, x, h0, c0, w, fallback):
+    rk = _rk(gout, out, x, h0, c0, w)
+    if rk is None:
+        return fallback(xp, gout, out, x, h0, c0, w)
+    gout = _unit(xp, gout)
+    L, N, G = x.shape
+    H = G // 4
+    hs, cs = out[..., :H], out[..., H:]
+    hprev, cprev = _prev(xp, h0, hs), _prev(xp, c0, cs)
+    pre = xp.matmul(hprev, w.T)
+    pre += x
+    dg = xp.empty((L, N, G), dtype=x.dtype)
+    dhr, dc = xp.zeros((N, H), dtype=x.dtype), xp.zeros((N, H), dtype=x.dtype)
+    step, r = rk.Step("lstm_bwd", x.dtype, 8), rk.rows
+    for t in range(L - 1, -1, -1):
+        gh, gc = gout[t, :, :H], gout[t, :, H:]
+        step((pre[t], cprev[t], cs[t], gh, gc, dhr, dc, dg[t]),
+             (N, H, r(cprev[t]), r(cs[t]), r(gh), r(gc)))
+        xp.matmul(dg[t], w, out=dhr)
+    dw = xp.matmul(dg.reshape(L * N, G).T, hprev.reshape(L * N, H))
+    return xp.concatenate([dg.reshape(-1), dhr.reshape(-1), dc.reshape(-1), dw.reshape(-1)])
+
+
+def gru(xp, x, h0, w, b, fallback):
+    rk = _rk(x, h0, w, b)
+    if rk is None:
+        return fallback(xp, x, h0, w, b)
+    x, h, b = (_unit(xp, a) for a in (x, h0, b))
+    L, N, G = x.shape
+    H = G // 3
+    out = xp.empty((L, N, H), dtype=x.dtype)
+    hp = xp.empty((N, G), dtype=x.dtype)
+    wt, step, r = xp.ascontiguousarray(w.T), rk.Step("gru_fwd", x.dtype, 5), rk.rows
+    for t in range(L):
+        xp.matmul(h, wt, out=hp)
+        step((hp, b, x[t], h, out[t]), (N, H, r(x[t]), r(h), r(out[t])))
+        h = out[t]
+    return out
+
+
+def gru_grad(xp, gout, out, x, h0, w, b, fallback):
+    rk = _rk(gout, out, x, h0, w, b)
+    if rk is None:
+        return fallback(xp, gout, out, x, h0, w, b)
+    gout, x = _unit(xp, gout), _unit(xp, x)
+    L, N, G = x.shape
+    H = G // 3
+    hprev = _prev(xp, h0, out)
+    hp = xp.matmul(hprev, w.T)
+    hp += b
+    dx, dhp = xp.empty((L, N, G), dtype=x.dtype), xp.empty((L, N, G), dtype=x.dtype)
+    dhr, carry = xp.zeros((N, H), dtype=x.dtype), xp.zeros((N, H), dtype=x.dtype)
+    step, r = rk.Step("gru_bwd", x.dtype, 8), rk.rows
+    for t in range(L - 1, -1, -1):
+        step((hp[t], x[t], hprev[t], gout[t], dhr, carry, dx[t], dhp[t]),
+             (N, H, r(x[t]), r(hprev[t]), r(gout[t])))
+        xp.matmul(dhp[t], w, out=dhr)
+    dhp = dhp.reshape(L * N, G)
+    dw = xp.matmul(dhp.T, hprev.reshape(L * N, H))
+    return xp.concatenate([dx.reshape(-1), (dhr + carry).reshape(-1), dw.reshape(-1),
+                           dhp.sum(0)])

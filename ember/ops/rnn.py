@@ -1,0 +1,451 @@
+"""Fused recurrent layers: ``lstm_layer``, ``gru_layer``, ``rnn_layer`` and their gradients.
+
+Each primitive runs ONE layer in ONE direction over a whole time-major sequence, given the
+input projection of every step at once (``xp = x @ W_ihᵀ + biases``, one GEMM outside):
+
+=============================================  =========================================
+``lstm_layer(xp (L,N,4H), h0, c0, w_hh (4H,H))``  ``(L, N, 2H)``: ``[h_t | c_t]`` per step
+``gru_layer(xp (L,N,3H), h0, w_hh (3H,H), b_hh)``  ``(L, N, H)``: ``h_t`` per step
+``rnn_layer(xp (L,N,H), h0, w_hh (H,H), relu)``    ``(L, N, H)``: ``h_t`` per step
+=============================================  =========================================
+
+Gate order and formulas are PyTorch's (LSTM i, f, g, o; GRU r, z, n with
+``n = tanh(xn + r * (W_hn h + b_hn))``, ``h' = (1 - z) * n + z * h``).
+
+NOTE: primitives, not composites of the per-step ops, because the composite costs about
+ten dispatched ops (each with an autograd node) per time step forward and as many
+backward; here a step is one GEMM plus a few in-place NumPy ufuncs, and the backward
+(``*_layer_grad``) is BPTT with the gate pre-activations recomputed for all steps in one
+GEMM, per-step work reduced to the recurrent GEMM and a few ufuncs, and the weight
+gradient one GEMM batched over time. A primitive has one output, so the LSTM packs its
+cell states beside its hidden states and each ``*_grad`` returns its input gradients
+flattened and concatenated (as ``sdpa_grad``).
+
+Gradients: the VJP calls the ``*_grad`` primitive unless grad mode is on during the
+backward (``create_graph=True``); then the same BPTT runs in differentiable Ember ops, so
+higher derivatives work. The JVPs are tangent recursions in Ember ops.
+"""
+from __future__ import annotations
+
+from .. import dtypes as _dt
+from ..autograd.grad_mode import state
+from ..errors import DTypeError, ShapeError
+from . import dispatch
+from .join import cat, stack
+from .linalg import matmul
+from .registry import defop
+from . import _rnn_cpu
+
+__all__ = ["lstm_layer", "gru_layer", "rnn_layer"]
+
+_apply = dispatch.apply
+
+
+# ------------------------------------------------------------------ helpers
+def _sig_(xp, a):
+    """``sigmoid(a)`` in place, as ``0.5 * tanh(0.5 a) + 0.5`` (no overflow)."""
+    a *= 0.5
+    xp.tanh(a, out=a)
+    a *= 0.5
+    a += 0.5
+    return a
+
+
+def _sig_np(xp, a):
+    return _sig_(xp, a.copy())
+
+
+def _prev(xp, first, seq):
+    """``[first, seq[0], ..., seq[L-2]]``: the state each step starts from."""
+    return xp.concatenate([first[None], seq[:-1]], 0)
+
+
+def _split(flat, shapes):
+    out, at = [], 0
+    for s in shapes:
+        n = 1
+        for d in s:
+            n *= d
+        out.append(flat[at:at + n].reshape(s))
+        at += n
+    return tuple(out)
+
+
+# ------------------------------------------------------------------ LSTM
+def _lstm_np(xp, x, h0, c0, w):
+    L, N, G = x.shape
+    H = G // 4
+    out = xp.empty((L, N, 2 * H), dtype=x.dtype)
+    pre = xp.empty((N, G), dtype=x.dtype)
+    wt, h, c = xp.ascontiguousarray(w.T), h0, c0     # NOTE: a transposed operand is slower
+    for t in range(L):
+        xp.matmul(h, wt, out=pre)
+        pre += x[t]
+        _sig_(xp, pre[:, :2 * H])
+        xp.tanh(pre[:, 2 * H:3 * H], out=pre[:, 2 * H:3 * H])
+        _sig_(xp, pre[:, 3 * H:])
+        hn, cn = out[t, :, :H], out[t, :, H:]
+        xp.multiply(pre[:, H:2 * H], c, out=cn)
+        cn += pre[:, :H] * pre[:, 2 * H:3 * H]
+        xp.tanh(cn, out=hn)
+        hn *= pre[:, 3 * H:]
+        h, c = hn, cn
+    return out
+
+
+def _lstm_coeffs(i, f, g, o, tc, cprev):
+    """Local derivatives of one LSTM step, shared by the NumPy and the Ember-ops BPTT:
+    ``d o_pre = dh K1``, ``dc += dh K2``, ``d(i, f, g)_pre = dc (K3, K4, K5)``."""
+    return tc * o * (1 - o), o * (1 - tc * tc), i * (1 - i) * g, f * (1 - f) * cprev, \
+        i * (1 - g * g)
+
+
+def _lstm_grad_np(xp, gout, out, x, h0, c0, w):
+    L, N, G = x.shape
+    H = G // 4
+    hs, cs = out[..., :H], out[..., H:]
+    hprev, cprev = _prev(xp, h0, hs), _prev(xp, c0, cs)
+    pre = x + xp.matmul(hprev, w.T)
+    i, f, o = _sig_np(xp, pre[..., :H]), _sig_np(xp, pre[..., H:2 * H]), \
+        _sig_np(xp, pre[..., 3 * H:])
+    g, tc = xp.tanh(pre[..., 2 * H:3 * H]), xp.tanh(cs)
+    k1, k2, k3, k4, k5 = _lstm_coeffs(i, f, g, o, tc, cprev)
+    k345 = xp.stack([k3, k4, k5], 2)                       # (L, N, 3, H)
+    dg = xp.empty((L, N, 4, H), dtype=x.dtype)
+    dh, dc = xp.zeros_like(h0), xp.zeros_like(c0)
+    for t in range(L - 1, -1, -1):
+        dh = gout[t, :, :H] + dh
+        dc = gout[t, :, H:] + dc
+        dc += dh * k2[t]
+        xp.multiply(dc[:, None, :], k345[t], out=dg[t, :, :3])
+        xp.multiply(dh, k1[t], out=dg[t, :, 3])
+        dc = dc * f[t]
+        dh = xp.matmul(dg[t].reshape(N, G), w)
+    dg = dg.reshape(L * N, G)
+    dw = xp.matmul(dg.T, hprev.reshape(L * N, H))
+    return xp.concatenate([dg.reshape(-1), dh.reshape(-1), dc.reshape(-1), dw.reshape(-1)])
+
+
+def _lstm_parts(out, x, h0, c0, w):
+    """Gate activations of every step, recomputed in Ember ops from the saved output."""
+    H = h0.shape[-1]
+    hs, cs = out[..., :H], out[..., H:]
+    hprev = cat([h0.unsqueeze(0), hs[:-1]], 0)
+    cprev = cat([c0.unsqueeze(0), cs[:-1]], 0)
+    i, f, g, o = (x + matmul(hprev, w.t())).chunk(4, -1)
+    return hprev, cprev, i.sigmoid(), f.sigmoid(), g.tanh(), o.sigmoid(), cs.tanh()
+
+
+def _lstm_vjp(gout, out, x, h0, c0, w):
+    if not state.grad_enabled:
+        flat = _apply(lstm_layer_grad_p, (gout, out, x, h0, c0, w), {})
+        return _split(flat, (x.shape, h0.shape, c0.shape, w.shape))
+    L, N, G = x.shape
+    H = G // 4
+    hprev, cprev, i, f, g, o, tc = _lstm_parts(out, x, h0, c0, w)
+    k1, k2, k3, k4, k5 = _lstm_coeffs(i, f, g, o, tc, cprev)
+    dh, dc, dgs = h0.new_zeros(h0.shape), c0.new_zeros(c0.shape), [None] * L
+    for t in range(L - 1, -1, -1):
+        dh = gout[t, :, :H] + dh
+        dc = gout[t, :, H:] + dc + dh * k2[t]
+        dgs[t] = cat([dc * k3[t], dc * k4[t], dc * k5[t], dh * k1[t]], -1)
+        dc = dc * f[t]
+        dh = matmul(dgs[t], w)
+    dx = stack(dgs, 0) if L else x.new_zeros(x.shape)
+    dw = matmul(dx.reshape(L * N, G).t(), hprev.reshape(L * N, H))
+    return dx, dh, dc, dw
+
+
+def _lstm_jvp(tans, out, x, h0, c0, w):
+    tx, th, tcell, tw = tans
+    hprev, cprev, i, f, g, o, tc = _lstm_parts(out, x, h0, c0, w)
+    tpre = tx + matmul(hprev, tw.t())     # the tangent of every step's pre-activation, but
+    outs = []                             # the recurrent term th @ W_hhᵀ added per step
+    for t in range(x.shape[0]):
+        di, df, dg, do = (tpre[t] + matmul(th, w.t())).chunk(4, -1)
+        tcell = df * f[t] * (1 - f[t]) * cprev[t] + f[t] * tcell + \
+            di * i[t] * (1 - i[t]) * g[t] + i[t] * dg * (1 - g[t] * g[t])
+        th = do * o[t] * (1 - o[t]) * tc[t] + o[t] * (1 - tc[t] * tc[t]) * tcell
+        outs.append(cat([th, tcell], -1))
+    return stack(outs, 0) if outs else out.new_zeros(out.shape)
+
+
+# ------------------------------------------------------------------ GRU
+def _gru_np(xp, x, h0, w, b):
+    L, N, G = x.shape
+    H = G // 3
+    out = xp.empty((L, N, H), dtype=x.dtype)
+    hp = xp.empty((N, G), dtype=x.dtype)
+    wt, h = xp.ascontiguousarray(w.T), h0
+    for t in range(L):
+        xp.matmul(h, wt, out=hp)
+        hp += b
+        rz = _sig_(xp, hp[:, :2 * H] + x[t, :, :2 * H])
+        n = rz[:, :H] * hp[:, 2 * H:]
+        n += x[t, :, 2 * H:]
+        xp.tanh(n, out=n)
+        hn = out[t]
+        xp.subtract(h, n, out=hn)
+        hn *= rz[:, H:]
+        hn += n
+        h = hn
+    return out
+
+
+def _gru_coeffs(r, z, n, hn, hprev):
+    """``d(r, z, n)_pre = dh (Kr, Kz, Kn)`` and ``d hn = dh Khn`` of one GRU step."""
+    kn = (1 - z) * (1 - n * n)
+    return kn * hn * r * (1 - r), (hprev - n) * z * (1 - z), kn, kn * r
+
+
+def _gru_grad_np(xp, gout, out, x, h0, w, b):
+    L, N, G = x.shape
+    H = G // 3
+    hprev = _prev(xp, h0, out)
+    hp = xp.matmul(hprev, w.T) + b
+    r = _sig_np(xp, x[..., :H] + hp[..., :H])
+    z = _sig_np(xp, x[..., H:2 * H] + hp[..., H:2 * H])
+    n = xp.tanh(x[..., 2 * H:] + r * hp[..., 2 * H:])
+    kr, kz, kn, khn = _gru_coeffs(r, z, n, hp[..., 2 * H:], hprev)
+    kh = xp.stack([kr, kz, khn], 2)                        # (L, N, 3, H)
+    dhp = xp.empty((L, N, 3, H), dtype=x.dtype)
+    dhs = xp.empty((L, N, H), dtype=x.dtype)
+    dh = xp.zeros_like(h0)
+    for t in range(L - 1, -1, -1):
+        dh = xp.add(gout[t], dh, out=dhs[t])
+        xp.multiply(dh[:, None, :], kh[t], out=dhp[t])
+        dh = dh * z[t] + xp.matmul(dhp[t].reshape(N, G), w)
+    dx = (dhs[:, :, None, :] * xp.stack([kr, kz, kn], 2)).reshape(-1)
+    dhp = dhp.reshape(L * N, G)
+    dw = xp.matmul(dhp.T, hprev.reshape(L * N, H))
+    return xp.concatenate([dx, dh.reshape(-1), dw.reshape(-1), dhp.sum(0)])
+
+
+def _gru_parts(out, x, h0, w, b):
+    H = h0.shape[-1]
+    hprev = cat([h0.unsqueeze(0), out[:-1]], 0)
+    hr, hz, hn = (matmul(hprev, w.t()) + b).chunk(3, -1)
+    xr, xz, xn = x.chunk(3, -1)
+    r, z = (xr + hr).sigmoid(), (xz + hz).sigmoid()
+    del H
+    return hprev, r, z, (xn + r * hn).tanh(), hn
+
+
+def _gru_vjp(gout, out, x, h0, w, b):
+    if not state.grad_enabled:
+        flat = _apply(gru_layer_grad_p, (gout, out, x, h0, w, b), {})
+        return _split(flat, (x.shape, h0.shape, w.shape, b.shape))
+    L, N, G = x.shape
+    H = G // 3
+    hprev, r, z, n, hn = _gru_parts(out, x, h0, w, b)
+    kr, kz, kn, khn = _gru_coeffs(r, z, n, hn, hprev)
+    dh, dhs, dhps = h0.new_zeros(h0.shape), [None] * L, [None] * L
+    for t in range(L - 1, -1, -1):
+        dh = gout[t] + dh
+        dhs[t] = dh
+        dhps[t] = cat([dh * kr[t], dh * kz[t], dh * khn[t]], -1)
+        dh = dh * z[t] + matmul(dhps[t], w)
+    if L == 0:
+        return x.new_zeros(x.shape), dh, w.new_zeros(w.shape), b.new_zeros(b.shape)
+    d = stack(dhs, 0)
+    dx = cat([d * kr, d * kz, d * kn], -1)
+    dhp = stack(dhps, 0).reshape(L * N, G)
+    return dx, dh, matmul(dhp.t(), hprev.reshape(L * N, H)), dhp.sum(0)
+
+
+def _gru_jvp(tans, out, x, h0, w, b):
+    tx, th, tw, tb = tans
+    hprev, r, z, n, hn = _gru_parts(out, x, h0, w, b)
+    tfix = matmul(hprev, tw.t()) + tb
+    outs = []
+    for t in range(x.shape[0]):
+        dr, dz, dhn = (tfix[t] + matmul(th, w.t())).chunk(3, -1)
+        xr, xz, xn = tx[t].chunk(3, -1)
+        dr = (xr + dr) * r[t] * (1 - r[t])
+        dz = (xz + dz) * z[t] * (1 - z[t])
+        dn = (xn + dr * hn[t] + r[t] * dhn) * (1 - n[t] * n[t])
+        th = dn * (1 - z[t]) + dz * (hprev[t] - n[t]) + z[t] * th
+        outs.append(th)
+    return stack(outs, 0) if outs else out.new_zeros(out.shape)
+
+
+# ------------------------------------------------------------------ Elman RNN
+def _rnn_np(xp, x, h0, w, relu):
+    L = x.shape[0]
+    out = xp.empty(x.shape, dtype=x.dtype)
+    wt, h = xp.ascontiguousarray(w.T), h0
+    for t in range(L):
+        hn = out[t]
+        xp.matmul(h, wt, out=hn)
+        hn += x[t]
+        if relu:
+            xp.maximum(hn, 0, out=hn)
+        else:
+            xp.tanh(hn, out=hn)
+        h = hn
+    return out
+
+
+def _rnn_grad_np(xp, gout, out, x, h0, w, relu):
+    L, N, H = x.shape
+    dact = (out > 0).astype(x.dtype) if relu else 1 - out * out
+    dpre = xp.empty(x.shape, dtype=x.dtype)
+    dh = xp.zeros_like(h0)
+    for t in range(L - 1, -1, -1):
+        xp.multiply(gout[t] + dh, dact[t], out=dpre[t])
+        dh = xp.matmul(dpre[t], w)
+    dw = xp.matmul(dpre.reshape(L * N, H).T, _prev(xp, h0, out).reshape(L * N, H))
+    return xp.concatenate([dpre.reshape(-1), dh.reshape(-1), dw.reshape(-1)])
+
+
+def _rnn_dact(out, relu):
+    return (out > 0).to(out.dtype) if relu else 1 - out * out
+
+
+def _rnn_vjp(gout, out, x, h0, w, relu):
+    if not state.grad_enabled:
+        flat = _apply(rnn_layer_grad_p, (gout, out, x, h0, w), {"relu": relu})
+        return _split(flat, (x.shape, h0.shape, w.shape))
+    L, N, H = x.shape
+    dact, dh, dps = _rnn_dact(out, relu), h0.new_zeros(h0.shape), [None] * L
+    for t in range(L - 1, -1, -1):
+        dps[t] = (gout[t] + dh) * dact[t]
+        dh = matmul(dps[t], w)
+    if L == 0:
+        return x.new_zeros(x.shape), dh, w.new_zeros(w.shape)
+    dx = stack(dps, 0)
+    hprev = cat([h0.unsqueeze(0), out[:-1]], 0)
+    return dx, dh, matmul(dx.reshape(L * N, H).t(), hprev.reshape(L * N, H))
+
+
+def _rnn_jvp(tans, out, x, h0, w, relu):
+    tx, th, tw = tans
+    dact = _rnn_dact(out, relu)
+    hprev = cat([h0.unsqueeze(0), out[:-1]], 0)
+    tfix = tx + matmul(hprev, tw.t())
+    outs = []
+    for t in range(x.shape[0]):
+        th = (tfix[t] + matmul(th, w.t())) * dact[t]
+        outs.append(th)
+    return stack(outs, 0) if outs else out.new_zeros(out.shape)
+
+
+# ------------------------------------------------------------------ rules
+def _dtype_rule(name):
+    def rule(*xs, **params):
+        d = xs[0]._dtype
+        if d.category != _dt.FLOAT or any(x._dtype is not d for x in xs):
+            raise DTypeError(f"{name}: inputs must share one floating point dtype; got "
+                             f"{', '.join(x._dtype.name for x in xs)}")
+        return None, d
+    return rule
+
+
+def _check(name, gates, xs, hs, ws, bs=None, cs=None):
+    ok = len(xs) == 3 and len(hs) == 2 and len(ws) == 2 and xs[2] == gates * ws[1] and \
+        tuple(ws) == (xs[2], hs[1]) and hs[0] == xs[1] and (cs is None or cs == hs) and \
+        (bs is None or tuple(bs) == (xs[2],))
+    if not ok:
+        H = "H"
+        want = f"xp (L, N, {gates}{H}), h0 (N, {H})" + (", c0 (N, H)" if cs else "") + \
+            f", w_hh ({gates}{H}, {H})" + (f", b_hh ({gates}{H},)" if bs else "")
+        got = ", ".join(str(tuple(s)) for s in (xs, hs, cs, ws, bs) if s is not None)
+        raise ShapeError(f"{name}: expected {want}; got {got}")
+
+
+def _lstm_shape(xs, hs, cs, ws):
+    _check("lstm_layer", 4, xs, hs, ws, cs=cs)
+    return (xs[0], xs[1], 2 * hs[1])
+
+
+def _gru_shape(xs, hs, ws, bs):
+    _check("gru_layer", 3, xs, hs, ws, bs=bs)
+    return (xs[0], xs[1], hs[1])
+
+
+def _rnn_shape(xs, hs, ws, relu=False):
+    _check("rnn_layer", 1, xs, hs, ws)
+    return tuple(xs)
+
+
+def _numel(*shapes):
+    total = 0
+    for s in shapes:
+        n = 1
+        for d in s:
+            n *= d
+        total += n
+    return (total,)
+
+
+lstm_layer_p = defop(
+    "lstm_layer", nin=4, dtype=_dtype_rule("lstm_layer"), save="both",
+    kernels={"xp": _lstm_np, "cpu": lambda xp, *a: _rnn_cpu.lstm(xp, *a, fallback=_lstm_np)},
+    shape=_lstm_shape, vjp=_lstm_vjp, jvp=_lstm_jvp, batch="loop",
+    doc="one LSTM layer over a sequence: [h_t | c_t] from input projections, h0, c0, W_hh")
+lstm_layer_grad_p = defop(
+    "lstm_layer_grad", nin=6, dtype=_dtype_rule("lstm_layer_grad"),
+    kernels={"xp": _lstm_grad_np,
+             "cpu": lambda xp, *a: _rnn_cpu.lstm_grad(xp, *a, fallback=_lstm_grad_np)},
+    save=None, differentiable=False, batch="loop",
+    shape=lambda gs, os, xs, hs, cs, ws: _numel(xs, hs, cs, ws),
+    doc="d xp | d h0 | d c0 | d W_hh of lstm_layer, flattened and concatenated")
+gru_layer_p = defop(
+    "gru_layer", nin=4, dtype=_dtype_rule("gru_layer"), save="both",
+    kernels={"xp": _gru_np, "cpu": lambda xp, *a: _rnn_cpu.gru(xp, *a, fallback=_gru_np)},
+    shape=_gru_shape, vjp=_gru_vjp, jvp=_gru_jvp, batch="loop",
+    doc="one GRU layer over a sequence: h_t from input projections, h0, W_hh, b_hh")
+gru_layer_grad_p = defop(
+    "gru_layer_grad", nin=6, dtype=_dtype_rule("gru_layer_grad"),
+    kernels={"xp": _gru_grad_np,
+             "cpu": lambda xp, *a: _rnn_cpu.gru_grad(xp, *a, fallback=_gru_grad_np)},
+    save=None, differentiable=False, batch="loop",
+    shape=lambda gs, os, xs, hs, ws, bs: _numel(xs, hs, ws, bs),
+    doc="d xp | d h0 | d W_hh | d b_hh of gru_layer, flattened and concatenated")
+rnn_layer_p = defop(
+    "rnn_layer", nin=3, params={"relu": False}, dtype=_dtype_rule("rnn_layer"),
+    kernel=_rnn_np, save="both", shape=_rnn_shape, vjp=_rnn_vjp, jvp=_rnn_jvp, batch="loop",
+    doc="one Elman RNN layer (tanh or relu) over a sequence from input projections")
+rnn_layer_grad_p = defop(
+    "rnn_layer_grad", nin=5, params={"relu": False}, dtype=_dtype_rule("rnn_layer_grad"),
+    kernel=_rnn_grad_np, save=None, differentiable=False, batch="loop",
+    shape=lambda gs, os, xs, hs, ws, relu=False: _numel(xs, hs, ws),
+    doc="d xp | d h0 | d W_hh of rnn_layer, flattened and concatenated")
+
+
+def lstm_layer(xp, h0, c0, w_hh):
+    """One LSTM layer over a time-major sequence (fused; see the module docstring).
+
+    Args:
+        xp: input projections ``x @ W_ihᵀ + b_ih + b_hh`` of every step, ``(L, N, 4H)``.
+        h0, c0: initial states ``(N, H)``.
+        w_hh: recurrent weight ``(4H, H)``, gates i, f, g, o.
+
+    Returns:
+        ``(L, N, 2H)``: the hidden state (first ``H``) and the cell state of every step.
+    """
+    return _apply(lstm_layer_p, (xp, h0, c0, w_hh), {})
+
+
+def gru_layer(xp, h0, w_hh, b_hh):
+    """One GRU layer over a time-major sequence: ``(L, N, H)`` hidden states.
+
+    Args:
+        xp: ``x @ W_ihᵀ + b_ih`` of every step, ``(L, N, 3H)``, gates r, z, n.
+        h0: initial state ``(N, H)``.
+        w_hh, b_hh: recurrent weight ``(3H, H)`` and bias ``(3H,)`` (``b_hn`` stays inside
+            ``r * (W_hn h + b_hn)``, PyTorch's formula).
+    """
+    return _apply(gru_layer_p, (xp, h0, w_hh, b_hh), {})
+
+
+def rnn_layer(xp, h0, w_hh, relu=False):
+    """One Elman RNN layer: ``h_t = act(xp_t + h_{t-1} W_hhᵀ)``, ``(L, N, H)``.
+
+    Args:
+        xp: ``x @ W_ihᵀ + b_ih + b_hh`` of every step, ``(L, N, H)``.
+        h0: initial state ``(N, H)``.
+        w_hh: recurrent weight ``(H, H)``.
+        relu: ReLU instead of tanh.
+    """
+    return _apply(rnn_layer_p, (xp, h0, w_hh), {"relu": bool(relu)})
