@@ -118,10 +118,6 @@ class VmapMode:
         if not self.size:
             raise RuntimeError(f"vmap: {name} reads values on the host: its per-example loop "
                                f"needs at least one example")
-        if any(h and x._requires_grad for h, x in zip(hit, leaves)):
-            raise NotImplementedError(f"vmap: {name} reads values on the host and runs per "
-                                      f"example under vmap, which a transform inside the vmap "
-                                      f"(vmap(grad(...))) can't differentiate")
         if not self.allow_fallback:
             raise RuntimeError(f"vmap: {name} reads values on the host and vmap(..., "
                                f"allow_fallback=False) refuses the per-example loop")
@@ -129,16 +125,28 @@ class VmapMode:
             _warned.add(name)
             warnings.warn(f"vmap: there is a performance drop because {name} reads values on "
                           f"the host: falling back to a loop over the batch", stacklevel=4)
-        outs, ospec = [], None
+        diff = [i for i, x in enumerate(leaves) if state.grad_enabled and
+                isinstance(x, Tensor) and x._requires_grad]     # differentiated per example
+        outs, ins, ospec = [], [], None
         for b in range(self.size):
             ex = [x._phys.select(x._bdim, b) if h else x for x, h in zip(leaves, hit)]
+            for i in diff:
+                if hit[i] and not ex[i]._requires_grad:
+                    ex[i] = ex[i].detach().requires_grad_()
             a, kw = tree_unflatten(ex, spec)
             o_leaves, ospec = tree_flatten(self.below(wrapper, *a, **kw))
             outs.append(o_leaves)
+            ins.append([ex[i] for i in diff])
         from ..ops.join import stack
-        cols = [[o[k] for o in outs] for k in range(len(outs[0]))] if outs else []
+        cols = [[o[k] for o in outs] for k in range(len(outs[0]))]
         res = [make_batched(self.below(stack, c), 0, lvl) if isinstance(c[0], Tensor) else c[0]
                for c in cols]
+        ks = [k for k, r in enumerate(res) if isinstance(r, Tensor) and r._dtype.is_inexact]
+        if diff and ks:
+            op = _PerExampleOp(name, [[o[k] for k in ks] for o in outs], ins, lvl)
+            node = Node(op, {}, [leaves[i] for i in diff], False, None, nout=len(ks))
+            for nr, k in enumerate(ks):
+                res[k]._grad_fn, res[k]._out_nr, res[k]._requires_grad = node, nr, True
         return tree_unflatten(res, ospec)
 
     def _unbatched_primal_batched_tangent(self, op, inputs, params):
@@ -212,7 +220,7 @@ class VmapMode:
 
     def _logical_ad(self, op, inputs, params, res):
         st = state
-        if st.grad_enabled and op.differentiable and res._dtype.category == _dt.FLOAT:
+        if st.grad_enabled and op.differentiable and res._dtype.category >= _dt.FLOAT:
             for x in inputs:
                 if getattr(x, "_requires_grad", False):
                     saves_out = op.save == "output" or op.save == "both"
@@ -377,9 +385,40 @@ class _LogicalOp:
             if state.grad_enabled and self.node is not None:     # create_graph
                 out._grad_fn, out._requires_grad = self.node(), True
         rule = self.op.vjp
-        if rule.__class__ is tuple:
-            return [None if r is None else r(g, out, *inputs, **params) for r in rule]
+        if rule.__class__ is tuple:     # one rule per input: only those with an edge run
+            node = self.node() if self.node is not None else None
+            edges = node.next if node is not None else [True] * len(rule)
+            return [None if r is None or e is None else r(g, out, *inputs, **params)
+                    for r, e in zip(rule, edges)]
         return rule(g, out, *inputs, **params)
+
+
+class _PerExampleOp:
+    """The node of a ``per_example`` composite's batched result: its VJP differentiates each
+    example's own graph (kept from the forward loop) and stacks the gradients."""
+
+    differentiable = True
+
+    def __init__(self, name, outs, ins, level):
+        self.name, self.outs, self.ins, self.level = name, outs, ins, level
+
+    def vjp(self, g, out, *inputs, **params):
+        from ..autograd.engine import grad as autograd_grad
+        from ..ops.factories import zeros_like
+        from ..ops.join import stack
+        gs = list(g) if isinstance(g, (list, tuple)) else [g]
+        per = []
+        for outs, ins in zip(self.outs, self.ins):
+            b = len(per)
+            pairs = [(o, c if c.__class__ is not BatchedTensor or c._level != self.level
+                      else c._phys.select(c._bdim, b)) for o, c in zip(outs, gs)
+                     if c is not None and o._requires_grad]
+            res = autograd_grad([p[0] for p in pairs], ins, [p[1] for p in pairs],
+                                retain_graph=True, create_graph=state.grad_enabled,
+                                allow_unused=True) if pairs else [None] * len(ins)
+            per.append([zeros_like(x) if r is None else r for r, x in zip(res, ins)])
+        return tuple(make_batched(stack([p[i] for p in per]), 0, self.level)
+                     for i in range(len(self.ins[0])))
 
 
 def _in_vmap(e, op, inputs, bdims, mode):

@@ -11,6 +11,7 @@ from __future__ import annotations
 
 import numpy as np
 
+from .batching import per_example
 from .complex import real
 from .dispatch import apply as _apply
 from .join import cat
@@ -47,6 +48,7 @@ def eig_parts(P):
     return P.select(-2, 0), P.narrow(-2, 1, n)
 
 
+@per_example
 def _check_gauge(VhgV):
     im = VhgV.diagonal(0, -2, -1).imag
     if im.numel() and not bool((im.abs() <= 1e-2).all()):

@@ -14,6 +14,7 @@ from __future__ import annotations
 
 import math
 
+from .batching import per_example
 from . import _lapack
 from .dispatch import apply as _apply
 from .join import cat, stack
@@ -150,6 +151,7 @@ def _prod_others(S):
     return left * right
 
 
+@per_example
 def det_cofactor(A, d):
     """The VJP of ``det`` for a unit cotangent: the conjugated cofactor matrix
     ``conj(det) * A^{-H}`` (PyTorch's conjugate-Wirtinger convention; for real A the

@@ -11,6 +11,7 @@ there.) Real dtypes only: Ember has no complex dtype yet.
 from __future__ import annotations
 
 from .. import dtypes as _dt
+from .batching import per_example
 from . import _lapack
 from .dispatch import apply as _apply
 from .factories import eye, from_numpy
@@ -42,7 +43,9 @@ def _check_phase(M, op):
 
 
 def _used(g) -> bool:
-    return g.numel() > 0 and bool(g.ne(0).any())
+    # NOTE: a batched cotangent (inside ember.func.vmap) can't steer Python per example:
+    # its term is kept (it is zero where the cotangent is).
+    return g.numel() > 0 and (hasattr(g, "_phys") or bool(g.ne(0).any()))
 
 
 def _offdiag_div(X, E):
@@ -265,6 +268,7 @@ def lu_parts(P):
     return P.narrow(-2, 0, m), (piv.real if piv.dtype.is_complex else piv).to(_dt.int32)
 
 
+@per_example
 def lu_unpack_dense(LU, pivots):
     """P, L, U (P a constant built from the pivots; L, U differentiable in LU)."""
     m, n = LU.shape[-2:]

@@ -216,6 +216,50 @@ def test_vmap_grad_matches_loop(info):
         f" runs under vmap ({HOST_READS[info.name]})" if info.name in HOST_READS else ""))
 
 
+def _total(outs):
+    return sum((o.sum() for o in outs if o.dtype.is_floating_point),
+               em.tensor(0.0, dtype=em.float64))
+
+
+@pytest.mark.parametrize("info", GRAD_INFOS, ids=repr)
+def test_vmap_of_grad_matches_per_example_grads(info):
+    """vmap(grad(sum of op)): per-example gradients (the VJP rules run on batched values,
+    through the batching rules) equal each example's own gradient."""
+    rng = _rng(info, "vgrad")
+    for k in _samples_of(info, limit=64):
+        versions = _examples(info, k)
+        if versions is None or not versions[0].grad:
+            continue
+        kwargs = versions[0].kwargs
+        args, dims = _batched_args(info, versions, rng)
+        diff = tuple(i for i, a in enumerate(args) if isinstance(a, em.Tensor) and
+                     a.dtype.is_floating_point)
+        if not diff:
+            continue
+        loss = lambda *xs: _total(_as_tuple(info.fn(*xs, **kwargs)))  # noqa: E731
+        own = info.name in FRONT_ONLY
+        try:
+            want = [em.func.grad(loss, argnums=diff)(*_example_args(args, dims, b, own))
+                    for b in range(B)]
+        except Exception:
+            continue
+        try:
+            with warnings.catch_warnings():
+                warnings.simplefilter("ignore")
+                got = vmap(em.func.grad(loss, argnums=diff), in_dims=tuple(dims))(*args)
+        except (RuntimeError, NotImplementedError) as e:
+            if re.search(_DATA_ERROR + "|can't differentiate|inplace arithmetic", str(e)):
+                continue                       # host reads / writes into an unbatched copy
+            raise
+        for j, i in enumerate(diff):
+            ref = np.stack([np.asarray(w[j].numpy()) for w in want])
+            np.testing.assert_allclose(got[j].numpy(), ref, rtol=1e-9, atol=1e-11,
+                                       err_msg=f"{info.name}[{k}] per-example grad of input "
+                                               f"{i}, in_dims={dims}")
+        return
+    pytest.skip(f"{info.name}: no differentiable sample runs per example under vmap(grad)")
+
+
 def test_every_primitive_has_a_batching_rule_or_loop_mark():
     missing = sorted(n for n, op in REGISTRY.items() if op.batch is None)
     assert not missing, (f"primitives without a batching rule (defop(..., batch=...)) or an "
