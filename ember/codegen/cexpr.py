@@ -98,7 +98,7 @@ def literal(v, d: DType | None) -> str:
     return f"(({ct})({v}LL))" if v != -2**63 else f"(({ct})(-9223372036854775807LL-1))"
 
 
-def _param_literal(op: str, name: str, v, d: DType) -> str:
+def _param_literal(op: str, name: str, v, d: DType, ctype: dict = CTYPE) -> str:
     if v is None:
         if op == "clamp":
             if d.category == _F:
@@ -111,7 +111,7 @@ def _param_literal(op: str, name: str, v, d: DType) -> str:
             return literal(fi.max if name == "posinf" else fi.min, d)
         raise ValueError(f"codegen: {op} needs a value for {name!r}")
     if isinstance(v, DType):
-        return CTYPE[v.name]
+        return ctype[v.name]     # NOTE: the renderer's types (CUDA's bool is not C's _Bool)
     return literal(v, d)
 
 
@@ -191,7 +191,7 @@ class Emitter:
         for k, a in enumerate(node.args):
             target = values_dt if k >= cast_from else None
             args.append(self._arg(a, target))
-        params = {k: _param_literal(node.op, k, v, d) for k, v in node.params}
+        params = {k: _param_literal(node.op, k, v, d, self.ctype) for k, v in node.params}
         return specialise(template(node, d), d).format(*args, **params)
 
     def _arg_dtype(self, a):
