@@ -57,7 +57,8 @@ EMBER_FN float ember_round_f16(float f) { return __half2float(__float2half_rn(f)
 """
 
 #: block-level reduction helpers (warp shuffles, then one shared-memory step).
-BLOCK_REDUCE = r"""struct EmberSum { template <typename T> __device__ static T f(T a, T b) { return a + b; } };
+BLOCK_REDUCE = r"""struct EmberSum { template <typename T> __device__ static T f(T a, T b) {
+    return a + b; } };
 struct EmberMax { template <typename T> __device__ static T f(T a, T b) {
     return (b > a || b != b) ? b : a; } };
 struct EmberMin { template <typename T> __device__ static T f(T a, T b) {
