@@ -160,20 +160,31 @@ def fits(*arrays) -> bool:
 
 
 class Step:
-    """One step kernel bound to a dtype: ``step(arrays, geometry)`` with arrays in the
-    entry point's order (the pointer and geometry buffers are reused between calls)."""
+    """One step kernel bound to a dtype and a geometry (fixed over a sequence's steps):
+    ``step(*addresses)`` with the operands' data addresses in the entry point's order
+    (the pointer and geometry buffers are reused between calls)."""
 
-    def __init__(self, name: str, dtype, nptr: int):
+    def __init__(self, name: str, dtype, nptr: int, geometry):
         self.fn = kernels()[f"{name}_{DTYPES[np.dtype(dtype)][2]}"]
         self.ptrs = (ctypes.c_void_p * nptr)()
-        self.geom = np.zeros(8, dtype=np.int64)
+        self.geom = np.asarray(geometry, dtype=np.int64)
         self.gp = self.geom.ctypes.data
 
-    def __call__(self, arrays, geometry) -> None:
-        for k, a in enumerate(arrays):
-            self.ptrs[k] = a.ctypes.data
-        self.geom[:len(geometry)] = geometry
+    def __call__(self, *addresses) -> None:
+        self.ptrs[:] = addresses
         self.fn(self.ptrs, self.gp, 1)
+
+
+class Seq:
+    """Data addresses of an array's sub-arrays ``a[t]`` without making views."""
+
+    __slots__ = ("base", "step")
+
+    def __init__(self, a):
+        self.base, self.step = a.ctypes.data, a.strides[0]
+
+    def __getitem__(self, t: int) -> int:
+        return self.base + t * self.step
 
 
 def rows(a) -> int:

@@ -39,12 +39,15 @@ def lstm(xp, x, h0, c0, w, fallback):
     H = G // 4
     out = xp.empty((L, N, 2 * H), dtype=x.dtype)
     pre = xp.empty((N, G), dtype=x.dtype)
-    wt, step, r = xp.ascontiguousarray(w.T), rk.Step("lstm_fwd", x.dtype, 5), rk.rows
+    wt, r, it = xp.ascontiguousarray(w.T), rk.rows, x.itemsize
+    step = rk.Step("lstm_fwd", x.dtype, 5, (N, H, r(x[0]) if L else 0, r(c), 2 * H, 2 * H))
+    xs, hs, pp = rk.Seq(x), rk.Seq(out), pre.ctypes.data
     for t in range(L):
         xp.matmul(h, wt, out=pre)
-        hn, cn = out[t, :, :H], out[t, :, H:]
-        step((pre, x[t], c, hn, cn), (N, H, r(x[t]), r(c), r(hn), r(cn)))
-        h, c = hn, cn
+        if t == 1:    # NOTE: from step 1 on the previous cell state is a row of ``out``
+            step.geom[3] = 2 * H
+        step(pp, xs[t], hs[t - 1] + H * it if t else c.ctypes.data, hs[t], hs[t] + H * it)
+        h = out[t, :, :H]
     return out
 
 
@@ -52,7 +55,7 @@ def lstm_grad(xp, gout, out, x, h0, c0, w, fallback):
     rk = _rk(gout, out, x, h0, c0, w)
     if rk is None:
         return fallback(xp, gout, out, x, h0, c0, w)
-    gout = _unit(xp, gout)
+    gout, out = _unit(xp, gout), xp.ascontiguousarray(out)
     L, N, G = x.shape
     H = G // 4
     hs, cs = out[..., :H], out[..., H:]
@@ -61,11 +64,12 @@ def lstm_grad(xp, gout, out, x, h0, c0, w, fallback):
     pre += x
     dg = xp.empty((L, N, G), dtype=x.dtype)
     dhr, dc = xp.zeros((N, H), dtype=x.dtype), xp.zeros((N, H), dtype=x.dtype)
-    step, r = rk.Step("lstm_bwd", x.dtype, 8), rk.rows
+    r, it = rk.rows, x.itemsize
+    step = rk.Step("lstm_bwd", x.dtype, 8, (N, H, H, 2 * H) + ((r(gout[0]),) * 2 if L else (0, 0)))
+    ps, cps, os_, gs, dgs = (rk.Seq(a) for a in (pre, cprev, out, gout, dg))
+    dhp, dcp = dhr.ctypes.data, dc.ctypes.data
     for t in range(L - 1, -1, -1):
-        gh, gc = gout[t, :, :H], gout[t, :, H:]
-        step((pre[t], cprev[t], cs[t], gh, gc, dhr, dc, dg[t]),
-             (N, H, r(cprev[t]), r(cs[t]), r(gh), r(gc)))
+        step(ps[t], cps[t], os_[t] + H * it, gs[t], gs[t] + H * it, dhp, dcp, dgs[t])
         xp.matmul(dg[t], w, out=dhr)
     dw = xp.matmul(dg.reshape(L * N, G).T, hprev.reshape(L * N, H))
     return xp.concatenate([dg.reshape(-1), dhr.reshape(-1), dc.reshape(-1), dw.reshape(-1)])
@@ -80,10 +84,14 @@ def gru(xp, x, h0, w, b, fallback):
     H = G // 3
     out = xp.empty((L, N, H), dtype=x.dtype)
     hp = xp.empty((N, G), dtype=x.dtype)
-    wt, step, r = xp.ascontiguousarray(w.T), rk.Step("gru_fwd", x.dtype, 5), rk.rows
+    wt, r = xp.ascontiguousarray(w.T), rk.rows
+    step = rk.Step("gru_fwd", x.dtype, 5, (N, H, r(x[0]) if L else 0, r(h), H))
+    xs, hs, pp, bp = rk.Seq(x), rk.Seq(out), hp.ctypes.data, b.ctypes.data
     for t in range(L):
         xp.matmul(h, wt, out=hp)
-        step((hp, b, x[t], h, out[t]), (N, H, r(x[t]), r(h), r(out[t])))
+        if t == 1:    # NOTE: from step 1 on the previous state is a row of ``out``
+            step.geom[3] = H
+        step(pp, bp, xs[t], hs[t - 1] if t else h.ctypes.data, hs[t])
         h = out[t]
     return out
 
@@ -100,10 +108,13 @@ def gru_grad(xp, gout, out, x, h0, w, b, fallback):
     hp += b
     dx, dhp = xp.empty((L, N, G), dtype=x.dtype), xp.empty((L, N, G), dtype=x.dtype)
     dhr, carry = xp.zeros((N, H), dtype=x.dtype), xp.zeros((N, H), dtype=x.dtype)
-    step, r = rk.Step("gru_bwd", x.dtype, 8), rk.rows
+    r = rk.rows
+    step = rk.Step("gru_bwd", x.dtype, 8, (N, H, r(x[0]), H, r(gout[0])) if L else (0,) * 5)
+    seqs = [rk.Seq(a) for a in (hp, x, hprev, gout, dx, dhp)]
+    dhrp, cp = dhr.ctypes.data, carry.ctypes.data
     for t in range(L - 1, -1, -1):
-        step((hp[t], x[t], hprev[t], gout[t], dhr, carry, dx[t], dhp[t]),
-             (N, H, r(x[t]), r(hprev[t]), r(gout[t])))
+        a, b_, c, d, e, f = (s[t] for s in seqs)
+        step(a, b_, c, d, dhrp, cp, e, f)
         xp.matmul(dhp[t], w, out=dhr)
     dhp = dhp.reshape(L * N, G)
     dw = xp.matmul(dhp.T, hprev.reshape(L * N, H))
