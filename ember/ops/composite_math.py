@@ -111,7 +111,7 @@ def logaddexp2(input, other, *, out=None):
 
 # ------------------------------------------------------------------ inverse hyperbolics
 def asinh(input, *, out=None):
-    """Inverse hyperbolic sine, accurate near 0 and for large |x| (``torch.asinh``)."""
+    """Inverse hyperbolic sine, accurate near 0 and for large ``|x|`` (``torch.asinh``)."""
     x = _to_float(input)
     # NOTE: s is +-1 as a constant (1 at 0), so a = |x| has derivative s, 1 at 0 (abs's is 0)
     s = where(x < 0, -1.0, 1.0).to(x.dtype)

@@ -19,7 +19,7 @@ def _shape(x) -> tuple:
 
 
 def channel_shuffle(input: Tensor, groups: int) -> Tensor:
-    """Split the C channels of (N, C, *) ``input`` into ``groups`` and interleave them.
+    """Split the C channels of ``(N, C, *)`` ``input`` into ``groups`` and interleave them.
 
     Example:
         >>> F.channel_shuffle(ember.arange(4.).reshape(1, 4, 1), 2).flatten()

@@ -142,7 +142,7 @@ def _area3d(x, sizes):
 def interpolate(input: Tensor, size=None, scale_factor=None, mode: str = "nearest",
                 align_corners: bool | None = None, recompute_scale_factor: bool | None = None,
                 antialias: bool = False) -> Tensor:
-    """Resize the spatial dims of (N, C, *spatial) ``input`` to ``size`` or by ``scale_factor``.
+    """Resize the spatial dims of ``(N, C, *spatial)`` ``input`` to ``size`` or by ``scale_factor``.
 
     Example:
         >>> F.interpolate(ember.ones(1, 1, 2, 2), scale_factor=2, mode="bilinear").shape

@@ -7,7 +7,7 @@ __all__ = ['ChannelShuffle']
 
 
 class ChannelShuffle(Module):
-    """Split the channels of (N, C, *) input into ``groups`` and interleave them.
+    """Split the channels of ``(N, C, *)`` input into ``groups`` and interleave them.
 
     Example:
         >>> ember.nn.ChannelShuffle(2)(ember.arange(4.).reshape(1, 4, 1)).flatten()

@@ -190,7 +190,7 @@ class LayerNorm(Module):
 
 
 class GroupNorm(Module):
-    """Normalise groups of channels of (N, C, *) input; per-channel affine."""
+    """Normalise groups of channels of ``(N, C, *)`` input; per-channel affine."""
 
     def __init__(self, num_groups: int, num_channels: int, eps: float = 1e-5,
                  affine: bool = True, device=None, dtype=None, *, bias: bool = True):

@@ -8,7 +8,7 @@ __all__ = ['Upsample', 'UpsamplingNearest2d', 'UpsamplingBilinear2d']
 
 
 class Upsample(Module):
-    """Resize (N, C, *spatial) input with :func:`ember.nn.functional.interpolate`.
+    """Resize ``(N, C, *spatial)`` input with :func:`ember.nn.functional.interpolate`.
 
     Example:
         >>> ember.nn.Upsample(scale_factor=2, mode="nearest")(ember.ones(1, 1, 2, 2)).shape
