@@ -31,6 +31,7 @@ class Bernoulli(ExponentialFamily):
     arg_constraints = {"probs": constraints.unit_interval, "logits": constraints.real}
     support = constraints.boolean
     has_enumerate_support = True
+    _mean_carrier_measure = 0
 
     def __init__(self, probs=None, logits=None, validate_args=None):
         _one_of(probs, logits)
@@ -85,6 +86,13 @@ class Bernoulli(ExponentialFamily):
 
     def entropy(self):
         return F.binary_cross_entropy_with_logits(self.logits, self.probs, reduction="none")
+
+    @property
+    def _natural_params(self):
+        return (self.logits,)
+
+    def _log_normalizer(self, x):
+        return F.softplus(x)
 
     def enumerate_support(self, expand: bool = True):
         values = ember.arange(2, dtype=self._param.dtype)

@@ -72,6 +72,13 @@ class Dirichlet(ExponentialFamily):
         con0 = self.concentration.sum(-1, keepdim=True)
         return self.concentration * (con0 - self.concentration) / (con0.square() * (con0 + 1))
 
+    @property
+    def _natural_params(self):
+        return (self.concentration,)
+
+    def _log_normalizer(self, x):
+        return ember.lgamma(x).sum(-1) - ember.lgamma(x.sum(-1))
+
     def entropy(self):
         c = self.concentration
         k = c.shape[-1]
@@ -142,6 +149,13 @@ class Beta(ExponentialFamily):
 
     def entropy(self):
         return self._dirichlet.entropy()
+
+    @property
+    def _natural_params(self):
+        return (self.concentration1, self.concentration0)
+
+    def _log_normalizer(self, x, y):
+        return ember.lgamma(x) + ember.lgamma(y) - ember.lgamma(x + y)
 
     def __repr__(self) -> str:
         c = self._dirichlet.concentration

@@ -27,6 +27,7 @@ class Gamma(ExponentialFamily):
     arg_constraints = {"concentration": constraints.positive, "rate": constraints.positive}
     support = constraints.nonnegative
     has_rsample = True
+    _mean_carrier_measure = 0
 
     def __init__(self, concentration, rate, validate_args=None):
         self.concentration, self.rate = broadcast_all(concentration, rate)
@@ -66,6 +67,13 @@ class Gamma(ExponentialFamily):
     def entropy(self):
         c = self.concentration
         return c - self.rate.log() + ember.lgamma(c) + (1.0 - c) * ember.digamma(c)
+
+    @property
+    def _natural_params(self):
+        return (self.concentration - 1, -self.rate)
+
+    def _log_normalizer(self, x, y):
+        return ember.lgamma(x + 1) + (x + 1) * (-y.reciprocal()).log()
 
     def cdf(self, value):
         if self._validate_args:
@@ -108,6 +116,7 @@ class Exponential(ExponentialFamily):
     arg_constraints = {"rate": constraints.positive}
     support = constraints.nonnegative
     has_rsample = True
+    _mean_carrier_measure = 0
 
     def __init__(self, rate, validate_args=None):
         (self.rate,) = broadcast_all(rate)
@@ -153,6 +162,13 @@ class Exponential(ExponentialFamily):
 
     def entropy(self):
         return 1.0 - self.rate.log()
+
+    @property
+    def _natural_params(self):
+        return (-self.rate,)
+
+    def _log_normalizer(self, x):
+        return -(-x).log()
 
 
 class FisherSnedecor(Distribution):

@@ -24,6 +24,7 @@ from .binomial import Binomial
 from .categorical import Categorical, OneHotCategorical
 from .dirichlet import Beta, Dirichlet
 from .distribution import Distribution
+from .exp_family import ExponentialFamily, _kl_expfamily_expfamily
 from .gamma import Exponential, Gamma
 from .independent import Independent
 from .laplace import Cauchy, Gumbel, Laplace
@@ -118,6 +119,9 @@ def _inf_like(x):
 
 def _x_log_x(x):
     return ember.xlogy(x, x)
+
+
+register_kl(ExponentialFamily, ExponentialFamily)(_kl_expfamily_expfamily)
 
 
 @register_kl(Bernoulli, Bernoulli)

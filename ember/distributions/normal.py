@@ -79,3 +79,10 @@ class Normal(ExponentialFamily):
 
     def entropy(self):
         return 0.5 + _LOG_SQRT_2PI + self.scale.log()
+
+    @property
+    def _natural_params(self):
+        return (self.loc / self.scale.square(), -0.5 * self.scale.square().reciprocal())
+
+    def _log_normalizer(self, x, y):
+        return -0.25 * x.square() / y + 0.5 * (-math.pi / y).log()

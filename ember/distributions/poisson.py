@@ -54,3 +54,10 @@ class Poisson(ExponentialFamily):
             self._validate_sample(value)
         rate, value = broadcast_all(self.rate, value)
         return ember.xlogy(value, rate) - rate - ember.lgamma(value + 1)
+
+    @property
+    def _natural_params(self):
+        return (self.rate.log(),)
+
+    def _log_normalizer(self, x):
+        return x.exp()

@@ -149,8 +149,10 @@ def test_onehot_and_infinite_cases():
 
 
 def test_registry_dispatch_not_implemented_and_ambiguity():
-    with pytest.raises(NotImplementedError, match="No KL.*Poisson.*Normal"):
-        D.kl_divergence(D.Poisson(t([1.0])), D.Normal(0.0, 1.0))
+    with pytest.raises(NotImplementedError, match="No KL.*Cauchy.*Normal"):
+        D.kl_divergence(D.Cauchy(0.0, 1.0), D.Normal(0.0, 1.0))
+    with pytest.raises(NotImplementedError, match="different exponential families"):
+        D.kl_divergence(D.Poisson(t([1.0])), D.Normal(0.0, 1.0))     # as PyTorch
 
     class MyNormal(D.Normal):
         pass
@@ -172,7 +174,7 @@ def test_registry_dispatch_not_implemented_and_ambiguity():
             assert D.kl_divergence(MyNormal(0.0, 1.0), MyUniform(0.0, 1.0)) == "a"
         with warnings.catch_warnings():
             warnings.simplefilter("error")
-            assert D.kl_divergence(MyNormal(0.0, 1.0), D.Poisson(t([1.0]))) == "a"
+            assert D.kl_divergence(MyNormal(0.0, 1.0), D.Cauchy(0.0, 1.0)) == "a"
     finally:
         _KL_REGISTRY.pop((MyNormal, D.Distribution), None)
         _KL_REGISTRY.pop((D.Distribution, MyUniform), None)
@@ -190,3 +192,45 @@ def test_registry_dispatch_not_implemented_and_ambiguity():
                                  (D.Laplace(0.0, 1.0), D.ContinuousBernoulli(0.3))])
 def test_kl_infinite_where_p_leaves_q_support(p, q):
     assert D.kl_divergence(p, q).item() == float("inf")
+
+
+def test_exponential_family_bregman_forms_match_closed_forms():
+    """ExponentialFamily's generic entropy and KL (Bregman divergences of the log-normaliser,
+    by autograd) agree with each family's closed form; a user subclass inherits them."""
+    from ember.distributions.exp_family import _kl_expfamily_expfamily
+    pairs = [(D.Normal(t([0.0, 1.0]), t([1.0, 0.5])), D.Normal(t([0.5, -1.0]), t([2.0, 1.5]))),
+             (D.Bernoulli(t([0.2, 0.7])), D.Bernoulli(t([0.5, 0.1]))),
+             (D.Gamma(t([2.0, 0.7]), t([1.0, 3.0])), D.Gamma(t([1.5, 1.0]), t([2.0, 1.0]))),
+             (D.Exponential(t([2.0, 0.7])), D.Exponential(t([1.0, 3.0]))),
+             (D.Poisson(t([2.0, 0.7])), D.Poisson(t([1.0, 3.0]))),
+             (D.Beta(t([2.0, 0.7]), t([1.0, 3.0])), D.Beta(t([1.5, 1.0]), t([2.0, 1.0]))),
+             (D.Dirichlet(t([[1.0, 2.0, 3.0]])), D.Dirichlet(t([[2.0, 2.0, 1.0]])))]
+    for p, q in pairs:
+        np.testing.assert_allclose(_kl_expfamily_expfamily(p, q).detach().numpy(),
+                                   D.kl_divergence(p, q).numpy(), rtol=1e-9, err_msg=repr(p))
+        if isinstance(p, (D.Normal, D.Bernoulli, D.Gamma, D.Exponential)):
+            np.testing.assert_allclose(D.ExponentialFamily.entropy(p).detach().numpy(),
+                                       p.entropy().numpy(), rtol=1e-9, err_msg=repr(p))
+    with pytest.raises(NotImplementedError, match="different exponential families"):
+        _kl_expfamily_expfamily(D.Normal(0.0, 1.0), D.Exponential(1.0))
+
+    class Scaled(D.ExponentialFamily):       # Exponential again, with only the Bregman parts
+        arg_constraints = {}
+
+        def __init__(self, rate):
+            self.rate = rate
+            super().__init__(rate.shape)
+
+        @property
+        def _natural_params(self):
+            return (-self.rate,)
+
+        def _log_normalizer(self, x):
+            return -(-x).log()
+
+        _mean_carrier_measure = 0
+    np.testing.assert_allclose(D.kl_divergence(Scaled(t([2.0])), Scaled(t([0.5]))).detach().numpy(),
+                               D.kl_divergence(D.Exponential(t([2.0])),
+                                               D.Exponential(t([0.5]))).numpy(), rtol=1e-12)
+    np.testing.assert_allclose(Scaled(t([2.0])).entropy().detach().numpy(), 1 - np.log(2.0),
+                               rtol=1e-12)
