@@ -33,6 +33,7 @@ from ..errors import DTypeError, ShapeError
 from . import dispatch
 from .join import cat, stack
 from .linalg import matmul
+from . import batching_rules as _vb
 from .registry import defop
 from . import _rnn_cpu
 
@@ -381,7 +382,8 @@ def _numel(*shapes):
 lstm_layer_p = defop(
     "lstm_layer", nin=4, dtype=_dtype_rule("lstm_layer"), save="both",
     kernels={"xp": _lstm_np, "cpu": lambda xp, *a: _rnn_cpu.lstm(xp, *a, fallback=_lstm_np)},
-    shape=_lstm_shape, vjp=_lstm_vjp, jvp=_lstm_jvp, batch="loop",
+    shape=_lstm_shape, vjp=_lstm_vjp, jvp=_lstm_jvp,
+    batch=_vb.recurrent_layer("lstm_layer", 1),
     doc="one LSTM layer over a sequence: [h_t | c_t] from input projections, h0, c0, W_hh")
 lstm_layer_grad_p = defop(
     "lstm_layer_grad", nin=6, dtype=_dtype_rule("lstm_layer_grad"),
@@ -393,7 +395,8 @@ lstm_layer_grad_p = defop(
 gru_layer_p = defop(
     "gru_layer", nin=4, dtype=_dtype_rule("gru_layer"), save="both",
     kernels={"xp": _gru_np, "cpu": lambda xp, *a: _rnn_cpu.gru(xp, *a, fallback=_gru_np)},
-    shape=_gru_shape, vjp=_gru_vjp, jvp=_gru_jvp, batch="loop",
+    shape=_gru_shape, vjp=_gru_vjp, jvp=_gru_jvp,
+    batch=_vb.recurrent_layer("gru_layer", 2),
     doc="one GRU layer over a sequence: h_t from input projections, h0, W_hh, b_hh")
 gru_layer_grad_p = defop(
     "gru_layer_grad", nin=6, dtype=_dtype_rule("gru_layer_grad"),
@@ -404,7 +407,8 @@ gru_layer_grad_p = defop(
     doc="d xp | d h0 | d W_hh | d b_hh of gru_layer, flattened and concatenated")
 rnn_layer_p = defop(
     "rnn_layer", nin=3, params={"relu": False}, dtype=_dtype_rule("rnn_layer"),
-    kernel=_rnn_np, save="both", shape=_rnn_shape, vjp=_rnn_vjp, jvp=_rnn_jvp, batch="loop",
+    kernel=_rnn_np, save="both", shape=_rnn_shape, vjp=_rnn_vjp, jvp=_rnn_jvp,
+    batch=_vb.recurrent_layer("rnn_layer", 1),
     doc="one Elman RNN layer (tanh or relu) over a sequence from input projections")
 rnn_layer_grad_p = defop(
     "rnn_layer_grad", nin=5, params={"relu": False}, dtype=_dtype_rule("rnn_layer_grad"),

@@ -204,3 +204,24 @@ def test_checkpoint_inside_vmap_keeps_gradients():
     close(grad(lambda v: vmap(lambda a: checkpoint(f, a, use_reentrant=False))(v).sum())(x),
           want, 1e-12)
     close(vmap(grad(lambda a: checkpoint(f, a, use_reentrant=False)))(x), want, 1e-12)
+
+
+@pytest.mark.parametrize("cell", ["LSTM", "GRU", "RNN"])
+def test_recurrent_layers_batch_without_a_loop_and_give_per_sample_grads(cell):
+    import warnings
+    em.manual_seed(0)
+    m = getattr(em.nn, cell)(4, 5, batch_first=True).double()
+    x = T(3, 2, 6, 4)
+    with warnings.catch_warnings():
+        warnings.simplefilter("error", UserWarning)      # no per-example loop fallback
+        got = vmap(lambda a: m(a)[0])(x)
+    close(got, em.stack([m(x[i])[0] for i in range(3)]), 1e-12)
+    p = {k: v.detach() for k, v in m.named_parameters()}
+
+    def loss(p, a):
+        return em.func.functional_call(m, p, (a,))[0].pow(2).sum()
+    with warnings.catch_warnings():
+        warnings.simplefilter("ignore")
+        per = vmap(grad(loss), in_dims=(None, 0))(p, x)
+    for k in p:
+        close(per[k], em.stack([grad(loss)(p, x[i])[k] for i in range(3)]), 1e-10)
