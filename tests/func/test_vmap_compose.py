@@ -14,7 +14,7 @@ def T(*shape):
 
 
 def close(a, b, tol=1e-12):
-    np.testing.assert_allclose(np.asarray(a.numpy()), np.asarray(b.numpy()), rtol=tol, atol=tol)
+    np.testing.assert_allclose(a.detach().numpy(), b.detach().numpy(), rtol=tol, atol=tol)
 
 
 def loop(f, *args, in_dims=0):
