@@ -323,7 +323,7 @@ def estimate_memory(fn, *example_inputs, **kwargs) -> MemoryEstimate:
 
     Args:
         fn: a function, a Module, or an ``ember.compile`` result.
-        \*example_inputs, \**kwargs: its arguments (real tensors of the real shapes).
+        \\*example_inputs, \\**kwargs: its arguments (real tensors of the real shapes).
 
     Returns:
         :class:`MemoryEstimate` with ``peak_bytes`` and its breakdown.

@@ -371,7 +371,7 @@ def checkpoint(function, *args, use_reentrant=None, preserve_rng_state: bool = T
 
     Args:
         function: any callable of Ember tensors (a Module, a closure...).
-        \*args, \**kwargs: its arguments (tensors or anything else).
+        \\*args, \\**kwargs: its arguments (tensors or anything else).
         use_reentrant: accepted for PyTorch compatibility and ignored: Ember has one
             (non-reentrant) implementation that supports everything.
         preserve_rng_state: replay the generators ``function`` draws from (default True).
