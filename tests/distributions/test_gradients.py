@@ -143,6 +143,21 @@ GRADCHECK = {
                                                     D.Beta(b.exp(), 1.5)),
     "kl(Categorical)": lambda a, b: D.kl_divergence(D.Categorical(logits=a),
                                                      D.Categorical(logits=b)),
+    "MixtureSameFamily.log_prob": lambda a, b: D.MixtureSameFamily(
+        D.Categorical(logits=a), D.Normal(b, a.exp())).log_prob(t([0.3, -1.0])),
+    "StudentT.log_prob": lambda a, b: D.StudentT(a.exp() + 0.5, b, a.exp()).log_prob(
+        t([0.3, -1.0, 2.0])),
+    "Laplace.cdf": lambda a, b: D.Laplace(a, b.exp()).cdf(t([0.3, -1.0, 2.0])),
+    "VonMises.log_prob": lambda a, b: D.VonMises(a, b.exp()).log_prob(t([0.3, -1.0, 2.0])),
+    "ContinuousBernoulli.log_prob": lambda a, b: D.ContinuousBernoulli(
+        logits=a).log_prob(b.sigmoid()),
+    "RelaxedBernoulli.log_prob": lambda a, b: D.RelaxedBernoulli(
+        b.exp(), logits=a).log_prob(t([0.3, 0.6, 0.9])),
+    "LKJCholesky.log_prob": lambda a, b: D.LKJCholesky(3, a.exp()).log_prob(
+        D.transforms.CorrCholeskyTransform()(b)),
+    "Kumaraswamy.entropy": lambda a, b: D.Kumaraswamy(a.exp(), b.exp()).entropy(),
+    "kl(Pareto, Gamma)": lambda a, b: D.kl_divergence(D.Pareto(a.exp(), b.exp() + 2),
+                                                       D.Gamma(b.exp(), a.exp())),
 }
 
 
