@@ -204,7 +204,8 @@ def lu(A, *, pivot=True, out=None):
 def _permute_rows(B, piv):
     """P^T B for LAPACK pivots, as a product with the permutation matrix (BLAS: exact, any
     dtype, differentiable in B)."""
-    P = from_numpy(_lapack.permutation_from_pivots(piv.numpy(), B.shape[-2], B.dtype.np))
+    P = from_numpy(_lapack.permutation_from_pivots(piv.cpu().numpy(), B.shape[-2],
+                                                   B.dtype.np)).to(B.device)
     return P.mT @ B
 
 

@@ -46,7 +46,7 @@ def ldl_factor_ex(A, *, hermitian=False, check_errors=False, out=None):
 
 
 def _raise_ldl(A, info):
-    bad = first_failure(info.numpy())
+    bad = first_failure(info.cpu().numpy())
     if bad is not None:
         i, k = bad
         raise LinAlgError(f"linalg.ldl_factor: {batch_prefix(tuple(A.shape[:-2]), i)}The "

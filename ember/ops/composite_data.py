@@ -36,7 +36,7 @@ mode_result = namedtuple("mode", ["values", "indices"])
 
 
 def _host(x: Tensor) -> np.ndarray:
-    return np.asarray(x.detach().numpy())
+    return np.asarray(x.detach().cpu().numpy())   # NOTE: a host copy of a device tensor
 
 
 def _index(arr: np.ndarray, like: Tensor) -> Tensor:

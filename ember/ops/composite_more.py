@@ -49,7 +49,7 @@ def _quantile(input, q, dim, keepdim, interpolation, ignore_nan, op):
         raise ValueError(f"{op}(): interpolation must be one of {_INTERPOLATIONS}, got "
                          f"{interpolation!r}")
     scalar_q = not isinstance(q, Tensor) or q.ndim == 0
-    qa = np.atleast_1d(np.asarray(q.detach().numpy() if isinstance(q, Tensor) else q,
+    qa = np.atleast_1d(np.asarray(q.detach().cpu().numpy() if isinstance(q, Tensor) else q,
                                   np.float64))
     if qa.ndim != 1 or ((qa < 0) | (qa > 1)).any():
         raise ValueError(f"{op}(): q must be a scalar or 1-D tensor with values in [0, 1], "

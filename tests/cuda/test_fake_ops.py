@@ -16,11 +16,9 @@ from opinfo import OPINFOS
 
 #: composites that read an input's values through NumPy (``x.numpy()``): they need a host
 #: copy (``.cpu()``) or a device kernel before they can run on ``cuda``.
-NUMPY_ONLY = {"ctc_loss", "cummax", "cummin", "index_reduce_mean", "linalg.ldl_factor",
-              "linalg.lu_solve", "mode", "quantile", "scatter_reduce_amax",
-              "scatter_reduce_amin", "scatter_reduce_prod"}
-#: the OpInfo's own ``fn`` builds a CPU tensor (tests/opinfo/linalg_lapack.py ``_spd``).
-CPU_HELPER = {"linalg.cholesky", "cholesky_solve"}
+NUMPY_ONLY: set = set()   # (none left)
+#: OpInfo entries whose own ``fn`` builds a CPU tensor (none left).
+CPU_HELPER: set = set()
 
 _BY_NAME = {}
 for _info in OPINFOS:

@@ -33,7 +33,8 @@ def _h(a):
 
 def _hpd(a):
     n = a.shape[-1]
-    eye = em.eye(n, dtype=a.dtype) if isinstance(a, em.Tensor) else np.eye(n, dtype=a.dtype)
+    eye = em.eye(n, dtype=a.dtype, device=a.device) if isinstance(a, em.Tensor) else \
+        np.eye(n, dtype=a.dtype)
     return a @ _h(a) + n * eye
 
 

@@ -37,7 +37,7 @@ def _spd(a):
     """Symmetric positive-definite from any square ``a`` (NumPy or Ember)."""
     n = a.shape[-1]
     at = a.mT if isinstance(a, em.Tensor) else np.swapaxes(a, -1, -2)
-    return a @ at + n * (em.eye(n, dtype=a.dtype) if isinstance(a, em.Tensor) else
+    return a @ at + n * (em.eye(n, dtype=a.dtype, device=a.device) if isinstance(a, em.Tensor) else
                          np.eye(n, dtype=a.dtype))
 
 

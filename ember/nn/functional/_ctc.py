@@ -24,7 +24,7 @@ __all__ = ["ctc_loss"]
 
 
 def _lengths(op, name, x, n):
-    v = np.asarray(x.detach().numpy() if isinstance(x, Tensor) else x).reshape(-1)
+    v = np.asarray(x.detach().cpu().numpy() if isinstance(x, Tensor) else x).reshape(-1)
     if v.dtype.kind not in "iu":
         raise DTypeError(f"{op}: {name} must be integers, got dtype {v.dtype}")
     if v.size != n:
@@ -35,7 +35,7 @@ def _lengths(op, name, x, n):
 
 def _padded_targets(op, targets, tgt_len, n):
     """Targets as an ``(N, S)`` int64 array (concatenated 1-D targets are split)."""
-    t = np.asarray(targets.detach().numpy())
+    t = np.asarray(targets.detach().cpu().numpy())
     if t.dtype.kind not in "iu":
         raise DTypeError(f"{op}: targets must be integers, got {_desc(targets)}")
     if t.ndim == 2 and t.shape[0] == n:
