@@ -309,6 +309,8 @@ def _to_leaf(t, g, create_graph, external, claimed):
 
 def backward(tensors, grad_tensors=None, retain_graph=None, create_graph=False, inputs=None):
     """Accumulate gradients of ``tensors`` into the leaves' ``.grad`` (``torch.autograd.backward``)."""
+    if state.modes and hasattr(state.modes[-1], "on_backward"):   # ember.func.vmap refuses
+        state.modes[-1].on_backward()
     if isinstance(tensors, Tensor):
         tensors = [tensors]
     if grad_tensors is None or isinstance(grad_tensors, Tensor):

@@ -235,6 +235,12 @@ class VmapMode:
             from ..autograd.forward_ad import push_tangents
             push_tangents(op, inputs, params, res)
 
+    def on_backward(self):
+        raise RuntimeError("vmap: backward() called inside vmap is not supported (it would "
+                           "accumulate batched gradients into .grad): use ember.func.grad or "
+                           "ember.func.vjp inside the vmapped function, or call backward() "
+                           "outside vmap")
+
     def check_function(self, cls, args):
         """A custom ``autograd.Function`` runs its forward on batched values with autograd
         off and records its node on them: a gradient or tangent an *outer* transform tracks

@@ -400,3 +400,10 @@ def test_batched_tensor_kept_after_vmap_raises_when_used():
     assert tuple(out.shape) == (3, 2)
     with pytest.raises(RuntimeError, match="used after the vmap that made it had returned"):
         keep[0] + 1
+
+
+def test_backward_inside_vmap_raises():
+    w = em.randn(3, requires_grad=True)
+    with pytest.raises(RuntimeError, match=r"vmap: backward\(\) called inside vmap"):
+        vmap(lambda a: (a * w).sum().backward())(T(4, 3))
+    assert w.grad is None
