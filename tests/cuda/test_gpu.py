@@ -161,3 +161,19 @@ def test_pinned_batches(gpu):
     (b,) = next(iter(em.utils.data.DataLoader(ds, batch_size=4, pin_memory=True)))
     assert b.is_pinned()
     assert b.to("cuda", non_blocking=True).cpu().tolist() == [0.0, 1.0, 2.0, 3.0]
+
+
+def _module_names():
+    from test_fake_modules import CASES
+    return sorted(CASES)
+
+
+@pytest.mark.parametrize("name", _module_names())
+def test_layer_on_the_gpu_matches_cpu(gpu, name):
+    from test_fake_modules import CASES, run
+    make, arrays = CASES[name]
+    want, _ = run("cpu", make, arrays)
+    got, outs = run("cuda", make, arrays)
+    assert all(o.device == em.device("cuda:0") for o in outs)
+    for a, b in zip(want, got):
+        np.testing.assert_allclose(b, a, rtol=1e-4, atol=1e-5, err_msg=name)
