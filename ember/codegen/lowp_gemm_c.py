@@ -1,0 +1,225 @@
+"""C text of the native bfloat16 GEMM (:mod:`.lowp_gemm` builds and calls it).
+
+Layout (what ``vdpbf16ps`` wants): each 32-bit word holds a *pair* of bfloat16 values
+along K, low half = the even k. ``C[m, n] += A[m, 2p] B[2p, n] + A[m, 2p+1] B[2p+1, n]``
+for a broadcast A word and sixteen B words per instruction (float32 lanes).
+
+* A is packed in panels of ``MR`` rows: ``Ap[panel][p][MR]`` words (rows past M and the
+  odd K's last high half are zeros);
+* B in panels of ``NR`` columns: ``Bp[panel][p][NR]`` words (columns past N zeros);
+* the micro-kernel keeps an ``MR x NR`` float32 tile in 24 zmm registers over all of K and
+  stores it once: float32, or rounded to bfloat16 on the bits (nearest even; every NaN
+  becomes ``0x7FC0`` with its sign, as :mod:`.convert_kernels`);
+* two pool calls: pack (A's and B's panels, split by rows/columns so threads get equal
+  bytes) then compute (row panels split over threads; each walks N in blocks whose
+  packed B stays in L2).
+
+Compiled only where ``-march=native`` has AVX512-BF16 (plus BW/VL); ``ember_bf16_native``
+also asks the CPU at run time. Geometry ``g`` (int64): batch, M, N, K; A's batch/row/col
+strides; B's batch/row/col strides; C's batch/row strides (columns contiguous); float32
+output flag; KP = ceil(K / 2); A panels; B panels. ``ptrs``: A, B, C, packed A, packed B.
+"""
+
+MR, NR = 6, 64
+
+SOURCE = r"""
+#include <stdint.h>
+#include <string.h>
+typedef void (*ember_run_fn)(char **, const int64_t *, const int64_t *, int64_t, int64_t);
+void (*ember_parallel_hook)(ember_run_fn, char **, const int64_t *, const int64_t *,
+                            int64_t, int64_t, int64_t) = 0;
+
+#if defined(__AVX512BF16__) && defined(__AVX512BW__) && defined(__AVX512VL__)
+#define EMBER_BF16_DP 1
+#include <immintrin.h>
+#endif
+
+#define MR 6
+#define NR 64
+enum { G_B, G_M, G_N, G_K, G_SAB, G_SAM, G_SAK, G_SBB, G_SBK, G_SBN, G_SCB, G_SCM,
+       G_F32, G_KP, G_NMP, G_NNP };
+
+int64_t ember_bf16_native(void) {
+#ifdef EMBER_BF16_DP
+    __builtin_cpu_init();
+    return __builtin_cpu_supports("avx512bf16") && __builtin_cpu_supports("avx512bw");
+#else
+    return 0;
+#endif
+}
+
+#ifdef EMBER_BF16_DP
+static inline uint32_t pair_at(const uint16_t *x, int64_t s, int64_t k, int64_t K) {
+    const uint32_t lo = x[k * s];
+    return k + 1 < K ? lo | (uint32_t)x[(k + 1) * s] << 16 : lo;
+}
+
+static void pack_a(const int64_t *g, const uint16_t *a, uint32_t *dst, int64_t m0) {
+    const int64_t M = g[G_M], K = g[G_K], KP = g[G_KP], sm = g[G_SAM], sk = g[G_SAK];
+    for (int64_t i = 0; i < MR; i++) {
+        const int64_t m = m0 + i;
+        uint32_t *d = dst + i;
+        if (m >= M) {
+            for (int64_t p = 0; p < KP; p++) d[p * MR] = 0;
+            continue;
+        }
+        const uint16_t *row = a + m * sm;
+        int64_t p = 0;
+        if (sk == 1)
+            for (; 2 * p + 1 < K; p++) { uint32_t w; memcpy(&w, row + 2 * p, 4); d[p * MR] = w; }
+        for (; p < KP; p++) d[p * MR] = pair_at(row, sk, 2 * p, K);
+    }
+}
+
+static void pack_b(const int64_t *g, const uint16_t *b, uint32_t *dst, int64_t n0) {
+    const int64_t N = g[G_N], K = g[G_K], KP = g[G_KP], sk = g[G_SBK], sn = g[G_SBN];
+    const int64_t nv = N - n0 < NR ? N - n0 : NR;
+    int64_t p = 0;
+    if (sn == 1 && nv == NR) {          /* rows: interleave two rows' 64 columns */
+        const __m512i lo = _mm512_set_epi16(47, 15, 46, 14, 45, 13, 44, 12, 43, 11, 42, 10,
+            41, 9, 40, 8, 39, 7, 38, 6, 37, 5, 36, 4, 35, 3, 34, 2, 33, 1, 32, 0);
+        const __m512i hi = _mm512_add_epi16(lo, _mm512_set1_epi16(16));
+        for (; 2 * p + 1 < K; p++) {
+            const uint16_t *r0 = b + 2 * p * sk + n0, *r1 = r0 + sk;
+            uint32_t *d = dst + p * NR;
+            for (int h = 0; h < 2; h++) {
+                const __m512i x0 = _mm512_loadu_si512(r0 + 32 * h);
+                const __m512i x1 = _mm512_loadu_si512(r1 + 32 * h);
+                _mm512_storeu_si512(d + 32 * h, _mm512_permutex2var_epi16(x0, lo, x1));
+                _mm512_storeu_si512(d + 32 * h + 16, _mm512_permutex2var_epi16(x0, hi, x1));
+            }
+        }
+    } else if (sk == 1 && nv == NR && 63 * (sn < 0 ? -sn : sn) < (1LL << 30)) {
+        /* transposed (x @ w.mT): a pair is one 32-bit word of a row of w; gather 16 */
+        const __m512i idx = _mm512_mullo_epi32(
+            _mm512_set_epi32(15, 14, 13, 12, 11, 10, 9, 8, 7, 6, 5, 4, 3, 2, 1, 0),
+            _mm512_set1_epi32((int32_t)sn));
+        for (; 2 * p + 1 < K; p++)
+            for (int v = 0; v < 4; v++)
+                _mm512_storeu_si512(dst + p * NR + 16 * v, _mm512_i32gather_epi32(
+                    idx, (const void *)(b + (n0 + 16 * v) * sn + 2 * p), 2));
+    }
+    for (; p < KP; p++) {
+        uint32_t *d = dst + p * NR;
+        int64_t j = 0;
+        for (; j < nv; j++) d[j] = pair_at(b + (n0 + j) * sn, sk, 2 * p, K);
+        for (; j < NR; j++) d[j] = 0;
+    }
+}
+
+/* pack range: units [0, B * (nmp*MR + nnp*NR)); a panel belongs to the chunk holding its
+   first unit */
+static void pack_run(char **ptrs, const int64_t *g, const int64_t *st, int64_t lo,
+                     int64_t hi) {
+    (void)st;
+    const int64_t KP = g[G_KP], ma = g[G_NMP] * MR, per = ma + g[G_NNP] * NR;
+    for (int64_t u = lo; u < hi; u++) {
+        const int64_t b = u / per, r = u % per;
+        if (r < ma) {
+            if (r % MR) continue;
+            pack_a(g, (const uint16_t *)ptrs[0] + b * g[G_SAB],
+                   (uint32_t *)ptrs[3] + (b * g[G_NMP] + r / MR) * KP * MR, r);
+        } else {
+            const int64_t n0 = r - ma;
+            if (n0 % NR) continue;
+            pack_b(g, (const uint16_t *)ptrs[1] + b * g[G_SBB],
+                   (uint32_t *)ptrs[4] + (b * g[G_NNP] + n0 / NR) * KP * NR, n0);
+        }
+    }
+}
+
+static inline __m256i round_bf16(__m512 v) {
+    const __m512i u = _mm512_castps_si512(v);
+    const __m512i top = _mm512_srli_epi32(u, 16);
+    __m512i r = _mm512_add_epi32(_mm512_add_epi32(u, _mm512_set1_epi32(0x7fff)),
+                                 _mm512_and_si512(top, _mm512_set1_epi32(1)));
+    r = _mm512_srli_epi32(r, 16);
+    const __m512i nan = _mm512_or_si512(_mm512_and_si512(top, _mm512_set1_epi32(0x8000)),
+                                        _mm512_set1_epi32(0x7fc0));
+    r = _mm512_mask_mov_epi32(r, _mm512_cmp_ps_mask(v, v, _CMP_UNORD_Q), nan);
+    return _mm512_cvtepi32_epi16(r);
+}
+
+#define DP(i)                                                                          \
+    { const __m512bh ai = (__m512bh)_mm512_set1_epi32((int32_t)a[i]);                  \
+      c##i##0 = _mm512_dpbf16_ps(c##i##0, ai, b0);                                    \
+      c##i##1 = _mm512_dpbf16_ps(c##i##1, ai, b1);                                    \
+      c##i##2 = _mm512_dpbf16_ps(c##i##2, ai, b2);                                    \
+      c##i##3 = _mm512_dpbf16_ps(c##i##3, ai, b3); }
+#define ZERO(i) __m512 c##i##0 = _mm512_setzero_ps(), c##i##1 = c##i##0, c##i##2 = c##i##0, \
+                       c##i##3 = c##i##0;
+#define STORE(i)                                                                       \
+    if (i < mr) { store_row(c, i * scm, f32, mk, c##i##0, c##i##1, c##i##2, c##i##3); }
+
+static inline void store_row(char *c, int64_t off, int f32, const __mmask16 *mk,
+                             __m512 v0, __m512 v1, __m512 v2, __m512 v3) {
+    const __m512 v[4] = {v0, v1, v2, v3};
+    for (int j = 0; j < 4; j++) {
+        if (!mk[j]) return;
+        if (f32) _mm512_mask_storeu_ps((float *)c + off + 16 * j, mk[j], v[j]);
+        else _mm256_mask_storeu_epi16((uint16_t *)c + off + 16 * j, mk[j], round_bf16(v[j]));
+    }
+}
+
+/* one MR x NR tile over all of K; c points at its top-left element */
+static void tile(const uint32_t *restrict a, const uint32_t *restrict bp, int64_t KP,
+                 char *c, int64_t scm, int f32, int64_t mr, int64_t nv) {
+    ZERO(0) ZERO(1) ZERO(2) ZERO(3) ZERO(4) ZERO(5)
+    for (int64_t p = 0; p < KP; p++, a += MR, bp += NR) {
+        const __m512bh b0 = (__m512bh)_mm512_loadu_si512(bp);
+        const __m512bh b1 = (__m512bh)_mm512_loadu_si512(bp + 16);
+        const __m512bh b2 = (__m512bh)_mm512_loadu_si512(bp + 32);
+        const __m512bh b3 = (__m512bh)_mm512_loadu_si512(bp + 48);
+        DP(0) DP(1) DP(2) DP(3) DP(4) DP(5)
+    }
+    __mmask16 mk[4];
+    for (int j = 0; j < 4; j++) {
+        const int64_t left = nv - 16 * j;
+        mk[j] = left >= 16 ? (__mmask16)0xffff : left <= 0 ? 0 : (__mmask16)((1u << left) - 1);
+    }
+    STORE(0) STORE(1) STORE(2) STORE(3) STORE(4) STORE(5)
+}
+
+/* compute range: row panels [0, B * nmp) */
+static void gemm_run(char **ptrs, const int64_t *g, const int64_t *st, int64_t lo,
+                     int64_t hi) {
+    (void)st;
+    const int64_t M = g[G_M], N = g[G_N], KP = g[G_KP], nmp = g[G_NMP], nnp = g[G_NNP];
+    const int64_t scm = g[G_SCM], isz = g[G_F32] ? 4 : 2;
+    /* N panels per block: their packed B (KP * NR words each) within ~512 KiB of L2 */
+    int64_t nb = (512 * 1024) / (KP * NR * 4 > 0 ? KP * NR * 4 : 1);
+    if (nb < 1) nb = 1;
+    while (lo < hi) {
+        const int64_t b = lo / nmp, end = (b + 1) * nmp < hi ? (b + 1) * nmp : hi;
+        const uint32_t *ap = (const uint32_t *)ptrs[3] + b * nmp * KP * MR;
+        const uint32_t *bp = (const uint32_t *)ptrs[4] + b * nnp * KP * NR;
+        char *cb = ptrs[2] + b * g[G_SCB] * isz;
+        for (int64_t j0 = 0; j0 < nnp; j0 += nb)
+            for (int64_t ip = lo - b * nmp; ip < end - b * nmp; ip++)
+                for (int64_t jp = j0; jp < j0 + nb && jp < nnp; jp++) {
+                    const int64_t m0 = ip * MR, n0 = jp * NR;
+                    tile(ap + ip * KP * MR, bp + jp * KP * NR, KP,
+                         cb + (m0 * scm + n0) * isz, scm, (int)g[G_F32],
+                         M - m0 < MR ? M - m0 : MR, N - n0);
+                }
+        lo = end;
+    }
+}
+#endif
+
+/* g as above; ptrs = [A, B, C, packed A, packed B]; nthreads: the pool's */
+void ember_bf16_gemm(char **ptrs, const int64_t *g, int64_t nthreads) {
+#ifdef EMBER_BF16_DP
+    const int64_t units = g[G_B] * (g[G_NMP] * MR + g[G_NNP] * NR), rows = g[G_B] * g[G_NMP];
+    if (nthreads > 1 && ember_parallel_hook) {
+        ember_parallel_hook(pack_run, ptrs, g, g, units, MR * NR, nthreads);
+        ember_parallel_hook(gemm_run, ptrs, g, g, rows, 1, nthreads);
+    } else {
+        pack_run(ptrs, g, g, 0, units);
+        gemm_run(ptrs, g, g, 0, rows);
+    }
+#else
+    (void)ptrs; (void)g; (void)nthreads;
+#endif
+}
+"""
