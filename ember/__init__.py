@@ -88,6 +88,7 @@ from ._threads import (get_num_interop_threads, get_num_threads,  # noqa: E402,F
                        set_num_interop_threads, set_num_threads)
 from ._torch_globals import *  # noqa: E402,F401,F403 - pi, determinism flags, default device
 from ._torch_functional import *  # noqa: E402,F401,F403 - torch.batch_norm etc., ATen order
+from ._torch_toplevel_more import *  # noqa: E402,F401,F403 - *_copy, torch.lstm_cell, range
 
 #: Subpackages imported on first attribute access (PEP 562), to keep ``import ember`` fast.
 _LAZY_SUBMODULES = {"distributions"}
