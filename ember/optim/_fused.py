@@ -1,4 +1,4 @@
-"""The ``foreach``/``fused`` path of SGD, Adam and AdamW: one compiled update per step.
+"""The ``fused=True`` path of SGD, Adam and AdamW: one compiled update per step.
 
 Run eagerly, an optimizer step dispatches several whole-tensor NumPy passes per parameter
 (Adam: ``lerp_``, ``mul_``, ``addcmul_``, ``sqrt``, ``div_``, ``add_``, ``addcdiv_``), each
@@ -12,11 +12,14 @@ one generated elementwise kernel that reads ``p``, ``grad`` and the moments once
 whole step is one program run. No second implementation of the math: the graph is traced
 from ``_update_group``.
 
-When: ``fused=True``; or ``fused=None`` and ``foreach`` True or None (PyTorch's defaults:
-PyTorch picks the for-loop on CPU; Ember picks this path because it is faster here, see
-``bench/RESULTS.md``), every parameter with a gradient is a CPU float32/float64 tensor, no
-dispatch mode (tracer), forward AD or anomaly mode is active and a C compiler exists.
-``fused=False``, or ``foreach=False`` without ``fused=True``, keep the per-parameter loop.
+When: ``fused=True`` (PyTorch's flag for its fused kernels, which likewise round differently
+from the for-loop), every parameter with a gradient is a CPU float32/float64 tensor, no
+dispatch mode (tracer), forward AD or anomaly mode is active and a C compiler exists. The
+default (``fused=None``) and ``foreach=True`` keep the per-parameter loop, which already
+updates whole raw arrays without dispatch: the generated kernels contract ``a * b + c``
+into FMAs (``-ffp-contract=fast``), so the fused update differs from the loop in the last
+bits, and eager steps stay bit-identical to ``ember.compile``'s exact-pass graphs and to
+``foreach``/``capturable`` runs unless ``fused=True`` asks otherwise.
 A step that creates state (the first) runs the loop; otherwise a step whose signature is
 new is first captured with its effects undone and then replayed, so every update on this
 path is the compiled program's (bit-reproducible across a ``state_dict`` resume). A capture
@@ -52,8 +55,7 @@ def wanted(opt) -> bool:
     if st.modes or st.fw_levels or st.anomaly or d.get("_fused_broken") or d.get("_fused_off"):
         return False
     for group in opt.param_groups:
-        fe, fu = group.get("foreach"), group.get("fused")
-        if fu is False or (fu is None and fe is False) or group.get("differentiable") or \
+        if group.get("fused") is not True or group.get("differentiable") or \
                 not opt._fused_worth(group):
             return False
         for p in group["params"]:

@@ -51,7 +51,7 @@ class Adam(_AdamBase):
         >>> opt = ember.optim.Adam(model.parameters(), lr=1e-3, betas=(0.9, 0.999))
     """
 
-    _fused_capable = True     # foreach/fused: the compiled update (optim/_fused.py)
+    _fused_capable = True     # fused=True: the compiled update (optim/_fused.py)
 
     def __init__(self, params, lr: float = 1e-3, betas: tuple[float, float] = (0.9, 0.999),
                  eps: float = 1e-8, weight_decay: float = 0, amsgrad: bool = False, *,

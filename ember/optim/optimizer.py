@@ -37,9 +37,10 @@ def _check(ok: bool, what: str, value) -> None:
 
 
 def _check_impl_flags(name: str, group: dict) -> None:
-    """PyTorch's implementation switches: ``foreach``, ``fused`` and ``capturable`` are
-    accepted (Ember has one implementation, which ``ember.compile`` already captures as one
-    graph); ``differentiable=True`` is refused, as steps run under ``no_grad``."""
+    """PyTorch's implementation switches: ``foreach`` and ``capturable`` are accepted (the
+    per-parameter loop already updates whole raw arrays, and ``ember.compile`` captures it
+    as one graph); ``fused=True`` runs SGD/Adam/AdamW's compiled update (``_fused.py``);
+    ``differentiable=True`` is refused, as steps run under ``no_grad``."""
     if group.get("fused") and group.get("foreach"):
         raise RuntimeError(f"{name}: `fused` and `foreach` cannot be `True` together.")
     if group.get("differentiable"):
@@ -81,7 +82,7 @@ class Optimizer:
         >>> opt.zero_grad(); loss_fn(model(x), y).backward(); opt.step()
     """
 
-    #: whether ``foreach``/``fused`` steps may run the compiled update (``_fused.py``)
+    #: whether ``fused=True`` steps may run the compiled update (``_fused.py``)
     _fused_capable = False
     #: update complex parameters as pairs of reals (PyTorch's ``_view_as_real``); optimizers
     #: that refuse complex parameters (Muon, Adafactor) set it False to see them as they are
@@ -219,7 +220,7 @@ class Optimizer:
             with enable_grad():
                 loss = closure()
         if self._fused_capable and _fused.wanted(self):
-            _fused.step(self)        # foreach/fused: the compiled update (optim/_fused.py)
+            _fused.step(self)        # fused=True: the compiled update (optim/_fused.py)
         else:
             with no_grad():
                 for group in self.param_groups:

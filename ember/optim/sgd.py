@@ -22,7 +22,7 @@ class SGD(Optimizer):
         >>> opt = ember.optim.SGD(model.parameters(), lr=0.1, momentum=0.9, nesterov=True)
     """
 
-    _fused_capable = True     # foreach/fused: the compiled update (optim/_fused.py)
+    _fused_capable = True     # fused=True: the compiled update (optim/_fused.py)
 
     def __init__(self, params, lr: float = 1e-3, momentum: float = 0, dampening: float = 0,
                  weight_decay: float = 0, nesterov: bool = False, *, maximize: bool = False,

@@ -223,3 +223,32 @@ def test_inplace_silu_and_return_indices_run_as_written():
     vals, idx = F.max_pool2d(em.tensor(_rand((1, 2, 4, 4), "float32")), 2, return_indices=True)
     assert idx.dtype == em.int64 and vals.shape == (1, 2, 2, 2)
     assert ec.stats["runs"] == before
+
+
+@pytest.mark.parametrize("training", [True, False])
+def test_batch_norm_updates_running_stats_like_the_composite(training):
+    x = em.tensor(_rand((6, 4, 3, 3), "float64"), requires_grad=True)
+    w = em.tensor(_rand((4,), "float64", 1), requires_grad=True)
+    b = em.tensor(_rand((4,), "float64", 2), requires_grad=True)
+    got = {}
+    for fast in (False, True):
+        prev = ec.set_enabled(fast)
+        try:
+            rm, rv = em.zeros(4, dtype=em.float64), em.ones(4, dtype=em.float64)
+            before = ec.stats["runs"]
+            steps = []
+            for _ in range(3):
+                y = F.batch_norm(x, rm, rv, w, b, training=training, momentum=0.2)
+                grads = em.autograd.grad((y * y).sum(), [x, w, b])
+                steps.append([y.detach().numpy()] + [t.numpy() for t in grads])
+            assert (ec.stats["runs"] - before) == (3 if fast else 0)
+            got[fast] = steps, rm.numpy().copy(), rv.numpy().copy()
+        finally:
+            ec.set_enabled(prev)
+    for s_fast, s_ref in zip(got[True][0], got[False][0]):
+        for a, r in zip(s_fast, s_ref):
+            np.testing.assert_allclose(a, r, rtol=1e-10, atol=1e-11)
+    np.testing.assert_allclose(got[True][1], got[False][1], rtol=1e-12)
+    np.testing.assert_allclose(got[True][2], got[False][2], rtol=1e-12)
+    if training:
+        assert not np.allclose(got[True][1], 0.0)       # the stats did move

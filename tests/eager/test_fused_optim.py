@@ -1,8 +1,8 @@
-"""The ``foreach``/``fused`` path of SGD/Adam/AdamW (``ember/optim/_fused.py``).
+"""The ``fused=True`` path of SGD/Adam/AdamW (``ember/optim/_fused.py``).
 
 The compiled update must give the per-parameter loop's trajectory (to rounding), actually
-run, leave the loop to ``foreach=False``/``fused=False``, resume bit-exactly from a state
-dict, follow LR changes without recompiling, and keep the loop while a tracer is active.
+run, leave the default and ``foreach`` to the loop, resume bit-exactly from a state dict,
+follow LR changes without recompiling, and keep the loop while a tracer is active.
 """
 from __future__ import annotations
 
@@ -52,9 +52,9 @@ def _trajectory(cls, kw, dtype, steps=5, params=None, opt=None, start=0):
 @pytest.mark.parametrize("cls,kw", CASES)
 def test_compiled_update_matches_the_loop(cls, kw, dtype):
     before = _fused.stats["steps"]
-    loop, _ = _trajectory(cls, dict(kw, foreach=False), dtype)
+    loop, _ = _trajectory(cls, kw, dtype)
     assert _fused.stats["steps"] == before
-    fast, opt = _trajectory(cls, kw, dtype)
+    fast, opt = _trajectory(cls, dict(kw, fused=True), dtype)
     assert _fused.stats["steps"] == before + 4       # every step but the state-making first
     tol = dict(rtol=1e-5, atol=1e-6) if dtype == "float32" else dict(rtol=1e-12, atol=1e-13)
     for a, b in zip(fast, loop):
@@ -66,8 +66,8 @@ def test_compiled_update_matches_the_loop(cls, kw, dtype):
         assert float(opt.state[fast[0]]["step"]) == 5.0
 
 
-@pytest.mark.parametrize("flags,fast", [(dict(fused=True), True), (dict(foreach=True), True),
-                                        (dict(fused=True, foreach=False), True),
+@pytest.mark.parametrize("flags,fast", [(dict(fused=True), True), (dict(foreach=True), False),
+                                        (dict(fused=True, foreach=False), True), ({}, False),
                                         (dict(foreach=False), False), (dict(fused=False), False)])
 def test_flags_pick_the_path(flags, fast):
     before = _fused.stats["steps"]
@@ -76,11 +76,11 @@ def test_flags_pick_the_path(flags, fast):
 
 
 def test_resume_from_state_dict_is_bit_exact():
-    full, _ = _trajectory(optim.AdamW, dict(lr=0.05), "float32", steps=6)
-    params, opt = _trajectory(optim.AdamW, dict(lr=0.05), "float32", steps=3)
+    full, _ = _trajectory(optim.AdamW, dict(lr=0.05, fused=True), "float32", steps=6)
+    params, opt = _trajectory(optim.AdamW, dict(lr=0.05, fused=True), "float32", steps=3)
     saved = opt.state_dict()
     fresh = [em.tensor(p.detach().numpy().copy(), requires_grad=True) for p in params]
-    opt2 = optim.AdamW(fresh, lr=1.0)
+    opt2 = optim.AdamW(fresh, lr=1.0, fused=True)
     opt2.load_state_dict(saved)
     _trajectory(None, None, None, steps=3, params=fresh, opt=opt2, start=3)
     for a, b in zip(full, fresh):
@@ -88,8 +88,8 @@ def test_resume_from_state_dict_is_bit_exact():
 
 
 def test_lr_changes_are_followed_without_recompiling():
-    fast, opt = _trajectory(optim.Adam, dict(lr=0.05), "float64", steps=3)
-    loop, lopt = _trajectory(optim.Adam, dict(lr=0.05, foreach=False), "float64", steps=3)
+    fast, opt = _trajectory(optim.Adam, dict(lr=0.05, fused=True), "float64", steps=3)
+    loop, lopt = _trajectory(optim.Adam, dict(lr=0.05), "float64", steps=3)
     for o in (opt, lopt):
         o.param_groups[0]["lr"] = 0.2
     _trajectory(None, None, None, steps=2, params=fast, opt=opt, start=3)
@@ -102,7 +102,7 @@ def test_lr_changes_are_followed_without_recompiling():
 def test_a_parameter_without_grad_is_skipped_like_the_loop():
     ps = _params("float64")
     qs = [em.tensor(p.detach().numpy().copy(), requires_grad=True) for p in ps]
-    fast, loop = optim.Adam(ps, lr=0.1), optim.Adam(qs, lr=0.1, foreach=False)
+    fast, loop = optim.Adam(ps, lr=0.1, fused=True), optim.Adam(qs, lr=0.1)
     for k in range(4):
         for params, opt in ((ps, fast), (qs, loop)):
             opt.zero_grad()
@@ -116,7 +116,7 @@ def test_a_parameter_without_grad_is_skipped_like_the_loop():
 
 def test_a_compiled_training_step_still_captures_the_loop():
     model = em.nn.Linear(4, 3)
-    opt = optim.Adam(model.parameters(), lr=0.01)
+    opt = optim.Adam(model.parameters(), lr=0.01, fused=True)
     x = em.randn(8, 4)
 
     @em.compile
@@ -134,7 +134,7 @@ def test_a_compiled_training_step_still_captures_the_loop():
 @pytest.mark.parametrize("cycle", [True, False])
 def test_momentum_cycling_scheduler_keeps_the_loop_from_the_first_step(cycle):
     params = _params("float32")
-    opt = optim.AdamW(params, lr=0.01)
+    opt = optim.AdamW(params, lr=0.01, fused=True)
     sched = optim.lr_scheduler.OneCycleLR(opt, max_lr=0.05, total_steps=10,
                                           cycle_momentum=cycle)
     before = _fused.stats["steps"]

@@ -40,4 +40,5 @@ max_pool1d, max_pool2d = _fast(max_pool1d), _fast(max_pool2d)  # noqa: F821
 avg_pool1d, avg_pool2d = _fast(avg_pool1d), _fast(avg_pool2d)  # noqa: F821
 gelu, silu = _fast(gelu), _fast(silu, when=_not_inplace)  # noqa: F405
 layer_norm, group_norm = _fast(layer_norm), _fast(group_norm)  # noqa: F405
+batch_norm = _fast(batch_norm)  # noqa: F405 - running stats: in-place writes, written back
 cross_entropy, nll_loss = _fast(cross_entropy), _fast(nll_loss)  # noqa: F405
