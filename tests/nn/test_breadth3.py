@@ -444,3 +444,15 @@ def test_swap_in_optimizer_params_and_state():
     with pytest.raises(RuntimeError, match="initialized optimizer state"):
         with em.optim.swap_in_optimizer_params_and_state(fresh, {}, osd):
             pass
+
+
+def test_lazy_dtype_conversion_and_deepcopy_before_dry_run():
+    m = nn.Sequential(nn.LazyLinear(4), nn.LazyBatchNorm1d())
+    twin = copy.deepcopy(m)
+    m.double()                     # converts the placeholders, which stay lazy
+    assert nn.parameter.is_lazy(m[1].running_mean) and m[1].running_mean.dtype == em.float64
+    y = m(em.randn(3, 5, dtype=em.float64))
+    assert y.dtype == em.float64 and m[1].running_mean.dtype == em.float64
+    assert tuple(m[1].running_var.shape) == (4,)
+    assert tuple(twin(em.ones(3, 5)).shape) == (3, 4)     # the copy initialises on its own
+    assert m[0].weight is not twin[0].weight and twin[0].weight.dtype == em.float32

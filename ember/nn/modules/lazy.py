@@ -75,6 +75,18 @@ class LazyModuleMixin:
         if not self.has_uninitialized_params():
             super().reset_parameters()
 
+    def _apply(self, fn, recurse: bool = True):
+        # NOTE: Module._apply replaces buffers by fn(b); an uninitialised buffer must stay
+        # the same placeholder (now with fn's dtype/device) so the first call materialises it.
+        lazy = {k: b for k, b in self._buffers.items() if is_lazy(b)}
+        super()._apply(fn, recurse)
+        for k, b in lazy.items():
+            new = self._buffers[k]
+            b._data, b._storage, b._dtype, b._device = (new._data, new._storage, new._dtype,
+                                                        new._device)
+            self._buffers[k] = b
+        return self
+
 
 def _kw(device, dtype):
     return dict(device=device, dtype=dtype)
