@@ -1,27 +1,36 @@
-"""A native bfloat16 GEMM on AVX512-BF16 (``vdpbf16ps``), float32 accumulation.
+"""A native bfloat16 GEMM: AMX tiles (``tdpbf16ps``) or AVX512-BF16 (``vdpbf16ps``).
 
 Ember's low-precision matmul otherwise converts both operands to float32, runs float32
-BLAS and rounds the result (:mod:`.convert_kernels`): three extra passes over memory. On
-a CPU with AVX512-BF16 this kernel multiplies the bfloat16 operands directly (C text and
-layout in :mod:`.lowp_gemm_c`): operands packed into k-pairs, a 6 x 64 float32 register
-tile over all of K, the result rounded once to bfloat16 (nearest even) or kept in float32.
-Threads: Ember's pool (:mod:`.pool`), packing and compute each split over it.
+BLAS and rounds the result (:mod:`.convert_kernels`): three extra passes over memory, and
+float32's FLOP rate at best. This kernel multiplies the bfloat16 operands directly (C text
+and layouts in :mod:`.lowp_gemm_c`): operands packed into k-pairs (B) and rows (A), float32
+accumulation over all of K, the result rounded once to bfloat16 (nearest even) or kept in
+float32. Packing and compute are each split over Ember's pool (:mod:`.pool`).
+
+Two kernels, chosen at run time:
+
+* AMX (Sapphire Rapids and later; Linux grants the tile state per process through
+  ``arch_prctl(ARCH_REQ_XCOMP_PERM)``): 32 x 32 output blocks of four 16 x 16 tiles;
+  measured 3-4x float32 BLAS on one core. The default wherever it runs.
+* AVX512-BF16: a 6 x 64 zmm register tile. Correct but *slower* than the conversion path
+  here (``vdpbf16ps`` issues about 0.6 per cycle on this CPU against two float32 FMAs, so
+  its FLOP rate is ~0.6x float32's), so ``mode = "auto"`` does not use it; ``"avx512"``
+  does (tests, comparisons; a CPU where it issues faster could flip that).
 
 Semantics against the reference (float32 BLAS on the exactly converted operands, rounded
 once): a product of two bfloat16 values is exact in float32, so the only differences are
 
-* summation order (pairs of products are added to the float32 accumulator in the
-  instruction's order, over k ascending), bounded by the usual ``~K * eps32 * sum|a||b|``;
-* denormals: ``vdpbf16ps`` treats denormal inputs as zero and flushes denormal results to
-  zero (DAZ/FTZ regardless of MXCSR), as oneDNN's bfloat16 GEMM (PyTorch's) does.
+* summation order (the instructions add pairs, or a tile's 32 products, to the float32
+  accumulator in their own order), bounded by ``~K * eps32 * sum_k |a_mk||b_kn|``;
+* denormals: both instructions treat denormal inputs as zero and flush denormal results
+  to zero (DAZ/FTZ whatever MXCSR says), as oneDNN's bfloat16 GEMM (PyTorch's) does.
 
-inf and NaN propagate as in float32 arithmetic (``inf * 0`` is NaN). A CPU without the
-instruction (checked at run time, and at build time through ``-march=native``), a compiler
-without it, or ``EMBER_LOWP_GEMM=0`` / :data:`enabled` = False keep the conversion path;
-:func:`matmul` returns None then and the caller falls back.
+inf and NaN propagate as in float32 arithmetic (``inf * 0`` is NaN). Without the
+instructions (checked at run time, and at build time through ``-march=native``), or under
+``EMBER_LOWP_GEMM=off``, :func:`matmul` returns None and the caller converts as before.
 
-float16 is not served: this CPU's AVX512-FP16 accumulates in float16, and a float32 GEMM
-converting while packing was not built (see bench/RESULTS.md, issue 16).
+float16 is not served: AVX512-FP16 accumulates in float16, AMX-FP16 is a later CPU, and a
+float32 GEMM converting while packing was not built (bench/RESULTS.md, issue 16).
 """
 from __future__ import annotations
 
@@ -31,15 +40,18 @@ import os
 import ml_dtypes
 import numpy as np
 
-from .lowp_gemm_c import MR, NR, SOURCE
+from .lowp_gemm_c import AMX_ROWS, MR, NR, SOURCE
 from .pool import load_kernels
 from .runtime import num_threads
 
 BF16, F32 = np.dtype(ml_dtypes.bfloat16), np.dtype(np.float32)
 
-#: module switch: False forces the conversion path (tests, comparisons). The environment
-#: variable ``EMBER_LOWP_GEMM=0`` sets it at import.
-enabled = os.environ.get("EMBER_LOWP_GEMM", "1") != "0"
+#: which kernel :func:`matmul` runs: ``"auto"`` = AMX where it runs, else None (the
+#: conversion path: the AVX512-BF16 kernel measured slower than it, see below); ``"avx512"``
+#: = the AVX512-BF16 kernel even where AMX runs (tests, comparisons); ``"off"`` = None
+#: always. ``EMBER_LOWP_GEMM`` (``auto``/``avx512``/``off``, ``0`` = off) sets it at import.
+mode = {"0": "off"}.get(os.environ.get("EMBER_LOWP_GEMM", "auto"),
+                        os.environ.get("EMBER_LOWP_GEMM", "auto"))
 
 #: below this many multiply-adds (M*N*K) the conversion path's BLAS is as fast; the
 #: native kernel's packing pays off from small sizes on, so this only keeps tiny products
@@ -59,13 +71,21 @@ def _load():
             probe.restype, probe.argtypes = ctypes.c_int64, []
             if probe():
                 fn = fns["bf16_gemm"]
+                amx = lib.ember_bf16_amx
+                amx.restype, amx.argtypes = ctypes.c_int64, []
+                _state["amx"] = bool(amx())
             _state["lib"] = lib
         _state["fn"] = fn
     return _state["fn"]
 
 
+def amx_available() -> bool:
+    """Whether the AMX tiles (``tdpbf16ps``) run here: CPU, compiler and Linux's permission."""
+    return _load() is not None and _state.get("amx", False)
+
+
 def native_available() -> bool:
-    """Whether this CPU and compiler run the AVX512-BF16 kernel (ignores :data:`enabled`)."""
+    """Whether this CPU and compiler run the AVX512-BF16 kernel (whatever :data:`mode` says)."""
     return _load() is not None
 
 
@@ -100,17 +120,18 @@ def matmul(x: np.ndarray, y: np.ndarray, out: np.ndarray | None = None,
             bfloat16, rounded once to nearest even.
 
     Returns:
-        The product, or None (not bfloat16, a 1-D operand, no AVX512-BF16 here, or
-        :data:`enabled` is False): the caller takes the conversion path.
+        The product, or None (not bfloat16, a 1-D operand, no AMX here under
+        :data:`mode` ``"auto"``, no AVX512-BF16, or ``"off"``): the caller takes the
+        conversion path.
 
     Example:
         >>> r = matmul(a, b)            # a, b: bfloat16 ndarrays
         >>> r = r if r is not None else fallback(a, b)
     """
-    if not enabled or x.dtype != BF16 or y.dtype != BF16 or x.ndim < 2 or y.ndim < 2:
+    if mode not in ("auto", "avx512") or x.dtype != BF16 or y.dtype != BF16 or x.ndim < 2 or y.ndim < 2:
         return None
     fn = _load()
-    if fn is None:
+    if fn is None or (mode == "auto" and not _state.get("amx", False)):
         return None
     odt = F32 if out_dtype is not None and np.dtype(out_dtype) == F32 else BF16
     M, K = x.shape[-2:]
@@ -148,10 +169,13 @@ def _run(fn, a, b, res, odt):
     if sa is None or sb is None:
         a, b = np.ascontiguousarray(a), np.ascontiguousarray(b)
         sa, sb = _elem_strides(a), _elem_strides(b)
-    kp, nmp, nnp = (K + 1) // 2, -(-M // MR), -(-N // NR)
-    apack = np.empty(bt * nmp * kp * MR, np.uint32)
+    amx = mode == "auto" and _state.get("amx", False)
+    mr = AMX_ROWS if amx else MR
+    kp = -(-K // 32) * 16 if amx else (K + 1) // 2
+    nmp, nnp = -(-M // mr), -(-N // NR)
+    apack = np.empty(bt * nmp * kp * mr, np.uint32)
     bpack = np.empty(bt * nnp * kp * NR, np.uint32)
-    g = (ctypes.c_int64 * 16)(bt, M, N, K, *sa, *sb, M * N, N, odt == F32, kp, nmp, nnp)
+    g = (ctypes.c_int64 * 17)(bt, M, N, K, *sa, *sb, M * N, N, odt == F32, kp, nmp, nnp, amx)
     ptrs = (ctypes.c_void_p * 5)(a.ctypes.data, b.ctypes.data, res.ctypes.data,
                                  apack.ctypes.data, bpack.ctypes.data)
     fn(ptrs, g, num_threads())

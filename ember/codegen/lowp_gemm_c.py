@@ -20,7 +20,7 @@ strides; B's batch/row/col strides; C's batch/row strides (columns contiguous); 
 output flag; KP = ceil(K / 2); A panels; B panels. ``ptrs``: A, B, C, packed A, packed B.
 """
 
-MR, NR = 6, 64
+MR, NR, AMX_ROWS = 6, 64, 32
 
 SOURCE = r"""
 #include <stdint.h>
@@ -34,10 +34,31 @@ void (*ember_parallel_hook)(ember_run_fn, char **, const int64_t *, const int64_
 #include <immintrin.h>
 #endif
 
+#if defined(EMBER_BF16_DP) && defined(__AMX_TILE__) && defined(__AMX_BF16__)
+#define EMBER_AMX 1
+#include <cpuid.h>
+#include <sys/syscall.h>
+#include <unistd.h>
+#endif
+
 #define MR 6
 #define NR 64
+#define MA 32                /* AMX: rows per A panel (two 16-row tiles) */
 enum { G_B, G_M, G_N, G_K, G_SAB, G_SAM, G_SAK, G_SBB, G_SBK, G_SBN, G_SCB, G_SCM,
-       G_F32, G_KP, G_NMP, G_NNP };
+       G_F32, G_KP, G_NMP, G_NNP, G_AMX };
+
+/* AMX-BF16 on this CPU and the kernel's permission to use its tile data (Linux asks
+   each process to request it: ARCH_REQ_XCOMP_PERM for XFEATURE_XTILEDATA) */
+int64_t ember_bf16_amx(void) {
+#ifdef EMBER_AMX
+    unsigned a, b, c, d;
+    if (!__get_cpuid_count(7, 0, &a, &b, &c, &d) || !((d >> 22) & 1) || !((d >> 24) & 1))
+        return 0;
+    return syscall(SYS_arch_prctl, 0x1023, 18) == 0;
+#else
+    return 0;
+#endif
+}
 
 int64_t ember_bf16_native(void) {
 #ifdef EMBER_BF16_DP
@@ -50,6 +71,7 @@ int64_t ember_bf16_native(void) {
 
 #ifdef EMBER_BF16_DP
 static inline uint32_t pair_at(const uint16_t *x, int64_t s, int64_t k, int64_t K) {
+    if (k >= K) return 0;               /* AMX pads K to a multiple of 32 */
     const uint32_t lo = x[k * s];
     return k + 1 < K ? lo | (uint32_t)x[(k + 1) * s] << 16 : lo;
 }
@@ -68,6 +90,21 @@ static void pack_a(const int64_t *g, const uint16_t *a, uint32_t *dst, int64_t m
         if (sk == 1)
             for (; 2 * p + 1 < K; p++) { uint32_t w; memcpy(&w, row + 2 * p, 4); d[p * MR] = w; }
         for (; p < KP; p++) d[p * MR] = pair_at(row, sk, 2 * p, K);
+    }
+}
+
+/* AMX: 32 rows of A as they are, K padded with zeros to 2 * KP (row stride 4 * KP bytes) */
+static void pack_a_amx(const int64_t *g, const uint16_t *a, uint32_t *dst, int64_t m0) {
+    const int64_t M = g[G_M], K = g[G_K], KP = g[G_KP], sm = g[G_SAM], sk = g[G_SAK];
+    for (int64_t i = 0; i < MA; i++) {
+        uint16_t *d = (uint16_t *)(dst + i * KP);
+        int64_t k = 0;
+        if (m0 + i < M) {
+            const uint16_t *row = a + (m0 + i) * sm;
+            if (sk == 1) { memcpy(d, row, 2 * K); k = K; }
+            else for (; k < K; k++) d[k] = row[k * sk];
+        }
+        memset(d + k, 0, 2 * (2 * KP - k));
     }
 }
 
@@ -102,7 +139,7 @@ static void pack_b(const int64_t *g, const uint16_t *b, uint32_t *dst, int64_t n
     for (; p < KP; p++) {
         uint32_t *d = dst + p * NR;
         int64_t j = 0;
-        for (; j < nv; j++) d[j] = pair_at(b + (n0 + j) * sn, sk, 2 * p, K);
+        for (; j < nv && 2 * p < K; j++) d[j] = pair_at(b + (n0 + j) * sn, sk, 2 * p, K);
         for (; j < NR; j++) d[j] = 0;
     }
 }
@@ -112,13 +149,14 @@ static void pack_b(const int64_t *g, const uint16_t *b, uint32_t *dst, int64_t n
 static void pack_run(char **ptrs, const int64_t *g, const int64_t *st, int64_t lo,
                      int64_t hi) {
     (void)st;
-    const int64_t KP = g[G_KP], ma = g[G_NMP] * MR, per = ma + g[G_NNP] * NR;
+    const int64_t KP = g[G_KP], mr = g[G_AMX] ? MA : MR;
+    const int64_t ma = g[G_NMP] * mr, per = ma + g[G_NNP] * NR;
     for (int64_t u = lo; u < hi; u++) {
         const int64_t b = u / per, r = u % per;
         if (r < ma) {
-            if (r % MR) continue;
-            pack_a(g, (const uint16_t *)ptrs[0] + b * g[G_SAB],
-                   (uint32_t *)ptrs[3] + (b * g[G_NMP] + r / MR) * KP * MR, r);
+            if (r % mr) continue;
+            (g[G_AMX] ? pack_a_amx : pack_a)(g, (const uint16_t *)ptrs[0] + b * g[G_SAB],
+                   (uint32_t *)ptrs[3] + (b * g[G_NMP] + r / mr) * KP * mr, r);
         } else {
             const int64_t n0 = r - ma;
             if (n0 % NR) continue;
@@ -205,18 +243,90 @@ static void gemm_run(char **ptrs, const int64_t *g, const int64_t *st, int64_t l
         lo = end;
     }
 }
+
+#ifdef EMBER_AMX
+typedef struct {
+    uint8_t palette, start_row, reserved[14];
+    uint16_t colsb[16];
+    uint8_t rows[16];
+} tile_config;
+
+/* AMX: 32 x 32 output blocks as four 16 x 16 float32 tiles; A tiles 16 rows x 32 k,
+   B tiles 16 pairs x 16 columns read from the packed B panel (row stride NR words) */
+static void amx_block(const char *A, const char *B, int64_t KP, float *buf) {
+    _tile_zero(0); _tile_zero(1); _tile_zero(2); _tile_zero(3);
+    for (int64_t kb = 0; kb < KP; kb += 16) {
+        _tile_loadd(4, A + kb * 4, KP * 4);
+        _tile_loadd(5, A + 16 * KP * 4 + kb * 4, KP * 4);
+        _tile_loadd(6, B + kb * NR * 4, NR * 4);
+        _tile_loadd(7, B + kb * NR * 4 + 64, NR * 4);
+        _tile_dpbf16ps(0, 4, 6); _tile_dpbf16ps(1, 4, 7);
+        _tile_dpbf16ps(2, 5, 6); _tile_dpbf16ps(3, 5, 7);
+    }
+    _tile_stored(0, buf, 128); _tile_stored(1, buf + 16, 128);
+    _tile_stored(2, buf + 512, 128); _tile_stored(3, buf + 528, 128);
+}
+
+static void gemm_run_amx(char **ptrs, const int64_t *g, const int64_t *st, int64_t lo,
+                         int64_t hi) {
+    (void)st;
+    const int64_t M = g[G_M], N = g[G_N], KP = g[G_KP], nmp = g[G_NMP], nnp = g[G_NNP];
+    const int64_t scm = g[G_SCM], f32 = g[G_F32], isz = f32 ? 4 : 2;
+    float buf[32 * 32] __attribute__((aligned(64)));
+    tile_config cfg;
+    memset(&cfg, 0, sizeof cfg);
+    cfg.palette = 1;
+    for (int t = 0; t < 8; t++) { cfg.colsb[t] = 64; cfg.rows[t] = 16; }
+    _tile_loadconfig(&cfg);
+    int64_t nb = (512 * 1024) / (KP * NR * 4);
+    if (nb < 1) nb = 1;
+    while (lo < hi) {
+        const int64_t b = lo / nmp, end = (b + 1) * nmp < hi ? (b + 1) * nmp : hi;
+        const uint32_t *ap = (const uint32_t *)ptrs[3] + b * nmp * KP * MA;
+        const uint32_t *bp = (const uint32_t *)ptrs[4] + b * nnp * KP * NR;
+        char *cb = ptrs[2] + b * g[G_SCB] * isz;
+        for (int64_t j0 = 0; j0 < nnp; j0 += nb)
+            for (int64_t ip = lo - b * nmp; ip < end - b * nmp; ip++)
+                for (int64_t jp = j0; jp < j0 + nb && jp < nnp; jp++)
+                    for (int64_t h = 0; h < 2 && jp * NR + 32 * h < N; h++) {
+                        const int64_t m0 = ip * MA, n0 = jp * NR + 32 * h;
+                        amx_block((const char *)(ap + ip * KP * MA),
+                                  (const char *)(bp + jp * KP * NR + 32 * h), KP, buf);
+                        __mmask16 mk[4] = {0, 0, 0, 0};
+                        for (int j = 0; j < 2; j++) {
+                            const int64_t left = N - n0 - 16 * j;
+                            mk[j] = left >= 16 ? (__mmask16)0xffff
+                                  : left <= 0 ? 0 : (__mmask16)((1u << left) - 1);
+                        }
+                        for (int64_t i = 0; i < 32 && m0 + i < M; i++)
+                            store_row(cb + (m0 + i) * scm * isz, n0, (int)f32, mk,
+                                      _mm512_load_ps(buf + 32 * i),
+                                      _mm512_load_ps(buf + 32 * i + 16),
+                                      _mm512_setzero_ps(), _mm512_setzero_ps());
+                }
+        lo = end;
+    }
+    _tile_release();
+}
+#endif
 #endif
 
 /* g as above; ptrs = [A, B, C, packed A, packed B]; nthreads: the pool's */
 void ember_bf16_gemm(char **ptrs, const int64_t *g, int64_t nthreads) {
 #ifdef EMBER_BF16_DP
-    const int64_t units = g[G_B] * (g[G_NMP] * MR + g[G_NNP] * NR), rows = g[G_B] * g[G_NMP];
+    const int64_t mr = g[G_AMX] ? MA : MR;
+    const int64_t units = g[G_B] * (g[G_NMP] * mr + g[G_NNP] * NR), rows = g[G_B] * g[G_NMP];
+#ifdef EMBER_AMX
+    const ember_run_fn run = g[G_AMX] ? gemm_run_amx : gemm_run;
+#else
+    const ember_run_fn run = gemm_run;
+#endif
     if (nthreads > 1 && ember_parallel_hook) {
         ember_parallel_hook(pack_run, ptrs, g, g, units, MR * NR, nthreads);
-        ember_parallel_hook(gemm_run, ptrs, g, g, rows, 1, nthreads);
+        ember_parallel_hook(run, ptrs, g, g, rows, 1, nthreads);
     } else {
         pack_run(ptrs, g, g, 0, units);
-        gemm_run(ptrs, g, g, 0, rows);
+        run(ptrs, g, g, 0, rows);
     }
 #else
     (void)ptrs; (void)g; (void)nthreads;

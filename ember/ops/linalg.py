@@ -88,6 +88,10 @@ def _matmul_shape(xs, ys):
 
 def _matmul_kernel(xp, x, y, out=None):
     if is_lowp(x, y):
+        from ..codegen import lowp_gemm     # NOTE: codegen sits above ops
+        r = lowp_gemm.matmul(x, y, out=out)     # bfloat16 on AMX; None elsewhere
+        if r is not None:
+            return r
         # NOTE: NumPy's float16 matmul is a scalar triple loop (a 512² product: 0.6 s
         # against 2 ms in float32) and bfloat16 has no BLAS either: convert both operands
         # to float32 (exact), one float32 BLAS call (float32 accumulation), round once.

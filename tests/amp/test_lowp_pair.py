@@ -12,6 +12,7 @@ import pytest
 
 import ember
 from ember.codegen import convert_kernels as ck
+from ember.codegen import lowp_gemm
 
 LOW = [ember.float16, ember.bfloat16]
 needs_cc = pytest.mark.skipif(not ck.available(), reason="no C compiler")
@@ -82,6 +83,7 @@ def test_pair_falls_back_per_operand(dt):
 @needs_cc
 @pytest.mark.parametrize("dt", LOW, ids=lambda d: d.name)
 def test_matmul_converts_both_operands_in_one_call(dt, monkeypatch):
+    monkeypatch.setattr(lowp_gemm, "mode", "off")     # not the native GEMM (test_lowp_gemm)
     calls = []
     pair = ck.to_float32_pair
     monkeypatch.setattr(ck, "to_float32_pair", lambda *a: calls.append(1) or pair(*a))
