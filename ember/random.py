@@ -20,12 +20,13 @@ from __future__ import annotations
 
 import contextlib
 import os
+import threading
 
 import numpy as np
 
 from . import dtypes as _dt
 from .autograd.grad_mode import state as _grad_state
-from .device import device as _device
+from .device import device as _device, get_backend
 from .errors import DTypeError, ShapeError
 from .tensor import Tensor, _wrap
 from .ops._util import as_shape, check_new_size, size_args
@@ -122,15 +123,61 @@ def _unpack_state(st) -> dict:
 
 default_generator = Generator()
 
+#: one generator per CUDA device (``torch.cuda.default_generators``), made on first use;
+#: draws for ``cuda`` tensors come from them (on the host, then copied to the device).
+_cuda_generators: dict = {}
+_global_seed: list = [None]     # what manual_seed last gave every generator (None: default)
+
+
+def cuda_generator(index: int = 0) -> Generator:
+    """The default generator of CUDA device ``index``."""
+    g = _cuda_generators.get(index)
+    if g is None:
+        g = _cuda_generators[index] = Generator(_device("cuda", index))
+        if _global_seed[0] is not None:
+            g.manual_seed(_global_seed[0])
+    return g
+
+
+class _DrawDevice(threading.local):
+    dev = None                  # the device a draw in progress is for (None: the CPU)
+
+
+_drawing = _DrawDevice()
+
+
+def _for_device(dev, draw):
+    """``draw`` taking its default generator from ``dev``'s (CUDA devices have their own)."""
+    if dev is None or _device(dev).type != "cuda":
+        return draw
+    dev = _device(dev)
+
+    def on_device(*arrays):
+        prev, _drawing.dev = _drawing.dev, dev
+        try:
+            return draw(*arrays)
+        finally:
+            _drawing.dev = prev
+    return on_device
+
 
 def manual_seed(seed) -> Generator:
-    """Seed the default generator (``torch.manual_seed``); returns it."""
-    return default_generator.manual_seed(seed)
+    """Seed the default generator and every CUDA device's (``torch.manual_seed``); returns
+    the default one."""
+    g = default_generator.manual_seed(seed)
+    _global_seed[0] = int(seed)
+    for cg in _cuda_generators.values():
+        cg.manual_seed(seed)
+    return g
 
 
 def seed() -> int:
-    """Seed the default generator from OS entropy; returns the seed."""
-    return default_generator.seed()
+    """Seed the default generator (and the CUDA ones) from OS entropy; returns the seed."""
+    s = default_generator.seed()
+    _global_seed[0] = s
+    for cg in _cuda_generators.values():
+        cg.manual_seed(s)
+    return s
 
 
 def initial_seed() -> int:
@@ -150,21 +197,26 @@ def set_rng_state(new_state) -> None:
 
 @contextlib.contextmanager
 def fork_rng(devices=None, enabled: bool = True):
-    """Restore the default generator's state on exit (``torch.random.fork_rng``)."""
+    """Restore the default generator's state (and the CUDA ones') on exit
+    (``torch.random.fork_rng``)."""
     if not enabled:
         yield
         return
     saved = default_generator.get_state()
+    cuda = {i: g.get_state() for i, g in _cuda_generators.items()}
     try:
         yield
     finally:
         default_generator.set_state(saved)
+        for i, st in cuda.items():
+            _cuda_generators[i].set_state(st)
 
 
 # ---------------------------------------------------------------------------- helpers
 def _gen(generator) -> np.random.Generator:
     if generator is None:
-        generator = default_generator
+        dev = _drawing.dev
+        generator = default_generator if dev is None else cuda_generator(dev.index or 0)
     elif not isinstance(generator, Generator):
         raise TypeError(f"generator must be an ember.Generator, got {type(generator).__name__}")
     if _grad_state.modes:   # NOTE: a checkpoint notes the generators it must replay
@@ -223,8 +275,10 @@ def _drawn(draw, dtype, device, requires_grad, what: str, inputs=()) -> Tensor:
     """A tensor of fresh samples ``draw(*input arrays)``. Under a tracer (``ember.compile``)
     the draw becomes a ``random`` node that samples again, from the same generator, at
     every run of the graph."""
+    draw = _for_device(device, draw)
     try:
-        arr = draw(*(x._data for x in inputs))
+        arr = draw(*(x._data if x._device.type == "cpu" else   # NOTE: samples on the host
+                     get_backend(x._device).to_host(x._data) for x in inputs))
     except MemoryError as e:         # NOTE: NumPy's names the shape and size, not the op
         raise MemoryError(f"{what}: {e}") from None
     t = _finish(arr, dtype, device, requires_grad)

@@ -7,9 +7,10 @@ answers truthfully "no GPU": ``is_available()`` is False, seeding calls are harm
 no-ops, and anything that needs a device (``synchronize``, ``get_device_name``...)
 raises :class:`NoCUDADeviceError`.
 
-NOTE: random draws for ``cuda`` tensors are made by the default (host) generator and
-copied to the device, so :func:`manual_seed` seeds that generator (reproducible, but
-unlike PyTorch it also moves the CPU stream; PyTorch keeps one generator per device).
+Random draws for ``cuda`` tensors come from one generator per device
+(``ember.random.cuda_generator``; PCG64 on the host, the samples copied to the device), so
+``ember.cuda.manual_seed`` leaves the CPU's stream alone, as in PyTorch; the values differ
+from PyTorch's Philox streams.
 
 Example:
     >>> dev = "cuda" if ember.cuda.is_available() else "cpu"
@@ -140,64 +141,67 @@ def get_device_capability(device=None) -> tuple:
 
 
 # ---------------------------------------------------------------------------- random
-def manual_seed(seed) -> None:
-    """Seed the generator ``cuda`` tensors draw from (no-op without a device, as in PyTorch).
+def _gen(device=None):
+    from ..random import cuda_generator
+    be = need("generator")
+    return cuda_generator(be.check_index(_index(device), "generator"))
 
-    See the module note: ``cuda`` draws come from the default generator.
+
+def manual_seed(seed) -> None:
+    """Seed the current CUDA device's generator (a no-op without a device, as in PyTorch).
+
+    Draws for ``cuda`` tensors come from their device's generator (made on the host, then
+    copied); ``ember.manual_seed`` seeds every device's generator too.
     """
     seed = int(seed)   # NOTE: still reject a seed that is not an integer, as PyTorch does
     if backend_or_none() is not None:
-        from ..random import manual_seed as _seed
-        _seed(seed)
+        _gen().manual_seed(seed)
 
 
 def manual_seed_all(seed) -> None:
-    """Seed every CUDA device's generator (one shared generator: :func:`manual_seed`)."""
-    manual_seed(seed)
+    """Seed every CUDA device's generator."""
+    seed = int(seed)
+    if backend_or_none() is not None:
+        for i in range(device_count()):
+            _gen(i).manual_seed(seed)
 
 
 def seed() -> None:
-    """Seed the generator from OS entropy (no-op without a device)."""
+    """Seed the current device's generator from OS entropy (no-op without a device)."""
     if backend_or_none() is not None:
-        from ..random import seed as _seed
-        _seed()
+        _gen().seed()
 
 
 def seed_all() -> None:
     """Seed every device's generator from OS entropy."""
-    seed()
+    if backend_or_none() is not None:
+        for i in range(device_count()):
+            _gen(i).seed()
 
 
 def initial_seed() -> int:
-    """The seed of the generator ``cuda`` draws use."""
-    need("initial_seed")
-    from ..random import initial_seed as _initial
-    return _initial()
+    """The seed of the current device's generator."""
+    return _gen().initial_seed()
 
 
 def get_rng_state(device="cuda"):
-    """The generator state ``cuda`` draws use, as a uint8 tensor."""
-    need("get_rng_state")
-    from ..random import get_rng_state as _get
-    return _get()
+    """A device's generator state, as a uint8 tensor."""
+    return _gen(device).get_state()
 
 
 def set_rng_state(new_state, device="cuda") -> None:
-    """Restore the state from :func:`get_rng_state`."""
-    need("set_rng_state")
-    from ..random import set_rng_state as _set
-    _set(new_state)
+    """Restore a device's generator state (from :func:`get_rng_state`)."""
+    _gen(device).set_state(new_state)
 
 
 def get_rng_state_all() -> list:
     """One state per CUDA device (an empty list without devices)."""
-    if backend_or_none() is None:
-        return []
-    return [get_rng_state()] * device_count()
+    return [get_rng_state(i) for i in range(device_count())]
 
 
 def set_rng_state_all(new_states) -> None:
-    """Restore every device's state (the generator is shared: the first one)."""
+    """Restore every device's state from :func:`get_rng_state_all`."""
     states = list(new_states)
     if states and backend_or_none() is not None:
-        set_rng_state(states[0])
+        for i, st in enumerate(states):
+            set_rng_state(st, i)

@@ -16,7 +16,7 @@ from .._repr import get_printoptions, printoptions, set_printoptions
 from ..autograd.grad_mode import state
 from ..device import get_backend
 from ..errors import DTypeError
-from ..random import _gen, _normal01, _uniform01
+from ..random import _for_device, _gen, _normal01, _uniform01
 from ..tensor import Tensor
 from .inplace import check_inplace
 
@@ -27,7 +27,9 @@ def _write(self: Tensor, draw, op: str, inputs=()) -> Tensor:
     """Fill ``self`` with ``draw(*input arrays)``; under a tracer, a random node + write."""
     check_inplace(self, op)
     be = get_backend(self._device)
-    arr = draw(*(x._data for x in inputs))
+    draw = _for_device(self._device, draw)   # NOTE: a cuda tensor draws from its device's generator
+    arr = draw(*(x._data if x._device.type == "cpu" else get_backend(x._device).to_host(x._data)
+                 for x in inputs))
     if not (state.modes and getattr(state.modes[-1], "abstract", False)):  # estimate_memory
         self._data[...] = arr if be.has("host_memory") else be.asarray(arr)
     self._storage.version += 1
