@@ -13,7 +13,8 @@ Two clocks (``--clock``):
   (``set_num_threads(1)``). On a shared, loaded machine wall times swing by 10x between
   rounds; single-thread CPU time still compares the work each library does per step.
 
-``--before DIR`` adds a column for another checkout of Ember (``git archive <rev> ember
+``--fused`` builds the optimizers with ``fused=True`` in both libraries. ``--before DIR``
+adds a column for another checkout of Ember (``git archive <rev> ember
 bench | tar -x -C DIR``), timed the same way, for before/after tables.
 
 Run:
@@ -33,7 +34,7 @@ WORKLOADS = ("W1 MLP SGD", "W1 MLP Adam", "W2 CNN SGD", "W3 GPT AdamW", "chain")
 
 _CHILD = r"""
 import statistics, sys, time
-root, lib_name, wl_name, secs, clock = sys.argv[1:6]
+root, lib_name, wl_name, secs, clock, fused = sys.argv[1:7]
 sys.path.insert(0, root + "/bench"); sys.path.insert(0, root)
 import ember
 if lib_name == "torch":
@@ -49,8 +50,16 @@ if wl_name == "chain":
     import eager
     step = eager.chain(lib)
 else:
-    from train import WORKLOADS, setup
-    step, _ = setup(WORKLOADS[wl_name], lib)
+    import numpy as np
+    from train import WORKLOADS, make_step
+    wl = WORKLOADS[wl_name]
+    lib.manual_seed(0)
+    model, opt = wl.build(lib, **wl.size)
+    if fused == "1":        # the same optimizer with fused=True (both libraries have it)
+        kw = {k: v for k, v in opt.defaults.items() if k not in ("foreach", "fused")}
+        opt = type(opt)(model.parameters(), **kw, fused=True)
+    x, y = wl.data(np.random.default_rng(0), **wl.size)
+    step = make_step(lib, model, opt, lib.tensor(x), lib.tensor(y))
 for _ in range(5):
     step()
 ts, end = [], now() + float(secs)
@@ -62,8 +71,9 @@ print(statistics.median(ts))
 """
 
 
-def _time(root, lib, wl, secs, clock):
-    r = subprocess.run([sys.executable, "-c", _CHILD, str(root), lib, wl, str(secs), clock],
+def _time(root, lib, wl, secs, clock, fused=False):
+    r = subprocess.run([sys.executable, "-c", _CHILD, str(root), lib, wl, str(secs), clock,
+                        "1" if fused else "0"],
                        capture_output=True, text=True, timeout=600)
     if r.returncode != 0:
         print(f"  {lib} {wl} ({root}) failed: {r.stderr.strip()[-300:]}", file=sys.stderr)
@@ -84,12 +94,15 @@ def main(argv=None) -> int:
     ap.add_argument("--seconds", type=float, default=3.0, help="timed seconds per process")
     ap.add_argument("--before", default=None, help="another Ember checkout to time too")
     ap.add_argument("--only", default="", help="workloads whose name contains this")
+    ap.add_argument("--fused", action="store_true",
+                    help="optimizers with fused=True in both libraries (W1-W3)")
     args = ap.parse_args(argv)
     cols = [("ember", ROOT), ("torch", ROOT)]
     if args.before:
         cols.insert(0, ("ember", Path(args.before)))
     names = ["ember (before)", "ember", "torch"] if args.before else ["ember", "torch"]
-    print(f"clock: {args.clock}; median over {args.rounds} rounds of per-process medians")
+    print(f"clock: {args.clock}; median over {args.rounds} rounds of per-process medians"
+          + ("; optimizers fused=True" if args.fused else ""))
     print(f"{'workload':<14}" + "".join(f"{n:>16}" for n in names) + f"{'ember/torch':>13}")
     for wl in WORKLOADS:
         if args.only.lower() not in wl.lower():
@@ -97,7 +110,7 @@ def main(argv=None) -> int:
         samples = [[] for _ in cols]
         for _ in range(args.rounds):
             for k, (lib, root) in enumerate(cols):
-                t = _time(root, lib, wl, args.seconds, args.clock)
+                t = _time(root, lib, wl, args.seconds, args.clock, args.fused)
                 if t is not None:
                     samples[k].append(t)
         med = [statistics.median(s) if s else None for s in samples]
