@@ -26,6 +26,17 @@ def _unit(xp, a):
         else xp.ascontiguousarray(a)
 
 
+def _slots(flat, *shapes):
+    out, at = [], 0
+    for s in shapes:
+        n = 1
+        for d in s:
+            n *= d
+        out.append(flat[at:at + n].reshape(s))
+        at += n
+    return out
+
+
 def _prev(xp, first, seq):
     return xp.concatenate([first[None], seq[:-1]], 0)
 
@@ -62,8 +73,11 @@ def lstm_grad(xp, gout, out, x, h0, c0, w, fallback):
     hprev, cprev = _prev(xp, h0, hs), _prev(xp, c0, cs)
     pre = xp.matmul(hprev, w.T)
     pre += x
-    dg = xp.empty((L, N, G), dtype=x.dtype)
-    dhr, dc = xp.zeros((N, H), dtype=x.dtype), xp.zeros((N, H), dtype=x.dtype)
+    # NOTE: the gradients are written into their slots of the flat result (no concatenate)
+    flat = xp.empty(L * N * G + 2 * N * H + G * H, dtype=x.dtype)
+    dg, dhr, dc, dw = _slots(flat, (L, N, G), (N, H), (N, H), (G, H))
+    dhr[...] = 0
+    dc[...] = 0
     r, it = rk.rows, x.itemsize
     step = rk.Step("lstm_bwd", x.dtype, 8, (N, H, H, 2 * H) + ((r(gout[0]),) * 2 if L else (0, 0)))
     ps, cps, os_, gs, dgs = (rk.Seq(a) for a in (pre, cprev, out, gout, dg))
@@ -71,8 +85,8 @@ def lstm_grad(xp, gout, out, x, h0, c0, w, fallback):
     for t in range(L - 1, -1, -1):
         step(ps[t], cps[t], os_[t] + H * it, gs[t], gs[t] + H * it, dhp, dcp, dgs[t])
         xp.matmul(dg[t], w, out=dhr)
-    dw = xp.matmul(dg.reshape(L * N, G).T, hprev.reshape(L * N, H))
-    return xp.concatenate([dg.reshape(-1), dhr.reshape(-1), dc.reshape(-1), dw.reshape(-1)])
+    xp.matmul(dg.reshape(L * N, G).T, hprev.reshape(L * N, H), out=dw)
+    return flat
 
 
 def gru(xp, x, h0, w, b, fallback):
