@@ -49,8 +49,6 @@ ALLOWLIST: dict[str, dict[str, str]] = {
         "common_types": "typing aliases module (_size_2_t...)",
         "factory_kwargs": "internal helper normalising device/dtype/memory_format kwargs",
         "grad": "conv/linear input and weight gradient helpers module; use autograd",
-        "LinearCrossEntropyLoss": "new in 2.13 (chunked LLM-head loss); not yet",
-        "LinearCrossEntropyOptions": "new in 2.13 (options of the chunked loss); not yet",
     },
     "torch.nn.functional": {
         **_group(TYPING, "BroadcastingList1 BroadcastingList2 BroadcastingList3 Callable "
@@ -61,7 +59,6 @@ ALLOWLIST: dict[str, dict[str, str]] = {
                  "sparse_support_notes tf32_notes"),
         **_group("float8/grouped GEMMs for CUDA tensor cores", "grouped_mm scaled_mm "
                  "scaled_grouped_mm"),
-        "linear_cross_entropy": "new in 2.13 (chunked LLM-head loss); not yet",
     },
     "torch.optim": {
         "SparseAdam": "needs sparse gradients (Embedding(sparse=True)); sparse COO pending",

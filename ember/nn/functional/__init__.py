@@ -18,6 +18,7 @@ from ._gumbel import *  # noqa: F401,F403
 from ._inplace_more import *  # noqa: F401,F403
 from ._pool_frac import *  # noqa: F401,F403
 from ._misc_api import *  # noqa: F401,F403
+from ._linear_ce import *  # noqa: F401,F403
 
 globals().update({_n: getattr(_conv, _n) for _n in _CONV_NAMES})
 

@@ -25,3 +25,4 @@ from .pooling_frac import *  # noqa: F401,F403
 from .legacy import *  # noqa: F401,F403
 from .sync_batchnorm import *  # noqa: F401,F403
 from .data_parallel import *  # noqa: F401,F403
+from .linear_ce import *  # noqa: F401,F403
