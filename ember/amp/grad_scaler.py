@@ -42,7 +42,7 @@ import numpy as np
 
 from ..autograd import anomaly as _anomaly
 from ..autograd.grad_mode import no_grad, state
-from ..device.base import _backends
+from ..device.base import _backends, cuda_backend
 from ..tensor import Tensor
 from ._unscale_kernels import unscale_group
 from .skip_report import OverflowedParam, SkipReport
@@ -107,7 +107,7 @@ class GradScaler:
             raise ValueError(f"GradScaler: device must be 'cpu' or 'cuda', got {device!r}")
         self._device = device.split(":")[0]
         self._enabled = bool(enabled)
-        if self._device == "cuda" and self._enabled and "cuda" not in _backends:
+        if self._device == "cuda" and self._enabled and cuda_backend()[0] is None:
             warnings.warn("ember.amp.GradScaler is enabled, but CUDA is not available.  "
                           "Disabling.", stacklevel=2)
             self._enabled = False

@@ -18,9 +18,11 @@ Example:
 from __future__ import annotations
 
 from ..device.base import device as _device
+from . import amp  # noqa: F401 - ember.cuda.amp (torch.cuda.amp)
 from ._memory import (OutOfMemoryError, empty_cache, max_memory_allocated,
-                      max_memory_reserved, memory_allocated, memory_reserved, memory_stats,
-                      memory_summary, reset_max_memory_allocated, reset_peak_memory_stats)
+                      max_memory_reserved, mem_get_info, memory_allocated, memory_reserved,
+                      memory_stats, memory_summary, reset_max_memory_allocated,
+                      reset_peak_memory_stats)
 from ._state import NoCUDADeviceError, backend_or_none, need
 from ._streams import Event, Stream, StreamContext, current_stream, default_stream, stream
 
@@ -30,7 +32,8 @@ __all__ = ["NoCUDADeviceError", "OutOfMemoryError", "is_available", "device_coun
            "get_device_name", "get_device_capability", "get_device_properties", "set_device",
            "device", "empty_cache", "memory_allocated", "max_memory_allocated",
            "memory_reserved", "max_memory_reserved", "reset_peak_memory_stats",
-           "reset_max_memory_allocated", "memory_stats", "memory_summary",
+           "reset_max_memory_allocated", "memory_stats", "memory_summary", "mem_get_info",
+           "amp",
            "get_rng_state_all", "set_rng_state_all", "get_rng_state", "set_rng_state",
            "Stream", "Event", "StreamContext", "stream", "current_stream", "default_stream"]
 

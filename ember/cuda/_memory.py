@@ -114,3 +114,15 @@ def memory_summary(device=None, abbreviated: bool = False) -> str:
              f"| {'Metric':<28}| {'Current':>14} | {'Peak':>13} |", rule]
     lines += [f"| {name:<28}| {cur:>14} | {peak:>13} |" for name, cur, peak in rows]
     return "\n".join(lines + [rule]) + "\n"
+
+
+def mem_get_info(device=None) -> tuple:
+    """``(free, total)`` bytes of the device (``torch.cuda.mem_get_info``)."""
+    from ._state import need
+    be = need("mem_get_info")
+    return be.runtime.mem_info(be.check_index(_index_of(device), "mem_get_info"))
+
+
+def _index_of(device):
+    from . import _index
+    return _index(device)

@@ -154,6 +154,10 @@ class FakeRuntime:
         return {"name": self.name, "major": 9, "minor": 0, "total_memory": 80 << 30,
                 "multi_processor_count": 132}
 
+    def mem_info(self, index: int) -> tuple:
+        total = self.properties(index)["total_memory"]
+        return total - self.pool.total_bytes(), total
+
     def set_device(self, index: int) -> None:
         return None
 
@@ -215,6 +219,10 @@ class CuPyRuntime:
         return {"name": name, "major": p["major"], "minor": p["minor"],
                 "total_memory": p["totalGlobalMem"],
                 "multi_processor_count": p["multiProcessorCount"]}
+
+    def mem_info(self, index: int) -> tuple:
+        with self.cupy.cuda.Device(index):
+            return tuple(self.cupy.cuda.runtime.memGetInfo())
 
     def set_device(self, index: int) -> None:
         self.cupy.cuda.Device(index).use()

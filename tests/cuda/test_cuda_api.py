@@ -233,3 +233,24 @@ def test_train_device_cuda_without_a_gpu_names_what_is_missing(tmp_path):
     r = _train(tmp_path, "--device", "cuda:5")
     assert r.returncode == 2 and "valid: cuda:0 to cuda:0" in r.stderr
 
+
+
+def test_cuda_amp_names_and_mem_get_info(fake_cuda):
+    free, total = em.cuda.mem_get_info()
+    assert 0 < free <= total == 80 << 30
+    scaler = em.cuda.amp.GradScaler()
+    assert scaler.is_enabled()                       # the device is there
+    w = em.ones(4, 4, device="cuda", requires_grad=True)
+    with em.cuda.amp.autocast(dtype=em.bfloat16):
+        y = w @ w
+    assert y.dtype is em.bfloat16 and y.device.type == "cuda"
+    loss = scaler.scale(y.float().sum())
+    loss.backward()
+    assert float(w.grad.cpu().sum()) == 2.0 ** 16 * 128
+
+
+def test_grad_scaler_without_a_device_disables_itself():
+    if em.cuda.is_available():
+        pytest.skip("a CUDA device is present")
+    with pytest.warns(UserWarning, match="CUDA is not available"):
+        assert not em.cuda.amp.GradScaler().is_enabled()
