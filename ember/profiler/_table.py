@@ -14,9 +14,10 @@ _SORT_KEYS = ("cpu_time", "cpu_time_total", "self_cpu_time_total", "cpu_memory_u
 class FunctionEventAvg:
     """The totals of the events sharing a key (times in µs, memory in bytes)."""
 
-    def __init__(self, key: str, input_shapes=None):
+    def __init__(self, key: str, input_shapes=None, stack=None):
         self.key = key
         self.input_shapes = input_shapes
+        self.stack = stack
         self.count = 0
         self.cpu_time_total = 0.0
         self.self_cpu_time_total = 0.0
@@ -44,10 +45,12 @@ class FunctionEventAvg:
 class EventList(list):
     """A list of events (or their averages) that prints as PyTorch's table."""
 
-    def __init__(self, items=(), profile_memory: bool = False, by_shape: bool = False):
+    def __init__(self, items=(), profile_memory: bool = False, by_shape: bool = False,
+                 by_stack: bool = False):
         super().__init__(items)
         self.profile_memory = profile_memory
         self.by_shape = by_shape
+        self.by_stack = by_stack
 
     def table(self, sort_by: str | None = None, row_limit: int = 100,
               max_name_column_width: int = 55, max_shapes_column_width: int = 80,
@@ -72,17 +75,22 @@ class EventList(list):
         return self.table()
 
 
-def key_averages(events, profile_memory: bool, group_by_input_shape: bool = False) -> EventList:
-    """Group ``events`` by name (and by input shapes when asked), first-seen order."""
+def key_averages(events, profile_memory: bool, group_by_input_shape: bool = False,
+                 group_by_stack_n: int = 0) -> EventList:
+    """Group ``events`` by name (and by input shapes, and by the innermost
+    ``group_by_stack_n`` user frames, when asked), first-seen order."""
     groups: dict = {}
     for ev in events:
         shapes = ev.input_shapes if ev.input_shapes is not None else []
-        key = (ev.name, str(shapes)) if group_by_input_shape else ev.name
+        stack = tuple((ev.stack or ())[:group_by_stack_n]) if group_by_stack_n else None
+        key = (ev.name, str(shapes) if group_by_input_shape else None, stack)
         g = groups.get(key)
         if g is None:
-            g = groups[key] = FunctionEventAvg(ev.name, shapes if group_by_input_shape else None)
+            g = groups[key] = FunctionEventAvg(ev.name, shapes if group_by_input_shape else None,
+                                               list(stack) if stack is not None else None)
         g.add(ev)
-    return EventList(groups.values(), profile_memory, group_by_input_shape)
+    return EventList(groups.values(), profile_memory, group_by_input_shape,
+                     bool(group_by_stack_n))
 
 
 def _format_time(us: float) -> str:
@@ -128,6 +136,10 @@ def build_table(events: EventList, sort_by, row_limit, max_name_width, max_shape
     if events.by_shape:
         heads.append("Input Shapes")
         widths.append(shapes_w)
+    if events.by_stack:
+        src_w = min(max((len(f) for e in rows for f in e.stack or ()), default=12) + 4, 80)
+        heads.append("Source Location")
+        widths.append(src_w)
     fmt = "".join("{:>" + str(w) + "}  " for w in widths)
     line = "".join("-" * w + "  " for w in widths)
     out = [header] if header else []
@@ -143,7 +155,11 @@ def build_table(events: EventList, sort_by, row_limit, max_name_width, max_shape
         cells.append(str(e.count))
         if events.by_shape:
             cells.append(_clip(str(e.input_shapes), shapes_w))
+        if events.by_stack:
+            cells.append(_clip((e.stack or [""])[0], src_w))
         out.append(fmt.format(*cells))
+        for frame in (e.stack or [])[1:] if events.by_stack else ():
+            out.append(fmt.format(*[""] * (len(cells) - 1), _clip(frame, src_w)))
     out.append(line)
     out.append(f"Self CPU time total: {_format_time(total_self)}")
     return "\n".join(out) + "\n"

@@ -228,11 +228,17 @@ class profile:
 
     def key_averages(self, group_by_input_shape: bool = False, group_by_stack_n: int = 0,
                      group_by_overload_name: bool = False) -> EventList:
-        """Events grouped by name (and input shapes): ``.table(sort_by=..., row_limit=...)``."""
+        """Events grouped by name (and input shapes, and the innermost ``group_by_stack_n``
+        source lines: ``profile(with_stack=True)``): ``.table(sort_by=..., row_limit=...)``.
+        ``group_by_overload_name`` is accepted; Ember's primitives have one overload."""
         if group_by_input_shape and not self.record_shapes:
             raise RuntimeError("key_averages(group_by_input_shape=True) needs "
                                "profile(record_shapes=True)")
-        return key_averages(self._window().events, self.profile_memory, group_by_input_shape)
+        if group_by_stack_n and not self.with_stack:
+            raise RuntimeError("key_averages(group_by_stack_n=...) needs "
+                               "profile(with_stack=True)")
+        return key_averages(self._window().events, self.profile_memory, group_by_input_shape,
+                            group_by_stack_n)
 
     def export_chrome_trace(self, path) -> str:
         """Write the Chrome/Perfetto trace JSON of the recorded window to ``path``."""

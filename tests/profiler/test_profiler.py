@@ -254,3 +254,21 @@ def test_with_stack_records_the_users_line():
         ember.ones(2) + 1                     # this line
     ev = next(e for e in prof.events() if e.name == "add")
     assert ev.stack and __file__ in ev.stack[0] and "test_with_stack" in ev.stack[0]
+
+
+def test_group_by_stack_n():
+    def here(k):
+        return ember.ones(2) + k
+
+    with profile(with_stack=True) as prof:
+        here(1)
+        ember.ones(2) + 1                         # another line: another group
+    rows = [e for e in prof.key_averages(group_by_stack_n=1) if e.key == "add"]
+    assert len(rows) == 2 and all(len(e.stack) == 1 for e in rows)
+    assert any("here" in e.stack[0] for e in rows)
+    table = prof.key_averages(group_by_stack_n=2).table()
+    assert "Source Location" in table and "test_group_by_stack_n" in table
+    with pytest.raises(RuntimeError, match="with_stack"):
+        with profile() as p2:
+            ember.ones(2) + 1
+        p2.key_averages(group_by_stack_n=1)
