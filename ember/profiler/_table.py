@@ -38,8 +38,9 @@ class FunctionEventAvg:
         return self.cpu_time_total / self.count if self.count else 0.0
 
     def __repr__(self) -> str:
-        return (f"<FunctionEventAvg key={self.key} self_cpu_time={_format_time(self.self_cpu_time_total)}"
-                f" cpu_time={_format_time(self.cpu_time)} count={self.count}>")
+        return (f"<FunctionEventAvg key={self.key} self_cpu_time="
+                f"{_format_time(self.self_cpu_time_total)} cpu_time="
+                f"{_format_time(self.cpu_time)} count={self.count}>")
 
 
 class EventList(list):
