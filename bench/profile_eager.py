@@ -15,7 +15,6 @@ import os
 import sys
 
 import ember  # NOTE: before NumPy (ember/_blas_env.py)
-import numpy as np  # noqa: F401
 
 sys.path.insert(0, os.path.dirname(os.path.abspath(__file__)))
 from compile import build, train_step  # noqa: E402

@@ -12,8 +12,7 @@ import pytest
 import ember
 from ember.autograd.grad_mode import state
 from ember.ops import dispatch
-from ember.profiler import (ProfilerAction, profile, record_function, schedule,
-                            tensorboard_trace_handler)
+from ember.profiler import profile, record_function, schedule, tensorboard_trace_handler
 
 
 def _step(x, w):
