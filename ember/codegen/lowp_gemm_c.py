@@ -96,6 +96,26 @@ static void pack_a(const int64_t *g, const uint16_t *a, uint32_t *dst, int64_t m
 /* AMX: 32 rows of A as they are, K padded with zeros to 2 * KP (row stride 4 * KP bytes) */
 static void pack_a_amx(const int64_t *g, const uint16_t *a, uint32_t *dst, int64_t m0) {
     const int64_t M = g[G_M], K = g[G_K], KP = g[G_KP], sm = g[G_SAM], sk = g[G_SAK];
+    if (sm == 1 && KP * MA < (1LL << 31)) {     /* transposed (g.mT @ x): scatter pairs */
+        const __m512i idx = _mm512_mullo_epi32(
+            _mm512_set_epi32(15, 14, 13, 12, 11, 10, 9, 8, 7, 6, 5, 4, 3, 2, 1, 0),
+            _mm512_set1_epi32((int32_t)KP));
+        for (int h = 0; h < 2; h++) {
+            const int64_t left = M - m0 - 16 * h;
+            const __mmask16 mk = left >= 16 ? (__mmask16)0xffff
+                               : left <= 0 ? 0 : (__mmask16)((1u << left) - 1);
+            const uint16_t *col = a + m0 + 16 * h;
+            for (int64_t p = 0; p < KP; p++) {
+                __m512i w = _mm512_setzero_si512();
+                if (2 * p < K) w = _mm512_cvtepu16_epi32(_mm256_maskz_loadu_epi16(mk, col + 2 * p * sk));
+                if (2 * p + 1 < K)
+                    w = _mm512_or_si512(w, _mm512_slli_epi32(_mm512_cvtepu16_epi32(
+                        _mm256_maskz_loadu_epi16(mk, col + (2 * p + 1) * sk)), 16));
+                _mm512_i32scatter_epi32(dst + 16 * h * KP + p, idx, w, 4);
+            }
+        }
+        return;
+    }
     for (int64_t i = 0; i < MA; i++) {
         uint16_t *d = (uint16_t *)(dst + i * KP);
         int64_t k = 0;
