@@ -83,7 +83,7 @@ def memory_stats(device=None) -> dict:
             "allocation.all.current": s["num_allocs"] - s["num_frees"],
             "reserved_bytes.all.current": s["reserved_bytes"],
             "reserved_bytes.all.peak": s["peak_reserved_bytes"],
-            "num_ooms": s["num_ooms"], "num_alloc_retries": 0}
+            "num_ooms": s["num_ooms"], "num_alloc_retries": s["num_alloc_retries"]}
 
 
 def _fmt(n: int) -> str:

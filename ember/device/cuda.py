@@ -37,13 +37,14 @@ class CachingAllocator(CountingAllocator):
     (live plus cached free blocks), ``empty_cache`` returns the cached blocks.
     """
 
-    __slots__ = ("pool", "peak_reserved", "num_ooms")
+    __slots__ = ("pool", "peak_reserved", "num_ooms", "num_alloc_retries")
 
     def __init__(self, pool):
         super().__init__()
         self.pool = pool
         self.peak_reserved = 0
         self.num_ooms = 0
+        self.num_alloc_retries = 0
 
     def track(self, nbytes: int) -> None:
         try:
@@ -61,7 +62,7 @@ class CachingAllocator(CountingAllocator):
     def stats(self) -> dict:
         s = super().stats()
         s.update(reserved_bytes=self.reserved(), peak_reserved_bytes=self.peak_reserved,
-                 num_ooms=self.num_ooms)
+                 num_ooms=self.num_ooms, num_alloc_retries=self.num_alloc_retries)
         return s
 
     def reset_peak(self) -> None:
@@ -173,6 +174,10 @@ class CuPyRuntime:
         self.xp = cupy
         self.pool = cupy.get_default_memory_pool()
         self.name = "CuPy " + cupy.__version__
+        self.allocator = None        # the backend's CachingAllocator (set by CUDABackend)
+        cupy.cuda.set_allocator(retrying_malloc(
+            self.pool.malloc, self.pool.free_all_blocks, cupy.cuda.memory.OutOfMemoryError,
+            lambda: self.allocator))
 
     def device_count(self) -> int:
         return self.cupy.cuda.runtime.getDeviceCount()
@@ -228,6 +233,37 @@ class CuPyRuntime:
         self.cupy.cuda.Device(index).use()
 
 
+def retrying_malloc(malloc, free_cached, oom_type, allocator):
+    """A device ``malloc`` that, out of memory, frees the pool's cached blocks and retries
+    once (PyTorch's caching allocator does the same), then raises ``MemoryError`` with
+    Ember's OOM report (largest live tensors and where they were made)."""
+    def alloc(nbytes):
+        try:
+            return malloc(nbytes)
+        except oom_type:
+            free_cached()
+            a = allocator()
+            if a is not None:
+                a.num_alloc_retries += 1
+            try:
+                return malloc(nbytes)
+            except oom_type as e:
+                if a is not None:
+                    a.num_ooms += 1
+                raise MemoryError(_oom_message(nbytes, a, e)) from None
+    return alloc
+
+
+def _oom_message(nbytes: int, alloc, err) -> str:
+    try:
+        from ..memory import oom_report   # NOTE: above the device layer: only when failing
+        cur = alloc.current if alloc is not None else 0
+        held = alloc.pool.total_bytes() if alloc is not None else 0   # what the pool could get
+        return f"cuda: {err}\n" + oom_report(nbytes, held, cur, "cuda")
+    except Exception:   # noqa: BLE001 - never hide the error behind a report bug
+        return f"cuda: {err}"
+
+
 class _HostQueue:
     """The stand-in's stream or event: work is synchronous, so it is always done."""
 
@@ -258,6 +294,8 @@ class CUDABackend(Backend):
         self.xp = runtime.xp
         self.device = device("cuda", 0)
         self.allocator = CachingAllocator(runtime.pool)
+        if hasattr(runtime, "allocator"):
+            runtime.allocator = self.allocator
         if isinstance(runtime.pool, _HostPool):
             runtime.pool.alloc = self.allocator
         # NOTE: no "host_memory": a cuda tensor's data is not NumPy's (numpy() raises,

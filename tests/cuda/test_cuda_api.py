@@ -254,3 +254,28 @@ def test_grad_scaler_without_a_device_disables_itself():
         pytest.skip("a CUDA device is present")
     with pytest.warns(UserWarning, match="CUDA is not available"):
         assert not em.cuda.amp.GradScaler().is_enabled()
+
+
+def test_device_malloc_retries_after_freeing_the_cache_then_reports(fake_cuda):
+    from ember.device.cuda import retrying_malloc
+
+    class DeviceOOM(Exception):
+        pass
+    calls, freed = [], []
+
+    def malloc(n):                     # fails until the cache was emptied
+        calls.append(n)
+        if not freed:
+            raise DeviceOOM("out of memory allocating")
+        return f"ptr{n}"
+    alloc = retrying_malloc(malloc, lambda: freed.append(1), DeviceOOM,
+                            lambda: fake_cuda.allocator)
+    assert alloc(64) == "ptr64" and calls == [64, 64]
+    assert em.cuda.memory_stats()["num_alloc_retries"] == 1
+    keep = em.zeros(500, device="cuda")   # noqa: F841 - listed in the report
+
+    def full(n):
+        raise DeviceOOM("cudaErrorMemoryAllocation")
+    with pytest.raises(MemoryError, match=r"(?s)cudaErrorMemoryAllocation.*Largest live"):
+        retrying_malloc(full, lambda: None, DeviceOOM, lambda: fake_cuda.allocator)(1 << 30)
+    assert em.cuda.memory_stats()["num_ooms"] == 1
