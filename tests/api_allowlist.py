@@ -48,7 +48,6 @@ ALLOWLIST: dict[str, dict[str, str]] = {
         **_group(QUANT, "intrinsic qat quantizable quantized"),
         "common_types": "typing aliases module (_size_2_t...)",
         "factory_kwargs": "internal helper normalising device/dtype/memory_format kwargs",
-        "grad": "conv/linear input and weight gradient helpers module; use autograd",
     },
     "torch.nn.functional": {
         **_group(TYPING, "BroadcastingList1 BroadcastingList2 BroadcastingList3 Callable "

@@ -1,5 +1,5 @@
 """``ember.nn``: modules, parameters, initialisation, functional ops and losses."""
-from . import functional, init  # noqa: F401
+from . import functional, grad, init  # noqa: F401
 from .module import Module
 from .parameter import Buffer, Parameter
 from .modules import *  # noqa: F401,F403
