@@ -78,7 +78,9 @@ class CudaKernel:
         import cupy
         self.kernel, self.strategy, self.cupy = kernel, strategy, cupy
         self.source = render_cuda(kernel, strategy)
-        self.module = cupy.RawModule(code=self.source, options=("--std=c++17",))
+        from .nvrtc import include_dirs   # cuda_fp16.h/cuda_bf16.h (the runtime wheel's)
+        opts = ("--std=c++17",) + tuple(f"-I{d}" for d in include_dirs())
+        self.module = cupy.RawModule(code=self.source, options=opts)
         self.fn = self.module.get_function(kernel.name)
 
     def __call__(self, *arrays):
