@@ -46,8 +46,6 @@ ALLOWLIST: dict[str, dict[str, str]] = {
     },
     "torch.nn": {
         **_group(QUANT, "intrinsic qat quantizable quantized"),
-        "common_types": "typing aliases module (_size_2_t...)",
-        "factory_kwargs": "internal helper normalising device/dtype/memory_format kwargs",
     },
     "torch.nn.functional": {
         **_group(TYPING, "BroadcastingList1 BroadcastingList2 BroadcastingList3 Callable "

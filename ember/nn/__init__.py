@@ -1,5 +1,6 @@
 """``ember.nn``: modules, parameters, initialisation, functional ops and losses."""
-from . import functional, grad, init  # noqa: F401
+from . import common_types, functional, grad, init  # noqa: F401
+from ._factory_kwargs import factory_kwargs  # noqa: F401
 from .module import Module
 from .parameter import Buffer, Parameter
 from .modules import *  # noqa: F401,F403

@@ -456,3 +456,16 @@ def test_lazy_dtype_conversion_and_deepcopy_before_dry_run():
     assert tuple(m[1].running_var.shape) == (4,)
     assert tuple(twin(em.ones(3, 5)).shape) == (3, 4)     # the copy initialises on its own
     assert m[0].weight is not twin[0].weight and twin[0].weight.dtype == em.float32
+
+
+def test_factory_kwargs_and_common_types():
+    kw = nn.factory_kwargs({"dtype": em.float64, "factory_kwargs": {"device": "cpu"}})
+    assert kw == {"dtype": em.float64, "device": "cpu"}
+    assert em.empty(2, **nn.factory_kwargs({"dtype": em.float64})).dtype == em.float64
+    assert nn.factory_kwargs(None) == {}
+    with pytest.raises(TypeError, match="unexpected kwargs"):
+        nn.factory_kwargs({"bias": True})
+    with pytest.raises(TypeError, match="specified twice"):
+        nn.factory_kwargs({"dtype": em.float32, "factory_kwargs": {"dtype": em.float64}})
+    from ember.nn.common_types import _ratio_2_t, _size_2_t
+    assert _size_2_t == int | tuple[int, int] and _ratio_2_t == float | tuple[float, float]
