@@ -36,6 +36,7 @@ from __future__ import annotations
 
 import ctypes
 import os
+import threading
 
 import ml_dtypes
 import numpy as np
@@ -53,12 +54,21 @@ BF16, F32 = np.dtype(ml_dtypes.bfloat16), np.dtype(np.float32)
 mode = {"0": "off"}.get(os.environ.get("EMBER_LOWP_GEMM", "auto"),
                         os.environ.get("EMBER_LOWP_GEMM", "auto"))
 
-#: below this many multiply-adds (M*N*K) the conversion path's BLAS is as fast; the
-#: native kernel's packing pays off from small sizes on, so this only keeps tiny products
-#: (vectors, 1x1) off it.
-MIN_FLOPS = 1
+#: packing buffers up to this many 32-bit words (16 MiB: a 2048² product's) stay
+#: allocated per thread between calls; larger ones are freed after the call.
+SCRATCH_KEEP = 1 << 22
+
+#: per-matrix multiply-adds (M*N*K) below which the conversion path runs instead: a stack
+#: of attention-sized products (32 x 16x64 @ 64x16) took 65 us native against 36 us
+#: converted (tiles padded to 32 rows and 32 k; 2026-11-25, loaded machine), 8 x 64³
+#: 46 against 55 us, 64x256 @ 256x256 44 against 102 us.
+MIN_MACS = 1 << 15
+
+#: multiply-adds (all matrices) from which packing and compute use the pool's threads.
+PARALLEL_MIN = 1 << 25
 
 _state: dict = {}
+_local = threading.local()
 
 
 def _load():
@@ -148,6 +158,8 @@ def matmul(x: np.ndarray, y: np.ndarray, out: np.ndarray | None = None,
             bshape2 = bshape
     else:
         bshape2 = bshape
+    if 0 < x.shape[-2] * N * K < MIN_MACS and mode == "auto":
+        return None                             # tiny matrices: converting is faster
     shape = bshape + (M, N)
     if out is not None and not (out.shape == shape and out.dtype == odt
                                 and out.flags.c_contiguous):
@@ -162,6 +174,17 @@ def matmul(x: np.ndarray, y: np.ndarray, out: np.ndarray | None = None,
     return res
 
 
+def _scratch(nwords: int) -> np.ndarray:
+    """This thread's packing buffer of at least ``nwords`` 32-bit words (kept between
+    calls: a fresh large ``np.empty`` is a new mmap whose pages fault in on every call)."""
+    buf = getattr(_local, "buf", None)
+    if buf is None or buf.size < nwords:
+        buf = np.empty(max(nwords, 1 << 16), np.uint32)
+        if nwords <= SCRATCH_KEEP:
+            _local.buf = buf
+    return buf
+
+
 def _run(fn, a, b, res, odt):
     bt, M, K = a.shape
     N = b.shape[-1]
@@ -173,9 +196,10 @@ def _run(fn, a, b, res, odt):
     mr = AMX_ROWS if amx else MR
     kp = -(-K // 32) * 16 if amx else (K + 1) // 2
     nmp, nnp = -(-M // mr), -(-N // NR)
-    apack = np.empty(bt * nmp * kp * mr, np.uint32)
-    bpack = np.empty(bt * nnp * kp * NR, np.uint32)
+    na = bt * nmp * kp * mr
+    buf = _scratch(na + bt * nnp * kp * NR)
+    apack, bpack = buf[:na], buf[na:]
     g = (ctypes.c_int64 * 17)(bt, M, N, K, *sa, *sb, M * N, N, odt == F32, kp, nmp, nnp, amx)
     ptrs = (ctypes.c_void_p * 5)(a.ctypes.data, b.ctypes.data, res.ctypes.data,
                                  apack.ctypes.data, bpack.ctypes.data)
-    fn(ptrs, g, num_threads())
+    fn(ptrs, g, num_threads() if bt * M * N * K >= PARALLEL_MIN else 1)

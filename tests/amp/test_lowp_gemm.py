@@ -36,6 +36,7 @@ def kernel(request, monkeypatch):
     if not avail():
         pytest.skip(why)
     monkeypatch.setattr(lg, "mode", mode)
+    monkeypatch.setattr(lg, "MIN_MACS", 0)        # tiny shapes too (edges, K = 1)
     return request.param
 
 
@@ -102,6 +103,8 @@ def test_native_into_out_and_threads_agree(kernel, monkeypatch):
     rng = np.random.default_rng(5)
     a, b = rng.standard_normal((130, 77)).astype(BF), rng.standard_normal((77, 150)).astype(BF)
     out = np.full((130, 150), 7, BF)
+    monkeypatch.setattr(lg, "PARALLEL_MIN", 1)
+    monkeypatch.setattr(lg, "num_threads", lambda: 2)
     assert lg.matmul(a, b, out=out) is out
     monkeypatch.setattr(lg, "num_threads", lambda: 1)
     one = lg.matmul(a, b)
@@ -163,6 +166,15 @@ def test_auto_without_amx_returns_none(monkeypatch):
     monkeypatch.setitem(lg._state, "amx", False)
     monkeypatch.setattr(lg, "mode", "auto")
     assert lg.matmul(np.ones((4, 4), BF), np.ones((4, 4), BF)) is None
+
+
+def test_auto_leaves_tiny_matrices_to_the_conversion_path(monkeypatch):
+    lg._load()
+    monkeypatch.setitem(lg._state, "amx", True)
+    monkeypatch.setattr(lg, "mode", "auto")
+    small = np.ones((32, 16, 64), BF), np.ones((32, 64, 16), BF)     # 16K MACs each
+    assert lg.MIN_MACS > 16 * 64 * 16
+    assert lg.matmul(*small) is None
 
 
 def test_float16_and_1d_are_not_served():
