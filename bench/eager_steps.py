@@ -56,7 +56,9 @@ else:
     lib.manual_seed(0)
     model, opt = wl.build(lib, **wl.size)
     if fused == "1":        # the same optimizer with fused=True (both libraries have it)
-        kw = {k: v for k, v in opt.defaults.items() if k not in ("foreach", "fused")}
+        import inspect
+        ok = inspect.signature(type(opt).__init__).parameters
+        kw = {k: v for k, v in opt.defaults.items() if k in ok and k not in ("foreach", "fused")}
         opt = type(opt)(model.parameters(), **kw, fused=True)
     x, y = wl.data(np.random.default_rng(0), **wl.size)
     step = make_step(lib, model, opt, lib.tensor(x), lib.tensor(y))
