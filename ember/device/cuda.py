@@ -22,7 +22,10 @@ import time
 
 import numpy as np
 
+from ..dtypes import bfloat16 as _bfloat16
 from .base import Backend, device
+
+_BF16 = np.dtype(_bfloat16.np)
 from .cpu import CountingAllocator
 
 __all__ = ["CUDABackend", "CachingAllocator", "CuPyRuntime", "FakeRuntime", "make_backend",
@@ -303,7 +306,7 @@ class CUDABackend(Backend):
         caps = {"dlpack", "streams", "cuda"}
         # NOTE: the stand-in's arrays are NumPy's, so generated C kernels (compiled graphs'
         # fusion, pooling...) run on them; a GPU's compiled graphs skip those passes
-        fake = {"fake", "host_kernels"} if runtime.is_fake else set()
+        fake = {"fake", "host_kernels", "bfloat16"} if runtime.is_fake else set()
         self.capabilities = frozenset(caps | fake)
         self.current_index = 0
         self.streams: list = []         # the `ember.cuda.stream(...)` stack
@@ -325,9 +328,14 @@ class CUDABackend(Backend):
         return i
 
     def empty(self, shape, np_dtype):
+        if np_dtype is _BF16 and "bfloat16" not in self.capabilities:
+            _no_bf16()
         return self.xp.empty(shape, np_dtype)
 
     def asarray(self, data, np_dtype=None):
+        if (np_dtype is _BF16 or getattr(data, "dtype", None) is _BF16) and \
+                "bfloat16" not in self.capabilities:
+            _no_bf16()
         return self.runtime.to_device(data, np_dtype)
 
     def to_host(self, arr):
@@ -358,6 +366,12 @@ def host_fallback(name: str, cpu_kernel):
         return be.asarray(np.asarray(res))
     kernel.__name__ = f"{name}_host_fallback"
     return kernel
+
+
+def _no_bf16():
+    raise TypeError("cuda: bfloat16 tensors are not supported on the GPU yet (CuPy has no "
+                    "bfloat16 dtype); valid: float16, float32, float64, or keep bfloat16 "
+                    "tensors on the CPU")
 
 
 def fake_requested() -> int:
