@@ -469,3 +469,14 @@ def test_factory_kwargs_and_common_types():
         nn.factory_kwargs({"dtype": em.float32, "factory_kwargs": {"dtype": em.float64}})
     from ember.nn.common_types import _ratio_2_t, _size_2_t
     assert _size_2_t == int | tuple[int, int] and _ratio_2_t == float | tuple[float, float]
+
+
+@pytest.mark.parametrize("nd", [2, 3])
+def test_fractional_max_pool_ties_pick_first_in_row_major_order(nd):
+    x = RNG.integers(0, 2, (1, 2) + (7,) * nd).astype(np.float64)     # many ties
+    u = RNG.random((1, 2, nd))
+    fn = F.fractional_max_pool2d if nd == 2 else F.fractional_max_pool3d
+    _, i = fn(em.tensor(x), 2, output_size=4, return_indices=True,
+              _random_samples=em.tensor(u))
+    _, want = _frac_ref(x, (2,) * nd, (4,) * nd, u)      # np.argmax: first in row-major
+    np.testing.assert_array_equal(i.numpy(), want)

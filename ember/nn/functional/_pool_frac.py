@@ -7,8 +7,10 @@ not given) and the window starts are PyTorch's sequence
 ``start[i] = int((i + u) * a) - int(u * a)``, ``a = (in - k) / (out - 1)``, with the
 last window flush with the end (``start[out-1] = in - k``), computed in the input's
 floating type as PyTorch's CPU kernel does, so equal ``_random_samples`` give PyTorch's
-windows. The windows are gathered (``take_along_dim``) and reduced with ``max`` (first
-maximum on ties), so gradients flow as for any composite. The window starts are read on
+windows. Each pooled dim is gathered (``take_along_dim``) and reduced with ``max`` in
+turn, innermost first (so ties resolve to the first maximum in row-major order, as in
+PyTorch, and no ``kH * kW`` window tensor is built), and gradients flow as for any
+composite. The window starts are read on
 the host from ``_random_samples`` (a graph break under ``ember.compile``).
 """
 from __future__ import annotations
@@ -42,25 +44,47 @@ def _starts(u, size, out, k, ftype):
     return seq
 
 
-def _window_index(starts, ks, sizes):
-    """(P, L, K) flat indices into each plane for starts per dim (P, out_d)."""
-    nd = len(ks)
-    flat = 0
+def _pool_stages(x, starts, ks, outs):
+    """Max over each window, one dim at a time from the last: (values, args per stage).
+
+    Reducing the innermost dim first and the outermost last picks, among tied maxima, the
+    first in row-major order (smallest ``h``, then smallest ``w``), as PyTorch's loops do.
+    """
+    from ...ops.factories import tensor
+    from ...ops.sort import take_along_dim
+    nd, args = len(ks), [None] * len(ks)
+    for d in reversed(range(nd)):
+        pos = starts[d][:, :, None] + np.arange(ks[d])[None, None, :]   # (P, out_d, k_d)
+        shape = [pos.shape[0]] + [1] * nd
+        shape[1 + d] = outs[d] * ks[d]
+        idx = tensor(pos.reshape(shape), device=x.device)
+        g = take_along_dim(x, idx, dim=1 + d)
+        g = g.reshape(*g.shape[:1 + d], outs[d], ks[d], *g.shape[2 + d:])
+        x, args[d] = g.max(dim=2 + d)
+    return x, args
+
+
+def _flat_indices(starts, args, sizes):
+    """Flat input index of each maximum, from the per-stage window offsets (NumPy)."""
+    nd = len(sizes)
+    p = starts[0].shape[0]
+    outs = args[0].shape[1:]
+    grid = np.indices((p,) + tuple(outs), sparse=True)
+    flat, chosen = 0, []
     for d in range(nd):
-        pos = starts[d][:, :, None] + np.arange(ks[d])[None, None, :]     # (P, out_d, k_d)
-        stride = int(np.prod(sizes[d + 1:], dtype=np.int64))
-        shape = [pos.shape[0]] + [1] * (2 * nd)
-        shape[1 + d], shape[1 + nd + d] = pos.shape[1], pos.shape[2]
-        flat = flat + pos.reshape(shape) * stride
-    p = flat.shape[0]
-    return flat.reshape(p, -1, int(np.prod(ks)))
+        a = args[d].numpy()
+        # NOTE: stage d's args are indexed by the positions already chosen in dims < d
+        a = a[(grid[0],) + tuple(chosen) + tuple(grid[1 + d:])]
+        pos = starts[d][grid[0], grid[1 + d]] + a
+        chosen.append(pos)
+        flat = flat * sizes[d] + pos
+    return flat
 
 
 def _fractional(input, kernel_size, output_size, output_ratio, return_indices,
                 _random_samples, nd):
     from ...ops.factories import tensor
     from ...random import rand
-    from ...ops.sort import take_along_dim
     op = f"fractional_max_pool{nd}d"
     if not isinstance(input, Tensor) or input.ndim not in (nd + 1, nd + 2):
         raise ShapeError(f"{op}: expected a {nd + 1}-D (unbatched) or {nd + 2}-D input, got "
@@ -95,18 +119,13 @@ def _fractional(input, kernel_size, output_size, output_ratio, return_indices,
     # NOTE: 2-D uses samples (W, H) in that order; 3-D uses (T, H, W) — PyTorch's kernels.
     order = (1, 0) if nd == 2 else (0, 1, 2)
     starts = [_starts(u[:, order[d]], sizes[d], outs[d], ks[d], ftype) for d in range(nd)]
-    idx_np = _window_index(starts, ks, sizes)                       # (P, L, K)
-    idx = tensor(idx_np, device=x.device)
-    xf = x.reshape(n * c, -1)
-    num, k = idx_np.shape[1], idx_np.shape[2]
-    win = take_along_dim(xf, idx.reshape(n * c, num * k), dim=1).reshape(n * c, num, k)
-    vals, arg = win.max(dim=2, keepdim=True)
+    vals, args = _pool_stages(x.reshape(n * c, *sizes), starts, ks, outs)
     unb = input.ndim == nd + 1
     out = vals.reshape(n, c, *outs)
     out = out.squeeze(0) if unb else out
     if not return_indices:
         return out
-    ind = take_along_dim(idx, arg, dim=2).reshape(n, c, *outs)
+    ind = tensor(_flat_indices(starts, args, sizes), device=x.device).reshape(n, c, *outs)
     return out, (ind.squeeze(0) if unb else ind)
 
 
