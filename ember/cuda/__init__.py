@@ -60,9 +60,10 @@ def init() -> None:
 
 
 def is_bf16_supported(including_emulation: bool = True) -> bool:
-    """Whether the current device computes bfloat16 (compute capability 8.0 or newer)."""
+    """Whether Ember computes bfloat16 on the current device: compute capability 8.0 or
+    newer and a backend with bfloat16 arrays (CuPy has none yet: False on a GPU today)."""
     be = backend_or_none()
-    return be is not None and get_device_capability() >= (8, 0)
+    return be is not None and be.has("bfloat16") and get_device_capability() >= (8, 0)
 
 
 def current_device() -> int:
