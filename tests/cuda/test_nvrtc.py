@@ -20,8 +20,10 @@ from ember.codegen.render_cuda import render_cuda, render_cuda_many
 from ember.ops.registry import REGISTRY
 
 pytestmark = pytest.mark.skipif(
-    not nvrtc.available(), reason="NVRTC is not installed (pip install 'ember[nvrtc]'; "
-    "scripts/test.sh installs it)")
+    not (nvrtc.available() and nvrtc.include_dirs()),
+    reason="NVRTC or the CUDA fp16/bf16 headers are not installed (pip install "
+    "'ember[nvrtc]': nvidia-cuda-nvrtc-cu12, cuda-bindings, nvidia-cuda-runtime-cu12; "
+    "scripts/test.sh installs them)")
 
 DTYPES = [dt.float32, dt.float64, dt.float16, dt.bfloat16, dt.int64, dt.int32, dt.int16,
           dt.int8, dt.uint8, dt.bool_]
