@@ -6,9 +6,9 @@ positive. The program is written as a PyTorch user writes it: a ``Dataset`` and 
 ``DataLoader`` whose ``collate_fn`` pads the batch (``pad_sequence``), an LSTM over
 ``pack_padded_sequence`` input (``enforce_sorted=False``: the padding is skipped), a
 ``LazyLinear`` head, ``BCEWithLogitsLoss``, and ``optim.LBFGS`` with the strong-Wolfe line
-search and a closure, in float64, one full batch per step (as L-BFGS is meant to run). Weights are drawn from NumPy so both backends start
-identically;
-with PyTorch installed, ``--backend both`` prints the two loss curves side by side.
+search and a closure, in float64, one full batch per step (as L-BFGS is meant to run).
+Weights are drawn from NumPy so both backends start identically; with PyTorch installed,
+``--backend both`` prints the two loss curves side by side.
 
 Run:
     python examples/pytorch_dropin.py [--backend ember|torch|both] [--steps 15]
