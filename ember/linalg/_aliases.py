@@ -10,6 +10,7 @@ from ..tensor import Tensor
 from . import _decomp, _funcs, _solve
 from ._extra import geqrf, orgqr, ormqr, pca_lowrank, svd_lowrank
 from . import _types as T
+from ..ops.dispatch import autocast_entry
 
 __all__ = ["det", "logdet", "slogdet", "inverse", "svd", "qr", "cholesky", "cholesky_solve",
            "cholesky_inverse", "pinverse", "matrix_exp", "matrix_power", "lu", "lu_solve",
@@ -21,6 +22,7 @@ matrix_exp = _funcs.matrix_exp
 matrix_power = _funcs.matrix_power
 
 
+@autocast_entry("inverse")
 @outable
 def inverse(input, *, out=None):
     """``torch.inverse`` (= :func:`ember.linalg.inv`)."""
@@ -42,6 +44,7 @@ def logdet(input):
     return where(sign < 0, float("nan"), logabs)
 
 
+@autocast_entry("svd")
 @outable
 def svd(input, some=True, compute_uv=True, *, out=None):
     """``torch.svd``: ``(U, S, V)`` — V, not Vh; ``some=False`` gives full U, V; with
@@ -58,18 +61,21 @@ def svd(input, some=True, compute_uv=True, *, out=None):
     return T.svd_toplevel(U, S, Vh.mH)
 
 
+@autocast_entry("qr")
 @outable
 def qr(input, some=True, *, out=None):
     """``torch.qr``: reduced (``some``) or complete QR."""
     return T.qr_toplevel(*_decomp.qr(input, "reduced" if some else "complete"))
 
 
+@autocast_entry("cholesky")
 @outable
 def cholesky(input, upper=False, *, out=None):
     """``torch.cholesky`` (deprecated in PyTorch for :func:`ember.linalg.cholesky`)."""
     return _decomp.cholesky(input, upper=upper)
 
 
+@autocast_entry("cholesky_solve")
 @outable
 def cholesky_solve(B, L, upper=False, *, out=None):
     """Solve ``A X = B`` given the Cholesky factor of ``A`` (``torch.cholesky_solve``: ``L``
@@ -81,6 +87,7 @@ def cholesky_solve(B, L, upper=False, *, out=None):
     return _solve.solve_triangular(L.mH, Y, upper=True)
 
 
+@autocast_entry("cholesky_inverse")
 @outable
 def cholesky_inverse(L, upper=False, *, out=None):
     """``A^{-1}`` from the Cholesky factor of ``A`` (``torch.cholesky_inverse``)."""
@@ -89,6 +96,7 @@ def cholesky_inverse(L, upper=False, *, out=None):
     return cholesky_solve(eye(n, dtype=L.dtype) + L * 0, L, upper)
 
 
+@autocast_entry("pinverse")
 def pinverse(input, rcond=1e-15):
     """``torch.pinverse``: :func:`ember.linalg.pinv` with ``rtol=rcond``."""
     return _solve.pinv(input, rtol=rcond)
@@ -101,6 +109,7 @@ def lu(A, pivot=True, get_infos=False, out=None):
     return (LU, piv, info) if get_infos else (LU, piv)
 
 
+@autocast_entry("lu_solve")
 @outable
 def lu_solve(b, LU_data, LU_pivots, *, out=None):
     """``torch.lu_solve(b, LU_data, LU_pivots)``."""
@@ -118,6 +127,7 @@ def lu_unpack(LU_data, LU_pivots, unpack_data=True, unpack_pivots=True, *, out=N
     return T.lu_unpack(P, L, U)
 
 
+@autocast_entry("triangular_solve")
 @outable
 def triangular_solve(b, A, upper=True, transpose=False, unitriangular=False, *, out=None):
     """``torch.triangular_solve``: ``(solution, cloned_coefficient)`` of ``A X = b`` (or

@@ -15,6 +15,7 @@ from . import _checks as C
 from . import _types as T
 from ._decomp import qr, svd
 from ._funcs import householder_product
+from ..ops.dispatch import autocast_entry
 
 __all__ = ["ldl_factor", "ldl_factor_ex", "ldl_solve", "geqrf", "orgqr", "ormqr",
            "svd_lowrank", "pca_lowrank"]
@@ -74,6 +75,7 @@ def ldl_solve(LD, pivots, B, *, hermitian=False, out=None):
     return _apply(ldl_solve_p, (LD, pivots, B), {"hermitian": bool(hermitian)})
 
 
+@autocast_entry("geqrf")
 @C.outable
 def geqrf(input, *, out=None):
     """``(a, tau)``: QR in LAPACK's compact form — R on and above the diagonal, the
@@ -84,12 +86,14 @@ def geqrf(input, *, out=None):
     return T.geqrf(P.narrow(-2, 0, m), P.select(-2, m).narrow(-1, 0, min(m, n)))
 
 
+@autocast_entry("orgqr")
 @C.outable
 def orgqr(input, tau, *, out=None):
     """The explicit Q of :func:`geqrf`'s output (``torch.orgqr`` = ``householder_product``)."""
     return householder_product(input, tau)
 
 
+@autocast_entry("ormqr")
 @C.outable
 def ormqr(input, tau, other, left=True, transpose=False, *, out=None):
     """``Q @ other`` (``left``) or ``other @ Q``, with ``Qᴴ`` if ``transpose``, for the Q of

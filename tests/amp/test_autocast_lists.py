@@ -33,6 +33,14 @@ _ARR = {
     "vol": _rng.standard_normal((1, 2, 4, 4, 4)), "w3": _rng.standard_normal((3, 2, 3, 3, 3)),
     "wt3": _rng.standard_normal((2, 3, 2, 2, 2)),
 }
+_ARR["spd"] = _ARR["x"] @ _ARR["x"].T + 4 * np.eye(4)   # well-conditioned, positive definite
+
+
+def _lu_solve(m, F, t):
+    with m.autocast("cpu", enabled=False):     # the factorisation's own dtype is not checked
+        LU, piv = m.linalg.lu_factor(t.spd.float())
+    return m.lu_solve(t.x, LU, piv)
+
 
 #: (table name, fn(lib, F, t), names of the float inputs). ``lib`` is ember or torch.
 CASES = [
@@ -116,6 +124,22 @@ CASES = [
                                                    return_complex=True))),
     ("fft_rfft", lambda m, F, t: m.view_as_real(m.fft.rfft(t.x))),
     ("fft_fft2", lambda m, F, t: m.view_as_real(m.fft.fft2(t.x))),
+    # linear algebra (fp32 on CPU), the LAPACK-backed legacy names
+    ("cholesky", lambda m, F, t: m.cholesky(t.spd)),
+    ("cholesky_inverse", lambda m, F, t: m.cholesky_inverse(t.spd.tril())),
+    ("cholesky_solve", lambda m, F, t: m.cholesky_solve(t.x, t.spd.tril())),
+    ("inverse", lambda m, F, t: m.inverse(t.spd)),
+    ("lu_solve", _lu_solve),
+    ("pinverse", lambda m, F, t: m.pinverse(t.x)),
+    ("qr", lambda m, F, t: m.qr(t.x)[0]),
+    ("svd", lambda m, F, t: m.svd(t.x)[1]),
+    ("triangular_solve", lambda m, F, t: m.triangular_solve(t.x, t.spd.triu())[0]),
+    ("geqrf", lambda m, F, t: m.geqrf(t.x)[0]),
+    ("orgqr", lambda m, F, t: m.orgqr(t.x, t.v)),
+    ("ormqr", lambda m, F, t: m.ormqr(t.x, t.v, t.y)),
+    ("conv_tbc", lambda m, F, t: m.conv_tbc(t.b3, t.b3, t.v, 1)),
+    ("fractional_max_pool2d", lambda m, F, t: F.fractional_max_pool2d(t.img, 2, output_size=2)),
+    ("fractional_max_pool3d", lambda m, F, t: F.fractional_max_pool3d(t.vol, 2, output_size=2)),
 ]
 #: promote-list (and reference) cases, run with one float32 and one low-precision input.
 MIXED = [

@@ -3,6 +3,7 @@ the ``grid_sample`` mode tables and ``assert_int_or_pair``."""
 from __future__ import annotations
 
 from ...errors import ShapeError
+from ...ops.dispatch import autocast_entry
 
 __all__ = ["conv_tbc", "GRID_SAMPLE_INTERPOLATION_MODES", "GRID_SAMPLE_PADDING_MODES",
            "assert_int_or_pair"]
@@ -20,6 +21,7 @@ def assert_int_or_pair(arg, arg_name: str, message: str) -> None:
         raise AssertionError(message.format(arg_name))
 
 
+@autocast_entry("conv_tbc")
 def conv_tbc(input, weight, bias, pad: int = 0):
     """1-D convolution of time-major input (``F.conv_tbc``).
 

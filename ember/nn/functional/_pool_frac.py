@@ -19,6 +19,7 @@ import numpy as np
 
 from ...errors import DTypeError, ShapeError
 from ...tensor import Tensor
+from ...ops.dispatch import autocast_entry
 
 __all__ = ['fractional_max_pool2d', 'fractional_max_pool3d',
            'fractional_max_pool2d_with_indices', 'fractional_max_pool3d_with_indices']
@@ -129,6 +130,7 @@ def _fractional(input, kernel_size, output_size, output_ratio, return_indices,
     return out, (ind.squeeze(0) if unb else ind)
 
 
+@autocast_entry("fractional_max_pool2d")
 def fractional_max_pool2d(input: Tensor, kernel_size, output_size=None, output_ratio=None,
                           return_indices: bool = False, _random_samples: Tensor | None = None):
     """2-D fractional max pooling (``F.fractional_max_pool2d``).
@@ -150,6 +152,7 @@ def fractional_max_pool2d(input: Tensor, kernel_size, output_size=None, output_r
                        _random_samples, 2)
 
 
+@autocast_entry("fractional_max_pool3d")
 def fractional_max_pool3d(input: Tensor, kernel_size, output_size=None, output_ratio=None,
                           return_indices: bool = False, _random_samples: Tensor | None = None):
     """3-D fractional max pooling (``F.fractional_max_pool3d``); as
