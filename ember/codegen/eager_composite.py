@@ -29,6 +29,10 @@ The composite runs as written (the fast path steps aside) whenever any of these 
 * the key's capture did not compile (a graph break, e.g. a value read into Python), or
   :data:`MAX_KEYS` keys of this function are already cached.
 
+Every tensor input is version-checked at backward (the compiled backward may read any of
+them): writing one in place between the call and ``backward()`` raises, as PyTorch's native
+kernels do for the inputs they save (a composite that saved only intermediates did not).
+
 Gradients: the compiled backward runs when ``backward()`` is called without
 ``create_graph``. With ``create_graph=True`` (double backward) the node differentiates the
 composite itself, recomputed from the saved inputs, so higher-order gradients are the
@@ -163,7 +167,7 @@ class _CompositeCall(Function):
             out = entry.cf(*leaves)
         if not isinstance(out, Tensor):
             raise _NotOneTensor(type(out).__name__)
-        ctx.save_for_backward(*tensors)     # for a double backward only
+        ctx.save_for_backward(*tensors)     # version checks, and a double backward
         ctx.entry, ctx.leaves, ctx.out = entry, leaves, out
         return out.detach()
 
@@ -171,10 +175,10 @@ class _CompositeCall(Function):
     def backward(ctx, g):
         from ..autograd.engine import grad as _grad
         want = [lf._requires_grad for lf in ctx.leaves]
+        inputs = ctx.saved_tensors      # NOTE: raises if an input was written in place since
         if state.grad_enabled:
             # NOTE: create_graph: differentiate the composite itself, recomputed from the
             # original inputs, so the gradient carries their history (double backward).
-            inputs = ctx.saved_tensors
             out = ctx.entry.call(*inputs)
             diff = [x for x, w in zip(inputs, want) if w]
             grads = iter(_grad(out, diff, g, create_graph=True, allow_unused=True))

@@ -252,3 +252,22 @@ def test_batch_norm_updates_running_stats_like_the_composite(training):
     np.testing.assert_allclose(got[True][2], got[False][2], rtol=1e-12)
     if training:
         assert not np.allclose(got[True][1], 0.0)       # the stats did move
+
+
+def test_an_input_written_in_place_before_backward_raises():
+    # NOTE: the compiled backward may read any input's array, so every tensor input is
+    # version-checked, as PyTorch's native gelu/layer_norm/conv/pool save their input (the
+    # layer_norm composite, which saves x - mean instead, did not raise here).
+    for fast, fn in ((False, F.gelu), (True, F.gelu),
+                     (True, lambda t: F.layer_norm(t, (6,), w))):
+        prev = ec.set_enabled(fast)
+        try:
+            w = em.tensor(_rand((6,), "float64"), requires_grad=True)
+            x = em.tensor(_rand((4, 6), "float64"), requires_grad=True)
+            h = x * 1.0
+            y = fn(h)
+            h.add_(1.0)
+            with pytest.raises(RuntimeError, match="modified by an inplace operation"):
+                y.sum().backward()
+        finally:
+            ec.set_enabled(prev)
