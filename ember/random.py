@@ -41,6 +41,14 @@ _MAGIC = b"PCG1"
 _U64 = 1 << 64
 
 
+_serials = [0]    # the next Generator's ``_serial`` (creation order)
+
+
+def _next_serial() -> int:
+    """The ``_serial`` the next :class:`Generator` will get."""
+    return _serials[0]
+
+
 class Generator:
     """A seedable source of random numbers (``torch.Generator``), backed by PCG64.
 
@@ -55,6 +63,8 @@ class Generator:
 
     def __init__(self, device="cpu"):
         self.device = _device(device)
+        self._serial = _serials[0]      # creation order: tracers tell local generators apart
+        _serials[0] += 1
         self.manual_seed(_DEFAULT_SEED)
 
     def manual_seed(self, seed) -> "Generator":

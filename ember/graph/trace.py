@@ -27,6 +27,7 @@ import sys
 
 import numpy as np
 
+from .. import random as _random
 from ..autograd.grad_mode import state
 from ..errors import GraphError
 from ..ops import dispatch as _dispatch
@@ -163,6 +164,7 @@ class Tracer(_Mode):
         self.randoms = 0
         self.written: dict = {}      # id(array) -> a tensor written in place while tracing
         self.internal: set = set()   # id(array) of tensors made while tracing
+        self.gen_floor = _random._next_serial()   # Generators from here on are local
 
     # ------------------------------------------------------------ values
     def bind(self, t: Tensor, var: Var) -> None:
@@ -224,6 +226,10 @@ class Tracer(_Mode):
             self.unsupported(f"{op.name} (its output's size depends on the input's values: "
                              f"nonzero, boolean-mask indexing, masked_select)")
             return _dispatch.apply(op, inputs, params)      # tracing stopped: eager
+        if op.random and isinstance(g := params.get("generator"), _random.Generator):
+            self.on_generator(g)
+            if self.broken is not None:
+                return _dispatch.apply(op, inputs, params)  # tracing stopped: eager
         with self.suspended():
             out = _dispatch.apply(op, inputs, params)
         ins = tuple(self.read(x) if isinstance(x, Tensor) else x for x in inputs)
@@ -296,6 +302,13 @@ class Tracer(_Mode):
         self.randoms += 1
         self.bind(t, v)
         self.internal.add(id(t._data))
+
+    def on_generator(self, g) -> None:
+        """A draw from ``g``: one created inside the traced function (seeded there, so eager
+        draws the same numbers at every call) can't be replayed by drawing on from it."""
+        if g._serial >= self.gen_floor:
+            self.unsupported("a random draw from an ember.Generator created inside the "
+                             "compiled function")
 
     def on_data_access(self, t: Tensor, what: str) -> None:
         """Python asked for ``t``'s values (``what``: item, bool, numpy...)."""
