@@ -52,6 +52,11 @@ OVERRIDES = {
 }
 
 
+#: C templates of ``x ** e`` for the exponents ops/arith.POW_FAST computes without pow.
+_POW_C = {1: "({0})", 2: "({0} * {0})", 3: "({0} * {0} * {0})", 0.5: "sqrt({0})",
+          -1: "(1 / {0})"}
+
+
 def kind_of(d: DType) -> str:
     return "float" if d.category == _F else "int" if d.category == _dt.INT else "bool"
 
@@ -131,10 +136,11 @@ def template(node: Apply, d: DType) -> str:
         fn = "ember_round_f16" if node.dtype is _dt.float16 else "ember_round_bf16"
         return f"{fn}((float){{0}})"
     if op == "pow" and isinstance(node.args[1], Const) and kind == "float":
-        # NOTE: x**2 is exact as x*x; x**3 as x*x*x is within 1.5 ulp (vs a libm pow call).
+        # NOTE: x**2 is exact as x*x; x**3 as x*x*x is within 1.5 ulp (vs a libm pow call);
+        # 0.5 and -1 are sqrt and 1/x: PyTorch's values (ops/arith.POW_FAST, same table).
         e = node.args[1].value
-        if e in (2, 3) and not isinstance(e, bool):
-            return "({0} * {0})" if e == 2 else "({0} * {0} * {0})"
+        if e.__class__ in (int, float) and e in _POW_C:
+            return _POW_C[e]
     return OVERRIDES.get((op, kind)) or REGISTRY[op].expr
 
 

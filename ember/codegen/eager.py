@@ -55,6 +55,7 @@ import numpy as np
 
 from .. import config
 from .. import dtypes as _dt
+from ..ops.arith import POW_FAST
 from ..ops.registry import REGISTRY
 from .ir import InputSpec, Kernel, Load, OutSpec, call, infer
 from .layout import coalesce
@@ -145,6 +146,11 @@ def run(op, arrays, params):
     if seen < WARMUP:
         _seen[key] = seen + size
         return None
+    if op.name == "pow" and arrays[1].__class__ is not np.ndarray and arrays[1] in POW_FAST:
+        # NOTE: x**2, x**0.5... without a pow call: NumPy's POW_FAST kernel (memory speed)
+        # in float32/float64, a kernel with the exponent written in (cexpr.template) else.
+        fn = _pow_kernel(dt, arrays[1]) if dt in _LOWP else None
+        return None if fn is None else _count(_launch(fn, [arrays[0]], shape, dt))
     fn = _kernel(op.name, dt, len(arrays), params)
     if fn is None:
         return None
@@ -211,6 +217,30 @@ def _kernel(name, dt, nin, params):
                                            body, name=f"ember_eager_{name}"), cc)
         _kernels[key] = fn
     return fn or None
+
+
+def _pow_kernel(dt, e):
+    """The CompiledKernel of ``x ** e`` for a :data:`POW_FAST` exponent ``e``; None if none."""
+    key = ("pow", dt, e.__class__, e)
+    fn = _kernels.get(key)
+    if fn is None:
+        fn = False
+        cc = _compiler()
+        if cc is not None:
+            d = _dt.as_dtype(dt)
+            compute, out = infer("pow", [d, d], {})
+            if out is d:
+                body = call("pow", Load(0), e, compute=compute)
+                fn = CompiledKernel(Kernel([InputSpec(d, (1,))], OutSpec(d, (1,)), body,
+                                           name="ember_eager_pow_const"), cc)
+        _kernels[key] = fn
+    return fn or None
+
+
+def _count(out):
+    if out is not None:
+        stats["runs"] += 1
+    return out
 
 
 def _compiler():

@@ -68,8 +68,26 @@ neg_p = defop(
     vjp=lambda g, out, x: (-g,), jvp="linear")
 
 
+#: Python-scalar exponents computed without a pow call, as PyTorch's
+#: ``pow_tensor_scalar_optimized_kernel`` does (so the values are PyTorch's: ``x**0.5`` is
+#: ``sqrt(x)``, ``-0.0 ** 0.5 == -0.0``); the C template (``codegen/cexpr.template``) and
+#: the eager kernels (``codegen/eager.run``) use the same table.
+POW_FAST = {1: lambda xp, x: xp.positive(x), 2: lambda xp, x: xp.multiply(x, x),
+            3: lambda xp, x: xp.multiply(xp.multiply(x, x), x),
+            0.5: lambda xp, x: xp.sqrt(x), -1: lambda xp, x: xp.reciprocal(x)}
+
+
+def pow_fast(x, y):
+    """The :data:`POW_FAST` rule for ``x ** y`` (array ``x``, Python scalar ``y``), or None."""
+    if (y.__class__ is int or y.__class__ is float) and y in POW_FAST \
+            and getattr(x, "dtype", None) is not None and x.dtype.kind in "fc":
+        return POW_FAST[y]
+    return None
+
+
 def _pow_kernel(xp, x, y):
-    return xp.power(x, y)
+    fast = pow_fast(x, y)
+    return fast(xp, x) if fast is not None else xp.power(x, y)
 
 
 def _pow_dx(g, out, x, y, conj=True):

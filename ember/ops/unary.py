@@ -35,8 +35,11 @@ _LN2, _LN10 = math.log(2.0), math.log(10.0)
 
 
 def unary(name, kernel, expr, deriv=None, *, save="inputs", dtype="float", params=None,
-          differentiable=True):
-    """Declare an elementwise unary primitive whose derivative is ``deriv(x, out)``."""
+          differentiable=True, cpu_kernel=None):
+    """Declare an elementwise unary primitive whose derivative is ``deriv(x, out)``.
+
+    ``kernel`` runs on every backend; ``cpu_kernel``, if given, replaces it on the CPU.
+    """
     if deriv is None or not differentiable:
         vjp = jvp = None
     elif deriv is ZERO:
@@ -47,7 +50,8 @@ def unary(name, kernel, expr, deriv=None, *, save="inputs", dtype="float", param
         # NOTE: g * conj(f'(z)): PyTorch's convention for complex z (cj is free on reals)
         vjp = lambda g, out, x, **p: (g * cj(deriv(x, out)),)  # noqa: E731
         jvp = lambda t, out, x, **p: t[0] * deriv(x, out)  # noqa: E731
-    return defop(name, nin=1, elementwise=True, kernel=kernel, expr=expr, dtype=dtype,
+    kernels = {"xp": kernel} if cpu_kernel is None else {"xp": kernel, "cpu": cpu_kernel}
+    return defop(name, nin=1, elementwise=True, kernels=kernels, expr=expr, dtype=dtype,
                  save=save, vjp=vjp, jvp=jvp, params=params)
 
 

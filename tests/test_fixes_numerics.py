@@ -1,0 +1,141 @@
+"""Regression tests of small correctness/speed fixes (issues 18/19 follow-ups).
+
+Each test fails on the code before its fix:
+
+1. ``x ** e`` for e in {1, 2, 3, 0.5, -1}: no pow call (PyTorch's values: ``x*x``, ``sqrt``...).
+2. ``lgamma``/``digamma`` on the CPU through SciPy, with PyTorch's edge values.
+3. complex gradients of ``gather``/``take_along_dim``/``scatter_add``.
+4. in-place arithmetic refuses a result type it cannot cast to ``self``'s dtype.
+5. ``ember.save``/``ember.load`` round-trip complex tensors.
+6. Adam (foreach/fused) on 0-d parameters.
+"""
+import math
+
+import numpy as np
+import pytest
+
+import ember
+from ember import config
+from ember.codegen import available, eager
+
+
+# ----------------------------------------------------------------- 1. pow with a scalar
+@pytest.mark.parametrize("e", [1, 2, 3, 0.5, -1, 2.0, -1.0])
+@pytest.mark.parametrize("dtype", [np.float32, np.float64])
+def test_pow_scalar_fast_exponents_match_pytorch_formulas(e, dtype):
+    x = np.array([-0.0, 0.0, 1.5, -2.25, 3.0, np.inf, -np.inf, np.nan, 1e-30, 7e3], dtype)
+    with np.errstate(all="ignore"):
+        want = {1: x, 2: x * x, 3: x * x * x, 0.5: np.sqrt(x), -1: 1 / x}[e]
+    got = (ember.tensor(x) ** e).numpy()
+    assert got.dtype == dtype
+    np.testing.assert_array_equal(got, want)
+    num = ~np.isnan(want)                           # NOTE: sqrt(-0.0) == -0.0, as PyTorch
+    np.testing.assert_array_equal(np.signbit(got[num]), np.signbit(want[num]))
+
+
+def test_pow_scalar_matches_torch():
+    torch = pytest.importorskip("torch")
+    x = np.array([-0.0, 0.0, 2.5, -3.0, np.inf, -np.inf, 1e-20], np.float32)
+    for e in (2, 3, 0.5, -1):
+        want = (torch.tensor(x) ** e).numpy()
+        got = (ember.tensor(x) ** e).numpy()
+        np.testing.assert_array_equal(got, want)
+        num = ~np.isnan(want)                       # NOTE: a NaN's sign is unspecified
+        np.testing.assert_array_equal(np.signbit(got[num]), np.signbit(want[num]))
+
+
+def test_pow_scalar_float32_skips_the_pow_kernel():
+    """Large ``x ** 2`` ran a generated kernel calling powf per element (~80x a multiply);
+    now it is NumPy's multiply, as ``x * x``."""
+    if not available():
+        pytest.skip("no C compiler: no generated kernels to avoid")
+    prev = config.set_eager_kernels(True)
+    eager.configure(thresholds={"pow": 1}, warmup=0)
+    try:
+        x = ember.randn(4096)
+        before = eager.stats["runs"]
+        for e in (2, 3, 0.5, -1):
+            x ** e
+        assert eager.stats["runs"] == before
+        x ** 2.5                                   # NOTE: other exponents keep the kernel
+        assert eager.stats["runs"] == before + 1
+    finally:
+        eager.configure(reset=True)
+        config.set_eager_kernels(prev)
+
+
+def test_pow_scalar_bfloat16_kernel_writes_the_exponent_in():
+    if not available():
+        pytest.skip("no C compiler: no generated kernels")
+    prev = config.set_eager_kernels(True)
+    eager.configure(warmup=0)
+    try:
+        x = (ember.randn(1 << 16) * 3).to(ember.bfloat16)
+        before = eager.stats["runs"]
+        sq, rec = x ** 2, x ** -1
+        assert eager.stats["runs"] == before + 2
+        xf = x.float().numpy()
+        np.testing.assert_array_equal(sq.float().numpy(),
+                                      ember.tensor(xf * xf).to(ember.bfloat16).float().numpy())
+        np.testing.assert_array_equal(rec.float().numpy(),
+                                      ember.tensor(1 / xf).to(ember.bfloat16).float().numpy())
+    finally:
+        eager.configure(reset=True)
+        config.set_eager_kernels(prev)
+
+
+def test_pow_scalar_compiled_is_sqrt_and_grads_unchanged():
+    x = ember.tensor([-0.0, 0.25, 4.0, 9.0], requires_grad=True)
+    f = ember.compile(lambda t: (t * 1.0) ** 0.5 + (t * 1.0) ** -1)
+    got = f(x.detach()).numpy()
+    xn = x.detach().numpy()
+    with np.errstate(divide="ignore"):
+        want = np.sqrt(xn) + 1 / xn
+    np.testing.assert_array_equal(got, want)
+    y = x[1:] ** 3
+    y.sum().backward()
+    np.testing.assert_allclose(x.grad.numpy()[1:], 3 * xn[1:] ** 2, rtol=1e-6)
+
+
+# ----------------------------------------------------------------- 2. lgamma / digamma
+_EDGES = np.array([0.0, -0.0, -1.0, -2.0, -2.5, -np.inf, np.inf, np.nan, 1.0, 2.0, 0.5,
+                   1e-300, -1e-300, 5e-324, -5e-324, 171.5, 1e300, -1e300, 2.5e305])
+
+
+def test_lgamma_edge_values_are_pytorchs():
+    got = ember.lgamma(ember.tensor(_EDGES)).numpy()
+    with np.errstate(all="ignore"):
+        want = np.array([math.lgamma(v) if np.isfinite(v) and not (v <= 0 and v == int(v))
+                         else (math.nan if np.isnan(v) else math.inf) for v in _EDGES])
+    np.testing.assert_allclose(got, want, rtol=1e-14)
+    assert got[_EDGES == 1].item() == 0.0 and got[_EDGES == 2].item() == 0.0
+
+
+def test_digamma_edge_values_are_pytorchs():
+    got = ember.digamma(ember.tensor(_EDGES)).numpy()
+    assert got[0] == -np.inf and got[1] == np.inf           # psi(+-0) = -+inf
+    assert np.isnan(got[[2, 3, 5, 7]]).all()                # negative integers, -inf, nan
+    assert got[6] == np.inf
+    np.testing.assert_allclose(got[8], -0.5772156649015329, rtol=1e-15)
+
+
+def test_lgamma_digamma_match_torch():
+    torch = pytest.importorskip("torch")
+    x = np.concatenate([_EDGES, np.linspace(-30.25, 40, 1001)])
+    for fn, tfn in ((ember.lgamma, torch.lgamma), (ember.digamma, torch.digamma)):
+        for d in (np.float32, np.float64):
+            got = fn(ember.tensor(x.astype(d))).numpy()
+            want = tfn(torch.tensor(x.astype(d))).numpy()
+            assert got.dtype == d
+            np.testing.assert_allclose(got, want, rtol=1e-5 if d == np.float32 else 1e-11,
+                                       atol=1e-6 if d == np.float32 else 1e-12)
+
+
+def test_lgamma_digamma_use_scipy_on_the_cpu():
+    """The forward values are SciPy's (float64, rounded once), not the series kernels."""
+    sc = pytest.importorskip("scipy.special")
+    x = np.random.default_rng(0).uniform(-20, 50, 5000).astype(np.float32)
+    np.testing.assert_array_equal(ember.lgamma(ember.tensor(x)).numpy(),
+                                  sc.gammaln(x.astype(np.float64)).astype(np.float32))
+    np.testing.assert_array_equal(ember.digamma(ember.tensor(x)).numpy(),
+                                  sc.psi(x.astype(np.float64)).astype(np.float32))
