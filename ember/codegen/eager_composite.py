@@ -44,7 +44,7 @@ import functools
 import os
 import warnings
 
-from ..autograd.function import Function
+from ..autograd.function import Function, FunctionCtx
 from ..autograd.grad_mode import enable_grad, state
 from ..tensor import Tensor, _wrap
 
@@ -169,13 +169,19 @@ class _CompositeCall(Function):
             raise _NotOneTensor(type(out).__name__)
         ctx.save_for_backward(*tensors)     # version checks, and a double backward
         ctx.entry, ctx.leaves, ctx.out = entry, leaves, out
-        return out.detach()
+        # NOTE: the engine frees a node's saved values after a backward without
+        # retain_graph (ctx._release); the compiled call's saved activations go with them,
+        # not when the graph itself is dropped (a training loop keeps the last loss alive).
+        ctx._release = functools.partial(_release, ctx)
+        res = _leaf(out)    # NOTE: not out.detach(): its _base would keep out's graph alive
+        res._requires_grad = False
+        return res
 
     @staticmethod
     def backward(ctx, g):
         from ..autograd.engine import grad as _grad
-        want = [lf._requires_grad for lf in ctx.leaves]
-        inputs = ctx.saved_tensors      # NOTE: raises if an input was written in place since
+        inputs = ctx.saved_tensors      # NOTE: raises if an input was written in place since,
+        want = [lf._requires_grad for lf in ctx.leaves]   # or after a freeing backward
         if state.grad_enabled:
             # NOTE: create_graph: differentiate the composite itself, recomputed from the
             # original inputs, so the gradient carries their history (double backward).
@@ -186,6 +192,11 @@ class _CompositeCall(Function):
             diff = [lf for lf, w in zip(ctx.leaves, want) if w]
             grads = iter(_grad(ctx.out, diff, g, retain_graph=True, allow_unused=True))
         return (None,) + tuple(next(grads) if w else None for w in want)
+
+
+def _release(ctx) -> None:
+    FunctionCtx._release(ctx)
+    ctx.out = ctx.leaves = None
 
 
 def _leaf(t):

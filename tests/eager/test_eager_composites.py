@@ -271,3 +271,31 @@ def test_an_input_written_in_place_before_backward_raises():
                 y.sum().backward()
         finally:
             ec.set_enabled(prev)
+
+
+def test_saved_activations_are_freed_by_backward_while_the_output_lives():
+    def live_after_backward(fast):
+        prev = ec.set_enabled(fast)
+        try:
+            x = em.tensor(_rand((64, 256), "float32"), requires_grad=True)
+            F.gelu(x).sum().backward()                      # compile outside the window
+            x.grad = None
+            base = em.memory_stats()["current_bytes"]
+            y = F.gelu(x)
+            during = em.memory_stats()["current_bytes"] - base
+            y.sum().backward()
+            x.grad = None
+            after = em.memory_stats()["current_bytes"] - base
+            del y
+            return during, after
+        finally:
+            ec.set_enabled(prev)
+    during, after = live_after_backward(True)
+    _, after_ref = live_after_backward(False)
+    assert during > 64 * 256 * 4                            # activations were saved...
+    assert after <= after_ref                               # ...and freed like the composite's
+    with pytest.raises(RuntimeError, match="second time"):
+        x = em.tensor(_rand((64, 256), "float32"), requires_grad=True)
+        y = F.gelu(x)
+        y.sum().backward()
+        y.sum().backward()
