@@ -73,9 +73,15 @@ def _scatter_add_kernel(xp, g, idx, dim, shape):
             ax = [1] * idx.ndim
             ax[d] = idx.shape[d]
             lin = lin + (xp.arange(idx.shape[d], dtype=xp.int64) * strides[d]).reshape(ax)
-    size = math.prod(shape)
-    out = xp.bincount(lin.reshape(-1), weights=g.reshape(-1).astype(xp.float64),
-                      minlength=size)
+    size, lin, w = math.prod(shape), lin.reshape(-1), g.reshape(-1)
+    if w.dtype.kind == "c":
+        # NOTE: bincount's weights are float64: the real and imaginary parts sum apart
+        # (casting the complex weights dropped the imaginary part: gather's complex grad).
+        out = xp.empty(size, g.dtype)
+        out.real = xp.bincount(lin, weights=w.real.astype(xp.float64), minlength=size)
+        out.imag = xp.bincount(lin, weights=w.imag.astype(xp.float64), minlength=size)
+        return out.reshape(shape)
+    out = xp.bincount(lin, weights=w.astype(xp.float64), minlength=size)
     return out.astype(g.dtype).reshape(shape)
 
 
