@@ -13,10 +13,11 @@ Entry points (``ember_<name>_{f32,f64}(char **ptrs, const int64_t *g, int64_t)``
 strided operand with a unit last stride and its row stride in ``g``:
 
 * ``lstm_fwd``: ``pre = h W_hhᵀ`` (N, 4H, contiguous), ``x_t``, ``c_prev`` -> ``h_t``,
-  ``c_t``; ``g = [N, H, sx, sc, sh, sco]``.
-* ``lstm_bwd``: ``pre = x_t + h_prev W_hhᵀ`` (contiguous), ``c_prev``, ``c_t``, ``gh``,
-  ``gc``, ``dhr`` (the recurrent gradient ``dG_{t+1} W_hh``, contiguous), ``dc`` (in/out,
-  contiguous) -> ``dG_t`` (N, 4H, contiguous); ``g = [N, H, scp, sct, sgh, sgc]``.
+  ``c_t``, the activated gates ``a_t``; ``g = [N, H, sx, sc, sh, sco, sa]``.
+* ``lstm_bwd``: ``a_t``, ``c_prev``, ``c_t``, ``gh``, ``gc``, ``ga`` (the gates' own
+  gradient), ``dhr`` (the recurrent gradient ``dG_{t+1} W_hh``, contiguous), ``dc``
+  (in/out, contiguous) -> ``dG_t`` (N, 4H, contiguous);
+  ``g = [N, H, scp, sct, sgh, sgc, sa, sga]``.
 * ``gru_fwd``: ``hp = h W_hhᵀ`` (contiguous), ``b_hh``, ``x_t``, ``h_prev`` -> ``h_t``;
   ``g = [N, H, sx, shp, sho]``.
 * ``gru_bwd``: ``hp = h_prev W_hhᵀ + b_hh`` (contiguous), ``x_t``, ``h_prev``, ``gh``,
@@ -50,13 +51,14 @@ void ember_lstm_fwd_{S}(char **p, const int64_t *g, int64_t nt) {
     for (int64_t n = 0; n < N; n++) {
         const T *pre = (const T *)p[0] + n * 4 * H, *x = (const T *)p[1] + n * g[2],
             *cp = (const T *)p[2] + n * g[3];
-        T *h = (T *)p[3] + n * g[4], *c = (T *)p[4] + n * g[5];
+        T *h = (T *)p[3] + n * g[4], *c = (T *)p[4] + n * g[5], *a = (T *)p[5] + n * g[6];
         #pragma omp simd
         for (int64_t j = 0; j < H; j++) {
             const T i = sig_{S}(pre[j] + x[j]), f = sig_{S}(pre[H + j] + x[H + j]),
                 gg = TANH(pre[2 * H + j] + x[2 * H + j]),
                 o = sig_{S}(pre[3 * H + j] + x[3 * H + j]);
             const T cn = f * cp[j] + i * gg;
+            a[j] = i; a[H + j] = f; a[2 * H + j] = gg; a[3 * H + j] = o;
             c[j] = cn;
             h[j] = o * TANH(cn);
         }
@@ -67,20 +69,21 @@ void ember_lstm_bwd_{S}(char **p, const int64_t *g, int64_t nt) {
     const int64_t N = g[0], H = g[1];
     (void)nt;
     for (int64_t n = 0; n < N; n++) {
-        const T *pre = (const T *)p[0] + n * 4 * H, *cp = (const T *)p[1] + n * g[2],
+        const T *a = (const T *)p[0] + n * g[6], *cp = (const T *)p[1] + n * g[2],
             *ct = (const T *)p[2] + n * g[3], *gh = (const T *)p[3] + n * g[4],
-            *gc = (const T *)p[4] + n * g[5], *dhr = (const T *)p[5] + n * H;
-        T *dc = (T *)p[6] + n * H, *dg = (T *)p[7] + n * 4 * H;
+            *gc = (const T *)p[4] + n * g[5], *ga = (const T *)p[5] + n * g[7],
+            *dhr = (const T *)p[6] + n * H;
+        T *dc = (T *)p[7] + n * H, *dg = (T *)p[8] + n * 4 * H;
         #pragma omp simd
         for (int64_t j = 0; j < H; j++) {
-            const T i = sig_{S}(pre[j]), f = sig_{S}(pre[H + j]), gg = TANH(pre[2 * H + j]),
-                o = sig_{S}(pre[3 * H + j]), tc = TANH(ct[j]);
+            const T i = a[j], f = a[H + j], gg = a[2 * H + j], o = a[3 * H + j],
+                tc = TANH(ct[j]);
             const T dh = gh[j] + dhr[j];
             const T dcv = gc[j] + dc[j] + dh * o * ((T)1 - tc * tc);
-            dg[j] = dcv * gg * i * ((T)1 - i);
-            dg[H + j] = dcv * cp[j] * f * ((T)1 - f);
-            dg[2 * H + j] = dcv * i * ((T)1 - gg * gg);
-            dg[3 * H + j] = dh * tc * o * ((T)1 - o);
+            dg[j] = (dcv * gg + ga[j]) * i * ((T)1 - i);
+            dg[H + j] = (dcv * cp[j] + ga[H + j]) * f * ((T)1 - f);
+            dg[2 * H + j] = (dcv * i + ga[2 * H + j]) * ((T)1 - gg * gg);
+            dg[3 * H + j] = (dh * tc + ga[3 * H + j]) * o * ((T)1 - o);
             dc[j] = dcv * f;
         }
     }

@@ -71,16 +71,18 @@ def lstm(xp, x, h0, c0, w, fallback):
     x, h, c = (_unit(xp, a) for a in (x, h0, c0))
     L, N, G = x.shape
     H = G // 4
-    out = xp.empty((L, N, 2 * H), dtype=x.dtype)
+    out = xp.empty((L, N, 6 * H), dtype=x.dtype)
     pre = xp.empty((N, G), dtype=x.dtype)
-    wt, r, it = xp.ascontiguousarray(w.T), rk.rows, x.itemsize
-    step = rk.Step("lstm_fwd", x.dtype, 5, (N, H, r(x[0]) if L else 0, r(c), 2 * H, 2 * H))
+    wt, r, it, S = xp.ascontiguousarray(w.T), rk.rows, x.itemsize, 6 * H
+    step = rk.Step("lstm_fwd", x.dtype, 6, (N, H, r(x[0]) if L else 0, r(c), S, S, S))
     xs, hs, pp = rk.Seq(x), rk.Seq(out), pre.ctypes.data
     for t in range(L):
         xp.matmul(h, wt, out=pre)
         if t == 1:    # NOTE: from step 1 on the previous cell state is a row of ``out``
-            step.geom[3] = 2 * H
-        step(pp, xs[t], hs[t - 1] + H * it if t else c.ctypes.data, hs[t], hs[t] + H * it)
+            step.geom[3] = S
+        o = hs[t]
+        step(pp, xs[t], hs[t - 1] + H * it if t else c.ctypes.data, o, o + H * it,
+             o + 2 * H * it)
         h = out[t, :, :H]
     return out
 
@@ -92,21 +94,21 @@ def lstm_grad(xp, gout, out, x, h0, c0, w, fallback):
     gout, out = _unit(xp, gout), xp.ascontiguousarray(out)
     L, N, G = x.shape
     H = G // 4
-    hs, cs = out[..., :H], out[..., H:]
-    hprev, cprev = _prev(xp, h0, hs, "h"), _prev(xp, c0, cs, "c")
-    pre = xp.matmul(hprev, w.T, out=_buf(xp, "pre", (L, N, G), x.dtype))
-    pre += x
+    hprev, cprev = _prev(xp, h0, out[..., :H], "h"), _prev(xp, c0, out[..., H:2 * H], "c")
     # NOTE: the gradients are written into their slots of the flat result (no concatenate)
     flat = xp.empty(L * N * G + 2 * N * H + G * H, dtype=x.dtype)
     dg, dhr, dc, dw = _slots(flat, (L, N, G), (N, H), (N, H), (G, H))
     dhr[...] = 0
     dc[...] = 0
-    r, it = rk.rows, x.itemsize
-    step = rk.Step("lstm_bwd", x.dtype, 8, (N, H, H, 2 * H) + ((r(gout[0]),) * 2 if L else (0, 0)))
-    ps, cps, os_, gs, dgs = (rk.Seq(a) for a in (pre, cprev, out, gout, dg))
+    r, it, S = rk.rows, x.itemsize, 6 * H
+    sg = r(gout[0]) if L else 0
+    step = rk.Step("lstm_bwd", x.dtype, 9, (N, H, H, S, sg, sg, S, sg))
+    os_, cps, gs, dgs = (rk.Seq(a) for a in (out, cprev, gout, dg))
     dhp, dcp = dhr.ctypes.data, dc.ctypes.data
     for t in range(L - 1, -1, -1):
-        step(ps[t], cps[t], os_[t] + H * it, gs[t], gs[t] + H * it, dhp, dcp, dgs[t])
+        o, g = os_[t], gs[t]
+        step(o + 2 * H * it, cps[t], o + H * it, g, g + H * it, g + 2 * H * it, dhp, dcp,
+             dgs[t])
         xp.matmul(dg[t], w, out=dhr)
     xp.matmul(dg.reshape(L * N, G).T, hprev.reshape(L * N, H), out=dw)
     return flat

@@ -4,7 +4,7 @@ Each primitive runs ONE layer in ONE direction over a whole time-major sequence,
 input projection of every step at once (``xp = x @ W_ihᵀ + biases``, one GEMM outside):
 
 =============================================  =========================================
-``lstm_layer(xp (L,N,4H), h0, c0, w_hh (4H,H))``  ``(L, N, 2H)``: ``[h_t | c_t]`` per step
+``lstm_layer(xp (L,N,4H), h0, c0, w_hh (4H,H))``  ``(L, N, 6H)``: ``[h_t | c_t | i f g o]``
 ``gru_layer(xp (L,N,3H), h0, w_hh (3H,H), b_hh)``  ``(L, N, H)``: ``h_t`` per step
 ``rnn_layer(xp (L,N,H), h0, w_hh (H,H), relu)``    ``(L, N, H)``: ``h_t`` per step
 =============================================  =========================================
@@ -16,9 +16,10 @@ NOTE: primitives, not composites of the per-step ops, because the composite cost
 ten dispatched ops (each with an autograd node) per time step forward and as many
 backward; here a step is one GEMM plus a few in-place NumPy ufuncs, and the backward
 (``*_layer_grad``) is BPTT with the gate pre-activations recomputed for all steps in one
-GEMM, per-step work reduced to the recurrent GEMM and a few ufuncs, and the weight
-gradient one GEMM batched over time. A primitive has one output, so the LSTM packs its
-cell states beside its hidden states and each ``*_grad`` returns its input gradients
+GEMM (the LSTM saves its activated gates instead), per-step work reduced to the
+recurrent GEMM and a few ufuncs, and the weight gradient one GEMM batched over time. A
+primitive has one output, so the LSTM packs its cell states and gates beside its hidden
+states and each ``*_grad`` returns its input gradients
 flattened and concatenated (as ``sdpa_grad``).
 
 Gradients: the VJP calls the ``*_grad`` primitive unless grad mode is on during the
@@ -73,19 +74,23 @@ def _split(flat, shapes):
 
 
 # ------------------------------------------------------------------ LSTM
+# NOTE: the output keeps each step's activated gates beside h and c, (L, N, 6H) =
+# [h | c | i f g o], so the backward reads them instead of recomputing the recurrent
+# GEMM of every step (a third of the layer's FLOPs).
 def _lstm_np(xp, x, h0, c0, w):
     L, N, G = x.shape
     H = G // 4
-    out = xp.empty((L, N, 2 * H), dtype=x.dtype)
-    pre = xp.empty((N, G), dtype=x.dtype)
+    out = xp.empty((L, N, 6 * H), dtype=x.dtype)
     wt, h, c = xp.ascontiguousarray(w.T), h0, c0     # NOTE: a transposed operand is slower
+    pre = xp.empty((N, G), dtype=x.dtype)
     for t in range(L):
         xp.matmul(h, wt, out=pre)
         pre += x[t]
         _sig_(xp, pre[:, :2 * H])
         xp.tanh(pre[:, 2 * H:3 * H], out=pre[:, 2 * H:3 * H])
         _sig_(xp, pre[:, 3 * H:])
-        hn, cn = out[t, :, :H], out[t, :, H:]
+        out[t, :, 2 * H:] = pre
+        hn, cn = out[t, :, :H], out[t, :, H:2 * H]
         xp.multiply(pre[:, H:2 * H], c, out=cn)
         cn += pre[:, :H] * pre[:, 2 * H:3 * H]
         xp.tanh(cn, out=hn)
@@ -101,25 +106,31 @@ def _lstm_coeffs(i, f, g, o, tc, cprev):
         i * (1 - g * g)
 
 
+def _gate_dact(i, f, g, o):
+    """Derivatives of the gates' activations at the activated values."""
+    return i * (1 - i), f * (1 - f), 1 - g * g, o * (1 - o)
+
+
 def _lstm_grad_np(xp, gout, out, x, h0, c0, w):
     L, N, G = x.shape
     H = G // 4
-    hs, cs = out[..., :H], out[..., H:]
+    hs, cs = out[..., :H], out[..., H:2 * H]
     hprev, cprev = _prev(xp, h0, hs), _prev(xp, c0, cs)
-    pre = x + xp.matmul(hprev, w.T)
-    i, f, o = _sig_np(xp, pre[..., :H]), _sig_np(xp, pre[..., H:2 * H]), \
-        _sig_np(xp, pre[..., 3 * H:])
-    g, tc = xp.tanh(pre[..., 2 * H:3 * H]), xp.tanh(cs)
+    i, f, g, o = (out[..., (2 + k) * H:(3 + k) * H] for k in range(4))
+    tc = xp.tanh(cs)
     k1, k2, k3, k4, k5 = _lstm_coeffs(i, f, g, o, tc, cprev)
     k345 = xp.stack([k3, k4, k5], 2)                       # (L, N, 3, H)
+    # the gates' own gradient (nonzero only when a caller reads them) enters directly
+    direct = gout[..., 2 * H:] * xp.concatenate(_gate_dact(i, f, g, o), -1)
     dg = xp.empty((L, N, 4, H), dtype=x.dtype)
     dh, dc = xp.zeros_like(h0), xp.zeros_like(c0)
     for t in range(L - 1, -1, -1):
         dh = gout[t, :, :H] + dh
-        dc = gout[t, :, H:] + dc
+        dc = gout[t, :, H:2 * H] + dc
         dc += dh * k2[t]
         xp.multiply(dc[:, None, :], k345[t], out=dg[t, :, :3])
         xp.multiply(dh, k1[t], out=dg[t, :, 3])
+        dg[t] += direct[t].reshape(N, 4, H)
         dc = dc * f[t]
         dh = xp.matmul(dg[t].reshape(N, G), w)
     dg = dg.reshape(L * N, G)
@@ -127,14 +138,14 @@ def _lstm_grad_np(xp, gout, out, x, h0, c0, w):
     return xp.concatenate([dg.reshape(-1), dh.reshape(-1), dc.reshape(-1), dw.reshape(-1)])
 
 
-def _lstm_parts(out, x, h0, c0, w):
-    """Gate activations of every step, recomputed in Ember ops from the saved output."""
+def _lstm_parts(out, h0, c0):
+    """States before each step, gate activations and ``tanh(c)`` from the saved output."""
     H = h0.shape[-1]
-    hs, cs = out[..., :H], out[..., H:]
+    hs, cs = out[..., :H], out[..., H:2 * H]
     hprev = cat([h0.unsqueeze(0), hs[:-1]], 0)
     cprev = cat([c0.unsqueeze(0), cs[:-1]], 0)
-    i, f, g, o = (x + matmul(hprev, w.t())).chunk(4, -1)
-    return hprev, cprev, i.sigmoid(), f.sigmoid(), g.tanh(), o.sigmoid(), cs.tanh()
+    i, f, g, o = out[..., 2 * H:].chunk(4, -1)
+    return hprev, cprev, i, f, g, o, cs.tanh()
 
 
 def _lstm_vjp(gout, out, x, h0, c0, w):
@@ -143,13 +154,14 @@ def _lstm_vjp(gout, out, x, h0, c0, w):
         return _split(flat, (x.shape, h0.shape, c0.shape, w.shape))
     L, N, G = x.shape
     H = G // 4
-    hprev, cprev, i, f, g, o, tc = _lstm_parts(out, x, h0, c0, w)
+    hprev, cprev, i, f, g, o, tc = _lstm_parts(out, h0, c0)
     k1, k2, k3, k4, k5 = _lstm_coeffs(i, f, g, o, tc, cprev)
+    direct = gout[..., 2 * H:] * cat(list(_gate_dact(i, f, g, o)), -1)
     dh, dc, dgs = h0.new_zeros(h0.shape), c0.new_zeros(c0.shape), [None] * L
     for t in range(L - 1, -1, -1):
         dh = gout[t, :, :H] + dh
-        dc = gout[t, :, H:] + dc + dh * k2[t]
-        dgs[t] = cat([dc * k3[t], dc * k4[t], dc * k5[t], dh * k1[t]], -1)
+        dc = gout[t, :, H:2 * H] + dc + dh * k2[t]
+        dgs[t] = cat([dc * k3[t], dc * k4[t], dc * k5[t], dh * k1[t]], -1) + direct[t]
         dc = dc * f[t]
         dh = matmul(dgs[t], w)
     dx = stack(dgs, 0) if L else x.new_zeros(x.shape)
@@ -159,15 +171,16 @@ def _lstm_vjp(gout, out, x, h0, c0, w):
 
 def _lstm_jvp(tans, out, x, h0, c0, w):
     tx, th, tcell, tw = tans
-    hprev, cprev, i, f, g, o, tc = _lstm_parts(out, x, h0, c0, w)
+    hprev, cprev, i, f, g, o, tc = _lstm_parts(out, h0, c0)
     tpre = tx + matmul(hprev, tw.t())     # the tangent of every step's pre-activation, but
     outs = []                             # the recurrent term th @ W_hhᵀ added per step
     for t in range(x.shape[0]):
         di, df, dg, do = (tpre[t] + matmul(th, w.t())).chunk(4, -1)
-        tcell = df * f[t] * (1 - f[t]) * cprev[t] + f[t] * tcell + \
-            di * i[t] * (1 - i[t]) * g[t] + i[t] * dg * (1 - g[t] * g[t])
-        th = do * o[t] * (1 - o[t]) * tc[t] + o[t] * (1 - tc[t] * tc[t]) * tcell
-        outs.append(cat([th, tcell], -1))
+        di, df, dg, do = (d * a for d, a in zip((di, df, dg, do),
+                                                _gate_dact(i[t], f[t], g[t], o[t])))
+        tcell = df * cprev[t] + f[t] * tcell + di * g[t] + i[t] * dg
+        th = do * tc[t] + o[t] * (1 - tc[t] * tc[t]) * tcell
+        outs.append(cat([th, tcell, di, df, dg, do], -1))
     return stack(outs, 0) if outs else out.new_zeros(out.shape)
 
 
@@ -356,7 +369,7 @@ def _check(name, gates, xs, hs, ws, bs=None, cs=None):
 
 def _lstm_shape(xs, hs, cs, ws):
     _check("lstm_layer", 4, xs, hs, ws, cs=cs)
-    return (xs[0], xs[1], 2 * hs[1])
+    return (xs[0], xs[1], 6 * hs[1])
 
 
 def _gru_shape(xs, hs, ws, bs):
@@ -384,7 +397,8 @@ lstm_layer_p = defop(
     kernels={"xp": _lstm_np, "cpu": lambda xp, *a: _rnn_cpu.lstm(xp, *a, fallback=_lstm_np)},
     shape=_lstm_shape, vjp=_lstm_vjp, jvp=_lstm_jvp,
     batch=_vb.recurrent_layer("lstm_layer", 1),
-    doc="one LSTM layer over a sequence: [h_t | c_t] from input projections, h0, c0, W_hh")
+    doc="one LSTM layer over a sequence: [h_t | c_t | gates_t] from input projections, h0, "
+        "c0, W_hh")
 lstm_layer_grad_p = defop(
     "lstm_layer_grad", nin=6, dtype=_dtype_rule("lstm_layer_grad"),
     kernels={"xp": _lstm_grad_np,
@@ -426,7 +440,8 @@ def lstm_layer(xp, h0, c0, w_hh):
         w_hh: recurrent weight ``(4H, H)``, gates i, f, g, o.
 
     Returns:
-        ``(L, N, 2H)``: the hidden state (first ``H``) and the cell state of every step.
+        ``(L, N, 6H)``: per step the hidden state (first ``H``), the cell state, then the
+        activated gates i, f, g, o (what the backward reads).
     """
     return _apply(lstm_layer_p, (xp, h0, c0, w_hh), {})
 

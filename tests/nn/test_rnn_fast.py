@@ -98,7 +98,7 @@ def test_c_step_kernels_match_numpy(dtype, tol):
     ref = rnn_ops._lstm_np(np, x, h0, c0, w)
     out = _rnn_cpu.lstm(np, x, h0, c0, w, None)
     np.testing.assert_allclose(out, ref, rtol=tol, atol=tol)
-    g = r(L, N, 2 * H)
+    g = r(L, N, 6 * H)
     np.testing.assert_allclose(_rnn_cpu.lstm_grad(np, g, ref, x, h0, c0, w, None),
                                rnn_ops._lstm_grad_np(np, g, ref, x, h0, c0, w),
                                rtol=tol * 10, atol=tol * 10)

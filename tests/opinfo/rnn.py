@@ -24,8 +24,8 @@ def ref_lstm(x, h0, c0, w):
             _sig(pre[:, 3 * H:])
         c = f * c + i * g
         h = o * np.tanh(c)
-        outs.append(np.concatenate([h, c], -1))
-    out = np.stack(outs) if outs else np.zeros(x.shape[:2] + (2 * H,))
+        outs.append(np.concatenate([h, c, i, f, g, o], -1))
+    out = np.stack(outs) if outs else np.zeros(x.shape[:2] + (6 * H,))
     return out.astype(x.dtype)
 
 

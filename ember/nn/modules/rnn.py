@@ -76,7 +76,7 @@ def _run_fused(mode, xp, states, weights, reverse):
     if mode == "LSTM":
         H = w_hh.shape[1]
         out = lstm_layer(xp, states[0], states[1], w_hh)
-        seq, h, c = out[..., :H], out[-1, :, :H], out[-1, :, H:]
+        seq, h, c = out[..., :H], out[-1, :, :H], out[-1, :, H:2 * H]
     elif mode == "GRU":
         if b_hh is None:
             b_hh = zeros(w_hh.shape[:1], dtype=xp.dtype, device=xp.device)
@@ -528,7 +528,7 @@ class LSTMCell(RNNCellBase):
         xp = _project(x, self.weight_ih, self.bias_ih, self.bias_hh, "LSTM")
         if _fused_ok(xp.unsqueeze(0), None, None):
             hc = lstm_layer(xp.unsqueeze(0), h, c, self.weight_hh)[0]
-            h, c = hc[:, :self.hidden_size], hc[:, self.hidden_size:]
+            h, c = hc[:, :self.hidden_size], hc[:, self.hidden_size:2 * self.hidden_size]
         else:
             h, c = _lstm_step(xp, h, c, self.weight_hh.t())
         return (h, c) if batched else (h.squeeze(0), c.squeeze(0))
