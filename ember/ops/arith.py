@@ -166,6 +166,7 @@ def _tsum(a, b):
 def add(input, other, *, alpha=1, out=None):
     """``input + alpha * other`` with broadcasting and type promotion (``torch.add``)."""
     if alpha != 1:
+        _check_alpha(input, other, alpha, "add")
         other = other * alpha
     return _out(_apply(add_p, (input, other), _NOPARAMS), out)
 
@@ -176,11 +177,18 @@ def sub(input, other, *, alpha=1, out=None):
         raise DTypeError("sub: subtraction with two bool tensors is not supported; use "
                          "logical_xor or the ~ operator instead")
     if alpha != 1:
+        _check_alpha(input, other, alpha, "sub")
         other = other * alpha
     return _out(_apply(sub_p, (input, other), _NOPARAMS), out)
 
 
 subtract = sub
+
+
+def _check_alpha(input, other, alpha, op):
+    if not _is_t(alpha):
+        from .inplace import check_alpha
+        check_alpha(input, other, alpha, op)
 
 
 def _is_bool(x) -> bool:

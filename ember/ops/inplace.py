@@ -35,6 +35,34 @@ def check_inplace(x: Tensor, op: str) -> None:
                          f"an in-place operation")
 
 
+def check_cast(result: _dt.DType, out: _dt.DType, op: str) -> None:
+    """PyTorch's ``can_cast`` for writing a ``result`` into an existing ``out`` tensor
+    (in-place ops, ``out=``): no complex -> real, no floating -> integer, no number -> bool.
+
+    Raises:
+        DTypeError: (a TypeError and RuntimeError) with PyTorch's message, naming ``op``.
+    """
+    if result.category > out.category:
+        raise DTypeError(f"{op}: result type {result.name} can't be cast to the desired "
+                         f"output type {out.name}")
+
+
+def check_alpha(input, other, alpha, op: str) -> None:
+    """PyTorch's ``alpha_check`` of ``add``/``sub`` on the operands' result type."""
+    c = alpha.__class__
+    if c is int or c is float and getattr(input, "_dtype", _dt.bool_).category >= _dt.FLOAT:
+        return                  # NOTE: the optimizers' add_(g, alpha=-lr): no result_type
+    dtype = _dt.result_type(input, other)
+    if c is bool and dtype is not _dt.bool_:
+        raise DTypeError(f"{op}: Boolean alpha only supported for Boolean results.")
+    if isinstance(alpha, complex) and dtype.category != _dt.COMPLEX:
+        raise DTypeError(f"{op}: For non-complex input tensors, argument alpha must not be a "
+                         f"complex number (alpha={alpha!r}, dtype {dtype.name}).")
+    if isinstance(alpha, float) and dtype.category < _dt.FLOAT:
+        raise DTypeError(f"{op}: For integral input tensors, argument alpha must not be a "
+                         f"floating point number (alpha={alpha!r}, dtype {dtype.name}).")
+
+
 def _abstract() -> bool:
     """Values are placeholders (``ember.estimate_memory``'s mode): in-place ops record their
     effect on the graph and on memory but write nothing (and never into real tensors)."""
@@ -46,9 +74,7 @@ def commit(x: Tensor, r: Tensor, op: str) -> Tensor:
     if state.modes and hasattr(state.modes[-1], "check_write"):   # vmap: batched into plain?
         state.modes[-1].check_write(x, r, op)
     if r._dtype is not x._dtype:
-        if r._dtype.category > x._dtype.category:
-            raise DTypeError(f"{op}: result type {r._dtype.name} can't be cast to the desired "
-                             f"output type {x._dtype.name}")
+        check_cast(r._dtype, x._dtype, op)
         r = r.to(x._dtype)
     if r._data.shape != x._data.shape:
         try:
@@ -212,6 +238,8 @@ def _ufunc_(name, fallback):
     def method(self, other, *, alpha=1):
         if alpha.__class__ is Tensor:      # a traced learning rate (ember.compile)
             other, alpha = other * alpha, 1
+        elif alpha != 1:
+            check_alpha(self, other, alpha, f"{name}_")
         if _no_autograd(self, other):
             is_t = other.__class__ is Tensor or isinstance(other, Tensor)
             if is_t and other._dtype is self._dtype and other._device is self._device or \
@@ -243,6 +271,8 @@ def copy_into_out(out: Tensor, r: Tensor) -> Tensor:
     if r._requires_grad and state.grad_enabled:
         raise GraphError("out= arguments don't support automatic differentiation, but one of "
                          "the arguments requires grad")
+    if r._dtype is not out._dtype:
+        check_cast(r._dtype, out._dtype, "out=")
     if out._data.shape != r._data.shape:
         raise ShapeError(f"out=: expected out to have shape {tuple(r.shape)}, got "
                          f"{tuple(out.shape)}")
