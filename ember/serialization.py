@@ -8,6 +8,11 @@ lists and tuples; ints, floats, strings, bools, None) is JSON stored under the k
 ``"ember"`` of the header's ``__metadata__`` string map, where a tensor appears as
 ``{"tensor": name}``. Loading only parses JSON and copies bytes: it never executes code.
 
+Complex tensors (safetensors has no complex dtype) are stored as their ``view_as_real``
+(float32 for complex64, float64 for complex128, a trailing dim of 2) and marked
+``"complex": "<dtype>"`` in the metadata, so they load back exactly; a plain safetensors
+reader sees the float pairs.
+
 A flat ``{str: tensor}`` dict (a ``state_dict``) keeps its keys as tensor names, so
 ``safetensors.numpy.load_file`` reads Ember files and ``ember.load`` reads any
 safetensors file (without Ember metadata it returns ``{name: tensor}``).
@@ -48,6 +53,8 @@ _ST_NAMES = {"float32": "F32", "float64": "F64", "float16": "F16", "bfloat16": "
              "int64": "I64", "int32": "I32", "int16": "I16", "int8": "I8", "uint8": "U8",
              "bool": "BOOL"}
 _FROM_ST = {v: _dt.as_dtype(k) for k, v in _ST_NAMES.items()}
+#: complex dtype -> the real dtype of its (real, imag) pairs in the file.
+_COMPLEX = {"complex64": np.dtype(np.float32), "complex128": np.dtype(np.float64)}
 _MAX_HEADER = 100 * 1024 * 1024  # NOTE: safetensors' own limit
 # NOTE: nesting deeper than this is refused on save and on load, so neither recurses into
 # Python's recursion limit (a checkpoint is a few levels deep; a crafted file may not be)
@@ -71,8 +78,11 @@ class _Encoder:
         name, k = path or "tensor", 1
         while name in self.tensors or name == "__metadata__":
             name, k = f"{path}#{k}", k + 1
-        arr = t.detach().cpu().numpy() if isinstance(t, Tensor) else t
-        self.tensors[name] = np.require(arr, requirements="C")
+        arr = np.require(t.detach().cpu().numpy() if isinstance(t, Tensor) else t,
+                         requirements="C")
+        if arr.dtype.name in _COMPLEX:      # NOTE: (real, imag) pairs: view_as_real
+            arr = arr.reshape(-1).view(_COMPLEX[arr.dtype.name]).reshape(arr.shape + (2,))
+        self.tensors[name] = arr
         self._by_id[id(t)] = name
         return name
 
@@ -87,16 +97,14 @@ class _Encoder:
         if isinstance(obj, np.bool_):
             return bool(obj)
         if isinstance(obj, Tensor):
-            if obj.dtype.name not in _ST_NAMES:
-                raise TypeError(f"ember.save: tensor at {path!r} has unsupported dtype "
-                                f"{obj.dtype}")
-            node = {"tensor": self.name_for(obj, path)}
+            node = {"tensor": self.name_for(obj, _supported(obj.dtype.name, "tensor", path))}
+            if obj.dtype.name in _COMPLEX:
+                node["complex"] = obj.dtype.name
             return {**node, "requires_grad": True} if obj.requires_grad else node
         if isinstance(obj, np.ndarray):
-            if obj.dtype.name not in _ST_NAMES:
-                raise TypeError(f"ember.save: numpy array at {path!r} has unsupported dtype "
-                                f"{obj.dtype}")
-            return {"ndarray": self.name_for(obj, path)}
+            node = {"ndarray": self.name_for(obj, _supported(obj.dtype.name, "numpy array",
+                                                             path))}
+            return {**node, "complex": obj.dtype.name} if obj.dtype.name in _COMPLEX else node
         if isinstance(obj, _dt.DType):
             return {"dtype": obj.name}
         if isinstance(obj, (dict, list, tuple)):
@@ -136,6 +144,14 @@ class _Encoder:
                                 f"type {type(k).__name__}")
             items.append([self.encode(k, path), self.encode(v, _join(path, k))])
         return {"items": items}
+
+
+def _supported(dtype: str, what: str, path: str) -> str:
+    """``path`` if a ``dtype`` value can be saved, else a TypeError naming what can."""
+    if dtype not in _ST_NAMES and dtype not in _COMPLEX:
+        raise TypeError(f"ember.save: {what} at {path!r} has unsupported dtype {dtype}; "
+                        f"supported: {', '.join([*_ST_NAMES, *_COMPLEX])}")
+    return path
 
 
 def _join(path: str, key) -> str:
@@ -398,11 +414,22 @@ class _Decoder:
     def __init__(self, arrays: dict, device) -> None:
         self.arrays, self.device, self.made = arrays, device, {}
 
-    def tensor(self, name: str, requires_grad: bool):
+    def array(self, name: str, cplx) -> np.ndarray:
+        """The stored array ``name``; ``cplx``: the complex dtype its float pairs encode."""
         if name not in self.arrays:
             raise _Corrupt(f"metadata refers to a missing tensor {name!r}")
+        arr = self.arrays[name]
+        if cplx is None:
+            return arr
+        if cplx not in _COMPLEX or arr.dtype != _COMPLEX[cplx] or arr.shape[-1:] != (2,):
+            raise _Corrupt(f"tensor {name!r}: marked {cplx!r} but stored as {arr.dtype} of "
+                           f"shape {list(arr.shape)} (expected {_COMPLEX.get(cplx)} pairs, a "
+                           f"trailing dim of 2)")
+        return np.ascontiguousarray(arr).reshape(-1).view(cplx).reshape(arr.shape[:-1])
+
+    def tensor(self, name: str, requires_grad: bool, cplx=None):
         if name not in self.made:
-            t = from_numpy(self.arrays[name])
+            t = from_numpy(self.array(name, cplx))
             if self.device is not None and self.device.type != "cpu":
                 t = t.to(self.device)
             self.made[name] = t.requires_grad_(True) if requires_grad else t
@@ -420,9 +447,10 @@ class _Decoder:
             raise _Corrupt(f"metadata has an unexpected node {node!r}")
         tag = next(iter(node))
         if tag == "tensor":
-            return self.tensor(node["tensor"], bool(node.get("requires_grad", False)))
+            return self.tensor(node["tensor"], bool(node.get("requires_grad", False)),
+                               node.get("complex"))
         if tag == "ndarray" and node["ndarray"] in self.arrays:
-            return self.arrays[node["ndarray"]]
+            return self.array(node["ndarray"], node.get("complex"))
         if tag == "dict" and isinstance(node["dict"], dict):
             return {k: self.decode(v, depth) for k, v in node["dict"].items()}
         if tag == "items" and isinstance(node["items"], list):
