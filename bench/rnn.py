@@ -13,6 +13,7 @@ path before the fused primitives), ``torch``.
 
 Run:
     .venv/bin/python bench/rnn.py [--cells lstm gru rnn] [--rounds 3] [--steps 20] [--threads N]
+        [--clock wall|cpu]
 
 The machine may be shared: alternate, take medians, and say so with the numbers.
 """
@@ -62,24 +63,25 @@ def step():
     opt.step()
 for _ in range(3):
     step()
-ts = []
+ts, cs = [], []
 for _ in range(steps):
-    t0 = time.perf_counter()
+    c0, t0 = time.process_time(), time.perf_counter()
     step()
     ts.append(time.perf_counter() - t0)
-print(json.dumps({"median": statistics.median(ts)}))
+    cs.append(time.process_time() - c0)
+print(json.dumps({"wall": statistics.median(ts), "cpu": statistics.median(cs)}))
 """
 
 LIBS = ("ember", "ember-composite", "torch")
 
 
-def _child(lib: str, cell: str, steps: int, threads: int) -> float:
+def _child(lib: str, cell: str, steps: int, threads: int, clock: str) -> float:
     root = os.path.dirname(os.path.dirname(os.path.abspath(__file__)))
     out = subprocess.run([sys.executable, "-c", _CHILD, lib, cell, str(steps), str(threads)],
                          capture_output=True, text=True, timeout=600, cwd=root)
     if out.returncode != 0:
         raise SystemExit(f"{lib} {cell} child failed:\n{out.stderr[-2000:]}")
-    return json.loads(out.stdout.strip().splitlines()[-1])["median"]
+    return json.loads(out.stdout.strip().splitlines()[-1])[clock]
 
 
 def main() -> None:
@@ -91,14 +93,18 @@ def main() -> None:
     ap.add_argument("--steps", type=int, default=20)
     ap.add_argument("--threads", type=int, default=0,
                     help="set_num_threads(N) in every library (0: each library's default)")
+    ap.add_argument("--clock", choices=["wall", "cpu"], default="wall",
+                    help="wall: perf_counter; cpu: process_time (with --threads 1, the work "
+                         "per step, robust to other load on a shared machine)")
     a = ap.parse_args()
+    print(f"clock: {a.clock}, threads: {a.threads or 'default'}")
     print(f"{'cell':6} " + " ".join(f"{lib + ' ms':>20}" for lib in a.libs) +
           "   ember/torch")
     for cell in a.cells:
         runs = {lib: [] for lib in a.libs}
         for _ in range(a.rounds):
             for lib in a.libs:
-                runs[lib].append(_child(lib, cell, a.steps, a.threads))
+                runs[lib].append(_child(lib, cell, a.steps, a.threads, a.clock))
         med = {lib: statistics.median(v) * 1e3 for lib, v in runs.items()}
         ratio = f"{med['ember'] / med['torch']:.2f}x" if {"ember", "torch"} <= med.keys() \
             else "-"
