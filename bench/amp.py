@@ -3,8 +3,11 @@
 Three tables, one process:
 
 1. **matmul GFLOP/s** at 512² and 2048²: Ember float32 / float16 / bfloat16 (``x @ y`` on
-   tensors: two operands converted to float32 at memory speed, one float32 BLAS call, the
-   result rounded once) beside PyTorch CPU in the same dtypes when installed. Target:
+   tensors: bfloat16 on the AMX tiles where the CPU and Linux allow them,
+   ``ember/codegen/lowp_gemm.py``; otherwise, and for float16, two operands converted to
+   float32 at memory speed, one float32 BLAS call, the result rounded once;
+   ``EMBER_LOWP_GEMM=off`` forces the latter) beside PyTorch CPU in the same dtypes when
+   installed. Target:
    float16/bfloat16 >= 0.8x Ember's float32 (ratios of medians, and of the best times:
    the one less disturbed when other jobs share the machine).
 2. **conversion GB/s** (bytes read + written) of ``.float()`` / ``.half()`` /
