@@ -151,3 +151,33 @@ def test_matches_torch(name):
     for n, p in ref.named_parameters():
         np.testing.assert_allclose(getattr(mine, n).grad.numpy(), p.grad.numpy(),
                                    rtol=1e-10, atol=1e-12, err_msg=n)
+
+
+@pytest.mark.parametrize("cls", [nn.LSTM, nn.GRU])
+def test_compiled_training_step_matches_eager(cls):
+    F = nn.functional
+
+    def build():
+        em.manual_seed(0)
+        m = nn.ModuleDict({"emb": nn.Embedding(16, 8), "out": nn.Linear(12, 16),
+                           "rnn": cls(8, 12, num_layers=2, batch_first=True)})
+        return m, em.optim.Adam(m.parameters(), lr=1e-2)
+
+    def make(m, opt):
+        def step(x, y):
+            opt.zero_grad()
+            h, _ = m["rnn"](m["emb"](x))
+            loss = F.cross_entropy(m["out"](h).reshape(-1, 16), y.reshape(-1))
+            loss.backward()
+            opt.step()
+            return loss.detach()
+        return step
+    x, y = em.randint(0, 16, (4, 6)), em.randint(0, 16, (4, 6))
+    (m1, o1), (m2, o2) = build(), build()
+    eager, compiled = make(m1, o1), em.compile(make(m2, o2), fullgraph=True)
+    for _ in range(3):
+        np.testing.assert_allclose(float(compiled(x, y)), float(eager(x, y)), rtol=1e-5)
+    layer = "lstm_layer" if cls is nn.LSTM else "gru_layer"
+    assert {layer, layer + "_grad"} <= {n.op.name for n in compiled.graph.nodes}
+    np.testing.assert_allclose(m2["rnn"].weight_hh_l1.detach().numpy(),
+                               m1["rnn"].weight_hh_l1.detach().numpy(), rtol=1e-4, atol=1e-6)
