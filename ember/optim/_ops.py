@@ -10,6 +10,8 @@ These are plain functions, not ``Tensor`` methods, on purpose: the core owns the
 """
 from __future__ import annotations
 
+import numpy as np
+
 from ..autograd.grad_mode import state
 from ..device.base import _backends
 from ..tensor import Tensor, _wrap
@@ -46,7 +48,13 @@ def _done(t: Tensor) -> Tensor:
 
 
 def _new(arr, like: Tensor) -> Tensor:
-    return _wrap(arr, like._dtype, like._device)
+    return _wrap(_a(arr), like._dtype, like._device)
+
+
+def _a(r):
+    """``r`` as an array. NOTE: a NumPy ufunc on 0-d operands returns a scalar, not a 0-d
+    array, which ``out=`` and ``Tensor`` refuse (0-d parameters' updates failed)."""
+    return np.asarray(r) if isinstance(r, np.generic) else r
 
 
 def add_(t: Tensor, other, alpha=1) -> Tensor:
@@ -70,7 +78,7 @@ def addcmul_(t: Tensor, a: Tensor, b: Tensor, value=1) -> Tensor:
     xp = _xp(t, a, b)
     if xp is None:
         return t.add_(a * b * value)
-    tmp = xp.multiply(_raw(a), _raw(b))
+    tmp = _a(xp.multiply(_raw(a), _raw(b)))
     if value != 1:
         xp.multiply(tmp, value, out=tmp)
     xp.add(t._data, tmp, out=t._data)
@@ -82,7 +90,7 @@ def addcdiv_(t: Tensor, a: Tensor, b: Tensor, value=1) -> Tensor:
     xp = _xp(t, a, b)
     if xp is None:
         return t.add_(a / b * value)
-    tmp = xp.divide(_raw(a), _raw(b))
+    tmp = _a(xp.divide(_raw(a), _raw(b)))
     if value != 1:
         xp.multiply(tmp, value, out=tmp)
     xp.add(t._data, tmp, out=t._data)
@@ -94,7 +102,7 @@ def lerp_(t: Tensor, end: Tensor, weight: float) -> Tensor:
     xp = _xp(t, end)
     if xp is None:
         return t.lerp_(end, weight)
-    d = xp.subtract(_raw(end), t._data)
+    d = _a(xp.subtract(_raw(end), t._data))
     if weight < 0.5:
         xp.multiply(d, weight, out=d)
         xp.add(t._data, d, out=t._data)
