@@ -84,6 +84,7 @@ from .graph.viz import viz  # noqa: E402 - ember.viz(graph_or_compiled, "g.svg")
 from . import onnx  # noqa: E402,F401 - ember.onnx.export (onnx itself is imported lazily)
 from . import accelerator, backends, cuda, serialization, testing  # noqa: E402,F401
 from . import profiler  # noqa: E402,F401 - ember.profiler.profile, like torch.profiler
+from . import multiprocessing  # noqa: E402,F401 - registers the tensor reducer (shared memory)
 from ._threads import (get_num_interop_threads, get_num_threads,  # noqa: E402,F401
                        set_num_interop_threads, set_num_threads)
 from ._torch_globals import *  # noqa: E402,F401,F403 - pi, determinism flags, default device

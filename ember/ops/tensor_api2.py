@@ -9,7 +9,6 @@ storage resized in place. Each bumps the version counter, so saved values notice
 """
 from __future__ import annotations
 
-import mmap
 import warnings
 
 import numpy as np
@@ -127,29 +126,29 @@ def set_(self: Tensor, source=None, storage_offset: int = 0, size=None, stride=N
 
 
 def share_memory_(self: Tensor) -> Tensor:
-    """Move the data into shared memory (an anonymous ``MAP_SHARED`` mapping), so processes
-    forked afterwards (``multiprocessing`` with the ``fork`` start method) see each other's
-    in-place writes, as Hogwild training needs; a no-op when already shared. Views made
-    before the call keep the old memory. Shared tensors cannot be resized.
+    """Move the data into shared memory (an anonymous memory file mapped ``MAP_SHARED``), so
+    other processes see each other's in-place writes, as Hogwild training needs: children
+    forked afterwards, and processes it is sent to through ``ember.multiprocessing``
+    (any start method; the file is passed by descriptor). A no-op when already shared.
+    Views made before the call keep the old memory. Shared tensors cannot be resized.
     """
-    if getattr(self, "_shared", False):
-        return self
     if self._device.type != "cpu":
         return self                      # NOTE: PyTorch: a no-op for CUDA tensors
-    nbytes = max(self._data.nbytes, 1)
-    buf = mmap.mmap(-1, nbytes, flags=mmap.MAP_SHARED)
-    arr = np.frombuffer(buf, dtype=self._data.dtype, count=self._data.size).reshape(
-        self._data.shape)
-    arr[...] = self._data
+    from ..multiprocessing import _shm
+    if _shm.is_shared(self):
+        return self
+    arr, fd, nbytes = _shm.new_shared_array(self._data)
     _rebind(self, arr)
+    _shm.register(self._storage, fd, nbytes)
     self.__dict__["_shared"] = True
-    self.__dict__["_shm"] = buf          # keeps the mapping alive with the tensor
     return self
 
 
 def is_shared(self: Tensor) -> bool:
-    """Whether :meth:`share_memory_` moved this tensor's data into shared memory."""
-    return bool(self.__dict__.get("_shared", False)) if hasattr(self, "__dict__") else False
+    """Whether this tensor's storage lives in shared memory (:meth:`share_memory_`, or a
+    tensor received through ``ember.multiprocessing``)."""
+    from ..multiprocessing import _shm
+    return _shm.is_shared(self)
 
 
 def as_subclass(self: Tensor, cls: type) -> Tensor:

@@ -1,0 +1,91 @@
+"""ember.multiprocessing: tensors cross processes through shared memory (issue 17 item 6)."""
+import pickle
+
+import numpy as np
+import pytest
+
+import ember
+import ember.multiprocessing as mp
+
+
+def _fill(i, t):
+    t[i] = float(i + 1)
+
+
+def _raise_in_one(i):
+    if i == 1:
+        raise ValueError("boom from child")
+
+
+def _echo(q_in, q_out):
+    t = q_in.get()
+    t.add_(1.0)
+    q_out.put(t[1:])                     # a view goes back by the same memory
+    q_in.get()                           # NOTE: the sender lives until it was received
+
+
+def _hogwild(i, model, x, y, steps):
+    ember.manual_seed(i)
+    opt = ember.optim.SGD(model.parameters(), lr=0.05)
+    for _ in range(steps):
+        idx = ember.randint(0, x.shape[0], (16,))
+        loss = ((model(x[idx]) - y[idx]) ** 2).mean()
+        opt.zero_grad()
+        loss.backward()
+        opt.step()
+
+
+def test_plain_pickle_still_refuses():
+    with pytest.raises(TypeError, match="not picklable"):
+        pickle.dumps(ember.zeros(2))
+
+
+def test_spawn_args_share_memory_with_parent():
+    t = ember.zeros(2)
+    mp.spawn(_fill, args=(t,), nprocs=2)
+    assert t.is_shared()                 # moved into shared memory when sent
+    np.testing.assert_array_equal(t.numpy(), [1.0, 2.0])
+
+
+def test_spawn_reraises_child_error_naming_the_index():
+    with pytest.raises(mp.ProcessRaisedException, match=r"Process 1 terminated") as ei:
+        mp.spawn(_raise_in_one, nprocs=2)
+    assert ei.value.error_index == 1 and "boom from child" in str(ei.value)
+
+
+def test_queue_roundtrip_views_the_same_memory():
+    ctx = mp.get_context("spawn")
+    q_in, q_out = ctx.Queue(), ctx.Queue()
+    t = ember.arange(4, dtype=ember.float32).share_memory_()
+    p = ctx.Process(target=_echo, args=(q_in, q_out))
+    p.start()
+    q_in.put(t)
+    back = q_out.get(timeout=30)
+    q_in.put(None)
+    p.join(30)
+    assert p.exitcode == 0
+    np.testing.assert_array_equal(t.numpy(), [1.0, 2.0, 3.0, 4.0])   # child's add_ seen
+    np.testing.assert_array_equal(back.numpy(), [2.0, 3.0, 4.0])
+    back[0] = 10.0                       # the received view writes into t's memory
+    assert t[1].item() == 10.0 and back.is_shared()
+
+
+def test_non_leaf_requiring_grad_is_refused():
+    x = ember.ones(2, requires_grad=True) * 2
+    q = mp.SimpleQueue()
+    with pytest.raises(RuntimeError, match="non-leaf"):
+        q.put(x)
+
+
+def test_hogwild_linear_regression_converges():
+    ember.manual_seed(0)
+    x = ember.randn(256, 3)
+    w_true = ember.tensor([[1.5], [-2.0], [0.5]])
+    y = x @ w_true + 0.3
+    model = ember.nn.Linear(3, 1)
+    model.share_memory()
+    mp.spawn(_hogwild, args=(model, x, y, 150), nprocs=2)
+    np.testing.assert_allclose(model.weight.detach().numpy().ravel(), [1.5, -2.0, 0.5],
+                               atol=0.05)
+    assert abs(model.bias.item() - 0.3) < 0.05
+    assert isinstance(model.weight, ember.nn.Parameter) and model.weight.is_shared()
