@@ -8,8 +8,8 @@ the median; the parent runs the children alternately (ember, ember-composite, to
 ``--rounds`` times and reports the medians of the medians.
 
 Libraries: ``ember`` (fused ``lstm_layer``/``gru_layer``/``rnn_layer`` primitives),
-``ember-composite`` (``ember.nn.modules.rnn._FUSED = False``: the per-step composite, the
-path before the fused primitives), ``torch``.
+``ember-composite`` (``ember.nn.modules._rnn_fused._FUSED = False``: the per-step
+composite, the path before the fused primitives), ``torch``.
 
 Run:
     .venv/bin/python bench/rnn.py [--cells lstm gru rnn] [--rounds 3] [--steps 20] [--threads N]
@@ -32,7 +32,7 @@ lib_name, cell, steps, threads = sys.argv[1], sys.argv[2], int(sys.argv[3]), int
 if lib_name.startswith("ember"):
     import ember as lib
     if lib_name == "ember-composite":
-        import ember.nn.modules.rnn as _r
+        import ember.nn.modules._rnn_fused as _r
         _r._FUSED = False
 else:
     import torch as lib

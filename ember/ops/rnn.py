@@ -236,12 +236,10 @@ def _gru_grad_np(xp, gout, out, x, h0, w, b):
 
 
 def _gru_parts(out, x, h0, w, b):
-    H = h0.shape[-1]
     hprev = cat([h0.unsqueeze(0), out[:-1]], 0)
     hr, hz, hn = (matmul(hprev, w.t()) + b).chunk(3, -1)
     xr, xz, xn = x.chunk(3, -1)
     r, z = (xr + hr).sigmoid(), (xz + hz).sigmoid()
-    del H
     return hprev, r, z, (xn + r * hn).tanh(), hn
 
 

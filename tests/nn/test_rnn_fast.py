@@ -6,7 +6,7 @@ import pytest
 
 import ember as em
 from ember import nn
-from ember.nn.modules import rnn as rnn_mod
+from ember.nn.modules import _rnn_fused as rnn_mod
 from ember.ops import _rnn_cpu, rnn as rnn_ops
 
 CONFIGS = [  # (class, kwargs)

@@ -21,6 +21,7 @@ from ...ops.select import where
 from ...ops.join import cat, stack
 from ...ops.linalg import addmm, matmul
 from ...ops.rnn import gru_layer, lstm_layer, rnn_layer
+from ._rnn_fused import _fused_ok, _run_fused
 from ...tensor import Tensor
 from ..module import Module
 from ..parameter import Parameter
@@ -53,40 +54,6 @@ def _gru_step(xp, h, w_hh_t, b_hh):
     z = (xz + hz).sigmoid()
     n = (xn + r * hn).tanh()
     return n + z * (h - n)
-
-
-# ---------------------------------------------------------------- fused layers
-#: The fused primitives (``ember/ops/rnn.py``) run whole layers; tests turn this off to
-#: compare against the per-step composite above.
-_FUSED = True
-
-
-def _fused_ok(xp, mask, w_hr):
-    """Fused unless packed (masked), projected (``proj_size``), empty or low precision."""
-    return _FUSED and mask is None and w_hr is None and xp.shape[0] > 0 and \
-        xp.dtype in (_dt.float32, _dt.float64)
-
-
-def _run_fused(mode, xp, states, weights, reverse):
-    """One layer, one direction, as one primitive: ``(outputs (L, N, H), h_n, c_n)``."""
-    w_hh, b_hh = weights[1], weights[3]
-    if reverse:
-        xp = xp.flip(0)
-    c = None
-    if mode == "LSTM":
-        H = w_hh.shape[1]
-        out = lstm_layer(xp, states[0], states[1], w_hh)
-        seq, h, c = out[..., :H], out[-1, :, :H], out[-1, :, H:2 * H]
-    elif mode == "GRU":
-        if b_hh is None:
-            b_hh = zeros(w_hh.shape[:1], dtype=xp.dtype, device=xp.device)
-        seq = gru_layer(xp, states[0], w_hh, b_hh)
-        h = seq[-1]
-    else:
-        seq = rnn_layer(xp, states[0], w_hh, relu=mode == "RNN_RELU")
-        h = seq[-1]
-    seq = seq.flip(0) if reverse else seq
-    return (seq.contiguous() if mode == "LSTM" and not reverse else seq), h, c
 
 
 def _project(x, w_ih, b_ih, b_hh, mode):
