@@ -54,7 +54,7 @@ OVERRIDES = {
 
 #: C templates of ``x ** e`` for the exponents ops/arith.POW_FAST computes without pow.
 _POW_C = {1: "({0})", 2: "({0} * {0})", 3: "({0} * {0} * {0})", 0.5: "sqrt({0})",
-          -1: "(1 / {0})"}
+          -1: "(1 / {0})", -2: "(1 / ({0} * {0}))", -0.5: "(1 / sqrt({0}))"}
 
 
 def kind_of(d: DType) -> str:

@@ -71,17 +71,22 @@ neg_p = defop(
 #: Python-scalar exponents computed without a pow call, as PyTorch's
 #: ``pow_tensor_scalar_optimized_kernel`` does (so the values are PyTorch's: ``x**0.5`` is
 #: ``sqrt(x)``, ``-0.0 ** 0.5 == -0.0``); the C template (``codegen/cexpr.template``) and
-#: the eager kernels (``codegen/eager.run``) use the same table.
+#: the eager kernels (``codegen/eager.run``) use the same table. Complex ``x`` takes it for
+#: the positive exponents only: NumPy's complex reciprocal of 0 is nan, PyTorch's inf+nanj.
 POW_FAST = {1: lambda xp, x: xp.positive(x), 2: lambda xp, x: xp.multiply(x, x),
             3: lambda xp, x: xp.multiply(xp.multiply(x, x), x),
-            0.5: lambda xp, x: xp.sqrt(x), -1: lambda xp, x: xp.reciprocal(x)}
+            0.5: lambda xp, x: xp.sqrt(x), -1: lambda xp, x: xp.reciprocal(x),
+            -2: lambda xp, x: xp.reciprocal(xp.multiply(x, x)),
+            -0.5: lambda xp, x: xp.reciprocal(xp.sqrt(x))}
 
 
 def pow_fast(x, y):
     """The :data:`POW_FAST` rule for ``x ** y`` (array ``x``, Python scalar ``y``), or None."""
     if (y.__class__ is int or y.__class__ is float) and y in POW_FAST \
-            and getattr(x, "dtype", None) is not None and x.dtype.kind in "fc":
-        return POW_FAST[y]
+            and getattr(x, "dtype", None) is not None:
+        k = x.dtype.kind
+        if k == "f" or k == "c" and y > 0:
+            return POW_FAST[y]
     return None
 
 
