@@ -229,8 +229,8 @@ def _no_autograd(x, other) -> bool:
         other, "_requires_grad", False))) and not state.fw_levels and not state.modes
 
 
-def _ufunc_(name, fallback):
-    """In-place elementwise arithmetic with a no-temporary fast path.
+def _ufunc_(name, fallback, method_name):
+    """In-place elementwise arithmetic (``Tensor.<method_name>``) with a no-temporary fast path.
 
     Without autograd (optimizer updates under ``no_grad``) the kernel writes straight
     into ``self`` with ``out=``; ``alpha`` scales ``other`` on the raw arrays.
@@ -239,7 +239,7 @@ def _ufunc_(name, fallback):
         if alpha.__class__ is Tensor:      # a traced learning rate (ember.compile)
             other, alpha = other * alpha, 1
         elif alpha != 1:
-            check_alpha(self, other, alpha, f"{name}_")
+            check_alpha(self, other, alpha, method_name)
         if _no_autograd(self, other):
             is_t = other.__class__ is Tensor or isinstance(other, Tensor)
             if is_t and other._dtype is self._dtype and other._device is self._device or \
@@ -258,9 +258,9 @@ def _ufunc_(name, fallback):
                     return self
         if alpha != 1:
             other = other * alpha
-        check_inplace(self, f"{name}_")
-        return commit(self, fallback(self, other), f"{method.__name__}")
-    method.__name__ = name
+        check_inplace(self, method_name)
+        return commit(self, fallback(self, other), method_name)
+    method.__name__ = method_name
     return method
 
 
@@ -332,9 +332,9 @@ def inplace_from(fn, name):
     return method
 
 
-Tensor.add_ = _ufunc_("add", arith.add)
-Tensor.sub_ = _ufunc_("subtract", arith.sub)
-Tensor.mul_ = _ufunc_("multiply", arith.mul)
+Tensor.add_ = _ufunc_("add", arith.add, "add_")
+Tensor.sub_ = _ufunc_("subtract", arith.sub, "sub_")
+Tensor.mul_ = _ufunc_("multiply", arith.mul, "mul_")
 Tensor.div_ = inplace_from(arith.div, "div")
 Tensor.pow_ = inplace_from(arith.pow, "pow")
 Tensor.neg_ = inplace_from(arith.neg, "neg")
