@@ -373,8 +373,12 @@ def _trajectory(lib, cls, kw, shape, steps=4):
 def test_optimizer_steps_zero_dim_parameter(cls, kw):
     """A 0-d parameter ("return arrays must be of ArrayType" in the raw update kernels: a
     NumPy ufunc on 0-d operands returns a scalar) steps as the same 1-element vector does."""
+    from ember.optim import _fused
+    before = _fused.stats["steps"]
     zero_d = _trajectory(ember, cls, kw, ())
     assert zero_d.shape == (4,)
+    if kw.get("fused") and available():          # NOTE: steps 2-4 replay the compiled update
+        assert _fused.stats["steps"] == before + 3
     vec = _trajectory(ember, cls, kw, (1,)).reshape(4)
     if kw.get("fused"):
         # NOTE: the compiled update's rounding depends on its loop (a few ulp, as vs foreach)
