@@ -92,7 +92,7 @@ from ._torch_functional import *  # noqa: E402,F401,F403 - torch.batch_norm etc.
 from ._torch_toplevel_more import *  # noqa: E402,F401,F403 - *_copy, torch.lstm_cell, range
 
 #: Subpackages imported on first attribute access (PEP 562), to keep ``import ember`` fast.
-_LAZY_SUBMODULES = {"distributions"}
+_LAZY_SUBMODULES = {"distributions", "fx"}
 
 
 def __getattr__(name):
