@@ -75,6 +75,8 @@ def _operands(rng, shape_a, shape_b, layout):
         b = np.ascontiguousarray(np.swapaxes(b, -1, -2)).swapaxes(-1, -2)
     elif layout == "aT":      # g.mT @ x (a weight gradient)
         a = np.ascontiguousarray(np.swapaxes(a, -1, -2)).swapaxes(-1, -2)
+    elif layout == "flipped":   # negative strides
+        a, b = a[..., ::-1, :], b[..., :, ::-1]
     elif layout == "strided":
         a = np.repeat(a, 2, axis=-1)[..., ::2]
         b = np.repeat(b, 3, axis=-2)[..., ::3, :]
@@ -86,7 +88,7 @@ SHAPES = [((1, 1), (1, 1)), ((5, 7), (7, 3)), ((33, 65), (65, 70)), ((64, 64), (
           ((3, 17, 31), (31, 9)), ((2, 3, 19, 40), (3, 40, 66)), ((4, 1, 8), (1, 8, 5))]
 
 
-@pytest.mark.parametrize("layout", ["contig", "bT", "aT", "strided"])
+@pytest.mark.parametrize("layout", ["contig", "bT", "aT", "strided", "flipped"])
 @pytest.mark.parametrize("sa, sb", SHAPES, ids=lambda s: "x".join(map(str, s)))
 def test_native_within_summation_bound(kernel, sa, sb, layout):
     a, b = _operands(np.random.default_rng(len(sa) * 131 + sa[-1]), sa, sb, layout)
