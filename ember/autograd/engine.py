@@ -9,31 +9,35 @@ shape (for broadcasting) and cast back to its dtype.
 """
 from __future__ import annotations
 
+import operator
 import threading
 import weakref
 
 from ..errors import GraphError, ShapeError
-from ..tensor import Tensor
+from ..tensor import Tensor, _wrap
 from .graph import Node, ShapeOnly
 from .grad_mode import state, set_grad_enabled
 
 _FREED = object()
+_SEQ = operator.attrgetter("seq")
 
 
 def _collect(roots):
     """All nodes reachable from ``roots`` and the leaves they reach."""
+    # NOTE: the set holds the nodes themselves (Node hashes by identity): no id() calls
     seen = set()
     stack = [n for n in roots if n is not None]
     nodes = []
+    add, push, keep = seen.add, stack.append, nodes.append
     while stack:
         n = stack.pop()
-        if id(n) in seen:
+        if n in seen:
             continue
-        seen.add(id(n))
-        nodes.append(n)
+        add(n)
+        keep(n)
         for e in n.next:
-            if e is not None and e[0].__class__ is Node and id(e[0]) not in seen:
-                stack.append(e[0])
+            if e is not None and e[0].__class__ is Node and e[0] not in seen:
+                push(e[0])
     return nodes
 
 
@@ -174,7 +178,7 @@ def run_backward(roots, grad_roots, retain_graph: bool, create_graph: bool,
         for t in roots:
             if id(t) in target_leaves:
                 captured[target_leaves[id(t)]] = buffers.get(("leaf", id(t)))
-    nodes.sort(key=lambda n: -n.seq)
+    nodes.sort(key=_SEQ, reverse=True)   # seq is unique: reverse is exact
     claimed: set = set()
     modes = _running.__dict__.setdefault("modes", [])
     callbacks = _running.__dict__.setdefault("callbacks", [])
@@ -250,6 +254,47 @@ def _call_vjp(node, grads, create_graph, want=None):
     if state.anomaly:
         from .anomaly import check_backward
         check_backward(node, res, g if node.nout == 1 else None)
+    return res
+
+
+def _vjp1(node, g, create_graph):
+    """``_call_vjp`` for the usual node (one output, no anomaly mode, no input selection),
+    with ``_unpack_saved`` and ``_run_rule`` inlined: the engine's per-node hot path."""
+    saved = node.saved
+    osaved = node.out_saved
+    if saved is _FREED or osaved is _FREED:
+        return _call_vjp(node, [g], create_graph)   # raises the freed-graph error
+    if saved is None:
+        inputs = [None if m is None else ShapeOnly(*m) for m in node.in_meta]
+    else:
+        inputs = saved
+        for x, v in zip(saved, node.versions):
+            if v is not None and x._storage.version != v:
+                return _call_vjp(node, [g], create_graph)   # raises the version error
+    if osaved is None:
+        out = None
+    else:
+        data, storage, dt, dev, v, base, fw = osaved
+        if storage.version != v or fw or create_graph:
+            out = _unpack_saved(node, create_graph)[1]
+        else:
+            out = _wrap(data, dt, dev, storage, base)
+    vjp = node.op.vjp
+    if vjp.__class__ is tuple:  # one rule per input: compute only the gradients needed
+        res = []
+        params = node.params
+        i = 0
+        for e in node.next:
+            rule = vjp[i]
+            res.append(None if e is None or rule is None else rule(g, out, *inputs, **params))
+            i += 1
+        return res
+    res = vjp(g, out, *inputs, **node.params)
+    if res.__class__ is not tuple and res.__class__ is not list:
+        res = (res,)
+    if len(res) != len(node.next):
+        raise GraphError(f"{node.name()}: the VJP rule returned {len(res)} gradients for "
+                         f"{len(node.next)} inputs")
     return res
 
 
@@ -492,6 +537,7 @@ def accumulating() -> bool:
 def _run_nodes(nodes, buffers, inputs, target_nodes, target_leaves, needed, captured,
                retain_graph, create_graph, external, claimed, pending=None):
     """The node loop of :func:`run_backward`: each node's VJP, in reverse creation order."""
+    st = state
     with set_grad_enabled(create_graph):
         for node in nodes:
             nid = id(node)
@@ -514,9 +560,15 @@ def _run_nodes(nodes, buffers, inputs, target_nodes, target_leaves, needed, capt
             want = None if inputs is None else [
                 e is not None and (id(e[0]) in needed or id(e[0]) in target_leaves)
                 for e in node.next]
-            prof = state.profiler     # ember.profiler: the VJP as a range named like grad_fn
-            in_grads = _call_vjp(node, grads, create_graph, want) if prof is None else \
-                prof.call(node.name(), "cpu_op", _call_vjp, node, grads, create_graph, want)
+            prof = st.profiler        # ember.profiler: the VJP as a range named like grad_fn
+            anomaly = st.anomaly
+            if prof is not None:
+                in_grads = prof.call(node.name(), "cpu_op", _call_vjp, node, grads,
+                                     create_graph, want)
+            elif anomaly or want is not None or node.nout != 1:
+                in_grads = _call_vjp(node, grads, create_graph, want)
+            else:
+                in_grads = _vjp1(node, grads[0], create_graph)
             if not retain_graph:
                 if node.saved is not None:
                     node.saved = _FREED
@@ -525,9 +577,13 @@ def _run_nodes(nodes, buffers, inputs, target_nodes, target_leaves, needed, capt
                 free = getattr(node.op, "free_saved", None)  # custom Function: its ctx
                 if free is not None:
                     free()
-            anomaly = state.anomaly
-            for i, (e, gi) in enumerate(zip(node.next, in_grads)):
-                if e is None or gi is None:
+            i = -1
+            for e in node.next:
+                i += 1
+                if e is None:
+                    continue
+                gi = in_grads[i]
+                if gi is None:
                     continue
                 if anomaly:
                     gi = _fit_checked(gi, node, i)
