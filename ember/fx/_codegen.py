@@ -38,9 +38,10 @@ def attr_expr(base: str, target: str) -> str:
 
 
 class _Emitter:
-    def __init__(self, root_module: str) -> None:
+    def __init__(self, root_module: str, local_names: set) -> None:
         import ember
         self.root = root_module
+        self.locals = local_names
         self.globals: dict = {"ember": ember, "operator": operator, "inf": math.inf,
                               "nan": math.nan}
         self._by_id: dict[int, str] = {}
@@ -53,7 +54,7 @@ class _Emitter:
         if base[0].isdigit():
             base = "_" + base
         name, i = base, 0
-        while name in self.globals and self.globals[name] is not obj:
+        while name in self.locals or (name in self.globals and self.globals[name] is not obj):
             i += 1
             name = f"{base}_{i}"
         self.globals[name] = obj
@@ -129,8 +130,8 @@ def _hint(a) -> str:
 
 def python_code(graph, root_module: str = "self") -> PythonCode:
     """The ``forward`` source of ``graph`` and the globals it runs in."""
-    em = _Emitter(root_module)
     nodes = list(graph.nodes)
+    em = _Emitter(root_module, {n.name for n in nodes} | {root_module})
     last_use: dict[Node, Node] = {}
     for n in reversed(nodes):
         for i in n.all_input_nodes:

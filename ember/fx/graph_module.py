@@ -137,6 +137,48 @@ class GraphModule(Module):
         type(self).forward = _exec_forward(pc.src, pc.globals)
         return pc
 
+    def add_submodule(self, target: str, m: Module) -> bool:
+        """Install ``m`` at dotted path ``target``, creating empty parents as needed."""
+        *prefix, field = target.split(".")
+        mod = self
+        for item in prefix:
+            sub = getattr(mod, item, None)
+            if sub is None:
+                sub = Module()
+                setattr(mod, item, sub)
+            if not isinstance(sub, Module):
+                return False
+            mod = sub
+        setattr(mod, field, m)
+        return True
+
+    def delete_submodule(self, target: str) -> bool:
+        """Remove the submodule at ``target``; False if there is none."""
+        *prefix, field = target.split(".")
+        mod = self
+        for item in prefix:
+            mod = getattr(mod, item, None)
+            if not isinstance(mod, Module):
+                return False
+        if field not in mod._modules:
+            return False
+        delattr(mod, field)
+        return True
+
+    def delete_all_unused_submodules(self) -> None:
+        """Remove the submodules no ``call_module``/``get_attr`` Node reaches."""
+        used: set[str] = set()
+        for n in self.graph.nodes:
+            if n.op in ("call_module", "get_attr"):
+                parts = n.target.split(".")
+                used.update(".".join(parts[:i]) for i in range(1, len(parts) + 1))
+                if n.op == "call_module":
+                    sub = self.get_submodule(n.target)
+                    used.update(f"{n.target}.{k}" for k, _ in sub.named_modules() if k)
+        for name, _ in reversed(list(self.named_modules())):
+            if name and name not in used:
+                self.delete_submodule(name)
+
     def print_readable(self, print_output: bool = True) -> str:
         """The module as a class definition with its generated ``forward``."""
         body = "\n".join("    " + ln if ln else ln for ln in self.code.strip("\n").split("\n"))
