@@ -85,6 +85,8 @@ from . import onnx  # noqa: E402,F401 - ember.onnx.export (onnx itself is import
 from . import accelerator, backends, cuda, serialization, testing  # noqa: E402,F401
 from . import profiler  # noqa: E402,F401 - ember.profiler.profile, like torch.profiler
 from . import multiprocessing  # noqa: E402,F401 - registers the tensor reducer (shared memory)
+from . import sparse  # noqa: E402,F401 - sparse COO tensors (SciPy imported on first use)
+from .sparse import sparse_coo, sparse_coo_tensor  # noqa: E402,F401
 from ._threads import (get_num_interop_threads, get_num_threads,  # noqa: E402,F401
                        set_num_interop_threads, set_num_threads)
 from ._torch_globals import *  # noqa: E402,F401,F403 - pi, determinism flags, default device

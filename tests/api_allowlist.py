@@ -12,7 +12,8 @@ def _group(reason: str, names: str) -> dict[str, str]:
     return {n: reason for n in names.split()}
 
 
-SPARSE = "sparse layouts (COO/CSR/CSC/BSR/BSC): Ember tensors are strided only so far"
+SPARSE = ("sparse layouts: Ember's COO tensors are a separate small type (ember.sparse), "
+          "strided tensors do not carry sparse-only methods; CSR/CSC/BSR/BSC are absent")
 QUANT = "quantized tensors/dtypes: Ember has no quantization backend"
 REMOVED = "removed from PyTorch (raises there, pointing to torch.linalg or others)"
 DEVICE = "device type Ember has no backend for (XPU, IPU, MTIA, MKL-DNN)"
@@ -26,8 +27,7 @@ ALLOWLIST: dict[str, dict[str, str]] = {
         **_group(SPARSE, "ccol_indices coalesce col_indices crow_indices dense_dim indices "
                          "is_coalesced resize_as_sparse_ row_indices smm sparse_dim "
                          "sparse_mask sparse_resize_ sparse_resize_and_clear_ sspaddmm "
-                         "to_sparse to_sparse_bsc to_sparse_bsr to_sparse_coo to_sparse_csc "
-                         "to_sparse_csr values"),
+                         "to_sparse_bsc to_sparse_bsr to_sparse_csc to_sparse_csr values"),
         **_group(QUANT, "dequantize int_repr q_per_channel_axis q_per_channel_scales "
                         "q_per_channel_zero_points q_scale q_zero_point qscheme"),
         **_group(REMOVED, "eig lstsq solve symeig"),
@@ -56,9 +56,6 @@ ALLOWLIST: dict[str, dict[str, str]] = {
                  "sparse_support_notes tf32_notes"),
         **_group("float8/grouped GEMMs for CUDA tensor cores", "grouped_mm scaled_mm "
                  "scaled_grouped_mm"),
-    },
-    "torch.optim": {
-        "SparseAdam": "needs sparse gradients (Embedding(sparse=True)); sparse COO pending",
     },
     "torch.utils.data": _group(DATAPIPES, "DFIterDataPipe DataChunk IterDataPipe MapDataPipe "
                                "argument_validation datapipes functional_datapipe graph "

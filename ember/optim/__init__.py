@@ -17,10 +17,11 @@ from .rprop import Rprop
 from .asgd import ASGD
 from .adafactor import Adafactor
 from .muon import Muon
+from .sparse_adam import SparseAdam
 from ._stateless import swap_in_optimizer_params_and_state
 from . import lr_scheduler, swa_utils
 
 __all__ = ["Optimizer", "SGD", "Adam", "AdamW", "Adamax", "NAdam", "RMSprop", "Adagrad",
            "Adadelta", "Lion", "LBFGS", "RAdam",
-           "Rprop", "ASGD", "Adafactor", "Muon", "lr_scheduler", "swa_utils",
+           "Rprop", "ASGD", "Adafactor", "Muon", "SparseAdam", "lr_scheduler", "swa_utils",
            "swap_in_optimizer_params_and_state"]

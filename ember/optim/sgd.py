@@ -54,6 +54,10 @@ class SGD(Optimizer):
         lr = self._hyper(group, "lr")
         damp, nesterov, maximize = group["dampening"], group["nesterov"], group["maximize"]
         for p, g, state in self._grads(group):
+            if getattr(g, "is_sparse", False):     # Embedding(sparse=True)'s COO gradient
+                from .sparse_adam import sgd_sparse_update
+                sgd_sparse_update(p, g, group, lr)
+                continue
             if maximize:
                 g = O.neg(g)
             if wd != 0:

@@ -4,7 +4,7 @@ from importlib import import_module
 FAMILIES = ("arith", "unary", "binary", "reduce", "movement", "index", "linalg", "conv",
             "misc", "breadth", "random_dists",
             "special", "complex", "linalg_lapack", "linalg_complex", "fft",
-            "ctc", "rnn")
+            "ctc", "rnn", "sparse")
 
 OPINFOS = []
 for _f in FAMILIES:

@@ -5,7 +5,7 @@ Normalisation lives in :mod:`._norm` and resampling (interpolate, pixel shuffle)
 """
 from __future__ import annotations
 
-from ...autograd.grad_mode import no_grad
+from ...autograd.grad_mode import no_grad, state as _grad_state
 from ...errors import DTypeError, ShapeError
 from ...tensor import Tensor
 from ._norm import *  # noqa: F401,F403
@@ -188,8 +188,8 @@ def embedding(input: Tensor, weight: Tensor, padding_idx: int | None = None,
                          f"{getattr(input, 'dtype', type(input).__name__)}")
     if weight.ndim != 2:
         raise ShapeError(f"embedding: weight must be 2-D, got shape {tuple(weight.shape)}")
-    if scale_grad_by_freq or sparse:
-        raise NotImplementedError("embedding: scale_grad_by_freq and sparse are not supported")
+    if scale_grad_by_freq:
+        raise NotImplementedError("embedding: scale_grad_by_freq is not supported")
     n = weight.shape[0]
     if padding_idx is not None:
         if not -n <= padding_idx < n:
@@ -204,6 +204,10 @@ def embedding(input: Tensor, weight: Tensor, padding_idx: int | None = None,
                               f"[{int(a.min())}, {int(a.max())}]")
     if max_norm is not None:
         _renorm_rows(weight, flat, max_norm, norm_type)
+    if sparse and weight.requires_grad and _grad_state.grad_enabled:
+        from ...sparse._embedding import sparse_embedding    # COO gradient of the rows
+        return sparse_embedding(flat, weight, padding_idx).reshape(*input.shape,
+                                                                   weight.shape[1])
     out = weight.index_select(0, flat).reshape(*input.shape, weight.shape[1])
     if padding_idx is not None and out.requires_grad:
         from ...ops.select import where
