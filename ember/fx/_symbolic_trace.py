@@ -140,9 +140,13 @@ def _function_namespaces():
     return [ember, F]
 
 
-def patch_functions(patcher: _Patcher, extra_globals: list[dict] = ()) -> None:
+def patch_functions(patcher: _Patcher, extra_globals: list[dict] = ()) -> dict[int, Callable]:
     """Make ``ember``/``ember.nn.functional`` callables (and those of the given globals
-    dicts that are the same objects, or ``math`` functions) record on Proxies."""
+    dicts that are the same objects, or ``math`` functions) record on Proxies.
+
+    Returns:
+        The wrappers installed, by ``id`` of the original function.
+    """
     wrappers: dict[int, Callable] = {}
     for ns in _function_namespaces():
         for name, obj in list(vars(ns).items()):
@@ -164,6 +168,7 @@ def patch_functions(patcher: _Patcher, extra_globals: list[dict] = ()) -> None:
         fn = g.get(name, getattr(builtins, name, None))
         if fn is not None and not hasattr(fn, "__fx_original__"):
             patcher.setitem(g, name, _recording(fn))
+    return wrappers
 
 
 def patch_tensor_operators(patcher: _Patcher) -> None:

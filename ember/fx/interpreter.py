@@ -161,6 +161,16 @@ class Transformer(Interpreter):
         self.new_graph._tracer_cls = getattr(module.graph, "_tracer_cls", None)
         self.tracer = _TransformerTracer(self.new_graph)
         self.tracer.root = module
+        self._wrappers: dict = {}
+
+    def run_node(self, n: Node) -> Any:
+        # NOTE: while transforming, ``ember.sigmoid`` names the recording wrapper, so an
+        # override's ``target is ember.sigmoid`` must see that wrapper; Nodes get the original.
+        if n.op != "call_function" or id(n.target) not in self._wrappers:
+            return super().run_node(n)
+        with self._set_current_node(n):
+            args, kwargs = self.fetch_args_kwargs_from_env(n)
+            return self.call_function(self._wrappers[id(n.target)], args, kwargs)
 
     def placeholder(self, target: str, args: tuple, kwargs: dict) -> Proxy:
         default = args[0] if args else inspect.Signature.empty
@@ -180,9 +190,12 @@ class Transformer(Interpreter):
         the Proxies inside overridden methods record Nodes (same patching as tracing)."""
         from ._symbolic_trace import _Patcher, patch_functions, patch_tensor_operators
         with _Patcher() as patcher:
-            patch_functions(patcher)
+            self._wrappers = patch_functions(patcher)
             patch_tensor_operators(patcher)
-            result = super().run(enable_io_processing=False)
+            try:
+                result = super().run(enable_io_processing=False)
+            finally:
+                self._wrappers = {}
         if result is not None:
             self.new_graph.output(map_aggregate(
                 result, lambda a: a.node if isinstance(a, Proxy) else a))

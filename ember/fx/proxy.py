@@ -24,6 +24,7 @@ class TracerBase:
 
     def create_node(self, kind: str, target, args, kwargs, name=None, type_expr=None) -> Node:
         """Insert a Node (override to add metadata to every traced Node)."""
+        target = getattr(target, "__fx_original__", target)    # not the tracing wrapper
         return self.graph.create_node(kind, target, args, kwargs, name, type_expr)
 
     def proxy(self, node: Node) -> "Proxy":

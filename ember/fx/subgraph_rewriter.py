@@ -93,13 +93,17 @@ def replace_pattern(gm: GraphModule, pattern: Callable, replacement: Callable) -
             continue
         used.update(inner)
         matches.append(Match(gn, dict(m)))
+    replaced: dict[Node, Node] = {}      # an earlier match's anchor -> its replacement
     for match in matches:
-        _splice(graph, rg, match, p_inputs, anchor_p)
+        for p in p_inputs:
+            while match.nodes_map[p] in replaced:
+                match.nodes_map[p] = replaced[match.nodes_map[p]]
+        replaced[match.anchor] = _splice(graph, rg, match, p_inputs, anchor_p)
     gm.recompile()
     return matches
 
 
-def _splice(graph, rg, match: Match, p_inputs: list, anchor_p: Node) -> None:
+def _splice(graph, rg, match: Match, p_inputs: list, anchor_p: Node) -> Node:
     r_inputs = [n for n in rg.nodes if n.op == "placeholder"]
     if len(r_inputs) != len(p_inputs):
         raise ValueError(f"replace_pattern: pattern takes {len(p_inputs)} inputs but "
@@ -112,3 +116,4 @@ def _splice(graph, rg, match: Match, p_inputs: list, anchor_p: Node) -> None:
         g = match.nodes_map.get(p)
         if g is not None and p.op != "placeholder" and not g.users and not g._erased:
             graph.erase_node(g)
+    return out
