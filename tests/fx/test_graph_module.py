@@ -70,6 +70,8 @@ def test_eager_and_compiled_match_the_original_outputs_and_gradients():
         np.testing.assert_allclose(c_out, want_out, rtol=1e-5, atol=1e-6)
         for k in want_g:
             np.testing.assert_allclose(c_g[k], want_g[k], rtol=1e-4, atol=1e-6)
+    report = str(compiled.explain())
+    assert "1 graph(s) captured" in report and "0 graph break(s)" in report
 
 
 def test_train_mode_batch_norm_updates_running_stats_through_the_graph_module():
