@@ -7,7 +7,7 @@ import operator
 import types
 from typing import Any, Callable
 
-__all__ = ["Node", "map_arg", "map_aggregate", "Target", "Argument"]
+__all__ = ["Node", "map_arg", "map_aggregate", "has_side_effect", "Target", "Argument"]
 
 Target = Any      # a callable (call_function) or a string (the other opcodes)
 Argument = Any    # nested tuples/lists/dicts/slices of Nodes and Python constants
@@ -262,3 +262,9 @@ def _format_arg(a) -> str:
 
 
 _side_effectful_functions: set = set()
+
+
+def has_side_effect(fn: Callable) -> Callable:
+    """Mark ``fn`` so :meth:`Graph.eliminate_dead_code` keeps its calls (decorator)."""
+    _side_effectful_functions.add(fn)
+    return fn

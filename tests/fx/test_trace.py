@@ -116,7 +116,8 @@ def test_function_with_operators_methods_attributes_and_unpacking():
     assert [n for n in gm.graph.nodes if n.target == "chunk"][0].kwargs == {"dim": 0}
     x, y = ember.randn(4, 4), ember.randn(4, 4)
     for got, want in zip(gm(x, y), f(x, y)):
-        np.testing.assert_allclose(got.detach().numpy(), want.detach().numpy(), rtol=1e-6, atol=1e-6)
+        np.testing.assert_allclose(got.detach().numpy(), want.detach().numpy(), rtol=1e-6,
+                                   atol=1e-6)
 
 
 def test_reflected_operators_with_parameters_and_constants():
@@ -207,6 +208,25 @@ def test_tracer_subclass_is_leaf_module_and_concrete_args():
     assert not [n for n in gm.graph.nodes if n.op == "call_function"]
     with pytest.raises(fx.TraceError):
         fx.symbolic_trace(Block().forward.__func__)
+
+
+def test_has_side_effect_keeps_calls_through_dead_code_elimination():
+    calls = []
+
+    @fx.has_side_effect
+    def log(x):
+        calls.append(x)
+
+    g = fx.Graph()
+    x = g.placeholder("x")
+    g.call_function(log, (x,))
+    g.call_function(ember.neg, (x,))
+    g.output(x)
+    g.eliminate_dead_code()
+    assert [n.target for n in g.nodes if n.op == "call_function"] == [log]
+    gm = fx.GraphModule(nn.Module(), g)
+    gm(ember.ones(1))
+    assert len(calls) == 1
 
 
 def test_varargs_signature_is_a_clear_error():
