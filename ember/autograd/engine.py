@@ -10,6 +10,7 @@ shape (for broadcasting) and cast back to its dtype.
 from __future__ import annotations
 
 import operator
+import sys
 import threading
 import weakref
 
@@ -341,7 +342,9 @@ def _to_leaf(t, g, create_graph, external, claimed):
     if t._grad is None:
         sid = id(g._storage)
         if not create_graph and (sid in external or sid in claimed or g._base is not None):
-            g = g.detach().clone()   # never alias a caller's tensor or another leaf's grad
+            b = None if sid in external or sid in claimed else _whole_unshared_base(g)
+            # never alias a caller's tensor or another leaf's grad
+            g = g.detach().clone() if b is None else b
         elif not create_graph:
             g = g.detach()
         claimed.add(id(g._storage))
@@ -350,6 +353,46 @@ def _to_leaf(t, g, create_graph, external, claimed):
         t._grad = t._grad + g
     else:
         t._grad.add_(g.detach())
+
+
+def _holders(n: int) -> int:
+    """What ``sys.getrefcount`` reports, on this interpreter, for an object that ``n``
+    references hold (one of them a local variable), e.g. an attribute and a local."""
+    o = object()
+    others = [o] * (n - 1)
+    r = sys.getrefcount(o)
+    del others
+    return r
+
+
+_REFS2, _REFS3, _REFS4 = _holders(2), _holders(3), _holders(4)
+
+
+def _whole_unshared_base(g):
+    """``g``'s base when ``g`` is a view covering all of it, in the same layout, and nothing
+    but ``g`` references that base, its storage or its array; else None.
+
+    A Linear weight's gradient is such a view (``(g.mT @ x).mT`` transposed back): the
+    leaf can keep the base itself instead of a copy, as PyTorch's AccumulateGrad steals a
+    gradient whose reference count shows nobody else holds it. The counts are exact
+    (``_holders``): any other holder, or another interpreter's counting, means a copy.
+    """
+    b = g._base
+    if b.__class__ is not Tensor or b._base is not None or b._grad_fn is not None:
+        return None
+    bd, gd = b._data, g._data
+    if gd.base is not bd or gd.shape != bd.shape or gd.strides != bd.strides or \
+            not bd.flags.c_contiguous or bd.size == 0:
+        return None
+    s = b._storage
+    if s.data is not bd:
+        return None
+    # holders: b <- g._base and the local; s <- b._storage, g._storage, the local;
+    # bd <- b._data, s.data, gd.base, the local
+    if sys.getrefcount(b) != _REFS2 or sys.getrefcount(s) != _REFS3 or \
+            sys.getrefcount(bd) != _REFS4:
+        return None
+    return b
 
 
 def backward(tensors, grad_tensors=None, retain_graph=None, create_graph=False, inputs=None):
@@ -569,6 +612,7 @@ def _run_nodes(nodes, buffers, inputs, target_nodes, target_leaves, needed, capt
                 in_grads = _call_vjp(node, grads, create_graph, want)
             else:
                 in_grads = _vjp1(node, grads[0], create_graph)
+            grads = None     # NOTE: the incoming gradient may die here (see _to_leaf)
             if not retain_graph:
                 if node.saved is not None:
                     node.saved = _FREED

@@ -1,0 +1,94 @@
+"""The eager hot paths (dispatcher, engine, leaf accumulation) keep their semantics."""
+import numpy as np
+import pytest
+
+import ember
+from ember.autograd import engine
+from ember.errors import GraphError
+
+
+def _chain_grad_numpy(x, c):
+    y, tape = x, []
+    for i in range(20):
+        k = i % 4
+        if k == 2:
+            y = np.tanh(y)
+            tape.append(1 - y * y)
+        elif k == 1:
+            y = y + 0.1
+            tape.append(None)
+        else:
+            tape.append(c if k == 0 else 1.5)
+            y = y * tape[-1]
+    g = np.ones_like(y)
+    for d in reversed(tape):
+        if d is not None:
+            g = g * d
+    return g
+
+
+def test_elementwise_chain_gradient_matches_numpy():
+    xn = np.linspace(-1, 1, 64)
+    cn = np.full(64, 0.5)
+    x = ember.tensor(xn, requires_grad=True)
+    c = ember.tensor(cn)
+    y = x
+    for i in range(20):
+        k = i % 4
+        y = y * c if k == 0 else y + 0.1 if k == 1 else y.tanh() if k == 2 else y * 1.5
+    y.sum().backward()
+    np.testing.assert_allclose(x.grad.numpy(), _chain_grad_numpy(xn, cn), rtol=1e-12)
+
+
+def test_linear_weight_grad_is_the_gemm_result_not_a_view_or_copy(monkeypatch):
+    stolen = []
+    orig = engine._whole_unshared_base
+
+    def spy(g):
+        r = orig(g)
+        stolen.append(r is not None)
+        return r
+    monkeypatch.setattr(engine, "_whole_unshared_base", spy)
+    lin = ember.nn.Linear(5, 3, dtype=ember.float64)
+    x = ember.randn(4, 5, dtype=ember.float64)
+    lin(x).sum().backward()
+    g = lin.weight.grad
+    assert stolen == [True]
+    assert g._base is None and g._data.flags.c_contiguous and g.grad_fn is None
+    np.testing.assert_allclose(g.numpy(), np.ones((4, 3)).T @ x.numpy(), rtol=1e-12)
+
+
+def test_gradient_view_whose_base_a_hook_keeps_is_copied():
+    lin = ember.nn.Linear(5, 3, dtype=ember.float64)
+    x = ember.randn(4, 5, dtype=ember.float64)
+    kept = []
+    lin.weight.register_hook(lambda g: kept.append(g._base))
+    lin(x).sum().backward()
+    assert kept[0] is not None
+    assert lin.weight.grad._storage is not kept[0]._storage
+    before = lin.weight.grad.numpy().copy()
+    kept[0].add_(1.0)              # the hook's tensor changes; the leaf's grad must not
+    np.testing.assert_array_equal(lin.weight.grad.numpy(), before)
+
+
+def test_gradient_view_of_a_caller_tensor_is_copied():
+    x = ember.randn(3, 4, dtype=ember.float64, requires_grad=True)
+    gout = ember.randn(4, 3, dtype=ember.float64)
+    x.mT.backward(gout)
+    assert x.grad._storage is not gout._storage
+    np.testing.assert_array_equal(x.grad.numpy(), gout.numpy().T)
+
+
+def test_fast_vjp_path_still_raises_freed_and_version_errors():
+    x = ember.linspace(-1, 1, 8, requires_grad=True)
+    y = x.tanh()
+    z = y * 2.0
+    z.sum().backward()
+    with pytest.raises(GraphError, match="backward through the graph a second time"):
+        z.sum().backward()
+    a = ember.linspace(-1, 1, 8, requires_grad=True)
+    b = a * 1.0
+    t = b.tanh()
+    t.mul_(2.0)                    # tanh saved its output; the write bumps its version
+    with pytest.raises(GraphError, match="modified by an inplace operation"):
+        t.sum().backward()
