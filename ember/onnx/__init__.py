@@ -10,13 +10,16 @@ from __future__ import annotations
 __all__ = ["export"]
 
 
-def export(model_or_fn, example_inputs, path=None, **kwargs):
-    """Write ``model_or_fn`` traced on ``example_inputs`` as ONNX; see
+def export(model, args=None, f=None, **kwargs):
+    """Write ``model`` traced on ``args`` as ONNX to ``f``, with ``torch.onnx.export``'s
+    argument names (``input_names``, ``output_names``, ``opset_version``, ``dynamic_axes``;
+    Ember's ``example_inputs``/``path``/``opset`` are aliases); see
     :func:`ember.onnx.exporter.export` for the arguments.
 
     Example:
         >>> model.eval()
-        >>> ember.onnx.export(model, ember.randn(1, 8), "mlp.onnx")
+        >>> ember.onnx.export(model, ember.randn(1, 8), "mlp.onnx", input_names=["x"],
+        ...                   dynamic_axes={"x": {0: "batch"}})
     """
     try:
         from .exporter import export as _export
@@ -25,4 +28,4 @@ def export(model_or_fn, example_inputs, path=None, **kwargs):
             raise
         raise ModuleNotFoundError("ember.onnx.export needs the 'onnx' package: "
                                   "pip install 'ember[onnx]'", name="onnx") from e
-    return _export(model_or_fn, example_inputs, path, **kwargs)
+    return _export(model, args, f, **kwargs)

@@ -94,8 +94,10 @@ class OnnxBuilder:
             return self.op(op_type, [x, self.ints(axes)], keepdims=int(keepdims))
         return self.op(op_type, [x], axes=axes, keepdims=int(keepdims))
 
-    def value_info(self, name: str, var):
-        return helper.make_tensor_value_info(name, onnx_dtype(var.dtype), list(var.shape))
+    def value_info(self, name: str, var, symbols: dict | None = None):
+        """The graph input/output declaration; ``symbols`` ({axis: name}) are dim_params."""
+        shape = [(symbols or {}).get(d, n) for d, n in enumerate(var.shape)]
+        return helper.make_tensor_value_info(name, onnx_dtype(var.dtype), shape)
 
     def model(self, inputs, outputs, graph_name: str, doc: str = ""):
         """The finished ``onnx.ModelProto`` (inputs/outputs: ValueInfoProtos)."""

@@ -26,42 +26,112 @@ from .ops import CONVERTERS, unsupported
 EXPORT_PASSES = ["simplify", "fold", "cse", "dce"]
 
 
-def export(model_or_fn, example_inputs, path=None, *, input_names=None, output_names=None,
-           opset: int = 17, check: bool = True):
-    """Trace ``model_or_fn(*example_inputs)`` and write it as an ONNX model to ``path``.
+#: PyTorch export arguments accepted with no effect here (what they control is fixed).
+_NO_EFFECT = {"verbose": "logging only", "do_constant_folding": "Ember always folds",
+              "dynamo": "one exporter", "optimize": "Ember's export passes always run",
+              "external_data": "weights are stored inline", "report": "no report",
+              "verify": "use onnxruntime on the result", "fallback": "one exporter",
+              "operator_export_type": "standard ONNX ops only", "training": "see docstring"}
+
+
+def export(model, args=None, f=None, *, kwargs=None, export_params: bool = True,
+           input_names=None, output_names=None, opset_version: int | None = None,
+           dynamic_axes=None, keep_initializers_as_inputs: bool | None = None,
+           check: bool = True, example_inputs=None, path=None, opset: int | None = None,
+           **options):
+    """Trace ``model(*args)`` and write it as an ONNX model to ``f`` (``torch.onnx.export``).
 
     The module is exported in its *current* mode, like ``torch.onnx.export``: call
     ``model.eval()`` first so Dropout is off and BatchNorm uses its running statistics
-    (a training-mode BatchNorm would export its batch statistics, and Dropout fails:
-    random draws have no ONNX conversion). Shapes are fixed to the example inputs'.
+    (``training=`` is accepted only as None/"eval"/"preserve"). Shapes are fixed to the
+    example inputs' except the ``dynamic_axes``, which become symbolic (``dim_param``)
+    dimensions: the graph then computes the shapes that depend on them with
+    ``Shape``/``Gather`` at run time (see :mod:`ember.onnx.dynamic`).
 
     Args:
-        model_or_fn: an ``nn.Module`` or a function of tensors.
-        example_inputs: a tensor or a tuple of positional arguments.
-        path: where to write the ``.onnx`` file (``None``: only return the model).
+        model: an ``nn.Module`` or a function of tensors.
+        args: a tensor or a tuple of positional arguments (alias: ``example_inputs``).
+        f: where to write the ``.onnx`` file (alias: ``path``; ``None``: only return it).
+        kwargs: keyword arguments to the model; only empty is supported.
+        export_params: must be True (the weights are initializers of the graph).
         input_names / output_names: ONNX names (default ``input0...``, ``output0...``).
-        opset: the ONNX opset to target (17 by default; 13 or later).
+        opset_version: the ONNX opset (alias: ``opset``; 17 by default, 13 or later).
+        dynamic_axes: ``{input or output name: [axes]}`` or ``{name: {axis: "symbol"}}``;
+            a symbol shared by several inputs is one dimension.
+        keep_initializers_as_inputs: must be falsy.
         check: run ``onnx.checker`` on the result.
+        **options: PyTorch arguments with no effect here (``verbose``,
+            ``do_constant_folding``, ``dynamo``, ``optimize``, ...).
 
     Returns:
         The ``onnx.ModelProto``.
 
+    Raises:
+        TypeError: an unknown argument.
+        NotImplementedError: an argument value Ember's exporter cannot honour.
+        GraphError: a shape cannot be made symbolic, or an op has no conversion.
+
     Example:
         >>> model.eval()
-        >>> ember.onnx.export(model, ember.randn(1, 3, 32, 32), "model.onnx")
+        >>> ember.onnx.export(model, ember.randn(2, 8), "mlp.onnx", input_names=["x"],
+        ...                   dynamic_axes={"x": {0: "batch"}}, opset_version=17)
     """
+    args = _pick("args", args, "example_inputs", example_inputs)
+    f = _pick("f", f, "path", path)
+    opset = _pick("opset_version", opset_version, "opset", opset)
+    opset = 17 if opset is None else int(opset)
+    _check_options(kwargs, export_params, keep_initializers_as_inputs, options)
     if opset < 13:
         raise ValueError(f"ember.onnx.export: opset {opset} is too old; 13 or later")
-    args = example_inputs if isinstance(example_inputs, tuple) else (example_inputs,)
-    graph, sources, labels, outputs = capture(model_or_fn, args)
-    model = to_onnx(graph, sources, labels, outputs, input_names=input_names,
-                    output_names=output_names, opset=opset,
-                    name=getattr(model_or_fn, "__name__", type(model_or_fn).__name__))
+    if args is None:
+        raise TypeError("ember.onnx.export: missing the example inputs (args)")
+    args = args if isinstance(args, tuple) else (args,)
+    if dynamic_axes:
+        from .dynamic_export import export_dynamic
+        model_proto = export_dynamic(model, args, input_names, output_names, opset,
+                                     dynamic_axes)
+    else:
+        graph, sources, labels, outputs = capture(model, args)
+        model_proto = to_onnx(graph, sources, labels, outputs, input_names=input_names,
+                              output_names=output_names, opset=opset, name=_name(model))
     if check:
-        onnx.checker.check_model(model)
-    if path is not None:
-        onnx.save(model, os.fspath(path))
-    return model
+        onnx.checker.check_model(model_proto)
+    if f is not None:
+        onnx.save(model_proto, f if hasattr(f, "write") else os.fspath(f))
+    return model_proto
+
+
+def _name(model) -> str:
+    return getattr(model, "__name__", type(model).__name__)
+
+
+def _pick(name, value, alias, alias_value):
+    if alias_value is not None:
+        if value is not None:
+            raise TypeError(f"ember.onnx.export: got both {name}= and its alias {alias}=")
+        return alias_value
+    return value
+
+
+def _check_options(kwargs, export_params, keep_inputs, options) -> None:
+    unknown = sorted(set(options) - set(_NO_EFFECT))
+    if unknown:
+        raise TypeError(f"ember.onnx.export: unexpected arguments {unknown}; accepted with no "
+                        f"effect: {sorted(_NO_EFFECT)}")
+    if kwargs:
+        raise NotImplementedError("ember.onnx.export: kwargs= (keyword inputs) is not "
+                                  "supported; pass the inputs positionally in args")
+    if not export_params:
+        raise NotImplementedError("ember.onnx.export: export_params=False is not supported "
+                                  "(the weights are always stored in the graph)")
+    if keep_inputs:
+        raise NotImplementedError("ember.onnx.export: keep_initializers_as_inputs=True is "
+                                  "not supported")
+    training = options.get("training")
+    if training is not None and str(getattr(training, "name", training)).lower() not in (
+            "eval", "preserve", "false"):
+        raise NotImplementedError(f"ember.onnx.export: training={training!r}; export in "
+                                  f"the module's current mode (call model.eval() first)")
 
 
 def capture(fn, args):
@@ -86,9 +156,13 @@ def capture(fn, args):
 
 
 def to_onnx(graph, sources, arg_labels, outputs, *, input_names=None, output_names=None,
-            opset: int = 17, name: str = "graph"):
-    """Convert a captured IR graph to an ``onnx.ModelProto`` (see :func:`export`)."""
-    b = OnnxBuilder(opset)
+            opset: int = 17, name: str = "graph", builder=None, in_dims=None, out_dims=None):
+    """Convert a captured IR graph to an ``onnx.ModelProto`` (see :func:`export`).
+
+    ``builder`` (a :class:`~ember.onnx.dynamic.RecordingBuilder`) and ``in_dims``/
+    ``out_dims`` (``{position: {axis: symbol}}``) make dimensions symbolic.
+    """
+    b = builder if builder is not None else OnnxBuilder(opset)
     env: dict = {}
     n_args = len(arg_labels)
     input_names = list(input_names or [f"input{i}" for i in range(n_args)])
@@ -96,9 +170,10 @@ def to_onnx(graph, sources, arg_labels, outputs, *, input_names=None, output_nam
         raise ValueError(f"ember.onnx.export: {len(input_names)} input_names for {n_args} "
                          f"tensor inputs")
     onnx_inputs = []
-    for v, nm in zip(graph.inputs[:n_args], input_names):
+    for i, (v, nm) in enumerate(zip(graph.inputs[:n_args], input_names)):
         env[v.id] = b.reserve(nm)
-        onnx_inputs.append(b.value_info(env[v.id], v))
+        onnx_inputs.append(b.value_info(env[v.id], v, (in_dims or {}).get(i)))
+    b.input_names = [env[v.id] for v in graph.inputs[:n_args]]
     for v, src in zip(graph.inputs[n_args:], sources):
         a = np.asarray(src.read())
         env[v.id] = b.const(a.astype(v.dtype.np, copy=False), name=src.label or v.name)
@@ -109,9 +184,9 @@ def to_onnx(graph, sources, arg_labels, outputs, *, input_names=None, output_nam
         raise ValueError(f"ember.onnx.export: {len(output_names)} output_names for "
                          f"{len(outputs)} tensor outputs")
     onnx_outputs = []
-    for v, nm in zip(outputs, output_names):
+    for i, (v, nm) in enumerate(zip(outputs, output_names)):
         out = b.op("Identity", [env[v.id]], name=b.reserve(nm))
-        onnx_outputs.append(b.value_info(out, v))
+        onnx_outputs.append(b.value_info(out, v, (out_dims or {}).get(i)))
     return b.model(onnx_inputs, onnx_outputs, name,
                    doc=f"exported by ember from {graph.name}")
 
