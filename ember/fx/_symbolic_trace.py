@@ -171,9 +171,24 @@ def patch_functions(patcher: _Patcher, extra_globals: list[dict] = ()) -> dict[i
     return wrappers
 
 
+def _recording_method(name: str, orig: Callable) -> Callable:
+    @functools.wraps(orig)
+    def method(self, *args, **kwargs):
+        p = _find_proxy(args, kwargs)
+        if p is not None:
+            return p.tracer.create_proxy("call_method", name, (self,) + args, kwargs)
+        return orig(self, *args, **kwargs)
+    return method
+
+
 def patch_tensor_operators(patcher: _Patcher) -> None:
-    """``tensor + proxy``: Tensor's binary operators return NotImplemented on a Proxy."""
+    """``tensor + proxy``: Tensor's binary operators return NotImplemented on a Proxy (so
+    the Proxy's reflected operator records); ``tensor.add(proxy)`` records a
+    ``call_method`` on the tensor (its ``get_attr``), as PyTorch does."""
     from ..tensor import Tensor
+    for name, attr in list(vars(Tensor).items()):
+        if not name.startswith("_") and inspect.isfunction(attr):
+            patcher.setattr(Tensor, name, _recording_method(name, attr))
     for op in _TENSOR_BINOPS + ["eq", "ne", "lt", "le", "gt", "ge"]:
         for dunder in (f"__{op}__", f"__r{op}__"):
             orig = getattr(Tensor, dunder, None)
@@ -278,9 +293,10 @@ class Tracer(TracerBase):
         if is_module:
             params = params[1:]
         for p in params:
-            if p.kind in (p.VAR_POSITIONAL, p.VAR_KEYWORD):
-                raise TraceError(f"symbolic_trace: *args/**kwargs in the signature of "
-                                 f"{fn.__qualname__} are not supported; name the inputs")
+            if p.kind in (p.VAR_POSITIONAL, p.VAR_KEYWORD, p.KEYWORD_ONLY):
+                raise TraceError(f"symbolic_trace: *args, **kwargs and keyword-only "
+                                 f"parameters ({p.name!r} of {fn.__qualname__}) are not "
+                                 f"supported; make the inputs positional parameters")
             if p.name in concrete and concrete[p.name] is not PH:
                 self.graph.placeholder(p.name, default_value=concrete[p.name])
                 args.append(concrete[p.name])

@@ -261,7 +261,7 @@ def _format_arg(a) -> str:
     return str(a)
 
 
-_side_effectful_functions: set = set()
+_side_effectful_functions: set = {operator.setitem}
 
 
 def has_side_effect(fn: Callable) -> Callable:

@@ -119,6 +119,9 @@ class Proxy:
     def keys(self):
         return self.tracer.keys(self)
 
+    def __setitem__(self, key, value) -> None:
+        self.tracer.create_proxy("call_function", operator.setitem, (self, key, value), {})
+
     def __hash__(self) -> int:
         return id(self)
 

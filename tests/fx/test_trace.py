@@ -232,3 +232,37 @@ def test_has_side_effect_keeps_calls_through_dead_code_elimination():
 def test_varargs_signature_is_a_clear_error():
     with pytest.raises(fx.TraceError, match=r"\*args"):
         fx.symbolic_trace(lambda *xs: xs[0])
+
+
+def test_tensor_methods_and_setitem_with_proxy_arguments():
+    class M(nn.Module):
+        def __init__(self):
+            super().__init__()
+            self.register_buffer("b", ember.arange(4.0))
+
+        def forward(self, x):
+            y = self.b.add(x, alpha=2)            # a real tensor's method, a Proxy argument
+            y = y.clone()
+            y[0] = x[1]
+            return ember.Tensor.mul(self.b, y)
+
+    m = M()
+    gm = fx.symbolic_trace(m)
+    methods = [(n.target, n.args[0].op) for n in gm.graph.nodes if n.op == "call_method"]
+    assert methods == [("add", "get_attr"), ("clone", "call_method"), ("mul", "get_attr")]
+    sets = [n for n in gm.graph.nodes if n.target is operator.setitem]
+    assert len(sets) == 1 and not sets[0].users
+    gm.graph.eliminate_dead_code()
+    assert [n for n in gm.graph.nodes if n.target is operator.setitem]       # kept: impure
+    gm.recompile()
+    x = ember.tensor([1.0, 2.0, 3.0, 4.0])
+    np.testing.assert_array_equal(gm(x).numpy(), m(x).numpy())
+    assert ember.Tensor.add is not None and "add" in vars(ember.Tensor)
+    assert getattr(ember.Tensor.add, "__wrapped__", None) is None     # restored
+
+
+def test_keyword_only_parameters_are_refused():
+    def f(x, *, scale):
+        return x * scale
+    with pytest.raises(fx.TraceError, match="keyword-only"):
+        fx.symbolic_trace(f)
