@@ -1,5 +1,5 @@
 """``ember.onnx.export(..., dynamic_axes=...)``: capture at the example sizes and at two
-other sizes of each symbolic dimension, fit the shape vectors that change
+other sizes of each symbolic dimension (n-1 and n-2 when n >= 4, else n+1 and n+3), fit the shape vectors that change
 (:mod:`ember.onnx.dynamic`), and convert once more with those entries computed at run time.
 """
 from __future__ import annotations
@@ -61,7 +61,8 @@ def export_dynamic(model, args, input_names, output_names, opset: int, dynamic_a
     variants, out_var = {}, {}
     for sym, mem in members.items():
         runs = []
-        for size in (sizes[sym] + 1, sizes[sym] + 3):
+        n = sizes[sym]       # NOTE: smaller sizes where possible (a GPT's T <= block_size)
+        for size in ((n - 1, n - 2) if n >= 4 else (n + 1, n + 3)):
             g2, s2, l2, o2 = capture(model, _resized(args, mem, labels, size))
             rb = RecordingBuilder(opset)
             to_onnx(g2, s2, l2, o2, builder=rb, **kw)
