@@ -94,6 +94,18 @@ def _recording(orig: Callable) -> Callable:
     return wrapped
 
 
+_CACHE: dict = {}     # (kind, id of the original) -> (original, wrapper): built once
+
+
+def _cached(kind: str, orig: Callable, make: Callable[[], Callable]) -> Callable:
+    hit = _CACHE.get((kind, id(orig)))
+    if hit is not None and hit[0] is orig:
+        return hit[1]
+    w = make()
+    _CACHE[(kind, id(orig))] = (orig, w)
+    return w
+
+
 def _defer_to_proxy(orig: Callable) -> Callable:
     def op(self, other):
         if isinstance(other, Proxy):
@@ -153,13 +165,13 @@ def patch_functions(patcher: _Patcher, extra_globals: list[dict] = ()) -> dict[i
             if name.startswith("_") or isinstance(obj, type) or not callable(obj) \
                     or inspect.ismodule(obj) or name == "compile":
                 continue
-            w = wrappers.get(id(obj)) or _recording(obj)
+            w = wrappers.get(id(obj)) or _cached("fn", obj, lambda o=obj: _recording(o))
             wrappers[id(obj)] = w
             patcher.setattr(ns, name, w)
     for name in dir(math):
         obj = getattr(math, name)
         if callable(obj) and not name.startswith("_"):
-            wrappers.setdefault(id(obj), _recording(obj))
+            wrappers.setdefault(id(obj), _cached("fn", obj, lambda o=obj: _recording(o)))
     for g in extra_globals:
         for name, obj in list(g.items()):
             if id(obj) in wrappers and not name.startswith("__"):
@@ -188,12 +200,14 @@ def patch_tensor_operators(patcher: _Patcher) -> None:
     from ..tensor import Tensor
     for name, attr in list(vars(Tensor).items()):
         if not name.startswith("_") and inspect.isfunction(attr):
-            patcher.setattr(Tensor, name, _recording_method(name, attr))
+            patcher.setattr(Tensor, name, _cached(
+                name, attr, lambda n=name, a=attr: _recording_method(n, a)))
     for op in _TENSOR_BINOPS + ["eq", "ne", "lt", "le", "gt", "ge"]:
         for dunder in (f"__{op}__", f"__r{op}__"):
             orig = getattr(Tensor, dunder, None)
             if orig is not None:
-                patcher.setattr(Tensor, dunder, _defer_to_proxy(orig))
+                patcher.setattr(Tensor, dunder, _cached(
+                    "defer", orig, lambda o=orig: _defer_to_proxy(o)))
 
 
 class Tracer(TracerBase):
