@@ -18,10 +18,10 @@ from .graph_module import GraphModule
 from .interpreter import Interpreter, Transformer
 from .node import Node, has_side_effect, map_arg
 from .proxy import Proxy, TraceError, TracerBase
-from ._symbolic_trace import PH, Tracer, symbolic_trace, wrap
+from ._symbolic_trace import PH, Tracer, recording_functions, symbolic_trace, wrap
 from . import passes, subgraph_rewriter  # noqa: F401
 from .subgraph_rewriter import replace_pattern
 
 __all__ = ["Graph", "GraphModule", "Interpreter", "Transformer", "Node", "has_side_effect",
-           "map_arg", "Proxy", "TraceError", "TracerBase", "Tracer", "symbolic_trace", "wrap", "PH",
+           "map_arg", "Proxy", "TraceError", "TracerBase", "Tracer", "recording_functions", "symbolic_trace", "wrap", "PH",
            "replace_pattern", "passes", "subgraph_rewriter"]

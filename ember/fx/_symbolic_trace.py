@@ -15,6 +15,7 @@ traced function's) is not seen: ``wrap`` it or call it through ``ember.``.
 from __future__ import annotations
 
 import builtins
+import contextlib
 import functools
 import inspect
 import math
@@ -24,7 +25,7 @@ from .graph import Graph
 from .graph_module import GraphModule
 from .proxy import Proxy, TracerBase, TraceError
 
-__all__ = ["Tracer", "symbolic_trace", "wrap", "PH"]
+__all__ = ["Tracer", "symbolic_trace", "wrap", "PH", "recording_functions"]
 
 _WRAPPED: list[tuple[dict, str]] = []      # (globals, name) registered by wrap()
 _TENSOR_BINOPS = ["add", "sub", "mul", "truediv", "floordiv", "mod", "pow", "matmul",
@@ -208,6 +209,26 @@ def patch_tensor_operators(patcher: _Patcher) -> None:
             if orig is not None:
                 patcher.setattr(Tensor, dunder, _cached(
                     "defer", orig, lambda o=orig: _defer_to_proxy(o)))
+
+
+@contextlib.contextmanager
+def recording_functions():
+    """Let ``ember`` functions record on Proxies outside a trace (Ember-specific: PyTorch
+    needs nothing here thanks to ``__torch_function__``). For graphs built by hand from
+    Proxies (PyTorch's "Proxy/Retracing" pattern); tracing and ``Transformer`` do this
+    themselves.
+
+    Example:
+        >>> g = ember.fx.Graph()
+        >>> x = ember.fx.Proxy(g.placeholder("x"))
+        >>> with ember.fx.recording_functions():
+        ...     y = ember.relu(x) + 1
+        >>> g.output(y.node)
+    """
+    with _Patcher() as patcher:
+        patch_functions(patcher)
+        patch_tensor_operators(patcher)
+        yield
 
 
 class Tracer(TracerBase):

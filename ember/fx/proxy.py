@@ -81,6 +81,9 @@ class Proxy:
     operators ``operator.*`` calls, ``ember`` functions ``call_function`` Nodes. A
     Proxy has no value, so ``if proxy:``, ``len(proxy)`` and ``for v in proxy`` raise
     :class:`TraceError` (pass the value as ``concrete_args`` or ``wrap`` the function).
+
+    ``ember`` functions record on Proxies only while a trace or ``Transformer`` runs (or
+    under :func:`ember.fx.recording_functions`); operators and methods always record.
     """
 
     __array_ufunc__ = None       # NumPy defers to our reflected operators

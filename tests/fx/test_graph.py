@@ -124,3 +124,15 @@ def test_format_node_and_in_place_methods_survive_dce():
     n = list(g.nodes)[1]
     assert n.format_node() == ("%add_ : [num_users=0] = call_method[target=add_]"
                                "(args = (%x, 1), kwargs = {})")
+
+
+def test_graph_built_from_proxies():
+    g = fx.Graph()
+    x = fx.Proxy(g.placeholder("x"))
+    with fx.recording_functions():
+        y = ember.relu(x) * 2 + x.sum()
+    assert not hasattr(ember.relu, "__fx_original__")          # restored after the block
+    g.output(y.node)
+    gm = fx.GraphModule(nn.Module(), g)
+    assert [n.target for n in g.nodes][1:4] == [ember.relu, operator.mul, "sum"]
+    np.testing.assert_array_equal(gm(ember.tensor([-1.0, 2.0])).numpy(), [1.0, 5.0])
