@@ -84,10 +84,16 @@ class Node:
         self.name_ = None
         nxt = []
         meta = []
+        # NOTE: one loop fills the edges, the input metadata and (when the inputs are saved)
+        # their versions; Python numbers are recognised by class before any isinstance.
+        vers = [] if saved_inputs else None
         for x in inputs:
-            if x.__class__ is not _Tensor and not isinstance(x, _Tensor):   # a Python scalar
-                nxt.append(None)
+            c = x.__class__
+            if c is not _Tensor and (c is float or c is int or not isinstance(x, _Tensor)):
+                nxt.append(None)             # a Python scalar (or an absent optional input)
                 meta.append(None)
+                if vers is not None:
+                    vers.append(None)
                 continue
             meta.append((x._data.shape, x._dtype, x._device))
             if x._requires_grad:
@@ -95,15 +101,12 @@ class Node:
                 nxt.append((x, 0) if fn is None else (fn, x._out_nr))
             else:
                 nxt.append(None)
+            if vers is not None:
+                vers.append(x._storage.version)
         self.next = nxt
         self.in_meta = meta
-        if saved_inputs:
-            self.saved = inputs
-            self.versions = [x._storage.version if x.__class__ is _Tensor or
-                             isinstance(x, _Tensor) else None for x in inputs]
-        else:
-            self.saved = None
-            self.versions = None
+        self.saved = inputs if saved_inputs else None
+        self.versions = vers
         self.out_saved = None
         if out is not None:
             # NOTE: keep the output's data, not the Tensor: Tensor -> Node -> Tensor would be a
