@@ -87,6 +87,8 @@ from . import profiler  # noqa: E402,F401 - ember.profiler.profile, like torch.p
 from . import multiprocessing  # noqa: E402,F401 - registers the tensor reducer (shared memory)
 from . import sparse  # noqa: E402,F401 - sparse COO tensors (SciPy imported on first use)
 from .sparse import sparse_coo, sparse_coo_tensor  # noqa: E402,F401
+from . import version  # noqa: E402,F401 - torch.version
+from ._torch_names17 import *  # noqa: E402,F401,F403 - GradScaler, dtype, spmm, convolution...
 from ._threads import (get_num_interop_threads, get_num_threads,  # noqa: E402,F401
                        set_num_interop_threads, set_num_threads)
 from ._torch_globals import *  # noqa: E402,F401,F403 - pi, determinism flags, default device
@@ -94,7 +96,7 @@ from ._torch_functional import *  # noqa: E402,F401,F403 - torch.batch_norm etc.
 from ._torch_toplevel_more import *  # noqa: E402,F401,F403 - *_copy, torch.lstm_cell, range
 
 #: Subpackages imported on first attribute access (PEP 562), to keep ``import ember`` fast.
-_LAZY_SUBMODULES = {"distributions", "fx"}
+_LAZY_SUBMODULES = {"distributions", "fx", "distributed"}
 
 
 def __getattr__(name):
