@@ -153,9 +153,11 @@ def _function_namespaces():
     return [ember, F]
 
 
-def patch_functions(patcher: _Patcher, extra_globals: list[dict] = ()) -> dict[int, Callable]:
+def patch_functions(patcher: _Patcher, extra_globals: list[dict] = (),
+                    autowrap_modules=(math,)) -> dict[int, Callable]:
     """Make ``ember``/``ember.nn.functional`` callables (and those of the given globals
-    dicts that are the same objects, or ``math`` functions) record on Proxies.
+    dicts that are the same objects, or functions of ``autowrap_modules``) record on
+    Proxies.
 
     Returns:
         The wrappers installed, by ``id`` of the original function.
@@ -169,10 +171,11 @@ def patch_functions(patcher: _Patcher, extra_globals: list[dict] = ()) -> dict[i
             w = wrappers.get(id(obj)) or _cached("fn", obj, lambda o=obj: _recording(o))
             wrappers[id(obj)] = w
             patcher.setattr(ns, name, w)
-    for name in dir(math):
-        obj = getattr(math, name)
-        if callable(obj) and not name.startswith("_"):
-            wrappers.setdefault(id(obj), _cached("fn", obj, lambda o=obj: _recording(o)))
+    for mod in autowrap_modules:             # math.sqrt(proxy) and sqrt(proxy), as PyTorch
+        for name, obj in list(vars(mod).items()):
+            if callable(obj) and not name.startswith("_") and not isinstance(obj, type):
+                w = wrappers.setdefault(id(obj), _cached("fn", obj, lambda o=obj: _recording(o)))
+                patcher.setattr(mod, name, w)
     for g in extra_globals:
         for name, obj in list(g.items()):
             if id(obj) in wrappers and not name.startswith("__"):
@@ -245,7 +248,8 @@ class Tracer(TracerBase):
 
     def __init__(self, autowrap_modules=(math,), autowrap_functions=(),
                  param_shapes_constant: bool = False) -> None:
-        self.param_shapes_constant = param_shapes_constant
+        self.param_shapes_constant = param_shapes_constant      # accepted; no effect yet
+        self.autowrap_modules = tuple(autowrap_modules)
         self.autowrap_functions = tuple(autowrap_functions)
         self.submodule_paths: dict[int, str] | None = None
         self.root = None
@@ -356,7 +360,7 @@ class Tracer(TracerBase):
         patcher.setattr(Module, "__call__", module_call)
         patcher.setattr(Module, "__getattr__", module_getattr)
         globs = [getattr(fn, "__globals__", {})]
-        patch_functions(patcher, globs)
+        patch_functions(patcher, globs, self.autowrap_modules)
         for f in self.autowrap_functions:
             g = getattr(f, "__globals__", {})
             if g.get(f.__name__) is f:

@@ -266,3 +266,14 @@ def test_keyword_only_parameters_are_refused():
         return x * scale
     with pytest.raises(fx.TraceError, match="keyword-only"):
         fx.symbolic_trace(f)
+
+
+def test_math_functions_in_globals_are_autowrapped():
+    def f(x):
+        return math.sqrt(x) + math.pi
+
+    gm = fx.symbolic_trace(f)
+    assert [n.target for n in gm.graph.nodes if n.op == "call_function"][0] is math.sqrt
+    assert gm(16.0) == 4.0 + math.pi
+    with pytest.raises(TypeError):
+        fx.Tracer(autowrap_modules=()).trace(f)      # not wrapped: math.sqrt(Proxy) fails
