@@ -91,3 +91,171 @@ COMPLETE = {"torch.Tensor", "torch.nn", "torch.nn.functional", "torch.optim",
 #: Coverage targets after the allowlist (issue 17), by namespace label.
 TARGETS = {"torch.Tensor": 0.95, "torch.nn": 0.95, "torch.nn.functional": 0.95,
            "torch.optim": 0.95, "torch.utils.data": 0.95, "torch (functions)": 0.70}
+
+# --------------------------------------------------------------- torch, torch.func, torch.cuda
+JIT = ("TorchScript (torch.jit) IR, type system and runtime: Ember compiles with "
+       "ember.compile/ember.fx instead of a scripting language")
+STORAGES = ("legacy typed storage classes and (de)serialization contexts of torch.save's "
+            "pickle format: Ember's save is safetensors, no pickle")
+SYMBOLIC = "symbolic-shape (SymInt) internals of torch.export/dynamo"
+ATEN_INTERNAL = ("ATen-internal entry point behind a public function Ember has (use the "
+                 "nn/nn.functional API it backs)")
+CUDA_KERNEL = "vendor-library entry point (cuDNN, MIOpen, oneDNN/MKL-DNN, FBGEMM)"
+NARROW_DTYPES = ("dtype Ember has no arrays for (float8/float4, sub-byte ints, uint16-64, "
+                 "complex32, bit types)")
+BUILD = "libtorch build-configuration flag or loader switch"
+SUBMODULE = "PyTorch subsystem Ember does not provide"
+
+ALLOWLIST["torch"] = {
+    **_group(JIT, "AliasDb AnyType Argument ArgumentSpec AwaitType Block BoolType CallStack "
+                  "Capsule ClassType Code CompilationUnit CompleteArgumentSpec ComplexType "
+                  "ConcreteModuleType ConcreteModuleTypeBuilder DeepCopyMemoTable "
+                  "DeviceObjType DictType EnumType ErrorReport ExecutionPlan FileCheck "
+                  "FloatType FunctionSchema Future FutureType Gradient GraphExecutorState "
+                  "IODescriptor InferredType IntType InterfaceType JITException ListType "
+                  "LiteScriptModule LockingLogger LoggerBase ModuleDict Node NoneType "
+                  "NoopLogger NumberType OperatorInfo OptionalType ParameterDict BufferDict "
+                  "PyObjectType RRefType ScriptClass ScriptClassFunction ScriptDict "
+                  "ScriptDictIterator ScriptDictKeyIterator ScriptFunction ScriptList "
+                  "ScriptListIterator ScriptMethod ScriptModule ScriptModuleSerializer "
+                  "ScriptObject ScriptObjectProperty StaticModule StreamObjType StringType "
+                  "TensorType TracingState TupleType Type UnionType Use Value fork wait "
+                  "futures jit classes import_ir_module import_ir_module_from_buffer "
+                  "merge_type_from_type_comment parse_ir parse_schema parse_type_comment "
+                  "unify_type_list classproperty thread_safe_generator"),
+    **_group(STORAGES, "BFloat16Storage BoolStorage ByteStorage CharStorage "
+                       "ComplexDoubleStorage ComplexFloatStorage DoubleStorage FloatStorage "
+                       "HalfStorage IntStorage LongStorage ShortStorage Storage StorageBase "
+                       "TypedStorage UntypedStorage QInt32Storage QInt8Storage "
+                       "QUInt2x4Storage QUInt4x2Storage QUInt8Storage PyTorchFileReader "
+                       "PyTorchFileWriter SerializationStorageContext "
+                       "DeserializationStorageContext"),
+    **_group("ThroughputBenchmark (a C++ multi-threaded serving benchmark) and its enums",
+             "ThroughputBenchmark BenchmarkConfig BenchmarkExecutionStats AggregationType "
+             "AVG SUM"),
+    **_group(TORCH_FUNCTION, "DisableTorchFunction DisableTorchFunctionSubclass overrides"),
+    **_group("dispatcher internals (dispatch keys, op tags, op lists): Ember dispatches "
+             "through its registry and dispatch modes", "DispatchKey DispatchKeySet "
+             "ExcludeDispatchKeyGuard Tag PRIVATE_OPS library"),
+    **_group(SYMBOLIC, "SymBool SymBoolType SymFloat SymInt SymIntType sym_constrain_range "
+                       "sym_constrain_range_for_size sym_fresh_size"),
+    **_group(QUANT, "ao quantization dequantize int_repr q_per_channel_axis "
+                    "q_per_channel_scales q_per_channel_zero_points q_scale q_zero_point "
+                    "qint32 qint8 quint2x4 quint4x2 quint8 qscheme per_channel_affine "
+                    "per_channel_affine_float_qparams per_channel_symmetric "
+                    "per_tensor_affine per_tensor_symmetric quantize_per_channel "
+                    "quantize_per_tensor quantize_per_tensor_dynamic quantized_batch_norm "
+                    "quantized_gru quantized_gru_cell quantized_lstm quantized_lstm_cell "
+                    "quantized_max_pool1d quantized_max_pool2d quantized_max_pool3d "
+                    "quantized_rnn_relu_cell quantized_rnn_tanh_cell empty_quantized "
+                    "fake_quantize_per_channel_affine fake_quantize_per_tensor_affine "
+                    "fused_moving_avg_obs_fake_quant choose_qparams_optimized "
+                    "fbgemm_linear_fp16_weight fbgemm_linear_fp16_weight_fp32_activation "
+                    "fbgemm_linear_int8_weight fbgemm_linear_int8_weight_fp32_activation "
+                    "fbgemm_linear_quantize_weight fbgemm_pack_gemm_matrix_fp16 "
+                    "fbgemm_pack_quantized_matrix"),
+    **_group(CUDA_KERNEL, "cudnn_affine_grid_generator cudnn_batch_norm cudnn_convolution "
+                          "cudnn_convolution_add_relu cudnn_convolution_relu "
+                          "cudnn_convolution_transpose cudnn_grid_sampler cudnn_is_acceptable "
+                          "miopen_batch_norm miopen_convolution miopen_convolution_add_relu "
+                          "miopen_convolution_relu miopen_convolution_transpose "
+                          "miopen_ctc_loss miopen_depthwise_convolution miopen_rnn "
+                          "mkldnn_adaptive_avg_pool2d mkldnn_convolution "
+                          "mkldnn_linear_backward_weights mkldnn_max_pool2d mkldnn_max_pool3d "
+                          "mkldnn_rnn_layer"),
+    **_group("SyncBatchNorm's CUDA statistics kernels (Ember's SyncBatchNorm all-reduces "
+             "moments in Ember ops)", "batch_norm_backward_elemt batch_norm_backward_reduce "
+             "batch_norm_elemt batch_norm_gather_stats batch_norm_gather_stats_with_counts "
+             "batch_norm_stats batch_norm_update_stats"),
+    **_group(ATEN_INTERNAL, "native_batch_norm native_dropout native_group_norm "
+                            "native_layer_norm native_norm norm_except_dim embedding_bag "
+                            "embedding_renorm_ lstm gru rnn_relu rnn_tanh "
+                            "autocast_decrement_nesting autocast_increment_nesting "
+                            "prepare_multiprocessing_environment get_file_path"),
+    **_group(DEVICE, "xpu mtia get_autocast_ipu_dtype get_autocast_xla_dtype "
+                     "is_autocast_ipu_enabled is_autocast_xla_enabled set_autocast_ipu_dtype "
+                     "set_autocast_ipu_enabled set_autocast_xla_dtype set_autocast_xla_enabled"),
+    **_group(NARROW_DTYPES, "bit bits16 bits1x8 bits2x4 bits4x2 bits8 chalf complex32 "
+                            "float4_e2m1fn_x2 float8_e4m3fn float8_e4m3fnuz float8_e5m2 "
+                            "float8_e5m2fnuz float8_e8m0fnu int1 int2 int3 int4 int5 int6 int7 "
+                            "uint1 uint2 uint3 uint4 uint5 uint6 uint7 uint16 uint32 uint64"),
+    **_group(SPARSE, "ccol_indices_copy col_indices_copy crow_indices_copy indices_copy "
+                     "row_indices_copy values_copy hsmm hspmm saddmm smm sspaddmm "
+                     "resize_as_sparse_ sparse_bsc sparse_bsc_tensor sparse_bsr "
+                     "sparse_bsr_tensor sparse_compressed_tensor sparse_csc sparse_csc_tensor "
+                     "sparse_csr sparse_csr_tensor"),
+    **_group(REMOVED, "eig lstsq matrix_rank solve symeig"),
+    **_group("memory formats (channels_last): Ember tensors have one row-major layout",
+             "channels_last channels_last_3d"),
+    **_group(BUILD, "USE_GLOBAL_DEPS USE_RTLD_GLOBAL_WITH_LIBTORCH compiled_with_cxx11_abi "
+                    "has_lapack has_mkl has_openmp has_spectral"),
+    **_group(SUBMODULE, "compiler cpp export hub masked monitor nested jagged package "
+                        "quasirandom signal types return_types functional torch_version "
+                        "windows"),
+    "TYPE_CHECKING": IMPORTED,
+    "AcceleratorError": "error of a failed accelerator runtime call (CUDA/XPU runtime)",
+    "FatalError": "libtorch C++ fatal-error exception type",
+    "cpu": "torch.cpu device module: not provided (ember.backends.cpu, ember.device('cpu'))",
+    "mps": "Apple MPS device module: Ember has no MPS backend (ember.backends.mps answers)",
+    "get_device_module": "needs torch.cpu/torch.mps device modules; ember.cuda only",
+    "is_anomaly_check_nan_enabled": "detect_anomaly(check_nan=False) is not supported",
+    "lobpcg": "iterative sparse eigensolver; use ember.linalg.eigh",
+    "segment_reduce": "prototype ATen op (unstable API)",
+    "hash_tensor": "new in 2.13, undocumented hashing reduction",
+    "slice_inverse": "internal inverse of a slice view used by PyTorch's compiler",
+    "profiler_allow_cudagraph_cupti_lazy_reinit_cuda12": "CUDA-graph/CUPTI profiler switch",
+}
+
+ALLOWLIST["torch.func"] = {
+    "debug_unwrap": "functorch wrapper-tensor debugging helper",
+    "functionalize": "removes mutations for torch's compiler; ember.compile functionalises "
+                     "in-place writes itself",
+    "linearize": "not yet provided: use ember.func.jvp (linearize caches the primal)",
+    "rearrange": "einops-style first-class-dims rearrange, not provided",
+    "replace_all_batch_norm_modules_": "not yet provided (patches BatchNorm running stats "
+                                       "for vmap)",
+}
+
+CUDA_GRAPHS = "CUDA graphs / memory pools / pluggable allocators: Ember's cuda backend has none"
+CUDA_DRIVER = ("CUDA driver/runtime, NVML or library handles: not exposed by Ember's "
+               "CuPy-based cuda backend")
+CUDA_TYPES = "legacy torch.cuda.*Tensor/*Storage types: use ember.tensor(..., device='cuda')"
+CUDA_SUBMODULE = "torch.cuda submodule Ember does not provide as a module"
+
+ALLOWLIST["torch.cuda"] = {
+    **_group(IMPORTED, "Any Callable NewType Optional TYPE_CHECKING cast lru_cache "
+                       "classproperty"),
+    **_group(CUDA_TYPES, "BFloat16Storage BFloat16Tensor BoolStorage BoolTensor ByteStorage "
+                         "ByteTensor CharStorage CharTensor ComplexDoubleStorage "
+                         "ComplexFloatStorage DoubleStorage DoubleTensor FloatStorage "
+                         "FloatTensor HalfStorage HalfTensor IntStorage IntTensor "
+                         "LongStorage LongTensor ShortStorage ShortTensor"),
+    **_group(CUDA_GRAPHS, "CUDAGraph CUDAPluggableAllocator MemPool graph graph_pool_handle "
+                          "is_current_stream_capturing make_graphed_callables "
+                          "use_mem_pool change_current_allocator caching_allocator_alloc "
+                          "caching_allocator_delete caching_allocator_disabled "
+                          "caching_allocator_enable get_allocator_backend "
+                          "get_per_process_memory_fraction set_per_process_memory_fraction "
+                          "memory_snapshot host_memory_stats host_memory_stats_as_nested_dict "
+                          "reset_accumulated_host_memory_stats reset_peak_host_memory_stats "
+                          "memory_stats_as_nested_dict reset_accumulated_memory_stats "
+                          "ipc_collect"),
+    **_group(CUDA_DRIVER, "AcceleratorError CudaError DeferredCudaCallError cudaStatus "
+                          "cudart check_error current_blas_handle current_solver_handle "
+                          "can_device_access_peer clock_rate device_memory_used "
+                          "list_gpu_processes memory_usage power_draw temperature "
+                          "utilization get_arch_list get_gencode_flags "
+                          "PYTORCH_RELEASES_CODE_CC DEVICE_REQUIREMENT has_half has_magma "
+                          "is_tf32_supported get_sync_debug_mode set_sync_debug_mode "
+                          "ExternalStream get_stream_from_external GreenContext"),
+    **_group(CUDA_SUBMODULE, "gds graphs green_contexts jiterator memory nccl nvtx profiler "
+                             "random sparse streams tunable"),
+    **_group("deprecated aliases of memory_reserved/max_memory_reserved (PyTorch warns)",
+             "memory_cached max_memory_cached reset_max_memory_cached"),
+    "Device": "typing alias (int | str | torch.device), not an API",
+    "default_generators": "tuple of per-device CUDA generators; use ember.cuda.manual_seed",
+    "device_of": "context manager switching to a tensor's CUDA device; not yet provided",
+    "set_stream": "not yet provided: use ember.cuda.stream(s) as a context manager",
+}
+
+COMPLETE |= {"torch", "torch.func", "torch.cuda"}
