@@ -189,6 +189,8 @@ class SparseCOOTensor:
             return SparseCOOTensor(em.cat([self._indices, other._indices], 1),
                                    em.cat([self._values, other._values.to(self.dtype)], 0),
                                    self._size)
+        if isinstance(other, Tensor) and tuple(other.shape) == self._size:
+            return self.to_dense() + other     # NOTE: PyTorch: sparse + dense is dense
         raise TypeError(_NOT_SPARSE.format(op="add", size=self._size))
 
     def __mul__(self, other):
@@ -198,6 +200,11 @@ class SparseCOOTensor:
         raise TypeError(_NOT_SPARSE.format(op="mul", size=self._size))
 
     __rmul__ = __mul__
+
+    def __truediv__(self, other):
+        if isinstance(other, (int, float)) or (isinstance(other, Tensor) and other.ndim == 0):
+            return self * (1.0 / other)
+        raise TypeError(_NOT_SPARSE.format(op="div", size=self._size))
 
     def __neg__(self):
         return self * -1
@@ -230,7 +237,7 @@ class SparseCOOTensor:
     __str__ = __repr__
 
 
-for _op in ("__radd__", "__truediv__", "__rtruediv__", "__pow__", "__lt__", "__le__",
+for _op in ("__radd__", "__rtruediv__", "__pow__", "__lt__", "__le__",
             "__gt__", "__ge__", "__getitem__", "__setitem__", "__abs__", "__rmatmul__",
             "__rsub__", "__iadd__", "__imul__"):
     def _refuse(self, *args, _op=_op):

@@ -80,9 +80,20 @@ def test_matmul_operator_addmm_and_sum():
 def test_dense_ops_on_sparse_raise_naming_the_op():
     s = _s()
     for call, name in ((lambda: s.exp(), "exp"), (lambda: ember.exp(s), "exp"),
-                       (lambda: s + ember.ones(3, 3), "add"), (lambda: s[0], "getitem")):
+                       (lambda: s.sum(0), "sum"), (lambda: s + ember.ones(2, 2), "add"),
+                       (lambda: s[0], "getitem")):
         with pytest.raises(TypeError, match=rf"^{name}: .*\.to_dense\(\)"):
             call()
+
+
+def test_sparse_plus_dense_is_dense_and_scalar_scaling_stays_sparse():
+    d = np.arange(9.0).reshape(3, 3)
+    dense = _s().to_dense().numpy()
+    np.testing.assert_array_equal((_s() + ember.tensor(d, dtype=ember.float32)).numpy(),
+                                  dense + d)
+    half = _s() / 2
+    assert half.is_sparse
+    np.testing.assert_array_equal(half.to_dense().numpy(), dense / 2)
 
 
 def test_bad_shapes_are_value_errors():
