@@ -89,3 +89,13 @@ def test_hogwild_linear_regression_converges():
                                atol=0.05)
     assert abs(model.bias.item() - 0.3) < 0.05
     assert isinstance(model.weight, ember.nn.Parameter) and model.weight.is_shared()
+
+
+def _double(t):
+    return t * 2
+
+
+def test_pool_map_sends_and_returns_tensors():
+    with mp.get_context("spawn").Pool(2) as pool:
+        outs = pool.map(_double, [ember.full((2,), float(i)) for i in range(3)])
+    assert [o.tolist() for o in outs] == [[0.0, 0.0], [2.0, 2.0], [4.0, 4.0]]
