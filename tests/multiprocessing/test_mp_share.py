@@ -99,3 +99,12 @@ def test_pool_map_sends_and_returns_tensors():
     with mp.get_context("spawn").Pool(2) as pool:
         outs = pool.map(_double, [ember.full((2,), float(i)) for i in range(3)])
     assert [o.tolist() for o in outs] == [[0.0, 0.0], [2.0, 2.0], [4.0, 4.0]]
+
+
+def test_sharing_strategy_and_stdlib_names():
+    assert mp.get_sharing_strategy() == "file_descriptor"
+    assert mp.get_all_sharing_strategies() == {"file_descriptor"}
+    with pytest.raises(ValueError, match="file_descriptor"):
+        mp.set_sharing_strategy("file_system")
+    assert mp.get_start_method(allow_none=True) in (None, "fork", "spawn", "forkserver")
+    assert mp.Process is not None and mp.Queue is not None and mp.SimpleQueue is not None
