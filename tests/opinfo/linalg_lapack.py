@@ -292,6 +292,36 @@ def _chol_solve_ref(b, a, upper=False):
     return np.linalg.solve(_spd(a), b)
 
 
+def _chol_bwd_fn(g, L):
+    from ember.ops.dispatch import apply
+    from ember.ops.linalg_lapack import cholesky_backward_p
+    return apply(cholesky_backward_p, (g, L), {})
+
+
+def _chol_bwd_ref(g, L):
+    """PyTorch's formula L^{-H} Φ(L^H g) L^{-1} on L's lower triangle, by SciPy solves."""
+    L = np.tril(L)
+    T = np.tril(np.swapaxes(L, -1, -2) @ g)
+    S = 0.5 * (T + np.swapaxes(np.tril(T, -1), -1, -2))
+    X = _each(lambda l, s: sl.solve_triangular(l, s, lower=True, trans=1), L, S)
+    X = _each(lambda l, x: sl.solve_triangular(l, x.T, lower=True, trans=1).T, L, X)
+    return X.astype(np.result_type(g, L))
+
+
+def _chol_bwd_samples(rng, dtype):
+    """(g, L): L a Cholesky factor (some with values above the diagonal, which the
+    primitive ignores); n = 100 takes the large-matrix (``sygst``) path."""
+    def fac(shape, junk=False):
+        L = np.linalg.cholesky(_spd(_gen(rng, shape, np.float64)))
+        return (L + (np.triu(_gen(rng, shape, np.float64), 1) if junk else 0)).astype(dtype)
+    r = lambda s: _gen(rng, s, dtype)  # noqa: E731
+    return [Sample((r((3, 3)), fac((3, 3)))), Sample((r((2, 3, 3)), fac((2, 3, 3), True))),
+            Sample((r((2, 3, 3)), fac((3, 3), True)), name="broadcast L"),
+            Sample((r((100, 100)), fac((100, 100), True)), grad=False, name="sygst"),
+            Sample((r((4, 5, 5)), fac((4, 5, 5))), grad=False),
+            Sample((r((0, 3, 3)), np.zeros((0, 3, 3), dtype)), grad=False)]
+
+
 def _eig_fn(a):
     L, V = LA.eig(a)
     return L.real, L.imag, V.abs() ** 2       # |V|² does not depend on the phase gauge
@@ -346,7 +376,10 @@ OPINFOS = [
            lambda a, upper=False: (lambda L: np.swapaxes(L, -1, -2) if upper else L)(
                np.linalg.cholesky(_spd(a))),
            lambda rng, dt: _sq(rng, dt) + [Sample((_gen(rng, (2, 3, 3), dt),), {"upper": True})],
-           ("linalg_cholesky", "linalg_solve_triangular"), atol=LOOSE32, rtol=RTOL),
+           ("linalg_cholesky", "linalg_solve_triangular", "linalg_cholesky_backward"),
+           atol=LOOSE32, rtol=RTOL),
+    OpInfo("linalg_cholesky_backward", _chol_bwd_fn, _chol_bwd_ref, _chol_bwd_samples,
+           ("linalg_cholesky_backward",), atol=LOOSE32, rtol=RTOL),
     OpInfo("linalg.solve_triangular", LA.solve_triangular, _tri_ref, _tri_samples,
            ("linalg_solve_triangular",), atol=LOOSE32, rtol=RTOL),
     OpInfo("linalg.inv", LA.inv, np.linalg.inv, _sq, ("linalg_inv",), atol=LOOSE32, rtol=RTOL),
