@@ -148,6 +148,8 @@ def matmul(x: np.ndarray, y: np.ndarray, out: np.ndarray | None = None,
     N = y.shape[-1]
     if y.shape[-2] != K:
         return None
+    if x.ndim == 2 and y.ndim == 2:             # the common case: no broadcasting to plan
+        return _matmul2d(fn, x, y, out, odt, M, K, N)
     bshape = np.broadcast_shapes(x.shape[:-2], y.shape[:-2])
     if x.ndim > 2 and y.ndim == 2 and K:
         x2 = x.view()
@@ -174,15 +176,42 @@ def matmul(x: np.ndarray, y: np.ndarray, out: np.ndarray | None = None,
     return res
 
 
-def _scratch(nwords: int) -> np.ndarray:
-    """This thread's packing buffer of at least ``nwords`` 32-bit words (kept between
-    calls: a fresh large ``np.empty`` is a new mmap whose pages fault in on every call)."""
-    buf = getattr(_local, "buf", None)
-    if buf is None or buf.size < nwords:
-        buf = np.empty(max(nwords, 1 << 16), np.uint32)
-        if nwords <= SCRATCH_KEEP:
-            _local.buf = buf
-    return buf
+def _matmul2d(fn, x, y, out, odt, M, K, N):
+    """:func:`matmul` for two 2-D operands (Linear layers, their gradients): the same
+    checks without the batch planning, whose NumPy calls cost more than a small GEMM."""
+    if 0 < M * N * K < MIN_MACS and mode == "auto":
+        return None
+    if out is not None and not (out.shape == (M, N) and out.dtype == odt
+                                and out.flags.c_contiguous):
+        return None
+    res = out if out is not None else np.empty((M, N), odt)
+    if M and N:
+        if K == 0:
+            res[...] = 0
+        else:
+            _run(fn, x[None], y[None], res, odt)
+    return res
+
+
+def _scratch(nwords: int) -> tuple:
+    """This thread's packing buffer of at least ``nwords`` 32-bit words and its address
+    (kept between calls: a fresh large ``np.empty`` is a new mmap whose pages fault in on
+    every call)."""
+    kept = getattr(_local, "buf", None)
+    if kept is not None and kept[0].size >= nwords:
+        return kept
+    buf = np.empty(max(nwords, 1 << 16), np.uint32)
+    kept = (buf, _addr(buf))
+    if nwords <= SCRATCH_KEEP:
+        _local.buf = kept
+    return kept
+
+
+def _addr(a: np.ndarray) -> int:
+    return a.__array_interface__["data"][0]
+
+
+_GEOM, _PTRS = ctypes.c_int64 * 17, ctypes.c_void_p * 5
 
 
 def _run(fn, a, b, res, odt):
@@ -197,9 +226,7 @@ def _run(fn, a, b, res, odt):
     kp = -(-K // 32) * 16 if amx else (K + 1) // 2
     nmp, nnp = -(-M // mr), -(-N // NR)
     na = bt * nmp * kp * mr
-    buf = _scratch(na + bt * nnp * kp * NR)
-    apack, bpack = buf[:na], buf[na:]
-    g = (ctypes.c_int64 * 17)(bt, M, N, K, *sa, *sb, M * N, N, odt == F32, kp, nmp, nnp, amx)
-    ptrs = (ctypes.c_void_p * 5)(a.ctypes.data, b.ctypes.data, res.ctypes.data,
-                                 apack.ctypes.data, bpack.ctypes.data)
+    buf, at = _scratch(na + bt * nnp * kp * NR)
+    g = _GEOM(bt, M, N, K, *sa, *sb, M * N, N, odt == F32, kp, nmp, nnp, amx)
+    ptrs = _PTRS(_addr(a), _addr(b), _addr(res), at, at + 4 * na)
     fn(ptrs, g, num_threads() if bt * M * N * K >= PARALLEL_MIN else 1)
