@@ -21,7 +21,7 @@ OutOfMemoryError = MemoryError
 __all__ = ["GradScaler", "dtype", "spmm", "dsmm", "OutOfMemoryError", "frobenius_norm",
            "nuclear_norm", "convolution", "grid_sampler", "grid_sampler_2d",
            "grid_sampler_3d", "affine_grid_generator", "empty_permuted", "from_file",
-           "init_num_threads"]
+           "init_num_threads", "is_anomaly_check_nan_enabled", "get_device_module"]
 
 
 def frobenius_norm(input, dim=(-2, -1), keepdim: bool = False):
@@ -107,3 +107,29 @@ def from_file(filename, shared: bool | None = None, size: int = 0, *, dtype=None
 def init_num_threads() -> None:
     """Initialise the current thread's intra-op thread count (``torch.init_num_threads``):
     Ember's BLAS and kernel pool read their count at each call, so nothing to do."""
+
+
+def is_anomaly_check_nan_enabled() -> bool:
+    """Whether anomaly mode also checks for NaN (``detect_anomaly(check_nan=...)``)."""
+    from .autograd.grad_mode import state
+    return bool(state.anomaly and state.anomaly_check_nan)
+
+
+def get_device_module(device=None):
+    """The device module of ``device`` (``torch.get_device_module``): ``ember.cuda`` or
+    ``ember.cpu``; with None, that of the current accelerator (``ember.cpu`` without one).
+
+    Raises:
+        RuntimeError: a device type without an Ember module.
+    """
+    import importlib
+    from . import accelerator
+    if device is None:
+        acc = accelerator.current_accelerator()
+        name = acc.type if acc is not None else "cpu"
+    else:
+        name = device.type if hasattr(device, "type") else str(device).split(":")[0]
+    if name not in ("cpu", "cuda"):
+        raise RuntimeError(f"get_device_module: device {name!r} has no module in Ember "
+                           f"(valid: 'cpu', 'cuda')")
+    return importlib.import_module(f"ember.{name}")

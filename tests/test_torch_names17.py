@@ -64,3 +64,22 @@ def test_empty_permuted_checks_the_layout():
     assert ember.empty_permuted((2, 3, 4), (0, 2, 1)).shape == (2, 3, 4)
     with pytest.raises(ValueError, match="permutation"):
         ember.empty_permuted((2, 3), (0, 0))
+
+
+def test_cpu_device_module_and_get_device_module():
+    assert ember.cpu.is_available() and ember.cpu.device_count() == 1
+    assert ember.get_device_module("cpu") is ember.cpu
+    assert ember.get_device_module("cuda:0") is ember.cuda
+    with pytest.raises(RuntimeError, match="valid"):
+        ember.get_device_module("xpu")
+    s = ember.cpu.Stream()
+    with ember.cpu.stream(s) as got:
+        assert got is s and s.query() and s.record_event().query()
+
+
+def test_is_anomaly_check_nan_enabled_follows_detect_anomaly():
+    assert not ember.is_anomaly_check_nan_enabled()
+    with ember.autograd.detect_anomaly():
+        assert ember.is_anomaly_check_nan_enabled()
+    with ember.autograd.detect_anomaly(check_nan=False):
+        assert not ember.is_anomaly_check_nan_enabled()
