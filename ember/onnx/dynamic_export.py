@@ -1,6 +1,7 @@
 """``ember.onnx.export(..., dynamic_axes=...)``: capture at the example sizes and at two
-other sizes of each symbolic dimension (n-1 and n-2 when n >= 4, else n+1 and n+3), fit the shape vectors that change
-(:mod:`ember.onnx.dynamic`), and convert once more with those entries computed at run time.
+other sizes of each symbolic dimension (n-1 and n-2 when n >= 4, else n+1 and n+3), fit
+the shape vectors that change (:mod:`ember.onnx.dynamic`), and convert once more with
+those entries computed at run time.
 """
 from __future__ import annotations
 
