@@ -56,8 +56,9 @@ class SGD(Optimizer):
         for p, g, state in self._grads(group):
             if getattr(g, "is_sparse", False):     # Embedding(sparse=True)'s COO gradient
                 from .sparse_adam import sgd_sparse_update
-                sgd_sparse_update(p, g, group, lr)
-                continue
+                g = sgd_sparse_update(p, g, group, lr)
+                if g is None:
+                    continue
             if maximize:
                 g = O.neg(g)
             if wd != 0:

@@ -27,15 +27,15 @@ def sparse_add_(p, g, alpha: float) -> None:
     _flat(p, g.sparse_dim()).index_add_(0, _lin(g), g._values.detach().to(p.dtype) * alpha)
 
 
-def sgd_sparse_update(p, g, group, lr: float) -> None:
-    """Plain SGD's ``p -= lr * g`` for a sparse ``g`` (PyTorch's SGD with sparse gradients
-    and neither momentum nor weight decay; those would need sparse buffers)."""
+def sgd_sparse_update(p, g, group, lr: float):
+    """SGD with a sparse ``g``: plain SGD updates only the touched rows (``p -= lr * g``)
+    and returns None; with momentum or weight decay it returns ``g`` densified for the
+    dense update — PyTorch's sparse momentum buffer and ``grad + wd * p`` hold the same
+    numbers as the dense ones (untouched rows are zeros that stay zeros)."""
     if group["momentum"] != 0 or group["weight_decay"] != 0:
-        raise RuntimeError(f"SGD: sparse gradients (parameter of shape {tuple(p.shape)}) are "
-                           f"supported with momentum=0 and weight_decay=0 only, got momentum="
-                           f"{group['momentum']}, weight_decay={group['weight_decay']}; use "
-                           f"optim.SparseAdam or Embedding(sparse=False)")
+        return g.to_dense().detach().to(p.dtype)
     sparse_add_(p, g, lr if group["maximize"] else -lr)
+    return None
 
 
 class SparseAdam(Optimizer):

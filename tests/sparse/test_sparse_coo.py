@@ -122,22 +122,37 @@ def test_embedding_sparse_grad_equals_dense_grad():
     np.testing.assert_allclose(grads[0].to_dense().numpy(), grads[1].numpy(), rtol=1e-6)
 
 
-def test_sgd_with_sparse_grad_matches_dense_and_refuses_momentum():
+@pytest.mark.parametrize("kw", [{}, {"momentum": 0.9, "weight_decay": 0.01},
+                                {"momentum": 0.5, "nesterov": True, "maximize": True}])
+def test_sgd_with_sparse_grad_matches_dense(kw):
     idx = ember.tensor([2, 3, 2])
     ws = []
     for sparse in (True, False):
         e = _emb_pair(sparse)
-        opt = ember.optim.SGD(e.parameters(), lr=0.1)
-        for _ in range(2):
+        opt = ember.optim.SGD(e.parameters(), lr=0.1, **kw)
+        for _ in range(3):
             opt.zero_grad()
             (e(idx) ** 2).sum().backward()
             opt.step()
         ws.append(e.weight.detach().numpy())
     np.testing.assert_allclose(ws[0], ws[1], rtol=1e-6)
+
+
+def test_sgd_momentum_sparse_matches_pytorch():
+    torch = pytest.importorskip("torch")
     e = _emb_pair(True)
-    (e(idx) ** 2).sum().backward()
-    with pytest.raises(RuntimeError, match="momentum"):
-        ember.optim.SGD(e.parameters(), lr=0.1, momentum=0.9).step()
+    te = torch.nn.Embedding(7, 3, sparse=True)
+    with torch.no_grad():
+        te.weight.copy_(torch.tensor(e.weight.detach().numpy()))
+    opt = ember.optim.SGD(e.parameters(), lr=0.1, momentum=0.9)
+    topt = torch.optim.SGD(te.parameters(), lr=0.1, momentum=0.9)
+    for b in ([1, 2, 2], [4, 1], [6, 0, 0]):
+        for mod, o, T in ((e, opt, ember), (te, topt, torch)):
+            o.zero_grad()
+            (mod(T.tensor(b)) ** 2).sum().backward()
+            o.step()
+    np.testing.assert_allclose(e.weight.detach().numpy(), te.weight.detach().numpy(),
+                               rtol=1e-5, atol=1e-6)
 
 
 def test_sparse_adam_refuses_dense_grads():
