@@ -108,10 +108,20 @@ class SparseCOOTensor:
 
     @property
     def grad(self):
-        """The values' gradient as a sparse tensor with these indices (or None)."""
+        """The gradient with respect to this tensor, sparse over its positions (or None).
+
+        Every op reads the matrix the entries sum to, so duplicate entries of one position
+        get the same value gradient, which is the position's gradient (not their sum).
+        """
         g = self._values.grad
-        return None if g is None else SparseCOOTensor(self._indices, g, self._size,
-                                                      self._coalesced)
+        if g is None or self._coalesced:
+            return None if g is None else SparseCOOTensor(self._indices, g, self._size, True)
+        em = _ember()
+        uniq, first = np.unique(self._linear(), return_index=True)
+        idx = np.stack(np.unravel_index(uniq, self._size[:self.sparse_dim()])).reshape(
+            self.sparse_dim(), len(uniq)).astype(np.int64)
+        return SparseCOOTensor(em.tensor(idx), g[em.tensor(first, dtype=em.int64)],
+                               self._size, coalesced=True)
 
     def detach(self) -> "SparseCOOTensor":
         return SparseCOOTensor(self._indices, self._values.detach(), self._size,

@@ -193,3 +193,15 @@ def test_coalesce_and_mm_match_pytorch():
     d = np.arange(6.0).reshape(3, 2).astype(np.float32)
     np.testing.assert_allclose(ember.sparse.mm(_s(), ember.tensor(d)).numpy(),
                                torch.sparse.mm(t, torch.tensor(d)).numpy(), rtol=1e-6)
+
+
+def test_leaf_sparse_tensor_grad_matches_pytorch():
+    torch = pytest.importorskip("torch")
+    d = np.arange(6.0, dtype=np.float32).reshape(3, 2)
+    s = ember.sparse_coo_tensor(IDX, VALS, (3, 3), requires_grad=True)
+    ember.sparse.mm(s, ember.tensor(d)).pow(2).sum().backward()
+    ts = torch.sparse_coo_tensor(IDX, VALS, (3, 3), requires_grad=True)
+    torch.sparse.mm(ts, torch.tensor(d)).pow(2).sum().backward()
+    assert s.grad.is_sparse and s.is_leaf
+    np.testing.assert_allclose(s.grad.to_dense().numpy(), ts.grad.to_dense().numpy(),
+                               rtol=1e-6)
