@@ -276,6 +276,16 @@ typedef struct {
 static void amx_block(const char *A, const char *B, int64_t KP, float *buf) {
     _tile_zero(0); _tile_zero(1); _tile_zero(2); _tile_zero(3);
     for (int64_t kb = 0; kb < KP; kb += 16) {
+        /* the next step's 64 rows into L1: tiles are not renamed, so a tileloadd that
+           misses L1 stalls the next products (W1-sized 128 x 784 x 512: 270 -> 210 us,
+           512^3 610 -> 480 us, one thread; bench/RESULTS.md, issue 16) */
+        if (kb + 16 < KP)
+            for (int r = 0; r < 16; r++) {
+                _mm_prefetch(A + (kb + 16 + r * KP) * 4, _MM_HINT_T0);
+                _mm_prefetch(A + (16 * KP + kb + 16 + r * KP) * 4, _MM_HINT_T0);
+                _mm_prefetch(B + (kb + 16 + r) * NR * 4, _MM_HINT_T0);
+                _mm_prefetch(B + (kb + 16 + r) * NR * 4 + 64, _MM_HINT_T0);
+            }
         _tile_loadd(4, A + kb * 4, KP * 4);
         _tile_loadd(5, A + 16 * KP * 4 + kb * 4, KP * 4);
         _tile_loadd(6, B + kb * NR * 4, NR * 4);
