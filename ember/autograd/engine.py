@@ -351,6 +351,11 @@ def _to_leaf(t, g, create_graph, external, claimed):
         t._grad = g
     elif create_graph or t._grad._requires_grad:
         t._grad = t._grad + g
+    elif id(t._grad._storage) in claimed:
+        # NOTE: this backward stored the leaf's first gradient without a copy, and that
+        # buffer may still be on its way to other nodes (add's VJP hands one g to both
+        # inputs): accumulating into it in place would change their gradient too
+        t._grad = t._grad + g.detach()
     else:
         t._grad.add_(g.detach())
 

@@ -92,3 +92,24 @@ def test_fast_vjp_path_still_raises_freed_and_version_errors():
     t.mul_(2.0)                    # tanh saved its output; the write bumps its version
     with pytest.raises(GraphError, match="modified by an inplace operation"):
         t.sum().backward()
+
+
+def test_leaf_gradient_shared_with_a_pending_node_is_not_accumulated_in_place():
+    # add's VJP hands the same gradient to the leaf and to h's node; k's node (processed in
+    # between) adds into the leaf: that must not change what h's node still has to read
+    a = ember.tensor([1.0, 2.0], dtype=ember.float64, requires_grad=True)
+    h = a * 2.0
+    k = a * 3.0
+    s = a + h
+    y = (s + k) * 1.0
+    y.sum().backward()
+    np.testing.assert_array_equal(a.grad.numpy(), [6.0, 6.0])    # 1 + 2 + 3
+
+
+def test_existing_grad_is_still_accumulated_in_place():
+    a = ember.tensor([1.0, 2.0], dtype=ember.float64, requires_grad=True)
+    (a * 2.0).sum().backward()
+    g0 = a.grad
+    (a * 3.0).sum().backward()
+    assert a.grad is g0
+    np.testing.assert_array_equal(g0.numpy(), [5.0, 5.0])
