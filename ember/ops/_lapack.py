@@ -91,7 +91,8 @@ def cholesky(xp, a, check_errors=True):
 
 def cholesky_backward(xp, g, L):
     """Cholesky's VJP ``L^{-H} Φ(L^H g) L^{-1}``, ``Φ(M) = ½(tril(M) + tril(M, -1)^H)``,
-    reading only the lower triangle of ``L``; BLAS/LAPACK per matrix, no GEMM.
+    reading only the lower triangle of ``L``. Above order 96, BLAS/LAPACK per matrix and
+    no GEMM (up to it, :func:`_chol_bwd_small`).
 
     Real: ``trmm`` for ``L^H g`` (n³ flops) and one LAPACK ``sygst`` for the two-sided solve
     (n³, where two ``trsm`` cost 2n³ at the same speed): with ``J`` the reversal permutation,
@@ -120,7 +121,7 @@ def cholesky_backward(xp, g, L):
 
 #: at most this order, the batched-GEMM form (per-matrix LAPACK calls cost their Python
 #: overhead and small ``sygst``/``trsm`` run unblocked): 256×64² measured 27 ms with
-#: ``sygst``, ~13 ms this way, single-threaded.
+#: ``sygst``, ~15 ms this way, single-threaded.
 SMALL_CHOL_BWD = 96
 
 
