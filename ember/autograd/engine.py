@@ -383,11 +383,13 @@ def _whole_unshared_base(g):
     (``_holders``): any other holder, or another interpreter's counting, means a copy.
     """
     b = g._base
-    if b.__class__ is not Tensor or b._base is not None or b._grad_fn is not None:
+    if b.__class__ is not Tensor or b._base is not None or b._grad_fn is not None or \
+            b._dtype is not g._dtype:
         return None
     bd, gd = b._data, g._data
-    if gd.base is not bd or gd.shape != bd.shape or gd.strides != bd.strides or \
-            not bd.flags.c_contiguous or bd.size == 0:
+    # NOTE: same dtype too: ``z.real`` of a complex gradient has its base's shape and strides
+    if gd.base is not bd or gd.dtype != bd.dtype or gd.shape != bd.shape or \
+            gd.strides != bd.strides or not bd.flags.c_contiguous or bd.size == 0:
         return None
     s = b._storage
     if s.data is not bd:

@@ -113,3 +113,17 @@ def test_existing_grad_is_still_accumulated_in_place():
     (a * 3.0).sum().backward()
     assert a.grad is g0
     np.testing.assert_array_equal(g0.numpy(), [5.0, 5.0])
+
+
+def test_real_leaf_keeps_the_real_part_of_a_complex_gradient_not_its_base():
+    """A complex gradient reaching a real leaf is cut to its real part, a view of the
+    complex tensor with the same shape and strides: the leaf must not keep that base."""
+    a = ember.tensor(np.random.default_rng(0).standard_normal((4, 4)), requires_grad=True)
+    z = ember.complex(a, ember.zeros(4, 4, dtype=ember.float64)) * (1 + 2j)
+    w = np.random.default_rng(1).standard_normal((4, 4))
+    (z.real * ember.tensor(w)).sum().backward()
+    assert a.grad.dtype == ember.float64
+    np.testing.assert_array_equal(a.grad.numpy(), w)
+    leaf = ember.tensor(np.random.default_rng(0).standard_normal((4, 4)), requires_grad=True)
+    ember.linalg.eig(leaf)[0].real.sum().backward()
+    assert leaf.grad.dtype == ember.float64
