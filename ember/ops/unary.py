@@ -18,6 +18,7 @@ from . import _special, dispatch
 from .complex import cj, complex_abs, real_only
 from .inplace import copy_into_out, inplace_from
 from .registry import defop
+from .unary_backward import sigmoid_backward, tanh_backward
 
 __all__ = ['exp', 'exp2', 'expm1', 'log', 'log2', 'log10', 'log1p', 'sqrt', 'rsqrt',
            'reciprocal', 'sin', 'cos', 'tan', 'asin', 'acos', 'atan', 'arcsin', 'arccos',
@@ -35,10 +36,12 @@ _LN2, _LN10 = math.log(2.0), math.log(10.0)
 
 
 def unary(name, kernel, expr, deriv=None, *, save="inputs", dtype="float", params=None,
-          differentiable=True, cpu_kernel=None):
+          differentiable=True, cpu_kernel=None, backward=None):
     """Declare an elementwise unary primitive whose derivative is ``deriv(x, out)``.
 
     ``kernel`` runs on every backend; ``cpu_kernel``, if given, replaces it on the CPU.
+    ``backward(g, out)``, if given, is a one-kernel real VJP (``unary_backward``) used for
+    real gradients and outputs; complex ones keep ``g * conj(deriv)``.
     """
     if deriv is None or not differentiable:
         vjp = jvp = None
@@ -49,10 +52,21 @@ def unary(name, kernel, expr, deriv=None, *, save="inputs", dtype="float", param
     else:
         # NOTE: g * conj(f'(z)): PyTorch's convention for complex z (cj is free on reals)
         vjp = lambda g, out, x, **p: (g * cj(deriv(x, out)),)  # noqa: E731
+        if backward is not None:
+            vjp = _fused_vjp(backward, vjp)
         jvp = lambda t, out, x, **p: t[0] * deriv(x, out)  # noqa: E731
     kernels = {"xp": kernel} if cpu_kernel is None else {"xp": kernel, "cpu": cpu_kernel}
     return defop(name, nin=1, elementwise=True, kernels=kernels, expr=expr, dtype=dtype,
                  save=save, vjp=vjp, jvp=jvp, params=params)
+
+
+def _fused_vjp(backward, composite):
+    """VJP calling the one-kernel ``backward(g, out)`` unless a value is complex."""
+    def vjp(g, out, x, **p):
+        if g._dtype.is_complex or out._dtype.is_complex:
+            return composite(g, out, x, **p)
+        return (backward(g, out),)
+    return vjp
 
 
 def _zeros(like):
@@ -97,9 +111,9 @@ atan_p = unary("atan", lambda xp, x: xp.arctan(x), "atan({0})", lambda x, out: 1
 sinh_p = unary("sinh", lambda xp, x: xp.sinh(x), "sinh({0})", lambda x, out: cosh(x))
 cosh_p = unary("cosh", lambda xp, x: xp.cosh(x), "cosh({0})", lambda x, out: sinh(x))
 tanh_p = unary("tanh", lambda xp, x: xp.tanh(x), "tanh({0})", lambda x, out: 1 - out * out,
-               save="output")
+               save="output", backward=tanh_backward)
 sigmoid_p = unary("sigmoid", _sigmoid, "(1 / (1 + exp(-{0})))",
-                  lambda x, out: out * (1 - out), save="output")
+                  lambda x, out: out * (1 - out), save="output", backward=sigmoid_backward)
 # NOTE: erf/erfinv are primitives because NumPy has none (see _special.py for the kernels).
 erf_p = unary("erf", real_only("erf", lambda xp, x: _special.erf(xp, x)), "erf({0})",
               lambda x, out: (2 / math.sqrt(math.pi)) * exp(-x * x))

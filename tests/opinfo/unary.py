@@ -11,6 +11,7 @@ from statistics import NormalDist
 import numpy as np
 
 import ember as em
+from ember.ops.unary_backward import sigmoid_backward, tanh_backward
 
 from .core import OpInfo, Sample, rand, unary_samples
 
@@ -62,6 +63,16 @@ def _int_samples(rng, dtype):
             for s in ((4, 5), (), (0, 3))]
 
 
+def _bw_samples(rng, dtype):
+    """(g, y) pairs for the ``*_backward`` primitives: y in (-1, 1), broadcasting, empty."""
+    pairs = [((4, 5), (4, 5)), ((4, 1), (1, 5)), ((3, 4), (4,)), ((), ()), ((0, 3), (3,))]
+    out = [Sample((rand(rng, a, dtype), rand(rng, b, dtype, -1, 1)), grad=False,
+                  name=f"{a}x{b}") for a, b in pairs]
+    out += [Sample((rand(rng, a, dtype), rand(rng, b, dtype, -1, 1)), name=f"grad{a}x{b}")
+            for a, b in (((2, 3), (2, 3)), ((2, 1), (3,)))]
+    return out
+
+
 def _u(name, fn, ref, lo=-2.0, hi=2.0, prim=None, **kw):
     return OpInfo(name, fn, ref, unary_samples(lo, hi), (prim or name,), **kw)
 
@@ -87,6 +98,10 @@ OPINFOS = [
     _u("cosh", em.cosh, np.cosh),
     _u("tanh", em.tanh, np.tanh),
     _u("sigmoid", em.sigmoid, lambda x: 1 / (1 + np.exp(-x)), -6, 6),
+    OpInfo("tanh_backward", tanh_backward, lambda g, y: g * (1 - y * y), _bw_samples,
+           ("tanh_backward",)),
+    OpInfo("sigmoid_backward", sigmoid_backward, lambda g, y: g * (y * (1 - y)), _bw_samples,
+           ("sigmoid_backward",)),
     _u("relu", em.relu, lambda x: np.where(x > 0, x, 0).astype(x.dtype)),
     _u("erf", em.erf, _same(_erf), -3, 3),
     _u("erfc", em.erfc, _same(_erfc), -3, 3),

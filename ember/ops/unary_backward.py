@@ -1,0 +1,126 @@
+"""Single-kernel backward primitives of the common unary ops (PyTorch's ``*_backward``).
+
+``tanh``'s VJP written in Ember ops, ``g * (1 - out * out)``, is three primitives: three
+dispatches, three autograd-free NumPy calls and two temporaries per backward step. PyTorch
+runs it as one kernel (``aten::tanh_backward``); so does Ember with the primitives here:
+
+* ``tanh_backward(g, y)    = g * (1 - y * y)``      (``y = tanh(x)``)
+* ``sigmoid_backward(g, y) = g * (y * (1 - y))``    (``y = sigmoid(x)``)
+
+Each keeps the old composite's order of operations, so results are bitwise equal to it in
+eager mode, and its C ``expr`` is the composite's fused expression, so compiled graphs fuse
+and round it exactly as before. Their own VJPs/JVPs are Ember ops (second order works).
+
+They are real-valued primitives (complex inputs are refused): the unary VJPs call them
+for real gradients only and keep the ``g * conj(f'(z))`` composite for complex ones.
+"""
+from __future__ import annotations
+
+import numpy as np
+
+from . import dispatch
+from .complex import real_only
+from .registry import defop
+
+__all__ = ["tanh_backward", "sigmoid_backward"]
+
+_NOPARAMS: dict = {}
+
+
+def _in_place_ok(g, y) -> bool:
+    """Whether the kernel may build its result in one temporary of ``y``'s shape."""
+    return (g.shape == y.shape and g.dtype == y.dtype and y.ndim > 0
+            and isinstance(y, np.ndarray) and isinstance(g, np.ndarray))
+
+
+def _tanh_bw_kernel(xp, g, y):
+    if not _in_place_ok(g, y):
+        return g * (1 - y * y)
+    t = np.multiply(y, y)
+    np.subtract(1, t, out=t)
+    return np.multiply(g, t, out=t)
+
+
+def _sigmoid_bw_kernel(xp, g, y):
+    if not _in_place_ok(g, y):
+        return g * (y * (1 - y))
+    t = np.subtract(1, y)
+    np.multiply(y, t, out=t)
+    return np.multiply(g, t, out=t)
+
+
+def _tanh_bw_vjp_y(gg, out, g, y):
+    return gg * g * y * -2
+
+
+def _tanh_bw_jvp(t, out, g, y):
+    terms = []
+    if t[0] is not None:
+        terms.append(tanh_backward(t[0], y))
+    if t[1] is not None:
+        terms.append(t[1] * g * y * -2)
+    return terms[0] if len(terms) == 1 else terms[0] + terms[1]
+
+
+def _sigmoid_bw_vjp_y(gg, out, g, y):
+    return gg * g * (1 - 2 * y)
+
+
+def _sigmoid_bw_jvp(t, out, g, y):
+    terms = []
+    if t[0] is not None:
+        terms.append(sigmoid_backward(t[0], y))
+    if t[1] is not None:
+        terms.append(t[1] * g * (1 - 2 * y))
+    return terms[0] if len(terms) == 1 else terms[0] + terms[1]
+
+
+# NOTE: the xp kernel (CuPy on cuda) is the plain expression; the CPU one saves temporaries.
+tanh_backward_p = defop(
+    "tanh_backward", nin=2, elementwise=True, dtype="promote", save="inputs",
+    kernels={"xp": real_only("tanh_backward", lambda xp, g, y: g * (1 - y * y)),
+             "cpu": real_only("tanh_backward", _tanh_bw_kernel)},
+    expr="({0} * (1 - ({1} * {1})))",
+    vjp=(lambda gg, out, g, y: tanh_backward(gg, y), _tanh_bw_vjp_y), jvp=_tanh_bw_jvp)
+
+sigmoid_backward_p = defop(
+    "sigmoid_backward", nin=2, elementwise=True, dtype="promote", save="inputs",
+    kernels={"xp": real_only("sigmoid_backward", lambda xp, g, y: g * (y * (1 - y))),
+             "cpu": real_only("sigmoid_backward", _sigmoid_bw_kernel)},
+    expr="({0} * ({1} * (1 - {1})))",
+    vjp=(lambda gg, out, g, y: sigmoid_backward(gg, y), _sigmoid_bw_vjp_y),
+    jvp=_sigmoid_bw_jvp)
+
+
+def tanh_backward(grad_output, output):
+    """``grad_output * (1 - output ** 2)`` in one kernel (``aten::tanh_backward``).
+
+    Args:
+        grad_output: gradient with respect to ``tanh``'s output (real floating tensor).
+        output: ``tanh(x)``; broadcasts with ``grad_output``.
+
+    Returns:
+        The gradient with respect to ``x``.
+
+    Example:
+        >>> y = ember.tanh(ember.tensor([0.5]))
+        >>> tanh_backward(ember.ones(1), y)
+    """
+    return dispatch.apply(tanh_backward_p, (grad_output, output), _NOPARAMS)
+
+
+def sigmoid_backward(grad_output, output):
+    """``grad_output * output * (1 - output)`` in one kernel (``aten::sigmoid_backward``).
+
+    Args:
+        grad_output: gradient with respect to ``sigmoid``'s output (real floating tensor).
+        output: ``sigmoid(x)``; broadcasts with ``grad_output``.
+
+    Returns:
+        The gradient with respect to ``x``.
+
+    Example:
+        >>> y = ember.sigmoid(ember.tensor([0.5]))
+        >>> sigmoid_backward(ember.ones(1), y)
+    """
+    return dispatch.apply(sigmoid_backward_p, (grad_output, output), _NOPARAMS)
