@@ -10,7 +10,6 @@ shape (for broadcasting) and cast back to its dtype.
 from __future__ import annotations
 
 import operator
-import sys
 import threading
 import weakref
 
@@ -342,9 +341,11 @@ def _to_leaf(t, g, create_graph, external, claimed):
     if t._grad is None:
         sid = id(g._storage)
         if not create_graph and (sid in external or sid in claimed or g._base is not None):
-            b = None if sid in external or sid in claimed else _whole_unshared_base(g)
-            # never alias a caller's tensor or another leaf's grad
-            g = g.detach().clone() if b is None else b
+            # NOTE: never alias a caller's tensor or another leaf's grad. A gradient view
+            # is copied too (keeping its base by reference count instead was tried: it
+            # saved ~3 weight copies per W1 step, within noise, and made the eager peak
+            # differ from what ember.estimate_memory models)
+            g = g.detach().clone()
         elif not create_graph:
             g = g.detach()
         claimed.add(id(g._storage))
@@ -358,48 +359,6 @@ def _to_leaf(t, g, create_graph, external, claimed):
         t._grad = t._grad + g.detach()
     else:
         t._grad.add_(g.detach())
-
-
-def _holders(n: int) -> int:
-    """What ``sys.getrefcount`` reports, on this interpreter, for an object that ``n``
-    references hold (one of them a local variable), e.g. an attribute and a local."""
-    o = object()
-    others = [o] * (n - 1)
-    r = sys.getrefcount(o)
-    del others
-    return r
-
-
-_REFS2, _REFS3, _REFS4 = _holders(2), _holders(3), _holders(4)
-
-
-def _whole_unshared_base(g):
-    """``g``'s base when ``g`` is a view covering all of it, in the same layout, and nothing
-    but ``g`` references that base, its storage or its array; else None.
-
-    A Linear weight's gradient is such a view (``(g.mT @ x).mT`` transposed back): the
-    leaf can keep the base itself instead of a copy, as PyTorch's AccumulateGrad steals a
-    gradient whose reference count shows nobody else holds it. The counts are exact
-    (``_holders``): any other holder, or another interpreter's counting, means a copy.
-    """
-    b = g._base
-    if b.__class__ is not Tensor or b._base is not None or b._grad_fn is not None or \
-            b._dtype is not g._dtype:
-        return None
-    bd, gd = b._data, g._data
-    # NOTE: same dtype too: ``z.real`` of a complex gradient has its base's shape and strides
-    if gd.base is not bd or gd.dtype != bd.dtype or gd.shape != bd.shape or \
-            gd.strides != bd.strides or not bd.flags.c_contiguous or bd.size == 0:
-        return None
-    s = b._storage
-    if s.data is not bd:
-        return None
-    # holders: b <- g._base and the local; s <- b._storage, g._storage, the local;
-    # bd <- b._data, s.data, gd.base, the local
-    if sys.getrefcount(b) != _REFS2 or sys.getrefcount(s) != _REFS3 or \
-            sys.getrefcount(bd) != _REFS4:
-        return None
-    return b
 
 
 def backward(tensors, grad_tensors=None, retain_graph=None, create_graph=False, inputs=None):
