@@ -33,6 +33,7 @@ _ARR = {
     "vol": _rng.standard_normal((1, 2, 4, 4, 4)), "w3": _rng.standard_normal((3, 2, 3, 3, 3)),
     "wt3": _rng.standard_normal((2, 3, 2, 2, 2)),
 }
+_ARR["grid"] = _rng.uniform(-1, 1, (1, 3, 3, 2))
 _ARR["spd"] = _ARR["x"] @ _ARR["x"].T + 4 * np.eye(4)   # well-conditioned, positive definite
 
 
@@ -139,6 +140,8 @@ CASES = [
     ("ormqr", lambda m, F, t: m.ormqr(t.x, t.v, t.y)),
     ("conv_tbc", lambda m, F, t: m.conv_tbc(t.b3, t.b3, t.v, 1)),
     ("fractional_max_pool2d", lambda m, F, t: F.fractional_max_pool2d(t.img, 2, output_size=2)),
+    ("grid_sampler", lambda m, F, t: m.grid_sampler(t.img, t.grid, 0, 0, False)),
+    ("grid_sample", lambda m, F, t: F.grid_sample(t.img, t.grid, align_corners=False)),
     ("fractional_max_pool3d", lambda m, F, t: F.fractional_max_pool3d(t.vol, 2, output_size=2)),
 ]
 #: promote-list (and reference) cases, run with one float32 and one low-precision input.
@@ -152,7 +155,7 @@ MIXED = [
 
 
 #: ops on no CPU list that PyTorch decomposes into listed ones (tensordot -> mm).
-DECOMPOSED = {"tensordot": "lower"}
+DECOMPOSED = {"tensordot": "lower", "grid_sample": "fp32"}
 
 
 class _T:

@@ -10,6 +10,7 @@ Keys' weights (A = -0.75), padding each tap's coordinate as ATen does.
 from __future__ import annotations
 
 from ...errors import ShapeError
+from ...ops.dispatch import autocast_entry
 from ...tensor import Tensor
 
 __all__ = ['affine_grid', 'grid_sample']
@@ -171,6 +172,7 @@ def _inside(idx, s):
     return (idx >= 0).logical_and(idx <= s - 1)
 
 
+@autocast_entry("grid_sampler")   # ATen: grid_sampler (CPU autocast: fp32)
 def grid_sample(input: Tensor, grid: Tensor, mode: str = "bilinear",
                 padding_mode: str = "zeros", align_corners: bool | None = None) -> Tensor:
     """Sample ``input`` at the normalised locations in ``grid`` (PyTorch's ``grid_sample``).
