@@ -37,8 +37,8 @@ def _grad_values(g, dense, indices):
     return (g.index_select(0, indices[0]) * dense.index_select(0, indices[1])).sum(1)
 
 
-sparse_mm_p = defop(
-    "sparse_mm", nin=3, kernel=_kernel, params={"m": 0}, dtype="same", shape=_shape,
+sparse_mm_p = defop(   # NOTE: a "cpu" kernel: on cuda it runs on host copies
+    "sparse_mm", nin=3, kernels={"cpu": _kernel}, params={"m": 0}, dtype="same", shape=_shape,
     save="inputs", nondiff_argnums=(2,), batch="loop",
     vjp=(lambda g, out, v, d, i, m: _grad_values(g, d, i),
          lambda g, out, v, d, i, m: sparse_mm_p(v, g, _swap(i), m=d.shape[0]),

@@ -57,7 +57,7 @@ def sparse_coo_tensor(indices, values, size=None, *, dtype=None, device=None,
         raise ValueError(f"sparse_coo_tensor: values must have nnz={idx.shape[1]} rows "
                          f"(indices of shape {tuple(idx.shape)}), got values of shape "
                          f"{tuple(vals.shape)}")
-    a = idx.numpy()
+    a = idx.cpu().numpy()     # NOTE: indices are checked on the host
     if size is None:
         size = tuple(int(m) + 1 for m in a.max(1)) if a.size else (0,) * idx.shape[0]
         size = tuple(size) + tuple(vals.shape[1:])
@@ -85,13 +85,14 @@ def _to_sparse(self: Tensor, sparse_dim: int | None = None, *, layout=None,
     sd = self.ndim if sparse_dim is None else int(sparse_dim)
     if not 0 < sd <= self.ndim:
         raise ValueError(f"to_sparse: sparse_dim must be in [1, {self.ndim}], got {sd}")
-    mask = self.detach().numpy() != 0
+    mask = self.detach().cpu().numpy() != 0
     if sd < self.ndim:
         mask = mask.reshape(mask.shape[:sd] + (-1,)).any(-1)
     nz = np.stack(np.nonzero(mask)).astype(np.int64).reshape(sd, -1)
-    vals = self[tuple(em.tensor(r) for r in nz)] if nz.shape[1] else \
+    vals = self[tuple(em.tensor(r, device=self.device) for r in nz)] if nz.shape[1] else \
         self.reshape((-1,) + tuple(self.shape[sd:]))[:0]
-    return SparseCOOTensor(em.tensor(nz), vals, tuple(self.shape), coalesced=True)
+    return SparseCOOTensor(em.tensor(nz, device=self.device), vals, tuple(self.shape),
+                           coalesced=True)
 
 
 def _check_mm(op, sparse, dense):

@@ -120,7 +120,9 @@ class SparseCOOTensor:
         uniq, first = np.unique(self._linear(), return_index=True)
         idx = np.stack(np.unravel_index(uniq, self._size[:self.sparse_dim()])).reshape(
             self.sparse_dim(), len(uniq)).astype(np.int64)
-        return SparseCOOTensor(em.tensor(idx), g[em.tensor(first, dtype=em.int64)],
+        dev = self._values.device
+        return SparseCOOTensor(em.tensor(idx, device=dev),
+                               g[em.tensor(first, dtype=em.int64, device=dev)],
                                self._size, coalesced=True)
 
     def detach(self) -> "SparseCOOTensor":
@@ -149,7 +151,7 @@ class SparseCOOTensor:
     # ------------------------------------------------------------ conversions
     def _linear(self) -> np.ndarray:
         """Each entry's row-major position among the sparse dims."""
-        idx = self._indices.numpy()
+        idx = self._indices.cpu().numpy()     # NOTE: indices are read on the host
         sizes = self._size[:self.sparse_dim()]
         return np.ravel_multi_index(tuple(idx), sizes) if idx.size else np.zeros(0, np.int64)
 
@@ -161,10 +163,12 @@ class SparseCOOTensor:
         uniq, inv = np.unique(self._linear(), return_inverse=True)
         dense_shape = tuple(self._values.shape[1:])
         vals = em.zeros((len(uniq),) + dense_shape, dtype=self.dtype, device=self.device)
-        vals = vals.index_add(0, em.tensor(inv.reshape(-1), dtype=em.int64), self._values)
+        vals = vals.index_add(0, em.tensor(inv.reshape(-1), dtype=em.int64, device=self.device),
+                              self._values)
         idx = np.stack(np.unravel_index(uniq, self._size[:self.sparse_dim()])).reshape(
             self.sparse_dim(), len(uniq)).astype(np.int64)
-        return SparseCOOTensor(em.tensor(idx), vals, self._size, coalesced=True)
+        return SparseCOOTensor(em.tensor(idx, device=self.device), vals, self._size,
+                               coalesced=True)
 
     def to_dense(self, dtype=None) -> Tensor:
         """The strided tensor (duplicates summed; differentiable in values)."""
@@ -172,7 +176,7 @@ class SparseCOOTensor:
         sd = self.sparse_dim()
         n = int(np.prod(self._size[:sd]))
         flat = em.zeros((n,) + self._size[sd:], dtype=self.dtype, device=self.device)
-        lin = em.tensor(self._linear(), dtype=em.int64)
+        lin = em.tensor(self._linear(), dtype=em.int64, device=self.device)
         out = flat.index_add(0, lin, self._values).reshape(self._size)
         return out if dtype is None else out.to(dtype)
 
