@@ -25,12 +25,13 @@ say so with the numbers.
 from __future__ import annotations
 
 import argparse
-import json
 import os
 import statistics
 import subprocess
 import sys
 import time
+
+from _common import run_child
 
 _CHILD = r"""
 import json, statistics, sys, time
@@ -96,16 +97,11 @@ def _child(lib: str, workload: str, steps: int, contended: bool) -> dict:
         env = dict(os.environ)
         if lib == "ember-fixed":      # Ember with the adaptive BLAS thread policy off
             env["EMBER_ADAPTIVE_THREADS"] = "0"
-        out = subprocess.run([sys.executable, "-c", _CHILD, lib, workload, str(steps)],
-                             capture_output=True, text=True, timeout=600, env=env,
-                             cwd=os.path.dirname(os.path.dirname(os.path.abspath(__file__))))
+        return run_child(_CHILD, [lib, workload, str(steps)], f"{lib} {workload}", env=env)
     finally:
         if busy is not None:
             busy.kill()
             busy.wait()
-    if out.returncode != 0:
-        raise SystemExit(f"{lib} {workload} child failed:\n{out.stderr[-2000:]}")
-    return json.loads(out.stdout.strip().splitlines()[-1])
 
 
 def main() -> None:

@@ -20,11 +20,9 @@ The machine may be shared: alternate, take medians, and say so with the numbers.
 from __future__ import annotations
 
 import argparse
-import json
-import os
 import statistics
-import subprocess
-import sys
+
+from _common import run_child
 
 _CHILD = r"""
 import json, statistics, sys, time
@@ -76,12 +74,7 @@ LIBS = ("ember", "ember-composite", "torch")
 
 
 def _child(lib: str, cell: str, steps: int, threads: int, clock: str) -> float:
-    root = os.path.dirname(os.path.dirname(os.path.abspath(__file__)))
-    out = subprocess.run([sys.executable, "-c", _CHILD, lib, cell, str(steps), str(threads)],
-                         capture_output=True, text=True, timeout=600, cwd=root)
-    if out.returncode != 0:
-        raise SystemExit(f"{lib} {cell} child failed:\n{out.stderr[-2000:]}")
-    return json.loads(out.stdout.strip().splitlines()[-1])[clock]
+    return run_child(_CHILD, [lib, cell, str(steps), str(threads)], f"{lib} {cell}")[clock]
 
 
 def main() -> None:
