@@ -10,24 +10,21 @@ from NumPy's generator (Ember's samplers are NumPy's PCG64 streams).
 from __future__ import annotations
 
 import argparse
-import statistics
-import time
+import sys
+from pathlib import Path
 
 import numpy as np
 
 import ember as em
 import ember.distributions as D
 
+sys.path.insert(0, str(Path(__file__).resolve().parent))   # NOTE: the smoke test loads us by path
+from _common import alternated_medians  # noqa: E402
+
 
 def _median(fns, reps=5):
     """Median seconds of each callable, the callables alternated within each repetition."""
-    times = [[] for _ in fns]
-    for _ in range(reps):
-        for i, f in enumerate(fns):
-            t0 = time.perf_counter()
-            f()
-            times[i].append(time.perf_counter() - t0)
-    return [statistics.median(t) for t in times]
+    return alternated_medians(fns, reps)
 
 
 def _cases(n):

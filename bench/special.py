@@ -8,25 +8,17 @@ torch.special. CTC: forward and forward+backward of a (T=200, N=32, C=30, S=40) 
 """
 from __future__ import annotations
 
-import statistics
-import time
-
 import numpy as np
 
 import ember as em
 import ember.nn.functional as F
 import ember.special as S
+from _common import alternated_medians
 
 
 def _median(fns, reps=7):
     """Median seconds of each callable, the callables alternated within each repetition."""
-    times = [[] for _ in fns]
-    for _ in range(reps):
-        for i, f in enumerate(fns):
-            t0 = time.perf_counter()
-            f()
-            times[i].append(time.perf_counter() - t0)
-    return [statistics.median(t) for t in times]
+    return alternated_medians(fns, reps)
 
 
 def special_rows(n=1_000_000):
