@@ -10,7 +10,6 @@ everywhere.
 """
 from __future__ import annotations
 
-import ml_dtypes
 import numpy as np
 import pytest
 
@@ -18,26 +17,7 @@ import ember
 from ember.codegen import lowp_gemm as lg
 from ember.codegen import runtime
 
-BF = np.dtype(ml_dtypes.bfloat16)
-U32 = 2.0 ** -24
-
-KERNELS = {
-    "amx": (lambda: lg.amx_available(), "auto",
-            "CPU/OS without AMX-BF16 tiles (tdpbf16ps) or no permission for them"),
-    "avx512": (lambda: lg.native_available(), "avx512",
-               "CPU or compiler without AVX512-BF16 (vdpbf16ps)"),
-}
-
-
-@pytest.fixture(params=sorted(KERNELS))
-def kernel(request, monkeypatch):
-    """Sets :data:`lowp_gemm.mode` to run one native kernel; skips where it cannot run."""
-    avail, mode, why = KERNELS[request.param]
-    if not avail():
-        pytest.skip(why)
-    monkeypatch.setattr(lg, "mode", mode)
-    monkeypatch.setattr(lg, "MIN_MACS", 0)        # tiny shapes too (edges, K = 1)
-    return request.param
+from ._lowp_helpers import BF, U32, kernel  # noqa: F401  (kernel: a fixture)
 
 
 def _bits(a):

@@ -10,31 +10,12 @@ it; the fallback (``mode = "off"``, and tiny products under ``"auto"``) runs eve
 """
 from __future__ import annotations
 
-import ml_dtypes
 import numpy as np
 import pytest
 
 from ember.codegen import lowp_gemm as lg
 
-BF = np.dtype(ml_dtypes.bfloat16)
-U32 = 2.0 ** -24
-
-KERNELS = {
-    "amx": (lambda: lg.amx_available(), "auto",
-            "CPU/OS without AMX-BF16 tiles (tdpbf16ps) or no permission for them"),
-    "avx512": (lambda: lg.native_available(), "avx512",
-               "CPU or compiler without AVX512-BF16 (vdpbf16ps)"),
-}
-
-
-@pytest.fixture(params=sorted(KERNELS))
-def kernel(request, monkeypatch):
-    avail, mode, why = KERNELS[request.param]
-    if not avail():
-        pytest.skip(why)
-    monkeypatch.setattr(lg, "mode", mode)
-    monkeypatch.setattr(lg, "MIN_MACS", 0)
-    return request.param
+from ._lowp_helpers import BF, U32, kernel  # noqa: F401  (kernel: a fixture)
 
 
 def _bf(rng, *shape):
