@@ -45,6 +45,7 @@ def _unit(xp, a):
 
 
 def _slots(flat, *shapes):
+    """Consecutive views of the 1-D ``flat`` with the given shapes (a tuple)."""
     out, at = [], 0
     for s in shapes:
         n = 1
@@ -52,7 +53,7 @@ def _slots(flat, *shapes):
             n *= d
         out.append(flat[at:at + n].reshape(s))
         at += n
-    return out
+    return tuple(out)
 
 
 def _prev(xp, first, seq, slot=None):

@@ -62,16 +62,6 @@ def _prev(xp, first, seq):
     return xp.concatenate([first[None], seq[:-1]], 0)
 
 
-def _split(flat, shapes):
-    out, at = [], 0
-    for s in shapes:
-        n = 1
-        for d in s:
-            n *= d
-        out.append(flat[at:at + n].reshape(s))
-        at += n
-    return tuple(out)
-
 
 # ------------------------------------------------------------------ LSTM
 # NOTE: the output keeps each step's activated gates beside h and c, (L, N, 6H) =
@@ -151,7 +141,7 @@ def _lstm_parts(out, h0, c0):
 def _lstm_vjp(gout, out, x, h0, c0, w):
     if not state.grad_enabled:
         flat = _apply(lstm_layer_grad_p, (gout, out, x, h0, c0, w), {})
-        return _split(flat, (x.shape, h0.shape, c0.shape, w.shape))
+        return _rnn_cpu._slots(flat, x.shape, h0.shape, c0.shape, w.shape)
     L, N, G = x.shape
     H = G // 4
     hprev, cprev, i, f, g, o, tc = _lstm_parts(out, h0, c0)
@@ -246,7 +236,7 @@ def _gru_parts(out, x, h0, w, b):
 def _gru_vjp(gout, out, x, h0, w, b):
     if not state.grad_enabled:
         flat = _apply(gru_layer_grad_p, (gout, out, x, h0, w, b), {})
-        return _split(flat, (x.shape, h0.shape, w.shape, b.shape))
+        return _rnn_cpu._slots(flat, x.shape, h0.shape, w.shape, b.shape)
     L, N, G = x.shape
     H = G // 3
     hprev, r, z, n, hn = _gru_parts(out, x, h0, w, b)
@@ -317,7 +307,7 @@ def _rnn_dact(out, relu):
 def _rnn_vjp(gout, out, x, h0, w, relu):
     if not state.grad_enabled:
         flat = _apply(rnn_layer_grad_p, (gout, out, x, h0, w), {"relu": relu})
-        return _split(flat, (x.shape, h0.shape, w.shape))
+        return _rnn_cpu._slots(flat, x.shape, h0.shape, w.shape)
     L, N, H = x.shape
     dact, dh, dps = _rnn_dact(out, relu), h0.new_zeros(h0.shape), [None] * L
     for t in range(L - 1, -1, -1):
