@@ -45,13 +45,19 @@ def _workers() -> int:
 
 
 # ------------------------------------------------------------------ kernels
-# NOTE: one dim goes to scipy's 1-D entry points: their argument handling costs a third of
-# the n-D ones' (10 us of a 1024-point transform).
+def _scipy(one_d, n_d, x, dim, norm, one_kw=None, n_kw=None):
+    """``one_d`` (a SciPy 1-D transform) over one dim, else ``n_d`` over ``dim``."""
+    # NOTE: one dim goes to scipy's 1-D entry points: their argument handling costs a third
+    # of the n-D ones' (10 us of a 1024-point transform).
+    if len(dim) == 1:
+        return one_d(x, axis=dim[0], norm=norm, workers=_workers(), **(one_kw or {}))
+    return n_d(x, axes=dim, norm=norm, workers=_workers(), **(n_kw or {}))
+
+
 def _c2c_cpu(xp, x, dim=(), norm="backward", forward=True):
     sf = _scipy_fft()
-    if len(dim) == 1:
-        return (sf.fft if forward else sf.ifft)(x, axis=dim[0], norm=norm, workers=_workers())
-    return (sf.fftn if forward else sf.ifftn)(x, axes=dim, norm=norm, workers=_workers())
+    return (_scipy(sf.fft, sf.fftn, x, dim, norm) if forward
+            else _scipy(sf.ifft, sf.ifftn, x, dim, norm))
 
 
 def _c2c_xp(xp, x, dim=(), norm="backward", forward=True):
@@ -60,9 +66,8 @@ def _c2c_xp(xp, x, dim=(), norm="backward", forward=True):
 
 def _r2c_cpu(xp, x, dim=(), norm="backward", onesided=True):
     sf = _scipy_fft()
-    if len(dim) == 1:
-        return (sf.rfft if onesided else sf.fft)(x, axis=dim[0], norm=norm, workers=_workers())
-    return (sf.rfftn if onesided else sf.fftn)(x, axes=dim, norm=norm, workers=_workers())
+    return (_scipy(sf.rfft, sf.rfftn, x, dim, norm) if onesided
+            else _scipy(sf.fft, sf.fftn, x, dim, norm))
 
 
 def _r2c_xp(xp, x, dim=(), norm="backward", onesided=True):
@@ -74,11 +79,9 @@ def _c2r_sizes(x, dim, last_dim_size):
 
 
 def _c2r_cpu(xp, x, dim=(), norm="backward", last_dim_size=1):
-    if len(dim) == 1:
-        return _scipy_fft().irfft(x, n=last_dim_size, axis=dim[0], norm=norm,
-                                  workers=_workers())
-    return _scipy_fft().irfftn(x, s=_c2r_sizes(x, dim, last_dim_size), axes=dim, norm=norm,
-                               workers=_workers())
+    sf = _scipy_fft()
+    return _scipy(sf.irfft, sf.irfftn, x, dim, norm, one_kw={"n": last_dim_size},
+                  n_kw={"s": _c2r_sizes(x, dim, last_dim_size)})
 
 
 def _c2r_xp(xp, x, dim=(), norm="backward", last_dim_size=1):
