@@ -26,6 +26,19 @@ def _one_of(probs, logits):
         raise ValueError("Either `probs` or `logits` must be specified, but not both.")
 
 
+def _set_count_and_param(d, total_count, probs, logits):
+    """Sets ``d.total_count`` and ``d.probs`` or ``d.logits`` (exactly one given), broadcast
+    together, the count in the parameter's dtype; ``d._param`` is the one given."""
+    _one_of(probs, logits)
+    if probs is not None:
+        d.total_count, d.probs = broadcast_all(total_count, probs)
+        d._param = d.probs
+    else:
+        d.total_count, d.logits = broadcast_all(total_count, logits)
+        d._param = d.logits
+    d.total_count = d.total_count.type_as(d._param)
+
+
 class Binomial(Distribution):
     """Number of successes in ``total_count`` Bernoulli(``probs``) trials.
 
@@ -39,14 +52,7 @@ class Binomial(Distribution):
     has_enumerate_support = True
 
     def __init__(self, total_count=1, probs=None, logits=None, validate_args=None):
-        _one_of(probs, logits)
-        if probs is not None:
-            self.total_count, self.probs = broadcast_all(total_count, probs)
-            self.total_count = self.total_count.type_as(self.probs)
-        else:
-            self.total_count, self.logits = broadcast_all(total_count, logits)
-            self.total_count = self.total_count.type_as(self.logits)
-        self._param = self.probs if probs is not None else self.logits
+        _set_count_and_param(self, total_count, probs, logits)
         super().__init__(self._param.shape, validate_args=validate_args)
 
     def expand(self, batch_shape, _instance=None):
@@ -131,14 +137,7 @@ class NegativeBinomial(Distribution):
     support = constraints.nonnegative_integer
 
     def __init__(self, total_count, probs=None, logits=None, validate_args=None):
-        _one_of(probs, logits)
-        if probs is not None:
-            self.total_count, self.probs = broadcast_all(total_count, probs)
-            self.total_count = self.total_count.type_as(self.probs)
-        else:
-            self.total_count, self.logits = broadcast_all(total_count, logits)
-            self.total_count = self.total_count.type_as(self.logits)
-        self._param = self.probs if probs is not None else self.logits
+        _set_count_and_param(self, total_count, probs, logits)
         super().__init__(self._param.shape, validate_args=validate_args)
 
     def expand(self, batch_shape, _instance=None):
