@@ -180,9 +180,7 @@ def _render_one(kernel, strategy: str) -> str:
     sig = _signature(kernel.name, ins, [o[0] for o in kernel.outputs])
     if isinstance(kernel, Kernel):
         return _render_elementwise(kernel, ins, sig)
-    if strategy == "block":
-        return _render_block_reduction(kernel, ins, sig)
-    return _render_thread_reduction(kernel, ins, sig)
+    return _render_reduction(kernel, ins, sig, block=strategy == "block")
 
 
 def _render_elementwise(k: Kernel, ins, sig) -> str:
@@ -247,9 +245,12 @@ def _epilogue(k: ReduceKernel, ins, rows, row_loop: list, first_only: list) -> l
     return lines
 
 
-def _render_block_reduction(k: ReduceKernel, ins, sig) -> str:
+def _render_reduction(k: ReduceKernel, ins, sig, block: bool) -> str:
+    """A row reduction: one thread block per row (``block``: the block's threads stride
+    over the row and combine in shared memory), else one thread per row."""
     rows = list(k.row_dtypes)
-    row_loop = ["for (int64_t i = threadIdx.x; i < m; i += blockDim.x) {"]
+    row_loop = (["for (int64_t i = threadIdx.x; i < m; i += blockDim.x) {"] if block
+                else ["for (int64_t i = 0; i < m; i++) {"])
     lines = _row_setup(ins)
     for j, st in enumerate(k.stages):
         e = _emitter(ins, rows, f"p{j}_", j)
@@ -257,26 +258,16 @@ def _render_block_reduction(k: ReduceKernel, ins, sig) -> str:
         acc, ident, op = _stage_parts(j, st, var)
         lines += [f"{acc} acc{j} = {ident};"] + row_loop
         lines += _indent(e.lines + [_update(j, op, acc, var)]) + ["}"]
-        lines += [f"acc{j} = ember_block_reduce<{op}>(acc{j}, ({acc}){ident}, "
-                  f"({acc} *)ember_sh);", _row_value(j, st)]
-    lines += _epilogue(k, ins, rows, row_loop, ["if (threadIdx.x == 0) {", "}"])
-    loop = ["    __shared__ long long ember_sh[33];",
-            "    for (int64_t idx = blockIdx.x; idx < n; idx += gridDim.x) {"]
-    return "\n".join([sig + " {"] + loop + _indent(lines, 2) + ["    }", "}"]) + "\n"
-
-
-def _render_thread_reduction(k: ReduceKernel, ins, sig) -> str:
-    rows = list(k.row_dtypes)
-    row_loop = ["for (int64_t i = 0; i < m; i++) {"]
-    lines = _row_setup(ins)
-    for j, st in enumerate(k.stages):
-        e = _emitter(ins, rows, f"p{j}_", j)
-        var, _ = e.value(st.body)
-        acc, ident, op = _stage_parts(j, st, var)
-        lines += [f"{acc} acc{j} = {ident};"] + row_loop
-        lines += _indent(e.lines + [_update(j, op, acc, var)]) + ["}"]
+        if block:
+            lines.append(f"acc{j} = ember_block_reduce<{op}>(acc{j}, ({acc}){ident}, "
+                         f"({acc} *)ember_sh);")
         lines.append(_row_value(j, st))
-    lines += _epilogue(k, ins, rows, row_loop, ["{", "}"])
-    loop = ["    for (int64_t idx = (int64_t)blockIdx.x * blockDim.x + threadIdx.x; idx < n;",
-            "         idx += (int64_t)blockDim.x * gridDim.x) {"]
+    if block:
+        lines += _epilogue(k, ins, rows, row_loop, ["if (threadIdx.x == 0) {", "}"])
+        loop = ["    __shared__ long long ember_sh[33];",
+                "    for (int64_t idx = blockIdx.x; idx < n; idx += gridDim.x) {"]
+    else:
+        lines += _epilogue(k, ins, rows, row_loop, ["{", "}"])
+        loop = ["    for (int64_t idx = (int64_t)blockIdx.x * blockDim.x + threadIdx.x; idx < n;",
+                "         idx += (int64_t)blockDim.x * gridDim.x) {"]
     return "\n".join([sig + " {"] + loop + _indent(lines, 2) + ["    }", "}"]) + "\n"
