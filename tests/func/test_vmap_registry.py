@@ -167,31 +167,39 @@ def test_vmap_forward_matches_loop(info):
 GRAD_INFOS = [i for i in INFOS if i.grad and "float64" in i.dtypes]
 
 
-@pytest.mark.parametrize("info", GRAD_INFOS, ids=repr)
-def test_vmap_grad_matches_loop(info):
-    """Gradient of sum(vmap(op)(*args)) w.r.t. the physical inputs equals the loop's."""
-    rng = _rng(info, "grad")
+def _grad_samples(info, tag):
+    """Each sample of ``info`` with a gradient and a floating tensor argument, batched:
+    ``(k, versions, kwargs, args, dims, diff, rng)``, ``diff`` the indices of those
+    arguments and ``rng`` the generator that batched them (for a re-batch)."""
+    rng = _rng(info, tag)
     for k in _samples_of(info, limit=64):
         versions = _examples(info, k)
         if versions is None or not versions[0].grad:
             continue
-        kwargs = versions[0].kwargs
         args, dims = _batched_args(info, versions, rng)
-        diff = [i for i, a in enumerate(args) if isinstance(a, em.Tensor) and
-                a.dtype.is_floating_point]
-        if not diff:
-            continue
+        diff = tuple(i for i, a in enumerate(args) if isinstance(a, em.Tensor) and
+                     a.dtype.is_floating_point)
+        if diff:
+            yield k, versions, versions[0].kwargs, args, dims, diff, rng
+
+
+def _total(outs):
+    """The sum of the floating outputs' sums, in float64."""
+    return sum((o.sum() for o in outs if o.dtype.is_floating_point),
+               em.tensor(0.0, dtype=em.float64))
+
+
+@pytest.mark.parametrize("info", GRAD_INFOS, ids=repr)
+def test_vmap_grad_matches_loop(info):
+    """Gradient of sum(vmap(op)(*args)) w.r.t. the physical inputs equals the loop's."""
+    for k, versions, kwargs, args, dims, diff, rng in _grad_samples(info, "grad"):
         fn = lambda *xs: info.fn(*xs, **kwargs)  # noqa: E731
 
-        def total(outs):
-            return sum((o.sum() for o in outs if o.dtype.is_floating_point),
-                       em.tensor(0.0, dtype=em.float64))
-
         def loss_vmap(*xs):
-            return total(_run_vmap(fn, xs, dims))
+            return _total(_run_vmap(fn, xs, dims))
 
         def loss_loop(*xs):
-            return sum((total(_as_tuple(fn(*_example_args(xs, dims, b, info.name in FRONT_ONLY))))
+            return sum((_total(_as_tuple(fn(*_example_args(xs, dims, b, info.name in FRONT_ONLY))))
                         for b in range(B)),
                        em.tensor(0.0, dtype=em.float64))
 
@@ -218,26 +226,13 @@ def test_vmap_grad_matches_loop(info):
         f" runs under vmap ({HOST_READS[info.name]})" if info.name in HOST_READS else ""))
 
 
-def _total(outs):
-    return sum((o.sum() for o in outs if o.dtype.is_floating_point),
-               em.tensor(0.0, dtype=em.float64))
 
 
 @pytest.mark.parametrize("info", GRAD_INFOS, ids=repr)
 def test_vmap_of_grad_matches_per_example_grads(info):
     """vmap(grad(sum of op)): per-example gradients (the VJP rules run on batched values,
     through the batching rules) equal each example's own gradient."""
-    rng = _rng(info, "vgrad")
-    for k in _samples_of(info, limit=64):
-        versions = _examples(info, k)
-        if versions is None or not versions[0].grad:
-            continue
-        kwargs = versions[0].kwargs
-        args, dims = _batched_args(info, versions, rng)
-        diff = tuple(i for i, a in enumerate(args) if isinstance(a, em.Tensor) and
-                     a.dtype.is_floating_point)
-        if not diff:
-            continue
+    for k, _, kwargs, args, dims, diff, _ in _grad_samples(info, "vgrad"):
         loss = lambda *xs: _total(_as_tuple(info.fn(*xs, **kwargs)))  # noqa: E731
         own = info.name in FRONT_ONLY
         try:
