@@ -110,6 +110,15 @@ def _emb_pair(sparse, pad=None):
     return ember.nn.Embedding(7, 3, padding_idx=pad, sparse=sparse)
 
 
+def _sparse_emb_and_torch_twin(torch):
+    """A sparse-gradient ``_emb_pair`` and a PyTorch sparse Embedding with its weight."""
+    e = _emb_pair(True)
+    te = torch.nn.Embedding(7, 3, sparse=True)
+    with torch.no_grad():
+        te.weight.copy_(torch.tensor(e.weight.detach().numpy()))
+    return e, te
+
+
 def test_embedding_sparse_grad_equals_dense_grad():
     idx = ember.tensor([[1, 4, 1], [0, 4, 6]])
     grads = []
@@ -140,10 +149,7 @@ def test_sgd_with_sparse_grad_matches_dense(kw):
 
 def test_sgd_momentum_sparse_matches_pytorch():
     torch = pytest.importorskip("torch")
-    e = _emb_pair(True)
-    te = torch.nn.Embedding(7, 3, sparse=True)
-    with torch.no_grad():
-        te.weight.copy_(torch.tensor(e.weight.detach().numpy()))
+    e, te = _sparse_emb_and_torch_twin(torch)
     opt = ember.optim.SGD(e.parameters(), lr=0.1, momentum=0.9)
     topt = torch.optim.SGD(te.parameters(), lr=0.1, momentum=0.9)
     for b in ([1, 2, 2], [4, 1], [6, 0, 0]):
@@ -164,10 +170,7 @@ def test_sparse_adam_refuses_dense_grads():
 
 def test_sparse_adam_iterates_match_pytorch():
     torch = pytest.importorskip("torch")
-    e = _emb_pair(True)
-    te = torch.nn.Embedding(7, 3, sparse=True)
-    with torch.no_grad():
-        te.weight.copy_(torch.tensor(e.weight.detach().numpy()))
+    e, te = _sparse_emb_and_torch_twin(torch)
     opt = ember.optim.SparseAdam(e.parameters(), lr=0.05, betas=(0.8, 0.99))
     topt = torch.optim.SparseAdam(te.parameters(), lr=0.05, betas=(0.8, 0.99))
     batches = [[0, 2, 2], [5, 0, 3], [6, 6, 3], [2, 4, 0]]       # row 1 never touched
