@@ -13,6 +13,7 @@ and the public functions hand out views of it (``ember/ops/linalg_lapack.py``).
 """
 from __future__ import annotations
 
+import contextlib
 import math
 
 import numpy as np
@@ -342,21 +343,26 @@ def _converge_error(op, what, a, info=1) -> LinAlgError:
                        f"ill-conditioned or has too many repeated {what} (error code: {info}).")
 
 
+@contextlib.contextmanager
+def _converging(op, what, a):
+    """Turns NumPy's LinAlgError inside into :func:`_converge_error`'s (op, what, input)."""
+    try:
+        yield
+    except np.linalg.LinAlgError:
+        raise _converge_error(op, what, a) from None
+
+
 def eigh(xp, a, UPLO="L"):
     """Packed (*batch, n + 1, n): the eigenvalues (ascending) in row 0, the eigenvectors
     (columns) below."""
-    try:
+    with _converging("linalg.eigh", "eigenvalues", a):
         w, q = np.linalg.eigh(a, UPLO=UPLO)
-    except np.linalg.LinAlgError:
-        raise _converge_error("linalg.eigh", "eigenvalues", a) from None
     return np.concatenate([w[..., None, :], q], axis=-2)
 
 
 def eigvalsh(xp, a, UPLO="L"):
-    try:
+    with _converging("linalg.eigvalsh", "eigenvalues", a):
         return np.linalg.eigvalsh(a, UPLO=UPLO)
-    except np.linalg.LinAlgError:
-        raise _converge_error("linalg.eigvalsh", "eigenvalues", a) from None
 
 
 def svd_shapes(m, n, full_matrices):
@@ -366,18 +372,14 @@ def svd_shapes(m, n, full_matrices):
 
 def svd(xp, a, full_matrices=True):
     """Packed (*batch, |U| + |S| + |Vh|): U, S, Vh flattened one after the other."""
-    try:
+    with _converging("linalg.svd", "singular values", a):
         u, s, vh = np.linalg.svd(a, full_matrices=full_matrices)
-    except np.linalg.LinAlgError:
-        raise _converge_error("linalg.svd", "singular values", a) from None
     return pack((u, s, vh), a.shape[:-2])
 
 
 def svdvals(xp, a):
-    try:
+    with _converging("linalg.svdvals", "singular values", a):
         return np.linalg.svd(a, compute_uv=False)
-    except np.linalg.LinAlgError:
-        raise _converge_error("linalg.svdvals", "singular values", a) from None
 
 
 def qr_shapes(m, n, mode):
