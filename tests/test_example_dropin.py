@@ -1,21 +1,14 @@
 """examples/pytorch_dropin.py: the PyTorch program runs on Ember (packed LSTM, DataLoader
 with collate_fn, LazyLinear, LBFGS with strong Wolfe) and, where PyTorch is installed,
 follows PyTorch's loss curve from the same start."""
-import importlib.util
-import os
-
 import numpy as np
 import pytest
 
-PATH = os.path.join(os.path.dirname(os.path.dirname(os.path.abspath(__file__))), "examples",
-                    "pytorch_dropin.py")
+from _examples import load_example
 
 
 def _load():
-    spec = importlib.util.spec_from_file_location("ember_example_pytorch_dropin", PATH)
-    module = importlib.util.module_from_spec(spec)
-    spec.loader.exec_module(module)
-    return module
+    return load_example("pytorch_dropin")
 
 
 def test_runs_on_ember_and_learns(capsys):

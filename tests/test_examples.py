@@ -1,21 +1,10 @@
 """Run every example in ``examples/`` at its smallest size and check what it shows."""
 import importlib.util
 import math
-import os
 
 import pytest
 
-EXAMPLES = os.path.join(os.path.dirname(os.path.dirname(os.path.abspath(__file__))),
-                        "examples")
-
-
-def load(name):
-    """Import ``examples/<name>.py`` as a module (the folder is not a package)."""
-    spec = importlib.util.spec_from_file_location(f"ember_example_{name}",
-                                                  os.path.join(EXAMPLES, f"{name}.py"))
-    module = importlib.util.module_from_spec(spec)
-    spec.loader.exec_module(module)
-    return module
+from _examples import load_example as load
 
 
 def have_sklearn():

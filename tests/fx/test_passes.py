@@ -1,6 +1,4 @@
 """Graph passes written the way PyTorch's FX tutorials write them."""
-import importlib.util
-import os
 import operator
 
 import numpy as np
@@ -11,7 +9,7 @@ import ember.fx as fx
 from ember import nn
 from ember.fx.passes.shape_prop import ShapeProp
 
-EXAMPLE = os.path.join(os.path.dirname(__file__), "..", "..", "examples", "fx_conv_bn_fold.py")
+from _examples import load_example as _load_example
 
 
 def arr(t):
@@ -19,10 +17,7 @@ def arr(t):
 
 
 def load_example():
-    spec = importlib.util.spec_from_file_location("ember_example_fx_conv_bn_fold", EXAMPLE)
-    mod = importlib.util.module_from_spec(spec)
-    spec.loader.exec_module(mod)
-    return mod
+    return _load_example("fx_conv_bn_fold")
 
 
 def test_conv_bn_fold_example(capsys):
