@@ -39,6 +39,10 @@ class LazyModuleMixin:
 
     def __init__(self, *args, **kwargs):
         super().__init__(*args, **kwargs)
+        self._register_initialize_hook()
+
+    def _register_initialize_hook(self) -> None:
+        """The forward pre-hook that materialises the parameters on the first call."""
         self._initialize_hook = self.register_forward_pre_hook(self._infer_parameters,
                                                                with_kwargs=True)
 
@@ -147,17 +151,21 @@ class _LazyConvMixin(LazyModuleMixin):
         self.reset_parameters()
 
 
+def _lazy_type(mixin, base, init, doc):
+    """The class ``Lazy<base>``: ``mixin`` and ``base`` with ``init``, becoming ``base``."""
+    return type("Lazy" + base.__name__, (mixin, base),
+                {"__init__": init, "cls_to_become": base, "__doc__": doc,
+                 "__module__": __name__})
+
+
 def _lazy_conv(base, doc):
     def __init__(self, out_channels, kernel_size, stride=1, padding=0, dilation=1, groups=1,
                  bias=True, padding_mode="zeros", device=None, dtype=None):
         base.__init__(self, 0, 0, kernel_size, stride, padding, dilation, groups, False,
                       padding_mode, device, dtype)
-        self._initialize_hook = self.register_forward_pre_hook(self._infer_parameters,
-                                                               with_kwargs=True)
+        self._register_initialize_hook()
         self._lazy_init(out_channels, bias, device, dtype)
-    return type("Lazy" + base.__name__, (_LazyConvMixin, base),
-                {"__init__": __init__, "cls_to_become": base, "__doc__": doc,
-                 "__module__": __name__})
+    return _lazy_type(_LazyConvMixin, base, __init__, doc)
 
 
 def _lazy_conv_t(base, doc):
@@ -166,12 +174,9 @@ def _lazy_conv_t(base, doc):
                  dtype=None):
         base.__init__(self, 0, 0, kernel_size, stride, padding, output_padding, groups, False,
                       dilation, padding_mode, device, dtype)
-        self._initialize_hook = self.register_forward_pre_hook(self._infer_parameters,
-                                                               with_kwargs=True)
+        self._register_initialize_hook()
         self._lazy_init(out_channels, bias, device, dtype)
-    return type("Lazy" + base.__name__, (_LazyConvMixin, base),
-                {"__init__": __init__, "cls_to_become": base, "__doc__": doc,
-                 "__module__": __name__})
+    return _lazy_type(_LazyConvMixin, base, __init__, doc)
 
 
 LazyConv1d = _lazy_conv(Conv1d, "Conv1d with in_channels from the first input.")
@@ -222,12 +227,9 @@ def _lazy_norm(base, affine, track, doc):
             from ... import dtypes
             from ...ops.factories import zeros
             self.num_batches_tracked = zeros((), device=device, dtype=dtypes.int64)
-        self._initialize_hook = self.register_forward_pre_hook(self._infer_parameters,
-                                                               with_kwargs=True)
+        self._register_initialize_hook()
         self._lazy_init(affine, track_running_stats, device, dtype)
-    return type("Lazy" + base.__name__, (_LazyNormMixin, base),
-                {"__init__": __init__, "cls_to_become": base, "__doc__": doc,
-                 "__module__": __name__})
+    return _lazy_type(_LazyNormMixin, base, __init__, doc)
 
 
 LazyBatchNorm1d = _lazy_norm(BatchNorm1d, True, True,
