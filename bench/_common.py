@@ -15,6 +15,29 @@ import time
 
 ROOT = os.path.dirname(os.path.dirname(os.path.abspath(__file__)))
 
+# The recurrent language model of bench/rnn.py and bench/contention.py, as child source: it
+# expects ``lib`` (ember or torch), ``nn``, ``F`` and ``Cell`` (nn.LSTM/GRU/RNN) and defines
+# ``model``, ``opt``, ``x``, ``y`` and ``step()`` (one Adam training step).
+RNN_LM = """V, E, H, B, T = 64, 64, 128, 32, 32
+class LM(nn.Module):
+    def __init__(self):
+        super().__init__()
+        self.emb = nn.Embedding(V, E)
+        self.rnn = Cell(E, H, num_layers=2, batch_first=True)
+        self.out = nn.Linear(H, V)
+    def forward(self, x):
+        h, _ = self.rnn(self.emb(x))
+        return self.out(h)
+model = LM()
+opt = lib.optim.Adam(model.parameters(), lr=1e-3)
+x = lib.randint(0, V, (B, T)); y = lib.randint(0, V, (B, T))
+def step():
+    opt.zero_grad()
+    loss = F.cross_entropy(model(x).reshape(B * T, V), y.reshape(B * T))
+    loss.backward()
+    opt.step()
+"""
+
 
 def run_child(code: str, argv: list[str], what: str, env: dict | None = None) -> dict:
     """Runs ``python -c code *argv`` from the repository root and reads its JSON result.

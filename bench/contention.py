@@ -29,9 +29,10 @@ import os
 import statistics
 import subprocess
 import sys
+import textwrap
 import time
 
-from _common import run_child
+from _common import RNN_LM, run_child
 
 _CHILD = r"""
 import json, statistics, sys, time
@@ -43,25 +44,8 @@ else:
 nn, F = lib.nn, lib.nn.functional
 lib.manual_seed(0)
 if workload == "lstm":
-    V, E, H, B, T = 64, 64, 128, 32, 32
-    class LM(nn.Module):
-        def __init__(self):
-            super().__init__()
-            self.emb = nn.Embedding(V, E)
-            self.rnn = nn.LSTM(E, H, num_layers=2, batch_first=True)
-            self.out = nn.Linear(H, V)
-        def forward(self, x):
-            h, _ = self.rnn(self.emb(x))
-            return self.out(h)
-    model = LM()
-    opt = lib.optim.Adam(model.parameters(), lr=1e-3)
-    x = lib.randint(0, V, (B, T)); y = lib.randint(0, V, (B, T))
-    def step():
-        opt.zero_grad()
-        loss = F.cross_entropy(model(x).reshape(B * T, V), y.reshape(B * T))
-        loss.backward()
-        opt.step()
-else:
+    Cell = nn.LSTM
+""" + textwrap.indent(RNN_LM, "    ") + r"""else:
     model = nn.Sequential(nn.Linear(784, 512), nn.ReLU(), nn.Linear(512, 512), nn.ReLU(),
                           nn.Linear(512, 10))
     opt = lib.optim.SGD(model.parameters(), lr=0.01)

@@ -22,7 +22,7 @@ from __future__ import annotations
 import argparse
 import statistics
 
-from _common import run_child
+from _common import RNN_LM, run_child
 
 _CHILD = r"""
 import json, statistics, sys, time
@@ -38,28 +38,8 @@ nn, F = lib.nn, lib.nn.functional
 if threads:
     lib.set_num_threads(threads)
 lib.manual_seed(0)
-V, E, H, B, T = 64, 64, 128, 32, 32
 Cell = {"lstm": nn.LSTM, "gru": nn.GRU, "rnn": nn.RNN}[cell]
-
-class LM(nn.Module):
-    def __init__(self):
-        super().__init__()
-        self.emb = nn.Embedding(V, E)
-        self.rnn = Cell(E, H, num_layers=2, batch_first=True)
-        self.out = nn.Linear(H, V)
-    def forward(self, x):
-        h, _ = self.rnn(self.emb(x))
-        return self.out(h)
-
-model = LM()
-opt = lib.optim.Adam(model.parameters(), lr=1e-3)
-x = lib.randint(0, V, (B, T)); y = lib.randint(0, V, (B, T))
-def step():
-    opt.zero_grad()
-    loss = F.cross_entropy(model(x).reshape(B * T, V), y.reshape(B * T))
-    loss.backward()
-    opt.step()
-for _ in range(3):
+""" + RNN_LM + r"""for _ in range(3):
     step()
 ts, cs = [], []
 for _ in range(steps):
