@@ -11,12 +11,13 @@ from __future__ import annotations
 
 import operator
 import threading
-import weakref
 
 from ..errors import GraphError, ShapeError
 from ..tensor import Tensor, _wrap
 from .graph import Node, ShapeOnly
 from .grad_mode import state, set_grad_enabled
+# NOTE: the hook API lives in hooks.py; engine re-exports it for existing imports
+from .hooks import _RemovableHandle, register_hook, retain_grad, zero_grads  # noqa: F401
 
 _FREED = object()
 _SEQ = operator.attrgetter("seq")
@@ -436,24 +437,6 @@ def _roots_and_grads(tensors, grad_tensors, what):
     return roots, grads
 
 
-def register_hook(t: Tensor, fn):
-    """Register ``fn(grad) -> grad | None`` to run when ``t``'s gradient is computed."""
-    if not t._requires_grad:
-        raise GraphError("cannot register a hook on a tensor that doesn't require gradient")
-    if t._grad_fn is None:
-        if t._hooks is None:
-            t._hooks = []
-        t._hooks.append(fn)
-        lst = t._hooks
-    else:
-        node = t._grad_fn
-        if node.pre_hooks is None:
-            node.pre_hooks = {}
-        lst = node.pre_hooks.setdefault(t._out_nr, [])
-        lst.append(fn)
-    return _RemovableHandle(lst, fn)
-
-
 #: whether any post-accumulate-grad hook was ever registered (skips the edge count if not)
 _post_hooks_live = False
 
@@ -488,46 +471,6 @@ def queue_callback(fn) -> None:
         raise GraphError("queue_callback: no backward pass is running on this thread "
                          "(call it from a gradient hook)")
     stack[-1].append(fn)
-
-
-def retain_grad(t: Tensor) -> None:
-    if not t._requires_grad:
-        raise GraphError("can't retain_grad on Tensor that has requires_grad=False")
-    if t._grad_fn is None:
-        return
-    node = t._grad_fn
-    if node.retain is None:
-        node.retain = {}
-    node.retain[t._out_nr] = weakref.ref(t)
-    t._retains_grad = True
-
-
-class _RemovableHandle:
-    def __init__(self, lst, fn):
-        self._lst, self._fn = lst, fn
-
-    def remove(self) -> None:
-        if self._fn in self._lst:
-            self._lst.remove(self._fn)
-
-
-def zero_grads(tensors, set_to_none: bool = True) -> None:
-    """Reset the ``.grad`` of ``tensors``: to None, or to zeros in place (cut from any graph).
-
-    The one implementation behind ``Module.zero_grad`` and ``Optimizer.zero_grad``.
-    """
-    for p in tensors:
-        g = p.grad
-        if g is None:
-            continue
-        if set_to_none:
-            p.grad = None
-            continue
-        if g.grad_fn is not None:
-            g.detach_()
-        else:
-            g.requires_grad_(False)
-        g.zero_()
 
 
 #: per thread: for each engine run in progress (innermost last), whether it accumulates into
