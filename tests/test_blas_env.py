@@ -12,7 +12,7 @@ def _run(code, **env):
     e = {k: v for k, v in os.environ.items() if k != "OPENBLAS_THREAD_TIMEOUT"}
     e.update(env)
     out = subprocess.run([sys.executable, "-c", code], env=e, capture_output=True, text=True,
-                         check=True)
+                         check=True, timeout=300)
     return out.stdout.strip().splitlines()
 
 

@@ -227,7 +227,7 @@ def test_the_zen_of_python_is_not_printed():
             "from ember.training import TrainConfig\n"
             "load_dataset(TrainConfig(model='gpt', dataset='text'))\n")
     out = subprocess.run([sys.executable, "-c", code], capture_output=True, text=True,
-                         check=True).stdout
+                         check=True, timeout=300).stdout
     assert out == ""
 
 

@@ -207,7 +207,7 @@ def test_env_var_turns_it_off():
     code = "import ember.config as c; print(c.EAGER_KERNELS, c.EAGER_KERNELS_WARMUP)"
     env = {**os.environ, "EMBER_EAGER_KERNELS": "0", "EMBER_EAGER_KERNELS_WARMUP": "7"}
     out = subprocess.run([sys.executable, "-c", code], env=env, capture_output=True,
-                         text=True, check=True).stdout.split()
+                         text=True, check=True, timeout=300).stdout.split()
     assert out == ["False", "7"]
 
 

@@ -79,7 +79,7 @@ def test_kernel_libraries_do_not_load_an_openmp_runtime(cc):
         "k(np.ones(n, np.float32))\n"
         "print(open('/proc/self/maps').read())\n")
     out = subprocess.run([sys.executable, "-c", code], capture_output=True, text=True,
-                         env=os.environ.copy(), check=True).stdout
+                         env=os.environ.copy(), check=True, timeout=300).stdout
     assert "libgomp" not in out and "libomp" not in out
 
 

@@ -1,11 +1,30 @@
 """ember.multiprocessing: tensors cross processes through shared memory (issue 17 item 6)."""
 import pickle
+import time
 
 import numpy as np
 import pytest
 
 import ember
 import ember.multiprocessing as mp
+
+
+TIMEOUT = 60   # seconds: a hung child fails the test instead of hanging the suite
+
+
+def _spawn(fn, args=(), nprocs=2):
+    """``mp.spawn`` that never hangs: children still running after TIMEOUT are killed."""
+    ctx = mp.spawn(fn, args=args, nprocs=nprocs, join=False)
+    deadline = time.monotonic() + TIMEOUT
+    try:
+        while not ctx.join(timeout=max(0.1, deadline - time.monotonic())):
+            if time.monotonic() > deadline:
+                raise TimeoutError(f"{fn.__name__}: children still running after {TIMEOUT} s")
+    finally:
+        for proc in ctx.processes:
+            if proc.is_alive():
+                proc.kill()
+            proc.join(5)
 
 
 def _fill(i, t):
@@ -42,14 +61,14 @@ def test_plain_pickle_still_refuses():
 
 def test_spawn_args_share_memory_with_parent():
     t = ember.zeros(2)
-    mp.spawn(_fill, args=(t,), nprocs=2)
+    _spawn(_fill, args=(t,))
     assert t.is_shared()                 # moved into shared memory when sent
     np.testing.assert_array_equal(t.numpy(), [1.0, 2.0])
 
 
 def test_spawn_reraises_child_error_naming_the_index():
     with pytest.raises(mp.ProcessRaisedException, match=r"Process 1 terminated") as ei:
-        mp.spawn(_raise_in_one, nprocs=2)
+        _spawn(_raise_in_one)
     assert ei.value.error_index == 1 and "boom from child" in str(ei.value)
 
 
@@ -59,10 +78,15 @@ def test_queue_roundtrip_views_the_same_memory():
     t = ember.arange(4, dtype=ember.float32).share_memory_()
     p = ctx.Process(target=_echo, args=(q_in, q_out))
     p.start()
-    q_in.put(t)
-    back = q_out.get(timeout=30)
-    q_in.put(None)
-    p.join(30)
+    try:
+        q_in.put(t)
+        back = q_out.get(timeout=TIMEOUT)
+        q_in.put(None)
+        p.join(TIMEOUT)
+    finally:
+        if p.is_alive():
+            p.kill()
+            p.join(5)
     assert p.exitcode == 0
     np.testing.assert_array_equal(t.numpy(), [1.0, 2.0, 3.0, 4.0])   # child's add_ seen
     np.testing.assert_array_equal(back.numpy(), [2.0, 3.0, 4.0])
@@ -84,7 +108,7 @@ def test_hogwild_linear_regression_converges():
     y = x @ w_true + 0.3
     model = ember.nn.Linear(3, 1)
     model.share_memory()
-    mp.spawn(_hogwild, args=(model, x, y, 150), nprocs=2)
+    _spawn(_hogwild, args=(model, x, y, 150))
     np.testing.assert_allclose(model.weight.detach().numpy().ravel(), [1.5, -2.0, 0.5],
                                atol=0.05)
     assert abs(model.bias.item() - 0.3) < 0.05
@@ -97,7 +121,8 @@ def _double(t):
 
 def test_pool_map_sends_and_returns_tensors():
     with mp.get_context("spawn").Pool(2) as pool:
-        outs = pool.map(_double, [ember.full((2,), float(i)) for i in range(3)])
+        outs = pool.map_async(_double, [ember.full((2,), float(i)) for i in range(3)]).get(
+            TIMEOUT)
     assert [o.tolist() for o in outs] == [[0.0, 0.0], [2.0, 2.0], [4.0, 4.0]]
 
 

@@ -419,5 +419,5 @@ def test_weight_norm_name_is_the_function_after_submodule_import():
     code = ("import ember.nn.utils.weight_norm, ember.nn.utils.spectral_norm, ember as em\n"
             "assert callable(em.nn.utils.weight_norm), em.nn.utils.weight_norm\n"
             "assert callable(em.nn.utils.spectral_norm), em.nn.utils.spectral_norm\n")
-    r = subprocess.run([sys.executable, "-c", code], capture_output=True, text=True)
+    r = subprocess.run([sys.executable, "-c", code], capture_output=True, text=True, timeout=300)
     assert r.returncode == 0, r.stderr
