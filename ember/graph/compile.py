@@ -142,6 +142,7 @@ class CompiledFunction:
         self._recompiles = 0
         self._grad_keys = True    # False once a capture showed fn never touches .grad
         self._wrote_python = {}   # signature -> [(path, old, new)] its traced call wrote
+        self._planning = False    # memory_plan() capturing: lower even an unstable graph
         self.log = Explanation(self.name)
         functools.update_wrapper(self, fn, updated=()) if not self.module else None
 
@@ -218,9 +219,16 @@ class CompiledFunction:
             return self._wrote_state(e, key, wrote, result)
         finish_capture(tr, e, result, arg_slots, flat, [p for _, p in self._roots.params],
                        self.passes, ran_backward)
-        self._lower(e, tr)
+        sig, replayable = self._settle(e, sig, flat, spec, ran_backward)
+        if replayable or self._planning or self.memory_budget is not None:
+            self._lower(e, tr)
+        else:
+            # NOTE: the call changed the signature (a first optimizer step creating state):
+            # this graph is never run, so it is not optimised (nor its kernels compiled)
+            e.raw_graph = e.graph = tr.b.build(e.out_leaves_vars)
+            e.report, e.program = [], None
         e.compile_s = time.perf_counter() - t0
-        self._store(e, sig, flat, spec, tr, ran_backward)
+        self._store(e, sig, flat, tr, replayable)
         return result
 
     def _count_recompile(self, sig, key, why):
@@ -261,18 +269,22 @@ class CompiledFunction:
         e.graph, e.report = graph, report
         e.program = program(e, graph, self.parallel)
 
-    def _store(self, e: Entry, sig, flat, spec, tr: Tracer, ran_backward: bool) -> None:
-        """Guard entry ``e``, log it and cache it under ``sig`` if the call left the
-        signature as it found it."""
+    def _settle(self, e: Entry, sig, flat, spec, ran_backward: bool) -> tuple:
+        """``(signature, replayable)`` of a finished capture: its signature (without the
+        ``.grad`` keys once a graph showed they don't matter) and whether the call left it
+        as it found it, so the graph can replay later calls."""
         if not ran_backward and not touches_grads(e):
             self._grad_keys = False       # .grad fields are none of this graph's business
             # NOTE: dropped from the signature taken before the call, not one taken now:
             # state the call created (optimizer moments) must still make it unstable
             sig = {k: v for k, v in sig.items() if not k.endswith(".grad")}
             self._last_sig = sig
-        self._captured = e                # memory_plan's, also when not cached
         after = self._signature(flat, spec)
-        replayable = stable(sig, after, set_grad_keys(e, self._roots, flat))
+        return sig, stable(sig, after, set_grad_keys(e, self._roots, flat))
+
+    def _store(self, e: Entry, sig, flat, tr: Tracer, replayable: bool) -> None:
+        """Guard entry ``e``, log it and cache it under ``sig`` if ``replayable``."""
+        self._captured = e                # memory_plan's, also when not cached
         e.guards, unguarded = capture_guards(self.fn, flat, lifted(e))
         self.log.capture(sig, e.raw_graph, e.graph, e.report, e.compile_s, tr.randoms,
                          replayable, len(e.guards))
@@ -367,10 +379,12 @@ class CompiledFunction:
         last, recompiles, self._captured = self._last_sig, self._recompiles, None
         self.log.note("memory_plan(): capturing a new signature for its plan; its effects "
                       "are undone")
+        self._planning = True
         try:
             with side_effects_undone(self.fn, args, kwargs, self._roots):
                 self._capture(sig, tuple(sig.items()), flat, spec, args, kwargs)
         finally:
+            self._planning = False
             e, self._captured = self._captured, None
             if e is None or all(x is not e for x in self._cache.values()):
                 self._last_sig, self._recompiles = last, recompiles
