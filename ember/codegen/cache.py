@@ -29,6 +29,12 @@ that were killed (``.tmp-<pid>-*``, ``.build-<pid>-*``, ``.load-<pid>-*``) are r
 the first use in a process and at each eviction once their process is gone (or after ten
 minutes). ``ember cache info`` and ``ember cache clear`` report and empty it.
 
+Concurrency: one lock per entry (key), so independent kernels (a graph's fused kernels, the
+hand-written attention and convolution libraries) compile at the same time on different
+threads, while a second thread asking for an entry being built waits for it and loads the
+same object. Across processes nothing is locked: two builders of one entry each compile in
+a private folder and rename into place; the last rename wins with identical bytes.
+
 Hot path: a library this process has loaded is found by one dict lookup on the source
 string, with no hashing of the source and no file-system call.
 """
@@ -37,6 +43,7 @@ from __future__ import annotations
 import atexit
 import ctypes
 import hashlib
+import itertools
 import os
 import shutil
 import tempfile
@@ -52,7 +59,12 @@ __all__ = ["UnsafeCacheError", "KernelCacheWarning", "cache_dir", "configured_di
            "cache_key", "load", "forget_loaded", "max_bytes", "stats"]
 
 DEFAULT_MAX_BYTES = 512 << 20
+#: guards this module's shared state (folders, usage, the loaded objects, eviction); held
+#: briefly, never across a compiler run.
 _lock = threading.RLock()
+#: ``{key: Lock}``: one build or load of an entry at a time; other entries compile
+#: concurrently (each build runs in its own folder and lands by an atomic rename).
+_key_locks: dict = {}
 #: ``{(folder, key): CDLL}`` of objects loaded by this process.
 _loaded: dict = {}
 #: ``{(source, environment): (compiler, CDLL)}``: the hot path (no hashing, no stat).
@@ -211,7 +223,8 @@ def _build(source: str, cc: Compiler, fd: int, path: str, key: str) -> bytes:
             os.close(wfd)
     finally:
         fs.remove_tree(fd, work)
-    stats["compiled"] += 1
+    with _lock:
+        stats["compiled"] += 1
     try:
         fs.atomic_write(fd, f"{key}.c", source.encode())
         fs.atomic_write(fd, f"{key}.so", data)
@@ -220,11 +233,12 @@ def _build(source: str, cc: Compiler, fd: int, path: str, key: str) -> bytes:
         if config.DEBUG >= 1:
             print(f"[ember.codegen] could not store kernel {key} in {path}: {e}")
         return data
-    _note_added(fd, path, key, len(data) + len(source.encode()) + 65)
+    with _lock:
+        _note_added(fd, path, key, len(data) + len(source.encode()) + 65)
     return data
 
 
-_seq = [0]
+_seq = itertools.count(1)
 
 
 def _dlopen(data: bytes, fd: int, path: str) -> ctypes.CDLL:
@@ -234,8 +248,7 @@ def _dlopen(data: bytes, fd: int, path: str) -> ctypes.CDLL:
     object of the same path; loaded through the folder's descriptor, so no rename of the
     folder between the check and ``dlopen`` can hand it another file.
     """
-    _seq[0] += 1
-    name = fs.temp_name("load", f"-{_seq[0]}.so")
+    name = fs.temp_name("load", f"-{next(_seq)}.so")
     fs.create_file(fd, name, data, 0o700)
     try:
         proc = f"/proc/self/fd/{fd}"
@@ -256,15 +269,22 @@ def load(source: str, cc: Compiler) -> ctypes.CDLL:
     hit = _memo.get(memo)
     if hit is not None and (hit[0] is cc or hit[0] == cc):
         return hit[1]
+    key = cache_key(source, cc)
     with _lock:
-        lib = _load_locked(source, cc)
+        klock = _key_locks.setdefault(key, threading.Lock())
+    with klock:
+        hit = _memo.get(memo)                  # built by the thread we waited for
+        if hit is not None and (hit[0] is cc or hit[0] == cc):
+            return hit[1]
+        lib = _load_locked(source, cc, key)
         _memo[memo] = (cc, lib)
         return lib
 
 
-def _load_locked(source: str, cc: Compiler) -> ctypes.CDLL:
-    key = cache_key(source, cc)
-    path, fd = _open_store()
+def _load_locked(source: str, cc: Compiler, key: str) -> ctypes.CDLL:
+    """Load entry ``key`` (building it if need be); the caller holds the entry's lock."""
+    with _lock:
+        path, fd = _open_store()
     try:
         lib = _loaded.get((path, key))
         if lib is not None:
@@ -277,8 +297,9 @@ def _load_locked(source: str, cc: Compiler) -> ctypes.CDLL:
                 print(f"[ember.codegen] compiling {key}:\n{source}")
             data = _build(source, cc, fd, path, key)
         lib = _dlopen(data, fd, path)
-        _loaded[(path, key)] = lib
-        stats["loaded"] += 1
+        with _lock:
+            _loaded[(path, key)] = lib
+            stats["loaded"] += 1
         return lib
     finally:
         os.close(fd)

@@ -156,7 +156,9 @@ def conv_gemm(graph: Graph):
     """Rewrite convolutions' GEMMs over channel-first columns (see above)."""
     if not ck.available():
         return graph, {"no_compiler": 1}
-    ck.kernels()
+    if any(n.op.name in ("unfold_c", "fold_c", "maxpool", "maxpool_bias_relu", "maxpool_grad")
+           for n in graph.nodes):
+        ck.kernels()                   # the library is built only for graphs that use it
     # NOTE: ``pool`` leaves the nodes it replaced for dce; their reads would hide that a
     # conv output reaches only its max-pool
     graph, _ = dce(graph)

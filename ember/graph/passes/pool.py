@@ -196,7 +196,8 @@ def pool(graph: Graph):
     """Rewrite max-pools, their gradients and the remaining unfold/fold nodes (see above)."""
     if not ck.available():
         return graph, {"no_compiler": 1}
-    ck.kernels()                       # build (or load) the library once, at compile time
+    if any(n.op.name in ("unfold", "fold") for n in graph.nodes):
+        ck.kernels()                   # build (or load) the library once, at compile time
     users = graph.users()
     producer = {o.id: n for n in graph.nodes for o in n.outs}
     outputs = {v.id for v in graph.outputs}

@@ -1,0 +1,64 @@
+"""The kernel cache builds different entries concurrently and each entry once."""
+import threading
+import time
+
+import pytest
+
+from ember.codegen import cache, toolchain
+from ember.codegen.toolchain import find_compiler
+
+
+@pytest.fixture
+def fresh(monkeypatch, tmp_path):
+    if find_compiler() is None:
+        pytest.skip("no C compiler")
+    cache.forget_loaded()
+    monkeypatch.setenv("EMBER_KERNEL_CACHE", str(tmp_path))
+    yield
+    cache.forget_loaded()
+
+
+def _slow_compiles(monkeypatch, delay):
+    """Patch the compiler run: each sleeps ``delay`` s; returns the [(start, end)] log."""
+    log, real = [], toolchain.compile_shared
+
+    def slow(cc, src, out):
+        t0 = time.perf_counter()
+        time.sleep(delay)
+        real(cc, src, out)
+        log.append((t0, time.perf_counter()))
+    monkeypatch.setattr(cache, "compile_shared", slow)
+    return log
+
+
+def _run_threads(fns):
+    out = [None] * len(fns)
+
+    def go(i):
+        out[i] = fns[i]()
+    ts = [threading.Thread(target=go, args=(i,)) for i in range(len(fns))]
+    for t in ts:
+        t.start()
+    for t in ts:
+        t.join(60)
+    return out
+
+
+def test_different_entries_compile_concurrently(fresh, monkeypatch):
+    log = _slow_compiles(monkeypatch, 0.5)
+    cc = find_compiler()
+    srcs = [f"int ember_c{i}(void) {{ return {i}; }}\n" for i in range(2)]
+    libs = _run_threads([lambda s=s: cache.load(s, cc) for s in srcs])
+    assert [lib[f"ember_c{i}"]() for i, lib in enumerate(libs)] == [0, 1]
+    (a0, a1), (b0, b1) = sorted(log)
+    assert b0 < a1, f"the second build waited for the first: {log}"
+
+
+def test_one_entry_is_built_once_when_asked_concurrently(fresh, monkeypatch):
+    log = _slow_compiles(monkeypatch, 0.3)
+    cc = find_compiler()
+    src = "int ember_once(void) { return 7; }\n"
+    before = cache.stats["compiled"]
+    libs = _run_threads([lambda: cache.load(src, cc) for _ in range(3)])
+    assert len(log) == 1 and cache.stats["compiled"] == before + 1
+    assert all(lib is libs[0] for lib in libs) and libs[0].ember_once() == 7
