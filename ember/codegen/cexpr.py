@@ -209,5 +209,9 @@ class Emitter:
             return literal(a.value, target)
         name, d = self.value(a)
         if target is not None and d is not target and CTYPE[d.name] != CTYPE[target.name]:
+            if d is _dt.bool_ and target.category == _F:
+                # NOTE: a select, not `(float)t`: GCC 12 does not vectorise a _Bool -> float
+                # conversion in an `omp simd` loop (relu's backward `gt,mul` ran scalar, 5x)
+                return f"({name} ? ({CTYPE[target.name]})1 : ({CTYPE[target.name]})0)"
             return f"(({CTYPE[target.name]}){name})"
         return name
