@@ -3,7 +3,9 @@
 Start a job with ``ember run --nproc N script.py`` (or ``mpiexec -n N python
 script.py``); each process calls ``init_process_group`` and then the collectives, which
 work on Ember CPU tensors *in place*. The backend is MPI through ``mpi4py``
-(``pip install 'ember[distributed]'``); importing this package does not start MPI.
+(``pip install 'ember[distributed]'``); ``backend="nccl"`` runs CUDA tensors' collectives
+on NCCL through CuPy (``nccl.py``), MPI still starting the job. Importing this package
+does not start MPI.
 
 Interface (PyTorch's names, defaults and semantics; ``src``/``dst`` are global ranks)::
 
@@ -56,7 +58,7 @@ from .collectives import (all_gather, all_gather_into_tensor, all_reduce, barrie
 from .groups import (ProcessGroup, default_pg_timeout, destroy_process_group, get_backend,
                      get_global_rank, get_process_group_ranks, get_rank, get_world_size, group,
                      init_process_group, is_available, is_initialized, is_mpi_available,
-                     new_group)
+                     is_nccl_available, new_group)
 from .objects import all_gather_object, broadcast_object_list, gather_object
 from .p2p import all_to_all, all_to_all_single, irecv, isend, recv, send
 
@@ -67,6 +69,6 @@ __all__ = [
     "broadcast_object_list", "default_pg_timeout", "destroy_process_group", "gather",
     "gather_object", "get_backend", "get_global_rank", "get_process_group_ranks", "get_rank",
     "get_world_size", "group", "init_process_group", "irecv", "is_available",
-    "is_initialized", "is_mpi_available", "isend", "new_group", "recv", "reduce",
+    "is_initialized", "is_mpi_available", "is_nccl_available", "isend", "new_group", "recv", "reduce",
     "reduce_scatter", "reduce_scatter_tensor", "scatter", "send",
 ]

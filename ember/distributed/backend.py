@@ -6,8 +6,8 @@ the transfer and returns a :class:`Request`; :class:`Work` polls requests with a
 deadline so that no wait can hang. The tensor-level API (``collectives.py``) stages
 tensors into such arrays (contiguous copies, float32 for dtypes the backend cannot
 reduce) and writes results back when the work completes, so DDP and the collectives
-never see which backend runs underneath. An NCCL backend would subclass
-:class:`Communicator`, declare ``device_type = "cuda"`` and the dtypes it reduces.
+never see which backend runs underneath. The NCCL backend (``nccl.py``) subclasses
+:class:`Communicator` with ``device_type = "cuda"`` and the dtypes it reduces.
 """
 from __future__ import annotations
 
@@ -137,6 +137,16 @@ class Communicator(abc.ABC):
     @abc.abstractmethod
     def abort(self, code: int = 1) -> None:
         """End every process of the job (used when a rank cannot go on)."""
+
+    def control(self) -> "Communicator":
+        """The communicator of the group's control messages (debug checks, health probes
+        on host buffers): a duplicate of this one; NCCL's is its MPI host communicator."""
+        return self.dup()
+
+    def on_timeout(self, what: str) -> str:
+        """Called when ``what`` timed out, before the error is raised; returns a note for
+        the message (NCCL aborts its communicator here so no GPU kernel spins forever)."""
+        return ""
 
     def free(self) -> None:
         """Release the communicator (after ``destroy_process_group``)."""

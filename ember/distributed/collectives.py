@@ -23,6 +23,12 @@ _FLOAT = {"float16", "bfloat16", "float32", "float64"}
 
 
 # ---------------------------------------------------------------------- staging
+def xp_of(t):
+    """The array module of ``t``'s device (NumPy; CuPy for a GPU's tensors)."""
+    from ..device import get_backend
+    return get_backend(t._device).xp
+
+
 class _Stage:
     """A contiguous array standing for a tensor during a collective."""
 
@@ -30,7 +36,7 @@ class _Stage:
         self.t = t
         arr = t._data
         self.copied = not arr.flags.c_contiguous or (dtype is not None and dtype != arr.dtype)
-        self.buf = np.array(arr, dtype=dtype, order="C") if self.copied else arr
+        self.buf = xp_of(t).array(arr, dtype=dtype, order="C") if self.copied else arr
 
     def write_back(self, values=None) -> None:
         src = self.buf if values is None else values
@@ -43,11 +49,18 @@ def _check_tensor(t, op: str, what: str = "tensor"):
     from ..tensor import Tensor
     if not isinstance(t, Tensor):
         raise TypeError(f"{op}: {what} must be an ember Tensor, got {type(t).__name__}")
-    if t._device.type != "cpu":
+    if t._device.type != "cpu" and t._device.type != _device_type():
         raise DeviceError(f"{op}: the MPI backend handles CPU tensors, got {what} on "
-                          f"{t._device}; move it with .cpu() (an NCCL backend for CUDA is "
-                          f"planned)")
+                          f"{t._device}; move it with .cpu(), or start the job with "
+                          f"init_process_group(backend='nccl') for CUDA tensors")
     return t
+
+
+def _device_type() -> str:
+    """The device type the default group's backend moves ("cuda" for NCCL)."""
+    from .groups import group
+    w = group.WORLD
+    return "cpu" if w is None or w.comm is None else w.comm.device_type
 
 
 def _check_like(ts, ref, op: str, what: str) -> None:
@@ -138,7 +151,7 @@ def all_reduce(tensor, op=ReduceOp.SUM, group=None, async_op=False):
 
 def _finish_reduce(st, op, size) -> None:
     if op is ReduceOp.AVG:
-        np.divide(st.buf, size, out=st.buf)
+        st.buf /= size
     st.write_back()
 
 
@@ -180,7 +193,7 @@ def all_gather(tensor_list, tensor, group=None, async_op=False):
         _check_count(tensor_list, grp.size(), "all_gather", "tensor_list")
         _check_like(tensor_list, tensor, "all_gather", "tensor_list")
         send = _Stage(tensor).buf
-        recv = np.empty((grp.size(),) + tuple(tensor.shape), send.dtype)
+        recv = xp_of(tensor).empty((grp.size(),) + tuple(tensor.shape), send.dtype)
 
         def finish():
             for r, t in enumerate(tensor_list):
@@ -263,7 +276,8 @@ def reduce_scatter(output, input_list, op=ReduceOp.SUM, group=None, async_op=Fal
         return None
     _check_count(input_list, grp.size(), "reduce_scatter", "input_list")
     _check_like(input_list, output, "reduce_scatter", "input_list")
-    stacked = _wrap(np.stack([t._data for t in input_list]), output.dtype, output.device)
+    stacked = _wrap(xp_of(output).stack([t._data for t in input_list]), output.dtype,
+                    output.device)
     return reduce_scatter_tensor(output, stacked, op, group, async_op)
 
 
@@ -281,7 +295,7 @@ def gather(tensor, gather_list=None, dst=0, group=None, async_op=False):
             return [grp.comm.gather(send, None, root)], None
         _check_count(gather_list, grp.size(), "gather", "gather_list")
         _check_like(gather_list, tensor, "gather", "gather_list")
-        recv = np.empty((grp.size(),) + tuple(tensor.shape), send.dtype)
+        recv = xp_of(tensor).empty((grp.size(),) + tuple(tensor.shape), send.dtype)
         return [grp.comm.gather(send, recv, root)], lambda: [
             _Stage(t).write_back(recv[r]) for r, t in enumerate(gather_list)]
     return _run("gather", group, async_op, _sig(tensor, dst=dst), start)
@@ -298,7 +312,7 @@ def scatter(tensor, scatter_list=None, src=0, group=None, async_op=False):
         if grp.comm.rank == root:
             _check_count(scatter_list, grp.size(), "scatter", "scatter_list")
             _check_like(scatter_list, tensor, "scatter", "scatter_list")
-            send = np.stack([np.asarray(t._data) for t in scatter_list])
+            send = xp_of(tensor).stack([t._data for t in scatter_list])
         elif scatter_list:
             raise ValueError(f"scatter: scatter_list must be None on rank "
                              f"{grp.ranks[grp.comm.rank]}, which is not src={src}")

@@ -16,7 +16,7 @@ from .backend import Communicator, DistributedError, Work, seconds
 
 #: PyTorch's default process-group timeout.
 default_pg_timeout = datetime.timedelta(minutes=30)
-_BACKENDS = ("mpi",)
+_BACKENDS = ("mpi", "nccl")
 
 
 class ProcessGroup:
@@ -31,7 +31,7 @@ class ProcessGroup:
         self.ranks = list(ranks)          # global rank of each group rank
         self.timeout = timeout
         self.debug = debug_mode
-        self.ctrl = comm.dup() if comm is not None else None   # debug / control messages
+        self.ctrl = comm.control() if comm is not None else None   # debug / control (host)
         self.seq = 0                      # collectives called so far (debug fingerprints)
 
     def rank(self) -> int:
@@ -82,6 +82,16 @@ def is_mpi_available() -> bool:
     return is_available()
 
 
+def is_nccl_available() -> bool:
+    """True when CuPy's NCCL bindings can be imported (``backend="nccl"``)."""
+    try:
+        from .nccl import load_nccl
+        load_nccl()
+    except ImportError:
+        return False
+    return True
+
+
 def _require(op: str) -> ProcessGroup:
     if group.WORLD is None:
         raise ValueError(f"{op}: Default process group has not been initialized, please "
@@ -113,12 +123,16 @@ def init_process_group(backend: str | None = None, init_method: str | None = Non
     wait for a dead rank.
 
     Args:
-        backend: ``"mpi"`` (the default; ``None`` means it too).
+        backend: ``"mpi"`` (the default; ``None`` means it too) or ``"nccl"``: CUDA
+            tensors' collectives on NCCL (``nccl.py``; MPI still starts the job and carries
+            NCCL's unique id, control messages and CPU tensors).
         init_method: None or ``"env://"``; MPI does the rendezvous.
         timeout: how long any collective may wait (``timedelta`` or seconds; default 30
             minutes). A collective that waits longer raises :class:`DistributedError`.
         world_size, rank: optional; must match MPI's when given.
-        store, group_name, device_id: accepted for PyTorch compatibility; unused.
+        device_id: with ``"nccl"``, the CUDA device of this rank (index or ``"cuda:N"``;
+            default: the current device, ``ember.cuda.set_device``).
+        store, group_name: accepted for PyTorch compatibility; unused.
 
     Example:
         >>> import ember.distributed as dist
@@ -131,7 +145,7 @@ def init_process_group(backend: str | None = None, init_method: str | None = Non
     backend = "mpi" if backend is None else str(backend).lower()
     if backend not in _BACKENDS:
         raise ValueError(f"init_process_group: unknown or unavailable backend {backend!r}; "
-                         f"valid: {list(_BACKENDS)} (an NCCL backend for CUDA is planned)")
+                         f"valid: {list(_BACKENDS)}")
     if init_method not in (None, "env://"):
         raise ValueError(f"init_process_group: init_method={init_method!r} is not supported; "
                          f"MPI does the rendezvous: use None or 'env://' and start the job "
@@ -141,14 +155,29 @@ def init_process_group(backend: str | None = None, init_method: str | None = Non
     limit = seconds(default_pg_timeout if timeout is None else timeout)
     if limit <= 0:
         raise ValueError(f"init_process_group: timeout must be positive, got {timeout!r}")
+    make = _nccl_maker(device_id) if backend == "nccl" else (lambda c: c)
     comm = _world_comm(limit)
     _check_env(comm, world_size, rank)
     _install_excepthook(comm.rank, comm.size)
     _State.abort_on_error = True
     _rendezvous(comm, limit, "init_process_group")
-    group.WORLD = ProcessGroup(comm.dup(), list(range(comm.size)), limit, debug.enabled())
+    group.WORLD = ProcessGroup(make(comm.dup()), list(range(comm.size)), limit,
+                               debug.enabled())
     _State.groups = [group.WORLD]
     _record(comm.rank, "pid", str(os.getpid()))
+
+
+def _nccl_maker(device_id):
+    """``host comm -> NCCLCommunicator``, after checking CuPy/NCCL and a CUDA device are
+    there (before MPI starts, so the error is immediate); ``device_id`` (an index or
+    ``cuda:N``) becomes the current CUDA device, as ``torch.cuda.set_device`` would."""
+    from .nccl import NCCLCommunicator, cuda_backend_or_error, load_nccl
+    nccl, be = load_nccl(), cuda_backend_or_error()
+    if device_id is not None:
+        from ..device import device as _device
+        idx = device_id if isinstance(device_id, int) else _device(device_id).index
+        be.current_index = be.check_index(idx, "init_process_group(device_id=)")
+    return lambda host: NCCLCommunicator(host, nccl, be)
 
 
 def _record(rank: int, what: str, text: str) -> None:
@@ -299,7 +328,8 @@ def timeout_error(grp: ProcessGroup, call: dict, elapsed: float) -> DistributedE
     grace = min(5.0, max(1.0, 0.25 * grp.timeout))
     states = health.probe(grp, call, time.monotonic() - elapsed, grace) if grp.size() > 1 \
         else {}
+    note = grp.comm.on_timeout(call["op"])
     return DistributedError(
         f"[rank {me}] {debug.describe_call(call)} (collective #{call['seq']} on the group of "
         f"ranks {grp.ranks}) timed out after {elapsed:.1f} s:\n  "
-        + health.explain(grp, call, states))
+        + health.explain(grp, call, states) + (f"\n  {note}" if note else ""))

@@ -8,7 +8,7 @@ import numpy as np
 from ..errors import DTypeError, ShapeError
 from . import health
 from .backend import Work
-from .collectives import _check_count, _check_tensor, _desc, _Keep, _run, _Stage
+from .collectives import _check_count, _check_tensor, _desc, _Keep, _run, _Stage, xp_of
 from .groups import resolve, timeout_error
 
 
@@ -93,10 +93,11 @@ def all_to_all(output_tensor_list, input_tensor_list, group=None, async_op=False
             if t.dtype is not ts[0].dtype:
                 raise DTypeError(f"all_to_all: every tensor must have one dtype; got "
                                  f"{_desc(ts[0])} and {_desc(t)}")
-        send = np.concatenate([np.ascontiguousarray(t._data).reshape(-1).view(np.uint8)
-                               for t in input_tensor_list]) if n else np.empty(0, np.uint8)
+        xp = xp_of(ts[0]) if ts else np
+        send = xp.concatenate([xp.ascontiguousarray(t._data).reshape(-1).view(np.uint8)
+                               for t in input_tensor_list]) if n else xp.empty(0, np.uint8)
         recv_counts = [t._data.nbytes for t in output_tensor_list]
-        recv = np.empty(sum(recv_counts), np.uint8)
+        recv = xp.empty(sum(recv_counts), np.uint8)
         req = grp.comm.alltoallv(send, [t._data.nbytes for t in input_tensor_list],
                                  recv, recv_counts)
 
