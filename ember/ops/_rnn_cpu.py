@@ -1,5 +1,7 @@
 """The ``"cpu"`` kernels of ``lstm_layer`` / ``gru_layer`` and their gradients: NumPy's GEMM
-per step, the rest of the step one C loop (:mod:`ember.codegen.rnn_kernels`).
+per step, the rest of the step one C loop (:mod:`ember.codegen.rnn_kernels`); a float32
+LSTM runs each direction of its whole sequence as one C call instead
+(:mod:`ember.codegen.rnn_gemm`: Ember's GEMM micro-kernel, W_hh packed once).
 
 Same arithmetic as the NumPy kernels of :mod:`ember.ops.rnn` (the reference and the
 fallback: no C compiler, ``EMBER_EAGER_KERNELS=0``, other dtypes), within rounding.
@@ -65,11 +67,24 @@ def _prev(xp, first, seq, slot=None):
     return out
 
 
+def _seq(*arrays):
+    """:mod:`ember.codegen.rnn_gemm` when it takes these (float32) arrays, else None."""
+    if arrays[0].dtype != "float32" or _rk(*arrays) is None:
+        return None
+    from ..codegen import rnn_gemm     # NOTE: codegen sits above ops
+    return rnn_gemm if rnn_gemm.mode != "off" else None
+
+
 def lstm(xp, x, h0, c0, w, fallback):
     rk = _rk(x, h0, c0, w)
     if rk is None:
         return fallback(xp, x, h0, c0, w)
     x, h, c = (_unit(xp, a) for a in (x, h0, c0))
+    rg = _seq(x, h, c, w)
+    if rg is not None:
+        out = rg.lstm_forward(x, h, c, w, _buf(xp, "work", (rg.work_size(h.shape[-1]),), x.dtype))
+        if out is not None:
+            return out
     L, N, G = x.shape
     H = G // 4
     out = xp.empty((L, N, 6 * H), dtype=x.dtype)
@@ -95,12 +110,20 @@ def lstm_grad(xp, gout, out, x, h0, c0, w, fallback):
     gout, out = _unit(xp, gout), xp.ascontiguousarray(out)
     L, N, G = x.shape
     H = G // 4
-    hprev, cprev = _prev(xp, h0, out[..., :H], "h"), _prev(xp, c0, out[..., H:2 * H], "c")
+    hprev = _prev(xp, h0, out[..., :H], "h")
     # NOTE: the gradients are written into their slots of the flat result (no concatenate)
     flat = xp.empty(L * N * G + 2 * N * H + G * H, dtype=x.dtype)
     dg, dhr, dc, dw = _slots(flat, (L, N, G), (N, H), (N, H), (G, H))
+    hflat = hprev.reshape(L * N, H)
+    rg = _seq(gout, out, c0, w)
+    if rg is not None and rg.lstm_backward(
+            gout, out, _unit(xp, c0), w, _buf(xp, "work", (rg.work_size(H),), x.dtype), dg,
+            _buf(xp, "dhr", (N, H), x.dtype), dc, dhr):
+        xp.matmul(dg.reshape(L * N, G).T, hflat, out=dw)
+        return flat
     dhr[...] = 0
     dc[...] = 0
+    cprev = _prev(xp, c0, out[..., H:2 * H], "c")
     r, it, S = rk.rows, x.itemsize, 6 * H
     sg = r(gout[0]) if L else 0
     step = rk.Step("lstm_bwd", x.dtype, 9, (N, H, H, S, sg, sg, S, sg))
@@ -111,7 +134,7 @@ def lstm_grad(xp, gout, out, x, h0, c0, w, fallback):
         step(o + 2 * H * it, cps[t], o + H * it, g, g + H * it, g + 2 * H * it, dhp, dcp,
              dgs[t])
         xp.matmul(dg[t], w, out=dhr)
-    xp.matmul(dg.reshape(L * N, G).T, hprev.reshape(L * N, H), out=dw)
+    xp.matmul(dg.reshape(L * N, G).T, hflat, out=dw)
     return flat
 
 

@@ -1,0 +1,146 @@
+"""float32 LSTM layers as one C call per sequence: Ember's own GEMM micro-kernel for the
+recurrent step, W_hh packed once per call, the gate nonlinearities as its epilogue.
+
+Why not NumPy's GEMM per step (:mod:`ember.ops._rnn_cpu`'s float64 path): the recurrent
+product of a step is small (``(N, H) @ (H, 4H)``, 32 x 128 x 512 in the benchmark), and
+through ``numpy.matmul`` each cost ~38 us on this CPU (OpenBLAS repacks W_hh every call, and
+Python runs between steps), against ~21 us in PyTorch (oneDNN/MKL). Here a whole sequence,
+forward or backward, is one call (C text and layouts in :mod:`.rnn_gemm_c`); the weight
+gradient over all steps stays one BLAS GEMM in the caller.
+
+Variants, chosen at run time: ``avx512`` (AVX-512F), ``avx2`` (AVX2 + FMA), ``generic``
+(plain C). :data:`mode` (``EMBER_RNN_GEMM`` at import: ``auto``, ``avx512``, ``avx2``,
+``generic``, ``off``/``0``) picks one; ``auto`` is the widest this CPU runs; a variant this
+CPU cannot run, or ``off``, makes :func:`lstm_forward`/:func:`lstm_backward` return None
+(the caller then runs the per-step path).
+
+Accuracy: float32 sums in another order than BLAS's (one FMA chain per output over ``k``,
+the backward's in blocks of :data:`.rnn_gemm_c.KC`); ``tests/nn/test_rnn_fast_gemm.py``
+bounds the difference to a float64 reference. Results are bitwise the same for any
+thread count (each batch row's arithmetic does not depend on how rows are split).
+"""
+from __future__ import annotations
+
+import ctypes
+import os
+
+import numpy as np
+
+from . import pool as _pool
+from .rnn_gemm_c import VL, source
+from .runtime import num_threads
+from .toolchain import find_compiler
+
+F32 = np.dtype(np.float32)
+ISAS = {"generic": 1, "avx2": 2, "avx512": 3}
+
+#: which variant runs: ``"auto"`` (the widest this CPU runs), a name of :data:`ISAS`, or
+#: ``"off"`` (never: the per-step path). ``EMBER_RNN_GEMM`` sets it at import.
+mode = {"0": "off"}.get(os.environ.get("EMBER_RNN_GEMM", "auto"),
+                        os.environ.get("EMBER_RNN_GEMM", "auto"))
+_state: dict = {}
+
+
+def _lib():
+    """``(lib, fns)`` or None without a C compiler."""
+    if "fns" not in _state:
+        _state["fns"] = None
+        if find_compiler() is not None:
+            loaded = _pool.load_kernels(source(), ["lstm_seq_fwd_f32", "lstm_seq_bwd_f32"])
+            if loaded is not None:
+                lib, fns = loaded
+                lib.ember_rnn_gemm_isas.restype = ctypes.c_int64
+                lib.ember_rnn_gemm_isas.argtypes = []
+                _state["isas"] = int(lib.ember_rnn_gemm_isas())
+                _state["lib"], _state["fns"] = lib, fns
+    return _state["fns"]
+
+
+def runnable() -> list[str]:
+    """The variants this CPU runs (empty without a C compiler)."""
+    if _lib() is None:
+        return []
+    return [name for name, code in ISAS.items() if _state["isas"] >> (code - 1) & 1]
+
+
+def _isa(variant):
+    """The isa code for ``variant`` (default :data:`mode`), or None if it cannot run."""
+    want = mode if variant is None else variant
+    if want == "off" or _lib() is None:
+        return None
+    if want == "auto":
+        return 0
+    code = ISAS.get(want)
+    if code is None:
+        raise ValueError(f"rnn_gemm: unknown variant {want!r}; valid: auto, off, "
+                         f"{', '.join(ISAS)}")
+    return code if _state["isas"] >> (code - 1) & 1 else None
+
+
+def work_size(H: int) -> int:
+    """float32 elements of the packing space (either direction, any variant)."""
+    return 4 * H * (H + 4 * max(VL.values()))     # the backward's panels, padded
+
+
+def _call(name, arrays, geometry):
+    ptrs = (ctypes.c_void_p * len(arrays))(*[a.ctypes.data for a in arrays])
+    g = np.asarray(geometry, dtype=np.int64)
+    _state["fns"][name](ptrs, g.ctypes.data, num_threads())
+
+
+def _rows(a) -> int:
+    return a.strides[0] // a.itemsize
+
+
+def _fits(*arrays) -> bool:
+    return all(a.dtype == F32 and (a.shape[-1] <= 1 or a.strides[-1] == 4) for a in arrays)
+
+
+def lstm_forward(x, h0, c0, w, work, variant=None):
+    """``lstm_layer``'s output ``(L, N, 6H)`` for float32 operands, or None.
+
+    Args:
+        x: ``(L, N, 4H)`` input projections (unit last stride).
+        h0, c0: ``(N, H)`` (unit last stride).
+        w: ``(4H, H)`` recurrent weight.
+        work: float32 scratch of at least :func:`work_size` elements.
+        variant: ``None`` (:data:`mode`), ``"auto"`` or a name of :data:`ISAS`.
+
+    Returns:
+        The output, or None where this path does not apply (see the module docstring).
+    """
+    isa = _isa(variant)
+    L, N, G = x.shape
+    if isa is None or not _fits(x, h0, c0) or min(L, N, G) == 0:
+        return None
+    H = G // 4
+    w = np.ascontiguousarray(w, dtype=F32)
+    out = np.empty((L, N, 6 * H), dtype=F32)
+    _call("lstm_seq_fwd_f32", (x, h0, c0, work, out, w),
+          (L, N, H, isa, _rows(x), _rows(x[0]), _rows(h0), _rows(c0)))
+    return out
+
+
+def lstm_backward(gout, out, c0, w, work, dg, dhr, dc, dh0, variant=None):
+    """BPTT of :func:`lstm_forward` into ``dg`` (L, N, 4H), ``dc`` and ``dh0`` (N, H).
+
+    Args:
+        gout: ``(L, N, 6H)`` gradient of the output (unit last stride).
+        out: the forward's output, contiguous.
+        c0: ``(N, H)``.
+        w: ``(4H, H)``.
+        work: float32 scratch of :func:`work_size` elements; ``dhr``: ``(N, H)`` scratch.
+        dg, dc, dh0: contiguous outputs (``dc`` ends as the gradient of ``c0``).
+        variant: as in :func:`lstm_forward`.
+
+    Returns:
+        True, or None where this path does not apply (nothing written).
+    """
+    isa = _isa(variant)
+    L, N, S = out.shape
+    if isa is None or not _fits(gout, out, c0) or min(L, N, S) == 0:
+        return None
+    w = np.ascontiguousarray(w, dtype=F32)
+    _call("lstm_seq_bwd_f32", (gout, out, c0, work, dg, dhr, dc, dh0, w),
+          (L, N, S // 6, isa, _rows(gout), _rows(gout[0]), _rows(c0)))
+    return True
