@@ -88,19 +88,47 @@ def get_float32_matmul_precision() -> str:
 
 
 def get_default_device():
-    """The device factories use when none is given: the CPU."""
-    return _device("cpu")
+    """The device factories use when none is given (``torch.get_default_device``): the
+    CPU unless :func:`set_default_device` chose another.
+
+    Example:
+        >>> ember.get_default_device()
+        device(type='cpu')
+    """
+    from .device.base import default_device
+    return default_device()
 
 
 def set_default_device(device) -> None:
-    """Accept the CPU (the only default Ember's factories know); refuse other devices.
+    """Make factories (``zeros``, ``tensor``, ``rand``, ``nn`` layers' parameters...) called
+    without ``device=`` allocate on ``device`` (``torch.set_default_device``); None or
+    ``"cpu"`` restores the CPU. Ops on existing tensors are unaffected. ``"cuda"`` means
+    the current CUDA device's index at this call (``cuda:0`` by default).
+
+    Unlike PyTorch, which fails at the first factory call, an unavailable device is
+    refused here, naming why.
 
     Raises:
-        RuntimeError: ``device`` is not the CPU.
+        RuntimeError: ``device`` is a CUDA device this process cannot use.
+
+    Example:
+        >>> ember.set_default_device("cuda")     # needs a GPU or EMBER_FAKE_CUDA=1
+        >>> ember.zeros(2).device
+        device(type='cuda', index=0)
+        >>> ember.set_default_device(None)
     """
-    if device is not None and _device(device).type != "cpu":
-        raise RuntimeError(f"set_default_device(): Ember's factories allocate on the CPU; "
-                           f"{device!r} cannot be the default (valid: 'cpu' or None)")
+    from .device.base import cuda_backend, set_default
+    if device is None:
+        return set_default(None)
+    d = _device("cuda", device) if isinstance(device, int) else _device(device)
+    if d.type == "cuda":
+        be, why = cuda_backend()
+        if be is None:
+            raise RuntimeError(f"set_default_device({device!r}): no CUDA device is available "
+                               f"({why}); valid here: the CPU ('cpu' or None)")
+        idx = be.current_index if isinstance(device, str) and ":" not in device else d.index
+        d = _device("cuda", be.check_index(idx, "set_default_device"))
+    set_default(d)
 
 
 def set_warn_always(b: bool) -> None:

@@ -42,7 +42,7 @@ import threading
 import numpy as np
 
 from . import dtypes as _dt
-from .device import device as _device
+from ._load_location import Misplaced, placer as _placer
 from .ops.factories import from_numpy
 from .tensor import Tensor
 
@@ -100,6 +100,8 @@ class _Encoder:
             node = {"tensor": self.name_for(obj, _supported(obj.dtype.name, "tensor", path))}
             if obj.dtype.name in _COMPLEX:
                 node["complex"] = obj.dtype.name
+            if obj.device.type != "cpu":     # NOTE: PyTorch's location tag, e.g. "cuda:0"
+                node["device"] = str(obj.device)
             return {**node, "requires_grad": True} if obj.requires_grad else node
         if isinstance(obj, np.ndarray):
             node = {"ndarray": self.name_for(obj, _supported(obj.dtype.name, "numpy array",
@@ -411,8 +413,8 @@ def _read_stream(f, n: int, name: str) -> np.ndarray:
 
 
 class _Decoder:
-    def __init__(self, arrays: dict, device) -> None:
-        self.arrays, self.device, self.made = arrays, device, {}
+    def __init__(self, arrays: dict, place) -> None:
+        self.arrays, self.place, self.made = arrays, place, {}
 
     def array(self, name: str, cplx) -> np.ndarray:
         """The stored array ``name``; ``cplx``: the complex dtype its float pairs encode."""
@@ -427,11 +429,9 @@ class _Decoder:
                            f"trailing dim of 2)")
         return np.ascontiguousarray(arr).reshape(-1).view(cplx).reshape(arr.shape[:-1])
 
-    def tensor(self, name: str, requires_grad: bool, cplx=None):
+    def tensor(self, name: str, requires_grad: bool, cplx=None, loc: str = "cpu"):
         if name not in self.made:
-            t = from_numpy(self.array(name, cplx))
-            if self.device is not None and self.device.type != "cpu":
-                t = t.to(self.device)
+            t = self.place(from_numpy(self.array(name, cplx)), loc)
             self.made[name] = t.requires_grad_(True) if requires_grad else t
         return self.made[name]
 
@@ -448,7 +448,7 @@ class _Decoder:
         tag = next(iter(node))
         if tag == "tensor":
             return self.tensor(node["tensor"], bool(node.get("requires_grad", False)),
-                               node.get("complex"))
+                               node.get("complex"), str(node.get("device", "cpu")))
         if tag == "ndarray" and node["ndarray"] in self.arrays:
             return self.array(node["ndarray"], node.get("complex"))
         if tag == "dict" and isinstance(node["dict"], dict):
@@ -479,7 +479,13 @@ def load(f, map_location=None, weights_only: bool = True):
     data than arrives fails as truncated without allocating it.
 
     Args:
-        map_location: ``None``/``"cpu"``/an ``ember.device``: where tensors go.
+        map_location: where tensors go, as in PyTorch: ``None`` (the device each was
+            saved from, ``"cpu"`` for files without Ember metadata), a ``str`` or
+            ``ember.device`` (all of them), a dict from saved location to new location
+            (``{"cuda:1": "cuda:0"}``; others stay where saved), or a callable
+            ``(tensor, location) -> tensor or None`` (None: where saved). The callable
+            gets a CPU *tensor* where PyTorch passes a storage; ``t.cuda(1)`` or
+            returning it as is work alike.
         weights_only: accepted for PyTorch compatibility; loading never runs code anyway.
 
     Raises:
@@ -493,10 +499,7 @@ def load(f, map_location=None, weights_only: bool = True):
         >>> ember.load(p)
         [1, (2.5, None)]
     """
-    if map_location is not None and not isinstance(map_location, (str, _device)):
-        raise TypeError(f"ember.load: map_location must be None, a str or an ember.device, "
-                        f"got {type(map_location).__name__}")
-    dev = None if map_location is None else _device(map_location)
+    dev = _placer(map_location)
     if hasattr(f, "read"):
         return _load_from(f, _remaining(f), False, getattr(f, "name", "<file object>"), dev)
     path = os.fspath(f)
@@ -528,6 +531,8 @@ def _load_from(fh, size, exact, name, dev):
         return _Decoder(arrays, dev).decode(structure)
     except _Corrupt as e:
         raise ValueError(f"ember.load({name!r}): {e}") from None
+    except Misplaced as e:     # NOTE: map_location's own error, not a malformed file
+        raise e.error from None
     except RecursionError:     # NOTE: belt and braces; the depth checks come first
         raise ValueError(f"ember.load({name!r}): nested too deeply") from None
     except (KeyError, TypeError, ValueError) as e:

@@ -63,6 +63,22 @@ class device:
         return (device, (str(self),))
 
 
+_CPU = device("cpu")
+_default: list = []    # the device ember.set_default_device chose (empty: the CPU)
+
+
+def default_device() -> device:
+    """Where factories put tensors made without ``device=`` (``set_default_device``)."""
+    return _default[0] if _default else _CPU
+
+
+def set_default(dev) -> None:
+    """Make ``dev`` (a ``device``, or None for the CPU) the factories' default."""
+    _default.clear()
+    if dev is not None and dev != _CPU:
+        _default.append(dev)
+
+
 class Stream:
     """An ordered queue of device work. On CPU every operation is synchronous."""
 

@@ -11,6 +11,7 @@ import numpy as np
 
 from .. import dtypes as _dt
 from ..device import device as _device, get_backend
+from ..device.base import default_device
 from ..autograd.grad_mode import state as _grad_state
 from ..errors import DTypeError, ShapeError
 from ..tensor import Tensor, _wrap, from_array
@@ -80,7 +81,7 @@ def tensor(data, *, dtype=None, device=None, requires_grad: bool = False) -> Ten
     """
     dtype = _infer_dtype(data) if dtype is None else _dt.as_dtype(dtype)
     data = _nested_arrays(data)
-    dev = _device(device or "cpu")
+    dev = _device(device or default_device())
     try:
         arr = np.array(data, dtype=dtype.np)
     except (ValueError, TypeError, OverflowError) as e:
@@ -139,7 +140,7 @@ def as_tensor(data, dtype=None, device=None) -> Tensor:
         if device is not None:
             t = t.to(device)
         return t
-    if isinstance(data, np.ndarray) and (device is None or _device(device).type == "cpu"):
+    if isinstance(data, np.ndarray) and _device(device or default_device()).type == "cpu":
         t = from_numpy(data)
         return t if dtype is None else t.to(dtype)
     return tensor(data, dtype=dtype, device=device)
@@ -172,7 +173,7 @@ def from_dlpack(ext) -> Tensor:
 def _make(fill, shape, dtype, device, requires_grad, op):
     dtype = _dt.as_dtype(dtype)
     shape = check_new_size(as_shape(shape, op), dtype, op)
-    dev = _device(device or "cpu")
+    dev = _device(device or default_device())
     be = get_backend(dev)
     try:
         arr = be.empty(shape, dtype.np)
@@ -240,7 +241,7 @@ def full_like(input, fill_value, *, dtype=None, device=None, requires_grad=False
 
 def _finish(arr, dtype, dev, requires_grad) -> Tensor:
     """Wrap a host array as a tensor on ``dev`` (a device or its name), copying if not CPU."""
-    dev = _device(dev or "cpu")
+    dev = _device(dev or default_device())
     if dev.type != "cpu":
         arr = get_backend(dev).asarray(arr)
     t = _wrap(arr, dtype, dev)
@@ -298,7 +299,7 @@ def arange(start=0, end=None, step=1, *, dtype=None, device=None,
         arr = (start + step * np.arange(n, dtype=np.int64)).astype(dtype.np)
     else:  # NOTE: PyTorch accumulates start + i * step in double, then rounds once
         arr = (start + step * np.arange(n, dtype=np.float64)).astype(dtype.np)
-    return _finish(arr, dtype, _device(device or "cpu"), requires_grad)
+    return _finish(arr, dtype, _device(device or default_device()), requires_grad)
 
 
 def linspace(start, end, steps: int, *, dtype=None, device=None,
@@ -316,7 +317,7 @@ def linspace(start, end, steps: int, *, dtype=None, device=None,
     dtype = _dt.as_dtype(dtype)
     check_new_size((steps,), dtype, "linspace")
     return _finish(_linspace_array(start, end, steps, dtype), dtype,
-                   _device(device or "cpu"), requires_grad)
+                   _device(device or default_device()), requires_grad)
 
 
 def _linspace_array(start, end, steps, dtype):
@@ -350,7 +351,7 @@ def logspace(start, end, steps: int, base: float = 10.0, *, dtype=None, device=N
     check_new_size((steps,), dtype, "logspace")
     exps = _linspace_array(start, end, steps, _dt.float64)
     arr = np.power(np.float64(base), exps).astype(dtype.np)
-    return _finish(arr, dtype, _device(device or "cpu"), requires_grad)
+    return _finish(arr, dtype, _device(device or default_device()), requires_grad)
 
 
 def eye(n: int, m: int | None = None, *, dtype=None, device=None,
@@ -368,8 +369,7 @@ def eye(n: int, m: int | None = None, *, dtype=None, device=None,
             raise ValueError(f"eye: {w} must be a non-negative integer, got {v!r}")
     dtype = _dt.as_dtype(dtype)
     check_new_size((int(n), int(m)), dtype, "eye")
-    return _finish(np.eye(int(n), int(m), dtype=dtype.np), dtype, _device(device or "cpu"),
-                   requires_grad)
+    return _finish(np.eye(int(n), int(m), dtype=dtype.np), dtype, device, requires_grad)
 
 
 def _traced_constant(t: Tensor) -> None:

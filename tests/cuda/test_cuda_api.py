@@ -167,7 +167,7 @@ def test_save_and_load_with_map_location(fake_cuda, tmp_path):
     m = em.nn.Linear(3, 2).cuda()
     path = tmp_path / "m.safetensors"
     em.save(m.state_dict(), path)
-    on_cpu = em.load(path)
+    on_cpu = em.load(path, map_location="cpu")      # NOTE: None restores to cuda:0
     on_dev = em.load(path, map_location="cuda")
     assert on_cpu["weight"].device.type == "cpu" and on_dev["weight"].device.type == "cuda"
     np.testing.assert_array_equal(on_dev["weight"].cpu().numpy(),
