@@ -17,7 +17,7 @@ from ..device.base import _backends
 from ..tensor import Tensor, _wrap
 
 __all__ = ["add", "add_", "addcmul_", "addcdiv_", "lerp_", "maximum_", "div", "div_", "sqrt",
-           "sqrt_", "abs", "sign", "neg", "clone"]
+           "sqrt_", "abs", "sign", "neg", "clone", "kernel_arrays", "bump"]
 
 
 def _xp(t: Tensor, *others):
@@ -40,6 +40,31 @@ def _xp(t: Tensor, *others):
 
 def _raw(o):
     return o._data if isinstance(o, Tensor) else o
+
+
+def kernel_arrays(t: Tensor, *others: Tensor):
+    """The raw arrays of ``t`` and ``others`` for a one-pass update loop
+    (:mod:`ember.codegen.optim_kernels`), or None: autograd, forward AD or a dispatch mode
+    is active, a tensor is missing, of another dtype/device, not contiguous, or its device
+    runs no host kernels."""
+    if state.grad_enabled or state.fw_levels or state.modes:
+        return None
+    dev = t._device
+    if not _backends[dev.type].has("host_kernels"):
+        return None
+    arrays = [t._data]
+    for o in others:
+        if not isinstance(o, Tensor) or o._dtype is not t._dtype or o._device != dev:
+            return None
+        arrays.append(o._data)
+    from ..codegen.optim_kernels import fits
+    return arrays if fits(*arrays) else None
+
+
+def bump(*ts: Tensor) -> None:
+    """Count a raw in-place write of each tensor (its storage's version)."""
+    for t in ts:
+        t._storage.version += 1
 
 
 def _done(t: Tensor) -> Tensor:

@@ -80,10 +80,12 @@ class Adam(_AdamBase):
                 state["exp_avg_sq"] = zeros_like(p)
                 if amsgrad:
                     state["max_exp_avg_sq"] = zeros_like(p)
-            if maximize:
-                g = O.neg(g)
             exp_avg, exp_avg_sq = state["exp_avg"], state["exp_avg_sq"]
             step = _advance(state)
+            if not amsgrad and _one_pass(p, g, exp_avg, exp_avg_sq, group, lr, step):
+                continue
+            if maximize:
+                g = O.neg(g)
             if wd != 0:
                 if decoupled:
                     p.mul_(1 - lr * wd)
@@ -100,6 +102,31 @@ class Adam(_AdamBase):
                 denom = O.sqrt(exp_avg_sq)
             O.div_(denom, bias_correction2_sqrt).add_(eps)
             O.addcdiv_(p, exp_avg, denom, value=-step_size)
+
+
+def _one_pass(p, g, exp_avg, exp_avg_sq, group, lr, step) -> bool:
+    """Adam's update as one bit-exact C loop over the raw arrays (``_update_group``'s
+    passes, fused: :mod:`ember.codegen.optim_kernels`); False when it cannot run (traced,
+    a tensor lr, non-contiguous or mixed operands, no compiler)."""
+    beta1, beta2 = group["betas"]
+    if lr.__class__ not in (float, int) or step.__class__ is not float:
+        return False
+    bc2_sqrt = (1 - beta2 ** step) ** 0.5
+    if bc2_sqrt.__class__ is not float:     # NOTE: complex (a corrupt step): the passes raise
+        return False
+    arrays = O.kernel_arrays(p, g, exp_avg, exp_avg_sq)
+    if arrays is None:
+        return False
+    from ..codegen import optim_kernels
+    if not optim_kernels.adam(*arrays, lerp_weight=1 - beta1, beta2=beta2,
+                              bias_correction2_sqrt=bc2_sqrt,
+                              eps=group["eps"], step_size=lr / (1 - beta1 ** step),
+                              weight_decay=group["weight_decay"],
+                              decoupled=group["decoupled_weight_decay"], lr=lr,
+                              maximize=group["maximize"]):
+        return False
+    O.bump(p, exp_avg, exp_avg_sq)
+    return True
 
 
 class AdamW(Adam):

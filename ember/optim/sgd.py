@@ -59,6 +59,8 @@ class SGD(Optimizer):
                 g = sgd_sparse_update(p, g, group, lr)
                 if g is None:
                     continue
+            if _one_pass(p, g, state, group, lr):
+                continue
             if maximize:
                 g = O.neg(g)
             if wd != 0:
@@ -71,6 +73,32 @@ class SGD(Optimizer):
                     buf.mul_(mom).add_(g, alpha=1 - damp)
                 g = O.add(g, buf, alpha=mom) if nesterov else buf
             p.add_(g, alpha=-lr)
+
+
+def _one_pass(p, g, state, group, lr) -> bool:
+    """SGD's update as one bit-exact C loop over the raw arrays (``_update_group``'s passes,
+    fused: :mod:`ember.codegen.optim_kernels`); False when it cannot run (traced, a tensor
+    lr, the step that creates the momentum buffer, sparse/non-contiguous/mixed operands)."""
+    mom = group["momentum"]
+    if lr.__class__ not in (float, int):
+        return False
+    if mom != 0:
+        buf = state.get("momentum_buffer")
+        arrays = None if buf is None else O.kernel_arrays(p, g, buf)
+    else:
+        buf, arrays = None, O.kernel_arrays(p, g)
+    if arrays is None:
+        return False
+    from ..codegen import optim_kernels
+    if not optim_kernels.sgd(arrays[0], arrays[1], arrays[2] if buf is not None else None,
+                             weight_decay=group["weight_decay"], momentum=mom,
+                             dampening=group["dampening"], nesterov=group["nesterov"],
+                             maximize=group["maximize"], lr=lr):
+        return False
+    O.bump(p)
+    if buf is not None:
+        O.bump(buf)
+    return True
 
 
 class Lion(Optimizer):

@@ -1,0 +1,221 @@
+"""One-pass C loops for the default (for-loop) SGD and Adam/AdamW updates, bit-exact.
+
+The optimizers' default step updates each parameter with whole-array NumPy passes
+(``ember/optim/_ops.py``): Adam is ``lerp_`` (3 passes), ``mul_``, ``addcmul_`` (3),
+``sqrt``, ``div_``, ``add_`` and ``addcdiv_`` (3) — 13 reads and writes of
+parameter-sized arrays where PyTorch's for-loop runs 7 fused kernels. Here each parameter's
+update is one loop over its elements that performs *the same IEEE operations in the same
+order*, each rounded to the parameter's dtype, with every scalar converted to that dtype
+by NumPy exactly as the NumPy passes convert it. Floating-point contraction is off
+(``a * b + c`` stays two roundings, no FMA) and ``+ - * / sqrt`` are correctly rounded, so
+the result equals the NumPy passes bit for bit, NaN/Inf included — unlike ``fused=True``
+(``optim/_fused.py``), whose generated kernels contract into FMAs as PyTorch's fused
+kernels do. The default step therefore stays bit-identical to ``foreach=True``, to
+``ember.compile``'s exact-pass steps and to itself with ``EMBER_OPTIM_KERNELS=0``
+(tested in ``tests/eager/test_optim_kernels.py``).
+
+Entry points ``ember_<name>_{f32,f64}(char **ptrs, const int64_t *geo, int64_t nt)``,
+``geo = [n, flags]``, contiguous operands of one dtype:
+
+* ``sgd``: ``ptrs = [p, g, buf, s]``, ``s = [weight_decay, momentum, 1 - dampening, -lr]``;
+  flags: 1 maximize, 2 weight decay, 4 momentum (``buf`` updated), 8 Nesterov.
+* ``adam``: ``ptrs = [p, g, exp_avg, exp_avg_sq, s]``, ``s = [lerp weight (w or 1 - w),
+  beta2, 1 - beta2, sqrt(1 - beta2**t), eps, -step_size, 1 - lr * wd, wd]``; flags:
+  1 maximize, 2 L2 weight decay (``g + wd * p``), 4 decoupled (``p * (1 - lr wd)``),
+  8 lerp's upper form (``w >= 0.5``: ``end - (end - t) * (1 - w)``).
+
+:func:`kernels` returns None without a C compiler (the NumPy passes run then).
+"""
+from __future__ import annotations
+
+import ctypes
+import os
+
+import numpy as np
+
+from . import pool as _pool
+from .toolchain import find_compiler
+
+#: dtypes with a kernel, and their entry-point suffix.
+DTYPES = {np.dtype(np.float32): ("float", "f32"), np.dtype(np.float64): ("double", "f64")}
+_NAMES = ("sgd", "adam")
+_state: dict = {"enabled": os.environ.get("EMBER_OPTIM_KERNELS", "1") != "0"}
+#: parameter updates run through the loops (tests and benchmarks read it).
+stats = {"runs": 0}
+
+# NOTE: contraction off, for GCC (its GNU-C default is -ffp-contract=fast) and Clang: a
+# fused multiply-add rounds once where the NumPy passes round twice.
+_HEAD = r"""
+#if defined(__clang__)
+#pragma clang fp contract(off)
+#elif defined(__GNUC__)
+#pragma GCC optimize("fp-contract=off")
+#endif
+#include <stdint.h>
+#include <math.h>
+"""
+
+_BODY = r"""
+void ember_sgd_{S}(char **ptr, const int64_t *geo, int64_t nt) {
+    T *p = (T *)ptr[0], *buf = (T *)ptr[2];
+    const T *g = (const T *)ptr[1], *s = (const T *)ptr[3];
+    const int64_t n = geo[0], f = geo[1];
+    const T wd = s[0], mom = s[1], damp1 = s[2], nlr = s[3];
+    (void)nt;
+    #pragma omp simd
+    for (int64_t i = 0; i < n; i++) {
+        T gi = g[i];
+        if (f & 1) gi = -gi;
+        if (f & 2) { T t = p[i] * wd; gi = gi + t; }
+        if (f & 4) {
+            T b = buf[i] * mom;
+            T t = gi * damp1;
+            b = b + t;
+            buf[i] = b;
+            if (f & 8) { T u = b * mom; gi = gi + u; } else gi = b;
+        }
+        T d = gi * nlr;
+        p[i] = p[i] + d;
+    }
+}
+
+void ember_adam_{S}(char **ptr, const int64_t *geo, int64_t nt) {
+    T *p = (T *)ptr[0], *m = (T *)ptr[2], *v = (T *)ptr[3];
+    const T *g = (const T *)ptr[1], *s = (const T *)ptr[4];
+    const int64_t n = geo[0], f = geo[1];
+    const T w = s[0], beta2 = s[1], omb2 = s[2], bc2 = s[3], eps = s[4], nss = s[5],
+        pmul = s[6], wd = s[7];
+    (void)nt;
+    #pragma omp simd
+    for (int64_t i = 0; i < n; i++) {
+        T gi = g[i], pi = p[i];
+        if (f & 1) gi = -gi;
+        if (f & 4) pi = pi * pmul;
+        if (f & 2) { T t = pi * wd; gi = gi + t; }
+        T d = gi - m[i];
+        d = d * w;
+        T mi = (f & 8) ? gi - d : m[i] + d;
+        m[i] = mi;
+        T vi = v[i] * beta2;
+        T sq = gi * gi;
+        sq = sq * omb2;
+        vi = vi + sq;
+        v[i] = vi;
+        T den = SQRT(vi);
+        den = den / bc2;
+        den = den + eps;
+        T q = mi / den;
+        q = q * nss;
+        p[i] = pi + q;
+    }
+}
+"""
+
+
+def source() -> str:
+    """The C source of the update loops for float32 and float64."""
+    body = "".join(f"#define T {t}\n#define SQRT {'sqrtf' if s == 'f32' else 'sqrt'}\n" +
+                   _BODY.replace("{S}", s) + "#undef T\n#undef SQRT\n"
+                   for t, s in DTYPES.values())
+    return _HEAD + body
+
+
+def set_enabled(flag: bool) -> bool:
+    """Turn the one-pass update loops on or off (``EMBER_OPTIM_KERNELS=0`` starts off);
+    returns the previous setting. Off, the optimizers run their NumPy passes (same bits)."""
+    prev = _state["enabled"]
+    _state["enabled"] = bool(flag)
+    return prev
+
+
+def kernels():
+    """``{"adam_f32": fn, ...}``, or None (turned off, or no C compiler)."""
+    if not _state["enabled"]:
+        return None
+    if "fns" not in _state:
+        _state["fns"] = None
+        if find_compiler() is not None:
+            names = [f"{op}_{s}" for op in _NAMES for _, s in DTYPES.values()]
+            loaded = _pool.load_kernels(source(), names)
+            if loaded is not None:
+                _state["lib"], _state["fns"] = loaded
+    return _state["fns"]
+
+
+class _Call:
+    """Reusable pointer/geometry buffers for one entry point (one per dtype and name)."""
+
+    __slots__ = ("fn", "ptrs", "geo", "gp", "dtype")
+
+    def __init__(self, fn, nptr: int, dtype):
+        self.fn, self.dtype = fn, dtype
+        self.ptrs = (ctypes.c_void_p * nptr)()
+        self.geo = np.zeros(2, dtype=np.int64)
+        self.gp = self.geo.ctypes.data
+
+    def __call__(self, arrays, scalars, flags: int) -> None:
+        # NOTE: NumPy converts the Python scalars to the dtype (round to nearest), as the
+        # NumPy passes' ``array * python_float`` does under NEP 50.
+        s = np.array(scalars, dtype=self.dtype)
+        self.ptrs[:] = [a.ctypes.data for a in arrays] + [s.ctypes.data]
+        self.geo[0], self.geo[1] = arrays[0].size, flags
+        self.fn(self.ptrs, self.gp, 1)
+        stats["runs"] += 1
+
+
+_calls: dict = {}
+
+
+def _call(name: str, dtype, nptr: int):
+    if not _state["enabled"]:
+        return None
+    key = (name, dtype)
+    c = _calls.get(key)
+    if c is None:
+        fns = kernels()
+        if fns is None:
+            return None
+        c = _calls[key] = _Call(fns[f"{name}_{DTYPES[dtype][1]}"], nptr, dtype)
+    return c
+
+
+def fits(*arrays) -> bool:
+    """Whether the arrays are C-contiguous, of one kernel dtype and one shape."""
+    a0 = arrays[0]
+    dt, shape = a0.dtype, a0.shape
+    if dt not in DTYPES:
+        return False
+    for a in arrays:
+        if a.dtype != dt or a.shape != shape or not a.flags.c_contiguous:
+            return False
+    return True
+
+
+def sgd(p, g, buf, *, weight_decay, momentum, dampening, nesterov, maximize, lr) -> bool:
+    """One SGD update of raw arrays ``p`` (and ``buf``, when momentum) in place; False when
+    no kernel runs (the caller's NumPy passes do then)."""
+    c = _call("sgd", p.dtype, 4)
+    if c is None:
+        return False
+    flags = (1 if maximize else 0) | (2 if weight_decay != 0 else 0) | \
+        (4 if momentum != 0 else 0) | (8 if nesterov else 0)
+    c((p, g, buf if buf is not None else p), (weight_decay, momentum, 1 - dampening, -lr),
+      flags)
+    return True
+
+
+def adam(p, g, m, v, *, lerp_weight, beta2, bias_correction2_sqrt, eps, step_size,
+         weight_decay, decoupled, lr, maximize) -> bool:
+    """One Adam/AdamW update (no AMSGrad) of raw arrays ``p``, ``m``, ``v`` in place; False
+    when no kernel runs. ``lerp_weight`` is ``1 - beta1``."""
+    c = _call("adam", p.dtype, 5)
+    if c is None:
+        return False
+    hi = lerp_weight >= 0.5
+    flags = (1 if maximize else 0) | (8 if hi else 0)
+    if weight_decay != 0:
+        flags |= 4 if decoupled else 2
+    c((p, g, m, v), (1 - lerp_weight if hi else lerp_weight, beta2, 1 - beta2,
+                     bias_correction2_sqrt, eps, -step_size, 1 - lr * weight_decay,
+                     weight_decay), flags)
+    return True
