@@ -2,8 +2,10 @@
 
 :func:`launch_plan` turns a kernel and its arrays into the grid, block and argument list
 the rendered signature expects (pure Python: tested in CI on NumPy arrays);
-:class:`CudaKernel` compiles the text once (CuPy compiles with NVRTC and keeps the binary in
-its on-disk kernel cache, ``~/.cupy/kernel_cache``, keyed by the source) and launches it.
+:class:`CudaModule` renders several kernels into one source, compiled once to PTX by NVRTC
+and kept in Ember's kernel cache (:mod:`.cuda_cache`), loaded on first use; its
+:meth:`~CudaModule.runner` is what a compiled graph's fused CUDA node calls (the memory
+planner's ``out=``/``outs=`` buffers included). :class:`CudaKernel` is one kernel alone.
 
 Reductions reduce over one trailing axis: a kernel over ``naxes > 1`` trailing axes gets
 its inputs viewed (copied if need be) with those axes merged.
@@ -15,7 +17,7 @@ import math
 import numpy as np
 
 from .ir import Kernel, ReduceKernel
-from .render_cuda import render_cuda
+from .render_cuda import render_cuda_many
 
 #: threads per block (a multiple of 32: the block reduction's warp shuffles need it).
 BLOCK = 256
@@ -30,30 +32,41 @@ def _merged_shape(k) -> tuple:
     return tuple(k.out.shape)
 
 
-def launch_plan(k, arrays, xp=np, strategy: str = "block"):
+def launch_plan(k, arrays, xp=np, strategy: str = "block", outs=None, cache=None):
     """``(grid, block, args, outputs)`` to launch kernel ``k`` on ``arrays``.
 
     Inputs are broadcast to the loop shape (stride 0 where broadcast) and, for reductions,
-    their reduced axes merged into one; outputs are made contiguous with ``xp.empty``.
+    their reduced axes merged into one; outputs are made contiguous with ``xp.empty``,
+    except where ``outs`` (one array or None per output) gives a C-contiguous array of the
+    output's size and dtype to write into (the memory planner's buffers). ``cache`` (a
+    dict) keeps the device copies of the shape and stride arrays per layout, so a launch
+    on a layout seen before copies nothing to the device.
     """
     space = tuple(k.shape) if isinstance(k, ReduceKernel) else tuple(k.out.shape)
     loop = _merged_shape(k)
     ins, strides = [], []
     for a, spec in zip(arrays, k.inputs):
+        # NOTE: no copy when already a device array of the dtype; a host scalar is copied
         v = xp.broadcast_to(xp.asarray(a, dtype=spec.dtype.np), space)
         if len(loop) != len(space):
             v = v.reshape(loop)      # NOTE: copies only when the reduced axes can't merge
         ins.append(v)
         strides += [s // v.itemsize for s in v.strides]
+    given = list(outs) if outs is not None else [None] * len(k.outputs)
     outs = []
-    for d, _e, *full in k.outputs:      # Kernel: (dtype, expr); ReduceKernel: + full
+    for (d, _e, *full), o in zip(k.outputs, given):   # Kernel: (dtype, expr); + full
         per_row = isinstance(k, ReduceKernel) and not full[0]
-        outs.append(xp.empty(loop[:-1] if per_row else space, d.np))
+        shape = loop[:-1] if per_row else space
+        outs.append(xp.empty(shape, d.np) if o is None else _checked_out(o, shape, d, k))
     if not loop:                        # NOTE: a 0-d kernel loops over one element
         loop, strides = (1,), [0] * len(ins)
     ndim = len(loop)
-    shape_arr = xp.asarray(loop, dtype=np.int64)
-    stride_arr = xp.asarray(strides or [0], dtype=np.int64)
+    geo = None if cache is None else cache.get(key := tuple(strides))
+    if geo is None:
+        geo = (xp.asarray(loop, dtype=np.int64), xp.asarray(strides or [0], dtype=np.int64))
+        if cache is not None:
+            cache[key] = geo
+    shape_arr, stride_arr = geo
     if isinstance(k, ReduceKernel):
         n = math.prod(loop[:-1])
         grid = min(max(n, 1), MAX_BLOCKS) if strategy == "block" else \
@@ -63,6 +76,64 @@ def launch_plan(k, arrays, xp=np, strategy: str = "block"):
         grid = min(max(-(-n // BLOCK), 1), MAX_BLOCKS)
     args = tuple(ins) + tuple(outs) + (shape_arr, stride_arr, np.int32(ndim), np.int64(n))
     return (grid,), (BLOCK,), args, outs
+
+
+def _checked_out(o, shape, d, k):
+    if o.dtype != d.np or o.size != math.prod(shape) or not o.flags.c_contiguous:
+        raise ValueError(f"{k.name}: an output buffer must be C-contiguous {d.name} with "
+                         f"{math.prod(shape)} elements (shape {tuple(shape)}); got "
+                         f"{o.dtype} {tuple(o.shape)}")
+    return o
+
+
+class CudaModule:
+    """Kernels rendered into one CUDA source and loaded as one module, on first use
+    (:func:`ember.codegen.cuda_cache.load_module`: disk-cached PTX, ``cupy`` module).
+
+    Example:
+        >>> mod = CudaModule([k1, k2])             # one NVRTC run for both
+        >>> fn = mod.function(k1.name)             # doctest: +SKIP (loads: needs a GPU)
+    """
+
+    def __init__(self, kernels, strategy: str = "block", name: str = "ember_cuda"):
+        self.kernels = list(kernels)
+        self.strategy, self.name = strategy, name
+        self.source = render_cuda_many(self.kernels, strategy)
+        self._module = None
+
+    def function(self, kernel_name: str):
+        if self._module is None:
+            from .cuda_cache import load_module
+            self._module = load_module(self.source, self.name)
+        return self._module.get_function(kernel_name)
+
+    def runner(self, kernel, metas=None):
+        """``run(xp, *arrays, out=None, outs=None) -> array or tuple`` launching ``kernel``
+        (one of this module's) the way :class:`~ember.graph.passes.fuse_lower.FusedOp`'s
+        runner does on the CPU: new outputs (of ``metas``' ``(shape, NumPy dtype)`` when
+        given: a graph value's shape, e.g. a row value with its kept size-1 dims), or
+        ``out=``/``outs=`` buffers."""
+        return _runner(self, kernel, metas)
+
+
+def _runner(module, k, metas):
+    fn = []
+    geo: dict = {}
+    single = len(k.outputs) == 1
+
+    def run(xp, *arrays, out=None, outs=None, **_params):
+        if not fn:
+            fn.append(module.function(k.name))
+        given = list(outs) if outs is not None else [out] + [None] * (len(k.outputs) - 1)
+        if metas is not None:
+            given = [xp.empty(sh, dt) if o is None else o for o, (sh, dt) in zip(given, metas)]
+        grid, block, args, res = launch_plan(k, arrays, xp, module.strategy, given, geo)
+        if metas is not None:
+            res = given                     # NOTE: the graph's shapes (the plan flattens)
+        if int(args[-1]):                   # NOTE: no launch for zero rows or elements
+            fn[0](grid, block, args)
+        return res[0] if single else tuple(res)
+    return run
 
 
 class CudaKernel:
@@ -77,11 +148,9 @@ class CudaKernel:
     def __init__(self, kernel, strategy: str = "block"):
         import cupy
         self.kernel, self.strategy, self.cupy = kernel, strategy, cupy
-        self.source = render_cuda(kernel, strategy)
-        from .nvrtc import include_dirs   # cuda_fp16.h/cuda_bf16.h (the runtime wheel's)
-        opts = ("--std=c++17",) + tuple(f"-I{d}" for d in include_dirs())
-        self.module = cupy.RawModule(code=self.source, options=opts)
-        self.fn = self.module.get_function(kernel.name)
+        self.module = CudaModule([kernel], strategy, kernel.name)
+        self.source = self.module.source
+        self.fn = self.module.function(kernel.name)
 
     def __call__(self, *arrays):
         grid, block, args, outs = launch_plan(self.kernel, arrays, self.cupy, self.strategy)
@@ -89,4 +158,4 @@ class CudaKernel:
         return tuple(outs)
 
 
-__all__ = ["BLOCK", "CudaKernel", "launch_plan", "Kernel", "ReduceKernel"]
+__all__ = ["BLOCK", "CudaKernel", "CudaModule", "launch_plan", "Kernel", "ReduceKernel"]

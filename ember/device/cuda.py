@@ -307,7 +307,10 @@ class CUDABackend(Backend):
         # NOTE: the stand-in's arrays are NumPy's, so generated C kernels (compiled graphs'
         # fusion, pooling...) run on them; a GPU's compiled graphs skip those passes
         fake = {"fake", "host_kernels", "bfloat16"} if runtime.is_fake else set()
-        self.capabilities = frozenset(caps | fake)
+        # NOTE: a GPU runs the fusion pass's groups as generated CUDA kernels instead
+        # (graph/passes/fuse_cuda.py); the stand-in keeps the C ones
+        gpu = set() if runtime.is_fake else {"cuda_kernels"}
+        self.capabilities = frozenset(caps | fake | gpu)
         self.current_index = 0
         self.streams: list = []         # the `ember.cuda.stream(...)` stack
 

@@ -262,7 +262,7 @@ def _exec(s: _Step, vals, own, alloc, xp, free: bool = True):
     fresh = s.count
     if s.buf >= 0:
         buf = vals[s.buf]
-        if buf is not None and buf.flags.writeable and buf.flags.c_contiguous:
+        if buf is not None and _writeable(buf.flags) and buf.flags.c_contiguous:
             if s.reinterp is not None:
                 buf = buf.reshape(-1).view(s.reinterp[0]).reshape(s.reinterp[1])
             res = s.outfn(*args, out=buf)       # planned: write into a dead buffer
@@ -300,9 +300,14 @@ def _exec(s: _Step, vals, own, alloc, xp, free: bool = True):
 
 def _usable(buf):
     """``buf`` when a kernel may write into it (writeable, C-contiguous), else None."""
-    if buf is not None and buf.flags.writeable and buf.flags.c_contiguous:
+    if buf is not None and _writeable(buf.flags) and buf.flags.c_contiguous:
         return buf
     return None
+
+
+def _writeable(flags) -> bool:
+    # NOTE: CuPy's flags have no ``writeable`` (device arrays always are)
+    return getattr(flags, "writeable", True)
 
 
 def _casts(n):

@@ -17,6 +17,7 @@ from .dce import dce
 from .fold import fold
 from .freeze import freeze
 from .fuse import fuse
+from .fuse_cuda import fuse_cuda
 from .hfuse import hfuse
 from .layout import layout
 from .matmul import small_bmm, sum_rows
@@ -44,6 +45,7 @@ PASSES = {
     "hfuse": hfuse,                  # sibling matmuls on one x -> one GEMM + slices
     "layout": layout,                # NCHW or NHWC per conv, by a measurement
     "fuse": fuse,                    # elementwise/reduction groups -> generated C kernels
+    "fuse_cuda": fuse_cuda,          # the same groups -> CUDA kernels (graphs on a GPU)
     "pool": pool,                    # max-pool fwd/bwd, unfold/fold as C loops
     "conv_gemm": conv_gemm,          # conv GEMMs over channel-first columns: one GEMM each
     "recast": recast,                # autocast weight copies cast again where read late
@@ -73,12 +75,31 @@ DEFAULT_PASSES = ["simplify", "fold", "cse", "scatter_stack", "sdpa_layout", "su
 #: a device without the ``host_kernels`` capability (CuPy arrays on a GPU).
 HOST_PASSES = frozenset({"sdpa_layout", "sdpa_out_layout", "small_bmm", "sum_rows", "layout",
                          "fuse", "pool", "conv_gemm"})
+#: on a device with the ``cuda_kernels`` capability (a GPU), these host passes run as
+#: their CUDA counterparts instead of being skipped.
+DEVICE_PASSES = {"cuda_kernels": {"fuse": "fuse_cuda"}}
 
 
 def _host_kernels(graph) -> bool:
+    return all(b.has("host_kernels") for b in _graph_backends(graph))
+
+
+def _graph_backends(graph) -> list:
     from ...device.base import get_backend
     devs = {v.device for v in graph.inputs if v.device is not None}
-    return all(get_backend(d).has("host_kernels") for d in devs)
+    return [get_backend(d) for d in devs]
+
+
+def _device_passes(graph) -> dict:
+    """``{host pass: its replacement}`` for the graph's devices: a device has the
+    capability, every other has it or host kernels (a CPU scalar beside GPU tensors)."""
+    bes = _graph_backends(graph)
+    out: dict = {}
+    for cap, table in DEVICE_PASSES.items():
+        if any(b.has(cap) for b in bes) and all(b.has(cap) or b.has("host_kernels")
+                                                 for b in bes):
+            out.update(table)
+    return out
 
 
 def register(name: str, fn, default_position: int | None = None) -> None:
@@ -104,7 +125,9 @@ def run_pipeline(graph, passes, verify: bool | None = None):
         graph.verify()
     report = []
     host = _host_kernels(graph)
+    swap = {} if host else _device_passes(graph)
     for p in passes:
+        p = swap.get(p, p) if isinstance(p, str) else p
         fn = PASSES[p] if isinstance(p, str) else p
         name = p if isinstance(p, str) else getattr(fn, "__name__", "pass")
         if not host and name in HOST_PASSES:

@@ -57,13 +57,16 @@ class Group:
         return f"<group {self.id} {self.space}/{self.naxes}: {ops}>"
 
 
-def classify(n) -> str | None:
-    """``"ew"``, ``"reduce"``, ``"rowwise"`` or None (not fusible)."""
+def classify(n, device: str = "cpu") -> str | None:
+    """``"ew"``, ``"reduce"``, ``"rowwise"`` or None (not fusible) for a kernel on a
+    ``device`` (type) array: every input there, or a 0-d CPU scalar beside them."""
     op = n.op
     if isinstance(op, GraphOp) or getattr(op, "random", False) or len(n.outs) != 1:
         return None
     vins = n.var_inputs()
-    if not vins or any(x.device.type != "cpu" for x in vins):
+    if not vins or n.out.device.type != device or any(
+            x.device.type != device and not (x.ndim == 0 and x.device.type == "cpu")
+            for x in vins):
         return None
     if any(x.__class__ is not Var and not isinstance(x, (bool, int, float)) for x in n.inputs):
         return None
@@ -100,8 +103,9 @@ def reduced_axes(n) -> int | None:
     return k
 
 
-def partition(graph) -> list:
-    """The fusion groups of ``graph`` (every group with at least one member)."""
+def partition(graph, device: str = "cpu") -> list:
+    """The fusion groups of ``graph`` (every group with at least one member) of the nodes
+    computing on ``device`` (a device type: ``"cuda"`` for :mod:`.fuse_cuda`)."""
     owner: dict = {}          # var id -> (group, cls) of the member that makes it
     groups: list = []
 
@@ -115,7 +119,7 @@ def partition(graph) -> list:
         owner[n.out.id] = (g, cls)
 
     for n in graph.nodes:
-        kind = classify(n)
+        kind = classify(n, device)
         prods = []
         for x in n.var_inputs():
             o = owner.get(x.id)

@@ -1,0 +1,143 @@
+"""The fusion pass for graphs on a GPU: the same groups as :mod:`.fuse`, as CUDA kernels.
+
+``fuse_cuda(graph)`` partitions the graph exactly like :func:`.fuse.fuse`
+(:mod:`.fuse_groups`, :mod:`.recompute`, scalar merging) and lowers each group to the same
+kernel IR (:func:`.fuse_lower.lower`), then renders every kernel of the graph into one CUDA
+source (:mod:`ember.codegen.render_cuda`: grid-stride elementwise loops, block-per-row
+warp-shuffle reductions; thread-per-row for many short rows), compiled once to PTX by NVRTC
+and kept in the kernel cache (:mod:`ember.codegen.cuda_cache`). Each group becomes one
+:class:`CudaFusedOp` node, launched through ``cupy`` (:mod:`ember.codegen.cuda_launch`).
+
+:func:`ember.graph.passes.run_pipeline` runs it in place of ``fuse`` for graphs on a device
+with the ``cuda_kernels`` capability (a real GPU; the CPU stand-in runs the C kernels).
+
+What is worth a kernel differs from the CPU: CuPy runs every single op as one kernel
+already, so a lone op stays a node (CuPy's own kernel), except softmax/log_softmax
+(two reductions and a pass: one kernel here).
+"""
+from __future__ import annotations
+
+from dataclasses import replace
+
+from ...codegen.cuda_launch import CudaModule
+from ...codegen.ir import Kernel, ReduceKernel
+from ..ir import Graph, GraphOp, Node
+from .fuse import merge_scalars
+from .fuse_groups import partition
+from .fuse_lower import lower
+from .recompute import recompute
+
+__all__ = ["CudaFusedOp", "fuse_cuda", "worth_cuda"]
+
+#: rows shorter than this, when there are many of them, get a thread each, not a block.
+SHORT_ROW = 64
+
+
+def worth_cuda(group) -> bool:
+    """Whether a group beats its unfused nodes on a GPU (one CuPy kernel each)."""
+    if len(group.members) > 1:
+        return True
+    return group.members[0][0].op.name in ("softmax", "log_softmax")
+
+
+def strategy(k) -> str:
+    """``"thread"`` for a reduction over many short rows, else ``"block"``."""
+    if not isinstance(k, ReduceKernel):
+        return "block"
+    m = 1
+    for s in k.shape[len(k.shape) - k.naxes:]:
+        m *= s
+    rows = 1
+    for s in k.shape[:len(k.shape) - k.naxes]:
+        rows *= s
+    return "thread" if m < SHORT_ROW and rows >= 4 * SHORT_ROW else "block"
+
+
+class CudaFusedOp(GraphOp):
+    """A graph op launching one generated CUDA kernel (the CPU's ``FusedOp`` on a GPU).
+
+    ``accepts_out``/``accepts_outs`` as ``FusedOp``'s: the kernels load element ``i`` (a
+    row, for reductions) of every input before storing element ``i`` of any output.
+    """
+
+    __slots__ = ("kernel", "ops", "module", "accepts_out", "accepts_outs")
+
+    def __init__(self, lowered, kernel, module: CudaModule):
+        name = "fused_reduce" if isinstance(kernel, ReduceKernel) else "fused"
+        metas = [(v.shape, v.dtype.np) for v in lowered.outs]
+        super().__init__(name, module.runner(kernel, metas))
+        self.kernel, self.ops, self.module = kernel, lowered.ops, module
+        outs, space = lowered.outs, lowered.group.space
+        single = len(outs) == 1
+        full = single and outs[0].shape == space
+        self.accepts_out = ("inplace" if full else "out") if single else None
+        self.accepts_outs = "inplace" if not single and isinstance(kernel, Kernel) \
+            and all(v.shape == space for v in outs) else None
+
+    def __repr__(self) -> str:
+        return f"<graph op {self.name} (cuda): {self.ops}>"
+
+
+def _groups(graph):
+    """``(graph, groups, early, recomputed)``: the partition as :func:`.fuse.fuse` makes it."""
+    # NOTE: recompute reads the CPU partition's classes, so it changes nothing here yet
+    groups = [g for g in partition(graph, "cuda") if worth_cuda(g)]
+    graph, recomputed = recompute(graph, groups)
+    groups = partition(graph, "cuda")
+    early = {id(g) for g in merge_scalars(graph, groups)}
+    return graph, [g for g in groups if g.members and worth_cuda(g)], early, recomputed
+
+
+def _modules(kernels, name: str) -> dict:
+    """``{kernel name: CudaModule}``: one module (one NVRTC run) per launch strategy."""
+    by: dict = {}
+    for k in kernels:
+        by.setdefault(strategy(k), []).append(k)
+    out = {}
+    for st, ks in by.items():
+        mod = CudaModule(ks, st, f"{name}_{st}")
+        out.update({k.name: mod for k in ks})
+    return out
+
+
+def fuse_cuda(graph: Graph):
+    """Replace fusion groups by generated CUDA kernels; returns ``(graph, stats)``."""
+    graph, groups, early, recomputed = _groups(graph)
+    if not groups:
+        return graph, {"kernels": 0, "fused_nodes": 0}
+    order = {id(n): i for i, n in enumerate(graph.nodes)}
+    users = graph.users()
+    outputs = {v.id for v in graph.outputs}
+    member_of = {id(n): gi for gi, g in enumerate(groups) for n, _ in g.members}
+
+    def needed_by(gi):
+        def needed(v):
+            return v.id in outputs or any(member_of.get(id(u)) != gi
+                                          for u in users.get(v.id, ()))
+        return needed
+    lowered = [lower(g, order, needed_by(gi)) for gi, g in enumerate(groups)]
+    # NOTE: one source per graph: kernel names must be distinct
+    kernels = {gi: replace(lw.kernel, name=f"ember_fused_{gi}")
+               for gi, lw in enumerate(lowered) if lw is not None}
+    modules = _modules(kernels.values(), _safe(graph.name))
+    for mod in {id(m): m for m in modules.values()}.values():
+        mod.function(mod.kernels[0].name)   # NOTE: compile (NVRTC) and load now, not mid-run
+    last = {gi: (min if id(g) in early else max)(order[id(n)] for n, _ in g.members)
+            for gi, g in enumerate(groups)}
+    nodes = []
+    for i, n in enumerate(graph.nodes):
+        gi = member_of.get(id(n))
+        if gi is None:
+            nodes.append(n)
+        elif last[gi] == i and lowered[gi] is not None:
+            lw, k = lowered[gi], kernels[gi]
+            op = CudaFusedOp(lw, k, modules[k.name])
+            nodes.append(Node(op, tuple(lw.inputs), {"ops": lw.ops}, tuple(lw.outs)))
+    fused = sum(len(g.members) for g in groups)
+    return Graph(graph.inputs, nodes, graph.outputs, graph.name), {
+        "kernels": len(kernels), "fused_nodes": fused, "recomputed": recomputed,
+        "modules": len(set(map(id, modules.values())))}
+
+
+def _safe(name) -> str:
+    return "".join(c if c.isalnum() else "_" for c in str(name or "graph"))[:40]

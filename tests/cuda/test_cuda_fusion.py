@@ -1,0 +1,188 @@
+"""Compiled graphs on a GPU-like device run the fusion pass's groups as CUDA kernels.
+
+On the CPU stand-in with the GPU's capabilities (no ``host_kernels``, ``cuda_kernels``),
+``ember.compile`` runs ``fuse_cuda`` in place of ``fuse``: every group renders to CUDA C,
+which NVRTC compiles here (the real compiler, no GPU needed), and each fused node launches
+through :mod:`ember.codegen.cuda_launch`. A fake module stands in for ``cupy``'s: its
+functions read the launch's argument list the way the rendered kernel does (pointers at
+the views' offsets, the shape and per-input strides, ``n``) and evaluate the kernel IR
+with NumPy (:mod:`ember.codegen.interp`). So a wrong grid, argument order, stride or
+merged axis changes the losses, which must equal the CPU's. The same programs on a GPU:
+``tests/cuda/test_gpu_kernels.py``.
+"""
+import re
+
+import numpy as np
+import pytest
+
+import ember as em
+from ember.codegen import cuda_cache, cuda_launch, interp, nvrtc
+from ember.codegen.ir import ReduceKernel
+
+NVRTC = nvrtc.available() and bool(nvrtc.include_dirs())
+
+
+class FakeModule:
+    """``cupy.cuda.function.Module`` for CI: launches run the kernel IR on the arguments."""
+
+    def __init__(self, kernels, launches):
+        self.kernels = {k.name: k for k in kernels}
+        self.launches = launches
+
+    def get_function(self, name):
+        k = self.kernels[name]
+
+        def fn(grid, block, args, shared_mem=0):
+            self.launches.append((name, grid, block))
+            _emulate(k, grid, block, args)
+        return fn
+
+
+def _emulate(k, grid, block, args):
+    nin, nout = len(k.inputs), len(k.outputs)
+    ins, outs = args[:nin], args[nin:nin + nout]
+    shape, strides, ndim, n = args[nin + nout:]
+    ndim, n, loop = int(ndim), int(n), tuple(int(s) for s in shape)
+    assert len(loop) == ndim and strides.size == max(nin * ndim, 1)
+    assert block == (cuda_launch.BLOCK,) and 1 <= grid[0] <= cuda_launch.MAX_BLOCKS
+    rows = int(np.prod(loop[:-1])) if isinstance(k, ReduceKernel) else int(np.prod(loop))
+    assert n == rows, (k.name, n, loop)
+    views = []
+    for j, a in enumerate(ins):
+        st = [int(s) * a.itemsize for s in strides[j * ndim:(j + 1) * ndim]]
+        v = np.lib.stride_tricks.as_strided(a, shape=loop, strides=st, writeable=False)
+        space = k.shape if isinstance(k, ReduceKernel) else k.out.shape
+        views.append(v.reshape(space))
+    run = interp.run_reduction if isinstance(k, ReduceKernel) else interp.run_elementwise
+    run(k, views, out=outs[0], extra_outs=list(outs[1:]))
+
+
+@pytest.fixture
+def gpu_like(fake_cuda, monkeypatch):
+    """The stand-in with a GPU's capabilities and a fake module loader that compiles each
+    source with NVRTC (when installed); yields ``(sources, launches)``."""
+    monkeypatch.setattr(fake_cuda, "capabilities",
+                        fake_cuda.capabilities - {"host_kernels"} | {"cuda_kernels"})
+    made, sources, launches = {}, [], []
+    orig = cuda_launch.CudaModule.__init__
+
+    def init(self, kernels, strategy="block", name="ember_cuda"):
+        orig(self, kernels, strategy, name)
+        made[self.source] = self.kernels
+
+    def loader(source, name):
+        sources.append(source)
+        if NVRTC:
+            ptx = cuda_cache.ptx(source, name, "compute_90")
+            entries = set(re.findall(r"\.entry\s+(\w+)\(", ptx))
+            assert entries == {k.name for k in made[source]}
+        return FakeModule(made[source], launches)
+    monkeypatch.setattr(cuda_launch.CudaModule, "__init__", init)
+    monkeypatch.setattr(cuda_cache, "module_loader", loader)
+    yield sources, launches
+
+
+def _mlp_losses(dev, steps=3):
+    em.manual_seed(0)
+    m = em.nn.Sequential(em.nn.Linear(64, 256), em.nn.GELU(), em.nn.Linear(256, 10)).to(dev)
+    opt = em.optim.AdamW(m.parameters(), lr=1e-3)
+    x, y = em.randn(128, 64).to(dev), em.randint(0, 10, (128,)).to(dev)
+
+    def step(x, y):
+        loss = em.nn.functional.cross_entropy(m(x), y)
+        loss.backward()
+        opt.step()
+        opt.zero_grad()
+        return loss
+    f = em.compile(step)
+    return [float(f(x, y)) for _ in range(steps)], str(f.explain())
+
+
+def _cnn_losses(dev, steps=3):
+    nn = em.nn
+    em.manual_seed(0)
+    m = nn.Sequential(nn.Conv2d(1, 8, 3, padding=1), nn.ReLU(), nn.MaxPool2d(2),
+                      nn.Flatten(), nn.Linear(8 * 4 * 4, 10)).to(dev)
+    opt = em.optim.SGD(m.parameters(), lr=0.1, momentum=0.9)
+    x, y = em.randn(16, 1, 8, 8).to(dev), em.randint(0, 10, (16,)).to(dev)
+
+    def step(x, y):
+        loss = em.nn.functional.cross_entropy(m(x), y)
+        loss.backward()
+        opt.step()
+        opt.zero_grad()
+        return loss
+    f = em.compile(step)
+    return [float(f(x, y)) for _ in range(steps)], str(f.explain())
+
+
+def _block_grads(dev):
+    nn, F = em.nn, em.nn.functional
+    em.manual_seed(0)
+    layer = nn.TransformerEncoderLayer(32, 4, 64, dropout=0.0, batch_first=True,
+                                       norm_first=True).to(dev)
+    x = em.randn(2, 16, 32).to(dev)
+
+    def f(x):
+        y = layer(x, is_causal=True, src_mask=nn.Transformer.generate_square_subsequent_mask(
+            16, device=dev))
+        loss = F.log_softmax(y, -1).mean()
+        loss.backward()
+        return loss
+    cf = em.compile(f)
+    cf(x)                     # NOTE: the traced call runs eagerly; the second runs the graph
+    for p in layer.parameters():
+        p.grad = None
+    loss = float(cf(x))
+    grads = [p.grad.cpu().numpy() for p in layer.parameters()]
+    return loss, grads, str(cf.explain())
+
+
+def test_mlp_step_launches_cuda_kernels_and_matches_cpu(gpu_like):
+    sources, launches = gpu_like
+    want, _ = _mlp_losses("cpu")
+    got, report = _mlp_losses("cuda")
+    assert "fuse_cuda" in report and sources and launches
+    names = {n for n, _, _ in launches}
+    assert len(names) >= 3, names        # GELU (fwd, bwd), softmax rows, AdamW's update...
+    np.testing.assert_allclose(got, want, rtol=1e-5)
+
+
+def test_cnn_step_launches_cuda_kernels_and_matches_cpu(gpu_like):
+    sources, launches = gpu_like
+    want, _ = _cnn_losses("cpu")
+    got, report = _cnn_losses("cuda")
+    assert "fuse_cuda" in report and launches
+    np.testing.assert_allclose(got, want, rtol=1e-5)
+
+
+def test_transformer_block_launches_cuda_kernels_and_matches_cpu(gpu_like):
+    sources, launches = gpu_like
+    want_loss, want_grads, _ = _block_grads("cpu")
+    em.manual_seed(0)
+    loss, grads, report = _block_grads("cuda")
+    assert "fuse_cuda" in report and launches
+    assert any("ember_block_reduce" in s for s in sources)    # layer norm rows: a block each
+    np.testing.assert_allclose(loss, want_loss, rtol=1e-5)
+    for a, b in zip(grads, want_grads):
+        np.testing.assert_allclose(a, b, rtol=1e-4, atol=1e-6)
+
+
+@pytest.mark.skipif(not NVRTC, reason="NVRTC or the CUDA headers are not installed "
+                    "(pip install 'ember[nvrtc]')")
+def test_every_fused_group_compiles_with_nvrtc(gpu_like):
+    sources, _ = gpu_like
+    counts = []
+    for run in (_mlp_losses, _cnn_losses, _block_grads):
+        before = len(sources)
+        run("cuda")
+        counts.append(sum(len(re.findall(r'extern "C" __global__', s))
+                          for s in sources[before:]))
+    # each source went through NVRTC in the loader (PTX entries == the kernels' names)
+    assert all(c >= 2 for c in counts), counts
+    assert any("__shfl_down_sync" in s for s in sources)
+
+
+def test_a_cpu_graph_keeps_the_c_fusion_pass(fake_cuda):
+    _, report = _mlp_losses("cuda", steps=1)          # the stand-in: host kernels
+    assert "fuse_cuda" not in report
