@@ -10,6 +10,7 @@ import math
 
 from . import dtypes as _dt
 from .device import device as _device, get_backend
+from .device import cuda_copy as _cuda_copy
 from .device.base import _backends
 from .storage import Storage
 
@@ -58,7 +59,16 @@ class Tensor:
     _post_acc_hooks = None  # hooks run after a leaf's .grad is complete (DDP)
     _inference = False
     _view_version = None  # storage version at which a differentiable view's grad_fn was made
-    _pinned = False       # page-locked host memory (Tensor.pin_memory)
+
+    @property
+    def _pinned(self) -> bool:
+        """Whether the storage is page-locked host memory (``pin_memory``; views too)."""
+        return _cuda_copy.is_pinned_storage(self._storage)
+
+    @_pinned.setter
+    def _pinned(self, value: bool) -> None:
+        if value:
+            _cuda_copy.mark_pinned(self._storage)
 
     # ---------------------------------------------------------------- structure
     @property
@@ -133,6 +143,25 @@ class Tensor:
         return self._storage
 
     storage = untyped_storage
+
+    def record_stream(self, stream) -> None:
+        """Tell the allocator that ``stream`` (an ``ember.cuda.Stream``) uses this CUDA
+        tensor, so its memory is not reused before the work queued on ``stream`` by the
+        time the tensor is freed has completed (``torch.Tensor.record_stream``).
+
+        Example:
+            >>> with ember.cuda.stream(side):
+            ...     x = batch.to("cuda", non_blocking=True)
+            >>> ember.cuda.current_stream().wait_stream(side)
+            >>> x.record_stream(ember.cuda.current_stream())
+        """
+        if self._device.type != "cuda":
+            raise RuntimeError(f"record_stream: expected a CUDA tensor, got one on "
+                               f"{self._device}")
+        if getattr(stream, "device", None) is None or stream.device.type != "cuda":
+            raise TypeError(f"record_stream: expected an ember.cuda.Stream, got "
+                            f"{type(stream).__name__}")
+        _cuda_copy.record_stream(_backends["cuda"], self._storage, stream._raw)
 
     def data_ptr(self) -> int:
         return _ptr(self._data)

@@ -70,7 +70,7 @@ def to(input, *args, dtype=None, device=None, non_blocking=False, copy=False) ->
     if device is not None:
         dev = _device(device)
         if dev != r._device:
-            r = _transfer(r, dev)   # NOTE: non_blocking: copies are synchronous here
+            r = _transfer(r, dev, non_blocking)
     if dtype is not None:
         r = to_dtype(r, dtype)
     if copy and r is input:
@@ -78,19 +78,28 @@ def to(input, *args, dtype=None, device=None, non_blocking=False, copy=False) ->
     return r
 
 
-def _transfer(x: Tensor, dev) -> Tensor:
-    """A copy of ``x`` on ``dev``; differentiable (the gradient is copied back)."""
+def _transfer(x: Tensor, dev, non_blocking: bool = False) -> Tensor:
+    """A copy of ``x`` on ``dev``; differentiable (the gradient is copied back).
+    ``non_blocking``: asynchronous where the device can (``device/cuda_copy.py``)."""
     dst = get_backend(dev)
     if dev.type == "cuda":
         dst.check_index(dev.index, f"to({dev})")
     if x._requires_grad or x._fw is not None:
         from ..autograd.function import Function  # NOTE: above the ops layer: lazy
-        return _device_copy(Function).apply(x, dev)
-    return _copy_to(x, dev)
+        return _device_copy(Function).apply(x, dev, non_blocking)
+    return _copy_to(x, dev, non_blocking)
 
 
-def _copy_to(x: Tensor, dev) -> Tensor:
+def _copy_to(x: Tensor, dev, non_blocking: bool = False) -> Tensor:
     src, dst = get_backend(x._device), get_backend(dev)
+    if dev.type == "cuda" and x._device.type == "cpu":
+        from ..device.cuda_copy import to_device
+        return _wrap(to_device(dst, x._data, non_blocking, x._pinned), x._dtype, dev)
+    if non_blocking and x._device.type == "cuda" and dev.type == "cpu":
+        from ..device.cuda_copy import to_host
+        t = _wrap(to_host(src, x._data), x._dtype, dev)
+        t._pinned = True      # NOTE: PyTorch's non_blocking device-to-host copy is pinned
+        return t
     return _wrap(dst.asarray(src.to_host(x._data)), x._dtype, dev)
 
 
@@ -102,16 +111,16 @@ def _device_copy(Function):
     if not _DEVICE_COPY:
         class ToCopy(Function):   # NOTE: grad_fn prints as PyTorch's ToCopyBackward
             @staticmethod
-            def forward(ctx, x, dev):
+            def forward(ctx, x, dev, non_blocking=False):
                 ctx.src, ctx.dst = x._device, dev
-                return _copy_to(x, dev)
+                return _copy_to(x, dev, non_blocking)
 
             @staticmethod
             def backward(ctx, g):
-                return to(g, ctx.src), None
+                return to(g, ctx.src), None, None
 
             @staticmethod
-            def jvp(ctx, t, _dev):
+            def jvp(ctx, t, _dev, _non_blocking=None):
                 return to(t, ctx.dst)
         _DEVICE_COPY.append(ToCopy)
     return _DEVICE_COPY[0]
