@@ -289,4 +289,5 @@ def compile_many(kernels) -> list:
     lib = cache.load(text, cc)
     for ck, key, _, sym in parts:
         ck._install(key, lib, sym)
+        ck.origin = (text, key, sym)    # what the graph cache needs to load it again
     return cks

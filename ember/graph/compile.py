@@ -36,6 +36,7 @@ from ..autograd.grad_mode import state as _state
 from ..errors import GraphError
 from ..func._tree import tree_flatten
 from ..tensor import Tensor
+from . import disk_cache
 from .capture import Entry, finish_capture, lifted
 from .discover import discover
 from .explain import Explanation
@@ -261,11 +262,25 @@ class CompiledFunction:
         return tr, arg_slots
 
     def _lower(self, e: Entry, tr: Tracer) -> None:
-        """Build entry ``e``'s graph, run the passes (and the budget), make its program."""
+        """Build entry ``e``'s graph, run the passes (and the budget) or load their result
+        from the graph cache (:mod:`ember.graph.disk_cache`), make its program."""
         e.raw_graph = tr.b.build(e.out_leaves_vars)
+        key = None
+        if self.memory_budget is None and disk_cache.enabled():
+            t0 = time.perf_counter()
+            key = disk_cache.key_for(e.raw_graph, self.passes, self.parallel)
+            hit = disk_cache.lookup(key) if key is not None else None
+            if hit is not None:
+                e.graph, e.report = hit["graph"], hit["report"] + [{
+                    "pass": "graph cache", "changed": {"loaded": 1},
+                    "nodes": len(hit["graph"].nodes), "ms": (time.perf_counter() - t0) * 1e3}]
+                e.program = program(e, e.graph, self.parallel)
+                return
         graph, report = run_pipeline(e.raw_graph, self.passes)
         if self.memory_budget is not None:
             graph = self._fit_budget(e, graph, report)
+        if key is not None:
+            disk_cache.store(key, {"graph": graph, "report": report})
         e.graph, e.report = graph, report
         e.program = program(e, graph, self.parallel)
 
@@ -285,9 +300,11 @@ class CompiledFunction:
     def _store(self, e: Entry, sig, flat, tr: Tracer, replayable: bool) -> None:
         """Guard entry ``e``, log it and cache it under ``sig`` if ``replayable``."""
         self._captured = e                # memory_plan's, also when not cached
-        e.guards, unguarded = capture_guards(self.fn, flat, lifted(e))
+        e.guards, unguarded = None, ()
+        if replayable:                    # NOTE: an entry never replayed needs no guards
+            e.guards, unguarded = capture_guards(self.fn, flat, lifted(e))
         self.log.capture(sig, e.raw_graph, e.graph, e.report, e.compile_s, tr.randoms,
-                         replayable, len(e.guards))
+                         replayable, len(e.guards or ()))
         if unguarded:
             self.log.note(f"unguarded graph inputs (read from the same object at every run: no "
                           f"path from {self.name} reaches them, so a replacement would go "
