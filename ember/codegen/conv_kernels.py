@@ -30,9 +30,12 @@ wants), while the pooled values stay in (n, c) order.
 big channel-first columns are written with streaming stores (the C source, with the
 notes on why, is :mod:`.conv_kernels_c`). float32 and float64; float16/bfloat16
 (:data:`LOWP`) as eager computes them, float32 inside and rounded once: ``unfold`` and a
-tiling ``maxpool_grad`` move their 16-bit values as bits, ``fold``, ``maxpool`` and an
-overlapping ``maxpool_grad`` convert their operands exactly to float32
-(:mod:`.convert_kernels`), run the float32 loop and round the result. :func:`kernels`
+tiling ``maxpool_grad`` move their 16-bit values as bits; ``fold``, ``maxpool`` and an
+overlapping ``maxpool_grad`` run 16-bit loops that convert each element to float32 as
+they load it (exact) and round once as they store (``fold``'s overlap sums in a float32
+block of planes): bit for bit what converting the operands, running the float32 loop and
+rounding the result gives, without those two extra passes over memory (W2's ``fold``
+and max-pools converted 26 operands a step, ~15% of its bfloat16 step). :func:`kernels`
 returns None without a C compiler, and callers (:mod:`ember.graph.passes.pool`) keep the
 NumPy primitives then.
 """
@@ -44,16 +47,16 @@ import ml_dtypes
 import numpy as np
 
 from . import pool as _pool
-from .convert_kernels import from_float32, to_float32
-from .conv_kernels_c import SOURCE
+from .conv_kernels_c import COPIES, SOURCE
 from .runtime import num_threads
 from .toolchain import find_compiler
 
 #: dtypes with a kernel.
 DTYPES = {np.dtype(np.float32): "f32", np.dtype(np.float64): "f64"}
 #: float16/bfloat16: float32 arithmetic inside, 16-bit loads/stores (module docstring).
-LOWP = {np.dtype(np.float16): "u16", np.dtype(ml_dtypes.bfloat16): "u16"}
-LOWP_BF16 = np.dtype(ml_dtypes.bfloat16)
+LOWP = {np.dtype(np.float16): "f16", np.dtype(ml_dtypes.bfloat16): "bf16"}
+#: maxpool's bias prologue ``x + bias`` rounded as eager's add rounds it (geometry g[15]).
+_ROUND = {np.dtype(ml_dtypes.bfloat16): 1, np.dtype(np.float16): 2}
 _state: dict = {}
 _FN = ctypes.CFUNCTYPE(None, ctypes.POINTER(ctypes.c_char_p), ctypes.c_void_p, ctypes.c_int64)
 
@@ -62,7 +65,7 @@ def kernels():
     """``{name_suffix: ctypes function}`` of the compiled library, or None (no compiler)."""
     if "lib" not in _state:
         loaded = _pool.load_kernels(SOURCE, [f"{op}_{s}" for op in (
-            "unfold", "fold", "maxpool", "maxpool_grad") for s in ("f32", "f64", "u16")])
+            "unfold", "fold", "maxpool", "maxpool_grad") for s, *_ in COPIES])
         if loaded is None or find_compiler() is None:
             return None
         _state["lib"], _state["fns"] = loaded
@@ -123,10 +126,6 @@ def fold(cols, output_size, kernel_size, dilation, padding, stride, out=None, ba
     """col2im of (N, C*kh*kw, L) ``cols`` -> (N, C, H, W), like the ``fold`` primitive;
     with ``batch`` = N, of channel-first (C*kh*kw, N*L) columns (``unfold``'s)."""
     cols = np.ascontiguousarray(cols)
-    if cols.dtype in LOWP:   # overlap sums in float32, rounded once
-        res = fold(to_float32(cols), output_size, kernel_size, dilation, padding, stride,
-                   batch=batch)
-        return from_float32(res, cols.dtype, out=out)
     if batch is None:
         n, ck, _ = cols.shape
     else:
@@ -141,8 +140,7 @@ def fold(cols, output_size, kernel_size, dilation, padding, stride, out=None, ba
     return out
 
 
-def maxpool(x, kernel_size, dilation, padding, stride, pad_value, bias=None, channels=None,
-            _rnd=0):
+def maxpool(x, kernel_size, dilation, padding, stride, pad_value, bias=None, channels=None):
     """(vals, arg), each (P, 1, L), of the windows of (P, 1, H, W) ``x``.
 
     With ``bias`` (C values, C dividing P), the windows are those of
@@ -151,12 +149,6 @@ def maxpool(x, kernel_size, dilation, padding, stride, pad_value, bias=None, cha
     the outputs' are in (n, c) order.
     """
     x = np.ascontiguousarray(x)
-    if x.dtype in LOWP:      # compares of the exact float32 values; maxima are x's values
-        if bias is not None:    # x + bias rounded to x's dtype, as eager's add
-            bias = to_float32(np.ascontiguousarray(bias, dtype=x.dtype))
-        vals, arg = maxpool(to_float32(x), kernel_size, dilation, padding, stride, pad_value,
-                            bias, channels, _rnd=1 if x.dtype == LOWP_BF16 else 2)
-        return from_float32(vals, x.dtype), arg
     p, c, h, w = x.shape
     extra = [None]
     nch = 1 if channels is None else channels
@@ -172,7 +164,7 @@ def maxpool(x, kernel_size, dilation, padding, stride, pad_value, bias=None, cha
     if bias is not None:
         extra = [bias.ctypes.data]
     g = geometry(p * c, h, w, kernel_size, dilation, padding, stride, nch, channels is not None)
-    g[15] = _rnd
+    g[15] = _ROUND.get(x.dtype, 0)      # 16-bit: x + bias rounded to x's dtype, as eager's add
     shape = (p, c, int(g[11] * g[12]))
     vals, arg = np.empty(shape, x.dtype), np.empty(shape, np.int64)
     if vals.size:
@@ -194,18 +186,8 @@ def maxpool_grad(grad, arg, output_size, kernel_size, dilation, padding, stride,
                          f"planes of gradient shape {grad.shape}")
     g = geometry(p * c, h, w, kernel_size, dilation, padding, stride,
                  1 if channels is None else channels, channels is not None)
-    if grad.dtype in LOWP and not _tiles(g):    # overlapping windows: float32 sums
-        res = maxpool_grad(to_float32(grad), arg, output_size, kernel_size, dilation,
-                           padding, stride, channels=channels)
-        return from_float32(res, grad.dtype, out=out)
     out = np.empty((p, c, h, w), grad.dtype) if out is None else out
     if out.size:
         _call("maxpool_grad", grad.dtype, (grad, arg, out), g)
     return out
 
-
-def _tiles(g) -> bool:
-    """Whether geometry ``g``'s windows tile the image (stride == kernel, no dilation or
-    padding): ``maxpool_grad`` then writes each pixel once (bit masks, no sums)."""
-    return bool(g[7] == g[3] and g[8] == g[4] and g[5] == 1 and g[6] == 1 and g[9] == 0
-                and g[10] == 0 and g[11] * g[3] <= g[1] and g[12] * g[4] <= g[2])

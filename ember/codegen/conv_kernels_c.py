@@ -1,8 +1,10 @@
 """The C source of :mod:`.conv_kernels` (its loops and the notes on why they look so).
 
 ``_BODY`` is written once with ``T`` (the element type), ``U`` (the unsigned integer of
-its size) and the suffix ``S``; :data:`SOURCE` holds a float32, a float64 and a 16-bit
-copy (float16/bfloat16 as raw bits, for the loops that only move or mask values).
+its size), ``A`` (the arithmetic type), ``LD``/``ST`` (T -> A on load, A -> T on store)
+and the suffix ``S``; :data:`SOURCE` holds a float32, a float64, a bfloat16 and a float16
+copy (16-bit values kept as bits: copies and masks move them, sums and compares convert
+each element as it is loaded and round once as it is stored, never a whole operand).
 """
 from __future__ import annotations
 
@@ -20,13 +22,20 @@ _HEAD = r"""#include <math.h>
 #define EMBER_RELU(v) (((v) < 0 ? 0 : (v)) + 0)
 #define EMBER_FN static inline
 """ + _BF16 + _F16 + r"""
+/* float -> float16 bits as NumPy rounds (convert_kernels' f2h_bits): nearest even, and a
+   NaN keeps its sign and payload >> 13 (made nonzero), where ember_f32_to_f16 says 0x7e00 */
+static inline uint16_t ember_st_f16(float f) {
+    union { uint32_t u; float f; } v; v.f = f;
+    const uint16_t q = (uint16_t)(0x7c00u | ((v.u & 0x7fffffu) >> 13));
+    const uint16_t nan = (uint16_t)(((v.u >> 16) & 0x8000u) | (q == 0x7c00u ? 0x7c01u : q));
+    return f != f ? nan : ember_f32_to_f16(f);
+}
 /* The max-pool prologue's x + bias rounded as eager rounds it: g[15] = 1 to bfloat16,
-   2 to float16 (a 16-bit graph run on float32 copies), 0 not at all. */
+   2 to float16 (NumPy's NaN payload too), 0 not at all. */
 static inline float ember_pro_float(float v, int64_t r) {
-    return r == 1 ? ember_round_bf16(v) : r == 2 ? ember_round_f16(v) : v;
+    return r == 1 ? ember_round_bf16(v) : r == 2 ? ember_f16_to_f32(ember_st_f16(v)) : v;
 }
 static inline double ember_pro_double(double v, int64_t r) { (void)r; return v; }
-static inline uint16_t ember_pro_uint16_t(uint16_t v, int64_t r) { (void)r; return v; }
 typedef void (*ember_run_fn)(char **, const int64_t *, const int64_t *, int64_t, int64_t);
 void (*ember_parallel_hook)(ember_run_fn, char **, const int64_t *, const int64_t *,
                             int64_t, int64_t, int64_t) = 0;
@@ -214,8 +223,8 @@ void ember_unfold_S(char **ptrs, const int64_t *g, int64_t nthreads) {
 
 /* Adds tap (i, j)'s r[0, L) into the plane op (unfold_tap's transpose). `mask`: with
    EMBER_FLAT, L values, 1 where the column of tap column j is inside the image. */
-static inline void ember_fold_tap_S(const T *restrict r, T *restrict op, const int64_t *g,
-                                    int64_t i, int64_t j, const T *restrict mask) {
+static inline void ember_fold_tap_S(const T *restrict r, A *restrict op, const int64_t *g,
+                                    int64_t i, int64_t j, const A *restrict mask) {
     const int64_t *st = g;
     GEOM;
     int64_t a, b, ya, yb;
@@ -229,17 +238,17 @@ static inline void ember_fold_tap_S(const T *restrict r, T *restrict op, const i
            Adding +0 changes no sum: a pixel's sum starts at +0 and never becomes -0 */
         const int64_t shift = (i * DH - PT) * W + off;
         for (int64_t t = ya * OW + a; t < (yb - 1) * OW + b; t++)
-            op[t + shift] += mask[t] != 0 ? r[t] : (T)0;
+            op[t + shift] += mask[t] != 0 ? LD(r[t]) : (A)0;
         return;
     }
     for (int64_t oy = ya; oy < yb; oy++) {
-        T *orow = op + (oy * SH - PT + i * DH) * W;
+        A *orow = op + (oy * SH - PT + i * DH) * W;
         const T *ro = r + oy * OW;
         if (SW == 1) {
-            T *o = orow + off;
-            for (int64_t ox = a; ox < b; ox++) o[ox] += ro[ox];
+            A *o = orow + off;
+            for (int64_t ox = a; ox < b; ox++) o[ox] += LD(ro[ox]);
         } else {
-            for (int64_t ox = a; ox < b; ox++) orow[ox * SW + off] += ro[ox];
+            for (int64_t ox = a; ox < b; ox++) orow[ox * SW + off] += LD(ro[ox]);
         }
     }
 }
@@ -250,28 +259,33 @@ static void ember_fold_S_run(char **ptrs, const int64_t *g, const int64_t *st,
     GEOM;
     const T *cols = (const T *)ptrs[0];
     T *out = (T *)ptrs[1];
-    const int64_t L = OH * OW, C = g[13], NB = g[0] / C, B = ember_block(g, sizeof(T));
+    const int64_t L = OH * OW, C = g[13], NB = g[0] / C, B = ember_block(g, sizeof(A));
     const int64_t ts = g[14] ? NB * L : L;    /* channel-first columns: as in unfold */
-    T *mask = 0;
+    A *mask = 0;
+    /* 16-bit: a block's planes are summed in float (`acc`, L1/L2) and rounded once into
+       `out`; the columns are converted as they are loaded, never as a whole */
+    A *acc = LOWP ? (A *)malloc((size_t)(B * H * W) * sizeof(A)) : 0;
+    if (LOWP && !acc) return;
     if (EMBER_FLAT(g)) {
-        mask = (T *)malloc((size_t)(KW * L) * sizeof(T));
-        if (!mask) return;
+        mask = (A *)malloc((size_t)(KW * L) * sizeof(A));
+        if (!mask) { free(acc); return; }
         for (int64_t j = 0; j < KW; j++) {
             int64_t a, b;
             ember_cols(W, SW, PL, j, DW, OW, &a, &b);
             for (int64_t t = 0; t < L; t++)
-                mask[j * L + t] = (T)(t % OW >= a && t % OW < b);
+                mask[j * L + t] = (A)(t % OW >= a && t % OW < b);
         }
     }
+#define FOLD_PLANE(p) (LOWP ? acc + ((p) - p0) * H * W \
+                            : (A *)(out + (g[14] ? ((p) % NB) * C + (p) / NB : (p)) * H * W))
     for (int64_t p0 = lo, p1; p0 < hi; p0 = p1) {
         p1 = p0 + B < hi ? p0 + B : hi;
         if (g[14] && p1 > (p0 / NB + 1) * NB) p1 = (p0 / NB + 1) * NB;
         for (int64_t p = p0; p < p1; p++)
-            memset(out + (g[14] ? (p % NB) * C + p / NB : p) * H * W, 0,
-                   (size_t)(H * W) * sizeof(T));
+            memset(FOLD_PLANE(p), 0, (size_t)(H * W) * sizeof(A));
         for (int64_t k = 0; k < KH * KW; k++)
         for (int64_t p = p0; p < p1; p++) {
-            T *op = out + (g[14] ? (p % NB) * C + p / NB : p) * H * W;
+            A *op = FOLD_PLANE(p);
             const T *cp = g[14] ? cols + ((p / NB) * KH * KW * NB + p % NB) * L
                                 : cols + p * KH * KW * L;
             /* NOTE: the next tap's run (or the next block's first) is prefetched while
@@ -287,8 +301,15 @@ static void ember_fold_S_run(char **ptrs, const int64_t *g, const int64_t *st,
             }
             ember_fold_tap_S(cp + k * ts, op, g, k / KW, k % KW, mask ? mask + (k % KW) * L : 0);
         }
+        for (int64_t p = p0; LOWP && p < p1; p++) {
+            T *o = out + (g[14] ? (p % NB) * C + p / NB : p) * H * W;
+            const A *s = FOLD_PLANE(p);
+            for (int64_t t = 0; t < H * W; t++) o[t] = ST(s[t]);
+        }
     }
+#undef FOLD_PLANE
     free(mask);
+    free(acc);
 }
 
 void ember_fold_S(char **ptrs, const int64_t *g, int64_t nthreads) {
@@ -297,18 +318,18 @@ void ember_fold_S(char **ptrs, const int64_t *g, int64_t nthreads) {
 
 /* NumPy's argmax: the first NaN, else the first maximum (padding reads as pad).
    One row of windows, exactly, with bounds checks: the path for rows holding a NaN. */
-static void ember_maxpool_row_S(const T *xp, T *best, int64_t *bi, const int64_t *g,
-                                int64_t oy, T pad) {
+static void ember_maxpool_row_S(const A *xp, A *best, int64_t *bi, const int64_t *g,
+                                int64_t oy, A pad) {
     const int64_t *st = g;
     GEOM;
     for (int64_t ox = 0; ox < OW; ox++) {
-        T bv = pad;
+        A bv = pad;
         int64_t bk = -1;
         for (int64_t i = 0; i < KH; i++) {
             const int64_t iy = oy * SH - PT + i * DH;
             for (int64_t j = 0; j < KW; j++) {
                 const int64_t ix = ox * SW - PL + j * DW;
-                const T v = (iy >= 0 && iy < H && ix >= 0 && ix < W) ? xp[iy * W + ix] : pad;
+                const A v = (iy >= 0 && iy < H && ix >= 0 && ix < W) ? xp[iy * W + ix] : pad;
                 if (bk < 0 || (bv == bv && (v > bv || v != v))) {
                     bv = v;
                     bk = i * KW + j;
@@ -320,11 +341,16 @@ static void ember_maxpool_row_S(const T *xp, T *best, int64_t *bi, const int64_t
     }
 }
 
-static const T *ember_relu_plane_S(T *tmp, const T *x, T b, int64_t n, int64_t rnd) {
+static const A *ember_relu_plane_S(A *tmp, const T *x, A b, int64_t n, int64_t rnd) {
     for (int64_t i = 0; i < n; i++) {
-        const T v = PRO(x[i] + b, rnd);
+        const A v = PRO(LD(x[i]) + b, rnd);
         tmp[i] = EMBER_RELU(v);
     }
+    return tmp;
+}
+
+static const A *ember_load_plane_S(A *tmp, const T *x, int64_t n) {
+    for (int64_t i = 0; i < n; i++) tmp[i] = LD(x[i]);
     return tmp;
 }
 
@@ -339,7 +365,7 @@ static void ember_maxpool_S_run(char **ptrs, const int64_t *g, const int64_t *st
     const T *x = (const T *)ptrs[0];
     T *vals = (T *)ptrs[1];
     int64_t *arg = (int64_t *)ptrs[2];
-    const T pad = (T)(*(const double *)ptrs[3]);
+    const A pad = (A)(*(const double *)ptrs[3]);
     const int64_t L = OH * OW;
     const int padnan = pad != pad;
     /* optional prologue relu(x + bias[channel]) (the conv block before the pool), computed
@@ -347,37 +373,50 @@ static void ember_maxpool_S_run(char **ptrs, const int64_t *g, const int64_t *st
        stored (a plane is, in `tmp`, only for the generic path and NaN rows) */
     const T *bias = (const T *)ptrs[4];
     const int64_t C = g[13], rnd = g[15];
-    T *tmp = bias ? (T *)malloc((size_t)(H * W) * sizeof(T)) : 0;
-    if (bias && !tmp) return;
+    /* 16-bit: values compared in float as they are loaded (rows or planes into `tmp`),
+       each row's maxima in `brow` rounded back as they are stored (exact: they are x's) */
+    A *tmp = bias || LOWP ? (A *)malloc((size_t)(H * W + OW) * sizeof(A)) : 0;
+    if ((bias || LOWP) && !tmp) return;
+    A *brow = LOWP ? tmp + H * W : 0;
     /* with g[14] the input planes are channel-first (a conv's one-GEMM output), the
        outputs in (n, c) order all the same */
-#define PLANE(p) (bias ? ember_relu_plane_S(tmp, x + ember_plane(p, g) * H * W, bias[(p) % C], \
-                                            H * W, rnd) : x + ember_plane(p, g) * H * W)
+#define PLANE(p) (bias ? ember_relu_plane_S(tmp, x + ember_plane(p, g) * H * W, \
+                                            LD(bias[(p) % C]), H * W, rnd) \
+                 : LOWP ? ember_load_plane_S(tmp, x + ember_plane(p, g) * H * W, H * W) \
+                 : (const A *)(x + ember_plane(p, g) * H * W))
     if (KH == 2 && KW == 2 && SH == 2 && SW == 2 && DH == 1 && DW == 1 && PT == 0
             && PL == 0 && 2 * OH <= H && 2 * OW <= W) {
         /* the common 2x2 / stride 2 pool, no padding: one pass, no bounds checks */
         for (int64_t q = lo, p = ember_logical(lo, g); q < hi; q++, p = ember_logical(q, g))
         for (int64_t oy = 0; oy < OH; oy++) {
-            const T *r0 = x + ember_plane(p, g) * H * W + 2 * oy * W, *r1 = r0 + W;
+            const T *x0 = x + ember_plane(p, g) * H * W + 2 * oy * W, *x1 = x0 + W;
+            const A *r0 = (const A *)x0, *r1 = (const A *)x1;
             T *vp = vals + p * L + oy * OW;
             int64_t *ap = arg + p * L + oy * OW;
             int bad = 0;
             if (bias) {
                 /* NOTE: the prologue into a two-row buffer first: inlined into the
                    compares below, it stops the compiler's if-conversion (15x slower) */
-                const T bv = bias[p % C];
+                const A bv = LD(bias[p % C]);
                 for (int64_t i = 0; i < W; i++) {
-                    const T u = PRO(r0[i] + bv, rnd), v = PRO(r1[i] + bv, rnd);
+                    const A u = PRO(LD(x0[i]) + bv, rnd), v = PRO(LD(x1[i]) + bv, rnd);
                     tmp[i] = EMBER_RELU(u);
                     tmp[W + i] = EMBER_RELU(v);
                 }
                 r0 = tmp;
                 r1 = tmp + W;
+            } else if (LOWP) {
+                for (int64_t i = 0; i < W; i++) {
+                    tmp[i] = LD(x0[i]);
+                    tmp[W + i] = LD(x1[i]);
+                }
+                r0 = tmp;
+                r1 = tmp + W;
             }
             for (int64_t ox = 0; ox < OW; ox++) {
-                const T c0 = r0[2 * ox], c1 = r0[2 * ox + 1], c2 = r1[2 * ox],
+                const A c0 = r0[2 * ox], c1 = r0[2 * ox + 1], c2 = r1[2 * ox],
                     c3 = r1[2 * ox + 1];
-                T best = c0;
+                A best = c0;
                 int64_t bi = 0;
                 int take = c1 > best;
                 best = take ? c1 : best; bi = take ? 1 : bi;
@@ -386,25 +425,29 @@ static void ember_maxpool_S_run(char **ptrs, const int64_t *g, const int64_t *st
                 take = c3 > best;
                 best = take ? c3 : best; bi = take ? 3 : bi;
                 bad |= (c0 != c0) | (c1 != c1) | (c2 != c2) | (c3 != c3);
-                vp[ox] = best;
+                vp[ox] = ST(best);
                 ap[ox] = bi;
             }
-            if (bad) ember_maxpool_row_S(PLANE(p), vp, ap, g, oy, pad);
+            if (bad) {
+                A *bv = LOWP ? brow : (A *)vp;
+                ember_maxpool_row_S(PLANE(p), bv, ap, g, oy, pad);
+                for (int64_t ox = 0; LOWP && ox < OW; ox++) vp[ox] = ST(bv[ox]);
+            }
         }
         free(tmp);
         return;
     }
     for (int64_t q = lo; q < hi; q++) {
         const int64_t p = ember_logical(q, g);
-        const T *xp = PLANE(p);
+        const A *xp = PLANE(p);
         for (int64_t oy = 0; oy < OH; oy++) {
-            T *best = vals + p * L + oy * OW;
+            A *best = LOWP ? brow : (A *)(vals + p * L + oy * OW);
             int64_t *bi = arg + p * L + oy * OW;
             int bad = padnan;
             for (int64_t i = 0; i < KH; i++) {
                 const int64_t iy = oy * SH - PT + i * DH;
                 const int ry = iy >= 0 && iy < H;
-                const T *xr = xp + (ry ? iy : 0) * W;
+                const A *xr = xp + (ry ? iy : 0) * W;
                 for (int64_t j = 0; j < KW; j++) {
                     const int64_t k = i * KW + j, off = j * DW - PL;
                     int64_t a = 0, b = 0;
@@ -422,7 +465,7 @@ static void ember_maxpool_S_run(char **ptrs, const int64_t *g, const int64_t *st
                         bi[ox] = take ? k : bi[ox];
                     }
                     for (int64_t ox = a; ox < b; ox++) {
-                        const T v = xr[ox * SW + off], bv = best[ox];
+                        const A v = xr[ox * SW + off], bv = best[ox];
                         const int take = v > bv;
                         bad |= v != v;
                         best[ox] = take ? v : bv;
@@ -436,6 +479,8 @@ static void ember_maxpool_S_run(char **ptrs, const int64_t *g, const int64_t *st
                 }
             }
             if (bad) ember_maxpool_row_S(xp, best, bi, g, oy, pad);
+            for (int64_t ox = 0; LOWP && ox < OW; ox++)
+                vals[p * L + oy * OW + ox] = ST(best[ox]);
         }
     }
     free(tmp);
@@ -494,20 +539,26 @@ static void ember_maxpool_grad_S_run(char **ptrs, const int64_t *g, const int64_
         }
         return;
     }
+    /* overlapping windows: sums, in float for 16-bit (one plane in `acc`, rounded once) */
+    A *acc = LOWP ? (A *)malloc((size_t)(H * W) * sizeof(A)) : 0;
+    if (LOWP && !acc) return;
     for (int64_t p = lo; p < hi; p++) {
         T *op = out + ember_plane(p, g) * H * W;
+        A *ac = LOWP ? acc : (A *)op;
         const T *gp = gr + p * L;
         const int64_t *ap = arg + p * L;
-        memset(op, 0, (size_t)(H * W) * sizeof(T));
+        memset(ac, 0, (size_t)(H * W) * sizeof(A));
         for (int64_t oy = 0; oy < OH; oy++)
         for (int64_t ox = 0; ox < OW; ox++) {
             const int64_t k = ap[oy * OW + ox];
             if (k < 0 || k >= K) continue;
             const int64_t iy = oy * SH - PT + (k / KW) * DH;
             const int64_t ix = ox * SW - PL + (k % KW) * DW;
-            if (iy >= 0 && iy < H && ix >= 0 && ix < W) op[iy * W + ix] += gp[oy * OW + ox];
+            if (iy >= 0 && iy < H && ix >= 0 && ix < W) ac[iy * W + ix] += LD(gp[oy * OW + ox]);
         }
+        for (int64_t t = 0; LOWP && t < H * W; t++) op[t] = ST(ac[t]);
     }
+    free(acc);
 }
 
 void ember_maxpool_grad_S(char **ptrs, const int64_t *g, int64_t nthreads) {
@@ -515,14 +566,18 @@ void ember_maxpool_grad_S(char **ptrs, const int64_t *g, int64_t nthreads) {
 }
 """
 
-#: (suffix, T, U) of each copy. ``u16`` holds float16/bfloat16 as their bits: only its
-#: copies are used (``unfold``, and ``maxpool_grad`` when windows tile the image: bit
-#: masks, no arithmetic); :mod:`.conv_kernels` runs the arithmetic in float32.
-COPIES = (("f32", "float", "uint32_t"), ("f64", "double", "uint64_t"),
-          ("u16", "uint16_t", "uint16_t"))
+#: (suffix, T, U, A, LD, ST) of each copy: T the stored element, U the unsigned integer
+#: of its size, A the arithmetic type, LD/ST the conversions T -> A -> T. ``bf16``/``f16``
+#: hold their values as bits (``unfold`` and a tiling ``maxpool_grad`` move or mask them)
+#: and compute in float, converting on load and rounding once on store (``LOWP``).
+COPIES = (("f32", "float", "uint32_t", "float", "", ""),
+          ("f64", "double", "uint64_t", "double", "", ""),
+          ("bf16", "uint16_t", "uint16_t", "float", "ember_bf16_to_f32", "ember_f32_to_bf16"),
+          ("f16", "uint16_t", "uint16_t", "float", "ember_f16_to_f32", "ember_st_f16"))
 
 SOURCE = _HEAD + "".join(
-    f"#define T {t}\n#define U {u}\n#define PRO ember_pro_{t}\n"
+    f"#define T {t}\n#define U {u}\n#define A {a}\n#define PRO ember_pro_{a}\n"
+    f"#define LD(v) {ld}(v)\n#define ST(v) {st}(v)\n#define LOWP {int(bool(ld))}\n"
     + _BODY.replace("_S_run", f"_{s}_run").replace("_S(", f"_{s}(")
-    + "#undef T\n#undef U\n#undef PRO\n"
-    for s, t, u in COPIES)
+    + "#undef T\n#undef U\n#undef A\n#undef PRO\n#undef LD\n#undef ST\n#undef LOWP\n"
+    for s, t, u, a, ld, st in COPIES)
