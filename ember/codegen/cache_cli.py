@@ -1,4 +1,5 @@
-"""``ember cache info`` and ``ember cache clear``: look at or empty the kernel cache.
+"""``ember cache info`` and ``ember cache clear``: look at or empty the kernel cache and
+the graph cache beside it (:mod:`ember.graph.disk_cache`).
 
 Both act on the configured folder (``$EMBER_KERNEL_CACHE``, else
 ``$XDG_CACHE_HOME/ember/kernels``, else ``~/.cache/ember/kernels``), never create it, and
@@ -81,15 +82,21 @@ def add_parser(sub) -> None:
 
 
 def main(args) -> int:
-    """Run ``ember cache <action>``; the exit status."""
+    """Run ``ember cache <action>`` (the kernel cache, then the graph cache); the exit
+    status."""
+    from ..graph import disk_cache
     if args.action == "clear":
-        try:
-            n, nbytes = clear()
-        except fs.UnsafeCacheError as e:
-            print(f"ember cache clear: {e}; refusing to delete files there")
-            return 1
-        print(f"removed {n} entries, {_mib(nbytes)}, from {cache.configured_dir()[0]}")
-        return 0
+        status = 0
+        for what, clear_fn, where in (("kernel", clear, cache.configured_dir),
+                                      ("graph", disk_cache.clear, disk_cache.configured_dir)):
+            try:
+                n, nbytes = clear_fn()
+            except fs.UnsafeCacheError as e:
+                print(f"ember cache clear: {e}; refusing to delete files there")
+                status = 1
+                continue
+            print(f"removed {n} {what} entries, {_mib(nbytes)}, from {where()[0]}")
+        return status
     r = info()
     print(f"path:       {r['path']}")
     print(f"check:      {r['check']}")
@@ -97,4 +104,10 @@ def main(args) -> int:
     print(f"bytes:      {_mib(r['bytes'])}")
     print(f"bound:      {_mib(r['bound'])} (EMBER_KERNEL_CACHE_MAX_BYTES)")
     print(f"stale tmp:  {r['stale']}")
-    return 0 if r["check"] in ("ok", "missing") else 1
+    g = disk_cache.info()
+    print(f"graphs:     {g['path']} ({'on' if g['enabled'] else 'off: EMBER_GRAPH_CACHE=0'})")
+    print(f"  check:    {g['check']}")
+    print(f"  entries:  {g['entries']}, {_mib(g['bytes'])} of {_mib(g['bound'])} "
+          f"(EMBER_GRAPH_CACHE_MAX_BYTES)")
+    ok = ("ok", "missing")
+    return 0 if r["check"] in ok and g["check"] in ok else 1

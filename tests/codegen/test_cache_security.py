@@ -344,7 +344,7 @@ def test_cli_cache_info_and_clear(fresh, monkeypatch, tmp_path, capsys):
     assert "entries:    2\n" in out and f"bytes:      {total} bytes" in out
     assert f"bound:      {64 << 20} bytes (64.0 MiB)" in out
     assert cli.main(["cache", "clear"]) == 0
-    assert f"removed 2 entries, {total} bytes" in capsys.readouterr().out
+    assert f"removed 2 kernel entries, {total} bytes" in capsys.readouterr().out
     assert sorted(os.listdir(tmp_path / "k")) == [live.name, "NOTES.txt"]   # live build's
     assert cache.load(_sources(1)[0], cc).ember_v000() == 0  # memo dropped: rebuilt
 

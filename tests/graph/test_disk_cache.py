@@ -180,3 +180,15 @@ def test_new_process_loads_the_graph(gcache):
     assert runs[0]["stats"]["stored"] == 1 and runs[0]["stats"]["hits"] == 0
     assert runs[1]["stats"]["hits"] == 1 and runs[1]["stats"]["stored"] == 0
     assert runs[1]["losses"] == runs[0]["losses"] and runs[1]["p"] == runs[0]["p"]
+
+
+def test_cli_info_and_clear_include_graphs(gcache, capsys):
+    from ember import cli
+    _train(2)
+    size = sum((gcache / n).stat().st_size for n in _entries(gcache))
+    cli.main(["cache", "info"])
+    out = capsys.readouterr().out
+    assert f"graphs:     {gcache} (on)" in out and f"entries:  1, {size} bytes" in out
+    cli.main(["cache", "clear"])
+    assert f"removed 1 graph entries, {size} bytes" in capsys.readouterr().out
+    assert _entries(gcache) == []
