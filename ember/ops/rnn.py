@@ -38,7 +38,7 @@ from . import batching_rules as _vb
 from .registry import defop
 from . import _rnn_cpu
 
-__all__ = ["lstm_layer", "gru_layer", "rnn_layer"]
+__all__ = ["lstm_layer", "lstm_hidden", "gru_layer", "rnn_layer"]
 
 _apply = dispatch.apply
 
@@ -172,6 +172,23 @@ def _lstm_jvp(tans, out, x, h0, c0, w):
         th = do * tc[t] + o[t] * (1 - tc[t] * tc[t]) * tcell
         outs.append(cat([th, tcell, di, df, dg, do], -1))
     return stack(outs, 0) if outs else out.new_zeros(out.shape)
+
+
+# NOTE: ``lstm_hidden`` is the hidden states of an lstm_layer output as a contiguous
+# (L, N, H) copy. A primitive because the generic slice's gradient (zeros of the full
+# (L, N, 6H) output, copied, then written) cost ~0.6 ms per layer in the benchmark's step;
+# this one's VJP is one concatenation with broadcast zeros, and it replaces the
+# ``.contiguous()`` copy the slice needed anyway.
+def _hidden_vjp(g, out, x):
+    H = g.shape[-1]
+    zeros = g.new_zeros((1,) * g.ndim).expand(*g.shape[:-1], 5 * H)
+    return (cat([g, zeros], -1),)
+
+
+def _hidden_shape(s):
+    if len(s) == 0 or s[-1] % 6:
+        raise ShapeError(f"lstm_hidden: expected an lstm_layer output (..., 6H); got {tuple(s)}")
+    return tuple(s[:-1]) + (s[-1] // 6,)
 
 
 # ------------------------------------------------------------------ GRU
@@ -394,6 +411,11 @@ lstm_layer_grad_p = defop(
     save=None, differentiable=False, batch="loop",
     shape=lambda gs, os, xs, hs, cs, ws: _numel(xs, hs, cs, ws),
     doc="d xp | d h0 | d c0 | d W_hh of lstm_layer, flattened and concatenated")
+lstm_hidden_p = defop(
+    "lstm_hidden", nin=1, dtype="same", save=None, shape=_hidden_shape,
+    kernel=lambda xp, out: out[..., :out.shape[-1] // 6].copy(),
+    vjp=_hidden_vjp, jvp="linear", batch="front",
+    doc="the hidden states (first sixth of the last dim) of an lstm_layer output, contiguous")
 gru_layer_p = defop(
     "gru_layer", nin=4, dtype=_dtype_rule("gru_layer"), save="both",
     kernels={"xp": _gru_np, "cpu": lambda xp, *a: _rnn_cpu.gru(xp, *a, fallback=_gru_np)},
@@ -432,6 +454,12 @@ def lstm_layer(xp, h0, c0, w_hh):
         activated gates i, f, g, o (what the backward reads).
     """
     return _apply(lstm_layer_p, (xp, h0, c0, w_hh), {})
+
+
+def lstm_hidden(out):
+    """The hidden states ``out[..., :H]`` of an :func:`lstm_layer` output ``(..., 6H)``, as a
+    contiguous tensor (its gradient is written without a full-size scatter)."""
+    return _apply(lstm_hidden_p, (out,), {})
 
 
 def gru_layer(xp, h0, w_hh, b_hh):

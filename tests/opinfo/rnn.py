@@ -1,12 +1,13 @@
 """OpInfos for the fused recurrent layers (``ember/ops/rnn.py``): ``lstm_layer``,
-``gru_layer``, ``rnn_layer`` and, through their VJPs, the ``*_grad`` primitives.
+``gru_layer``, ``rnn_layer`` and, through their VJPs, the ``*_grad`` primitives; and
+``lstm_hidden`` (an lstm_layer output's hidden states).
 
 The references run PyTorch's documented step formulas one step at a time in float64
 (sigmoid as ``1 / (1 + exp(-x))``), independent of Ember's kernels.
 """
 import numpy as np
 
-from ember.ops.rnn import gru_layer, lstm_layer, rnn_layer
+from ember.ops.rnn import gru_layer, lstm_hidden, lstm_layer, rnn_layer
 
 from .core import OpInfo, Sample, rand
 
@@ -73,9 +74,17 @@ def _rnn_samples(rng, dtype):
                    for s in base]
 
 
+def _hidden_samples(rng, dtype):
+    shapes = [((3, 2, 12), True), ((1, 1, 6), True), ((2, 18), True), ((5, 4, 3, 24), False),
+              ((0, 2, 6), False), ((2, 0), False)]
+    return [Sample((rand(rng, s, dtype),), grad=grad, name=str(s)) for s, grad in shapes]
+
+
 OPINFOS = [
     OpInfo("lstm_layer", lstm_layer, ref_lstm,
            _samples(4, lambda N, H: [(N, H), (4 * H, H)]), ("lstm_layer", "lstm_layer_grad")),
+    OpInfo("lstm_hidden", lstm_hidden, lambda out: out[..., :out.shape[-1] // 6],
+           _hidden_samples, ("lstm_hidden",)),
     OpInfo("gru_layer", gru_layer, ref_gru,
            _samples(3, lambda N, H: [(3 * H, H), (3 * H,)]), ("gru_layer", "gru_layer_grad")),
     OpInfo("rnn_layer", rnn_layer, ref_rnn, _rnn_samples, ("rnn_layer", "rnn_layer_grad")),

@@ -5,7 +5,7 @@ from __future__ import annotations
 
 from ... import dtypes as _dt
 from ...ops.factories import zeros
-from ...ops.rnn import gru_layer, lstm_layer, rnn_layer
+from ...ops.rnn import gru_layer, lstm_hidden, lstm_layer, rnn_layer
 
 #: The fused primitives (``ember/ops/rnn.py``) run whole layers; tests turn this off to
 #: compare against the per-step composite of :mod:`.rnn`.
@@ -19,7 +19,8 @@ def _fused_ok(xp, mask, w_hr):
 
 
 def _run_fused(mode, xp, states, weights, reverse):
-    """One layer, one direction, as one primitive: ``(outputs (L, N, H), h_n, c_n)``."""
+    """One layer, one direction, as one primitive (an LSTM's hidden states then taken by
+    ``lstm_hidden``): ``(outputs (L, N, H), h_n, c_n)``."""
     w_hh, b_hh = weights[1], weights[3]
     if reverse:
         xp = xp.flip(0)
@@ -27,7 +28,8 @@ def _run_fused(mode, xp, states, weights, reverse):
     if mode == "LSTM":
         H = w_hh.shape[1]
         out = lstm_layer(xp, states[0], states[1], w_hh)
-        seq, h, c = out[..., :H], out[-1, :, :H], out[-1, :, H:2 * H]
+        seq = lstm_hidden(out)
+        h, c = seq[-1], out[-1, :, H:2 * H]
     elif mode == "GRU":
         if b_hh is None:
             b_hh = zeros(w_hh.shape[:1], dtype=xp.dtype, device=xp.device)
@@ -36,5 +38,4 @@ def _run_fused(mode, xp, states, weights, reverse):
     else:
         seq = rnn_layer(xp, states[0], w_hh, relu=mode == "RNN_RELU")
         h = seq[-1]
-    seq = seq.flip(0) if reverse else seq
-    return (seq.contiguous() if mode == "LSTM" and not reverse else seq), h, c
+    return (seq.flip(0) if reverse else seq), h, c
