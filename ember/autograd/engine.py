@@ -162,7 +162,7 @@ def run_backward(roots, grad_roots, retain_graph: bool, create_graph: bool,
             else:
                 buffers[("leaf", id(t))] = g
             continue
-        _accumulate(buffers, (id(t._grad_fn), t._out_nr), g)
+        _accumulate(buffers, t._grad_fn if t._out_nr == 0 else (t._grad_fn, t._out_nr), g)
         root_nodes.append(t._grad_fn)
     nodes = _collect(root_nodes)
     captured: dict = {}
@@ -284,11 +284,8 @@ def _vjp1(node, g, create_graph):
     if vjp.__class__ is tuple:  # one rule per input: compute only the gradients needed
         res = []
         params = node.params
-        i = 0
-        for e in node.next:
-            rule = vjp[i]
+        for e, rule in zip(node.next, vjp):
             res.append(None if e is None or rule is None else rule(g, out, *inputs, **params))
-            i += 1
         return res
     res = vjp(g, out, *inputs, **node.params)
     if res.__class__ is not tuple and res.__class__ is not list:
@@ -488,40 +485,28 @@ def accumulating() -> bool:
 
 def _run_nodes(nodes, buffers, inputs, target_nodes, target_leaves, needed, captured,
                retain_graph, create_graph, external, claimed, pending=None):
-    """The node loop of :func:`run_backward`: each node's VJP, in reverse creation order."""
-    st = state
+    """The node loop of :func:`run_backward`: each node's VJP, in reverse creation order.
+
+    ``buffers`` holds the gradients flowing into nodes, keyed ``node`` for output 0 and
+    ``(node, k)`` for output ``k > 0`` (no tuple to build or hash for the usual node).
+    """
+    st = state.__dict__      # NOTE: the thread's switches: one lookup, then dict reads
+    pop = buffers.pop
+    get = buffers.get
     with set_grad_enabled(create_graph):
         for node in nodes:
-            nid = id(node)
-            if node.nout == 1:
-                grads = [buffers.pop((nid, 0), None)]
-            else:
-                grads = [buffers.pop((nid, k), None) for k in range(node.nout)]
-            if node.pre_hooks is not None or node.retain is not None:
-                grads = _run_pre_hooks(node, grads, create_graph)
-            if inputs is not None and nid in target_nodes:
-                for k, i in target_nodes[id(node)]:
-                    captured[i] = grads[k]
-                if not any(e is not None and (id(e[0]) in needed or id(e[0]) in target_leaves)
-                           for e in node.next):
+            if (inputs is None and node.nout == 1 and node.pre_hooks is None
+                    and node.retain is None and st["profiler"] is None and not st["anomaly"]):
+                g = pop(node, None)     # the usual node: one output, no hooks, plain mode
+                if g is None:
                     continue
-            if grads[0] is None and (len(grads) == 1 or all(g is None for g in grads)):
-                continue
-            # NOTE: under autograd.grad, skip the VJPs of inputs that lead to no requested
-            # input (a weight's gradient in jacrev with respect to x), as PyTorch does
-            want = None if inputs is None else [
-                e is not None and (id(e[0]) in needed or id(e[0]) in target_leaves)
-                for e in node.next]
-            prof = st.profiler        # ember.profiler: the VJP as a range named like grad_fn
-            anomaly = st.anomaly
-            if prof is not None:
-                in_grads = prof.call(node.name(), "cpu_op", _call_vjp, node, grads,
-                                     create_graph, want)
-            elif anomaly or want is not None or node.nout != 1:
-                in_grads = _call_vjp(node, grads, create_graph, want)
+                in_grads = _vjp1(node, g, create_graph)
+                g = None     # NOTE: the incoming gradient may die here (see _to_leaf)
             else:
-                in_grads = _vjp1(node, grads[0], create_graph)
-            grads = None     # NOTE: the incoming gradient may die here (see _to_leaf)
+                in_grads = _node_vjp(node, buffers, inputs, target_nodes, target_leaves,
+                                     needed, captured, create_graph, st)
+                if in_grads is None:
+                    continue
             if not retain_graph:
                 if node.saved is not None:
                     node.saved = _FREED
@@ -530,13 +515,11 @@ def _run_nodes(nodes, buffers, inputs, target_nodes, target_leaves, needed, capt
                 free = getattr(node.op, "free_saved", None)  # custom Function: its ctx
                 if free is not None:
                     free()
+            anomaly = st["anomaly"]
             i = -1
-            for e in node.next:
+            for e, gi in zip(node.next, in_grads):
                 i += 1
-                if e is None:
-                    continue
-                gi = in_grads[i]
-                if gi is None:
+                if e is None or gi is None:
                     continue
                 if anomaly:
                     gi = _fit_checked(gi, node, i)
@@ -554,9 +537,40 @@ def _run_nodes(nodes, buffers, inputs, target_nodes, target_leaves, needed, capt
                         j = target_leaves[id(target)]
                         captured[j] = gi if captured.get(j) is None else captured[j] + gi
                 else:
-                    key = (id(target), k)
-                    cur = buffers.get(key)
+                    key = target if k == 0 else (target, k)
+                    cur = get(key)
                     buffers[key] = gi if cur is None else cur + gi
             # NOTE: drop this node's input gradients now, not when the next node's rule
             # returns: that rule may be a whole checkpointed segment (recompute + backward).
             in_grads = gi = None
+
+
+def _node_vjp(node, buffers, inputs, target_nodes, target_leaves, needed, captured,
+              create_graph, st):
+    """A node's input gradients on the general path (several outputs, hooks, anomaly mode,
+    the profiler, ``autograd.grad``'s input selection); None when the node is skipped."""
+    if node.nout == 1:
+        grads = [buffers.pop(node, None)]
+    else:
+        grads = [buffers.pop(node if k == 0 else (node, k), None) for k in range(node.nout)]
+    if node.pre_hooks is not None or node.retain is not None:
+        grads = _run_pre_hooks(node, grads, create_graph)
+    if inputs is not None and id(node) in target_nodes:
+        for k, i in target_nodes[id(node)]:
+            captured[i] = grads[k]
+        if not any(e is not None and (id(e[0]) in needed or id(e[0]) in target_leaves)
+                   for e in node.next):
+            return None
+    if grads[0] is None and (len(grads) == 1 or all(g is None for g in grads)):
+        return None
+    # NOTE: under autograd.grad, skip the VJPs of inputs that lead to no requested
+    # input (a weight's gradient in jacrev with respect to x), as PyTorch does
+    want = None if inputs is None else [
+        e is not None and (id(e[0]) in needed or id(e[0]) in target_leaves)
+        for e in node.next]
+    prof = st["profiler"]     # ember.profiler: the VJP as a range named like grad_fn
+    if prof is not None:
+        return prof.call(node.name(), "cpu_op", _call_vjp, node, grads, create_graph, want)
+    if st["anomaly"] or want is not None or node.nout != 1:
+        return _call_vjp(node, grads, create_graph, want)
+    return _vjp1(node, grads[0], create_graph)

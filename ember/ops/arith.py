@@ -47,10 +47,19 @@ sub_p = defop(
     vjp=(lambda g, out, x, y: g, _sub_dy),
     jvp=lambda t, out, x, y: _tsum(t[0], None if t[1] is None else -t[1]))
 
+def _times_conj(g, v):
+    """``g * conj(v)``; for a real ``v`` (a plain Tensor or Python number) straight to the
+    dispatcher: no conj test, no operator frame (mul's VJP is the commonest backward op)."""
+    c = v.__class__
+    if (c is Tensor and not v._dtype.is_complex) or c is float or c is int:
+        return _apply(mul_p, (g, v), _NOPARAMS)
+    return g * cj(v)
+
+
 mul_p = defop(
     "mul", nin=2, elementwise=True, expr="({0} * {1})",
     kernel=lambda xp, x, y: xp.multiply(x, y),
-    vjp=(lambda g, out, x, y: g * cj(y), lambda g, out, x, y: g * cj(x)),
+    vjp=(lambda g, out, x, y: _times_conj(g, y), lambda g, out, x, y: _times_conj(g, x)),
     jvp=lambda t, out, x, y: _tsum(None if t[0] is None else t[0] * y,
                                    None if t[1] is None else x * t[1]))
 

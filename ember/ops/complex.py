@@ -42,19 +42,29 @@ def cj(v):
     return v
 
 
+def _no_order(name: str, dt) -> DTypeError:
+    return DTypeError(
+        f"{name}: not implemented for complex dtype "
+        f"{_dt.as_dtype(dt).name if dt is not None else 'complex'} (complex numbers "
+        f"have no order; PyTorch refuses it too); valid dtypes: bool, integer and "
+        f"floating; use .real or .abs() first")
+
+
 def real_only(name: str, kernel):
     """``kernel`` that refuses complex arrays as PyTorch does (comparisons, max/min, clamp,
     floor, relu...: complex numbers have no order)."""
     def checked(xp, *arrays, **params):
+        # NOTE: one dtype read per array (a NumPy complex scalar has a dtype too); no
+        # **params on the kernel call when there are none: this wrapper is on relu's and
+        # the comparisons' eager hot path
         for a in arrays:
             dt = getattr(a, "dtype", None)
-            if dt is not None and dt.kind == "c" or isinstance(a, _dt.builtins_complex):
-                raise DTypeError(
-                    f"{name}: not implemented for complex dtype "
-                    f"{_dt.as_dtype(dt).name if dt is not None else 'complex'} (complex numbers "
-                    f"have no order; PyTorch refuses it too); valid dtypes: bool, integer and "
-                    f"floating; use .real or .abs() first")
-        return kernel(xp, *arrays, **params)
+            if dt is None:
+                if isinstance(a, _dt.builtins_complex):
+                    raise _no_order(name, None)
+            elif dt.kind == "c":
+                raise _no_order(name, dt)
+        return kernel(xp, *arrays, **params) if params else kernel(xp, *arrays)
     checked.__name__ = getattr(kernel, "__name__", name)
     return checked
 

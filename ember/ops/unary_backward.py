@@ -27,10 +27,15 @@ __all__ = ["tanh_backward", "sigmoid_backward"]
 _NOPARAMS: dict = {}
 
 
+#: smallest size worth the one-temporary kernels: below it NumPy's ``out=`` keyword costs
+#: more than the temporaries it saves (crossover ~4K float32 elements, one thread)
+_INPLACE_MIN = 4096
+
+
 def _in_place_ok(g, y) -> bool:
     """Whether the kernel may build its result in one temporary of ``y``'s shape."""
-    return (g.shape == y.shape and g.dtype == y.dtype and y.ndim > 0
-            and isinstance(y, np.ndarray) and isinstance(g, np.ndarray))
+    return (isinstance(y, np.ndarray) and y.size >= _INPLACE_MIN and isinstance(g, np.ndarray)
+            and g.shape == y.shape and g.dtype == y.dtype and y.ndim > 0)
 
 
 def _tanh_bw_kernel(xp, g, y):
