@@ -1,0 +1,143 @@
+"""The float32 LSTM sequence kernels (``ember/codegen/rnn_gemm.py``): every variant this
+CPU runs against a float64 reference (forward and BPTT), strided and odd-sized operands,
+NaN propagation, thread-count determinism, and the path ``lstm_layer`` takes."""
+import numpy as np
+import pytest
+
+import ember as em
+from ember import nn
+from ember.codegen import rnn_gemm
+from ember.ops import _rnn_cpu, rnn as rnn_ops
+
+VARIANTS = ["generic", "avx2", "avx512"]
+# (L, N, H): N past and below the register tile's rows, H past and below its lanes
+SHAPES = [(7, 5, 9), (32, 32, 128), (3, 1, 1), (4, 9, 33), (2, 3, 16)]
+
+
+def _variant(name):
+    if not rnn_gemm.runnable():
+        pytest.skip("no C compiler: lstm_layer runs its NumPy kernels")
+    if name not in rnn_gemm.runnable():
+        pytest.skip(f"this CPU does not run the {name} variant (runs {rnn_gemm.runnable()})")
+    return name
+
+
+def _operands(L, N, H, seed=0):
+    rng = np.random.default_rng(seed)
+    r = lambda *s: rng.standard_normal(s).astype(np.float32)        # noqa: E731
+    # a time-reversed input projection (the reverse direction's flip) with a row stride
+    # past its width, and an initial state likewise
+    x = r(L, 2 * N, 4 * H)[::-1, ::2]
+    return x, r(N, 2 * H)[:, H:], r(N, H), (r(4 * H, H) / np.sqrt(H)).astype(np.float32), \
+        r(L, N, 6 * H)
+
+
+def _f64(*arrays):
+    return [a.astype(np.float64) for a in arrays]
+
+
+def _backward(g, out, c0, w, variant):
+    L, N, S = out.shape
+    H = S // 6
+    dg, dhr, dc, dh0 = (np.full(s, np.nan, np.float32)
+                        for s in ((L, N, 4 * H), (N, H), (N, H), (N, H)))
+    work = np.empty(rnn_gemm.work_size(H), np.float32)
+    assert rnn_gemm.lstm_backward(g, out, c0, w, work, dg, dhr, dc, dh0, variant=variant)
+    return np.concatenate([dg.ravel(), dh0.ravel(), dc.ravel()])
+
+
+@pytest.mark.parametrize("variant", VARIANTS)
+@pytest.mark.parametrize("L,N,H", SHAPES)
+def test_variant_matches_float64_reference(variant, L, N, H):
+    _variant(variant)
+    x, h0, c0, w, g = _operands(L, N, H)
+    ref = rnn_ops._lstm_np(np, *_f64(x, h0, c0, w))
+    work = np.empty(rnn_gemm.work_size(H), np.float32)
+    out = rnn_gemm.lstm_forward(x, h0, c0, w, work, variant=variant)
+    # float32 products summed in another order than BLAS's: the same bound as the per-step
+    # C kernels' test (tests/nn/test_rnn_fast.py), here against float64
+    np.testing.assert_allclose(out, ref, rtol=2e-5, atol=2e-5)
+    gref = rnn_ops._lstm_grad_np(np, *_f64(g, ref, x, h0, c0, w))
+    n = L * N * 4 * H + 2 * N * H
+    got = _backward(g, ref.astype(np.float32), c0, w, variant)
+    np.testing.assert_allclose(got, gref[:n], rtol=2e-4, atol=2e-4)
+
+
+def test_variants_agree_and_threads_do_not_change_bits():
+    if not rnn_gemm.runnable():
+        pytest.skip("no C compiler")
+    x, h0, c0, w, g = _operands(6, 13, 40, seed=3)
+    work = np.empty(rnn_gemm.work_size(40), np.float32)
+    before = em.get_num_threads()
+    try:
+        res = {}
+        for threads in (1, 2):
+            em.set_num_threads(threads)
+            out = rnn_gemm.lstm_forward(x, h0, c0, w, work)
+            res[threads] = (out, _backward(g, out, c0, w, None))
+    finally:
+        em.set_num_threads(before)
+    # each batch row's arithmetic is the same however the rows are split between threads
+    np.testing.assert_array_equal(res[1][0], res[2][0])
+    np.testing.assert_array_equal(res[1][1], res[2][1])
+
+
+@pytest.mark.parametrize("variant", VARIANTS)
+def test_nan_stays_in_its_batch_row(variant):
+    _variant(variant)
+    x, h0, c0, w, _ = _operands(4, 6, 20, seed=1)
+    x = x.copy()
+    x[1, 2, 5] = np.nan
+    out = rnn_gemm.lstm_forward(x, h0, c0, w, np.empty(rnn_gemm.work_size(20), np.float32),
+                                variant=variant)
+    assert not np.isnan(out[0]).any()
+    assert np.isnan(out[1, 2, [5, 25]]).all()               # unit 5's h and c at step 1,
+    assert np.isnan(out[2:, 2, :40]).all()                 # all of row 2's h and c after
+    assert not np.isnan(np.delete(out, 2, axis=1)).any()   # batch rows never mix
+
+
+def test_unknown_variant_and_off(monkeypatch):
+    if not rnn_gemm.runnable():
+        pytest.skip("no C compiler")
+    x, h0, c0, w, _ = _operands(2, 2, 3)
+    work = np.empty(rnn_gemm.work_size(3), np.float32)
+    with pytest.raises(ValueError, match="rnn_gemm: unknown variant 'sse9'"):
+        rnn_gemm.lstm_forward(x, h0, c0, w, work, variant="sse9")
+    assert rnn_gemm.lstm_forward(x, h0, c0, w, work, variant="off") is None
+    assert rnn_gemm.lstm_forward(x.astype(np.float64), h0, c0, w, work) is None
+
+
+@pytest.mark.parametrize("mode", ["auto", "off"])
+def test_primitive_float32_paths_match_numpy(mode, monkeypatch):
+    """``lstm_layer``'s cpu kernels in float32 (sequence kernels, or with them off the
+    per-step C kernels) against the NumPy kernels, forward and gradient."""
+    if not rnn_gemm.runnable():
+        pytest.skip("no C compiler")
+    monkeypatch.setattr(rnn_gemm, "mode", mode)
+    x, h0, c0, w, g = _operands(7, 3, 9)
+    ref = rnn_ops._lstm_np(np, x, h0, c0, w)
+    np.testing.assert_allclose(_rnn_cpu.lstm(np, x, h0, c0, w, None), ref, rtol=2e-5,
+                               atol=2e-5)
+    np.testing.assert_allclose(_rnn_cpu.lstm_grad(np, g, ref, x, h0, c0, w, None),
+                               rnn_ops._lstm_grad_np(np, g, ref, x, h0, c0, w),
+                               rtol=2e-4, atol=2e-4)
+
+
+def test_lstm_module_float32_matches_torch():
+    torch = pytest.importorskip("torch")
+    kw = {"num_layers": 2, "bidirectional": True, "batch_first": True}
+    em.manual_seed(0)
+    mine, ref = nn.LSTM(5, 24, **kw), torch.nn.LSTM(5, 24, **kw)
+    with torch.no_grad():
+        for n, p in ref.named_parameters():
+            p.copy_(torch.from_numpy(getattr(mine, n).detach().numpy().copy()))
+    x = np.random.default_rng(2).standard_normal((3, 11, 5)).astype(np.float32)
+    ex, tx = em.tensor(x, requires_grad=True), torch.tensor(x, requires_grad=True)
+    (eo, (eh, ec)), (to, (th, tc)) = mine(ex), ref(tx)
+    (eo.sum() + eh.sum() * 2 + ec.sum() * 3).backward()
+    (to.sum() + th.sum() * 2 + tc.sum() * 3).backward()
+    np.testing.assert_allclose(eo.detach().numpy(), to.detach().numpy(), rtol=1e-4, atol=1e-5)
+    np.testing.assert_allclose(ex.grad.numpy(), tx.grad.numpy(), rtol=1e-4, atol=1e-5)
+    for n, p in ref.named_parameters():
+        np.testing.assert_allclose(getattr(mine, n).grad.numpy(), p.grad.numpy(),
+                                   rtol=1e-4, atol=1e-4, err_msg=n)
