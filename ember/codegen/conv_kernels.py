@@ -15,9 +15,8 @@ worker pool (:mod:`.pool`):
   window are dropped, like the padding ``fold`` crops).
 
 Geometry is one int64 array ``g = [planes, H, W, kh, kw, dh, dw, sh, sw, pt, pl, oh, ow, C,
-cf, rnd]`` (``pt``/``pl``: the top/left padding; bottom/right padding only changes
-``oh``/``ow``; ``C``: channels, ``cf``: a channel-first layout, below; ``rnd``: maxpool's
-bias prologue rounded to bfloat16 (1) or float16 (2), for 16-bit graphs).
+cf, 0]`` (``pt``/``pl``: the top/left padding; bottom/right padding only changes
+``oh``/``ow``; ``C``: channels, ``cf``: a channel-first layout, below; the last unused).
 
 Channel-first variants (``channel_first=True``) serve convolutions as single 2-D GEMMs
 (:mod:`ember.graph.passes.conv_gemm`): ``unfold``/``fold`` columns laid out
@@ -55,8 +54,6 @@ from .toolchain import find_compiler
 DTYPES = {np.dtype(np.float32): "f32", np.dtype(np.float64): "f64"}
 #: float16/bfloat16: float32 arithmetic inside, 16-bit loads/stores (module docstring).
 LOWP = {np.dtype(np.float16): "f16", np.dtype(ml_dtypes.bfloat16): "bf16"}
-#: maxpool's bias prologue ``x + bias`` rounded as eager's add rounds it (geometry g[15]).
-_ROUND = {np.dtype(ml_dtypes.bfloat16): 1, np.dtype(np.float16): 2}
 _state: dict = {}
 _FN = ctypes.CFUNCTYPE(None, ctypes.POINTER(ctypes.c_char_p), ctypes.c_void_p, ctypes.c_int64)
 
@@ -164,7 +161,6 @@ def maxpool(x, kernel_size, dilation, padding, stride, pad_value, bias=None, cha
     if bias is not None:
         extra = [bias.ctypes.data]
     g = geometry(p * c, h, w, kernel_size, dilation, padding, stride, nch, channels is not None)
-    g[15] = _ROUND.get(x.dtype, 0)      # 16-bit: x + bias rounded to x's dtype, as eager's add
     shape = (p, c, int(g[11] * g[12]))
     vals, arg = np.empty(shape, x.dtype), np.empty(shape, np.int64)
     if vals.size:

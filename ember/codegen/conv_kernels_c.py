@@ -30,12 +30,7 @@ static inline uint16_t ember_st_f16(float f) {
     const uint16_t nan = (uint16_t)(((v.u >> 16) & 0x8000u) | (q == 0x7c00u ? 0x7c01u : q));
     return f != f ? nan : ember_f32_to_f16(f);
 }
-/* The max-pool prologue's x + bias rounded as eager rounds it: g[15] = 1 to bfloat16,
-   2 to float16 (NumPy's NaN payload too), 0 not at all. */
-static inline float ember_pro_float(float v, int64_t r) {
-    return r == 1 ? ember_round_bf16(v) : r == 2 ? ember_f16_to_f32(ember_st_f16(v)) : v;
-}
-static inline double ember_pro_double(double v, int64_t r) { (void)r; return v; }
+static inline float ember_round_f16_np(float f) { return ember_f16_to_f32(ember_st_f16(f)); }
 typedef void (*ember_run_fn)(char **, const int64_t *, const int64_t *, int64_t, int64_t);
 void (*ember_parallel_hook)(ember_run_fn, char **, const int64_t *, const int64_t *,
                             int64_t, int64_t, int64_t) = 0;
@@ -341,9 +336,9 @@ static void ember_maxpool_row_S(const A *xp, A *best, int64_t *bi, const int64_t
     }
 }
 
-static const A *ember_relu_plane_S(A *tmp, const T *x, A b, int64_t n, int64_t rnd) {
+static const A *ember_relu_plane_S(A *tmp, const T *x, A b, int64_t n) {
     for (int64_t i = 0; i < n; i++) {
-        const A v = PRO(LD(x[i]) + b, rnd);
+        const A v = PRO(LD(x[i]) + b);
         tmp[i] = EMBER_RELU(v);
     }
     return tmp;
@@ -372,52 +367,60 @@ static void ember_maxpool_S_run(char **ptrs, const int64_t *g, const int64_t *st
        with the same single rounding as the unfused add; the full-size result is never
        stored (a plane is, in `tmp`, only for the generic path and NaN rows) */
     const T *bias = (const T *)ptrs[4];
-    const int64_t C = g[13], rnd = g[15];
+    const int64_t C = g[13];
     /* 16-bit: values compared in float as they are loaded (rows or planes into `tmp`),
        each row's maxima in `brow` rounded back as they are stored (exact: they are x's) */
-    A *tmp = bias || LOWP ? (A *)malloc((size_t)(H * W + OW) * sizeof(A)) : 0;
-    if ((bias || LOWP) && !tmp) return;
+    const int tiles2 = KH == 2 && KW == 2 && SH == 2 && SW == 2 && DH == 1 && DW == 1
+        && PT == 0 && PL == 0 && 2 * OH <= H && 2 * OW <= W;
+    A *tmp = bias || LOWP || tiles2 ? (A *)malloc((size_t)(H * W + OW) * sizeof(A)) : 0;
+    if ((bias || LOWP || tiles2) && !tmp) return;
     A *brow = LOWP ? tmp + H * W : 0;
     /* with g[14] the input planes are channel-first (a conv's one-GEMM output), the
        outputs in (n, c) order all the same */
 #define PLANE(p) (bias ? ember_relu_plane_S(tmp, x + ember_plane(p, g) * H * W, \
-                                            LD(bias[(p) % C]), H * W, rnd) \
+                                            LD(bias[(p) % C]), H * W) \
                  : LOWP ? ember_load_plane_S(tmp, x + ember_plane(p, g) * H * W, H * W) \
                  : (const A *)(x + ember_plane(p, g) * H * W))
-    if (KH == 2 && KW == 2 && SH == 2 && SW == 2 && DH == 1 && DW == 1 && PT == 0
-            && PL == 0 && 2 * OH <= H && 2 * OW <= W) {
-        /* the common 2x2 / stride 2 pool, no padding: one pass, no bounds checks */
-        for (int64_t q = lo, p = ember_logical(lo, g); q < hi; q++, p = ember_logical(q, g))
-        for (int64_t oy = 0; oy < OH; oy++) {
-            const T *x0 = x + ember_plane(p, g) * H * W + 2 * oy * W, *x1 = x0 + W;
-            const A *r0 = (const A *)x0, *r1 = (const A *)x1;
-            T *vp = vals + p * L + oy * OW;
-            int64_t *ap = arg + p * L + oy * OW;
-            int bad = 0;
-            if (bias) {
-                /* NOTE: the prologue into a two-row buffer first: inlined into the
-                   compares below, it stops the compiler's if-conversion (15x slower) */
-                const A bv = LD(bias[p % C]);
-                for (int64_t i = 0; i < W; i++) {
-                    const A u = PRO(LD(x0[i]) + bv, rnd), v = PRO(LD(x1[i]) + bv, rnd);
-                    tmp[i] = EMBER_RELU(u);
-                    tmp[W + i] = EMBER_RELU(v);
+    if (tiles2) {
+        /* the common 2x2 / stride 2 pool, no padding, a plane at a time: its four taps
+           (after the prologue, or converted) into four contiguous runs q0..q3 of `tmp`,
+           then one compare loop over the plane's L outputs. NOTE: per output row the
+           loop ran 16 (or 8) iterations with stride-2 loads and int64 selects: ~13
+           cycles an output; a whole plane of unit-stride runs vectorises (3-4x) */
+        A *q0 = tmp, *q1 = tmp + L, *q2 = tmp + 2 * L, *q3 = tmp + 3 * L;
+        for (int64_t q = lo, p = ember_logical(lo, g); q < hi; q++, p = ember_logical(q, g)) {
+            const T *xp = x + ember_plane(p, g) * H * W;
+            const A bv = bias ? LD(bias[p % C]) : (A)0;
+            for (int64_t oy = 0; oy < OH; oy++) {
+                const T *x0 = xp + 2 * oy * W, *x1 = x0 + W;
+                const int64_t o = oy * OW;
+                if (bias) {
+                    for (int64_t ox = 0; ox < OW; ox++) {
+                        const A u0 = PRO(LD(x0[2 * ox]) + bv);
+                        const A u1 = PRO(LD(x0[2 * ox + 1]) + bv);
+                        const A u2 = PRO(LD(x1[2 * ox]) + bv);
+                        const A u3 = PRO(LD(x1[2 * ox + 1]) + bv);
+                        q0[o + ox] = EMBER_RELU(u0);
+                        q1[o + ox] = EMBER_RELU(u1);
+                        q2[o + ox] = EMBER_RELU(u2);
+                        q3[o + ox] = EMBER_RELU(u3);
+                    }
+                } else {
+                    for (int64_t ox = 0; ox < OW; ox++) {
+                        q0[o + ox] = LD(x0[2 * ox]);
+                        q1[o + ox] = LD(x0[2 * ox + 1]);
+                        q2[o + ox] = LD(x1[2 * ox]);
+                        q3[o + ox] = LD(x1[2 * ox + 1]);
+                    }
                 }
-                r0 = tmp;
-                r1 = tmp + W;
-            } else if (LOWP) {
-                for (int64_t i = 0; i < W; i++) {
-                    tmp[i] = LD(x0[i]);
-                    tmp[W + i] = LD(x1[i]);
-                }
-                r0 = tmp;
-                r1 = tmp + W;
             }
-            for (int64_t ox = 0; ox < OW; ox++) {
-                const A c0 = r0[2 * ox], c1 = r0[2 * ox + 1], c2 = r1[2 * ox],
-                    c3 = r1[2 * ox + 1];
+            T *vp = vals + p * L;
+            int64_t *ap = arg + p * L;
+            int bad = 0;
+            for (int64_t t = 0; t < L; t++) {
+                const A c0 = q0[t], c1 = q1[t], c2 = q2[t], c3 = q3[t];
                 A best = c0;
-                int64_t bi = 0;
+                int32_t bi = 0;
                 int take = c1 > best;
                 best = take ? c1 : best; bi = take ? 1 : bi;
                 take = c2 > best;
@@ -425,13 +428,16 @@ static void ember_maxpool_S_run(char **ptrs, const int64_t *g, const int64_t *st
                 take = c3 > best;
                 best = take ? c3 : best; bi = take ? 3 : bi;
                 bad |= (c0 != c0) | (c1 != c1) | (c2 != c2) | (c3 != c3);
-                vp[ox] = ST(best);
-                ap[ox] = bi;
+                vp[t] = ST(best);
+                ap[t] = bi;
             }
-            if (bad) {
-                A *bv = LOWP ? brow : (A *)vp;
-                ember_maxpool_row_S(PLANE(p), bv, ap, g, oy, pad);
-                for (int64_t ox = 0; LOWP && ox < OW; ox++) vp[ox] = ST(bv[ox]);
+            if (bad) {                  /* a NaN in the plane: its rows exactly */
+                const A *pl = PLANE(p);
+                for (int64_t oy = 0; oy < OH; oy++) {
+                    A *br = LOWP ? brow : (A *)(vp + oy * OW);
+                    ember_maxpool_row_S(pl, br, ap + oy * OW, g, oy, pad);
+                    for (int64_t ox = 0; LOWP && ox < OW; ox++) vp[oy * OW + ox] = ST(br[ox]);
+                }
             }
         }
         free(tmp);
@@ -566,18 +572,22 @@ void ember_maxpool_grad_S(char **ptrs, const int64_t *g, int64_t nthreads) {
 }
 """
 
-#: (suffix, T, U, A, LD, ST) of each copy: T the stored element, U the unsigned integer
-#: of its size, A the arithmetic type, LD/ST the conversions T -> A -> T. ``bf16``/``f16``
-#: hold their values as bits (``unfold`` and a tiling ``maxpool_grad`` move or mask them)
-#: and compute in float, converting on load and rounding once on store (``LOWP``).
-COPIES = (("f32", "float", "uint32_t", "float", "", ""),
-          ("f64", "double", "uint64_t", "double", "", ""),
-          ("bf16", "uint16_t", "uint16_t", "float", "ember_bf16_to_f32", "ember_f32_to_bf16"),
-          ("f16", "uint16_t", "uint16_t", "float", "ember_f16_to_f32", "ember_st_f16"))
+#: (suffix, T, U, A, LD, ST, PRO) of each copy: T the stored element, U the unsigned
+#: integer of its size, A the arithmetic type, LD/ST the conversions T -> A -> T, PRO
+#: the max-pool prologue's rounding of ``x + bias`` to T (eager's add rounds it; NOTE: one
+#: per copy, not chosen at run time: the vectorised prologue computed both roundings).
+#: ``bf16``/``f16`` hold their values as bits (``unfold`` and a tiling ``maxpool_grad``
+#: move or mask them) and compute in float, converting on load, rounding once on store.
+COPIES = (("f32", "float", "uint32_t", "float", "", "", ""),
+          ("f64", "double", "uint64_t", "double", "", "", ""),
+          ("bf16", "uint16_t", "uint16_t", "float", "ember_bf16_to_f32", "ember_f32_to_bf16",
+           "ember_round_bf16"),
+          ("f16", "uint16_t", "uint16_t", "float", "ember_f16_to_f32", "ember_st_f16",
+           "ember_round_f16_np"))
 
 SOURCE = _HEAD + "".join(
-    f"#define T {t}\n#define U {u}\n#define A {a}\n#define PRO ember_pro_{a}\n"
+    f"#define T {t}\n#define U {u}\n#define A {a}\n#define PRO(v) {pro}(v)\n"
     f"#define LD(v) {ld}(v)\n#define ST(v) {st}(v)\n#define LOWP {int(bool(ld))}\n"
     + _BODY.replace("_S_run", f"_{s}_run").replace("_S(", f"_{s}(")
     + "#undef T\n#undef U\n#undef A\n#undef PRO\n#undef LD\n#undef ST\n#undef LOWP\n"
-    for s, t, u, a, ld, st in COPIES)
+    for s, t, u, a, ld, st, pro in COPIES)
