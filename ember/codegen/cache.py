@@ -305,6 +305,37 @@ def _load_locked(source: str, cc: Compiler, key: str) -> ctypes.CDLL:
         os.close(fd)
 
 
+#: what a compiler-probe record (``<key>.c``, see ``toolchain._works_cached``) holds
+PROBE_MARK = b"/* ember: this compiler built the probe with these flags */\n"
+
+
+def probe_known(key: str) -> bool:
+    """Whether the cache records that compiler probe ``key`` succeeded."""
+    try:
+        with _lock:
+            path, fd = _open_store()
+        try:
+            f = fs.open_file(fd, f"{key}.c", os.path.join(path, f"{key}.c"))
+            return f is not None and fs.read_all(f) == PROBE_MARK
+        finally:
+            os.close(fd)
+    except OSError:                 # NOTE: UnsafeCacheError is one: probe again
+        return False
+
+
+def probe_record(key: str) -> None:
+    """Record that compiler probe ``key`` succeeded (best effort)."""
+    try:
+        with _lock:
+            path, fd = _open_store()
+        try:
+            fs.atomic_write(fd, f"{key}.c", PROBE_MARK)
+        finally:
+            os.close(fd)
+    except OSError:
+        pass
+
+
 def forget_loaded() -> None:
     """Drop this process's memo of loaded objects, so the next load re-verifies the disk."""
     with _lock:

@@ -143,6 +143,22 @@ def _works(cmd, flags) -> bool:
         return r.returncode == 0
 
 
+def _works_cached(cmd, flags, version: str) -> bool:
+    """:func:`_works`, remembered in the kernel cache once it succeeded for this command,
+    version banner and flags (a new process skips the probe build, ~50 ms; a different
+    compiler or flags probe again). Only success is recorded, in the checked cache folder:
+    a record can't make Ember use flags of anyone's choosing, only skip a probe."""
+    from . import cache
+    key = hashlib.sha256("\0".join([" ".join(cmd), version, " ".join(flags), " ".join(LIBS),
+                                     "probe"]).encode()).hexdigest()[:32]
+    if cache.probe_known(key):
+        return True
+    ok = _works(cmd, flags)
+    if ok:
+        cache.probe_record(key)
+    return ok
+
+
 @functools.lru_cache(maxsize=None)
 def find_compiler() -> Compiler | None:
     """The first working C compiler (``$CC``, gcc, clang, cc), or None.
@@ -155,9 +171,9 @@ def find_compiler() -> Compiler | None:
         if version is None:
             continue
         flags = BASE_FLAGS + OPENMP_FLAGS
-        if not _works(cmd, flags):
+        if not _works_cached(cmd, flags, version):
             flags = BASE_FLAGS
-            if not _works(cmd, flags):
+            if not _works_cached(cmd, flags, version):
                 continue
         return Compiler(cmd, version.splitlines()[0] + " | " + hashlib.sha256(
             version.encode()).hexdigest()[:12], flags, _target(cmd), _mvec(version))
