@@ -93,7 +93,8 @@ def geometry(planes, h, w, kernel_size, dilation, padding, stride, channels=1,
 
 
 def _call(name, dtype, arrays, g, pad=None, extra=()):
-    fn = _state["fns"][f"{name}_{DTYPES.get(dtype) or LOWP[dtype]}"]
+    fns = _state.get("fns") or kernels()     # NOTE: loaded here too, not only by the passes
+    fn = fns[f"{name}_{DTYPES.get(dtype) or LOWP[dtype]}"]
     ptrs = [a.ctypes.data for a in arrays]
     if pad is not None:
         ptrs.append(ctypes.addressof(pad))
