@@ -41,6 +41,21 @@ from .sampler import BatchSampler, RandomSampler, Sampler, SequentialSampler
 __all__ = ["DataLoader"]
 
 
+def _check_pin_device(dev: str) -> str:
+    """``pin_memory_device``: ``""`` or a CUDA device name (ValueError otherwise)."""
+    if dev in ("", None):
+        return ""
+    from ..device import device as _device
+    try:
+        ok = _device(dev).type == "cuda"
+    except (TypeError, ValueError):
+        ok = False
+    if not ok:
+        raise ValueError(f"DataLoader: pin_memory_device={dev!r} is not a CUDA device; valid: "
+                         f"'' (default), 'cuda' or 'cuda:N'")
+    return str(dev)
+
+
 class _InfiniteNone(Sampler):
     """Index sampler of iterable datasets: the indices are never used."""
 
@@ -67,6 +82,10 @@ class DataLoader:
         persistent_workers: keep the worker processes alive between epochs.
         multiprocessing_context: ``"fork"``/``"spawn"``/... (default: fork where available).
         timeout: seconds to wait for a batch from the workers (0: no limit).
+        pin_memory: copy every tensor of each batch into page-locked host memory
+            (``Tensor.pin_memory``), so ``x.to("cuda", non_blocking=True)`` is asynchronous.
+        pin_memory_device: ``""`` or a CUDA device (``"cuda"``, ``"cuda:1"``), the device
+            the pinned memory is for; Ember's pinned memory serves every CUDA device.
 
     Example:
         >>> g = ember.Generator().manual_seed(0)
@@ -80,7 +99,7 @@ class DataLoader:
                  num_workers: int = 0, collate_fn=None, pin_memory: bool = False,
                  drop_last: bool = False, timeout: float = 0, worker_init_fn=None,
                  multiprocessing_context=None, generator=None, *, prefetch_factor=None,
-                 persistent_workers: bool = False) -> None:
+                 persistent_workers: bool = False, pin_memory_device: str = "") -> None:
         if num_workers < 0:
             raise ValueError(f"DataLoader: num_workers must be >= 0, got {num_workers}")
         if prefetch_factor is not None and num_workers == 0:
@@ -112,6 +131,7 @@ class DataLoader:
         self.collate_fn = collate_fn or (default_collate if self._auto_collation
                                          else default_convert)
         self.generator, self.pin_memory = generator, pin_memory
+        self.pin_memory_device = _check_pin_device(pin_memory_device)
         self.prefetch_factor = 2 if prefetch_factor is None and num_workers else prefetch_factor
         self.persistent_workers = persistent_workers
         self.multiprocessing_context = multiprocessing_context

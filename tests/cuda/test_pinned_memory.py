@@ -146,3 +146,13 @@ def test_dataloader_pins_every_tensor_of_nested_batches(fake_cuda, workers):
         assert b["label"] == ["s", "s"]
         x = b["x"].to("cuda", non_blocking=True)
         np.testing.assert_array_equal(x.cpu().numpy()[:, 0], b["x"].numpy()[:, 0])
+
+
+def test_dataloader_pin_memory_device(fake_cuda):
+    ds = em.utils.data.TensorDataset(em.arange(4.0))
+    (b,) = next(iter(em.utils.data.DataLoader(ds, batch_size=2, pin_memory=True,
+                                              pin_memory_device="cuda:0")))
+    assert b.is_pinned()
+    with pytest.raises(ValueError, match=r"pin_memory_device='cpu' is not a CUDA device; "
+                                         r"valid: '' \(default\), 'cuda'"):
+        em.utils.data.DataLoader(ds, pin_memory=True, pin_memory_device="cpu")
