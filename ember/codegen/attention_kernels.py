@@ -64,26 +64,49 @@ DTYPES = {np.dtype(np.float32): ("float", "expf", "f32"),
 _state: dict = {}
 
 
-def source(mvec=()) -> str:
-    """The C source of both kernels for both dtypes (``mvec``: the compiler's libmvec)."""
-    want = {name: arity for name, arity in mvec if name in ("exp", "expf")}
+def source(mvec=(), suffixes=None) -> str:
+    """The C source of both kernels for the dtypes whose suffix is in ``suffixes`` (default
+    all; ``mvec``: the compiler's libmvec)."""
+    chosen = [d for d in DTYPES.values() if suffixes is None or d[2] in suffixes]
+    want = {name: arity for name, arity in mvec
+            if name in {e for _, e, _ in chosen}}
     body = "".join(
         f"#define T {t}\n#define EXP {e}\n"
         + BODY.replace("{S}", s)
-        + "#undef T\n#undef EXP\n" for t, e, s in DTYPES.values())
+        + "#undef T\n#undef EXP\n" for t, e, s in chosen)
     return HEAD + mvec_decls(want) + body
 
 
+class _PerDtype(dict):
+    """``{"sdpa_f32": ...}`` filled one dtype at a time: the first lookup of a dtype's entry
+    builds (or loads) that dtype's library only -- a float32 model never waits for the
+    float64 kernels' compile (about half of the library's first build)."""
+
+    def __missing__(self, name):
+        _load(name.rsplit("_", 1)[1])
+        return dict.__getitem__(self, name)
+
+
+def _load(suffix: str) -> None:
+    """Build or load the library of dtype ``suffix`` into ``_state``."""
+    names = [f"{op}_{suffix}" for op in ("sdpa", "sdpa_grad")]
+    loaded = _pool.load_kernels(lambda cc: source(cc.mvec, (suffix,)), names)
+    if loaded is None:
+        raise RuntimeError("attention_kernels: no C compiler; check available() first")
+    lib, fns = loaded
+    _state.setdefault("libs", {})[suffix] = lib       # NOTE: keeps the library mapped
+    dict.update(_state["fns"], fns)
+    dict.update(_state["fast"], _pool.fast_addresses(lib, names))
+
+
 def kernels():
-    """``{"sdpa_f32": fn, ...}``: the compiled library's entry points, or None (no compiler)."""
+    """``{"sdpa_f32": fn, ...}``: the compiled libraries' entry points (each dtype's built
+    on its first use), or None (no compiler)."""
     if "fns" not in _state:
-        names = [f"{op}_{s}" for op in ("sdpa", "sdpa_grad") for _, _, s in DTYPES.values()]
-        loaded = _pool.load_kernels(lambda cc: source(cc.mvec), names)
-        if loaded is None or find_compiler() is None:
+        if find_compiler() is None:
             return None
-        lib, fns = loaded
-        fast = _pool.fast_addresses(lib, names)
-        _state["lib"], _state["fns"], _state["fast"] = lib, fns, fast
+        _state["fast"] = _PerDtype()
+        _state["fns"] = _PerDtype()
     return _state["fns"]
 
 
