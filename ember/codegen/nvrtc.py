@@ -18,8 +18,8 @@ from __future__ import annotations
 import functools
 import os
 
-__all__ = ["NVRTCError", "NVRTCUnavailable", "available", "compile_ptx", "include_dirs",
-           "version"]
+__all__ = ["NVRTCError", "NVRTCUnavailable", "available", "compile_ptx", "compile_sass",
+           "include_dirs", "version"]
 
 
 class NVRTCUnavailable(RuntimeError):
@@ -116,21 +116,45 @@ def compile_ptx(source: str, name: str, arch: str = "compute_90",
         NVRTCUnavailable: NVRTC or its bindings are not installed.
         NVRTCError: the source does not compile; the message holds NVRTC's log.
     """
+    data, _ = _compile(source, name, f"--gpu-architecture={arch}", options, "PTX")
+    return data.rstrip(b"\x00").decode()
+
+
+def compile_sass(source: str, name: str, arch: str = "sm_90", options: tuple = ()) -> tuple:
+    """Compile ``source`` down to machine code (a cubin) for real GPU ``arch``, through
+    ptxas, as the driver would JIT its PTX: register allocation, spills and shared memory
+    limits are checked here, no GPU needed.
+
+    Returns:
+        ``(cubin bytes, log)``; the log has ptxas's resource usage per kernel
+        (``Used N registers, ... bytes smem``, spill stores/loads).
+
+    Raises:
+        NVRTCUnavailable, NVRTCError: as :func:`compile_ptx` (ptxas errors included).
+    """
+    return _compile(source, name, f"-arch={arch}", ("--ptxas-options=--verbose",) +
+                    tuple(options), "CUBIN")
+
+
+def _compile(source: str, name: str, arch_opt: str, options: tuple, what: str) -> tuple:
+    """``(bytes of the PTX or CUBIN, NVRTC's log)``."""
     nvrtc, _ = _bindings()
     res = nvrtc.nvrtcCreateProgram(source.encode(), f"{name}.cu".encode(), 0, [], [])
     _check(nvrtc, res, "program creation", name=name)
     prog = res[1]
     try:
-        opts = [f"--gpu-architecture={arch}", "--std=c++17", "-default-device",
+        opts = [arch_opt, "--std=c++17", "-default-device",
                 "--diag-suppress=177"]   # NOTE: the prelude's unused helpers
         opts += [f"--include-path={d}" for d in include_dirs()] + list(options)
         enc = [o.encode() for o in opts]
         _check(nvrtc, nvrtc.nvrtcCompileProgram(prog, len(enc), enc), "compilation",
                prog, name)
-        err, size = nvrtc.nvrtcGetPTXSize(prog)
-        _check(nvrtc, err, "nvrtcGetPTXSize", prog, name)
+        size_fn = getattr(nvrtc, f"nvrtcGet{what}Size")
+        err, size = size_fn(prog)
+        _check(nvrtc, err, f"nvrtcGet{what}Size", prog, name)
         buf = b" " * size
-        _check(nvrtc, nvrtc.nvrtcGetPTX(prog, buf), "nvrtcGetPTX", prog, name)
-        return buf.rstrip(b"\x00").decode()
+        _check(nvrtc, getattr(nvrtc, f"nvrtcGet{what}")(prog, buf), f"nvrtcGet{what}", prog,
+               name)
+        return buf, _log(nvrtc, prog)
     finally:
         nvrtc.nvrtcDestroyProgram(prog)

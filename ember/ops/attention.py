@@ -9,7 +9,10 @@ composite's pieces are each a full pass over the ``(..., Tq, Tk)`` scores plus o
 call per small matrix; the ``"cpu"`` kernels (``ember/codegen/attention_kernels.py``) do
 the whole forward, and the whole backward, in one pass per head with the scores in L1
 (the W3 GPT's attention: ~16 ms a step as ops). The NumPy kernels are the reference and
-the fallback (no C compiler, other dtypes, CuPy).
+the fallback (no C compiler, other dtypes). On a GPU the ``"cuda"`` kernels are
+FlashAttention-style CUDA kernels (``ember/codegen/cuda_attention.py``: tiled over keys
+with an online softmax, O(T) memory; float32/float16/bfloat16, head dims <= 128), else
+the NumPy kernels on CuPy.
 
 Semantics both kernels share: a row's softmax runs over the keys it sees only; masked
 keys take no part in any sum (a NaN/Inf in a masked key or value never reaches the rows
@@ -131,6 +134,39 @@ def _sdpa_grad_cpu(xp, g, q, k, v, scale, is_causal):
     return ak.sdpa_grad(g, q, k, v, scale, is_causal)
 
 
+def _flash(*arrays):
+    """The FlashAttention CUDA kernels' module when a GPU's arrays can take them, else None
+    (the CPU stand-in runs the CPU kernels; float64 or head dims > 128: the CuPy kernel)."""
+    from ..device.base import _backends
+    if not _backends["cuda"].has("cuda_kernels"):
+        return None
+    from ..codegen import cuda_attention as ca       # NOTE: codegen sits above ops
+    return ca if ca.supported(*arrays[-3:]) else None
+
+
+def _sdpa_cuda(xp, q, k, v, scale, is_causal):
+    fa = _flash(q, k, v)
+    if fa is not None:
+        return fa.forward(xp, q, k, v, scale, is_causal)
+    if _backends_host():
+        return _sdpa_cpu(xp, q, k, v, scale, is_causal)
+    return _sdpa_np(xp, q, k, v, scale, is_causal)
+
+
+def _sdpa_grad_cuda(xp, g, q, k, v, scale, is_causal):
+    fa = _flash(g, q, k, v)
+    if fa is not None:
+        return fa.backward(xp, g, q, k, v, scale, is_causal)
+    if _backends_host():
+        return _sdpa_grad_cpu(xp, g, q, k, v, scale, is_causal)
+    return _sdpa_grad_np(xp, g, q, k, v, scale, is_causal)
+
+
+def _backends_host() -> bool:
+    from ..device.base import _backends
+    return _backends["cuda"].has("host_kernels")     # the stand-in: NumPy arrays
+
+
 # NOTE: the compiled graphs' variants (ember/graph/passes/sdpa_layout.py): the same
 # kernels, writing into the layout the readers want, so no copy follows. CPU arrays only
 # (the "cpu" kernels' contract); the NumPy fallback computes, then copies.
@@ -232,7 +268,7 @@ def _sdpa_jvp(t, out, q, k, v, scale, is_causal):
 sdpa_p = defop(
     "sdpa", nin=3, params={"scale": 1.0, "is_causal": False}, dtype=_dtype_rule,
     batch=_vb.sdpa,
-    kernels={"xp": _sdpa_np, "cpu": _sdpa_cpu}, save="inputs",
+    kernels={"xp": _sdpa_np, "cpu": _sdpa_cpu, "cuda": _sdpa_cuda}, save="inputs",
     check=lambda q, k, v, **p: _check_shapes(q.shape, k.shape, v.shape),
     shape=lambda qs, ks, vs, scale, is_causal: (_check_shapes(qs, ks, vs),
                                                 tuple(qs[:-1]) + (vs[-1],))[1],
@@ -242,7 +278,8 @@ sdpa_p = defop(
 sdpa_grad_p = defop(
     "sdpa_grad", nin=4, params={"scale": 1.0, "is_causal": False}, dtype=_dtype_rule,
     batch=_vb.sdpa_grad,
-    kernels={"xp": _sdpa_grad_np, "cpu": _sdpa_grad_cpu}, save=None, differentiable=False,
+    kernels={"xp": _sdpa_grad_np, "cpu": _sdpa_grad_cpu, "cuda": _sdpa_grad_cuda}, save=None,
+    differentiable=False,
     check=lambda g, q, k, v, **p: _check_shapes(q.shape, k.shape, v.shape, "sdpa_grad"),
     shape=_grad_shape,
     doc="dq | dk | dv of sdpa, flattened and concatenated (one output)")

@@ -1,0 +1,166 @@
+"""FlashAttention-style ``sdpa`` / ``sdpa_grad`` on a GPU: the primitives' ``"cuda"`` kernels.
+
+The forward walks the keys by tiles of 32 with an online softmax (running max and sum per
+query row, the accumulator rescaled as the max grows), so the ``(Tq, Tk)`` scores never
+exist: memory is O(T) — the output and one float32 log-sum-exp per row. The backward
+(FlashAttention-2's) recomputes each score from q, k and that log-sum-exp: ``delta_i =
+dO_i . O_i``, then one kernel over key blocks (dk, dv: each key owned by one warp, no
+atomics) and one over query blocks (dq). float32, float16 and bfloat16 storage, every sum
+in float32, each result rounded once. The CUDA text is :mod:`.cuda_attention_c`; a
+variant per (dtype, head dims rounded up to 32, up to 128) is rendered on demand, compiled
+by NVRTC into the kernel cache and loaded once (:mod:`.cuda_cache`).
+
+NOTE: the ``sdpa`` primitive has one output, so the log-sum-exp is not kept between the
+forward and the backward: ``sdpa_grad`` runs the forward kernel again (O and lse, O(T)
+memory) before its three kernels — one more forward pass per backward than
+FlashAttention-2, and no change to the registry's declaration.
+
+Launch geometry (a block is 4 warps, ``ROWS`` rows per warp; heads on ``gridDim.y``):
+:func:`forward_plan` / :func:`backward_plans` return ``(kernel name, grid, block, args)``
+lists that tests check on the CPU with NumPy arrays and a fake module.
+"""
+from __future__ import annotations
+
+import math
+
+import numpy as np
+
+from .cuda_attention_c import DELTA, DKDV, DQ_KERNEL, ENTRIES, FWD, HEAD
+
+__all__ = ["MAX_HEAD_DIM", "STORAGE", "backward", "backward_plans", "forward",
+           "forward_plan", "render", "supported", "variant"]
+
+#: NumPy dtype name -> (suffix, CUDA storage type).
+STORAGE = {"float32": ("f32", "float"), "float16": ("f16", "__half"),
+           "bfloat16": ("bf16", "__nv_bfloat16")}
+#: the largest q/k/v head dim with a kernel (larger: the primitive's CuPy kernel).
+MAX_HEAD_DIM = 128
+THREADS = 128
+_modules: dict = {}
+
+
+def variant(dtype_name: str, d: int, dv: int) -> tuple:
+    """``(suffix, storage type, DQP, DVP, ROWS)`` of the kernels for these head dims."""
+    tag, ctype = STORAGE[dtype_name]
+    dqp, dvp = max(1, -(-d // 32)), max(1, -(-dv // 32))
+    rows = 4 if max(dqp, dvp) <= 2 else 2      # NOTE: 48 KiB of static shared memory
+    return f"{tag}_d{dqp * 32}_v{dvp * 32}_r{rows}", ctype, dqp, dvp, rows
+
+
+def render(dtype_name: str, d: int, dv: int) -> str:
+    """The CUDA source of one variant: its four ``extern "C"`` kernels."""
+    s, t, dqp, dvp, rows = variant(dtype_name, d, dv)
+    entries = (ENTRIES.replace("{S}", s).replace("{T}", t).replace("{DQP}", str(dqp))
+               .replace("{DVP}", str(dvp)).replace("{ROWS}", str(rows)))
+    return HEAD + FWD + DELTA + DKDV + DQ_KERNEL + entries
+
+
+def supported(*arrays) -> bool:
+    """Whether the kernels take these q, k, v (a dtype with a kernel, head dims <= 128)."""
+    q, k, v = arrays[:3]
+    return (q.dtype.name in STORAGE and all(a.dtype == q.dtype for a in arrays)
+            and q.shape[-1] <= MAX_HEAD_DIM and v.shape[-1] <= MAX_HEAD_DIM)
+
+
+def _heads(x, xp):
+    """``(array, b1, (s0, s1, s2))``: ``x`` (..., T, D) as heads ``p -> (p // b1, p % b1)``
+    with element strides, last stride 1 (copied when it is not, or the batch won't merge)."""
+    if x.ndim < 2 or (x.shape[-1] > 1 and x.strides[-1] != x.itemsize):
+        x = xp.ascontiguousarray(x)
+    if x.ndim > 4:
+        x = x.reshape((-1,) + x.shape[-3:])     # NOTE: a copy only if the batch won't merge
+    it = x.itemsize
+    st = [s // it for s in x.strides]
+    if x.ndim == 2:
+        return x, 1, (0, 0, st[0])
+    if x.ndim == 3:
+        return x, 1, (st[0], 0, st[1])
+    return x, x.shape[1], (st[0], st[1], st[2])
+
+
+def _grid(t: int, nb: int, rows: int) -> tuple:
+    return (max(1, -(-t // (4 * rows))), nb, 1)
+
+
+def forward_plan(q, k, v, scale, is_causal, xp=np, out=None):
+    """``(name, grid, block, args, o, lse)`` of the forward kernel (``o``: new, or ``out``)."""
+    s, _, _, _, rows = variant(q.dtype.name, q.shape[-1], v.shape[-1])
+    o = xp.empty(q.shape[:-1] + v.shape[-1:], q.dtype) if out is None else out
+    (q, b1, qs), (k, _, ks), (v, _, vs) = _heads(q, xp), _heads(k, xp), _heads(v, xp)
+    tq, tk, d, dv = q.shape[-2], k.shape[-2], q.shape[-1], v.shape[-1]
+    nb = math.prod(q.shape[:-2])
+    lse = xp.empty((nb, tq), np.float32)
+    _, _, os_ = _heads(o, xp)       # NOTE: o's own (C-ordered) array: a view, never a copy
+    ints = [np.int32(x) for x in (b1, tq, tk, d, dv, int(bool(is_causal)))]
+    strides = [np.int64(x) for x in qs + ks + vs + os_]
+    args = (q, k, v, o, lse, *ints, np.float32(scale), *strides)
+    return f"ember_flash_fwd_{s}", _grid(tq, nb, rows), (THREADS, 1, 1), args, o, lse
+
+
+def backward_plans(g, q, k, v, o, lse, scale, is_causal, xp=np, outs=None):
+    """The delta, dk/dv and dq launches ``[(name, grid, block, args)]`` and ``(dq, dk,
+    dv)``: three views of one new flat array of q's dtype (``sdpa_grad``'s output), or
+    ``outs``."""
+    s, _, _, _, rows = variant(q.dtype.name, q.shape[-1], v.shape[-1])
+    tq, tk, d, dv = q.shape[-2], k.shape[-2], q.shape[-1], v.shape[-1]
+    nb = math.prod(q.shape[:-2])
+    if outs is None:
+        flat = xp.empty(q.size + k.size + v.size, q.dtype)
+        outs = (flat[:q.size].reshape(q.shape), flat[q.size:q.size + k.size].reshape(k.shape),
+                flat[q.size + k.size:].reshape(v.shape))
+    heads = [_heads(a, xp) for a in (g, q, k, v, o) + tuple(outs)]
+    (g, b1, gs), (q, _, qs), (k, _, ks), (v, _, vs), (o, _, os_) = heads[:5]
+    (dq, _, dqs), (dk, _, dks), (dvv, _, dvs) = heads[5:]
+    delta = xp.empty((nb, tq), np.float32)
+    common = [np.int32(x) for x in (b1, tq, tk, d, dv, int(bool(is_causal)))]
+    common.append(np.float32(scale))
+    st_kv = xp.asarray(np.array(qs + ks + vs + gs + dks + dvs, np.int64))
+    st_q = xp.asarray(np.array(qs + ks + vs + gs + dqs, np.int64))
+    pre = (g, o, delta, np.int32(b1), np.int32(tq), np.int32(dv),
+           *[np.int64(x) for x in gs + os_])
+    launches = [
+        (f"ember_flash_delta_{s}", _grid(tq, nb, rows), (THREADS, 1, 1), pre),
+        (f"ember_flash_dkdv_{s}", _grid(tk, nb, rows), (THREADS, 1, 1),
+         (q, k, v, g, lse, delta, dk, dvv, *common, st_kv)),
+        (f"ember_flash_dq_{s}", _grid(tq, nb, rows), (THREADS, 1, 1),
+         (q, k, v, g, lse, delta, dq, *common, st_q))]
+    return launches, (dq, dk, dvv)
+
+
+def _module(dtype_name: str, d: int, dv: int):
+    key = variant(dtype_name, d, dv)[0]
+    mod = _modules.get(key)
+    if mod is None:
+        from .cuda_cache import load_module
+        mod = _modules[key] = load_module(render(dtype_name, d, dv), f"ember_flash_{key}")
+    return mod
+
+
+def _launch(mod, name, grid, block, args) -> None:
+    if all(grid):
+        mod.get_function(name)(grid, block, args)
+
+
+def forward(xp, q, k, v, scale, is_causal, out=None):
+    """``softmax(q kᵀ * scale [causal]) v`` by the tiled kernel (``supported`` arrays)."""
+    mod = _module(q.dtype.name, q.shape[-1], v.shape[-1])
+    name, grid, block, args, o, _ = forward_plan(q, k, v, scale, is_causal, xp, out)
+    if q.shape[-2]:
+        _launch(mod, name, grid, block, args)
+    return o
+
+
+def backward(xp, g, q, k, v, scale, is_causal):
+    """``dq | dk | dv`` flattened into one array (the ``sdpa_grad`` primitive's output)."""
+    mod = _module(q.dtype.name, q.shape[-1], v.shape[-1])
+    name, grid, block, args, o, lse = forward_plan(q, k, v, scale, is_causal, xp)
+    if q.shape[-2] == 0 or k.shape[-2] == 0:
+        return xp.zeros(q.size + k.size + v.size, q.dtype)
+    flat = xp.empty(q.size + k.size + v.size, q.dtype)   # NOTE: the kernels write it all
+    parts = (flat[:q.size].reshape(q.shape), flat[q.size:q.size + k.size].reshape(k.shape),
+             flat[q.size + k.size:].reshape(v.shape))
+    _launch(mod, name, grid, block, args)
+    launches, _ = backward_plans(g, q, k, v, o, lse, scale, is_causal, xp, parts)
+    for name, grid, block, args in launches:
+        _launch(mod, name, grid, block, args)
+    return flat
