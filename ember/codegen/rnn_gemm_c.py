@@ -48,7 +48,7 @@ from .prelude import prelude
 
 #: rows per register tile and lanes per vector, per isa code (1 generic, 2 avx2, 3 avx512);
 #: a packed panel is four vectors wide (the forward's: the four gates of VL hidden units)
-MR = {1: 2, 2: 2, 3: 4}
+MR = {1: 2, 2: 2, 3: 6}
 VL = {1: 8, 2: 8, 3: 16}
 KC = 128
 
@@ -183,26 +183,63 @@ TGT static inline V vsig_@S@(V x) {
     return FMA(SET1(0.5f), vtanh_@S@(MUL(SET1(0.5f), x)), SET1(0.5f));
 }
 
-/* acc[r][v] = sum over k of A[r][k] * B[k][v-th vector], one FMA chain per element */
+/* acc[r][v] = sum over k of A[r][k] * B[k][v-th vector] for r < rows (a constant where it
+   is inlined), one FMA chain per element in k order */
 TGT static inline __attribute__((always_inline)) void mk_@S@(
-        const float *const *ar, const float *b, int64_t K, V acc[MRV][4]) {
-    for (int r = 0; r < MRV; r++)
+        const int rows, const float *const *ar, const float *b, int64_t K, V acc[MRV][4]) {
+    for (int r = 0; r < rows; r++)
         for (int v = 0; v < 4; v++) acc[r][v] = ZERO;
     for (int64_t k = 0; k < K; k++) {
         const float *bk = b + k * NRV;
         V bv[4];
         for (int v = 0; v < 4; v++) bv[v] = LD(bk + v * VLV);
-        for (int r = 0; r < MRV; r++) {
+        for (int r = 0; r < rows; r++) {
             const V a = SET1(ar[r][k]);
             for (int v = 0; v < 4; v++) acc[r][v] = FMA(a, bv[v], acc[r][v]);
         }
     }
 }
 
-/* rows [n0, n0 + MRV) of A (row stride lda), the ones past hi repeating hi - 1 */
-static inline void rows_@S@(const float **ar, const float *a, int64_t lda, int64_t n0,
-                            int64_t hi) {
-    for (int r = 0; r < MRV; r++) ar[r] = a + (n0 + r < hi ? n0 + r : hi - 1) * lda;
+/* rows [n0, n0 + rows) of A (row stride lda), the ones past hi repeating hi - 1 */
+static inline __attribute__((always_inline)) void rows_@S@(
+        const int rows, const float **ar, const float *a, int64_t lda, int64_t n0, int64_t hi) {
+    for (int r = 0; r < rows; r++) ar[r] = a + (n0 + r < hi ? n0 + r : hi - 1) * lda;
+}
+
+/* the forward's geometry at one step and panel */
+typedef struct {
+    const float *hp, *cp, *xt, *b;
+    float *ot;
+    int64_t sh, sc, sx, H, u0, nu;
+} fstep_@S@;
+
+/* one block of `rows` batch rows from n0 at one step and panel: GEMM, then the gates */
+TGT static inline __attribute__((always_inline)) void fblock_@S@(
+        const int rows, const fstep_@S@ *s, int64_t n0, int64_t hi) {
+    const int64_t H = s->H, S = 6 * H;
+    const float *ar[MRV];
+    V acc[MRV][4];
+    rows_@S@(rows, ar, s->hp, s->sh, n0, hi);
+    mk_@S@(rows, ar, s->b, H, acc);
+    for (int r = 0; r < rows && n0 + r < hi; r++) {
+        const int64_t n = n0 + r;
+        const float *xr = s->xt + n * s->sx + s->u0, *cr = s->cp + n * s->sc + s->u0;
+        float *o = s->ot + n * S + s->u0;
+        if (s->nu < VLV) {
+            float tile[4 * VLV] __attribute__((aligned(64)));
+            for (int v = 0; v < 4; v++) ST(tile + v * VLV, acc[r][v]);
+            lstm_epi(tile, VLV, s->nu, xr, cr, o, H);
+            continue;
+        }
+        const V i = vsig_@S@(ADD(acc[r][0], LD(xr))),
+            f = vsig_@S@(ADD(acc[r][1], LD(xr + H))),
+            gg = vtanh_@S@(ADD(acc[r][2], LD(xr + 2 * H))),
+            og = vsig_@S@(ADD(acc[r][3], LD(xr + 3 * H)));
+        const V cn = FMA(f, LD(cr), MUL(i, gg));
+        ST(o + 2 * H, i); ST(o + 3 * H, f); ST(o + 4 * H, gg); ST(o + 5 * H, og);
+        ST(o + H, cn);
+        ST(o, MUL(og, vtanh_@S@(cn)));
+    }
 }
 
 TGT static void fwd_@S@(char **p, const int64_t *g, const int64_t *st, int64_t lo,
@@ -211,68 +248,62 @@ TGT static void fwd_@S@(char **p, const int64_t *g, const int64_t *st, int64_t l
     const int64_t L = g[G_L], N = g[G_N], H = g[G_H], S = 6 * H, np = (H + VLV - 1) / VLV;
     const float *x = (const float *)p[0], *wp = (const float *)p[3];
     float *out = (float *)p[4];
-    float tile[4 * VLV] __attribute__((aligned(64)));
+    fstep_@S@ s;
+    s.H = H;
+    s.sx = g[G_S1];
+    for (int64_t t = 0; t < L; t++) {
+        s.hp = t ? out + (t - 1) * N * S : (const float *)p[1];
+        s.cp = t ? s.hp + H : (const float *)p[2];
+        s.sh = t ? S : g[G_S2];
+        s.sc = t ? S : g[G_S3];
+        s.xt = x + t * g[G_S0];
+        s.ot = out + t * N * S;
+        for (int64_t q = 0; q < np; q++) {
+            s.u0 = q * VLV;
+            s.nu = MIN(VLV, H - s.u0);
+            s.b = wp + q * H * NRV;
+            int64_t n0 = lo;
+            for (; n0 + MRV <= hi; n0 += MRV) fblock_@S@(MRV, &s, n0, hi);
+            for (; n0 < hi; n0 += MRT) fblock_@S@(MRT, &s, n0, hi);
+        }
+    }
+}
+
+/* one block of `rows` rows of C (+)= A @ B over one K block and panel */
+TGT static inline __attribute__((always_inline)) void gblock_@S@(
+        const int rows, const float *a, int64_t lda, const float *b, int64_t kc, int first,
+        float *c, int64_t ldc, int64_t nj, int64_t n0, int64_t hi) {
     const float *ar[MRV];
     V acc[MRV][4];
-    for (int64_t t = 0; t < L; t++) {
-        const float *hp = t ? out + (t - 1) * N * S : (const float *)p[1];
-        const float *cp = t ? hp + H : (const float *)p[2];
-        const int64_t sh = t ? S : g[G_S2], sc = t ? S : g[G_S3];
-        const float *xt = x + t * g[G_S0];
-        float *ot = out + t * N * S;
-        for (int64_t q = 0; q < np; q++) {
-            const int64_t u0 = q * VLV, nu = MIN(VLV, H - u0);
-            for (int64_t n0 = lo; n0 < hi; n0 += MRV) {
-                rows_@S@(ar, hp, sh, n0, hi);
-                mk_@S@(ar, wp + q * H * NRV, H, acc);
-                for (int r = 0; r < MRV && n0 + r < hi; r++) {
-                    const int64_t n = n0 + r;
-                    const float *xr = xt + n * g[G_S1] + u0, *cr = cp + n * sc + u0;
-                    float *o = ot + n * S + u0;
-                    if (nu < VLV) {
-                        for (int v = 0; v < 4; v++) ST(tile + v * VLV, acc[r][v]);
-                        lstm_epi(tile, VLV, nu, xr, cr, o, H);
-                        continue;
-                    }
-                    const V i = vsig_@S@(ADD(acc[r][0], LD(xr))),
-                        f = vsig_@S@(ADD(acc[r][1], LD(xr + H))),
-                        gg = vtanh_@S@(ADD(acc[r][2], LD(xr + 2 * H))),
-                        og = vsig_@S@(ADD(acc[r][3], LD(xr + 3 * H)));
-                    const V cn = FMA(f, LD(cr), MUL(i, gg));
-                    ST(o + 2 * H, i); ST(o + 3 * H, f); ST(o + 4 * H, gg); ST(o + 5 * H, og);
-                    ST(o + H, cn);
-                    ST(o, MUL(og, vtanh_@S@(cn)));
-                }
-            }
+    rows_@S@(rows, ar, a, lda, n0, hi);
+    mk_@S@(rows, ar, b, kc, acc);
+    for (int r = 0; r < rows && n0 + r < hi; r++) {
+        float *cr = c + (n0 + r) * ldc;
+        if (nj == NRV) {
+            for (int v = 0; v < 4; v++)
+                ST(cr + v * VLV, first ? acc[r][v] : ADD(LD(cr + v * VLV), acc[r][v]));
+            continue;
         }
+        float tile[4 * VLV] __attribute__((aligned(64)));
+        for (int v = 0; v < 4; v++) ST(tile + v * VLV, acc[r][v]);
+        for (int64_t j = 0; j < nj; j++) cr[j] = first ? tile[j] : cr[j] + tile[j];
     }
 }
 
 /* C[lo:hi, :H] = A[lo:hi, :K] @ B (packed), K in blocks of KC added in order */
 TGT static void gemm_@S@(const float *a, int64_t lda, const float *bp, int64_t K,
                          int64_t H, float *c, int64_t lo, int64_t hi) {
-    float tile[4 * VLV] __attribute__((aligned(64)));
-    const float *ar[MRV];
-    V acc[MRV][4];
     const int64_t np = (H + NRV - 1) / NRV;
     for (int64_t k0 = 0; k0 < K; k0 += KC) {
         const int64_t kc = MIN(KC, K - k0);
         for (int64_t q = 0; q < np; q++) {
             const int64_t j0 = q * NRV, nj = MIN(NRV, H - j0);
-            for (int64_t n0 = lo; n0 < hi; n0 += MRV) {
-                rows_@S@(ar, a + k0, lda, n0, hi);
-                mk_@S@(ar, bp + (q * K + k0) * NRV, kc, acc);
-                for (int r = 0; r < MRV && n0 + r < hi; r++) {
-                    float *cr = c + (n0 + r) * H + j0;
-                    if (nj == NRV) {
-                        for (int v = 0; v < 4; v++)
-                            ST(cr + v * VLV, k0 ? ADD(LD(cr + v * VLV), acc[r][v]) : acc[r][v]);
-                        continue;
-                    }
-                    for (int v = 0; v < 4; v++) ST(tile + v * VLV, acc[r][v]);
-                    for (int64_t j = 0; j < nj; j++) cr[j] = k0 ? cr[j] + tile[j] : tile[j];
-                }
-            }
+            const float *b = bp + (q * K + k0) * NRV;
+            int64_t n0 = lo;
+            for (; n0 + MRV <= hi; n0 += MRV)
+                gblock_@S@(MRV, a + k0, lda, b, kc, k0 == 0, c + j0, H, nj, n0, hi);
+            for (; n0 < hi; n0 += MRT)
+                gblock_@S@(MRT, a + k0, lda, b, kc, k0 == 0, c + j0, H, nj, n0, hi);
         }
     }
 }
@@ -324,12 +355,12 @@ TGT static void bwd_@S@(char **p, const int64_t *g, const int64_t *st, int64_t l
 
 _OPS = {
     "generic": dict(
-        V="v8g", VLV="8", MRV="2", TGT="", LD="ld_g", ST="st_g", SET1="set1_g",
+        V="v8g", VLV="8", MRV="2", MRT="2", TGT="", LD="ld_g", ST="st_g", SET1="set1_g",
         ADD="(a) + (b)", SUB="(a) - (b)", MUL="(a) * (b)", DIV="(a) / (b)",
         FMA="(a) * (b) + (c)", CLAMP="clamp_g(x, c)", ABSLT="abslt_g(x, r, t)",
         ZERO="set1_g(0.0f)"),
     "avx2": dict(
-        V="__m256", VLV="8", MRV="2", TGT='__attribute__((target("avx2,fma")))',
+        V="__m256", VLV="8", MRV="2", MRT="2", TGT='__attribute__((target("avx2,fma")))',
         LD="_mm256_loadu_ps", ST="_mm256_storeu_ps", SET1="_mm256_set1_ps",
         ADD="_mm256_add_ps(a, b)", SUB="_mm256_sub_ps(a, b)", MUL="_mm256_mul_ps(a, b)",
         DIV="_mm256_div_ps(a, b)", FMA="_mm256_fmadd_ps(a, b, c)",
@@ -338,7 +369,7 @@ _OPS = {
               "x), _mm256_set1_ps(t), _CMP_LT_OQ))",
         ZERO="_mm256_setzero_ps()"),
     "avx512": dict(
-        V="__m512", VLV="16", MRV="4", TGT='__attribute__((target("avx512f")))',
+        V="__m512", VLV="16", MRV="6", MRT="2", TGT='__attribute__((target("avx512f")))',
         LD="_mm512_loadu_ps", ST="_mm512_storeu_ps", SET1="_mm512_set1_ps",
         ADD="_mm512_add_ps(a, b)", SUB="_mm512_sub_ps(a, b)", MUL="_mm512_mul_ps(a, b)",
         DIV="_mm512_div_ps(a, b)", FMA="_mm512_fmadd_ps(a, b, c)",
@@ -358,7 +389,7 @@ _TAIL = r"""
 #endif
 static const ember_run_fn FWD[4] = {0, fwd_generic, X86_ONLY(fwd_avx2), X86_ONLY(fwd_avx512)};
 static const ember_run_fn BWD[4] = {0, bwd_generic, X86_ONLY(bwd_avx2), X86_ONLY(bwd_avx512)};
-static const int64_t VLS[4] = {0, 8, 8, 16}, MRS[4] = {0, 2, 2, 4};
+static const int64_t VLS[4] = {0, 8, 8, 16}, MRS[4] = {0, 2, 2, 6};
 
 static int64_t pick(int64_t isa) {
     if (isa) return isa;
