@@ -7,35 +7,37 @@ whatever ``-march`` says, and :c:func:`ember_rnn_gemm_isas` tells at run time (t
 ``__builtin_cpu_supports``, which also checks that the OS saves the wider registers) which
 of them this CPU runs:
 
-===========  ==========================  ======  ======  ==============================
-variant      vector                      MR      NR      accumulators
-===========  ==========================  ======  ======  ==============================
-``avx512``   ``__m512`` (16 floats)      4       64      16 zmm
-``avx2``     ``__m256`` + FMA (8)        4       16      8 ymm
-``generic``  ``float`` (plain C)         4       16      64 scalars (the compiler's SIMD)
-===========  ==========================  ======  ======  ==============================
+===========  ===============================  ==========  ====  ==========================
+variant      vector (VL floats)               MR (tail)   NR    accumulators
+===========  ===============================  ==========  ====  ==========================
+``avx512``   ``__m512`` (16)                  6 (2)       64    24 zmm
+``avx2``     ``__m256`` + FMA (8)             2           32    8 ymm
+``generic``  GNU C ``vector_size(32)`` (8)    2           32    8 (SSE pairs on baseline)
+===========  ===============================  ==========  ====  ==========================
 
 The micro-kernel multiplies ``MR`` rows of A (addresses given per row, so A may be any
-rows of any array with a unit column stride) by a packed ``K x NR`` panel of B and leaves
-the ``MR x NR`` result in a tile on the stack: each output element is one FMA chain over
-``k = 0, 1, ..., K-1`` in order, the same chain whichever rows share its tile and however
-the rows are split between threads. The rows of a tail block past the last row repeat the
-last row (computed, never stored).
+rows of any array with a unit column stride) by a packed ``K x NR`` panel of B (``NR`` =
+four vectors) into registers: each output element is one FMA chain over ``k = 0, 1, ...,
+K-1`` in order, the same chain whichever rows share its tile and however the rows are
+split between threads. Rows left over past the last full block go through blocks of the
+tail size; rows of a block past the last row repeat it (computed, never stored).
 
 Entry points (``ember_<name>(char **ptrs, const int64_t *g, int64_t nthreads)``):
 
 * ``lstm_seq_fwd_f32``: ``x`` (L, N, 4H), ``h0``, ``c0`` (N, H), ``work`` (packing
   space, :func:`ember.codegen.rnn_gemm.work_size`), ``out`` (L, N, 6H) contiguous =
-  ``[h | c | i f g o]``, ``w_hh`` (4H, H) contiguous; ``g = [L, N, H, isa, sxt, sxn, sh0, sc0]`` (strides in
-  elements, unit last strides). W_hh is packed ONCE per call so that a panel holds the four
-  gates of ``NR / 4`` hidden units; the gate nonlinearities and the state update are the
-  GEMM's epilogue on the tile.
+  ``[h | c | i f g o]``, ``w_hh`` (4H, H) contiguous; ``g = [L, N, H, isa, sxt, sxn,
+  sh0, sc0]`` (strides in elements, unit last strides). W_hh is packed ONCE per call so
+  that a panel's four vectors are the gates i, f, g, o of ``VL`` hidden units; the gate
+  nonlinearities and the state update are the GEMM's epilogue on the registers
+  (``ember_tanh_f32``'s operations on vectors; a partial panel's units go through the
+  scalar ``lstm_epi``).
 * ``lstm_seq_bwd_f32``: ``gout`` (L, N, 6H), ``out`` (contiguous), ``c0``, ``work``
   -> ``dg`` (L, N, 4H) (the pre-activation gradients), scratch ``dhr`` (N, H),
-  ``dc`` (N, H: out, dL/dc0), ``dh0`` (N, H); then ``w_hh``; ``g = [L, N, H, isa, sgt, sgn, sc0]``. Per
-  step the local derivatives (the formulas of :mod:`.rnn_kernels`' ``lstm_bwd``), then
-  ``dG_t W_hh`` by the micro-kernel over K blocks of ``KC`` (partial tiles summed in
-  block order).
+  ``dc`` (N, H: out, dL/dc0), ``dh0`` (N, H); then ``w_hh``; ``g = [L, N, H, isa, sgt,
+  sgn, sc0]``. Per step the local derivatives (the formulas of :mod:`.rnn_kernels`'
+  ``lstm_bwd``), then ``dG_t W_hh`` by the micro-kernel over K blocks of ``KC`` (the
+  blocks' partial sums added in block order).
 
 Batch rows never interact in an LSTM, so both loops split the rows between Ember's pool
 threads for the whole sequence (no barrier per step); results do not depend on the split.
@@ -46,9 +48,8 @@ from __future__ import annotations
 
 from .prelude import prelude
 
-#: rows per register tile and lanes per vector, per isa code (1 generic, 2 avx2, 3 avx512);
-#: a packed panel is four vectors wide (the forward's: the four gates of VL hidden units)
-MR = {1: 2, 2: 2, 3: 6}
+#: lanes per vector, per isa code (1 generic, 2 avx2, 3 avx512); a packed panel is four
+#: vectors wide (the forward's: the four gates of VL hidden units)
 VL = {1: 8, 2: 8, 3: 16}
 KC = 128
 
