@@ -155,13 +155,13 @@ def init_process_group(backend: str | None = None, init_method: str | None = Non
     limit = seconds(default_pg_timeout if timeout is None else timeout)
     if limit <= 0:
         raise ValueError(f"init_process_group: timeout must be positive, got {timeout!r}")
-    make = _nccl_maker(device_id) if backend == "nccl" else (lambda c: c)
+    make = _nccl_maker(device_id) if backend == "nccl" else (lambda c, _limit: c)
     comm = _world_comm(limit)
     _check_env(comm, world_size, rank)
     _install_excepthook(comm.rank, comm.size)
     _State.abort_on_error = True
     _rendezvous(comm, limit, "init_process_group")
-    group.WORLD = ProcessGroup(make(comm.dup()), list(range(comm.size)), limit,
+    group.WORLD = ProcessGroup(make(comm.dup(), limit), list(range(comm.size)), limit,
                                debug.enabled())
     _State.groups = [group.WORLD]
     _record(comm.rank, "pid", str(os.getpid()))
@@ -177,7 +177,7 @@ def _nccl_maker(device_id):
         from ..device import device as _device
         idx = device_id if isinstance(device_id, int) else _device(device_id).index
         be.current_index = be.check_index(idx, "init_process_group(device_id=)")
-    return lambda host: NCCLCommunicator(host, nccl, be)
+    return lambda host, limit: NCCLCommunicator(host, nccl, be, limit)
 
 
 def _record(rank: int, what: str, text: str) -> None:

@@ -14,7 +14,10 @@ MPI request and never blocks inside NCCL. While waiting it also asks NCCL for
 asynchronous errors (``ncclCommGetAsyncError``). A timeout or an NCCL error aborts the
 communicator (``ncclCommAbort``, so the GPU kernels waiting for a dead peer stop) and
 raises :class:`~ember.distributed.backend.DistributedError` naming the rank and the
-collective; the group cannot be used again. NCCL has no bitwise reductions (``BAND``,
+collective; the group cannot be used again. Unlike PyTorch, whose synchronous NCCL
+collectives return once queued (a watchdog thread enforces the timeout), a synchronous
+collective here waits on the host until its event completes, so a timeout surfaces at
+the call; ``async_op=True`` returns at once. NCCL has no bitwise reductions (``BAND``,
 ``BOR``, ``BXOR`` are refused, as PyTorch does) and no receive from any source
 (``recv`` needs ``src``). ``gather``/``scatter``/``all_to_all`` are grouped
 sends/receives (``ncclGroupStart``/``ncclGroupEnd``), as in PyTorch.
@@ -27,7 +30,8 @@ from __future__ import annotations
 
 import numpy as np
 
-from .backend import Communicator, DistributedError, DistributedUnavailable, ReduceOp, Request
+from .backend import (Communicator, DistributedError, DistributedUnavailable, ReduceOp,
+                      Request, Work)
 
 INSTALL_HINT = ("the NCCL backend needs CuPy with NCCL and an NVIDIA GPU: pip install "
                 "cupy-cuda12x (NCCL comes with the nvidia-nccl-cu12 wheel); on a machine "
@@ -121,6 +125,7 @@ class NCCLCommunicator(Communicator):
         host: the MPI communicator of the same ranks (rendezvous, control, host buffers).
         nccl: the NCCL module (``cupy.cuda.nccl`` or a stand-in).
         backend: the ``cuda`` backend (its current device and stream runtime).
+        timeout: seconds to wait for rank 0's unique id while the communicator is made.
 
     Example:
         >>> comm = NCCLCommunicator(MPICommunicator(MPI.COMM_WORLD.Dup()), load_nccl(), be)
@@ -130,8 +135,8 @@ class NCCLCommunicator(Communicator):
     name = "nccl"
     device_type = "cuda"
 
-    def __init__(self, host: Communicator, nccl, backend):
-        self.host, self.nccl, self.be = host, nccl, backend
+    def __init__(self, host: Communicator, nccl, backend, timeout: float = 1800.0):
+        self.host, self.nccl, self.be, self.timeout = host, nccl, backend, timeout
         self.rank, self.size = host.rank, host.size
         self.device_index = backend.current_index
         self.aborted = None        # why the communicator was aborted, once it was
@@ -144,9 +149,11 @@ class NCCLCommunicator(Communicator):
         uid = np.zeros(128, np.int8)
         if self.rank == 0:
             uid[:] = np.asarray(self.nccl.get_unique_id(), np.int64).astype(np.int8)
-        req = self.host.broadcast(uid, 0)
-        while not req.test():     # NOTE: the caller rendezvoused: every rank is here
-            pass
+        def late(elapsed):
+            return DistributedError(f"[rank {self.rank}] init_process_group(backend='nccl'): "
+                                    f"waited {elapsed:.1f} s for rank 0's NCCL unique id; "
+                                    f"rank 0 died or is stuck")
+        Work([self.host.broadcast(uid, 0)], timeout=self.timeout, on_timeout=late).wait()
         self.be.runtime.set_device(self.device_index)
         try:
             return self.nccl.NcclCommunicator(self.size, tuple(int(v) for v in uid),
@@ -327,10 +334,11 @@ class NCCLCommunicator(Communicator):
 
     def split(self, ranks):
         host = self.host.split(ranks)
-        return None if host is None else NCCLCommunicator(host, self.nccl, self.be)
+        return None if host is None else NCCLCommunicator(host, self.nccl, self.be,
+                                                          self.timeout)
 
     def dup(self):
-        return NCCLCommunicator(self.host.dup(), self.nccl, self.be)
+        return NCCLCommunicator(self.host.dup(), self.nccl, self.be, self.timeout)
 
     def _abort(self, why: str) -> None:
         if self.aborted is None:

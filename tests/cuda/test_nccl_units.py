@@ -261,3 +261,19 @@ def test_without_a_gpu_init_names_the_missing_device(monkeypatch):
         ember_nccl.set_nccl_module(None)
         reset_cuda_backend()
     assert not dist.is_initialized()
+
+
+def test_waiting_for_the_unique_id_times_out_instead_of_hanging(fake_cuda):
+    class _Never(Request):
+        def test(self):
+            return False
+
+    class _SilentRoot(_LocalHost):
+        rank, size = 1, 2
+
+        def broadcast(self, buf, root):
+            return _Never()
+    with pytest.raises(DistributedError, match=r"\[rank 1\] init_process_group\(backend="
+                                               r"'nccl'\): waited 0\.\d s for rank 0's NCCL "
+                                               r"unique id"):
+        ember_nccl.NCCLCommunicator(_SilentRoot(), _fake_nccl, fake_cuda, timeout=0.2)
