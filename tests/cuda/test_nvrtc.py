@@ -126,6 +126,21 @@ def test_reductions_compile(strategy):
         assert "shfl.sync" not in ptx
 
 
+@pytest.mark.parametrize("kind", ["sum", "mean", "amax", "amin"])
+def test_every_reduction_kind_reduces_with_warp_shuffles_and_assembles(kind):
+    d = dt.float32
+    k = ReduceKernel([InputSpec(d, (9, 1))], (4, 9), 1, [Reduce(kind, Load(0) * 2.0)], None,
+                     OutSpec(d, (4,)), name=f"r_{kind}")
+    src = render_cuda(k)
+    op = {"sum": "EmberSum", "mean": "EmberSum", "amax": "EmberMax", "amin": "EmberMin"}[kind]
+    assert f"ember_block_reduce<{op}>" in src
+    assert "shfl.sync.down" in nvrtc.compile_ptx(src, f"r_{kind}")
+    # down to sm_90 machine code (ptxas: what the driver's JIT would run), no spills
+    _, log = nvrtc.compile_sass(src, f"r_{kind}")
+    assert f"Compiling entry function 'r_{kind}'" in log
+    assert not re.search(r"[1-9]\d* bytes spill (stores|loads)", log), log
+
+
 def test_multi_output_elementwise_compiles():
     x, y = Load(0), Load(1)
     h = x * 0.5
