@@ -203,6 +203,13 @@ class NCCLCommunicator(Communicator):
     def _enqueue(self, what: str, keep, launch, source=None) -> Request:
         """Run ``launch(stream)`` (NCCL calls) and return a request on an event after it."""
         self._check_alive(what)
+        for arr in keep if isinstance(keep, tuple) else (keep,):
+            dev = getattr(getattr(arr, "device", None), "id", self.device_index)
+            if arr is not None and dev != self.device_index:
+                raise ValueError(f"{what}: rank {self.rank}'s NCCL communicator is on "
+                                 f"cuda:{self.device_index} but a tensor is on cuda:{dev}; "
+                                 f"valid: tensors on cuda:{self.device_index} (set "
+                                 f"ember.cuda.set_device before init_process_group)")
         from ..cuda._streams import current_stream
         stream = current_stream()
         try:

@@ -277,3 +277,12 @@ def test_waiting_for_the_unique_id_times_out_instead_of_hanging(fake_cuda):
                                                r"'nccl'\): waited 0\.\d s for rank 0's NCCL "
                                                r"unique id"):
         ember_nccl.NCCLCommunicator(_SilentRoot(), _fake_nccl, fake_cuda, timeout=0.2)
+
+
+def test_a_tensor_on_another_device_than_the_communicator_is_refused(nccl_world):
+    class _OnDevice1(np.ndarray):
+        device = type("D", (), {"id": 1})()
+    t = em.ones(2, device="cuda")
+    with pytest.raises(ValueError, match=r"all_reduce: rank 0's NCCL communicator is on "
+                                         r"cuda:0 but a tensor is on cuda:1"):
+        nccl_world.comm.allreduce(t._data.view(_OnDevice1), ReduceOp.SUM)
