@@ -336,6 +336,41 @@ def probe_record(key: str) -> None:
         pass
 
 
+def prefetch(sources) -> None:
+    """Build or load ``sources`` (strings, or functions of the compiler returning one) into
+    the cache and this process's memo on a background thread, once per process: a later
+    :func:`load` of one of them waits for that build (its entry's lock) or finds it done.
+    Only the cache is warmed; no module state is touched. Best effort: failures are left
+    for the real load to report."""
+    if _prefetched.get("pid") == os.getpid():
+        return
+    _prefetched["pid"] = os.getpid()
+
+    def work():
+        from .toolchain import find_compiler
+        cc = find_compiler()
+        for src in sources if cc is not None else ():
+            try:
+                load(src if isinstance(src, str) else src(cc), cc)
+            except Exception:  # noqa: BLE001 - the real load reports it
+                pass
+    threading.Thread(target=work, name="ember-kernel-prefetch", daemon=True).start()
+
+
+_prefetched: dict = {}
+
+
+def _after_fork_in_child() -> None:
+    """A forked child starts with fresh locks (a parent's thread may have held one)."""
+    global _lock
+    _lock = threading.RLock()
+    _key_locks.clear()
+
+
+if hasattr(os, "register_at_fork"):
+    os.register_at_fork(after_in_child=_after_fork_in_child)
+
+
 def forget_loaded() -> None:
     """Drop this process's memo of loaded objects, so the next load re-verifies the disk."""
     with _lock:

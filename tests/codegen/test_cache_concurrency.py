@@ -62,3 +62,24 @@ def test_one_entry_is_built_once_when_asked_concurrently(fresh, monkeypatch):
     libs = _run_threads([lambda: cache.load(src, cc) for _ in range(3)])
     assert len(log) == 1 and cache.stats["compiled"] == before + 1
     assert all(lib is libs[0] for lib in libs) and libs[0].ember_once() == 7
+
+
+def test_prefetch_builds_in_the_background_and_load_waits_for_it(fresh, monkeypatch):
+    log = _slow_compiles(monkeypatch, 0.4)
+    monkeypatch.setattr(cache, "_prefetched", {})
+    cc = find_compiler()
+    src = "int ember_pre(void) { return 5; }\n"
+    before = cache.stats["compiled"]
+    t0 = time.perf_counter()
+    cache.prefetch([src, lambda c: "int ember_pre2(void) { return 6; }\n"])
+    assert time.perf_counter() - t0 < 0.2          # returned at once: the build runs behind
+    lib = cache.load(src, cc)                      # waits for the background build
+    assert lib.ember_pre() == 5
+    deadline = time.time() + 30
+    while cache.stats["compiled"] < before + 2 and time.time() < deadline:
+        time.sleep(0.05)
+    assert cache.stats["compiled"] == before + 2 and len(log) == 2
+    assert cache.load("int ember_pre2(void) { return 6; }\n", cc).ember_pre2() == 6
+    assert cache.stats["compiled"] == before + 2   # both built once, by the prefetch
+    cache.prefetch([src])                          # once per process
+    assert cache.stats["compiled"] == before + 2
