@@ -24,6 +24,7 @@ MR, NR, AMX_ROWS = 6, 64, 32
 
 SOURCE = r"""
 #include <stdint.h>
+#include <stdlib.h>
 #include <string.h>
 typedef void (*ember_run_fn)(char **, const int64_t *, const int64_t *, int64_t, int64_t);
 void (*ember_parallel_hook)(ember_run_fn, char **, const int64_t *, const int64_t *,
@@ -272,14 +273,23 @@ typedef struct {
 } tile_config;
 
 /* AMX: 32 x 32 output blocks as four 16 x 16 float32 tiles; A tiles 16 rows x 32 k,
-   B tiles 16 pairs x 16 columns read from the packed B panel (row stride NR words) */
-static void amx_block(const char *A, const char *B, int64_t KP, float *buf) {
-    _tile_zero(0); _tile_zero(1); _tile_zero(2); _tile_zero(3);
-    for (int64_t kb = 0; kb < KP; kb += 16) {
+   B tiles 16 pairs x 16 columns read from the packed B panel (row stride NR words).
+   Pairs [k0, k1) of one block: the tiles start at zero (`cin` null) or from `cin`, and
+   end in `cout` (row strides `ldi`/`ldo` floats). Spilling a block to float32 memory
+   between K chunks and loading it back is exact: the sums are the unchunked ones. */
+static void amx_block(const char *A, const char *B, int64_t KP, int64_t k0, int64_t k1,
+                      const float *cin, int64_t ldi, float *cout, int64_t ldo) {
+    if (cin) {
+        _tile_loadd(0, cin, ldi * 4); _tile_loadd(1, cin + 16, ldi * 4);
+        _tile_loadd(2, cin + 16 * ldi, ldi * 4); _tile_loadd(3, cin + 16 * ldi + 16, ldi * 4);
+    } else {
+        _tile_zero(0); _tile_zero(1); _tile_zero(2); _tile_zero(3);
+    }
+    for (int64_t kb = k0; kb < k1; kb += 16) {
         /* the next step's 64 rows into L1: tiles are not renamed, so a tileloadd that
            misses L1 stalls the next products (W1-sized 128 x 784 x 512: 270 -> 210 us,
            512^3 610 -> 480 us, one thread; bench/RESULTS.md, issue 16) */
-        if (kb + 16 < KP)
+        if (kb + 16 < k1)
             for (int r = 0; r < 16; r++) {
                 _mm_prefetch(A + (kb + 16 + r * KP) * 4, _MM_HINT_T0);
                 _mm_prefetch(A + (16 * KP + kb + 16 + r * KP) * 4, _MM_HINT_T0);
@@ -293,9 +303,16 @@ static void amx_block(const char *A, const char *B, int64_t KP, float *buf) {
         _tile_dpbf16ps(0, 4, 6); _tile_dpbf16ps(1, 4, 7);
         _tile_dpbf16ps(2, 5, 6); _tile_dpbf16ps(3, 5, 7);
     }
-    _tile_stored(0, buf, 128); _tile_stored(1, buf + 16, 128);
-    _tile_stored(2, buf + 512, 128); _tile_stored(3, buf + 528, 128);
+    _tile_stored(0, cout, ldo * 4); _tile_stored(1, cout + 16, ldo * 4);
+    _tile_stored(2, cout + 16 * ldo, ldo * 4); _tile_stored(3, cout + 16 * ldo + 16, ldo * 4);
 }
+
+/* K chunk (pairs) whose 32-row A slice (KC * 128 bytes, 16 KiB) stays in L1 while every
+   column block of the row panel runs over it: the blocks' B slices stream from L2, and
+   the partial sums wait in `cs` (a row panel's columns of the N group, float32). NOTE:
+   over all of K at once, a 32 x 32 block read its A and B panels (51 KiB each at
+   K = 784) from L2 at every step: 4 KiB per 4 products, more than L2 delivers. */
+#define AMX_KC 128
 
 static void gemm_run_amx(char **ptrs, const int64_t *g, const int64_t *st, int64_t lo,
                          int64_t hi) {
@@ -310,6 +327,12 @@ static void gemm_run_amx(char **ptrs, const int64_t *g, const int64_t *st, int64
     _tile_loadconfig(&cfg);
     int64_t nb = (512 * 1024) / (KP * NR * 4);
     if (nb < 1) nb = 1;
+    if (nb > nnp) nb = nnp;
+    int64_t nck = (KP + AMX_KC - 1) / AMX_KC;
+    const int64_t ldc = nb * NR;
+    float *cs = nck > 1 ? (float *)aligned_alloc(64, (size_t)(32 * ldc) * sizeof(float)) : 0;
+    if (!cs) nck = 1;
+    const int64_t kc = (KP / 16 + nck - 1) / nck * 16;    /* equal chunks, whole steps */
     while (lo < hi) {
         const int64_t b = lo / nmp, end = (b + 1) * nmp < hi ? (b + 1) * nmp : hi;
         const uint32_t *ap = (const uint32_t *)ptrs[3] + b * nmp * KP * MA;
@@ -317,25 +340,32 @@ static void gemm_run_amx(char **ptrs, const int64_t *g, const int64_t *st, int64
         char *cb = ptrs[2] + b * g[G_SCB] * isz;
         for (int64_t j0 = 0; j0 < nnp; j0 += nb)
             for (int64_t ip = lo - b * nmp; ip < end - b * nmp; ip++)
-                for (int64_t jp = j0; jp < j0 + nb && jp < nnp; jp++)
-                    for (int64_t h = 0; h < 2 && jp * NR + 32 * h < N; h++) {
-                        const int64_t m0 = ip * MA, n0 = jp * NR + 32 * h;
-                        amx_block((const char *)(ap + ip * KP * MA),
-                                  (const char *)(bp + jp * KP * NR + 32 * h), KP, buf);
-                        __mmask16 mk[4] = {0, 0, 0, 0};
-                        for (int j = 0; j < 2; j++) {
-                            const int64_t left = N - n0 - 16 * j;
-                            mk[j] = left >= 16 ? (__mmask16)0xffff
-                                  : left <= 0 ? 0 : (__mmask16)((1u << left) - 1);
+                for (int64_t k0 = 0; k0 < KP; k0 += kc) {
+                    const int64_t k1 = k0 + kc < KP ? k0 + kc : KP, last = k1 == KP;
+                    for (int64_t jp = j0; jp < j0 + nb && jp < nnp; jp++)
+                        for (int64_t h = 0; h < 2 && jp * NR + 32 * h < N; h++) {
+                            const int64_t m0 = ip * MA, n0 = jp * NR + 32 * h;
+                            float *part = cs ? cs + (jp - j0) * NR + 32 * h : 0;
+                            amx_block((const char *)(ap + ip * KP * MA),
+                                      (const char *)(bp + jp * KP * NR + 32 * h), KP, k0, k1,
+                                      k0 ? part : 0, ldc, last ? buf : part, last ? 32 : ldc);
+                            if (!last) continue;
+                            __mmask16 mk[4] = {0, 0, 0, 0};
+                            for (int j = 0; j < 2; j++) {
+                                const int64_t left = N - n0 - 16 * j;
+                                mk[j] = left >= 16 ? (__mmask16)0xffff
+                                      : left <= 0 ? 0 : (__mmask16)((1u << left) - 1);
+                            }
+                            for (int64_t i = 0; i < 32 && m0 + i < M; i++)
+                                store_row(cb + (m0 + i) * scm * isz, n0, (int)f32, mk,
+                                          _mm512_load_ps(buf + 32 * i),
+                                          _mm512_load_ps(buf + 32 * i + 16),
+                                          _mm512_setzero_ps(), _mm512_setzero_ps());
                         }
-                        for (int64_t i = 0; i < 32 && m0 + i < M; i++)
-                            store_row(cb + (m0 + i) * scm * isz, n0, (int)f32, mk,
-                                      _mm512_load_ps(buf + 32 * i),
-                                      _mm512_load_ps(buf + 32 * i + 16),
-                                      _mm512_setzero_ps(), _mm512_setzero_ps());
                 }
         lo = end;
     }
+    free(cs);
     _tile_release();
 }
 #endif

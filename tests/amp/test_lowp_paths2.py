@@ -107,3 +107,24 @@ def test_packing_scratch_is_64_byte_aligned(monkeypatch):
         buf, addr = lg._scratch(n)
         assert addr % 64 == 0 and addr == buf.__array_interface__["data"][0]
         assert buf.size >= n and buf.dtype == np.uint32
+
+
+@pytest.mark.parametrize("sa, sb, bt", [((128, 784), (512, 784), True),
+                                        ((70, 1000), (1000, 700), False),
+                                        ((2, 40, 600), (600, 130), False)])
+def test_long_k_runs_in_chunks_exactly(kernel, sa, sb, bt):
+    """K over several of the AMX kernel's chunks (partial sums spilled between them) and N
+    over several L2 groups: on small integers every float32 sum is exact, so the product
+    must equal the integer one whatever the order; random values within the bound."""
+    rng = np.random.default_rng(sa[-1])
+    ai = rng.integers(-3, 4, sa)
+    bi = rng.integers(-3, 4, sb)
+    a, b = ai.astype(BF), bi.astype(BF)
+    bm, bim = (b.T, bi.T) if bt else (b, bi)
+    got = lg.matmul(a, bm, out_dtype=np.float32)
+    np.testing.assert_array_equal(got, (ai @ bim).astype(np.float32))
+    a, b = _bf(rng, *sa), _bf(rng, *sb)
+    bm = b.T if bt else b
+    r = lg.matmul(a, bm, out_dtype=np.float32)
+    assert _bound_ok(r, a, bm)
+    np.testing.assert_array_equal(lg.matmul(a, bm).view(np.uint16), r.astype(BF).view(np.uint16))
