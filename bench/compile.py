@@ -27,10 +27,12 @@ Run:
     .venv/bin/python bench/compile.py --quick           # smoke run
     .venv/bin/python bench/compile.py --only W4         # the GELU kernels only
     .venv/bin/python bench/compile.py --no-jax          # without the JAX peer
+    .venv/bin/python bench/compile.py --compile-cache 3  # W3 first compile: cold/warm/cached
 """
 from __future__ import annotations
 
 import argparse
+import os
 import sys
 import time
 from pathlib import Path
@@ -238,13 +240,96 @@ def w4(torch, use_torch_compile: bool, quick: bool, peer=None) -> None:
     sys.stdout.flush()
 
 
+# W3's first compile in a new process, for --compile-cache: the two first calls (the first
+# creates the optimizer's state, so the steady graph is traced at the second), wall and CPU.
+CACHE_CHILD = """
+import json, os, sys, time
+root = sys.argv[1]
+sys.path[:0] = [os.path.join(root, "bench"), root]
+t0 = time.perf_counter()
+import ember
+from compile import build, train_step
+from train import WORKLOADS
+m, o, x, y = build(WORKLOADS["W3 GPT AdamW"], ember)
+ready = time.perf_counter()
+cs = ember.compile(train_step(ember, m, o), fullgraph=True)
+c0, t1 = time.process_time(), time.perf_counter()
+l1, l2 = float(cs(x, y)), float(cs(x, y))
+t2, c1 = time.perf_counter(), time.process_time()
+try:
+    from ember.graph import disk_cache
+    hits = disk_cache.stats["hits"]
+except ImportError:
+    hits = None
+print(json.dumps({"s": t2 - t1, "cpu": c1 - c0, "import_build": ready - t0,
+                  "losses": [l1, l2, float(cs(x, y))], "hits": hits}))
+"""
+
+
+def compile_cache(reps: int, root: str | None = None) -> dict:
+    """W3's first compile, each in its own process, the cases alternated; medians.
+
+    ``cold``: empty kernel and graph caches; ``warm kernels``: kernel cache filled, graph
+    cache empty (or off); ``graph cache``: both filled by an earlier process. ``root``: the
+    Ember checkout to time (default this one). Returns ``{case: (median s, median CPU s)}``.
+    """
+    import json
+    import shutil
+    import statistics
+    import subprocess
+    import tempfile
+    root = root or str(Path(__file__).resolve().parents[1])
+    tmp = tempfile.mkdtemp(prefix="ember-compile-cache-")
+    os.chmod(tmp, 0o700)
+    warm = os.path.join(tmp, "warm")
+
+    def child(kernels, graphs):
+        env = dict(os.environ, EMBER_KERNEL_CACHE=kernels, EMBER_GRAPH_CACHE_DIR=graphs)
+        r = subprocess.run([sys.executable, "-c", CACHE_CHILD, root], capture_output=True,
+                           text=True, env=env, cwd=root, timeout=600)
+        if r.returncode != 0:
+            raise SystemExit(f"compile-cache child failed:\n{r.stderr[-2000:]}")
+        return json.loads(r.stdout.strip().splitlines()[-1])
+    try:
+        child(warm, os.path.join(tmp, "warm-graphs"))       # fills both caches
+        out: dict = {"cold": [], "warm kernels": [], "graph cache": []}
+        losses = set()
+        for i in range(reps):
+            cold = os.path.join(tmp, f"cold{i}")
+            runs = {"cold": (cold, os.path.join(cold, "g")),
+                    "warm kernels": (warm, os.path.join(tmp, f"empty{i}")),
+                    "graph cache": (warm, os.path.join(tmp, "warm-graphs"))}
+            for case, (k, g) in runs.items():
+                r = child(k, g)
+                if case == "graph cache" and r["hits"] == 0:
+                    raise SystemExit("compile-cache: the graph cache missed (Ember's files "
+                                     "changed between the runs?); time a quiet checkout")
+                out[case].append((r["s"], r["cpu"]))
+                losses.add(tuple(r["losses"]))
+        if len(losses) != 1:
+            raise SystemExit(f"compile-cache: losses differ between cases: {losses}")
+        return {k: (statistics.median(s for s, _ in v), statistics.median(c for _, c in v))
+                for k, v in out.items()}
+    finally:
+        shutil.rmtree(tmp, ignore_errors=True)
+
+
 def main(argv=None) -> int:
     ap = argparse.ArgumentParser(description=__doc__.split("\n")[0])
     ap.add_argument("--quick", action="store_true", help="smoke run (times not meaningful)")
     ap.add_argument("--only", default="", help="run workloads whose name contains this")
     ap.add_argument("--no-torch-compile", action="store_true", help="skip torch.compile")
     ap.add_argument("--no-jax", action="store_true", help="leave out the jax.jit column")
+    ap.add_argument("--compile-cache", type=int, metavar="REPS", default=0,
+                    help="only W3's first compile in new processes: cold, warm kernel cache, "
+                         "graph cache (REPS alternated rounds, medians)")
     args = ap.parse_args(argv)
+    if args.compile_cache:
+        res = compile_cache(args.compile_cache)
+        print(f"W3 first compile (2 calls) in a new process, median of {args.compile_cache}:")
+        for case, (s, cpu) in res.items():
+            print(f"  {case:<13} {s:6.2f} s wall  {cpu:6.2f} s CPU")
+        return 0
     torch = _import_torch()
     peer = None if args.no_jax else _import_jax_peer()
     rounds, turn_s, warmup = (2, 0.02, 1) if args.quick else (11, 0.3, 3)
