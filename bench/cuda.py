@@ -5,7 +5,11 @@ says so and exits 0. Prints, side by side (medians of alternating runs, events t
 
 * matmul TFLOP/s in float32 and bfloat16 (n = 4096), Ember vs ``torch.matmul``;
 * a GELU's GB/s (Ember eager, Ember compiled) against a device-to-device copy's;
-* W1 (MLP 64-256-10, batch 256, AdamW) step time, eager and compiled, vs PyTorch eager.
+* W1 (MLP 64-256-10, batch 256, AdamW) step time, eager and compiled, vs PyTorch eager;
+* a GPT training step (d=768, 12 layers, 12 heads, T=1024, batch 8, vocab 50257, AdamW,
+  bf16 autocast where the backend stores bfloat16, else float16): Ember eager and compiled
+  vs PyTorch eager and ``torch.compile`` (issue 21's targets: compiled <= 1.0x PyTorch
+  eager, <= 1.3x torch.compile); ``--no-gpt`` leaves it out.
 
 Run: ``python bench/cuda.py`` (``--quick``: fewer repetitions).
 """
@@ -69,6 +73,7 @@ def gelu_rows(reps, torch):
                 x, approximate="tanh"), reps, em.cuda.synchronize) / 1e3), None),
             ("GELU compiled GB/s", gb / (_time(lambda: f(x), reps, em.cuda.synchronize) / 1e3),
              None)]
+    rows.append(("GELU compiled % of copy", 100 * rows[2][1] / rows[0][1], None))
     if torch is not None:
         tx = torch.randn(n, device="cuda")
         ms = _time(lambda: torch.nn.functional.gelu(tx, approximate="tanh"), reps,
@@ -108,9 +113,91 @@ def w1_rows(reps, torch):
     return rows
 
 
+def _gpt_class(lib, d=768, n_layers=12, heads=12, vocab=50257, block=1024):
+    """The same GPT (pre-LayerNorm, fused qkv, causal SDPA, tanh GELU) for ``lib`` (ember
+    or torch): the two libraries share the nn API, so one definition serves both."""
+    nn, F = lib.nn, lib.nn.functional
+
+    class Block(nn.Module):
+        def __init__(self):
+            super().__init__()
+            self.ln1, self.ln2 = nn.LayerNorm(d), nn.LayerNorm(d)
+            self.qkv, self.proj = nn.Linear(d, 3 * d), nn.Linear(d, d)
+            self.fc, self.out = nn.Linear(d, 4 * d), nn.Linear(4 * d, d)
+
+        def forward(self, x):
+            b, t, c = x.shape
+            q, k, v = self.qkv(self.ln1(x)).view(b, t, 3, heads, c // heads).permute(
+                2, 0, 3, 1, 4).unbind(0)
+            a = F.scaled_dot_product_attention(q, k, v, is_causal=True)
+            x = x + self.proj(a.transpose(1, 2).reshape(b, t, c))
+            return x + self.out(F.gelu(self.fc(self.ln2(x)), approximate="tanh"))
+
+    class GPT(nn.Module):
+        def __init__(self):
+            super().__init__()
+            self.tok, self.pos = nn.Embedding(vocab, d), nn.Embedding(block, d)
+            self.blocks = nn.ModuleList([Block() for _ in range(n_layers)])
+            self.ln, self.head = nn.LayerNorm(d), nn.Linear(d, vocab, bias=False)
+
+        def forward(self, idx):
+            x = self.tok(idx) + self.pos(lib.arange(idx.shape[1], device=idx.device))
+            for blk in self.blocks:
+                x = blk(x)
+            return self.head(self.ln(x))
+    return GPT
+
+
+def _gpt_step(lib, dtype, batch=8, t=1024, vocab=50257):
+    """``step()`` of one AdamW training step of the GPT under autocast(``dtype``)."""
+    lib.manual_seed(0)
+    model = _gpt_class(lib)().cuda()
+    opt = lib.optim.AdamW(model.parameters(), lr=3e-4)
+    idx = lib.randint(0, vocab, (batch, t), device="cuda")
+    tgt = lib.randint(0, vocab, (batch, t), device="cuda")
+
+    def step(idx, tgt):
+        with lib.autocast("cuda", dtype=dtype):
+            logits = model(idx)
+            loss = lib.nn.functional.cross_entropy(logits.view(-1, vocab), tgt.view(-1))
+        loss.backward()
+        opt.step()
+        opt.zero_grad(set_to_none=True)
+        return loss
+    return step, (idx, tgt)
+
+
+def gpt_rows(reps, torch):
+    reps = max(3, reps // 4)
+    from ember.device.base import get_backend
+    bf16 = get_backend(em.device("cuda")).has("bfloat16")
+    name = "bfloat16" if bf16 else "float16"
+    rows = []
+    for label, compiled in (("eager", False), ("compiled", True)):
+        try:
+            step, args = _gpt_step(em, getattr(em, name))
+            fn = em.compile(step) if compiled else step
+            ms = _time(lambda: fn(*args), reps, em.cuda.synchronize)
+        except Exception as e:     # noqa: BLE001 - report, keep benchmarking
+            print(f"GPT step {label}: failed: {type(e).__name__}: {e}")
+            ms = float("nan")
+        rows.append((f"GPT step {name} {label} ms", ms, None))
+    if torch is not None:
+        step, args = _gpt_step(torch, getattr(torch, name))
+        rows[0] = rows[0][:2] + (_time(lambda: step(*args), reps, torch.cuda.synchronize),)
+        try:
+            cstep = torch.compile(step)
+            rows[1] = rows[1][:2] + (_time(lambda: cstep(*args), reps,
+                                           torch.cuda.synchronize),)
+        except Exception as e:     # noqa: BLE001 - no Triton etc.
+            print(f"torch.compile GPT step failed: {type(e).__name__}: {e}")
+    return rows
+
+
 def main(argv=None) -> int:
     p = argparse.ArgumentParser(description=__doc__.splitlines()[0])
     p.add_argument("--quick", action="store_true")
+    p.add_argument("--no-gpt", action="store_true", help="leave out the GPT step")
     args = p.parse_args(argv)
     if not em.cuda.is_available():
         from ember.device.base import cuda_backend
@@ -124,7 +211,8 @@ def main(argv=None) -> int:
     print(f"GPU: {em.cuda.get_device_name()}; PyTorch peer: "
           f"{torch.__version__ if torch else 'not available'}")
     print(f"{'benchmark':<28} {'ember':>12} {'torch':>12}")
-    for rows in (matmul_rows(reps, torch), gelu_rows(reps, torch), w1_rows(reps, torch)):
+    sections = [matmul_rows, gelu_rows, w1_rows] + ([] if args.no_gpt else [gpt_rows])
+    for rows in (section(reps, torch) for section in sections):
         for name, mine, peer in rows:
             print(f"{name:<28} {mine:>12.2f} {'-' if peer is None else f'{peer:.2f}':>12}")
     return 0
