@@ -77,6 +77,31 @@ static inline uint32_t pair_at(const uint16_t *x, int64_t s, int64_t k, int64_t 
     return k + 1 < K ? lo | (uint32_t)x[(k + 1) * s] << 16 : lo;
 }
 
+/* 16 x 16 transpose of 32-bit words in registers: r[j] word i <- r[i] word j */
+static inline void tr16(__m512i r[16]) {
+    __m512i t[16], u[16], v[16];
+    for (int i = 0; i < 8; i++) {
+        t[2 * i] = _mm512_unpacklo_epi32(r[2 * i], r[2 * i + 1]);
+        t[2 * i + 1] = _mm512_unpackhi_epi32(r[2 * i], r[2 * i + 1]);
+    }
+    for (int i = 0; i < 4; i++) {
+        u[4 * i] = _mm512_unpacklo_epi64(t[4 * i], t[4 * i + 2]);
+        u[4 * i + 1] = _mm512_unpackhi_epi64(t[4 * i], t[4 * i + 2]);
+        u[4 * i + 2] = _mm512_unpacklo_epi64(t[4 * i + 1], t[4 * i + 3]);
+        u[4 * i + 3] = _mm512_unpackhi_epi64(t[4 * i + 1], t[4 * i + 3]);
+    }
+    for (int i = 0; i < 4; i++) {
+        v[i] = _mm512_shuffle_i32x4(u[i], u[4 + i], 0x88);
+        v[4 + i] = _mm512_shuffle_i32x4(u[i], u[4 + i], 0xdd);
+        v[8 + i] = _mm512_shuffle_i32x4(u[8 + i], u[12 + i], 0x88);
+        v[12 + i] = _mm512_shuffle_i32x4(u[8 + i], u[12 + i], 0xdd);
+    }
+    for (int i = 0; i < 8; i++) {
+        r[i] = _mm512_shuffle_i32x4(v[i], v[8 + i], 0x88);
+        r[8 + i] = _mm512_shuffle_i32x4(v[i], v[8 + i], 0xdd);
+    }
+}
+
 static void pack_a(const int64_t *g, const uint16_t *a, uint32_t *dst, int64_t m0) {
     const int64_t M = g[G_M], K = g[G_K], KP = g[G_KP], sm = g[G_SAM], sk = g[G_SAK];
     for (int64_t i = 0; i < MR; i++) {
@@ -97,6 +122,31 @@ static void pack_a(const int64_t *g, const uint16_t *a, uint32_t *dst, int64_t m
 /* AMX: 32 rows of A as they are, K padded with zeros to 2 * KP (row stride 4 * KP bytes) */
 static void pack_a_amx(const int64_t *g, const uint16_t *a, uint32_t *dst, int64_t m0) {
     const int64_t M = g[G_M], K = g[G_K], KP = g[G_KP], sm = g[G_SAM], sk = g[G_SAK];
+    if (sm == 1 && m0 + MA <= M) {
+        /* transposed (g.mT @ x), a full panel: the words of 16 pairs (two rows of g
+           interleaved) for 16 columns m, transposed in registers to 16 rows of A. NOTE:
+           the scatters below store ~1 word a cycle (W1's 512x128 @ 128x784: pack 3x) */
+        int64_t p = 0;
+        for (; 2 * (p + 16) <= K; p += 16)
+            for (int h = 0; h < 2; h++) {
+                const uint16_t *col = a + m0 + 16 * h;
+                __m512i r[16];
+                for (int i = 0; i < 16; i++)
+                    r[i] = _mm512_or_si512(
+                        _mm512_cvtepu16_epi32(_mm256_loadu_si256(
+                            (const __m256i *)(col + 2 * (p + i) * sk))),
+                        _mm512_slli_epi32(_mm512_cvtepu16_epi32(_mm256_loadu_si256(
+                            (const __m256i *)(col + (2 * (p + i) + 1) * sk))), 16));
+                tr16(r);
+                for (int i = 0; i < 16; i++)
+                    _mm512_storeu_si512(dst + (16 * h + i) * KP + p, r[i]);
+            }
+        for (int64_t i = 0; i < MA; i++) {
+            const uint16_t *col = a + m0 + i;
+            for (int64_t q = p; q < KP; q++) dst[i * KP + q] = pair_at(col, sk, 2 * q, K);
+        }
+        return;
+    }
     if (sm == 1 && KP * MA < (1LL << 31)) {     /* transposed (g.mT @ x): scatter pairs */
         const __m512i idx = _mm512_mullo_epi32(
             _mm512_set_epi32(15, 14, 13, 12, 11, 10, 9, 8, 7, 6, 5, 4, 3, 2, 1, 0),
@@ -152,6 +202,17 @@ static void pack_b(const int64_t *g, const uint16_t *b, uint32_t *dst, int64_t n
         const __m512i idx = _mm512_mullo_epi32(
             _mm512_set_epi32(15, 14, 13, 12, 11, 10, 9, 8, 7, 6, 5, 4, 3, 2, 1, 0),
             _mm512_set1_epi32((int32_t)sn));
+        /* 16 x 16 blocks of words transposed in registers (NOTE: the gathers below load
+           ~1 word a cycle: x @ w.mT at W1's 128x784x512 packed 3x slower) */
+        for (; 2 * (p + 16) <= K; p += 16)
+            for (int v = 0; v < 4; v++) {
+                __m512i r[16];
+                for (int i = 0; i < 16; i++)
+                    r[i] = _mm512_loadu_si512((const void *)(b + (n0 + 16 * v + i) * sn + 2 * p));
+                tr16(r);
+                for (int i = 0; i < 16; i++)
+                    _mm512_storeu_si512(dst + (p + i) * NR + 16 * v, r[i]);
+            }
         for (; 2 * p + 1 < K; p++)
             for (int v = 0; v < 4; v++)
                 _mm512_storeu_si512(dst + p * NR + 16 * v, _mm512_i32gather_epi32(
