@@ -29,7 +29,7 @@ import numpy as np
 
 from ..device.base import device as _device
 from ..dtypes import DType, as_dtype
-from .ir import GraphOp, Var
+from .ir import Graph, GraphOp, Node, Var
 
 __all__ = ["NotPortable", "dumps", "loads", "graph_bytes"]
 
@@ -83,6 +83,11 @@ def _graph_op_names() -> dict:
     return _GRAPH_OPS
 
 
+#: types pickled as themselves (never given a persistent name)
+_NOT_NAMED = frozenset({int, float, str, bool, type(None), tuple, list, dict, bytes, slice,
+                        Var, Node, Graph, np.ndarray})
+
+
 class _Pickler(pickle.Pickler):
     def __init__(self, f, fused: list | None):
         super().__init__(f, protocol=5)
@@ -90,6 +95,8 @@ class _Pickler(pickle.Pickler):
         self._fused_ix: dict = {}
 
     def persistent_id(self, obj):
+        if type(obj) in _NOT_NAMED:          # NOTE: called for every object: the common
+            return None                      # ones (vars, nodes, numbers...) leave at once
         from ..ops.registry import REGISTRY, Op
         if isinstance(obj, DType):
             return ("dtype", obj.name)
