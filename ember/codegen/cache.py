@@ -26,8 +26,8 @@ Size. The cache holds at most ``EMBER_KERNEL_CACHE_MAX_BYTES`` (default 512 MiB;
 suffixes allowed): past it, the entries used least recently (each load touches the
 ``.so``'s access time) are removed down to 90 % of the bound. Temporary files of builds
 that were killed (``.tmp-<pid>-*``, ``.build-<pid>-*``, ``.load-<pid>-*``) are removed at
-the first use in a process and at each eviction once their process is gone (or after ten
-minutes). ``ember cache info`` and ``ember cache clear`` report and empty it.
+the first build in a process (or ``cache_dir()``; a process that only loads never walks the
+folder) and at each eviction, once their process is gone (or after ten minutes). ``ember cache info`` and ``ember cache clear`` report and empty it.
 
 Concurrency: one lock per entry (key), so independent kernels (a graph's fused kernels, the
 hand-written attention and convolution libraries) compile at the same time on different
@@ -132,9 +132,11 @@ def _remove_private() -> None:
         shutil.rmtree(_private["path"], ignore_errors=True)
 
 
-def _open_store() -> tuple:
+def _open_store(scan: bool = True) -> tuple:
     """``(folder, fd)`` of the cache to use: the configured one if it passes every check,
-    else (after one warning naming it) this process's private folder."""
+    else (after one warning naming it) this process's private folder. ``scan``: count the
+    folder's bytes and remove stale temporaries now if this process has not yet (loads
+    skip it: a process that only loads never walks a large cache; its first build does)."""
     path, own = configured_dir()
     try:
         fd = fs.open_dir(path, create=True, own_levels=own)
@@ -144,7 +146,7 @@ def _open_store() -> tuple:
         path = _private_dir()
         _warn(f"{why}; not using it: kernels are cached in {path} for this process only")
         fd = fs.open_dir(path, create=True)
-    if _usage.get(path) is None:              # NOTE: once per folder and process
+    if scan and _usage.get(path) is None:     # NOTE: once per folder and process
         _usage[path] = _scan_and_clean(fd)
     return path, fd
 
@@ -284,7 +286,7 @@ def load(source: str, cc: Compiler) -> ctypes.CDLL:
 def _load_locked(source: str, cc: Compiler, key: str) -> ctypes.CDLL:
     """Load entry ``key`` (building it if need be); the caller holds the entry's lock."""
     with _lock:
-        path, fd = _open_store()
+        path, fd = _open_store(scan=False)
     try:
         lib = _loaded.get((path, key))
         if lib is not None:
@@ -313,7 +315,7 @@ def probe_known(key: str) -> bool:
     """Whether the cache records that compiler probe ``key`` succeeded."""
     try:
         with _lock:
-            path, fd = _open_store()
+            path, fd = _open_store(scan=False)
         try:
             f = fs.open_file(fd, f"{key}.c", os.path.join(path, f"{key}.c"))
             return f is not None and fs.read_all(f) == PROBE_MARK
@@ -327,7 +329,7 @@ def probe_record(key: str) -> None:
     """Record that compiler probe ``key`` succeeded (best effort)."""
     try:
         with _lock:
-            path, fd = _open_store()
+            path, fd = _open_store(scan=False)
         try:
             fs.atomic_write(fd, f"{key}.c", PROBE_MARK)
         finally:
@@ -388,7 +390,9 @@ def _scan_and_clean(fd: int) -> int:
 
 
 def _note_added(fd: int, path: str, key: str, nbytes: int) -> None:
-    used = (_usage.get(path) or 0) + nbytes
+    used = _usage.get(path)
+    # NOTE: the first build of this process counts the folder (the new entry included)
+    used = _scan_and_clean(fd) if used is None else used + nbytes
     _usage[path] = used
     if used > max_bytes():
         _usage[path] = evict(fd, keep=key)
