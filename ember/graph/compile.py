@@ -2,7 +2,10 @@
 
 The first call for each *signature* traces the function (see :mod:`ember.graph.trace`) —
 the traced call runs for real and returns eager results — then the graph goes through
-the pass pipeline and is lowered to a :class:`~ember.graph.executor.Program`. Later calls
+the pass pipeline (or its result comes from the on-disk graph cache,
+:mod:`ember.graph.disk_cache`, keyed by the traced graph) and is lowered to a
+:class:`~ember.graph.executor.Program`. A traced call that changed the signature (a first
+optimizer step creating its state) is never replayed, so its graph is not optimised. Later calls
 with the same signature run the program: graph inputs are read from the call's tensors
 and from the state the function touched (parameters, gradients, optimizer state, learning
 rates); changed state is written back.
