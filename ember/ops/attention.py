@@ -138,7 +138,8 @@ def _flash(*arrays):
     """The FlashAttention CUDA kernels' module when a GPU's arrays can take them, else None
     (the CPU stand-in runs the CPU kernels; float64 or head dims > 128: the CuPy kernel)."""
     from ..device.base import _backends
-    if not _backends["cuda"].has("cuda_kernels"):
+    from ..backends.cuda import flash_sdp_enabled    # torch.backends.cuda's switch
+    if not _backends["cuda"].has("cuda_kernels") or not flash_sdp_enabled():
         return None
     from ..codegen import cuda_attention as ca       # NOTE: codegen sits above ops
     return ca if ca.supported(*arrays[-3:]) else None

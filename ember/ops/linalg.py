@@ -115,10 +115,22 @@ def _matmul_kernel(xp, x, y, out=None):
     return xp.matmul(x, y)
 
 
+def _matmul_cuda(xp, x, y, out=None):
+    """On a GPU: float16/bfloat16 (TF32 when allowed) products as one cuBLAS GemmEx with
+    float32 sums (``codegen/cuda_gemm.py``); else CuPy's matmul (cuBLAS) as above."""
+    from ..device.base import _backends
+    if _backends["cuda"].has("cuda_kernels"):
+        from ..backends.cuda import matmul as flags
+        from ..codegen import cuda_gemm     # NOTE: codegen sits above ops
+        if cuda_gemm.supported(x, y, flags.allow_tf32):
+            return cuda_gemm.matmul(xp, x, y, flags.allow_tf32, out=out)
+    return _matmul_kernel(xp, x, y, out=out)
+
+
 matmul_p = defop(
     "matmul", nin=2, check=_matmul_check, shape=_matmul_shape,
     batch=_vb.matmul,
-    kernel=_matmul_kernel,
+    kernels={"xp": _matmul_kernel, "cuda": _matmul_cuda},
     vjp=(_mm_grad_x, _mm_grad_y),
     jvp=lambda t, out, x, y: t[0] @ y + x @ t[1])
 

@@ -264,6 +264,14 @@ def test_the_ops_cuda_kernels_take_the_flash_path_on_a_gpu_like_device(fake_cuda
     assert fake_flash and fake_flash[-1].calls[:2] == ["fwd", "fwd"]
     for a, b in zip(res["cuda"], res["cpu"]):
         np.testing.assert_allclose(a, b, rtol=1e-4, atol=1e-5)
+    em.backends.cuda.enable_flash_sdp(False)        # PyTorch's switch: the math kernels
+    try:
+        n = len(fake_flash[-1].calls)
+        ts = [em.tensor(a).to("cuda") for a in (q, k, v)]
+        F.scaled_dot_product_attention(*ts, is_causal=True)
+        assert len(fake_flash[-1].calls) == n
+    finally:
+        em.backends.cuda.enable_flash_sdp(True)
     # float64 has no flash variant: the CuPy (NumPy here) kernel
     assert not ca.supported(q.astype(np.float64), k.astype(np.float64), v.astype(np.float64))
     assert not ca.supported(np.ones((2, 200), np.float32), np.ones((2, 200), np.float32),

@@ -1,0 +1,128 @@
+"""float16/bfloat16 (and TF32) GEMMs on a GPU: one ``cublasGemmEx`` with float32 sums.
+
+``matmul``'s ``"cuda"`` kernel sends low-precision products here: the operands stay in
+their 2-byte storage (tensor cores read them as they are), cuBLAS accumulates in float32
+(``CUBLAS_COMPUTE_32F``) and rounds the result once — what the CPU's conversion path
+computes, and what PyTorch does. float32 products use ``CUBLAS_COMPUTE_32F_FAST_TF32`` when
+``ember.backends.cuda.matmul.allow_tf32`` is set (PyTorch's flag; off by default), else
+they stay with CuPy's ``matmul``. Calls are explicit rather than left to ``cupy.matmul``
+so that the compute type never depends on CuPy's global ``set_compute_type`` and a
+bfloat16 buffer is a bfloat16 operand whatever array type carries it.
+
+Row-major to cuBLAS's column-major: ``C = A @ B`` (m x n) is ``Cᵀ = Bᵀ Aᵀ`` with C's rows
+as columns (``ldc = n``); a C-contiguous operand is its transpose in column-major (no op),
+a transposed view (``x.mT`` of a contiguous x) is itself (``CUBLAS_OP_T``). A batch
+(equal leading dims, or a 2-D right operand shared by all: stride 0) is one
+``cublasGemmStridedBatchedEx``. :func:`gemm_plan` is pure Python (tested on the CPU with a
+NumPy model of cuBLAS's column-major GEMM); :func:`matmul` runs it through
+``cupy_backends.cuda.libs.cublas``.
+"""
+from __future__ import annotations
+
+import math
+
+import numpy as np
+
+__all__ = ["CUDA_TYPE", "gemm_plan", "matmul", "supported"]
+
+#: cudaDataType of each storage dtype (library_types.h).
+CUDA_TYPE = {"float16": 2, "bfloat16": 14, "float32": 0}
+CUBLAS_COMPUTE_32F = 68
+CUBLAS_COMPUTE_32F_FAST_TF32 = 77
+CUBLAS_GEMM_DEFAULT_TENSOR_OP = 99
+OP_N, OP_T = 0, 1
+
+
+def supported(x, y, tf32: bool = False) -> bool:
+    """Whether :func:`matmul` takes ``x @ y``: both 2-byte floats of one dtype (float32
+    with ``tf32``), at least 2-D, ``y`` 2-D or with ``x``'s leading dims."""
+    names = ("float16", "bfloat16") + (("float32",) if tf32 else ())
+    return (x.dtype == y.dtype and x.dtype.name in names and x.ndim >= 2 and y.ndim >= 2
+            and (y.ndim == 2 or tuple(y.shape[:-2]) == tuple(x.shape[:-2]))
+            and x.shape[-1] == y.shape[-2])
+
+
+def _operand(a, xp):
+    """``(array, op, ld)`` of a row-major (r, c) matrix stack as cuBLAS's column-major
+    operand of the transposed product: C-contiguous -> (no op, ld = c); a transposed view
+    -> (OP_T, ld = r); anything else is copied to C order first."""
+    it = a.itemsize
+    r, c = a.shape[-2:]
+    if a.strides[-1] == it and (a.strides[-2] == c * it or r == 1):
+        return a, OP_N, max(c, 1)
+    if a.strides[-2] == it and (a.strides[-1] == r * it or c == 1):
+        return a, OP_T, max(r, 1)
+    a = xp.ascontiguousarray(a)
+    return a, OP_N, max(c, 1)
+
+
+def _batch_stride(a, batch: int) -> int:
+    """Elements between consecutive matrices of the stack (0: one matrix for all)."""
+    if a.ndim == 2 or batch == 1:
+        return 0
+    lead = a.reshape((batch,) + a.shape[-2:]) if a.ndim > 3 else a
+    return lead.strides[0] // a.itemsize
+
+
+def gemm_plan(x, y, xp=np, tf32: bool = False, out=None) -> dict:
+    """The cuBLAS call computing ``x @ y`` (see the module doc) and its output array.
+
+    Returns a dict: ``fn`` (``"gemmEx"`` or ``"gemmStridedBatchedEx"``), ``transa``,
+    ``transb``, ``m``, ``n``, ``k`` (cuBLAS's), ``A``/``lda``/``strideA`` (= ``y``),
+    ``B``/``ldb``/``strideB`` (= ``x``), ``C``/``ldc``/``strideC``, ``batch``, ``type``
+    (cudaDataType of A, B, C), ``compute`` and ``out`` (C as ``x @ y``'s shape).
+    """
+    m, k = x.shape[-2:]
+    n = y.shape[-1]
+    lead = tuple(x.shape[:-2])
+    batch = math.prod(lead)
+    if x.ndim > 3 and not _merges(x):
+        x = xp.ascontiguousarray(x)
+    if y.ndim > 3 and not _merges(y):
+        y = xp.ascontiguousarray(y)
+    x, opx, ldx = _operand(x, xp)
+    y, opy, ldy = _operand(y, xp)
+    c = xp.empty(lead + (m, n), x.dtype) if out is None else out
+    name = x.dtype.name
+    compute = CUBLAS_COMPUTE_32F_FAST_TF32 if name == "float32" and tf32 else CUBLAS_COMPUTE_32F
+    return {"fn": "gemmEx" if batch == 1 else "gemmStridedBatchedEx",
+            "transa": opy, "transb": opx, "m": n, "n": m, "k": k,
+            "A": y, "lda": ldy, "strideA": _batch_stride(y, batch),
+            "B": x, "ldb": ldx, "strideB": _batch_stride(x, batch),
+            "C": c, "ldc": max(n, 1), "strideC": m * n, "batch": batch,
+            "type": CUDA_TYPE[name], "compute": compute, "out": c}
+
+
+def _merges(a) -> bool:
+    """Whether the leading dims of ``a`` are one stride apart (a batch cuBLAS can walk)."""
+    lead, st = a.shape[:-2], a.strides[:-2]
+    return all(st[i] == st[i + 1] * lead[i + 1] for i in range(len(lead) - 1))
+
+
+def matmul(xp, x, y, tf32: bool = False, out=None):
+    """``x @ y`` by one cuBLAS call, float32 accumulation (CuPy arrays; see :func:`supported`).
+
+    Example:
+        >>> c = matmul(cupy, a16, b16)      # doctest: +SKIP (needs a GPU)
+    """
+    from cupy_backends.cuda.libs import cublas
+    import cupy
+    p = gemm_plan(x, y, xp, tf32, out)
+    if p["m"] == 0 or p["n"] == 0 or p["batch"] == 0:
+        return p["out"]
+    if p["k"] == 0:
+        p["out"].fill(0)
+        return p["out"]
+    one, zero = np.array(1.0, np.float32), np.array(0.0, np.float32)
+    handle = cupy.cuda.device.get_cublas_handle()
+    head = (handle, p["transa"], p["transb"], p["m"], p["n"], p["k"], one.ctypes.data)
+    a = (p["A"].data.ptr, p["type"], p["lda"])
+    b = (p["B"].data.ptr, p["type"], p["ldb"])
+    c = (p["C"].data.ptr, p["type"], p["ldc"])
+    tail = (p["compute"], CUBLAS_GEMM_DEFAULT_TENSOR_OP)
+    if p["fn"] == "gemmEx":
+        cublas.gemmEx(*head, *a, *b, zero.ctypes.data, *c, *tail)
+    else:
+        cublas.gemmStridedBatchedEx(*head, *a, p["strideA"], *b, p["strideB"],
+                                    zero.ctypes.data, *c, p["strideC"], p["batch"], *tail)
+    return p["out"]
