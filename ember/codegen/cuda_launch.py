@@ -107,21 +107,23 @@ class CudaModule:
             self._module = load_module(self.source, self.name)
         return self._module.get_function(kernel_name)
 
-    def runner(self, kernel, metas=None):
+    def runner(self, kernel, metas=None, xp=None):
         """``run(xp, *arrays, out=None, outs=None) -> array or tuple`` launching ``kernel``
         (one of this module's) the way :class:`~ember.graph.passes.fuse_lower.FusedOp`'s
         runner does on the CPU: new outputs (of ``metas``' ``(shape, NumPy dtype)`` when
         given: a graph value's shape, e.g. a row value with its kept size-1 dims), or
-        ``out=``/``outs=`` buffers."""
-        return _runner(self, kernel, metas)
+        ``out=``/``outs=`` buffers. ``xp``: the device's array module, used whatever the
+        caller passes (an executor whose first input is a CPU scalar passes NumPy)."""
+        return _runner(self, kernel, metas, xp)
 
 
-def _runner(module, k, metas):
+def _runner(module, k, metas, dev_xp):
     fn = []
     geo: dict = {}
     single = len(k.outputs) == 1
 
     def run(xp, *arrays, out=None, outs=None, **_params):
+        xp = dev_xp or xp
         if not fn:
             fn.append(module.function(k.name))
         given = list(outs) if outs is not None else [out] + [None] * (len(k.outputs) - 1)

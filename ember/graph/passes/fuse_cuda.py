@@ -20,6 +20,7 @@ from __future__ import annotations
 from dataclasses import replace
 
 from ...codegen.cuda_launch import CudaModule
+from ...device.base import get_backend
 from ...codegen.ir import Kernel, ReduceKernel
 from ..ir import Graph, GraphOp, Node
 from .fuse import merge_scalars
@@ -65,7 +66,8 @@ class CudaFusedOp(GraphOp):
     def __init__(self, lowered, kernel, module: CudaModule):
         name = "fused_reduce" if isinstance(kernel, ReduceKernel) else "fused"
         metas = [(v.shape, v.dtype.np) for v in lowered.outs]
-        super().__init__(name, module.runner(kernel, metas))
+        xp = get_backend(lowered.outs[0].device).xp      # NOTE: the GPU's, never the host's
+        super().__init__(name, module.runner(kernel, metas, xp))
         self.kernel, self.ops, self.module = kernel, lowered.ops, module
         outs, space = lowered.outs, lowered.group.space
         single = len(outs) == 1
