@@ -38,16 +38,15 @@ class Storage:
     def __init__(self, data, dev, allocator):
         self.data = data
         self.device = dev
-        self.nbytes = data.nbytes
+        self.nbytes = n = data.nbytes
         self.version = 0
-        self._alloc = None
-        n = self.nbytes
         if allocator.limit is None:   # NOTE: CountingAllocator.track inlined: hot path
             cur = allocator.current = allocator.current + n
             allocator.num_allocs += 1
             if cur > allocator.peak:
                 allocator.peak = cur
         else:
+            self._alloc = None        # NOTE: __del__ must not untrack what track refused
             self.site = creation_site()
             allocator.track(n)
         self._alloc = allocator
