@@ -269,16 +269,18 @@ class RNNBase(Module):
         x, states, batched = self._check_input(input, hx)
         D = 2 if self.bidirectional else 1
         h_n, c_n = [], []
+        # NOTE: layers run time-major; only the first input / last output are batch-first.
+        # The input turns time-major before its projection (a copy of x, not of the 4x
+        # wider projections and their gradient).
+        if self.batch_first:
+            x = x.transpose(0, 1)
         for layer in range(self.num_layers):
             last = layer == self.num_layers - 1
-            # NOTE: layers run time-major; only the first input / last output are batch-first.
             out_time = 1 if last and self.batch_first else 0
             outs = []
             for d in range(D):
                 w = layer_weights(layer, d == 1)
                 xp = _project(x, w[0], w[2], w[3], self.mode)
-                if layer == 0 and self.batch_first:
-                    xp = xp.transpose(0, 1)
                 st = [s[layer * D + d] for s in states]
                 seq, h, c = self._run_direction(xp, st, w, d == 1, mask)
                 outs.append(seq.transpose(0, 1).contiguous() if out_time else seq)
