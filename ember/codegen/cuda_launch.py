@@ -51,12 +51,15 @@ def launch_plan(k, arrays, xp=np, strategy: str = "block", outs=None, cache=None
         if len(loop) != len(space):
             v = v.reshape(loop)      # NOTE: copies only when the reduced axes can't merge
         ins.append(v)
-        strides += [s // v.itemsize for s in v.strides]
+        strides.append([s // v.itemsize for s in v.strides])
+    red = isinstance(k, ReduceKernel)
+    loop, strides = collapse(loop, strides, len(loop) - 1 if red else len(loop))
+    strides = [s for st in strides for s in st]
     given = list(outs) if outs is not None else [None] * len(k.outputs)
     outs = []
     for (d, _e, *full), o in zip(k.outputs, given):   # Kernel: (dtype, expr); + full
-        per_row = isinstance(k, ReduceKernel) and not full[0]
-        shape = loop[:-1] if per_row else space
+        per_row = red and not full[0]
+        shape = space[:len(space) - k.naxes] if per_row else space
         outs.append(xp.empty(shape, d.np) if o is None else _checked_out(o, shape, d, k))
     if not loop:                        # NOTE: a 0-d kernel loops over one element
         loop, strides = (1,), [0] * len(ins)
@@ -67,7 +70,7 @@ def launch_plan(k, arrays, xp=np, strategy: str = "block", outs=None, cache=None
         if cache is not None:
             cache[key] = geo
     shape_arr, stride_arr = geo
-    if isinstance(k, ReduceKernel):
+    if red:
         n = math.prod(loop[:-1])
         grid = min(max(n, 1), MAX_BLOCKS) if strategy == "block" else \
             min(max(-(-n // BLOCK), 1), MAX_BLOCKS)
@@ -76,6 +79,35 @@ def launch_plan(k, arrays, xp=np, strategy: str = "block", outs=None, cache=None
         grid = min(max(-(-n // BLOCK), 1), MAX_BLOCKS)
     args = tuple(ins) + tuple(outs) + (shape_arr, stride_arr, np.int32(ndim), np.int64(n))
     return (grid,), (BLOCK,), args, outs
+
+
+def collapse(loop: tuple, strides: list, lead: int) -> tuple:
+    """``(loop, strides)`` with size-1 dims dropped and neighbouring dims merged wherever
+    every input steps through them as through one (``stride[d] == stride[d+1] * size[d+1]``),
+    among the first ``lead`` dims (a reduction's reduced last dim stays).
+
+    NOTE: the kernel turns a flat index into per-dim coordinates with a 64-bit division
+    and remainder per dim and element; an elementwise kernel over contiguous or
+    row-broadcast operands collapses to one or two dims, so it stays memory-bound.
+
+    Example:
+        >>> collapse((4, 5, 6), [[30, 6, 1], [0, 0, 1]], 3)
+        ((20, 6), [[6, 1], [0, 1]])
+    """
+    dims = []                                   # [(size, [stride per input])], inner first
+    for d in range(lead - 1, -1, -1):
+        size, st = loop[d], [s[d] for s in strides]
+        if size == 1:
+            continue
+        if dims and all(a == b * dims[-1][0] for a, b in zip(st, dims[-1][1])):
+            dims[-1] = (dims[-1][0] * size, dims[-1][1])
+        else:
+            dims.append((size, st))
+    dims.reverse()
+    tail = [(loop[d], [s[d] for s in strides]) for d in range(lead, len(loop))]
+    dims += tail
+    new_loop = tuple(sz for sz, _ in dims)
+    return new_loop, [[st[k] for _, st in dims] for k in range(len(strides))]
 
 
 def _checked_out(o, shape, d, k):

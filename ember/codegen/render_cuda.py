@@ -124,11 +124,18 @@ def _signature(name: str, ins, outs) -> str:
 
 
 def _offsets(nin: int, dims: str, var: str) -> list:
-    """Decompose ``var`` over loop dims ``dims`` into each input's element offset."""
+    """Decompose ``var`` over loop dims ``dims`` into each input's element offset.
+
+    NOTE: one loop dim (what the launcher's ``collapse`` leaves of contiguous or
+    row-broadcast operands) needs no division: a 64-bit ``%``/``/`` per dim and element
+    would make an elementwise kernel compute-bound."""
     decl = "".join(f", o{k} = 0" for k in range(nin))
-    lines = [f"int64_t rem = {var}{decl};", f"for (int d = {dims} - 1; d >= 0; d--) {{",
-             "    const int64_t c = rem % shape[d]; rem /= shape[d];"]
-    return lines + [f"    o{k} += c * strides[{k} * ndim + d];" for k in range(nin)] + ["}"]
+    lines = [f"int64_t rem = {var}{decl};", f"if ({dims} == 1) {{"]
+    lines += [f"    o{k} = rem * strides[{k} * ndim];" for k in range(nin)]
+    lines += ["} else {", f"    for (int d = {dims} - 1; d >= 0; d--) {{",
+              "        const int64_t c = rem % shape[d]; rem /= shape[d];"]
+    lines += [f"        o{k} += c * strides[{k} * ndim + d];" for k in range(nin)]
+    return lines + ["    }", "}"]
 
 
 def _stores(emit: Emitter, outs, index: str) -> list:

@@ -192,3 +192,22 @@ def test_every_fused_group_compiles_with_nvrtc(gpu_like):
 def test_a_cpu_graph_keeps_the_c_fusion_pass(fake_cuda):
     _, report = _mlp_losses("cuda", steps=1)          # the stand-in: host kernels
     assert "fuse_cuda" not in report
+
+
+def test_launch_plans_collapse_dims_so_kernels_skip_divisions():
+    from ember import dtypes as dt
+    from ember.codegen.ir import InputSpec, Kernel, Load, OutSpec, Reduce
+    x = np.ones((8, 16, 32), np.float32)
+    b = np.ones(32, np.float32)
+    k = Kernel([InputSpec(dt.float32, (512, 32, 1)), InputSpec(dt.float32, (0, 0, 1))],
+               OutSpec(dt.float32, (8, 16, 32)), Load(0) + Load(1))
+    *_, args, _ = cuda_launch.launch_plan(k, [x, b])
+    assert list(args[-4]) == [128, 32] and list(args[-3]) == [32, 1, 0, 1]   # bias rows
+    *_, args, _ = cuda_launch.launch_plan(k, [x, x])
+    assert list(args[-4]) == [4096] and int(args[-2]) == 1          # one dim: no division
+    r = ReduceKernel([InputSpec(dt.float32, (512, 32, 1))], (8, 16, 32), 1,
+                     [Reduce("sum", Load(0))], None, OutSpec(dt.float32, (8, 16)))
+    grid, _, args, outs = cuda_launch.launch_plan(r, [x])
+    assert list(args[-4]) == [128, 32] and int(args[-1]) == 128 and outs[0].shape == (8, 16)
+    src = cuda_launch.render_cuda_many([k])
+    assert "if (ndim == 1) {" in src
