@@ -94,7 +94,9 @@ def _check(nvrtc, res, what: str, prog=None, name: str = "") -> None:
 
 def _log(nvrtc, prog) -> str:
     err, n = nvrtc.nvrtcGetProgramLogSize(prog)
-    buf = b" " * n
+    # NOTE: never fewer than 2 bytes: `b" " * 1` is CPython's cached one-byte object, and
+    # NVRTC writing its NUL into it turned every b" " of the process into b"\x00"
+    buf = b" " * max(n, 2)
     nvrtc.nvrtcGetProgramLog(prog, buf)
     return buf.rstrip(b"\x00 ").decode(errors="replace")
 
@@ -152,7 +154,7 @@ def _compile(source: str, name: str, arch_opt: str, options: tuple, what: str) -
         size_fn = getattr(nvrtc, f"nvrtcGet{what}Size")
         err, size = size_fn(prog)
         _check(nvrtc, err, f"nvrtcGet{what}Size", prog, name)
-        buf = b" " * size
+        buf = b" " * max(size, 2)     # NOTE: a fresh object, never a cached one (see _log)
         _check(nvrtc, getattr(nvrtc, f"nvrtcGet{what}")(prog, buf), f"nvrtcGet{what}", prog,
                name)
         return buf, _log(nvrtc, prog)
