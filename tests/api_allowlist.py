@@ -34,7 +34,6 @@ ALLOWLIST: dict[str, dict[str, str]] = {
         **_group(DEVICE, "ipu mtia xpu to_mkldnn"),
         "reinforce": "stochastic-function API removed in PyTorch 0.4 (raises there)",
         "volatile": "removed in PyTorch 0.4 (always False, warns); use no_grad",
-        "record_stream": "CUDA caching-allocator stream hint; Ember's CPU storages have none",
         "chalf": "complex32 dtype: Ember has complex64/complex128 only",
         "storage_type": "legacy typed storage classes (FloatStorage...) are not provided",
         "to_padded_tensor": "nested (jagged) tensors are not provided",

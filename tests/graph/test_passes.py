@@ -532,5 +532,8 @@ def test_exact_pipeline_training_step_is_bitwise_eager(name):
     for a, b in zip(pa, pb):
         np.testing.assert_array_equal(a, b)
     totals = f.explain().pass_totals()
-    assert totals["simplify"]["simplified"] > 0 and totals["cse"]["merged"] > 0
+    assert totals["simplify"]["simplified"] > 0 and "merged" in totals["cse"]
+    # the MLP's steady-state step has no common subexpressions (its first, state-creating
+    # step, which had some, is never optimised: it never replays)
+    assert name == "mlp" or totals["cse"]["merged"] > 0
     assert len(f.graph.nodes) < len(f.raw_graphs()[-1].nodes)
