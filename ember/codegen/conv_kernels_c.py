@@ -10,6 +10,17 @@ from __future__ import annotations
 
 from .prelude import _BF16, _F16
 
+#: float -> float16 bits as NumPy rounds (also :mod:`.lowp_reduce`'s; needs ``_F16``).
+ST_F16 = r"""/* float -> float16 bits as NumPy rounds (convert_kernels' f2h_bits): nearest even, and a
+   NaN keeps its sign and payload >> 13 (made nonzero), where ember_f32_to_f16 says 0x7e00 */
+static inline uint16_t ember_st_f16(float f) {
+    union { uint32_t u; float f; } v; v.f = f;
+    const uint16_t q = (uint16_t)(0x7c00u | ((v.u & 0x7fffffu) >> 13));
+    const uint16_t nan = (uint16_t)(((v.u >> 16) & 0x8000u) | (q == 0x7c00u ? 0x7c01u : q));
+    return f != f ? nan : ember_f32_to_f16(f);
+}
+"""
+
 _HEAD = r"""#include <math.h>
 #include <stdint.h>
 #include <stdlib.h>
@@ -22,15 +33,7 @@ _HEAD = r"""#include <math.h>
 #define EMBER_RELU(v) (((v) < 0 ? 0 : (v)) + 0)
 #define EMBER_FN static inline
 """ + _BF16 + _F16 + r"""
-/* float -> float16 bits as NumPy rounds (convert_kernels' f2h_bits): nearest even, and a
-   NaN keeps its sign and payload >> 13 (made nonzero), where ember_f32_to_f16 says 0x7e00 */
-static inline uint16_t ember_st_f16(float f) {
-    union { uint32_t u; float f; } v; v.f = f;
-    const uint16_t q = (uint16_t)(0x7c00u | ((v.u & 0x7fffffu) >> 13));
-    const uint16_t nan = (uint16_t)(((v.u >> 16) & 0x8000u) | (q == 0x7c00u ? 0x7c01u : q));
-    return f != f ? nan : ember_f32_to_f16(f);
-}
-static inline float ember_round_f16_np(float f) { return ember_f16_to_f32(ember_st_f16(f)); }
+""" + ST_F16 + r"""static inline float ember_round_f16_np(float f) { return ember_f16_to_f32(ember_st_f16(f)); }
 typedef void (*ember_run_fn)(char **, const int64_t *, const int64_t *, int64_t, int64_t);
 void (*ember_parallel_hook)(ember_run_fn, char **, const int64_t *, const int64_t *,
                             int64_t, int64_t, int64_t) = 0;

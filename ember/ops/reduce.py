@@ -45,6 +45,11 @@ def _sum_kernel(xp, x, dim=None, keepdim=False, dtype=None):
     if dtype is None and is_lowp(x):
         # NOTE: float32 sums rounded once; NumPy's float16/bfloat16 loops round after every
         # add when the summed dim is not the innermost (a conv's batch-summed weight grad).
+        if dim == (0,) and not keepdim:
+            from ..codegen.lowp_reduce import sum_rows0     # NOTE: codegen sits above ops
+            r = sum_rows0(x)        # a bias gradient: one pass, bit-identical to below
+            if r is not None:
+                return r
         r = xp.sum(lowp_to_f32(x), axis=dim, keepdims=keepdim)
         return f32_to_lowp(xp.asarray(r), x.dtype)
     return xp.sum(x, axis=dim, keepdims=keepdim, dtype=dtype.np if dtype is not None else None)
