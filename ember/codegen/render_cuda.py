@@ -54,6 +54,17 @@ typedef unsigned char uint8_t;
 #include <cuda_bf16.h>
 #define EMBER_FN __device__ static inline
 EMBER_FN float ember_round_f16(float f) { return __half2float(__float2half_rn(f)); }
+/* rem % s, leaving rem / s in rem: one division, 32-bit when both fit (most tensors) */
+EMBER_FN int64_t ember_divmod(int64_t &rem, int64_t s) {
+    if (((rem | s) >> 31) == 0) {
+        const unsigned r = (unsigned)rem, q = r / (unsigned)s;
+        rem = q;
+        return (int64_t)(r - q * (unsigned)s);
+    }
+    const int64_t q = rem / s, c = rem - q * s;
+    rem = q;
+    return c;
+}
 """
 
 #: block-level reduction helpers (warp shuffles, then one shared-memory step).
@@ -133,7 +144,7 @@ def _offsets(nin: int, dims: str, var: str) -> list:
     lines = [f"int64_t rem = {var}{decl};", f"if ({dims} == 1) {{"]
     lines += [f"    o{k} = rem * strides[{k} * ndim];" for k in range(nin)]
     lines += ["} else {", f"    for (int d = {dims} - 1; d >= 0; d--) {{",
-              "        const int64_t c = rem % shape[d]; rem /= shape[d];"]
+              "        const int64_t c = ember_divmod(rem, shape[d]);"]
     lines += [f"        o{k} += c * strides[{k} * ndim + d];" for k in range(nin)]
     return lines + ["    }", "}"]
 
