@@ -39,9 +39,10 @@ def _flops(n) -> float:
     o = n.outs[0] if n.outs else None
     if o is None:
         return 0.0
-    if n.op.name == "matmul":
+    if n.op.name in ("matmul", "matmul_t"):
         x = n.inputs[0]
-        k = x.shape[-1] if x.__class__ is Var and x.ndim else 1
+        k = (x.shape[0] if n.params.get("ta") else x.shape[-1]) \
+            if x.__class__ is Var and x.ndim else 1
         return 2.0 * o.numel() * k
     if n.op.name in ("linear_act",):
         return 2.0 * o.numel() * n.inputs[0].shape[-1]
@@ -82,7 +83,7 @@ def candidates(graph: Graph) -> list:
         c.split, c.early_last = seq[at + 1], seq[at]
         c.nbytes = c.var.nbytes()
         c.cost = _flops(n)
-        c.cheap = c.cost <= 4 * c.var.numel() and n.op.name != "matmul"
+        c.cheap = c.cost <= 4 * c.var.numel() and n.op.name not in ("matmul", "matmul_t")
         if c.nbytes:
             out.append(c)
     return out

@@ -21,9 +21,11 @@ from .fuse_cuda import fuse_cuda
 from .hfuse import hfuse
 from .layout import layout
 from .matmul import small_bmm, sum_rows
+from .matmul_t import matmul_t
 from .pool import pool
 from .recast import recast
 from .rewrite import fold_conv_affine, fuse_linear_act, rewrite
+from .scatter_select import scatter_select
 from .scatter_stack import scatter_stack
 from .sdpa_layout import sdpa_layout, sdpa_out_layout
 from .simplify import simplify, simplify_fast
@@ -38,10 +40,12 @@ PASSES = {
     "conv_affine": fold_conv_affine,  # conv + per-channel affine (eval BatchNorm) -> conv
     "rewrite": rewrite,              # conv_affine then linear_act
     "scatter_stack": scatter_stack,  # sums of slot scatters (unbind's VJP) -> one stack
+    "scatter_select": scatter_select,  # one-hot scatter -> where(idx == iota, g, 0)
     "sdpa_layout": sdpa_layout,      # dq, dk, dv written straight into qkv's gradient
     "sdpa_out_layout": sdpa_out_layout,  # attention's output in its permuted layout
     "small_bmm": small_bmm,          # stacks of small matmuls (attention) -> one C loop
     "sum_rows": sum_rows,            # sums over all leading dims -> one column-sum kernel or GEMV
+    "matmul_t": matmul_t,            # 2-D transposes read through BLAS flags (one node fewer)
     "hfuse": hfuse,                  # sibling matmuls on one x -> one GEMM + slices
     "layout": layout,                # NCHW or NHWC per conv, by a measurement
     "fuse": fuse,                    # elementwise/reduction groups -> generated C kernels
@@ -68,7 +72,7 @@ EXACT_PASSES = ["simplify", "fold", "cse", "scatter_stack", "sdpa_layout", "line
 #: conv_affine, rewrite, hfuse, layout, simplify_fast, small_bmm. Opt-in though exact:
 #: sdpa_out_layout (slower than the copy it removes on the reference machine).
 DEFAULT_PASSES = ["simplify", "fold", "cse", "scatter_stack", "sdpa_layout", "sum_rows", "pool",
-                  "conv_gemm", "fuse", "recast", "dce"]
+                  "conv_gemm", "scatter_select", "fuse", "recast", "matmul_t", "dce"]
 
 
 #: passes whose output runs generated C or host loops on the arrays: skipped for graphs on
