@@ -51,8 +51,8 @@ Example:
     >>> t = ember.ones(3) * dist.get_rank()
     >>> dist.all_reduce(t, op=dist.ReduceOp.SUM)
 """
-from .backend import (CompletedWork, Communicator, DistributedError, DistributedUnavailable,
-                      ReduceOp, Request, Work)
+from .backend import (Backend, CompletedWork, Communicator, DistributedError,
+                      DistributedUnavailable, ReduceOp, Request, Work)
 from .collectives import (all_gather, all_gather_into_tensor, all_reduce, barrier, broadcast,
                           gather, reduce, reduce_scatter, reduce_scatter_tensor, scatter)
 from .groups import (ProcessGroup, default_pg_timeout, destroy_process_group, get_backend,
@@ -63,7 +63,7 @@ from .objects import all_gather_object, broadcast_object_list, gather_object
 from .p2p import all_to_all, all_to_all_single, irecv, isend, recv, send
 
 __all__ = [
-    "CompletedWork", "Communicator", "DistributedError", "DistributedUnavailable", "ProcessGroup",
+    "Backend", "CompletedWork", "Communicator", "DistributedError", "DistributedUnavailable", "ProcessGroup",
     "ReduceOp", "Request", "Work", "all_gather", "all_gather_into_tensor", "all_gather_object",
     "all_reduce", "all_to_all", "all_to_all_single", "barrier", "broadcast",
     "broadcast_object_list", "default_pg_timeout", "destroy_process_group", "gather",

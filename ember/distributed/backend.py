@@ -28,6 +28,28 @@ class DistributedUnavailable(EmberError, ImportError, RuntimeError):
     """The communication library (mpi4py + an MPI) is not installed."""
 
 
+class Backend(str):
+    """A backend's name, as ``torch.distributed.Backend``: ``Backend("NCCL") == "nccl"``.
+
+    ``backend_list`` holds the backends Ember implements (``init_process_group`` refuses
+    the others, naming these).
+
+    Example:
+        >>> dist.init_process_group(backend=dist.Backend.NCCL)   # doctest: +SKIP
+    """
+
+    UNDEFINED = "undefined"
+    GLOO = "gloo"
+    NCCL = "nccl"
+    MPI = "mpi"
+    backend_list = ["mpi", "nccl"]
+
+    def __new__(cls, name: str):
+        if not isinstance(name, str):
+            raise TypeError(f"Backend name must be a string, but got: {name!r}")
+        return str.__new__(cls, name.lower())
+
+
 class ReduceOp(enum.Enum):
     """Reductions for ``all_reduce``, ``reduce`` and ``reduce_scatter_tensor``.
 

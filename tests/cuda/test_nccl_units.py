@@ -286,3 +286,12 @@ def test_a_tensor_on_another_device_than_the_communicator_is_refused(nccl_world)
     with pytest.raises(ValueError, match=r"all_reduce: rank 0's NCCL communicator is on "
                                          r"cuda:0 but a tensor is on cuda:1"):
         nccl_world.comm.allreduce(t._data.view(_OnDevice1), ReduceOp.SUM)
+
+
+def test_backend_names_as_pytorch():
+    assert dist.Backend("NCCL") == dist.Backend.NCCL == "nccl" and dist.Backend.MPI == "mpi"
+    assert isinstance(dist.Backend.NCCL, str) and "nccl" in dist.Backend.backend_list
+    with pytest.raises(TypeError, match="must be a string"):
+        dist.Backend(3)
+    with pytest.raises(ValueError, match="valid: \\['mpi', 'nccl'\\]"):
+        dist.init_process_group(dist.Backend.GLOO)
