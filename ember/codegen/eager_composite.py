@@ -107,7 +107,7 @@ def _freeze(v):
     return (type(v), v)
 
 
-def _key(args, kwargs):
+def _key(args, kwargs, min_elements=None):
     """(tensor arguments, their positions, hashable key) or None when not eligible."""
     tensors, slots, parts = [], [], []
     big = 0
@@ -126,7 +126,7 @@ def _key(args, kwargs):
                 parts.append(_freeze(a))
             except TypeError:
                 return None
-    if big < MIN_ELEMENTS:
+    if big < (MIN_ELEMENTS if min_elements is None else min_elements):
         return None
     return tensors, tuple(slots), (tuple(sorted(kwargs)), tuple(parts), state.grad_enabled)
 
@@ -225,11 +225,14 @@ def _build(fn, args, kwargs, slots):
     return _Entry(fn, args, kwargs, slots)
 
 
-def eager_composite(fn, when=None):
+def eager_composite(fn, when=None, min_elements=None):
     """Wrap public composite ``fn`` so eager calls run its compiled form (module docstring).
 
     ``when(*args, **kwargs)``, if given, must also be true for a call to take the fast
     path (``F.silu(x, inplace=True)`` writes its input: it runs as written).
+    ``min_elements`` (the wrapper's attribute of that name) replaces :data:`MIN_ELEMENTS`
+    for ``fn``: a one-primitive function such as ``F.relu`` only pays for a compiled call on
+    large inputs.
 
     The wrapper keeps ``fn``'s name, signature and docstring; results agree with ``fn``'s to
     the compiled kernels' rounding (tested per function in ``tests/eager/``).
@@ -244,7 +247,7 @@ def eager_composite(fn, when=None):
     def wrapper(*args, **kwargs):
         if not _eligible() or (when is not None and not when(*args, **kwargs)):
             return fn(*args, **kwargs)
-        found = _key(args, kwargs)
+        found = _key(args, kwargs, wrapper.min_elements)
         if found is None:
             return fn(*args, **kwargs)
         tensors, slots, key = found
@@ -262,6 +265,7 @@ def eager_composite(fn, when=None):
 
     wrapper.__wrapped_composite__ = fn
     wrapper._eager_cache = cache
+    wrapper.min_elements = min_elements
     return wrapper
 
 

@@ -43,3 +43,7 @@ gelu, silu = _fast(gelu), _fast(silu, when=_not_inplace)  # noqa: F405
 layer_norm, group_norm = _fast(layer_norm), _fast(group_norm)  # noqa: F405
 batch_norm = _fast(batch_norm)  # noqa: F405 - running stats: in-place writes, written back
 cross_entropy, nll_loss = _fast(cross_entropy), _fast(nll_loss)  # noqa: F405
+# NOTE: relu is one primitive, but its eager backward is two NumPy passes (``out > 0``, then
+# a float-by-bool multiply) where the compiled form runs one fused kernel: from 1M elements
+# (a CNN's first conv block) that pays for the compiled call; W1's (128, 512) does not.
+relu = _fast(relu, when=_not_inplace, min_elements=1 << 20)  # noqa: F405
