@@ -18,6 +18,15 @@ The two conversions exist twice:
 
 NaN rounds to the quiet NaN ``0x7FC0`` with the input's sign (``ml_dtypes``'); CUDA's
 intrinsic may pick another quiet NaN, so tests compare NaN-ness there.
+
+Status: the stand-in holds real bfloat16 arrays; a GPU still refuses bfloat16 tensors
+(``cuda._no_bf16``, a clear TypeError). Storing them as bits needs every place that
+computes on a tensor's array without knowing its dtype to know: the dispatcher (widen
+inputs, run the float32 kernel, round the output, view ops on the raw bits), the
+in-place fast paths (``ops/inplace.py``: ``xp.add(self._data, ..., out=self._data)``),
+the host reads (``Tensor.numpy/tolist/item``, ``_repr``, ``factories._nested_arrays``:
+view the uint16 host copy as bfloat16) and the CUDA launch plan (``xp.asarray(a,
+dtype=bf16)``); until then uint16 bits would be computed on as integers, silently.
 """
 from __future__ import annotations
 

@@ -101,11 +101,12 @@ def to_device(be, host, non_blocking: bool, pinned: bool):
         return be.asarray(host)
     out = be.empty(host.shape, host.dtype)     # NOTE: refuses what the device can't hold
     s = _current(be)
+    src = np.ascontiguousarray(host)      # NOTE: a strided view: a (pageable) copy
     if be.has("fake"):
-        out[...] = host
+        out[...] = src
     else:
-        out.set(np.ascontiguousarray(host), stream=be.runtime.use_stream(s))
-    _hold_after(be, s, host)
+        out.set(src, stream=be.runtime.use_stream(s))
+    _hold_after(be, s, host, src)
     return out
 
 
