@@ -6,7 +6,7 @@ range each) and prints the ops by self CPU time — the table issue 19 asks for 
 after the eager work. ``--trace PATH`` also writes the Chrome trace.
 
 Run:
-    .venv/bin/python bench/profile_eager.py --workload W2 [--steps 3] [--rows 25]
+    .venv/bin/python bench/profile_eager.py --workload W2 [--steps 3] [--rows 25] [--threads 1]
 """
 from __future__ import annotations
 
@@ -29,7 +29,11 @@ def main(argv=None) -> None:
     ap.add_argument("--rows", type=int, default=25)
     ap.add_argument("--sort", default="self_cpu_time_total")
     ap.add_argument("--trace", help="write the Chrome trace here too")
+    ap.add_argument("--threads", type=int, default=None,
+                    help="ember.set_num_threads(N) first (1: the --clock cpu1 setting)")
     args = ap.parse_args(argv)
+    if args.threads:
+        ember.set_num_threads(args.threads)
     name = next(n for n in WORKLOADS if n.startswith(args.workload))
     model, opt, x, y = build(WORKLOADS[name], ember)
     step = train_step(ember, model, opt)
