@@ -1,0 +1,188 @@
+"""Run CUDA C kernels on the CPU: the kernel text compiled by g++ under a small shim.
+
+Each CUDA thread is an OS thread; a block's threads run together (``__syncthreads`` is a
+``std::barrier`` of the block, warp shuffles and ballots exchange values through a
+per-warp buffer between two barriers of the warp), blocks one after another, so
+``__shared__`` arrays (function-local statics here) belong to the running block. It runs
+the very text NVRTC compiles — index arithmetic, masks, shuffles, barriers, shared-memory
+staging — on NumPy arrays, where no GPU is. Slow (threads per block), so tests keep the
+sizes small. Needs g++ with C++20 ``<barrier>``; :func:`available` says whether it works.
+
+Not modelled: memory coalescing, bank conflicts, timing; the float arithmetic is the
+host's (``expf``/``logf`` of glibc, no fast-math), so results match the GPU's within
+rounding, not bitwise.
+"""
+from __future__ import annotations
+
+import ctypes
+import functools
+import hashlib
+import os
+import re
+import shutil
+import subprocess
+import tempfile
+
+import numpy as np
+
+SHIM = r"""
+#include <cstdint>
+#include <cmath>
+#include <cstring>
+#include <thread>
+#include <barrier>
+#include <vector>
+#include <memory>
+#include <algorithm>
+using std::min; using std::max;
+struct dim3 { unsigned x = 1, y = 1, z = 1; };
+static thread_local dim3 threadIdx, blockIdx;
+static dim3 blockDim, gridDim;
+#define __global__
+#define __device__
+#define __host__
+#define __forceinline__ inline
+#define __launch_bounds__(x)
+#define __shared__ static
+struct EmuWarp { std::unique_ptr<std::barrier<>> bar; unsigned long long buf[32]; };
+static thread_local EmuWarp *emu_w;
+static thread_local int emu_lane;
+static std::barrier<> *emu_block;
+static inline void __syncthreads() { emu_block->arrive_and_wait(); }
+template <typename T> static T emu_xchg(T v, int src) {
+    std::memcpy(&emu_w->buf[emu_lane], &v, sizeof(T));
+    emu_w->bar->arrive_and_wait();
+    T r; std::memcpy(&r, &emu_w->buf[src & 31], sizeof(T));
+    emu_w->bar->arrive_and_wait();
+    return r;
+}
+template <typename T> static T __shfl_sync(unsigned, T v, int src) { return emu_xchg(v, src); }
+template <typename T> static T __shfl_xor_sync(unsigned, T v, int m) {
+    return emu_xchg(v, emu_lane ^ m); }
+template <typename T> static T __shfl_down_sync(unsigned, T v, unsigned d) {
+    const int s = emu_lane + (int)d; return emu_xchg(v, s < 32 ? s : emu_lane); }
+static unsigned __ballot_sync(unsigned, int p) {
+    unsigned bits = 0;
+    for (int l = 0; l < 32; l++) bits |= (emu_xchg((unsigned)(p != 0), l) ? 1u : 0u) << l;
+    return bits;
+}
+static inline float __int_as_float(int i) { float f; std::memcpy(&f, &i, 4); return f; }
+struct __half { uint16_t x; };
+struct __nv_bfloat16 { uint16_t x; };
+static inline float __half2float(__half h) { _Float16 t; std::memcpy(&t, &h, 2); return (float)t; }
+static inline __half __float2half_rn(float f) { _Float16 t = (_Float16)f; __half h;
+    std::memcpy(&h, &t, 2); return h; }
+static inline float __bfloat162float(__nv_bfloat16 b) { uint32_t u = (uint32_t)b.x << 16;
+    float f; std::memcpy(&f, &u, 4); return f; }
+static inline __nv_bfloat16 __float2bfloat16_rn(float f) { uint32_t u; std::memcpy(&u, &f, 4);
+    __nv_bfloat16 b; if (std::isnan(f)) { b.x = 0x7fc0; return b; }
+    u += 0x7fffu + ((u >> 16) & 1u); b.x = (uint16_t)(u >> 16); return b; }
+template <typename F> static void emu_launch(dim3 g, dim3 b, F f) {
+    gridDim = g; blockDim = b;
+    const int n = (int)(b.x * b.y * b.z);
+    for (unsigned bz = 0; bz < g.z; bz++) for (unsigned by = 0; by < g.y; by++)
+    for (unsigned bx = 0; bx < g.x; bx++) {
+        std::barrier<> block(n);
+        emu_block = &block;
+        std::vector<EmuWarp> warps((n + 31) / 32);
+        for (size_t w = 0; w < warps.size(); w++)
+            warps[w].bar = std::make_unique<std::barrier<>>(std::min(32, n - (int)w * 32));
+        std::vector<std::thread> ts;
+        for (int t = 0; t < n; t++) ts.emplace_back([&, t] {
+            threadIdx = {(unsigned)t % b.x, ((unsigned)t / b.x) % b.y, (unsigned)t / (b.x * b.y)};
+            blockIdx = {bx, by, bz};
+            emu_w = &warps[t / 32]; emu_lane = t % 32;
+            f();
+            emu_w->bar->arrive_and_drop();
+            emu_block->arrive_and_drop();
+        });
+        for (auto &t : ts) t.join();
+    }
+}
+"""
+
+_CTYPES = {"int": ctypes.c_int, "unsigned": ctypes.c_uint, "float": ctypes.c_float,
+           "double": ctypes.c_double, "long long": ctypes.c_longlong,
+           "int64_t": ctypes.c_int64, "long": ctypes.c_long}
+_SIG = re.compile(r'extern "C" __global__ void\s+(\w+)\s*\(([^)]*)\)')
+
+
+def available() -> bool:
+    return _compiler() is not None
+
+
+@functools.lru_cache(maxsize=1)
+def _compiler():
+    cxx = shutil.which("g++") or shutil.which("c++")
+    if cxx is None:
+        return None
+    with tempfile.TemporaryDirectory() as d:
+        src = os.path.join(d, "t.cpp")
+        with open(src, "w") as f:
+            f.write("#include <barrier>\nint main(){std::barrier<> b(1); b.arrive_and_wait();"
+                    " _Float16 h = (_Float16)1.0f; return (int)(float)h - 1;}\n")
+        r = subprocess.run([cxx, "-std=c++20", "-pthread", src, "-o", os.path.join(d, "t")],
+                           capture_output=True, timeout=120)
+    return cxx if r.returncode == 0 else None
+
+
+def _params(decl: str) -> list:
+    """``[(ctypes type, name)]`` of a C parameter list."""
+    out = []
+    for p in (x.strip() for x in decl.split(",")):
+        name = re.findall(r"\w+", p)[-1]
+        if "*" in p:
+            out.append((ctypes.c_void_p, name))
+        else:
+            base = " ".join(t for t in re.findall(r"\w+", p)[:-1] if t != "const")
+            out.append((_CTYPES[base], name))
+    return out
+
+
+def _wrappers(source: str) -> tuple:
+    kernels, text = {}, []
+    for name, decl in _SIG.findall(source):
+        ps = _params(decl)
+        kernels[name] = [t for t, _ in ps]
+        args = ", ".join(n for _, n in ps)
+        text.append(f'extern "C" void emu_{name}({decl}, unsigned gx, unsigned gy, '
+                    f'unsigned gz, unsigned bx) {{\n    emu_launch({{gx, gy, gz}}, {{bx, 1, 1}},'
+                    f' [=] {{ {name}({args}); }});\n}}\n')
+    return kernels, "".join(text)
+
+
+class EmuModule:
+    """``cupy.cuda.function.Module``'s interface over the g++-compiled kernels."""
+
+    def __init__(self, source: str, workdir: str):
+        src = re.sub(r"#include <cuda_(fp16|bf16)\.h>\n", "", source)
+        self.kernels, wrap = _wrappers(src)
+        text = SHIM + src + wrap
+        key = hashlib.sha256(text.encode()).hexdigest()[:16]
+        so = os.path.join(workdir, f"emu_{key}.so")
+        if not os.path.exists(so):
+            cpp = so[:-3] + ".cpp"
+            with open(cpp, "w") as f:
+                f.write(text)
+            r = subprocess.run([_compiler(), "-std=c++20", "-O1", "-shared", "-fPIC", "-pthread",
+                                "-w", cpp, "-o", so], capture_output=True, text=True,
+                               timeout=300)
+            if r.returncode:
+                raise RuntimeError(f"g++ rejected the kernel text:\n{r.stderr[:4000]}")
+        self.lib = ctypes.CDLL(so)
+        self.launches = []
+
+    def get_function(self, name):
+        fn = getattr(self.lib, f"emu_{name}")
+        types = self.kernels[name]
+        fn.argtypes = types + [ctypes.c_uint] * 4
+        fn.restype = None
+
+        def launch(grid, block, args, shared_mem=0):
+            grid = tuple(grid) + (1,) * (3 - len(grid))
+            assert len(args) == len(types), (name, len(args), len(types))
+            conv = [a.__array_interface__["data"][0] if isinstance(a, np.ndarray) else
+                    t(a.item() if hasattr(a, "item") else a) for a, t in zip(args, types)]
+            self.launches.append(name)
+            fn(*conv, *grid, block[0])
+        return launch
