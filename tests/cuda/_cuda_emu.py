@@ -154,7 +154,7 @@ def _wrappers(source: str) -> tuple:
 class EmuModule:
     """``cupy.cuda.function.Module``'s interface over the g++-compiled kernels."""
 
-    def __init__(self, source: str, workdir: str):
+    def __init__(self, source: str, workdir: str, max_blocks: int | None = None):
         src = re.sub(r"#include <cuda_(fp16|bf16)\.h>\n", "", source)
         self.kernels, wrap = _wrappers(src)
         text = SHIM + src + wrap
@@ -171,6 +171,8 @@ class EmuModule:
                 raise RuntimeError(f"g++ rejected the kernel text:\n{r.stderr[:4000]}")
         self.lib = ctypes.CDLL(so)
         self.launches = []
+        # NOTE: grid-stride kernels are right for any grid; fewer blocks = fewer threads
+        self.max_blocks = max_blocks
 
     def get_function(self, name):
         fn = getattr(self.lib, f"emu_{name}")
@@ -180,6 +182,8 @@ class EmuModule:
 
         def launch(grid, block, args, shared_mem=0):
             grid = tuple(grid) + (1,) * (3 - len(grid))
+            if self.max_blocks is not None:
+                grid = (min(grid[0], self.max_blocks),) + grid[1:]
             assert len(args) == len(types), (name, len(args), len(types))
             conv = [a.__array_interface__["data"][0] if isinstance(a, np.ndarray) else
                     t(a.item() if hasattr(a, "item") else a) for a, t in zip(args, types)]
