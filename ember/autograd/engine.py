@@ -25,21 +25,23 @@ _SEQ = operator.attrgetter("seq")
 
 def _collect(roots):
     """All nodes reachable from ``roots`` and the leaves they reach."""
-    # NOTE: the set holds the nodes themselves (Node hashes by identity): no id() calls
-    seen = set()
+    # NOTE: one dict is both the seen-set and the list, in visiting order (Node hashes by
+    # identity: no id() calls)
+    seen: dict = {}
     stack = [n for n in roots if n is not None]
-    nodes = []
-    add, push, keep = seen.add, stack.append, nodes.append
+    push = stack.append
+    pop = stack.pop
     while stack:
-        n = stack.pop()
+        n = pop()
         if n in seen:
             continue
-        add(n)
-        keep(n)
+        seen[n] = None
         for e in n.next:
-            if e is not None and e[0].__class__ is Node and e[0] not in seen:
-                push(e[0])
-    return nodes
+            if e is not None:
+                t = e[0]
+                if t.__class__ is Node and t not in seen:
+                    push(t)
+    return list(seen)
 
 
 def _prune(nodes, target_nodes, target_leaves):

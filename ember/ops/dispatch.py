@@ -126,9 +126,14 @@ def apply(op, inputs, params):
             kind == "float" and x0._dtype.category == _FLOAT)):
         ct, out_dt = None, x0._dtype      # the common case: nothing to promote or cast
         if scalars:
-            arrays = []
-            for x in inputs:
-                arrays.append(x._data if x.__class__ is Tensor or isinstance(x, Tensor) else x)
+            if len(inputs) == 2:      # a tensor and a Python number (x * 1.5, 1 - x)
+                a, b = inputs
+                arrays = [a._data if a is x0 else a, b._data if b is x0 else b]
+            else:
+                arrays = []
+                for x in inputs:
+                    arrays.append(x._data if x.__class__ is Tensor or isinstance(x, Tensor)
+                                  else x)
         elif len(inputs) == 2:
             # NOTE: no comprehension for the usual operand counts: on Python 3.11 each one
             # is a function call, a measurable part of a 100-element op's cost.
