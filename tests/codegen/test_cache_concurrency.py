@@ -83,3 +83,22 @@ def test_prefetch_builds_in_the_background_and_load_waits_for_it(fresh, monkeypa
     assert cache.stats["compiled"] == before + 2   # both built once, by the prefetch
     cache.prefetch([src])                          # once per process
     assert cache.stats["compiled"] == before + 2
+
+
+def test_many_kernels_compile_as_two_concurrent_libraries(fresh, monkeypatch):
+    import numpy as np
+    from ember import dtypes as dt
+    from ember.codegen import InputSpec, Kernel, Load, OutSpec, call, pool, runtime
+    pool.address()                                # the worker pool's library: built first
+    log = _slow_compiles(monkeypatch, 0.5)
+    n = runtime.SPLIT_KERNELS
+    ks = [Kernel([InputSpec(dt.float32, (1,))], OutSpec(dt.float32, (7,)),
+                 call("exp", Load(0)) * float(i + 2)) for i in range(n)]
+    cks = runtime.compile_many(ks)
+    assert len(log) == 2
+    (a0, a1), (b0, b1) = sorted(log)
+    assert b0 < a1, f"the two halves compiled one after the other: {log}"
+    assert len({ck.origin[0] for ck in cks}) == 2
+    x = np.linspace(-1, 1, 7).astype(np.float32)
+    for i, ck in enumerate(cks):
+        np.testing.assert_allclose(ck(x), np.exp(x) * (i + 2), rtol=1e-6)
