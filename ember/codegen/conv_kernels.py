@@ -46,7 +46,7 @@ import ml_dtypes
 import numpy as np
 
 from . import pool as _pool
-from .conv_kernels_c import COPIES, SOURCE
+from .conv_kernels_c import source
 from .runtime import num_threads
 from .toolchain import find_compiler
 
@@ -58,14 +58,29 @@ _state: dict = {}
 _FN = ctypes.CFUNCTYPE(None, ctypes.POINTER(ctypes.c_char_p), ctypes.c_void_p, ctypes.c_int64)
 
 
+class _PerDtype(dict):
+    """``{name_suffix: fn}`` filled one dtype at a time: the first lookup of a dtype's entry
+    builds (or loads) that dtype's library only (a float32 CNN compiles a quarter of the
+    C text: the float64 and 16-bit copies are built when first used)."""
+
+    def __missing__(self, name):
+        s = name.rsplit("_", 1)[1]
+        loaded = _pool.load_kernels(source((s,)), [f"{op}_{s}" for op in (
+            "unfold", "fold", "maxpool", "maxpool_grad")])
+        if loaded is None:
+            raise RuntimeError("conv_kernels: no C compiler; check available() first")
+        _state["lib"][s] = loaded[0]            # NOTE: keeps the library mapped
+        dict.update(self, loaded[1])
+        return dict.__getitem__(self, name)
+
+
 def kernels():
-    """``{name_suffix: ctypes function}`` of the compiled library, or None (no compiler)."""
+    """``{name_suffix: ctypes function}`` of the compiled libraries (each dtype's built on
+    its first use), or None (no compiler)."""
     if "lib" not in _state:
-        loaded = _pool.load_kernels(SOURCE, [f"{op}_{s}" for op in (
-            "unfold", "fold", "maxpool", "maxpool_grad") for s, *_ in COPIES])
-        if loaded is None or find_compiler() is None:
+        if find_compiler() is None:
             return None
-        _state["lib"], _state["fns"] = loaded
+        _state["fns"], _state["lib"] = _PerDtype(), {}
     return _state["fns"]
 
 

@@ -588,9 +588,14 @@ COPIES = (("f32", "float", "uint32_t", "float", "", "", ""),
           ("f16", "uint16_t", "uint16_t", "float", "ember_f16_to_f32", "ember_st_f16",
            "ember_round_f16_np"))
 
-SOURCE = _HEAD + "".join(
-    f"#define T {t}\n#define U {u}\n#define A {a}\n#define PRO(v) {pro}(v)\n"
-    f"#define LD(v) {ld}(v)\n#define ST(v) {st}(v)\n#define LOWP {int(bool(ld))}\n"
-    + _BODY.replace("_S_run", f"_{s}_run").replace("_S(", f"_{s}(")
-    + "#undef T\n#undef U\n#undef A\n#undef PRO\n#undef LD\n#undef ST\n#undef LOWP\n"
-    for s, t, u, a, ld, st, pro in COPIES)
+def source(suffixes=None) -> str:
+    """The C text of the copies whose suffix is in ``suffixes`` (default: every copy)."""
+    return _HEAD + "".join(
+        f"#define T {t}\n#define U {u}\n#define A {a}\n#define PRO(v) {pro}(v)\n"
+        f"#define LD(v) {ld}(v)\n#define ST(v) {st}(v)\n#define LOWP {int(bool(ld))}\n"
+        + _BODY.replace("_S_run", f"_{s}_run").replace("_S(", f"_{s}(")
+        + "#undef T\n#undef U\n#undef A\n#undef PRO\n#undef LD\n#undef ST\n#undef LOWP\n"
+        for s, t, u, a, ld, st, pro in COPIES if suffixes is None or s in suffixes)
+
+
+SOURCE = source()
