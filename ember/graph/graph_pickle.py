@@ -214,7 +214,8 @@ def _value(x):
     if isinstance(x, _device):
         return ("device", str(x))
     if t is np.ndarray:
-        data = np.ascontiguousarray(x).data
+        # NOTE: bytes viewed as uint8: a memoryview refuses ml_dtypes' bfloat16 ('E')
+        data = np.ascontiguousarray(x).reshape(-1).view(np.uint8).data
         body = hashlib.sha256(data).hexdigest() if x.nbytes > _DIGEST_BYTES else bytes(data)
         return ("ndarray", x.dtype.str, x.shape, body)
     if isinstance(x, np.generic):
