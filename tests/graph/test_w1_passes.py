@@ -181,3 +181,52 @@ def test_executor_places_constants_without_a_step():
     y2, k2 = prog.run([x.numpy()])
     np.testing.assert_array_equal(y2, y.numpy())
     np.testing.assert_array_equal(k2, [7.0, 8.0])
+
+
+def _take(x, idx):
+    return em.take_along_dim(x, idx, 1) * 1.0
+
+
+@pytest.mark.parametrize("dtype", [np.float32, np.float64])
+def test_take_rows_is_take_along_dim(dtype):
+    rng = np.random.default_rng(1)
+    x = rng.standard_normal((33, 7)).astype(dtype)
+    x[0, :] = [np.nan, -0.0, np.inf, -np.inf, 1, 2, 3]
+    idx = rng.integers(0, 7, (33, 1))
+    idx[0, 0] = 1                                     # -0.0 keeps its sign
+    on = em.compile(_take, passes=DEFAULT_PASSES)
+    off = em.compile(_take, passes=_without("take_rows"))
+    a = (em.tensor(x), em.tensor(idx))
+    on(*a), off(*a)
+    got, ref = on(*a).numpy(), off(*a).numpy()
+    assert "take_rows" in _names(on.graph) and "take_along_dim" not in _names(on.graph)
+    assert "take_along_dim" in _names(off.graph)
+    want = np.take_along_axis(x, idx, axis=1)
+    u = np.int32 if dtype == np.float32 else np.int64
+    np.testing.assert_array_equal(got.view(u), want.view(u))
+    np.testing.assert_array_equal(ref.view(u), want.view(u))
+
+
+@pytest.mark.parametrize("bad", [7, -1, 100])
+def test_take_rows_out_of_range_index_raises_like_eager(bad):
+    x = em.randn(4, 7)
+    f = em.compile(_take, passes=DEFAULT_PASSES)
+    f(x, em.tensor(np.array([[0], [1], [2], [3]])))
+    assert "take_rows" in _names(f.graph)
+    idx = em.tensor(np.array([[0], [1], [bad], [3]]))
+    msg = r"index out of range for dim 1 of size 7 \(indices must be in \[0, 6\]"
+    with pytest.raises(IndexError, match=msg):
+        _take(x, idx)                                   # eager
+    with pytest.raises(IndexError, match=msg + f"; got {bad} in row 2"):
+        f(x, idx)                                       # compiled
+
+
+def test_take_rows_non_contiguous_input_falls_back():
+    from ember.graph.passes.take_rows import _run_take_rows
+    x = np.arange(40, dtype=np.float32).reshape(5, 8)[:, ::2]       # (5, 4), strided
+    idx = np.array([[0], [3], [1], [2], [2]])
+    np.testing.assert_array_equal(_run_take_rows(np, x, idx, dim=1),
+                                  np.take_along_axis(x, idx, axis=1))
+    xc = np.ascontiguousarray(x)
+    np.testing.assert_array_equal(_run_take_rows(np, xc, idx, dim=1),
+                                  np.take_along_axis(xc, idx, axis=1))

@@ -29,6 +29,7 @@ from .scatter_select import scatter_select
 from .scatter_stack import scatter_stack
 from .sdpa_layout import sdpa_layout, sdpa_out_layout
 from .simplify import simplify, simplify_fast
+from .take_rows import take_rows
 
 #: name -> pass. Passes register here so pipelines can name them.
 PASSES = {
@@ -41,6 +42,7 @@ PASSES = {
     "rewrite": rewrite,              # conv_affine then linear_act
     "scatter_stack": scatter_stack,  # sums of slot scatters (unbind's VJP) -> one stack
     "scatter_select": scatter_select,  # one-hot scatter -> where(idx == iota, g, 0)
+    "take_rows": take_rows,          # one value per row (targets' logits) by one C loop
     "sdpa_layout": sdpa_layout,      # dq, dk, dv written straight into qkv's gradient
     "sdpa_out_layout": sdpa_out_layout,  # attention's output in its permuted layout
     "small_bmm": small_bmm,          # stacks of small matmuls (attention) -> one C loop
@@ -72,13 +74,13 @@ EXACT_PASSES = ["simplify", "fold", "cse", "scatter_stack", "sdpa_layout", "line
 #: conv_affine, rewrite, hfuse, layout, simplify_fast, small_bmm. Opt-in though exact:
 #: sdpa_out_layout (slower than the copy it removes on the reference machine).
 DEFAULT_PASSES = ["simplify", "fold", "cse", "scatter_stack", "sdpa_layout", "sum_rows", "pool",
-                  "conv_gemm", "scatter_select", "fuse", "recast", "matmul_t", "dce"]
+                  "conv_gemm", "scatter_select", "take_rows", "fuse", "recast", "matmul_t", "dce"]
 
 
 #: passes whose output runs generated C or host loops on the arrays: skipped for graphs on
 #: a device without the ``host_kernels`` capability (CuPy arrays on a GPU).
 HOST_PASSES = frozenset({"sdpa_layout", "sdpa_out_layout", "small_bmm", "sum_rows", "layout",
-                         "fuse", "pool", "conv_gemm"})
+                         "fuse", "pool", "conv_gemm", "take_rows"})
 #: on a device with the ``cuda_kernels`` capability (a GPU), these host passes run as
 #: their CUDA counterparts instead of being skipped.
 DEVICE_PASSES = {"cuda_kernels": {"fuse": "fuse_cuda"}}
