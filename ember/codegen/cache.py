@@ -27,7 +27,8 @@ suffixes allowed): past it, the entries used least recently (each load touches t
 ``.so``'s access time) are removed down to 90 % of the bound. Temporary files of builds
 that were killed (``.tmp-<pid>-*``, ``.build-<pid>-*``, ``.load-<pid>-*``) are removed at
 the first build in a process (or ``cache_dir()``; a process that only loads never walks the
-folder) and at each eviction, once their process is gone (or after ten minutes). ``ember cache info`` and ``ember cache clear`` report and empty it.
+folder) and at each eviction, once their process is gone (or after ten minutes).
+``ember cache info`` and ``ember cache clear`` report and empty it (and the graph cache).
 
 Concurrency: one lock per entry (key), so independent kernels (a graph's fused kernels, the
 hand-written attention and convolution libraries) compile at the same time on different
