@@ -285,6 +285,9 @@ def _drawn(draw, dtype, device, requires_grad, what: str, inputs=()) -> Tensor:
     """A tensor of fresh samples ``draw(*input arrays)``. Under a tracer (``ember.compile``)
     the draw becomes a ``random`` node that samples again, from the same generator, at
     every run of the graph."""
+    if device is None:      # NOTE: set_default_device("cuda"): the device's generator draws
+        from .device.base import default_device
+        device = default_device()
     draw = _for_device(device, draw)
     try:
         arr = draw(*(x._data if x._device.type == "cpu" else   # NOTE: samples on the host

@@ -124,3 +124,11 @@ def test_device_queries_without_a_gpu():
     assert not em.cuda.is_bf16_supported()
     with pytest.raises(RuntimeError, match="no CUDA device is present"):
         em.cuda.get_device_name()
+
+
+def test_default_cuda_device_draws_from_the_cuda_generator(default_cuda):
+    em.cuda.manual_seed(7)
+    a = em.rand(4)
+    em.cuda.manual_seed(7)
+    b = em.rand(4, device="cuda")
+    assert a.device == b.device and a.cpu().tolist() == b.cpu().tolist()
