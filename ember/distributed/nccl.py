@@ -28,6 +28,10 @@ tests inject a fake that records each call and emulates it with NumPy on the
 """
 from __future__ import annotations
 
+import os
+import sys
+import threading
+
 import numpy as np
 
 from .backend import (Communicator, DistributedError, DistributedUnavailable, ReduceOp,
@@ -149,12 +153,19 @@ class NCCLCommunicator(Communicator):
         uid = np.zeros(128, np.int8)
         if self.rank == 0:
             uid[:] = np.asarray(self.nccl.get_unique_id(), np.int64).astype(np.int8)
+
         def late(elapsed):
             return DistributedError(f"[rank {self.rank}] init_process_group(backend='nccl'): "
                                     f"waited {elapsed:.1f} s for rank 0's NCCL unique id; "
                                     f"rank 0 died or is stuck")
         Work([self.host.broadcast(uid, 0)], timeout=self.timeout, on_timeout=late).wait()
         self.be.runtime.set_device(self.device_index)
+        # NOTE: ncclCommInitRank blocks in C until every rank has joined, with no handle
+        # to abort yet: past the timeout a watchdog ends this rank (as sentinel.py does
+        # for MPI_Init), so the job fails instead of hanging
+        guard = threading.Timer(self.timeout, _init_timed_out, (self.rank, self.timeout))
+        guard.daemon = True
+        guard.start()
         try:
             return self.nccl.NcclCommunicator(self.size, tuple(int(v) for v in uid),
                                               self.rank)
@@ -162,6 +173,8 @@ class NCCLCommunicator(Communicator):
             raise DistributedError(f"[rank {self.rank}] init_process_group(backend='nccl'): "
                                    f"ncclCommInitRank failed on cuda:{self.device_index} "
                                    f"({type(e).__name__}: {e})") from None
+        finally:
+            guard.cancel()
 
     # ------------------------------------------------------------------ helpers
     def reduces(self, dtype) -> bool:
@@ -369,6 +382,14 @@ class NCCLCommunicator(Communicator):
             self.aborted = "destroyed"
             self.nc.destroy()
         self.host.free()
+
+
+def _init_timed_out(rank: int, limit: float) -> None:
+    sys.stderr.write(f"[rank {rank}] init_process_group(backend='nccl'): ncclCommInitRank "
+                     f"waited {limit:.1f} s for the other ranks; at least one never joined "
+                     f"(it died, or runs on another job's unique id). Ending this rank.\n")
+    sys.stderr.flush()
+    os._exit(1)
 
 
 def _blocks(arr, counts):

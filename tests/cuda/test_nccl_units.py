@@ -295,3 +295,33 @@ def test_backend_names_as_pytorch():
         dist.Backend(3)
     with pytest.raises(ValueError, match="valid: \\['mpi', 'nccl'\\]"):
         dist.init_process_group(dist.Backend.GLOO)
+
+
+_STUCK_INIT = """
+import os, sys, time
+sys.path.insert(0, sys.argv[1])
+import _fake_nccl
+from ember.distributed import nccl
+from ember.device.base import cuda_backend
+from test_nccl_units import _LocalHost
+
+class Stuck(_fake_nccl.NcclCommunicator):
+    def __init__(self, *a):
+        time.sleep(60)           # a peer that never joins: ncclCommInitRank blocks
+_fake_nccl.NcclCommunicator = Stuck
+nccl.NCCLCommunicator(_LocalHost(), _fake_nccl, cuda_backend()[0], timeout=1.0)
+print("returned")
+"""
+
+
+def test_a_stuck_nccl_init_ends_the_rank_instead_of_hanging():
+    import os
+    import subprocess
+    here = pathlib.Path(__file__).resolve().parent
+    env = dict(os.environ, EMBER_FAKE_CUDA="1",
+               PYTHONPATH=os.pathsep.join([str(here), str(here.parents[1])]))
+    res = subprocess.run([sys.executable, "-c", _STUCK_INIT, str(here.parent / "distributed")],
+                         capture_output=True, text=True, timeout=50, env=env)
+    assert res.returncode == 1 and "returned" not in res.stdout, res
+    assert "[rank 0] init_process_group(backend='nccl'): ncclCommInitRank waited 1.0 s" \
+        in res.stderr, res.stderr
