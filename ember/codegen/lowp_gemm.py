@@ -193,6 +193,40 @@ def _matmul2d(fn, x, y, out, odt, M, K, N):
     return res
 
 
+def matmul_cast_b(x: np.ndarray, w: np.ndarray, out: np.ndarray | None = None):
+    """``x @ w.astype(bfloat16)`` for 2-D bfloat16 ``x`` and float32 ``w`` (any strides,
+    ``w.mT`` included) without the bfloat16 copy of ``w``: the kernel rounds each value of
+    ``w`` as it packs it, exactly as the cast would (nearest even, NaN -> 0x7FC0 with its
+    sign), so the result is bit for bit the cast-then-:func:`matmul` one.
+
+    Returns None wherever :func:`matmul` would not run the AMX kernel on the cast operand
+    (no AMX, another :data:`mode`, tiny products, other dtypes or ranks, an unusable
+    ``out``): the caller casts and multiplies as before.
+
+    Example:
+        >>> r = matmul_cast_b(h, w32.T)      # h: (128, 512) bfloat16, w32: (512, 512)
+    """
+    if mode != "auto" or x.dtype != BF16 or w.dtype != F32 or x.ndim != 2 or w.ndim != 2:
+        return None
+    fn = _load()
+    if fn is None or not _state.get("amx", False):
+        return None
+    (M, K), N = x.shape, w.shape[1]
+    if w.shape[0] != K or (0 < M * N * K < MIN_MACS) or _elem_strides(x) is None \
+            or any(v % 4 for v in w.strides):
+        return None
+    if out is not None and not (out.shape == (M, N) and out.dtype == BF16
+                                and out.flags.c_contiguous):
+        return None
+    res = out if out is not None else np.empty((M, N), BF16)
+    if M and N:
+        if K == 0:
+            res[...] = 0
+        else:
+            _run(fn, x[None], w[None], res, BF16, b_f32=True)
+    return res
+
+
 def _scratch(nwords: int) -> tuple:
     """This thread's packing buffer of at least ``nwords`` 32-bit words and its address,
     64-byte aligned (kept between calls: a fresh large ``np.empty`` is a new mmap whose
@@ -218,22 +252,26 @@ def _addr(a: np.ndarray) -> int:
     return a.__array_interface__["data"][0]
 
 
-_GEOM, _PTRS = ctypes.c_int64 * 17, ctypes.c_void_p * 5
+_GEOM, _PTRS = ctypes.c_int64 * 18, ctypes.c_void_p * 5
 
 
-def _run(fn, a, b, res, odt):
+def _run(fn, a, b, res, odt, b_f32=False):
     bt, M, K = a.shape
     N = b.shape[-1]
-    sa, sb = _elem_strides(a), _elem_strides(b)
-    if sa is None or sb is None:
-        a, b = np.ascontiguousarray(a), np.ascontiguousarray(b)
-        sa, sb = _elem_strides(a), _elem_strides(b)
+    sa = _elem_strides(a)
+    sb = tuple(v // 4 for v in b.strides) if b_f32 else _elem_strides(b)
+    if sa is None:
+        a = np.ascontiguousarray(a)
+        sa = _elem_strides(a)
+    if sb is None:
+        b = np.ascontiguousarray(b)
+        sb = _elem_strides(b)
     amx = mode == "auto" and _state.get("amx", False)
     mr = AMX_ROWS if amx else MR
     kp = -(-K // 32) * 16 if amx else (K + 1) // 2
     nmp, nnp = -(-M // mr), -(-N // NR)
     na = bt * nmp * kp * mr
     buf, at = _scratch(na + bt * nnp * kp * NR)
-    g = _GEOM(bt, M, N, K, *sa, *sb, M * N, N, odt == F32, kp, nmp, nnp, amx)
+    g = _GEOM(bt, M, N, K, *sa, *sb, M * N, N, odt == F32, kp, nmp, nnp, amx, b_f32)
     ptrs = _PTRS(_addr(a), _addr(b), _addr(res), at, at + 4 * na)
     fn(ptrs, g, num_threads() if bt * M * N * K >= PARALLEL_MIN else 1)

@@ -46,7 +46,7 @@ void (*ember_parallel_hook)(ember_run_fn, char **, const int64_t *, const int64_
 #define NR 64
 #define MA 32                /* AMX: rows per A panel (two 16-row tiles) */
 enum { G_B, G_M, G_N, G_K, G_SAB, G_SAM, G_SAK, G_SBB, G_SBK, G_SBN, G_SCB, G_SCM,
-       G_F32, G_KP, G_NMP, G_NNP, G_AMX };
+       G_F32, G_KP, G_NMP, G_NNP, G_AMX, G_BF32 };
 
 /* AMX-BF16 on this CPU and the kernel's permission to use its tile data (Linux asks
    each process to request it: ARCH_REQ_XCOMP_PERM for XFEATURE_XTILEDATA) */
@@ -71,6 +71,32 @@ int64_t ember_bf16_native(void) {
 }
 
 #ifdef EMBER_BF16_DP
+/* float -> bfloat16 bits, nearest even, every NaN 0x7FC0 with its sign: convert_kernels'
+   rounding (what a `cast` node makes), so a B packed from float32 holds the cast's bits */
+static inline uint32_t bf16_of(float f) {
+    uint32_t u;
+    memcpy(&u, &f, 4);
+    if (f != f) return ((u >> 16) & 0x8000u) | 0x7fc0u;
+    return (u + 0x7fffu + ((u >> 16) & 1u)) >> 16;
+}
+
+static inline __m512i rne16(__m512 v) {         /* bf16_of in each lane's low half */
+    const __m512i u = _mm512_castps_si512(v);
+    const __m512i top = _mm512_srli_epi32(u, 16);
+    __m512i r = _mm512_add_epi32(_mm512_add_epi32(u, _mm512_set1_epi32(0x7fff)),
+                                 _mm512_and_si512(top, _mm512_set1_epi32(1)));
+    r = _mm512_srli_epi32(r, 16);
+    const __m512i nan = _mm512_or_si512(_mm512_and_si512(top, _mm512_set1_epi32(0x8000)),
+                                        _mm512_set1_epi32(0x7fc0));
+    return _mm512_mask_mov_epi32(r, _mm512_cmp_ps_mask(v, v, _CMP_UNORD_Q), nan);
+}
+
+static inline uint32_t pair_at_f(const float *x, int64_t s, int64_t k, int64_t K) {
+    if (k >= K) return 0;
+    const uint32_t lo = bf16_of(x[k * s]);
+    return k + 1 < K ? lo | bf16_of(x[(k + 1) * s]) << 16 : lo;
+}
+
 static inline uint32_t pair_at(const uint16_t *x, int64_t s, int64_t k, int64_t K) {
     if (k >= K) return 0;               /* AMX pads K to a multiple of 32 */
     const uint32_t lo = x[k * s];
@@ -226,6 +252,44 @@ static void pack_b(const int64_t *g, const uint16_t *b, uint32_t *dst, int64_t n
     }
 }
 
+/* pack_b of a float32 B (g[G_BF32]: a `cast` to bfloat16 folded into the product, see
+   ember/graph/passes/cast_gemm.py), each value rounded as the cast rounds it */
+static void pack_b_f32(const int64_t *g, const float *b, uint32_t *dst, int64_t n0) {
+    const int64_t N = g[G_N], K = g[G_K], KP = g[G_KP], sk = g[G_SBK], sn = g[G_SBN];
+    const int64_t nv = N - n0 < NR ? N - n0 : NR;
+    int64_t p = 0;
+    if (sn == 1 && nv == NR) {          /* rows: two rows' 16 columns -> 16 pair words */
+        for (; 2 * p + 1 < K; p++) {
+            const float *r0 = b + 2 * p * sk + n0, *r1 = r0 + sk;
+            for (int v = 0; v < 4; v++)
+                _mm512_storeu_si512(dst + p * NR + 16 * v, _mm512_or_si512(
+                    rne16(_mm512_loadu_ps(r0 + 16 * v)),
+                    _mm512_slli_epi32(rne16(_mm512_loadu_ps(r1 + 16 * v)), 16)));
+        }
+    } else if (sk == 1 && nv == NR) {   /* transposed (x @ w.mT): 32 floats of a row of w
+                                           are its 16 pair words, then 16 x 16 transposes */
+        for (; 2 * (p + 16) <= K; p += 16)
+            for (int v = 0; v < 4; v++) {
+                __m512i r[16];
+                for (int i = 0; i < 16; i++) {
+                    const float *row = b + (n0 + 16 * v + i) * sn + 2 * p;
+                    r[i] = _mm512_inserti64x4(_mm512_castsi256_si512(
+                        _mm512_cvtepi32_epi16(rne16(_mm512_loadu_ps(row)))),
+                        _mm512_cvtepi32_epi16(rne16(_mm512_loadu_ps(row + 16))), 1);
+                }
+                tr16(r);
+                for (int i = 0; i < 16; i++)
+                    _mm512_storeu_si512(dst + (p + i) * NR + 16 * v, r[i]);
+            }
+    }
+    for (; p < KP; p++) {
+        uint32_t *d = dst + p * NR;
+        int64_t j = 0;
+        for (; j < nv && 2 * p < K; j++) d[j] = pair_at_f(b + (n0 + j) * sn, sk, 2 * p, K);
+        for (; j < NR; j++) d[j] = 0;
+    }
+}
+
 /* pack range: units [0, B * (nmp*MR + nnp*NR)); a panel belongs to the chunk holding its
    first unit */
 static void pack_run(char **ptrs, const int64_t *g, const int64_t *st, int64_t lo,
@@ -242,23 +306,14 @@ static void pack_run(char **ptrs, const int64_t *g, const int64_t *st, int64_t l
         } else {
             const int64_t n0 = r - ma;
             if (n0 % NR) continue;
-            pack_b(g, (const uint16_t *)ptrs[1] + b * g[G_SBB],
-                   (uint32_t *)ptrs[4] + (b * g[G_NNP] + n0 / NR) * KP * NR, n0);
+            uint32_t *d = (uint32_t *)ptrs[4] + (b * g[G_NNP] + n0 / NR) * KP * NR;
+            if (g[G_BF32]) pack_b_f32(g, (const float *)ptrs[1] + b * g[G_SBB], d, n0);
+            else pack_b(g, (const uint16_t *)ptrs[1] + b * g[G_SBB], d, n0);
         }
     }
 }
 
-static inline __m256i round_bf16(__m512 v) {
-    const __m512i u = _mm512_castps_si512(v);
-    const __m512i top = _mm512_srli_epi32(u, 16);
-    __m512i r = _mm512_add_epi32(_mm512_add_epi32(u, _mm512_set1_epi32(0x7fff)),
-                                 _mm512_and_si512(top, _mm512_set1_epi32(1)));
-    r = _mm512_srli_epi32(r, 16);
-    const __m512i nan = _mm512_or_si512(_mm512_and_si512(top, _mm512_set1_epi32(0x8000)),
-                                        _mm512_set1_epi32(0x7fc0));
-    r = _mm512_mask_mov_epi32(r, _mm512_cmp_ps_mask(v, v, _CMP_UNORD_Q), nan);
-    return _mm512_cvtepi32_epi16(r);
-}
+static inline __m256i round_bf16(__m512 v) { return _mm512_cvtepi32_epi16(rne16(v)); }
 
 #define DP(i)                                                                          \
     { const __m512bh ai = (__m512bh)_mm512_set1_epi32((int32_t)a[i]);                  \

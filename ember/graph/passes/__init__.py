@@ -11,6 +11,7 @@ import time
 
 __all__ = ["PASSES", "DEFAULT_PASSES", "EXACT_PASSES", "register", "run_pipeline", "freeze"]
 
+from .cast_gemm import cast_gemm
 from .conv_gemm import conv_gemm
 from .cse import cse
 from .dce import dce
@@ -55,6 +56,7 @@ PASSES = {
     "pool": pool,                    # max-pool fwd/bwd, unfold/fold as C loops
     "conv_gemm": conv_gemm,          # conv GEMMs over channel-first columns: one GEMM each
     "recast": recast,                # autocast weight copies cast again where read late
+    "cast_gemm": cast_gemm,          # bf16 matmul of cast(w): w rounded while packed (AMX)
     "dce": dce,                      # values no output needs
 }
 
@@ -74,13 +76,14 @@ EXACT_PASSES = ["simplify", "fold", "cse", "scatter_stack", "sdpa_layout", "line
 #: conv_affine, rewrite, hfuse, layout, simplify_fast, small_bmm. Opt-in though exact:
 #: sdpa_out_layout (slower than the copy it removes on the reference machine).
 DEFAULT_PASSES = ["simplify", "fold", "cse", "scatter_stack", "sdpa_layout", "sum_rows", "pool",
-                  "conv_gemm", "scatter_select", "take_rows", "fuse", "recast", "matmul_t", "dce"]
+                  "conv_gemm", "scatter_select", "take_rows", "fuse", "recast", "cast_gemm",
+                  "matmul_t", "dce"]
 
 
 #: passes whose output runs generated C or host loops on the arrays: skipped for graphs on
 #: a device without the ``host_kernels`` capability (CuPy arrays on a GPU).
 HOST_PASSES = frozenset({"sdpa_layout", "sdpa_out_layout", "small_bmm", "sum_rows", "layout",
-                         "fuse", "pool", "conv_gemm", "take_rows"})
+                         "fuse", "pool", "conv_gemm", "take_rows", "cast_gemm"})
 #: on a device with the ``cuda_kernels`` capability (a GPU), these host passes run as
 #: their CUDA counterparts instead of being skipped.
 DEVICE_PASSES = {"cuda_kernels": {"fuse": "fuse_cuda"}}
