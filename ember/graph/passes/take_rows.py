@@ -34,6 +34,7 @@ void NAME(char **p, const int64_t *g, const int64_t *st, int64_t nt) {          
     T *out = (T *)p[2]; int64_t *bad = (int64_t *)p[3];                                \
     const int64_t n = g[0], c = g[1];                                                  \
     (void)st; (void)nt;                                                                \
+    bad[0] = -1;                                                                       \
     for (int64_t i = 0; i < n; i++) {                                                  \
         const int64_t j = idx[i];                                                      \
         if (j < 0 || j >= c) { bad[0] = i; return; }                                   \
@@ -45,7 +46,7 @@ TAKE_ROWS(ember_take_rows_f64, double)
 """
 
 _state: dict = {}
-_GEOM: dict = {}        # (N, C) -> its int64 array (the kernel's geometry argument)
+_GEOM: dict = {}        # (N, C) -> (its int64 array, that array's address)
 
 
 def _kernels():
@@ -63,13 +64,17 @@ def _kernels():
     return _state["fns"]
 
 
-def _geometry(shape) -> np.ndarray:
-    g = _GEOM.get(shape)
-    if g is None:
+def _geometry(shape) -> int:
+    """Address of an int64 array holding ``shape`` (kept alive here; ``a.ctypes.data``
+    costs ~2 us a call, so it is read once per shape)."""
+    try:
+        return _GEOM[shape][1]
+    except KeyError:
         if len(_GEOM) >= 256:
             _GEOM.clear()
-        g = _GEOM[shape] = np.array(shape, np.int64)
-    return g
+        a = np.array(shape, np.int64)
+        _GEOM[shape] = (a, a.ctypes.data)
+        return _GEOM[shape][1]
 
 
 def _run_take_rows(xp, x, idx, *, dim):
@@ -79,8 +84,8 @@ def _run_take_rows(xp, x, idx, *, dim):
             idx.dtype != np.int64:
         return REGISTRY["take_along_dim"].kernel_for("cpu")(xp, x, idx, dim=dim)
     out = np.empty(idx.shape, x.dtype)
-    bad = np.full(1, -1, np.int64)
-    g = _geometry(x.shape).ctypes.data
+    bad = np.empty(1, np.int64)                 # the kernel sets it: -1, or the bad row
+    g = _geometry(x.shape)
     launch.launcher()(fn, (x, idx, out, bad), g, g, 1)
     if bad[0] >= 0:
         n, j = x.shape[1], int(idx.reshape(-1)[bad[0]])
