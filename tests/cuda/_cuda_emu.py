@@ -164,7 +164,7 @@ class EmuModule:
             cpp = so[:-3] + ".cpp"
             with open(cpp, "w") as f:
                 f.write(text)
-            r = subprocess.run([_compiler(), "-std=c++20", "-O1", "-shared", "-fPIC", "-pthread",
+            r = subprocess.run([_compiler(), "-std=c++20", "-O0", "-shared", "-fPIC", "-pthread",
                                 "-w", cpp, "-o", so], capture_output=True, text=True,
                                timeout=300)
             if r.returncode:

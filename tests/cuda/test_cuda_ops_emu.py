@@ -1,0 +1,104 @@
+"""Every elementwise op's CUDA kernel run from its text (``_cuda_emu``) against NumPy.
+
+``test_nvrtc.py`` compiles one kernel per op with a C template in every dtype; here the
+same kernels run on the CPU emulator (one block of 256 threads striding over the
+elements; contiguous and broadcast layouts) and must give what the registry's own NumPy
+kernels give (:mod:`ember.codegen.interp`): exactly for integers and bools, within 2
+ulps for float32/float64 (``expf`` and friends come from another libm). float16 and
+bfloat16 compute in float32 inside and round once, so they are compared with the same
+op evaluated in float64 and rounded to the dtype: within one ulp of the dtype.
+"""
+import numpy as np
+import pytest
+
+from ember import dtypes as dt
+from ember.codegen import interp
+from ember.codegen.cuda_launch import launch_plan
+from ember.codegen.render_cuda import render_cuda_many
+from ember.errors import EmberError
+from ember.ops.registry import REGISTRY
+
+import _cuda_emu
+from test_nvrtc import _op_kernel
+
+pytestmark = pytest.mark.skipif(not _cuda_emu.available(),
+                                reason="no g++ with C++20 <barrier> to run the CUDA text on")
+
+EXACT = [dt.int64, dt.int32, dt.int16, dt.int8, dt.bool_]
+ULP = {dt.float32: 2 * 2.0 ** -23, dt.float64: 2 * 2.0 ** -52, dt.float16: 2.0 ** -10,
+       dt.bfloat16: 2.0 ** -7}
+#: (op, dtype) pairs eager itself rejects for the sampled values (no reference).
+_OPS = sorted(n for n, o in REGISTRY.items() if o.expr)
+
+
+def _sample(k, rng):
+    out = []
+    for s in k.inputs:
+        shape = k.out.shape
+        if s.dtype.is_floating_point:
+            out.append((rng.standard_normal(shape) * 2).astype(s.dtype.np))
+        elif s.dtype is dt.bool_:
+            out.append(rng.integers(0, 2, shape).astype(bool))
+        else:
+            out.append(rng.integers(1, 6, shape).astype(s.dtype.np))   # no 0 divisors
+    return out
+
+
+def _reference(k, arrays):
+    try:
+        with np.errstate(all="ignore"):
+            return np.asarray(interp.run_elementwise(k, [np.broadcast_to(a, k.out.shape)
+                                                          for a in arrays]))
+    except (EmberError, ValueError, TypeError):
+        return None
+
+
+@pytest.fixture(scope="module")
+def workdir(tmp_path_factory):
+    return str(tmp_path_factory.mktemp("cuda_ops_emu"))
+
+
+def _run_all(d, workdir):
+    kernels = [(op, k) for i, op in enumerate(_OPS)
+               if (k := _op_kernel(op, d, f"k{i}_{op}", broadcast=i % 2 == 1)) is not None]
+    mod = _cuda_emu.EmuModule(render_cuda_many([k for _, k in kernels]), workdir, 1)
+    rng = np.random.default_rng(0)
+    for op, k in kernels:
+        arrays = _sample(k, rng)
+        grid, block, args, outs = launch_plan(k, arrays)
+        mod.get_function(k.name)(grid, block, args)
+        yield op, k, arrays, outs[0]
+
+
+@pytest.mark.parametrize("d", EXACT + [dt.float32, dt.float64], ids=str)
+def test_kernels_equal_numpy(d, workdir):
+    checked = 0
+    for op, k, arrays, got in _run_all(d, workdir):
+        want = _reference(k, arrays)
+        if want is None:
+            continue
+        if d in EXACT and not got.dtype.kind == "f":
+            np.testing.assert_array_equal(got, want, err_msg=op)
+        else:
+            u = ULP[dt.float64 if got.dtype == np.float64 else dt.float32]   # output's ulps
+            np.testing.assert_allclose(got.astype(np.float64), want.astype(np.float64),
+                                       rtol=u, atol=u, equal_nan=True, err_msg=op)
+        checked += 1
+    assert checked >= (20 if d in EXACT else 60), checked
+
+
+@pytest.mark.parametrize("d", [dt.float16, dt.bfloat16], ids=str)
+def test_low_precision_kernels_round_once(d, workdir):
+    checked = 0
+    for op, k, arrays, got in _run_all(d, workdir):
+        k64 = _op_kernel(op, dt.float64, k.name, broadcast=False)
+        if k64 is None or got.dtype.kind == "b":
+            continue
+        want = _reference(k64, [a.astype(np.float64).reshape(k64.out.shape) for a in arrays])
+        if want is None:
+            continue
+        want = want.astype(d.np).astype(np.float64).reshape(got.shape)
+        np.testing.assert_allclose(got.astype(np.float64), want, rtol=ULP[d], atol=ULP[d],
+                                   equal_nan=True, err_msg=op)
+        checked += 1
+    assert checked >= 50, checked
