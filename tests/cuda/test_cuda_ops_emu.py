@@ -102,3 +102,27 @@ def test_low_precision_kernels_round_once(d, workdir):
                                    equal_nan=True, err_msg=op)
         checked += 1
     assert checked >= 50, checked
+
+
+@pytest.mark.parametrize("strategy", ["block", "thread"])
+def test_reductions_and_row_kernels_equal_numpy(strategy, workdir):
+    """Every reduction kind over every dtype, softmax / layer norm rows with per-row
+    outputs, strided rows: block-per-row (warp shuffles + shared memory) and
+    thread-per-row, 2 blocks striding over 4-6 rows."""
+    from test_nvrtc import DTYPES, _reductions, _rows_kernels
+    kernels = [k for d in DTYPES for k in _reductions(d)] + _rows_kernels()
+    mod = _cuda_emu.EmuModule(render_cuda_many(kernels, strategy), workdir, 2)
+    rng = np.random.default_rng(1)
+    for k in kernels:
+        arrays = [rng.standard_normal(k.shape).astype(s.dtype.np) if s.dtype.is_floating_point
+                  else rng.integers(0, 2 if s.dtype is dt.bool_ else 9, k.shape).astype(
+                      s.dtype.np) for s in k.inputs]
+        grid, block, args, outs = launch_plan(k, arrays, strategy=strategy)
+        mod.get_function(k.name)(grid, block, args)
+        want = interp.run_reduction(k, arrays)
+        want = want if isinstance(want, tuple) else (want,)
+        for got, w in zip(outs, want):
+            low = k.outputs[0][0] in (dt.float16, dt.bfloat16)
+            tol = 1e-2 if low else 1e-6
+            np.testing.assert_allclose(got.astype(np.float64), np.asarray(w).astype(np.float64)
+                                       .reshape(got.shape), rtol=tol, atol=tol, err_msg=k.name)
