@@ -12,8 +12,8 @@ rendering, no compiler run); a miss runs the passes and stores the result.
   dtype and device, the constants' contents, the inputs' names and the outputs;
 * what the passes read besides the graph: the pipeline (pass names; a pipeline with a
   callable that is not a registered Ember pass is never cached), ``parallel``, the C
-  compiler's identity (command, version, flags, target CPU), Python's, NumPy's and
-  ml_dtypes' versions, Ember's version and a fingerprint of Ember's own source files
+  compiler's identity (command, version, flags, target CPU), Python's, NumPy's,
+  ml_dtypes' and SciPy's versions, Ember's version and a fingerprint of Ember's own source files
   (path, size and modification time of every ``.py`` file of the package -- the rule
   CPython uses for its ``.pyc`` files -- so an edited pass is a miss), and every
   ``EMBER_*`` environment variable except the cache folders'.
@@ -134,10 +134,20 @@ def environment() -> str:
         import numpy as np
         cc = find_compiler()
         memo = "\0".join([f"format {gp.FORMAT}", __version__, _ember_fingerprint(),
-                          sys.version, np.__version__, ml_dtypes.__version__,
+                          sys.version, np.__version__, ml_dtypes.__version__, _scipy(),
                           cc.identity if cc is not None else "no compiler", repr(env)])
         _env_memo[env] = memo
     return memo
+
+
+def _scipy() -> str:
+    """SciPy's version (constant folding may run its special functions), without importing
+    it."""
+    from importlib import metadata
+    try:
+        return metadata.version("scipy")
+    except metadata.PackageNotFoundError:
+        return "no scipy"
 
 
 def key_for(raw_graph, passes, parallel: bool) -> str | None:
