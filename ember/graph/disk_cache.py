@@ -12,10 +12,11 @@ rendering, no compiler run); a miss runs the passes and stores the result.
   dtype and device, the constants' contents, the inputs' names and the outputs;
 * what the passes read besides the graph: the pipeline (pass names; a pipeline with a
   callable that is not a registered Ember pass is never cached), ``parallel``, the C
-  compiler's identity (command, version, flags, target CPU), Python's, NumPy's,
-  ml_dtypes' and SciPy's versions, Ember's version and a fingerprint of Ember's own source files
-  (path, size and modification time of every ``.py`` file of the package -- the rule
-  CPython uses for its ``.pyc`` files -- so an edited pass is a miss), and every
+  compiler's identity (command, version, flags, target CPU), Python's, NumPy's and
+  ml_dtypes' versions, which SciPy is installed, Ember's version and a fingerprint of
+  Ember's own source files (path, size and modification time of every ``.py`` file of the
+  package -- the rule CPython uses for its ``.pyc`` files -- so an edited pass is a
+  miss), and every
   ``EMBER_*`` environment variable except the cache folders'.
 
 The passes are deterministic functions of those, so equal keys give equal optimised
@@ -141,13 +142,18 @@ def environment() -> str:
 
 
 def _scipy() -> str:
-    """SciPy's version (constant folding may run its special functions), without importing
-    it."""
-    from importlib import metadata
-    try:
-        return metadata.version("scipy")
-    except metadata.PackageNotFoundError:
+    """Which SciPy is installed (constant folding may run its special functions), without
+    importing it: its ``version.py``'s path, size and mtime (rewritten by an upgrade)."""
+    import importlib.util
+    spec = importlib.util.find_spec("scipy")
+    if spec is None or not spec.submodule_search_locations:
         return "no scipy"
+    f = os.path.join(list(spec.submodule_search_locations)[0], "version.py")
+    try:
+        st = os.stat(f)
+    except OSError:
+        return "scipy without version.py"
+    return f"{f}\0{st.st_size}\0{st.st_mtime_ns}"
 
 
 def key_for(raw_graph, passes, parallel: bool) -> str | None:
