@@ -194,8 +194,8 @@ def _matmul2d(fn, x, y, out, odt, M, K, N):
 
 
 def matmul_cast_b(x: np.ndarray, w: np.ndarray, out: np.ndarray | None = None):
-    """``x @ w.astype(bfloat16)`` for 2-D bfloat16 ``x`` and float32 ``w`` (any strides,
-    ``w.mT`` included) without the bfloat16 copy of ``w``: the kernel rounds each value of
+    """``x @ w.astype(bfloat16)`` for bfloat16 ``x`` (``(..., M, K)``, its rows one matrix)
+    and 2-D float32 ``w`` (any strides, ``w.mT`` included) without the bfloat16 copy of ``w``: the kernel rounds each value of
     ``w`` as it packs it, exactly as the cast would (nearest even, NaN -> 0x7FC0 with its
     sign), so the result is bit for bit the cast-then-:func:`matmul` one.
 
@@ -206,24 +206,34 @@ def matmul_cast_b(x: np.ndarray, w: np.ndarray, out: np.ndarray | None = None):
     Example:
         >>> r = matmul_cast_b(h, w32.T)      # h: (128, 512) bfloat16, w32: (512, 512)
     """
-    if mode != "auto" or x.dtype != BF16 or w.dtype != F32 or x.ndim != 2 or w.ndim != 2:
+    if mode != "auto" or x.dtype != BF16 or w.dtype != F32 or x.ndim < 2 or w.ndim != 2:
         return None
     fn = _load()
     if fn is None or not _state.get("amx", False):
         return None
-    (M, K), N = x.shape, w.shape[1]
-    if w.shape[0] != K or (0 < M * N * K < MIN_MACS) or _elem_strides(x) is None \
+    K, N = w.shape
+    shape = x.shape[:-1] + (N,)
+    if x.ndim > 2:                      # (..., M, K): its rows as one matrix, if a view
+        x2 = x.view()
+        try:
+            x2.shape = (-1, K)
+        except AttributeError:
+            return None
+        x = x2
+    M = x.shape[0]
+    if x.shape[1] != K or (0 < M * N * K < MIN_MACS) or _elem_strides(x) is None \
             or any(v % 4 for v in w.strides):
         return None
-    if out is not None and not (out.shape == (M, N) and out.dtype == BF16
+    if out is not None and not (out.shape == shape and out.dtype == BF16
                                 and out.flags.c_contiguous):
         return None
-    res = out if out is not None else np.empty((M, N), BF16)
+    res = out if out is not None else np.empty(shape, BF16)
     if M and N:
+        r2 = res.reshape(M, N)
         if K == 0:
-            res[...] = 0
+            r2[...] = 0
         else:
-            _run(fn, x[None], w[None], res, BF16, b_f32=True)
+            _run(fn, x[None], w[None], r2, BF16, b_f32=True)
     return res
 
 

@@ -98,3 +98,59 @@ def test_compiled_autocast_step_same_bits_without_the_weight_copies():
                  and tuple(n.outs[0].shape) in ((80, 96), (64, 80))]
     assert not big_casts, [str(n.outs[0].shape) for n in big_casts]
     assert "matmul_castb" not in op_names(c0.graph)
+
+
+@amx
+@pytest.mark.parametrize("transposed", [True, False])
+def test_batched_rows_fold_into_one_product(transposed):
+    """A (..., M, K) x (a transformer's activations) multiplies as one matrix of rows, as
+    :func:`lowp_gemm.matmul` does; an x whose rows are no view declines."""
+    x, w = _operands(96, 128, 384, transposed, 7)
+    x3 = x.reshape(4, 24, 128)
+    got = lg.matmul_cast_b(x3, w)
+    want = lg.matmul(x3, from_float32(w, BF))
+    assert got.shape == (4, 24, 384)
+    np.testing.assert_array_equal(got.view(np.uint16), want.view(np.uint16))
+    out = np.empty((4, 24, 384), BF)
+    assert lg.matmul_cast_b(x3, w, out=out) is out
+    np.testing.assert_array_equal(out.view(np.uint16), want.view(np.uint16))
+    xt = np.ascontiguousarray(x3.transpose(1, 0, 2)).transpose(1, 0, 2)
+    assert lg.matmul_cast_b(xt, w) is None
+    got = _run_matmul_castb(np, xt, w)               # the op's fallback: cast, multiply
+    np.testing.assert_array_equal(got.view(np.uint16), want.view(np.uint16))
+
+
+@amx
+def test_compiled_tiny_gpt_step_same_bits():
+    import sys
+    from pathlib import Path
+    sys.path.insert(0, str(Path(__file__).resolve().parents[2] / "bench"))
+    from train import WORKLOADS
+    wl = WORKLOADS["W3 GPT AdamW"]
+    # products of >= MIN_MACS multiply-adds (128 rows x 64 x 192...), one layer
+    size = dict(wl.tiny, ctx=16, batch=8, d_model=64, heads=2, layers=1, d_mlp=128, vocab=32)
+    runs = []
+    for passes in ([p for p in DEFAULT_PASSES if p != "cast_gemm"], DEFAULT_PASSES):
+        em.manual_seed(0)
+        model, opt = wl.build(em, **size)
+        xa, ya = wl.data(np.random.default_rng(0), **size)
+        x, y = em.tensor(xa), em.tensor(ya)
+
+        def step():
+            opt.zero_grad()
+            with em.autocast("cpu", dtype=em.bfloat16):
+                out = model(x)
+                loss = em.nn.functional.cross_entropy(out.reshape(-1, out.shape[-1]).float(),
+                                                      y.reshape(-1))
+            loss.backward()
+            opt.step()
+            return loss
+        cf = em.compile(step, passes=passes)
+        runs.append(([float(cf()) for _ in range(2)],
+                     [p.detach().numpy().copy() for p in model.parameters()],
+                     op_names(cf.graph).count("matmul_castb")))
+    (l0, p0, n0), (l1, p1, n1) = runs
+    assert n0 == 0 and n1 > 0
+    assert l0 == l1
+    for a, b in zip(p0, p1):
+        np.testing.assert_array_equal(a, b)

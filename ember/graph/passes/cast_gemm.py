@@ -55,9 +55,9 @@ def _fits(n, producer):
     x, y = n.inputs
     o = n.outs[0]
     if x.__class__ is not Var or y.__class__ is not Var or not (
-            x.dtype is y.dtype is o.dtype is _dt.bfloat16) or len(x.shape) != 2 \
+            x.dtype is y.dtype is o.dtype is _dt.bfloat16) or len(x.shape) < 2 \
             or len(y.shape) != 2 or n.ct not in (None, _dt.bfloat16) \
-            or o.device.type != "cpu" or x.shape[0] * x.shape[1] * y.shape[1] < lowp_gemm.MIN_MACS:
+            or o.device.type != "cpu" or x.numel() * y.shape[1] < lowp_gemm.MIN_MACS:
         return None                     # NOTE: tiny products stay: their kernel converts
     return _cast_source(producer, y)
 
