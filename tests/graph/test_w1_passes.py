@@ -230,3 +230,35 @@ def test_take_rows_non_contiguous_input_falls_back():
     xc = np.ascontiguousarray(x)
     np.testing.assert_array_equal(_run_take_rows(np, xc, idx, dim=1),
                                   np.take_along_axis(xc, idx, axis=1))
+
+
+def _adam_step():
+    em.manual_seed(0)
+    model = em.nn.Sequential(em.nn.Linear(12, 16), em.nn.ReLU(), em.nn.Linear(16, 3))
+    opt = em.optim.Adam(model.parameters(), lr=0.01)
+
+    def step(x, y):
+        opt.zero_grad()
+        F.cross_entropy(model(x), y).backward()
+        opt.step()
+    return model, step
+
+
+@pytest.mark.parametrize("opt", ["sgd", "adam"])
+def test_add_of_negated_product_becomes_sub_bitwise(opt):
+    """SGD's ``p + g * (-lr)`` is ``p - g * lr`` with no ``neg`` node; exact (NumPy ops)."""
+    from ember.graph.passes import EXACT_PASSES
+    x, y = em.randn(8, 12), em.randint(0, 3, (8,))
+    runs = []
+    for compiled in (True, False):
+        model, step = _mlp_step() if opt == "sgd" else _adam_step()
+        f = em.compile(step, passes=EXACT_PASSES) if compiled else step
+        for _ in range(3):
+            f(x, y)
+        runs.append([p.detach().numpy().copy() for p in model.parameters()])
+        if compiled:
+            names = _names(f.graph)
+    for a, b in zip(*runs):
+        np.testing.assert_array_equal(a.view(np.int32), b.view(np.int32))
+    if opt == "sgd":        # the loss keeps one (of the target count); the lr's are gone
+        assert names.count("neg") == 1 and names.count("sub") >= 4, names

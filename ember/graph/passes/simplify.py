@@ -60,13 +60,62 @@ def _mul(rw, n, ins):
 def _add(rw, n, ins):
     a, b = ins
     if is_float(n.outs[0].dtype):
-        return None
+        return _add_scaled_neg(rw, n, ins)
     for x, c in ((a, b), (b, a)):
         if is_all(rw.producer, c, 0):                        # x + 0 = 0 + x = x (integers)
             r = _replace(rw, n, x)
             if r:
                 return r
     return None
+
+
+def _add_scaled_neg(rw, n, ins):
+    """``b + a * (-s)`` -> ``b - a * s`` when the product and the negation are read only
+    there (SGD's ``p.add_(g, alpha=-lr)``: one ``neg`` node fewer). Exact: negation is,
+    and ``b + (-y)`` is ``b - y`` (an FMA contracts either into the same single rounding)."""
+    if n.outs[0].dtype.name.startswith("complex"):
+        return None
+    uses = _uses(rw)
+    for k in (0, 1):
+        m = n.inputs[k]
+        pm = _old_producer(rw, m)
+        if pm is None or pm.op.name != "mul" or uses.get(m.id) != 1 or m.id in rw.outputs:
+            continue
+        for j in (0, 1):
+            v = pm.inputs[j]
+            pn = _old_producer(rw, v)
+            if pn is None or pn.op.name != "neg" or pn.inputs[0].__class__ is not Var:
+                continue
+            w = pm.inputs[1 - j]
+            prod = rw.emit("mul", (rw.env[w.id] if w.__class__ is Var else w,
+                                   rw.env[pn.inputs[0].id]))
+            if prod.dtype is not m.dtype or prod.shape != m.shape:
+                return None
+            out = rw.emit("sub", (ins[1 - k], prod))
+            return (out,) if _same(n, out) else None
+    return None
+
+
+def _uses(rw) -> dict:
+    """Old graph: var id -> number of reads (cached on the walker)."""
+    u = getattr(rw, "_uses", None)
+    if u is None:
+        u = {}
+        for nd in rw.old.nodes:
+            for x in nd.inputs:
+                if x.__class__ is Var:
+                    u[x.id] = u.get(x.id, 0) + 1
+        rw._uses = u
+    return u
+
+
+def _old_producer(rw, v):
+    if v.__class__ is not Var:
+        return None
+    p = getattr(rw, "_oldprod", None)
+    if p is None:
+        p = rw._oldprod = {o.id: nd for nd in rw.old.nodes for o in nd.outs}
+    return p.get(v.id)
 
 
 def _sub(rw, n, ins):
