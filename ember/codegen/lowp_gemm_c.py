@@ -205,8 +205,47 @@ static void pack_a_amx(const int64_t *g, const uint16_t *a, uint32_t *dst, int64
     }
 }
 
-static void pack_b(const int64_t *g, const uint16_t *b, uint32_t *dst, int64_t n0) {
+/* pairs [p, KP) of B's panel at column n0: the odd K's last half pair and K's padding */
+static void pack_b_tail(const int64_t *g, const uint16_t *b, uint32_t *dst, int64_t n0,
+                        int64_t p) {
     const int64_t N = g[G_N], K = g[G_K], KP = g[G_KP], sk = g[G_SBK], sn = g[G_SBN];
+    const int64_t nv = N - n0 < NR ? N - n0 : NR;
+    for (; p < KP; p++) {
+        uint32_t *d = dst + p * NR;
+        int64_t j = 0;
+        for (; j < nv && 2 * p < K; j++) d[j] = pair_at(b + (n0 + j) * sn, sk, 2 * p, K);
+        for (; j < NR; j++) d[j] = 0;
+    }
+}
+
+/* row-major B, the full panels [j0, j1) at once: each pair of rows is read as one run
+   across them. NOTE: a panel at a time read 128 bytes of each row, rows 2 * N bytes apart
+   (W2's 288 x 16384 columns: 32 KiB), one short stream per row that the prefetchers and
+   the TLB lose track of */
+static void pack_b_rows(const int64_t *g, const uint16_t *b, uint32_t *dst, int64_t j0,
+                        int64_t j1) {
+    const int64_t K = g[G_K], KP = g[G_KP], sk = g[G_SBK];
+    const __m512i lo = _mm512_set_epi16(47, 15, 46, 14, 45, 13, 44, 12, 43, 11, 42, 10,
+        41, 9, 40, 8, 39, 7, 38, 6, 37, 5, 36, 4, 35, 3, 34, 2, 33, 1, 32, 0);
+    const __m512i hi = _mm512_add_epi16(lo, _mm512_set1_epi16(16));
+    int64_t p = 0;
+    for (; 2 * p + 1 < K; p++) {
+        const uint16_t *r0 = b + 2 * p * sk, *r1 = r0 + sk;
+        for (int64_t j = j0; j < j1; j++) {
+            uint32_t *d = dst + (j - j0) * KP * NR + p * NR;
+            for (int h = 0; h < 2; h++) {
+                const __m512i x0 = _mm512_loadu_si512(r0 + j * NR + 32 * h);
+                const __m512i x1 = _mm512_loadu_si512(r1 + j * NR + 32 * h);
+                _mm512_storeu_si512(d + 32 * h, _mm512_permutex2var_epi16(x0, lo, x1));
+                _mm512_storeu_si512(d + 32 * h + 16, _mm512_permutex2var_epi16(x0, hi, x1));
+            }
+        }
+    }
+    for (int64_t j = j0; j < j1; j++) pack_b_tail(g, b, dst + (j - j0) * KP * NR, j * NR, p);
+}
+
+static void pack_b(const int64_t *g, const uint16_t *b, uint32_t *dst, int64_t n0) {
+    const int64_t N = g[G_N], K = g[G_K], sk = g[G_SBK], sn = g[G_SBN];
     const int64_t nv = N - n0 < NR ? N - n0 : NR;
     int64_t p = 0;
     if (sn == 1 && nv == NR) {          /* rows: interleave two rows' 64 columns */
@@ -244,12 +283,7 @@ static void pack_b(const int64_t *g, const uint16_t *b, uint32_t *dst, int64_t n
                 _mm512_storeu_si512(dst + p * NR + 16 * v, _mm512_i32gather_epi32(
                     idx, (const void *)(b + (n0 + 16 * v) * sn + 2 * p), 2));
     }
-    for (; p < KP; p++) {
-        uint32_t *d = dst + p * NR;
-        int64_t j = 0;
-        for (; j < nv && 2 * p < K; j++) d[j] = pair_at(b + (n0 + j) * sn, sk, 2 * p, K);
-        for (; j < NR; j++) d[j] = 0;
-    }
+    pack_b_tail(g, b, dst, n0, p);
 }
 
 /* pack_b of a float32 B (g[G_BF32]: a `cast` to bfloat16 folded into the product, see
@@ -307,8 +341,17 @@ static void pack_run(char **ptrs, const int64_t *g, const int64_t *st, int64_t l
             const int64_t n0 = r - ma;
             if (n0 % NR) continue;
             uint32_t *d = (uint32_t *)ptrs[4] + (b * g[G_NNP] + n0 / NR) * KP * NR;
-            if (g[G_BF32]) pack_b_f32(g, (const float *)ptrs[1] + b * g[G_SBB], d, n0);
-            else pack_b(g, (const uint16_t *)ptrs[1] + b * g[G_SBB], d, n0);
+            if (g[G_BF32]) {
+                pack_b_f32(g, (const float *)ptrs[1] + b * g[G_SBB], d, n0);
+            } else if (g[G_SBN] == 1 && n0 + NR <= g[G_N]) {
+                /* row-major: the run of full panels whose first units are in [u, hi) */
+                int64_t n1 = n0 + NR;
+                while (n1 + NR <= g[G_N] && u + (n1 - n0) < hi) n1 += NR;
+                pack_b_rows(g, (const uint16_t *)ptrs[1] + b * g[G_SBB], d, n0 / NR, n1 / NR);
+                u += n1 - n0 - 1;
+            } else {
+                pack_b(g, (const uint16_t *)ptrs[1] + b * g[G_SBB], d, n0);
+            }
         }
     }
 }
