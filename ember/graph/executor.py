@@ -76,7 +76,10 @@ class Program:
                 if i is not None:
                     frees.setdefault(i, []).append(vid)
         var_of = {v.id: v for v in graph.vars()}
-        btype = graph.inputs[0].device.type if graph.inputs else "cpu"
+        # NOTE: a GPU graph may start with a CPU scalar (a lifted learning rate): its
+        # arrays and allocator are the device's
+        types = [v.device.type for v in graph.inputs if v.device is not None]
+        btype = next((t for t in types if t != "cpu"), types[0] if types else "cpu")
         self.xp = xp = _backends[btype].xp
         self.alloc = _backends[btype].allocator
         steps, self._serial = [], []
