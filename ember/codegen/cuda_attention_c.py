@@ -146,7 +146,8 @@ __device__ void ember_flash_delta(const T *g, const T *o, float *delta, int b1, 
         if (i >= Tq) break;
         float s = 0.f;
         for (int d = lane; d < Dv; d += 32)
-            s += ember_ld(g[gb + (long long)i * gs2 + d]) * ember_ld(o[ob + (long long)i * os2 + d]);
+            s += ember_ld(g[gb + (long long)i * gs2 + d]) *
+                 ember_ld(o[ob + (long long)i * os2 + d]);
         s = ember_wsum(s);
         if (lane == 0) delta[(long long)p * Tq + i] = s;
     }
