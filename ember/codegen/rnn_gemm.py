@@ -77,8 +77,8 @@ def _isa(variant):
         return 3 if _state["isas"] & 4 else 2 if _state["isas"] & 2 else None
     code = ISAS.get(want)
     if code is None:
-        raise ValueError(f"rnn_gemm: unknown variant {want!r}; valid: auto, off, "
-                         f"{', '.join(ISAS)}")
+        raise ValueError(f"rnn_gemm: unknown variant {want!r} (rnn_gemm.mode or "
+                         f"EMBER_RNN_GEMM); valid: auto, off, {', '.join(ISAS)}")
     return code if _state["isas"] >> (code - 1) & 1 else None
 
 
