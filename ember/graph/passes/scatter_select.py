@@ -23,6 +23,7 @@ from __future__ import annotations
 import numpy as np
 
 from ... import dtypes as _dt
+from ...device.base import get_backend
 from ..ir import Graph, Var
 from ._util import Rewrite
 
@@ -63,6 +64,8 @@ def scatter_select(graph: Graph):
         ax[dim] = shape[dim]
         iota = np.arange(shape[dim], dtype=np.int64).reshape(ax)
         iota.flags.writeable = False
+        if g.device.type != "cpu":          # NOTE: a GPU graph's constants live on the GPU
+            iota = get_backend(g.device).asarray(iota)
         c = rw.b.constant(iota, _dt.int64, g.device)
         hit = rw.emit("eq", (idx, c))
         zero = False if g.dtype is _dt.bool_ else (0.0 if g.dtype.is_floating_point else 0)
