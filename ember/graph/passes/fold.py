@@ -39,7 +39,8 @@ def fold(graph: Graph):
         except Exception:          # noqa: BLE001 - a kernel that fails here fails at run time
             return None
         folded += 1
-        return tuple(rw.b.constant(np.array(r, copy=True), o.dtype, o.device)
+        # NOTE: r.copy(), not np.array(r): a GPU graph's constants are CuPy arrays
+        return tuple(rw.b.constant(r.copy(), o.dtype, o.device)
                      for r, o in zip(results, n.outs))
 
     out = Rewrite(graph).run(rule)

@@ -266,7 +266,11 @@ def _unexpand(rw, n, ins):
 
 
 def _zeros(rw, o):
-    z = rw.b.constant(np.zeros((), o.dtype.np), o.dtype, o.device)
+    z = np.zeros((), o.dtype.np)
+    if o.device is not None and o.device.type != "cpu":   # NOTE: a GPU graph's: on the GPU
+        from ...device.base import get_backend
+        z = get_backend(o.device).asarray(z)
+    z = rw.b.constant(z, o.dtype, o.device)
     return z if o.shape == () else rw.emit("expand", (z,), shape=o.shape)
 
 
