@@ -191,3 +191,23 @@ def test_compiled_w2_step_under_autocast_matches_eager(dt):
     np.testing.assert_allclose(losses["compiled"], losses["eager"], rtol=tol)
     for a, b in zip(params["compiled"], params["eager"]):
         np.testing.assert_allclose(a, b, rtol=tol, atol=tol * np.abs(b).max())
+
+
+@pytest.mark.parametrize("dt", LOWP)
+def test_compiled_avg_pool_takes_the_16_bit_loops(dt):
+    """avg_pool2d: the windows by ``unfold_c`` (a bit copy), its backward's overlap sums by
+    ``fold_c`` (the 16-bit loop, float32 sums rounded once): bitwise eager's."""
+    x = em.tensor(_x((2, 3, 9, 8), dt))
+
+    def f(x):
+        x = x.detach().requires_grad_(True)
+        y = F.avg_pool2d(x, 3, 2, 1)
+        (dx,) = em.autograd.grad((y * y).sum(), [x])
+        return y.detach(), dx
+
+    cf = em.compile(f, fullgraph=True)
+    cf(x)
+    names = op_names(cf.graph)
+    assert "unfold_c" in names and "fold_c" in names, names
+    for got, want in zip(cf(x), f(x)):
+        _eq(got.numpy(), want.numpy())
