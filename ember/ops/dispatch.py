@@ -117,8 +117,9 @@ def apply(op, inputs, params):
     dev = x0._device
     kind = op.dtype
     if scalars and same:
-        # NOTE: _weak_scalars inlined (hot path): a Python float beside a floating tensor,
-        # an int beside an integer or floating one, leave the tensors' dtype alone
+        # NOTE: PyTorch's weak scalars: a Python float beside a floating tensor, an int
+        # beside an integer or floating one, leave the tensors' dtype alone (None is an
+        # absent optional input); then an op with scalars skips promotion
         cat = x0._dtype.category
         if (pyfloat and cat != _FLOAT) or (pyint and cat != _FLOAT and cat != _INT):
             same = False
@@ -205,24 +206,6 @@ def apply(op, inputs, params):
         from ..autograd.anomaly import check_forward
         check_forward(op, inputs, params, out)
     return out
-
-
-
-def _weak_scalars(inputs, cat) -> bool:
-    """Whether every non-tensor input leaves the tensors' dtype alone (PyTorch's weak
-    scalars: a Python float beside a floating tensor, an int beside an integer or floating
-    one; None is an absent optional input). Then an op with scalars skips promotion."""
-    for x in inputs:
-        c = x.__class__
-        if c is float:
-            if cat != _FLOAT:
-                return False
-        elif c is int:
-            if cat != _FLOAT and cat != _dt.INT:
-                return False
-        elif x is not None and not isinstance(x, Tensor):
-            return False
-    return True
 
 
 def _autocast(name, entries, args, kwargs):
