@@ -96,6 +96,23 @@ def merge_scalars(graph: Graph, groups) -> list:
     return merged
 
 
+def lower_groups(graph: Graph, groups) -> tuple:
+    """``(order, member_of, lowered)``: each node's position, its group's index, and each
+    group lowered to a kernel (``None`` where it does not lower), a value kept as a kernel output when the graph
+    returns it or a node outside its group reads it. Shared by the C and CUDA passes."""
+    order = {id(n): i for i, n in enumerate(graph.nodes)}
+    users = graph.users()
+    outputs = {v.id for v in graph.outputs}
+    member_of = {id(n): gi for gi, g in enumerate(groups) for n, _ in g.members}
+
+    def needed_by(gi):
+        def needed(v):
+            return v.id in outputs or any(member_of.get(id(u)) != gi
+                                          for u in users.get(v.id, ()))
+        return needed
+    return order, member_of, [lower(g, order, needed_by(gi)) for gi, g in enumerate(groups)]
+
+
 def fuse(graph: Graph):
     """Replace fusion groups by generated kernels; returns ``(graph, stats)``."""
     if find_compiler() is None:
@@ -108,17 +125,7 @@ def fuse(graph: Graph):
     groups = [g for g in groups if g.members and worth(g)]
     if not groups:
         return graph, {"kernels": 0, "fused_nodes": 0}
-    order = {id(n): i for i, n in enumerate(graph.nodes)}
-    users = graph.users()
-    outputs = {v.id for v in graph.outputs}
-    member_of = {id(n): gi for gi, g in enumerate(groups) for n, _ in g.members}
-
-    def needed_by(gi):
-        def needed(v):
-            return v.id in outputs or any(member_of.get(id(u)) != gi
-                                          for u in users.get(v.id, ()))
-        return needed
-    lowered = [lower(g, order, needed_by(gi)) for gi, g in enumerate(groups)]
+    order, member_of, lowered = lower_groups(graph, groups)
     live = [lw for lw in lowered if lw is not None]
     compiled = dict(zip(map(id, live), compile_many([lw.kernel for lw in live])))
     # a kernel runs at its last member, or (merged scalars) at its first: see merge_scalars

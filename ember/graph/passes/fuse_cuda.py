@@ -23,9 +23,8 @@ from ...codegen.cuda_launch import CudaModule
 from ...device.base import get_backend
 from ...codegen.ir import Kernel, ReduceKernel
 from ..ir import Graph, GraphOp, Node
-from .fuse import merge_scalars
+from .fuse import lower_groups, merge_scalars
 from .fuse_groups import partition
-from .fuse_lower import lower
 from .recompute import recompute
 
 __all__ = ["CudaFusedOp", "fuse_cuda", "worth_cuda"]
@@ -107,17 +106,7 @@ def fuse_cuda(graph: Graph):
     graph, groups, early, recomputed = _groups(graph)
     if not groups:
         return graph, {"kernels": 0, "fused_nodes": 0}
-    order = {id(n): i for i, n in enumerate(graph.nodes)}
-    users = graph.users()
-    outputs = {v.id for v in graph.outputs}
-    member_of = {id(n): gi for gi, g in enumerate(groups) for n, _ in g.members}
-
-    def needed_by(gi):
-        def needed(v):
-            return v.id in outputs or any(member_of.get(id(u)) != gi
-                                          for u in users.get(v.id, ()))
-        return needed
-    lowered = [lower(g, order, needed_by(gi)) for gi, g in enumerate(groups)]
+    order, member_of, lowered = lower_groups(graph, groups)
     # NOTE: one source per graph: kernel names must be distinct
     kernels = {gi: replace(lw.kernel, name=f"ember_fused_{gi}")
                for gi, lw in enumerate(lowered) if lw is not None}
