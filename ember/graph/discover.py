@@ -40,6 +40,9 @@ def _candidates(fn, args, kwargs) -> list:
                 found.append((name, cell.cell_contents))
             except ValueError:
                 pass
+        names_ = code.co_varnames[code.co_argcount - len(f.__defaults__ or ()):code.co_argcount]
+        found += list(zip(names_, f.__defaults__ or ()))
+        found += list((f.__kwdefaults__ or {}).items())
         g = getattr(f, "__globals__", {})
         names = set(code.co_names)
         for c in code.co_consts:

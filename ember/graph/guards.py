@@ -453,6 +453,13 @@ class _Walk:
             except ValueError:
                 continue
             self.visit(v, (("obj", cell, name), ("cell", None)), 0, BOTH)
+        # default arguments (``def step(x, model=model, opt=opt)``) are state like closures
+        for i, v in enumerate(f.__defaults__ or ()):
+            self.visit(v, (("obj", f, f.__name__), ("attr", "__defaults__"), ("item", i)),
+                       0, BOTH)
+        for k, v in (f.__kwdefaults__ or {}).items():
+            self.visit(v, (("obj", f, f.__name__), ("attr", "__kwdefaults__"), ("item", k)),
+                       0, BOTH)
         g = f.__globals__
         code_names: set = set()
         _code_names(f.__code__, code_names)

@@ -109,6 +109,7 @@ def _reachable_objects(fn) -> list:
         for cell in f.__closure__ or ():
             with contextlib.suppress(ValueError):
                 objs.append(cell.cell_contents)
+        objs += list(f.__defaults__ or ()) + list((f.__kwdefaults__ or {}).values())
         g = getattr(f, "__globals__", {})
         objs += [g[n] for n in code.co_names if n in g]
     out = []

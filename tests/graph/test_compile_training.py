@@ -428,3 +428,36 @@ def test_char_gpt_script_with_compiled_model_matches_eager():
     assert lc == le and sc == se
     for k, v in mc.state_dict().items():
         _eq(v, me.state_dict()[k], k)
+
+
+@pytest.mark.parametrize("how", ["defaults", "kwdefaults"])
+def test_model_and_optimizer_passed_as_default_arguments(how):
+    """``def step(x, y, model=model, opt=opt)``: default arguments are state the compiled
+    step reads and writes, like closure cells (they once replayed a stale graph)."""
+    def run(compiled):
+        em.manual_seed(0)
+        model = nn.Sequential(nn.Linear(12, 16), nn.ReLU(), nn.Linear(16, 3))
+        opt = em.optim.Adam(model.parameters(), lr=0.01)
+        if how == "defaults":
+            def step(x, y, model=model, opt=opt):
+                opt.zero_grad()
+                loss = F.cross_entropy(model(x), y)
+                loss.backward()
+                opt.step()
+                return loss
+        else:
+            def step(x, y, *, model=model, opt=opt):
+                opt.zero_grad()
+                loss = F.cross_entropy(model(x), y)
+                loss.backward()
+                opt.step()
+                return loss
+        f = em.compile(step) if compiled else step
+        g = em.Generator().manual_seed(1)
+        x, y = em.randn(8, 12, generator=g), em.randint(0, 3, (8,), generator=g)
+        losses = [float(f(x, y)) for _ in range(5)]
+        return losses, [p.detach().numpy().copy() for p in model.parameters()]
+    (le, pe), (lc, pc) = run(False), run(True)
+    np.testing.assert_allclose(lc, le, rtol=1e-6, atol=1e-6)
+    for a, b in zip(pc, pe):
+        np.testing.assert_allclose(a, b, rtol=1e-5, atol=1e-6)
