@@ -6,6 +6,10 @@ inputs. VJP rules are Ember ops, run with grad mode equal to ``create_graph``,
 so the backward pass is itself recorded when higher derivatives are wanted.
 This is the one place where input gradients are reduced back to the input's
 shape (for broadcasting) and cast back to its dtype.
+
+Beside it: ``traverse.py`` (which nodes a pass visits), ``vjp_call.py`` (one node's VJP
+call with its saved values and pre-hooks), ``accumulate.py`` (fitting gradients to their
+inputs, leaves' ``.grad``, post-accumulate hooks) and ``hooks.py`` (the hook API).
 """
 from __future__ import annotations
 
@@ -13,120 +17,18 @@ import operator
 import threading
 
 from ..errors import GraphError, ShapeError
-from ..tensor import Tensor, _wrap
-from .graph import Node, ShapeOnly
+from ..tensor import Tensor
+from . import accumulate as _acc
+from .accumulate import (_fit, _fit_checked, _leaf_done, _post_hook_counts, _to_leaf,
+                         register_post_accumulate_grad_hook)  # noqa: F401 - re-exported
+from .graph import Node
 from .grad_mode import state, set_grad_enabled
 # NOTE: the hook API lives in hooks.py; engine re-exports it for existing imports
 from .hooks import _RemovableHandle, register_hook, retain_grad, zero_grads  # noqa: F401
+from .traverse import _collect, _prune
+from .vjp_call import _FREED, _node_vjp, _vjp1
 
-_FREED = object()
 _SEQ = operator.attrgetter("seq")
-
-
-def _collect(roots):
-    """All nodes reachable from ``roots`` and the leaves they reach."""
-    # NOTE: one dict is both the seen-set and the list, in visiting order (Node hashes by
-    # identity: no id() calls)
-    seen: dict = {}
-    stack = [n for n in roots if n is not None]
-    push = stack.append
-    pop = stack.pop
-    while stack:
-        n = pop()
-        if n in seen:
-            continue
-        seen[n] = None
-        for e in n.next:
-            if e is not None:
-                t = e[0]
-                if t.__class__ is Node and t not in seen:
-                    push(t)
-    return list(seen)
-
-
-def _prune(nodes, target_nodes, target_leaves):
-    """Nodes that lie on a path to some target (for ``autograd.grad``)."""
-    needed = set()
-    for n in sorted(nodes, key=lambda n: n.seq):  # inputs before consumers
-        if id(n) in target_nodes:
-            needed.add(id(n))
-            continue
-        for e in n.next:
-            if e is None:
-                continue
-            if e[0].__class__ is not Node:   # a leaf tensor (Tensor or a subclass)
-                if id(e[0]) in target_leaves:
-                    needed.add(id(n))
-                    break
-            elif id(e[0]) in needed:
-                needed.add(id(n))
-                break
-    return needed
-
-
-def _unpack_saved(node, create_graph):
-    saved = node.saved
-    if saved is _FREED or node.out_saved is _FREED:
-        raise GraphError(
-            f"Trying to backward through the graph a second time (or directly access saved "
-            f"tensors after they have already been freed) in {node.name()}. Saved "
-            f"intermediate values of the graph are freed when you call .backward() or "
-            f"autograd.grad(). Specify retain_graph=True if you need to backward through the "
-            f"graph a second time.")
-    if saved is None:
-        inputs = [None if m is None else ShapeOnly(*m) for m in node.in_meta]
-    else:
-        inputs = saved
-        for x, v in zip(saved, node.versions):
-            if v is not None and x._storage.version != v:
-                raise GraphError(
-                    f"one of the variables needed for gradient computation has been modified "
-                    f"by an inplace operation: [{x._dtype.name} {list(x._data.shape)}], which "
-                    f"is input of {node.name()}, is at version {x._storage.version}; expected "
-                    f"version {v} instead.")
-    out = None
-    if node.out_saved is not None:
-        data, storage, dt, dev, v, base, fw = node.out_saved
-        if storage.version != v:
-            raise GraphError(
-                f"one of the variables needed for gradient computation has been modified by an "
-                f"inplace operation: [{dt.name} {list(data.shape)}], which is output 0 of "
-                f"{node.name()}, is at version {storage.version}; expected version {v} instead.")
-        from ..tensor import _wrap
-        out = _wrap(data, dt, dev, storage, base)
-        if fw:
-            out._fw = dict(fw)   # forward-over-reverse: the saved output keeps its tangents
-        if create_graph:
-            out._grad_fn, out._requires_grad = node, True
-    return inputs, out
-
-
-def _fit(g, meta, node, i):
-    """Reduce a gradient to its input's shape and cast it to its dtype."""
-    shape, dt, _ = meta
-    if g._data.shape != shape:
-        from ..ops.reduce import sum_to
-        try:
-            g = sum_to(g, shape)
-        except Exception:
-            raise ShapeError(f"{node.name()} returned a gradient of shape "
-                             f"{tuple(g._data.shape)} for input {i} of shape {shape}") from None
-    if g._dtype is not dt:
-        if g._dtype.is_complex and not dt.is_complex:
-            g = g.real   # NOTE: PyTorch's handle_r_to_c: a real input keeps the real part
-        g = g.to(dt)
-    return g
-
-
-def _fit_checked(g, node, i):
-    """``_fit`` in anomaly mode: a NaN/Inf that reducing or casting a VJP's gradient
-    produces (a float16 ``sum_to`` overflowing) is the node's, not a forward op's."""
-    from .anomaly import check_backward, in_backward
-    with in_backward():
-        out = _fit(g, node.in_meta[i], node, i)
-    if out is not g:
-        check_backward(node, [out], g)
-    return out
 
 
 def _accumulate(buf, key, g):
@@ -191,7 +93,8 @@ def run_backward(roots, grad_roots, retain_graph: bool, create_graph: bool,
     # checkpoint's recompute and custom_bwd restore the forward's state themselves).
     autocast, state.autocast = state.autocast, None
     try:
-        pending = _post_hook_counts(nodes) if inputs is None and _post_hooks_live else None
+        pending = (_post_hook_counts(nodes) if inputs is None and _acc._post_hooks_live
+                   else None)
         _run_nodes(nodes, buffers, inputs, target_nodes, target_leaves, needed, captured,
                    retain_graph, create_graph, external, claimed, pending)
         queued = callbacks[-1]
@@ -214,164 +117,6 @@ def run_backward(roots, grad_roots, retain_graph: bool, create_graph: bool,
             out.append(g)
         return tuple(out)
     return None
-
-
-def _run_pre_hooks(node, grads, create_graph):
-    if node.pre_hooks is not None:
-        for k, hooks in node.pre_hooks.items():
-            for h in hooks:
-                if grads[k] is not None:
-                    r = h(grads[k])
-                    if r is not None:
-                        grads[k] = r
-    if node.retain is not None:
-        for k, ref in node.retain.items():
-            t = ref()
-            if t is not None and grads[k] is not None:
-                # NOTE: a copy, like PyTorch: the same buffer flows on to the inputs' grads
-                g = grads[k] if create_graph else grads[k].detach().clone()
-                t._grad = g if t._grad is None else t._grad + g
-    return grads
-
-
-def _call_vjp(node, grads, create_graph, want=None):
-    op = node.op
-    if node.nout == 1:
-        g = grads[0]
-        if g is None:
-            return [None] * len(node.next)
-    else:
-        g = grads
-    inputs, out = _unpack_saved(node, create_graph)
-    if state.anomaly:
-        from .anomaly import in_backward
-        with in_backward():   # a NaN inside a VJP is blamed on its node, below
-            res = _run_rule(op.vjp, node, g, out, inputs, want)
-    else:
-        res = _run_rule(op.vjp, node, g, out, inputs, want)
-    if not isinstance(res, (tuple, list)):
-        res = (res,)
-    if len(res) != len(node.next):
-        raise GraphError(f"{node.name()}: the VJP rule returned {len(res)} gradients for "
-                         f"{len(node.next)} inputs")
-    if state.anomaly:
-        from .anomaly import check_backward
-        check_backward(node, res, g if node.nout == 1 else None)
-    return res
-
-
-def _vjp1(node, g, create_graph):
-    """``_call_vjp`` for the usual node (one output, no anomaly mode, no input selection),
-    with ``_unpack_saved`` and ``_run_rule`` inlined: the engine's per-node hot path."""
-    saved = node.saved
-    osaved = node.out_saved
-    if saved is _FREED or osaved is _FREED:
-        return _call_vjp(node, [g], create_graph)   # raises the freed-graph error
-    if saved is None:
-        inputs = [None if m is None else ShapeOnly(*m) for m in node.in_meta]
-    else:
-        inputs = saved
-        for x, v in zip(saved, node.versions):
-            if v is not None and x._storage.version != v:
-                return _call_vjp(node, [g], create_graph)   # raises the version error
-    if osaved is None:
-        out = None
-    else:
-        data, storage, dt, dev, v, base, fw = osaved
-        if storage.version != v or fw or create_graph:
-            out = _unpack_saved(node, create_graph)[1]
-        else:
-            out = _wrap(data, dt, dev, storage, base)
-    vjp = node.op.vjp
-    params = node.params
-    # NOTE: positional calls for one or two inputs and no params: a call through
-    # *args/**kwargs costs ~0.1 us more per rule
-    n = -1 if params else len(inputs)
-    if vjp.__class__ is tuple:  # one rule per input: compute only the gradients needed
-        res = []
-        for e, rule in zip(node.next, vjp):
-            if e is None or rule is None:
-                res.append(None)
-            elif n == 2:
-                res.append(rule(g, out, inputs[0], inputs[1]))
-            else:
-                res.append(rule(g, out, *inputs, **params))
-        return res
-    if n == 1:
-        res = vjp(g, out, inputs[0])
-    elif n == 2:
-        res = vjp(g, out, inputs[0], inputs[1])
-    else:
-        res = vjp(g, out, *inputs, **params)
-    if res.__class__ is not tuple and res.__class__ is not list:
-        res = (res,)
-    if len(res) != len(node.next):
-        raise GraphError(f"{node.name()}: the VJP rule returned {len(res)} gradients for "
-                         f"{len(node.next)} inputs")
-    return res
-
-
-def _run_rule(vjp, node, g, out, inputs, want=None):
-    if vjp.__class__ is tuple:  # one rule per input: compute only the gradients needed
-        res = []
-        params = node.params
-        for i, e in enumerate(node.next):
-            rule = vjp[i]
-            res.append(None if e is None or rule is None or (want is not None and not want[i])
-                       else rule(g, out, *inputs, **params))
-        return res
-    return vjp(g, out, *inputs, **node.params)
-
-
-def _post_hook_counts(nodes):
-    """{id(leaf): [leaf, edges left]} for the leaves with post-accumulate-grad hooks."""
-    pending: dict = {}
-    for n in nodes:
-        for e in n.next:
-            if e is not None and e[0].__class__ is not Node and e[0]._post_acc_hooks:
-                pending.setdefault(id(e[0]), [e[0], 0])[1] += 1
-    return pending
-
-
-def _leaf_done(pending, t):
-    """Count one gradient into leaf ``t``; run its post-accumulate hooks after the last."""
-    entry = pending.get(id(t))
-    if entry is None:
-        return
-    entry[1] -= 1
-    if entry[1] == 0:
-        del pending[id(t)]
-        for h in list(t._post_acc_hooks):
-            h(t)
-
-
-def _to_leaf(t, g, create_graph, external, claimed):
-    if t._hooks:
-        for h in t._hooks:
-            r = h(g)
-            if r is not None:
-                g = r
-    if t._grad is None:
-        sid = id(g._storage)
-        if not create_graph and (sid in external or sid in claimed or g._base is not None):
-            # NOTE: never alias a caller's tensor or another leaf's grad. A gradient view
-            # is copied too (keeping its base by reference count instead was tried: it
-            # saved ~3 weight copies per W1 step, within noise, and made the eager peak
-            # differ from what ember.estimate_memory models)
-            g = g.detach().clone()
-        elif not create_graph:
-            g = g.detach()
-        claimed.add(id(g._storage))
-        t._grad = g
-    elif create_graph or t._grad._requires_grad:
-        t._grad = t._grad + g
-    elif id(t._grad._storage) in claimed:
-        # NOTE: this backward stored the leaf's first gradient without a copy, and that
-        # buffer may still be on its way to other nodes (add's VJP hands one g to both
-        # inputs): accumulating into it in place would change their gradient too
-        t._grad = t._grad + g.detach()
-    else:
-        t._grad.add_(g.detach())
 
 
 def backward(tensors, grad_tensors=None, retain_graph=None, create_graph=False, inputs=None):
@@ -447,29 +192,6 @@ def _roots_and_grads(tensors, grad_tensors, what):
         roots.append(t)
         grads.append(g)
     return roots, grads
-
-
-#: whether any post-accumulate-grad hook was ever registered (skips the edge count if not)
-_post_hooks_live = False
-
-
-def register_post_accumulate_grad_hook(t: Tensor, fn):
-    """Register ``fn(t) -> None`` to run once ``t.grad`` holds all of a backward's gradient.
-
-    Like ``torch.Tensor.register_post_accumulate_grad_hook``: leaves only; it runs after the
-    last contribution of the current ``backward()`` was accumulated (not under
-    ``autograd.grad``). DistributedDataParallel launches its bucket all-reduces from it.
-    """
-    global _post_hooks_live
-    if t._grad_fn is not None:
-        raise GraphError("post accumulate grad hooks cannot be registered on non-leaf tensors")
-    if not t._requires_grad:
-        raise GraphError("cannot register a hook on a tensor that doesn't require gradient")
-    if t._post_acc_hooks is None:
-        t._post_acc_hooks = []
-    t._post_acc_hooks.append(fn)
-    _post_hooks_live = True
-    return _RemovableHandle(t._post_acc_hooks, fn)
 
 
 def queue_callback(fn) -> None:
@@ -558,34 +280,3 @@ def _run_nodes(nodes, buffers, inputs, target_nodes, target_leaves, needed, capt
             # NOTE: drop this node's input gradients now, not when the next node's rule
             # returns: that rule may be a whole checkpointed segment (recompute + backward).
             in_grads = gi = None
-
-
-def _node_vjp(node, buffers, inputs, target_nodes, target_leaves, needed, captured,
-              create_graph, st):
-    """A node's input gradients on the general path (several outputs, hooks, anomaly mode,
-    the profiler, ``autograd.grad``'s input selection); None when the node is skipped."""
-    if node.nout == 1:
-        grads = [buffers.pop(node, None)]
-    else:
-        grads = [buffers.pop(node if k == 0 else (node, k), None) for k in range(node.nout)]
-    if node.pre_hooks is not None or node.retain is not None:
-        grads = _run_pre_hooks(node, grads, create_graph)
-    if inputs is not None and id(node) in target_nodes:
-        for k, i in target_nodes[id(node)]:
-            captured[i] = grads[k]
-        if not any(e is not None and (id(e[0]) in needed or id(e[0]) in target_leaves)
-                   for e in node.next):
-            return None
-    if grads[0] is None and (len(grads) == 1 or all(g is None for g in grads)):
-        return None
-    # NOTE: under autograd.grad, skip the VJPs of inputs that lead to no requested
-    # input (a weight's gradient in jacrev with respect to x), as PyTorch does
-    want = None if inputs is None else [
-        e is not None and (id(e[0]) in needed or id(e[0]) in target_leaves)
-        for e in node.next]
-    prof = st["profiler"]     # ember.profiler: the VJP as a range named like grad_fn
-    if prof is not None:
-        return prof.call(node.name(), "cpu_op", _call_vjp, node, grads, create_graph, want)
-    if st["anomaly"] or want is not None or node.nout != 1:
-        return _call_vjp(node, grads, create_graph, want)
-    return _vjp1(node, grads[0], create_graph)

@@ -1,7 +1,7 @@
 """Tensor gradient hooks and ``.grad`` housekeeping: ``Tensor.register_hook``,
 ``retain_grad``, the removable handles they return, and ``zero_grads`` (behind
 ``Module.zero_grad`` and ``Optimizer.zero_grad``). The engine (``engine.py``) runs the hooks;
-``register_post_accumulate_grad_hook`` stays there beside the flag the engine reads.
+``register_post_accumulate_grad_hook`` is in ``accumulate.py`` beside the flag the engine reads.
 """
 from __future__ import annotations
 
