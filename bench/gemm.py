@@ -1,0 +1,101 @@
+"""float32 GEMM on the eager workloads' shapes: Ember's own (``ember.codegen.sgemm``) vs
+NumPy's OpenBLAS (what ``ops/linalg.py`` otherwise calls) and PyTorch's ``torch.mm``
+(MKL/oneDNN) as a peer, one process, reps interleaved, medians.
+
+Each Linear layer ``(m, i) -> (m, o)`` gives three products: ``fwd`` = ``x @ W.T`` (B a
+transposed view), ``dx`` = ``g @ W``, ``dwT`` = ``x.T @ g`` (A a transposed view): Ember
+reads the transposes through strides, as the matmul kernel receives them.
+
+Clocks: ``--threads 1`` times CPU time of the process (``time.process_time``: robust to
+other processes' load); ``--threads 2`` wall time (CPU time would add both threads).
+``EMBER_ADAPTIVE_THREADS=0`` so OpenBLAS gets exactly the threads asked.
+
+Run:
+    .venv/bin/python bench/gemm.py --threads 1
+    .venv/bin/python bench/gemm.py --threads 2 --reps 30
+"""
+from __future__ import annotations
+
+import argparse
+import os
+import statistics
+import sys
+import time
+
+os.environ.setdefault("EMBER_ADAPTIVE_THREADS", "0")
+sys.path.insert(0, os.path.dirname(os.path.dirname(os.path.abspath(__file__))))
+
+import numpy as np  # noqa: E402
+
+import ember  # noqa: E402
+from ember.codegen import sgemm  # noqa: E402
+
+#: (workload, m, in, out) of each Linear-like product family
+LAYERS = [("W1", 128, 784, 512), ("W1", 128, 512, 512), ("W1", 128, 512, 10),
+          ("W3", 1024, 128, 384), ("W3", 1024, 128, 128), ("W3", 1024, 128, 512),
+          ("W3", 1024, 512, 128), ("W3", 1024, 128, 256), ("LSTM", 1024, 128, 512),
+          ("LSTM", 1024, 64, 512)]
+
+
+def cases(layers=LAYERS):
+    """``(label, A, B)`` for each layer's fwd, dx and dwT products."""
+    rng = np.random.default_rng(0)
+    out = []
+    for wl, m, i, o in layers:
+        x = rng.standard_normal((m, i), dtype=np.float32)
+        w = rng.standard_normal((o, i), dtype=np.float32)
+        g = rng.standard_normal((m, o), dtype=np.float32)
+        out += [(f"{wl} fwd {m}x{i}@{i}x{o}", x, w.T), (f"{wl} dx  {m}x{o}@{o}x{i}", g, w),
+                (f"{wl} dwT {i}x{m}@{m}x{o}", x.T, g)]
+    return out
+
+
+def _median_times(fns, reps, clock):
+    ts = [[] for _ in fns]
+    for _ in range(reps):
+        for t, f in zip(ts, fns):
+            t0 = clock()
+            f()
+            t.append(clock() - t0)
+    return [statistics.median(t) for t in ts]
+
+
+def main(argv=None) -> int:
+    ap = argparse.ArgumentParser(description=__doc__.split("\n")[0])
+    ap.add_argument("--threads", type=int, default=1)
+    ap.add_argument("--reps", type=int, default=25)
+    ap.add_argument("--inner", type=int, default=5, help="calls per timed rep")
+    ap.add_argument("--variant", default="auto")
+    ap.add_argument("--no-torch", action="store_true")
+    args = ap.parse_args(argv)
+    ember.set_num_threads(args.threads)
+    clock = time.process_time if args.threads == 1 else time.perf_counter
+    torch = None
+    if not args.no_torch:
+        try:
+            import torch
+            torch.set_num_threads(args.threads)
+        except ImportError:
+            torch = None
+    n = args.inner
+    print(f"threads {args.threads}, clock {'cpu' if args.threads == 1 else 'wall'}, "
+          f"median of {args.reps} reps x {n} calls, variant {args.variant}")
+    print(f"{'shape':34} {'ember':>9} {'openblas':>9} {'torch':>9} {'e/ob':>6} {'e/torch':>7}")
+    for label, a, b in cases():
+        fns = [lambda: [sgemm.gemm(a, b, variant=args.variant, nthreads=args.threads)
+                        for _ in range(n)],
+               lambda: [np.matmul(a, b) for _ in range(n)]]
+        if torch is not None:
+            ta, tb = torch.from_numpy(a), torch.from_numpy(b)
+            fns.append(lambda: [torch.mm(ta, tb) for _ in range(n)])
+        for f in fns:
+            f()
+        t = [v / n * 1e6 for v in _median_times(fns, args.reps, clock)]
+        tt = t[2] if len(t) > 2 else float("nan")
+        print(f"{label:34} {t[0]:9.1f} {t[1]:9.1f} {tt:9.1f} {t[0] / t[1]:6.2f} "
+              f"{t[0] / tt:7.2f}", flush=True)
+    return 0
+
+
+if __name__ == "__main__":
+    raise SystemExit(main())

@@ -1,0 +1,214 @@
+"""Ember's own float32 GEMM: ``C = alpha * A @ B + beta * C`` on packed, cache-blocked
+panels with a register-tiled micro-kernel (C text and layouts in :mod:`.sgemm_c`).
+
+Why: GEMMs are most of every eager step, and NumPy's OpenBLAS (SkylakeX kernels) is
+slower than PyTorch's MKL on the small products of the eager workloads (W1's
+``128 x 784 @ 784 x 512`` and its gradients, W3's ``1024 x 128 @ 128 x 512``...).
+:func:`matmul` is what ``ops/linalg.py``'s float32 matmul kernel calls; it returns None
+wherever :func:`worth` (the measured size rule) or the operands say OpenBLAS should run.
+
+Variants, chosen at run time: ``avx512`` (AVX-512F), ``avx2`` (AVX2 + FMA), ``generic``
+(GNU C vectors). :data:`mode` (``EMBER_SGEMM`` at import: ``auto``, ``avx512``, ``avx2``,
+``generic``, ``off``/``0``) picks one; ``auto`` is ``avx512`` where this CPU runs it and
+otherwise OpenBLAS (the AVX2 and generic variants were not measured faster than OpenBLAS
+on any CPU: they are there for tests and for callers that ask for them). A variant this
+CPU cannot run, or ``off``, makes :func:`gemm`/:func:`matmul` return None.
+
+Accuracy: float32 sums in another order than OpenBLAS's (one FMA chain per element over
+each ``KC`` block of ``k``, the blocks added in order), so bits differ from NumPy's
+``matmul``; ``tests/codegen/test_sgemm.py`` bounds the difference to a float64 reference.
+Results are bitwise the same for any thread count.
+"""
+from __future__ import annotations
+
+import ctypes
+import os
+
+import numpy as np
+
+from . import pool as _pool
+from .runtime import num_threads
+from .sgemm_c import KC, MC, NC, TILES, source
+from .toolchain import find_compiler
+
+F32 = np.dtype(np.float32)
+ISAS = {"generic": 1, "avx2": 2, "avx512": 3}
+
+#: which variant runs: ``"auto"``, a name of :data:`ISAS`, or ``"off"``. ``EMBER_SGEMM``
+#: sets it at import.
+mode = {"0": "off"}.get(os.environ.get("EMBER_SGEMM", "auto"),
+                        os.environ.get("EMBER_SGEMM", "auto"))
+
+#: multiply-adds (M * N * K, all matrices) from which the pool's threads split the work
+PARALLEL_MIN = 1 << 21
+
+_state: dict = {}
+_GEOM, _PTRS = ctypes.c_int64 * 17, ctypes.c_void_p * 4
+
+
+def _lib():
+    """The ``sgemm_f32`` ctypes function, or None without a C compiler."""
+    if "fn" not in _state:
+        _state["fn"] = None
+        if find_compiler() is not None:
+            loaded = _pool.load_kernels(source(), ["sgemm_f32"])
+            if loaded is not None:
+                lib, fns = loaded
+                lib.ember_sgemm_isas.restype = ctypes.c_int64
+                lib.ember_sgemm_isas.argtypes = []
+                _state["isas"] = int(lib.ember_sgemm_isas())
+                _state["lib"], _state["fn"] = lib, fns["sgemm_f32"]
+    return _state["fn"]
+
+
+def runnable() -> list[str]:
+    """The variants this CPU runs (empty without a C compiler)."""
+    if _lib() is None:
+        return []
+    return [name for name, code in ISAS.items() if _state["isas"] >> (code - 1) & 1]
+
+
+def _isa(variant):
+    """The isa code for ``variant`` (default :data:`mode`), or None if it cannot run."""
+    want = mode if variant is None else variant
+    if want == "off" or _lib() is None:
+        return None
+    if want == "auto":
+        return 3 if _state["isas"] & 4 else None
+    code = ISAS.get(want)
+    if code is None:
+        raise ValueError(f"sgemm: unknown variant {want!r} (sgemm.mode or EMBER_SGEMM); "
+                         f"valid: auto, off, {', '.join(ISAS)}")
+    return code if _state["isas"] >> (code - 1) & 1 else None
+
+
+def _strides(a):
+    """Element strides of a float32 array, or None (not whole elements)."""
+    s = a.strides
+    return None if any(v % 4 for v in s) else tuple(v // 4 for v in s)
+
+
+def gemm(a, b, c=None, alpha: float = 1.0, beta: float = 0.0, variant=None,
+         nthreads: int | None = None):
+    """``c = alpha * a @ b + beta * c`` for float32 ``(M, K)``/``(K, N)`` matrices or
+    ``(B, M, K)``/``(B, K, N)`` stacks, any strides (transposed views are not copied).
+
+    Args:
+        a, b: float32 operands; a 3-D operand's batch stride may be 0 (broadcast).
+        c: float32 ``(M, N)`` / ``(B, M, N)`` with a unit last stride, or None (a new
+            array; then ``beta`` is ignored).
+        alpha, beta: scalars; ``beta == 0`` never reads ``c`` (as BLAS).
+        variant: ``None`` (:data:`mode`), ``"auto"`` or a name of :data:`ISAS`.
+        nthreads: threads (default: Ember's count from :data:`PARALLEL_MIN` multiply-adds).
+
+    Returns:
+        ``c``, or None where this GEMM does not run (another dtype, a variant this CPU
+        cannot run, :data:`mode` ``"off"``, an unusable ``c``): nothing written.
+
+    Example:
+        >>> r = gemm(x, w.T)                   # x: (128, 784), w: (512, 784) float32
+        >>> gemm(x, w.T, r, beta=1.0)          # r += x @ w.T
+    """
+    isa = _isa(variant)
+    if isa is None or a.dtype != F32 or b.dtype != F32 or a.ndim != b.ndim \
+            or a.ndim not in (2, 3):
+        return None
+    M, K = a.shape[-2:]
+    N = b.shape[-1]
+    bt = a.shape[0] if a.ndim == 3 else 1
+    shape = (bt, M, N) if a.ndim == 3 else (M, N)
+    if b.shape[-2] != K or (a.ndim == 3 and b.shape[0] != bt):
+        raise ValueError(f"sgemm: operands {a.shape} and {b.shape} do not multiply "
+                         f"(valid: (M, K) @ (K, N) or (B, M, K) @ (B, K, N))")
+    if c is None:
+        c, beta = np.empty(shape, F32), 0.0
+    elif c.shape != shape or c.dtype != F32 or (N > 1 and c.strides[-1] != 4) \
+            or _strides(c) is None:
+        return None
+    if c.size == 0:
+        return c
+    if K == 0:
+        c[...] = 0 if beta == 0 else beta * c
+        return c
+    sa, sb = _strides(a), _strides(b)
+    if sa is None:
+        a = np.ascontiguousarray(a)
+        sa = _strides(a)
+    if sb is None:
+        b = np.ascontiguousarray(b)
+        sb = _strides(b)
+    sc = _strides(c)
+    if a.ndim == 2:
+        sa, sb, sc = (0,) + sa, (0,) + sb, (0,) + sc
+    mr, nr = TILES[isa]
+    direct = sa[2] == 1 or K == 1
+    split_n = -(-N // nr) >= 2 and (direct or M <= N or -(-M // mr) < 2)
+    if nthreads is None:
+        nthreads = num_threads() if bt * M * N * K >= PARALLEL_MIN else 1
+    ab = np.array([alpha, beta], F32)
+    g = _GEOM(M, N, K, bt, isa, split_n, sa[0], sa[1], 1 if K == 1 else sa[2],
+              sb[0], sb[1], 1 if N == 1 else sb[2], sc[0], sc[1], KC, MC, NC)
+    ptrs = _PTRS(a.ctypes.data, b.ctypes.data, c.ctypes.data, ab.ctypes.data)
+    _state["fn"](ptrs, g, nthreads)
+    return c
+
+
+def worth(M: int, K: int, N: int) -> bool:
+    """Whether :func:`matmul` runs this GEMM instead of OpenBLAS (the measured rule)."""
+    return M * N * K >= MIN_MACS and N >= MIN_N and M >= MIN_M
+
+
+#: the size rule of :func:`worth` (see bench/RESULTS.md, "Issue 19 — float32 GEMM")
+MIN_MACS, MIN_N, MIN_M = 1 << 18, 32, 8
+
+
+def matmul(x, y, out=None):
+    """``x @ y`` for float32 arrays (NumPy's ``matmul`` shapes with at least two dims
+    each), or None where OpenBLAS should run (:func:`worth`, :data:`mode`, dtypes).
+
+    Example:
+        >>> r = matmul(x, w.T)
+        >>> r = r if r is not None else np.matmul(x, w.T)
+    """
+    if mode == "off" or x.dtype != F32 or y.dtype != F32 or x.ndim < 2 or y.ndim < 2 \
+            or (out is not None and not out.flags.c_contiguous):
+        return None
+    M, K = x.shape[-2:]
+    N = y.shape[-1]
+    if y.shape[-2] != K:
+        return None
+    if x.ndim > 2 and y.ndim == 2:
+        x2 = x.view()
+        try:                                    # fold x's batch into rows: one 2-D GEMM
+            x2.shape = (-1, K)
+        except AttributeError:
+            x2 = None
+        if x2 is not None:
+            if not worth(x2.shape[0], K, N):
+                return None
+            r = gemm(x2, y, None if out is None else out.reshape(x2.shape[0], N))
+            return None if r is None else (out if out is not None else
+                                           r.reshape(x.shape[:-1] + (N,)))
+    if x.ndim == 2 and y.ndim == 2:
+        return gemm(x, y, out) if worth(M, K, N) else None
+    if not worth(M, K, N):
+        return None
+    bshape = np.broadcast_shapes(x.shape[:-2], y.shape[:-2])
+    bt = int(np.prod(bshape, dtype=np.int64))
+    x3, y3 = _stack(x, bshape, bt), _stack(y, bshape, bt)
+    res = np.empty(bshape + (M, N), F32) if out is None else out
+    r = gemm(x3, y3, res.reshape(bt, M, N))
+    if r is None or not np.shares_memory(r, res):
+        return None
+    return res
+
+
+def _stack(a, bshape, bt):
+    """``a`` broadcast to ``bshape`` batch dims as a 3-D view (a copy if it cannot be)."""
+    a = np.broadcast_to(a, bshape + a.shape[-2:])
+    v = a.view()
+    try:
+        v.shape = (bt,) + a.shape[-2:]
+    except AttributeError:
+        v = np.ascontiguousarray(a).reshape((bt,) + a.shape[-2:])
+    return v

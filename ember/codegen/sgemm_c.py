@@ -1,0 +1,341 @@
+"""C text of Ember's float32 GEMM (:mod:`.sgemm`): ``C = alpha * A @ B + beta * C``.
+
+GotoBLAS/BLIS structure, row-major view: for each ``NC`` block of columns, each ``KC``
+block of ``k``, B's block is packed into panels ``KC x NR`` (``NR`` = ``NV`` vectors, zero
+past ``N``); for each ``MC`` block of rows a micro-kernel multiplies ``MR`` rows of A
+(broadcast one element at a time) by a packed panel of B (vector loads) into ``MR x NV``
+vector registers, then adds the tile into C. A with a unit ``k`` stride (row-major, the
+common case) is read in place through ``MR`` row pointers, no copy; any other A is packed
+into ``KC x MR`` panels (``k`` major). B's packing reads any strides: rows (``memcpy``),
+columns (8 x 8 AVX transposes on x86, a scalar loop elsewhere) or general.
+
+Summation order: each element of C is ``alpha * (one FMA chain over k in order within a
+KC block) + beta * C`` for the first block, then ``C + alpha * chain`` for each further
+block, in block order. Threads split the columns (or rows) in whole panels and every
+panel boundary is the same for any split, so results are bitwise the same for any thread
+count (tile edges go through the same vector operations on a copy).
+
+Variants, one library (functions carry ``__attribute__((target(...)))``), picked at run
+time by :c:func:`ember_sgemm_isas` (``__builtin_cpu_supports``):
+
+===========  ==========================  ====  ====================  ======================
+variant      vector (VL floats)          MR    NR (NV vectors)       accumulators
+===========  ==========================  ====  ====================  ======================
+``avx512``   ``__m512`` (16)             6     64 (4)                24 zmm
+``avx2``     ``__m256`` + FMA (8)        6     16 (2)                12 ymm
+``generic``  GNU C ``vector_size(32)``   4     16 (2)                8 (SSE pairs baseline)
+===========  ==========================  ====  ====================  ======================
+
+Entry point ``ember_sgemm_f32(char **p, const int64_t *g, int64_t nthreads)``: ``p = [A,
+B, C, ab]`` (``ab``: ``float[2] = {alpha, beta}``), ``g`` as the ``G_*`` enum below
+(strides in elements; C's column stride is 1; ``split`` 1 = threads split N, 0 = M).
+``beta == 0`` never reads C (NaN there does not propagate), as BLAS.
+"""
+from __future__ import annotations
+
+from .prelude import C_HEAD
+
+#: per isa code (1 generic, 2 avx2, 3 avx512): (MR, NR)
+TILES = {1: (4, 16), 2: (6, 16), 3: (6, 64)}
+#: cache blocking (elements): KC rows of k per packed block, MC rows of A, NC columns of B
+KC, MC, NC = 256, 96, 1024
+
+_HEAD = r"""
+#include <stdlib.h>
+#include <string.h>
+#if defined(__x86_64__) || defined(__i386__)
+#define EMBER_X86 1
+#include <immintrin.h>
+#endif
+#if defined(__GNUC__) && !defined(__clang__)
+#pragma GCC diagnostic ignored "-Wpsabi"
+#endif
+
+enum { G_M, G_N, G_K, G_BT, G_ISA, G_SPLIT, G_SAB, G_SAM, G_SAK, G_SBB, G_SBK, G_SBN,
+       G_SCB, G_SCM, G_KC, G_MC, G_NC };
+#define MIN(a, b) ((a) < (b) ? (a) : (b))
+
+int64_t ember_sgemm_isas(void) {
+    int64_t m = 1;
+#ifdef EMBER_X86
+    __builtin_cpu_init();
+    if (__builtin_cpu_supports("avx2") && __builtin_cpu_supports("fma")) m |= 2;
+    if (__builtin_cpu_supports("avx512f")) m |= 4;
+#endif
+    return m;
+}
+
+/* this thread's packing space (64-byte aligned, kept: the pool's threads live on) */
+static __thread float *tls_buf = 0;
+static __thread size_t tls_cap = 0;
+static float *scratch(size_t n) {
+    if (n > tls_cap) {
+        free(tls_buf);
+        tls_buf = 0;
+        tls_cap = 0;
+        void *p = 0;
+        if (posix_memalign(&p, 64, n * sizeof(float)) != 0) return 0;
+        tls_buf = (float *)p;
+        tls_cap = n;
+    }
+    return tls_buf;
+}
+
+/* A[m0 + r, k0 + k] for r < mc, k < kc into panels of MR rows: panel i, k, r at
+   dst[(i * kc + k) * MR + r]; zero past mc */
+static void pack_a(const float *a, int64_t sam, int64_t sak, int64_t mc, int64_t kc,
+                   int64_t MR, float *dst) {
+    for (int64_t i0 = 0; i0 < mc; i0 += MR) {
+        const int64_t nr = MIN(MR, mc - i0);
+        float *d = dst + i0 * kc;
+        const float *s = a + i0 * sam;
+        if (sam == 1) {
+            for (int64_t k = 0; k < kc; k++) {
+                memcpy(d + k * MR, s + k * sak, (size_t)nr * sizeof(float));
+                for (int64_t r = nr; r < MR; r++) d[k * MR + r] = 0.0f;
+            }
+        } else {
+            for (int64_t r = 0; r < MR; r++)
+                for (int64_t k = 0; k < kc; k++)
+                    d[k * MR + r] = r < nr ? s[r * sam + k * sak] : 0.0f;
+        }
+    }
+}
+
+/* scalar transposing copy: dst[k * NR + j] = b[j * sbn + k * sbk] for j < nj, k < kc */
+static void pack_b_gen(const float *b, int64_t sbk, int64_t sbn, int64_t kc, int64_t j0,
+                       int64_t nj, int64_t NR, float *dst) {
+    for (int64_t j = j0; j < nj; j++)
+        for (int64_t k = 0; k < kc; k++) dst[k * NR + j] = b[j * sbn + k * sbk];
+}
+
+#ifdef EMBER_X86
+/* b's columns j0..j0+8 (unit k stride, column stride sbn), k0..k0+8 -> 8 rows of dst */
+__attribute__((target("avx2"))) static inline void tr8(const float *b, int64_t sbn,
+                                                       float *dst, int64_t NR) {
+    __m256 r0 = _mm256_loadu_ps(b), r1 = _mm256_loadu_ps(b + sbn),
+        r2 = _mm256_loadu_ps(b + 2 * sbn), r3 = _mm256_loadu_ps(b + 3 * sbn),
+        r4 = _mm256_loadu_ps(b + 4 * sbn), r5 = _mm256_loadu_ps(b + 5 * sbn),
+        r6 = _mm256_loadu_ps(b + 6 * sbn), r7 = _mm256_loadu_ps(b + 7 * sbn);
+    __m256 t0 = _mm256_unpacklo_ps(r0, r1), t1 = _mm256_unpackhi_ps(r0, r1),
+        t2 = _mm256_unpacklo_ps(r2, r3), t3 = _mm256_unpackhi_ps(r2, r3),
+        t4 = _mm256_unpacklo_ps(r4, r5), t5 = _mm256_unpackhi_ps(r4, r5),
+        t6 = _mm256_unpacklo_ps(r6, r7), t7 = _mm256_unpackhi_ps(r6, r7);
+    __m256 u0 = _mm256_shuffle_ps(t0, t2, 0x44), u1 = _mm256_shuffle_ps(t0, t2, 0xEE),
+        u2 = _mm256_shuffle_ps(t1, t3, 0x44), u3 = _mm256_shuffle_ps(t1, t3, 0xEE),
+        u4 = _mm256_shuffle_ps(t4, t6, 0x44), u5 = _mm256_shuffle_ps(t4, t6, 0xEE),
+        u6 = _mm256_shuffle_ps(t5, t7, 0x44), u7 = _mm256_shuffle_ps(t5, t7, 0xEE);
+    _mm256_storeu_ps(dst + 0 * NR, _mm256_permute2f128_ps(u0, u4, 0x20));
+    _mm256_storeu_ps(dst + 1 * NR, _mm256_permute2f128_ps(u1, u5, 0x20));
+    _mm256_storeu_ps(dst + 2 * NR, _mm256_permute2f128_ps(u2, u6, 0x20));
+    _mm256_storeu_ps(dst + 3 * NR, _mm256_permute2f128_ps(u3, u7, 0x20));
+    _mm256_storeu_ps(dst + 4 * NR, _mm256_permute2f128_ps(u0, u4, 0x31));
+    _mm256_storeu_ps(dst + 5 * NR, _mm256_permute2f128_ps(u1, u5, 0x31));
+    _mm256_storeu_ps(dst + 6 * NR, _mm256_permute2f128_ps(u2, u6, 0x31));
+    _mm256_storeu_ps(dst + 7 * NR, _mm256_permute2f128_ps(u3, u7, 0x31));
+}
+
+__attribute__((target("avx2"))) static void pack_b_cols(const float *b, int64_t sbn,
+        int64_t kc, int64_t nj, int64_t NR, float *dst) {
+    const int64_t j8 = nj / 8 * 8, k8 = kc / 8 * 8;
+    for (int64_t j = 0; j < j8; j += 8)
+        for (int64_t k = 0; k < k8; k += 8) tr8(b + j * sbn + k, sbn, dst + k * NR + j, NR);
+    if (k8 < kc) pack_b_gen(b + k8, 1, sbn, kc - k8, 0, j8, NR, dst + k8 * NR);
+    pack_b_gen(b, 1, sbn, kc, j8, nj, NR, dst);
+}
+#endif
+
+/* B[k0 + k, n0 + j] for k < kc, j < nc into panels of NR columns: panel p, k, j at
+   dst[(p * kc + k) * NR + j]; zero past nc. x86: whether the 8x8 transposes may run. */
+static void pack_b(const float *b, int64_t sbk, int64_t sbn, int64_t kc, int64_t nc,
+                   int64_t NR, int x86, float *dst) {
+    for (int64_t j0 = 0; j0 < nc; j0 += NR) {
+        const int64_t nj = MIN(NR, nc - j0);
+        float *d = dst + j0 * kc;
+        const float *s = b + j0 * sbn;
+        if (sbn == 1) {
+            for (int64_t k = 0; k < kc; k++) memcpy(d + k * NR, s + k * sbk,
+                                                    (size_t)nj * sizeof(float));
+        } else {
+#ifdef EMBER_X86
+            if (x86 && sbk == 1) pack_b_cols(s, sbn, kc, nj, NR, d);
+            else
+#endif
+            pack_b_gen(s, sbk, sbn, kc, 0, nj, NR, d);
+        }
+        if (nj < NR)
+            for (int64_t k = 0; k < kc; k++)
+                for (int64_t j = nj; j < NR; j++) d[k * NR + j] = 0.0f;
+    }
+    (void)x86;
+}
+
+/* generic: GNU C vectors of 8 floats */
+typedef float v8g __attribute__((vector_size(32)));
+static inline v8g ld_g(const float *p) { v8g v; memcpy(&v, p, sizeof v); return v; }
+static inline void st_g(float *p, v8g v) { memcpy(p, &v, sizeof v); }
+static inline v8g set1_g(float s) { return (v8g){s, s, s, s, s, s, s, s}; }
+"""
+
+# One copy per variant: @S@ names it; the macros before it are its operations.
+_VARIANT = r"""
+#define NRV (NV * VLV)
+
+/* acc[r][v] = sum over k < kc of A[r][k] * B[k][v-th vector], one FMA chain per element
+   in k order; A's row r at ar[r], its k-th element at ar[r][k * ska] */
+TGT static inline __attribute__((always_inline)) void mk_@S@(
+        const float *const *ar, const int64_t ska, const float *b, int64_t kc,
+        V acc[MRV][NV]) {
+    for (int r = 0; r < MRV; r++)
+        for (int v = 0; v < NV; v++) acc[r][v] = ZERO;
+    for (int64_t k = 0; k < kc; k++) {
+        const float *bk = b + k * NRV;
+        V bv[NV];
+        for (int v = 0; v < NV; v++) bv[v] = LD(bk + v * VLV);
+        for (int r = 0; r < MRV; r++) {
+            const V a = SET1(ar[r][k * ska]);
+            for (int v = 0; v < NV; v++) acc[r][v] = FMA(a, bv[v], acc[r][v]);
+        }
+    }
+}
+
+/* c[v] = alpha * acc + beta * c (mode 0: alpha * acc; 1: c + alpha * acc) */
+TGT static inline __attribute__((always_inline)) V upd_@S@(V acc, const float *c, int mode,
+                                                           int unit, V al, V be) {
+    const V t = unit ? acc : MUL(al, acc);
+    return mode == 0 ? t : mode == 1 ? ADD(LD(c), t) : ADD(MUL(be, LD(c)), t);
+}
+
+/* one MR x NR tile into C (rows < mr, columns < nr stored) */
+TGT static void tile_@S@(const float *const *ar, int64_t ska, const float *b, int64_t kc,
+                         float *c, int64_t ldc, int64_t mr, int64_t nr, float alpha,
+                         float beta, int mode) {
+    V acc[MRV][NV];
+    if (ska == 1) mk_@S@(ar, 1, b, kc, acc);
+    else mk_@S@(ar, MRV, b, kc, acc);
+    const V al = SET1(alpha), be = SET1(beta);
+    const int unit = alpha == 1.0f;
+    for (int r = 0; r < mr; r++) {
+        float *cr = c + r * ldc;
+        if (nr == NRV) {
+            for (int v = 0; v < NV; v++)
+                ST(cr + v * VLV, upd_@S@(acc[r][v], cr + v * VLV, mode, unit, al, be));
+            continue;
+        }
+        float tile[NRV] __attribute__((aligned(64))) = {0};
+        if (mode) memcpy(tile, cr, (size_t)nr * sizeof(float));
+        for (int v = 0; v < NV; v++)
+            ST(tile + v * VLV, upd_@S@(acc[r][v], tile + v * VLV, mode, unit, al, be));
+        memcpy(cr, tile, (size_t)nr * sizeof(float));
+    }
+}
+
+/* C[m0:m1, n0:n1] of one matrix of the batch */
+TGT static void range_@S@(const float *a, const float *b, float *c, const int64_t *g,
+                          int64_t m0, int64_t m1, int64_t n0, int64_t n1, float alpha,
+                          float beta, float *bp, float *ap) {
+    const int64_t K = g[G_K], sam = g[G_SAM], sak = g[G_SAK], sbk = g[G_SBK],
+        sbn = g[G_SBN], ldc = g[G_SCM], KCb = g[G_KC], MCb = g[G_MC], NCb = g[G_NC];
+    const int direct = sak == 1;
+    for (int64_t jc = n0; jc < n1; jc += NCb) {
+        const int64_t nc = MIN(NCb, n1 - jc);
+        for (int64_t pc = 0; pc < K; pc += KCb) {
+            const int64_t kc = MIN(KCb, K - pc);
+            const int mode = pc ? 1 : beta == 0.0f ? 0 : beta == 1.0f ? 1 : 2;
+            pack_b(b + pc * sbk + jc * sbn, sbk, sbn, kc, nc, NRV, X86, bp);
+            for (int64_t ic = m0; ic < m1; ic += MCb) {
+                const int64_t mc = MIN(MCb, m1 - ic);
+                if (!direct) pack_a(a + ic * sam + pc * sak, sam, sak, mc, kc, MRV, ap);
+                for (int64_t jr = 0; jr < nc; jr += NRV) {
+                    const int64_t nr = MIN(NRV, nc - jr);
+                    for (int64_t ir = 0; ir < mc; ir += MRV) {
+                        const int64_t mr = MIN(MRV, mc - ir);
+                        const float *ar[MRV];
+                        for (int r = 0; r < MRV; r++) {
+                            const int64_t rr = r < mr ? r : mr - 1;   /* repeat, unstored */
+                            ar[r] = direct ? a + (ic + ir + rr) * sam + pc
+                                           : ap + ir * kc + r;
+                        }
+                        tile_@S@(ar, direct ? 1 : MRV, bp + jr * kc, kc,
+                                 c + (ic + ir) * ldc + jc + jr, ldc, mr, nr, alpha, beta,
+                                 mode);
+                    }
+                }
+            }
+        }
+    }
+}
+
+/* the pool's chunk [lo, hi) of panels (of NR columns, or MR rows) over all matrices */
+TGT static void run_@S@(char **p, const int64_t *g, const int64_t *st, int64_t lo,
+                        int64_t hi) {
+    (void)st;
+    const int64_t M = g[G_M], N = g[G_N], split = g[G_SPLIT];
+    const float *ab = (const float *)p[3];
+    const int64_t m0 = split ? 0 : lo * MRV, m1 = split ? M : MIN(hi * MRV, M),
+        n0 = split ? lo * NRV : 0, n1 = split ? MIN(hi * NRV, N) : N;
+    const int64_t nb = (MIN(g[G_NC], N) + NRV - 1) / NRV * NRV * g[G_KC];
+    float *bp = scratch((size_t)(nb + g[G_MC] * g[G_KC] + MRV * g[G_KC]));
+    if (!bp) return;
+    for (int64_t t = 0; t < g[G_BT]; t++)
+        range_@S@((const float *)p[0] + t * g[G_SAB], (const float *)p[1] + t * g[G_SBB],
+                  (float *)p[2] + t * g[G_SCB], g, m0, m1, n0, n1, ab[0], ab[1], bp,
+                  bp + nb);
+}
+#undef NRV
+"""
+
+_OPS = {
+    "generic": dict(
+        V="v8g", VLV="8", MRV="4", NV="2", TGT="", X86="0", LD="ld_g", ST="st_g",
+        SET1="set1_g", ADD="(a) + (b)", MUL="(a) * (b)", FMA="(a) * (b) + (c)",
+        ZERO="set1_g(0.0f)"),
+    "avx2": dict(
+        V="__m256", VLV="8", MRV="6", NV="2", TGT='__attribute__((target("avx2,fma")))',
+        X86="1", LD="_mm256_loadu_ps", ST="_mm256_storeu_ps", SET1="_mm256_set1_ps",
+        ADD="_mm256_add_ps(a, b)", MUL="_mm256_mul_ps(a, b)",
+        FMA="_mm256_fmadd_ps(a, b, c)", ZERO="_mm256_setzero_ps()"),
+    "avx512": dict(
+        V="__m512", VLV="16", MRV="6", NV="4", TGT='__attribute__((target("avx512f")))',
+        X86="1", LD="_mm512_loadu_ps", ST="_mm512_storeu_ps", SET1="_mm512_set1_ps",
+        ADD="_mm512_add_ps(a, b)", MUL="_mm512_mul_ps(a, b)",
+        FMA="_mm512_fmadd_ps(a, b, c)", ZERO="_mm512_setzero_ps()"),
+}
+_ARGS = {"ADD": "(a, b)", "MUL": "(a, b)", "FMA": "(a, b, c)"}
+
+_TAIL = r"""
+#ifdef EMBER_X86
+#define X86_ONLY(f) f
+#else
+#define X86_ONLY(f) 0
+#endif
+static const ember_run_fn RUN[4] = {0, run_generic, X86_ONLY(run_avx2), X86_ONLY(run_avx512)};
+static const int64_t MRS[4] = {0, 4, 6, 6}, NRS[4] = {0, 16, 16, 64};
+
+void ember_sgemm_f32(char **p, const int64_t *g, int64_t nt) {
+    int64_t isa = g[G_ISA];
+    if (!isa) {
+        const int64_t m = ember_sgemm_isas();
+        isa = (m & 4) && RUN[3] ? 3 : (m & 2) && RUN[2] ? 2 : 1;
+    }
+    const int64_t work = g[G_SPLIT] ? (g[G_N] + NRS[isa] - 1) / NRS[isa]
+                                    : (g[G_M] + MRS[isa] - 1) / MRS[isa];
+    if (nt > 1 && work > 1 && ember_parallel_hook)
+        ember_parallel_hook(RUN[isa], p, g, g, work, 1, nt);
+    else
+        RUN[isa](p, g, g, 0, work);
+}
+"""
+
+
+def _variant(name: str) -> str:
+    ops = _OPS[name]
+    defs = "".join(f"#define {k}{_ARGS.get(k, '')} {v}\n" for k, v in ops.items())
+    undefs = "".join(f"#undef {k}\n" for k in ops)
+    text = defs + _VARIANT.replace("@S@", name) + undefs
+    return text if name == "generic" else "#ifdef EMBER_X86\n" + text + "#endif\n"
+
+
+def source() -> str:
+    """The C source of the GEMM (all variants)."""
+    return C_HEAD + _HEAD + "".join(_variant(n) for n in _OPS) + _TAIL
