@@ -16,6 +16,7 @@ from .movement import apply_slices, reshape_p
 from . import batching_rules as _vb
 from .registry import defop
 from .dispatch import autocast_entry
+from .unbind_node import fast_unbind
 
 __all__ = ['cat', 'concat', 'concatenate', 'stack', 'hstack', 'vstack', 'narrow', 'select',
            'unbind', 'split', 'chunk', 'tensor_split', 'flip', 'fliplr', 'flipud', 'roll',
@@ -40,6 +41,17 @@ def _cat_jvp(tangents, out, *inputs, dim):
     return _apply(cat_p, tuple(t.to(out.dtype) for t in ts), {"dim": dim})
 
 
+def _cat_kernel(xp, xs, dim):
+    # NOTE: C order like PyTorch's cat of non-channels-last inputs; NumPy's concatenate
+    # would copy the layout of permuted inputs (unbind's stacked gradient relies on this).
+    x0 = xs[0]
+    if x0.ndim < 2 or all(x.flags.c_contiguous for x in xs):
+        return xp.concatenate(xs, axis=dim)
+    dt = xp.result_type(*xs)
+    out = xp.empty(_cat_shape(*(x.shape for x in xs), dim=dim), dtype=dt)
+    return xp.concatenate(xs, axis=dim, out=out)
+
+
 def _cat_shape(*shapes, dim):
     s = list(shapes[0])
     s[dim] = sum(x[dim] for x in shapes)
@@ -49,7 +61,7 @@ def _cat_shape(*shapes, dim):
 cat_p = defop(
     "cat", nin=-1, params={"dim": 0}, dtype="promote", save=None,
     batch="materialize_dim",
-    kernel=lambda xp, *xs, dim: xp.concatenate(xs, axis=dim),
+    kernel=lambda xp, *xs, dim: _cat_kernel(xp, xs, dim),
     shape=_cat_shape, vjp=_cat_vjp, jvp=_cat_jvp)
 
 flip_p = defop(
@@ -191,8 +203,18 @@ def select(input, dim, index):
 
 
 def unbind(input, dim=0):
-    """All slices along ``dim`` as a tuple of views (``torch.unbind``)."""
+    """All slices along ``dim`` as a tuple of views (``torch.unbind``).
+
+    Eager calls record one node whose backward stacks the gradients (``unbind_node.py``);
+    under a dispatch mode or forward AD it is one ``select`` per slice.
+
+    Example:
+        >>> a, b = ember.tensor([[1, 2], [3, 4]]).unbind(1)   # [1, 3] and [2, 4]
+    """
     d = wrap_dim(dim, input.ndim, "unbind")
+    r = fast_unbind(input, d)
+    if r is not None:
+        return r
     return tuple(select(input, d, i) for i in range(input._data.shape[d]))
 
 
