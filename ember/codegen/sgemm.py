@@ -26,10 +26,13 @@ import os
 
 import numpy as np
 
+from . import launch
 from . import pool as _pool
 from .runtime import num_threads
 from .sgemm_c import KC, MC, NC, TILES, source
 from .toolchain import find_compiler
+
+_ITEMS_OFF, _DATA_OFF = launch.ITEMS_OFF, launch.DATA_OFF
 
 F32 = np.dtype(np.float32)
 ISAS = {"generic": 1, "avx2": 2, "avx512": 3}
@@ -39,11 +42,14 @@ ISAS = {"generic": 1, "avx2": 2, "avx512": 3}
 mode = {"0": "off"}.get(os.environ.get("EMBER_SGEMM", "auto"),
                         os.environ.get("EMBER_SGEMM", "auto"))
 
+#: read a transposed A (unit row stride) in place instead of packing it
+COLS = 1
+
 #: multiply-adds (M * N * K, all matrices) from which the pool's threads split the work
 PARALLEL_MIN = 1 << 21
 
 _state: dict = {}
-_GEOM, _PTRS = ctypes.c_int64 * 17, ctypes.c_void_p * 4
+_GEOM, _PTRS = ctypes.c_int64 * 18, ctypes.c_void_p * 4
 
 
 def _lib():
@@ -58,6 +64,10 @@ def _lib():
                 lib.ember_sgemm_isas.argtypes = []
                 _state["isas"] = int(lib.ember_sgemm_isas())
                 _state["lib"], _state["fn"] = lib, fns["sgemm_f32"]
+                if launch.raw() is not None:     # one ctypes call, no per-array work
+                    _state["launch"] = launch.raw()
+                    _state["fast"] = ctypes.cast(lib.ember_sgemm_f32_fast,
+                                                 ctypes.c_void_p).value
     return _state["fn"]
 
 
@@ -130,41 +140,72 @@ def gemm(a, b, c=None, alpha: float = 1.0, beta: float = 0.0, variant=None,
     if K == 0:
         c[...] = 0 if beta == 0 else beta * c
         return c
-    sa, sb = _strides(a), _strides(b)
-    if sa is None:
-        a = np.ascontiguousarray(a)
-        sa = _strides(a)
-    if sb is None:
-        b = np.ascontiguousarray(b)
-        sb = _strides(b)
-    sc = _strides(c)
-    if a.ndim == 2:
-        sa, sb, sc = (0,) + sa, (0,) + sb, (0,) + sc
-    mr, nr = TILES[isa]
-    direct = sa[2] == 1 or K == 1
-    split_n = -(-N // nr) >= 2 and (direct or M <= N or -(-M // mr) < 2)
     if nthreads is None:
         nthreads = num_threads() if bt * M * N * K >= PARALLEL_MIN else 1
-    ab = np.array([alpha, beta], F32)
-    g = _GEOM(M, N, K, bt, isa, split_n, sa[0], sa[1], 1 if K == 1 else sa[2],
-              sb[0], sb[1], 1 if N == 1 else sb[2], sc[0], sc[1], KC, MC, NC)
-    ptrs = _PTRS(a.ctypes.data, b.ctypes.data, c.ctypes.data, ab.ctypes.data)
-    _state["fn"](ptrs, g, nthreads)
+    key = (isa, a.shape, a.strides, b.shape, b.strides, c.strides, nthreads, KC, MC, NC,
+           COLS)
+    g = _plans.get(key)
+    if g is None:
+        if _strides(a) is None or _strides(b) is None:     # not whole elements: copy
+            a, b = np.ascontiguousarray(a), np.ascontiguousarray(b)
+            return gemm(a, b, c, alpha, beta, variant, nthreads)
+        g = _plan(isa, a, b, c, M, N, K, bt)
+        if len(_plans) > 512:
+            _plans.clear()
+        _plans[key] = g
+    ab = _AB.get((alpha, beta))
+    if ab is None:
+        ab = np.array([alpha, beta], F32)
+    run = _state.get("launch")
+    if run is not None:
+        run(_state["fast"], (a, b, c, ab), g, g, nthreads, 4, _ITEMS_OFF, _DATA_OFF)
+    else:
+        ptrs = _PTRS(a.ctypes.data, b.ctypes.data, c.ctypes.data, ab.ctypes.data)
+        _state["fn"](ptrs, g, nthreads)
     return c
 
 
-def worth(M: int, K: int, N: int) -> bool:
-    """Whether :func:`matmul` runs this GEMM instead of OpenBLAS (the measured rule)."""
-    return M * N * K >= MIN_MACS and N >= MIN_N and M >= MIN_M
+_plans: dict = {}
+_AB = {(1.0, 0.0): np.array([1, 0], F32), (1.0, 1.0): np.array([1, 1], F32)}
 
 
-#: the size rule of :func:`worth` (see bench/RESULTS.md, "Issue 19 — float32 GEMM")
-MIN_MACS, MIN_N, MIN_M = 1 << 18, 32, 8
+def _plan(isa, a, b, c, M, N, K, bt):
+    """The kernel's geometry for these operands' shapes and strides."""
+    sa, sb, sc = _strides(a), _strides(b), _strides(c)
+    if a.ndim == 2:
+        sa, sb, sc = (0,) + sa, (0,) + sb, (0,) + sc
+    mr, nr = TILES[isa]
+    direct = sa[2] == 1 or K == 1 or (COLS and sa[1] == 1)
+    split_n = -(-N // nr) >= 2 and (direct or M <= N or -(-M // mr) < 2)
+    return _GEOM(M, N, K, bt, isa, split_n, sa[0], sa[1], 1 if K == 1 else sa[2],
+                 sb[0], sb[1], 1 if N == 1 else sb[2], sc[0], sc[1], KC, MC, NC, COLS)
+
+
+def worth(M: int, K: int, N: int, b_rows: bool = True) -> bool:
+    """Whether :func:`matmul` runs this GEMM instead of OpenBLAS: the size rule measured
+    on this machine (one thread, CPU time: bench/gemm.py and the sweep in bench/RESULTS.md
+    "Issue 19 — float32 GEMM"). Faster from ``N >= 64`` and ``2^20``
+    multiply-adds (W1's 128x784x512 products 0.87-0.96x OpenBLAS, W3's and the LSTM's
+    1024-row products 0.86-0.97x), slower below: ``N = 10``/16/32 (a 64-wide panel mostly
+    padding: 2-2.6x), 64^3 and 128x64x64 (fixed costs: 1.5-1.7x). With ``B`` row-major
+    (``b_rows``) and few rows (``M < 64``) packing all of B costs more than OpenBLAS's
+    own path (32x128x512: 1.11x), while a transposed B is still faster (0.76x).
+    """
+    return N >= MIN_N and M * N * K >= MIN_MACS and (M >= MIN_M_ROWS_B or not b_rows)
+
+
+#: the size rule of :func:`worth`
+MIN_MACS, MIN_N, MIN_M_ROWS_B = 1 << 20, 64, 64
+
+
+def _b_rows(y) -> bool:
+    return y.shape[-1] <= 1 or y.strides[-1] == 4
 
 
 def matmul(x, y, out=None):
     """``x @ y`` for float32 arrays (NumPy's ``matmul`` shapes with at least two dims
-    each), or None where OpenBLAS should run (:func:`worth`, :data:`mode`, dtypes).
+    each), or None where OpenBLAS should run (:func:`worth`, :data:`mode`, dtypes, an
+    ``out`` that is not C-contiguous).
 
     Example:
         >>> r = matmul(x, w.T)
@@ -177,30 +218,35 @@ def matmul(x, y, out=None):
     N = y.shape[-1]
     if y.shape[-2] != K:
         return None
-    if x.ndim > 2 and y.ndim == 2:
+    if y.ndim == 2:
+        rows = M
+        for d in x.shape[:-2]:
+            rows *= d
+        if not worth(rows, K, N, _b_rows(y)):
+            return None
+        if x.ndim == 2:
+            return gemm(x, y, out)
         x2 = x.view()
         try:                                    # fold x's batch into rows: one 2-D GEMM
-            x2.shape = (-1, K)
+            x2.shape = (rows, K)
         except AttributeError:
             x2 = None
         if x2 is not None:
-            if not worth(x2.shape[0], K, N):
+            res = np.empty(x.shape[:-1] + (N,), F32) if out is None else out
+            if res.shape != x.shape[:-1] + (N,):
                 return None
-            r = gemm(x2, y, None if out is None else out.reshape(x2.shape[0], N))
-            return None if r is None else (out if out is not None else
-                                           r.reshape(x.shape[:-1] + (N,)))
-    if x.ndim == 2 and y.ndim == 2:
-        return gemm(x, y, out) if worth(M, K, N) else None
-    if not worth(M, K, N):
+            return res if gemm(x2, y, res.reshape(rows, N)) is not None else None
+    if not worth(M, K, N, _b_rows(y)):
         return None
     bshape = np.broadcast_shapes(x.shape[:-2], y.shape[:-2])
-    bt = int(np.prod(bshape, dtype=np.int64))
-    x3, y3 = _stack(x, bshape, bt), _stack(y, bshape, bt)
+    bt = 1
+    for d in bshape:
+        bt *= d
     res = np.empty(bshape + (M, N), F32) if out is None else out
-    r = gemm(x3, y3, res.reshape(bt, M, N))
-    if r is None or not np.shares_memory(r, res):
+    if res.shape != bshape + (M, N):
         return None
-    return res
+    r = gemm(_stack(x, bshape, bt), _stack(y, bshape, bt), res.reshape(bt, M, N))
+    return None if r is None else res
 
 
 def _stack(a, bshape, bt):

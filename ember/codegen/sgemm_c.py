@@ -52,7 +52,7 @@ _HEAD = r"""
 #endif
 
 enum { G_M, G_N, G_K, G_BT, G_ISA, G_SPLIT, G_SAB, G_SAM, G_SAK, G_SBB, G_SBK, G_SBN,
-       G_SCB, G_SCM, G_KC, G_MC, G_NC };
+       G_SCB, G_SCM, G_KC, G_MC, G_NC, G_COLS };
 #define MIN(a, b) ((a) < (b) ? (a) : (b))
 
 int64_t ember_sgemm_isas(void) {
@@ -82,18 +82,17 @@ static float *scratch(size_t n) {
 }
 
 /* A[m0 + r, k0 + k] for r < mc, k < kc into panels of MR rows: panel i, k, r at
-   dst[(i * kc + k) * MR + r]; zero past mc */
-static void pack_a(const float *a, int64_t sam, int64_t sak, int64_t mc, int64_t kc,
-                   int64_t MR, float *dst) {
+   dst[(i * kc + k) * MR + r]; zero past mc (MR a constant where it is inlined) */
+static inline __attribute__((always_inline)) void pack_a(
+        const float *a, int64_t sam, int64_t sak, int64_t mc, int64_t kc, const int MR,
+        float *dst) {
     for (int64_t i0 = 0; i0 < mc; i0 += MR) {
         const int64_t nr = MIN(MR, mc - i0);
         float *d = dst + i0 * kc;
         const float *s = a + i0 * sam;
-        if (sam == 1) {
-            for (int64_t k = 0; k < kc; k++) {
-                memcpy(d + k * MR, s + k * sak, (size_t)nr * sizeof(float));
-                for (int64_t r = nr; r < MR; r++) d[k * MR + r] = 0.0f;
-            }
+        if (sam == 1 && nr == MR) {
+            for (int64_t k = 0; k < kc; k++)
+                for (int r = 0; r < MR; r++) d[k * MR + r] = s[k * sak + r];
         } else {
             for (int64_t r = 0; r < MR; r++)
                 for (int64_t k = 0; k < kc; k++)
@@ -212,7 +211,8 @@ TGT static void tile_@S@(const float *const *ar, int64_t ska, const float *b, in
                          float beta, int mode) {
     V acc[MRV][NV];
     if (ska == 1) mk_@S@(ar, 1, b, kc, acc);
-    else mk_@S@(ar, MRV, b, kc, acc);
+    else if (ska == MRV) mk_@S@(ar, MRV, b, kc, acc);
+    else mk_@S@(ar, ska, b, kc, acc);
     const V al = SET1(alpha), be = SET1(beta);
     const int unit = alpha == 1.0f;
     for (int r = 0; r < mr; r++) {
@@ -230,13 +230,20 @@ TGT static void tile_@S@(const float *const *ar, int64_t ska, const float *b, in
     }
 }
 
+TGT static void packa_@S@(const float *a, int64_t sam, int64_t sak, int64_t mc,
+                          int64_t kc, float *ap) {
+    pack_a(a, sam, sak, mc, kc, MRV, ap);
+}
+
 /* C[m0:m1, n0:n1] of one matrix of the batch */
 TGT static void range_@S@(const float *a, const float *b, float *c, const int64_t *g,
                           int64_t m0, int64_t m1, int64_t n0, int64_t n1, float alpha,
                           float beta, float *bp, float *ap) {
     const int64_t K = g[G_K], sam = g[G_SAM], sak = g[G_SAK], sbk = g[G_SBK],
         sbn = g[G_SBN], ldc = g[G_SCM], KCb = g[G_KC], MCb = g[G_MC], NCb = g[G_NC];
-    const int direct = sak == 1;
+    /* A read in place: rows (unit k stride) or, if g[G_COLS], columns (unit row stride) */
+    const int direct = sak == 1 || (g[G_COLS] && sam == 1);
+    const int64_t ska = sak == 1 ? 1 : direct ? sak : MRV;
     for (int64_t jc = n0; jc < n1; jc += NCb) {
         const int64_t nc = MIN(NCb, n1 - jc);
         for (int64_t pc = 0; pc < K; pc += KCb) {
@@ -245,7 +252,7 @@ TGT static void range_@S@(const float *a, const float *b, float *c, const int64_
             pack_b(b + pc * sbk + jc * sbn, sbk, sbn, kc, nc, NRV, X86, bp);
             for (int64_t ic = m0; ic < m1; ic += MCb) {
                 const int64_t mc = MIN(MCb, m1 - ic);
-                if (!direct) pack_a(a + ic * sam + pc * sak, sam, sak, mc, kc, MRV, ap);
+                if (!direct) packa_@S@(a + ic * sam + pc * sak, sam, sak, mc, kc, ap);
                 for (int64_t jr = 0; jr < nc; jr += NRV) {
                     const int64_t nr = MIN(NRV, nc - jr);
                     for (int64_t ir = 0; ir < mc; ir += MRV) {
@@ -253,10 +260,10 @@ TGT static void range_@S@(const float *a, const float *b, float *c, const int64_
                         const float *ar[MRV];
                         for (int r = 0; r < MRV; r++) {
                             const int64_t rr = r < mr ? r : mr - 1;   /* repeat, unstored */
-                            ar[r] = direct ? a + (ic + ir + rr) * sam + pc
+                            ar[r] = direct ? a + (ic + ir + rr) * sam + pc * sak
                                            : ap + ir * kc + r;
                         }
-                        tile_@S@(ar, direct ? 1 : MRV, bp + jr * kc, kc,
+                        tile_@S@(ar, ska, bp + jr * kc, kc,
                                  c + (ic + ir) * ldc + jc + jr, ldc, mr, nr, alpha, beta,
                                  mode);
                     }
@@ -310,7 +317,7 @@ _TAIL = r"""
 #define X86_ONLY(f) 0
 #endif
 static const ember_run_fn RUN[4] = {0, run_generic, X86_ONLY(run_avx2), X86_ONLY(run_avx512)};
-static const int64_t MRS[4] = {0, 4, 6, 6}, NRS[4] = {0, 16, 16, 64};
+static const int64_t MRS[4] = {0, @MRS@}, NRS[4] = {0, @NRS@};
 
 void ember_sgemm_f32(char **p, const int64_t *g, int64_t nt) {
     int64_t isa = g[G_ISA];
@@ -325,6 +332,12 @@ void ember_sgemm_f32(char **p, const int64_t *g, int64_t nt) {
     else
         RUN[isa](p, g, g, 0, work);
 }
+
+/* the same through codegen/launch.py's one-call launcher */
+void ember_sgemm_f32_fast(char **p, const int64_t *g, const int64_t *st, int64_t nt) {
+    (void)st;
+    ember_sgemm_f32(p, g, nt);
+}
 """
 
 
@@ -338,4 +351,6 @@ def _variant(name: str) -> str:
 
 def source() -> str:
     """The C source of the GEMM (all variants)."""
-    return C_HEAD + _HEAD + "".join(_variant(n) for n in _OPS) + _TAIL
+    tail = _TAIL.replace("@MRS@", ", ".join(str(TILES[i][0]) for i in (1, 2, 3))).replace(
+        "@NRS@", ", ".join(str(TILES[i][1]) for i in (1, 2, 3)))
+    return C_HEAD + _HEAD + "".join(_variant(n) for n in _OPS) + tail
