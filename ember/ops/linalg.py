@@ -9,6 +9,8 @@ from __future__ import annotations
 
 import math
 
+import numpy as _np
+
 from ..errors import DTypeError, ShapeError
 from ..tensor import Tensor
 from . import dispatch
@@ -86,6 +88,9 @@ def _matmul_shape(xs, ys):
     return batch + tuple(xs[-2:-1]) + tuple(ys[-1:] if len(ys) > 1 else ())
 
 
+_F32 = _np.dtype(_np.float32)
+
+
 def _matmul_kernel(xp, x, y, out=None):
     if is_lowp(x, y):
         from ..codegen import lowp_gemm     # NOTE: codegen sits above ops
@@ -97,6 +102,13 @@ def _matmul_kernel(xp, x, y, out=None):
         # to float32 (exact), one float32 BLAS call (float32 accumulation), round once.
         r = _matmul_kernel(xp, *lowp_pair_to_f32(x, y))
         return f32_to_lowp(r, x.dtype, out=out)
+    if x.dtype == _F32 and y.dtype == _F32 and xp is _np:
+        # NOTE: Ember's own float32 GEMM where measured faster than OpenBLAS
+        # (codegen/sgemm.py: worth(), its size rule); None elsewhere. Other bits than BLAS.
+        from ..codegen import sgemm     # NOTE: codegen sits above ops
+        r = sgemm.matmul(x, y, out=out)
+        if r is not None:
+            return r
     if out is not None:
         return xp.matmul(x, y, out=out)
     # NOTE: NumPy's stacked matmul runs its own non-BLAS loop when an operand is transposed
