@@ -82,9 +82,11 @@ def _isa(variant):
     return code if _state["isas"] >> (code - 1) & 1 else None
 
 
-def work_size(H: int) -> int:
-    """float32 elements of the packing space (either direction, any variant)."""
-    return 4 * H * (H + 4 * max(VL.values()))     # the backward's panels, padded
+def work_size(H: int, IN: int = 0) -> int:
+    """float32 elements of the packing space (either direction, any variant) for hidden
+    size ``H`` and input size ``IN``."""
+    v = max(VL.values())    # the panels, padded: forward (IN + H) x 4(H + v), backward
+    return 4 * (H + v) * (H + IN + 8 * v)    # 4H x (H + IN + 2 panels of 4v)
 
 
 def _call(name, arrays, geometry):
@@ -101,41 +103,45 @@ def _fits(*arrays) -> bool:
     return all(a.dtype == F32 and (a.shape[-1] <= 1 or a.strides[-1] == 4) for a in arrays)
 
 
-def lstm_forward(x, h0, c0, w, work, variant=None):
+def _c(a):
+    return np.ascontiguousarray(a, dtype=F32)
+
+
+def lstm_forward(x, h0, c0, w_ih, w_hh, b, work, variant=None):
     """``lstm_layer``'s output ``(L, N, 6H)`` for float32 operands, or None.
 
     Args:
-        x: ``(L, N, 4H)`` input projections (unit last stride).
+        x: ``(L, N, IN)`` layer input (any row strides, unit last stride).
         h0, c0: ``(N, H)`` (unit last stride).
-        w: ``(4H, H)`` recurrent weight.
-        work: float32 scratch of at least :func:`work_size` elements.
+        w_ih, w_hh, b: ``(4H, IN)``, ``(4H, H)`` weights and ``(4H,)`` bias.
+        work: float32 scratch of at least :func:`work_size` ``(H, IN)`` elements.
         variant: ``None`` (:data:`mode`), ``"auto"`` or a name of :data:`ISAS`.
 
     Returns:
         The output, or None where this path does not apply (see the module docstring).
     """
     isa = _isa(variant)
-    L, N, G = x.shape
-    if isa is None or not _fits(x, h0, c0) or min(L, N, G) == 0:
+    L, N, IN = x.shape
+    H = h0.shape[-1]
+    if isa is None or not _fits(x, h0, c0) or min(L, N, H) == 0:
         return None
-    H = G // 4
-    w = np.ascontiguousarray(w, dtype=F32)
     out = np.empty((L, N, 6 * H), dtype=F32)
-    _call("lstm_seq_fwd_f32", (x, h0, c0, work, out, w),
-          (L, N, H, isa, _rows(x), _rows(x[0]), _rows(h0), _rows(c0)))
+    _call("lstm_seq_fwd_f32", (x, h0, c0, work, out, _c(w_ih), _c(w_hh), _c(b)),
+          (L, N, H, isa, _rows(x), _rows(x[0]), _rows(h0), _rows(c0), IN))
     return out
 
 
-def lstm_backward(gout, out, c0, w, work, dg, dhr, dc, dh0, variant=None):
-    """BPTT of :func:`lstm_forward` into ``dg`` (L, N, 4H), ``dc`` and ``dh0`` (N, H).
+def lstm_backward(gout, out, c0, w_ih, w_hh, work, dg, dhr, dc, dh0, dx, variant=None):
+    """BPTT of :func:`lstm_forward` into ``dg`` (L, N, 4H), ``dc``, ``dh0`` (N, H) and
+    ``dx`` (L, N, IN); the weight and bias gradients are sums over ``dg`` (the caller's).
 
     Args:
         gout: ``(L, N, 6H)`` gradient of the output (unit last stride).
         out: the forward's output, contiguous.
         c0: ``(N, H)``.
-        w: ``(4H, H)``.
+        w_ih, w_hh: ``(4H, IN)``, ``(4H, H)``.
         work: float32 scratch of :func:`work_size` elements; ``dhr``: ``(N, H)`` scratch.
-        dg, dc, dh0: contiguous outputs (``dc`` ends as the gradient of ``c0``).
+        dg, dc, dh0, dx: contiguous outputs (``dc`` ends as the gradient of ``c0``).
         variant: as in :func:`lstm_forward`.
 
     Returns:
@@ -145,7 +151,6 @@ def lstm_backward(gout, out, c0, w, work, dg, dhr, dc, dh0, variant=None):
     L, N, S = out.shape
     if isa is None or not _fits(gout, out, c0) or min(L, N, S) == 0:
         return None
-    w = np.ascontiguousarray(w, dtype=F32)
-    _call("lstm_seq_bwd_f32", (gout, out, c0, work, dg, dhr, dc, dh0, w),
-          (L, N, S // 6, isa, _rows(gout), _rows(gout[0]), _rows(c0)))
+    _call("lstm_seq_bwd_f32", (gout, out, c0, work, dg, dhr, dc, dh0, _c(w_ih), _c(w_hh), dx),
+          (L, N, S // 6, isa, _rows(gout), _rows(gout[0]), _rows(c0), 0, dx.shape[-1]))
     return True

@@ -24,20 +24,23 @@ tail size; rows of a block past the last row repeat it (computed, never stored).
 
 Entry points (``ember_<name>(char **ptrs, const int64_t *g, int64_t nthreads)``):
 
-* ``lstm_seq_fwd_f32``: ``x`` (L, N, 4H), ``h0``, ``c0`` (N, H), ``work`` (packing
+* ``lstm_seq_fwd_f32``: ``x`` (L, N, IN), ``h0``, ``c0`` (N, H), ``work`` (packing
   space, :func:`ember.codegen.rnn_gemm.work_size`), ``out`` (L, N, 6H) contiguous =
-  ``[h | c | i f g o]``, ``w_hh`` (4H, H) contiguous; ``g = [L, N, H, isa, sxt, sxn,
-  sh0, sc0]`` (strides in elements, unit last strides). W_hh is packed ONCE per call so
-  that a panel's four vectors are the gates i, f, g, o of ``VL`` hidden units; the gate
-  nonlinearities and the state update are the GEMM's epilogue on the registers
-  (``ember_tanh_f32``'s operations on vectors; a partial panel's units go through the
-  scalar ``lstm_epi``).
+  ``[h | c | i f g o]``, ``w_ih`` (4H, IN), ``w_hh`` (4H, H), ``b`` (4H,) contiguous;
+  ``g = [L, N, H, isa, sxt, sxn, sh0, sc0, IN]`` (strides in elements, unit last strides).
+  The weights are packed ONCE per call, one panel holding the gates i, f, g, o of ``VL``
+  hidden units over ``K = IN + H`` rows (W_ih's, then W_hh's), so a step's pre-activations
+  ``x_t W_ihᵀ + h_{t-1} W_hhᵀ`` are one FMA chain over ``k`` (the input projection is the
+  same micro-kernel's work, no separate GEMM); the bias, the gate nonlinearities and the
+  state update are the GEMM's epilogue on the registers (``ember_tanh_f32``'s operations on
+  vectors; a partial panel's units go through the scalar ``lstm_epi``).
 * ``lstm_seq_bwd_f32``: ``gout`` (L, N, 6H), ``out`` (contiguous), ``c0``, ``work``
   -> ``dg`` (L, N, 4H) (the pre-activation gradients), scratch ``dhr`` (N, H),
-  ``dc`` (N, H: out, dL/dc0), ``dh0`` (N, H); then ``w_hh``; ``g = [L, N, H, isa, sgt,
-  sgn, sc0]``. Per step the local derivatives (the formulas of :mod:`.rnn_kernels`'
-  ``lstm_bwd``), then ``dG_t W_hh`` by the micro-kernel over K blocks of ``KC`` (the
-  blocks' partial sums added in block order).
+  ``dc`` (N, H: out, dL/dc0), ``dh0`` (N, H); then ``w_ih``, ``w_hh``, ``dx`` (L, N, IN)
+  contiguous; ``g = [L, N, H, isa, sgt, sgn, sc0, -, IN]``. Per step the local derivatives
+  (the formulas of :mod:`.rnn_kernels`' ``lstm_bwd``), then ``dG_t W_hh`` and ``dG_t W_ih``
+  by the micro-kernel over K blocks of ``KC`` (the blocks' partial sums added in block
+  order). The weight and bias gradients (sums over all steps) are the caller's.
 
 Batch rows never interact in an LSTM, so both loops split the rows between Ember's pool
 threads for the whole sequence (no barrier per step); results do not depend on the split.
@@ -64,7 +67,7 @@ _HEAD = r"""
 #pragma GCC diagnostic ignored "-Wpsabi"
 #endif
 
-enum { G_L, G_N, G_H, G_ISA, G_S0, G_S1, G_S2, G_S3 };
+enum { G_L, G_N, G_H, G_ISA, G_S0, G_S1, G_S2, G_S3, G_IN };
 #define KC 128
 #define MIN(a, b) ((a) < (b) ? (a) : (b))
 #define TANH_C 7.99881172180175781f
@@ -105,30 +108,37 @@ static void lstm_dloc(const float *a, const float *cp, const float *ct, const fl
     }
 }
 
-/* W_hh (4H, H) packed for the forward, panels of U units: panel p, row k, column q*U + u =
-   W[q*H + p*U + u][k] (gate q of hidden unit p*U + u; zero past H) */
-static void pack_fwd(const float *w, float *dst, int64_t H, int64_t U) {
+/* a weight W (4H, K) packed for the forward into rows [k0, k0 + K) of panels of KT rows
+   and U units: panel p, row k0 + k, column q*U + u = W[q*H + p*U + u][k] (gate q of hidden
+   unit p*U + u; zero past H). The forward packs W_ih at k0 = 0 and W_hh at k0 = IN. */
+static void pack_fwd(const float *w, int64_t K, int64_t k0, int64_t KT, float *dst, int64_t H,
+                     int64_t U) {
     const int64_t np = (H + U - 1) / U, NRv = 4 * U;
     for (int64_t p = 0; p < np; p++)
         for (int64_t c = 0; c < NRv; c++) {
             const int64_t q = c / U, j = p * U + c % U;
-            float *d = dst + p * H * NRv + c;
-            const float *src = w + (q * H + j) * H;
-            for (int64_t k = 0; k < H; k++) d[k * NRv] = j < H ? src[k] : 0.0f;
+            float *d = dst + (p * KT + k0) * NRv + c;
+            const float *src = w + (q * H + j) * K;
+            for (int64_t k = 0; k < K; k++) d[k * NRv] = j < H ? src[k] : 0.0f;
         }
 }
 
-/* W_hh packed for the backward (B = W_hh, K = 4H), panels of NRv columns:
-   panel p, row k, column c = W[k][p*NRv + c] (zero past H) */
-static void pack_bwd(const float *w, float *dst, int64_t H, int64_t NRv) {
-    const int64_t np = (H + NRv - 1) / NRv, K = 4 * H;
+/* a weight W (K = 4H rows, C columns) packed for the backward (B = W), panels of NRv
+   columns: panel p, row k, column c = W[k][p*NRv + c] (zero past C) */
+static void pack_bwd(const float *w, int64_t K, int64_t C, float *dst, int64_t NRv) {
+    const int64_t np = (C + NRv - 1) / NRv;
     for (int64_t p = 0; p < np; p++)
         for (int64_t k = 0; k < K; k++) {
             float *d = dst + (p * K + k) * NRv;
-            const int64_t j0 = p * NRv, n = MIN(NRv, H - j0);
-            memcpy(d, w + k * H + j0, (size_t)n * sizeof(float));
+            const int64_t j0 = p * NRv, n = MIN(NRv, C - j0);
+            memcpy(d, w + k * C + j0, (size_t)n * sizeof(float));
             for (int64_t c = n; c < NRv; c++) d[c] = 0.0f;
         }
+}
+
+/* float32 elements of one packed backward weight of C columns (K rows) */
+static inline int64_t bwd_packed(int64_t K, int64_t C, int64_t NRv) {
+    return (C + NRv - 1) / NRv * NRv * K;
 }
 
 int64_t ember_rnn_gemm_isas(void) {
@@ -186,10 +196,8 @@ TGT static inline V vsig_@S@(V x) {
 
 /* acc[r][v] = sum over k of A[r][k] * B[k][v-th vector] for r < rows (a constant where it
    is inlined), one FMA chain per element in k order */
-TGT static inline __attribute__((always_inline)) void mk_@S@(
+TGT static inline __attribute__((always_inline)) void mka_@S@(
         const int rows, const float *const *ar, const float *b, int64_t K, V acc[MRV][4]) {
-    for (int r = 0; r < rows; r++)
-        for (int v = 0; v < 4; v++) acc[r][v] = ZERO;
     for (int64_t k = 0; k < K; k++) {
         const float *bk = b + k * NRV;
         V bv[4];
@@ -201,6 +209,13 @@ TGT static inline __attribute__((always_inline)) void mk_@S@(
     }
 }
 
+TGT static inline __attribute__((always_inline)) void mk_@S@(
+        const int rows, const float *const *ar, const float *b, int64_t K, V acc[MRV][4]) {
+    for (int r = 0; r < rows; r++)
+        for (int v = 0; v < 4; v++) acc[r][v] = ZERO;
+    mka_@S@(rows, ar, b, K, acc);
+}
+
 /* rows [n0, n0 + rows) of A (row stride lda), the ones past hi repeating hi - 1 */
 static inline __attribute__((always_inline)) void rows_@S@(
         const int rows, const float **ar, const float *a, int64_t lda, int64_t n0, int64_t hi) {
@@ -209,9 +224,9 @@ static inline __attribute__((always_inline)) void rows_@S@(
 
 /* the forward's geometry at one step and panel */
 typedef struct {
-    const float *hp, *cp, *xt, *b;
+    const float *hp, *cp, *xt, *b, *bias;
     float *ot;
-    int64_t sh, sc, sx, H, u0, nu;
+    int64_t sh, sc, sx, H, IN, u0, nu;
 } fstep_@S@;
 
 /* one block of `rows` batch rows from n0 at one step and panel: GEMM, then the gates */
@@ -220,11 +235,17 @@ TGT static inline __attribute__((always_inline)) void fblock_@S@(
     const int64_t H = s->H, S = 6 * H;
     const float *ar[MRV];
     V acc[MRV][4];
+    for (int r = 0; r < rows; r++)
+        for (int v = 0; v < 4; v++) acc[r][v] = ZERO;
+    if (s->IN) {      /* the input projection x_t W_ihᵀ, then h_{t-1} W_hhᵀ: one FMA chain */
+        rows_@S@(rows, ar, s->xt, s->sx, n0, hi);
+        mka_@S@(rows, ar, s->b, s->IN, acc);
+    }
     rows_@S@(rows, ar, s->hp, s->sh, n0, hi);
-    mk_@S@(rows, ar, s->b, H, acc);
+    mka_@S@(rows, ar, s->b + s->IN * NRV, H, acc);
     for (int r = 0; r < rows && n0 + r < hi; r++) {
         const int64_t n = n0 + r;
-        const float *xr = s->xt + n * s->sx + s->u0, *cr = s->cp + n * s->sc + s->u0;
+        const float *xr = s->bias + s->u0, *cr = s->cp + n * s->sc + s->u0;
         float *o = s->ot + n * S + s->u0;
         if (s->nu < VLV) {
             float tile[4 * VLV] __attribute__((aligned(64)));
@@ -246,12 +267,15 @@ TGT static inline __attribute__((always_inline)) void fblock_@S@(
 TGT static void fwd_@S@(char **p, const int64_t *g, const int64_t *st, int64_t lo,
                         int64_t hi) {
     (void)st;
-    const int64_t L = g[G_L], N = g[G_N], H = g[G_H], S = 6 * H, np = (H + VLV - 1) / VLV;
+    const int64_t L = g[G_L], N = g[G_N], H = g[G_H], S = 6 * H, np = (H + VLV - 1) / VLV,
+        IN = g[G_IN];
     const float *x = (const float *)p[0], *wp = (const float *)p[3];
     float *out = (float *)p[4];
     fstep_@S@ s;
     s.H = H;
+    s.IN = IN;
     s.sx = g[G_S1];
+    s.bias = (const float *)p[7];
     for (int64_t t = 0; t < L; t++) {
         s.hp = t ? out + (t - 1) * N * S : (const float *)p[1];
         s.cp = t ? s.hp + H : (const float *)p[2];
@@ -262,7 +286,7 @@ TGT static void fwd_@S@(char **p, const int64_t *g, const int64_t *st, int64_t l
         for (int64_t q = 0; q < np; q++) {
             s.u0 = q * VLV;
             s.nu = MIN(VLV, H - s.u0);
-            s.b = wp + q * H * NRV;
+            s.b = wp + q * (IN + H) * NRV;
             int64_t n0 = lo;
             for (; n0 + MRV <= hi; n0 += MRV) fblock_@S@(MRV, &s, n0, hi);
             for (; n0 < hi; n0 += MRT) fblock_@S@(MRT, &s, n0, hi);
@@ -338,17 +362,19 @@ TGT static void dloc_@S@(const float *a, int64_t sa, const float *cp, int64_t sc
 TGT static void bwd_@S@(char **p, const int64_t *g, const int64_t *st, int64_t lo,
                         int64_t hi) {
     (void)st;
-    const int64_t L = g[G_L], N = g[G_N], H = g[G_H], S = 6 * H, G = 4 * H;
+    const int64_t L = g[G_L], N = g[G_N], H = g[G_H], S = 6 * H, G = 4 * H, IN = g[G_IN];
     const float *gout = (const float *)p[0], *out = (const float *)p[1],
-        *c0 = (const float *)p[2], *wp = (const float *)p[3];
+        *c0 = (const float *)p[2], *wp = (const float *)p[3],
+        *wpi = wp + bwd_packed(G, H, NRV);
     float *dg = (float *)p[4], *dhr = (float *)p[5], *dc = (float *)p[6],
-        *dh0 = (float *)p[7];
+        *dh0 = (float *)p[7], *dx = (float *)p[10];
     for (int64_t t = L - 1; t >= 0; t--) {
         const float *ot = out + t * N * S;
         const float *cp = t ? ot - N * S + H : c0;
         dloc_@S@(ot + 2 * H, S, cp, t ? S : g[G_S2], ot + H, gout + t * g[G_S0], g[G_S1],
                  dhr, dc, dg + t * N * G, H, t == L - 1, lo, hi);
         gemm_@S@(dg + t * N * G, G, wp, G, H, t ? dhr : dh0, lo, hi);
+        if (IN) gemm_@S@(dg + t * N * G, G, wpi, G, IN, dx + t * N * IN, lo, hi);
     }
 }
 #undef NRV
@@ -406,14 +432,17 @@ static void launch(ember_run_fn run, char **p, const int64_t *g, int64_t nt, int
 }
 
 void ember_lstm_seq_fwd_f32(char **p, const int64_t *g, int64_t nt) {
-    const int64_t isa = pick(g[G_ISA]);
-    pack_fwd((const float *)p[5], (float *)p[3], g[G_H], VLS[isa]);
+    const int64_t isa = pick(g[G_ISA]), H = g[G_H], IN = g[G_IN];
+    pack_fwd((const float *)p[5], IN, 0, IN + H, (float *)p[3], H, VLS[isa]);
+    pack_fwd((const float *)p[6], H, IN, IN + H, (float *)p[3], H, VLS[isa]);
     launch(FWD[isa], p, g, nt, MRS[isa]);
 }
 
 void ember_lstm_seq_bwd_f32(char **p, const int64_t *g, int64_t nt) {
-    const int64_t isa = pick(g[G_ISA]);
-    pack_bwd((const float *)p[8], (float *)p[3], g[G_H], 4 * VLS[isa]);
+    const int64_t isa = pick(g[G_ISA]), H = g[G_H], IN = g[G_IN], NRv = 4 * VLS[isa];
+    float *work = (float *)p[3];
+    pack_bwd((const float *)p[9], 4 * H, H, work, NRv);
+    if (IN) pack_bwd((const float *)p[8], 4 * H, IN, work + bwd_packed(4 * H, H, NRv), NRv);
     launch(BWD[isa], p, g, nt, MRS[isa]);
 }
 """

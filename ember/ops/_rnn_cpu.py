@@ -1,7 +1,7 @@
 """The ``"cpu"`` kernels of ``lstm_layer`` / ``gru_layer`` and their gradients: NumPy's GEMM
 per step, the rest of the step one C loop (:mod:`ember.codegen.rnn_kernels`); a float32
-LSTM runs each direction of its whole sequence as one C call instead
-(:mod:`ember.codegen.rnn_gemm`: Ember's GEMM micro-kernel, W_hh packed once).
+LSTM runs each direction of its whole sequence, input projection included, as one C call
+instead (:mod:`ember.codegen.rnn_gemm`: Ember's GEMM micro-kernel, weights packed once).
 
 Same arithmetic as the NumPy kernels of :mod:`ember.ops.rnn` (the reference and the
 fallback: no C compiler, ``EMBER_EAGER_KERNELS=0``, other dtypes), within rounding.
@@ -75,16 +75,28 @@ def _seq(*arrays):
     return rnn_gemm if rnn_gemm.mode != "off" else None
 
 
-def lstm(xp, x, h0, c0, w, fallback):
-    rk = _rk(x, h0, c0, w)
+def lstm_layer(xp, x, h0, c0, w_ih, w_hh, b, fallback):
+    """``lstm_layer``'s cpu kernel: the float32 sequence kernel (projection inside), else
+    the projection as one GEMM and the per-step path, else ``fallback`` (NumPy)."""
+    rk = _rk(x, h0, c0, w_ih, w_hh, b)
     if rk is None:
-        return fallback(xp, x, h0, c0, w)
+        return fallback(xp, x, h0, c0, w_ih, w_hh, b)
     x, h, c = (_unit(xp, a) for a in (x, h0, c0))
-    rg = _seq(x, h, c, w)
+    rg = _seq(x, h, c, w_ih, w_hh, b)
     if rg is not None:
-        out = rg.lstm_forward(x, h, c, w, _buf(xp, "work", (rg.work_size(h.shape[-1]),), x.dtype))
+        H, IN = h.shape[-1], x.shape[-1]
+        out = rg.lstm_forward(x, h, c, w_ih, w_hh, b,
+                              _buf(xp, "work", (rg.work_size(H, IN),), x.dtype))
         if out is not None:
             return out
+    from .rnn import _lstm_proj     # NOTE: rnn imports this module
+    return lstm(xp, _lstm_proj(xp, x, w_ih, b), h, c, w_hh, rk)
+
+
+def lstm(xp, x, h0, c0, w, rk):
+    """The per-step path from the input projections ``x`` (L, N, 4H): NumPy's GEMM, then
+    one C loop (:mod:`ember.codegen.rnn_kernels`) per step."""
+    x, h, c = (_unit(xp, a) for a in (x, h0, c0))
     L, N, G = x.shape
     H = G // 4
     out = xp.empty((L, N, 6 * H), dtype=x.dtype)
@@ -103,30 +115,44 @@ def lstm(xp, x, h0, c0, w, fallback):
     return out
 
 
-def lstm_grad(xp, gout, out, x, h0, c0, w, fallback):
-    rk = _rk(gout, out, x, h0, c0, w)
+def lstm_layer_grad(xp, gout, out, x, h0, c0, w_ih, w_hh, b, fallback):
+    """``lstm_layer_grad``'s cpu kernel: BPTT into ``dG`` (a scratch buffer, with ``dx``
+    from the sequence kernel), then the weight gradients as BLAS GEMMs over all steps and
+    the bias gradient as a column sum, written into their slots of the flat result."""
+    rk = _rk(gout, out, x, h0, c0, w_ih, w_hh, b)
     if rk is None:
-        return fallback(xp, gout, out, x, h0, c0, w)
+        return fallback(xp, gout, out, x, h0, c0, w_ih, w_hh, b)
     gout, out = _unit(xp, gout), xp.ascontiguousarray(out)
-    L, N, G = x.shape
-    H = G // 4
-    hprev = _prev(xp, h0, out[..., :H], "h")
+    L, N, IN = x.shape
+    H = h0.shape[-1]
+    G = 4 * H
     # NOTE: the gradients are written into their slots of the flat result (no concatenate)
-    flat = xp.empty(L * N * G + 2 * N * H + G * H, dtype=x.dtype)
-    dg, dhr, dc, dw = _slots(flat, (L, N, G), (N, H), (N, H), (G, H))
-    hflat = hprev.reshape(L * N, H)
-    rg = _seq(gout, out, c0, w)
-    if rg is not None and rg.lstm_backward(
-            gout, out, _unit(xp, c0), w, _buf(xp, "work", (rg.work_size(H),), x.dtype), dg,
-            _buf(xp, "dhr", (N, H), x.dtype), dc, dhr):
-        xp.matmul(dg.reshape(L * N, G).T, hflat, out=dw)
-        return flat
+    flat = xp.empty(L * N * IN + 2 * N * H + G * (IN + H + 1), dtype=x.dtype)
+    dx, dh0, dc, dwi, dwh, db = _slots(flat, (L, N, IN), (N, H), (N, H), (G, IN), (G, H), (G,))
+    dg = _buf(xp, "dg", (L, N, G), x.dtype)
+    rg = _seq(gout, out, c0, w_ih, w_hh)
+    if rg is None or not rg.lstm_backward(
+            gout, out, _unit(xp, c0), w_ih, w_hh,
+            _buf(xp, "work", (rg.work_size(H, IN),), x.dtype), dg,
+            _buf(xp, "dhr", (N, H), x.dtype), dc, dh0, dx):
+        lstm_grad(xp, gout, out, h0, c0, w_hh, rk, dg, dh0, dc)
+        xp.matmul(dg, w_ih, out=dx)
+    from .rnn import _lstm_weight_grads     # NOTE: rnn imports this module
+    _lstm_weight_grads(xp, dg, x, _prev(xp, h0, out[..., :H], "h")[:L], (dwi, dwh, db))
+    return flat
+
+
+def lstm_grad(xp, gout, out, h0, c0, w, rk, dg, dhr, dc):
+    """The per-step BPTT path into ``dg`` (L, N, 4H), ``dhr`` (ends as dL/dh0) and ``dc``
+    (dL/dc0), all contiguous: one C loop then NumPy's ``dG_t W_hh`` per step."""
+    L, N, S = out.shape
+    H = S // 6
     dhr[...] = 0
     dc[...] = 0
     cprev = _prev(xp, c0, out[..., H:2 * H], "c")
-    r, it, S = rk.rows, x.itemsize, 6 * H
+    r, it = rk.rows, out.itemsize
     sg = r(gout[0]) if L else 0
-    step = rk.Step("lstm_bwd", x.dtype, 9, (N, H, H, S, sg, sg, S, sg))
+    step = rk.Step("lstm_bwd", out.dtype, 9, (N, H, H, S, sg, sg, S, sg))
     os_, cps, gs, dgs = (rk.Seq(a) for a in (out, cprev, gout, dg))
     dhp, dcp = dhr.ctypes.data, dc.ctypes.data
     for t in range(L - 1, -1, -1):
@@ -134,8 +160,6 @@ def lstm_grad(xp, gout, out, x, h0, c0, w, fallback):
         step(o + 2 * H * it, cps[t], o + H * it, g, g + H * it, g + 2 * H * it, dhp, dcp,
              dgs[t])
         xp.matmul(dg[t], w, out=dhr)
-    xp.matmul(dg.reshape(L * N, G).T, hflat, out=dw)
-    return flat
 
 
 def gru(xp, x, h0, w, b, fallback):

@@ -1,13 +1,17 @@
 """Fused recurrent layers: ``lstm_layer``, ``gru_layer``, ``rnn_layer`` and their gradients.
 
-Each primitive runs ONE layer in ONE direction over a whole time-major sequence, given the
-input projection of every step at once (``xp = x @ W_ihᵀ + biases``, one GEMM outside):
+Each primitive runs ONE layer in ONE direction over a whole time-major sequence. The GRU
+and RNN take the input projection of every step at once (``xp = x @ W_ihᵀ + biases``, one
+GEMM outside); the LSTM takes the layer input itself with ``W_ih`` and the summed bias
+``b = b_ih + b_hh`` (PyTorch's ``_VF.lstm``: its float32 kernel computes ``x_t W_ihᵀ +
+h_{t-1} W_hhᵀ`` as one GEMM chain per step and adds the bias in the gates' epilogue, so
+no projection tensor, bias add or bias column sum exists outside):
 
-=============================================  =========================================
-``lstm_layer(xp (L,N,4H), h0, c0, w_hh (4H,H))``  ``(L, N, 6H)``: ``[h_t | c_t | i f g o]``
-``gru_layer(xp (L,N,3H), h0, w_hh (3H,H), b_hh)``  ``(L, N, H)``: ``h_t`` per step
-``rnn_layer(xp (L,N,H), h0, w_hh (H,H), relu)``    ``(L, N, H)``: ``h_t`` per step
-=============================================  =========================================
+====================================================  ====================================
+``lstm_layer(x (L,N,IN), h0, c0, w_ih, w_hh, b)``     ``(L, N, 6H)``: ``[h_t | c_t | i f g o]``
+``gru_layer(xp (L,N,3H), h0, w_hh (3H,H), b_hh)``     ``(L, N, H)``: ``h_t`` per step
+``rnn_layer(xp (L,N,H), h0, w_hh (H,H), relu)``       ``(L, N, H)``: ``h_t`` per step
+====================================================  ====================================
 
 Gate order and formulas are PyTorch's (LSTM i, f, g, o; GRU r, z, n with
 ``n = tanh(xn + r * (W_hn h + b_hn))``, ``h' = (1 - z) * n + z * h``).
@@ -101,9 +105,20 @@ def _gate_dact(i, f, g, o):
     return i * (1 - i), f * (1 - f), 1 - g * g, o * (1 - o)
 
 
-def _lstm_grad_np(xp, gout, out, x, h0, c0, w):
-    L, N, G = x.shape
-    H = G // 4
+def _lstm_proj(xp, x, w_ih, b):
+    """``b + x @ W_ihᵀ`` for every step, ``(L, N, 4H)`` (``addmm``'s order and rounding)."""
+    L, N, IN = x.shape
+    return (b + xp.matmul(x.reshape(L * N, IN), w_ih.T)).reshape(L, N, w_ih.shape[0])
+
+
+def _lstm_layer_np(xp, x, h0, c0, w_ih, w_hh, b):
+    return _lstm_np(xp, _lstm_proj(xp, x, w_ih, b), h0, c0, w_hh)
+
+
+def _lstm_bptt_np(xp, gout, out, h0, c0, w):
+    """BPTT from the projections: ``(dG (L, N, 4H), dh0, dc0)`` (dG = d projections)."""
+    L, N, S = out.shape
+    H, G = S // 6, 4 * (S // 6)
     hs, cs = out[..., :H], out[..., H:2 * H]
     hprev, cprev = _prev(xp, h0, hs), _prev(xp, c0, cs)
     i, f, g, o = (out[..., (2 + k) * H:(3 + k) * H] for k in range(4))
@@ -112,7 +127,7 @@ def _lstm_grad_np(xp, gout, out, x, h0, c0, w):
     k345 = xp.stack([k3, k4, k5], 2)                       # (L, N, 3, H)
     # the gates' own gradient (nonzero only when a caller reads them) enters directly
     direct = gout[..., 2 * H:] * xp.concatenate(_gate_dact(i, f, g, o), -1)
-    dg = xp.empty((L, N, 4, H), dtype=x.dtype)
+    dg = xp.empty((L, N, 4, H), dtype=out.dtype)
     dh, dc = xp.zeros_like(h0), xp.zeros_like(c0)
     for t in range(L - 1, -1, -1):
         dh = gout[t, :, :H] + dh
@@ -123,9 +138,29 @@ def _lstm_grad_np(xp, gout, out, x, h0, c0, w):
         dg[t] += direct[t].reshape(N, 4, H)
         dc = dc * f[t]
         dh = xp.matmul(dg[t].reshape(N, G), w)
-    dg = dg.reshape(L * N, G)
-    dw = xp.matmul(dg.T, hprev.reshape(L * N, H))
-    return xp.concatenate([dg.reshape(-1), dh.reshape(-1), dc.reshape(-1), dw.reshape(-1)])
+    return dg.reshape(L, N, G), dh, dc
+
+
+def _lstm_weight_grads(xp, dg, x, hprev, outs):
+    """``d W_ih = dGᵀ x``, ``d W_hh = dGᵀ h_prev``, ``d b = Σ dG`` over all steps (into
+    ``outs`` when given)."""
+    L, N, G = dg.shape
+    d2 = dg.reshape(L * N, G)
+    x2, h2 = x.reshape(L * N, x.shape[-1]), hprev.reshape(L * N, hprev.shape[-1])
+    if outs is None:
+        return xp.matmul(d2.T, x2), xp.matmul(d2.T, h2), d2.sum(0)
+    xp.matmul(d2.T, x2, out=outs[0])
+    xp.matmul(d2.T, h2, out=outs[1])
+    xp.sum(d2, 0, out=outs[2])
+    return outs
+
+
+def _lstm_layer_grad_np(xp, gout, out, x, h0, c0, w_ih, w_hh, b):
+    H = h0.shape[-1]
+    dg, dh, dc = _lstm_bptt_np(xp, gout, out, h0, c0, w_hh)
+    dx = xp.matmul(dg, w_ih)
+    dwi, dwh, db = _lstm_weight_grads(xp, dg, x, _prev(xp, h0, out[..., :H])[:len(out)], None)
+    return xp.concatenate([a.reshape(-1) for a in (dx, dh, dc, dwi, dwh, db)])
 
 
 def _lstm_parts(out, h0, c0):
@@ -138,12 +173,22 @@ def _lstm_parts(out, h0, c0):
     return hprev, cprev, i, f, g, o, cs.tanh()
 
 
-def _lstm_vjp(gout, out, x, h0, c0, w):
+def _lstm_vjp(gout, out, x, h0, c0, w_ih, w_hh, b):
     if not state.grad_enabled:
-        flat = _apply(lstm_layer_grad_p, (gout, out, x, h0, c0, w), {})
-        return _rnn_cpu._slots(flat, x.shape, h0.shape, c0.shape, w.shape)
-    L, N, G = x.shape
-    H = G // 4
+        flat = _apply(lstm_layer_grad_p, (gout, out, x, h0, c0, w_ih, w_hh, b), {})
+        return _rnn_cpu._slots(flat, x.shape, h0.shape, c0.shape, w_ih.shape, w_hh.shape,
+                               b.shape)
+    L, N, IN = x.shape
+    H = h0.shape[-1]
+    dxp, dh, dc, dwh = _lstm_bptt(gout, out, h0, c0, w_hh)
+    d2 = dxp.reshape(L * N, 4 * H)
+    return matmul(dxp, w_ih), dh, dc, matmul(d2.t(), x.reshape(L * N, IN)), dwh, d2.sum(0)
+
+
+def _lstm_bptt(gout, out, h0, c0, w):
+    """BPTT in Ember ops (differentiable): ``(d xp, dh0, dc0, dW_hh)``."""
+    L, N, S = out.shape
+    H, G = S // 6, 4 * (S // 6)
     hprev, cprev, i, f, g, o, tc = _lstm_parts(out, h0, c0)
     k1, k2, k3, k4, k5 = _lstm_coeffs(i, f, g, o, tc, cprev)
     direct = gout[..., 2 * H:] * cat(list(_gate_dact(i, f, g, o)), -1)
@@ -154,16 +199,18 @@ def _lstm_vjp(gout, out, x, h0, c0, w):
         dgs[t] = cat([dc * k3[t], dc * k4[t], dc * k5[t], dh * k1[t]], -1) + direct[t]
         dc = dc * f[t]
         dh = matmul(dgs[t], w)
-    dx = stack(dgs, 0) if L else x.new_zeros(x.shape)
+    dx = stack(dgs, 0) if L else out.new_zeros((L, N, G))
     dw = matmul(dx.reshape(L * N, G).t(), hprev.reshape(L * N, H))
     return dx, dh, dc, dw
 
 
-def _lstm_jvp(tans, out, x, h0, c0, w):
-    tx, th, tcell, tw = tans
+def _lstm_jvp(tans, out, x, h0, c0, w_ih, w, b):
+    tx, th, tcell, twi, tw, tb = tans
     hprev, cprev, i, f, g, o, tc = _lstm_parts(out, h0, c0)
-    tpre = tx + matmul(hprev, tw.t())     # the tangent of every step's pre-activation, but
-    outs = []                             # the recurrent term th @ W_hhᵀ added per step
+    # the tangent of every step's pre-activation, but the recurrent term th @ W_hhᵀ added
+    # per step
+    tpre = matmul(tx, w_ih.t()) + matmul(x, twi.t()) + tb + matmul(hprev, tw.t())
+    outs = []
     for t in range(x.shape[0]):
         di, df, dg, do = (tpre[t] + matmul(th, w.t())).chunk(4, -1)
         di, df, dg, do = (d * a for d, a in zip((di, df, dg, do),
@@ -372,9 +419,15 @@ def _check(name, gates, xs, hs, ws, bs=None, cs=None):
         raise ShapeError(f"{name}: expected {want}; got {got}")
 
 
-def _lstm_shape(xs, hs, cs, ws):
-    _check("lstm_layer", 4, xs, hs, ws, cs=cs)
-    return (xs[0], xs[1], 6 * hs[1])
+def _lstm_shape(xs, hs, cs, wis, whs, bs):
+    H = hs[1] if len(hs) == 2 else 0
+    ok = len(xs) == 3 and len(hs) == 2 and tuple(cs) == tuple(hs) and hs[0] == xs[1] and \
+        tuple(wis) == (4 * H, xs[2]) and tuple(whs) == (4 * H, H) and tuple(bs) == (4 * H,)
+    if not ok:
+        raise ShapeError(f"lstm_layer: expected x (L, N, IN), h0 (N, H), c0 (N, H), w_ih "
+                         f"(4H, IN), w_hh (4H, H), b (4H,); got "
+                         f"{', '.join(str(tuple(s)) for s in (xs, hs, cs, wis, whs, bs))}")
+    return (xs[0], xs[1], 6 * H)
 
 
 def _gru_shape(xs, hs, ws, bs):
@@ -398,19 +451,21 @@ def _numel(*shapes):
 
 
 lstm_layer_p = defop(
-    "lstm_layer", nin=4, dtype=_dtype_rule("lstm_layer"), save="both",
-    kernels={"xp": _lstm_np, "cpu": lambda xp, *a: _rnn_cpu.lstm(xp, *a, fallback=_lstm_np)},
+    "lstm_layer", nin=6, dtype=_dtype_rule("lstm_layer"), save="both",
+    kernels={"xp": _lstm_layer_np,
+             "cpu": lambda xp, *a: _rnn_cpu.lstm_layer(xp, *a, fallback=_lstm_layer_np)},
     shape=_lstm_shape, vjp=_lstm_vjp, jvp=_lstm_jvp,
-    batch=_vb.recurrent_layer("lstm_layer", 1),
-    doc="one LSTM layer over a sequence: [h_t | c_t | gates_t] from input projections, h0, "
-        "c0, W_hh")
+    batch=_vb.recurrent_layer("lstm_layer", 3),
+    doc="one LSTM layer over a sequence: [h_t | c_t | gates_t] from the input x, h0, c0, "
+        "W_ih, W_hh and b = b_ih + b_hh")
 lstm_layer_grad_p = defop(
-    "lstm_layer_grad", nin=6, dtype=_dtype_rule("lstm_layer_grad"),
-    kernels={"xp": _lstm_grad_np,
-             "cpu": lambda xp, *a: _rnn_cpu.lstm_grad(xp, *a, fallback=_lstm_grad_np)},
+    "lstm_layer_grad", nin=8, dtype=_dtype_rule("lstm_layer_grad"),
+    kernels={"xp": _lstm_layer_grad_np,
+             "cpu": lambda xp, *a: _rnn_cpu.lstm_layer_grad(xp, *a,
+                                                             fallback=_lstm_layer_grad_np)},
     save=None, differentiable=False, batch="loop",
-    shape=lambda gs, os, xs, hs, cs, ws: _numel(xs, hs, cs, ws),
-    doc="d xp | d h0 | d c0 | d W_hh of lstm_layer, flattened and concatenated")
+    shape=lambda gs, os, xs, hs, cs, wis, whs, bs: _numel(xs, hs, cs, wis, whs, bs),
+    doc="d x | d h0 | d c0 | d W_ih | d W_hh | d b of lstm_layer, flattened and concatenated")
 lstm_hidden_p = defop(
     "lstm_hidden", nin=1, dtype="same", save=None, shape=_hidden_shape,
     kernel=lambda xp, out: out[..., :out.shape[-1] // 6].copy(),
@@ -441,19 +496,20 @@ rnn_layer_grad_p = defop(
     doc="d xp | d h0 | d W_hh of rnn_layer, flattened and concatenated")
 
 
-def lstm_layer(xp, h0, c0, w_hh):
+def lstm_layer(x, h0, c0, w_ih, w_hh, b):
     """One LSTM layer over a time-major sequence (fused; see the module docstring).
 
     Args:
-        xp: input projections ``x @ W_ihᵀ + b_ih + b_hh`` of every step, ``(L, N, 4H)``.
+        x: the layer's input ``(L, N, IN)``.
         h0, c0: initial states ``(N, H)``.
-        w_hh: recurrent weight ``(4H, H)``, gates i, f, g, o.
+        w_ih, w_hh: input and recurrent weights ``(4H, IN)``, ``(4H, H)``, gates i, f, g, o.
+        b: the bias ``b_ih + b_hh``, ``(4H,)`` (zeros for a layer without bias).
 
     Returns:
         ``(L, N, 6H)``: per step the hidden state (first ``H``), the cell state, then the
         activated gates i, f, g, o (what the backward reads).
     """
-    return _apply(lstm_layer_p, (xp, h0, c0, w_hh), {})
+    return _apply(lstm_layer_p, (x, h0, c0, w_ih, w_hh, b), {})
 
 
 def lstm_hidden(out):

@@ -96,12 +96,13 @@ def test_c_step_kernels_match_numpy(dtype, tol):
     # a strided input projection (every other column) and a transposed-then-copied state
     x, h0, c0, w = r(L, N, 8 * H)[..., ::2], r(H, N).T, r(N, H), r(4 * H, H)
     ref = rnn_ops._lstm_np(np, x, h0, c0, w)
-    out = _rnn_cpu.lstm(np, x, h0, c0, w, None)
+    out = _rnn_cpu.lstm(np, x, h0, c0, w, rnn_kernels)
     np.testing.assert_allclose(out, ref, rtol=tol, atol=tol)
     g = r(L, N, 6 * H)
-    np.testing.assert_allclose(_rnn_cpu.lstm_grad(np, g, ref, x, h0, c0, w, None),
-                               rnn_ops._lstm_grad_np(np, g, ref, x, h0, c0, w),
-                               rtol=tol * 10, atol=tol * 10)
+    got = tuple(np.full(s, np.nan, dtype) for s in ((L, N, 4 * H), (N, H), (N, H)))
+    _rnn_cpu.lstm_grad(np, g, ref, h0, c0, w, rnn_kernels, *got)
+    for a, b in zip(got, rnn_ops._lstm_bptt_np(np, g, ref, h0, c0, w)):
+        np.testing.assert_allclose(a, b, rtol=tol * 10, atol=tol * 10)
     x, w, b = r(L, N, 3 * H), r(3 * H, H), r(3 * H)
     ref = rnn_ops._gru_np(np, x, h0, w, b)
     np.testing.assert_allclose(_rnn_cpu.gru(np, x, h0, w, b, None), ref, rtol=tol, atol=tol)

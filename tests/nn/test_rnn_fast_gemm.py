@@ -10,8 +10,9 @@ from ember.codegen import rnn_gemm
 from ember.ops import _rnn_cpu, rnn as rnn_ops
 
 VARIANTS = ["generic", "avx2", "avx512"]
-# (L, N, H): N past and below the register tile's rows, H past and below its lanes
-SHAPES = [(7, 5, 9), (32, 32, 128), (3, 1, 1), (4, 9, 33), (2, 3, 16)]
+# (L, N, H, IN): N past and below the register tile's rows, H past and below its lanes, no
+# input (IN = 0) and inputs wider than H
+SHAPES = [(7, 5, 9, 4), (32, 32, 128, 64), (3, 1, 1, 0), (4, 9, 33, 70), (2, 3, 16, 1)]
 
 
 def _variant(name):
@@ -22,59 +23,65 @@ def _variant(name):
     return name
 
 
-def _operands(L, N, H, seed=0):
+def _operands(L, N, H, IN, seed=0):
+    """``x, h0, c0, w_ih, w_hh, b, gout``: a time-reversed input (the reverse direction's
+    flip) with a row stride past its width, an initial state likewise."""
     rng = np.random.default_rng(seed)
     r = lambda *s: rng.standard_normal(s).astype(np.float32)        # noqa: E731
-    # a time-reversed input projection (the reverse direction's flip) with a row stride
-    # past its width, and an initial state likewise
-    x = r(L, 2 * N, 4 * H)[::-1, ::2]
-    return x, r(N, 2 * H)[:, H:], r(N, H), (r(4 * H, H) / np.sqrt(H)).astype(np.float32), \
-        r(L, N, 6 * H)
+    x = r(L, 2 * N, IN)[::-1, ::2]
+    w_ih = (r(4 * H, IN) / np.sqrt(max(IN, 1))).astype(np.float32)
+    return x, r(N, 2 * H)[:, H:], r(N, H), w_ih, (r(4 * H, H) / np.sqrt(H)).astype(np.float32), \
+        r(4 * H), r(L, N, 6 * H)
 
 
 def _f64(*arrays):
     return [a.astype(np.float64) for a in arrays]
 
 
-def _backward(g, out, c0, w, variant):
+def _backward(g, out, c0, w_ih, w_hh, variant):
+    """The sequence kernel's ``dG | dh0 | dc0 | dx``."""
     L, N, S = out.shape
-    H = S // 6
-    dg, dhr, dc, dh0 = (np.full(s, np.nan, np.float32)
-                        for s in ((L, N, 4 * H), (N, H), (N, H), (N, H)))
-    work = np.empty(rnn_gemm.work_size(H), np.float32)
-    assert rnn_gemm.lstm_backward(g, out, c0, w, work, dg, dhr, dc, dh0, variant=variant)
-    return np.concatenate([dg.ravel(), dh0.ravel(), dc.ravel()])
+    H, IN = S // 6, w_ih.shape[1]
+    dg, dhr, dc, dh0, dx = (np.full(s, np.nan, np.float32) for s in
+                            ((L, N, 4 * H), (N, H), (N, H), (N, H), (L, N, IN)))
+    work = np.empty(rnn_gemm.work_size(H, IN), np.float32)
+    assert rnn_gemm.lstm_backward(g, out, c0, w_ih, w_hh, work, dg, dhr, dc, dh0, dx,
+                                  variant=variant)
+    return np.concatenate([dg.ravel(), dh0.ravel(), dc.ravel(), dx.ravel()])
+
+
+def _forward(x, h0, c0, w_ih, w_hh, b, variant=None):
+    work = np.empty(rnn_gemm.work_size(h0.shape[1], x.shape[2]), np.float32)
+    return rnn_gemm.lstm_forward(x, h0, c0, w_ih, w_hh, b, work, variant=variant)
 
 
 @pytest.mark.parametrize("variant", VARIANTS)
-@pytest.mark.parametrize("L,N,H", SHAPES)
-def test_variant_matches_float64_reference(variant, L, N, H):
+@pytest.mark.parametrize("L,N,H,IN", SHAPES)
+def test_variant_matches_float64_reference(variant, L, N, H, IN):
     _variant(variant)
-    x, h0, c0, w, g = _operands(L, N, H)
-    ref = rnn_ops._lstm_np(np, *_f64(x, h0, c0, w))
-    work = np.empty(rnn_gemm.work_size(H), np.float32)
-    out = rnn_gemm.lstm_forward(x, h0, c0, w, work, variant=variant)
+    x, h0, c0, wi, wh, b, g = _operands(L, N, H, IN)
+    ref = rnn_ops._lstm_layer_np(np, *_f64(x, h0, c0, wi, wh, b))
+    out = _forward(x, h0, c0, wi, wh, b, variant)
     # float32 products summed in another order than BLAS's: the same bound as the per-step
     # C kernels' test (tests/nn/test_rnn_fast.py), here against float64
     np.testing.assert_allclose(out, ref, rtol=2e-5, atol=2e-5)
-    gref = rnn_ops._lstm_grad_np(np, *_f64(g, ref, x, h0, c0, w))
-    n = L * N * 4 * H + 2 * N * H
-    got = _backward(g, ref.astype(np.float32), c0, w, variant)
-    np.testing.assert_allclose(got, gref[:n], rtol=2e-4, atol=2e-4)
+    dg, dh, dc = rnn_ops._lstm_bptt_np(np, *_f64(g, ref, h0, c0, wh))
+    gref = np.concatenate([dg.ravel(), dh.ravel(), dc.ravel(), (dg @ wi).ravel()])
+    got = _backward(g, ref.astype(np.float32), c0, wi, wh, variant)
+    np.testing.assert_allclose(got, gref, rtol=2e-4, atol=2e-4)
 
 
 def test_variants_agree_and_threads_do_not_change_bits():
     if not rnn_gemm.runnable():
         pytest.skip("no C compiler")
-    x, h0, c0, w, g = _operands(6, 13, 40, seed=3)
-    work = np.empty(rnn_gemm.work_size(40), np.float32)
+    x, h0, c0, wi, wh, b, g = _operands(6, 13, 40, 21, seed=3)
     before = em.get_num_threads()
     try:
         res = {}
         for threads in (1, 2):
             em.set_num_threads(threads)
-            out = rnn_gemm.lstm_forward(x, h0, c0, w, work)
-            res[threads] = (out, _backward(g, out, c0, w, None))
+            out = _forward(x, h0, c0, wi, wh, b)
+            res[threads] = (out, _backward(g, out, c0, wi, wh, None))
     finally:
         em.set_num_threads(before)
     # each batch row's arithmetic is the same however the rows are split between threads
@@ -85,41 +92,40 @@ def test_variants_agree_and_threads_do_not_change_bits():
 @pytest.mark.parametrize("variant", VARIANTS)
 def test_nan_stays_in_its_batch_row(variant):
     _variant(variant)
-    x, h0, c0, w, _ = _operands(4, 6, 20, seed=1)
+    x, h0, c0, wi, wh, b, _ = _operands(4, 6, 20, 7, seed=1)
     x = x.copy()
     x[1, 2, 5] = np.nan
-    out = rnn_gemm.lstm_forward(x, h0, c0, w, np.empty(rnn_gemm.work_size(20), np.float32),
-                                variant=variant)
+    out = _forward(x, h0, c0, wi, wh, b, variant)
     assert not np.isnan(out[0]).any()
-    assert np.isnan(out[1, 2, [5, 25]]).all()               # unit 5's h and c at step 1,
-    assert np.isnan(out[2:, 2, :40]).all()                 # all of row 2's h and c after
+    assert np.isnan(out[1, 2, :40]).all()                  # row 2's h and c at step 1,
+    assert np.isnan(out[2:, 2, :40]).all()                 # and after
     assert not np.isnan(np.delete(out, 2, axis=1)).any()   # batch rows never mix
 
 
 def test_unknown_variant_and_off(monkeypatch):
     if not rnn_gemm.runnable():
         pytest.skip("no C compiler")
-    x, h0, c0, w, _ = _operands(2, 2, 3)
-    work = np.empty(rnn_gemm.work_size(3), np.float32)
+    x, h0, c0, wi, wh, b, _ = _operands(2, 2, 3, 2)
     with pytest.raises(ValueError, match="rnn_gemm: unknown variant 'sse9'"):
-        rnn_gemm.lstm_forward(x, h0, c0, w, work, variant="sse9")
-    assert rnn_gemm.lstm_forward(x, h0, c0, w, work, variant="off") is None
-    assert rnn_gemm.lstm_forward(x.astype(np.float64), h0, c0, w, work) is None
+        _forward(x, h0, c0, wi, wh, b, "sse9")
+    assert _forward(x, h0, c0, wi, wh, b, "off") is None
+    assert _forward(x.astype(np.float64), h0, c0, wi, wh, b) is None
 
 
 @pytest.mark.parametrize("mode", ["auto", "off"])
 def test_primitive_float32_paths_match_numpy(mode, monkeypatch):
     """``lstm_layer``'s cpu kernels in float32 (sequence kernels, or with them off the
-    per-step C kernels) against the NumPy kernels, forward and gradient."""
+    projection GEMM and the per-step C kernels) against the NumPy kernels, forward and
+    gradient (x, h0, c0, both weights, bias)."""
     if not rnn_gemm.runnable():
         pytest.skip("no C compiler")
     monkeypatch.setattr(rnn_gemm, "mode", mode)
-    x, h0, c0, w, g = _operands(7, 3, 9)
-    ref = rnn_ops._lstm_np(np, x, h0, c0, w)
-    np.testing.assert_allclose(_rnn_cpu.lstm(np, x, h0, c0, w, None), ref, rtol=2e-5,
-                               atol=2e-5)
-    np.testing.assert_allclose(_rnn_cpu.lstm_grad(np, g, ref, x, h0, c0, w, None),
-                               rnn_ops._lstm_grad_np(np, g, ref, x, h0, c0, w),
+    x, h0, c0, wi, wh, b, g = _operands(7, 3, 9, 5)
+    ref = rnn_ops._lstm_layer_np(np, x, h0, c0, wi, wh, b)
+    np.testing.assert_allclose(_rnn_cpu.lstm_layer(np, x, h0, c0, wi, wh, b, None), ref,
+                               rtol=2e-5, atol=2e-5)
+    np.testing.assert_allclose(_rnn_cpu.lstm_layer_grad(np, g, ref, x, h0, c0, wi, wh, b, None),
+                               rnn_ops._lstm_layer_grad_np(np, g, ref, x, h0, c0, wi, wh, b),
                                rtol=2e-4, atol=2e-4)
 
 

@@ -16,11 +16,12 @@ def _sig(x):
     return 1.0 / (1.0 + np.exp(-x))
 
 
-def ref_lstm(x, h0, c0, w):
+def ref_lstm(x, h0, c0, w_ih, w, b):
     H, outs = h0.shape[-1], []
     h, c = h0.astype(np.float64), c0.astype(np.float64)
     for t in range(x.shape[0]):
-        pre = x[t].astype(np.float64) + h @ w.astype(np.float64).T
+        pre = x[t].astype(np.float64) @ w_ih.astype(np.float64).T + b + \
+            h @ w.astype(np.float64).T
         i, f, g, o = _sig(pre[:, :H]), _sig(pre[:, H:2 * H]), np.tanh(pre[:, 2 * H:3 * H]), \
             _sig(pre[:, 3 * H:])
         c = f * c + i * g
@@ -56,19 +57,20 @@ _SHAPES = [(3, 2, 3, True), (1, 3, 2, True), (4, 1, 1, True), (9, 5, 16, False),
            (0, 2, 3, False), (3, 0, 4, False)]
 
 
-def _samples(gates, extra):
+def _samples(gates, extra, lstm=False):
     def make(rng, dtype):
         out = []
-        for L, N, H, grad in _SHAPES:
-            args = (rand(rng, (L, N, gates * H), dtype), rand(rng, (N, H), dtype, -1, 1))
-            args += tuple(rand(rng, s, dtype, -1, 1) for s in extra(N, H))
-            out.append(Sample(args, grad=grad, name=f"L{L} N{N} H{H}"))
+        for k, (L, N, H, grad) in enumerate(_SHAPES):
+            IN = (H + 1, 2, 0, 24, 3, 5)[k] if lstm else gates * H    # the LSTM's input size
+            args = (rand(rng, (L, N, IN), dtype), rand(rng, (N, H), dtype, -1, 1))
+            args += tuple(rand(rng, s, dtype, -1, 1) for s in extra(N, H, IN))
+            out.append(Sample(args, grad=grad, name=f"L{L} N{N} H{H} IN{IN}"))
         return out
     return make
 
 
 def _rnn_samples(rng, dtype):
-    base = _samples(1, lambda N, H: [(H, H)])(rng, dtype)
+    base = _samples(1, lambda N, H, IN: [(H, H)])(rng, dtype)
     # NOTE: relu's kink: values kept away from 0 by the uniform draw are smooth enough
     return base + [Sample(s.args, {"relu": True}, grad=s.grad, name=s.name + " relu")
                    for s in base]
@@ -82,10 +84,12 @@ def _hidden_samples(rng, dtype):
 
 OPINFOS = [
     OpInfo("lstm_layer", lstm_layer, ref_lstm,
-           _samples(4, lambda N, H: [(N, H), (4 * H, H)]), ("lstm_layer", "lstm_layer_grad")),
+           _samples(4, lambda N, H, IN: [(N, H), (4 * H, IN), (4 * H, H), (4 * H,)], lstm=True),
+           ("lstm_layer", "lstm_layer_grad")),
     OpInfo("lstm_hidden", lstm_hidden, lambda out: out[..., :out.shape[-1] // 6],
            _hidden_samples, ("lstm_hidden",)),
     OpInfo("gru_layer", gru_layer, ref_gru,
-           _samples(3, lambda N, H: [(3 * H, H), (3 * H,)]), ("gru_layer", "gru_layer_grad")),
+           _samples(3, lambda N, H, IN: [(3 * H, H), (3 * H,)]),
+           ("gru_layer", "gru_layer_grad")),
     OpInfo("rnn_layer", rnn_layer, ref_rnn, _rnn_samples, ("rnn_layer", "rnn_layer_grad")),
 ]

@@ -21,7 +21,7 @@ from ...ops.select import where
 from ...ops.join import cat, stack
 from ...ops.linalg import addmm, matmul
 from ...ops.rnn import gru_layer, lstm_layer, rnn_layer
-from ._rnn_fused import _fused_ok, _run_fused
+from ._rnn_fused import _fused_ok, _run_fused, _run_lstm, lstm_bias
 from ...tensor import Tensor
 from ..module import Module
 from ..parameter import Parameter
@@ -271,7 +271,7 @@ class RNNBase(Module):
         h_n, c_n = [], []
         # NOTE: layers run time-major; only the first input / last output are batch-first.
         # The input turns time-major before its projection (a copy of x, not of the 4x
-        # wider projections and their gradient).
+        # wider projections and their gradient; an LSTM's kernel reads the transposed view).
         if self.batch_first:
             x = x.transpose(0, 1)
         for layer in range(self.num_layers):
@@ -280,9 +280,12 @@ class RNNBase(Module):
             outs = []
             for d in range(D):
                 w = layer_weights(layer, d == 1)
-                xp = _project(x, w[0], w[2], w[3], self.mode)
                 st = [s[layer * D + d] for s in states]
-                seq, h, c = self._run_direction(xp, st, w, d == 1, mask)
+                if self.mode == "LSTM" and _fused_ok(x, mask, w[4]):
+                    seq, h, c = _run_lstm(x, st, w, d == 1)
+                else:
+                    xp = _project(x, w[0], w[2], w[3], self.mode)
+                    seq, h, c = self._run_direction(xp, st, w, d == 1, mask)
                 outs.append(seq.transpose(0, 1).contiguous() if out_time else seq)
                 h_n.append(h)
                 c_n.append(c)
@@ -494,11 +497,12 @@ class LSTMCell(RNNCellBase):
 
     def forward(self, input, hx=None):
         x, (h, c), batched = self._prepare(input, hx, 2)
-        xp = _project(x, self.weight_ih, self.bias_ih, self.bias_hh, "LSTM")
-        if _fused_ok(xp.unsqueeze(0), None, None):
-            hc = lstm_layer(xp.unsqueeze(0), h, c, self.weight_hh)[0]
+        if _fused_ok(x.unsqueeze(0), None, None):
+            b = lstm_bias(self.weight_ih, self.bias_ih, self.bias_hh)
+            hc = lstm_layer(x.unsqueeze(0), h, c, self.weight_ih, self.weight_hh, b)[0]
             h, c = hc[:, :self.hidden_size], hc[:, self.hidden_size:2 * self.hidden_size]
         else:
+            xp = _project(x, self.weight_ih, self.bias_ih, self.bias_hh, "LSTM")
             h, c = _lstm_step(xp, h, c, self.weight_hh.t())
         return (h, c) if batched else (h.squeeze(0), c.squeeze(0))
 
