@@ -15,6 +15,7 @@ from .cast_gemm import cast_gemm
 from .conv_gemm import conv_gemm
 from .cse import cse
 from .dce import dce
+from .feature_major import feature_major
 from .fold import fold
 from .freeze import freeze
 from .fuse import fuse
@@ -44,6 +45,7 @@ PASSES = {
     "scatter_stack": scatter_stack,  # sums of slot scatters (unbind's VJP) -> one stack
     "scatter_select": scatter_select,  # one-hot scatter -> where(idx == iota, g, 0)
     "take_rows": take_rows,          # one value per row (targets' logits) by one C loop
+    "feature_major": feature_major,  # linear-layer chains computed transposed (W @ x.T)
     "sdpa_layout": sdpa_layout,      # dq, dk, dv written straight into qkv's gradient
     "sdpa_out_layout": sdpa_out_layout,  # attention's output in its permuted layout
     "small_bmm": small_bmm,          # stacks of small matmuls (attention) -> one C loop
@@ -76,14 +78,15 @@ EXACT_PASSES = ["simplify", "fold", "cse", "scatter_stack", "sdpa_layout", "line
 #: conv_affine, rewrite, hfuse, layout, simplify_fast, small_bmm. Opt-in though exact:
 #: sdpa_out_layout (slower than the copy it removes on the reference machine).
 DEFAULT_PASSES = ["simplify", "fold", "cse", "scatter_stack", "sdpa_layout", "sum_rows", "pool",
-                  "conv_gemm", "scatter_select", "take_rows", "fuse", "recast", "cast_gemm",
-                  "matmul_t", "dce"]
+                  "conv_gemm", "scatter_select", "take_rows", "feature_major", "fuse", "recast",
+                  "cast_gemm", "matmul_t", "dce"]
 
 
 #: passes whose output runs generated C or host loops on the arrays: skipped for graphs on
 #: a device without the ``host_kernels`` capability (CuPy arrays on a GPU).
 HOST_PASSES = frozenset({"sdpa_layout", "sdpa_out_layout", "small_bmm", "sum_rows", "layout",
-                         "fuse", "pool", "conv_gemm", "take_rows", "cast_gemm"})
+                         "fuse", "pool", "conv_gemm", "take_rows", "cast_gemm",
+                         "feature_major"})
 #: on a device with the ``cuda_kernels`` capability (a GPU), these host passes run as
 #: their CUDA counterparts instead of being skipped.
 DEVICE_PASSES = {"cuda_kernels": {"fuse": "fuse_cuda"}}
