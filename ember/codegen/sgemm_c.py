@@ -148,6 +148,18 @@ __attribute__((target("avx2"))) static void pack_b_cols(const float *b, int64_t 
    dst[(p * kc + k) * NR + j]; zero past nc. x86: whether the 8x8 transposes may run. */
 static void pack_b(const float *b, int64_t sbk, int64_t sbn, int64_t kc, int64_t nc,
                    int64_t NR, int x86, float *dst) {
+    if (sbn == 1) {         /* rows: read each row of the block once, in memory order */
+        const int64_t nfull = nc / NR * NR;
+        for (int64_t k = 0; k < kc; k++) {
+            const float *s = b + k * sbk;
+            for (int64_t j0 = 0; j0 < nfull; j0 += NR)
+                memcpy(dst + j0 * kc + k * NR, s + j0, (size_t)NR * sizeof(float));
+        }
+        if (nfull == nc) return;
+        b += nfull;
+        dst += nfull * kc;
+        nc -= nfull;
+    }
     for (int64_t j0 = 0; j0 < nc; j0 += NR) {
         const int64_t nj = MIN(NR, nc - j0);
         float *d = dst + j0 * kc;
