@@ -272,7 +272,8 @@ def compile_cache(reps: int, root: str | None = None) -> dict:
     """W3's first compile, each in its own process, the cases alternated; medians.
 
     ``cold``: empty kernel and graph caches; ``warm kernels``: kernel cache filled, graph
-    cache empty (or off); ``graph cache``: both filled by an earlier process. ``root``: the
+    cache empty (or off); ``graph cache``: both filled by an earlier process, traced
+    (``EMBER_GRAPH_CACHE=trace``); ``warm start``: the same caches, no trace. ``root``: the
     Ember checkout to time (default this one). Returns ``{case: (median s, median CPU s of
     the process, median CPU s of its compiler runs)}``.
     """
@@ -286,8 +287,9 @@ def compile_cache(reps: int, root: str | None = None) -> dict:
     os.chmod(tmp, 0o700)
     warm = os.path.join(tmp, "warm")
 
-    def child(kernels, graphs):
-        env = dict(os.environ, EMBER_KERNEL_CACHE=kernels, EMBER_GRAPH_CACHE_DIR=graphs)
+    def child(kernels, graphs, mode="1"):
+        env = dict(os.environ, EMBER_KERNEL_CACHE=kernels, EMBER_GRAPH_CACHE_DIR=graphs,
+                   EMBER_GRAPH_CACHE=mode)
         r = subprocess.run([sys.executable, "-c", CACHE_CHILD, root], capture_output=True,
                            text=True, env=env, cwd=root, timeout=600)
         if r.returncode != 0:
@@ -295,26 +297,42 @@ def compile_cache(reps: int, root: str | None = None) -> dict:
         return json.loads(r.stdout.strip().splitlines()[-1])
     try:
         child(warm, os.path.join(tmp, "warm-graphs"))       # fills both caches
-        out: dict = {"cold": [], "warm kernels": [], "graph cache": []}
-        losses = set()
+        out: dict = {"cold": [], "warm kernels": [], "graph cache": [], "warm start": []}
+        losses: dict = {}
         for i in range(reps):
             cold = os.path.join(tmp, f"cold{i}")
-            runs = {"cold": (cold, os.path.join(cold, "g")),
-                    "warm kernels": (warm, os.path.join(tmp, f"empty{i}")),
-                    "graph cache": (warm, os.path.join(tmp, "warm-graphs"))}
-            for case, (k, g) in runs.items():
-                r = child(k, g)
-                if case == "graph cache" and r["hits"] == 0:
+            graphs = os.path.join(tmp, "warm-graphs")
+            runs = {"cold": (cold, os.path.join(cold, "g"), "1"),
+                    "warm kernels": (warm, os.path.join(tmp, f"empty{i}"), "1"),
+                    "graph cache": (warm, graphs, "trace"),    # keyed by the trace
+                    "warm start": (warm, graphs, "1")}         # no trace (warm_start.py)
+            for case, (k, g, mode) in runs.items():
+                r = child(k, g, mode)
+                if case.startswith(("graph", "warm start")) and not r["hits"]:
                     raise SystemExit("compile-cache: the graph cache missed (Ember's files "
                                      "changed between the runs?); time a quiet checkout")
                 out[case].append((r["s"], r["cpu"], r["cc_cpu"]))
-                losses.add(tuple(r["losses"]))
-        if len(losses) != 1:
-            raise SystemExit(f"compile-cache: losses differ between cases: {losses}")
+                losses.setdefault(case, set()).add(tuple(r["losses"]))
+        _check_cache_losses(losses)
         return {k: tuple(statistics.median(x[i] for x in v) for i in range(3))
                 for k, v in out.items()}
     finally:
         shutil.rmtree(tmp, ignore_errors=True)
+
+
+def _check_cache_losses(losses: dict) -> None:
+    """Fresh compiles (with or without the trace-keyed graph cache) agree bitwise; a warm
+    start's first call too, its later ones (the compiled program where a fresh compile ran
+    its traced eager step) to float32 rounding; exits otherwise."""
+    fresh = set().union(*(v for k, v in losses.items() if k != "warm start"))
+    if len(fresh) != 1:
+        raise SystemExit(f"compile-cache: losses differ between fresh compiles: {losses}")
+    (ref,) = fresh
+    for w in losses.get("warm start", ()):
+        if w[0] != ref[0] or not np.allclose(w, ref, rtol=1e-5, atol=0):
+            raise SystemExit(f"compile-cache: the warm start's losses {w} vs fresh {ref}")
+    print(f"losses: fresh {ref}; warm start bitwise equal: "
+          f"{all(w == ref for w in losses.get('warm start', ()))}")
 
 
 def main(argv=None) -> int:
@@ -325,7 +343,8 @@ def main(argv=None) -> int:
     ap.add_argument("--no-jax", action="store_true", help="leave out the jax.jit column")
     ap.add_argument("--compile-cache", type=int, metavar="REPS", default=0,
                     help="only W3's first compile in new processes: cold, warm kernel cache, "
-                         "graph cache (REPS alternated rounds, medians)")
+                         "graph cache keyed by the trace, warm start (REPS alternated rounds, "
+                         "medians)")
     args = ap.parse_args(argv)
     if args.compile_cache:
         res = compile_cache(args.compile_cache)

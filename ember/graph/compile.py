@@ -39,7 +39,7 @@ from ..autograd.grad_mode import state as _state
 from ..errors import GraphError
 from ..func._tree import tree_flatten
 from ..tensor import Tensor
-from . import disk_cache
+from . import disk_cache, warm_start
 from .capture import Entry, finish_capture, lifted
 from .discover import discover
 from .explain import Explanation
@@ -156,6 +156,8 @@ class CompiledFunction:
         self._grad_keys = True    # False once a capture showed fn never touches .grad
         self._wrote_python = {}   # signature -> [(path, old, new)] its traced call wrote
         self._planning = False    # memory_plan() capturing: lower even an unstable graph
+        self._graph_key = None    # the graph cache's key of the last graph lowered
+        self._hinted: set = set()  # signatures run untraced once (warm_start.known_unstable)
         self.log = Explanation(self.name)
         functools.update_wrapper(self, fn, updated=()) if not self.module else None
 
@@ -210,6 +212,16 @@ class CompiledFunction:
             e.eager, e.reason = True, "recompile limit"
             self._cache[key] = e
             return self.fn(*args, **kwargs)
+        warm = self.memory_budget is None and not self._planning and warm_start.enabled()
+        if warm and key not in self._hinted and warm_start.known_unstable(self, sig):
+            self._hinted.add(key)         # NOTE: once: a wrong hint costs one traced call
+            self.log.note("ran untraced: an earlier process found that this signature's "
+                          "call changes it (a first optimizer step), so its graph never runs")
+            with warm_start.Untraced(self.name):
+                return self.fn(*args, **kwargs)
+        e = self._warm_start(sig, flat) if warm else None
+        if e is not None:
+            return run(e, flat)
         _prefetch_kernels()
         tr, arg_slots = self._tracer(flat)
         walk = reach(self.fn, flat)
@@ -233,6 +245,7 @@ class CompiledFunction:
             return self._wrote_state(e, key, wrote, result)
         finish_capture(tr, e, result, arg_slots, flat, [p for _, p in self._roots.params],
                        self.passes, ran_backward)
+        sig0 = sig
         sig, replayable = self._settle(e, sig, flat, spec, ran_backward)
         if replayable or self._planning or self.memory_budget is not None:
             self._lower(e, tr)
@@ -241,9 +254,26 @@ class CompiledFunction:
             # this graph is never run, so it is not optimised (nor its kernels compiled)
             e.raw_graph = e.graph = tr.b.build(e.out_leaves_vars)
             e.report, e.program = [], None
+            if warm:
+                warm_start.note_unstable(self, sig0)
         e.compile_s = time.perf_counter() - t0
         self._store(e, sig, flat, tr, replayable)
         return result
+
+    def _warm_start(self, sig, flat) -> Entry | None:
+        """The entry of ``sig`` bound from a warm-start record (:mod:`ember.graph.
+        warm_start`: a cached program, no trace), cached and logged; None: trace it."""
+        t0 = time.perf_counter()
+        e, _ = warm_start.load(self, sig, flat)
+        if e is None:
+            return None
+        e.compile_s = time.perf_counter() - t0
+        self.log.capture(sig, e.graph, e.graph, e.report, e.compile_s, 0, True, len(e.guards))
+        self.log.note("warm start: the cached program runs from the signature's first call "
+                      "(no trace; see ember.graph.warm_start)")
+        self._captured = e
+        self._cache[tuple(sig.items())] = e
+        return e
 
     def _count_recompile(self, sig, key, why):
         """Log what changed since the previous capture; count it unless ``dynamic`` and
@@ -278,10 +308,10 @@ class CompiledFunction:
         """Build entry ``e``'s graph, run the passes (and the budget) or load their result
         from the graph cache (:mod:`ember.graph.disk_cache`), make its program."""
         e.raw_graph = tr.b.build(e.out_leaves_vars)
-        key = None
+        key = self._graph_key = None
         if self.memory_budget is None and disk_cache.enabled():
             t0 = time.perf_counter()
-            key = disk_cache.key_for(e.raw_graph, self.passes, self.parallel)
+            key = self._graph_key = disk_cache.key_for(e.raw_graph, self.passes, self.parallel)
             hit = disk_cache.lookup(key) if key is not None else None
             if hit is not None:
                 e.graph, e.report = hit["graph"], hit["report"] + [{
@@ -292,8 +322,8 @@ class CompiledFunction:
         graph, report = run_pipeline(e.raw_graph, self.passes)
         if self.memory_budget is not None:
             graph = self._fit_budget(e, graph, report)
-        if key is not None:
-            disk_cache.store(key, {"graph": graph, "report": report})
+        if key is not None and not disk_cache.store(key, {"graph": graph, "report": report}):
+            self._graph_key = None
         e.graph, e.report = graph, report
         e.program = program(e, graph, self.parallel)
 
@@ -315,7 +345,11 @@ class CompiledFunction:
         self._captured = e                # memory_plan's, also when not cached
         e.guards, unguarded = None, ()
         if replayable:                    # NOTE: an entry never replayed needs no guards
-            e.guards, unguarded = capture_guards(self.fn, flat, lifted(e))
+            r = reach(self.fn, flat)
+            desc = self._describe(r, flat)
+            e.guards, unguarded = capture_guards(self.fn, flat, lifted(e), r=r)
+            if desc is not None and not unguarded:
+                warm_start.save(self, e, sig, flat, r, desc, self._graph_key)
         self.log.capture(sig, e.raw_graph, e.graph, e.report, e.compile_s, tr.randoms,
                          replayable, len(e.guards or ()))
         if unguarded:
@@ -325,6 +359,17 @@ class CompiledFunction:
                           f"{', '.join(unguarded[:8])}")
         if replayable:
             self._cache[tuple(sig.items())] = e
+
+    def _describe(self, r, flat):
+        """Walk ``r``'s portable description for a warm-start record, or None (none to
+        write: the graph was not cached, or the state has no portable description)."""
+        if getattr(self, "_graph_key", None) is None or not warm_start.enabled():
+            return None
+        try:
+            return warm_start.describe(r, flat)
+        except warm_start.NotPortable:
+            warm_start.stats["refused"] += 1
+            return None
 
     def _wrote_state(self, e, key, wrote, result):
         """The traced call wrote Python state (``state["n"] += 1``), which running the graph

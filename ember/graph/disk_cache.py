@@ -62,8 +62,8 @@ from ..codegen import cache_fs as fs
 from ..codegen.cache import KernelCacheWarning
 from . import graph_pickle as gp
 
-__all__ = ["enabled", "configured_dir", "lookup", "store", "key_for", "stats", "max_bytes",
-           "info", "clear"]
+__all__ = ["enabled", "configured_dir", "lookup", "store", "lookup_bytes", "store_bytes",
+           "key_for", "stats", "max_bytes", "info", "clear"]
 
 MAGIC = b"ember-graph\n"
 DEFAULT_MAX_BYTES = 256 << 20
@@ -203,14 +203,7 @@ def _name(key: str) -> str:
 
 def lookup(key: str) -> dict | None:
     """The payload stored under ``key`` if present, trusted, intact and loadable."""
-    fd = _open(create=False)
-    if fd is None:
-        stats["misses"] += 1
-        return None
-    try:
-        data = _read(fd, key)
-    finally:
-        os.close(fd)
+    data = lookup_bytes(key)
     if data is None:
         stats["misses"] += 1
         return None
@@ -222,6 +215,18 @@ def lookup(key: str) -> dict | None:
         return None
     stats["hits"] += 1
     return payload
+
+
+def lookup_bytes(key: str) -> bytes | None:
+    """The verified payload bytes stored under ``key`` (None: missing, untrusted or corrupt:
+    see :func:`_read`); of :data:`stats`, only a corrupt entry is counted (``rebuilt``)."""
+    fd = _open(create=False)
+    if fd is None:
+        return None
+    try:
+        return _read(fd, key)
+    finally:
+        os.close(fd)
 
 
 def _read(fd: int, key: str) -> bytes | None:
@@ -256,13 +261,21 @@ def store(key: str, payload: dict) -> bool:
     except gp.NotPortable:
         stats["not_portable"] += 1
         return False
+    if not store_bytes(key, data):
+        return False
+    stats["stored"] += 1
+    return True
+
+
+def store_bytes(key: str, data: bytes) -> bool:
+    """Write ``data`` under ``key``: checksummed, atomically, mode 0600 (evicting past the
+    bound); whether it was written (not counted in :data:`stats`)."""
     fd = _open(create=True)
     if fd is None:
         return False
     try:
         fs.atomic_write(fd, _name(key), MAGIC + hashlib.sha256(data).hexdigest().encode() +
                         b"\n" + data)
-        stats["stored"] += 1
         _evict(fd, keep=_name(key))
     except OSError:
         return False                 # NOTE: a full disk costs the cache, not the compile

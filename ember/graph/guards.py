@@ -37,6 +37,7 @@ import os
 import sys
 import sysconfig
 import types
+import weakref
 
 import numpy as np
 
@@ -75,11 +76,23 @@ def _user_file(filename) -> bool:
 
 
 def _user_type(tp) -> bool:
+    try:
+        return _USER_TYPE[tp]
+    except (KeyError, TypeError):
+        pass
     mod = sys.modules.get(getattr(tp, "__module__", None) or "")
     if mod is None or tp.__module__ == "builtins":
         return False
     f = getattr(mod, "__file__", None)
-    return tp.__module__ == "__main__" or (f is not None and _user_file(f))
+    r = tp.__module__ == "__main__" or (f is not None and _user_file(f))
+    try:
+        _USER_TYPE[tp] = r              # NOTE: ~9,000 calls per walk of a small GPT
+    except TypeError:
+        pass
+    return r
+
+
+_USER_TYPE: "weakref.WeakKeyDictionary" = weakref.WeakKeyDictionary()
 
 
 def _is_value(x) -> bool:
@@ -178,6 +191,7 @@ class Reach:
         self.tensors: dict = {}
         self.truncated = False
         self.error = None           # what stopped the walk, if anything did
+        self.codes: list = []       # the user code objects read (graph/warm_start.py's key)
 
     def snapshot(self, flat) -> list:
         """The current value of every WRITES leaf (``_MISSING`` where its path fails)."""
@@ -268,6 +282,7 @@ def reach(fn, flat) -> Reach:
             w.r.error = f"{type(e).__name__}: {e}"
         if len(names) == n:
             break
+    w.r.codes = [c for c in w.keep if isinstance(c, types.CodeType)]
     return w.r
 
 
@@ -575,11 +590,13 @@ def _compile(leaves):
     return ns["guard"]
 
 
-def capture_guards(fn, flat, needed) -> tuple:
+def capture_guards(fn, flat, needed, r: Reach | None = None) -> tuple:
     """``(Guards, labels)``: the guards of a capture of ``fn`` called with ``flat``, and
     the labels of the ``needed`` ``(tensor, label)`` pairs (the graph's lifted inputs and
-    write-back targets) that no path reaches, so no guard can tell if they are replaced."""
-    r = reach(fn, flat)
+    write-back targets) that no path reaches, so no guard can tell if they are replaced.
+    ``r``: the walk :func:`reach` made of ``fn`` and ``flat`` just now (else it is made;
+    its leaves are extended)."""
+    r = reach(fn, flat) if r is None else r
     args = {id(x) for x in flat if isinstance(x, Tensor)}
     missing, done = [], set()
     for obj, label in needed:

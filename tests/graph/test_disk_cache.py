@@ -22,11 +22,12 @@ ROOT = os.path.dirname(os.path.dirname(os.path.dirname(os.path.abspath(__file__)
 
 @pytest.fixture
 def gcache(monkeypatch, tmp_path):
-    """The graph cache on, over a fresh private folder; its counters reset."""
+    """The graph cache on (keyed by the trace: no warm starts, see test_warm_start.py), over a
+    fresh private folder; its counters reset."""
     if find_compiler() is None:
         pytest.skip("no C compiler")
     d = tmp_path / "graphs"
-    monkeypatch.setenv("EMBER_GRAPH_CACHE", "1")
+    monkeypatch.setenv("EMBER_GRAPH_CACHE", "trace")
     monkeypatch.setenv("EMBER_GRAPH_CACHE_DIR", str(d))
     monkeypatch.setattr(disk_cache, "stats", {k: 0 for k in disk_cache.stats})
     monkeypatch.setattr(disk_cache, "_warned", set())
@@ -170,7 +171,7 @@ CHILD = textwrap.dedent("""
 
 def test_new_process_loads_the_graph(gcache):
     import json
-    env = dict(os.environ, EMBER_GRAPH_CACHE="1", EMBER_GRAPH_CACHE_DIR=str(gcache))
+    env = dict(os.environ, EMBER_GRAPH_CACHE="trace", EMBER_GRAPH_CACHE_DIR=str(gcache))
     code = CHILD.format(tests=os.path.join(ROOT, "tests"))
     for _ in range(3):        # NOTE: again if Ember's files changed in between (a live tree)
         disk_cache.clear()

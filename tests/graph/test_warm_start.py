@@ -1,0 +1,225 @@
+"""Warm starts (:mod:`ember.graph.warm_start`): a later compile of the same code over the
+same state runs the cached program without tracing; anything that changes what the trace
+would record (a hyper-parameter, a closure value, the model, the code) misses; a damaged
+or dangling record is never trusted."""
+import json
+import os
+import subprocess
+import sys
+import textwrap
+
+import numpy as np
+import pytest
+
+import ember
+import ember.nn as nn
+import ember.nn.functional as F
+from ember.codegen import find_compiler
+from ember.graph import disk_cache, warm_start
+
+ROOT = os.path.dirname(os.path.dirname(os.path.dirname(os.path.abspath(__file__))))
+
+
+@pytest.fixture
+def wcache(monkeypatch, tmp_path):
+    """The graph cache on with warm starts, over a fresh private folder; counters reset."""
+    if find_compiler() is None:
+        pytest.skip("no C compiler")
+    d = tmp_path / "graphs"
+    monkeypatch.setenv("EMBER_GRAPH_CACHE", "1")
+    monkeypatch.setenv("EMBER_GRAPH_CACHE_DIR", str(d))
+    monkeypatch.setattr(disk_cache, "stats", {k: 0 for k in disk_cache.stats})
+    monkeypatch.setattr(warm_start, "stats", {k: 0 for k in warm_start.stats})
+    monkeypatch.setattr(disk_cache, "_warned", set())
+    return d
+
+
+def _setup(hidden=32, wd=0.01, lr=1e-2, scale=1.0, double=False):
+    ember.manual_seed(0)
+    model = nn.Sequential(nn.Linear(16, hidden), nn.LayerNorm(hidden), nn.GELU(),
+                          nn.Linear(hidden, 5))
+    opt = ember.optim.AdamW(model.parameters(), lr=lr, weight_decay=wd)
+    rng = np.random.default_rng(0)
+    x = ember.tensor(rng.standard_normal((64, 16)).astype(np.float32))
+    y = ember.tensor(rng.integers(0, 5, 64))
+
+    if double:
+        def step(x, y):
+            opt.zero_grad()
+            loss = F.cross_entropy(model(x), y) * 2.0
+            loss.backward()
+            opt.step()
+            return loss.detach()
+    else:
+        def step(x, y):
+            opt.zero_grad()
+            loss = F.cross_entropy(model(x), y) * scale
+            loss.backward()
+            opt.step()
+            return loss.detach()
+    return ember.compile(step), model, x, y
+
+
+def _train(n=4, **kw):
+    """Losses and the parameters after each step."""
+    step, model, x, y = _setup(**kw)
+    losses, params = [], []
+    for _ in range(n):
+        losses.append(float(step(x, y)))
+        params.append([p.detach().numpy().copy() for p in model.parameters()])
+    return losses, params, step
+
+
+def _notes(cf):
+    return " | ".join(cf.explain().notes)
+
+
+def _close(a, b):
+    # NOTE: the compiled program vs the traced eager step: fused kernels round differently
+    for pa, pb in zip(a, b):
+        np.testing.assert_allclose(pa, pb, rtol=1e-5, atol=1e-6)
+
+
+def test_second_compile_starts_warm(wcache):
+    fresh, pf, s1 = _train()
+    assert warm_start.stats["stored"] == 1 and warm_start.stats["hits"] == 0
+    warm, pw, s2 = _train()
+    assert warm_start.stats["hits"] == 1
+    notes = _notes(s2)
+    assert "ran untraced" in notes and "warm start" in notes and "warm start" not in _notes(s1)
+    # the first call (creating AdamW's state) computes exactly what the traced call did
+    assert warm[0] == fresh[0]
+    for a, b in zip(pf[0], pw[0]):
+        np.testing.assert_array_equal(a, b)
+    # from the second call on, the same optimised program runs (in s1 from the third)
+    assert str(s2.graph) == str(s1.graph)
+    np.testing.assert_allclose(warm, fresh, rtol=1e-6)
+    for k in range(1, 4):
+        _close(pf[k], pw[k])
+    assert len(s2.explain().captures) == 1          # nothing traced but the first call
+
+
+def test_untraced_first_call_is_bitwise_a_traced_one(wcache):
+    _train(2)
+    # the same first call with the cache off (traced): same loss, same parameters, bitwise
+    os.environ["EMBER_GRAPH_CACHE"] = "0"
+    try:
+        off, poff, _ = _train(1)
+    finally:
+        os.environ["EMBER_GRAPH_CACHE"] = "1"
+    on, pon, s = _train(1)
+    assert "ran untraced" in _notes(s)
+    assert on == off
+    for a, b in zip(poff[0], pon[0]):
+        np.testing.assert_array_equal(a, b)
+
+
+def test_learning_rate_is_read_not_baked_in(wcache):
+    _train(3)
+    warm, pw, s = _train(3, lr=1e-3)
+    assert warm_start.stats["hits"] == 1               # lr is a graph input: same program
+    os.environ["EMBER_GRAPH_CACHE"] = "0"
+    try:
+        ref, pr, _ = _train(3, lr=1e-3)
+    finally:
+        os.environ["EMBER_GRAPH_CACHE"] = "1"
+    for k in range(3):
+        _close(pr[k], pw[k])
+
+
+@pytest.mark.parametrize("change", [{"wd": 0.1}, {"scale": 2.0}, {"hidden": 48},
+                                    {"double": True}],
+                         ids=["hyper-parameter", "closure value", "model", "code"])
+def test_a_change_misses_and_traces(wcache, change):
+    _train(3)
+    hits = warm_start.stats["hits"]
+    got, pg, s = _train(3, **change)
+    assert warm_start.stats["hits"] == hits, "a changed step must not start warm"
+    assert "warm start" not in _notes(s)
+    os.environ["EMBER_GRAPH_CACHE"] = "0"
+    try:
+        ref, pr, _ = _train(3, **change)
+    finally:
+        os.environ["EMBER_GRAPH_CACHE"] = "1"
+    assert got == ref                                  # traced like a fresh compile: bitwise
+    for a, b in zip(pr[-1], pg[-1]):
+        np.testing.assert_array_equal(a, b)
+
+
+def _records(d, prefix="w"):
+    return [d / n for n in os.listdir(d) if n.startswith(prefix) and n.endswith(".graph")]
+
+
+def test_corrupt_record_is_rebuilt(wcache):
+    fresh, _, _ = _train(3)
+    (rec,) = _records(wcache)
+    data = bytearray(rec.read_bytes())
+    data[-3] ^= 0xFF
+    rec.write_bytes(bytes(data))
+    got, _, s = _train(3)
+    assert warm_start.stats["hits"] == 0 and disk_cache.stats["rebuilt"] >= 1
+    assert got == fresh and "warm start" not in _notes(s)
+    _train(3)                                          # rewritten by the traced capture
+    assert warm_start.stats["hits"] == 1
+
+
+def test_record_without_its_graph_misses(wcache):
+    fresh, _, _ = _train(3)
+    for p in os.listdir(wcache):
+        if p.endswith(".graph") and not p.startswith(("w", "u")):
+            os.unlink(wcache / p)
+    got, _, s = _train(3)
+    assert warm_start.stats["hits"] == 0 and got == fresh
+
+
+def test_wrong_hint_costs_one_untraced_call(wcache, monkeypatch):
+    monkeypatch.setattr(warm_start, "known_unstable", lambda cf, sig: True)
+    w = ember.randn(4, 3)
+
+    @ember.compile
+    def f(x):
+        return (x @ w).relu().sum()
+    x = ember.randn(5, 4)
+    vals = [float(f(x)) for _ in range(3)]
+    assert "ran untraced" in _notes(f) and len(f.graphs()) == 1
+    np.testing.assert_allclose(vals, float((x @ w).relu().sum()), rtol=1e-6)
+
+
+def test_trace_mode_writes_no_records(wcache, monkeypatch):
+    monkeypatch.setenv("EMBER_GRAPH_CACHE", "trace")
+    _train(3)
+    _train(3)
+    assert warm_start.stats["stored"] == 0 and warm_start.stats["hits"] == 0
+    assert _records(wcache) == [] and _records(wcache, "u") == []
+    assert disk_cache.stats["hits"] == 1
+
+
+CHILD = textwrap.dedent("""
+    import json, sys
+    sys.path.insert(0, {tests!r})
+    from graph.test_warm_start import _train
+    from ember.graph import disk_cache, warm_start
+    import hashlib
+    losses, params, _ = _train(3)
+    print(json.dumps({{"losses": [repr(v) for v in losses], "warm": warm_start.stats,
+                      "env": hashlib.sha256(disk_cache.environment().encode()).hexdigest()}}))
+""")
+
+
+def test_new_process_starts_warm(wcache):
+    env = dict(os.environ, EMBER_GRAPH_CACHE="1", EMBER_GRAPH_CACHE_DIR=str(wcache))
+    code = CHILD.format(tests=os.path.join(ROOT, "tests"))
+    for _ in range(3):        # NOTE: again if Ember's files changed in between (a live tree)
+        disk_cache.clear()
+        runs = []
+        for _ in range(2):
+            r = subprocess.run([sys.executable, "-c", code], capture_output=True, text=True,
+                               env=env, cwd=ROOT, timeout=300)
+            assert r.returncode == 0, r.stderr[-2000:]
+            runs.append(json.loads(r.stdout.strip().splitlines()[-1]))
+        if runs[0]["env"] == runs[1]["env"]:
+            break
+    assert runs[0]["env"] == runs[1]["env"], "Ember's source kept changing during the test"
+    assert runs[0]["warm"]["stored"] == 1 and runs[0]["warm"]["hits"] == 0
+    assert runs[1]["warm"]["hits"] == 1 and runs[1]["warm"]["stored"] == 0
+    assert runs[1]["losses"][0] == runs[0]["losses"][0]
