@@ -137,8 +137,8 @@ __attribute__((target("avx2"))) static inline void tr8(const float *b, int64_t s
 __attribute__((target("avx2"))) static void pack_b_cols(const float *b, int64_t sbn,
         int64_t kc, int64_t nj, int64_t NR, float *dst) {
     const int64_t j8 = nj / 8 * 8, k8 = kc / 8 * 8;
-    for (int64_t j = 0; j < j8; j += 8)
-        for (int64_t k = 0; k < k8; k += 8) tr8(b + j * sbn + k, sbn, dst + k * NR + j, NR);
+    for (int64_t k = 0; k < k8; k += 8)     /* k outer: whole rows of dst written at once */
+        for (int64_t j = 0; j < j8; j += 8) tr8(b + j * sbn + k, sbn, dst + k * NR + j, NR);
     if (k8 < kc) pack_b_gen(b + k8, 1, sbn, kc - k8, 0, j8, NR, dst + k8 * NR);
     pack_b_gen(b, 1, sbn, kc, j8, nj, NR, dst);
 }
@@ -146,8 +146,9 @@ __attribute__((target("avx2"))) static void pack_b_cols(const float *b, int64_t 
 
 /* B[k0 + k, n0 + j] for k < kc, j < nc into panels of NR columns: panel p, k, j at
    dst[(p * kc + k) * NR + j]; zero past nc. x86: whether the 8x8 transposes may run. */
-static void pack_b(const float *b, int64_t sbk, int64_t sbn, int64_t kc, int64_t nc,
-                   int64_t NR, int x86, float *dst) {
+static inline __attribute__((always_inline)) void pack_b(
+        const float *b, int64_t sbk, int64_t sbn, int64_t kc, int64_t nc, const int NR,
+        int x86, float *dst) {
     if (sbn == 1) {         /* rows: read each row of the block once, in memory order */
         const int64_t nfull = nc / NR * NR;
         for (int64_t k = 0; k < kc; k++) {
@@ -195,15 +196,15 @@ _VARIANT = r"""
 /* acc[r][v] = sum over k < kc of A[r][k] * B[k][v-th vector], one FMA chain per element
    in k order; A's row r at ar[r], its k-th element at ar[r][k * ska] */
 TGT static inline __attribute__((always_inline)) void mk_@S@(
-        const float *const *ar, const int64_t ska, const float *b, int64_t kc,
-        V acc[MRV][NV]) {
-    for (int r = 0; r < MRV; r++)
+        const int rows, const float *const *ar, const int64_t ska, const float *b,
+        int64_t kc, V acc[MRV][NV]) {
+    for (int r = 0; r < rows; r++)
         for (int v = 0; v < NV; v++) acc[r][v] = ZERO;
     for (int64_t k = 0; k < kc; k++) {
         const float *bk = b + k * NRV;
         V bv[NV];
         for (int v = 0; v < NV; v++) bv[v] = LD(bk + v * VLV);
-        for (int r = 0; r < MRV; r++) {
+        for (int r = 0; r < rows; r++) {
             const V a = SET1(ar[r][k * ska]);
             for (int v = 0; v < NV; v++) acc[r][v] = FMA(a, bv[v], acc[r][v]);
         }
@@ -222,9 +223,10 @@ TGT static void tile_@S@(const float *const *ar, int64_t ska, const float *b, in
                          float *c, int64_t ldc, int64_t mr, int64_t nr, float alpha,
                          float beta, int mode) {
     V acc[MRV][NV];
-    if (ska == 1) mk_@S@(ar, 1, b, kc, acc);
-    else if (ska == MRV) mk_@S@(ar, MRV, b, kc, acc);
-    else mk_@S@(ar, ska, b, kc, acc);
+    if (mr <= 2) mk_@S@(2, ar, ska, b, kc, acc);    /* a tail of one or two rows */
+    else if (ska == 1) mk_@S@(MRV, ar, 1, b, kc, acc);
+    else if (ska == MRV) mk_@S@(MRV, ar, MRV, b, kc, acc);
+    else mk_@S@(MRV, ar, ska, b, kc, acc);
     const V al = SET1(alpha), be = SET1(beta);
     const int unit = alpha == 1.0f;
     for (int r = 0; r < mr; r++) {
@@ -247,6 +249,11 @@ TGT static void packa_@S@(const float *a, int64_t sam, int64_t sak, int64_t mc,
     pack_a(a, sam, sak, mc, kc, MRV, ap);
 }
 
+TGT static void packb_@S@(const float *b, int64_t sbk, int64_t sbn, int64_t kc,
+                          int64_t nc, float *bp) {
+    pack_b(b, sbk, sbn, kc, nc, NRV, X86, bp);
+}
+
 /* C[m0:m1, n0:n1] of one matrix of the batch */
 TGT static void range_@S@(const float *a, const float *b, float *c, const int64_t *g,
                           int64_t m0, int64_t m1, int64_t n0, int64_t n1, float alpha,
@@ -261,7 +268,7 @@ TGT static void range_@S@(const float *a, const float *b, float *c, const int64_
         for (int64_t pc = 0; pc < K; pc += KCb) {
             const int64_t kc = MIN(KCb, K - pc);
             const int mode = pc ? 1 : beta == 0.0f ? 0 : beta == 1.0f ? 1 : 2;
-            pack_b(b + pc * sbk + jc * sbn, sbk, sbn, kc, nc, NRV, X86, bp);
+            packb_@S@(b + pc * sbk + jc * sbn, sbk, sbn, kc, nc, bp);
             for (int64_t ic = m0; ic < m1; ic += MCb) {
                 const int64_t mc = MIN(MCb, m1 - ic);
                 if (!direct) packa_@S@(a + ic * sam + pc * sak, sam, sak, mc, kc, ap);
