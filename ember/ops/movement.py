@@ -65,11 +65,9 @@ expand_p = defop(
 def _slice_vjp(g, out, x, slices):
     # NOTE: the gradient is g written into zeros at the slice's place in a C-contiguous
     # buffer of x's shape: one strided write (as_strided_scatter), no index tensors.
-    from .strided import as_strided_scatter_p, contiguous_geometry
-    from .factories import zeros
+    from .strided import as_strided_scatter_p, contiguous_geometry, zero_base
     size, stride, off = contiguous_geometry(x.shape, slices)
-    z = zeros(x.shape, dtype=g.dtype, device=g.device)
-    return (_apply(as_strided_scatter_p, (z, g),
+    return (_apply(as_strided_scatter_p, (zero_base(x.shape, g), g),
                    {"size": size, "stride": stride, "storage_offset": off}),)
 
 

@@ -13,6 +13,7 @@ import math
 
 import numpy as np
 
+from ..autograd.grad_mode import state
 from ..device import get_backend
 from ..errors import EmberIndexError, ShapeError
 from ..tensor import Tensor, _wrap
@@ -22,7 +23,7 @@ from ._util import as_shape, wrap_dim
 from . import batching_rules as _vb
 from .registry import defop
 
-__all__ = ['as_strided', 'as_strided_scatter', 'slice_scatter', 'diagonal']
+__all__ = ['as_strided', 'as_strided_scatter', 'slice_scatter', 'diagonal', 'zero_base']
 
 _apply = dispatch.apply
 
@@ -82,12 +83,23 @@ def _as_strided_kernel(xp, x, size, stride, storage_offset):
     return _view_kernel(xp, xp.ascontiguousarray(x).reshape(-1), size, stride, storage_offset)
 
 
+def zero_base(shape, like):
+    """The zeros a view's gradient is scattered into: in eager mode a broadcast 0-d zero
+    (``as_strided_scatter``'s kernel then allocates the result zeroed, with no full-size
+    copy of a zero tensor first); under a dispatch mode (tracers, vmap) a full-size zeros
+    tensor, the form the compiled graph's ``scatter_stack`` pass recognises."""
+    from .factories import zeros
+    if state.modes or not shape:
+        return zeros(shape, dtype=like.dtype, device=like.device)
+    return zeros((), dtype=like.dtype, device=like.device).expand(shape)
+
+
 def _as_strided_vjp(g, out, x, size, stride, storage_offset):
     from .factories import zeros
-    z = zeros(x.shape, dtype=g.dtype, device=g.device)
     geo = {"size": size, "stride": stride, "storage_offset": storage_offset}
     if not overlaps(size, stride):
-        return (_apply(as_strided_scatter_p, (z, g), geo),)
+        return (_apply(as_strided_scatter_p, (zero_base(x.shape, g), g), geo),)
+    z = zeros(x.shape, dtype=g.dtype, device=g.device)
     # Elements reached several times collect the sum of their gradients.
     from .index import index_put_p
     ids = _apply(as_strided_p, (_arange(math.prod(x.shape), g.device),), geo)
@@ -107,7 +119,14 @@ as_strided_p = defop(
 
 
 def _scatter_kernel(xp, base, src, size, stride, storage_offset):
-    out = xp.array(base, copy=True, order="C")
+    if base.size > 1 and not any(base.strides):
+        # A broadcast scalar (the eager slice gradient's zeros, see zero_base): a fresh
+        # buffer of that value, no pass reading a full-size base first.
+        v = base[(0,) * base.ndim]
+        zero = v == 0 and (base.dtype.kind not in "fc" or not xp.signbit(xp.real(v)))
+        out = xp.zeros(base.shape, base.dtype) if zero else xp.full(base.shape, v, base.dtype)
+    else:
+        out = xp.array(base, copy=True, order="C")
     if math.prod(size):
         _view_kernel(xp, out.reshape(-1), size, stride, storage_offset)[...] = src
     return out
