@@ -82,11 +82,12 @@ def _isa(variant):
     return code if _state["isas"] >> (code - 1) & 1 else None
 
 
-def work_size(H: int, IN: int = 0) -> int:
+def work_size(H: int, IN: int = 0, N: int = 0) -> int:
     """float32 elements of the packing space (either direction, any variant) for hidden
-    size ``H`` and input size ``IN``."""
+    size ``H``, input size ``IN`` and batch ``N``."""
     v = max(VL.values())    # the panels, padded: forward (IN + H) x 4(H + v), backward
-    return 4 * (H + v) * (H + IN + 8 * v)    # 4H x (H + IN + 2 panels of 4v)
+    # 4H x (H + IN + 2 panels of 4v); the forward's projection rows N x 4v
+    return 4 * (H + v) * (H + IN + 8 * v) + 4 * v * N
 
 
 def _call(name, arrays, geometry):
@@ -103,6 +104,12 @@ def _fits(*arrays) -> bool:
     return all(a.dtype == F32 and (a.shape[-1] <= 1 or a.strides[-1] == 4) for a in arrays)
 
 
+def _check_work(work, size):
+    if work.dtype != F32 or work.ndim != 1 or work.size < size or work.strides[0] != 4:
+        raise ValueError(f"rnn_gemm: work must be contiguous float32 of at least {size} "
+                         f"elements (work_size); got {work.dtype} {work.shape}")
+
+
 def _c(a):
     return np.ascontiguousarray(a, dtype=F32)
 
@@ -114,7 +121,7 @@ def lstm_forward(x, h0, c0, w_ih, w_hh, b, work, variant=None):
         x: ``(L, N, IN)`` layer input (any row strides, unit last stride).
         h0, c0: ``(N, H)`` (unit last stride).
         w_ih, w_hh, b: ``(4H, IN)``, ``(4H, H)`` weights and ``(4H,)`` bias.
-        work: float32 scratch of at least :func:`work_size` ``(H, IN)`` elements.
+        work: float32 scratch of at least :func:`work_size` ``(H, IN, N)`` elements.
         variant: ``None`` (:data:`mode`), ``"auto"`` or a name of :data:`ISAS`.
 
     Returns:
@@ -125,6 +132,7 @@ def lstm_forward(x, h0, c0, w_ih, w_hh, b, work, variant=None):
     H = h0.shape[-1]
     if isa is None or not _fits(x, h0, c0) or min(L, N, H) == 0:
         return None
+    _check_work(work, work_size(H, IN, N))
     out = np.empty((L, N, 6 * H), dtype=F32)
     _call("lstm_seq_fwd_f32", (x, h0, c0, work, out, _c(w_ih), _c(w_hh), _c(b)),
           (L, N, H, isa, _rows(x), _rows(x[0]), _rows(h0), _rows(c0), IN))
@@ -151,6 +159,7 @@ def lstm_backward(gout, out, c0, w_ih, w_hh, work, dg, dhr, dc, dh0, dx, variant
     L, N, S = out.shape
     if isa is None or not _fits(gout, out, c0) or min(L, N, S) == 0:
         return None
+    _check_work(work, work_size(S // 6, dx.shape[-1]))
     _call("lstm_seq_bwd_f32", (gout, out, c0, work, dg, dhr, dc, dh0, _c(w_ih), _c(w_hh), dx),
           (L, N, S // 6, isa, _rows(gout), _rows(gout[0]), _rows(c0), 0, dx.shape[-1]))
     return True

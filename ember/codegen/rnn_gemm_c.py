@@ -28,12 +28,13 @@ Entry points (``ember_<name>(char **ptrs, const int64_t *g, int64_t nthreads)``)
   space, :func:`ember.codegen.rnn_gemm.work_size`), ``out`` (L, N, 6H) contiguous =
   ``[h | c | i f g o]``, ``w_ih`` (4H, IN), ``w_hh`` (4H, H), ``b`` (4H,) contiguous;
   ``g = [L, N, H, isa, sxt, sxn, sh0, sc0, IN]`` (strides in elements, unit last strides).
-  The weights are packed ONCE per call, one panel holding the gates i, f, g, o of ``VL``
-  hidden units over ``K = IN + H`` rows (W_ih's, then W_hh's), so a step's pre-activations
-  ``x_t W_ihᵀ + h_{t-1} W_hhᵀ`` are one FMA chain over ``k`` (the input projection is the
-  same micro-kernel's work, no separate GEMM); the bias, the gate nonlinearities and the
-  state update are the GEMM's epilogue on the registers (``ember_tanh_f32``'s operations on
-  vectors; a partial panel's units go through the scalar ``lstm_epi``).
+  The weights are packed ONCE per call, a panel holding the gates i, f, g, o of ``VL``
+  hidden units (W_ih's panels over ``IN`` rows, then W_hh's over ``H``); per step and panel
+  the micro-kernel computes the input projection ``x_t W_ihᵀ`` (into a scratch row of
+  ``work``) then ``h_{t-1} W_hhᵀ``, and the sum, the bias, the gate nonlinearities and the
+  state update are the second GEMM's epilogue on the registers (``ember_tanh_f32``'s
+  operations on vectors; a partial panel's units go through the scalar ``lstm_epi``): no
+  projection tensor outside.
 * ``lstm_seq_bwd_f32``: ``gout`` (L, N, 6H), ``out`` (contiguous), ``c0``, ``work``
   -> ``dg`` (L, N, 4H) (the pre-activation gradients), scratch ``dhr`` (N, H),
   ``dc`` (N, H: out, dL/dc0), ``dh0`` (N, H); then ``w_ih``, ``w_hh``, ``dx`` (L, N, IN)
@@ -110,7 +111,7 @@ static void lstm_dloc(const float *a, const float *cp, const float *ct, const fl
 
 /* a weight W (4H, K) packed for the forward into rows [k0, k0 + K) of panels of KT rows
    and U units: panel p, row k0 + k, column q*U + u = W[q*H + p*U + u][k] (gate q of hidden
-   unit p*U + u; zero past H). The forward packs W_ih at k0 = 0 and W_hh at k0 = IN. */
+   unit p*U + u; zero past H). The forward packs W_ih's panels, then W_hh's. */
 static void pack_fwd(const float *w, int64_t K, int64_t k0, int64_t KT, float *dst, int64_t H,
                      int64_t U) {
     const int64_t np = (H + U - 1) / U, NRv = 4 * U;
@@ -224,29 +225,38 @@ static inline __attribute__((always_inline)) void rows_@S@(
 
 /* the forward's geometry at one step and panel */
 typedef struct {
-    const float *hp, *cp, *xt, *b, *bias;
-    float *ot;
+    const float *hp, *cp, *xt, *b, *bi, *bias;
+    float *ot, *tmp;
     int64_t sh, sc, sx, H, IN, u0, nu;
 } fstep_@S@;
 
-/* one block of `rows` batch rows from n0 at one step and panel: GEMM, then the gates */
+/* the input projection x_t W_ihᵀ of one block of `rows` batch rows at one step and panel,
+   into the rows' NRV-float slots of tmp */
+TGT static inline __attribute__((always_inline)) void xblock_@S@(
+        const int rows, const fstep_@S@ *s, int64_t n0, int64_t hi) {
+    const float *ar[MRV];
+    V acc[MRV][4];
+    rows_@S@(rows, ar, s->xt, s->sx, n0, hi);
+    mk_@S@(rows, ar, s->bi, s->IN, acc);
+    for (int r = 0; r < rows && n0 + r < hi; r++)
+        for (int v = 0; v < 4; v++) ST(s->tmp + (n0 + r) * NRV + v * VLV, acc[r][v]);
+}
+
+/* one block of `rows` batch rows from n0 at one step and panel: h_{t-1} W_hhᵀ, then the
+   gates of (that + the input projection) + b */
 TGT static inline __attribute__((always_inline)) void fblock_@S@(
         const int rows, const fstep_@S@ *s, int64_t n0, int64_t hi) {
     const int64_t H = s->H, S = 6 * H;
     const float *ar[MRV];
     V acc[MRV][4];
-    for (int r = 0; r < rows; r++)
-        for (int v = 0; v < 4; v++) acc[r][v] = ZERO;
-    if (s->IN) {      /* the input projection x_t W_ihᵀ, then h_{t-1} W_hhᵀ: one FMA chain */
-        rows_@S@(rows, ar, s->xt, s->sx, n0, hi);
-        mka_@S@(rows, ar, s->b, s->IN, acc);
-    }
     rows_@S@(rows, ar, s->hp, s->sh, n0, hi);
-    mka_@S@(rows, ar, s->b + s->IN * NRV, H, acc);
+    mk_@S@(rows, ar, s->b, H, acc);
     for (int r = 0; r < rows && n0 + r < hi; r++) {
         const int64_t n = n0 + r;
         const float *xr = s->bias + s->u0, *cr = s->cp + n * s->sc + s->u0;
         float *o = s->ot + n * S + s->u0;
+        if (s->IN)
+            for (int v = 0; v < 4; v++) acc[r][v] = ADD(acc[r][v], LD(s->tmp + n * NRV + v * VLV));
         if (s->nu < VLV) {
             float tile[4 * VLV] __attribute__((aligned(64)));
             for (int v = 0; v < 4; v++) ST(tile + v * VLV, acc[r][v]);
@@ -264,6 +274,10 @@ TGT static inline __attribute__((always_inline)) void fblock_@S@(
     }
 }
 
+/* NOTE: per step and panel, first every row block's input projection (W_ih's panel, IN
+   rows), then every row block's recurrent product (W_hh's panel, H rows) and gates: each
+   loop's panel stays in L1 across the row blocks (one panel of IN + H rows did not: the
+   projection ran at ~2/3 of the recurrent product's rate) */
 TGT static void fwd_@S@(char **p, const int64_t *g, const int64_t *st, int64_t lo,
                         int64_t hi) {
     (void)st;
@@ -276,6 +290,7 @@ TGT static void fwd_@S@(char **p, const int64_t *g, const int64_t *st, int64_t l
     s.IN = IN;
     s.sx = g[G_S1];
     s.bias = (const float *)p[7];
+    s.tmp = (float *)p[3] + np * (IN + H) * NRV;
     for (int64_t t = 0; t < L; t++) {
         s.hp = t ? out + (t - 1) * N * S : (const float *)p[1];
         s.cp = t ? s.hp + H : (const float *)p[2];
@@ -286,9 +301,14 @@ TGT static void fwd_@S@(char **p, const int64_t *g, const int64_t *st, int64_t l
         for (int64_t q = 0; q < np; q++) {
             s.u0 = q * VLV;
             s.nu = MIN(VLV, H - s.u0);
-            s.b = wp + q * (IN + H) * NRV;
+            s.bi = wp + q * IN * NRV;
+            s.b = wp + np * IN * NRV + q * H * NRV;
             int64_t n0 = lo;
-            for (; n0 + MRV <= hi; n0 += MRV) fblock_@S@(MRV, &s, n0, hi);
+            if (IN) {
+                for (; n0 + MRV <= hi; n0 += MRV) xblock_@S@(MRV, &s, n0, hi);
+                for (; n0 < hi; n0 += MRT) xblock_@S@(MRT, &s, n0, hi);
+            }
+            for (n0 = lo; n0 + MRV <= hi; n0 += MRV) fblock_@S@(MRV, &s, n0, hi);
             for (; n0 < hi; n0 += MRT) fblock_@S@(MRT, &s, n0, hi);
         }
     }
@@ -433,8 +453,9 @@ static void launch(ember_run_fn run, char **p, const int64_t *g, int64_t nt, int
 
 void ember_lstm_seq_fwd_f32(char **p, const int64_t *g, int64_t nt) {
     const int64_t isa = pick(g[G_ISA]), H = g[G_H], IN = g[G_IN];
-    pack_fwd((const float *)p[5], IN, 0, IN + H, (float *)p[3], H, VLS[isa]);
-    pack_fwd((const float *)p[6], H, IN, IN + H, (float *)p[3], H, VLS[isa]);
+    const int64_t np = (H + VLS[isa] - 1) / VLS[isa];
+    pack_fwd((const float *)p[5], IN, 0, IN, (float *)p[3], H, VLS[isa]);
+    pack_fwd((const float *)p[6], H, 0, H, (float *)p[3] + np * IN * 4 * VLS[isa], H, VLS[isa]);
     launch(FWD[isa], p, g, nt, MRS[isa]);
 }
 

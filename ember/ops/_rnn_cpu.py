@@ -29,6 +29,18 @@ def _buf(xp, slot, shape, dtype):
     return a
 
 
+def _work(xp, size):
+    """float32 scratch of at least ``size`` elements (grows only: the layers of a model and
+    both directions share it)."""
+    bufs = getattr(_scratch, "bufs", None)
+    if bufs is None:
+        bufs = _scratch.bufs = {}
+    a = bufs.get("work")
+    if a is None or a.size < size or type(a) is not xp.ndarray:
+        a = bufs["work"] = xp.empty((size,), dtype="float32")
+    return a
+
+
 def _rk(*arrays):
     """The step kernels' module when they take these arrays, else None."""
     if not config.EAGER_KERNELS:
@@ -85,8 +97,7 @@ def lstm_layer(xp, x, h0, c0, w_ih, w_hh, b, fallback):
     rg = _seq(x, h, c, w_ih, w_hh, b)
     if rg is not None:
         H, IN = h.shape[-1], x.shape[-1]
-        out = rg.lstm_forward(x, h, c, w_ih, w_hh, b,
-                              _buf(xp, "work", (rg.work_size(H, IN),), x.dtype))
+        out = rg.lstm_forward(x, h, c, w_ih, w_hh, b, _work(xp, rg.work_size(H, IN, x.shape[1])))
         if out is not None:
             return out
     from .rnn import _lstm_proj     # NOTE: rnn imports this module
@@ -133,7 +144,7 @@ def lstm_layer_grad(xp, gout, out, x, h0, c0, w_ih, w_hh, b, fallback):
     rg = _seq(gout, out, c0, w_ih, w_hh)
     if rg is None or not rg.lstm_backward(
             gout, out, _unit(xp, c0), w_ih, w_hh,
-            _buf(xp, "work", (rg.work_size(H, IN),), x.dtype), dg,
+            _work(xp, rg.work_size(H, IN)), dg,
             _buf(xp, "dhr", (N, H), x.dtype), dc, dh0, dx):
         lstm_grad(xp, gout, out, h0, c0, w_hh, rk, dg, dh0, dc)
         xp.matmul(dg, w_ih, out=dx)

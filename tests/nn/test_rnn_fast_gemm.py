@@ -51,7 +51,7 @@ def _backward(g, out, c0, w_ih, w_hh, variant):
 
 
 def _forward(x, h0, c0, w_ih, w_hh, b, variant=None):
-    work = np.empty(rnn_gemm.work_size(h0.shape[1], x.shape[2]), np.float32)
+    work = np.empty(rnn_gemm.work_size(h0.shape[1], x.shape[2], x.shape[1]), np.float32)
     return rnn_gemm.lstm_forward(x, h0, c0, w_ih, w_hh, b, work, variant=variant)
 
 
@@ -110,6 +110,9 @@ def test_unknown_variant_and_off(monkeypatch):
         _forward(x, h0, c0, wi, wh, b, "sse9")
     assert _forward(x, h0, c0, wi, wh, b, "off") is None
     assert _forward(x.astype(np.float64), h0, c0, wi, wh, b) is None
+    # a packing space smaller than work_size would be written past its end: refused
+    with pytest.raises(ValueError, match=r"rnn_gemm: work must be .* \(work_size\)"):
+        rnn_gemm.lstm_forward(x, h0, c0, wi, wh, b, np.empty(rnn_gemm.work_size(3, 2), np.float32))
 
 
 @pytest.mark.parametrize("mode", ["auto", "off"])
