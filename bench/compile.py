@@ -252,7 +252,8 @@ from compile import build, train_step
 from train import WORKLOADS
 m, o, x, y = build(WORKLOADS["W3 GPT AdamW"], ember)
 ready = time.perf_counter()
-cs = ember.compile(train_step(ember, m, o), fullgraph=True)
+cs = train_step(ember, m, o)
+cs = cs if os.environ.get("EMBER_BENCH_EAGER") else ember.compile(cs, fullgraph=True)
 import resource
 kids = lambda: sum(resource.getrusage(resource.RUSAGE_CHILDREN)[:2])
 c0, k0, t1 = time.process_time(), kids(), time.perf_counter()
@@ -273,7 +274,8 @@ def compile_cache(reps: int, root: str | None = None) -> dict:
 
     ``cold``: empty kernel and graph caches; ``warm kernels``: kernel cache filled, graph
     cache empty (or off); ``graph cache``: both filled by an earlier process, traced
-    (``EMBER_GRAPH_CACHE=trace``); ``warm start``: the same caches, no trace. ``root``: the
+    (``EMBER_GRAPH_CACHE=trace``); ``warm start``: the same caches, no trace; ``eager``: the
+    same two calls not compiled (what the steps cost without any compiler). ``root``: the
     Ember checkout to time (default this one). Returns ``{case: (median s, median CPU s of
     the process, median CPU s of its compiler runs)}``.
     """
@@ -289,7 +291,9 @@ def compile_cache(reps: int, root: str | None = None) -> dict:
 
     def child(kernels, graphs, mode="1"):
         env = dict(os.environ, EMBER_KERNEL_CACHE=kernels, EMBER_GRAPH_CACHE_DIR=graphs,
-                   EMBER_GRAPH_CACHE=mode)
+                   EMBER_GRAPH_CACHE=mode.replace("eager", "0"))
+        if mode == "eager":
+            env["EMBER_BENCH_EAGER"] = "1"
         r = subprocess.run([sys.executable, "-c", CACHE_CHILD, root], capture_output=True,
                            text=True, env=env, cwd=root, timeout=600)
         if r.returncode != 0:
@@ -297,7 +301,8 @@ def compile_cache(reps: int, root: str | None = None) -> dict:
         return json.loads(r.stdout.strip().splitlines()[-1])
     try:
         child(warm, os.path.join(tmp, "warm-graphs"))       # fills both caches
-        out: dict = {"cold": [], "warm kernels": [], "graph cache": [], "warm start": []}
+        out: dict = {"cold": [], "warm kernels": [], "graph cache": [], "warm start": [],
+                     "eager": []}
         losses: dict = {}
         for i in range(reps):
             cold = os.path.join(tmp, f"cold{i}")
@@ -305,14 +310,16 @@ def compile_cache(reps: int, root: str | None = None) -> dict:
             runs = {"cold": (cold, os.path.join(cold, "g"), "1"),
                     "warm kernels": (warm, os.path.join(tmp, f"empty{i}"), "1"),
                     "graph cache": (warm, graphs, "trace"),    # keyed by the trace
-                    "warm start": (warm, graphs, "1")}         # no trace (warm_start.py)
+                    "warm start": (warm, graphs, "1"),         # no trace (warm_start.py)
+                    "eager": (warm, os.path.join(tmp, f"none{i}"), "eager")}  # not compiled
             for case, (k, g, mode) in runs.items():
                 r = child(k, g, mode)
                 if case.startswith(("graph", "warm start")) and not r["hits"]:
                     raise SystemExit("compile-cache: the graph cache missed (Ember's files "
                                      "changed between the runs?); time a quiet checkout")
                 out[case].append((r["s"], r["cpu"], r["cc_cpu"]))
-                losses.setdefault(case, set()).add(tuple(r["losses"]))
+                if case != "eager":     # (eager runs its composites' compiled forms)
+                    losses.setdefault(case, set()).add(tuple(r["losses"]))
         _check_cache_losses(losses)
         return {k: tuple(statistics.median(x[i] for x in v) for i in range(3))
                 for k, v in out.items()}

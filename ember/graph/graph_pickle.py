@@ -134,6 +134,7 @@ class _Unpickler(pickle.Unpickler):
     def __init__(self, f, fused: list):
         super().__init__(f)
         self.fused = fused
+        self._refs: dict = {}       # pid -> object: a W3 graph names ~8,000 dtypes/ops
 
     def find_class(self, module, name):
         try:
@@ -145,6 +146,16 @@ class _Unpickler(pickle.Unpickler):
         return obj
 
     def persistent_load(self, pid):
+        try:
+            return self._refs[pid]
+        except (KeyError, TypeError):
+            pass
+        obj = self._resolve(pid)
+        if pid[0] != "fused":
+            self._refs[pid] = obj
+        return obj
+
+    def _resolve(self, pid):
         from ..ops.registry import REGISTRY
         kind = pid[0]
         if kind == "dtype":
