@@ -181,25 +181,21 @@ def _plan(isa, a, b, c, M, N, K, bt):
                  sb[0], sb[1], 1 if N == 1 else sb[2], sc[0], sc[1], KC, MC, NC, COLS)
 
 
-def worth(M: int, K: int, N: int, b_rows: bool = True) -> bool:
+def worth(M: int, K: int, N: int) -> bool:
     """Whether :func:`matmul` runs this GEMM instead of OpenBLAS: the size rule measured
-    on this machine (one thread, CPU time: bench/gemm.py and the sweep in bench/RESULTS.md
-    "Issue 19 — float32 GEMM"). Faster from ``N >= 64`` and ``2^20``
-    multiply-adds (W1's 128x784x512 products 0.87-0.96x OpenBLAS, W3's and the LSTM's
-    1024-row products 0.86-0.97x), slower below: ``N = 10``/16/32 (a 64-wide panel mostly
-    padding: 2-2.6x), 64^3 and 128x64x64 (fixed costs: 1.5-1.7x). With ``B`` row-major
-    (``b_rows``) and few rows (``M < 64``) packing all of B costs more than OpenBLAS's
-    own path (32x128x512: 1.11x), while a transposed B is still faster (0.76x).
+    on this machine (AVX-512 variant, one thread, CPU time; bench/gemm.py and the sweep in
+    bench/RESULTS.md "Issue 19 — float32 GEMM"). Faster from ``N >= 64``, ``M >= 8`` and
+    ``2^20`` multiply-adds: W1's 128x784x512-type products 0.79-0.91x OpenBLAS, W3's and
+    the LSTM's 1024-row ones 0.86-0.97x, 32x128x512 0.63-0.85x, 8x512x512 0.63-0.76x,
+    16x256x256 0.67-0.95x. Slower below: ``N = 16``/32 (a 64-wide panel mostly padding:
+    1.2-2.1x), ``N = 8`` 2.4x, 64^3 1.0-1.6x and 128x64x64 0.9-1.3x (fixed costs); a
+    few rows against a large B would pack all of B for little work (GEMV: OpenBLAS).
     """
-    return N >= MIN_N and M * N * K >= MIN_MACS and (M >= MIN_M_ROWS_B or not b_rows)
+    return N >= MIN_N and M >= MIN_M and M * N * K >= MIN_MACS
 
 
 #: the size rule of :func:`worth`
-MIN_MACS, MIN_N, MIN_M_ROWS_B = 1 << 20, 64, 64
-
-
-def _b_rows(y) -> bool:
-    return y.shape[-1] <= 1 or y.strides[-1] == 4
+MIN_MACS, MIN_N, MIN_M = 1 << 20, 64, 8
 
 
 def matmul(x, y, out=None):
@@ -222,7 +218,7 @@ def matmul(x, y, out=None):
         rows = M
         for d in x.shape[:-2]:
             rows *= d
-        if not worth(rows, K, N, _b_rows(y)):
+        if not worth(rows, K, N):
             return None
         if x.ndim == 2:
             return gemm(x, y, out)
@@ -236,7 +232,7 @@ def matmul(x, y, out=None):
             if res.shape != x.shape[:-1] + (N,):
                 return None
             return res if gemm(x2, y, res.reshape(rows, N)) is not None else None
-    if not worth(M, K, N, _b_rows(y)):
+    if not worth(M, K, N):
         return None
     bshape = np.broadcast_shapes(x.shape[:-2], y.shape[:-2])
     bt = 1

@@ -196,18 +196,38 @@ _VARIANT = r"""
 /* acc[r][v] = sum over k < kc of A[r][k] * B[k][v-th vector], one FMA chain per element
    in k order; A's row r at ar[r], its k-th element at ar[r][k * ska] */
 TGT static inline __attribute__((always_inline)) void mk_@S@(
-        const int rows, const float *const *ar, const int64_t ska, const float *b,
-        int64_t kc, V acc[MRV][NV]) {
+        const int rows, const int nv, const float *const *ar, const int64_t ska,
+        const float *b, int64_t kc, V acc[MRV][NV]) {
     for (int r = 0; r < rows; r++)
-        for (int v = 0; v < NV; v++) acc[r][v] = ZERO;
+        for (int v = 0; v < nv; v++) acc[r][v] = ZERO;
     for (int64_t k = 0; k < kc; k++) {
         const float *bk = b + k * NRV;
         V bv[NV];
-        for (int v = 0; v < NV; v++) bv[v] = LD(bk + v * VLV);
+        for (int v = 0; v < nv; v++) bv[v] = LD(bk + v * VLV);
         for (int r = 0; r < rows; r++) {
             const V a = SET1(ar[r][k * ska]);
-            for (int v = 0; v < NV; v++) acc[r][v] = FMA(a, bv[v], acc[r][v]);
+            for (int v = 0; v < nv; v++) acc[r][v] = FMA(a, bv[v], acc[r][v]);
         }
+    }
+}
+
+/* the tile's products: rows and vectors (nv) as constants per case */
+TGT static void mkd_@S@(const float *const *ar, int64_t ska, const float *b, int64_t kc,
+                        int64_t mr, int nv, V acc[MRV][NV]) {
+    if (nv == NV) {
+        if (mr <= 2) mk_@S@(2, NV, ar, ska, b, kc, acc);    /* a tail of one or two rows */
+        else if (ska == 1) mk_@S@(MRV, NV, ar, 1, b, kc, acc);
+        else if (ska == MRV) mk_@S@(MRV, NV, ar, MRV, b, kc, acc);
+        else mk_@S@(MRV, NV, ar, ska, b, kc, acc);
+        return;
+    }
+    switch (nv) {       /* a tail of columns: only the vectors it covers */
+    case 1: mk_@S@(MRV, 1, ar, ska, b, kc, acc); break;
+#if NV > 2
+    case 2: mk_@S@(MRV, 2, ar, ska, b, kc, acc); break;
+    case 3: mk_@S@(MRV, 3, ar, ska, b, kc, acc); break;
+#endif
+    default: mk_@S@(MRV, NV, ar, ska, b, kc, acc);
     }
 }
 
@@ -223,10 +243,8 @@ TGT static void tile_@S@(const float *const *ar, int64_t ska, const float *b, in
                          float *c, int64_t ldc, int64_t mr, int64_t nr, float alpha,
                          float beta, int mode) {
     V acc[MRV][NV];
-    if (mr <= 2) mk_@S@(2, ar, ska, b, kc, acc);    /* a tail of one or two rows */
-    else if (ska == 1) mk_@S@(MRV, ar, 1, b, kc, acc);
-    else if (ska == MRV) mk_@S@(MRV, ar, MRV, b, kc, acc);
-    else mk_@S@(MRV, ar, ska, b, kc, acc);
+    const int nv = nr == NRV ? NV : (int)((nr + VLV - 1) / VLV);
+    mkd_@S@(ar, ska, b, kc, mr, nv, acc);
     const V al = SET1(alpha), be = SET1(beta);
     const int unit = alpha == 1.0f;
     for (int r = 0; r < mr; r++) {
@@ -238,7 +256,7 @@ TGT static void tile_@S@(const float *const *ar, int64_t ska, const float *b, in
         }
         float tile[NRV] __attribute__((aligned(64))) = {0};
         if (mode) memcpy(tile, cr, (size_t)nr * sizeof(float));
-        for (int v = 0; v < NV; v++)
+        for (int v = 0; v < nv; v++)
             ST(tile + v * VLV, upd_@S@(acc[r][v], tile + v * VLV, mode, unit, al, be));
         memcpy(cr, tile, (size_t)nr * sizeof(float));
     }
