@@ -120,10 +120,10 @@ class Program:
                 if n.op.name in UFUNCS and not hasattr(n.op, "run"):
                     s.outfn = getattr(xp, UFUNCS[n.op.name])
                 elif n.op.name == "matmul" and not hasattr(n.op, "run"):
-                    # NOTE: float16/bfloat16 go through the kernel (float32 BLAS inside),
-                    # never NumPy's scalar float16 matmul loop.
-                    s.outfn = xp.matmul if n.outs[0].dtype.itemsize > 2 else \
-                        functools.partial(s.kernel, xp)
+                    # NOTE: the kernel, not xp.matmul: float16/bfloat16 convert to float32
+                    # inside (never NumPy's scalar float16 loop), and float32 runs Ember's
+                    # own GEMM where eager's does (codegen/sgemm.py): eager's bits
+                    s.outfn = functools.partial(s.kernel, xp)
                 else:
                     s.outfn = functools.partial(n.op.run, xp, **n.params)
                 sv = var_of[s.buf]

@@ -159,3 +159,18 @@ def test_gradients_of_a_transposed_chain(dtype):
     tol = dict(rtol=1e-10, atol=1e-12) if dtype == "float64" else dict(rtol=1e-5, atol=1e-6)
     for a, b in zip(got, grads(x)):
         np.testing.assert_allclose(a.numpy(), b.numpy(), **tol)
+
+
+def test_compiled_products_are_eager_products_bitwise():
+    """``matmul_t`` (and a planned ``matmul``) make the call eager's float32 matmul kernel
+    makes — Ember's own GEMM where its size rule picks it, else NumPy's — so a compiled
+    product has eager's bits whichever GEMM runs."""
+    rng = np.random.default_rng(3)
+    x = em.tensor(rng.standard_normal((128, 300)).astype(np.float32))
+    w = em.tensor(rng.standard_normal((256, 300)).astype(np.float32))
+    f = em.compile(lambda x, w: (x @ w.T, w @ x.T), fullgraph=True)
+    f(x, w)
+    got = f(x, w)
+    assert "matmul_t" in [n.op.name for n in _entry(f).graph.nodes]
+    for a, b in zip(got, (x @ w.T, w @ x.T)):
+        np.testing.assert_array_equal(a.numpy().view(np.int32), b.numpy().view(np.int32))

@@ -6,8 +6,9 @@ themselves, but each a node the executor calls on every run. In a training step 
 calls land between GEMMs that have just streamed megabytes through the caches, so a
 view costs 4-8 us there instead of the ~0.5 us it takes alone (the compiled W1 MLP step,
 batch 128: six of them, issue 19 item 7). ``matmul(permute(a), b)`` becomes
-``matmul_t(a, b, ta=True)``: the same NumPy ``matmul`` call on ``a.T`` — the same BLAS
-call, the same bits — with one node fewer. A permute that something else also reads
+``matmul_t(a, b, ta=True)``: the same call on ``a.T`` as eager's matmul kernel makes (NumPy's
+``matmul``, or for float32 Ember's own GEMM where :func:`ember.codegen.sgemm.worth` picks
+it) — the same bits — with one node fewer. A permute that something else also reads
 stays (its other readers need it).
 
 Runs late in the pipeline (after ``fuse``), so the passes that look for ``matmul`` nodes
@@ -16,15 +17,27 @@ operands of one dtype, no casts; other matmuls are left alone.
 """
 from __future__ import annotations
 
+import numpy as np
+
 from ... import dtypes as _dt
+from ...codegen import sgemm
 from ..ir import BufferOp, Graph, Var
 from ._util import Rewrite
 
 
 def _run_matmul_t(xp, x, y, out=None, *, ta=False, tb=False):
-    return xp.matmul(x.T if ta else x, y.T if tb else y, out=out)
+    a, b = x.T if ta else x, y.T if tb else y
+    if xp is np and a.dtype == _F32 and b.dtype == _F32:
+        # NOTE: the float32 GEMM eager's matmul kernel runs (Ember's own where its size
+        # rule says it is faster, reading transposed operands in place; else None):
+        # the same call, so the same bits as eager's matmul(permute(a), b)
+        r = sgemm.matmul(a, b, out=out)
+        if r is not None:
+            return r
+    return xp.matmul(a, b, out=out)
 
 
+_F32 = np.dtype(np.float32)
 MATMUL_T = BufferOp("matmul_t", _run_matmul_t)
 _DTYPES = (_dt.float32, _dt.float64)
 
