@@ -128,8 +128,8 @@ def lstm(xp, x, h0, c0, w, rk):
 
 def lstm_layer_grad(xp, gout, out, x, h0, c0, w_ih, w_hh, b, fallback):
     """``lstm_layer_grad``'s cpu kernel: BPTT into ``dG`` (a scratch buffer, with ``dx``
-    from the sequence kernel), then the weight gradients as BLAS GEMMs over all steps and
-    the bias gradient as a column sum, written into their slots of the flat result."""
+    from the sequence kernel), then both weight gradients as one BLAS GEMM over all steps
+    and the bias gradient as a column sum, written into their slots of the flat result."""
     rk = _rk(gout, out, x, h0, c0, w_ih, w_hh, b)
     if rk is None:
         return fallback(xp, gout, out, x, h0, c0, w_ih, w_hh, b)
@@ -139,7 +139,7 @@ def lstm_layer_grad(xp, gout, out, x, h0, c0, w_ih, w_hh, b, fallback):
     G = 4 * H
     # NOTE: the gradients are written into their slots of the flat result (no concatenate)
     flat = xp.empty(L * N * IN + 2 * N * H + G * (IN + H + 1), dtype=x.dtype)
-    dx, dh0, dc, dwi, dwh, db = _slots(flat, (L, N, IN), (N, H), (N, H), (G, IN), (G, H), (G,))
+    dx, dh0, dc, dw, db = _slots(flat, (L, N, IN), (N, H), (N, H), (G, IN + H), (G,))
     dg = _buf(xp, "dg", (L, N, G), x.dtype)
     rg = _seq(gout, out, c0, w_ih, w_hh)
     if rg is None or not rg.lstm_backward(
@@ -149,7 +149,12 @@ def lstm_layer_grad(xp, gout, out, x, h0, c0, w_ih, w_hh, b, fallback):
         lstm_grad(xp, gout, out, h0, c0, w_hh, rk, dg, dh0, dc)
         xp.matmul(dg, w_ih, out=dx)
     from .rnn import _lstm_weight_grads     # NOTE: rnn imports this module
-    _lstm_weight_grads(xp, dg, x, _prev(xp, h0, out[..., :H], "h")[:L], (dwi, dwh, db))
+    xh = _buf(xp, "xh", (L, N, IN + H), x.dtype)     # [x_t | h_{t-1}]
+    xh[..., :IN] = x
+    if L:
+        xh[0, :, IN:] = h0
+        xh[1:, :, IN:] = out[:-1, :, :H]
+    _lstm_weight_grads(xp, dg, xh, (dw, db))
     return flat
 
 
