@@ -150,3 +150,36 @@ def test_lstm_module_float32_matches_torch():
     for n, p in ref.named_parameters():
         np.testing.assert_allclose(getattr(mine, n).grad.numpy(), p.grad.numpy(),
                                    rtol=1e-4, atol=1e-4, err_msg=n)
+
+
+def test_env_var_forces_the_variant(tmp_path):
+    """``EMBER_RNN_GEMM=avx2`` makes ``lstm_layer``'s float32 kernel run the AVX2 variant
+    (what an AVX2-only CPU runs) in a new process: its output is the in-process avx2
+    call's, bit for bit; ``EMBER_RNN_GEMM=off`` runs the per-step path there."""
+    import os
+    import subprocess
+    import sys
+    _variant("avx2")
+    x, h0, c0, wi, wh, b, _ = _operands(5, 7, 20, 9, seed=4)
+    args = [np.ascontiguousarray(a) for a in (x, h0, c0, wi, wh, b)]
+    np.savez(tmp_path / "in.npz", *args)
+    code = ("import sys, numpy as np\n"
+            "from ember.codegen import rnn_gemm\n"
+            "from ember.ops import _rnn_cpu\n"
+            "a = np.load(sys.argv[1])\n"
+            "out = _rnn_cpu.lstm_layer(np, *[a[f'arr_{i}'] for i in range(6)], None)\n"
+            "np.save(sys.argv[2], out)\n"
+            "print(rnn_gemm.mode)\n")
+    want = _forward(*args, variant="avx2")
+    for mode in ("avx2", "off"):
+        env = dict(os.environ, EMBER_RNN_GEMM=mode)
+        r = subprocess.run([sys.executable, "-c", code, str(tmp_path / "in.npz"),
+                            str(tmp_path / f"{mode}.npy")], env=env, capture_output=True,
+                           text=True, timeout=300)
+        assert r.returncode == 0, r.stderr[-2000:]
+        assert r.stdout.split()[-1] == mode
+        got = np.load(tmp_path / f"{mode}.npy")
+        if mode == "avx2":
+            np.testing.assert_array_equal(got, want)
+        else:     # NumPy's GEMM per step: another summation order, the same values
+            np.testing.assert_allclose(got, want, rtol=2e-5, atol=2e-5)

@@ -2,10 +2,11 @@
 
 Parameter names, shapes, gate order (LSTM: i, f, g, o; GRU: r, z, n) and initialisation
 U(-1/sqrt(hidden), 1/sqrt(hidden)) follow PyTorch, so state dicts load across. Each layer and
-direction projects the whole input sequence with ONE matmul; the recurrence then runs as
-one fused primitive per layer and direction (``ember/ops/rnn.py``: per-step GEMM and
-in-place gate updates forward, BPTT with time-batched weight gradients backward). Packed
-sequences, ``proj_size`` and float16/bfloat16 take the per-step composite path.
+direction is one fused primitive (``ember/ops/rnn.py``: per-step GEMM and in-place gate
+updates forward, BPTT with time-batched weight gradients backward); a GRU's and an RNN's
+input projection is ONE matmul before it, an LSTM's is inside it (``lstm_layer`` takes the
+layer input, ``W_ih`` and ``b_ih + b_hh``, as PyTorch's ``_VF.lstm``). Packed sequences,
+``proj_size`` and float16/bfloat16 take the per-step composite path.
 """
 from __future__ import annotations
 
