@@ -10,9 +10,17 @@ wherever :func:`worth` (the measured size rule) or the operands say OpenBLAS sho
 Variants, chosen at run time: ``avx512`` (AVX-512F), ``avx2`` (AVX2 + FMA), ``generic``
 (GNU C vectors). :data:`mode` (``EMBER_SGEMM`` at import: ``auto``, ``avx512``, ``avx2``,
 ``generic``, ``off``/``0``) picks one; ``auto`` is ``avx512`` where this CPU runs it and
-otherwise OpenBLAS (the AVX2 and generic variants were not measured faster than OpenBLAS
-on any CPU: they are there for tests and for callers that ask for them). A variant this
-CPU cannot run, or ``off``, makes :func:`gemm`/:func:`matmul` return None.
+otherwise OpenBLAS: the AVX2 variant runs near AVX2's peak here (128x784x512 in 1.13 ms,
+~45 G multiply-adds/s, 1.4-1.6x OpenBLAS's AVX-512 kernels) but was never measured
+against OpenBLAS's Haswell kernels on an AVX2-only CPU, and the generic one is a portable
+fallback; both are there for tests, other CPUs and callers that ask for them. A variant
+this CPU cannot run, or ``off``, makes :func:`gemm`/:func:`matmul` return None.
+
+Threads: :func:`gemm` splits whole panels of columns (or rows, when there is one panel of
+columns) between Ember's pool threads (:mod:`.pool`: workers sleep between kernels,
+never spin), from :data:`PARALLEL_MIN` multiply-adds, as many as
+``ember.set_num_threads`` asks (the pool is not reduced by :mod:`ember._contention`'s
+adaptive policy, which applies to OpenBLAS's spinning threads).
 
 Accuracy: float32 sums in another order than OpenBLAS's (one FMA chain per element over
 each ``KC`` block of ``k``, the blocks added in order), so bits differ from NumPy's
@@ -184,18 +192,18 @@ def _plan(isa, a, b, c, M, N, K, bt):
 def worth(M: int, K: int, N: int) -> bool:
     """Whether :func:`matmul` runs this GEMM instead of OpenBLAS: the size rule measured
     on this machine (AVX-512 variant, one thread, CPU time; bench/gemm.py and the sweep in
-    bench/RESULTS.md "Issue 19 — float32 GEMM"). Faster from ``N >= 64``, ``M >= 8`` and
-    ``2^20`` multiply-adds: W1's 128x784x512-type products 0.79-0.91x OpenBLAS, W3's and
-    the LSTM's 1024-row ones 0.86-0.97x, 32x128x512 0.63-0.85x, 8x512x512 0.63-0.76x,
-    16x256x256 0.67-0.95x. Slower below: ``N = 16``/32 (a 64-wide panel mostly padding:
-    1.2-2.1x), ``N = 8`` 2.4x, 64^3 1.0-1.6x and 128x64x64 0.9-1.3x (fixed costs); a
-    few rows against a large B would pack all of B for little work (GEMV: OpenBLAS).
+    bench/RESULTS.md "Issue 19 — float32 GEMM"). Faster from ``N >= 16``, ``M >= 8`` and
+    ``2^20`` multiply-adds: W1's 128x784x512-type products 0.83-0.99x OpenBLAS, W3's and
+    the LSTM's 1024-row ones 0.8-0.97x, 256x256x16/32 0.83-0.99x, 32x128x512
+    0.63-0.85x, 8x512x512 0.63-0.76x. Not below: ``N = 8`` 1.03-1.13x, 64^3 1.05-2.1x
+    and 128x64x64 0.9-1.3x (fixed costs); a few rows against a large B would pack all of
+    B for little work (GEMV: OpenBLAS).
     """
     return N >= MIN_N and M >= MIN_M and M * N * K >= MIN_MACS
 
 
 #: the size rule of :func:`worth`
-MIN_MACS, MIN_N, MIN_M = 1 << 20, 64, 8
+MIN_MACS, MIN_N, MIN_M = 1 << 20, 16, 8
 
 
 def matmul(x, y, out=None):

@@ -5,9 +5,13 @@ block of ``k``, B's block is packed into panels ``KC x NR`` (``NR`` = ``NV`` vec
 past ``N``); for each ``MC`` block of rows a micro-kernel multiplies ``MR`` rows of A
 (broadcast one element at a time) by a packed panel of B (vector loads) into ``MR x NV``
 vector registers, then adds the tile into C. A with a unit ``k`` stride (row-major, the
-common case) is read in place through ``MR`` row pointers, no copy; any other A is packed
-into ``KC x MR`` panels (``k`` major). B's packing reads any strides: rows (``memcpy``),
-columns (8 x 8 AVX transposes on x86, a scalar loop elsewhere) or general.
+common case) or a unit row stride (a transposed view: ``g.T @ x``, ``x.T @ g``) is read in
+place through ``MR`` row pointers, no copy (measured faster than packing it); any other A
+is packed into ``KC x MR`` panels (``k`` major). B's packing reads any strides: rows
+(``memcpy`` in memory order), columns (8 x 8 AVX transposes on x86, ``k`` outer so each
+packed row is written whole; a scalar loop elsewhere) or general. Edge tiles: one or two
+rows left run a 2-row tile, a last panel narrower than ``NR`` multiplies only the vectors
+it covers (then stores through a copy).
 
 Summation order: each element of C is ``alpha * (one FMA chain over k in order within a
 KC block) + beta * C`` for the first block, then ``C + alpha * chain`` for each further
