@@ -3,10 +3,14 @@ leaves' ``.grad``, and the post-accumulate-grad hooks that run once a leaf has a
 gradient."""
 from __future__ import annotations
 
+import sys
+
 from ..errors import GraphError, ShapeError
 from ..tensor import Tensor
 from .graph import Node
 from .hooks import _RemovableHandle
+
+_refs = sys.getrefcount
 
 
 def _fit(g, meta, node, i):
@@ -59,6 +63,61 @@ def _leaf_done(pending, t):
             h(t)
 
 
+def _stolen(g, t):
+    """The tensor to keep as ``t.grad`` for the gradient view ``g`` without a copy, or None.
+
+    PyTorch's ``AccumulateGrad`` steals an incoming gradient that no one else references
+    and that obeys the gradient layout contract. Ember does the same for a view that is
+    its base again (a Linear weight's ``((g.mT @ x).mT).mT``: same dtype, shape and
+    strides, so it spans the whole buffer and keeping it keeps no extra memory alive) and
+    has the parameter's strides (:func:`_layout_ok`: ``.grad`` strides match the
+    parameter's, as PyTorch keeps them for dense parameters), when the leaf has no tensor
+    hooks (a hook may have kept ``g``) and the buffer is referenced by ``g`` and its base
+    alone (no other tensor, saved value or hook-held gradient is a view of it). The base
+    is kept, so ``.grad`` is then exactly what a fresh non-view gradient gives. Other
+    views are copied. (A fresh non-view gradient is kept as it always was, in any layout.)
+    """
+    base = g._base
+    if base._base is not None or t._hooks or g._dtype is not base._dtype:
+        return None
+    ga, ba = g._data, base._data
+    if ga.shape != ba.shape or ga.strides != ba.strides or not _layout_ok(ga, t._data):
+        return None
+    # NOTE: the storage is referred to by g._storage and base._storage, the base by g._base
+    # and the local ``base``; getrefcount's argument adds one to each
+    if _refs(g._storage) == 3 and _refs(base) == 3:
+        return base
+    return None
+
+
+def _layout_ok(ga, ta) -> bool:
+    """PyTorch's gradient layout contract (``obeys_layout_contract``) for array ``ga`` as
+    the gradient of a parameter over ``ta``: the parameter's strides (a dim of size 1 may
+    differ, but not be 0) when the parameter is non-overlapping and dense, C order
+    otherwise."""
+    gs, ts = ga.strides, ta.strides
+    if gs == ts and (ta.flags.c_contiguous or ta.flags.f_contiguous):
+        return 0 not in gs or ga.size == 0
+    if not _dense(ta):
+        return ga.flags.c_contiguous
+    for n, a, b in zip(ga.shape, gs, ts):
+        if (a == 0) if n == 1 else (a != b):
+            return False
+    return True
+
+
+def _dense(a) -> bool:
+    """Whether array ``a`` is non-overlapping and dense (a permutation of C order)."""
+    if a.flags.c_contiguous or a.flags.f_contiguous or a.size == 0:
+        return True
+    expected = a.itemsize
+    for s, n in sorted((abs(s), n) for s, n in zip(a.strides, a.shape) if n != 1):
+        if s != expected:
+            return False
+        expected *= n
+    return True
+
+
 def _to_leaf(t, g, create_graph, external, claimed):
     if t._hooks:
         for h in t._hooks:
@@ -67,14 +126,16 @@ def _to_leaf(t, g, create_graph, external, claimed):
                 g = r
     if t._grad is None:
         sid = id(g._storage)
-        if not create_graph and (sid in external or sid in claimed or g._base is not None):
-            # NOTE: never alias a caller's tensor or another leaf's grad. A gradient view
-            # is copied too (keeping its base by reference count instead was tried: it
-            # saved ~3 weight copies per W1 step, within noise, and made the eager peak
-            # differ from what ember.estimate_memory models)
+        if create_graph:
+            pass
+        elif sid in external or sid in claimed:
+            # NOTE: never alias a caller's tensor or another leaf's grad
             g = g.detach().clone()
-        elif not create_graph:
+        elif g._base is None:
             g = g.detach()
+        else:   # a view: kept only when nothing else can see its buffer
+            kept = _stolen(g, t)
+            g = g.detach().clone() if kept is None else kept.detach()
         claimed.add(id(g._storage))
         t._grad = g
     elif create_graph or t._grad._requires_grad:

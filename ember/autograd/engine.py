@@ -120,7 +120,8 @@ def run_backward(roots, grad_roots, retain_graph: bool, create_graph: bool,
 
 
 def backward(tensors, grad_tensors=None, retain_graph=None, create_graph=False, inputs=None):
-    """Accumulate gradients of ``tensors`` into the leaves' ``.grad`` (``torch.autograd.backward``)."""
+    """Accumulate gradients of ``tensors`` into the leaves' ``.grad``
+    (``torch.autograd.backward``)."""
     if state.modes and hasattr(state.modes[-1], "on_backward"):   # ember.func.vmap refuses
         state.modes[-1].on_backward()
     if isinstance(tensors, Tensor):
