@@ -36,15 +36,14 @@ def signature(flat, spec, roots: "Roots", grad_keys: bool) -> dict:
     if _state.autocast is not None:   # the graph holds the casts autocast chose
         from ..amp.autocast_mode import signature_key
         sig["autocast"] = signature_key()
+    names = _arg_names(len(flat))
     for i, x in enumerate(flat):
         if isinstance(x, Tensor):
-            sig[f"arg{i}"] = (f"{x._dtype.name}[{', '.join(map(str, x._data.shape))}] "
-                              f"{x._device}" + (" requires_grad" if x._requires_grad
-                                                 else ""))
+            sig[names[i]] = _tensor_key(x)
         elif isinstance(x, (bool, int, float, str, type(None))):
-            sig[f"arg{i}"] = repr(x)
+            sig[names[i]] = repr(x)
         else:
-            sig[f"arg{i}"] = f"{type(x).__name__}@{id(x):x}"
+            sig[names[i]] = f"{type(x).__name__}@{id(x):x}"
     if grad_keys:      # a leaf argument's .grad: like a parameter's (see below)
         for i, x in enumerate(flat):
             if isinstance(x, Tensor) and x._requires_grad and x._grad_fn is None:
@@ -53,19 +52,92 @@ def signature(flat, spec, roots: "Roots", grad_keys: bool) -> dict:
     return sig
 
 
+# NOTE: a compiled call builds its signature on every call (~14 us for the W1 step, issue
+# 19 item 7): the strings below are remembered (same text, built once) instead of being
+# formatted again — a tensor's description by its (dtype, shape, device, requires_grad),
+# the key names by the position or label they are made from, an optimizer group's
+# hyper-parameters while the group holds the very same immutable values.
+_ARG_NAMES: list = []
+_TENSOR_KEYS: dict = {}
+_GRAD_KEYS: dict = {}
+
+
+def _arg_names(n: int) -> list:
+    while len(_ARG_NAMES) < n:
+        _ARG_NAMES.append(f"arg{len(_ARG_NAMES)}")
+    return _ARG_NAMES
+
+
+def _tensor_key(x: Tensor) -> str:
+    k = (x._dtype, x._data.shape, x._device, x._requires_grad)
+    s = _TENSOR_KEYS.get(k)
+    if s is None:
+        s = (f"{x._dtype.name}[{', '.join(map(str, x._data.shape))}] {x._device}"
+             + (" requires_grad" if x._requires_grad else ""))
+        if len(_TENSOR_KEYS) < 4096:
+            _TENSOR_KEYS[k] = s
+    return s
+
+
+class _Keys:
+    """The key names of one :class:`~ember.graph.discover.Roots` (made once per roots)."""
+
+    __slots__ = ("sizes", "training", "grads", "groups", "states", "hp")
+
+    def __init__(self, r: "Roots"):
+        self.sizes = (len(r.modules), len(r.params), len(r.optimizers))
+        self.training = [f"{label}.training" for label, _ in r.modules]
+        self.grads = [f"{label}.grad" for label, _ in r.params]
+        self.groups = [f"{label}.param_groups" for label, _ in r.optimizers]
+        self.states = [f"{label}.state" for label, _ in r.optimizers]
+        self.hp: dict = {}       # id(group) -> (group, len, its values, their repr)
+
+
+def _keys(r: "Roots") -> _Keys:
+    k = getattr(r, "_sig_keys", None)
+    if k is None or k.sizes != (len(r.modules), len(r.params), len(r.optimizers)):
+        k = r._sig_keys = _Keys(r)
+    return k
+
+
+_IMMUTABLE = (int, float, str, type(None))
+
+
+def _immutable(v) -> bool:
+    if isinstance(v, tuple):
+        return all(_immutable(e) for e in v)
+    return isinstance(v, _IMMUTABLE)
+
+
+def _hp_key(keys: _Keys, g: dict) -> str:
+    """``repr`` of group ``g``'s hyper-parameters (the learning rate and params excepted),
+    remembered while ``g`` holds the same immutable value objects."""
+    hit = keys.hp.get(id(g))
+    if hit is not None and hit[0] is g and hit[1] == len(g) and \
+            all(g.get(k, hit) is v for k, v in hit[2]):
+        return hit[3]
+    vals = tuple((k, v) for k, v in g.items() if k not in ("params", "lr"))
+    text = repr(tuple(sorted(vals, key=lambda kv: kv[0])))
+    if all(_immutable(v) for _, v in vals):
+        keys.hp[id(g)] = (g, len(g), vals, text)
+    return text
+
+
 def _state_keys(r: "Roots", grad_keys: bool) -> dict:
     """The signature's entries for the modules and optimizers the function reaches."""
+    keys = _keys(r)
     sig = {}
-    for label, m in r.modules:
-        sig[f"{label}.training"] = m.training
-    for label, p in (r.params if grad_keys else ()):
-        sig[f"{label}.grad"] = grad_key(p)
-    for label, opt in r.optimizers:
+    for name, (_, m) in zip(keys.training, r.modules):
+        sig[name] = m.training
+    if grad_keys:
+        for name, (_, p) in zip(keys.grads, r.params):
+            sig[name] = grad_key(p)
+    for gname, sname, (_, opt) in zip(keys.groups, keys.states, r.optimizers):
+        state = opt.state
         for gi, g in enumerate(opt.param_groups):
-            hp = tuple((k, v) for k, v in sorted(g.items()) if k not in ("params", "lr"))
-            sig[f"{label}.param_groups[{gi}]"] = repr(hp)
-            sig[f"{label}.state[{gi}]"] = tuple(len(opt.state.get(p, ())) if p in opt.state
-                                                else 0 for p in g["params"])
+            sig[f"{gname}[{gi}]"] = _hp_key(keys, g)
+            sig[f"{sname}[{gi}]"] = tuple(len(state.get(p, ())) if p in state else 0
+                                          for p in g["params"])
     return sig
 
 
@@ -104,7 +176,15 @@ def stable(before: dict, after: dict, replayed: set) -> bool:
 def grad_key(p: Tensor) -> str:
     """What a signature records of ``p.grad``: None, or its dtype and shape."""
     g = p.grad
-    return "None" if g is None else f"{g._dtype.name}[{', '.join(map(str, g._data.shape))}]"
+    if g is None:
+        return "None"
+    k = (g._dtype, g._data.shape)
+    s = _GRAD_KEYS.get(k)
+    if s is None:
+        s = f"{g._dtype.name}[{', '.join(map(str, g._data.shape))}]"
+        if len(_GRAD_KEYS) < 4096:
+            _GRAD_KEYS[k] = s
+    return s
 
 
 def arg_leaves(flat) -> list:
