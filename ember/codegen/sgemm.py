@@ -37,7 +37,7 @@ import numpy as np
 from . import launch
 from . import pool as _pool
 from .runtime import num_threads
-from .sgemm_c import KC, MC, NC, TILES, source
+from .sgemm_c import KC, KC_T, MC, NC, TILES, source
 from .toolchain import find_compiler
 
 _ITEMS_OFF, _DATA_OFF = launch.ITEMS_OFF, launch.DATA_OFF
@@ -150,8 +150,8 @@ def gemm(a, b, c=None, alpha: float = 1.0, beta: float = 0.0, variant=None,
         return c
     if nthreads is None:
         nthreads = num_threads() if bt * M * N * K >= PARALLEL_MIN else 1
-    key = (isa, a.shape, a.strides, b.shape, b.strides, c.strides, nthreads, KC, MC, NC,
-           COLS)
+    key = (isa, a.shape, a.strides, b.shape, b.strides, c.strides, nthreads, KC, KC_T, MC,
+           NC, COLS)
     g = _plans.get(key)
     if g is None:
         if _strides(a) is None or _strides(b) is None:     # not whole elements: copy
@@ -185,8 +185,9 @@ def _plan(isa, a, b, c, M, N, K, bt):
     mr, nr = TILES[isa]
     direct = sa[2] == 1 or K == 1 or (COLS and sa[1] == 1)
     split_n = -(-N // nr) >= 2 and (direct or M <= N or -(-M // mr) < 2)
+    kc = KC if sa[2] == 1 or K == 1 or not direct else KC_T
     return _GEOM(M, N, K, bt, isa, split_n, sa[0], sa[1], 1 if K == 1 else sa[2],
-                 sb[0], sb[1], 1 if N == 1 else sb[2], sc[0], sc[1], KC, MC, NC, COLS)
+                 sb[0], sb[1], 1 if N == 1 else sb[2], sc[0], sc[1], kc, MC, NC, COLS)
 
 
 def worth(M: int, K: int, N: int) -> bool:

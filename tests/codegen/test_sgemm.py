@@ -11,13 +11,15 @@ import pytest
 
 import ember as em
 from ember.codegen import sgemm
-from ember.codegen.sgemm_c import KC, MC, NC
+from ember.codegen.sgemm_c import KC, KC_T, MC, NC
 
 VARIANTS = ["generic", "avx2", "avx512"]
 EPS = np.finfo(np.float32).eps
-# (M, K, N): 1, around each variant's tile (4/6 rows; 16/64 columns), around KC and MC
+# (M, K, N): 1, around each variant's tile (4/6 rows; 16/64 columns), around KC, KC_T
+# (transposed A) and MC
 SHAPES = [(1, 1, 1), (1, 7, 1), (5, 3, 15), (6, 9, 16), (7, 17, 17), (13, 31, 63),
           (4, KC - 1, 65), (12, KC, 64), (11, KC + 1, 33), (MC + 1, 40, 129),
+          (7, KC_T - 1, 48), (8, KC_T + 1, 80),
           (3, 2 * KC + 1, 70), (2, 20, NC + 1)]
 LAYOUTS = ["nn", "nt", "tn", "tt", "strided"]
 
