@@ -73,6 +73,24 @@ def test_matches_float64_reference(variant, layout):
         _check(c, a, b)
 
 
+@pytest.mark.parametrize("layout", LAYOUTS)
+def test_avx2_and_avx512_give_the_same_bits(layout):
+    """Both run one FMA chain per element over the same k blocks (explicit FMA
+    instructions), so their results agree bitwise, alpha/beta included."""
+    _variant("avx2")
+    _variant("avx512")
+    rng = np.random.default_rng(5)
+    for i, (M, K, N) in enumerate(SHAPES + [(128, 784, 512)]):
+        a, b = _pair(M, K, N, layout, seed=i)
+        np.testing.assert_array_equal(sgemm.gemm(a, b, variant="avx2"),
+                                      sgemm.gemm(a, b, variant="avx512"))
+        c0 = rng.standard_normal((M, N), dtype=np.float32)
+        c2, c5 = c0.copy(), c0.copy()
+        sgemm.gemm(a, b, c2, alpha=0.5, beta=-2.0, variant="avx2")
+        sgemm.gemm(a, b, c5, alpha=0.5, beta=-2.0, variant="avx512")
+        np.testing.assert_array_equal(c2, c5)
+
+
 @pytest.mark.parametrize("variant", VARIANTS)
 def test_transposed_operands_are_not_copied(variant, monkeypatch):
     _variant(variant)
