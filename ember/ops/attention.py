@@ -42,6 +42,7 @@ from .reduce import sum
 from . import batching_rules as _vb
 from .registry import defop
 from .softmax import softmax
+from .unbind_node import unbind_slots
 
 __all__ = ["sdpa"]
 
@@ -245,6 +246,12 @@ def _scores(q, k, scale, is_causal):
 
 def _sdpa_vjp(g, out, q, k, v, scale, is_causal):
     if not state.grad_enabled:
+        slots = unbind_slots(q, k, v) if q._device.type == "cpu" else None
+        if slots is not None:     # q, k, v = qkv.unbind(dim): one buffer, no stack after
+            s = _apply(sdpa_grad_slots_p, (g, q, k, v), {
+                "scale": scale, "is_causal": is_causal, "dim": slots[0], "order": slots[1]})
+            s._unbind_slots = True
+            return s.unbind(slots[0])
         flat = _apply(sdpa_grad_p, (g, q, k, v), {"scale": scale, "is_causal": is_causal})
         a = q.numel()
         b = a + k.numel()
@@ -284,6 +291,43 @@ sdpa_grad_p = defop(
     check=lambda g, q, k, v, **p: _check_shapes(q.shape, k.shape, v.shape, "sdpa_grad"),
     shape=_grad_shape,
     doc="dq | dk | dv of sdpa, flattened and concatenated (one output)")
+
+
+def _slots_shape(gs, qs, ks, vs, scale, is_causal, dim, order):
+    _check_shapes(qs, ks, vs, "sdpa_grad_slots")
+    if tuple(qs) != tuple(ks) or tuple(qs) != tuple(vs):
+        raise ShapeError(f"sdpa_grad_slots: q, k and v must have one shape (slots of one "
+                         f"tensor), got {tuple(qs)}, {tuple(ks)}, {tuple(vs)}")
+    return tuple(qs[:dim]) + (3,) + tuple(qs[dim:])
+
+
+def _grad_slots_kernel(xp, g, q, k, v, scale, is_causal, dim, order):
+    """dq, dk, dv (each ``+ 0.0``) in the slots along ``dim`` of one new buffer whose memory
+    is C order in the dims ``order`` (None: C order)."""
+    shape = q.shape[:dim] + (3,) + q.shape[dim:]
+    order = tuple(range(len(shape))) if order is None else tuple(order)
+    inv = [0] * len(order)
+    for i, a in enumerate(order):
+        inv[a] = i
+    s = xp.empty(tuple(shape[a] for a in order), q.dtype).transpose(inv)
+    lead = (slice(None),) * dim
+    sdpa_grad_into(xp, g, q, k, v, tuple(s[lead + (i,)] for i in range(3)), scale, is_causal,
+                   plus_zero=True)
+    return s
+
+
+# NOTE: the eager form of the compiled graph's sdpa_layout rewrite: when q, k, v are the
+# outputs of one eager ``unbind`` (the GPT's ``qkv...unbind(0)``), the VJP writes dq, dk, dv
+# straight into the slots of the unbind input's gradient (its memory layout), and the
+# unbind's VJP returns that buffer: no stack copy. Values: sdpa_grad's, plus 0.0.
+sdpa_grad_slots_p = defop(
+    "sdpa_grad_slots", nin=4, params={"scale": 1.0, "is_causal": False, "dim": 0,
+                                      "order": None},
+    dtype=_dtype_rule, batch="loop", kernel=_grad_slots_kernel, save=None,
+    differentiable=False,
+    check=lambda g, q, k, v, **p: _slots_shape(g.shape, q.shape, k.shape, v.shape, **p),
+    shape=_slots_shape,
+    doc="dq, dk, dv of sdpa in the slots along dim of one buffer (memory order `order`)")
 
 
 def sdpa(q, k, v, scale=None, is_causal=False) -> Tensor:

@@ -26,7 +26,7 @@ from ..autograd.grad_mode import state
 from ..autograd.graph import EngineOp, Node
 from ..tensor import Tensor, _wrap
 
-__all__ = ['fast_unbind']
+__all__ = ['fast_unbind', 'unbind_slots']
 
 
 class _UnbindOp(EngineOp):
@@ -36,7 +36,8 @@ class _UnbindOp(EngineOp):
 
     def vjp(self, g, out, x, *, dim, order):
         grads = list(g) if isinstance(g, (list, tuple)) else [g]
-        return (_stack_grads(grads, x, dim, order),)
+        whole = _slots_of_one(grads, x, dim)
+        return (whole if whole is not None else _stack_grads(grads, x, dim, order),)
 
 
 _UNBIND = _UnbindOp()
@@ -58,6 +59,36 @@ def _stack_grads(grads, x, dim, order):
     for i, k in enumerate(order):
         inv[k] = i
     return s.permute(tuple(inv))
+
+
+def _slots_of_one(grads, x, dim):
+    """The tensor whose slots along ``dim`` the gradients are, when one was written that way
+    (``sdpa``'s VJP writes dq, dk, dv into the slots of one buffer laid out like the
+    unbind's input, each ``+ 0.0``: see :func:`unbind_slots`); else None."""
+    b = grads[0]._base if grads[0] is not None else None
+    if b is None or not getattr(b, "_unbind_slots", False) or tuple(b.shape) != tuple(x.shape):
+        return None
+    st, off = b.stride(), b.storage_offset()
+    rest = st[:dim] + st[dim + 1:]
+    for i, gi in enumerate(grads):
+        if gi is None or gi._base is not b or gi.stride() != rest or \
+                gi.storage_offset() != off + i * st[dim]:
+            return None
+    return b
+
+
+def unbind_slots(*ts):
+    """``(dim, order)`` of the eager unbind node whose outputs ``0..n-1`` are ``ts``, in
+    order and all of them, else None: a VJP reading these may write their gradients into
+    the slots of one buffer of the unbind input's shape, laid out in ``order``, marked
+    ``_unbind_slots`` (the unbind's VJP then returns that buffer, no stack)."""
+    n = ts[0]._grad_fn
+    if n is None or n.op is not _UNBIND or n.nout != len(ts):
+        return None
+    for i, t in enumerate(ts):
+        if t._grad_fn is not n or t._out_nr != i:
+            return None
+    return n.params["dim"], n.params["order"]
 
 
 def _memory_order(a):

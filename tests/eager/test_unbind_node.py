@@ -161,3 +161,40 @@ def test_minus_zero_gradient_becomes_plus_zero_like_the_selects_sum():
         a, b = split(t)
         g = ember.autograd.grad((a * w).sum() + (b * 2.0).sum(), [t])[0].numpy()
         assert not np.signbit(g).any()
+
+
+def _qkv_grad(split, extra=False, dtype=ember.float64):
+    B, T, H, D = 2, 5, 3, 4
+    qkv = ember.tensor(np.random.default_rng(0).standard_normal((B, T, 3 * H * D)),
+                       dtype=dtype, requires_grad=True)
+    p = qkv.view(B, T, 3, H, D).permute(2, 0, 3, 1, 4)
+    q, k, v = split(p)
+    seen = {}
+    p.register_hook(lambda g: seen.setdefault("g", g))
+    g = ember.tensor(np.random.default_rng(1).standard_normal((B, H, T, D)), dtype=dtype)
+    y = ember.nn.functional.scaled_dot_product_attention(q, k, v, is_causal=True)
+    loss = (y * g).sum() + ((k * 3).sum() if extra else 0)
+    loss.backward()
+    return qkv.grad.numpy(), seen["g"]
+
+
+@pytest.mark.parametrize("dtype", [ember.float32, ember.float64])
+@pytest.mark.parametrize("extra", [False, True])
+def test_attention_gradient_written_into_the_unbind_slots(dtype, extra):
+    new, g = _qkv_grad(lambda p: p.unbind(0), extra, dtype)
+    old, _ = _qkv_grad(lambda p: _selects(p, 0), extra, dtype)
+    np.testing.assert_array_equal(new.view(np.uint8), old.view(np.uint8))   # same bits
+    # k's gradient is a sum when k is read twice: then the slots are stacked as usual
+    assert getattr(g, "_unbind_slots", False) is not extra
+    assert g.permute(1, 3, 0, 2, 4).is_contiguous()
+
+
+def test_attention_of_outputs_of_two_unbinds_is_not_written_into_slots():
+    x = ember.randn(3, 2, 4, 5, dtype=ember.float64, requires_grad=True)
+    q, k, _ = x.unbind(0)
+    v = ember.randn(2, 4, 5, dtype=ember.float64, requires_grad=True)
+    ember.nn.functional.scaled_dot_product_attention(q, k, v).sum().backward()
+    ref = ember.randn(3, 2, 4, 5, dtype=ember.float64).copy_(x.detach()).requires_grad_()
+    q2, k2 = ref[0], ref[1]
+    ember.nn.functional.scaled_dot_product_attention(q2, k2, v.detach()).sum().backward()
+    np.testing.assert_array_equal(x.grad.numpy(), ref.grad.numpy())

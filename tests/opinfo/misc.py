@@ -37,6 +37,24 @@ def _sdpa_samples(rng, dtype):
     return out
 
 
+def _qkv_samples(rng, dtype):
+    # (qkv's shape, the permute that puts the q/k/v dim first, causal); the gradient of an
+    # eager unbind's q, k, v is written into the slots of one buffer (sdpa_grad_slots)
+    cases = [((3, 2, 4, 3), None, True), ((2, 5, 3, 2, 4), (2, 0, 3, 1, 4), True),
+             ((2, 3, 3, 2), (2, 0, 1, 3), False), ((2, 0, 3, 2), (2, 0, 1, 3), True)]
+    return [Sample((rand(rng, shape, dtype), perm), {"is_causal": causal},
+                   name=f"{shape} {perm}") for shape, perm, causal in cases]
+
+
+def _qkv_sdpa(qkv, perm, is_causal):
+    return sdpa(*(qkv if perm is None else qkv.permute(perm)).unbind(0), is_causal=is_causal)
+
+
+def _ref_qkv_sdpa(qkv, perm, is_causal):
+    return ref_sdpa(*(qkv if perm is None else qkv.transpose(perm)), is_causal=is_causal)
+
+
 OPINFOS = [
     OpInfo("sdpa", sdpa, ref_sdpa, _sdpa_samples, ("sdpa", "sdpa_grad")),
+    OpInfo("sdpa_unbound_qkv", _qkv_sdpa, _ref_qkv_sdpa, _qkv_samples, ("sdpa_grad_slots",)),
 ]
