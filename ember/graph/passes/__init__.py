@@ -13,6 +13,7 @@ __all__ = ["PASSES", "DEFAULT_PASSES", "EXACT_PASSES", "register", "run_pipeline
 
 from .cast_gemm import cast_gemm
 from .conv_gemm import conv_gemm
+from .count_true import count_true
 from .conv_gemm_bwd import conv_bwd
 from .cse import cse
 from .dce import dce
@@ -47,6 +48,7 @@ PASSES = {
     "scatter_select": scatter_select,  # one-hot scatter -> where(idx == iota, g, 0)
     "take_rows": take_rows,          # one value per row (targets' logits) by one C loop
     "feature_major": feature_major,  # linear-layer chains computed transposed (W @ x.T)
+    "count_true": count_true,        # sum of a whole boolean value -> count_nonzero
     "sdpa_layout": sdpa_layout,      # dq, dk, dv written straight into qkv's gradient
     "sdpa_out_layout": sdpa_out_layout,  # attention's output in its permuted layout
     "small_bmm": small_bmm,          # stacks of small matmuls (attention) -> one C loop
@@ -81,7 +83,8 @@ EXACT_PASSES = ["simplify", "fold", "cse", "scatter_stack", "sdpa_layout", "line
 #: conv_affine, rewrite, hfuse, layout, simplify_fast, small_bmm. Opt-in though exact:
 #: sdpa_out_layout (slower than the copy it removes on the reference machine).
 DEFAULT_PASSES = ["simplify", "fold", "cse", "scatter_stack", "sdpa_layout", "sum_rows",
-                  "pool", "conv_bwd", "conv_gemm", "scatter_select", "take_rows", "feature_major",
+                  "pool", "conv_bwd", "conv_gemm", "scatter_select", "take_rows",
+                  "count_true", "feature_major",
                   "fuse", "recast", "cast_gemm", "matmul_t", "dce"]
 
 
@@ -89,7 +92,7 @@ DEFAULT_PASSES = ["simplify", "fold", "cse", "scatter_stack", "sdpa_layout", "su
 #: a device without the ``host_kernels`` capability (CuPy arrays on a GPU).
 HOST_PASSES = frozenset({"sdpa_layout", "sdpa_out_layout", "small_bmm", "sum_rows", "layout",
                          "fuse", "pool", "conv_gemm", "conv_bwd", "take_rows", "cast_gemm",
-                         "feature_major"})
+                         "feature_major", "count_true"})
 #: on a device with the ``cuda_kernels`` capability (a GPU), these host passes run as
 #: their CUDA counterparts instead of being skipped.
 DEVICE_PASSES = {"cuda_kernels": {"fuse": "fuse_cuda"}}
