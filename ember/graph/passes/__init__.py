@@ -15,6 +15,7 @@ from .cast_gemm import cast_gemm
 from .conv_gemm import conv_gemm
 from .count_true import count_true
 from .conv_gemm_bwd import conv_bwd
+from .conv_gemm_fwd import conv_fwd
 from .cse import cse
 from .dce import dce
 from .feature_major import feature_major
@@ -61,6 +62,7 @@ PASSES = {
     "pool": pool,                    # max-pool fwd/bwd, unfold/fold as C loops
     "conv_gemm": conv_gemm,          # conv GEMMs over channel-first columns: one GEMM each
     "conv_bwd": conv_bwd,            # a separate backward graph's conv gradients, per image
+    "conv_fwd": conv_fwd,            # a conv whose columns are saved: chunks of images
     "recast": recast,                # autocast weight copies cast again where read late
     "cast_gemm": cast_gemm,          # bf16 matmul of cast(w): w rounded while packed (AMX)
     "dce": dce,                      # values no output needs
@@ -75,24 +77,23 @@ EXACT_PASSES = ["simplify", "fold", "cse", "scatter_stack", "sdpa_layout", "line
 #: The default pipeline of ``ember.compile``: the exact passes, with ``fuse`` (generated
 #: C kernels) in place of ``linear_act``, and ``pool`` (C loops for im2col/col2im and
 #: max pooling; before fuse, which would hide the relu masks it moves), then ``conv_gemm``
-#: (each conv GEMM as one 2-D GEMM over channel-first columns; before it ``conv_bwd``, for
-#: backward graphs that receive the columns as inputs). Fused float
-#: arithmetic rounds differently from
+#: (each conv GEMM as one 2-D GEMM over channel-first columns; before it ``conv_fwd`` and
+#: ``conv_bwd``, for the forward and backward graphs of one call, which pass the columns).
+#: Fused float arithmetic rounds differently from
 #: the unfused ops (fewer roundings, FMA, double accumulators): results match eager
 #: within the dtype's tolerance, not bitwise. Opt-in (they may change float rounding):
 #: conv_affine, rewrite, hfuse, layout, simplify_fast, small_bmm. Opt-in though exact:
 #: sdpa_out_layout (slower than the copy it removes on the reference machine).
 DEFAULT_PASSES = ["simplify", "fold", "cse", "scatter_stack", "sdpa_layout", "sum_rows",
-                  "pool", "conv_bwd", "conv_gemm", "scatter_select", "take_rows",
-                  "count_true", "feature_major",
-                  "fuse", "recast", "cast_gemm", "matmul_t", "dce"]
+                  "pool", "conv_fwd", "conv_bwd", "conv_gemm", "scatter_select", "take_rows",
+                  "count_true", "feature_major", "fuse", "recast", "cast_gemm", "matmul_t", "dce"]
 
 
 #: passes whose output runs generated C or host loops on the arrays: skipped for graphs on
 #: a device without the ``host_kernels`` capability (CuPy arrays on a GPU).
 HOST_PASSES = frozenset({"sdpa_layout", "sdpa_out_layout", "small_bmm", "sum_rows", "layout",
-                         "fuse", "pool", "conv_gemm", "conv_bwd", "take_rows", "cast_gemm",
-                         "feature_major", "count_true"})
+                         "fuse", "pool", "conv_gemm", "conv_fwd", "conv_bwd", "take_rows",
+                         "cast_gemm", "feature_major", "count_true"})
 #: on a device with the ``cuda_kernels`` capability (a GPU), these host passes run as
 #: their CUDA counterparts instead of being skipped.
 DEVICE_PASSES = {"cuda_kernels": {"fuse": "fuse_cuda"}}
