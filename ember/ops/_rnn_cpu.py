@@ -128,8 +128,8 @@ def lstm(xp, x, h0, c0, w, rk):
 
 def lstm_layer_grad(xp, gout, out, x, h0, c0, w_ih, w_hh, b, fallback):
     """``lstm_layer_grad``'s cpu kernel: BPTT into ``dG`` (a scratch buffer, with ``dx``
-    from the sequence kernel), then both weight gradients as one BLAS GEMM over all steps
-    and the bias gradient as a column sum, written into their slots of the flat result."""
+    from the sequence kernel), then both weight gradients and the bias gradient as one BLAS
+    GEMM over all steps, written into their slot of the flat result."""
     rk = _rk(gout, out, x, h0, c0, w_ih, w_hh, b)
     if rk is None:
         return fallback(xp, gout, out, x, h0, c0, w_ih, w_hh, b)
@@ -139,7 +139,7 @@ def lstm_layer_grad(xp, gout, out, x, h0, c0, w_ih, w_hh, b, fallback):
     G = 4 * H
     # NOTE: the gradients are written into their slots of the flat result (no concatenate)
     flat = xp.empty(L * N * IN + 2 * N * H + G * (IN + H + 1), dtype=x.dtype)
-    dx, dh0, dc, dw, db = _slots(flat, (L, N, IN), (N, H), (N, H), (G, IN + H), (G,))
+    dx, dh0, dc, dw = _slots(flat, (L, N, IN), (N, H), (N, H), (G, IN + H + 1))
     dg = _buf(xp, "dg", (L, N, G), x.dtype)
     rg = _seq(gout, out, c0, w_ih, w_hh)
     if rg is None or not rg.lstm_backward(
@@ -149,12 +149,13 @@ def lstm_layer_grad(xp, gout, out, x, h0, c0, w_ih, w_hh, b, fallback):
         lstm_grad(xp, gout, out, h0, c0, w_hh, rk, dg, dh0, dc)
         xp.matmul(dg, w_ih, out=dx)
     from .rnn import _lstm_weight_grads     # NOTE: rnn imports this module
-    xh = _buf(xp, "xh", (L, N, IN + H), x.dtype)     # [x_t | h_{t-1}]
-    xh[..., :IN] = x
+    xh1 = _buf(xp, "xh1", (L, N, IN + H + 1), x.dtype)     # [x_t | h_{t-1} | 1]
+    xh1[..., :IN] = x
     if L:
-        xh[0, :, IN:] = h0
-        xh[1:, :, IN:] = out[:-1, :, :H]
-    _lstm_weight_grads(xp, dg, xh, (dw, db))
+        xh1[0, :, IN:IN + H] = h0
+        xh1[1:, :, IN:IN + H] = out[:-1, :, :H]
+    xh1[..., IN + H] = 1
+    _lstm_weight_grads(xp, dg, xh1, dw)
     return flat
 
 
