@@ -12,6 +12,7 @@ import math
 import warnings
 
 from ... import dtypes as _dt
+from ...autograd.grad_mode import state as _grad_state
 from ...errors import DTypeError, EmberIndexError, ShapeError
 from ...ops import dispatch
 from ...ops.select import where
@@ -217,7 +218,8 @@ def _class_weight(op, weight, n_classes):
 
 
 def _check_targets(op, input, target, ignore_index):
-    """Shape/dtype/range rules for class-index targets; returns the class dim and count."""
+    """Shape/dtype/range rules for class-index targets; returns the class dim, the class
+    count and whether the targets are non-empty and none equals ``ignore_index``."""
     if input.ndim == 0:
         raise ShapeError(f"{op}: input must have shape (C,), (N, C) or (N, C, d1, ...), got "
                          f"{_desc(input)}")
@@ -233,13 +235,16 @@ def _check_targets(op, input, target, ignore_index):
                          f"(input (N, C, d1, ...) takes target (N, d1, ...)), got "
                          f"{_desc(target)}")
     a = target._data   # NOTE: values read for validation only (no effect on the graph)
-    if a.size and (int(a.min()) < 0 or int(a.max()) >= n):
+    if not a.size:
+        return cdim, n, False
+    if int(a.min()) < 0 or int(a.max()) >= n:
         bad = a[(a != ignore_index) & ((a < 0) | (a >= n))]
         if bad.size:
             raise EmberIndexError(f"{op}: target {int(bad.reshape(-1)[0])} is out of bounds: "
                                   f"class indices must be in [0, {n - 1}] for input "
                                   f"{_desc(input)} (or equal ignore_index={ignore_index})")
-    return cdim, n
+        return cdim, n, False
+    return cdim, n, not 0 <= ignore_index < n or not (a == ignore_index).any()
 
 
 def _take(x, index, dim):
@@ -251,10 +256,19 @@ def _take(x, index, dim):
 def _nll(op, logp, target, weight, ignore_index, reduction, smoothing=0.0):
     """Negative log-likelihood of class indices, optionally label-smoothed (PyTorch's rules:
     the mean divides by the summed weight of non-ignored targets)."""
-    cdim, n = _check_targets(op, logp, target, ignore_index)
+    cdim, n, none_ignored = _check_targets(op, logp, target, ignore_index)
     weight = _class_weight(op, weight, n)
     if target.dtype is not _dt.int64:
         target = target.long()
+    if (none_ignored and weight is None and not smoothing and reduction != "none"
+            and not _grad_state.modes):
+        # NOTE: eager only (no dispatch mode: a traced graph must not depend on this batch's
+        # values). With no target ignored the mask's wheres change no value: the same
+        # picked values, sum and division (by the count, as float32 either way), so the
+        # same bits forward and backward, in 4 ops instead of 10 (and 4 backward nodes
+        # instead of 7).
+        total = _take(logp, target.unsqueeze(cdim), cdim).sum()
+        return -total if reduction == "sum" else total / -target.numel()
     # NOTE: the mask is applied even when no target is ignored: a value-dependent shortcut
     # would make a traced graph silently wrong for a later batch with ignored targets.
     target = target.unsqueeze(cdim)                   # class dim kept (size 1) from here on
