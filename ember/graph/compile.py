@@ -30,6 +30,7 @@ depends on values (``nonzero``, boolean masks): never a stale answer.
 from __future__ import annotations
 
 import functools
+import os
 import time
 from typing import NamedTuple
 import warnings
@@ -115,13 +116,18 @@ def compile(fn=None, *, fullgraph: bool = False, dynamic: bool = False, passes=N
     return cf
 
 
-def _prefetch_kernels() -> None:
+def _prefetch_kernels(passes) -> None:
     """Start building (or loading) the small C libraries nearly every compiled program runs
     -- the worker pool, the one-call launcher, the column sums -- on a background thread
     while the first capture traces (with an empty kernel cache, ~0.6 s of compiler time
-    overlapped with the trace instead of added after it)."""
-    from ..codegen import cache, launch, pool, reduce_kernels
-    cache.prefetch([pool._SOURCE, launch._SOURCE, lambda cc: reduce_kernels.source()])
+    overlapped with the trace instead of added after it); and the bfloat16 GEMM library,
+    which the ``cast_gemm`` pass loads for every graph to ask whether AMX runs (~0.7 s of
+    ``gcc`` for W3, otherwise on the second call's critical path)."""
+    from ..codegen import cache, launch, lowp_gemm_c, pool, reduce_kernels
+    srcs = [pool._SOURCE, launch._SOURCE, lambda cc: reduce_kernels.source()]
+    if "cast_gemm" in passes and os.environ.get("EMBER_LOWP_GEMM", "auto") not in ("0", "off"):
+        srcs.append(lowp_gemm_c.SOURCE)
+    cache.prefetch(srcs)
 
 
 class CaptureInfo(NamedTuple):
@@ -158,6 +164,7 @@ class CompiledFunction:
         self._planning = False    # memory_plan() capturing: lower even an unstable graph
         self._graph_key = None    # the graph cache's key of the last graph lowered
         self._hinted: set = set()  # signatures run untraced once (warm_start.known_unstable)
+        self._sig0 = None         # the signature of the capture in progress, before the call
         self.log = Explanation(self.name)
         functools.update_wrapper(self, fn, updated=()) if not self.module else None
 
@@ -222,7 +229,7 @@ class CompiledFunction:
         e = self._warm_start(sig, flat) if warm else None
         if e is not None:
             return run(e, flat)
-        _prefetch_kernels()
+        _prefetch_kernels(self.passes)
         tr, arg_slots = self._tracer(flat)
         walk = reach(self.fn, flat)
         before = walk.snapshot(flat)
@@ -245,7 +252,7 @@ class CompiledFunction:
             return self._wrote_state(e, key, wrote, result)
         finish_capture(tr, e, result, arg_slots, flat, [p for _, p in self._roots.params],
                        self.passes, ran_backward)
-        sig0 = sig
+        self._sig0 = sig                  # (a warm-start record is keyed by it)
         sig, replayable = self._settle(e, sig, flat, spec, ran_backward)
         if replayable or self._planning or self.memory_budget is not None:
             self._lower(e, tr)
@@ -255,7 +262,7 @@ class CompiledFunction:
             e.raw_graph = e.graph = tr.b.build(e.out_leaves_vars)
             e.report, e.program = [], None
             if warm:
-                warm_start.note_unstable(self, sig0)
+                warm_start.note_unstable(self, self._sig0)
         e.compile_s = time.perf_counter() - t0
         self._store(e, sig, flat, tr, replayable)
         return result
@@ -264,9 +271,13 @@ class CompiledFunction:
         """The entry of ``sig`` bound from a warm-start record (:mod:`ember.graph.
         warm_start`: a cached program, no trace), cached and logged; None: trace it."""
         t0 = time.perf_counter()
-        e, _ = warm_start.load(self, sig, flat)
+        e, rec = warm_start.load(self, sig, flat)
         if e is None:
             return None
+        if not rec["grad_keys"]:          # as the fresh capture's _settle found
+            self._grad_keys = False
+            sig = {k: v for k, v in sig.items() if not k.endswith(".grad")}
+            self._last_sig = sig
         e.compile_s = time.perf_counter() - t0
         self.log.capture(sig, e.graph, e.graph, e.report, e.compile_s, 0, True, len(e.guards))
         self.log.note("warm start: the cached program runs from the signature's first call "
@@ -349,7 +360,7 @@ class CompiledFunction:
             desc = self._describe(r, flat)
             e.guards, unguarded = capture_guards(self.fn, flat, lifted(e), r=r)
             if desc is not None and not unguarded:
-                warm_start.save(self, e, sig, flat, r, desc, self._graph_key)
+                warm_start.save(self, e, self._sig0, flat, r, desc, self._graph_key)
         self.log.capture(sig, e.raw_graph, e.graph, e.report, e.compile_s, tr.randoms,
                          replayable, len(e.guards or ()))
         if unguarded:

@@ -298,7 +298,9 @@ def _out_leaf(k) -> list:
 
 def save(cf, e: Entry, sig, flat, r, desc, graph_key) -> bool:
     """Write the warm-start record of fresh capture ``e`` (see the module doc); whether
-    one was written. ``r``/``desc``: the walk made after the call and its description."""
+    one was written. ``sig``: the signature taken before the call, ``.grad`` keys included
+    (what a new process computes at its first call); ``r``/``desc``: the walk made after
+    the call and its description."""
     try:
         if e.joint is not None or graph_key is None:
             raise NotPortable("a compiled forward with its own backward graph")
@@ -311,7 +313,8 @@ def save(cf, e: Entry, sig, flat, r, desc, graph_key) -> bool:
                           [m[0].name, str(m[1])]] for p, i, m in e.grads],
                "release": [_ref(p, first, flat) for p in e.release],
                "out_spec": _spec(e.out_spec), "out_leaves": [_out_leaf(k) for k in
-                                                             e.out_leaves]}
+                                                             e.out_leaves],
+               "grad_keys": bool(cf._grad_keys)}
         key = _key(cf, sig, flat, d, r.codes)
     except NotPortable:
         stats["refused"] += 1
@@ -370,8 +373,9 @@ def _entry(rec, r, flat) -> Entry:
 
 
 def load(cf, sig, flat):
-    """``(entry, key)`` of a warm start for this call of ``cf`` (guards built, program
-    made), or ``(None, reason)``."""
+    """``(entry, record)`` of a warm start for this call of ``cf`` (guards built, program
+    made), or ``(None, reason)``. ``record["grad_keys"]``: whether ``.grad`` fields stay
+    in the signature (False: the graph never touches them)."""
     from .replay import program
     r = reach(cf.fn, flat)
     try:
@@ -406,4 +410,4 @@ def load(cf, sig, flat):
         return None, "unguarded inputs"
     e.program = program(e, e.graph, cf.parallel)
     stats["hits"] += 1
-    return e, key
+    return e, rec

@@ -223,3 +223,41 @@ def test_new_process_starts_warm(wcache):
     assert runs[0]["warm"]["stored"] == 1 and runs[0]["warm"]["hits"] == 0
     assert runs[1]["warm"]["hits"] == 1 and runs[1]["warm"]["stored"] == 0
     assert runs[1]["losses"][0] == runs[0]["losses"][0]
+
+
+def test_guards_of_a_warm_start_catch_a_replaced_parameter(wcache):
+    _train(3)
+    step, model, x, y = _setup()
+    for _ in range(2):
+        step(x, y)
+    assert warm_start.stats["hits"] == 1
+    old = model[0].weight
+    model[0].weight = nn.Parameter(ember.zeros_like(old))
+    step(x, y)
+    assert len(step.explain().captures) == 2           # retraced: the guard saw it
+    assert any("guard model.0.weight" in k for k in step.explain().recompiles[-1])
+    # the backward reached the new parameter (a stale program would read the old one)
+    assert model[0].weight.grad is not None
+
+
+def _infer_setup(hidden=32):
+    ember.manual_seed(1)
+    model = nn.Sequential(nn.Linear(8, hidden), nn.GELU(), nn.Linear(hidden, 3))
+    model.eval()
+
+    def predict(x):
+        with ember.no_grad():
+            return model(x).softmax(-1)
+    return ember.compile(predict), model
+
+
+def test_inference_function_starts_warm(wcache):
+    x = ember.tensor(np.random.default_rng(1).standard_normal((16, 8)).astype(np.float32))
+    f, model = _infer_setup()
+    fresh = [f(x).numpy().copy() for _ in range(2)]
+    g, model2 = _infer_setup()
+    warm = g(x).numpy()
+    assert warm_start.stats["hits"] == 1 and "warm start" in _notes(g)
+    np.testing.assert_allclose(warm, fresh[1], rtol=1e-6, atol=1e-7)
+    with ember.no_grad():
+        np.testing.assert_allclose(warm, model2(x).softmax(-1).numpy(), rtol=1e-5, atol=1e-6)
