@@ -4,7 +4,9 @@ The first call for each *signature* traces the function (see :mod:`ember.graph.t
 the traced call runs for real and returns eager results — then the graph goes through
 the pass pipeline (or its result comes from the on-disk graph cache,
 :mod:`ember.graph.disk_cache`, keyed by the traced graph) and is lowered to a
-:class:`~ember.graph.executor.Program`. A traced call that changed the signature (a first
+:class:`~ember.graph.executor.Program`. In a new process a signature an earlier process
+compiled is bound from its *warm-start* record instead (:mod:`ember.graph.warm_start`: no
+trace; the program runs from that first call, like ``torch.compile``'s). A traced call that changed the signature (a first
 optimizer step creating its state) is never replayed, so its graph is not optimised. Later calls
 with the same signature run the program: graph inputs are read from the call's tensors
 and from the state the function touched (parameters, gradients, optimizer state, learning

@@ -27,12 +27,11 @@ without the cache. Graphs holding something with no portable name (a random draw
 generator, control flow, a callable param) are not stored (:class:`~.graph_pickle.
 NotPortable`); nor are graphs compiled with a ``memory_budget``.
 
-**Why the trace is not skipped.** A cheaper key -- the function's code, the module
-structure, the signature, the guards' values -- would let a new process skip tracing too,
-but in a fresh compile a signature's first call *is* the traced (eager) run, whose results
-differ from the compiled program's in the last bits (fused kernels round differently).
-Replaying the graph on that call instead would make a cached process's numbers differ from
-a fresh one's, so the cache starts where the trace ends.
+**Skipping the trace too** is :mod:`ember.graph.warm_start`'s job: beside the graph it
+writes a record keyed by what the trace was a function of (the code, the signature, the
+guards' portable description of the reachable state), so a new process can bind and run
+the program without tracing. ``EMBER_GRAPH_CACHE=trace`` keeps this cache but not warm
+starts: every signature's first call is its traced eager run, bitwise a fresh compile.
 
 **What it does not see.** Monkeypatching Ember's functions at run time (the fingerprint is
 of the files) -- tests do it, so the test suite runs with the cache off.
