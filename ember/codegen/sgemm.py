@@ -24,8 +24,11 @@ adaptive policy, which applies to OpenBLAS's spinning threads).
 
 Accuracy: float32 sums in another order than OpenBLAS's (one FMA chain per element over
 each ``KC`` block of ``k``, the blocks added in order), so bits differ from NumPy's
-``matmul``; ``tests/codegen/test_sgemm.py`` bounds the difference to a float64 reference.
-Results are bitwise the same for any thread count.
+``matmul`` (eager float32 products under :func:`worth` change their last bits; compiled
+graphs whose executor calls ``numpy.matmul`` itself keep OpenBLAS's);
+``tests/codegen/test_sgemm.py`` bounds the difference to a float64 reference. Results are
+bitwise the same for any thread count (unlike OpenBLAS's), and the ``avx2`` and
+``avx512`` variants give the same bits (the same chains, explicit FMA instructions).
 """
 from __future__ import annotations
 

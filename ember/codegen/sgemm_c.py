@@ -327,7 +327,13 @@ TGT static void run_@S@(char **p, const int64_t *g, const int64_t *st, int64_t l
         n0 = split ? lo * NRV : 0, n1 = split ? MIN(hi * NRV, N) : N;
     const int64_t nb = (MIN(g[G_NC], N) + NRV - 1) / NRV * NRV * g[G_KC];
     float *bp = scratch((size_t)(nb + g[G_MC] * g[G_KC] + MRV * g[G_KC]));
-    if (!bp) return;
+    if (!bp) {          /* no memory for the packing space: NaN, never stale values */
+        for (int64_t t = 0; t < g[G_BT]; t++)
+            for (int64_t m = m0; m < m1; m++)
+                for (int64_t n = n0; n < n1; n++)
+                    ((float *)p[2])[t * g[G_SCB] + m * g[G_SCM] + n] = NAN;
+        return;
+    }
     for (int64_t t = 0; t < g[G_BT]; t++)
         range_@S@((const float *)p[0] + t * g[G_SAB], (const float *)p[1] + t * g[G_SBB],
                   (float *)p[2] + t * g[G_SCB], g, m0, m1, n0, n1, ab[0], ab[1], bp,
