@@ -131,6 +131,15 @@ def _step(step, first: dict) -> list:
     raise NotPortable(f"a {type(k).__name__} key")
 
 
+def _repr(v) -> str:
+    """``repr`` that does not depend on the process (a frozenset's order does)."""
+    if isinstance(v, frozenset):
+        return f"frozenset({sorted(map(_repr, v))!r})"
+    if type(v) is tuple:
+        return f"({', '.join(map(_repr, v))},)"
+    return repr(v)
+
+
 def describe(r, flat) -> tuple:
     """``(description, {id(tensor): guard-leaf index})`` of walk ``r``'s guard leaves.
 
@@ -147,7 +156,7 @@ def describe(r, flat) -> tuple:
             d = ["alias", first[id(v)]] if id(v) in first else _object(v)
             first.setdefault(id(v), i)
         elif kind == "value":
-            d = ["V", type(v).__qualname__, repr(v)]
+            d = ["V", type(v).__qualname__, _repr(v)]
         elif kind == "len":
             d = ["L", v]
         else:                                 # "array": by value
@@ -158,14 +167,18 @@ def describe(r, flat) -> tuple:
 
 
 def _code(h, code) -> None:
-    h.update(f"{code.co_filename}\0{code.co_qualname}\0{code.co_firstlineno}\0"
+    h.update(f"{code.co_filename}\0{getattr(code, 'co_qualname', code.co_name)}\0"
+             f"{code.co_firstlineno}\0"
              f"{code.co_flags}\0{code.co_argcount}\0{code.co_kwonlyargcount}\0"
              f"{code.co_names}\0{code.co_varnames}\0{code.co_freevars}\0"
              f"{code.co_cellvars}\0".encode())
     h.update(code.co_code)
+    h.update(getattr(code, "co_linetable", b""))      # the graph's nodes carry source lines
     for c in code.co_consts:
         if isinstance(c, types.CodeType):
             _code(h, c)
+        elif isinstance(c, frozenset):      # ``x in {"a", "b"}``: set order is per process
+            h.update(f"\0frozenset:{sorted(map(repr, c))!r}".encode())
         else:
             h.update(f"\0{type(c).__qualname__}:{c!r}".encode())
 
@@ -183,7 +196,7 @@ def _key(cf, sig, flat, desc, codes) -> str:
     h.update(disk_cache.environment().encode())
     h.update(repr((names, bool(cf.parallel), get_default_dtype().name, list(sig.items()),
                    [x._grad_fn is None for x in flat if isinstance(x, Tensor)])).encode())
-    for c in sorted(codes, key=lambda c: (c.co_filename, c.co_firstlineno, c.co_qualname)):
+    for c in sorted(codes, key=lambda c: (c.co_filename, c.co_firstlineno, c.co_name)):
         _code(h, c)
     h.update(json.dumps(desc).encode())
     return h.hexdigest()[:32]
