@@ -82,7 +82,8 @@ class Program:
         btype = next((t for t in types if t != "cpu"), types[0] if types else "cpu")
         self.xp = xp = _backends[btype].xp
         self.alloc = _backends[btype].allocator
-        steps, self._serial = [], []
+        steps, self._serial, self._pre = [], [], []
+        inview = {v.id for v in graph.inputs}      # graph inputs and views made of them
         preset: dict = {}       # a constant node's var id -> its slot among the constants
         for i, n in enumerate(graph.nodes):
             s = _Step()
@@ -137,6 +138,12 @@ class Program:
                 consts.append(v if v.dtype == s.odts[0] else v.astype(s.odts[0]))
                 preset[n.outs[0].id] = slots
                 slots += 1
+            elif _input_view(n, s, inview, keep, mp.kind.get(n.outs[0].id) if n.outs else None,
+                             ALIAS):
+                # NOTE: a view of a graph input (a bias as a column, the targets reshaped)
+                # is made right after the inputs are bound, not by a step among the GEMMs
+                self._pre.append(s)
+                inview.add(n.outs[0].id)
             else:
                 self._serial.append(s)
         self.steps = steps
@@ -166,6 +173,12 @@ class Program:
         own = [0] * self.nvars
         alloc = self.alloc
         try:
+            if self._levels is None and _state.profiler is None:
+                for s in self._pre:
+                    a = vals[s.args[0]]
+                    vals[s.outs[0]] = s.kernel(xp, a, **s.params)
+                    if s.count:                 # reshape: a copy if the input is strided
+                        _count(s, vals, own, alloc, [a])
             if self._levels is not None:
                 self._run_levels(vals, own, alloc, xp)
             elif _state.profiler is not None:      # ember.profiler: each kernel by its name
@@ -310,6 +323,15 @@ def _exec(s: _Step, vals, own, alloc, xp, free: bool = True):
                     own[f] = 0
         for f in s.free:
             vals[f] = None
+
+
+def _input_view(n, s, inview, keep, kind, alias) -> bool:
+    """Whether node ``n`` (step ``s``) is a view of a graph input (or of such a view) the
+    planner placed as an alias: made once at the start of a run, outside the step loop."""
+    return len(n.outs) == 1 and len(n.inputs) == 1 and n.inputs[0].__class__ is Var and \
+        n.inputs[0].id in inview and getattr(n.op, "view", False) in (True, "maybe") and \
+        kind == alias and s.casts is None and s.buf < 0 and n.outs[0].id not in keep and \
+        n.outs[0].dtype is n.inputs[0].dtype and not getattr(n.op, "random", False)
 
 
 def _usable(buf):
