@@ -149,7 +149,9 @@ def lstm_layer_grad(xp, gout, out, x, h0, c0, w_ih, w_hh, b, fallback):
         lstm_grad(xp, gout, out, h0, c0, w_hh, rk, dg, dh0, dc)
         xp.matmul(dg, w_ih, out=dx)
     from .rnn import _lstm_weight_grads     # NOTE: rnn imports this module
-    xh1 = _buf(xp, "xh1", (L, N, IN + H + 1), x.dtype)     # [x_t | h_{t-1} | 1]
+    # NOTE: one buffer per input size (a stack's first and later layers alternate: one
+    # shared slot was a fresh, page-faulting allocation every call)
+    xh1 = _buf(xp, ("xh1", IN), (L, N, IN + H + 1), x.dtype)    # [x_t | h_{t-1} | 1]
     xh1[..., :IN] = x
     if L:
         xh1[0, :, IN:IN + H] = h0
