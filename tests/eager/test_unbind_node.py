@@ -198,3 +198,35 @@ def test_attention_of_outputs_of_two_unbinds_is_not_written_into_slots():
     q2, k2 = ref[0], ref[1]
     ember.nn.functional.scaled_dot_product_attention(q2, k2, v.detach()).sum().backward()
     np.testing.assert_array_equal(x.grad.numpy(), ref.grad.numpy())
+
+
+def test_hooks_retain_grad_and_grad_of_an_output():
+    x = ember.randn(3, 4, dtype=ember.float64, requires_grad=True)
+    a, b, c = (x * 2).unbind(0)
+    b.retain_grad()
+    seen = []
+    c.register_hook(lambda g: seen.append(g.detach().numpy().copy()) or g * 10)
+    ((a + b * 3).sum() + c.sum()).backward()
+    np.testing.assert_array_equal(b.grad.numpy(), np.full(4, 3.0))
+    np.testing.assert_array_equal(seen[0], np.ones(4))
+    np.testing.assert_array_equal(x.grad.numpy(), [[2.] * 4, [6.] * 4, [20.] * 4])
+    a, b, c = (x * 2).unbind(0)
+    gb, gx = ember.autograd.grad((b * b).sum() + a.sum(), [b, x])
+    np.testing.assert_array_equal(gb.numpy(), 2 * b.detach().numpy())
+    np.testing.assert_allclose(gx.numpy()[1], 8 * x.detach().numpy()[1], rtol=1e-15)
+    np.testing.assert_array_equal(gx.numpy()[[0, 2]], [[2.] * 4, [0.] * 4])
+
+
+def test_anomaly_mode_and_checkpoint():
+    from ember.utils.checkpoint import checkpoint
+    x = ember.randn(3, 4, dtype=ember.float64, requires_grad=True)
+    f = lambda t: (lambda a, b, c: (a * b).sum() + c.sum())(*(t * 1).unbind(0))  # noqa: E731
+    f(x).backward()
+    ref = x.grad.numpy().copy()
+    x.grad = None
+    with ember.autograd.detect_anomaly():
+        f(x).backward()
+    np.testing.assert_array_equal(x.grad.numpy(), ref)
+    x.grad = None
+    checkpoint(f, x, use_reentrant=False).backward()
+    np.testing.assert_array_equal(x.grad.numpy(), ref)
