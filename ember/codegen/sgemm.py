@@ -186,11 +186,16 @@ def _plan(isa, a, b, c, M, N, K, bt):
     if a.ndim == 2:
         sa, sb, sc = (0,) + sa, (0,) + sb, (0,) + sc
     mr, nr = TILES[isa]
-    direct = sa[2] == 1 or K == 1 or (COLS and sa[1] == 1)
+    # NOTE: a transposed A read in place only past one k block: in W1's step (cold caches)
+    # g.T @ x, (512, 128) @ (128, 784), took 0.77-0.85 ms packed vs 0.82-0.98 in place
+    # (its 2 KiB row stride maps the tile's 128 rows to two L1 sets); W3's x.T @ g (K = 1024)
+    # is faster in place, in the step and alone (674 vs 722 us).
+    cols = bool(COLS) and sa[1] == 1 and K > KC_T
+    direct = sa[2] == 1 or K == 1 or cols
     split_n = -(-N // nr) >= 2 and (direct or M <= N or -(-M // mr) < 2)
-    kc = KC if sa[2] == 1 or K == 1 or not direct else KC_T
+    kc = KC_T if cols and sa[2] != 1 and K != 1 else KC
     return _GEOM(M, N, K, bt, isa, split_n, sa[0], sa[1], 1 if K == 1 else sa[2],
-                 sb[0], sb[1], 1 if N == 1 else sb[2], sc[0], sc[1], kc, MC, NC, COLS)
+                 sb[0], sb[1], 1 if N == 1 else sb[2], sc[0], sc[1], kc, MC, NC, cols)
 
 
 def worth(M: int, K: int, N: int) -> bool:
