@@ -122,8 +122,8 @@ def _scatter_kernel(xp, base, src, size, stride, storage_offset):
     if base.size > 1 and not any(base.strides):
         # A broadcast scalar (the eager slice gradient's zeros, see zero_base): a fresh
         # buffer of that value, no pass reading a full-size base first.
-        v = base[(0,) * base.ndim]
-        zero = v == 0 and (base.dtype.kind not in "fc" or not xp.signbit(xp.real(v)))
+        v = base[(0,) * base.ndim].item()       # a host scalar (CuPy's 0-d arrays too)
+        zero = v == 0 and math.copysign(1.0, v.real) > 0 and math.copysign(1.0, v.imag) > 0
         out = xp.zeros(base.shape, base.dtype) if zero else xp.full(base.shape, v, base.dtype)
     else:
         out = xp.array(base, copy=True, order="C")

@@ -69,3 +69,13 @@ def test_traced_slice_gradient_keeps_the_full_zeros_form():
     got = cf(t).numpy()
     np.testing.assert_array_equal(got, np.stack([np.full(8, 2.0), np.full(8, 3.0)]))
     assert "scatter_stack" in {n.op.name for n in cf.graph.nodes}
+
+
+def test_scatter_into_broadcast_minus_zero_and_complex_parts():
+    for value, dtype in ((-0.0, ember.float32), (complex(0.0, -0.0), ember.complex128),
+                         (complex(-0.0, 0.0), ember.complex64)):
+        base = ember.tensor(value, dtype=dtype).expand(2, 3)
+        out = ember.as_strided_scatter(base, ember.ones(1, dtype=dtype), (1,), (1,), 0).numpy()
+        rest = out.reshape(-1)[1:]
+        assert (np.signbit(rest.real) == np.signbit(np.real(value))).all()
+        assert (np.signbit(rest.imag) == np.signbit(np.imag(value))).all()
