@@ -140,6 +140,37 @@ def _repr(v) -> str:
     return repr(v)
 
 
+def _contents(path, flat):
+    """A dict's full contents: the walk follows only the keys some code names, but
+    ``f(**kw)`` or library code may read the others (in a process the dict's identity stands
+    for them; across processes only its values can). Module stores are walked whole."""
+    from .guards import _HOOKS, _MODULE_STORES, _eval
+    last = path[-1]
+    if last[0] == "attr" and last[1] in _MODULE_STORES:
+        return None
+    obj = _eval(path, flat)
+    if not isinstance(obj, dict):
+        return None
+    if last[0] == "attr" and last[1] in _HOOKS:   # keys are process-wide handle counters
+        return [_deep(v, 0) for v in obj.values()]
+    return [[_deep(k, 0), _deep(v, 0)] for k, v in obj.items()]
+
+
+def _deep(v, depth: int):
+    """A value's portable description, containers recursively (see :func:`_contents`)."""
+    from .guards import _MAX_ARRAY, _MAX_ITEMS, _is_value
+    if _is_value(v):
+        return ["V", type(v).__qualname__, _repr(v)]
+    if depth < 4 and isinstance(v, (list, tuple, dict)) and len(v) <= _MAX_ITEMS:
+        items = v.items() if isinstance(v, dict) else enumerate(v)
+        return [type(v).__qualname__] + [[_deep(k, depth + 1), _deep(x, depth + 1)]
+                                         for k, x in items]
+    if isinstance(v, np.ndarray) and v.size <= _MAX_ARRAY:
+        return ["A", str(v.dtype), list(v.shape),
+                hashlib.sha256(np.ascontiguousarray(v).tobytes()).hexdigest()]
+    return _object(v)
+
+
 def describe(r, flat) -> tuple:
     """``(description, {id(tensor): guard-leaf index})`` of walk ``r``'s guard leaves.
 
@@ -158,7 +189,7 @@ def describe(r, flat) -> tuple:
         elif kind == "value":
             d = ["V", type(v).__qualname__, _repr(v)]
         elif kind == "len":
-            d = ["L", v]
+            d = ["L", v, _contents(path, flat)]
         else:                                 # "array": by value
             d = ["A", str(v.dtype), list(v.shape), hashlib.sha256(
                 np.ascontiguousarray(v).tobytes()).hexdigest()]

@@ -261,3 +261,25 @@ def test_inference_function_starts_warm(wcache):
     np.testing.assert_allclose(warm, fresh[1], rtol=1e-6, atol=1e-7)
     with ember.no_grad():
         np.testing.assert_allclose(warm, model2(x).softmax(-1).numpy(), rtol=1e-5, atol=1e-6)
+
+
+def _kw_fn(kw):
+    class Sample:                 # a user object whose dict's keys no code names
+        kwargs = kw
+
+    s = Sample()
+
+    def f(x):
+        return (x.sum(**s.kwargs) * 2.0,)
+    return ember.compile(f)
+
+
+@pytest.mark.parametrize("second", [1, 0], ids=["other value", "same"])
+def test_kwargs_read_by_unpacking_are_part_of_the_key(wcache, second):
+    x = ember.tensor(np.arange(6.0).reshape(2, 3))
+    f = _kw_fn({"dim": 0})
+    f(x), f(x)
+    g = _kw_fn({"dim": second})
+    (out,) = g(x)
+    np.testing.assert_array_equal(out.numpy(), x.numpy().sum(second) * 2.0)
+    assert warm_start.stats["hits"] == (1 if second == 0 else 0)
