@@ -37,16 +37,16 @@ import os
 
 import numpy as np
 
-from . import launch
+from . import cache, launch
 from . import pool as _pool
 from .runtime import num_threads
-from .sgemm_c import KC, KC_T, MC, NC, TILES, source
+from .sgemm_c import CODES, KC, KC_T, MC, NC, PROBE, TILES, source
 from .toolchain import find_compiler
 
 _ITEMS_OFF, _DATA_OFF = launch.ITEMS_OFF, launch.DATA_OFF
 
 F32 = np.dtype(np.float32)
-ISAS = {"generic": 1, "avx2": 2, "avx512": 3}
+ISAS = CODES
 
 #: which variant runs: ``"auto"``, a name of :data:`ISAS`, or ``"off"``. ``EMBER_SGEMM``
 #: sets it at import.
@@ -63,36 +63,46 @@ _state: dict = {}
 _GEOM, _PTRS = ctypes.c_int64 * 18, ctypes.c_void_p * 4
 
 
-def _lib():
-    """The ``sgemm_f32`` ctypes function, or None without a C compiler."""
-    if "fn" not in _state:
-        _state["fn"] = None
-        if find_compiler() is not None:
-            loaded = _pool.load_kernels(source(), ["sgemm_f32"])
-            if loaded is not None:
-                lib, fns = loaded
-                lib.ember_sgemm_isas.restype = ctypes.c_int64
-                lib.ember_sgemm_isas.argtypes = []
-                _state["isas"] = int(lib.ember_sgemm_isas())
-                _state["lib"], _state["fn"] = lib, fns["sgemm_f32"]
-                if launch.raw() is not None:     # one ctypes call, no per-array work
-                    _state["launch"] = launch.raw()
-                    _state["fast"] = ctypes.cast(lib.ember_sgemm_f32_fast,
-                                                 ctypes.c_void_p).value
-    return _state["fn"]
+def _probe() -> int:
+    """The variants this CPU runs, as bits (1 generic, 2 avx2, 4 avx512); 0 without a C
+    compiler. A small library of its own, so no variant is built before it is used."""
+    if "isas" not in _state:
+        _state["isas"] = 0
+        cc = find_compiler()
+        if cc is not None:
+            lib = cache.load(PROBE, cc)
+            lib.ember_sgemm_isas.restype = ctypes.c_int64
+            lib.ember_sgemm_isas.argtypes = []
+            _state["isas"], _state["probe"] = int(lib.ember_sgemm_isas()), lib
+    return _state["isas"]
+
+
+def _kernel(isa: int) -> tuple:
+    """``(ctypes function, the one-call launcher or None, the raw entry's address,
+    library)`` of variant ``isa``, built into the kernel cache on first use."""
+    k = _kernels.get(isa)
+    if k is None:
+        name = next(n for n, c in ISAS.items() if c == isa)
+        lib, fns = _pool.load_kernels(source(name), ["sgemm_f32"])
+        run = launch.raw()               # one ctypes call, no per-array work
+        fast = ctypes.cast(lib.ember_sgemm_f32_fast, ctypes.c_void_p).value
+        k = _kernels[isa] = (fns["sgemm_f32"], run, fast, lib)
+    return k
+
+
+_kernels: dict = {}
 
 
 def runnable() -> list[str]:
     """The variants this CPU runs (empty without a C compiler)."""
-    if _lib() is None:
-        return []
-    return [name for name, code in ISAS.items() if _state["isas"] >> (code - 1) & 1]
+    m = _probe()
+    return [name for name, code in ISAS.items() if m >> (code - 1) & 1]
 
 
 def _isa(variant):
     """The isa code for ``variant`` (default :data:`mode`), or None if it cannot run."""
     want = mode if variant is None else variant
-    if want == "off" or _lib() is None:
+    if want == "off" or not _probe():
         return None
     if want == "auto":
         return 3 if _state["isas"] & 4 else None
@@ -167,12 +177,12 @@ def gemm(a, b, c=None, alpha: float = 1.0, beta: float = 0.0, variant=None,
     ab = _AB.get((alpha, beta))
     if ab is None:
         ab = np.array([alpha, beta], F32)
-    run = _state.get("launch")
+    fn, run, fast, _ = _kernels.get(isa) or _kernel(isa)
     if run is not None:
-        run(_state["fast"], (a, b, c, ab), g, g, nthreads, 4, _ITEMS_OFF, _DATA_OFF)
+        run(fast, (a, b, c, ab), g, g, nthreads, 4, _ITEMS_OFF, _DATA_OFF)
     else:
         ptrs = _PTRS(a.ctypes.data, b.ctypes.data, c.ctypes.data, ab.ctypes.data)
-        _state["fn"](ptrs, g, nthreads)
+        fn(ptrs, g, nthreads)
     return c
 
 
