@@ -5,9 +5,10 @@ block of ``k``, B's block is packed into panels ``KC x NR`` (``NR`` = ``NV`` vec
 past ``N``); for each ``MC`` block of rows a micro-kernel multiplies ``MR`` rows of A
 (broadcast one element at a time) by a packed panel of B (vector loads) into ``MR x NV``
 vector registers, then adds the tile into C. A with a unit ``k`` stride (row-major, the
-common case) or a unit row stride (a transposed view: ``g.T @ x``, ``x.T @ g``) is read in
-place through ``MR`` row pointers, no copy (measured faster than packing it); any other A
-is packed into ``KC x MR`` panels (``k`` major). B's packing reads any strides: rows
+common case) is read in place through ``MR`` row pointers, no copy; so is one with a unit
+row stride (a transposed view: W3's ``x.T @ g``) when the caller says so (``G_COLS``: past
+one k block, where it measured faster than packing); any other A is packed into
+``KC x MR`` panels (``k`` major). B's packing reads any strides: rows
 (``memcpy`` in memory order), columns (8 x 8 AVX transposes on x86, ``k`` outer so each
 packed row is written whole; a scalar loop elsewhere) or general. Edge tiles: one or two
 rows left run a 2-row tile, a last panel narrower than ``NR`` multiplies only the vectors
@@ -33,7 +34,8 @@ variant      vector (VL floats)          MR    NR (NV vectors)       accumulator
 
 Entry point ``ember_sgemm_f32(char **p, const int64_t *g, int64_t nthreads)``: ``p = [A,
 B, C, ab]`` (``ab``: ``float[2] = {alpha, beta}``), ``g`` as the ``G_*`` enum below
-(strides in elements; C's column stride is 1; ``split`` 1 = threads split N, 0 = M).
+(strides in elements; C's column stride is 1; ``split`` 1 = threads split N, 0 = M;
+``G_ISA`` only records the variant, each library holding one).
 ``beta == 0`` never reads C (NaN there does not propagate), as BLAS.
 """
 from __future__ import annotations
