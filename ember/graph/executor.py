@@ -302,17 +302,32 @@ def _exec(s: _Step, vals, own, alloc, xp, free: bool = True):
     else:
         res = s.kernel(xp, *args, **s.params)
     if s.multi:
-        for o, r, dt in zip(s.outs, res, s.odts):
+        for o, r in zip(s.outs, res):
             vals[o] = r
+        if fresh and own is not None:
+            _count(s, vals, own, alloc, args)
     else:
-        if res.__class__ is not xp.ndarray:
+        # NOTE: the hot path of every step (~1 us of a small kernel's ~2): identity tests
+        # before the NumPy dtype comparison, the single output counted inline
+        if res.__class__ is not _ND and res.__class__ is not xp.ndarray:
             res = xp.asarray(res)
         dt = s.odts[0]
-        if res.dtype != dt:
+        rd = res.dtype
+        if rd is not dt and rd != dt:
             res = res.astype(dt)
-        vals[s.outs[0]] = res
-    if fresh and own is not None:
-        _count(s, vals, own, alloc, args)
+        o = s.outs[0]
+        vals[o] = res
+        if fresh and own is not None and not own[o]:
+            nb = _owned(res, args)
+            if nb:
+                if alloc.limit is None:      # NOTE: CountingAllocator.track inlined
+                    cur = alloc.current = alloc.current + nb
+                    alloc.num_allocs += 1
+                    if cur > alloc.peak:
+                        alloc.peak = cur
+                else:
+                    alloc.track(nb)          # may raise MemoryError: count it once tracked
+                own[o] = nb
     if free:
         if s.untrack:
             for f in s.untrack:
@@ -323,6 +338,9 @@ def _exec(s: _Step, vals, own, alloc, xp, free: bool = True):
                     own[f] = 0
         for f in s.free:
             vals[f] = None
+
+
+_ND = np.ndarray
 
 
 def _input_view(n, s, inview, keep, kind, alias) -> bool:
