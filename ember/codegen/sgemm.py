@@ -126,8 +126,8 @@ def gemm(a, b, c=None, alpha: float = 1.0, beta: float = 0.0, variant=None,
 
     Args:
         a, b: float32 operands; a 3-D operand's batch stride may be 0 (broadcast).
-        c: float32 ``(M, N)`` / ``(B, M, N)`` with a unit last stride, or None (a new
-            array; then ``beta`` is ignored).
+        c: float32 ``(M, N)`` / ``(B, M, N)`` with a unit last stride, not overlapping
+            ``a`` or ``b``, or None (a new array; then ``beta`` is ignored).
         alpha, beta: scalars; ``beta == 0`` never reads ``c`` (as BLAS).
         variant: ``None`` (:data:`mode`), ``"auto"`` or a name of :data:`ISAS`.
         nthreads: threads (default: Ember's count from :data:`PARALLEL_MIN` multiply-adds).
@@ -228,15 +228,17 @@ MIN_MACS, MIN_N, MIN_M = 1 << 20, 16, 8
 def matmul(x, y, out=None):
     """``x @ y`` for float32 arrays (NumPy's ``matmul`` shapes with at least two dims
     each), or None where OpenBLAS should run (:func:`worth`, :data:`mode`, dtypes, an
-    ``out`` that is not C-contiguous).
+    ``out`` that is not C-contiguous or overlaps an operand).
 
     Example:
         >>> r = matmul(x, w.T)
         >>> r = r if r is not None else np.matmul(x, w.T)
     """
-    if mode == "off" or x.dtype != F32 or y.dtype != F32 or x.ndim < 2 or y.ndim < 2 \
-            or (out is not None and not out.flags.c_contiguous):
+    if mode == "off" or x.dtype != F32 or y.dtype != F32 or x.ndim < 2 or y.ndim < 2:
         return None
+    if out is not None and (not out.flags.c_contiguous or np.may_share_memory(out, x)
+                            or np.may_share_memory(out, y)):
+        return None                             # NumPy copies an operand that overlaps out
     M, K = x.shape[-2:]
     N = y.shape[-1]
     if y.shape[-2] != K:

@@ -224,3 +224,17 @@ def test_env_var_forces_the_variant(env):
     r = subprocess.run([sys.executable, "-c", code], capture_output=True, text=True,
                        env=env_vars, timeout=300)
     assert r.returncode == 0 and r.stdout.strip().endswith("ok"), r.stderr[-2000:]
+
+
+def test_matmul_out_overlapping_an_operand_is_left_to_numpy():
+    if sgemm._isa(None) is None:
+        pytest.skip(f"EMBER_SGEMM={sgemm.mode} or no AVX-512 here: matmul runs OpenBLAS")
+    rng = np.random.default_rng(6)
+    x = rng.standard_normal((128, 128), dtype=np.float32)
+    w = rng.standard_normal((128, 128), dtype=np.float32)
+    assert sgemm.worth(128, 128, 128)
+    assert sgemm.matmul(x, w, out=x) is None
+    assert sgemm.matmul(x, w, out=w[:, ::-1][:, ::-1]) is None
+    out = np.empty((128, 128), np.float32)
+    assert sgemm.matmul(x, w, out=out) is out
+    _check(out, x, w)
