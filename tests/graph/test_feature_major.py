@@ -174,3 +174,22 @@ def test_compiled_products_are_eager_products_bitwise():
     assert "matmul_t" in [n.op.name for n in _entry(f).graph.nodes]
     for a, b in zip(got, (x @ w.T, w @ x.T)):
         np.testing.assert_array_equal(a.numpy().view(np.int32), b.numpy().view(np.int32))
+
+
+def test_graph_cache_round_trip_keeps_the_new_ops():
+    """The graph cache pickles module-level graph ops by reference: ``COLUMN`` and
+    ``count_true``'s op come back as themselves."""
+    from ember.graph import graph_pickle
+    from ember.graph.passes.count_true import COUNT_TRUE
+    x, y = _data()
+    model = _mlp()
+    opt = em.optim.SGD(model.parameters(), lr=0.1)
+    f = em.compile(_sgd_step(model, opt), fullgraph=True)
+    for _ in range(3):
+        f(x, y)
+    g = _entry(f).graph
+    back = graph_pickle.loads(graph_pickle.dumps({"graph": g, "report": []}))["graph"]
+    assert [n.op for n in back.nodes if n.op in (COLUMN, COUNT_TRUE)] == \
+        [n.op for n in g.nodes if n.op in (COLUMN, COUNT_TRUE)]
+    assert sum(n.op is COLUMN for n in back.nodes) == 2
+    assert sum(n.op is COUNT_TRUE for n in back.nodes) == 1
