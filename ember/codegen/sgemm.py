@@ -19,8 +19,8 @@ this CPU cannot run, or ``off``, makes :func:`gemm`/:func:`matmul` return None.
 Threads: :func:`gemm` splits whole panels of columns (or rows, when there is one panel of
 columns) between Ember's pool threads (:mod:`.pool`: workers sleep between kernels,
 never spin), from :data:`PARALLEL_MIN` multiply-adds, as many as
-``ember.set_num_threads`` asks (the pool is not reduced by :mod:`ember._contention`'s
-adaptive policy, which applies to OpenBLAS's spinning threads).
+``ember.set_num_threads`` asks and :mod:`ember._contention`'s adaptive policy leaves
+BLAS (``EMBER_ADAPTIVE_THREADS=0`` keeps the asked count).
 
 Accuracy: float32 sums in another order than OpenBLAS's (one FMA chain per element over
 each ``KC`` block of ``k``, the blocks added in order), so bits differ from NumPy's
@@ -162,7 +162,7 @@ def gemm(a, b, c=None, alpha: float = 1.0, beta: float = 0.0, variant=None,
         c[...] = 0 if beta == 0 else beta * c
         return c
     if nthreads is None:
-        nthreads = num_threads() if bt * M * N * K >= PARALLEL_MIN else 1
+        nthreads = _threads() if bt * M * N * K >= PARALLEL_MIN else 1
     key = (isa, a.shape, a.strides, b.shape, b.strides, c.strides, nthreads, KC, KC_T, MC,
            NC, COLS)
     g = _plans.get(key)
@@ -184,6 +184,20 @@ def gemm(a, b, c=None, alpha: float = 1.0, beta: float = 0.0, variant=None,
         ptrs = _PTRS(a.ctypes.data, b.ctypes.data, c.ctypes.data, ab.ctypes.data)
         fn(ptrs, g, nthreads)
     return c
+
+
+def _threads() -> int:
+    """Ember's thread count, but no more than the adaptive policy (:mod:`ember._contention`,
+    ``EMBER_ADAPTIVE_THREADS``) currently gives BLAS: the pool's workers wait passively,
+    yet a split still waits for its chunk on a CPU another process holds (2 threads at
+    load 5-7 on 2 CPUs: 2-7 ms for a product of 0.8 ms on one)."""
+    n = num_threads()
+    if n > 1:
+        from .. import _contention      # NOTE: its state, read: it has no public getter
+        used = _contention._state.get("used")
+        if used and _contention.running():
+            n = min(n, used)
+    return n
 
 
 _plans: dict = {}

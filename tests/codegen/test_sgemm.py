@@ -238,3 +238,17 @@ def test_matmul_out_overlapping_an_operand_is_left_to_numpy():
     out = np.empty((128, 128), np.float32)
     assert sgemm.matmul(x, w, out=out) is out
     _check(out, x, w)
+
+
+def test_threads_follow_the_adaptive_policy(monkeypatch):
+    from ember import _contention
+    from ember.codegen import runtime
+    monkeypatch.setattr(runtime, "_threads", dict(runtime._threads, n=2))
+    monkeypatch.setattr(_contention, "running", lambda: True)
+    monkeypatch.setitem(_contention._state, "used", 1)
+    assert sgemm._threads() == 1        # other processes hold a CPU: no split
+    monkeypatch.setitem(_contention._state, "used", 2)
+    assert sgemm._threads() == 2
+    monkeypatch.setattr(_contention, "running", lambda: False)   # policy off: as asked
+    monkeypatch.setitem(_contention._state, "used", 1)
+    assert sgemm._threads() == 2
