@@ -228,7 +228,7 @@ class CompiledFunction:
                           "call changes it (a first optimizer step), so its graph never runs")
             with warm_start.Untraced(self.name):
                 return self.fn(*args, **kwargs)
-        e = self._warm_start(sig, flat) if warm else None
+        e = warm_start.start(self, sig, flat) if warm else None
         if e is not None:
             return run(e, flat)
         _prefetch_kernels(self.passes)
@@ -268,25 +268,6 @@ class CompiledFunction:
         e.compile_s = time.perf_counter() - t0
         self._store(e, sig, flat, tr, replayable)
         return result
-
-    def _warm_start(self, sig, flat) -> Entry | None:
-        """The entry of ``sig`` bound from a warm-start record (:mod:`ember.graph.
-        warm_start`: a cached program, no trace), cached and logged; None: trace it."""
-        t0 = time.perf_counter()
-        e, rec = warm_start.load(self, sig, flat)
-        if e is None:
-            return None
-        if not rec["grad_keys"]:          # as the fresh capture's _settle found
-            self._grad_keys = False
-            sig = {k: v for k, v in sig.items() if not k.endswith(".grad")}
-            self._last_sig = sig
-        e.compile_s = time.perf_counter() - t0
-        self.log.capture(sig, e.graph, e.graph, e.report, e.compile_s, 0, True, len(e.guards))
-        self.log.note("warm start: the cached program runs from the signature's first call "
-                      "(no trace; see ember.graph.warm_start)")
-        self._captured = e
-        self._cache[tuple(sig.items())] = e
-        return e
 
     def _count_recompile(self, sig, key, why):
         """Log what changed since the previous capture; count it unless ``dynamic`` and
@@ -359,7 +340,7 @@ class CompiledFunction:
         e.guards, unguarded = None, ()
         if replayable:                    # NOTE: an entry never replayed needs no guards
             r = reach(self.fn, flat)
-            desc = self._describe(r, flat)
+            desc = warm_start.describe_for(self._graph_key, r, flat)
             e.guards, unguarded = capture_guards(self.fn, flat, lifted(e), r=r)
             if desc is not None and not unguarded:
                 warm_start.save(self, e, self._sig0, flat, r, desc, self._graph_key)
@@ -372,17 +353,6 @@ class CompiledFunction:
                           f"{', '.join(unguarded[:8])}")
         if replayable:
             self._cache[tuple(sig.items())] = e
-
-    def _describe(self, r, flat):
-        """Walk ``r``'s portable description for a warm-start record, or None (none to
-        write: the graph was not cached, or the state has no portable description)."""
-        if getattr(self, "_graph_key", None) is None or not warm_start.enabled():
-            return None
-        try:
-            return warm_start.describe(r, flat)
-        except warm_start.NotPortable:
-            warm_start.stats["refused"] += 1
-            return None
 
     def _wrote_state(self, e, key, wrote, result):
         """The traced call wrote Python state (``state["n"] += 1``), which running the graph

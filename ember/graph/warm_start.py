@@ -45,6 +45,7 @@ import json
 import os
 import re
 import sys
+import time
 import types
 
 import numpy as np
@@ -57,7 +58,8 @@ from .guards import GUARD, capture_guards, reach
 from ..ops import dispatch as _dispatch
 from .trace import Source, Tracer
 
-__all__ = ["enabled", "describe", "save", "load", "stats"]
+__all__ = ["enabled", "describe", "describe_for", "save", "load", "note_unstable",
+           "known_unstable", "Untraced", "start", "stats"]
 
 FORMAT = 1
 #: records stored, warm hits, misses, records refused (not portable) -- for tests
@@ -140,6 +142,19 @@ def _repr(v) -> str:
     return repr(v)
 
 
+def describe_for(graph_key, r, flat):
+    """:func:`describe` of walk ``r`` for a record of the graph cached under ``graph_key``,
+    or None (none to write: the graph was not cached, warm starts are off, or the state has
+    no portable description)."""
+    if graph_key is None or not enabled():
+        return None
+    try:
+        return describe(r, flat)
+    except NotPortable:
+        stats["refused"] += 1
+        return None
+
+
 def _contents(path, flat):
     """A dict's full contents: the walk follows only the keys some code names, but
     ``f(**kw)`` or library code may read the others (in a process the dict's identity stands
@@ -215,6 +230,7 @@ def _code(h, code) -> None:
 
 
 def _key(cf, sig, flat, desc, codes) -> str:
+    from .._torch_globals import are_deterministic_algorithms_enabled as deterministic
     from .passes import PASSES
     names = [p for p in cf.passes if isinstance(p, str) and p in PASSES and
              getattr(PASSES[p], "__module__", "").startswith("ember.")]
@@ -225,7 +241,8 @@ def _key(cf, sig, flat, desc, codes) -> str:
             raise NotPortable(f"argument {k} is neither a tensor nor a scalar")
     h = hashlib.sha256(f"warm-start {FORMAT}\0".encode())
     h.update(disk_cache.environment().encode())
-    h.update(repr((names, bool(cf.parallel), get_default_dtype().name, list(sig.items()),
+    h.update(repr((names, bool(cf.parallel), get_default_dtype().name, deterministic(),
+                   list(sig.items()),
                    [x._grad_fn is None for x in flat if isinstance(x, Tensor)])).encode())
     for c in sorted(codes, key=lambda c: (c.co_filename, c.co_firstlineno, c.co_name)):
         _code(h, c)
@@ -455,3 +472,23 @@ def load(cf, sig, flat):
     e.program = program(e, e.graph, cf.parallel)
     stats["hits"] += 1
     return e, rec
+
+
+def start(cf, sig, flat):
+    """The entry of ``sig`` bound from a warm-start record (a cached program, no trace),
+    cached in ``cf`` and logged; None: trace it."""
+    t0 = time.perf_counter()
+    e, rec = load(cf, sig, flat)
+    if e is None:
+        return None
+    if not rec["grad_keys"]:          # as the fresh capture's _settle found
+        cf._grad_keys = False
+        sig = {k: v for k, v in sig.items() if not k.endswith(".grad")}
+        cf._last_sig = sig
+    e.compile_s = time.perf_counter() - t0
+    cf.log.capture(sig, e.graph, e.graph, e.report, e.compile_s, 0, True, len(e.guards))
+    cf.log.note("warm start: the cached program runs from the signature's first call "
+                "(no trace; see ember.graph.warm_start)")
+    cf._captured = e
+    cf._cache[tuple(sig.items())] = e
+    return e
