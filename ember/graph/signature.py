@@ -69,7 +69,10 @@ def _arg_names(n: int) -> list:
 
 
 def _tensor_key(x: Tensor) -> str:
-    k = (x._dtype, x._data.shape, x._device, x._requires_grad)
+    d = x._device
+    # NOTE: the device by type and index as written: device('cuda') == device('cuda:0'),
+    # but they print differently, and the text is what a signature holds
+    k = (x._dtype, x._data.shape, d.type, d.index, x._requires_grad)
     s = _TENSOR_KEYS.get(k)
     if s is None:
         s = (f"{x._dtype.name}[{', '.join(map(str, x._data.shape))}] {x._device}"

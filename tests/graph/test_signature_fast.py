@@ -104,3 +104,16 @@ def test_changes_still_show():
                   em.randn(4, 6).requires_grad_()):
         got, want, *_ = _both(step, (other, y, 2.0))
         assert got == want and got["arg0"] != base["arg0"]
+
+
+def test_equal_devices_printed_differently_keep_their_text():
+    """``device('cpu')`` and ``device('cpu:0')`` compare equal but print differently: each
+    tensor's description is its own text, as formatted from scratch."""
+    from ember.device.base import device
+    a, b = em.randn(2, 3), em.randn(2, 3)
+    b._device = device("cpu:0")
+    for x in (a, b, a):
+        flat, spec = tree_flatten(((x,), {}))
+        r = discover(lambda t: t, (x,), {})
+        assert signature(flat, spec, r, True) == _reference(flat, spec, r, True)
+    assert signature(*tree_flatten(((b,), {})), r, True)["arg0"].endswith("cpu:0")
