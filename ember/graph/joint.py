@@ -7,7 +7,10 @@ cotangents as fresh graph inputs. The nodes recorded before that point form the 
 graph, the rest the backward graph; every forward value the backward reads (saved
 activations, parameters, inputs) becomes an extra output of the forward graph and an
 input of the backward graph, matched by position, so both go through the pass pipeline
-independently (AOTAutograd's partition, without the min-cut recomputation).
+independently (AOTAutograd's partition). Before the split, :func:`~.partition.recompute_pointwise`
+moves the cheap elementwise chains that made saved values into the backward graph (as
+AOTAutograd's min-cut partitioner does): a GELU saves its input only, a layer norm its
+input and row statistics, and the backward's fused kernel recomputes the rest.
 
 At run time one autograd :class:`~ember.autograd.function.Function` node stands for the
 whole compiled call: its forward runs the forward program and keeps the saved arrays;
@@ -21,6 +24,7 @@ from ..tensor import Tensor, _wrap
 from .executor import Held, Program
 from .ir import Graph, Var
 from .passes import run_pipeline
+from .partition import recompute_pointwise
 
 
 class Joint:
@@ -52,6 +56,7 @@ def capture_backward(tr, fwd_outs: list, diff_out_tensors: list, diff_inputs: li
                                allow_unused=True)
         gvars = [tr.read(g) if g is not None else None for g in grads]
     fwd_nodes, bwd_nodes = tr.b.nodes[:split], tr.b.nodes[split:]
+    bwd_nodes, gvars = recompute_pointwise(tr.b, fwd_nodes, bwd_nodes, gvars, fwd_outs)
     fwd_defined = {v.id for v in tr.b.inputs} | {o.id for n in fwd_nodes for o in n.outs}
     saved, seen = [], set()
     for n in bwd_nodes:
