@@ -37,6 +37,7 @@ results can differ from a fresh process's in the last bits (fused kernels round
 differently); every later call is the same program either way. A resumed training run
 therefore replays, at its first step, the program the uninterrupted run used.
 ``EMBER_GRAPH_CACHE=trace`` keeps the cache but always traces (bitwise a fresh compile).
+Nothing was traced, so ``raw_graphs()`` of a warm-started signature is its optimised graph.
 """
 from __future__ import annotations
 
