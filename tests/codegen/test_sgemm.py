@@ -252,3 +252,17 @@ def test_threads_follow_the_adaptive_policy(monkeypatch):
     monkeypatch.setattr(_contention, "running", lambda: False)   # policy off: as asked
     monkeypatch.setitem(_contention._state, "used", 1)
     assert sgemm._threads() == 2
+
+
+@pytest.mark.parametrize("variant", VARIANTS)
+def test_negative_and_zero_strides(variant):
+    _variant(variant)
+    rng = np.random.default_rng(7)
+    for M, K, N in [(13, 300, 70), (128, 100, 65), (7, KC_T + 1, 20)]:
+        b = rng.standard_normal((N, K), dtype=np.float32).T[::-1]                # (K, N)
+        a = rng.standard_normal((M, K), dtype=np.float32)[::-1, ::-1]
+        _check(sgemm.gemm(a, b, variant=variant), a, b)
+        at = rng.standard_normal((K, M), dtype=np.float32).T[:, ::-1]             # columns
+        _check(sgemm.gemm(at, b[:, ::-1], variant=variant, nthreads=2), at, b[:, ::-1])
+        row = np.broadcast_to(rng.standard_normal(K, dtype=np.float32), (M, K))  # stride 0
+        _check(sgemm.gemm(row, b, variant=variant), row, b)
