@@ -24,8 +24,8 @@ BLAS (``EMBER_ADAPTIVE_THREADS=0`` keeps the asked count).
 
 Accuracy: float32 sums in another order than OpenBLAS's (one FMA chain per element over
 each ``KC`` block of ``k``, the blocks added in order), so bits differ from NumPy's
-``matmul`` (eager float32 products under :func:`worth` change their last bits; compiled
-graphs whose executor calls ``numpy.matmul`` itself keep OpenBLAS's);
+``matmul`` (float32 products under :func:`worth` change their last bits, eager and
+compiled alike: the executor and ``passes/matmul_t.py`` call :func:`matmul` too);
 ``tests/codegen/test_sgemm.py`` bounds the difference to a float64 reference. Results are
 bitwise the same for any thread count (unlike OpenBLAS's), and the ``avx2`` and
 ``avx512`` variants give the same bits (the same chains, explicit FMA instructions).
