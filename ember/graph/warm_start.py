@@ -479,7 +479,13 @@ def start(cf, sig, flat):
     """The entry of ``sig`` bound from a warm-start record (a cached program, no trace),
     cached in ``cf`` and logged; None: trace it."""
     t0 = time.perf_counter()
-    e, rec = load(cf, sig, flat)
+    try:
+        e, rec = load(cf, sig, flat)
+    except Exception as why:  # noqa: BLE001 - a cache never breaks the call: trace it
+        stats["misses"] += 1
+        disk_cache._warn(f"ember.compile({cf.name}): warm start failed ({type(why).__name__}: "
+                         f"{why}); tracing instead")
+        return None
     if e is None:
         return None
     if not rec["grad_keys"]:          # as the fresh capture's _settle found

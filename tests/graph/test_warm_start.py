@@ -283,3 +283,14 @@ def test_kwargs_read_by_unpacking_are_part_of_the_key(wcache, second):
     (out,) = g(x)
     np.testing.assert_array_equal(out.numpy(), x.numpy().sum(second) * 2.0)
     assert warm_start.stats["hits"] == (1 if second == 0 else 0)
+
+
+def test_a_failing_warm_start_traces_instead(wcache, monkeypatch):
+    fresh, _, _ = _train(3)
+
+    def broken(*a, **k):
+        raise RuntimeError("kernel library vanished")
+    monkeypatch.setattr(sys.modules["ember.graph.replay"], "program", broken)
+    with pytest.warns(disk_cache.KernelCacheWarning, match="warm start failed"):
+        got, _, s = _train(3)
+    assert got == fresh and warm_start.stats["hits"] == 0
