@@ -13,9 +13,12 @@ partitioner and JAX's ``remat`` policies do the same for elementwise chains.
 fusible elementwise node, it tries recomputing it in the backward from the chain of
 elementwise nodes that made it, down to *leaves* (graph inputs, outputs of
 non-elementwise nodes such as reductions and matmuls, values the forward returns anyway,
-and small values such as row statistics), and keeps the change when the saved bytes
-weighed by their traffic go down: a value the forward would write only to save it counts
-twice (written, then read), one that exists anyway (an input, a returned value) once.
+small values such as row statistics, and values the forward writes anyway: returned, or
+made or read by a non-fusible node such as a matmul), and keeps the change when the saved
+bytes weighed by their traffic go down: a value the forward would write only to save it
+counts twice (written, then read), one that exists anyway once. Transcendental ops
+(``erf``, ``exp``, ``tanh``...) are not recomputed: at these sizes the arithmetic costs
+more than the memory it saves (a GELU saves its input and its ``1 + erf`` term).
 The copies are ordinary nodes at the start of the backward graph, so ``fuse`` puts them
 into the backward's kernel.
 
@@ -48,7 +51,7 @@ def recompute_pointwise(b, fwd_nodes, bwd_nodes, gvars, fwd_outs) -> tuple:
     """
     producer = {o.id: n for n in fwd_nodes for o in n.outs}
     inputs = {v.id for v in b.inputs}
-    free = inputs | {v.id for v in fwd_outs if v.__class__ is Var}
+    free = inputs | {v.id for v in fwd_outs if v.__class__ is Var} | _materialised(fwd_nodes)
     chosen: dict = {}                       # id(node) -> node, the nodes to recompute
     cost = _cost(_saved(bwd_nodes, gvars, producer, inputs, chosen), free)
     first = _saved(bwd_nodes, gvars, producer, inputs, chosen)
@@ -75,6 +78,17 @@ def _pointwise(n) -> bool:
     """A cheap fusible elementwise node: recomputing it costs a few instructions."""
     return len(n.outs) == 1 and n.op.name not in _EXPENSIVE and \
         classify(n, n.out.device.type) == "ew"
+
+
+def _materialised(fwd_nodes) -> set:
+    """Ids of the values the forward writes to memory whatever is saved: those a
+    non-fusible node (a matmul, a view, a gather...) makes or reads."""
+    out = set()
+    for n in fwd_nodes:
+        if classify(n, n.outs[0].device.type if n.outs else "cpu") is None:
+            out.update(o.id for o in n.outs)
+            out.update(x.id for x in n.inputs if x.__class__ is Var)
+    return out
 
 
 def _chain(v, size, producer, free, out) -> bool:

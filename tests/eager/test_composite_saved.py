@@ -124,3 +124,24 @@ def test_eager_layer_norm_runs_the_partition(monkeypatch):
             np.testing.assert_allclose(a.grad.numpy(), b.grad.numpy(), rtol=2e-5, atol=2e-6)
     finally:
         ec.set_enabled(prev)
+
+
+def test_values_a_matmul_reads_are_saved_not_recomputed():
+    """A GELU's output feeds the next Linear: the forward writes it anyway, so the
+    backward reads it (for the weight gradient) instead of recomputing the chain."""
+    em.manual_seed(0)
+    m = em.nn.Sequential(em.nn.Linear(16, 64), em.nn.GELU(), em.nn.Linear(64, 16),
+                         em.nn.LayerNorm(16))
+    cm = em.compile(m)
+    x = em.randn(8, 16)
+    cm(x).sum().backward()
+    grads = [p.grad.numpy().copy() for p in m.parameters()]
+    (e,) = [e for e in cm.forward._cache.values() if not e.eager]
+    saved = {v.id for v in e.graph.outputs[e.joint.n_fwd:]}
+    mms = [n for n in e.graph.nodes if n.op.name == "matmul"]
+    assert len(mms) == 2 and mms[1].inputs[0].id in saved
+    for p in m.parameters():
+        p.grad = None
+    m(x).sum().backward()                    # eager, composites as written
+    for a, p in zip(grads, m.parameters()):
+        np.testing.assert_allclose(a, p.grad.numpy(), rtol=2e-5, atol=2e-6)
