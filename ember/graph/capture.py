@@ -20,7 +20,7 @@ class Entry:
     __slots__ = ("graph", "program", "arg_slots", "sources", "writes", "grads", "out_spec",
                  "out_leaves", "out_leaves_vars", "n_user", "eager", "reason", "raw_graph",
                  "report", "compile_s", "joint", "diff_inputs", "release", "arg_owner",
-                 "guards", "raw_key")     # raw_key: a warm start's traced graph (on disk)
+                 "guards")
 
 
 class Eager(Exception):

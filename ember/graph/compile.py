@@ -458,7 +458,7 @@ class CompiledFunction:
 
     def raw_graphs(self) -> list:
         """The graphs as traced, before the passes, one per cached signature."""
-        return [warm_start.raw_graph(e) for e in self._cache.values() if not e.eager]
+        return [e.raw_graph for e in self._cache.values() if not e.eager]
 
     def last_capture(self) -> "CaptureInfo":
         """The most recent cached signature's graph and where its inputs come from.

@@ -37,7 +37,8 @@ results can differ from a fresh process's in the last bits (fused kernels round
 differently); every later call is the same program either way. A resumed training run
 therefore replays, at its first step, the program the uninterrupted run used.
 ``EMBER_GRAPH_CACHE=trace`` keeps the cache but always traces (bitwise a fresh compile).
-Nothing was traced: ``raw_graphs()`` reads the traced graph the first process stored.
+Nothing was traced, so ``raw_graphs()`` of a warm-started signature is its optimised graph
+(storing the traced one too was tried: W3's pickles to 19 MB and 50 ms per capture).
 """
 from __future__ import annotations
 
@@ -382,27 +383,8 @@ def save(cf, e: Entry, sig, flat, r, desc, graph_key) -> bool:
         stats["refused"] += 1
         return False
     ok = disk_cache.store_bytes("w" + key, json.dumps(rec).encode())
-    if ok:                   # the traced graph, for raw_graphs() after a warm start
-        try:
-            disk_cache.store_bytes("r" + key, disk_cache.gp.dumps({"graph": e.raw_graph}))
-        except disk_cache.gp.NotPortable:
-            pass
     stats["stored"] += ok
     return ok
-
-
-def raw_graph(e: Entry):
-    """Entry ``e``'s graph as traced: a warm start's is read from the cache on first ask
-    (the optimised graph if it is gone)."""
-    key = getattr(e, "raw_key", None)
-    if key is not None:
-        data = disk_cache.lookup_bytes(key)
-        try:
-            e.raw_graph = disk_cache.gp.loads(data)["graph"] if data else e.graph
-        except Exception:  # noqa: BLE001 - a damaged entry: the optimised graph
-            e.raw_graph = e.graph
-        e.raw_key = None
-    return e.raw_graph
 
 
 # ------------------------------------------------------------------ loading
@@ -483,7 +465,6 @@ def load(cf, sig, flat):
         stats["misses"] += 1
         return None, "its graph's inputs do not match the record"
     e.graph = e.raw_graph = hit["graph"]
-    e.raw_key = "r" + key
     e.report = hit["report"]
     e.out_leaves_vars = None
     e.guards, unguarded = capture_guards(cf.fn, flat, lifted(e), r=r)
