@@ -32,7 +32,6 @@ depends on values (``nonzero``, boolean masks): never a stale answer.
 from __future__ import annotations
 
 import functools
-import os
 import time
 from typing import NamedTuple
 import warnings
@@ -122,14 +121,11 @@ def _prefetch_kernels(passes) -> None:
     """Start building (or loading) the small C libraries nearly every compiled program runs
     -- the worker pool, the one-call launcher, the column sums -- on a background thread
     while the first capture traces (with an empty kernel cache, ~0.6 s of compiler time
-    overlapped with the trace instead of added after it); and the bfloat16 GEMM library,
-    which the ``cast_gemm`` pass loads for every graph to ask whether AMX runs (~0.7 s of
-    ``gcc`` for W3, otherwise on the second call's critical path)."""
-    from ..codegen import cache, launch, lowp_gemm_c, pool, reduce_kernels
-    srcs = [pool._SOURCE, launch._SOURCE, lambda cc: reduce_kernels.source()]
-    if "cast_gemm" in passes and os.environ.get("EMBER_LOWP_GEMM", "auto") not in ("0", "off"):
-        srcs.append(lowp_gemm_c.SOURCE)
-    cache.prefetch(srcs)
+    overlapped with the trace instead of added after it). Not the bfloat16 GEMM library:
+    ``cast_gemm`` loads it only for graphs with a bfloat16 product (~0.7 s of ``gcc``
+    that a float32 graph never needs)."""
+    from ..codegen import cache, launch, pool, reduce_kernels
+    cache.prefetch([pool._SOURCE, launch._SOURCE, lambda cc: reduce_kernels.source()])
 
 
 class CaptureInfo(NamedTuple):
