@@ -53,8 +53,8 @@ def recompute_pointwise(b, fwd_nodes, bwd_nodes, gvars, fwd_outs) -> tuple:
     inputs = {v.id for v in b.inputs}
     free = inputs | {v.id for v in fwd_outs if v.__class__ is Var} | _materialised(fwd_nodes)
     chosen: dict = {}                       # id(node) -> node, the nodes to recompute
-    cost = _cost(_saved(bwd_nodes, gvars, producer, inputs, chosen), free)
     first = _saved(bwd_nodes, gvars, producer, inputs, chosen)
+    cost = _cost(first, free)
     big = max((x.numel() for x in first), default=0)
     for v in first:             # small values (row statistics) stay saved
         p = producer.get(v.id)
