@@ -107,17 +107,30 @@ def _freeze(v):
     return (type(v), v)
 
 
-def _key(args, kwargs, min_elements=None):
-    """(tensor arguments, their positions, hashable key) or None when not eligible."""
+def _small(args, kwargs, min_elements) -> bool:
+    """Whether every tensor argument has fewer elements than the size threshold (checked
+    before the key is built: a small call returns to the composite at once)."""
+    limit = MIN_ELEMENTS if min_elements is None else min_elements
+    for a in args:
+        if isinstance(a, Tensor) and a._data.size >= limit:
+            return False
+    if kwargs:
+        for a in kwargs.values():
+            if isinstance(a, Tensor) and a._data.size >= limit:
+                return False
+    return True
+
+
+def _key(args, kwargs):
+    """(tensor arguments, their positions, hashable key) or None when not eligible (the
+    caller checked the size threshold first: :func:`_small`)."""
     tensors, slots, parts = [], [], []
-    big = 0
-    for i, a in enumerate(list(args) + [kwargs[k] for k in sorted(kwargs)]):
+    for i, a in enumerate(args + tuple(kwargs[k] for k in sorted(kwargs)) if kwargs else args):
         if isinstance(a, Tensor):
             if a.__class__ not in _TENSOR_CLASSES or a._device.type != "cpu" or \
                     a._dtype.name not in _DTYPE_NAMES:
                 return None
             d = a._data
-            big = max(big, d.size)
             tensors.append(a)
             slots.append(i)
             parts.append((d.shape, d.strides, a._dtype.name, a._requires_grad))
@@ -126,21 +139,21 @@ def _key(args, kwargs, min_elements=None):
                 parts.append(_freeze(a))
             except TypeError:
                 return None
-    if big < (MIN_ELEMENTS if min_elements is None else min_elements):
-        return None
     return tensors, tuple(slots), (tuple(sorted(kwargs)), tuple(parts), state.grad_enabled)
 
 
 class _Entry:
     """One compiled key of a wrapped function."""
 
-    __slots__ = ("cf", "fn", "call")
+    __slots__ = ("cf", "fn", "call", "prog")
 
     def __init__(self, fn, args, kwargs, slots):
         from ..graph.compile import compile as _compile
         names = sorted(kwargs)
         n_pos = len(args)
         static = list(args) + [kwargs[k] for k in names]
+        for s in slots:         # NOTE: every call fills these: the first call's tensors
+            static[s] = None    # are not kept alive by the closure (nor guarded)
 
         def call(*tensors):
             vals = list(static)
@@ -151,6 +164,7 @@ class _Entry:
         self.fn = fn
         self.call = call
         self.cf = _compile(call, fullgraph=True)
+        self.prog = None    # the compiled call's captured entry, once it may run directly
 
 
 class _NotOneTensor(Exception):
@@ -183,11 +197,7 @@ class _CompositeCall(Function):
         inputs = ctx.saved_tensors      # NOTE: raises if an input was written in place since,
         want = [lf._requires_grad for lf in ctx.leaves]   # or after a freeing backward
         if state.grad_enabled:
-            # NOTE: create_graph: differentiate the composite itself, recomputed from the
-            # original inputs, so the gradient carries their history (double backward).
-            out = ctx.entry.call(*inputs)
-            diff = [x for x, w in zip(inputs, want) if w]
-            grads = iter(_grad(out, diff, g, create_graph=True, allow_unused=True))
+            return (None,) + _composite_grads(ctx.entry, inputs, want, g)
         else:
             diff = [lf for lf, w in zip(ctx.leaves, want) if w]
             grads = iter(_grad(ctx.out, diff, g, retain_graph=True, allow_unused=True))
@@ -208,6 +218,15 @@ def _leaf(t):
 
 
 def _run(entry, tensors):
+    e = entry.prog
+    if e is not None:
+        # NOTE: straight to the programs: the key fixed everything the compiled call's
+        # signature and guards would check (see _direct)
+        out = _DirectCall.apply(e, entry, *tensors) if e.joint is not None else \
+            _wrap(e.program.run([tensors[i]._data for i in e.arg_slots])[e.out_leaves[0][1]],
+                  e.out_leaves[0][2], e.out_leaves[0][3])
+        stats["runs"] += 1
+        return out
     if state.grad_enabled and any(t._requires_grad for t in tensors):
         out = _CompositeCall.apply(entry, *tensors)
     else:
@@ -217,10 +236,93 @@ def _run(entry, tensors):
     return out
 
 
+_HELD: list = []     # ember.graph.executor.Held (the graph layer is imported lazily)
+_CLOSURE = frozenset(("fn", "n_pos", "names", "slots", "static"))
+
+
+def _direct(entry):
+    """The compiled call's one captured entry when a call may run its programs directly:
+    one tensor out (a tree spec of ``None`` is a leaf: ``ember.func._tree.LEAF``), no state read or written beyond the arguments, guards only on the
+    closure of ``entry.call`` (constant); else None (calls go through the compiled call)."""
+    cache = entry.cf._cache
+    if len(cache) != 1:
+        return None
+    e = next(iter(cache.values()))
+    if e.eager or e.sources or e.writes or e.grads or e.release or e.program is None or \
+            len(e.out_leaves) != 1 or e.out_leaves[0][0] != "tensor" or e.out_spec is not None:
+        return None
+    if e.joint is None and e.out_leaves[0][4]:
+        return None
+    if e.joint is not None and (not e.out_leaves[0][4] or len(e.joint.diff_meta) != 1 or
+                                any(kind != "arg" for kind, _ in e.diff_inputs)):
+        return None
+    cells = {id(c) for c in entry.call.__closure__ or ()}
+    for path, _, _ in e.guards.leaves if e.guards is not None else ():
+        head = path[0]
+        if head[1] is entry.call and len(path) == 1:
+            continue
+        if id(head[1]) not in cells or head[2] not in _CLOSURE or \
+                len(path) > (3 if head[2] in ("static", "names") else 2):
+            return None
+    return e
+
+
+class _DirectCall(Function):
+    """One autograd node for a compiled composite call with a backward program: the
+    forward program runs in ``forward``, the backward program in ``backward``."""
+
+    @staticmethod
+    def forward(ctx, e, entry, *tensors):
+        j = e.joint
+        prog = e.program
+        outs = prog.run([tensors[i]._data for i in e.arg_slots], hold=j.hold)
+        ctx.held = _HELD[0](prog.alloc, prog.last_held)   # saved activations stay counted
+        ctx.saved_arrays = outs[j.n_fwd:]
+        ctx.save_for_backward(*tensors)     # version checks, and a double backward
+        ctx.e, ctx.entry = e, entry
+        ctx._release = functools.partial(_release_direct, ctx)
+        k = e.out_leaves[0]
+        return _wrap(outs[k[1]], k[2], k[3])
+
+    @staticmethod
+    def backward(ctx, g):
+        inputs = ctx.saved_tensors      # NOTE: raises if an input was written in place since
+        e = ctx.e
+        if state.grad_enabled:
+            return (None, None) + _composite_grads(ctx.entry, inputs,
+                                                   [t._requires_grad for t in inputs], g)
+        j = e.joint
+        res = j.bwd_program.run(list(ctx.saved_arrays) + [g._data])
+        grads = [None] * len(inputs)
+        for slot, arr in zip(j.diff_outs, res):
+            i = e.diff_inputs[slot][1]
+            if inputs[i]._requires_grad:
+                grads[i] = _wrap(arr, inputs[i]._dtype, inputs[i]._device)
+        return (None, None) + tuple(grads)
+
+
+def _release_direct(ctx) -> None:
+    FunctionCtx._release(ctx)
+    ctx.saved_arrays = ctx.held = None
+
+
+def _composite_grads(entry, inputs, want, g) -> tuple:
+    """create_graph: differentiate the composite itself, recomputed from the original
+    inputs, so the gradient carries their history (double backward)."""
+    from ..autograd.engine import grad as _grad
+    out = entry.call(*inputs)
+    diff = [x for x, w in zip(inputs, want) if w]
+    grads = iter(_grad(out, diff, g, create_graph=True, allow_unused=True))
+    return tuple(next(grads) if w else None for w in want)
+
+
 def _build(fn, args, kwargs, slots):
     """A compiled entry, or False when the capture did not give one graph."""
     if not _have_compiler():
         return False
+    if not _HELD:
+        from ..graph.executor import Held
+        _HELD.append(Held)
     stats["compiles"] += 1
     return _Entry(fn, args, kwargs, slots)
 
@@ -245,9 +347,10 @@ def eager_composite(fn, when=None, min_elements=None):
 
     @functools.wraps(fn)
     def wrapper(*args, **kwargs):
-        if not _eligible() or (when is not None and not when(*args, **kwargs)):
+        if not _eligible() or _small(args, kwargs, wrapper.min_elements) or \
+                (when is not None and not when(*args, **kwargs)):
             return fn(*args, **kwargs)
-        found = _key(args, kwargs, wrapper.min_elements)
+        found = _key(args, kwargs)
         if found is None:
             return fn(*args, **kwargs)
         tensors, slots, key = found
@@ -282,4 +385,6 @@ def _first(cache, key, entry, tensors, fn, args, kwargs):
             return fn(*args, **kwargs)
     if not isinstance(out, Tensor):
         cache[key] = False
+    else:
+        entry.prog = _direct(entry)
     return out
