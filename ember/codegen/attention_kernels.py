@@ -48,9 +48,11 @@ from __future__ import annotations
 
 import ctypes
 import math
+import threading
 
 import numpy as np
 
+from . import cache as _cache
 from . import launch as _launch
 from . import pool as _pool
 from .attention_kernels_c import BODY, HEAD
@@ -64,9 +66,10 @@ DTYPES = {np.dtype(np.float32): ("float", "expf", "f32"),
 _state: dict = {}
 
 
-def source(mvec=(), suffixes=None) -> str:
-    """The C source of both kernels for the dtypes whose suffix is in ``suffixes`` (default
-    all; ``mvec``: the compiler's libmvec)."""
+def source(mvec=(), suffixes=None, part=None) -> str:
+    """The C source of the kernels for the dtypes whose suffix is in ``suffixes`` (default
+    all; ``mvec``: the compiler's libmvec): both, or only ``part`` (``"fwd"``: ``sdpa``,
+    ``"bwd"``: ``sdpa_grad``)."""
     chosen = [d for d in DTYPES.values() if suffixes is None or d[2] in suffixes]
     want = {name: arity for name, arity in mvec
             if name in {e for _, e, _ in chosen}}
@@ -74,27 +77,48 @@ def source(mvec=(), suffixes=None) -> str:
         f"#define T {t}\n#define EXP {e}\n"
         + BODY.replace("{S}", s)
         + "#undef T\n#undef EXP\n" for t, e, s in chosen)
-    return HEAD + mvec_decls(want) + body
+    only = {None: "", "fwd": "#define EMBER_SDPA_NO_BWD\n",
+            "bwd": "#define EMBER_SDPA_NO_FWD\n"}[part]
+    return only + HEAD + mvec_decls(want) + body
 
 
 class _PerDtype(dict):
-    """``{"sdpa_f32": ...}`` filled one dtype at a time: the first lookup of a dtype's entry
-    builds (or loads) that dtype's library only -- a float32 model never waits for the
-    float64 kernels' compile (about half of the library's first build)."""
+    """``{"sdpa_f32": ...}`` filled one library at a time: the first lookup of an entry
+    builds (or loads) that dtype's forward or backward library only -- a float32 model
+    never waits for the float64 kernels' compile, nor its forward for the backward's."""
 
     def __missing__(self, name):
-        _load(name.rsplit("_", 1)[1])
+        op, suffix = name.rsplit("_", 1)
+        _load(suffix, "bwd" if op.startswith("sdpa_grad") else "fwd")
         return dict.__getitem__(self, name)
 
 
-def _load(suffix: str) -> None:
-    """Build or load the library of dtype ``suffix`` into ``_state``."""
-    names = [f"{op}_{suffix}" for op in ("sdpa", "sdpa_grad")]
-    loaded = _pool.load_kernels(lambda cc: source(cc.mvec, (suffix,)), names)
-    if loaded is None:
+def _load(suffix: str, part: str) -> None:
+    """Build or load dtype ``suffix``'s ``part`` library (``"fwd"``: ``sdpa``, ``"bwd"``:
+    ``sdpa_grad``) into ``_state``. Loading the forward starts building the backward on a
+    thread: on an empty kernel cache the backward's compiler run (the longer one) overlaps
+    the forward's and whatever runs before the first backward."""
+    cc = find_compiler()
+    if cc is None:
         raise RuntimeError("attention_kernels: no C compiler; check available() first")
-    lib, fns = loaded
-    _state.setdefault("libs", {})[suffix] = lib       # NOTE: keeps the library mapped
+    threads = _state.setdefault("threads", {})
+    if part == "fwd" and suffix not in threads:
+        bwd = source(cc.mvec, (suffix,), "bwd")
+
+        def build_backward():
+            try:
+                _cache.load(bwd, cc)
+            except Exception:  # noqa: BLE001 - the backward's own load reports it
+                pass
+        threads[suffix] = threading.Thread(target=build_backward, name="ember-sdpa-build",
+                                           daemon=True)
+        threads[suffix].start()
+    elif part == "bwd" and suffix in threads:
+        threads[suffix].join()
+    op = {"fwd": "sdpa", "bwd": "sdpa_grad"}[part]
+    names = [f"{op}_{suffix}"]
+    lib, fns = _pool.load_kernels(source(cc.mvec, (suffix,), part), names)
+    _state.setdefault("libs", {})[f"{part}_{suffix}"] = lib   # NOTE: keeps it mapped
     dict.update(_state["fns"], fns)
     dict.update(_state["fast"], _pool.fast_addresses(lib, names))
 

@@ -420,6 +420,7 @@ static T *ember_scratch_{S}(int64_t n) {
     return (T *)p;
 }
 
+#ifndef EMBER_SDPA_NO_FWD
 static void ember_sdpa_{S}_run(char **ptrs, const int64_t *g, const int64_t *st,
                                int64_t lo, int64_t hi) {
     GEOM;
@@ -479,7 +480,9 @@ void ember_sdpa_{S}_fast(char **ptrs, const int64_t *shape, const int64_t *st,
     (void)shape; (void)st;
     ember_sdpa_launch(ember_sdpa_{S}_run, ptrs, (const int64_t *)ptrs[6], nthreads);
 }
+#endif
 
+#ifndef EMBER_SDPA_NO_BWD
 /* The backward, a whole head at a time: P and dS for all query rows (a block of 4 rows:
    S = q kT and dP = dO vT in registers, then row by row P and dS = P (dP - rowsum(P dP)))
    and dQ = dS k for those rows; then, by blocks of 4 keys, dK = dST q and dV = PT dO
@@ -591,6 +594,7 @@ void ember_sdpa_grad_{S}_fast(char **ptrs, const int64_t *shape, const int64_t *
     (void)shape; (void)st;
     ember_sdpa_launch(ember_sdpa_grad_{S}_run, ptrs, (const int64_t *)ptrs[9], nthreads);
 }
+#endif
 #undef VT
 #undef VI
 #undef VU
