@@ -78,6 +78,9 @@ THRESHOLDS = {op: (1 << 15, 1 << 15) for op in (
     "acos", "atan", "sinh", "cosh", "tanh", "sigmoid", "erf", "erfc", "erfinv", "pow",
     "atan2", "hypot")}
 THRESHOLDS["exp"] = (1 << 16, 1 << 15)
+#: relu's backward: one pass instead of NumPy's compare + mask AND (or ``where``, which
+#: branches per element): 18.6 vs 27.3 us at (128, 512) float32, one thread (issue 19)
+THRESHOLDS["threshold_backward"] = (1 << 15, 1 << 15)
 _DEFAULT_THRESHOLDS = dict(THRESHOLDS)
 
 #: elements an (op, dtype) runs in NumPy in this process before its kernel is built.

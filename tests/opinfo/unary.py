@@ -11,7 +11,7 @@ from statistics import NormalDist
 import numpy as np
 
 import ember as em
-from ember.ops.unary_backward import sigmoid_backward, tanh_backward
+from ember.ops.unary_backward import sigmoid_backward, tanh_backward, threshold_backward
 
 from .core import OpInfo, Sample, rand, unary_samples
 
@@ -73,6 +73,16 @@ def _bw_samples(rng, dtype):
     return out
 
 
+def _thr_samples(rng, dtype):
+    """``_bw_samples`` with thresholds 0 (relu's) and 0.25 (a jump hit with probability ~0)."""
+    return [Sample(s.args + (t,), grad=s.grad, name=f"{s.name},t={t}")
+            for t in (0, 0.25) for s in _bw_samples(rng, dtype)]
+
+
+def _thr_ref(g, y, t):
+    return np.where(y <= t, 0, g).astype(np.result_type(g, y))
+
+
 def _u(name, fn, ref, lo=-2.0, hi=2.0, prim=None, **kw):
     return OpInfo(name, fn, ref, unary_samples(lo, hi), (prim or name,), **kw)
 
@@ -103,6 +113,8 @@ OPINFOS = [
     OpInfo("sigmoid_backward", sigmoid_backward, lambda g, y: g * (y * (1 - y)), _bw_samples,
            ("sigmoid_backward",)),
     _u("relu", em.relu, lambda x: np.where(x > 0, x, 0).astype(x.dtype)),
+    OpInfo("threshold_backward", threshold_backward, _thr_ref, _thr_samples,
+           ("threshold_backward",)),
     _u("erf", em.erf, _same(_erf), -3, 3),
     _u("erfc", em.erfc, _same(_erfc), -3, 3),
     _u("erfinv", em.erfinv, _same(_erfinv), -0.9, 0.9),

@@ -17,8 +17,9 @@ strided passes each. This pass rewrites, in a compiled graph:
 And around a conv block ``max_pool(relu(conv + bias))`` (runs before ``fuse``, which would
 hide these elementwise ops):
 
-* relu's backward ``mul(dx, gt(relu_out, 0))`` after the pool's scatter becomes
-  ``g * (vals > 0)`` at the pooled size before it (``vals`` are the inputs at the maxima);
+* relu's backward ``threshold_backward(dx, relu_out, 0)`` (or ``mul(dx, gt(relu_out, 0))``)
+  after the pool's scatter becomes the same op on ``(g, vals)`` at the pooled size before
+  it (``vals`` are the inputs at the maxima);
 * a per-channel ``sum`` of that gradient (the bias's gradient) sums the pooled values
   (windows without padding: off the maxima the gradient is 0);
 * the forward ``relu(x + bias)`` read only by the pool is computed inside it
@@ -114,7 +115,8 @@ def _maxpool_grads(graph, users, producer, outputs):
 
 def _relu_masks(graph, users, producer, outputs, pools, grads):
     """{id(mul node): (fold node, pool key, gt node, reshape node, [sum nodes])} of
-    ``mul(reshape(maxpool_grad), gt(x, 0))`` where the max-pool read ``x`` (or a reshape of
+    ``mul(reshape(maxpool_grad), gt(x, 0))`` (gt node None: ``threshold_backward(
+    reshape(maxpool_grad), x, 0)``) where the max-pool read ``x`` (or a reshape of
     it): relu's backward after the pool's; the sums are per-channel sums of the result (a
     conv bias's gradient)."""
     by_arg = {a.outs[0].id: key for key, (a, _, _) in pools.items()}
@@ -132,9 +134,14 @@ def _relu_masks(graph, users, producer, outputs, pools, grads):
             continue
         r = r[0]
         m = users.get(r.outs[0].id, ())
-        if len(m) != 1 or m[0].op.name != "mul" or r.outs[0].id in outputs:
+        if len(m) != 1 or r.outs[0].id in outputs:
             continue
         m = m[0]
+        if m.op.name == "threshold_backward":
+            found.update(_threshold_mask(m, f, key, r, u, producer, users))
+            continue
+        if m.op.name != "mul":
+            continue
         other = m.inputs[1] if m.inputs[0] is r.outs[0] else m.inputs[0]
         gt = producer.get(other.id) if other.__class__ is Var else None
         if gt is None or gt.op.name != "gt" or gt.inputs[1].__class__ is Var or \
@@ -146,22 +153,40 @@ def _relu_masks(graph, users, producer, outputs, pools, grads):
         if gt.inputs[0] is not x and not (px is not None and px.op.name == "reshape"
                                           and px.inputs[0] is gt.inputs[0]):
             continue
-        n4, c4 = r.outs[0].shape[:2] if len(r.outs[0].shape) == 4 else (0, 0)
-        # NOTE: only without padding: a padded window's maximum may be a pad cell, whose
-        # gradient maxpool_grad drops (and a channel sum of the pooled values would not)
-        nopad = all(q <= 0 for pr in u.params["padding"] for q in pr)
-        sums = [x for x in users.get(m.outs[0].id, ()) if x.op.name == "sum" and n4 and nopad
-                and tuple(sorted(d % 4 for d in x.params["dim"] or ())) == (0, 2, 3)
-                and x.params.get("dtype") is None and x.outs[0].dtype is m.outs[0].dtype]
-        found[id(m)] = (f, key, gt, r, sums)
+        found[id(m)] = (f, key, gt, r, _chan_sums(m, r, u, users))
     return found
+
+
+def _chan_sums(m, r, u, users):
+    """The per-channel sums (a conv bias's gradient) of the masked gradient ``m``."""
+    n4 = len(r.outs[0].shape) == 4
+    # NOTE: only without padding: a padded window's maximum may be a pad cell, whose
+    # gradient maxpool_grad drops (and a channel sum of the pooled values would not)
+    nopad = all(q <= 0 for pr in u.params["padding"] for q in pr)
+    return [x for x in users.get(m.outs[0].id, ()) if x.op.name == "sum" and n4 and nopad
+            and tuple(sorted(d % 4 for d in x.params["dim"] or ())) == (0, 2, 3)
+            and x.params.get("dtype") is None and x.outs[0].dtype is m.outs[0].dtype]
+
+
+def _threshold_mask(m, f, key, r, u, producer, users):
+    """``{id(m): (f, key, None, r, sums)}`` when ``m`` is relu's eager-form backward
+    ``threshold_backward(reshape(maxpool_grad), x, 0)`` on the max-pool's input ``x`` (or
+    what it reshapes), else ``{}``."""
+    y, x = m.inputs[1], u.inputs[0]
+    px = producer.get(x.id)
+    if (m.inputs[0] is not r.outs[0] or y.__class__ is not Var or m.params["threshold"] != 0
+            or y.shape != m.outs[0].shape or m.outs[0].shape != r.outs[0].shape):
+        return {}
+    if y is not x and not (px is not None and px.op.name == "reshape" and px.inputs[0] is y):
+        return {}
+    return {id(m): (f, key, None, r, _chan_sums(m, r, u, users))}
 
 
 def _bias_relus(graph, users, producer, outputs, pools, masks):
     """{pool key: (x, bias)} of max-pools reading ``relu(x + bias)`` (a per-channel bias of
     shape (C, 1, 1) or (1, C, 1, 1) on 4-D ``x``) that nothing else reads, once the relu
     masks are moved (:func:`_relu_masks`): the pool computes the prologue itself."""
-    moved = {id(gt) for (_, _, gt, _, _) in masks.values()}
+    moved = {id(gt) for (_, _, gt, _, _) in masks.values() if gt is not None}
     mul_of = set(masks)
     found = {}
     for key, (a, t, u) in pools.items():
@@ -172,7 +197,7 @@ def _bias_relus(graph, users, producer, outputs, pools, masks):
         if relu is None or relu.op.name != "relu" or rv.id in outputs:
             continue
         readers = users.get(rv.id, ())
-        if not all(r is px or r is u or (id(r) in moved and all(
+        if not all(r is px or r is u or id(r) in mul_of or (id(r) in moved and all(
                 id(m) in mul_of for m in users.get(r.outs[0].id, ()))) for r in readers):
             continue
         add = producer.get(relu.inputs[0].id)
@@ -249,11 +274,15 @@ def pool(graph: Graph):
             # applied to the scattered gradient (0 elsewhere; inf * 0 = NaN kept).
             f, key, gt, r, _ = masks[id(n)]
             g, arg = grads[id(f)].inputs
-            mk = new(g, gt.outs[0].dtype)
-            nodes.append(Node(gt.op, (vals[key],) + tuple(gt.inputs[1:]), dict(gt.params),
-                              (mk,), gt.ct, loc=n.loc))
             g2 = new(g, n.outs[0].dtype)
-            nodes.append(Node(n.op, (g, mk), dict(n.params), (g2,), n.ct, loc=n.loc))
+            if gt is None:      # threshold_backward(g, vals, 0): the mask in the same op
+                nodes.append(Node(n.op, (g, vals[key]), dict(n.params), (g2,), n.ct,
+                                  loc=n.loc))
+            else:
+                mk = new(g, gt.outs[0].dtype)
+                nodes.append(Node(gt.op, (vals[key],) + tuple(gt.inputs[1:]),
+                                  dict(gt.params), (mk,), gt.ct, loc=n.loc))
+                nodes.append(Node(n.op, (g, mk), dict(n.params), (g2,), n.ct, loc=n.loc))
             pooled[id(n)] = (g2, r)
             dx = new(f.outs[0], f.outs[0].dtype)
             nodes.append(Node(MAXPOOL_GRAD, (g2, arg), dict(f.params), (dx,), loc=n.loc))
