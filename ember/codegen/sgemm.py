@@ -60,7 +60,7 @@ COLS = 1
 PARALLEL_MIN = 1 << 21
 
 _state: dict = {}
-_GEOM, _PTRS = ctypes.c_int64 * 18, ctypes.c_void_p * 4
+_GEOM, _PTRS = ctypes.c_int64 * 19, ctypes.c_void_p * 4
 
 
 def _probe() -> int:
@@ -141,8 +141,29 @@ def gemm(a, b, c=None, alpha: float = 1.0, beta: float = 0.0, variant=None,
         >>> gemm(x, w.T, r, beta=1.0)          # r += x @ w.T
     """
     isa = _isa(variant)
-    if isa is None or a.dtype != F32 or b.dtype != F32 or a.ndim != b.ndim \
-            or a.ndim not in (2, 3):
+    if isa is None:
+        return None
+    key = (isa, a.shape, a.strides, b.shape, b.strides,
+           None if c is None else (c.shape, c.strides), KC, KC_T, MC, NC, COLS)
+    e = _plans.get(key)
+    if e is None or a.dtype != F32 or b.dtype != F32 or (c is not None and c.dtype != F32):
+        return _gemm_new(isa, key, a, b, c, alpha, beta, variant, nthreads)
+    g, addr, big, shape, run, fast = e            # a call seen before: no checks again
+    if c is None:
+        c, beta = np.empty(shape, F32), 0.0
+    ab = _AB.get((alpha, beta))
+    if ab is None:
+        ab = np.array([alpha, beta], F32)
+    if nthreads is None:
+        nthreads = _threads() if big else 1
+    run(fast, (a, b, c, ab), addr, addr, nthreads, 4, _ITEMS_OFF, _DATA_OFF)
+    return c
+
+
+def _gemm_new(isa, key, a, b, c, alpha, beta, variant, nthreads):
+    """:func:`gemm` for operands whose shapes and strides have no plan yet (or another
+    dtype): checks them, runs them, and keeps the plan (under ``key``) where it can."""
+    if a.dtype != F32 or b.dtype != F32 or a.ndim != b.ndim or a.ndim not in (2, 3):
         return None
     M, K = a.shape[-2:]
     N = b.shape[-1]
@@ -161,24 +182,21 @@ def gemm(a, b, c=None, alpha: float = 1.0, beta: float = 0.0, variant=None,
     if K == 0:
         c[...] = 0 if beta == 0 else beta * c
         return c
+    if _strides(a) is None or _strides(b) is None:     # not whole elements: copy
+        a, b = np.ascontiguousarray(a), np.ascontiguousarray(b)
+        return gemm(a, b, c, alpha, beta, variant, nthreads)
+    big = bt * M * N * K >= PARALLEL_MIN
     if nthreads is None:
-        nthreads = _threads() if bt * M * N * K >= PARALLEL_MIN else 1
-    key = (isa, a.shape, a.strides, b.shape, b.strides, c.strides, nthreads, KC, KC_T, MC,
-           NC, COLS)
-    g = _plans.get(key)
-    if g is None:
-        if _strides(a) is None or _strides(b) is None:     # not whole elements: copy
-            a, b = np.ascontiguousarray(a), np.ascontiguousarray(b)
-            return gemm(a, b, c, alpha, beta, variant, nthreads)
-        g = _plan(isa, a, b, c, M, N, K, bt)
-        if len(_plans) > 512:
-            _plans.clear()
-        _plans[key] = g
+        nthreads = _threads() if big else 1
+    g = _plan(isa, a, b, c, M, N, K, bt)
     ab = _AB.get((alpha, beta))
     if ab is None:
         ab = np.array([alpha, beta], F32)
     fn, run, fast, _ = _kernels.get(isa) or _kernel(isa)
     if run is not None:
+        if len(_plans) > 512:
+            _plans.clear()
+        _plans[key] = (g, ctypes.addressof(g), big, shape, run, fast)
         run(fast, (a, b, c, ab), g, g, nthreads, 4, _ITEMS_OFF, _DATA_OFF)
     else:
         ptrs = _PTRS(a.ctypes.data, b.ctypes.data, c.ctypes.data, ab.ctypes.data)
@@ -200,15 +218,20 @@ def _threads() -> int:
     return n
 
 
+#: (isa, operands' shapes and strides, blocking) -> (geometry, its address, whether
+#: threads may split it, C's shape, launcher, kernel address): the checks done once
 _plans: dict = {}
 _AB = {(1.0, 0.0): np.array([1, 0], F32), (1.0, 1.0): np.array([1, 1], F32)}
 
 
-def _plan(isa, a, b, c, M, N, K, bt):
-    """The kernel's geometry for these operands' shapes and strides."""
+def _plan(isa, a, b, c, M, N, K, bt, red=0):
+    """The kernel's geometry for these operands' shapes and strides (``red``: C is the
+    sum of the batch's products, :func:`gemm_sum`)."""
     sa, sb, sc = _strides(a), _strides(b), _strides(c)
     if a.ndim == 2:
-        sa, sb, sc = (0,) + sa, (0,) + sb, (0,) + sc
+        sa, sb = (0,) + sa, (0,) + sb
+    if c.ndim == 2:
+        sc = (0,) + sc
     mr, nr = TILES[isa]
     # NOTE: a transposed A read in place only past one k block: in W1's step (cold caches)
     # g.T @ x, (512, 128) @ (128, 784), took 0.77-0.85 ms packed vs 0.82-0.98 in place
@@ -219,7 +242,76 @@ def _plan(isa, a, b, c, M, N, K, bt):
     split_n = -(-N // nr) >= 2 and (direct or M <= N or -(-M // mr) < 2)
     kc = KC_T if cols and sa[2] != 1 and K != 1 else KC
     return _GEOM(M, N, K, bt, isa, split_n, sa[0], sa[1], 1 if K == 1 else sa[2],
-                 sb[0], sb[1], 1 if N == 1 else sb[2], sc[0], sc[1], kc, MC, NC, cols)
+                 sb[0], sb[1], 1 if N == 1 else sb[2], sc[0], sc[1], kc, MC, NC, cols,
+                 red)
+
+
+def gemm_sum(a, b, c=None, beta: float = 0.0, variant=None, nthreads: int | None = None):
+    """``c = beta * c + sum_t a[t] @ b[t]`` for float32 ``(B, M, K)``/``(B, K, N)`` stacks
+    in one call: the same bits as ``gemm(a[0], b[0], c, beta=beta)`` then ``gemm(a[t],
+    b[t], c, beta=1.0)`` for each further ``t`` (the products added into C in order, k
+    block by k block), without a call per matrix. A convolution's weight gradient
+    ``sum_n dy[n] @ cols[n].T``.
+
+    Where B is a transposed view (unit ``k`` stride), A row-major and ``M < N`` (that
+    weight gradient: ``(64, 256) @ (256, 288)`` per image), it runs ``C.T = sum B.T @
+    A.T`` into a scratch array and copies it into ``c``: B.T is then read in place and
+    only the smaller A.T packed (each element's FMA chains are the same: same bits).
+
+    Args:
+        a, b: float32 3-D operands (batch strides may be 0).
+        c: float32 ``(M, N)`` with a unit last stride, not overlapping ``a`` or ``b``, or
+            None (a new array; then ``beta`` is ignored).
+        beta: scale of ``c``'s values (0: never read).
+        variant, nthreads: as :func:`gemm`.
+
+    Returns:
+        ``c``, or None where this GEMM does not run (as :func:`gemm`): nothing written.
+
+    Example:
+        >>> dw = gemm_sum(dy, cols.transpose(0, 2, 1))   # (N, Co, L), (N, CK, L) -> (Co, CK)
+    """
+    isa = _isa(variant)
+    if isa is None or a.dtype != F32 or b.dtype != F32 or a.ndim != 3 or b.ndim != 3:
+        return None
+    bt, M, K = a.shape
+    N = b.shape[-1]
+    if b.shape[:2] != (bt, K):
+        raise ValueError(f"sgemm.gemm_sum: operands {a.shape} and {b.shape} do not "
+                         f"multiply (valid: (B, M, K) @ (B, K, N))")
+    if c is None:
+        c, beta = np.empty((M, N), F32), 0.0
+    elif c.shape != (M, N) or c.dtype != F32 or (N > 1 and c.strides[-1] != 4) \
+            or _strides(c) is None:
+        return None
+    if bt == 0 or K == 0 or c.size == 0:
+        c[...] = 0 if beta == 0 else beta * c
+        return c
+    if _strides(a) is None or _strides(b) is None:
+        a, b = np.ascontiguousarray(a), np.ascontiguousarray(b)
+    if nthreads is None:
+        nthreads = _threads() if bt * M * N * K >= PARALLEL_MIN else 1
+    if M < N and beta in (0.0, 1.0) and a.strides[-1] == 4 and b.strides[-2] == 4 \
+            and b.strides[-1] != 4:
+        ct = np.empty((N, M), F32)
+        if beta:
+            ct[...] = c.T
+        _launch(isa, b.swapaxes(1, 2), a.swapaxes(1, 2), ct, N, M, K, bt, beta, nthreads)
+        c[...] = ct.T
+        return c
+    _launch(isa, a, b, c, M, N, K, bt, beta, nthreads)
+    return c
+
+
+def _launch(isa, a, b, c, M, N, K, bt, beta, nthreads):
+    """One summed-batch call of the kernel (:func:`gemm_sum`)."""
+    g = _plan(isa, a, b, c, M, N, K, bt, red=1)
+    ab = np.array([1.0, beta], F32)
+    fn, run, fast, _ = _kernels.get(isa) or _kernel(isa)
+    if run is not None:
+        run(fast, (a, b, c, ab), g, g, nthreads, 4, _ITEMS_OFF, _DATA_OFF)
+    else:
+        fn(_PTRS(a.ctypes.data, b.ctypes.data, c.ctypes.data, ab.ctypes.data), g, nthreads)
 
 
 def worth(M: int, K: int, N: int) -> bool:

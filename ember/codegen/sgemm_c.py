@@ -35,7 +35,8 @@ variant      vector (VL floats)          MR    NR (NV vectors)       accumulator
 Entry point ``ember_sgemm_f32(char **p, const int64_t *g, int64_t nthreads)``: ``p = [A,
 B, C, ab]`` (``ab``: ``float[2] = {alpha, beta}``), ``g`` as the ``G_*`` enum below
 (strides in elements; C's column stride is 1; ``split`` 1 = threads split N, 0 = M;
-``G_ISA`` only records the variant, each library holding one).
+``G_ISA`` only records the variant, each library holding one; ``G_RED`` 1: C is the
+sum of the batch's products, added in batch order, :func:`.sgemm.gemm_sum`).
 ``beta == 0`` never reads C (NaN there does not propagate), as BLAS.
 """
 from __future__ import annotations
@@ -62,7 +63,7 @@ _HEAD = r"""
 #endif
 
 enum { G_M, G_N, G_K, G_BT, G_ISA, G_SPLIT, G_SAB, G_SAM, G_SAK, G_SBB, G_SBK, G_SBN,
-       G_SCB, G_SCM, G_KC, G_MC, G_NC, G_COLS };
+       G_SCB, G_SCM, G_KC, G_MC, G_NC, G_COLS, G_RED };
 #define MIN(a, b) ((a) < (b) ? (a) : (b))
 
 /* this thread's packing space (64-byte aligned, kept: the pool's threads live on) */
@@ -272,10 +273,13 @@ TGT static void packb_@S@(const float *b, int64_t sbk, int64_t sbn, int64_t kc,
     pack_b(b, sbk, sbn, kc, nc, NRV, X86, bp);
 }
 
-/* C[m0:m1, n0:n1] of one matrix of the batch */
+/* C[m0:m1, n0:n1] of one matrix of the batch, or (g[G_RED]) of the sum over the batch:
+   the matrices' products added into C one after another, k block by k block */
 TGT static void range_@S@(const float *a, const float *b, float *c, const int64_t *g,
                           int64_t m0, int64_t m1, int64_t n0, int64_t n1, float alpha,
                           float beta, float *bp, float *ap) {
+    const int64_t nt = g[G_RED] ? g[G_BT] : 1;
+    const float *a0 = a, *b0 = b;
     const int64_t K = g[G_K], sam = g[G_SAM], sak = g[G_SAK], sbk = g[G_SBK],
         sbn = g[G_SBN], ldc = g[G_SCM], KCb = g[G_KC], MCb = g[G_MC], NCb = g[G_NC];
     /* A read in place: rows (unit k stride) or, if g[G_COLS], columns (unit row stride) */
@@ -283,9 +287,12 @@ TGT static void range_@S@(const float *a, const float *b, float *c, const int64_
     const int64_t ska = sak == 1 ? 1 : direct ? sak : MRV;
     for (int64_t jc = n0; jc < n1; jc += NCb) {
         const int64_t nc = MIN(NCb, n1 - jc);
+        for (int64_t t = 0; t < nt; t++)
         for (int64_t pc = 0; pc < K; pc += KCb) {
             const int64_t kc = MIN(KCb, K - pc);
-            const int mode = pc ? 1 : beta == 0.0f ? 0 : beta == 1.0f ? 1 : 2;
+            const int mode = pc || t ? 1 : beta == 0.0f ? 0 : beta == 1.0f ? 1 : 2;
+            a = a0 + t * g[G_SAB];
+            b = b0 + t * g[G_SBB];
             packb_@S@(b + pc * sbk + jc * sbn, sbk, sbn, kc, nc, bp);
             for (int64_t ic = m0; ic < m1; ic += MCb) {
                 const int64_t mc = MIN(MCb, m1 - ic);
@@ -321,13 +328,13 @@ TGT static void run_@S@(char **p, const int64_t *g, const int64_t *st, int64_t l
     const int64_t nb = (MIN(g[G_NC], N) + NRV - 1) / NRV * NRV * g[G_KC];
     float *bp = scratch((size_t)(nb + g[G_MC] * g[G_KC] + MRV * g[G_KC]));
     if (!bp) {          /* no memory for the packing space: NaN, never stale values */
-        for (int64_t t = 0; t < g[G_BT]; t++)
+        for (int64_t t = 0; t < (g[G_RED] ? 1 : g[G_BT]); t++)
             for (int64_t m = m0; m < m1; m++)
                 for (int64_t n = n0; n < n1; n++)
                     ((float *)p[2])[t * g[G_SCB] + m * g[G_SCM] + n] = NAN;
         return;
     }
-    for (int64_t t = 0; t < g[G_BT]; t++)
+    for (int64_t t = 0; t < (g[G_RED] ? 1 : g[G_BT]); t++)
         range_@S@((const float *)p[0] + t * g[G_SAB], (const float *)p[1] + t * g[G_SBB],
                   (float *)p[2] + t * g[G_SCB], g, m0, m1, n0, n1, ab[0], ab[1], bp,
                   bp + nb);

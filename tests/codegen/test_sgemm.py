@@ -266,3 +266,65 @@ def test_negative_and_zero_strides(variant):
         _check(sgemm.gemm(at, b[:, ::-1], variant=variant, nthreads=2), at, b[:, ::-1])
         row = np.broadcast_to(rng.standard_normal(K, dtype=np.float32), (M, K))  # stride 0
         _check(sgemm.gemm(row, b, variant=variant), row, b)
+
+
+# gemm_sum: (B, M, K, N); 64x256x288 is W2 conv2's weight gradient (the swapped path: B a
+# transposed view, M < N), 300x40x20 runs unswapped, KC + 1 crosses a k block
+SUM_SHAPES = [(7, 64, 256, 288), (3, 5, KC + 1, 70), (4, 300, 40, 20), (1, 8, 8, 8),
+              (2, 13, 31, 130)]
+
+
+@pytest.mark.parametrize("variant", VARIANTS)
+@pytest.mark.parametrize("bt,M,K,N", SUM_SHAPES)
+@pytest.mark.parametrize("beta", [0.0, 1.0, 0.5])
+def test_gemm_sum_is_the_per_matrix_loop_bitwise(variant, bt, M, K, N, beta):
+    """One summed call = gemm(a[0], b[0], beta) then gemm(a[t], b[t], beta=1): the same
+    bits, for a transposed and a row-major B and 1 or 2 threads; near float64."""
+    _variant(variant)
+    rng = np.random.default_rng(bt * M + N)
+    a = rng.standard_normal((bt, M, K), dtype=np.float32)
+    bT = rng.standard_normal((bt, N, K), dtype=np.float32).transpose(0, 2, 1)
+    c0 = rng.standard_normal((M, N), dtype=np.float32)
+    loop = c0.copy()
+    sgemm.gemm(a[0], bT[0], loop, beta=beta, variant=variant, nthreads=1)
+    for t in range(1, bt):
+        sgemm.gemm(a[t], bT[t], loop, beta=1.0, variant=variant, nthreads=1)
+    for b in (bT, np.ascontiguousarray(bT)):
+        for nt in (1, 2):
+            c = c0.copy()
+            assert sgemm.gemm_sum(a, b, c, beta=beta, variant=variant, nthreads=nt) is c
+            assert np.array_equal(c, loop), (b.strides, nt)
+    ref_a = a.transpose(1, 0, 2).reshape(M, bt * K)       # the sum as one product
+    ref_b = bT.reshape(bt * K, N)
+    _check(loop, ref_a, ref_b, 1.0, beta, c0)
+
+
+def test_gemm_sum_edges():
+    """A new result without ``c``, zero-size batches, operands that do not multiply, and
+    another dtype (None: nothing runs)."""
+    _variant("generic")
+    a = np.ones((2, 3, 4), np.float32)
+    b = np.ones((2, 4, 5), np.float32)
+    r = sgemm.gemm_sum(a, b, variant="generic")
+    assert r.shape == (3, 5) and np.array_equal(r, np.full((3, 5), 8, np.float32))
+    c = np.full((3, 5), 2, np.float32)
+    sgemm.gemm_sum(a[:0], b[:0], c, beta=0.5, variant="generic")
+    assert np.array_equal(c, np.ones((3, 5), np.float32))
+    with pytest.raises(ValueError, match="gemm_sum"):
+        sgemm.gemm_sum(a, b[:, :3], variant="generic")
+    assert sgemm.gemm_sum(a.astype(np.float64), b, variant="generic") is None
+
+
+def test_cached_plan_still_checks_dtypes_and_c():
+    """A second call with the same shapes takes the cached plan; another dtype or an
+    unusable ``c`` of a new layout still returns None."""
+    _variant("generic")
+    a, b = _pair(9, 20, 33, "nt")
+    c = np.empty((9, 33), np.float32)
+    for _ in range(2):
+        assert sgemm.gemm(a, b, c, variant="generic") is c
+        _check(c, a, b)
+    assert sgemm.gemm(a.astype(np.float64), b, c, variant="generic") is None
+    assert sgemm.gemm(a, b, np.empty((9, 33), np.float64), variant="generic") is None
+    assert sgemm.gemm(a, b, np.empty((33, 9), np.float32).T, variant="generic") is None
+    assert sgemm.gemm(a, b, np.empty((9, 34), np.float32), variant="generic") is None
