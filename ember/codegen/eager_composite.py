@@ -29,6 +29,17 @@ The composite runs as written (the fast path steps aside) whenever any of these 
 * the key's capture did not compile (a graph break, e.g. a value read into Python), or
   :data:`MAX_KEYS` keys of this function are already cached.
 
+Per call, once a key is compiled: when its compiled call captured one entry that reads
+and writes nothing but the call's tensor arguments and returns one tensor (guards only on
+the wrapper's own closure, which never changes), the call runs that entry's forward program
+directly, under one autograd node whose backward runs the backward program
+(:class:`_DirectCall`): the key (shapes, strides, dtypes, ``requires_grad``, the grad mode,
+the other arguments) already fixes everything the compiled call's signature and guards
+would check, so neither is rebuilt. The programs are the same, so the bits are the compiled
+call's. Any other entry goes through the compiled call (two nested nodes). The size
+threshold is checked first (:func:`_small`): a small call returns to the composite before
+any key is built.
+
 Every tensor input is version-checked at backward (the compiled backward may read any of
 them): writing one in place between the call and ``backward()`` raises, as PyTorch's native
 kernels do for the inputs they save (a composite that saved only intermediates did not).
