@@ -40,7 +40,7 @@ import numpy as np
 from . import cache, launch
 from . import pool as _pool
 from .runtime import num_threads
-from .sgemm_c import CODES, KC, KC_T, MC, NC, PROBE, TILES, source
+from .sgemm_c import CODES, KC, KC_ONE, KC_T, MC, NC, PROBE, TILES, source
 from .toolchain import find_compiler
 
 _ITEMS_OFF, _DATA_OFF = launch.ITEMS_OFF, launch.DATA_OFF
@@ -144,7 +144,7 @@ def gemm(a, b, c=None, alpha: float = 1.0, beta: float = 0.0, variant=None,
     if isa is None:
         return None
     key = (isa, a.shape, a.strides, b.shape, b.strides,
-           None if c is None else (c.shape, c.strides), KC, KC_T, MC, NC, COLS)
+           None if c is None else (c.shape, c.strides), KC, KC_T, KC_ONE, MC, NC, COLS)
     e = _plans.get(key)
     if e is None or a.dtype != F32 or b.dtype != F32 or (c is not None and c.dtype != F32):
         return _gemm_new(isa, key, a, b, c, alpha, beta, variant, nthreads)
@@ -240,7 +240,7 @@ def _plan(isa, a, b, c, M, N, K, bt, red=0):
     cols = bool(COLS) and sa[1] == 1 and K > KC_T
     direct = sa[2] == 1 or K == 1 or cols
     split_n = -(-N // nr) >= 2 and (direct or M <= N or -(-M // mr) < 2)
-    kc = KC_T if cols and sa[2] != 1 and K != 1 else KC
+    kc = KC_T if cols and sa[2] != 1 and K != 1 else K if KC < K <= KC_ONE else KC
     return _GEOM(M, N, K, bt, isa, split_n, sa[0], sa[1], 1 if K == 1 else sa[2],
                  sb[0], sb[1], 1 if N == 1 else sb[2], sc[0], sc[1], kc, MC, NC, cols,
                  red)

@@ -50,6 +50,9 @@ TILES = {1: (4, 16), 2: (6, 16), 3: (6, 64)}
 #: anyway: a ``KC_T x NR`` panel of B (32 KiB) then stays in L1 (W1's ``g.T @ x`` and W3's
 #: ``x.T @ g``: 3-8% faster than with KC; the others within 1%)
 KC, KC_T, MC, NC = 256, 128, 96, 1024
+#: a ``k`` up to KC_ONE runs as one block rather than KC and a short rest: W2 conv2's forward
+#: (64x288 @ 288x256 per image) 466-473 vs 503 us for 7 images (bench/gemm.py, one thread)
+KC_ONE = 320
 
 _HEAD = r"""
 #include <stdlib.h>

@@ -11,16 +11,16 @@ import pytest
 
 import ember as em
 from ember.codegen import sgemm
-from ember.codegen.sgemm_c import KC, KC_T, MC, NC
+from ember.codegen.sgemm_c import KC, KC_ONE, KC_T, MC, NC
 
 VARIANTS = ["generic", "avx2", "avx512"]
 EPS = np.finfo(np.float32).eps
-# (M, K, N): 1, around each variant's tile (4/6 rows; 16/64 columns), around KC, KC_T
+# (M, K, N): 1, around each variant's tile (4/6 rows; 16/64 columns), around KC, KC_ONE, KC_T
 # (transposed A) and MC
 SHAPES = [(1, 1, 1), (1, 7, 1), (5, 3, 15), (6, 9, 16), (7, 17, 17), (13, 31, 63),
           (4, KC - 1, 65), (12, KC, 64), (11, KC + 1, 33), (MC + 1, 40, 129),
           (7, KC_T - 1, 48), (8, KC_T + 1, 80),
-          (3, 2 * KC + 1, 70), (2, 20, NC + 1)]
+          (3, 2 * KC + 1, 70), (2, 20, NC + 1), (7, KC_ONE, 40), (6, KC_ONE + 1, 65)]
 LAYOUTS = ["nn", "nt", "tn", "tt", "strided"]
 
 
@@ -269,8 +269,8 @@ def test_negative_and_zero_strides(variant):
 
 
 # gemm_sum: (B, M, K, N); 64x256x288 is W2 conv2's weight gradient (the swapped path: B a
-# transposed view, M < N), 300x40x20 runs unswapped, KC + 1 crosses a k block
-SUM_SHAPES = [(7, 64, 256, 288), (3, 5, KC + 1, 70), (4, 300, 40, 20), (1, 8, 8, 8),
+# transposed view, M < N), 300x40x20 runs unswapped, KC_ONE + 1 crosses a k block
+SUM_SHAPES = [(7, 64, 256, 288), (3, 5, KC_ONE + 1, 70), (4, 300, 40, 20), (1, 8, 8, 8),
               (2, 13, 31, 130)]
 
 
