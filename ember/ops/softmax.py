@@ -8,6 +8,7 @@ a chain of five backward nodes. Classifier training steps spend much of their ti
 from __future__ import annotations
 
 from .. import dtypes as _dt
+from ..autograd.grad_mode import state as _state
 from ..errors import DTypeError
 from ..tensor import Tensor
 from . import dispatch
@@ -19,7 +20,7 @@ from .select import where
 from .unary import exp, log
 from .dispatch import autocast_entry
 
-__all__ = ['softmax', 'log_softmax', 'logsumexp']
+__all__ = ['softmax', 'log_softmax', 'logsumexp', 'log_softmax_backward']
 
 _apply = dispatch.apply
 
@@ -74,12 +75,81 @@ softmax_p = defop(
     vjp=lambda g, out, x, dim: (out * (g - _ksum(g * out, dim)),),
     jvp=lambda t, out, x, dim: out * (t[0] - _ksum(t[0] * out, dim)))
 
+#: largest size the eager VJP runs as one ``log_softmax_backward``: below every eager C
+#: kernel's threshold (``codegen.eager.THRESHOLDS``), so its NumPy ``exp`` is the composite's
+_LSM_BW_MAX = 1 << 15
+_LSM_BW_DTYPES = (_dt.float32, _dt.float64)
+
+
+def _lsm_bw_kernel(xp, g, out, dim):
+    """``g - exp(out) * g.sum(dim)``: the composite VJP's operations in its order (bitwise)."""
+    e = xp.exp(out)
+    e *= xp.sum(g, axis=(dim,), keepdims=True)
+    return xp.subtract(g, e, out=e) if e.shape == g.shape and e.dtype == g.dtype else g - e
+
+
+def _lsm_vjp(g, out, x, dim):
+    """The composite ``g - exp(out) * sum(g)``, or, eagerly on a small float32/float64 CPU
+    value (W1's logits), the same arithmetic as one ``log_softmax_backward`` dispatch."""
+    st = _state.__dict__
+    if (st["modes"] or st["fw_levels"] or g.__class__ is not Tensor or out.__class__ is not
+            Tensor or g._dtype is not out._dtype or g._dtype not in _LSM_BW_DTYPES
+            or g._data.size > _LSM_BW_MAX or not g._data.ndim or g.shape != out.shape
+            or g._device.type != "cpu"):
+        return (g - exp(out) * _ksum(g, dim),)
+    return (_apply(log_softmax_backward_p, (g, out), {"dim": dim}),)
+
+
 log_softmax_p = defop(
     "log_softmax", nin=1, params={"dim": -1}, dtype="float", kernel=_log_softmax_kernel,
     batch=_vb.one_dim,
     shape=lambda s, dim: tuple(s), save="output",
-    vjp=lambda g, out, x, dim: (g - exp(out) * _ksum(g, dim),),
+    vjp=_lsm_vjp,
     jvp=lambda t, out, x, dim: t[0] - _ksum(exp(out) * t[0], dim))
+
+
+def _lsm_bw_jvp(t, out, g, y, dim):
+    terms = []
+    if t[0] is not None:
+        terms.append(t[0] - exp(y) * _ksum(t[0], dim))
+    if t[1] is not None:
+        terms.append(-(t[1] * exp(y) * _ksum(g, dim)))
+    return terms[0] if len(terms) == 1 else terms[0] + terms[1]
+
+
+log_softmax_backward_p = defop(
+    "log_softmax_backward", nin=2, params={"dim": -1}, dtype="promote", batch="loop",
+    kernel=_lsm_bw_kernel, shape=lambda gs, ys, dim: tuple(gs), save="inputs",
+    vjp=(lambda gg, out, g, y, dim: gg - _ksum(gg * exp(y), dim),
+         lambda gg, out, g, y, dim: -(gg * exp(y) * _ksum(g, dim))),
+    jvp=_lsm_bw_jvp)
+
+
+def log_softmax_backward(grad_output, output, dim):
+    """``grad_output - exp(output) * grad_output.sum(dim, keepdim=True)`` in one kernel
+    (``aten::_log_softmax_backward_data``): ``log_softmax``'s VJP from its output.
+
+    Args:
+        grad_output: gradient with respect to ``log_softmax``'s output (floating tensor).
+        output: ``log_softmax(x, dim)``, of ``grad_output``'s shape.
+        dim: the softmax dimension.
+
+    Returns:
+        The gradient with respect to ``x``.
+
+    Example:
+        >>> y = ember.log_softmax(ember.randn(2, 3), 1)
+        >>> log_softmax_backward(ember.ones(2, 3), y, 1).shape
+        ember.Size([2, 3])
+    """
+    if not isinstance(grad_output, Tensor) or not isinstance(output, Tensor):
+        raise TypeError("log_softmax_backward(): grad_output and output must be Tensors")
+    if grad_output.shape != output.shape or not grad_output.ndim:
+        raise ValueError(f"log_softmax_backward: grad_output of shape "
+                         f"{tuple(grad_output.shape)} and output of shape "
+                         f"{tuple(output.shape)} must have one shape of at least one dim")
+    return _apply(log_softmax_backward_p, (grad_output, output),
+                  {"dim": wrap_dim(dim, output.ndim, "log_softmax_backward")})
 
 
 def _prep(input, dim, dtype, op):

@@ -109,3 +109,60 @@ def test_relu_traced_backward_keeps_mask_form():
     cf = ember.compile(f)
     cf(xc).backward()
     np.testing.assert_array_equal(xc.grad.numpy(), xe.grad.numpy())
+
+
+# ------------------------------------------------------------------ log_softmax's backward
+def _lsm_composite(g, out, dim):
+    """The composite VJP the primitive replaces, in Ember ops (the reference bits)."""
+    return g - ember.exp(out) * g.sum(dim, keepdim=True)
+
+
+@pytest.mark.parametrize("shape,dim", [((128, 10), 1), ((5, 7, 3), 0), ((300, 200), -1)])
+@pytest.mark.parametrize("dtype", [ember.float32, ember.float64])
+def test_log_softmax_grad_bits_equal_composite(shape, dim, dtype):
+    """Eager VJP (one log_softmax_backward below 32K elements, the composite above) gives
+    the composite's bits, NaN/inf included."""
+    rng = np.random.default_rng(5)
+    x = ember.tensor(rng.standard_normal(shape), dtype=dtype, requires_grad=True)
+    g = rng.standard_normal(shape)
+    g.reshape(-1)[::17] = np.inf
+    g.reshape(-1)[::23] = np.nan
+    g = ember.tensor(g, dtype=dtype)
+    out = ember.log_softmax(x, dim)
+    out.backward(g)
+    want = _lsm_composite(g, out.detach(), dim).numpy()
+    np.testing.assert_array_equal(x.grad.numpy(), want)
+
+
+def test_log_softmax_backward_primitive_forward_and_errors():
+    from ember.ops.softmax import log_softmax_backward
+    rng = np.random.default_rng(6)
+    g, y = rng.standard_normal((4, 6)), rng.standard_normal((4, 6))
+    got = log_softmax_backward(ember.tensor(g).mT, ember.tensor(y).mT, 0).numpy()  # strided
+    np.testing.assert_allclose(got, (g - np.exp(y) * g.sum(1, keepdims=True)).T,
+                               rtol=1e-12, atol=1e-12)
+    assert tuple(log_softmax_backward(ember.ones(0, 3), ember.ones(0, 3), 1).shape) == (0, 3)
+    with pytest.raises(ValueError, match="log_softmax_backward"):
+        log_softmax_backward(ember.ones(2, 3), ember.ones(3), 1)
+    with pytest.raises(IndexError):
+        log_softmax_backward(ember.ones(2, 3), ember.ones(2, 3), 2)
+
+
+def test_log_softmax_double_backward_through_primitive():
+    """create_graph: the gradient is differentiable (the primitive's own VJP) and matches
+    the composite's second derivative."""
+    rng = np.random.default_rng(7)
+    xa, ga = rng.standard_normal((3, 4)), rng.standard_normal((3, 4))
+    w = ember.tensor(rng.standard_normal((3, 4)))
+    grads = []
+    for composite in (False, True):
+        x = ember.tensor(xa, requires_grad=True)
+        out, g = ember.log_softmax(x, 1), ember.tensor(ga)
+        if composite:
+            gx = _lsm_composite(g, out, 1)
+        else:
+            (gx,) = ember.autograd.grad(out, x, g, create_graph=True)
+            assert gx.grad_fn is not None
+        (h,) = ember.autograd.grad((gx * w).sum(), x)
+        grads.append(h.numpy())
+    np.testing.assert_allclose(grads[0], grads[1], rtol=1e-12, atol=1e-12)

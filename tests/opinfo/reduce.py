@@ -3,6 +3,7 @@ softmax. References are plain NumPy (never Ember)."""
 import numpy as np
 
 import ember as em
+from ember.ops.softmax import log_softmax_backward
 from ember.ops.sort import scatter_add_along_dim_p
 
 from .core import OpInfo, Sample, rand
@@ -174,6 +175,23 @@ def _softmax_samples(rng, dtype):
             Sample((rand(rng, (3, 2), dtype), 0), name="grad dim=0"),
             Sample((rand(rng, (4,), dtype), -1), name="grad (4,)")]
     return out
+
+
+def _lsm_bw_samples(rng, dtype):
+    """(g, y, dim) for log_softmax_backward: y any value (the formula needs no softmax)."""
+    out = [Sample((rand(rng, (3, 4, 5), dtype), rand(rng, (3, 4, 5), dtype, -3, 0), d),
+                  grad=False, name=f"dim={d}") for d in (0, 1, -1)]
+    out += [Sample((rand(rng, (0, 3), dtype), rand(rng, (0, 3), dtype), 1), grad=False,
+                   name="(0,3)"),
+            Sample((rand(rng, (2, 3), dtype), rand(rng, (2, 3), dtype, -3, 0), 1),
+                   name="grad dim=1"),
+            Sample((rand(rng, (4,), dtype), rand(rng, (4,), dtype, -3, 0), 0),
+                   name="grad (4,)")]
+    return out
+
+
+def _np_lsm_bw(g, y, dim):
+    return g - np.exp(y) * g.sum(axis=dim, keepdims=True)
 
 
 def _np_sort(x, dim=-1, descending=False):
@@ -353,6 +371,8 @@ OPINFOS = [
     OpInfo("softmax", em.softmax, _np_softmax(False), _softmax_samples, ("softmax",)),
     OpInfo("log_softmax", em.log_softmax, _np_softmax(True), _softmax_samples,
            ("log_softmax",)),
+    OpInfo("log_softmax_backward", log_softmax_backward, _np_lsm_bw, _lsm_bw_samples,
+           ("log_softmax_backward",)),
     OpInfo("sort", lambda x, **kw: tuple(em.sort(x, **kw)), _np_sort, _sort_samples,
            ("argsort", "take_along_dim")),
     OpInfo("argsort", em.argsort, lambda x, **kw: _np_sort(x, **kw)[1], _sort_samples,
