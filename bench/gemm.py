@@ -4,7 +4,7 @@ NumPy's OpenBLAS (what ``ops/linalg.py`` otherwise calls) and PyTorch's ``torch.
 
 Each Linear layer ``(m, i) -> (m, o)`` gives the products Ember's eager step runs:
 ``fwd`` = ``x @ W.T`` (B a transposed view), ``dx`` = ``g @ W``, and the weight gradient,
-``dw`` = ``g.T @ x`` (2-D input: W1) or ``dwT`` = ``x.T @ g`` (3-D input folded: W3; A a
+``dw`` = ``g.T @ x`` (2-D input: W1, W2's fc1) or ``dwT`` = ``x.T @ g`` (3-D input folded: W3; A a
 transposed view either way). Ember reads the transposes through strides, as the matmul
 kernel receives them.
 
@@ -53,7 +53,7 @@ def cases(layers=LAYERS):
         w = rng.standard_normal((o, i), dtype=np.float32)
         g = rng.standard_normal((m, o), dtype=np.float32)
         out += [(f"{wl} fwd {m}x{i}@{i}x{o}", x, w.T), (f"{wl} dx  {m}x{o}@{o}x{i}", g, w),
-                (f"{wl} dw  {o}x{m}@{m}x{i}", g.T, x) if wl == "W1" else
+                (f"{wl} dw  {o}x{m}@{m}x{i}", g.T, x) if wl in ("W1", "W2") else
                 (f"{wl} dwT {i}x{m}@{m}x{o}", x.T, g)]
     return out
 
