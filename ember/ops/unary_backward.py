@@ -188,11 +188,11 @@ _INTS = {2: np.int16, 4: np.int32, 8: np.int64}
 
 def _threshold_bw_jvp(t, out, g, y, threshold):
     if t[0] is None:
-        return zeros_like_(out)
+        return _zeros_like(out)
     return threshold_backward(t[0], y, threshold)
 
 
-def zeros_like_(x):
+def _zeros_like(x):
     from .factories import zeros_like
     return zeros_like(x)
 
@@ -204,7 +204,7 @@ threshold_backward_p = defop(
              "cpu": real_only("threshold_backward", _threshold_bw_cpu)},
     expr="(({1} <= {threshold}) ? 0 : {0})",
     vjp=(lambda gg, out, g, y, threshold: threshold_backward(gg, y, threshold),
-         lambda gg, out, g, y, threshold: zeros_like_(y)),
+         lambda gg, out, g, y, threshold: _zeros_like(y)),
     jvp=_threshold_bw_jvp)
 
 
