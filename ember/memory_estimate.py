@@ -86,6 +86,9 @@ class _AbstractMode:
     """The dispatch mode of :func:`estimate_memory` (see the module docstring)."""
 
     abstract = True      # read by in-place ops: record, never write
+    #: VJPs that take an eager-only one-dispatch form (``log_softmax``'s) take it here too:
+    #: the estimate follows eager's tensors
+    eager_vjps = True
 
     def __init__(self, optimizers):
         self.sim = CountingAllocator()

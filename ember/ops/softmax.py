@@ -90,10 +90,13 @@ def _lsm_bw_kernel(xp, g, out, dim):
 
 def _lsm_vjp(g, out, x, dim):
     """The composite ``g - exp(out) * sum(g)``, or, eagerly on a small float32/float64 CPU
-    value (W1's logits), the same arithmetic as one ``log_softmax_backward`` dispatch."""
+    value (W1's logits), the same arithmetic as one ``log_softmax_backward`` dispatch (also
+    under ``estimate_memory``'s mode, ``eager_vjps``, so its estimate follows eager)."""
     st = _state.__dict__
-    if (st["modes"] or st["fw_levels"] or g.__class__ is not Tensor or out.__class__ is not
-            Tensor or g._dtype is not out._dtype or g._dtype not in _LSM_BW_DTYPES
+    modes = st["modes"]
+    if ((modes and not all(getattr(m, "eager_vjps", False) for m in modes)) or st["fw_levels"]
+            or g.__class__ is not Tensor or out.__class__ is not Tensor
+            or g._dtype is not out._dtype or g._dtype not in _LSM_BW_DTYPES
             or g._data.size > _LSM_BW_MAX or not g._data.ndim or g.shape != out.shape
             or g._device.type != "cpu"):
         return (g - exp(out) * _ksum(g, dim),)
