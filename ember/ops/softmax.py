@@ -20,7 +20,7 @@ from .select import where
 from .unary import exp, log
 from .dispatch import autocast_entry
 
-__all__ = ['softmax', 'log_softmax', 'logsumexp', 'log_softmax_backward']
+__all__ = ['softmax', 'log_softmax', 'logsumexp']
 
 _apply = dispatch.apply
 
