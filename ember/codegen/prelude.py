@@ -103,30 +103,54 @@ EMBER_FN float ember_tanh_f32(float x) {
 # NOTE: float32 erf is Ember's own, never libm/libmvec's erff: glibc 2.36's AVX-512 variant
 # (_ZGVeN16v_erff, picked when GCC vectorises 512 bits wide) returns exactly +-1.0 for
 # |x| in [3.74, 3.92], 4 ulp off, while the SSE/AVX2 ones are within 2 - so the bits and
-# the bound depended on the CPU. This is Eigen's/XLA's rational approximation evaluated in
-# double, the same formula as the NumPy kernel (ember/ops/_special.py): clamped at +-4
-# (erf rounds to +-1 in float32 from 3.92 on), NaN stays NaN, -0.0 stays -0.0. Checked on
-# every float32 against glibc's double erf: <= 1.59 ulp (at x = 2.7e-5), with or without
-# FMA contraction, SSE2 to AVX-512; tests/test_issue14_ops.py sweeps it densely. Cost: ~1.5-2x
-# libmvec's AVX2 erff on one thread (double lanes, one division), still ~5x NumPy's path.
-# CUDA keeps its own erff (<= 2 ulp, one implementation on every GPU; FP64 is slow there).
+# the bound depended on the CPU. It is evaluated in float32 (issue 19: the float64 form,
+# Eigen's rational one that eager NumPy keeps in ember/ops/_special.py, cost ~0.5 ms of a
+# (16, 64, 512) GELU): for |x| < 1, x + x * P(x^2) (P of degree 6); beyond,
+# 1 - 2^Q(|x|) with Q of degree 7 (a fit of log2(erfc)) and 2^Q Ember's own (exact
+# reduction to |f| <= 0.5, a degree-6 polynomial, the exponent added to the bits), |x|
+# clamped at 3.92 where erf rounds to +-1. Coefficients: Ember's weighted minimax fits
+# (Lawson), rounded to float. Every multiply-add is an explicit fmaf and no product feeds a
+# plain add, so FP contraction cannot change a bit: the same bits with or without FMA
+# hardware (without it fmaf is glibc's correctly rounded one, slower), SSE2 to AVX-512, any
+# vector width; NaN stays NaN, -0.0 stays -0.0, +-inf gives +-1. Checked on every float32
+# in [1e-30, 4.25) against SciPy's float64 erf: <= 1.30 ulp (at x = 1.01013), monotone
+# but for 4 one-ulp steps back (x near 0.96-0.99 and 1.97); subnormals,
+# the rest and the signs on a strided sweep: tests/codegen/test_erf_f32.py.
+# CUDA keeps its own erff (<= 2 ulp, one implementation on every GPU).
 _ERF32_CUDA = "EMBER_FN float ember_erf_f32(float x) { return erff(x); }\n"
 _ERF32 = r"""
-EMBER_FN float ember_erf_f32(float xf) {
-    double x = (double)xf;
-    x = x > 4.0 ? 4.0 : (x < -4.0 ? -4.0 : x);
-    const double z = x * x;
-    double p = -2.72614225801306e-10 * z + 2.77068142495902e-08;
-    p = p * z - 2.10102402082508e-06;
-    p = p * z - 5.69250639462346e-05;
-    p = p * z - 7.34990630326855e-04;
-    p = p * z - 2.95459980854025e-03;
-    p = p * z - 1.60960333262415e-02;
-    double q = -1.45660718464996e-05 * z - 2.13374055278905e-04;
-    q = q * z - 1.68282697438203e-03;
-    q = q * z - 7.37332916720468e-03;
-    q = q * z - 1.42647390514189e-02;
-    return (float)(x * p / q);
+EMBER_FN float ember_erf_f32(float x) {
+    const float a = fabsf(x), s = x * x;
+    /* |x| < 1.0: x + x * P(x^2) */
+    float p = 0x1.4ae4acp-14f;
+    p = fmaf(p, s, -0x1.a485dep-11f);
+    p = fmaf(p, s, 0x1.5419f4p-8f);
+    p = fmaf(p, s, -0x1.b7fbb4p-6f);
+    p = fmaf(p, s, 0x1.ce2d20p-4f);
+    p = fmaf(p, s, -0x1.81273ep-2f);
+    p = fmaf(p, s, 0x1.06eba8p-3f);
+    const float small = fmaf(p, x, x);
+    /* else 1 - 2^Q(|x|), |x| clamped at 3.92 (erf rounds to 1 beyond) */
+    const float t = a > 3.92f ? 3.92f : a;
+    float q = -0x1.06756cp-15f;
+    q = fmaf(q, t, 0x1.4dd248p-11f);
+    q = fmaf(q, t, -0x1.8d88eep-8f);
+    q = fmaf(q, t, 0x1.29ecdcp-5f);
+    q = fmaf(q, t, -0x1.40567ap-3f);
+    q = fmaf(q, t, -0x1.d3bbf0p-1f);
+    q = fmaf(q, t, -0x1.a12fe8p+0f);
+    q = fmaf(q, t, 0x1.1c767cp-12f);
+    const float n = (q + 0x1.8p23f) - 0x1.8p23f, f = q - n;    /* exact: |f| <= 0.5 */
+    float e = 0x1.41d32ep-13f;
+    e = fmaf(e, f, 0x1.5f456cp-10f);
+    e = fmaf(e, f, 0x1.3b2dbcp-7f);
+    e = fmaf(e, f, 0x1.c6aed4p-5f);
+    e = fmaf(e, f, 0x1.ebfbdap-3f);
+    e = fmaf(e, f, 0x1.62e430p-1f);
+    e = fmaf(e, f, 0x1.000000p+0f);
+    union { float f; int32_t i; } u; u.f = e; u.i += (int32_t)n * (1 << 23);
+    const float big = copysignf(1.0f - u.f, x);
+    return a < 1.0f ? small : (a == a ? big : x);
 }
 """
 
