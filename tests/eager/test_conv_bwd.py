@@ -21,19 +21,10 @@ from ember.codegen import eager_composite as ec
 from ember.codegen.toolchain import find_compiler
 from ember.ops.conv import _fold_kernel
 
-pytestmark = pytest.mark.skipif(find_compiler() is None, reason="needs a C compiler")
+pytestmark = [pytest.mark.skipif(find_compiler() is None, reason="needs a C compiler"),
+              pytest.mark.usefixtures("every_conv_call_compiled")]
 
 TOL = {"float32": dict(rtol=2e-5, atol=2e-5), "float64": dict(rtol=1e-11, atol=1e-11)}
-
-
-@pytest.fixture(autouse=True)
-def _every_call_compiled(monkeypatch):
-    monkeypatch.setattr(ec, "MIN_ELEMENTS", 0)
-    monkeypatch.setattr(ec, "WARMUP", 0)
-    F.conv2d._eager_cache.clear()       # the graphs looked at are this test's
-    prev = ec.set_enabled(True)
-    yield
-    ec.set_enabled(prev)
 
 
 def _grads(xs, ws, kw, dtype, fast, seed=0, bias=True, x_grad=True):

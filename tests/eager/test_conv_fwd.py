@@ -17,17 +17,8 @@ from ember.codegen import eager_composite as ec
 from ember.codegen.toolchain import find_compiler
 from ember.ops.conv import _unfold_kernel
 
-pytestmark = pytest.mark.skipif(find_compiler() is None, reason="needs a C compiler")
-
-
-@pytest.fixture(autouse=True)
-def _every_call_compiled(monkeypatch):
-    monkeypatch.setattr(ec, "MIN_ELEMENTS", 0)
-    monkeypatch.setattr(ec, "WARMUP", 0)
-    F.conv2d._eager_cache.clear()       # the graphs looked at are this test's
-    prev = ec.set_enabled(True)
-    yield
-    ec.set_enabled(prev)
+pytestmark = [pytest.mark.skipif(find_compiler() is None, reason="needs a C compiler"),
+              pytest.mark.usefixtures("every_conv_call_compiled")]
 
 
 def _forward(xs, ws, kw, dtype, fast, bias, seed=0, transposed=False):
