@@ -42,7 +42,7 @@ T, D)`` views (the outputs': O, or dq, dk, dv); ``plus_zero`` makes the backward
 float32 and float64 only; :func:`kernels` returns None without a C compiler, and the
 primitives' ``"cpu"`` kernels then run their NumPy kernels. Calls go through a cached
 per-layout plan and :mod:`.launch`'s one-call launcher (see :func:`_plan`). The C text
-is :mod:`.attention_kernels_c`.
+is :mod:`.attention_kernels_c` (and :mod:`.attention_grad_c`).
 """
 from __future__ import annotations
 
@@ -55,7 +55,8 @@ import numpy as np
 from . import cache as _cache
 from . import launch as _launch
 from . import pool as _pool
-from .attention_kernels_c import BODY, HEAD
+from .attention_grad_c import BWD
+from .attention_kernels_c import BODY, FWD, HEAD, TAIL
 from .prelude import mvec_decls
 from .runtime import num_threads
 from .toolchain import find_compiler
@@ -73,13 +74,12 @@ def source(mvec=(), suffixes=None, part=None) -> str:
     chosen = [d for d in DTYPES.values() if suffixes is None or d[2] in suffixes]
     want = {name: arity for name, arity in mvec
             if name in {e for _, e, _ in chosen}}
+    kernels = {None: BODY + FWD + BWD, "fwd": BODY + FWD, "bwd": BODY + BWD}[part] + TAIL
     body = "".join(
         f"#define T {t}\n#define EXP {e}\n"
-        + BODY.replace("{S}", s)
+        + kernels.replace("{S}", s)
         + "#undef T\n#undef EXP\n" for t, e, s in chosen)
-    only = {None: "", "fwd": "#define EMBER_SDPA_NO_BWD\n",
-            "bwd": "#define EMBER_SDPA_NO_FWD\n"}[part]
-    return only + HEAD + mvec_decls(want) + body
+    return HEAD + mvec_decls(want) + body
 
 
 class _PerDtype(dict):
