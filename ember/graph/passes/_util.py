@@ -17,6 +17,26 @@ from ..meta import infer
 _NO_CT = ("same", "bool", "int64")
 
 
+def swap_nodes(graph: Graph, name: str, fits, op, params=None, available=None):
+    """Replace each node ``fits(node)`` accepts by one node of graph op ``op`` on the same
+    inputs and with the same output (``params``: its parameters, default none); returns
+    ``(graph, {name: replaced})``. ``available()``, asked only when some node fits, says
+    whether ``op``'s kernel can run here (e.g. a C compiler exists)."""
+    if not any(fits(n) for n in graph.nodes) or (available is not None and not available()):
+        return graph, {name: 0}
+    count = 0
+
+    def rule(rw, n, ins):
+        nonlocal count
+        if not fits(n):
+            return None
+        count += 1
+        o = n.outs[0]
+        return rw.b.add(op, ins, dict(params or {}), [(o.shape, o.dtype, o.device)], None)
+
+    return Rewrite(graph).run(rule), {name: count}
+
+
 class Rewrite:
     """Walk ``graph`` into a new builder; ``rule(rw, node, ins)`` returns outs or None."""
 

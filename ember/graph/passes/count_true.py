@@ -12,7 +12,7 @@ import numpy as np
 
 from ... import dtypes as _dt
 from ..ir import BufferOp, Graph, Var
-from ._util import Rewrite
+from ._util import swap_nodes
 
 __all__ = ["count_true", "COUNT_TRUE"]
 
@@ -39,16 +39,4 @@ def _fits(n) -> bool:
 def count_true(graph: Graph):
     """Rewrite whole-value sums of booleans as ``count_true``; returns ``(graph,
     {"count_true": n})``."""
-    if not any(_fits(n) for n in graph.nodes):
-        return graph, {"count_true": 0}
-    count = 0
-
-    def rule(rw, n, ins):
-        nonlocal count
-        if not _fits(n):
-            return None
-        count += 1
-        o = n.outs[0]
-        return rw.b.add(COUNT_TRUE, ins, {}, [(o.shape, o.dtype, o.device)], None)
-
-    return Rewrite(graph).run(rule), {"count_true": count}
+    return swap_nodes(graph, "count_true", _fits, COUNT_TRUE)

@@ -40,7 +40,7 @@ import numpy as np
 from ...codegen import bmm_kernels, reduce_kernels
 from ...ops._util import f32_to_lowp, is_lowp, lowp_to_f32
 from ..ir import BufferOp, Graph, Var
-from ._util import Rewrite
+from ._util import Rewrite, swap_nodes
 from .dce import dce
 
 
@@ -65,22 +65,8 @@ def _fits(n) -> bool:
 
 def small_bmm(graph: Graph):
     """Rewrite fitting batched matmuls; returns ``(graph, {"small_bmm": nodes})``."""
-    if not any(_fits(n) for n in graph.nodes):
-        return graph, {"small_bmm": 0}
-    if not bmm_kernels.available():
-        return graph, {"small_bmm": 0}
-    count = 0
-
-    def rule(rw, n, ins):
-        nonlocal count
-        if not _fits(n):
-            return None
-        count += 1
-        o = n.out
-        return rw.b.add(SMALL_BMM, ins, {}, [(o.shape, o.dtype, o.device)], None)
-
-    new = Rewrite(graph).run(rule)
-    return new, {"small_bmm": count}
+    return swap_nodes(graph, "small_bmm", _fits, SMALL_BMM,
+                      available=bmm_kernels.available)
 
 
 _ONES: dict = {}

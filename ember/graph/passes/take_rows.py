@@ -24,7 +24,7 @@ from ...codegen import cache, launch
 from ...codegen.toolchain import find_compiler
 from ...ops.registry import REGISTRY
 from ..ir import BufferOp, Graph, Var
-from ._util import Rewrite
+from ._util import swap_nodes
 
 _SOURCE = r"""
 #include <stdint.h>
@@ -111,17 +111,5 @@ def _fits(n) -> bool:
 
 def take_rows(graph: Graph):
     """Rewrite one-per-row gathers; returns ``(graph, {"take_rows": nodes})``."""
-    if not any(_fits(n) for n in graph.nodes) or _kernels() is None:
-        return graph, {"take_rows": 0}
-    count = 0
-
-    def rule(rw, n, ins):
-        nonlocal count
-        if not _fits(n):
-            return None
-        count += 1
-        o = n.outs[0]
-        return rw.b.add(TAKE_ROWS, ins, {"dim": 1},
-                        [(o.shape, o.dtype, o.device)], None)
-
-    return Rewrite(graph).run(rule), {"take_rows": count}
+    return swap_nodes(graph, "take_rows", _fits, TAKE_ROWS, {"dim": 1},
+                      available=lambda: _kernels() is not None)
