@@ -31,20 +31,12 @@ class _NoSgemm:
 
 def _build(ember, wl, passes):
     import numpy as np
-    F = ember.nn.functional
+    from compile import train_step
     ember.manual_seed(0)
     model, opt = wl.build(ember, **wl.size)
     xa, ya = wl.data(np.random.default_rng(0), **wl.size)
     x, y = ember.tensor(xa), ember.tensor(ya)
-
-    def step(x, y):
-        opt.zero_grad()
-        out = model(x)
-        loss = F.cross_entropy(out.reshape(-1, out.shape[-1]), y.reshape(-1))
-        loss.backward()
-        opt.step()
-        return loss.detach()
-    return ember.compile(step, fullgraph=True, passes=passes), x, y
+    return ember.compile(train_step(ember, model, opt), fullgraph=True, passes=passes), x, y
 
 
 def main(argv=None) -> int:
