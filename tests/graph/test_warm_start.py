@@ -4,7 +4,6 @@ would record (a hyper-parameter, a closure value, the model, the code) misses; a
 or dangling record is never trusted."""
 import json
 import os
-import subprocess
 import sys
 import textwrap
 
@@ -16,6 +15,8 @@ import ember.nn as nn
 import ember.nn.functional as F
 from ember.codegen import find_compiler
 from ember.graph import disk_cache, warm_start
+
+from ._processes import run_twice
 
 ROOT = os.path.dirname(os.path.dirname(os.path.dirname(os.path.abspath(__file__))))
 
@@ -209,17 +210,7 @@ CHILD = textwrap.dedent("""
 def test_new_process_starts_warm(wcache):
     env = dict(os.environ, EMBER_GRAPH_CACHE="1", EMBER_GRAPH_CACHE_DIR=str(wcache))
     code = CHILD.format(tests=os.path.join(ROOT, "tests"))
-    for _ in range(3):        # NOTE: again if Ember's files changed in between (a live tree)
-        disk_cache.clear()
-        runs = []
-        for _ in range(2):
-            r = subprocess.run([sys.executable, "-c", code], capture_output=True, text=True,
-                               env=env, cwd=ROOT, timeout=300)
-            assert r.returncode == 0, r.stderr[-2000:]
-            runs.append(json.loads(r.stdout.strip().splitlines()[-1]))
-        if runs[0]["env"] == runs[1]["env"]:
-            break
-    assert runs[0]["env"] == runs[1]["env"], "Ember's source kept changing during the test"
+    runs = run_twice(code, env)
     assert runs[0]["warm"]["stored"] == 1 and runs[0]["warm"]["hits"] == 0
     assert runs[1]["warm"]["hits"] == 1 and runs[1]["warm"]["stored"] == 0
     assert runs[1]["losses"][0] == runs[0]["losses"][0]
