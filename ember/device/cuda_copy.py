@@ -119,7 +119,11 @@ def to_host(be, arr):
     else:
         import cupyx
         out = cupyx.empty_pinned(arr.shape, arr.dtype)
-        arr.get(stream=be.runtime.use_stream(s), out=out)
+        raw = be.runtime.use_stream(s)
+        try:      # NOTE: CuPy >= 13 blocks in get() unless told not to
+            arr.get(stream=raw, out=out, blocking=False)
+        except TypeError:
+            arr.get(stream=raw, out=out)
     _hold_after(be, s, arr)
     return out
 

@@ -122,6 +122,21 @@ class _Done(Request):
         return True
 
 
+def _uid_array(uid) -> np.ndarray:
+    """NCCL's unique id as 129 int8s to broadcast: CuPy < 14 gives a tuple of 128 ints
+    (signed chars), CuPy >= 14 the 128 bytes; the last int8 says which."""
+    if isinstance(uid, (bytes, bytearray)):
+        return np.concatenate([np.frombuffer(bytes(uid), np.uint8).view(np.int8),
+                               np.ones(1, np.int8)])
+    return np.concatenate([np.asarray(uid, np.int64).astype(np.int8), np.zeros(1, np.int8)])
+
+
+def _uid_object(arr: np.ndarray):
+    """The unique id in the form this CuPy's ``NcclCommunicator`` takes (see _uid_array)."""
+    body = np.asarray(arr[:-1], np.int8)
+    return body.view(np.uint8).tobytes() if arr[-1] else tuple(int(v) for v in body)
+
+
 class NCCLCommunicator(Communicator):
     """A :class:`Communicator` whose device buffers move through one NCCL communicator.
 
@@ -150,9 +165,9 @@ class NCCLCommunicator(Communicator):
         self.nc = self._init_comm()
 
     def _init_comm(self):
-        uid = np.zeros(128, np.int8)
+        uid = np.zeros(129, np.int8)      # 128 id bytes + whether CuPy gave them as bytes
         if self.rank == 0:
-            uid[:] = np.asarray(self.nccl.get_unique_id(), np.int64).astype(np.int8)
+            uid[:] = _uid_array(self.nccl.get_unique_id())
 
         def late(elapsed):
             return DistributedError(f"[rank {self.rank}] init_process_group(backend='nccl'): "
@@ -167,8 +182,7 @@ class NCCLCommunicator(Communicator):
         guard.daemon = True
         guard.start()
         try:
-            return self.nccl.NcclCommunicator(self.size, tuple(int(v) for v in uid),
-                                              self.rank)
+            return self.nccl.NcclCommunicator(self.size, _uid_object(uid), self.rank)
         except Exception as e:    # noqa: BLE001 - NcclError or a CUDA error: say where
             raise DistributedError(f"[rank {self.rank}] init_process_group(backend='nccl'): "
                                    f"ncclCommInitRank failed on cuda:{self.device_index} "

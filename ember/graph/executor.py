@@ -94,7 +94,8 @@ class Program:
                 if x.__class__ is Var:
                     args.append(preset.get(x.id, x.id))
                 else:
-                    consts.append(x)
+                    consts.append(x if xp is np or not isinstance(x, np.ndarray)
+                                  else xp.asarray(x))
                     args.append(slots)
                     slots += 1
             s.args = tuple(args)
@@ -152,6 +153,17 @@ class Program:
         self._consts = consts
         self._const_base = nvars
         self.input_ids = tuple(v.id for v in graph.inputs)
+        # NOTE: a device graph's CPU inputs (0-d tensors: a lifted learning rate) become
+        # device arrays when bound, as eager's dispatch moves a CPU scalar; CuPy's kernels
+        # refuse NumPy arrays
+        self._host_inputs = () if xp is np else tuple(
+            k for k, v in enumerate(graph.inputs) if v.device is not None and
+            v.device.type == "cpu")
+        # ... and its CPU outputs (that scalar's update: Adam's step count) go back to host
+        self._host_outputs = () if xp is np else tuple(
+            k for k, v in enumerate(graph.outputs) if v.device is not None and
+            v.device.type == "cpu")
+        self._to_host = _backends[btype].to_host
         self.output_ids = tuple(v.id for v in graph.outputs)
         self.reused = sum(1 for st in steps if st.buf >= 0)
         self.last_held = 0
@@ -170,6 +182,8 @@ class Program:
         for vid, a in zip(self.input_ids, arrays):
             vals[vid] = a
         xp = self.xp
+        for k in self._host_inputs:
+            vals[self.input_ids[k]] = xp.asarray(arrays[k])
         own = [0] * self.nvars
         alloc = self.alloc
         try:
@@ -198,7 +212,11 @@ class Program:
                 own[vid] = 0
         self.last_held = held
         alloc.current -= sum(own)          # outputs: the tensors wrapping them count them
-        return [vals[i] for i in self.output_ids]
+        outs = [vals[i] for i in self.output_ids]
+        for k in self._host_outputs:
+            if not isinstance(outs[k], np.ndarray):
+                outs[k] = self._to_host(outs[k])
+        return outs
 
     def _run_levels(self, vals, own, alloc, xp):
         steps = self.steps

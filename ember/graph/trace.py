@@ -287,7 +287,7 @@ class Tracer(_Mode):
 
     def constant(self, t: Tensor) -> Var:
         """``t`` was created inside the traced function from Python data (a factory)."""
-        arr = np.array(t._data, copy=True)
+        arr = t._data.copy()      # NOTE: a device array stays one (CuPy refuses np.array)
         v = self.b.add1(CONSTANT, (), {"value": arr}, arr.shape, t._dtype, t._device)
         self.bind(t, v)
         self.internal.add(id(t._data))
@@ -369,7 +369,7 @@ class GraphCapture(_Mode):
         return self.tensor_for(v)
 
     def constant(self, t: Tensor) -> Var:
-        arr = np.array(t._data, copy=True)
+        arr = t._data.copy()      # NOTE: a device array stays one (CuPy refuses np.array)
         v = self.b.add1(CONSTANT, (), {"value": arr}, arr.shape, t._dtype, t._device)
         self.bind(t, v)
         return v

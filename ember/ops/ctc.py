@@ -170,7 +170,7 @@ def _shape(lp, targets, in_len, tgt_len, blank=0):
 
 
 ctc_loss_grad_p = defop(
-    "ctc_loss_grad", nin=4, kernel=_ctc_grad_kernel, params={"blank": 0}, dtype="same",
+    "ctc_loss_grad", nin=4, kernels={"cpu": _ctc_grad_kernel}, params={"blank": 0}, dtype="same",
     batch="loop",
     shape=lambda lp, *rest, blank=0: tuple(lp), save=None, differentiable=False,
     nondiff_argnums=(1, 2, 3))
@@ -182,7 +182,7 @@ def _grad(lp, targets, in_len, tgt_len, blank):
 
 
 ctc_loss_p = defop(
-    "ctc_loss", nin=4, kernel=_ctc_kernel, params={"blank": 0}, dtype="same", shape=_shape,
+    "ctc_loss", nin=4, kernels={"cpu": _ctc_kernel}, params={"blank": 0}, dtype="same", shape=_shape,
     batch="loop",
     save="inputs", nondiff_argnums=(1, 2, 3),
     vjp=(lambda g, out, lp, tg, il, tl, blank: g[None, :, None] * _grad(lp, tg, il, tl, blank),

@@ -156,10 +156,26 @@ def _index_put_jvp(t, out, x, values, *idx, dims, accumulate):
     return _apply(index_put_p, (t[0], tv) + idx, {"dims": dims, "accumulate": accumulate})
 
 
+def _index_put_cuda(xp, x, values, *idx, dims, accumulate):
+    """The GPU kernel: whole rows accumulated at a 1-D index (an embedding's gradient) as
+    one scatter-add with atomics (``cupyx.scatter_add``; the order of the additions to a
+    repeated row is not fixed, as in PyTorch's ``index_put_`` on CUDA) instead of the
+    sort + ``reduceat`` of :func:`_add_rows`."""
+    if accumulate and _rows_of(x, values, idx, dims):
+        rows, n = idx[0], x.shape[0]
+        if rows.size and bool(((rows < -n) | (rows >= n)).any()):
+            raise EmberIndexError(f"index_put: an index is out of bounds for dimension 0 "
+                                  f"with size {n}")
+        out = x.copy()
+        xp.add.at(out, xp.where(rows < 0, rows + n, rows), values)
+        return out
+    return _index_put_kernel(xp, x, values, *idx, dims=dims, accumulate=accumulate)
+
+
 index_put_p = defop(
     "index_put", nin=-1, params={"dims": (), "accumulate": False}, dtype="same",
-    batch=_vb.index_put,
-    save="inputs", kernels={"xp": _index_put_kernel, "cpu": _index_put_cpu},
+    batch=_vb.index_put, save="inputs",
+    kernels={"xp": _index_put_kernel, "cpu": _index_put_cpu, "cuda": _index_put_cuda},
     check=lambda x, v, *idx, dims, accumulate: _check_indices("index_put", x, idx, dims),
     vjp=_index_put_vjp, jvp=_index_put_jvp)
 

@@ -129,7 +129,7 @@ def _true(x):
 
 
 def _check_overlap(x: Tensor, op: str) -> None:
-    if x._data.size > 1 and (not x._data.flags.writeable or any(
+    if x._data.size > 1 and (not getattr(x._data.flags, "writeable", True) or any(
             s == 0 and n > 1 for s, n in zip(x._data.strides, x._data.shape))):
         raise ShapeError(f"{op}: unsupported operation: more than one element of the "
                          f"written-to tensor refers to a single memory location. Please "

@@ -82,7 +82,7 @@ def _mat_shape(a, b, **_):
 
 
 solve_triangular_p = defop(
-    "linalg_solve_triangular", nin=2, kernel=_lapack.solve_triangular, shape=_mat_shape,
+    "linalg_solve_triangular", nin=2, kernels={"cpu": _lapack.solve_triangular}, shape=_mat_shape,
     batch="elementwise",
     params={"upper": False, "unitriangular": False}, save="both",
     vjp=_stri_vjp, jvp=_stri_jvp,
@@ -125,7 +125,7 @@ def _chol_bwd_jvp(t, f, g, L):
 
 
 cholesky_backward_p = defop(
-    "linalg_cholesky_backward", nin=2, kernel=_lapack.cholesky_backward, shape=_mat_shape,
+    "linalg_cholesky_backward", nin=2, kernels={"cpu": _lapack.cholesky_backward}, shape=_mat_shape,
     batch="elementwise", save="both", vjp=_chol_bwd_vjp, jvp=_chol_bwd_jvp,
     doc="Cholesky's VJP L^{-H} Φ(L^H g) L^{-1} (g, L; L's lower triangle): BLAS trmm and "
         "LAPACK sygst in place of a GEMM and two triangular solves (issue 18: ≤ 3× forward)")
@@ -144,7 +144,7 @@ def _cholesky_jvp(t, L, A, check_errors=True):
 
 
 cholesky_p = defop(
-    "linalg_cholesky", nin=1, kernel=_lapack.cholesky, shape=lambda a, **_: tuple(a),
+    "linalg_cholesky", nin=1, kernels={"cpu": _lapack.cholesky}, shape=lambda a, **_: tuple(a),
     batch="front",
     params={"check_errors": True}, dtype="same", save="output",
     vjp=_cholesky_vjp, jvp=_cholesky_jvp, doc="lower Cholesky factor")
@@ -173,7 +173,7 @@ def _solve_jvp(t, X, A, B, check_errors=True):
 
 
 solve_p = defop(
-    "linalg_solve", nin=2, kernel=_lapack.solve, shape=_mat_shape,
+    "linalg_solve", nin=2, kernels={"cpu": _lapack.solve}, shape=_mat_shape,
     batch="elementwise",
     params={"check_errors": True}, save="both", vjp=_solve_vjp, jvp=_solve_jvp,
     doc="A X = B for square A (matrix B; vectors and left=False in ember.linalg)")

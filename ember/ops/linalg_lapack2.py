@@ -179,13 +179,13 @@ def _svd_shape(a, full_matrices=True):
 
 
 svd_p = defop(
-    "linalg_svd", nin=1, kernel=_lapack.svd, params={"full_matrices": True}, dtype="same",
+    "linalg_svd", nin=1, kernels={"cpu": _lapack.svd}, params={"full_matrices": True}, dtype="same",
     batch="front",
     shape=_svd_shape, save="both", vjp=_svd_vjp, jvp=_svd_jvp,
     doc="packed (..., |U| + |S| + |Vh|)")
 
 svdvals_p = defop(
-    "linalg_svdvals", nin=1, kernel=_lapack.svdvals, dtype=_real_out, save=None,
+    "linalg_svdvals", nin=1, kernels={"cpu": _lapack.svdvals}, dtype=_real_out, save=None,
     batch="front",
     shape=lambda a: tuple(a[:-2]) + (min(a[-2], a[-1]),), differentiable=False,
     doc="singular values only (no gradient: ember.linalg.svdvals goes through svd then)")
@@ -252,7 +252,7 @@ def _qr_jvp(t, P, A, mode="reduced"):
 
 
 qr_p = defop(
-    "linalg_qr", nin=1, kernel=_lapack.qr, params={"mode": "reduced"}, dtype="same",
+    "linalg_qr", nin=1, kernels={"cpu": _lapack.qr}, params={"mode": "reduced"}, dtype="same",
     batch="front",
     shape=lambda a, mode="reduced": tuple(a[:-2]) + (
         _lapack.packed_size(_lapack.qr_shapes(a[-2], a[-1], mode)),),
@@ -307,7 +307,7 @@ def _lu_jvp(t, packed, A, check_errors=True):
 
 
 lu_factor_p = defop(
-    "linalg_lu_factor", nin=1, kernel=_lapack.lu_factor, params={"check_errors": True},
+    "linalg_lu_factor", nin=1, kernels={"cpu": _lapack.lu_factor}, params={"check_errors": True},
     batch="front",
     dtype="same", shape=lambda a, **_: tuple(a[:-2]) + (a[-2] + 1, a[-1]), save="both",
     vjp=_lu_vjp, jvp=_lu_jvp, doc="packed (..., m+1, n): LU, then the pivots row")
@@ -368,7 +368,7 @@ def _lstsq_shape(a, b, rcond=None, driver="gelsy"):
 
 
 lstsq_p = defop(
-    "linalg_lstsq", nin=2, kernel=_lapack.lstsq, params={"rcond": None, "driver": "gelsy"},
+    "linalg_lstsq", nin=2, kernels={"cpu": _lapack.lstsq}, params={"rcond": None, "driver": "gelsy"},
     batch="elementwise",
     shape=_lstsq_shape, save="both", vjp=_lstsq_vjp, jvp=_lstsq_jvp,
     doc="packed (..., n*k + 1 + q): solution, rank, singular values (gelsd/gelss)")
@@ -384,7 +384,7 @@ def _expm_block(A, D):
 
 
 matrix_exp_p = defop(
-    "linalg_matrix_exp", nin=1, kernel=_lapack.matrix_exp, dtype="same",
+    "linalg_matrix_exp", nin=1, kernels={"cpu": _lapack.matrix_exp}, dtype="same",
     batch="front",
     shape=lambda a: tuple(a), save="inputs",
     vjp=lambda g, out, A: (_expm_block(A.mH, g),),

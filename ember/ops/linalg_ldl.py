@@ -68,19 +68,19 @@ def _geqrf_kernel(xp, a):
 
 
 ldl_factor_p = defop(
-    "linalg_ldl_factor", nin=1, kernel=_ldl_factor_kernel, dtype="same", save=None,
+    "linalg_ldl_factor", nin=1, kernels={"cpu": _ldl_factor_kernel}, dtype="same", save=None,
     batch="front", params={"hermitian": False},
     shape=lambda a, **_: tuple(a[:-2]) + (a[-1] + 2, a[-1]), differentiable=False,
     doc="packed (..., n+2, n): LD, pivots row, info row")
 
 ldl_solve_p = defop(
-    "linalg_ldl_solve", nin=3, kernel=_ldl_solve_kernel, dtype="same", save=None,
+    "linalg_ldl_solve", nin=3, kernels={"cpu": _ldl_solve_kernel}, dtype="same", save=None,
     batch=_vb.leading("linalg_ldl_solve", 2, 1, 2), params={"hermitian": False},
     shape=lambda ld, piv, b, **_: tuple(np.broadcast_shapes(ld[:-2], piv[:-1], b[:-2])) +
     tuple(b[-2:]), differentiable=False, doc="A X = B from ldl_factor's LD and pivots")
 
 geqrf_p = defop(
-    "linalg_geqrf", nin=1, kernel=_geqrf_kernel, dtype="same", save=None,
+    "linalg_geqrf", nin=1, kernels={"cpu": _geqrf_kernel}, dtype="same", save=None,
     batch="front",
     shape=lambda a: tuple(a[:-2]) + (a[-2] + 1, a[-1]), differentiable=False,
     doc="packed (..., m+1, n): compact QR, then tau")

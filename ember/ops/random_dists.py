@@ -102,13 +102,13 @@ def _gamma_grad(alpha, x):
 
 
 standard_gamma_grad_p = defop(
-    "standard_gamma_grad", nin=2, kernel=_gamma_grad_kernel, dtype="float", save=None,
+    "standard_gamma_grad", nin=2, kernels={"cpu": _gamma_grad_kernel}, dtype="float", save=None,
     batch="elementwise",
     shape=lambda a, x: dispatch.broadcast_shapes(a, x, op="standard_gamma_grad"),
     doc="dx/dalpha of a Gamma(alpha, 1) sample x at fixed CDF value (no VJP, as PyTorch)")
 
 standard_gamma_p = defop(
-    "standard_gamma", nin=1, kernel=_gamma_kernel, dtype="float", random=True,
+    "standard_gamma", nin=1, kernels={"cpu": _gamma_kernel}, dtype="float", random=True,
     batch="elementwise",
     params={"generator": None}, shape=lambda s, **p: s, save="both",
     vjp=lambda g, out, a, **p: (g * _gamma_grad(a, out),),

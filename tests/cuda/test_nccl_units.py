@@ -325,3 +325,15 @@ def test_a_stuck_nccl_init_ends_the_rank_instead_of_hanging():
     assert res.returncode == 1 and "returned" not in res.stdout, res
     assert "[rank 0] init_process_group(backend='nccl'): ncclCommInitRank waited 1.0 s" \
         in res.stderr, res.stderr
+
+
+@pytest.mark.parametrize("form", ["tuple", "bytes"])
+def test_unique_id_round_trips_in_either_cupy_form(form):
+    # CuPy < 14 gives NCCL's unique id as 128 signed chars, CuPy >= 14 as 128 bytes; the
+    # broadcast array carries which, and every rank rebuilds the same object
+    from ember.distributed.nccl import _uid_array, _uid_object
+    raw = np.random.default_rng(0).integers(0, 256, 128, dtype=np.uint8)
+    uid = raw.tobytes() if form == "bytes" else tuple(int(v) for v in raw.view(np.int8))
+    arr = _uid_array(uid)
+    assert arr.dtype == np.int8 and arr.shape == (129,)
+    assert _uid_object(arr.copy()) == uid

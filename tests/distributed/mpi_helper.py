@@ -37,6 +37,8 @@ def _env(extra=None) -> dict:
                PYTHONPATH=str(ROOT) + os.pathsep + env.get("PYTHONPATH", ""))
     for k in ("RANK", "WORLD_SIZE", "LOCAL_RANK", "EMBER_RUN_DIR", "EMBER_DISTRIBUTED_DEBUG"):
         env.pop(k, None)
+    # NOTE: an Open MPI mpiexec (a GPU image's) refuses root without these; MPICH ignores them
+    env.update(OMPI_ALLOW_RUN_AS_ROOT="1", OMPI_ALLOW_RUN_AS_ROOT_CONFIRM="1")
     env.update(extra or {})
     return env
 

@@ -10,6 +10,7 @@ from __future__ import annotations
 import numpy as np
 
 from ...ops.batching import per_example
+from ...ops.composite_data import _host
 from ...errors import DTypeError, ShapeError
 from ...tensor import Tensor
 
@@ -40,7 +41,7 @@ def _bag_ids(input, offsets, include_last_offset):
     if not _is_index(offsets) or offsets.ndim != 1:
         raise ShapeError(f"embedding_bag: offsets has to be a 1-D integer tensor, got shape "
                          f"{tuple(offsets.shape)} and dtype {offsets.dtype}")
-    off = np.asarray(offsets._data).astype(np.int64)  # NOTE: integer metadata, no gradient
+    off = _host(offsets).astype(np.int64)  # NOTE: integer metadata, no gradient
     n = input.shape[0]
     if off.size and (off[0] != 0 or (np.diff(off) < 0).any() or off[-1] > n):
         raise ValueError(f"embedding_bag: offsets must start at 0, be non-decreasing and at "
@@ -103,7 +104,7 @@ def embedding_bag(input: Tensor, weight: Tensor, offsets: Tensor | None = None,
                                   "supported")
     num, dim = weight.shape
     flat, ids, bags = _bag_ids(input, offsets, include_last_offset)
-    idx_np = np.asarray(flat._data).reshape(-1)
+    idx_np = _host(flat).reshape(-1)
     if idx_np.size and (int(idx_np.min()) < 0 or int(idx_np.max()) >= num):
         from ...errors import EmberIndexError
         raise EmberIndexError(f"embedding_bag: index out of range: indices must be in "

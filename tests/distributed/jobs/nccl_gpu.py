@@ -49,6 +49,8 @@ def main():
         fails.append(f"the timeout took {time.monotonic() - start:.0f} s")
     print("FAILURES:\n" + "\n".join(fails) if fails else "ALL CHECKS PASSED")
     sys.stdout.flush()
+    from mpi4py import MPI
+    MPI.Finalize()        # NOTE: Open MPI's mpiexec fails a rank that exits without it
     os._exit(1 if fails else 0)   # NOTE: no teardown that could wait on the aborted send
 
 
