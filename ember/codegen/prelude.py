@@ -248,6 +248,16 @@ C_HEAD = r"""#include <math.h>
 #include <stdint.h>
 #include <float.h>
 #define EMBER_FN static inline
+/* 512-bit vectors for the loops render_c.py marks (Ember's own float32 polynomials, no libm
+   call): GCC's -march tuning prefers 256 bits on AVX-512 CPUs; same bits at either width. */
+#if defined(__AVX512F__) && defined(__GNUC__) && !defined(__clang__)
+#define EMBER_WIDE_BEGIN _Pragma("GCC push_options") \
+    _Pragma("GCC target(\"prefer-vector-width=512\")")
+#define EMBER_WIDE_END _Pragma("GCC pop_options")
+#else
+#define EMBER_WIDE_BEGIN
+#define EMBER_WIDE_END
+#endif
 /* Threads: the loader points this at Ember's pool (ember/codegen/pool.py); null = serial. */
 typedef void (*ember_run_fn)(char **, const int64_t *, const int64_t *, int64_t, int64_t);
 void (*ember_parallel_hook)(ember_run_fn, char **, const int64_t *, const int64_t *,

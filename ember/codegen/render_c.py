@@ -13,6 +13,8 @@ thread with no OpenMP region at all (the same vectorised loop: an ``if()`` claus
 """
 from __future__ import annotations
 
+import re
+
 from .. import dtypes as _dt
 from .cexpr import CTYPE, STORAGE, Emitter
 from .ir import Kernel, ReduceKernel, Row
@@ -44,6 +46,26 @@ def store_c(value: str, src, d) -> str:
     if d is _dt.bool_:
         return f"(uint8_t)({value} != 0)"
     return value
+
+
+#: Ember's own float32 polynomials (``prelude.py``): compute-bound, explicit ``fmaf``.
+_WIDE_HELPERS = ("ember_erf_f32(", "ember_tanh_f32(")
+#: libm calls (GCC may vectorise them through libmvec, whose variants differ by width).
+_LIBM_CALL = re.compile(r"\b(?:exp|exp2|expm1|log|log2|log10|log1p|sin|cos|tan|asin|acos|"
+                        r"atan|atan2|sinh|cosh|tanh|erf|erfc|pow|hypot|fmod)f?\(")
+
+
+def _wide(body: list) -> bool:
+    """Whether an elementwise loop runs 512-bit vectors where GCC targets AVX-512.
+
+    NOTE: only loops whose cost is Ember's own float32 erf/tanh (GELU: the erf form's
+    forward 0.44 -> 0.29 ms at 524K elements) and that call no libm function: their bits
+    are the same at any vector width (``tests/codegen/test_erf_f32.py``), and libmvec's
+    512-bit variants are not (they once returned erf = 1.0 early). No reduction either:
+    its ``omp simd`` lanes would sum in another order.
+    """
+    text = "\n".join(body)
+    return any(h in text for h in _WIDE_HELPERS) and not _LIBM_CALL.search(text)
 
 
 def _index(kind: str, k: int, var: str = "i") -> str:
@@ -139,7 +161,10 @@ def render_elementwise(k: Kernel, key: tuple) -> str:
         lines += _indent(_extra_pointers(len(ins), extra, [" + r * n"] * len(extra)), 2)
         lines += ["        #pragma omp simd", "        for (int64_t i = 0; i < n; i++) {"]
         lines += _indent(body, 3) + ["        }", "    }", "}"]
-    return "\n".join(lines + _driver(k.name, ndim, rows=ndim > 1)) + "\n"
+    lines += _driver(k.name, ndim, rows=ndim > 1)
+    if _wide(body):     # NOTE: the driver too: GCC vectorises an inlined loop as its caller
+        lines = ["EMBER_WIDE_BEGIN"] + lines + ["EMBER_WIDE_END"]
+    return "\n".join(lines) + "\n"
 
 
 _INIT = {("amax", True): "-INFINITY", ("amin", True): "INFINITY",
