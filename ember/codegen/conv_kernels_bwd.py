@@ -18,6 +18,11 @@ inputs in the composite's batch-first layout, (N, C*K, L) and (N, Co, L). There:
   comes back (conv2 of W2: 9.5 -> 6.7 ms with NumPy's GEMM, vs a transposing copy of
   ``dY``, one GEMM and a channel-first fold).
 
+Stride 1, float32, where Ember's GEMM would run: the input gradient is instead the
+flipped convolution of ``dY`` (:func:`.conv_igemm.input_grad`: no column gradient at all;
+conv2 of W2 ~8 -> ~6 ms), one FMA chain over ``(co, kh, kw)`` per element: float32
+rounding differs from GEMM + ``fold``.
+
 Values: the input gradient adds the same products in the same order as the composite's
 stacked ``matmul`` and ``fold`` (bitwise equal with NumPy's GEMM); the weight gradient's
 per-image products are summed into the result one image after another, in float32 by
@@ -27,6 +32,7 @@ from __future__ import annotations
 
 import numpy as np
 
+from . import conv_igemm as _ig
 from . import conv_kernels as ck
 from . import sgemm as _sgemm
 
@@ -72,9 +78,16 @@ def input_grad(a, dy, output_size, kernel_size, dilation, padding, stride, out=N
     res = np.empty(shape, dy.dtype) if out is None else out.reshape(shape)
     if res.size == 0:
         return res
+    fast = _sgemm_ok(a, dy) and _sgemm.worth(ckk, co, ll)
+    if fast and _ig.worth(stride, dy.dtype, c, n * ckk * co * ll):
+        # stride 1: the flipped convolution of dY, no column gradient at all
+        oh = output_size[0] + sum(padding[0]) - dilation[0] * (kernel_size[0] - 1)
+        d4 = dy.reshape(n, co, oh, ll // oh if oh else 0)
+        if _ig.input_grad(a.T, d4, output_size, kernel_size, dilation, padding,
+                          out=res) is not None:
+            return res
     b = max(1, min(n, CHUNK_BYTES // max(1, ckk * ll * dy.itemsize)))
     buf = np.empty((b, ckk, ll), dy.dtype)
-    fast = _sgemm_ok(a, dy) and _sgemm.worth(ckk, co, ll)
     for n0 in range(0, n, b):
         m = min(b, n - n0)
         part, d = buf[:m], dy[n0:n0 + m]

@@ -12,11 +12,20 @@ conv1 3.4 -> 2.3 ms, conv2 9.7 -> 9.0 ms, one thread).
 Values are the composite's bit for bit: the same ``unfold`` loop, the GEMM that the
 ``matmul`` primitive's kernel runs (Ember's float32 GEMM where its size rule picks it,
 else NumPy's; each image's product is the same whatever the chunking), then ``y + bias``.
+
+Exception, stride-1 float32 convolutions where :func:`.conv_igemm.worth` says so: the
+output is the implicit-GEMM kernel's (:mod:`.conv_igemm`, products read from the padded
+image; the columns are still written, for the backward), W2's conv2 9.0 -> ~5.5 ms. Its
+bits are ``unfold`` + Ember's GEMM + bias: the composite's where that GEMM ran (e.g.
+W2's conv2); where the composite's per-image product went to OpenBLAS (under
+:func:`.sgemm.worth`: W2's conv1, 32x27 @ 27x1024) the last bits change to Ember's GEMM's
+(those of a compiled whole-graph conv, whose one big product runs Ember's GEMM).
 """
 from __future__ import annotations
 
 import numpy as np
 
+from . import conv_igemm as _ig
 from . import conv_kernels as ck
 from . import sgemm as _sgemm
 
@@ -43,6 +52,12 @@ def forward(x, w2d, bias, kernel_size, dilation, padding, stride, pad_value=0.0)
     x = np.ascontiguousarray(x)
     n, c, h, w = x.shape
     co, ckk = w2d.shape
+    if w2d.dtype == x.dtype and _ig.worth(stride, x.dtype, co, n * co * ckk * h * w):
+        cols = ck.unfold(x, kernel_size, dilation, padding, stride, pad_value)
+        y = _ig.conv(x, w2d, None if bias is None else np.asarray(bias).reshape(co),
+                     kernel_size, dilation, padding, pad_value)
+        if y is not None:
+            return y, cols
     oh = ck.blocks(h, kernel_size[0], dilation[0], padding[0], stride[0])
     ow = ck.blocks(w, kernel_size[1], dilation[1], padding[1], stride[1])
     ll = max(oh, 0) * max(ow, 0)
