@@ -44,6 +44,7 @@ from ..tensor import Tensor
 from . import disk_cache, warm_start
 from .capture import Entry, finish_capture, lifted
 from .discover import discover
+from .first_call import predicts_unstable
 from .explain import Explanation
 from .guards import capture_guards, reach
 from .passes import run_pipeline, DEFAULT_PASSES
@@ -218,10 +219,15 @@ class CompiledFunction:
             self._cache[key] = e
             return self.fn(*args, **kwargs)
         warm = self.memory_budget is None and not self._planning and warm_start.enabled()
-        if warm and key not in self._hinted and warm_start.known_unstable(self, sig):
+        hint = warm and key not in self._hinted and (
+            warm_start.known_unstable(self, sig) and "an earlier process found that it "
+            "changes its signature" or predicts_unstable(self._roots) and "it may create "
+            "optimizer state (first_call.py)")
+        if hint:
             self._hinted.add(key)         # NOTE: once: a wrong hint costs one traced call
-            self.log.note("ran untraced: an earlier process found that this signature's "
-                          "call changes it (a first optimizer step), so its graph never runs")
+            self.log.note(f"ran untraced: {hint} (a first optimizer step), so its graph "
+                          f"would never run")
+            _prefetch_kernels(self.passes)
             with warm_start.Untraced(self.name):
                 return self.fn(*args, **kwargs)
         e = warm_start.start(self, sig, flat) if warm else None

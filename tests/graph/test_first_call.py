@@ -1,0 +1,93 @@
+"""A first call predicted to create optimizer state runs untraced on a cold cache
+(:mod:`ember.graph.first_call`): same numerics as the traced call, the steady signature is
+still captured at the second call, and a wrong guess only costs one traced call."""
+import os
+
+import numpy as np
+import pytest
+
+import ember
+import ember.nn as nn
+import ember.nn.functional as F
+from ember.graph import disk_cache, first_call, warm_start
+from ember.graph.discover import discover
+
+from .test_warm_start import _notes, wcache  # noqa: F401 - a fixture
+
+
+def _setup(opt_cls=ember.optim.AdamW, step_opt=True, **opt_kw):
+    ember.manual_seed(0)
+    model = nn.Sequential(nn.Linear(16, 32), nn.GELU(), nn.Linear(32, 5))
+    opt = opt_cls(model.parameters(), lr=1e-2, **opt_kw)
+    rng = np.random.default_rng(0)
+    x = ember.tensor(rng.standard_normal((64, 16)).astype(np.float32))
+    y = ember.tensor(rng.integers(0, 5, 64))
+
+    def step(x, y):
+        opt.zero_grad()
+        loss = F.cross_entropy(model(x), y)
+        loss.backward()
+        if step_opt:
+            opt.step()
+        return loss.detach()
+    return step, model, opt, x, y
+
+
+def _run(n, compiled=True, **kw):
+    step, model, opt, x, y = _setup(**kw)
+    f = ember.compile(step) if compiled else step
+    losses = [float(f(x, y)) for _ in range(n)]
+    return losses, [p.detach().numpy().copy() for p in model.parameters()], f
+
+
+@pytest.mark.parametrize("opt_cls,kw,want", [
+    (ember.optim.AdamW, {}, True), (ember.optim.Adam, {}, True),
+    (ember.optim.SGD, {"momentum": 0.9}, True), (ember.optim.SGD, {}, False),
+    (ember.optim.RMSprop, {}, True)])
+def test_prediction_by_optimizer(opt_cls, kw, want):
+    step, model, opt, x, y = _setup(opt_cls, **kw)
+    assert first_call.predicts_unstable(discover(step, (x, y), {})) is want
+    if want:     # once the state exists, nothing is predicted
+        step(x, y)
+        assert first_call.predicts_unstable(discover(step, (x, y), {})) is False
+
+
+def test_cold_first_call_runs_untraced_and_bitwise(wcache):
+    on, pon, f = _run(1)
+    assert "may create optimizer state" in _notes(f)
+    assert f.explain().captures == []                     # nothing recorded
+    os.environ["EMBER_GRAPH_CACHE"] = "0"                 # the traced first call
+    try:
+        off, poff, g = _run(1)
+    finally:
+        os.environ["EMBER_GRAPH_CACHE"] = "1"
+    assert len(g.explain().captures) == 1 and on == off
+    for a, b in zip(pon, poff):
+        np.testing.assert_array_equal(a, b)
+
+
+def test_steady_signature_still_compiled_at_second_call(wcache):
+    on, pon, f = _run(4)
+    assert len(f.explain().captures) == 1 and f.graph is not None
+    eager, peager, _ = _run(4, compiled=False)
+    assert on[:2] == eager[:2]          # both traced calls are eager ones
+    np.testing.assert_allclose(on, eager, rtol=1e-5)
+    for a, b in zip(pon, peager):
+        np.testing.assert_allclose(a, b, rtol=1e-5, atol=1e-6)
+    assert warm_start.stats["stored"] == 1 and disk_cache.stats["stored"] >= 1
+
+
+def test_sgd_without_momentum_is_traced_at_once(wcache):
+    _, _, f = _run(1, opt_cls=ember.optim.SGD)
+    assert "ran untraced" not in _notes(f)
+    assert len(f.explain().captures) == 1          # no state to create: traced as before
+
+
+def test_wrong_guess_costs_one_traced_call(wcache):
+    # reaches AdamW (no state) but never steps it: the guess is wrong, the signature stays
+    on, pon, f = _run(3, step_opt=False)
+    assert "may create optimizer state" in _notes(f)
+    assert len(f.explain().captures) == 1          # traced at the second call, then replayed
+    eager, peager, _ = _run(3, compiled=False, step_opt=False)
+    assert on[:2] == eager[:2]
+    np.testing.assert_allclose(on, eager, rtol=1e-6)
