@@ -60,7 +60,7 @@ COLS = 1
 PARALLEL_MIN = 1 << 21
 
 _state: dict = {}
-_GEOM, _PTRS = ctypes.c_int64 * 19, ctypes.c_void_p * 4
+_GEOM, _PTRS = ctypes.c_int64 * 20, ctypes.c_void_p * 5
 
 
 def _probe() -> int:
@@ -120,9 +120,11 @@ def _strides(a):
 
 
 def gemm(a, b, c=None, alpha: float = 1.0, beta: float = 0.0, variant=None,
-         nthreads: int | None = None):
+         nthreads: int | None = None, bias=None):
     """``c = alpha * a @ b + beta * c`` for float32 ``(M, K)``/``(K, N)`` matrices or
-    ``(B, M, K)``/``(B, K, N)`` stacks, any strides (transposed views are not copied).
+    ``(B, M, K)``/``(B, K, N)`` stacks, any strides (transposed views are not copied);
+    with ``bias``, ``c = (alpha * a @ b + beta * c) + bias`` (``torch.addmm``'s and
+    ``F.linear``'s bias, added in the last k block's tile stores: no pass of its own).
 
     Args:
         a, b: float32 operands; a 3-D operand's batch stride may be 0 (broadcast).
@@ -131,6 +133,8 @@ def gemm(a, b, c=None, alpha: float = 1.0, beta: float = 0.0, variant=None,
         alpha, beta: scalars; ``beta == 0`` never reads ``c`` (as BLAS).
         variant: ``None`` (:data:`mode`), ``"auto"`` or a name of :data:`ISAS`.
         nthreads: threads (default: Ember's count from :data:`PARALLEL_MIN` multiply-adds).
+        bias: None or a C-contiguous float32 ``(N,)`` array, added to every row of the
+            finished product and rounded (the bits of ``c + bias`` after the product).
 
     Returns:
         ``c``, or None where this GEMM does not run (another dtype, a variant this CPU
@@ -144,10 +148,12 @@ def gemm(a, b, c=None, alpha: float = 1.0, beta: float = 0.0, variant=None,
     if isa is None:
         return None
     key = (isa, a.shape, a.strides, b.shape, b.strides,
-           None if c is None else (c.shape, c.strides), KC, KC_T, KC_ONE, MC, NC, COLS)
+           None if c is None else (c.shape, c.strides), KC, KC_T, KC_ONE, MC, NC, COLS,
+           None if bias is None else bias.shape)
     e = _plans.get(key)
-    if e is None or a.dtype != F32 or b.dtype != F32 or (c is not None and c.dtype != F32):
-        return _gemm_new(isa, key, a, b, c, alpha, beta, variant, nthreads)
+    if e is None or a.dtype != F32 or b.dtype != F32 or (c is not None and c.dtype != F32) \
+            or (bias is not None and (bias.dtype != F32 or not bias.flags.c_contiguous)):
+        return _gemm_new(isa, key, a, b, c, alpha, beta, variant, nthreads, bias)
     g, addr, big, shape, run, fast = e            # a call seen before: no checks again
     if c is None:
         c, beta = np.empty(shape, F32), 0.0
@@ -156,15 +162,22 @@ def gemm(a, b, c=None, alpha: float = 1.0, beta: float = 0.0, variant=None,
         ab = np.array([alpha, beta], F32)
     if nthreads is None:
         nthreads = _threads() if big else 1
-    run(fast, (a, b, c, ab), addr, addr, nthreads, 4, _ITEMS_OFF, _DATA_OFF)
+    if bias is None:
+        run(fast, (a, b, c, ab), addr, addr, nthreads, 4, _ITEMS_OFF, _DATA_OFF)
+    else:
+        run(fast, (a, b, c, ab, bias), addr, addr, nthreads, 5, _ITEMS_OFF, _DATA_OFF)
     return c
 
 
-def _gemm_new(isa, key, a, b, c, alpha, beta, variant, nthreads):
+def _gemm_new(isa, key, a, b, c, alpha, beta, variant, nthreads, bias=None):
     """:func:`gemm` for operands whose shapes and strides have no plan yet (or another
     dtype): checks them, runs them, and keeps the plan (under ``key``) where it can."""
     if a.dtype != F32 or b.dtype != F32 or a.ndim != b.ndim or a.ndim not in (2, 3):
         return None
+    if bias is not None and (bias.dtype != F32 or bias.shape != (b.shape[-1],)):
+        return None
+    if bias is not None and not bias.flags.c_contiguous:
+        bias = np.ascontiguousarray(bias)
     M, K = a.shape[-2:]
     N = b.shape[-1]
     bt = a.shape[0] if a.ndim == 3 else 1
@@ -181,26 +194,28 @@ def _gemm_new(isa, key, a, b, c, alpha, beta, variant, nthreads):
         return c
     if K == 0:
         c[...] = 0 if beta == 0 else beta * c
+        if bias is not None:
+            c += bias
         return c
     if _strides(a) is None or _strides(b) is None:     # not whole elements: copy
         a, b = np.ascontiguousarray(a), np.ascontiguousarray(b)
-        return gemm(a, b, c, alpha, beta, variant, nthreads)
+        return gemm(a, b, c, alpha, beta, variant, nthreads, bias)
     big = bt * M * N * K >= PARALLEL_MIN
     if nthreads is None:
         nthreads = _threads() if big else 1
-    g = _plan(isa, a, b, c, M, N, K, bt)
+    g = _plan(isa, a, b, c, M, N, K, bt, bias=bias is not None)
     ab = _AB.get((alpha, beta))
     if ab is None:
         ab = np.array([alpha, beta], F32)
     fn, run, fast, _ = _kernels.get(isa) or _kernel(isa)
+    arrays = (a, b, c, ab) if bias is None else (a, b, c, ab, bias)
     if run is not None:
         if len(_plans) > 512:
             _plans.clear()
         _plans[key] = (g, ctypes.addressof(g), big, shape, run, fast)
-        run(fast, (a, b, c, ab), g, g, nthreads, 4, _ITEMS_OFF, _DATA_OFF)
+        run(fast, arrays, g, g, nthreads, len(arrays), _ITEMS_OFF, _DATA_OFF)
     else:
-        ptrs = _PTRS(a.ctypes.data, b.ctypes.data, c.ctypes.data, ab.ctypes.data)
-        fn(ptrs, g, nthreads)
+        fn(_PTRS(*(x.ctypes.data for x in arrays)), g, nthreads)
     return c
 
 
@@ -224,9 +239,9 @@ _plans: dict = {}
 _AB = {(1.0, 0.0): np.array([1, 0], F32), (1.0, 1.0): np.array([1, 1], F32)}
 
 
-def _plan(isa, a, b, c, M, N, K, bt, red=0):
+def _plan(isa, a, b, c, M, N, K, bt, red=0, bias=False):
     """The kernel's geometry for these operands' shapes and strides (``red``: C is the
-    sum of the batch's products, :func:`gemm_sum`)."""
+    sum of the batch's products, :func:`gemm_sum`; ``bias``: a bias row is added)."""
     sa, sb, sc = _strides(a), _strides(b), _strides(c)
     if a.ndim == 2:
         sa, sb = (0,) + sa, (0,) + sb
@@ -243,7 +258,7 @@ def _plan(isa, a, b, c, M, N, K, bt, red=0):
     kc = KC_T if cols and sa[2] != 1 and K != 1 else K if KC < K <= KC_ONE else KC
     return _GEOM(M, N, K, bt, isa, split_n, sa[0], sa[1], 1 if K == 1 else sa[2],
                  sb[0], sb[1], 1 if N == 1 else sb[2], sc[0], sc[1], kc, MC, NC, cols,
-                 red)
+                 red, int(bias))
 
 
 def gemm_sum(a, b, c=None, beta: float = 0.0, variant=None, nthreads: int | None = None):
@@ -378,6 +393,24 @@ def matmul(x, y, out=None):
         return None
     r = gemm(_stack(x, bshape, bt), _stack(y, bshape, bt), res.reshape(bt, M, N))
     return None if r is None else res
+
+
+def addmm(bias, x, y):
+    """``bias + x @ y`` for 2-D float32 ``x``/``y`` and a float32 ``(N,)`` ``bias``, the
+    bias added in the product's tile stores (:func:`gemm`'s ``bias``): the bits of
+    ``matmul(x, y) + bias``. None where :func:`matmul` would return None.
+
+    Example:
+        >>> r = addmm(b, x, w.T)              # F.linear(x, w, b)
+    """
+    if mode == "off" or x.ndim != 2 or y.ndim != 2 or bias.ndim != 1 \
+            or x.dtype != F32 or y.dtype != F32 or bias.dtype != F32:
+        return None
+    M, K = x.shape
+    N = y.shape[1]
+    if y.shape[0] != K or bias.shape[0] != N or not worth(M, K, N):
+        return None
+    return gemm(x, y, bias=bias)
 
 
 def _stack(a, bshape, bt):

@@ -33,11 +33,14 @@ variant      vector (VL floats)          MR    NR (NV vectors)       accumulator
 ===========  ==========================  ====  ====================  ======================
 
 Entry point ``ember_sgemm_f32(char **p, const int64_t *g, int64_t nthreads)``: ``p = [A,
-B, C, ab]`` (``ab``: ``float[2] = {alpha, beta}``), ``g`` as the ``G_*`` enum below
-(strides in elements; C's column stride is 1; ``split`` 1 = threads split N, 0 = M;
-``G_ISA`` only records the variant, each library holding one; ``G_RED`` 1: C is the
-sum of the batch's products, added in batch order, :func:`.sgemm.gemm_sum`).
-``beta == 0`` never reads C (NaN there does not propagate), as BLAS.
+B, C, ab, bias]`` (``ab``: ``float[2] = {alpha, beta}``; ``bias`` read only where
+``G_BIAS`` is 1), ``g`` as the ``G_*`` enum below (strides in elements; C's column
+stride is 1; ``split`` 1 = threads split N, 0 = M; ``G_ISA`` only records the variant,
+each library holding one; ``G_RED`` 1: C is the sum of the batch's products, added in
+batch order, :func:`.sgemm.gemm_sum`; ``G_BIAS`` 1: a contiguous ``bias[N]`` added to
+every row of the finished C, ``(alpha * A @ B + beta * C) + bias`` rounded as two
+operations: the addmm epilogue). ``beta == 0`` never reads C (NaN there does not
+propagate), as BLAS.
 """
 from __future__ import annotations
 
@@ -66,7 +69,7 @@ _HEAD = r"""
 #endif
 
 enum { G_M, G_N, G_K, G_BT, G_ISA, G_SPLIT, G_SAB, G_SAM, G_SAK, G_SBB, G_SBK, G_SBN,
-       G_SCB, G_SCM, G_KC, G_MC, G_NC, G_COLS, G_RED };
+       G_SCB, G_SCM, G_KC, G_MC, G_NC, G_COLS, G_RED, G_BIAS };
 #define MIN(a, b) ((a) < (b) ? (a) : (b))
 
 /* this thread's packing space (64-byte aligned, kept: the pool's threads live on) */
@@ -242,26 +245,38 @@ TGT static inline __attribute__((always_inline)) V upd_@S@(V acc, const float *c
     return mode == 0 ? t : mode == 1 ? ADD(LD(c), t) : ADD(MUL(be, LD(c)), t);
 }
 
-/* one MR x NR tile into C (rows < mr, columns < nr stored) */
+/* one MR x NR tile into C (rows < mr, columns < nr stored); bias (the last k block's
+   tiles, else NULL): the tile's bias[j] added to each row after the update, rounded once
+   more (the bits of a separate ``C + bias`` pass) */
 TGT static void tile_@S@(const float *const *ar, int64_t ska, const float *b, int64_t kc,
                          float *c, int64_t ldc, int64_t mr, int64_t nr, float alpha,
-                         float beta, int mode) {
+                         float beta, int mode, const float *bias) {
     V acc[MRV][NV];
     const int nv = nr == NRV ? NV : (int)((nr + VLV - 1) / VLV);
+    /* C's lines asked for (for writing) while the products run: the tile's rows are
+       ldc apart, a pattern the hardware prefetchers miss */
+    for (int64_t r = 0; r < mr; r++)
+        for (int64_t j = 0; j < nr; j += 16) __builtin_prefetch(c + r * ldc + j, 1, 3);
     mkd_@S@(ar, ska, b, kc, mr, nv, acc);
     const V al = SET1(alpha), be = SET1(beta);
     const int unit = alpha == 1.0f;
+    float bt[NRV] __attribute__((aligned(64))) = {0};
+    if (bias) memcpy(bt, bias, (size_t)nr * sizeof(float));
     for (int r = 0; r < mr; r++) {
         float *cr = c + r * ldc;
         if (nr == NRV) {
-            for (int v = 0; v < NV; v++)
-                ST(cr + v * VLV, upd_@S@(acc[r][v], cr + v * VLV, mode, unit, al, be));
+            for (int v = 0; v < NV; v++) {
+                V t = upd_@S@(acc[r][v], cr + v * VLV, mode, unit, al, be);
+                ST(cr + v * VLV, bias ? ADD(t, LD(bt + v * VLV)) : t);
+            }
             continue;
         }
         float tile[NRV] __attribute__((aligned(64))) = {0};
         if (mode) memcpy(tile, cr, (size_t)nr * sizeof(float));
-        for (int v = 0; v < nv; v++)
-            ST(tile + v * VLV, upd_@S@(acc[r][v], tile + v * VLV, mode, unit, al, be));
+        for (int v = 0; v < nv; v++) {
+            V t = upd_@S@(acc[r][v], tile + v * VLV, mode, unit, al, be);
+            ST(tile + v * VLV, bias ? ADD(t, LD(bt + v * VLV)) : t);
+        }
         memcpy(cr, tile, (size_t)nr * sizeof(float));
     }
 }
@@ -280,7 +295,7 @@ TGT static void packb_@S@(const float *b, int64_t sbk, int64_t sbn, int64_t kc,
    the matrices' products added into C one after another, k block by k block */
 TGT static void range_@S@(const float *a, const float *b, float *c, const int64_t *g,
                           int64_t m0, int64_t m1, int64_t n0, int64_t n1, float alpha,
-                          float beta, float *bp, float *ap) {
+                          float beta, float *bp, float *ap, const float *bias) {
     const int64_t nt = g[G_RED] ? g[G_BT] : 1;
     const float *a0 = a, *b0 = b;
     const int64_t K = g[G_K], sam = g[G_SAM], sak = g[G_SAK], sbk = g[G_SBK],
@@ -294,6 +309,7 @@ TGT static void range_@S@(const float *a, const float *b, float *c, const int64_
         for (int64_t pc = 0; pc < K; pc += KCb) {
             const int64_t kc = MIN(KCb, K - pc);
             const int mode = pc || t ? 1 : beta == 0.0f ? 0 : beta == 1.0f ? 1 : 2;
+            const float *bz = bias && pc + kc == K && t == nt - 1 ? bias + jc : 0;
             a = a0 + t * g[G_SAB];
             b = b0 + t * g[G_SBB];
             packb_@S@(b + pc * sbk + jc * sbn, sbk, sbn, kc, nc, bp);
@@ -312,7 +328,7 @@ TGT static void range_@S@(const float *a, const float *b, float *c, const int64_
                         }
                         tile_@S@(ar, ska, bp + jr * kc, kc,
                                  c + (ic + ir) * ldc + jc + jr, ldc, mr, nr, alpha, beta,
-                                 mode);
+                                 mode, bz ? bz + jr : 0);
                     }
                 }
             }
@@ -340,7 +356,7 @@ TGT static void run_@S@(char **p, const int64_t *g, const int64_t *st, int64_t l
     for (int64_t t = 0; t < (g[G_RED] ? 1 : g[G_BT]); t++)
         range_@S@((const float *)p[0] + t * g[G_SAB], (const float *)p[1] + t * g[G_SBB],
                   (float *)p[2] + t * g[G_SCB], g, m0, m1, n0, n1, ab[0], ab[1], bp,
-                  bp + nb);
+                  bp + nb, g[G_BIAS] ? (const float *)p[4] : 0);
 }
 #undef NRV
 """

@@ -3,6 +3,7 @@ and einsum (explicit/implicit output, ellipsis, diagonals, several operands)."""
 import numpy as np
 
 import ember as em
+from ember.ops.linear import linear_p
 
 from .core import OpInfo, Sample, rand
 
@@ -51,6 +52,17 @@ def _baddbmm_samples(rng, dtype):
     return [Sample((r(2, 2, 2), r(2, 2, 1), r(2, 1, 2)), {"beta": 2.0, "alpha": 0.5}),
             Sample((r(2,), r(2, 2, 3), r(2, 3, 2))),
             Sample((r(3, 4, 5), r(3, 4, 2), r(3, 2, 5)), grad=False)]
+
+
+def _linear_samples(rng, dtype):
+    """(x, w, b) of the ``linear`` primitive (eager F.linear with a bias); the last is
+    big enough for Ember's GEMM with the bias in its stores (float32)."""
+    r = lambda *s: rand(rng, s, dtype)  # noqa: E731
+    return [Sample((r(3, 4), r(5, 4), r(5))), Sample((r(2, 3), r(4, 3), r(2, 1)), name="b col"),
+            Sample((r(3, 2), r(2, 2), r()), name="b 0-d"),
+            Sample((r(0, 3), r(4, 3), r(4)), grad=False, name="0 rows"),
+            Sample((r(2, 0), r(3, 0), r(3)), grad=False, name="k=0"),
+            Sample((r(64, 160), r(112, 160), r(112)), grad=False, name="sgemm")]
 
 
 def _addmm_ref(inp, a, b, beta=1, alpha=1):
@@ -126,6 +138,8 @@ OPINFOS = [
            ("matmul", "permute", "reshape")),
     OpInfo("addmm", em.addmm, _addmm_ref, _addmm_samples, ("matmul", "add", "mul")),
     OpInfo("baddbmm", em.baddbmm, _addmm_ref, _baddbmm_samples, ("matmul", "add", "mul")),
+    OpInfo("linear_primitive", linear_p, lambda x, w, b: (x @ w.T + b).astype(x.dtype),
+           _linear_samples, ("linear",)),
     OpInfo("einsum", em.einsum, lambda eq, *ops: np.einsum(eq, *ops), _einsum_samples,
            ("einsum", "expand")),
 ]

@@ -12,7 +12,9 @@ from ._norm import *  # noqa: F401,F403
 from ._norm import __all__ as _norm_all
 from ._resample import *  # noqa: F401,F403
 from ._resample import __all__ as _resample_all
-from ...ops.dispatch import autocast_entry
+from ...ops.dispatch import autocast_entry, apply as _apply
+from ...ops.linear import linear_p
+from ... import dtypes as _dt
 
 __all__ = ['linear', 'bilinear', 'dropout', 'dropout1d', 'dropout2d', 'dropout3d',
            'alpha_dropout', 'feature_alpha_dropout', 'embedding', 'normalize',
@@ -35,6 +37,13 @@ def linear(input: Tensor, weight: Tensor, bias: Tensor | None = None) -> Tensor:
         raise ShapeError(f"linear: input of shape {tuple(input.shape)} does not fit weight of "
                          f"shape {tuple(weight.shape)}: expected input.shape[-1] == "
                          f"weight.shape[-1] and a 1-D or 2-D weight")
+    if (bias is not None and input.ndim == 2 and weight.ndim == 2 and bias.ndim == 1
+            and not _grad_state.modes and input._dtype is _dt.float32
+            and weight._dtype is _dt.float32 and bias._dtype is _dt.float32):
+        # NOTE: eager only (a dispatch mode, e.g. a tracer, sees matmul + add, which the
+        # graph passes fuse): one primitive, the bias added in the GEMM's stores, the same
+        # bits as matmul + add (ops/linear.py), one autograd node instead of three.
+        return _apply(linear_p, (input, weight, bias), {})
     out = input.matmul(weight.mT if weight.ndim == 2 else weight)
     return out if bias is None else out + bias
 

@@ -1,0 +1,76 @@
+"""The ``linear`` primitive: ``x @ w.T + b`` for a 2-D ``x`` (PyTorch's ``aten::linear``,
+which is one ``addmm``).
+
+Why a primitive (``F.linear`` is otherwise ``matmul(x, w.mT)`` then ``add``): in an eager
+step each layer then costs one dispatch and one autograd node, not a transpose view, a
+product and an add forward and a ``PermuteBackward`` + ``MatmulBackward`` + ``AddBackward``
+with four more transposes backward; and on float32 the bias is added inside Ember's GEMM
+as the last k block's tiles are stored (``codegen/sgemm.py``'s ``bias``), so the product is
+not read and written again. The bits are those of ``matmul(x, w.mT) + b``: the same
+products on the same operand layouts, the bias added to the finished product (rounded
+once more), so eager results do not change. Only eager ``F.linear`` calls it (2-D float32
+input, 1-D bias, no dispatch mode): traced code (``ember.compile``, ``vmap``) keeps
+``matmul`` + ``add``, which the graph passes fuse themselves.
+
+VJPs: ``dx = g @ w`` and ``dw = g.mT @ x`` (complex: conjugated like matmul's), the
+weight's gradient computed in the weight's own (row-major) layout; ``db = g``, reduced to
+the bias's shape by the engine like ``add``'s.
+"""
+from __future__ import annotations
+
+import numpy as _np
+
+from ..errors import ShapeError
+from ..tensor import Tensor
+from . import dispatch
+from .complex import cj
+from .linalg import _matmul_kernel
+from .registry import defop
+
+__all__ = ["linear_p"]
+
+_F32 = _np.dtype(_np.float32)
+
+
+def _shp(x) -> tuple:
+    return tuple(x._data.shape) if isinstance(x, Tensor) else ()
+
+
+def _check(x, w, b):
+    xs, ws, bs = _shp(x), _shp(w), _shp(b)
+    if len(xs) != 2 or len(ws) != 2 or xs[1] != ws[1]:
+        raise ShapeError(f"linear: input of shape {xs} does not fit weight of shape {ws} "
+                         f"(expected a (n, in) input and an (out, in) weight)")
+    ps = (xs[0], ws[0])
+    if dispatch.broadcast_shapes(bs, ps, op="linear") != ps:
+        raise ShapeError(f"linear: bias of shape {bs} does not broadcast to the output's "
+                         f"shape {ps}")
+
+
+def _kernel(xp, x, w, b):
+    """``x @ w.T + b``: float32 NumPy operands with a ``(out,)`` bias run Ember's GEMM with
+    the bias in its stores where its size rule takes the product; else the matmul kernel
+    and the bias added into its fresh result (the same bits either way)."""
+    y = w.T
+    if b.ndim == 1 and b.dtype == _F32 and x.dtype == _F32 and w.dtype == _F32 \
+            and xp is _np:
+        from ..codegen import sgemm     # NOTE: codegen sits above ops
+        r = sgemm.addmm(b, x, y)
+        if r is not None:
+            return r
+    r = _matmul_kernel(xp, x, y)
+    if r.base is None and r.dtype == b.dtype and b.ndim <= 2 and b.size <= r.size:
+        r += b          # NOTE: in place: the product is a fresh array nobody else holds
+        return r
+    return xp.add(r, b)
+
+
+linear_p = defop(
+    "linear", nin=3, check=_check, batch="loop",
+    shape=lambda xs, ws, bs: (xs[0], ws[0]),
+    kernel=_kernel,
+    vjp=(lambda g, out, x, w, b: g @ cj(w),
+         lambda g, out, x, w, b: g.mT @ cj(x),
+         lambda g, out, x, w, b: g),
+    jvp=lambda t, out, x, w, b: t[0] @ w.mT + x @ t[1].mT + t[2],
+    doc="x @ w.T + b for a 2-D x (eager F.linear with a bias)")

@@ -1,0 +1,96 @@
+"""Eager ``F.linear`` with a 2-D float32 input and a bias runs the ``linear`` primitive
+(ops/linear.py: one node; on Ember's GEMM the bias is added in its stores): the same bits
+as ``matmul(x, w.mT) + b``, forward and every gradient; traced code keeps matmul + add."""
+import numpy as np
+import pytest
+
+import ember
+import ember.nn.functional as F
+from ember.autograd.grad_mode import state
+from ember.ops import dispatch
+
+
+def _run(fn, x, w, b, g):
+    ts = [ember.tensor(a, requires_grad=True) for a in (x, w, b)]
+    out = fn(*ts)
+    out.backward(ember.tensor(g))
+    return [out.detach().numpy().copy()] + [t.grad.numpy().copy() for t in ts], out
+
+
+def _composite(x, w, b):
+    return x.matmul(w.mT) + b
+
+
+# (rows, in, out): Ember's GEMM with the bias in its stores (W1's layers), OpenBLAS
+# (N = 10, small), a K beyond one k block
+SHAPES = [(128, 784, 512), (128, 512, 10), (5, 7, 3), (64, 600, 96)]
+
+
+@pytest.mark.parametrize("shape", SHAPES)
+@pytest.mark.parametrize("strided", [False, True])
+def test_same_bits_as_matmul_plus_add(shape, strided):
+    m, k, n = shape
+    rng = np.random.default_rng(m + k + n)
+    x = rng.standard_normal((m, 2 * k if strided else k), dtype=np.float32)
+    x = x[:, ::2] if strided else x
+    w = rng.standard_normal((n, k), dtype=np.float32)
+    b = rng.standard_normal(n, dtype=np.float32)
+    g = rng.standard_normal((m, n), dtype=np.float32)
+    fast, out = _run(F.linear, x, w, b, g)
+    assert out.grad_fn.name() == "LinearBackward"
+    slow, _ = _run(_composite, x, w, b, g)
+    for a, r in zip(fast, slow):
+        np.testing.assert_array_equal(a, r)
+    np.testing.assert_allclose(fast[0], x.astype(np.float64) @ w.T.astype(np.float64) + b,
+                               rtol=1e-4, atol=1e-4)
+    assert fast[2].flags.c_contiguous         # the weight's gradient in its own layout
+
+
+def test_other_dtypes_and_shapes_keep_the_composite():
+    x64 = ember.randn(4, 3, dtype=ember.float64, requires_grad=True)
+    w64 = ember.randn(2, 3, dtype=ember.float64)
+    assert F.linear(x64, w64, ember.randn(2, dtype=ember.float64)).grad_fn.name() \
+        == "AddBackward"
+    x3 = ember.randn(2, 4, 3, requires_grad=True)
+    assert F.linear(x3, ember.randn(2, 3), ember.randn(2)).grad_fn.name() \
+        == "AddBackward"
+    assert F.linear(ember.randn(4, 3, requires_grad=True), ember.randn(2, 3)).grad_fn.name() \
+        == "MatmulBackward"
+
+
+class _Names:
+    """A dispatch mode that records the primitives it sees (what a tracer would)."""
+
+    def __init__(self):
+        self.names = []
+
+    def process(self, op, inputs, params):
+        self.names.append(op.name)
+        state.modes.remove(self)
+        try:
+            return dispatch.apply(op, inputs, params)
+        finally:
+            state.modes.append(self)
+
+    def __enter__(self):
+        state.modes.append(self)
+        return self
+
+    def __exit__(self, *exc):
+        state.modes.remove(self)
+
+
+def test_a_dispatch_mode_sees_matmul_and_add():
+    x, w, b = ember.randn(8, 6), ember.randn(4, 6), ember.randn(4)
+    with _Names() as rec:
+        traced = F.linear(x, w, b)
+    assert "linear" not in rec.names and {"matmul", "add"} <= set(rec.names)
+    np.testing.assert_array_equal(traced.numpy(), F.linear(x, w, b).numpy())
+
+
+def test_shape_errors_name_the_op():
+    with pytest.raises(ValueError, match="linear"):
+        F.linear(ember.randn(4, 3), ember.randn(2, 5), ember.randn(2))
+    from ember.ops.linear import linear_p
+    with pytest.raises(ValueError, match=r"linear: .*\(3,\)"):
+        linear_p(ember.randn(4, 3), ember.randn(2, 3), ember.randn(3))
