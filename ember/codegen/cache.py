@@ -339,15 +339,16 @@ def probe_record(key: str) -> None:
         pass
 
 
-def prefetch(sources) -> None:
-    """Build or load ``sources`` (strings, or functions of the compiler returning one) into
-    the cache and this process's memo on a background thread, once per process: a later
+def prefetch(sources, name: str = "compile") -> None:
+    """Build or load ``sources`` (strings, or functions of the compiler returning one), in
+    order, into the cache and this process's memo on a background thread, once per process
+    and ``name`` (each name its own thread: two batches compile concurrently): a later
     :func:`load` of one of them waits for that build (its entry's lock) or finds it done.
     Only the cache is warmed; no module state is touched. Best effort: failures are left
     for the real load to report."""
-    if _prefetched.get("pid") == os.getpid():
+    if _prefetched.get(name) == os.getpid():
         return
-    _prefetched["pid"] = os.getpid()
+    _prefetched[name] = os.getpid()
 
     def work():
         from .toolchain import find_compiler
@@ -357,7 +358,7 @@ def prefetch(sources) -> None:
                 load(src if isinstance(src, str) else src(cc), cc)
             except Exception:  # noqa: BLE001 - the real load reports it
                 pass
-    threading.Thread(target=work, name="ember-kernel-prefetch", daemon=True).start()
+    threading.Thread(target=work, name=f"ember-kernel-prefetch-{name}", daemon=True).start()
 
 
 _prefetched: dict = {}

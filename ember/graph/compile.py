@@ -44,7 +44,7 @@ from ..tensor import Tensor
 from . import disk_cache, warm_start
 from .capture import Entry, finish_capture, lifted
 from .discover import discover
-from .first_call import predicts_unstable
+from .first_call import predicts_unstable, prefetch_kernels
 from .explain import Explanation
 from .guards import capture_guards, reach
 from .passes import run_pipeline, DEFAULT_PASSES
@@ -116,17 +116,6 @@ def compile(fn=None, *, fullgraph: bool = False, dynamic: bool = False, passes=N
         from .optimized_module import OptimizedModule
         return OptimizedModule(fn, cf)
     return cf
-
-
-def _prefetch_kernels(passes) -> None:
-    """Start building (or loading) the small C libraries nearly every compiled program runs
-    -- the worker pool, the one-call launcher, the column sums -- on a background thread
-    while the first capture traces (with an empty kernel cache, ~0.6 s of compiler time
-    overlapped with the trace instead of added after it). Not the bfloat16 GEMM library:
-    ``cast_gemm`` loads it only for graphs with a bfloat16 product (~0.7 s of ``gcc``
-    that a float32 graph never needs)."""
-    from ..codegen import cache, launch, pool, reduce_kernels
-    cache.prefetch([pool._SOURCE, launch._SOURCE, lambda cc: reduce_kernels.source()])
 
 
 class CaptureInfo(NamedTuple):
@@ -227,13 +216,13 @@ class CompiledFunction:
             self._hinted.add(key)         # NOTE: once: a wrong hint costs one traced call
             self.log.note(f"ran untraced: {hint} (a first optimizer step), so its graph "
                           f"would never run")
-            _prefetch_kernels(self.passes)
+            prefetch_kernels(self.fn, self._roots)
             with warm_start.Untraced(self.name):
                 return self.fn(*args, **kwargs)
         e = warm_start.start(self, sig, flat) if warm else None
         if e is not None:
             return run(e, flat)
-        _prefetch_kernels(self.passes)
+        prefetch_kernels(self.fn, self._roots)
         tr, arg_slots = self._tracer(flat)
         walk = reach(self.fn, flat)
         before = walk.snapshot(flat)

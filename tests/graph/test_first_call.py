@@ -91,3 +91,68 @@ def test_wrong_guess_costs_one_traced_call(wcache):
     eager, peager, _ = _run(3, compiled=False, step_opt=False)
     assert on[:2] == eager[:2]
     np.testing.assert_allclose(on, eager, rtol=1e-6)
+
+
+class _Attn(nn.Module):
+    def __init__(self, dtype=ember.float32):
+        super().__init__()
+        self.qkv = nn.Linear(8, 24, dtype=dtype)
+
+    def forward(self, x):
+        q, k, v = self.qkv(x).view(2, 5, 3, 2, 4).permute(2, 0, 3, 1, 4).unbind(0)
+        return F.scaled_dot_product_attention(q, k, v, is_causal=True)
+
+
+def test_attention_is_expected_from_the_code_it_reaches():
+    m, mlp = _Attn(), nn.Sequential(nn.Linear(8, 8), nn.GELU())
+    x = ember.randn(2, 5, 8)
+
+    def step(x):
+        return model(x).sum()
+    for model, want in ((m, ["f32"]), (nn.Sequential(mlp, m), ["f32"]), (mlp, []),
+                        (_Attn(ember.float64), ["f64"])):
+        assert first_call.attention_dtypes(step, discover(step, (x,), {})) == want
+
+    def direct(q):          # the function itself names it; no parameters: nothing to guess
+        return F.scaled_dot_product_attention(q, q, q)
+    assert first_call.attention_dtypes(direct, discover(direct, (x,), {})) == []
+
+
+def test_prefetch_starts_attention_forward_and_backward(monkeypatch):
+    from ember.codegen import cache
+    calls = []
+    monkeypatch.setattr(cache, "prefetch", lambda srcs, name="compile": calls.append(
+        (name, len(srcs))))
+    m = _Attn()
+    x = ember.randn(2, 5, 8)
+
+    def step(x):
+        return m(x).sum()
+    first_call.prefetch_kernels(step, discover(step, (x,), {}))
+    # pool, launcher, attention forward, column sums; the backward on a thread of its own
+    assert calls == [("compile", 4), ("attention-backward", 1)]
+    calls.clear()
+    mlp = nn.Linear(8, 8)
+    first_call.prefetch_kernels(lambda x: mlp(x), discover(lambda x: mlp(x), (x,), {}))
+    assert calls == [("compile", 3)]
+
+
+def test_prefetched_attention_sources_are_the_ones_sdpa_loads(monkeypatch):
+    from ember.codegen import attention_kernels as att, cache, find_compiler
+    cc = find_compiler()
+    if cc is None:
+        pytest.skip("no C compiler")
+    batches = {}
+    monkeypatch.setattr(cache, "prefetch", lambda srcs, name="compile": batches.update(
+        {name: [s if isinstance(s, str) else s(cc) for s in srcs]}))
+    m = _Attn()
+
+    def step(x):
+        return m(x).sum()
+    first_call.prefetch_kernels(step, discover(step, (ember.randn(2, 5, 8),), {}))
+    loaded, real = [], cache.load
+    monkeypatch.setattr(cache, "load", lambda src, c: (loaded.append(src), real(src, c))[1])
+    att.kernels()                           # (the tables _load fills)
+    att._load("f32", "fwd")
+    att._load("f32", "bwd")
+    assert batches["compile"][2] in loaded and batches["attention-backward"][0] in loaded
