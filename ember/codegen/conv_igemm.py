@@ -12,7 +12,7 @@ weights flipped and transposed, padding ``d*(k-1) - p``), so one kernel serves b
   ``(co, kh, kw)`` instead of ``kh*kw`` GEMM chains over ``co`` added by ``fold``): float32
   rounding differs from the GEMM + fold path.
 
-Variants (a library each, picked at run time like :mod:`.sgemm`'s): ``avx512`` (4 x 6
+Variants (a library each, picked at run time like :mod:`.sgemm`'s): ``avx512`` (8 x 3
 zmm tiles), ``avx2`` (4 x 3 ymm), ``generic`` (GNU C vectors). :data:`mode`
 (``EMBER_CONV_IGEMM`` at import: ``auto``, a variant, ``off``) chooses; ``auto`` runs
 where :mod:`.sgemm`'s ``auto`` runs (AVX-512; its GEMM is what this replaces, and its
@@ -25,6 +25,7 @@ import os
 
 import numpy as np
 
+from . import conv_kernels as _ck
 from . import pool as _pool
 from . import sgemm as _sgemm
 from .conv_igemm_c import TILES, source
@@ -39,7 +40,7 @@ mode = {"0": "off"}.get(os.environ.get("EMBER_CONV_IGEMM", "auto"),
 MIN_CO, MIN_MACS = 8, 1 << 20
 _fns: dict = {}
 _koffs: dict = {}
-_PTRS = ctypes.c_void_p * 6
+_PTRS = ctypes.c_void_p * 7
 
 
 def variant_for(variant=None):
@@ -83,7 +84,7 @@ def _block(k: int) -> int:
 
 
 def conv(x, w2d, bias, kernel_size, dilation, padding, pad_value=0.0, out=None,
-         variant=None):
+         variant=None, block=None, cols=None):
     """Stride-1 ``W2d @ unfold(x) [+ bias]`` of float32 (N, C, H, W) ``x`` and (Co,
     C*kh*kw) ``w2d``, as (N, Co, oh, ow); None where no variant runs (nothing written).
 
@@ -94,6 +95,9 @@ def conv(x, w2d, bias, kernel_size, dilation, padding, pad_value=0.0, out=None,
         pad_value: what the padding reads.
         out: a C-contiguous float32 (N, Co, oh, ow) array, or None.
         variant: None (:data:`mode`) or a variant name.
+        block: ``k`` per FMA chain (None: :mod:`.sgemm`'s blocks, for its bits).
+        cols: a C-contiguous float32 (N, C*kh*kw, oh*ow) array to write ``unfold(x)``
+            into as well (each image's from its padded copy, in cache), or None.
 
     Example:
         >>> y = conv(x, w.reshape(64, -1), b, (3, 3), (1, 1), ((1, 1), (1, 1)))
@@ -111,10 +115,11 @@ def conv(x, w2d, bias, kernel_size, dilation, padding, pad_value=0.0, out=None,
                          f" padding >= 0)")
     oh, ow = h + pt + pb - dh * (kh - 1), w + pl + pr - dw * (kw - 1)
     y = np.empty((n, co, max(oh, 0), max(ow, 0)), F32) if out is None else out
-    if y.size == 0:
-        return y
-    if kk == 0:
-        y[...] = 0 if bias is None else np.asarray(bias, F32).reshape(co, 1, 1)
+    if y.size == 0 or kk == 0:
+        if cols is not None and cols.size:      # Co == 0: the columns all the same
+            _ck.unfold(x, kernel_size, dilation, padding, (1, 1), pad_value, out=cols)
+        if y.size:
+            y[...] = 0 if bias is None else np.asarray(bias, F32).reshape(co, 1, 1)
         return y
     fn = _fn(name)
     if fn is None:
@@ -122,16 +127,33 @@ def conv(x, w2d, bias, kernel_size, dilation, padding, pad_value=0.0, out=None,
     vl, mr, _ = TILES[name]
     nseg = -(-ow // vl)
     hp, wr = oh + dh * (kh - 1), nseg * vl + dw * (kw - 1)
-    q = np.array([n, c, h, w, co, pt, pl, oh, ow, hp, wr, kk, _block(kk), nseg], np.int64)
+    q = np.array([n, c, h, w, co, pt, pl, oh, ow, hp, wr, kk, block or _block(kk), nseg],
+                 np.int64)
     koff = _koff(c, kh, kw, dh, dw, hp, wr)
     wp = _pack(w2d, mr)
     b = None if bias is None else np.ascontiguousarray(bias, F32).reshape(-1)
     xc = np.ascontiguousarray(x)
     pv = np.array([pad_value], F32)
+    if cols is not None and (cols.shape != (n, kk, oh * ow) or cols.dtype != F32 or
+                             not cols.flags.c_contiguous):
+        raise ValueError(f"conv_igemm: cols {cols.shape} {cols.dtype} (valid: C-contiguous "
+                         f"float32 {(n, kk, oh * ow)})")
     ptrs = _PTRS(xc.ctypes.data, wp.ctypes.data, None if b is None else b.ctypes.data,
-                 y.ctypes.data, koff.ctypes.data, pv.ctypes.data)
+                 y.ctypes.data, koff.ctypes.data, pv.ctypes.data,
+                 None if cols is None else cols.ctypes.data)
     fn(ptrs, q.ctypes.data, num_threads() if n > 1 else 1)
     return y
+
+
+def empty_columns(shape):
+    """An uninitialised C-contiguous float32 array whose data starts on a 64-byte line:
+    :func:`conv` writes such columns with streaming stores (W2's conv2: 19 MB a step,
+    ~1.1 ms instead of ~3 through the caches; NumPy's large arrays start 16 or 32 bytes
+    into a line)."""
+    n = int(np.prod(shape))
+    buf = np.empty(n + 16, F32)
+    off = (-buf.ctypes.data % 64) // 4
+    return buf[off:off + n].reshape(shape)
 
 
 def _koff(c, kh, kw, dh, dw, hp, wr):
@@ -179,8 +201,10 @@ def input_grad(w2d, dy, output_size, kernel_size, dilation, padding, out=None, v
     if min(pad[0] + pad[1]) < 0 or variant_for(variant) is None or dy.dtype != F32:
         return None
     c = w2d.shape[1] // (kh * kw)
+    # NOTE: one FMA chain over all of k (no bits to match): no partial sums stored and
+    # read back (W2's conv2: k = 576, 3 blocks of sgemm's)
     res = conv(dy, flipped(w2d, c, kernel_size), None, kernel_size, dilation, pad,
-               out=out, variant=variant)
+               out=out, variant=variant, block=w2d.shape[0] * kh * kw)
     if res is not None and res.shape[2:] != tuple(output_size):
         raise ValueError(f"conv_igemm.input_grad: output {res.shape[2:]} for output_size "
                          f"{tuple(output_size)} (stride 1)")

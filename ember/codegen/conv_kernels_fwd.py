@@ -52,15 +52,15 @@ def forward(x, w2d, bias, kernel_size, dilation, padding, stride, pad_value=0.0)
     x = np.ascontiguousarray(x)
     n, c, h, w = x.shape
     co, ckk = w2d.shape
-    if w2d.dtype == x.dtype and _ig.worth(stride, x.dtype, co, n * co * ckk * h * w):
-        cols = ck.unfold(x, kernel_size, dilation, padding, stride, pad_value)
-        y = _ig.conv(x, w2d, None if bias is None else np.asarray(bias).reshape(co),
-                     kernel_size, dilation, padding, pad_value)
-        if y is not None:
-            return y, cols
     oh = ck.blocks(h, kernel_size[0], dilation[0], padding[0], stride[0])
     ow = ck.blocks(w, kernel_size[1], dilation[1], padding[1], stride[1])
     ll = max(oh, 0) * max(ow, 0)
+    if w2d.dtype == x.dtype and _ig.worth(stride, x.dtype, co, n * co * ckk * ll):
+        cols = _ig.empty_columns((n, ckk, ll))
+        y = _ig.conv(x, w2d, None if bias is None else np.asarray(bias).reshape(co),
+                     kernel_size, dilation, padding, pad_value, cols=cols)
+        if y is not None:                       # columns written from the padded copies
+            return y, cols
     cols = np.empty((n, ckk, ll), x.dtype)
     y = np.empty((n, co, ll), x.dtype)
     b = None if bias is None else np.asarray(bias).reshape(co, 1)

@@ -56,9 +56,12 @@ def _reference(x, w, b, k, d, p, pad_value=0.0):
 def test_forward_is_unfold_gemm_bias_bitwise(geom, variant):
     xs, co, k, d, p = geom
     x, w, b, = _data(xs, co, k)
-    y0, yb, _ = _reference(x, w, b, k, d, p)
+    y0, yb, cols = _reference(x, w, b, k, d, p)
     for bias, want in ((b, yb), (None, y0)):
-        got = ci.conv(x, w, bias, k, d, p, variant=variant)
+        got_cols = ci.empty_columns(cols.shape) if bias is None else \
+            np.full(cols.size + 1, np.nan, np.float32)[1:].reshape(cols.shape)  # unaligned
+        got = ci.conv(x, w, bias, k, d, p, variant=variant, cols=got_cols)
+        np.testing.assert_array_equal(got_cols, cols)
         assert got.dtype == np.float32 and got.shape[:2] == (xs[0], co)
         got = got.reshape(want.shape)
         if variant == "generic":
