@@ -224,6 +224,26 @@ def test_simplify_lets_elementwise_ops_broadcast_instead_of_expand():
     assert [tuple(v.shape) for v in add.inputs] == [(2, 3, 4), (2, 3, 1)]
 
 
+def test_simplify_lets_a_one_element_reshape_broadcast():
+    """``where(m, reshape(s, (1, 1)), 0)`` of a 0-d ``s`` (cross-entropy's gradient) reads
+    ``s`` itself; a reshape of more than one element is kept (it moves values to other
+    axes: ``(4,) -> (4, 1)`` against ``(4, 4)``)."""
+    def build(b):
+        m, s, r = _x(b, (3, 1), em.bool), _x(b, ()), _x(b, (4,))
+        one = emit(b, "reshape", (s,), shape=(1, 1))
+        col = emit(b, "reshape", (r,), shape=(4, 1))
+        return [emit(b, "where", (m, one, 0.0)), emit(b, "mul", (col, _x(b, (4, 4))))]
+    new = _simplified(build, 1, {"where": 1, "reshape": 1, "mul": 1})
+    w = next(n for n in new.nodes if n.op.name == "where")
+    assert [tuple(v.shape) for v in w.var_inputs()] == [(3, 1), ()]
+    m = np.array([[True], [False], [True]])
+    got = run_graph(new, [m, np.float32(2.5), np.arange(4, dtype=np.float32),
+                          np.ones((4, 4), np.float32)])
+    np.testing.assert_array_equal(got[0], np.where(m, np.float32(2.5), np.float32(0)))
+    np.testing.assert_array_equal(got[1], np.arange(4, dtype=np.float32)[:, None] *
+                                  np.ones((4, 4), np.float32))
+
+
 def test_layer_norm_backward_add_joins_the_reduction_kernel():
     """The row term of LayerNorm's input gradient (``expand`` of a keepdim sum) no longer
     keeps the final ``add`` out of the fused reduction kernel."""

@@ -245,14 +245,19 @@ def _unexpand(rw, n, ins):
 
     The VJP of a ``keepdim`` sum is ``expand``; the layer norm's and softmax's backward add
     that expanded row value to a full one. As a view node the ``expand`` sat between the
-    reduction kernel and the ``add``, so the ``add`` could not join the kernel.
+    reduction kernel and the ``add``, so the ``add`` could not join the kernel. Likewise
+    ``f(a, reshape(s))`` of a one-element ``s`` (cross-entropy's 0-d gradient reshaped to
+    ``(1, 1)`` before its masked ``where``): every element of either is the one value.
     """
     if len(ins) < 2:
         return ins
     new = list(ins)
     for i, x in enumerate(ins):
-        p = _inner(rw, x, "expand")
-        if p is not None and p.inputs[0].__class__ is Var:
+        while True:                 # NOTE: expand(reshape(s)) too
+            p = _inner(rw, new[i], "expand") or _inner(rw, new[i], "reshape")
+            if p is None or p.inputs[0].__class__ is not Var or (
+                    p.op.name == "reshape" and any(d != 1 for d in p.inputs[0].shape)):
+                break
             new[i] = p.inputs[0]
     if new == list(ins):
         return ins
