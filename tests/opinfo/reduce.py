@@ -3,6 +3,7 @@ softmax. References are plain NumPy (never Ember)."""
 import numpy as np
 
 import ember as em
+from ember.ops.nll import nll_loss_backward_p, nll_loss_p
 from ember.ops.softmax import log_softmax_backward
 from ember.ops.sort import scatter_add_along_dim_p
 
@@ -190,6 +191,38 @@ def _lsm_bw_samples(rng, dtype):
     return out
 
 
+# (input shape, class dim) of nll_loss / nll_loss_backward: (N, C), (N, C, d), (C,)
+_NLL_SHAPES = [((4, 5), 1), ((2, 3, 4), 1), ((5,), 0), ((3, 20), 1)]
+
+
+def _nll_target(rng, shape, dim):
+    return rng.integers(0, shape[dim], shape[:dim] + shape[dim + 1:]).astype(np.int64)
+
+
+def _nll_samples(rng, dtype):
+    return [Sample((rand(rng, s, dtype, -3, 0), _nll_target(rng, s, d)),
+                   {"dim": d, "reduction": r}, name=f"{s} {r}")
+            for s, d in _NLL_SHAPES for r in ("mean", "sum")]
+
+
+def _nll_bw_samples(rng, dtype):
+    return [Sample((rand(rng, (), dtype), _nll_target(rng, s, d)),
+                   {"shape": s, "dim": d, "reduction": r}, name=f"{s} {r}")
+            for s, d in _NLL_SHAPES for r in ("mean", "sum")]
+
+
+def _np_nll(logp, t, dim=1, reduction="mean"):
+    r = -np.take_along_axis(logp, np.expand_dims(t, dim), dim).sum()
+    return np.asarray(r / t.size if reduction == "mean" else r, logp.dtype)
+
+
+def _np_nll_bw(g, t, shape, dim=1, reduction="mean"):
+    out = np.zeros(shape, g.dtype)
+    v = -g / t.size if reduction == "mean" else -g
+    np.put_along_axis(out, np.expand_dims(t, dim), v, dim)
+    return out
+
+
 def _np_lsm_bw(g, y, dim):
     return g - np.exp(y) * g.sum(axis=dim, keepdims=True)
 
@@ -373,6 +406,9 @@ OPINFOS = [
            ("log_softmax",)),
     OpInfo("log_softmax_backward", log_softmax_backward, _np_lsm_bw, _lsm_bw_samples,
            ("log_softmax_backward",)),
+    OpInfo("nll_loss_primitive", nll_loss_p, _np_nll, _nll_samples, ("nll_loss",)),
+    OpInfo("nll_loss_backward", nll_loss_backward_p, _np_nll_bw, _nll_bw_samples,
+           ("nll_loss_backward",)),
     OpInfo("sort", lambda x, **kw: tuple(em.sort(x, **kw)), _np_sort, _sort_samples,
            ("argsort", "take_along_dim")),
     OpInfo("argsort", em.argsort, lambda x, **kw: _np_sort(x, **kw)[1], _sort_samples,
