@@ -18,11 +18,14 @@ import numpy as np
 
 from .ir import Kernel, ReduceKernel
 from .render_cuda import render_cuda_many
+from .render_cuda_ew import ALIGNED, ILP, vec_bytes
 
 #: threads per block (a multiple of 32: the block reduction's warp shuffles need it).
 BLOCK = 256
 #: at most this many blocks (grid-stride loops cover the rest).
 MAX_BLOCKS = 65535
+#: an elementwise kernel's grid: one block per BLOCK * ILP elements, up to this many.
+MAX_BLOCKS_EW = 1 << 20
 
 
 def _merged_shape(k) -> tuple:
@@ -33,7 +36,8 @@ def _merged_shape(k) -> tuple:
 
 
 def launch_plan(k, arrays, xp=np, strategy: str = "block", outs=None, cache=None):
-    """``(grid, block, args, outputs)`` to launch kernel ``k`` on ``arrays``.
+    """``(grid, block, args, outputs)`` to launch kernel ``k`` (its strided entry point
+    ``k.name`` for an elementwise kernel) on ``arrays``.
 
     Inputs are broadcast to the loop shape (stride 0 where broadcast) and, for reductions,
     their reduced axes merged into one; outputs are made contiguous with ``xp.empty``,
@@ -42,25 +46,49 @@ def launch_plan(k, arrays, xp=np, strategy: str = "block", outs=None, cache=None
     dict) keeps the device copies of the shape and stride arrays per layout, so a launch
     on a layout seen before copies nothing to the device.
     """
-    space = tuple(k.shape) if isinstance(k, ReduceKernel) else tuple(k.out.shape)
-    loop = _merged_shape(k)
+    return kernel_plan(k, arrays, xp, strategy, outs, cache, contiguous=False)[1:]
+
+
+def kernel_plan(k, arrays, xp=np, strategy: str = "block", outs=None, cache=None,
+                contiguous: bool = True, shape=None):
+    """``(entry point, grid, block, args, outputs)`` of kernel ``k`` on ``arrays``: as
+    :func:`launch_plan`, but an elementwise kernel whose loop collapses to one dim over
+    contiguous or single-element inputs (``contiguous``) gets its ``NAME_c`` entry point
+    (several consecutive elements per thread, vector loads when every pointer is aligned:
+    :mod:`.render_cuda_ew`). ``shape``: an elementwise kernel's output shape for this call
+    (the text does not depend on it: eager kernels serve every shape), else ``k``'s."""
+    if shape is not None and not isinstance(k, ReduceKernel):
+        space = loop = tuple(shape)
+    else:
+        space = tuple(k.shape) if isinstance(k, ReduceKernel) else tuple(k.out.shape)
+        loop = _merged_shape(k)
     ins, strides = [], []
     for a, spec in zip(arrays, k.inputs):
         # NOTE: no copy when already a device array of the dtype; a host scalar is copied
-        v = xp.broadcast_to(xp.asarray(a, dtype=spec.dtype.np), space)
+        v = xp.broadcast_to(_asarray(xp, a, spec.dtype.np), space)
         if len(loop) != len(space):
             v = v.reshape(loop)      # NOTE: copies only when the reduced axes can't merge
         ins.append(v)
         strides.append([s // v.itemsize for s in v.strides])
     red = isinstance(k, ReduceKernel)
     loop, strides = collapse(loop, strides, len(loop) - 1 if red else len(loop))
-    strides = [s for st in strides for s in st]
     given = list(outs) if outs is not None else [None] * len(k.outputs)
     outs = []
     for (d, _e, *full), o in zip(k.outputs, given):   # Kernel: (dtype, expr); + full
         per_row = red and not full[0]
         shape = space[:len(space) - k.naxes] if per_row else space
         outs.append(xp.empty(shape, d.np) if o is None else _checked_out(o, shape, d, k))
+    if not red:
+        n = math.prod(loop)
+        grid = (min(max(-(-n // (BLOCK * ILP)), 1), MAX_BLOCKS_EW),)
+        if contiguous and len(loop) <= 1 and all(st[0] in (0, 1) for st in strides
+                                                  if st):
+            flags = sum(1 << i for i, st in enumerate(strides) if not st or st[0] == 0)
+            if _aligned([v for i, v in enumerate(ins) if not flags >> i & 1] + outs):
+                flags |= ALIGNED
+            args = tuple(ins) + tuple(outs) + (np.int32(flags), np.int64(n))
+            return k.name + "_c", grid, (BLOCK,), args, outs
+    strides = [s for st in strides for s in st]
     if not loop:                        # NOTE: a 0-d kernel loops over one element
         loop, strides = (1,), [0] * len(ins)
     ndim = len(loop)
@@ -72,13 +100,39 @@ def launch_plan(k, arrays, xp=np, strategy: str = "block", outs=None, cache=None
     shape_arr, stride_arr = geo
     if red:
         n = math.prod(loop[:-1])
-        grid = min(max(n, 1), MAX_BLOCKS) if strategy == "block" else \
-            min(max(-(-n // BLOCK), 1), MAX_BLOCKS)
-    else:
-        n = math.prod(loop)
-        grid = min(max(-(-n // BLOCK), 1), MAX_BLOCKS)
+        grid = (min(max(n, 1), MAX_BLOCKS) if strategy == "block" else
+                min(max(-(-n // BLOCK), 1), MAX_BLOCKS),)
     args = tuple(ins) + tuple(outs) + (shape_arr, stride_arr, np.int32(ndim), np.int64(n))
-    return (grid,), (BLOCK,), args, outs
+    return k.name, grid, (BLOCK,), args, outs
+
+
+#: device copies of Python scalar operands, by (value's type, value, dtype): ``x * 2`` in
+#: a loop copies its 2 to the device once.
+_scalars: dict = {}
+
+
+def _asarray(xp, a, np_dtype):
+    if isinstance(a, (int, float, bool)):
+        dev = xp.cuda.runtime.getDevice() if hasattr(xp, "cuda") else -1
+        key = (a.__class__, a, np.dtype(np_dtype).str, xp.__name__, dev)
+        v = _scalars.get(key)
+        if v is None:
+            if len(_scalars) > 1024:
+                _scalars.clear()
+            v = _scalars[key] = xp.asarray(a, dtype=np_dtype)
+        return v
+    return xp.asarray(a, dtype=np_dtype)
+
+
+def _ptr(a) -> int:
+    if isinstance(a, np.ndarray):           # NOTE: .data of a bfloat16 array raises
+        return a.__array_interface__["data"][0]
+    return a.data.ptr                       # a CuPy array
+
+
+def _aligned(arrays) -> bool:
+    """Whether every array's first element sits on its vector size (vector loads/stores)."""
+    return all(_ptr(a) % vec_bytes(a.dtype.itemsize) == 0 for a in arrays)
 
 
 def collapse(loop: tuple, strides: list, lead: int) -> tuple:
@@ -154,6 +208,11 @@ def _runner(module, k, metas, dev_xp):
     geo: dict = {}
     single = len(k.outputs) == 1
 
+    def fn_c(name):
+        if len(fn) < 2:
+            fn.append(module.function(name))
+        return fn[1]
+
     def run(xp, *arrays, out=None, outs=None, **_params):
         xp = dev_xp or xp
         if not fn:
@@ -161,11 +220,12 @@ def _runner(module, k, metas, dev_xp):
         given = list(outs) if outs is not None else [out] + [None] * (len(k.outputs) - 1)
         if metas is not None:
             given = [xp.empty(sh, dt) if o is None else o for o, (sh, dt) in zip(given, metas)]
-        grid, block, args, res = launch_plan(k, arrays, xp, module.strategy, given, geo)
+        name, grid, block, args, res = kernel_plan(k, arrays, xp, module.strategy, given, geo)
         if metas is not None:
             res = given                     # NOTE: the graph's shapes (the plan flattens)
         if int(args[-1]):                   # NOTE: no launch for zero rows or elements
-            fn[0](grid, block, args)
+            f = fn[0] if name == k.name else fn_c(name)
+            f(grid, block, args)
         return res[0] if single else tuple(res)
     return run
 
@@ -187,9 +247,12 @@ class CudaKernel:
         self.fn = self.module.function(kernel.name)
 
     def __call__(self, *arrays):
-        grid, block, args, outs = launch_plan(self.kernel, arrays, self.cupy, self.strategy)
-        self.fn(grid, block, args)
+        name, grid, block, args, outs = kernel_plan(self.kernel, arrays, self.cupy,
+                                                    self.strategy)
+        if int(args[-1]):
+            self.module.function(name)(grid, block, args)
         return tuple(outs)
 
 
-__all__ = ["BLOCK", "CudaKernel", "CudaModule", "launch_plan", "Kernel", "ReduceKernel"]
+__all__ = ["BLOCK", "CudaKernel", "CudaModule", "kernel_plan", "launch_plan", "Kernel",
+           "ReduceKernel"]

@@ -21,8 +21,9 @@ The composite runs as written (the fast path steps aside) whenever any of these 
   inference mode is on (``ember.profiler`` does not turn it off: a profile shows the
   compiled kernels that really run);
 * a tensor argument is not a CPU tensor of float32/float64 (or an int64/int32/bool tensor,
-  such as class targets), or is of a subclass other than ``nn.Parameter``, or an argument
-  is not hashable;
+  such as class targets) — or a ``cuda`` one on a GPU whose compiled graphs run generated
+  CUDA kernels (``cuda_kernels``: ``fuse_cuda``) — or is of a subclass other than
+  ``nn.Parameter``, or an argument is not hashable;
 * no C compiler is found, ``EMBER_EAGER_COMPOSITES=0`` is set in the environment or
   :func:`set_enabled` turned the path off;
 * every tensor argument has fewer than :data:`MIN_ELEMENTS` elements;
@@ -138,19 +139,28 @@ def _key(args, kwargs):
     tensors, slots, parts = [], [], []
     for i, a in enumerate(args + tuple(kwargs[k] for k in sorted(kwargs)) if kwargs else args):
         if isinstance(a, Tensor):
-            if a.__class__ not in _TENSOR_CLASSES or a._device.type != "cpu" or \
-                    a._dtype.name not in _DTYPE_NAMES:
+            dev = a._device.type
+            if a.__class__ not in _TENSOR_CLASSES or a._dtype.name not in _DTYPE_NAMES or (
+                    dev != "cpu" and not _gpu_kernels(dev)):
                 return None
             d = a._data
             tensors.append(a)
             slots.append(i)
-            parts.append((d.shape, d.strides, a._dtype.name, a._requires_grad))
+            parts.append((d.shape, d.strides, a._dtype.name, a._requires_grad, dev))
         else:
             try:
                 parts.append(_freeze(a))
             except TypeError:
                 return None
     return tensors, tuple(slots), (tuple(sorted(kwargs)), tuple(parts), state.grad_enabled)
+
+
+def _gpu_kernels(dev: str) -> bool:
+    """Whether ``dev``'s compiled graphs run generated GPU kernels (``cuda_kernels``: a
+    GPU's ``fuse_cuda``), so a composite's compiled form beats its CuPy ops there too."""
+    from ..device.base import _backends
+    be = _backends.get(dev)
+    return be is not None and be.has("cuda_kernels")
 
 
 class _Entry:

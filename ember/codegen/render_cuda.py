@@ -1,7 +1,9 @@
 """Kernel IR to CUDA C text (compiled by NVRTC: ``ember.codegen.nvrtc``, ``cupy.RawModule``).
 
 Same expressions and helpers as the C renderer (the prelude's ``EMBER_FN`` becomes
-``__device__``). Elementwise kernels are a grid-stride loop over output elements.
+``__device__``). Elementwise kernels are grid-stride loops with several elements per thread
+and two entry points, ``NAME`` (any strides) and ``NAME_c`` (contiguous or scalar operands,
+16-byte vector loads when aligned): :mod:`.render_cuda_ew`.
 Reductions are one block per row by default (``strategy="block"``): the block's threads
 stride over the row, combine their partial results with warp shuffles
 (``__shfl_down_sync``) and one shared-memory step across warps, and every thread reads
@@ -13,7 +15,8 @@ Shapes and strides are runtime arguments::
                                     const int64_t *shape, const int64_t *strides,
                                     int ndim, int64_t n)
 
-where ``n`` is the number of output elements (elementwise) or rows (reductions),
+where ``n`` is the number of output elements (elementwise) or rows (reductions; the
+elementwise ``NAME_c`` variant takes ``int flags, int64_t n`` instead of shape/strides),
 ``strides[k*ndim + j]`` is input k's stride in elements along loop dim j, and ``out1...``
 are the extra outputs of a multi-output kernel (contiguous; per element or per row).
 
@@ -27,6 +30,7 @@ from .. import dtypes as _dt
 from .cexpr import CTYPE, CUDA_STORAGE, Emitter
 from .ir import Kernel, ReduceKernel, Row
 from .prelude import CUDA_HEAD, prelude
+from .render_cuda_ew import VEC_HEAD, render_elementwise
 
 CUDA_CTYPE = {**CTYPE, "bool": "bool"}
 
@@ -188,6 +192,8 @@ def render_cuda_many(kernels, strategy: str = "block") -> str:
     parts = [NVRTC_HEAD + prelude(cuda=True)[len(CUDA_HEAD):]]
     if any(isinstance(k, ReduceKernel) for k in kernels):
         parts.append(BLOCK_REDUCE)
+    if any(isinstance(k, Kernel) for k in kernels):
+        parts.append(VEC_HEAD)
     for k in kernels:
         parts.append(_render_one(k, strategy))
     return "".join(parts)
@@ -197,17 +203,8 @@ def _render_one(kernel, strategy: str) -> str:
     ins = [s.dtype for s in kernel.inputs]
     sig = _signature(kernel.name, ins, [o[0] for o in kernel.outputs])
     if isinstance(kernel, Kernel):
-        return _render_elementwise(kernel, ins, sig)
+        return render_elementwise(kernel)
     return _render_reduction(kernel, ins, sig, block=strategy == "block")
-
-
-def _render_elementwise(k: Kernel, ins, sig) -> str:
-    emit = Emitter(lambda j: _load(j, ins[j]), ins, ctype=CUDA_CTYPE)
-    body = _offsets(len(ins), "ndim", "idx") + _stores(
-        emit, [(f"out{j or ''}", d, e) for j, (d, e) in enumerate(k.outputs)], "idx")
-    loop = ["    for (int64_t idx = (int64_t)blockIdx.x * blockDim.x + threadIdx.x; idx < n;",
-            "         idx += (int64_t)blockDim.x * gridDim.x) {"]
-    return "\n".join([sig + " {"] + loop + _indent(body, 2) + ["    }", "}"]) + "\n"
 
 
 def _row_setup(ins) -> list:

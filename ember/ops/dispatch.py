@@ -159,7 +159,8 @@ def apply(op, inputs, params):
     # Eager fast path: a large elementwise op may run as a generated kernel (None: it did
     # not take the op). Small tensors pay this one size comparison only.
     if x0._data.size >= _EAGER_MIN and op.elementwise and (
-            res := _eager_kernel(op, arrays, params)) is not None:
+            res := (_eager_kernel(op, arrays, params) if dtype_ == "cpu" else
+                    _eager_device_kernel(op, arrays, params))) is not None:
         pass
     else:
         try:
@@ -266,6 +267,18 @@ def _eager_kernel(op, arrays, params):
         from ..codegen.eager import run
         _eager_run.append(run)
     return _eager_run[0](op, arrays, params)
+
+
+def _eager_device_kernel(op, arrays, params):
+    # NOTE: a GPU's generated CUDA kernels (ember/codegen/cuda_eager.py); the stand-in
+    # without them hands its NumPy arrays to the CPU's
+    if not _eager_cuda:
+        from ..codegen.cuda_eager import run
+        _eager_cuda.append(run)
+    return _eager_cuda[0](op, arrays, params)
+
+
+_eager_cuda = []
 
 
 def _input_arrays(op, inputs, ct, dev):

@@ -43,6 +43,9 @@ static dim3 blockDim, gridDim;
 #define __host__
 #define __forceinline__ inline
 #define __launch_bounds__(x)
+#define __align__(n) alignas(n)
+struct uint2 { unsigned x, y; };
+struct alignas(16) uint4 { unsigned x, y, z, w; };
 #define __shared__ static
 struct EmuWarp { std::unique_ptr<std::barrier<>> bar; unsigned long long buf[32]; };
 static thread_local EmuWarp *emu_w;

@@ -17,7 +17,7 @@ import pytest
 
 import ember as em
 from ember.codegen import cuda_attention, cuda_cache, cuda_launch, interp, nvrtc
-from ember.codegen.ir import ReduceKernel
+from ember.codegen.ir import Kernel, ReduceKernel
 
 NVRTC = nvrtc.available() and bool(nvrtc.include_dirs())
 
@@ -30,12 +30,28 @@ class FakeModule:
         self.launches = launches
 
     def get_function(self, name):
-        k = self.kernels[name]
+        contiguous = name not in self.kernels and name.endswith("_c")
+        k = self.kernels[name[:-2] if contiguous else name]
 
         def fn(grid, block, args, shared_mem=0):
             self.launches.append((name, grid, block))
-            _emulate(k, grid, block, args)
+            (_emulate_contiguous if contiguous else _emulate)(k, grid, block, args)
         return fn
+
+
+def _emulate_contiguous(k, grid, block, args):
+    """An elementwise kernel's ``NAME_c`` entry: inputs contiguous or one element (flag)."""
+    nin, nout = len(k.inputs), len(k.outputs)
+    ins, outs = args[:nin], args[nin:nin + nout]
+    flags, n = int(args[-2]), int(args[-1])
+    assert isinstance(k, Kernel) and n == int(np.prod(k.out.shape))
+    assert block == (cuda_launch.BLOCK,) and 1 <= grid[0] <= cuda_launch.MAX_BLOCKS_EW
+    views = []
+    for j, a in enumerate(ins):
+        flat = np.lib.stride_tricks.as_strided(a, shape=(n,), strides=(
+            0 if flags >> j & 1 else a.itemsize,), writeable=False)
+        views.append(flat.reshape(k.out.shape))
+    interp.run_elementwise(k, views, out=outs[0], extra_outs=list(outs[1:]))
 
 
 def _emulate(k, grid, block, args):
@@ -44,7 +60,8 @@ def _emulate(k, grid, block, args):
     shape, strides, ndim, n = args[nin + nout:]
     ndim, n, loop = int(ndim), int(n), tuple(int(s) for s in shape)
     assert len(loop) == ndim and strides.size == max(nin * ndim, 1)
-    assert block == (cuda_launch.BLOCK,) and 1 <= grid[0] <= cuda_launch.MAX_BLOCKS
+    assert block == (cuda_launch.BLOCK,) and 1 <= grid[0] <= max(
+        cuda_launch.MAX_BLOCKS, cuda_launch.MAX_BLOCKS_EW)
     rows = int(np.prod(loop[:-1])) if isinstance(k, ReduceKernel) else int(np.prod(loop))
     assert n == rows, (k.name, n, loop)
     views = []
@@ -78,7 +95,8 @@ def gpu_like(fake_cuda, monkeypatch):
         if NVRTC:
             ptx = cuda_cache.ptx(source, name, "compute_90")
             entries = set(re.findall(r"\.entry\s+(\w+)\(", ptx))
-            assert entries == {k.name for k in made[source]}
+            assert entries == {k.name for k in made[source]} | {
+                k.name + "_c" for k in made[source] if isinstance(k, Kernel)}
             _, log = nvrtc.compile_sass(source, name)     # ptxas: sm_90 machine code
             assert not re.search(r"[1-9]\d* bytes spill (stores|loads)", log), log
         return FakeModule(made[source], launches)

@@ -1,0 +1,198 @@
+"""Elementwise kernels as CUDA C: several elements per thread, vector loads when contiguous.
+
+Each :class:`~ember.codegen.ir.Kernel` renders to two entry points over one expression:
+
+* ``NAME`` (strided: any layout, broadcasting by stride 0) — each thread handles
+  :data:`ILP` elements ``blockDim.x`` apart (coalesced), first loading every input of all
+  of them (independent loads in flight), then computing and storing; offsets from the
+  flat index by one division per loop dim (``ember_divmod``: 32-bit when it fits)::
+
+      NAME(const T0 *in0, ..., TO *out, ..., const int64_t *shape,
+           const int64_t *strides, int ndim, int64_t n)
+
+* ``NAME_c`` (contiguous) — the loop is one dim and every input is either contiguous or
+  one element (a scalar: bit ``k`` of ``flags``); each thread handles :data:`ILP`
+  consecutive elements, loaded and stored as one vector (16 bytes for float32) when
+  ``flags & EMBER_ALIGNED`` (the launcher checks every pointer is aligned to the
+  vector's size), else element by element (a misaligned view, the tail)::
+
+      NAME_c(const T0 *in0, ..., TO *out, ..., int flags, int64_t n)
+
+Both index with ``unsigned`` (32-bit) arithmetic when ``n`` is below 2**31 (a template
+instantiated twice), else ``int64_t``. Out-of-range lanes of the last vector load a valid
+element (the first of the vector) and store nothing.
+
+Why: a grid-stride loop moving one 4-byte element per thread per iteration keeps too few
+bytes in flight to reach a GPU's copy bandwidth (H200: ~1.6 of 4.0 TB/s measured;
+bench/RESULTS.md, "CUDA ... first run").
+"""
+from __future__ import annotations
+
+from .. import dtypes as _dt
+from .cexpr import CTYPE, CUDA_STORAGE, Emitter
+
+__all__ = ["ILP", "ALIGNED", "VEC_HEAD", "render_elementwise", "vec_bytes"]
+
+#: elements per thread per loop iteration.
+ILP = 4
+#: ``flags`` bit of the contiguous variant: every non-scalar pointer is vector-aligned.
+ALIGNED = 1 << 30
+
+CUDA_CTYPE = {**CTYPE, "bool": "bool"}
+
+#: vector types for ILP elements of 1, 2, 4 and 8 bytes (4, 8, 16 and 32 bytes).
+VEC_HEAD = r"""#ifndef EMBER_VEC_TYPES
+#define EMBER_VEC_TYPES
+struct __align__(16) ember_v32 { uint4 a, b; };
+#define EMBER_ALIGNED (1 << 30)
+#endif
+"""
+_VEC = {1: "unsigned int", 2: "uint2", 4: "uint4", 8: "ember_v32"}
+
+
+def vec_bytes(itemsize: int) -> int:
+    """The alignment (bytes) a pointer needs for the vector path: ``ILP`` elements, at
+    most 16 (a 32-byte float64 vector is two 16-byte loads)."""
+    return min(16, ILP * itemsize)
+
+
+def _ptr_type(d) -> str:
+    return "__nv_bfloat16" if d is _dt.bfloat16 else CUDA_STORAGE[d.name]
+
+
+def _convert(v: str, d) -> str:
+    """A stored element ``v`` of dtype ``d`` as its compute C value."""
+    if d is _dt.bfloat16:
+        return f"__bfloat162float({v})"
+    if d is _dt.float16:
+        return f"__half2float({v})"
+    if d is _dt.bool_:
+        return f"({v} != 0)"
+    return v
+
+
+def _store(value: str, src, d) -> str:
+    if CUDA_CTYPE[src.name] != CUDA_CTYPE[d.name]:
+        value = f"(({CUDA_CTYPE[d.name]}){value})"
+    if d is _dt.bfloat16:
+        return f"__float2bfloat16_rn({value})"
+    if d is _dt.float16:
+        return f"__float2half_rn({value})"
+    return value
+
+
+def _params(ins, outs) -> list:
+    args = [f"const {_ptr_type(d)} *__restrict__ in{k}" for k, d in enumerate(ins)]
+    return args + [f"{_ptr_type(d)} *__restrict__ out{j or ''}" for j, d in enumerate(outs)]
+
+
+def _names(ins, outs) -> str:
+    return ", ".join([f"in{k}" for k in range(len(ins))] +
+                     [f"out{j or ''}" for j in range(len(outs))])
+
+
+def _compute(k, ins) -> list:
+    """Statements computing element ``j`` of every output into ``r<out>[j]`` from the
+    loaded ``v<in>[j]``."""
+    emit = Emitter(lambda i: _convert(f"v{i}[j]", ins[i]), ins, ctype=CUDA_CTYPE)
+    stores = []
+    for o, (d, e) in enumerate(k.outputs):
+        var, vd = emit.value(e)
+        stores.append(f"r{o}[j] = {_store(var, vd, d)};")
+    return emit.lines + stores
+
+
+def _ind(lines, n) -> list:
+    return ["    " * n + ln for ln in lines]
+
+
+def _strided(k, ins, outs, name) -> list:
+    """The template body of the strided variant."""
+    nin = len(ins)
+    sig = ", ".join(_params(ins, outs) + ["const int64_t *__restrict__ shape",
+                                          "const int64_t *__restrict__ strides",
+                                          "int ndim", "I n"])
+    decl = [f"{_ptr_type(d)} v{i}[{ILP}];" for i, d in enumerate(ins)]
+    decl += [f"{_ptr_type(d)} r{o}[{ILP}];" for o, d in enumerate(outs)]
+    offs = ["int64_t rem = (int64_t)idx" + "".join(f", o{i} = 0" for i in range(nin)) + ";",
+            "if (ndim == 1) {"]
+    offs += [f"    o{i} = rem * strides[{i} * ndim];" for i in range(nin)]
+    offs += ["} else {", "    for (int d = ndim - 1; d >= 0; d--) {",
+             "        const int64_t c = ember_divmod(rem, shape[d]);"]
+    offs += [f"        o{i} += c * strides[{i} * ndim + d];" for i in range(nin)]
+    offs += ["    }", "}"] + [f"v{i}[j] = in{i}[o{i}];" for i in range(nin)]
+    stores = [f"out{o or ''}[idx] = r{o}[j];" for o in range(len(outs))]
+    return ([f"template <typename I> __device__ static inline void {name}_body({sig}) {{",
+             f"    const I step = (I)blockDim.x * gridDim.x * {ILP};",
+             f"    for (I base = (I)blockIdx.x * blockDim.x * {ILP} + threadIdx.x; base < n;"
+             " base += step) {"] + _ind(decl, 2) +
+            ["        #pragma unroll", f"        for (int j = 0; j < {ILP}; j++) {{",
+             "            const I idx = base + (I)j * blockDim.x;",
+             "            if (idx < n) {"] + _ind(offs, 4) + ["            }", "        }",
+             "        #pragma unroll", f"        for (int j = 0; j < {ILP}; j++) {{",
+             "            const I idx = base + (I)j * blockDim.x;",
+             "            if (idx < n) {"] + _ind(_compute(k, ins) + stores, 4) +
+            ["            }", "        }", "    }", "}"])
+
+
+def _vec_load(i, d) -> list:
+    t, vt = _ptr_type(d), _VEC[d.itemsize]
+    return [f"if (flags & {1 << i}) {{",
+            f"    #pragma unroll",
+            f"    for (int j = 0; j < {ILP}; j++) v{i}[j] = in{i}[0];",
+            "} else if (full && (flags & EMBER_ALIGNED)) {",
+            f"    *({vt} *)v{i} = *(const {vt} *)(in{i} + base);",
+            "} else {",
+            "    #pragma unroll",
+            f"    for (int j = 0; j < {ILP}; j++) v{i}[j] = in{i}[base + j < n ? base + j : base];",
+            "}"]
+
+
+def _vec_store(o, d) -> list:
+    vt = _VEC[d.itemsize]
+    nm = f"out{o or ''}"
+    return ["if (full && (flags & EMBER_ALIGNED)) {",
+            f"    *({vt} *)({nm} + base) = *(const {vt} *)r{o};",
+            "} else {", "    #pragma unroll",
+            f"    for (int j = 0; j < {ILP}; j++) if (base + j < n) {nm}[base + j] = r{o}[j];",
+            "}"]
+
+
+def _contiguous(k, ins, outs, name) -> list:
+    """The template body of the contiguous variant."""
+    sig = ", ".join(_params(ins, outs) + ["int flags", "I n"])
+    decl = [f"__align__(16) {_ptr_type(d)} v{i}[{ILP}];" for i, d in enumerate(ins)]
+    decl += [f"__align__(16) {_ptr_type(d)} r{o}[{ILP}];" for o, d in enumerate(outs)]
+    loads = [ln for i, d in enumerate(ins) for ln in _vec_load(i, d)]
+    stores = [ln for o, d in enumerate(outs) for ln in _vec_store(o, d)]
+    return ([f"template <typename I> __device__ static inline void {name}_cbody({sig}) {{",
+             f"    const I step = (I)blockDim.x * gridDim.x * {ILP};",
+             f"    for (I base = ((I)blockIdx.x * blockDim.x + threadIdx.x) * {ILP}; base < n;"
+             " base += step) {",
+             f"        const bool full = base + {ILP} <= n; (void)full;"] + _ind(decl + loads, 2) +
+            ["        #pragma unroll", f"        for (int j = 0; j < {ILP}; j++) {{"] +
+            _ind(_compute(k, ins), 3) + ["        }"] + _ind(stores, 2) + ["    }", "}"])
+
+
+def render_elementwise(k) -> str:
+    """CUDA C of kernel ``k``'s two entry points (module docstring); needs
+    :data:`VEC_HEAD` and the NVRTC head before it."""
+    ins = [s.dtype for s in k.inputs]
+    outs = [o[0] for o in k.outputs]
+    name, names = k.name, _names(ins, outs)
+    params = _params(ins, outs)
+    strided_sig = ", ".join(params + ["const int64_t *__restrict__ shape",
+                                      "const int64_t *__restrict__ strides", "int ndim",
+                                      "int64_t n"])
+    lines = _strided(k, ins, outs, name) + _contiguous(k, ins, outs, name)
+    lines += [f'extern "C" __global__ void {name}({strided_sig}) {{',
+              "    if (n < 0x7fffffffLL)",
+              f"        {name}_body<unsigned>({names}, shape, strides, ndim, (unsigned)n);",
+              "    else",
+              f"        {name}_body<int64_t>({names}, shape, strides, ndim, n);", "}",
+              f'extern "C" __global__ void {name}_c({", ".join(params + ["int flags", "int64_t n"])}) {{',
+              "    if (n < 0x7fffffffLL)",
+              f"        {name}_cbody<unsigned>({names}, flags, (unsigned)n);",
+              "    else",
+              f"        {name}_cbody<int64_t>({names}, flags, n);", "}"]
+    return "\n".join(lines) + "\n"
