@@ -262,3 +262,36 @@ def test_add_of_negated_product_becomes_sub_bitwise(opt):
         np.testing.assert_array_equal(a.view(np.int32), b.view(np.int32))
     if opt == "sgd":        # the loss keeps one (of the target count); the lr's are gone
         assert names.count("neg") == 1 and names.count("sub") >= 4, names
+
+
+def test_cross_entropy_row_gradient_joins_the_softmax_backward_kernel(monkeypatch):
+    """The masked row gradient ``where(mask, g, 0)`` of cross-entropy (``ignore_index``)
+    is absorbed into log-softmax's backward kernel as row members (``fuse_groups.
+    _absorb_rows``) and reads the 0-d gradient itself (``simplify``: no reshape): same bits
+    as the graph without them."""
+    from ember import codegen
+    from ember.graph.passes import fuse_groups
+    if not codegen.available():
+        pytest.skip("no C compiler: nothing is fused")
+    rng = np.random.default_rng(0)
+    x = em.tensor(rng.standard_normal((64, 10)).astype(np.float32))
+    y = rng.integers(0, 10, 64)
+    y[:5] = -100                                        # ignored targets
+    y = em.tensor(y)
+
+    def f(x, y):
+        x = x.detach().requires_grad_(True)
+        (dx,) = em.autograd.grad(F.cross_entropy(x, y), [x])
+        return dx
+    on = em.compile(f)
+    on(x, y)
+    got = on(x, y).numpy()
+    assert "where" not in _names(on.graph) and "reshape" not in [
+        n.op.name for n in on.graph.nodes if n.inputs and n.inputs[0].shape == ()]
+    monkeypatch.setattr(fuse_groups, "_absorb_rows", lambda graph, groups: None)
+    off = em.compile(f)
+    off(x, y)
+    ref = off(x, y).numpy()
+    assert "where" in _names(off.graph)
+    np.testing.assert_array_equal(got.view(np.int32), ref.view(np.int32))
+    np.testing.assert_array_equal(got[:5], 0)

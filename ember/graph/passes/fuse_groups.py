@@ -155,7 +155,34 @@ def partition(graph, device: str = "cpu") -> list:
         else:
             for g in prods:
                 g.open = False
+    _absorb_rows(graph, groups)
     return [g for g in groups if g.members]
+
+
+def _absorb_rows(graph, groups) -> None:
+    """An elementwise group over a reduction group's per-row shape whose values only that
+    group reads joins it as row members (one kernel fewer): cross-entropy's masked row
+    gradient ``where(mask, g, 0)`` ahead of log-softmax's backward. The walk above could
+    not merge it when it met it: the reading group was not yet a reduction then. The
+    kernel runs at its last member, after every member of both, and nothing else reads
+    the absorbed values, so every reader still follows the kernel that writes its input."""
+    users, outs = graph.users(), {v.id for v in graph.outputs}
+    group_of = {id(n): g for g in groups for n, _ in g.members}
+    for g in groups:
+        if g.naxes or not g.members:
+            continue
+        mine = {id(n) for n, _ in g.members}
+        readers = {id(group_of.get(id(u))): group_of.get(id(u)) for n, _ in g.members
+                   for u in users.get(n.out.id, ()) if id(u) not in mine}
+        if len(readers) != 1 or any(n.out.id in outs for n, _ in g.members):
+            continue
+        (t,) = readers.values()
+        if t is None or not t.naxes or t.space == g.space or g.space != t.row_shape:
+            continue
+        t.members.extend((n, "row") for n, _ in g.members)
+        for n, _ in g.members:
+            group_of[id(n)] = t
+        g.members = []
 
 
 def _fits(g: Group, n, owner) -> str | None:
