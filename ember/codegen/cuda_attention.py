@@ -10,10 +10,17 @@ in float32, each result rounded once. The CUDA text is :mod:`.cuda_attention_c`;
 variant per (dtype, head dims rounded up to 32, up to 128) is rendered on demand, compiled
 by NVRTC into the kernel cache and loaded once (:mod:`.cuda_cache`).
 
-NOTE: the ``sdpa`` primitive has one output, so the log-sum-exp is not kept between the
-forward and the backward: ``sdpa_grad`` runs the forward kernel again (O and lse, O(T)
-memory) before its three kernels — one more forward pass per backward than
-FlashAttention-2, and no change to the registry's declaration.
+The ``sdpa`` primitive has one output, so the log-sum-exp travels beside the registry:
+a forward run with ``save=True`` (the op's ``"cuda"`` kernel, while grad mode is on) keeps
+``(copy of O, lse)`` in :data:`_saved`, keyed by the identities of its q, k and v arrays
+and held only while they live (weak references: an entry goes when q, k or v is freed;
+arrays without weak references: at most :data:`MAX_SAVED` entries, oldest dropped). The
+backward of the same arrays, scale and mask takes the entry (once) and skips the forward
+kernel (FlashAttention-2's saved LSE); anything else — a second backward with
+``retain_graph``, an entry dropped — reruns the forward kernel for O and lse, as before.
+The copy of O (one device copy, ~1 % of the forward's time) keeps an in-place write to
+the op's output from reaching ``delta``; writes to q, k or v are caught by autograd's
+saved-version check before the backward runs.
 
 Launch geometry (a block is 4 warps, ``ROWS`` rows per warp; heads on ``gridDim.y``):
 :func:`forward_plan` / :func:`backward_plans` return ``(kernel name, grid, block, args)``
@@ -22,6 +29,7 @@ lists that tests check on the CPU with NumPy arrays and a fake module.
 from __future__ import annotations
 
 import math
+import weakref
 
 import numpy as np
 
@@ -37,6 +45,13 @@ STORAGE = {"float32": ("f32", "float"), "float16": ("f16", "__half"),
 MAX_HEAD_DIM = 128
 THREADS = 128
 _modules: dict = {}
+#: forward results kept for the backward: (id(q), id(k), id(v)) -> (refs, scale, causal,
+#: O copy, lse) (module docstring).
+_saved: dict = {}
+#: entries kept at most when the arrays take no weak references (strong references then).
+MAX_SAVED = 48
+#: backward calls that reused a saved lse / reran the forward kernel (tests, benchmarks).
+stats = {"lse_reused": 0, "forward_reruns": 0}
 
 
 def variant(dtype_name: str, d: int, dv: int) -> tuple:
@@ -141,25 +156,75 @@ def _launch(mod, name, grid, block, args) -> None:
         mod.get_function(name)(grid, block, args)
 
 
-def forward(xp, q, k, v, scale, is_causal, out=None):
-    """``softmax(q kᵀ * scale [causal]) v`` by the tiled kernel (``supported`` arrays)."""
+def forward(xp, q, k, v, scale, is_causal, out=None, save=False):
+    """``softmax(q kᵀ * scale [causal]) v`` by the tiled kernel (``supported`` arrays);
+    ``save``: keep O and the log-sum-exp for :func:`backward` of the same arrays."""
     mod = _module(q.dtype.name, q.shape[-1], v.shape[-1])
-    name, grid, block, args, o, _ = forward_plan(q, k, v, scale, is_causal, xp, out)
+    name, grid, block, args, o, lse = forward_plan(q, k, v, scale, is_causal, xp, out)
     if q.shape[-2]:
         _launch(mod, name, grid, block, args)
+        if save and k.shape[-2]:
+            _remember((q, k, v), float(scale), bool(is_causal), o.copy(), lse)
     return o
+
+
+def _remember(qkv, scale, causal, o, lse) -> None:
+    key = tuple(id(a) for a in qkv)
+
+    def drop(ref, key=key):
+        e = _saved.get(key)
+        if e is not None and any(r is ref for r in e[0]):
+            del _saved[key]
+    try:
+        refs = tuple(weakref.ref(a, drop) for a in qkv)
+    except TypeError:       # NOTE: no weak references: hold them, bounded
+        refs = tuple(_Strong(a) for a in qkv)
+        while len(_saved) >= MAX_SAVED:
+            del _saved[next(iter(_saved))]
+    _saved.pop(key, None)
+    _saved[key] = (refs, scale, causal, o, lse)
+
+
+class _Strong:
+    """A strong reference with ``weakref.ref``'s call interface."""
+
+    __slots__ = ("obj",)
+
+    def __init__(self, obj):
+        self.obj = obj
+
+    def __call__(self):
+        return self.obj
+
+
+def _recall(qkv, scale, causal):
+    """``(O, lse)`` a forward of these very arrays saved, taken out; else None."""
+    e = _saved.get(tuple(id(a) for a in qkv))
+    if e is None:
+        return None
+    refs, s, c, o, lse = e
+    if any(r() is not a for r, a in zip(refs, qkv)) or s != float(scale) or c != bool(causal):
+        return None
+    del _saved[tuple(id(a) for a in qkv)]
+    return o, lse
 
 
 def backward(xp, g, q, k, v, scale, is_causal):
     """``dq | dk | dv`` flattened into one array (the ``sdpa_grad`` primitive's output)."""
-    mod = _module(q.dtype.name, q.shape[-1], v.shape[-1])
-    name, grid, block, args, o, lse = forward_plan(q, k, v, scale, is_causal, xp)
     if q.shape[-2] == 0 or k.shape[-2] == 0:
         return xp.zeros(q.size + k.size + v.size, q.dtype)
+    mod = _module(q.dtype.name, q.shape[-1], v.shape[-1])
     flat = xp.empty(q.size + k.size + v.size, q.dtype)   # NOTE: the kernels write it all
     parts = (flat[:q.size].reshape(q.shape), flat[q.size:q.size + k.size].reshape(k.shape),
              flat[q.size + k.size:].reshape(v.shape))
-    _launch(mod, name, grid, block, args)
+    kept = _recall((q, k, v), scale, is_causal)
+    if kept is not None:
+        o, lse = kept
+        stats["lse_reused"] += 1
+    else:
+        name, grid, block, args, o, lse = forward_plan(q, k, v, scale, is_causal, xp)
+        _launch(mod, name, grid, block, args)
+        stats["forward_reruns"] += 1
     launches, _ = backward_plans(g, q, k, v, o, lse, scale, is_causal, xp, parts)
     for name, grid, block, args in launches:
         _launch(mod, name, grid, block, args)

@@ -148,8 +148,8 @@ def _flash(*arrays):
 
 def _sdpa_cuda(xp, q, k, v, scale, is_causal):
     fa = _flash(q, k, v)
-    if fa is not None:
-        return fa.forward(xp, q, k, v, scale, is_causal)
+    if fa is not None:      # NOTE: with grad on, O and the lse stay for sdpa_grad
+        return fa.forward(xp, q, k, v, scale, is_causal, save=state.grad_enabled)
     if _backends_host():
         return _sdpa_cpu(xp, q, k, v, scale, is_causal)
     return _sdpa_np(xp, q, k, v, scale, is_causal)

@@ -100,3 +100,55 @@ def test_masked_nan_keys_stay_out_and_nan_rows_match_cpu(emu):
     for a, b in zip(got, want):
         np.testing.assert_array_equal(np.isnan(a), np.isnan(b))
         np.testing.assert_allclose(np.nan_to_num(a), np.nan_to_num(b), rtol=1e-4, atol=1e-5)
+
+
+def test_backward_reuses_the_saved_lse_once(emu):
+    rng = np.random.default_rng(3)
+    q, k, v, g = (rng.standard_normal((1, 2, 37, 16)).astype(np.float32) for _ in range(4))
+    want = _cpu(q, k, v, g, True, 0.25)
+    reused = ca.stats["lse_reused"]
+    out = ca.forward(np, q, k, v, 0.25, True, save=True)
+    out += 100.0                     # an in-place write to the output: the saved O is a copy
+    flat = ca.backward(np, g, q, k, v, 0.25, True)
+    s = ca.variant("float32", 16, 16)[0]
+    assert emu[-1].launches[-4:] == [f"ember_flash_{x}_{s}" for x in ("fwd", "delta", "dkdv",
+                                                                        "dq")]
+    assert ca.stats["lse_reused"] == reused + 1 and not ca._saved
+    a, b = q.size, q.size + k.size
+    for got, w in zip((flat[:a], flat[a:b], flat[b:]), want[1:]):
+        np.testing.assert_allclose(got.reshape(w.shape), w, rtol=1e-4, atol=1e-5)
+    ca.backward(np, g, q, k, v, 0.25, True)          # taken once: a second backward reruns
+    assert emu[-1].launches[-4] == f"ember_flash_fwd_{s}"
+    ca.forward(np, q, k, v, 0.25, True, save=True)
+    assert ca._recall((q, k, v), 0.5, True) is None               # another scale: not it
+    assert ca._recall((q, k.copy(), v), 0.25, True) is None       # other arrays: not it
+    del q
+    assert not ca._saved                             # freed with its arrays
+
+
+def test_eager_sdpa_on_a_gpu_runs_one_forward_per_layer(fake_cuda, monkeypatch, emu):
+    monkeypatch.setattr(fake_cuda, "capabilities",
+                        fake_cuda.capabilities - {"host_kernels"} | {"cuda_kernels"})
+    rng = np.random.default_rng(4)
+    x0 = rng.standard_normal((2, 3, 40, 16)).astype(np.float32)
+    F = em.nn.functional
+
+    def loss(dev):
+        x = em.tensor(x0, device=dev, requires_grad=True)
+        h = x
+        for _ in range(2):                           # two "layers"
+            h = F.scaled_dot_product_attention(h, h * 0.5, h, is_causal=True) + h
+        h.sum().backward()
+        return h.detach().cpu().numpy(), x.grad.cpu().numpy()
+    want = loss("cpu")
+    reused = ca.stats["lse_reused"]
+    got = loss("cuda")
+    names = [n for m in emu for n in m.launches]
+    assert sum(n.startswith("ember_flash_fwd") for n in names) == 2
+    assert sum(n.startswith("ember_flash_dq") for n in names) == 2
+    assert ca.stats["lse_reused"] == reused + 2 and not ca._saved
+    for a, b in zip(got, want):
+        np.testing.assert_allclose(a, b, rtol=1e-4, atol=1e-5)
+    with em.no_grad():                               # nothing kept without grad mode
+        F.scaled_dot_product_attention(*(em.tensor(x0, device="cuda"),) * 3)
+    assert not ca._saved
