@@ -96,17 +96,19 @@ def attention_dtypes(fn, roots) -> list:
 def prefetch_kernels(fn, roots) -> None:
     """Start building (or loading) the C libraries a first compiled call will wait for, on
     background threads, while it runs: the worker pool, the one-call launcher, the column
-    sums (~0.6 s of compiler time on an empty kernel cache) and, when :func:`attention_dtypes`
+    sums, the one-value-per-row loop (cross-entropy's; ~0.6 s of compiler time on an empty
+    kernel cache) and, when :func:`attention_dtypes`
     expects attention, its forward before the column sums and its backward on a second
     thread (a first training step needs all of them, the backward last). Not the bfloat16 GEMM library: ``cast_gemm`` loads it only for graphs
     with a bfloat16 product (~0.7 s of ``gcc`` a float32 graph never needs). Ember's GEMM
     is built by the first product itself, at once."""
     from ..codegen import attention_kernels as att, cache, launch, pool, reduce_kernels
+    from .passes.take_rows import _SOURCE as take_rows_source
     first, second = [pool._SOURCE, launch._SOURCE], []
     for s in attention_dtypes(fn, roots):
         first.append(lambda cc, s=s: att.source(cc.mvec, (s,), "fwd"))
         second.append(lambda cc, s=s: att.source(cc.mvec, (s,), "bwd"))
-    first.append(lambda cc: reduce_kernels.source())
+    first += [lambda cc: reduce_kernels.source(), take_rows_source]
     cache.prefetch(first)
     if second:
         cache.prefetch(second, name="attention-backward")

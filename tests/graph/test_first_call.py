@@ -129,12 +129,12 @@ def test_prefetch_starts_attention_forward_and_backward(monkeypatch):
     def step(x):
         return m(x).sum()
     first_call.prefetch_kernels(step, discover(step, (x,), {}))
-    # pool, launcher, attention forward, column sums; the backward on a thread of its own
-    assert calls == [("compile", 4), ("attention-backward", 1)]
+    # pool, launcher, attention forward, column sums, take_rows; the backward on a thread
+    assert calls == [("compile", 5), ("attention-backward", 1)]
     calls.clear()
     mlp = nn.Linear(8, 8)
     first_call.prefetch_kernels(lambda x: mlp(x), discover(lambda x: mlp(x), (x,), {}))
-    assert calls == [("compile", 3)]
+    assert calls == [("compile", 4)]
 
 
 def test_prefetched_attention_sources_are_the_ones_sdpa_loads(monkeypatch):
