@@ -61,6 +61,15 @@ static float *scratch(size_t n) {
     return tls_buf;
 }
 
+/* a padded copy above 4 MiB is not kept for the next call (the pool's threads live on) */
+static void scratch_trim(void) {
+    if (tls_cap > (1u << 20)) {
+        free(tls_buf);
+        tls_buf = 0;
+        tls_cap = 0;
+    }
+}
+
 /* image n's (C, H, W) interior into the padded planes (borders already hold the pad) */
 static void copy_in(const float *x, const int64_t *q, float *xp) {
     const int64_t C = q[Q_C], H = q[Q_H], W = q[Q_W], HP = q[Q_HP], WR = q[Q_WR];
@@ -182,13 +191,13 @@ TGT static void run_@S@(char **p, const int64_t *q, const int64_t *st, int64_t l
     const float pv = *(const float *)p[5];
     const int64_t C = q[Q_C], CO = q[Q_CO], K = q[Q_K], L = q[Q_OH] * q[Q_OW],
         S = q[Q_OH] * q[Q_NSEG], plane = q[Q_HP] * q[Q_WR];
-    float *xp = scratch((size_t)(C * plane));
+    float *xp = scratch((size_t)(C * plane)), *cols = (float *)p[6];
     if (!xp) {          /* no memory for the padded copy: NaN, never stale values */
         for (int64_t i = lo * CO * L; i < hi * CO * L; i++) y[i] = NAN;
+        for (int64_t i = lo * K * L; cols && i < hi * K * L; i++) cols[i] = NAN;
         return;
     }
     for (int64_t i = 0; i < C * plane; i++) xp[i] = pv;
-    float *cols = (float *)p[6];
     for (int64_t n = lo; n < hi; n++) {
         copy_in(x + n * C * q[Q_H] * q[Q_W], q, xp);
         if (cols) unfold_@S@(xp, q, koff, cols + n * K * L);
@@ -200,6 +209,7 @@ TGT static void run_@S@(char **p, const int64_t *q, const int64_t *st, int64_t l
                 tile_@S@(xp, q, koff, w + co * K, bias ? bias + co : 0, yn + co * L,
                          MIN(MRV, CO - co), s0, (int)MIN(NV, S - s0));
     }
+    scratch_trim();
 }
 
 void ember_conv_igemm_@S@(char **p, const int64_t *q, int64_t nt) {

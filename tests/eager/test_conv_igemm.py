@@ -152,3 +152,14 @@ def test_callers_use_it_where_it_runs(monkeypatch):
 def test_unknown_variant_names_the_valid_ones():
     with pytest.raises(ValueError, match="valid: auto, off, generic, avx2, avx512"):
         ci.variant_for("sse9")
+
+
+@pytest.mark.parametrize("variant", VARIANTS[:1])
+def test_a_large_image_twice(variant):
+    """A padded copy above the kept scratch size (4 MiB) is released and made again."""
+    xs, co, k, d, p = (1, 17, 250, 250), 8, (3, 3), (1, 1), ((1, 1), (1, 1))
+    x, w, b = _data(xs, co, k, seed=6)
+    _, want, _ = _reference(x, w, b, k, d, p)
+    for _ in range(2):
+        got = ci.conv(x, w, b, k, d, p, variant=variant)
+        np.testing.assert_array_equal(got.reshape(want.shape), want)
