@@ -103,6 +103,49 @@ def gelu_rows(reps, torch):
     return rows
 
 
+def bandwidth_rows(reps, torch):
+    """GB/s of memory-bound elementwise work (2 x 4 bytes per float32 element): the copy
+    ceiling, ``clone``, ``x * 2``, eager and compiled GELU (tanh), Ember vs PyTorch; then
+    ``x * 2`` by size with the eager kernels on and off (``cuda_eager.THRESHOLD``'s data)."""
+    import cupy
+    from ember import config
+    n = 1 << 26
+    x = em.randn(n, device="cuda")
+    gb = 2 * 4 * n / 1e9
+    dst, src = cupy.empty(n, cupy.float32), x._data
+
+    def memcpy():
+        cupy.cuda.runtime.memcpyAsync(dst.data.ptr, src.data.ptr, 4 * n,
+                                      cupy.cuda.runtime.memcpyDeviceToDevice,
+                                      cupy.cuda.get_current_stream().ptr)
+    gelu = em.nn.functional.gelu
+    f = em.compile(lambda x: gelu(x, approximate="tanh"))
+    cases = [("cudaMemcpy D2D GB/s", memcpy, None),
+             ("clone GB/s", lambda: x.clone(), lambda t: t.clone()),
+             ("x*2 GB/s", lambda: x * 2, lambda t: t * 2),
+             ("GELU eager GB/s", lambda: gelu(x, approximate="tanh"),
+              lambda t: torch.nn.functional.gelu(t, approximate="tanh")),
+             ("GELU compiled GB/s", lambda: f(x), None)]
+    tx = torch.randn(n, device="cuda") if torch is not None else None
+    rows = []
+    for name, mine, peer in cases:
+        ms = _time(mine, reps, em.cuda.synchronize)
+        pms = None if peer is None or tx is None else _time(lambda: peer(tx), reps,
+                                                           torch.cuda.synchronize)
+        rows.append((name, gb / (ms / 1e3), None if pms is None else gb / (pms / 1e3)))
+    rows.append(("GELU compiled % of memcpy", 100 * rows[4][1] / rows[0][1], None))
+    for p in (16, 18, 20, 22):
+        y = em.randn(1 << p, device="cuda")
+        on = _time(lambda: y * 2, reps, em.cuda.synchronize)
+        config.EAGER_KERNELS = False
+        try:
+            off = _time(lambda: y * 2, reps, em.cuda.synchronize)
+        finally:
+            config.EAGER_KERNELS = True
+        rows.append((f"x*2 n=2^{p} us kernel|cupy", on * 1e3, off * 1e3))
+    return rows
+
+
 def w1_rows(reps, torch):
     em.manual_seed(0)
     m = em.nn.Sequential(em.nn.Linear(64, 256), em.nn.GELU(), em.nn.Linear(256, 10)).cuda()
@@ -188,13 +231,13 @@ def _gpt_step(lib, dtype, batch=8, t=1024, vocab=50257):
     return step, (idx, tgt)
 
 
-def gpt_rows(reps, torch):
+def gpt_rows(reps, torch, compiled=True):
     reps = max(3, reps // 4)
     from ember.device.base import get_backend
     bf16 = get_backend(em.device("cuda")).has("bfloat16")
     name = "bfloat16" if bf16 else "float16"
     rows = []
-    for label, compiled in (("eager", False), ("compiled", True)):
+    for label, compiled in (("eager", False), ("compiled", True))[:2 if compiled else 1]:
         try:
             step, args = _gpt_step(em, getattr(em, name))
             fn = em.compile(step) if compiled else step
@@ -208,6 +251,8 @@ def gpt_rows(reps, torch):
         step, args = _gpt_step(torch, getattr(torch, name))
         rows[0] = rows[0][:2] + (_time(lambda: step(*args), reps, torch.cuda.synchronize),)
         print(f"  (torch GPT eager: {rows[0][2]:.2f} ms)", flush=True)
+        if len(rows) < 2:
+            return rows
         try:
             cstep = torch.compile(step)
             rows[1] = rows[1][:2] + (_time(lambda: cstep(*args), reps,
@@ -221,6 +266,10 @@ def main(argv=None) -> int:
     p = argparse.ArgumentParser(description=__doc__.splitlines()[0])
     p.add_argument("--quick", action="store_true")
     p.add_argument("--no-gpt", action="store_true", help="leave out the GPT step")
+    p.add_argument("--only", nargs="+", choices=["matmul", "gelu", "bandwidth", "w1", "gpt",
+                                                 "gpt-eager"],
+                   help="these sections only (bandwidth: clone, x*2, GELU vs memcpy and "
+                   "PyTorch; gpt-eager: the GPT step eager only)")
     args = p.parse_args(argv)
     if not em.cuda.is_available():
         from ember.device.base import cuda_backend
@@ -235,6 +284,11 @@ def main(argv=None) -> int:
           f"{torch.__version__ if torch else 'not available'}")
     print(f"{'benchmark':<28} {'ember':>12} {'torch':>12}")
     sections = [matmul_rows, gelu_rows, w1_rows] + ([] if args.no_gpt else [gpt_rows])
+    if args.only:
+        table = {"matmul": matmul_rows, "gelu": gelu_rows, "bandwidth": bandwidth_rows,
+                 "w1": w1_rows, "gpt": gpt_rows,
+                 "gpt-eager": lambda r, t: gpt_rows(r, t, compiled=False)}
+        sections = [table[s] for s in args.only]
     for section in sections:
         for name, mine, peer in section(reps, torch):
             print(f"{name:<28} {mine:>12.2f} {'-' if peer is None else f'{peer:.2f}':>12}",
