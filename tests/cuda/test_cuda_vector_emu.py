@@ -156,3 +156,5 @@ def test_contiguous_entry_uses_vector_loads_and_does_not_spill():
     for name in ("gelu", "gelu_c", "mul64", "mul64_c"):
         assert f"Compiling entry function '{name}'" in log
     assert not re.search(r"[1-9]\d* bytes spill (stores|loads)", log), log
+    # the per-thread element arrays live in registers (no local-memory stack frame)
+    assert not re.search(r"[1-9]\d* bytes stack frame", log), log
