@@ -1,5 +1,5 @@
-"""The ``linear`` primitive: ``x @ w.T + b`` for a 2-D ``x`` (PyTorch's ``aten::linear``,
-which is one ``addmm``).
+"""The ``linear`` primitive: ``x @ w.T + b`` (PyTorch's ``aten::linear``: one ``addmm``
+over ``x``'s rows, leading dims folded).
 
 Why a primitive (``F.linear`` is otherwise ``matmul(x, w.mT)`` then ``add``): in an eager
 step each layer then costs one dispatch and one autograd node, not a transpose view, a
@@ -7,14 +7,15 @@ product and an add forward and a ``PermuteBackward`` + ``MatmulBackward`` + ``Ad
 with four more transposes backward; and on float32 the bias is added inside Ember's GEMM
 as the last k block's tiles are stored (``codegen/sgemm.py``'s ``bias``), so the product is
 not read and written again. The bits are those of ``matmul(x, w.mT) + b``: the same
-products on the same operand layouts, the bias added to the finished product (rounded
-once more), so eager results do not change. Only eager ``F.linear`` calls it (2-D float32
-input, 1-D bias, no dispatch mode): traced code (``ember.compile``, ``vmap``) keeps
-``matmul`` + ``add``, which the graph passes fuse themselves.
+products on the same operand layouts (an N-D ``x`` folded into rows, as the matmul kernel
+folds it), the bias added to the finished product (rounded once more), so eager results
+do not change. Only eager ``F.linear`` calls it (float32 input of 2 dims, or more when
+contiguous so the rows fold as a view; 1-D bias; no dispatch mode): traced code
+(``ember.compile``, ``vmap``) keeps ``matmul`` + ``add``, which the graph passes fuse.
 
-VJPs: ``dx = g @ w`` and ``dw = g.mT @ x`` (complex: conjugated like matmul's), the
-weight's gradient computed in the weight's own (row-major) layout; ``db = g``, reduced to
-the bias's shape by the engine like ``add``'s.
+VJPs: ``dx = g @ w`` and ``dw = g.mT @ x`` over all rows (complex: conjugated like
+matmul's), the weight's gradient computed in the weight's own (row-major) layout;
+``db = g``, reduced to the bias's shape by the engine like ``add``'s.
 """
 from __future__ import annotations
 
@@ -38,10 +39,10 @@ def _shp(x) -> tuple:
 
 def _check(x, w, b):
     xs, ws, bs = _shp(x), _shp(w), _shp(b)
-    if len(xs) != 2 or len(ws) != 2 or xs[1] != ws[1]:
+    if len(xs) < 2 or len(ws) != 2 or xs[-1] != ws[1]:
         raise ShapeError(f"linear: input of shape {xs} does not fit weight of shape {ws} "
-                         f"(expected a (n, in) input and an (out, in) weight)")
-    ps = (xs[0], ws[0])
+                         f"(expected a (..., n, in) input and an (out, in) weight)")
+    ps = xs[:-1] + (ws[0],)
     if dispatch.broadcast_shapes(bs, ps, op="linear") != ps:
         raise ShapeError(f"linear: bias of shape {bs} does not broadcast to the output's "
                          f"shape {ps}")
@@ -51,6 +52,12 @@ def _kernel(xp, x, w, b):
     """``x @ w.T + b``: float32 NumPy operands with a ``(out,)`` bias run Ember's GEMM with
     the bias in its stores where its size rule takes the product; else the matmul kernel
     and the bias added into its fresh result (the same bits either way)."""
+    if x.ndim > 2:
+        if b.ndim > 1:          # a bias over the leading dims too: no row folding
+            return xp.add(_matmul_kernel(xp, x, w.T), b)
+        # NOTE: rows folded as the matmul kernel folds them (a view for the contiguous
+        # inputs F.linear passes here), so the same 2-D product
+        return _kernel(xp, x.reshape(-1, x.shape[-1]), w, b).reshape(x.shape[:-1] + w.shape[:1])
     y = w.T
     if b.ndim == 1 and b.dtype == _F32 and x.dtype == _F32 and w.dtype == _F32 \
             and xp is _np:
@@ -65,12 +72,17 @@ def _kernel(xp, x, w, b):
     return xp.add(r, b)
 
 
+def _rows(t):
+    """``t`` with its leading dims folded into rows (the weight gradient's one GEMM)."""
+    return t if t.ndim == 2 else t.reshape(-1, t.shape[-1])
+
+
 linear_p = defop(
     "linear", nin=3, check=_check, batch="loop",
-    shape=lambda xs, ws, bs: (xs[0], ws[0]),
+    shape=lambda xs, ws, bs: tuple(xs[:-1]) + (ws[0],),
     kernel=_kernel,
     vjp=(lambda g, out, x, w, b: g @ cj(w),
-         lambda g, out, x, w, b: g.mT @ cj(x),
+         lambda g, out, x, w, b: _rows(g).mT @ cj(_rows(x)),
          lambda g, out, x, w, b: g),
     jvp=lambda t, out, x, w, b: t[0] @ w.mT + x @ t[1].mT + t[2],
-    doc="x @ w.T + b for a 2-D x (eager F.linear with a bias)")
+    doc="x @ w.T + b over x's rows (eager F.linear with a bias)")

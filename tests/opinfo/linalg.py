@@ -62,7 +62,11 @@ def _linear_samples(rng, dtype):
             Sample((r(3, 2), r(2, 2), r()), name="b 0-d"),
             Sample((r(0, 3), r(4, 3), r(4)), grad=False, name="0 rows"),
             Sample((r(2, 0), r(3, 0), r(3)), grad=False, name="k=0"),
-            Sample((r(64, 160), r(112, 160), r(112)), grad=False, name="sgemm")]
+            Sample((r(2, 3, 4), r(5, 4), r(5)), name="3-D x"),
+            Sample((r(2, 3, 4), r(5, 4), r(3, 1)), name="3-D x, 2-D b"),
+            Sample((r(0, 2, 3), r(4, 3), r(4)), grad=False, name="0 rows 3-D"),
+            Sample((r(64, 160), r(112, 160), r(112)), grad=False, name="sgemm"),
+            Sample((r(8, 8, 160), r(112, 160), r(112)), grad=False, name="sgemm 3-D")]
 
 
 def _addmm_ref(inp, a, b, beta=1, alpha=1):

@@ -37,8 +37,9 @@ def linear(input: Tensor, weight: Tensor, bias: Tensor | None = None) -> Tensor:
         raise ShapeError(f"linear: input of shape {tuple(input.shape)} does not fit weight of "
                          f"shape {tuple(weight.shape)}: expected input.shape[-1] == "
                          f"weight.shape[-1] and a 1-D or 2-D weight")
-    if (bias is not None and input.ndim == 2 and weight.ndim == 2 and bias.ndim == 1
-            and not _grad_state.modes and input._dtype is _dt.float32
+    if (bias is not None and weight.ndim == 2 and bias.ndim == 1 and not _grad_state.modes
+            and (input.ndim == 2 or (input.ndim > 2 and input.is_contiguous()))
+            and input._dtype is _dt.float32
             and weight._dtype is _dt.float32 and bias._dtype is _dt.float32):
         # NOTE: eager only (a dispatch mode, e.g. a tracer, sees matmul + add, which the
         # graph passes fuse): one primitive, the bias added in the GEMM's stores, the same
