@@ -229,3 +229,16 @@ def test_launch_plans_collapse_dims_so_kernels_skip_divisions():
     assert list(args[-4]) == [128, 32] and int(args[-1]) == 128 and outs[0].shape == (8, 16)
     src = cuda_launch.render_cuda_many([k])
     assert "if (ndim == 1) {" in src
+
+
+def test_a_large_lone_elementwise_op_gets_a_generated_kernel(gpu_like, monkeypatch):
+    from ember.codegen import cuda_eager
+    _, launches = gpu_like
+    monkeypatch.setattr(cuda_eager, "THRESHOLD", 4096)
+    f = em.compile(lambda x: em.exp(x))
+    for n, fused in ((4096, True), (4095, False)):
+        x = em.randn(n).to("cuda")
+        f(x)                                        # the traced call runs eagerly
+        before = len(launches)
+        np.testing.assert_allclose(f(x).cpu().numpy(), np.exp(x.cpu().numpy()), rtol=1e-6)
+        assert (len(launches) > before) == fused, (n, launches[before:])

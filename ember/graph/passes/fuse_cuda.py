@@ -13,12 +13,15 @@ with the ``cuda_kernels`` capability (a real GPU; the CPU stand-in runs the C ke
 
 What is worth a kernel differs from the CPU: CuPy runs every single op as one kernel
 already, so a lone op stays a node (CuPy's own kernel), except softmax/log_softmax
-(two reductions and a pass: one kernel here).
+(two reductions and a pass: one kernel here) and large elementwise ops (vector loads,
+several elements a thread: :func:`worth_cuda`).
 """
 from __future__ import annotations
 
+import math
 from dataclasses import replace
 
+from ...codegen import cuda_eager
 from ...codegen.cuda_launch import CudaModule
 from ...device.base import get_backend
 from ...codegen.ir import Kernel, ReduceKernel
@@ -34,10 +37,16 @@ SHORT_ROW = 64
 
 
 def worth_cuda(group) -> bool:
-    """Whether a group beats its unfused nodes on a GPU (one CuPy kernel each)."""
+    """Whether a group beats its unfused nodes on a GPU (one CuPy kernel each): several
+    ops; softmax/log_softmax; a lone elementwise op over at least
+    :data:`ember.codegen.cuda_eager.THRESHOLD` elements (the generated kernel moves 4
+    elements a thread with vector loads where CuPy's moves one: eager takes it too)."""
     if len(group.members) > 1:
         return True
-    return group.members[0][0].op.name in ("softmax", "log_softmax")
+    node, cls = group.members[0]
+    if cls == "full" and not group.naxes and math.prod(group.space) >= cuda_eager.THRESHOLD:
+        return True
+    return node.op.name in ("softmax", "log_softmax")
 
 
 def strategy(k) -> str:
