@@ -2,7 +2,8 @@
 
 ``test_nvrtc.py`` compiles one kernel per op with a C template in every dtype; here the
 same kernels run on the CPU emulator (one block of 256 threads striding over the
-elements; contiguous and broadcast layouts) and must give what the registry's own NumPy
+elements; contiguous layouts through the ``NAME_c`` entry point, broadcast ones through the
+strided ``NAME``) and must give what the registry's own NumPy
 kernels give (:mod:`ember.codegen.interp`): exactly for integers and bools, within 2
 ulps for float32/float64 (``expf`` and friends come from another libm). float16 and
 bfloat16 compute in float32 inside and round once, so they are compared with the same
@@ -13,7 +14,7 @@ import pytest
 
 from ember import dtypes as dt
 from ember.codegen import interp
-from ember.codegen.cuda_launch import launch_plan
+from ember.codegen.cuda_launch import kernel_plan, launch_plan
 from ember.codegen.render_cuda import render_cuda_many
 from ember.errors import EmberError
 from ember.ops.registry import REGISTRY
@@ -65,8 +66,12 @@ def _run_all(d, workdir):
     rng = np.random.default_rng(0)
     for op, k in kernels:
         arrays = _sample(k, rng)
-        grid, block, args, outs = launch_plan(k, arrays)
-        mod.get_function(k.name)(grid, block, args)
+        # NOTE: contiguous kernels launch their NAME_c entry (vector loads), broadcast
+        # ones the strided NAME: every op's text runs in both forms across the ops
+        strided = any(0 in s.strides for s in k.inputs)
+        name, grid, block, args, outs = kernel_plan(k, arrays, contiguous=not strided)
+        assert name == k.name + ("" if strided else "_c")
+        mod.get_function(name)(grid, block, args)
         yield op, k, arrays, outs[0]
 
 
