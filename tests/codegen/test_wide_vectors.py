@@ -7,6 +7,9 @@ use explicit ``fmaf`` only, so the marked kernel must give the unmarked kernel's
 each is built both ways here and compared bit for bit (on an AVX-512 CPU the two builds
 really differ in width; elsewhere they are the same code).
 """
+import shutil
+import subprocess
+
 import numpy as np
 import pytest
 
@@ -107,3 +110,26 @@ def test_only_ember_polynomial_loops_are_marked():
     assert "EMBER_WIDE_BEGIN" not in _source(Load(0) * 2.0 + 1.0)
     # float64 erf/tanh are libm's: not marked
     assert "EMBER_WIDE_BEGIN" not in _source(call("erf", Load(0)), dt.float64)
+
+
+def _targets_avx512(cc) -> bool:
+    r = subprocess.run([*cc.command, *cc.flags, "-dM", "-E", "-x", "c", "-"],
+                       input="", capture_output=True, text=True)
+    return r.returncode == 0 and "__AVX512F__" in r.stdout
+
+
+def test_marked_loop_really_uses_512_bit_registers(tmp_path, monkeypatch):
+    """Where GCC targets AVX-512, the marked GELU library holds zmm instructions (the
+    bit-equality tests above would pass vacuously if the pragma changed nothing)."""
+    cc = find_compiler()
+    if cc is None or "gcc" not in cc.version.lower() or shutil.which("objdump") is None \
+            or not _targets_avx512(cc):
+        pytest.skip("needs GCC targeting AVX-512 and objdump")
+    monkeypatch.setenv("EMBER_KERNEL_CACHE", str(tmp_path))
+    x = _inputs(np.float32)
+    _run(_kernel(_gelu_erf, x.size, dt.float32, "ember_wide_probe"), x, monkeypatch, True)
+    libs = [c.with_suffix(".so") for c in tmp_path.rglob("*.c")
+            if "ember_wide_probe" in c.read_text() and c.with_suffix(".so").exists()]
+    assert libs, f"no compiled library of the GELU kernel under {tmp_path}"
+    asm = subprocess.run(["objdump", "-d", str(libs[0])], capture_output=True, text=True).stdout
+    assert "%zmm" in asm, f"{libs[0]}: no 512-bit instruction in the marked GELU loop"
