@@ -9,7 +9,9 @@ known_unstable`: a cold cache), :func:`predicts_unstable` says so from the state
 the call runs under the recording-free tracer instead (same numerics as a traced call).
 
 A wrong guess costs one traced call later, never a result: the signature's second call is
-traced as usual (the hint is used once per signature).
+traced as usual (the hint is used once per signature). What a trace finds (a graph break,
+``fullgraph=True``'s error, a write to Python state) is then found at the second call, as
+after an earlier process's hint (:mod:`ember.graph.warm_start`).
 
 :func:`attention_dtypes` guesses the other thing a cold first call waits for: the attention
 kernels' compiler runs (forward ~0.55 s, backward ~1.1 s of ``gcc``), otherwise started only

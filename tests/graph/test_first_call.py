@@ -156,3 +156,20 @@ def test_prefetched_attention_sources_are_the_ones_sdpa_loads(monkeypatch):
     att._load("f32", "fwd")
     att._load("f32", "bwd")
     assert batches["compile"][2] in loaded and batches["attention-backward"][0] in loaded
+
+
+def test_a_graph_break_is_found_at_the_traced_second_call(wcache):
+    from ember.graph.trace import GraphBreak
+    _, model, opt, x, y = _setup()
+
+    def breaking(x, y):
+        opt.zero_grad()
+        loss = F.cross_entropy(model(x), y)
+        loss.backward()
+        opt.step()
+        return float(loss.item())                  # reads a traced value into Python
+    f = ember.compile(breaking, fullgraph=True)
+    first = f(x, y)                                # untraced: runs, no graph to break
+    assert isinstance(first, float) and "may create optimizer state" in _notes(f)
+    with pytest.raises(GraphBreak):
+        f(x, y)
