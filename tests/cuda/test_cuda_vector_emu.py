@@ -158,3 +158,17 @@ def test_contiguous_entry_uses_vector_loads_and_does_not_spill():
     assert not re.search(r"[1-9]\d* bytes spill (stores|loads)", log), log
     # the per-thread element arrays live in registers (no local-memory stack frame)
     assert not re.search(r"[1-9]\d* bytes stack frame", log), log
+
+
+@needs_nvrtc
+def test_block_reduction_row_loop_is_unrolled():
+    """A block-per-row reduction's row loop issues 4 loads an iteration (4 in flight per
+    thread): more global loads in the PTX than the rolled loop's one, no spills."""
+    from ember.codegen.ir import Reduce, ReduceKernel
+    k = ReduceKernel([InputSpec(dt.float32, (9, 1))], (4, 9), 1, [Reduce("sum", Load(0))],
+                     None, OutSpec(dt.float32, (4,)), name="rsum")
+    src = render_cuda_many([k])
+    ptx = nvrtc.compile_ptx(src, "rsum")
+    assert len(re.findall(r"ld\.global(\.nc)?\.f32", ptx)) >= 4, ptx     # rolled: 1
+    _, log = nvrtc.compile_sass(src, "rsum")
+    assert not re.search(r"[1-9]\d* bytes (spill (stores|loads)|stack frame)", log), log
