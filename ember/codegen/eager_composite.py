@@ -339,7 +339,10 @@ def _composite_grads(entry, inputs, want, g) -> tuple:
 
 def _build(fn, args, kwargs, slots):
     """A compiled entry, or False when the capture did not give one graph."""
-    if not _have_compiler():
+    # NOTE: a GPU's graphs need NVRTC, not a C compiler (its kernels are CUDA text)
+    gpu = any(isinstance(a, Tensor) and a._device.type != "cpu"
+              for a in args + tuple(kwargs.values()))
+    if not (gpu or _have_compiler()):
         return False
     if not _HELD:
         from ..graph.executor import Held
