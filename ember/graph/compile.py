@@ -44,8 +44,8 @@ from ..tensor import Tensor
 from . import disk_cache, warm_start
 from .capture import Entry, finish_capture, lifted
 from .discover import discover
-from .first_call import predicts_unstable, prefetch_kernels
 from .explain import Explanation
+from .first_call import predicts_unstable, prefetch_kernels
 from .guards import capture_guards, reach
 from .passes import run_pipeline, DEFAULT_PASSES
 from .replay import entry_plan, plan_kw, program, run
@@ -208,10 +208,12 @@ class CompiledFunction:
             self._cache[key] = e
             return self.fn(*args, **kwargs)
         warm = self.memory_budget is None and not self._planning and warm_start.enabled()
-        hint = warm and key not in self._hinted and (
-            warm_start.known_unstable(self, sig) and "an earlier process found that it "
-            "changes its signature" or predicts_unstable(self._roots) and "it may create "
-            "optimizer state (first_call.py)")
+        hint = None
+        if warm and key not in self._hinted:
+            if warm_start.known_unstable(self, sig):
+                hint = "an earlier process found that it changes its signature"
+            elif predicts_unstable(self._roots):
+                hint = "it may create optimizer state (first_call.py)"
         if hint:
             self._hinted.add(key)         # NOTE: once: a wrong hint costs one traced call
             self.log.note(f"ran untraced: {hint} (a first optimizer step), so its graph "

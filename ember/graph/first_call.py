@@ -17,8 +17,8 @@ after an earlier process's hint (:mod:`ember.graph.warm_start`).
 kernels' compiler runs (forward ~0.55 s, backward ~1.1 s of ``gcc``), otherwise started only
 when the first ``sdpa`` runs, after Ember's GEMM library is built for the first Linear. When
 the code the function reaches names ``scaled_dot_product_attention``, ``ember.compile``
-starts them at the first call (:func:`prefetch_kernels`), so the three
-libraries compile side by side. A wrong guess builds a library nobody loads (background CPU
+starts them at the first call (:func:`prefetch_kernels`), so the three libraries compile
+side by side. A wrong guess builds a library nobody loads (background CPU
 once; the kernel cache keeps it).
 """
 from __future__ import annotations
@@ -99,11 +99,11 @@ def prefetch_kernels(fn, roots) -> None:
     """Start building (or loading) the C libraries a first compiled call will wait for, on
     background threads, while it runs: the worker pool, the one-call launcher, the column
     sums, the one-value-per-row loop (cross-entropy's; ~0.6 s of compiler time on an empty
-    kernel cache) and, when :func:`attention_dtypes`
-    expects attention, its forward before the column sums and its backward on a second
-    thread (a first training step needs all of them, the backward last). Not the bfloat16 GEMM library: ``cast_gemm`` loads it only for graphs
-    with a bfloat16 product (~0.7 s of ``gcc`` a float32 graph never needs). Ember's GEMM
-    is built by the first product itself, at once."""
+    kernel cache) and, when :func:`attention_dtypes` expects attention, its forward (before
+    the column sums) and, on a second thread, its backward (a first training step needs all
+    of them, the backward last). Not the bfloat16 GEMM library: ``cast_gemm`` loads it only
+    for graphs with a bfloat16 product (~0.7 s of ``gcc`` a float32 graph never needs).
+    Ember's GEMM is built by the first product itself, at once."""
     from ..codegen import attention_kernels as att, cache, launch, pool, reduce_kernels
     from .passes.take_rows import _SOURCE as take_rows_source
     first, second = [pool._SOURCE, launch._SOURCE], []
