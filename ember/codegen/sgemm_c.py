@@ -200,6 +200,18 @@ static inline v8g set1_g(float s) { return (v8g){s, s, s, s, s, s, s, s}; }
 _VARIANT = r"""
 #define NRV (NV * VLV)
 
+/* one k step of the tile: acc[r][v] += A[r][k] * B[k][v-th vector] */
+TGT static inline __attribute__((always_inline)) void mks_@S@(
+        const int rows, const int nv, const float *const *ar, const int64_t ska,
+        const float *bk, int64_t k, V acc[MRV][NV]) {
+    V bv[NV];
+    for (int v = 0; v < nv; v++) bv[v] = LD(bk + v * VLV);
+    for (int r = 0; r < rows; r++) {
+        const V a = SET1(ar[r][k * ska]);
+        for (int v = 0; v < nv; v++) acc[r][v] = FMA(a, bv[v], acc[r][v]);
+    }
+}
+
 /* acc[r][v] = sum over k < kc of A[r][k] * B[k][v-th vector], one FMA chain per element
    in k order; A's row r at ar[r], its k-th element at ar[r][k * ska] */
 TGT static inline __attribute__((always_inline)) void mk_@S@(
@@ -207,17 +219,14 @@ TGT static inline __attribute__((always_inline)) void mk_@S@(
         const float *b, int64_t kc, V acc[MRV][NV]) {
     for (int r = 0; r < rows; r++)
         for (int v = 0; v < nv; v++) acc[r][v] = ZERO;
-    /* NOTE: unrolled 4x: each accumulator's FMA chain is unchanged (same bits); W1's
-       products 3-4 % faster in a cold-cache bench (6 alternating pairs; 8x: slower) */
+    if (rows == MRV && nv == NV) {
+        /* NOTE: full tiles' loop unrolled 4x (each FMA chain unchanged: same bits): W1's
+           products 3-4 % faster in a cold-cache bench (6 alternating pairs; 8x slower);
+           the edge tiles' loops stay rolled (gcc time of the library: +0.1 s if all are) */
 #pragma GCC unroll 4
-    for (int64_t k = 0; k < kc; k++) {
-        const float *bk = b + k * NRV;
-        V bv[NV];
-        for (int v = 0; v < nv; v++) bv[v] = LD(bk + v * VLV);
-        for (int r = 0; r < rows; r++) {
-            const V a = SET1(ar[r][k * ska]);
-            for (int v = 0; v < nv; v++) acc[r][v] = FMA(a, bv[v], acc[r][v]);
-        }
+        for (int64_t k = 0; k < kc; k++) mks_@S@(rows, nv, ar, ska, b + k * NRV, k, acc);
+    } else {
+        for (int64_t k = 0; k < kc; k++) mks_@S@(rows, nv, ar, ska, b + k * NRV, k, acc);
     }
 }
 
