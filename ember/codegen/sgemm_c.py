@@ -265,10 +265,6 @@ TGT static void tile_@S@(const float *const *ar, int64_t ska, const float *b, in
                          float beta, int mode, const float *bias) {
     V acc[MRV][NV];
     const int nv = nr == NRV ? NV : (int)((nr + VLV - 1) / VLV);
-    /* C's lines asked for (for writing) while the products run: the tile's rows are
-       ldc apart, a pattern the hardware prefetchers miss */
-    for (int64_t r = 0; r < mr; r++)
-        for (int64_t j = 0; j < nr; j += 16) __builtin_prefetch(c + r * ldc + j, 1, 3);
     mkd_@S@(ar, ska, b, kc, mr, nv, acc);
     const V al = SET1(alpha), be = SET1(beta);
     const int unit = alpha == 1.0f;
