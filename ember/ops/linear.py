@@ -25,7 +25,7 @@ from ..errors import ShapeError
 from ..tensor import Tensor
 from . import dispatch
 from .complex import cj
-from .linalg import _matmul_kernel
+from .linalg import _matmul_cuda, _matmul_kernel
 from .registry import defop
 
 __all__ = ["linear_p"]
@@ -72,6 +72,11 @@ def _kernel(xp, x, w, b):
     return xp.add(r, b)
 
 
+def _kernel_cuda(xp, x, w, b):
+    """On a GPU: matmul's CUDA kernel (cuBLAS; TF32/GemmEx where allowed), then the add."""
+    return xp.add(_matmul_cuda(xp, x, w.T), b)
+
+
 def _rows(t):
     """``t`` with its leading dims folded into rows (the weight gradient's one GEMM)."""
     return t if t.ndim == 2 else t.reshape(-1, t.shape[-1])
@@ -80,7 +85,7 @@ def _rows(t):
 linear_p = defop(
     "linear", nin=3, check=_check, batch="loop",
     shape=lambda xs, ws, bs: tuple(xs[:-1]) + (ws[0],),
-    kernel=_kernel,
+    kernels={"xp": _kernel, "cuda": _kernel_cuda},
     vjp=(lambda g, out, x, w, b: g @ cj(w),
          lambda g, out, x, w, b: _rows(g).mT @ cj(_rows(x)),
          lambda g, out, x, w, b: g),
