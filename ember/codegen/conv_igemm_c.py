@@ -24,6 +24,7 @@ matrix is also written from the padded copy while it is in cache (``unfold``'s v
 from __future__ import annotations
 
 from .prelude import C_HEAD
+from .sgemm_c import SCRATCH_HEAD
 
 #: per variant: (VL floats a vector, MR rows, NV vectors a tile). AVX-512: 8 x 3 zmm
 #: (8 broadcasts + 3 loads per 24 FMAs; the loads are unaligned, most split over two cache
@@ -31,35 +32,9 @@ from .prelude import C_HEAD
 #: (4 x 6), 4.9-5.2 (16 x 1); AVX2: 4 x 3 ymm 6.2-6.6 ms vs 6.4-6.7 (6 x 2). One thread.
 TILES = {"generic": (8, 4, 2), "avx2": (8, 4, 3), "avx512": (16, 8, 3)}
 
-_HEAD = r"""
-#include <stdlib.h>
-#include <string.h>
-#if defined(__x86_64__) || defined(__i386__)
-#define EMBER_X86 1
-#include <immintrin.h>
-#endif
-#if defined(__GNUC__) && !defined(__clang__)
-#pragma GCC diagnostic ignored "-Wpsabi"
-#endif
-
+_HEAD = SCRATCH_HEAD + r"""
 enum { Q_N, Q_C, Q_H, Q_W, Q_CO, Q_PT, Q_PL, Q_OH, Q_OW, Q_HP, Q_WR, Q_K, Q_KC, Q_NSEG,
        Q_LEN };
-#define MIN(a, b) ((a) < (b) ? (a) : (b))
-
-static __thread float *tls_buf = 0;
-static __thread size_t tls_cap = 0;
-static float *scratch(size_t n) {
-    if (n > tls_cap) {
-        free(tls_buf);
-        tls_buf = 0;
-        tls_cap = 0;
-        void *p = 0;
-        if (posix_memalign(&p, 64, n * sizeof(float)) != 0) return 0;
-        tls_buf = (float *)p;
-        tls_cap = n;
-    }
-    return tls_buf;
-}
 
 /* a padded copy above 4 MiB is not kept for the next call (the pool's threads live on) */
 static void scratch_trim(void) {

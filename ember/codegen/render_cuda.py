@@ -27,10 +27,10 @@ redefining them with ``long long`` clashed with glibc's ``long``.
 from __future__ import annotations
 
 from .. import dtypes as _dt
-from .cexpr import CTYPE, CUDA_STORAGE, Emitter
+from .cexpr import CTYPE, Emitter
 from .ir import Kernel, ReduceKernel, Row
 from .prelude import CUDA_HEAD, prelude
-from .render_cuda_ew import VEC_HEAD, render_elementwise
+from .render_cuda_ew import VEC_HEAD, _convert, _params, _store, render_elementwise
 
 CUDA_CTYPE = {**CTYPE, "bool": "bool"}
 
@@ -105,36 +105,13 @@ __device__ static inline T ember_block_reduce(T v, T identity, T *sh) {
 STRATEGIES = ("block", "thread")
 
 
-def _ptr_type(d) -> str:
-    return "__nv_bfloat16" if d is _dt.bfloat16 else CUDA_STORAGE[d.name]
-
-
 def _load(k: int, d, inner: bool = False) -> str:
-    v = f"in{k}[o{k} + i * is{k}]" if inner else f"in{k}[o{k}]"
-    if d is _dt.bfloat16:
-        return f"__bfloat162float({v})"
-    if d is _dt.float16:
-        return f"__half2float({v})"
-    if d is _dt.bool_:
-        return f"({v} != 0)"
-    return v
-
-
-def _store(value: str, src, d) -> str:
-    if CUDA_CTYPE[src.name] != CUDA_CTYPE[d.name]:
-        value = f"(({CUDA_CTYPE[d.name]}){value})"
-    if d is _dt.bfloat16:
-        return f"__float2bfloat16_rn({value})"
-    if d is _dt.float16:
-        return f"__float2half_rn({value})"
-    return value
+    return _convert(f"in{k}[o{k} + i * is{k}]" if inner else f"in{k}[o{k}]", d)
 
 
 def _signature(name: str, ins, outs) -> str:
-    args = [f"const {_ptr_type(d)} *__restrict__ in{k}" for k, d in enumerate(ins)]
-    args += [f"{_ptr_type(d)} *__restrict__ out{j or ''}" for j, d in enumerate(outs)]
-    args += ["const int64_t *__restrict__ shape", "const int64_t *__restrict__ strides",
-             "int ndim", "int64_t n"]
+    args = _params(ins, outs) + ["const int64_t *__restrict__ shape",
+                                 "const int64_t *__restrict__ strides", "int ndim", "int64_t n"]
     return f'extern "C" __global__ void {name}({", ".join(args)})'
 
 

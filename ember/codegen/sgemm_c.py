@@ -57,7 +57,9 @@ KC, KC_T, MC, NC = 256, 128, 96, 1024
 #: (64x288 @ 288x256 per image) 466-473 vs 503 us for 7 images (bench/gemm.py, one thread)
 KC_ONE = 320
 
-_HEAD = r"""
+#: includes, MIN and this thread's packing space: the head of the GEMM's and the
+#: implicit-GEMM convolution's (``conv_igemm_c``) sources
+SCRATCH_HEAD = r"""
 #include <stdlib.h>
 #include <string.h>
 #if defined(__x86_64__) || defined(__i386__)
@@ -68,8 +70,6 @@ _HEAD = r"""
 #pragma GCC diagnostic ignored "-Wpsabi"
 #endif
 
-enum { G_M, G_N, G_K, G_BT, G_ISA, G_SPLIT, G_SAB, G_SAM, G_SAK, G_SBB, G_SBK, G_SBN,
-       G_SCB, G_SCM, G_KC, G_MC, G_NC, G_COLS, G_RED, G_BIAS };
 #define MIN(a, b) ((a) < (b) ? (a) : (b))
 
 /* this thread's packing space (64-byte aligned, kept: the pool's threads live on) */
@@ -87,6 +87,11 @@ static float *scratch(size_t n) {
     }
     return tls_buf;
 }
+"""
+
+_HEAD = SCRATCH_HEAD + r"""
+enum { G_M, G_N, G_K, G_BT, G_ISA, G_SPLIT, G_SAB, G_SAM, G_SAK, G_SBB, G_SBK, G_SBN,
+       G_SCB, G_SCM, G_KC, G_MC, G_NC, G_COLS, G_RED, G_BIAS };
 
 /* A[m0 + r, k0 + k] for r < mc, k < kc into panels of MR rows: panel i, k, r at
    dst[(i * kc + k) * MR + r]; zero past mc (MR a constant where it is inlined) */
