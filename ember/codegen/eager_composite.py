@@ -371,8 +371,22 @@ def eager_composite(fn, when=None, min_elements=None):
 
     @functools.wraps(fn)
     def wrapper(*args, **kwargs):
-        if not _eligible() or _small(args, kwargs, wrapper.min_elements) or \
-                (when is not None and not when(*args, **kwargs)):
+        # NOTE: the size test first, inlined for positional calls (F.relu(x),
+        # F.cross_entropy(x, y)): a small call returns to the composite after a few
+        # attribute reads (~0.3 us) instead of two calls (~1 us on W1's calls)
+        if kwargs:
+            if _small(args, kwargs, wrapper.min_elements):
+                return fn(*args, **kwargs)
+        else:
+            limit = wrapper.min_elements
+            if limit is None:
+                limit = MIN_ELEMENTS
+            for a in args:
+                if isinstance(a, Tensor) and a._data.size >= limit:
+                    break
+            else:
+                return fn(*args)
+        if not _eligible() or (when is not None and not when(*args, **kwargs)):
             return fn(*args, **kwargs)
         found = _key(args, kwargs)
         if found is None:
