@@ -191,6 +191,22 @@ void ember_blk_{S}(const T *a, int64_t ar, int64_t ak, int64_t nr, const int64_t
 #undef EMBER_EDGE1
 }
 
+/* ember_blk out of line, one copy: for the paths through a row buffer (a head's last
+   rows when T is no multiple of 4, D no multiple of PADW). NOTE: every inlined copy is
+   ~0.1 s of the compiler's time (the backward had 8; GCC also clones a plain noinline
+   function per constant argument set, hence noclone); the hot calls stay inlined. */
+#if defined(__GNUC__) && !defined(__clang__)
+__attribute__((noinline, noclone))
+#else
+__attribute__((noinline))
+#endif
+static void ember_blkx_{S}(const T *a, int64_t ar, int64_t ak, int64_t nr,
+                           const int64_t *lo, const int64_t *hi, const T *restrict b,
+                           int64_t ldb, int64_t nc, T *restrict c, int64_t ldc,
+                           const T *mul, T add) {
+    ember_blk_{S}(a, ar, ak, nr, lo, hi, b, ldb, nc, c, ldc, mul, add);
+}
+
 /* the sum of a vector's lanes: AVX halving adds (a lane-by-lane loop spilled the vector
    to the stack, ~3% of the backward per reduction; GCC does not fold a generic shuffle's
    mask built in a loop) */
@@ -461,7 +477,7 @@ static void ember_sdpa_{S}_run(char **ptrs, const int64_t *g, const int64_t *st,
                 continue;
             }
             /* O = e v */
-            ember_blk_{S}(s, TKp, 1, nr, zero, n, vc, DVp, DVp, ob, DVp, 0, -(T)0);
+            ember_blkx_{S}(s, TKp, 1, nr, zero, n, vc, DVp, DVp, ob, DVp, 0, -(T)0);
             for (int64_t r = 0; r < nr; r++) {
                 T *restrict orow = out + (i0 + r) * os[2];
                 const T *restrict obr = ob + r * DVp;
