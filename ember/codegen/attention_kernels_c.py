@@ -8,6 +8,8 @@ have the results land in the layout their readers want (:mod:`ember.graph.passes
 """
 from __future__ import annotations
 
+from .attention_x86_c import X86
+
 HEAD = r"""#include <stdint.h>
 #include <stdlib.h>
 #include <string.h>
@@ -21,7 +23,7 @@ void (*ember_parallel_hook)(ember_run_fn, char **, const int64_t *, const int64_
     CAUSAL = g[6]; (void)st
 
 #if defined(__AVX__)
-#include <immintrin.h>
+""" + X86 + r"""
 /* dst[c * ldd + r] = src[r * lds + c] for an 8 x 8 float block */
 static inline void ember_tr8(const float *src, int64_t lds, float *dst, int64_t ldd) {
     __m256 r0 = _mm256_loadu_ps(src), r1 = _mm256_loadu_ps(src + lds),
