@@ -1,8 +1,9 @@
 """The C source of :mod:`.attention_kernels` (the loops and the notes on why they look so).
 
-:data:`HEAD` is shared; :data:`BODY` (helpers) and :data:`FWD` (the forward kernel; the backward
-is :mod:`.attention_grad_c`), one copy per dtype, are written with ``T`` (element type),
-``EXP`` (its ``exp``) and suffix ``{S}``, instantiated by :func:`.attention_kernels.source`.
+:data:`HEAD` is shared (with the x86 helpers of :mod:`.attention_x86_c`); :data:`BODY`
+(helpers) and :data:`FWD` (the forward kernel; the backward is :mod:`.attention_grad_c`),
+one copy per dtype, are written with ``T`` (element type), ``EXP`` (its ``exp``) and suffix
+``{S}``, instantiated by :func:`.attention_kernels.source`.
 Every output is written through its own pointer and strides (``g[23:35]``), so a graph can
 have the results land in the layout their readers want (:mod:`ember.graph.passes.sdpa_layout`).
 """
@@ -22,65 +23,7 @@ void (*ember_parallel_hook)(ember_run_fn, char **, const int64_t *, const int64_
 #define GEOM const int64_t B1 = g[1], TQ = g[2], TK = g[3], D = g[4], DV = g[5], \
     CAUSAL = g[6]; (void)st
 
-#if defined(__AVX__)
 """ + X86 + r"""
-/* dst[c * ldd + r] = src[r * lds + c] for an 8 x 8 float block */
-static inline void ember_tr8(const float *src, int64_t lds, float *dst, int64_t ldd) {
-    __m256 r0 = _mm256_loadu_ps(src), r1 = _mm256_loadu_ps(src + lds),
-        r2 = _mm256_loadu_ps(src + 2 * lds), r3 = _mm256_loadu_ps(src + 3 * lds),
-        r4 = _mm256_loadu_ps(src + 4 * lds), r5 = _mm256_loadu_ps(src + 5 * lds),
-        r6 = _mm256_loadu_ps(src + 6 * lds), r7 = _mm256_loadu_ps(src + 7 * lds);
-    __m256 t0 = _mm256_unpacklo_ps(r0, r1), t1 = _mm256_unpackhi_ps(r0, r1),
-        t2 = _mm256_unpacklo_ps(r2, r3), t3 = _mm256_unpackhi_ps(r2, r3),
-        t4 = _mm256_unpacklo_ps(r4, r5), t5 = _mm256_unpackhi_ps(r4, r5),
-        t6 = _mm256_unpacklo_ps(r6, r7), t7 = _mm256_unpackhi_ps(r6, r7);
-    r0 = _mm256_shuffle_ps(t0, t2, 0x44); r1 = _mm256_shuffle_ps(t0, t2, 0xEE);
-    r2 = _mm256_shuffle_ps(t1, t3, 0x44); r3 = _mm256_shuffle_ps(t1, t3, 0xEE);
-    r4 = _mm256_shuffle_ps(t4, t6, 0x44); r5 = _mm256_shuffle_ps(t4, t6, 0xEE);
-    r6 = _mm256_shuffle_ps(t5, t7, 0x44); r7 = _mm256_shuffle_ps(t5, t7, 0xEE);
-    _mm256_storeu_ps(dst, _mm256_permute2f128_ps(r0, r4, 0x20));
-    _mm256_storeu_ps(dst + ldd, _mm256_permute2f128_ps(r1, r5, 0x20));
-    _mm256_storeu_ps(dst + 2 * ldd, _mm256_permute2f128_ps(r2, r6, 0x20));
-    _mm256_storeu_ps(dst + 3 * ldd, _mm256_permute2f128_ps(r3, r7, 0x20));
-    _mm256_storeu_ps(dst + 4 * ldd, _mm256_permute2f128_ps(r0, r4, 0x31));
-    _mm256_storeu_ps(dst + 5 * ldd, _mm256_permute2f128_ps(r1, r5, 0x31));
-    _mm256_storeu_ps(dst + 6 * ldd, _mm256_permute2f128_ps(r2, r6, 0x31));
-    _mm256_storeu_ps(dst + 7 * ldd, _mm256_permute2f128_ps(r3, r7, 0x31));
-}
-#endif
-
-#if defined(__AVX2__) && defined(__FMA__)
-/* exp of 8 floats, inline (Cephes' expf: x = n ln2 + r, |r| <= ln2 / 2, a degree-5
-   polynomial, 2^n through the exponent bits; within ~2 ulp of expf). A NaN stays NaN,
-   x < -87.3 (-inf included) gives 0 (no subnormals: exp is a softmax's weight here),
-   x > 88.7 gives +inf. NOTE: libmvec's call per 8 lanes was ~8% of the backward. */
-static inline __m256 ember_exp8(__m256 x) {
-    const __m256 hi = _mm256_set1_ps(88.72283f), lo = _mm256_set1_ps(-87.33654f);
-    __m256 xc = _mm256_min_ps(_mm256_max_ps(x, lo), hi);
-    const __m256 n = _mm256_round_ps(_mm256_mul_ps(xc, _mm256_set1_ps(1.44269504088896341f)),
-                                     _MM_FROUND_TO_NEAREST_INT | _MM_FROUND_NO_EXC);
-    xc = _mm256_fnmadd_ps(n, _mm256_set1_ps(0.693359375f), xc);
-    xc = _mm256_fnmadd_ps(n, _mm256_set1_ps(-2.12194440e-4f), xc);
-    __m256 p = _mm256_set1_ps(1.9875691500E-4f);
-    p = _mm256_fmadd_ps(p, xc, _mm256_set1_ps(1.3981999507E-3f));
-    p = _mm256_fmadd_ps(p, xc, _mm256_set1_ps(8.3334519073E-3f));
-    p = _mm256_fmadd_ps(p, xc, _mm256_set1_ps(4.1665795894E-2f));
-    p = _mm256_fmadd_ps(p, xc, _mm256_set1_ps(1.6666665459E-1f));
-    p = _mm256_fmadd_ps(p, xc, _mm256_set1_ps(5.0000001201E-1f));
-    p = _mm256_fmadd_ps(p, _mm256_mul_ps(xc, xc), _mm256_add_ps(xc, _mm256_set1_ps(1.0f)));
-    /* 2^n in two steps: n = 128 (x near 88.7) does not fit one exponent */
-    const __m256i ni = _mm256_cvtps_epi32(n), h = _mm256_srai_epi32(ni, 1);
-    const __m256 s1 = _mm256_castsi256_ps(_mm256_slli_epi32(_mm256_add_epi32(h,
-                          _mm256_set1_epi32(127)), 23));
-    const __m256 s2 = _mm256_castsi256_ps(_mm256_slli_epi32(_mm256_add_epi32(
-                          _mm256_sub_epi32(ni, h), _mm256_set1_epi32(127)), 23));
-    __m256 y = _mm256_mul_ps(_mm256_mul_ps(p, s1), s2);
-    y = _mm256_andnot_ps(_mm256_cmp_ps(x, lo, _CMP_LT_OQ), y);             /* -> 0 */
-    y = _mm256_blendv_ps(y, _mm256_set1_ps(INFINITY), _mm256_cmp_ps(x, hi, _CMP_GT_OQ));
-    return _mm256_blendv_ps(y, x, _mm256_cmp_ps(x, x, _CMP_UNORD_Q));       /* NaN */
-}
-#endif
-
 static void ember_sdpa_launch(ember_run_fn run, char **ptrs, const int64_t *g,
                               int64_t nthreads) {
     /* a thread per head only pays off once the heads are some work */
