@@ -8,6 +8,7 @@ import ember as em
 import ember.nn as nn
 import ember.nn.functional as F
 from ember.errors import GraphError
+from op_names import OpNames
 
 
 def _grads(tensors):
@@ -223,32 +224,6 @@ def test_bad_arguments():
 
 
 # --------------------------------------------------------------------- selective policies
-class _Count:
-    """Counts primitive ops by name while active (a dispatch mode)."""
-
-    def __init__(self):
-        self.names = []
-
-    def process(self, op, inputs, params):
-        from ember.autograd.grad_mode import state
-        from ember.ops import dispatch
-        self.names.append(op.name)
-        state.modes.remove(self)
-        try:
-            return dispatch.apply(op, inputs, params)
-        finally:
-            state.modes.append(self)
-
-    def __enter__(self):
-        from ember.autograd.grad_mode import state
-        state.modes.append(self)
-        return self
-
-    def __exit__(self, *exc):
-        from ember.autograd.grad_mode import state
-        state.modes.remove(self)
-
-
 @pytest.mark.parametrize("policy", ["save_matmul_conv", {"matmul", "relu"},
                                     lambda name, inputs, params: name == "matmul"])
 def test_selective_policy_bitwise_and_skips_matmul_recompute(mlp, policy):
@@ -260,12 +235,12 @@ def test_selective_policy_bitwise_and_skips_matmul_recompute(mlp, policy):
     _clear(leaves)
     em.set_rng_state(state)
     y = em.checkpoint(mlp, x, policy=policy)
-    with _Count() as c:
+    with OpNames() as c:
         (y ** 2).sum().backward()
     for a, b in zip(plain, _grads(leaves)):
         assert np.array_equal(a, b)
     # backward of the plain graph: 2 matmuls per Linear (dx, dW) but no forward matmul
-    with _Count() as ref:
+    with OpNames() as ref:
         em.set_rng_state(state)
         (mlp(x) ** 2).sum().backward()
     assert c.names.count("matmul") == ref.names.count("matmul") - 2
@@ -274,9 +249,9 @@ def test_selective_policy_bitwise_and_skips_matmul_recompute(mlp, policy):
 def test_policy_none_recomputes_the_forward(mlp):
     x = em.randn(8, 6, requires_grad=True)
     y = em.checkpoint(mlp, x)
-    with _Count() as c:
+    with OpNames() as c:
         y.sum().backward()
-    with _Count() as ref:
+    with OpNames() as ref:
         mlp(x).sum().backward()
     assert c.names.count("matmul") == ref.names.count("matmul")
 
