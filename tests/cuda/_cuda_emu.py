@@ -5,7 +5,9 @@ Each CUDA thread is an OS thread; a block's threads run together (``__syncthread
 per-warp buffer between two barriers of the warp), blocks one after another, so
 ``__shared__`` arrays (function-local statics here) belong to the running block. It runs
 the very text NVRTC compiles — index arithmetic, masks, shuffles, barriers, shared-memory
-staging — on NumPy arrays, where no GPU is. Slow (threads per block), so tests keep the
+staging — on NumPy arrays, where no GPU is. Tensor-core fragments (``mma.sync``,
+``ldmatrix``: :mod:`ember.codegen.cuda_mma`) are computed from their documented layouts
+(``EMBER_EMU`` is defined, so the kernel text's inline-PTX versions drop out). Slow (threads per block), so tests keep the
 sizes small. Needs g++ with C++20 ``<barrier>``; :func:`available` says whether it works.
 
 Not modelled: memory coalescing, bank conflicts, timing; the float arithmetic is the
@@ -43,11 +45,12 @@ static dim3 blockDim, gridDim;
 #define __host__
 #define __forceinline__ inline
 #define __launch_bounds__(x)
-#define __align__(n) alignas(n)
+#define __align__(n) __attribute__((aligned(n)))
 struct uint2 { unsigned x, y; };
 struct alignas(16) uint4 { unsigned x, y, z, w; };
 #define __shared__ static
-struct EmuWarp { std::unique_ptr<std::barrier<>> bar; unsigned long long buf[32]; };
+struct EmuWarp { std::unique_ptr<std::barrier<>> bar; unsigned long long buf[32];
+                 unsigned frag[32][6]; const uint16_t *rows[32]; };
 static thread_local EmuWarp *emu_w;
 static thread_local int emu_lane;
 static std::barrier<> *emu_block;
@@ -80,6 +83,60 @@ static inline float __bfloat162float(__nv_bfloat16 b) { uint32_t u = (uint32_t)b
 static inline __nv_bfloat16 __float2bfloat16_rn(float f) { uint32_t u; std::memcpy(&u, &f, 4);
     __nv_bfloat16 b; if (std::isnan(f)) { b.x = 0x7fc0; return b; }
     u += 0x7fffu + ((u >> 16) & 1u); b.x = (uint16_t)(u >> 16); return b; }
+/* tensor-core fragments (ember/codegen/cuda_mma.py's layouts): each lane deposits its
+   registers in the warp's buffer, one warp barrier, each lane computes its own outputs */
+#define EMBER_EMU 1
+static inline float emu_h2f(uint16_t v) { __half h{v}; return __half2float(h); }
+static inline float emu_b2f(uint16_t v) { __nv_bfloat16 h{v}; return __bfloat162float(h); }
+static inline uint16_t emu_half(const unsigned *f, int reg, int hi) {
+    return (uint16_t)(hi ? f[reg] >> 16 : f[reg] & 0xffffu); }
+template <typename Cvt> static void emu_mma(float *c, const unsigned *a, const unsigned *b,
+                                            Cvt cvt) {
+    unsigned *mine = emu_w->frag[emu_lane];
+    for (int i = 0; i < 4; i++) mine[i] = a[i];
+    mine[4] = b[0]; mine[5] = b[1];
+    emu_w->bar->arrive_and_wait();
+    const int g = emu_lane >> 2, t = emu_lane & 3;
+    float out[4];
+    for (int i = 0; i < 4; i++) {
+        const int r = g + 8 * (i >> 1), n = 2 * t + (i & 1);
+        double s = c[i];
+        for (int k = 0; k < 16; k++) {
+            const float av = cvt(emu_half(emu_w->frag[(r & 7) * 4 + ((k & 7) >> 1)],
+                                          (r >> 3) + 2 * (k >> 3), k & 1));
+            const float bv = cvt(emu_half(emu_w->frag[n * 4 + ((k & 7) >> 1)],
+                                          4 + (k >> 3), k & 1));
+            s += (double)av * (double)bv;
+        }
+        out[i] = (float)s;
+    }
+    emu_w->bar->arrive_and_wait();
+    for (int i = 0; i < 4; i++) c[i] = out[i];
+}
+static void ember_mma_f16(float *c, const unsigned *a, const unsigned *b) {
+    emu_mma(c, a, b, emu_h2f); }
+static void ember_mma_bf16(float *c, const unsigned *a, const unsigned *b) {
+    emu_mma(c, a, b, emu_b2f); }
+static void emu_ldsm(unsigned *r, const void *row, int nmat, bool trans) {
+    emu_w->rows[emu_lane] = (const uint16_t *)row;
+    emu_w->bar->arrive_and_wait();
+    const int g = emu_lane >> 2, t = emu_lane & 3;
+    for (int j = 0; j < nmat; j++) {
+        uint16_t lo, hi;
+        if (trans) { lo = emu_w->rows[8 * j + 2 * t][g]; hi = emu_w->rows[8 * j + 2 * t + 1][g]; }
+        else { lo = emu_w->rows[8 * j + g][2 * t]; hi = emu_w->rows[8 * j + g][2 * t + 1]; }
+        r[j] = lo | ((unsigned)hi << 16);
+    }
+    emu_w->bar->arrive_and_wait();
+}
+static void ember_ldsm_x4(unsigned *r, const void *p) { emu_ldsm(r, p, 4, false); }
+static void ember_ldsm_x4_t(unsigned *r, const void *p) { emu_ldsm(r, p, 4, true); }
+static void ember_ldsm_x2(unsigned *r, const void *p) { emu_ldsm(r, p, 2, false); }
+static void ember_ldsm_x2_t(unsigned *r, const void *p) { emu_ldsm(r, p, 2, true); }
+static unsigned ember_pack_f16(float lo, float hi) {
+    return __float2half_rn(lo).x | ((unsigned)__float2half_rn(hi).x << 16); }
+static unsigned ember_pack_bf16(float lo, float hi) {
+    return __float2bfloat16_rn(lo).x | ((unsigned)__float2bfloat16_rn(hi).x << 16); }
 template <typename F> static void emu_launch(dim3 g, dim3 b, F f) {
     gridDim = g; blockDim = b;
     const int n = (int)(b.x * b.y * b.z);
