@@ -25,6 +25,11 @@ Entry points ``ember_<name>_{f32,f64}(char **ptrs, const int64_t *geo, int64_t n
   8 lerp's upper form (``w >= 0.5``: ``end - (end - t) * (1 - w)``).
 
 :func:`kernels` returns None without a C compiler (the NumPy passes run then).
+
+On a GPU (``gpu=True``: the device has ``cuda_kernels``) the same per-element steps
+(:data:`SGD_STEP`, :data:`ADAM_STEP`) become one CUDA kernel per parameter
+(:mod:`.cuda_optim`), its arithmetic CUDA's never-contracted ``__f*_rn`` intrinsics, so
+the update equals the element-by-element passes there too.
 """
 from __future__ import annotations
 
@@ -56,69 +61,86 @@ _HEAD = r"""
 #include <math.h>
 """
 
-_BODY = r"""
-void ember_sgd_{S}(char **ptr, const int64_t *geo, int64_t nt) {
-    T *p = (T *)ptr[0], *buf = (T *)ptr[2];
-    const T *g = (const T *)ptr[1], *s = (const T *)ptr[3];
-    const int64_t n = geo[0], f = geo[1];
-    const T wd = s[0], mom = s[1], damp1 = s[2], nlr = s[3];
-    (void)nt;
-    #pragma omp simd
-    for (int64_t i = 0; i < n; i++) {
+# NOTE: each step's update, one element ``i``, written once for the C loops here and the
+# CUDA kernels (:mod:`.cuda_optim`). Every arithmetic operation is a macro so that neither
+# compiler may contract it into an FMA: plain operators under the C pragma above, CUDA's
+# round-to-nearest intrinsics (``__fmul_rn``...: never contracted) on the GPU.
+SGD_STEP = r"""
         T gi = g[i];
         if (f & 1) gi = -gi;
-        if (f & 2) { T t = p[i] * wd; gi = gi + t; }
+        if (f & 2) { T t = MUL(p[i], wd); gi = ADD(gi, t); }
         if (f & 4) {
-            T b = buf[i] * mom;
-            T t = gi * damp1;
-            b = b + t;
+            T b = MUL(buf[i], mom);
+            T t = MUL(gi, damp1);
+            b = ADD(b, t);
             buf[i] = b;
-            if (f & 8) { T u = b * mom; gi = gi + u; } else gi = b;
+            if (f & 8) { T u = MUL(b, mom); gi = ADD(gi, u); } else gi = b;
         }
-        T d = gi * nlr;
-        p[i] = p[i] + d;
-    }
-}
+        T d = MUL(gi, nlr);
+        p[i] = ADD(p[i], d);
+"""
 
-void ember_adam_{S}(char **ptr, const int64_t *geo, int64_t nt) {
-    T *p = (T *)ptr[0], *m = (T *)ptr[2], *v = (T *)ptr[3];
-    const T *g = (const T *)ptr[1], *s = (const T *)ptr[4];
-    const int64_t n = geo[0], f = geo[1];
-    const T w = s[0], beta2 = s[1], omb2 = s[2], bc2 = s[3], eps = s[4], nss = s[5],
-        pmul = s[6], wd = s[7];
-    (void)nt;
-    #pragma omp simd
-    for (int64_t i = 0; i < n; i++) {
+ADAM_STEP = r"""
         T gi = g[i], pi = p[i];
         if (f & 1) gi = -gi;
-        if (f & 4) pi = pi * pmul;
-        if (f & 2) { T t = pi * wd; gi = gi + t; }
-        T d = gi - m[i];
-        d = d * w;
-        T mi = (f & 8) ? gi - d : m[i] + d;
+        if (f & 4) pi = MUL(pi, pmul);
+        if (f & 2) { T t = MUL(pi, wd); gi = ADD(gi, t); }
+        T d = SUB(gi, m[i]);
+        d = MUL(d, w);
+        T mi = (f & 8) ? SUB(gi, d) : ADD(m[i], d);
         m[i] = mi;
-        T vi = v[i] * beta2;
-        T sq = gi * gi;
-        sq = sq * omb2;
-        vi = vi + sq;
+        T vi = MUL(v[i], beta2);
+        T sq = MUL(gi, gi);
+        sq = MUL(sq, omb2);
+        vi = ADD(vi, sq);
         v[i] = vi;
         T den = SQRT(vi);
-        den = den / bc2;
-        den = den + eps;
-        T q = mi / den;
-        q = q * nss;
-        p[i] = pi + q;
-    }
-}
+        den = DIV(den, bc2);
+        den = ADD(den, eps);
+        T q = DIV(mi, den);
+        q = MUL(q, nss);
+        p[i] = ADD(pi, q);
 """
+
+#: per entry point: the scalar names its step reads, in the order of ``s`` / the kernel's
+#: by-value parameters.
+SCALARS = {"sgd": ("wd", "mom", "damp1", "nlr"),
+           "adam": ("w", "beta2", "omb2", "bc2", "eps", "nss", "pmul", "wd")}
+#: per entry point: its arrays, ``(name, written)``, in the order of ``ptrs``.
+ARRAYS = {"sgd": (("p", True), ("g", False), ("buf", True)),
+          "adam": (("p", True), ("g", False), ("m", True), ("v", True))}
+STEPS = {"sgd": SGD_STEP, "adam": ADAM_STEP}
+
+_OPS_C = """#define MUL(a, b) ((a) * (b))
+#define ADD(a, b) ((a) + (b))
+#define SUB(a, b) ((a) - (b))
+#define DIV(a, b) ((a) / (b))
+"""
+
+
+def _c_entry(name: str, s: str) -> str:
+    """The C entry point ``ember_<name>_<s>`` (``T``/``SQRT`` defined by the caller)."""
+    arrays = ARRAYS[name]
+    ptr_lines = [f"    {'' if w else 'const '}T *{a} = ({'' if w else 'const '}T *)ptr[{k}];"
+                 for k, (a, w) in enumerate(arrays)]
+    sc = SCALARS[name]
+    scal = ", ".join(f"{x} = s[{k}]" for k, x in enumerate(sc))
+    return (f"void ember_{name}_{s}(char **ptr, const int64_t *geo, int64_t nt) {{\n"
+            + "\n".join(ptr_lines) + "\n"
+            f"    const T *s = (const T *)ptr[{len(arrays)}];\n"
+            "    const int64_t n = geo[0], f = geo[1];\n"
+            f"    const T {scal};\n"
+            "    (void)nt;\n"
+            "    #pragma omp simd\n"
+            "    for (int64_t i = 0; i < n; i++) {" + STEPS[name] + "    }\n}\n\n")
 
 
 def source() -> str:
     """The C source of the update loops for float32 and float64."""
     body = "".join(f"#define T {t}\n#define SQRT {'sqrtf' if s == 'f32' else 'sqrt'}\n" +
-                   _BODY.replace("{S}", s) + "#undef T\n#undef SQRT\n"
+                   "".join(_c_entry(name, s) for name in _NAMES) + "#undef T\n#undef SQRT\n"
                    for t, s in DTYPES.values())
-    return _HEAD + body
+    return _HEAD + _OPS_C + body
 
 
 def set_enabled(flag: bool) -> bool:
@@ -215,31 +237,45 @@ def fits(*arrays) -> bool:
     return True
 
 
-def sgd(p, g, buf, *, weight_decay, momentum, dampening, nesterov, maximize, lr) -> bool:
+def sgd(p, g, buf, *, weight_decay, momentum, dampening, nesterov, maximize, lr,
+        gpu: bool = False) -> bool:
     """One SGD update of raw arrays ``p`` (and ``buf``, when momentum) in place; False when
-    no kernel runs (the caller's NumPy passes do then)."""
+    no kernel runs (the caller's NumPy passes do then). ``gpu``: the arrays are a GPU's
+    (one generated CUDA kernel: :mod:`.cuda_optim`)."""
+    flags = (1 if maximize else 0) | (2 if weight_decay != 0 else 0) | \
+        (4 if momentum != 0 else 0) | (8 if nesterov else 0)
+    arrays = (p, g, buf if buf is not None else p)
+    scalars = (weight_decay, momentum, 1 - dampening, -lr)
+    if gpu:
+        return _gpu("sgd", arrays, scalars, flags)
     c = _call("sgd", p.dtype, 4)
     if c is None:
         return False
-    flags = (1 if maximize else 0) | (2 if weight_decay != 0 else 0) | \
-        (4 if momentum != 0 else 0) | (8 if nesterov else 0)
-    c((p, g, buf if buf is not None else p), (weight_decay, momentum, 1 - dampening, -lr),
-      flags)
+    c(arrays, scalars, flags)
     return True
 
 
 def adam(p, g, m, v, *, lerp_weight, beta2, bias_correction2_sqrt, eps, step_size,
-         weight_decay, decoupled, lr, maximize) -> bool:
+         weight_decay, decoupled, lr, maximize, gpu: bool = False) -> bool:
     """One Adam/AdamW update (no AMSGrad) of raw arrays ``p``, ``m``, ``v`` in place; False
-    when no kernel runs. ``lerp_weight`` is ``1 - beta1``."""
-    c = _call("adam", p.dtype, 5)
-    if c is None:
-        return False
+    when no kernel runs. ``lerp_weight`` is ``1 - beta1``; ``gpu`` as in :func:`sgd`."""
     hi = lerp_weight >= 0.5
     flags = (1 if maximize else 0) | (8 if hi else 0)
     if weight_decay != 0:
         flags |= 4 if decoupled else 2
-    c((p, g, m, v), (1 - lerp_weight if hi else lerp_weight, beta2, 1 - beta2,
-                     bias_correction2_sqrt, eps, -step_size, 1 - lr * weight_decay,
-                     weight_decay), flags)
+    scalars = (1 - lerp_weight if hi else lerp_weight, beta2, 1 - beta2,
+               bias_correction2_sqrt, eps, -step_size, 1 - lr * weight_decay, weight_decay)
+    if gpu:
+        return _gpu("adam", (p, g, m, v), scalars, flags)
+    c = _call("adam", p.dtype, 5)
+    if c is None:
+        return False
+    c((p, g, m, v), scalars, flags)
     return True
+
+
+def _gpu(name: str, arrays, scalars, flags: int) -> bool:
+    if not _state["enabled"]:
+        return False
+    from . import cuda_optim
+    return cuda_optim.launch(name, arrays, scalars, flags)

@@ -17,7 +17,7 @@ from ..device.base import _backends
 from ..tensor import Tensor, _wrap
 
 __all__ = ["add", "add_", "addcmul_", "addcdiv_", "lerp_", "maximum_", "div", "div_", "sqrt",
-           "sqrt_", "abs", "sign", "neg", "clone", "kernel_arrays", "bump"]
+           "sqrt_", "abs", "sign", "neg", "clone", "kernel_arrays", "on_gpu", "bump"]
 
 
 def _xp(t: Tensor, *others):
@@ -46,11 +46,12 @@ def kernel_arrays(t: Tensor, *others: Tensor):
     """The raw arrays of ``t`` and ``others`` for a one-pass update loop
     (:mod:`ember.codegen.optim_kernels`), or None: autograd, forward AD or a dispatch mode
     is active, a tensor is missing, of another dtype/device, not contiguous, or its device
-    runs no host kernels."""
+    runs neither host kernels nor generated CUDA kernels (:func:`on_gpu`)."""
     if state.grad_enabled or state.fw_levels or state.modes:
         return None
     dev = t._device
-    if not _backends[dev.type].has("host_kernels"):
+    caps = _backends[dev.type].capabilities
+    if "host_kernels" not in caps and "cuda_kernels" not in caps:
         return None
     arrays = [t._data]
     for o in others:
@@ -61,6 +62,12 @@ def kernel_arrays(t: Tensor, *others: Tensor):
         arrays.append(o._data)
     from ..codegen.optim_kernels import fits
     return arrays if fits(*arrays) else None
+
+
+def on_gpu(t: Tensor) -> bool:
+    """Whether ``t``'s one-pass update runs as a generated CUDA kernel
+    (:mod:`ember.codegen.cuda_optim`) rather than a C loop."""
+    return "cuda_kernels" in _backends[t._device.type].capabilities
 
 
 def bump(*ts: Tensor) -> None:

@@ -106,7 +106,8 @@ class Adam(_AdamBase):
 
 def _one_pass(p, g, exp_avg, exp_avg_sq, group, lr, step) -> bool:
     """Adam's update as one bit-exact C loop over the raw arrays (``_update_group``'s
-    passes, fused: :mod:`ember.codegen.optim_kernels`); False when it cannot run (traced,
+    passes, fused: :mod:`ember.codegen.optim_kernels`; on a GPU one CUDA kernel made from
+    the same steps, :mod:`ember.codegen.cuda_optim`); False when it cannot run (traced,
     a tensor lr, non-contiguous or mixed operands, no compiler)."""
     beta1, beta2 = group["betas"]
     if lr.__class__ not in (float, int) or step.__class__ is not float:
@@ -123,7 +124,7 @@ def _one_pass(p, g, exp_avg, exp_avg_sq, group, lr, step) -> bool:
                               eps=group["eps"], step_size=lr / (1 - beta1 ** step),
                               weight_decay=group["weight_decay"],
                               decoupled=group["decoupled_weight_decay"], lr=lr,
-                              maximize=group["maximize"]):
+                              maximize=group["maximize"], gpu=O.on_gpu(p)):
         return False
     O.bump(p, exp_avg, exp_avg_sq)
     return True

@@ -77,7 +77,8 @@ class SGD(Optimizer):
 
 def _one_pass(p, g, state, group, lr) -> bool:
     """SGD's update as one bit-exact C loop over the raw arrays (``_update_group``'s passes,
-    fused: :mod:`ember.codegen.optim_kernels`); False when it cannot run (traced, a tensor
+    fused: :mod:`ember.codegen.optim_kernels`; a CUDA kernel on a GPU); False when it
+    cannot run (traced, a tensor
     lr, the step that creates the momentum buffer, sparse/non-contiguous/mixed operands)."""
     mom = group["momentum"]
     if lr.__class__ not in (float, int):
@@ -93,7 +94,7 @@ def _one_pass(p, g, state, group, lr) -> bool:
     if not optim_kernels.sgd(arrays[0], arrays[1], arrays[2] if buf is not None else None,
                              weight_decay=group["weight_decay"], momentum=mom,
                              dampening=group["dampening"], nesterov=group["nesterov"],
-                             maximize=group["maximize"], lr=lr):
+                             maximize=group["maximize"], lr=lr, gpu=O.on_gpu(p)):
         return False
     O.bump(p)
     if buf is not None:

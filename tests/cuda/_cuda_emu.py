@@ -73,6 +73,15 @@ static unsigned __ballot_sync(unsigned, int p) {
     return bits;
 }
 static inline float __int_as_float(int i) { float f; std::memcpy(&f, &i, 4); return f; }
+/* round-to-nearest arithmetic intrinsics: the host's IEEE operations (x86-64 SSE, -O0) */
+#define EMU_RN(p, T) \
+    static inline T __##p##add_rn(T a, T b) { return a + b; } \
+    static inline T __##p##sub_rn(T a, T b) { return a - b; } \
+    static inline T __##p##mul_rn(T a, T b) { return a * b; } \
+    static inline T __##p##div_rn(T a, T b) { return a / b; } \
+    static inline T __##p##sqrt_rn(T a) { return std::sqrt(a); }
+EMU_RN(f, float)
+EMU_RN(d, double)
 struct __half { uint16_t x; };
 struct __nv_bfloat16 { uint16_t x; };
 static inline float __half2float(__half h) { _Float16 t; std::memcpy(&t, &h, 2); return (float)t; }
