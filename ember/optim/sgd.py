@@ -78,8 +78,8 @@ class SGD(Optimizer):
 def _one_pass(p, g, state, group, lr) -> bool:
     """SGD's update as one bit-exact C loop over the raw arrays (``_update_group``'s passes,
     fused: :mod:`ember.codegen.optim_kernels`; a CUDA kernel on a GPU); False when it
-    cannot run (traced, a tensor
-    lr, the step that creates the momentum buffer, sparse/non-contiguous/mixed operands)."""
+    cannot run (traced, a tensor lr, the step that creates the momentum buffer,
+    sparse/non-contiguous/mixed operands)."""
     mom = group["momentum"]
     if lr.__class__ not in (float, int):
         return False
