@@ -1,0 +1,305 @@
+"""CUDA C text of the tensor-core flash-attention forward (FlashAttention-2's, on ``mma.sync``).
+
+Used by :mod:`.cuda_attention` for float16/bfloat16 q, k, v with head dims in
+:data:`HEAD_DIMS` (others keep the scalar kernel of :mod:`.cuda_attention_c`). Same
+arguments, same outputs (``O`` and the float32 log-sum-exp per row, ``lse[p * Tq + i]``),
+same masking, so either backward reads what it writes.
+
+A block is 4 warps and owns 64 query rows (16 per warp); heads are ``p = blockIdx.y``,
+row blocks go in reverse (a causal grid starts with its longest blocks). The Q tile goes
+through shared memory into A fragments kept in registers (:mod:`.cuda_mma`'s
+``ldmatrix``); keys go by tiles of 64: K and V rows staged in shared memory by 16-byte
+loads (rows padded by 16 bytes: ``ldmatrix`` and the stores hit 8 different 16-byte bank
+groups), the next tile's loads issued into registers before this tile's math
+(``PF``; head dims up to 64). Per tile a warp computes ``S = Q K^T`` (16 x 64, float32 C
+fragments; K rows by ``ldmatrix`` are the "col" B operand), scales it by
+``scale * log2(e)``, masks it, updates its two rows' running max (the 4 lanes of a row
+combine by ``__shfl_xor_sync`` 1 and 2) and per-lane partial sums, rescales the
+accumulator, packs ``P = exp2(S - m)`` into A fragments (rounded to the storage type) and
+adds ``P V`` (V by ``ldmatrix.trans``). Only the 16-key steps a warp can see are computed
+(causal: up to its last row; the last tile: up to ``Tk``). At the end ``O = acc / l``
+(rounded once) and ``lse = m ln 2 + log l``.
+
+Masking is the scalar kernel's: key ``j`` takes part in row ``i`` iff ``j < Tk`` and (not
+causal or ``j <= i``); a masked key never enters a sum, not even as ``0 * NaN``. Keys past
+``Tk`` are zero-filled, so their ``P = 0`` meets ``V = 0``; a masked score is ``-inf``
+before the max and its ``P`` is 0. The one place a visible-key product could meet a
+masked key's non-finite ``V`` is a causal warp's diagonal 16-key step: there, when any V
+value of those 16 keys is Inf/NaN (a ballot over the warp), that step runs as scalar
+FMAs over the visible keys only (``P`` broadcast by shuffles within the row's 4 lanes)
+instead of the ``mma``. A NaN score poisons its row, as in the scalar kernel.
+
+Loads take 16-byte vectors when every base address is 16-byte aligned and every stride a
+multiple of 8 elements (checked in the kernel; the last stride is 1, as
+:func:`.cuda_attention._heads` arranges), element loads otherwise.
+"""
+from __future__ import annotations
+
+#: head dims (q/k and v, each) the tensor-core forward takes.
+HEAD_DIMS = (32, 64, 128)
+#: storage dtypes it takes -> the ``cuda_mma`` suffix.
+TYPES = {"float16": "f16", "bfloat16": "bf16"}
+
+FWD_MMA = r"""
+__device__ __forceinline__ void ember_mma(const __half *, float *c, const unsigned *a,
+                                          const unsigned *b) { ember_mma_f16(c, a, b); }
+__device__ __forceinline__ void ember_mma(const __nv_bfloat16 *, float *c, const unsigned *a,
+                                          const unsigned *b) { ember_mma_bf16(c, a, b); }
+__device__ __forceinline__ unsigned ember_pack(const __half *, float lo, float hi) {
+    return ember_pack_f16(lo, hi); }
+__device__ __forceinline__ unsigned ember_pack(const __nv_bfloat16 *, float lo, float hi) {
+    return ember_pack_bf16(lo, hi); }
+/* the exponent bits of a 16-bit float: all set = Inf or NaN */
+__device__ __forceinline__ unsigned ember_expmask(const __half *) { return 0x7c00u; }
+__device__ __forceinline__ unsigned ember_expmask(const __nv_bfloat16 *) { return 0x7f80u; }
+
+/* N 16-byte chunks a thread loads of rows [r0, r0 + 64) of a (T, C * 8) head, zero past T */
+template <int C, int N>
+__device__ __forceinline__ void ember_tile_ld(uint4 *r, const unsigned short *x,
+        long long base, long long st, int r0, int T_, int vec) {
+#pragma unroll
+    for (int n = 0; n < N; n++) {
+        const int c = threadIdx.x + n * 128, row = c / C, col = (c % C) * 8, t = r0 + row;
+        uint4 z = {0u, 0u, 0u, 0u};
+        if (t < T_) {
+            const unsigned short *s = x + base + (long long)t * st + col;
+            if (vec) {
+                z = *(const uint4 *)s;
+            } else {
+                z.x = s[0] | ((unsigned)s[1] << 16); z.y = s[2] | ((unsigned)s[3] << 16);
+                z.z = s[4] | ((unsigned)s[5] << 16); z.w = s[6] | ((unsigned)s[7] << 16);
+            }
+        }
+        r[n] = z;
+    }
+}
+/* ... and into shared rows of L elements */
+template <int C, int L, int N>
+__device__ __forceinline__ void ember_tile_st(unsigned short *sh, const uint4 *r) {
+#pragma unroll
+    for (int n = 0; n < N; n++) {
+        const int c = threadIdx.x + n * 128;
+        *(uint4 *)&sh[(c / C) * L + (c % C) * 8] = r[n];
+    }
+}
+
+template <typename T, int DQ, int DV, bool PF>
+__device__ void ember_flash_fwd_mma(const T *q, const T *k, const T *v, T *o, float *lse,
+        int b1, int Tq, int Tk, int causal, float scale, const long long *st) {
+    /* st: q, k, v, o strides (s0, s1, s2 each), in elements */
+    constexpr int BM = 64, BN = 64, LQ = DQ + 8, LV = DV + 8, CQ = DQ / 8, CV = DV / 8;
+    constexpr int NQ = BN * CQ / 128, NV = BN * CV / 128, NO = DV / 8;
+    __shared__ __align__(16) unsigned short ksh[BN * LQ];     /* the Q tile first */
+    __shared__ __align__(16) unsigned short vsh[BN * LV];
+    const int p = blockIdx.y, i0 = (gridDim.x - 1 - blockIdx.x) * BM;
+    const int warp = threadIdx.x >> 5, lane = threadIdx.x & 31, g = lane >> 2, t = lane & 3;
+    long long base[4];
+#pragma unroll
+    for (int a = 0; a < 4; a++) base[a] = ember_head(p, b1, st[3 * a], st[3 * a + 1]);
+    int vec = (((unsigned long long)q | (unsigned long long)k | (unsigned long long)v |
+                (unsigned long long)o) & 15) == 0;
+#pragma unroll
+    for (int a = 0; a < 12; a++) vec &= (st[a] & 7) == 0;
+    const unsigned short *qu = (const unsigned short *)q, *ku = (const unsigned short *)k;
+    const unsigned short *vu = (const unsigned short *)v;
+    unsigned qf[DQ / 16][4];
+    {
+        uint4 rq[NQ];
+        ember_tile_ld<CQ, NQ>(rq, qu, base[0], st[2], i0, Tq, vec);
+        ember_tile_st<CQ, LQ, NQ>(ksh, rq);
+        __syncthreads();
+#pragma unroll
+        for (int kk = 0; kk < DQ / 16; kk++)
+            ember_ldsm_x4(qf[kk], &ksh[(warp * 16 + (lane & 15)) * LQ + kk * 16 + 8 * (lane >> 4)]);
+    }
+    const int ia = i0 + warp * 16 + g, ib = ia + 8;          /* this lane's two rows */
+    const float sl2 = scale * 1.4426950408889634f;
+    float m0 = -INFINITY, m1 = -INFINITY, l0 = 0.f, l1 = 0.f, acc[NO][4];
+#pragma unroll
+    for (int n = 0; n < NO; n++) acc[n][0] = acc[n][1] = acc[n][2] = acc[n][3] = 0.f;
+    const int kend = causal ? min(Tk, i0 + BM) : Tk;
+    uint4 rk[NQ], rv[NV];
+    if (PF && kend > 0) {
+        ember_tile_ld<CQ, NQ>(rk, ku, base[1], st[5], 0, Tk, vec);
+        ember_tile_ld<CV, NV>(rv, vu, base[2], st[8], 0, Tk, vec);
+    }
+    for (int j0 = 0; j0 < kend; j0 += BN) {
+        if (!PF) {
+            ember_tile_ld<CQ, NQ>(rk, ku, base[1], st[5], j0, Tk, vec);
+            ember_tile_ld<CV, NV>(rv, vu, base[2], st[8], j0, Tk, vec);
+        }
+        __syncthreads();
+        ember_tile_st<CQ, LQ, NQ>(ksh, rk);
+        ember_tile_st<CV, LV, NV>(vsh, rv);
+        __syncthreads();
+        if (PF && j0 + BN < kend) {
+            ember_tile_ld<CQ, NQ>(rk, ku, base[1], st[5], j0 + BN, Tk, vec);
+            ember_tile_ld<CV, NV>(rv, vu, base[2], st[8], j0 + BN, Tk, vec);
+        }
+        /* 16-key steps this warp sees (warp-uniform); every key past them is masked */
+        int nk = min(4, (kend - j0 + 15) >> 4);
+        if (causal) nk = min(nk, (i0 + warp * 16 + 16 - j0 + 15) >> 4);
+        const bool full = j0 + BN <= Tk && (!causal || j0 + BN - 1 <= i0 + warp * 16);
+        float s[8][4];
+#pragma unroll
+        for (int n = 0; n < 8; n++) s[n][0] = s[n][1] = s[n][2] = s[n][3] = 0.f;
+#pragma unroll
+        for (int np = 0; np < 4; np++) {
+            if (np < nk) {
+#pragma unroll
+                for (int kk = 0; kk < DQ / 16; kk++) {
+                    unsigned b[4];
+                    ember_ldsm_x4(b, &ksh[(np * 16 + 8 * (lane >> 4) + (lane & 7)) * LQ +
+                                          kk * 16 + 8 * ((lane >> 3) & 1)]);
+                    ember_mma((const T *)0, s[2 * np], qf[kk], b);
+                    ember_mma((const T *)0, s[2 * np + 1], qf[kk], b + 2);
+                }
+            }
+        }
+        float x0 = -INFINITY, x1 = -INFINITY;
+#pragma unroll
+        for (int n = 0; n < 8; n++) {
+#pragma unroll
+            for (int e = 0; e < 4; e++) {
+                const int j = j0 + n * 8 + 2 * t + (e & 1), i = e < 2 ? ia : ib;
+                const bool ok = full || (j < Tk && (!causal || j <= i));
+                s[n][e] = ok ? s[n][e] * sl2 : -INFINITY;
+            }
+            x0 = ember_nmax(x0, ember_nmax(s[n][0], s[n][1]));
+            x1 = ember_nmax(x1, ember_nmax(s[n][2], s[n][3]));
+        }
+        x0 = ember_nmax(x0, __shfl_xor_sync(FULL, x0, 1));
+        x0 = ember_nmax(x0, __shfl_xor_sync(FULL, x0, 2));
+        x1 = ember_nmax(x1, __shfl_xor_sync(FULL, x1, 1));
+        x1 = ember_nmax(x1, __shfl_xor_sync(FULL, x1, 2));
+        const float n0 = ember_nmax(m0, x0), n1 = ember_nmax(m1, x1);
+        const float a0 = m0 == -INFINITY ? 0.f : exp2f(m0 - n0);
+        const float a1 = m1 == -INFINITY ? 0.f : exp2f(m1 - n1);
+        m0 = n0; m1 = n1; l0 *= a0; l1 *= a1;
+#pragma unroll
+        for (int n = 0; n < 8; n++) {
+#pragma unroll
+            for (int e = 0; e < 4; e++) {
+                const int j = j0 + n * 8 + 2 * t + (e & 1), i = e < 2 ? ia : ib;
+                const bool ok = full || (j < Tk && (!causal || j <= i));
+                s[n][e] = ok ? exp2f(s[n][e] - (e < 2 ? n0 : n1)) : 0.f;
+            }
+            l0 += s[n][0] + s[n][1]; l1 += s[n][2] + s[n][3];
+        }
+#pragma unroll
+        for (int n = 0; n < NO; n++) {
+            acc[n][0] *= a0; acc[n][1] *= a0; acc[n][2] *= a1; acc[n][3] *= a1;
+        }
+#pragma unroll
+        for (int kk = 0; kk < 4; kk++) {
+            if (kk < nk) {
+                /* the warp's diagonal step (some key past some row) with a non-finite V:
+                   scalar FMAs over the visible keys (module docstring) */
+                bool slow = false;
+                if (causal && j0 + kk * 16 + 15 > i0 + warp * 16) {
+                    const unsigned em = ember_expmask((const T *)0);
+                    bool bad = false;
+                    for (int e = lane; e < 16 * DV; e += 32)
+                        bad |= (vsh[(kk * 16 + e / DV) * LV + e % DV] & em) == em;
+                    slow = __ballot_sync(FULL, bad) != 0u;
+                }
+                if (slow) {
+#pragma unroll 1
+                    for (int c = 0; c < 16; c++) {
+                        const int src = (lane & ~3) | ((c & 7) >> 1), j = j0 + kk * 16 + c;
+                        const bool hi = c >> 3, odd = c & 1;     /* selects, no indexing */
+                        const float ea = hi ? (odd ? s[2 * kk + 1][1] : s[2 * kk + 1][0])
+                                            : (odd ? s[2 * kk][1] : s[2 * kk][0]);
+                        const float eb = hi ? (odd ? s[2 * kk + 1][3] : s[2 * kk + 1][2])
+                                            : (odd ? s[2 * kk][3] : s[2 * kk][2]);
+                        const float pa = __shfl_sync(FULL, ea, src);
+                        const float pb = __shfl_sync(FULL, eb, src);
+                        const T *vr = (const T *)&vsh[(kk * 16 + c) * LV];
+#pragma unroll
+                        for (int n = 0; n < NO; n++) {
+                            const float v0 = ember_ld(vr[n * 8 + 2 * t]);
+                            const float v1 = ember_ld(vr[n * 8 + 2 * t + 1]);
+                            if (j < Tk && j <= ia) { acc[n][0] += pa * v0; acc[n][1] += pa * v1; }
+                            if (j < Tk && j <= ib) { acc[n][2] += pb * v0; acc[n][3] += pb * v1; }
+                        }
+                    }
+                } else {
+                    const unsigned a[4] = {
+                        ember_pack((const T *)0, s[2 * kk][0], s[2 * kk][1]),
+                        ember_pack((const T *)0, s[2 * kk][2], s[2 * kk][3]),
+                        ember_pack((const T *)0, s[2 * kk + 1][0], s[2 * kk + 1][1]),
+                        ember_pack((const T *)0, s[2 * kk + 1][2], s[2 * kk + 1][3])};
+#pragma unroll
+                    for (int nd = 0; nd < DV / 16; nd++) {
+                        unsigned b[4];
+                        ember_ldsm_x4_t(b, &vsh[(kk * 16 + (lane & 15)) * LV + nd * 16 +
+                                                8 * (lane >> 4)]);
+                        ember_mma((const T *)0, acc[2 * nd], a, b);
+                        ember_mma((const T *)0, acc[2 * nd + 1], a, b + 2);
+                    }
+                }
+            }
+        }
+    }
+    l0 += __shfl_xor_sync(FULL, l0, 1); l0 += __shfl_xor_sync(FULL, l0, 2);
+    l1 += __shfl_xor_sync(FULL, l1, 1); l1 += __shfl_xor_sync(FULL, l1, 2);
+    const float inv0 = l0 > 0.f ? 1.f / l0 : 0.f, inv1 = l1 > 0.f ? 1.f / l1 : 0.f;
+#pragma unroll
+    for (int h = 0; h < 2; h++) {
+        const int i = h ? ib : ia;
+        const float inv = h ? inv1 : inv0;
+        if (i < Tq) {
+            T *orow = o + base[3] + (long long)i * st[11];
+#pragma unroll
+            for (int n = 0; n < NO; n++) {
+                const float y0 = acc[n][2 * h] * inv, y1 = acc[n][2 * h + 1] * inv;
+                if (vec) {
+                    *(unsigned *)&orow[n * 8 + 2 * t] = ember_pack((const T *)0, y0, y1);
+                } else {
+                    ember_st(&orow[n * 8 + 2 * t], y0);
+                    ember_st(&orow[n * 8 + 2 * t + 1], y1);
+                }
+            }
+            if (t == 0) lse[(long long)p * Tq + i] = (h ? m1 : m0) * 0.6931471805599453f +
+                                                      logf(h ? l1 : l0);
+        }
+    }
+}
+"""
+
+#: the entry point of one variant ({S}: suffix, {T}: storage type); the scalar forward's
+#: arguments (``D``/``Dv`` are the variant's), strides gathered for the template.
+ENTRY = r"""
+extern "C" __global__ void ember_flash_fwd_mma_{S}(const {T} *q,
+        const {T} *k, const {T} *v, {T} *o, float *lse, int b1, int Tq, int Tk, int D,
+        int Dv, int causal, float scale, long long qs0, long long qs1, long long qs2,
+        long long ks0, long long ks1, long long ks2, long long vs0, long long vs1,
+        long long vs2, long long os0, long long os1, long long os2) {
+    const long long st[12] = {qs0, qs1, qs2, ks0, ks1, ks2, vs0, vs1, vs2, os0, os1, os2};
+    ember_flash_fwd_mma<{T}, {DQ}, {DV}, {PF}>(q, k, v, o, lse, b1, Tq, Tk, causal, scale,
+                                               st);
+}
+"""
+
+
+def variant(dtype_name: str, d: int, dv: int):
+    """The kernel suffix (``f16_d64_v64``) for these q/k and v head dims, or None when the
+    tensor-core forward does not take them."""
+    if dtype_name not in TYPES or d not in HEAD_DIMS or dv not in HEAD_DIMS:
+        return None
+    return f"{TYPES[dtype_name]}_d{d}_v{dv}"
+
+
+def render(head: str, mma: str, dtype_name: str, d: int, dv: int) -> str:
+    """The CUDA source of one variant: ``head`` (the attention HEAD), ``mma``
+    (:data:`.cuda_mma.MMA`), the kernel and its ``extern "C"`` entry."""
+    s = variant(dtype_name, d, dv)
+    if s is None:
+        raise ValueError(f"flash forward (mma): no variant for dtype {dtype_name}, head dims "
+                         f"q/k {d}, v {dv}; it takes float16/bfloat16 with dims in "
+                         f"{HEAD_DIMS}")
+    ctype = "__half" if dtype_name == "float16" else "__nv_bfloat16"
+    pf = "true" if max(d, dv) <= 64 else "false"
+    entry = (ENTRY.replace("{S}", s).replace("{T}", ctype).replace("{DQ}", str(d))
+             .replace("{DV}", str(dv)).replace("{PF}", pf))
+    return head + mma + FWD_MMA + entry
