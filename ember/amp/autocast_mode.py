@@ -26,7 +26,7 @@ import warnings
 import weakref
 
 from .. import dtypes as _dt
-from ..autograd.grad_mode import state
+from ..autograd.grad_mode import enable_grad, state
 from ..errors import describe
 from ..ops.arith import to_dtype
 from ..tensor import Tensor
@@ -42,7 +42,7 @@ class _Switches(threading.local):
         self.dtype = {"cpu": _dt.bfloat16, "cuda": _dt.float16}
         self.cache_enabled = True
         self.nesting = 0
-        self.cache: dict = {}     # id(float32 leaf) -> (weakref to it, its cast)
+        self.cache: dict = {}     # id(float32 leaf) -> (weakref to it, its cast, version)
 
 
 _sw = _Switches()
@@ -178,16 +178,28 @@ def _eligible(x, dev) -> bool:
 
 
 def _cached_cast(x: Tensor, dtype) -> Tensor:
-    # NOTE: like PyTorch, only float32 leaves that require grad (weights) are cached, and not
-    # while a tracer records (a cast made outside the trace would be lifted as an input).
+    """``x`` cast to ``dtype``, once per region for a float32 leaf that requires grad.
+
+    NOTE: like PyTorch, only float32 leaves that require grad (weights) are cached, not in
+    inference mode, and not while a tracer records (a cast made outside the trace would be
+    lifted as an input). The cached cast is always made with grad enabled (PyTorch 2.10+,
+    pytorch#158232): one first made under ``no_grad`` still carries the gradient to the
+    leaf when a later use in the region records. Unlike PyTorch, an entry is keyed by the
+    leaf's version too: an in-place write to the weight inside the region (an optimizer
+    step, ``no_grad`` edits) makes the next use cast it again instead of reading the stale
+    low-precision copy PyTorch keeps.
+    """
     if not (_sw.cache_enabled and x._dtype is _dt.float32 and x._requires_grad
-            and x._grad_fn is None and x._base is None and not state.modes):
+            and x._grad_fn is None and x._base is None and not state.modes
+            and not state.inference):
         return to_dtype(x, dtype)
     hit = _sw.cache.get(id(x))
-    if hit is not None and hit[0]() is x and hit[1]._dtype is dtype:
+    version = x._storage.version
+    if hit is not None and hit[0]() is x and hit[1]._dtype is dtype and hit[2] == version:
         return hit[1]
-    r = to_dtype(x, dtype)
-    _sw.cache[id(x)] = (weakref.ref(x), r)
+    with enable_grad():
+        r = to_dtype(x, dtype)
+    _sw.cache[id(x)] = (weakref.ref(x), r, version)
     return r
 
 

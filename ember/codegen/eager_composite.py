@@ -17,13 +17,14 @@ The composite runs as written (the fast path steps aside) whenever any of these 
 
 * a dispatch mode is active (``ember.compile``'s tracer, vmap...): the outer tracer must
   see the primitives, to fuse them with their neighbours;
-* forward-mode AD, anomaly detection, saved-tensor hooks (checkpointing), autocast or
-  inference mode is on (``ember.profiler`` does not turn it off: a profile shows the
-  compiled kernels that really run);
-* a tensor argument is not a CPU tensor of float32/float64 (or an int64/int32/bool tensor,
-  such as class targets) — or a ``cuda`` one on a GPU whose compiled graphs run generated
-  CUDA kernels (``cuda_kernels``: ``fuse_cuda``) — or is of a subclass other than
-  ``nn.Parameter``, or an argument is not hashable;
+* forward-mode AD, anomaly detection, saved-tensor hooks (checkpointing) or inference
+  mode is on, or autocast is on and the wrapper names no ``autocast`` op (``ember.profiler``
+  does not turn it off: a profile shows the compiled kernels that really run);
+* a tensor argument is not a CPU tensor of float32/float64 (float16/bfloat16 too for a
+  wrapper with an ``autocast`` op; or an int64/int32/bool tensor, such as class targets) —
+  or a ``cuda`` one on a GPU whose compiled graphs run generated CUDA kernels
+  (``cuda_kernels``: ``fuse_cuda``) — or is of a subclass other than ``nn.Parameter``, or
+  an argument is not hashable;
 * no C compiler is found, ``EMBER_EAGER_COMPOSITES=0`` is set in the environment or
   :func:`set_enabled` turned the path off;
 * every tensor argument has fewer than :data:`MIN_ELEMENTS` elements;
@@ -40,6 +41,17 @@ would check, so neither is rebuilt. The programs are the same, so the bits are t
 call's. Any other entry goes through the compiled call (two nested nodes). The size
 threshold is checked first (:func:`_small`): a small call returns to the composite before
 any key is built.
+
+Under autocast, a wrapper made with ``autocast=NAME`` (PyTorch's ATen op: ``layer_norm``,
+``cross_entropy``, ``gelu``...) is one op, as in PyTorch: NAME's policy (``ember/amp/op_lists``;
+none when NAME is on no list, e.g. GELU keeps its input's dtype) casts the arguments once at
+the boundary and the composite runs with autocast off — the same casts and body as the
+composite's own ``autocast_entry`` gives op by op, so the same values to float32 rounding.
+The casts are traced into the compiled graph (a float16 logits tensor's cast to float32
+fuses into the loss's first row kernel; its gradient leaves the backward kernel rounded
+to float16), and the key holds the policy; with no policy the key is the plain one.
+float16/bfloat16 arguments compute in float32 inside the fused kernels and round once
+(PyTorch's kernels do too), where the composite op by op rounds after every op.
 
 Every tensor input is version-checked at backward (the compiled backward may read any of
 them): writing one in place between the call and ``backward()`` raises, as PyTorch's native
@@ -70,6 +82,8 @@ MIN_ELEMENTS = 1 << 15
 #: calls with one key before it is compiled (the first call of a key runs the composite).
 WARMUP = 2
 _DTYPE_NAMES = frozenset(("float32", "float64", "int64", "int32", "bool"))
+#: what a wrapper with an autocast op also takes (its composite computes them in float32).
+_LOWP_NAMES = _DTYPE_NAMES | {"float16", "bfloat16"}
 #: tensor classes taken as plain tensors (``nn.Parameter`` registers itself: see
 #: :func:`allow_tensor_class`); any other subclass may override behaviour: composite.
 _TENSOR_CLASSES = {Tensor}
@@ -104,9 +118,10 @@ def _have_compiler() -> bool:
 
 
 def _eligible() -> bool:
+    """The global switches allow the fast path (autocast: the wrapper's own test)."""
     st = state
     return (_conf["enabled"] and not st.modes and not st.fw_levels and not st.anomaly
-            and not st.saved_hooks and st.autocast is None and not st.inference)
+            and not st.saved_hooks and not st.inference)
 
 
 def _freeze(v):
@@ -133,14 +148,14 @@ def _small(args, kwargs, min_elements) -> bool:
     return True
 
 
-def _key(args, kwargs):
+def _key(args, kwargs, names=_DTYPE_NAMES):
     """(tensor arguments, their positions, hashable key) or None when not eligible (the
-    caller checked the size threshold first: :func:`_small`)."""
+    caller checked the size threshold first: :func:`_small`); ``names``: the dtypes taken."""
     tensors, slots, parts = [], [], []
     for i, a in enumerate(args + tuple(kwargs[k] for k in sorted(kwargs)) if kwargs else args):
         if isinstance(a, Tensor):
             dev = a._device.type
-            if a.__class__ not in _TENSOR_CLASSES or a._dtype.name not in _DTYPE_NAMES or (
+            if a.__class__ not in _TENSOR_CLASSES or a._dtype.name not in names or (
                     dev != "cpu" and not _gpu_kernels(dev)):
                 return None
             d = a._data
@@ -351,23 +366,26 @@ def _build(fn, args, kwargs, slots):
     return _Entry(fn, args, kwargs, slots)
 
 
-def eager_composite(fn, when=None, min_elements=None):
+def eager_composite(fn, when=None, min_elements=None, autocast=None):
     """Wrap public composite ``fn`` so eager calls run its compiled form (module docstring).
 
     ``when(*args, **kwargs)``, if given, must also be true for a call to take the fast
     path (``F.silu(x, inplace=True)`` writes its input: it runs as written).
     ``min_elements`` (the wrapper's attribute of that name) replaces :data:`MIN_ELEMENTS`
     for ``fn``: a one-primitive function such as ``F.relu`` only pays for a compiled call on
-    large inputs.
+    large inputs. ``autocast``, PyTorch's name of the op ``fn`` is (``"layer_norm"``), lets
+    calls inside an autocast region take the fast path too, under that op's policy applied
+    once at the boundary; such a wrapper also takes float16/bfloat16 tensors.
 
     The wrapper keeps ``fn``'s name, signature and docstring; results agree with ``fn``'s to
     the compiled kernels' rounding (tested per function in ``tests/eager/``).
 
     Example:
-        >>> gelu = eager_composite(_gelu_composite)   # F.gelu is wrapped this way
+        >>> gelu = eager_composite(_gelu_composite, autocast="gelu")   # F.gelu's wrapping
     """
     cache: dict = {}
     seen: dict = {}
+    names = _DTYPE_NAMES if autocast is None else _LOWP_NAMES
 
     @functools.wraps(fn)
     def wrapper(*args, **kwargs):
@@ -386,33 +404,94 @@ def eager_composite(fn, when=None, min_elements=None):
                     break
             else:
                 return fn(*args)
-        if not _eligible() or (when is not None and not when(*args, **kwargs)):
+        if not _eligible() or (autocast is None and state.autocast is not None) or (
+                when is not None and not when(*args, **kwargs)):
             return fn(*args, **kwargs)
-        found = _key(args, kwargs)
+        found = _key(args, kwargs, names)
         if found is None:
             return fn(*args, **kwargs)
         tensors, slots, key = found
+        table = state.autocast
+        policy = None if table is None else table.get(autocast)
+        if policy is not None and _casts(policy, tensors):
+            if any(p[1] == "banned" for p in policy):
+                return fn(*args, **kwargs)      # raises the op's own error
+            key += (policy,)
+        else:
+            policy = None   # nothing to cast: the plain key (and graph) serves the call
         entry = cache.get(key)
         if entry is None:
             n = seen[key] = seen.get(key, 0) + 1
             if n <= WARMUP or len(cache) >= MAX_KEYS:
                 return fn(*args, **kwargs)
-            entry = cache[key] = _build(fn, args, kwargs, slots)
+            body = fn if policy is None else _with_policy(fn, autocast, policy)
+            entry = cache[key] = _build(body, args, kwargs, slots)
             if entry is not False:
-                return _first(cache, key, entry, tensors, fn, args, kwargs)
+                out = _amp_off(table, _first, cache, key, entry, tensors)
+                return fn(*args, **kwargs) if out is _RETIRED else out
         if entry is False:
             return fn(*args, **kwargs)
-        return _run(entry, tensors)
+        return _amp_off(table, _run, entry, tensors)
 
     wrapper.__wrapped_composite__ = fn
     wrapper._eager_cache = cache
     wrapper.min_elements = min_elements
+    wrapper.autocast_op = autocast
     return wrapper
 
 
-def _first(cache, key, entry, tensors, fn, args, kwargs):
+_LOWP_DTYPES = frozenset(("float16", "bfloat16"))
+
+
+def _casts(policy, tensors) -> bool:
+    """Whether autocast ``policy`` (a ``state.autocast`` row) may cast one of ``tensors``:
+    "fp32" only casts float16/bfloat16 ones, "lower" float32 ones (or the other low dtype);
+    "promote" and "banned" are taken as casting."""
+    for dev, pol, lower in policy:
+        for t in tensors:
+            if t._device.type != dev:
+                continue
+            name = t._dtype.name
+            if pol == "fp32":
+                if name in _LOWP_DTYPES:
+                    return True
+            elif pol != "lower" or name == "float32" or (name in _LOWP_DTYPES and
+                                                          name != lower.name):
+                return True
+    return False
+
+
+def _with_policy(fn, name, policy):
+    """``fn`` behind autocast op ``name``'s casts (``policy``: its ``state.autocast`` row),
+    run with autocast off: what the compiled graph of an autocast call traces."""
+    from ..amp.autocast_mode import cast_inputs
+
+    def cast_then_run(*args, **kwargs):
+        args, kwargs = cast_inputs(name, policy, args, kwargs)
+        return fn(*args, **kwargs)
+    cast_then_run.__name__ = getattr(fn, "__name__", "composite")
+    return cast_then_run
+
+
+def _amp_off(table, run, *args):
+    """``run(*args)`` with autocast off (``table``: the region's, restored after): a
+    compiled call's graph was traced, and its casts taken, outside autocast."""
+    if table is None:
+        return run(*args)
+    state.autocast = None
+    try:
+        return run(*args)
+    finally:
+        state.autocast = table
+
+
+#: what :func:`_first` returns when the key's capture failed (the caller runs the composite).
+_RETIRED = object()
+
+
+def _first(cache, key, entry, tensors):
     """The capturing call of ``entry``: a graph break (a warning from ``ember.compile``, or
-    an error) retires the key to the composite."""
+    an error) retires the key to the composite (:data:`_RETIRED`)."""
     from ..graph.trace import GraphBreak
     with warnings.catch_warnings():
         warnings.simplefilter("error", UserWarning)
@@ -420,7 +499,7 @@ def _first(cache, key, entry, tensors, fn, args, kwargs):
             out = _run(entry, tensors)
         except (GraphBreak, UserWarning, _NotOneTensor):
             cache[key] = False
-            return fn(*args, **kwargs)
+            return _RETIRED
     if not isinstance(out, Tensor):
         cache[key] = False
     else:

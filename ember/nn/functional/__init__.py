@@ -39,10 +39,15 @@ def _not_inplace(*args, **kwargs):
 conv1d, conv2d = _fast(conv1d), _fast(conv2d)  # noqa: F821 - from _CONV_NAMES
 max_pool1d, max_pool2d = _fast(max_pool1d), _fast(max_pool2d)  # noqa: F821
 avg_pool1d, avg_pool2d = _fast(avg_pool1d), _fast(avg_pool2d)  # noqa: F821
-gelu, silu = _fast(gelu), _fast(silu, when=_not_inplace)  # noqa: F405
-layer_norm, group_norm = _fast(layer_norm), _fast(group_norm)  # noqa: F405
+# NOTE: autocast=: PyTorch's op, whose policy an autocast call applies at the boundary
+# before running the compiled form (on no list: GELU/SiLU keep their input's dtype)
+gelu = _fast(gelu, autocast="gelu")  # noqa: F405
+silu = _fast(silu, when=_not_inplace, autocast="silu")  # noqa: F405
+layer_norm = _fast(layer_norm, autocast="layer_norm")  # noqa: F405
+group_norm = _fast(group_norm, autocast="group_norm")  # noqa: F405
 batch_norm = _fast(batch_norm)  # noqa: F405 - running stats: in-place writes, written back
-cross_entropy, nll_loss = _fast(cross_entropy), _fast(nll_loss)  # noqa: F405
+cross_entropy = _fast(cross_entropy, autocast="cross_entropy")  # noqa: F405
+nll_loss = _fast(nll_loss, autocast="nll_loss")  # noqa: F405
 # NOTE: relu is one primitive, but its eager backward is two NumPy passes (``out > 0``, then
 # a float-by-bool multiply) where the compiled form runs one fused kernel: from 1M elements
 # (a CNN's first conv block) that pays for the compiled call; W1's (128, 512) does not.
