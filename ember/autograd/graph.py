@@ -65,6 +65,7 @@ class EngineOp:
     elementwise = False
     expr = None
     differentiable = True
+    eager_vjp = None
     params: dict = {}
 
 

@@ -115,8 +115,14 @@ def _vjp1(node, g, create_graph):
             out = _unpack_saved(node, create_graph)[1]
         else:
             out = _wrap(data, dt, dev, storage, base)
-    vjp = node.op.vjp
+    op = node.op
     params = node.params
+    if op.eager_vjp is not None and not create_graph:
+        # NOTE: the op's raw-array VJP (the same bits as its rules; None: it declined)
+        res = op.eager_vjp(node.next, g, out, *inputs, **params)
+        if res is not None:
+            return res
+    vjp = op.vjp
     # NOTE: positional calls for one or two inputs and no params: a call through
     # *args/**kwargs costs ~0.1 us more per rule
     n = -1 if params else len(inputs)

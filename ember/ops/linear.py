@@ -21,8 +21,9 @@ from __future__ import annotations
 
 import numpy as _np
 
+from ..autograd.grad_mode import state as _state
 from ..errors import ShapeError
-from ..tensor import Tensor
+from ..tensor import Tensor, _wrap
 from . import dispatch
 from .complex import cj
 from .linalg import _matmul_cuda, _matmul_kernel
@@ -82,6 +83,30 @@ def _rows(t):
     return t if t.ndim == 2 else t.reshape(-1, t.shape[-1])
 
 
+def _eager_vjp(nxt, g, out, x, w, b):
+    """The three rules on the raw arrays of a plain eager backward (the engine's
+    ``eager_vjp``): ``dx = g @ w``, ``dw = g.T @ x`` through the matmul kernel the rules'
+    ``matmul`` dispatches reach, ``db`` the engine's ``sum_to`` column sum, with the same
+    arguments (the same bits) but no dispatch, transposed view or ``sum_to`` of their own.
+    Float32 2-D CPU values only, with no dispatch mode or forward AD (tracers and
+    ``vmap`` see the rules' ops); None elsewhere (the rules run)."""
+    st = _state.__dict__
+    ga = g._data
+    if (st["modes"] or st["fw_levels"] or ga.__class__ is not _np.ndarray or ga.ndim != 2
+            or ga.dtype != _F32 or g._device.type != "cpu" or not isinstance(x, Tensor)
+            or not isinstance(w, Tensor) or not isinstance(b, Tensor)):
+        return None
+    xa, wa, ba = x._data, w._data, b._data
+    if xa.ndim != 2 or xa.dtype != _F32 or wa.dtype != _F32 or ba.shape != ga.shape[1:] \
+            or ba.dtype != _F32:
+        return None
+    dt, dev = g._dtype, g._device
+    db = None if nxt[2] is None else _wrap(_np.sum(ga, axis=(0,)), dt, dev)
+    dx = None if nxt[0] is None else _wrap(_matmul_kernel(_np, ga, wa), dt, dev)
+    dw = None if nxt[1] is None else _wrap(_matmul_kernel(_np, ga.T, xa), dt, dev)
+    return dx, dw, db
+
+
 linear_p = defop(
     "linear", nin=3, check=_check, batch="loop",
     shape=lambda xs, ws, bs: tuple(xs[:-1]) + (ws[0],),
@@ -89,5 +114,5 @@ linear_p = defop(
     vjp=(lambda g, out, x, w, b: g @ cj(w),
          lambda g, out, x, w, b: _rows(g).mT @ cj(_rows(x)),
          lambda g, out, x, w, b: g),
-    jvp=lambda t, out, x, w, b: t[0] @ w.mT + x @ t[1].mT + t[2],
+    jvp=lambda t, out, x, w, b: t[0] @ w.mT + x @ t[1].mT + t[2], eager_vjp=_eager_vjp,
     doc="x @ w.T + b over x's rows (eager F.linear with a bias)")

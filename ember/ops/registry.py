@@ -19,6 +19,10 @@ same entry:
 ``save``       what the VJP reads: ``"inputs"``, ``"output"``, ``"both"`` or ``None``
                (inputs not saved reach the VJP as :class:`ShapeOnly` placeholders)
 ``view``       ``True`` if the output aliases input 0, ``"maybe"`` if it may (reshape)
+``eager_vjp``  optional: ``fn(next, g, out, *inputs, **params) -> tuple or None``, the VJP
+               of a plain eager backward (no ``create_graph``) on raw arrays, asked
+               before ``vjp`` (``next[i] is None``: input ``i`` needs no gradient); it
+               must give ``vjp``'s values bit for bit, or None to leave them to ``vjp``
 ``batch``      batching rule for ``ember.func.vmap``: ``fn(inputs, bdims, **params) ->
                (out, out_bdim)`` on the physical tensors (``bdims[i]``: the batch dim of
                input ``i`` or ``None``), a generic rule's name from
@@ -58,7 +62,7 @@ class Op:
 
     __slots__ = ("name", "nin", "params", "kernels", "shape", "dtype", "expr", "vjp", "jvp",
                  "save", "view", "elementwise", "differentiable", "check", "doc",
-                 "nondiff_argnums", "random", "batch", "_kcache", "__weakref__")
+                 "nondiff_argnums", "random", "batch", "eager_vjp", "_kcache", "__weakref__")
 
     def __init__(self, name: str, *, nin: int, kernel: Callable | None = None,
                  kernels: dict | None = None, params: dict | None = None,
@@ -66,7 +70,7 @@ class Op:
                  vjp: Callable | None = None, jvp=None, save: str | None = "inputs",
                  view=False, elementwise: bool = False, differentiable: bool = True,
                  check: Callable | None = None, nondiff_argnums: tuple = (),
-                 random: bool = False, batch=None, doc: str = ""):
+                 random: bool = False, batch=None, doc: str = "", eager_vjp=None):
         if name in REGISTRY:
             raise ValueError(f"op {name!r} is already registered")
         if dtype not in DTYPE_KINDS and not callable(dtype):
@@ -95,6 +99,7 @@ class Op:
         self.random = random
         self.batch = batch if batch is not None or not elementwise else "elementwise"
         self.doc = doc
+        self.eager_vjp = eager_vjp
         self._kcache = {}
         REGISTRY[name] = self
 
