@@ -33,6 +33,7 @@ import weakref
 
 import numpy as np
 
+from . import cuda_attention_mma_c as _mma_c
 from .cuda_attention_c import DELTA, DKDV, DQ_KERNEL, ENTRIES, FWD, HEAD
 
 __all__ = ["MAX_HEAD_DIM", "STORAGE", "backward", "backward_plans", "forward",
@@ -43,6 +44,9 @@ STORAGE = {"float32": ("f32", "float"), "float16": ("f16", "__half"),
            "bfloat16": ("bf16", "__nv_bfloat16")}
 #: the largest q/k/v head dim with a kernel (larger: the primitive's CuPy kernel).
 MAX_HEAD_DIM = 128
+#: float16/bfloat16 with head dims in ``cuda_attention_mma_c.HEAD_DIMS``: the tensor-core
+#: forward (``mma.sync``, 64 query rows a block); False: the scalar one (benchmarks, A/B).
+MMA_FORWARD = True
 THREADS = 128
 _modules: dict = {}
 #: forward results kept for the backward: (id(q), id(k), id(v)) -> (refs, scale, causal,
@@ -100,6 +104,7 @@ def _grid(t: int, nb: int, rows: int) -> tuple:
 def forward_plan(q, k, v, scale, is_causal, xp=np, out=None):
     """``(name, grid, block, args, o, lse)`` of the forward kernel (``o``: new, or ``out``)."""
     s, _, _, _, rows = variant(q.dtype.name, q.shape[-1], v.shape[-1])
+    mma = _mma_c.variant(q.dtype.name, q.shape[-1], v.shape[-1]) if MMA_FORWARD else None
     o = xp.empty(q.shape[:-1] + v.shape[-1:], q.dtype) if out is None else out
     (q, b1, qs), (k, _, ks), (v, _, vs) = _heads(q, xp), _heads(k, xp), _heads(v, xp)
     tq, tk, d, dv = q.shape[-2], k.shape[-2], q.shape[-1], v.shape[-1]
@@ -109,6 +114,8 @@ def forward_plan(q, k, v, scale, is_causal, xp=np, out=None):
     ints = [np.int32(x) for x in (b1, tq, tk, d, dv, int(bool(is_causal)))]
     strides = [np.int64(x) for x in qs + ks + vs + os_]
     args = (q, k, v, o, lse, *ints, np.float32(scale), *strides)
+    if mma:     # NOTE: same arguments; 64 query rows a block
+        return f"ember_flash_fwd_mma_{mma}", _grid(tq, nb, 16), (THREADS, 1, 1), args, o, lse
     return f"ember_flash_fwd_{s}", _grid(tq, nb, rows), (THREADS, 1, 1), args, o, lse
 
 
@@ -151,6 +158,20 @@ def _module(dtype_name: str, d: int, dv: int):
     return mod
 
 
+def _fwd_module(name: str, dtype_name: str, d: int, dv: int):
+    """The module holding the forward kernel ``name`` (:func:`forward_plan`'s)."""
+    if not name.startswith("ember_flash_fwd_mma_"):
+        return _module(dtype_name, d, dv)
+    key = "mma_" + name[len("ember_flash_fwd_mma_"):]
+    mod = _modules.get(key)
+    if mod is None:
+        from .cuda_cache import load_module
+        from .cuda_mma import MMA
+        mod = _modules[key] = load_module(_mma_c.render(HEAD, MMA, dtype_name, d, dv),
+                                          f"ember_flash_{key}")
+    return mod
+
+
 def _launch(mod, name, grid, block, args) -> None:
     if all(grid):
         mod.get_function(name)(grid, block, args)
@@ -159,8 +180,8 @@ def _launch(mod, name, grid, block, args) -> None:
 def forward(xp, q, k, v, scale, is_causal, out=None, save=False):
     """``softmax(q kᵀ * scale [causal]) v`` by the tiled kernel (``supported`` arrays);
     ``save``: keep O and the log-sum-exp for :func:`backward` of the same arrays."""
-    mod = _module(q.dtype.name, q.shape[-1], v.shape[-1])
     name, grid, block, args, o, lse = forward_plan(q, k, v, scale, is_causal, xp, out)
+    mod = _fwd_module(name, q.dtype.name, q.shape[-1], v.shape[-1])
     if q.shape[-2]:
         _launch(mod, name, grid, block, args)
         if save and k.shape[-2]:
@@ -223,7 +244,8 @@ def backward(xp, g, q, k, v, scale, is_causal):
         stats["lse_reused"] += 1
     else:
         name, grid, block, args, o, lse = forward_plan(q, k, v, scale, is_causal, xp)
-        _launch(mod, name, grid, block, args)
+        _launch(_fwd_module(name, q.dtype.name, q.shape[-1], v.shape[-1]), name, grid, block,
+                args)
         stats["forward_reruns"] += 1
     launches, _ = backward_plans(g, q, k, v, o, lse, scale, is_causal, xp, parts)
     for name, grid, block, args in launches:

@@ -4,7 +4,7 @@ a GPU: its CUDA text run on the CPU emulator (``_cuda_emu``: a thread per CUDA t
 reference (O and the float32 log-sum-exp per row), causal or not, lengths that are not
 multiples of 64, cross-attention, GPT-style permuted heads (16-byte loads) and misaligned
 views (element loads), NaN keys/values behind the causal mask and NaN rows; the scalar
-backward reading its O and lse; and NVRTC + ptxas for sm_80/sm_90 without spills.
+backward (either) reading its O and lse; and NVRTC + ptxas for sm_80/sm_90 without spills.
 Shapes stay tiny: the emulator runs 128 OS threads a block. On a GPU:
 ``tests/cuda/test_gpu_attention.py``.
 """
@@ -157,7 +157,7 @@ def test_no_keys_gives_zeros_and_scalar_fallbacks(emu):
         ca.MMA_FORWARD = old
 
 
-def test_scalar_backward_reads_the_mma_forwards_o_and_lse(emu):
+def test_the_backward_reads_the_mma_forwards_o_and_lse(emu):
     rng = np.random.default_rng(8)
     q, k, v, g = (_low(rng.standard_normal((1, 2, 33, 32)), "float16") for _ in range(4))
     ts = [em.tensor(a.astype(np.float32)).requires_grad_() for a in (q, k, v)]
