@@ -1,0 +1,381 @@
+"""CUDA C text of the tensor-core FlashAttention-2 backward (:mod:`.cuda_attention_mma_bwd`).
+
+float16/bfloat16 storage, q/k head dim ``DQ`` and v head dim ``DV`` in {32, 64} (real dims
+``D``/``Dv`` <= them, zero-padded), a block of 4 warps, products on ``mma.sync`` m16n8k16
+with float32 accumulators (:mod:`.cuda_mma`). The source defines ``EMBER_MMA`` /
+``EMBER_PACK`` (the dtype's ``ember_mma_*`` / ``ember_pack_*``) and ``EMBER_EXP16`` (its
+exponent mask, for the Inf/NaN test). Tiles are staged in shared memory as raw 16-bit
+values, rows padded to ``W + 8`` elements (16-byte aligned, ldmatrix without bank
+conflicts), by 16-byte vector loads where the head's address and row stride allow.
+
+* ``dkdv``: a block owns 64 keys, warp ``w`` keys ``16w..16w+15`` (its K and V rows kept
+  as A fragments in registers). Per query tile of 64 (Q, dO, lse, delta staged):
+  ``S^T = K Q^T`` and ``dP^T = V dO^T`` (B = Q^T, dO^T: ldmatrix of their rows),
+  ``P^T = exp(S^T * scale - lse)``, ``dS^T = P^T (dP^T - delta)``; then ``dV += P^T dO``
+  and ``dK += dS^T Q`` with P^T, dS^T packed straight from the accumulators into A
+  fragments (no shared-memory transpose: the warp computed the transposed scores) and
+  dO, Q as B by ldmatrix ``.trans``. dK is scaled once at the end.
+* ``dq``: a block owns 64 query rows, warp ``w`` rows ``16w..16w+15`` (Q and dO rows as A
+  fragments in registers); per key tile of 64: ``S = Q K^T``, ``dP = dO V^T``, P, dS as
+  above, ``dQ += dS K`` (K by ldmatrix ``.trans``).
+
+Masking is the scalar kernels' (:mod:`.cuda_attention_c`): key ``j`` takes part in row
+``i`` iff ``j < Tk`` and (not causal or ``j <= i``); P and dS of a masked pair are exactly
+0, and such a pair never enters a sum, not even as ``0 * NaN``: rows past ``Tq``/``Tk`` are
+zero-filled, causal tiles no row sees are skipped, and so are the 16x16 sub-blocks of a
+diagonal tile that lie wholly above the diagonal; the one mixed 16x16 block per warp on
+the diagonal goes through the tensor core unless its B rows (K for dq; Q, dO for dk/dv)
+hold an Inf or NaN, in which case a scalar loop sums only the visible pairs. A NaN score
+poisons its row through the saved lse, as in the scalar kernels.
+"""
+from __future__ import annotations
+
+BWD = r"""
+#define LDW(W) ((W) + 8)
+__device__ __forceinline__ bool ember_bad2(unsigned x) {
+    return (x & EMBER_EXP16) == EMBER_EXP16 || ((x >> 16) & EMBER_EXP16) == EMBER_EXP16; }
+
+/* rows [r0, r0 + 64) of a (T_, D) head of 16-bit values (x: the head's base) into
+   sh[64][W + 8]; zero past T_ and D. 16-byte loads when x and the row stride allow. */
+template <int W>
+__device__ void ember_stage16(unsigned short *sh, const unsigned short *x, long long st,
+                              int r0, int T_, int D) {
+    constexpr int C = W / 8;
+    const bool vec = (((unsigned long long)x & 15ull) == 0) && (st & 7) == 0;
+    for (int e = threadIdx.x; e < 64 * C; e += blockDim.x) {
+        const int r = e / C, c = (e % C) * 8, t = r0 + r;
+        uint4 u;
+        u.x = 0u; u.y = 0u; u.z = 0u; u.w = 0u;
+        if (t < T_) {
+            const unsigned short *src = x + (long long)t * st + c;
+            if (vec && c + 8 <= D) {
+                u = *reinterpret_cast<const uint4 *>(src);
+            } else {
+                unsigned h[8];
+                for (int z = 0; z < 8; z++) h[z] = c + z < D ? (unsigned)src[z] : 0u;
+                u.x = h[0] | (h[1] << 16); u.y = h[2] | (h[3] << 16);
+                u.z = h[4] | (h[5] << 16); u.w = h[6] | (h[7] << 16);
+            }
+        }
+        *reinterpret_cast<uint4 *>(sh + r * LDW(W) + c) = u;
+    }
+}
+
+/* whether rows [r0, r0 + 16) of a staged tile hold an Inf or NaN (warp-collective) */
+template <int W>
+__device__ __forceinline__ bool ember_bad16(const unsigned short *sh, int r0) {
+    constexpr int C = W / 8;
+    bool bad = false;
+    for (int e = (threadIdx.x & 31); e < 16 * C; e += 32) {
+        const uint4 u = *reinterpret_cast<const uint4 *>(sh + (r0 + e / C) * LDW(W) + (e % C) * 8);
+        bad = bad || ember_bad2(u.x) || ember_bad2(u.y) || ember_bad2(u.z) || ember_bad2(u.w);
+    }
+    return __ballot_sync(FULL, bad) != 0u;
+}
+
+/* A fragment: rows [r0, r0 + 16) x cols [c0, c0 + 16) of a row-major tile */
+__device__ __forceinline__ void ember_lda(unsigned *a, const unsigned short *sh, int ld,
+                                          int r0, int c0) {
+    const int l = threadIdx.x & 31;
+    ember_ldsm_x4(a, sh + (r0 + (l & 15)) * ld + c0 + 8 * (l >> 4));
+}
+/* B fragments of two n-tiles, B = X^T for X row-major (n, k): X rows [n0, n0 + 16),
+   cols [k0, k0 + 16); b[0..1]: n-tile n0, b[2..3]: n-tile n0 + 8 */
+__device__ __forceinline__ void ember_ldb(unsigned *b, const unsigned short *sh, int ld,
+                                          int n0, int k0) {
+    const int l = threadIdx.x & 31;
+    ember_ldsm_x4(b, sh + (n0 + (l & 7) + 8 * (l >> 4)) * ld + k0 + 8 * ((l >> 3) & 1));
+}
+/* B fragments of two n-tiles, B = X for X row-major (k, n): rows [k0, k0 + 16),
+   cols [n0, n0 + 16); b[0..1]: n-tile n0, b[2..3]: n-tile n0 + 8 */
+__device__ __forceinline__ void ember_ldbt(unsigned *b, const unsigned short *sh, int ld,
+                                           int k0, int n0) {
+    const int l = threadIdx.x & 31;
+    ember_ldsm_x4_t(b, sh + (k0 + (l & 15)) * ld + n0 + 8 * (l >> 4));
+}
+/* the A fragment of k-step u from the C fragments of n-tiles 2u, 2u + 1 */
+__device__ __forceinline__ void ember_c2a(unsigned *a, const float *c0, const float *c1) {
+    a[0] = EMBER_PACK(c0[0], c0[1]); a[1] = EMBER_PACK(c0[2], c0[3]);
+    a[2] = EMBER_PACK(c1[0], c1[1]); a[3] = EMBER_PACK(c1[2], c1[3]);
+}
+/* acc (this lane's rows ra = r0 + g, rb = ra + 8 of a 16-row block; W columns) += X B over
+   the 16 k of one diagonal block, X given by its C fragments x0 (k 0..7), x1 (k 8..15), B
+   the staged rows [kr, kr + 16): only visible pairs, row ``r`` sees k index ``kx = k0 + k``
+   iff kx < kend and (ROWKEY ? r <= kx : kx <= r). For Inf/NaN B rows (scalar, rare). */
+template <typename T, int W, bool ROWKEY>
+__device__ __forceinline__ void ember_mixed(float (*acc)[4], const float *x0, const float *x1,
+        const unsigned short *sh, int kr, int ra, int k0, int kend) {
+    const int lane = threadIdx.x & 31, tc = lane & 3, rb = ra + 8;
+#pragma unroll
+    for (int k = 0; k < 16; k++) {
+        const float *x = k < 8 ? x0 : x1;
+        const int from = (lane & ~3) | ((k & 7) >> 1);
+        const float va = __shfl_sync(FULL, x[k & 1], from);
+        const float vb = __shfl_sync(FULL, x[2 + (k & 1)], from);
+        const int kx = k0 + k;
+        const bool oka = kx < kend && (ROWKEY ? ra <= kx : kx <= ra);
+        const bool okb = kx < kend && (ROWKEY ? rb <= kx : kx <= rb);
+        const T *row = reinterpret_cast<const T *>(sh + (kr + k) * LDW(W));
+#pragma unroll
+        for (int nt = 0; nt < W / 8; nt++) {
+#pragma unroll
+            for (int e = 0; e < 2; e++) {
+                const float bv = ember_ld(row[nt * 8 + 2 * tc + e]);
+                if (oka) acc[nt][e] += va * bv;
+                if (okb) acc[nt][2 + e] += vb * bv;
+            }
+        }
+    }
+}
+/* acc[W/8][4] += A(k-step) B, B from a staged (k, n) tile's rows [k0, k0 + 16) */
+template <int W>
+__device__ __forceinline__ void ember_mma_rows(float (*acc)[4], const unsigned *a,
+        const unsigned short *sh, int k0) {
+#pragma unroll
+    for (int n2 = 0; n2 < W / 16; n2++) {
+        unsigned b[4];
+        ember_ldbt(b, sh, LDW(W), k0, 16 * n2);
+        EMBER_MMA(acc[2 * n2], a, b);
+        EMBER_MMA(acc[2 * n2 + 1], a, b + 2);
+    }
+}
+/* s[2 n2 .. 2 n2 + 1] += A X^T over W columns, A as W/16 fragments, X staged rows [n0, +16) */
+template <int W>
+__device__ __forceinline__ void ember_mma_xt(float (*s)[4], const unsigned (*a)[4],
+        const unsigned short *sh, int n0) {
+#pragma unroll
+    for (int kk = 0; kk < W / 16; kk++) {
+        unsigned b[4];
+        ember_ldb(b, sh, LDW(W), n0, 16 * kk);
+        EMBER_MMA(s[0], a[kk], b);
+        EMBER_MMA(s[1], a[kk], b + 2);
+    }
+}
+"""
+
+DKDV = r"""
+template <typename T, int DQ, int DV>
+__device__ void ember_mma_dkdv(const T *q, const T *k, const T *v, const T *g,
+        const float *lse, const float *delta, T *dk, T *dv, int b1, int Tq, int Tk, int D,
+        int Dv, int causal, float scale, const long long *st) {
+    /* st: q, k, v, g, dk, dv strides (s0, s1, s2 each) */
+    __shared__ __align__(16) unsigned short sm[64 * (LDW(DQ) + LDW(DV))];
+    __shared__ float lsh[64], dsh[64];
+    unsigned short *xs = sm, *gs = sm + 64 * LDW(DQ);
+    const int p = blockIdx.y, j0 = blockIdx.x * 64;
+    const int w = threadIdx.x >> 5, lane = threadIdx.x & 31, tc = lane & 3;
+    long long base[6];
+#pragma unroll
+    for (int a = 0; a < 6; a++) base[a] = ember_head(p, b1, st[3 * a], st[3 * a + 1]);
+    const unsigned short *qh = reinterpret_cast<const unsigned short *>(q) + base[0];
+    const unsigned short *gh = reinterpret_cast<const unsigned short *>(g) + base[3];
+    ember_stage16<DQ>(xs, reinterpret_cast<const unsigned short *>(k) + base[1], st[5], j0,
+                      Tk, D);
+    ember_stage16<DV>(gs, reinterpret_cast<const unsigned short *>(v) + base[2], st[8], j0,
+                      Tk, Dv);
+    __syncthreads();
+    unsigned ka[DQ / 16][4], va[DV / 16][4];
+#pragma unroll
+    for (int kk = 0; kk < DQ / 16; kk++) ember_lda(ka[kk], xs, LDW(DQ), 16 * w, 16 * kk);
+#pragma unroll
+    for (int kk = 0; kk < DV / 16; kk++) ember_lda(va[kk], gs, LDW(DV), 16 * w, 16 * kk);
+    float dka[DQ / 8][4], dva[DV / 8][4];
+#pragma unroll
+    for (int c = 0; c < 4; c++) {
+#pragma unroll
+        for (int n = 0; n < DQ / 8; n++) dka[n][c] = 0.f;
+#pragma unroll
+        for (int n = 0; n < DV / 8; n++) dva[n][c] = 0.f;
+    }
+    const int ja = j0 + 16 * w + (lane >> 2), jb = ja + 8;
+    const bool live = j0 + 16 * w < Tk;              /* warp-uniform */
+    for (int i0 = causal ? j0 : 0; i0 < Tq; i0 += 64) {
+        __syncthreads();
+        ember_stage16<DQ>(xs, qh, st[2], i0, Tq, D);
+        ember_stage16<DV>(gs, gh, st[11], i0, Tq, Dv);
+        if (threadIdx.x < 64) {
+            const int i = i0 + threadIdx.x;
+            lsh[threadIdx.x] = i < Tq ? lse[(long long)p * Tq + i] : 0.f;
+            dsh[threadIdx.x] = i < Tq ? delta[(long long)p * Tq + i] : 0.f;
+        }
+        __syncthreads();
+        if (!live) continue;
+        const bool diag = causal && i0 == j0;     /* query blocks u < w: all masked */
+        float s[8][4], dp[8][4];
+#pragma unroll
+        for (int n = 0; n < 8; n++) {
+#pragma unroll
+            for (int c = 0; c < 4; c++) { s[n][c] = 0.f; dp[n][c] = 0.f; }
+        }
+#pragma unroll
+        for (int u = 0; u < 4; u++) {
+            if (diag && u < w) continue;
+            ember_mma_xt<DQ>(s + 2 * u, ka, xs, 16 * u);
+            ember_mma_xt<DV>(dp + 2 * u, va, gs, 16 * u);
+        }
+#pragma unroll
+        for (int n = 0; n < 8; n++) {
+#pragma unroll
+            for (int c = 0; c < 4; c++) {
+                const int il = n * 8 + 2 * tc + (c & 1), i = i0 + il, j = c < 2 ? ja : jb;
+                const bool ok = i < Tq && (!causal || j <= i);
+                const float pr = ok ? expf(s[n][c] * scale - lsh[il]) : 0.f;
+                dp[n][c] = ok ? pr * (dp[n][c] - dsh[il]) : 0.f;
+                s[n][c] = pr;
+            }
+        }
+        const bool badg = diag && ember_bad16<DV>(gs, 16 * w);
+        const bool badq = diag && ember_bad16<DQ>(xs, 16 * w);
+#pragma unroll
+        for (int u = 0; u < 4; u++) {
+            if (diag && u < w) continue;
+            const bool mixed = diag && u == w;
+            unsigned a[4];
+            if (mixed && badg) {
+                ember_mixed<T, DV, true>(dva, s[2 * u], s[2 * u + 1], gs, 16 * u, ja,
+                                         i0 + 16 * u, Tq);
+            } else {
+                ember_c2a(a, s[2 * u], s[2 * u + 1]);
+                ember_mma_rows<DV>(dva, a, gs, 16 * u);
+            }
+            if (mixed && badq) {
+                ember_mixed<T, DQ, true>(dka, dp[2 * u], dp[2 * u + 1], xs, 16 * u, ja,
+                                         i0 + 16 * u, Tq);
+            } else {
+                ember_c2a(a, dp[2 * u], dp[2 * u + 1]);
+                ember_mma_rows<DQ>(dka, a, xs, 16 * u);
+            }
+        }
+    }
+    if (!live) return;
+#pragma unroll
+    for (int c = 0; c < 4; c++) {
+        const int j = c < 2 ? ja : jb;
+        if (j >= Tk) continue;
+#pragma unroll
+        for (int n = 0; n < DQ / 8; n++) {
+            const int d = n * 8 + 2 * tc + (c & 1);
+            if (d < D) ember_st(dk + base[4] + (long long)j * st[14] + d, dka[n][c] * scale);
+        }
+#pragma unroll
+        for (int n = 0; n < DV / 8; n++) {
+            const int d = n * 8 + 2 * tc + (c & 1);
+            if (d < Dv) ember_st(dv + base[5] + (long long)j * st[17] + d, dva[n][c]);
+        }
+    }
+}
+"""
+
+DQ_KERNEL = r"""
+template <typename T, int DQ, int DV>
+__device__ void ember_mma_dq(const T *q, const T *k, const T *v, const T *g,
+        const float *lse, const float *delta, T *dq, int b1, int Tq, int Tk, int D, int Dv,
+        int causal, float scale, const long long *st) {
+    /* st: q, k, v, g, dq strides (s0, s1, s2 each) */
+    __shared__ __align__(16) unsigned short sm[64 * (LDW(DQ) + LDW(DV))];
+    unsigned short *xs = sm, *ys = sm + 64 * LDW(DQ);
+    const int p = blockIdx.y, i0 = blockIdx.x * 64;
+    const int w = threadIdx.x >> 5, lane = threadIdx.x & 31, tc = lane & 3;
+    long long base[5];
+#pragma unroll
+    for (int a = 0; a < 5; a++) base[a] = ember_head(p, b1, st[3 * a], st[3 * a + 1]);
+    const unsigned short *kh = reinterpret_cast<const unsigned short *>(k) + base[1];
+    const unsigned short *vh = reinterpret_cast<const unsigned short *>(v) + base[2];
+    ember_stage16<DQ>(xs, reinterpret_cast<const unsigned short *>(q) + base[0], st[2], i0,
+                      Tq, D);
+    ember_stage16<DV>(ys, reinterpret_cast<const unsigned short *>(g) + base[3], st[11], i0,
+                      Tq, Dv);
+    __syncthreads();
+    unsigned qa[DQ / 16][4], ga[DV / 16][4];
+#pragma unroll
+    for (int kk = 0; kk < DQ / 16; kk++) ember_lda(qa[kk], xs, LDW(DQ), 16 * w, 16 * kk);
+#pragma unroll
+    for (int kk = 0; kk < DV / 16; kk++) ember_lda(ga[kk], ys, LDW(DV), 16 * w, 16 * kk);
+    const int ia = i0 + 16 * w + (lane >> 2), ib = ia + 8;
+    const float la = ia < Tq ? lse[(long long)p * Tq + ia] : 0.f;
+    const float lb = ib < Tq ? lse[(long long)p * Tq + ib] : 0.f;
+    const float da = ia < Tq ? delta[(long long)p * Tq + ia] : 0.f;
+    const float db = ib < Tq ? delta[(long long)p * Tq + ib] : 0.f;
+    float acc[DQ / 8][4];
+#pragma unroll
+    for (int n = 0; n < DQ / 8; n++) {
+#pragma unroll
+        for (int c = 0; c < 4; c++) acc[n][c] = 0.f;
+    }
+    const bool live = i0 + 16 * w < Tq;              /* warp-uniform */
+    const int kend = causal ? min(Tk, i0 + 64) : Tk;
+    for (int j0 = 0; j0 < kend; j0 += 64) {
+        __syncthreads();
+        ember_stage16<DQ>(xs, kh, st[5], j0, Tk, D);
+        ember_stage16<DV>(ys, vh, st[8], j0, Tk, Dv);
+        __syncthreads();
+        if (!live) continue;
+        const bool diag = causal && j0 == i0;     /* key blocks u > w: all masked */
+        float s[8][4], dp[8][4];
+#pragma unroll
+        for (int n = 0; n < 8; n++) {
+#pragma unroll
+            for (int c = 0; c < 4; c++) { s[n][c] = 0.f; dp[n][c] = 0.f; }
+        }
+#pragma unroll
+        for (int u = 0; u < 4; u++) {
+            if (diag && u > w) continue;
+            ember_mma_xt<DQ>(s + 2 * u, qa, xs, 16 * u);
+            ember_mma_xt<DV>(dp + 2 * u, ga, ys, 16 * u);
+        }
+#pragma unroll
+        for (int n = 0; n < 8; n++) {
+#pragma unroll
+            for (int c = 0; c < 4; c++) {
+                const int j = j0 + n * 8 + 2 * tc + (c & 1), i = c < 2 ? ia : ib;
+                const bool ok = j < Tk && (!causal || j <= i);
+                const float pr = ok ? expf(s[n][c] * scale - (c < 2 ? la : lb)) : 0.f;
+                s[n][c] = ok ? pr * (dp[n][c] - (c < 2 ? da : db)) : 0.f;
+            }
+        }
+        const bool badk = diag && ember_bad16<DQ>(xs, 16 * w);
+#pragma unroll
+        for (int u = 0; u < 4; u++) {
+            if (diag && u > w) continue;
+            if (diag && u == w && badk) {
+                ember_mixed<T, DQ, false>(acc, s[2 * u], s[2 * u + 1], xs, 16 * u, ia,
+                                          j0 + 16 * u, Tk);
+            } else {
+                unsigned a[4];
+                ember_c2a(a, s[2 * u], s[2 * u + 1]);
+                ember_mma_rows<DQ>(acc, a, xs, 16 * u);
+            }
+        }
+    }
+    if (!live) return;
+#pragma unroll
+    for (int c = 0; c < 4; c++) {
+        const int i = c < 2 ? ia : ib;
+        if (i >= Tq) continue;
+#pragma unroll
+        for (int n = 0; n < DQ / 8; n++) {
+            const int d = n * 8 + 2 * tc + (c & 1);
+            if (d < D) ember_st(dq + base[4] + (long long)i * st[14] + d, acc[n][c] * scale);
+        }
+    }
+}
+"""
+
+#: the extern "C" entry points of one variant ({S}: suffix, {T}: storage type); the
+#: arguments are the scalar kernels' (``cuda_attention_c.ENTRIES``).
+ENTRIES = r"""
+extern "C" __global__ void ember_flash_dkdv_mma_{S}(const {T} *q,
+        const {T} *k, const {T} *v, const {T} *g, const float *lse, const float *delta,
+        {T} *dk, {T} *dv, int b1, int Tq, int Tk, int D, int Dv, int causal, float scale,
+        const long long *st) {
+    ember_mma_dkdv<{T}, {DQ}, {DV}>(q, k, v, g, lse, delta, dk, dv, b1, Tq, Tk, D, Dv, causal,
+        scale, st);
+}
+extern "C" __global__ void ember_flash_dq_mma_{S}(const {T} *q,
+        const {T} *k, const {T} *v, const {T} *g, const float *lse, const float *delta,
+        {T} *dq, int b1, int Tq, int Tk, int D, int Dv, int causal, float scale,
+        const long long *st) {
+    ember_mma_dq<{T}, {DQ}, {DV}>(q, k, v, g, lse, delta, dq, b1, Tq, Tk, D, Dv, causal,
+        scale, st);
+}
+"""

@@ -1,0 +1,178 @@
+"""The tensor-core FlashAttention backward (``cuda_attention_mma_bwd``: dk/dv and dq on
+``mma.sync``) run from its CUDA text on the CPU emulator (``_cuda_emu``: a thread per CUDA
+thread, fragments from ``cuda_mma``'s documented layouts), against float64 gradients of
+Ember's CPU ``sdpa`` on the same (rounded) inputs: causal or not, lengths 1, 17, 64, 80
+(partial tiles, several blocks, the diagonal tile), cross-attention, the GPT's permuted
+(B, T, H, D) views (16-byte loads) and head dims that are not multiples of 8 (element
+loads), float16 and bfloat16, and Inf/NaN inputs in masked keys and query rows (a masked
+pair never enters a sum). The kernels get O, lse and delta computed here, so only they are
+under test. Skips only where no g++ with C++20 ``<barrier>`` exists.
+"""
+import math
+
+import numpy as np
+import pytest
+
+import ember as em
+from ember.codegen import cuda_attention as ca
+from ember.codegen import cuda_attention_mma_bwd as mb
+from ember.codegen import cuda_cache
+
+import _cuda_emu
+
+pytestmark = pytest.mark.skipif(not _cuda_emu.available(),
+                                reason="no g++ with C++20 <barrier> to run the CUDA text on")
+
+#: (rtol, atol relative to the largest |gradient|): P and dS are rounded to the storage
+#: dtype before their products (FlashAttention-2's choice), every sum is float32 and each
+#: gradient is rounded once; about 2-4 units of the dtype's rounding.
+TOL = {"float16": (4e-3, 2e-3), "bfloat16": (3e-2, 1.6e-2)}
+
+
+@pytest.fixture(scope="module")
+def workdir(tmp_path_factory):
+    return str(tmp_path_factory.mktemp("cuda_emu_mma_bwd"))
+
+
+@pytest.fixture
+def cache(workdir, monkeypatch):
+    mods = {}
+    monkeypatch.setattr(cuda_cache, "module_loader",
+                        lambda source, name: _cuda_emu.EmuModule(source, workdir))
+    monkeypatch.setattr(mb, "enabled", True)
+    return mods
+
+
+def _reference(q, k, v, g, causal, scale):
+    """float64 ``(O, lse, dq, dk, dv)`` of Ember's CPU sdpa on the (rounded) inputs."""
+    ts = [em.tensor(a.astype(np.float64)).requires_grad_() for a in (q, k, v)]
+    out = em.ops.attention.sdpa(*ts, scale=scale, is_causal=causal)
+    out.backward(em.tensor(g.astype(np.float64)))
+    q64, k64 = q.astype(np.float64), k.astype(np.float64)
+    s = np.einsum("...id,...jd->...ij", q64, k64) * scale
+    tq, tk = q.shape[-2], k.shape[-2]
+    if causal:
+        s = np.where(np.arange(tk)[None, :] <= np.arange(tq)[:, None], s, -np.inf)
+    with np.errstate(invalid="ignore"):
+        m = s.max(-1, keepdims=True)
+        lse = (m + np.log(np.exp(s - m).sum(-1, keepdims=True)))[..., 0]
+    return [out.detach().numpy(), lse] + [t.grad.numpy() for t in ts]
+
+
+def _run(cache, q, k, v, g, causal, scale):
+    """The mma dk/dv and dq kernels on the emulator, given O, lse, delta: ``(dq, dk, dv)``
+    and the kernel names launched."""
+    o64, lse = _reference(q, k, v, g, causal, scale)[:2]
+    o = o64.astype(q.dtype)
+    lse = np.ascontiguousarray(lse.reshape(-1, q.shape[-2]), np.float32)   # the kernel's layout
+    launches, outs = ca.backward_plans(g, q, k, v, o, lse, scale, causal, np)
+    delta = launches[0][3][2]
+    delta[...] = (g.astype(np.float64) * o.astype(np.float64)).sum(-1).reshape(delta.shape)
+    routed = mb.route(None, launches, q, k, v, cache)
+    names = []
+    for mod, name, grid, block, args in routed[1:]:
+        mod.get_function(name)(grid, block, args)
+        names.append(name)
+    return outs, names
+
+
+def _arrays(dtype, qs, ks, vs, seed=0, permuted=False):
+    npd = getattr(em, dtype).np
+    rng = np.random.default_rng(seed)
+    if permuted:   # (B, T, H, D) projections viewed as heads, as in the GPT
+        out = [rng.standard_normal((s[0], s[2], s[1], s[3])).astype(npd).transpose(0, 2, 1, 3)
+               for s in (qs, ks, vs)]
+    else:
+        out = [rng.standard_normal(s).astype(npd) for s in (qs, ks, vs)]
+    g = rng.standard_normal(qs[:-1] + vs[-1:]).astype(npd)
+    return (*out, g)
+
+
+def _check(got, want, dtype):
+    rtol, atol = TOL[dtype]
+    for name, a, b in zip(("dq", "dk", "dv"), got, want):
+        assert a.dtype == getattr(em, dtype).np and a.shape == b.shape, name
+        np.testing.assert_allclose(a.astype(np.float64), b, rtol=rtol,
+                                   atol=atol * max(1.0, np.abs(b).max()), err_msg=name)
+
+
+CASES = [  # (q shape, k shape, v shape, causal, permuted)
+    ((1, 1, 1, 64), (1, 1, 1, 64), (1, 1, 1, 64), True, False),
+    ((1, 2, 17, 64), (1, 2, 17, 64), (1, 2, 17, 64), False, True),
+    ((1, 1, 64, 64), (1, 1, 64, 64), (1, 1, 64, 64), True, True),
+    ((1, 1, 80, 64), (1, 1, 80, 64), (1, 1, 80, 64), True, False),
+    ((1, 1, 80, 32), (1, 1, 80, 32), (1, 1, 80, 32), False, False),
+    ((2, 17, 40), (2, 80, 40), (2, 80, 24), True, False),   # cross, dims not multiples of 8
+]
+
+
+@pytest.mark.parametrize("qs,ks,vs,causal,permuted", CASES)
+def test_mma_backward_matches_float64_gradients_float16(cache, qs, ks, vs, causal, permuted):
+    q, k, v, g = _arrays("float16", qs, ks, vs, permuted=permuted)
+    scale = 1 / math.sqrt(qs[-1])
+    want = _reference(q, k, v, g, causal, scale)[2:]
+    got, names = _run(cache, q, k, v, g, causal, scale)
+    s = mb.variant("float16", qs[-1], vs[-1])[0]
+    assert names == [f"ember_flash_dkdv_mma_{s}", f"ember_flash_dq_mma_{s}"]
+    _check(got, want, "float16")
+
+
+@pytest.mark.parametrize("t,causal", [(17, True), (80, True), (64, False)])
+def test_mma_backward_matches_float64_gradients_bfloat16(cache, t, causal):
+    q, k, v, g = _arrays("bfloat16", (1, 1, t, 64), (1, 1, t, 64), (1, 1, t, 64), seed=1)
+    want = _reference(q, k, v, g, causal, 0.125)[2:]
+    got, names = _run(cache, q, k, v, g, causal, 0.125)
+    assert names[0].startswith("ember_flash_dkdv_mma_bf16_d64_v64")
+    _check(got, want, "bfloat16")
+
+
+def _check_nonfinite(got, want, min_finite):
+    for name, a, b, n in zip(("dq", "dk", "dv"), got, want, min_finite):
+        a = a.astype(np.float64)
+        fin = np.isfinite(b)
+        np.testing.assert_array_equal(np.isfinite(a), fin, err_msg=name)
+        assert fin.sum() >= n, name                  # the poison stays in its rows
+        np.testing.assert_allclose(a[fin], b[fin], rtol=4e-3,
+                                   atol=2e-3 * np.abs(b[fin]).max(initial=1.0), err_msg=name)
+
+
+def test_nan_key_stays_out_of_the_rows_that_mask_it(cache):
+    """Causal, T = 80, key 39 NaN in K and V: rows >= 39 see it (their dq NaN, and through
+    their NaN lse every dk/dv); rows 32..38 share warp 2's mixed 16x16 diagonal block with
+    it, which then takes the scalar path: their dq stay finite, as on the CPU."""
+    q, k, v, g = _arrays("float16", (1, 1, 80, 64), (1, 1, 80, 64), (1, 1, 80, 64), seed=2)
+    k[0, 0, 39], v[0, 0, 39] = np.nan, np.nan
+    want = _reference(q, k, v, g, True, 0.125)[2:]
+    got, _ = _run(cache, q, k, v, g, True, 0.125)
+    _check_nonfinite(got, want, (39 * 64, 0, 0))
+
+
+def test_nan_query_and_inf_grad_rows_stay_out_of_later_keys(cache):
+    """Causal, T = 80: NaN in q row 33 and Inf in dO row 5 poison the keys those rows see
+    (j <= 33, j <= 5) but not keys 34..47 / 6..15, which share the mixed diagonal blocks
+    of warps 2 / 0 in the dk/dv kernel (then the scalar path)."""
+    q, k, v, g = _arrays("float16", (1, 1, 80, 64), (1, 1, 80, 64), (1, 1, 80, 64), seed=3)
+    q[0, 0, 33, 0] = np.nan
+    g[0, 0, 5, 7] = np.inf
+    want = _reference(q, k, v, g, True, 0.125)[2:]
+    got, _ = _run(cache, q, k, v, g, True, 0.125)
+    _check_nonfinite(got, want, (78 * 64, 46 * 64, 46 * 64))
+
+
+def test_routing_keeps_the_scalar_kernels_elsewhere(cache):
+    launches = [("ember_flash_delta_x", (1, 1, 1), (128, 1, 1), ()),
+                ("ember_flash_dkdv_x", (3, 2, 1), (128, 1, 1), ()),
+                ("ember_flash_dq_x", (3, 2, 1), (128, 1, 1), ())]
+    for dtype, d in (("float32", 64), ("float16", 80), ("bfloat16", 128)):
+        npd = getattr(em, dtype).np
+        x = np.zeros((2, 40, d), npd)
+        assert not mb.supported(x, x, x)
+        assert [r[1] for r in mb.route("scalar", launches, x, x, x, cache)] == \
+            [n for n, *_ in launches]
+    x = np.zeros((2, 3, 100, 48), np.float16)
+    routed = mb.route("scalar", launches, x, x, x, cache)
+    assert routed[0][0] == "scalar" and routed[0][1] == "ember_flash_delta_x"
+    assert [r[1:4] for r in routed[1:]] == [
+        ("ember_flash_dkdv_mma_f16_d64_v64", (2, 6, 1), (128, 1, 1)),
+        ("ember_flash_dq_mma_f16_d64_v64", (2, 6, 1), (128, 1, 1))]
+    assert "bwd_mma_f16_d64_v64" in cache
