@@ -8,7 +8,9 @@ dO_i . O_i``, then one kernel over key blocks (dk, dv: each key owned by one war
 atomics) and one over query blocks (dq). float32, float16 and bfloat16 storage, every sum
 in float32, each result rounded once. The CUDA text is :mod:`.cuda_attention_c`; a
 variant per (dtype, head dims rounded up to 32, up to 128) is rendered on demand, compiled
-by NVRTC into the kernel cache and loaded once (:mod:`.cuda_cache`).
+by NVRTC into the kernel cache and loaded once (:mod:`.cuda_cache`). float16/bfloat16
+with head dims <= 64 run dk/dv and dq on tensor cores instead (:mod:`.cuda_attention_mma_bwd`,
+same arguments; ``backward_plans`` still lists the scalar launches it reroutes).
 
 The ``sdpa`` primitive has one output, so the log-sum-exp travels beside the registry:
 a forward run with ``save=True`` (the op's ``"cuda"`` kernel, while grad mode is on) keeps
@@ -34,6 +36,7 @@ import weakref
 import numpy as np
 
 from . import cuda_attention_mma_c as _mma_c
+from . import cuda_attention_mma_bwd as _mma_bwd
 from .cuda_attention_c import DELTA, DKDV, DQ_KERNEL, ENTRIES, FWD, HEAD
 
 __all__ = ["MAX_HEAD_DIM", "STORAGE", "backward", "backward_plans", "forward",
@@ -248,6 +251,7 @@ def backward(xp, g, q, k, v, scale, is_causal):
                 args)
         stats["forward_reruns"] += 1
     launches, _ = backward_plans(g, q, k, v, o, lse, scale, is_causal, xp, parts)
-    for name, grid, block, args in launches:
-        _launch(mod, name, grid, block, args)
+    # NOTE: float16/bfloat16, head dims <= 64: dk/dv and dq on tensor cores (_mma_bwd)
+    for m, name, grid, block, args in _mma_bwd.route(mod, launches, q, k, v, _modules):
+        _launch(m, name, grid, block, args)
     return flat
