@@ -55,6 +55,24 @@ def _sum_kernel(xp, x, dim=None, keepdim=False, dtype=None):
     return xp.sum(x, axis=dim, keepdims=keepdim, dtype=dtype.np if dtype is not None else None)
 
 
+def _sum_cuda(xp, x, dim=None, keepdim=False, dtype=None):
+    """A GPU's sum: a large one over leading or trailing dims runs a generated kernel
+    (``codegen/cuda_reduce.py``: CuPy's axis sums are slow); else :func:`_sum_kernel`."""
+    if dtype is None and x.size >= _CUDA_SUM_MIN:
+        from ..device.base import _backends
+        if _backends["cuda"].has("cuda_kernels"):
+            from ..codegen import cuda_reduce          # NOTE: codegen sits above ops
+            r = cuda_reduce.sum(xp, x, dim, keepdim)
+            if r is not None:
+                return r
+    return _sum_kernel(xp, x, dim, keepdim, dtype)
+
+
+#: smallest input ``_sum_cuda`` asks the generated kernels about (cuda_reduce.THRESHOLD
+#: decides; this only keeps small sums from importing it).
+_CUDA_SUM_MIN = 1 << 12
+
+
 def _sum_shape(s, dim=None, keepdim=False, **_):
     dims = range(len(s)) if dim is None else dim
     if keepdim:
@@ -105,8 +123,8 @@ def _need_float(x, op):
 # ------------------------------------------------------------------ sum
 sum_p = defop(
     "sum", nin=1, params={"dim": None, "keepdim": False, "dtype": None}, dtype=_sum_dtype,
-    batch=_vb.reduce_dims,
-    kernel=_sum_kernel, shape=_sum_shape, save=None, vjp=_sum_vjp, jvp="linear")
+    batch=_vb.reduce_dims, kernels={"xp": _sum_kernel, "cuda": _sum_cuda},
+    shape=_sum_shape, save=None, vjp=_sum_vjp, jvp="linear")
 
 
 def sum(input, dim=None, keepdim=False, *, dtype=None, out=None):  # noqa: A001 - PyTorch name

@@ -1,0 +1,179 @@
+"""Eager sums over leading or trailing dims on a GPU through generated CUDA kernels.
+
+CuPy's axis reductions are slow where training needs them most: a bias or LayerNorm-weight
+gradient sums an ``(8192, 768)`` float16/float32 matrix over its rows and took ~145 us
+(99 calls of the GPT step: 14 ms of its GPU time). :func:`sum` takes a large ``sum`` over
+
+* **leading dims** (``x.sum(0)``, ``x.sum((0, 1))``): a column sum of the contiguous
+  ``(R, C)`` matrix. Two kernels, no atomics (the same bits at every run): a block of 256
+  threads owns 64 columns and a chunk of rows; its 4 lanes of 64 threads each sum a
+  column over every 4th row of the chunk (consecutive threads read consecutive columns,
+  so a warp's loads are coalesced), add their 4 partial sums in a fixed order through
+  shared memory and write the chunk's partial row; the second kernel adds each column's
+  chunk partials in order and rounds once. Chunks are sized so the grid has ~1024 blocks.
+* **trailing dims** (``x.sum(-1)``): one block per row, the compiled graphs' row reduction
+  (:func:`~ember.codegen.render_cuda.render_cuda`'s warp-shuffle block reduction over a
+  :class:`~ember.codegen.ir.ReduceKernel`), launched through :mod:`.cuda_launch`.
+
+float16/bfloat16 are converted on load and summed in float32 (float64 for float64), the
+result rounded once to the input dtype — what eager's float32 sum rounded once computes,
+in another order (order-insensitive tolerance: ``tests/cuda/test_cuda_reduce_emu.py``).
+Anything else (a ``dtype=`` argument, integers, a full or middle-dims sum, a
+non-contiguous input, fewer than :data:`THRESHOLD` elements, too few rows or columns for
+the GPU to be busy) returns None and runs CuPy's ``sum`` as before.
+"""
+from __future__ import annotations
+
+import math
+
+import numpy as np
+
+from .. import config
+from .. import dtypes as _dt
+from .cuda_launch import CudaModule, kernel_plan
+from .ir import InputSpec, Load, OutSpec, Reduce, ReduceKernel
+
+__all__ = ["THRESHOLD", "sum", "source", "stats"]
+
+#: minimum input elements (a guess: below it CuPy's launch costs about as much; the
+#: integrator's ``bench/cuda.py --only colsum`` rows time both).
+THRESHOLD = 1 << 17
+#: a column sum needs at least this many columns, a row sum this many rows (a block each).
+MIN_COLS = 16
+MIN_ROWS = 128
+#: columns per block and row lanes per column (BLOCK = COLS * LANES threads).
+COLS, LANES = 64, 4
+BLOCK = COLS * LANES
+#: blocks a column sum aims at (~8 per SM of an H100/H200) and rows a chunk has at least.
+TARGET_BLOCKS = 1024
+MIN_CHUNK_ROWS = 64
+_DTYPES = {"float16": _dt.float16, "bfloat16": _dt.bfloat16, "float32": _dt.float32,
+           "float64": _dt.float64}
+#: kernels launched (tests and benchmarks read it).
+stats = {"colsum": 0, "rowsum": 0}
+_cache: dict = {}
+
+_COLSUM = r"""
+extern "C" __global__ void ember_colsum_part_{S}(const {T} *__restrict__ x,
+        {A} *__restrict__ part, int64_t R, int64_t C, int64_t rows_per) {
+    __shared__ {A} sh[{BLOCK}];
+    const int cx = threadIdx.x % {COLS}, ry = threadIdx.x / {COLS};
+    const int64_t tiles = (C + {COLS} - 1) / {COLS};
+    const int64_t r0 = (int64_t)blockIdx.y * rows_per;
+    const int64_t r1 = r0 + rows_per < R ? r0 + rows_per : R;
+    for (int64_t t = blockIdx.x; t < tiles; t += gridDim.x) {
+        const int64_t c = t * {COLS} + cx;
+        {A} acc = 0;
+        if (c < C) {
+            #pragma unroll 8
+            for (int64_t r = r0 + ry; r < r1; r += {LANES}) acc += {LOAD};
+        }
+        sh[threadIdx.x] = acc;
+        __syncthreads();
+        if (ry == 0 && c < C) {
+            {A} s = sh[cx];
+            for (int l = 1; l < {LANES}; l++) s += sh[l * {COLS} + cx];
+            part[(int64_t)blockIdx.y * C + c] = s;
+        }
+        __syncthreads();
+    }
+}
+
+extern "C" __global__ void ember_colsum_final_{S}(const {A} *__restrict__ part,
+        {T} *__restrict__ out, int64_t chunks, int64_t C) {
+    for (int64_t c = (int64_t)blockIdx.x * blockDim.x + threadIdx.x; c < C;
+         c += (int64_t)blockDim.x * gridDim.x) {
+        {A} s = 0;
+        for (int64_t k = 0; k < chunks; k++) s += part[k * C + c];
+        out[c] = {STORE};
+    }
+}
+"""
+
+
+def source(d) -> str:
+    """CUDA C text of the column-sum kernels for dtype ``d`` (an Ember float dtype)."""
+    from .render_cuda import NVRTC_HEAD
+    from .render_cuda_ew import _convert, _ptr_type, _store
+    acc = "double" if d is _dt.float64 else "float"
+    acc_d = _dt.float64 if d is _dt.float64 else _dt.float32
+    text = _COLSUM
+    for k, v in (("{S}", d.name), ("{T}", _ptr_type(d)), ("{A}", acc),
+                 ("{LOAD}", f"({acc}){_convert('x[r * C + c]', d)}"),
+                 ("{STORE}", _store("s", acc_d, d)), ("{BLOCK}", str(BLOCK)),
+                 ("{COLS}", str(COLS)), ("{LANES}", str(LANES))):
+        text = text.replace(k, v)
+    return NVRTC_HEAD + text
+
+
+def sum(xp, x, dim, keepdim):  # noqa: A001 - the op's name
+    """``x.sum(dim, keepdim)`` of a GPU array through a generated kernel, or None (module
+    docstring). ``dim``: the ``sum`` primitive's normalised dims (a sorted tuple or None)."""
+    if not config.EAGER_KERNELS or x.size < THRESHOLD or dim is None or not dim:
+        return None
+    d = _DTYPES.get(x.dtype.name)
+    if d is None or not x.flags.c_contiguous:
+        return None
+    nd = x.ndim
+    k = len(dim)
+    if dim == tuple(range(k)) and k < nd:
+        r = _colsum(xp, x, d, math.prod(x.shape[:k]), math.prod(x.shape[k:]))
+    elif dim == tuple(range(nd - k, nd)) and k < nd:
+        r = _rowsum(xp, x, d, math.prod(x.shape[:nd - k]), math.prod(x.shape[nd - k:]))
+    else:
+        return None
+    if r is None:
+        return None
+    shape = tuple(1 if i in dim else n for i, n in enumerate(x.shape)) if keepdim else \
+        tuple(n for i, n in enumerate(x.shape) if i not in dim)
+    return r.reshape(shape)
+
+
+def _module(key, make):
+    mod = _cache.get(key)
+    if mod is None:
+        mod = _cache[key] = make()
+    return mod
+
+
+def _colsum(xp, x, d, R, C):
+    if C < MIN_COLS:
+        return None
+    from .cuda_cache import load_module
+    mod = _module(("col", d.name), lambda: load_module(source(d), f"ember_colsum_{d.name}"))
+    tiles = -(-C // COLS)
+    chunks = max(1, min(-(-TARGET_BLOCKS // tiles), R // MIN_CHUNK_ROWS, 65535))
+    rows_per = -(-R // chunks)
+    chunks = -(-R // rows_per)
+    acc = np.float64 if d is _dt.float64 else np.float32
+    part = xp.empty((chunks, C), acc)
+    out = xp.empty((C,), x.dtype)
+    mod.get_function(f"ember_colsum_part_{d.name}")(
+        (min(tiles, 65535), chunks), (BLOCK,),
+        (x, part, np.int64(R), np.int64(C), np.int64(rows_per)))
+    mod.get_function(f"ember_colsum_final_{d.name}")(
+        (min(-(-C // 256), 65535),), (256,), (part, out, np.int64(chunks), np.int64(C)))
+    stats["colsum"] += 1
+    return out
+
+
+def _rowsum(xp, x, d, R, C):
+    if R < MIN_ROWS:
+        return None
+    mod, k, geo = _module(("row", d.name, R, C), lambda: _row_kernel(d, R, C))
+    name, grid, block, args, outs = kernel_plan(k, [x.reshape(R, C)], xp, "block", None, geo)
+    mod.function(name)(grid, block, args)
+    stats["rowsum"] += 1
+    return outs[0]
+
+
+def _row_kernel(d, R, C):
+    # NOTE: the text does not depend on (R, C) (runtime shape arguments): one NVRTC run per
+    # dtype (the PTX cache's memo); the kernel object and its device shape/stride arrays
+    # are per shape
+    k = ReduceKernel([InputSpec(d, (R, C))], (R, C), 1, [Reduce("sum", Load(0))], None,
+                     OutSpec(d, (R,)), name=f"ember_rowsum_{d.name}")
+    mods = _cache.setdefault(("rowmod", d.name), [])
+    if not mods:
+        mods.append(CudaModule([k], "block", k.name))
+    return mods[0], k, {}
