@@ -97,3 +97,105 @@ def test_long_causal_sequence_matches_cpu(gpu):  # noqa: F811
     for a, b in zip(got, want):
         np.testing.assert_allclose(a, b, rtol=1e-3, atol=1e-4)
     assert math.isfinite(float(np.abs(got[0]).max()))
+
+
+# ------------------------------------------- tensor-core forward (cuda_attention_mma_c)
+def _ref_heads(q, k, v, scale, causal):
+    """float64 ``(O, lse)`` head by head (finite inputs), shaped like q's rows."""
+    q3, k3, v3 = (a.astype(np.float64).reshape((-1,) + a.shape[-2:]) for a in (q, k, v))
+    tq, tk = q3.shape[1], k3.shape[1]
+    mask = np.tri(tq, tk, dtype=bool) if causal else np.ones((tq, tk), bool)
+    o, lse = np.empty(q3.shape[:2] + v3.shape[2:]), np.empty(q3.shape[:2])
+    for h in range(q3.shape[0]):
+        s = np.where(mask, q3[h] @ k3[h].T * scale, -np.inf)
+        m = s.max(1, keepdims=True)
+        p = np.exp(s - m)
+        lsum = p.sum(1, keepdims=True)
+        o[h], lse[h] = p @ v3[h] / lsum, (m + np.log(lsum))[:, 0]
+    return o.reshape(q.shape[:-1] + v.shape[-1:]), lse.reshape(q.shape[:-1])
+
+
+def _mma_fwd(q, k, v, scale, causal, kernel_dtype=None):
+    """``(kernel name, O, lse)`` of the forward on CuPy copies of q, k, v; ``kernel_dtype``
+    "bfloat16": q, k, v are bfloat16 bit patterns (uint16) run by the bf16 kernel."""
+    import cupy
+    dq = (cupy.asarray(a).view(cupy.float16) if kernel_dtype else cupy.asarray(a)
+          for a in (q, k, v))
+    name, grid, block, args, o, lse = ca.forward_plan(*dq, scale, causal, cupy)
+    if kernel_dtype:
+        name = name.replace("_mma_f16_", "_mma_bf16_")
+    mod = ca._fwd_module(name, kernel_dtype or q.dtype.name, q.shape[-1], v.shape[-1])
+    ca._launch(mod, name, grid, block, args)
+    return name, cupy.asnumpy(o), cupy.asnumpy(lse).reshape(q.shape[:-1])
+
+
+MMA_SHAPES = [(8, 12, 1024, 1024, 64, 64, True), (2, 4, 128, 128, 64, 64, False),
+              (1, 2, 100, 100, 32, 32, True), (1, 1, 257, 257, 128, 128, True),
+              (2, 3, 1, 1, 64, 64, True), (1, 2, 70, 333, 64, 32, True),
+              (1, 2, 333, 70, 64, 64, False), (1, 2, 333, 70, 128, 64, True)]
+
+
+@pytest.mark.parametrize("b,h,tq,tk,d,dv,causal", MMA_SHAPES)
+def test_mma_forward_matches_float64_reference(gpu, b, h, tq, tk, d, dv, causal):  # noqa: F811
+    rng = np.random.default_rng(tq + tk + d)
+    q = rng.standard_normal((b, h, tq, d)).astype(np.float16)
+    k = rng.standard_normal((b, h, tk, d)).astype(np.float16)
+    v = rng.standard_normal((b, h, tk, dv)).astype(np.float16)
+    scale = 1 / math.sqrt(d)
+    name, o, lse = _mma_fwd(q, k, v, scale, causal)
+    assert name == f"ember_flash_fwd_mma_f16_d{d}_v{dv}"
+    want, wlse = _ref_heads(q, k, v, scale, causal)
+    np.testing.assert_allclose(o.astype(np.float64), want, rtol=2e-3, atol=2e-3)
+    np.testing.assert_allclose(lse, wlse, rtol=2e-5, atol=2e-5)
+
+
+@pytest.mark.parametrize("d", [32, 64, 128])
+def test_mma_forward_bfloat16_kernel(gpu, d):  # noqa: F811
+    import ml_dtypes
+    rng = np.random.default_rng(d)
+    q, k, v = (rng.standard_normal((2, 3, 200, d)).astype(ml_dtypes.bfloat16)
+               for _ in range(3))
+    name, o, lse = _mma_fwd(*(a.view(np.uint16) for a in (q, k, v)), 0.1, True, "bfloat16")
+    assert name == f"ember_flash_fwd_mma_bf16_d{d}_v{d}"
+    want, wlse = _ref_heads(q, k, v, 0.1, True)
+    got = o.view(np.uint16).view(ml_dtypes.bfloat16).astype(np.float64)
+    np.testing.assert_allclose(got, want, rtol=1.6e-2, atol=1.6e-2)
+    np.testing.assert_allclose(lse, wlse, rtol=2e-5, atol=2e-5)
+
+
+def test_mma_forward_nan_behind_the_mask_and_misaligned_views(gpu):  # noqa: F811
+    from test_cuda_attention_mma_emu import reference
+    rng = np.random.default_rng(9)
+    q, k, v = (rng.standard_normal((1, 1, 100, 64)).astype(np.float16) for _ in range(3))
+    k[0, 0, 39], v[0, 0, 39] = np.nan, np.nan        # only rows >= 39 see key 39
+    v[0, 0, 70, 3] = np.inf
+    q[0, 0, 5] = np.nan
+    _, o, lse = _mma_fwd(q, k, v, 0.125, True)
+    want, wlse = reference(q, k, v, 0.125, True)
+    np.testing.assert_array_equal(np.isnan(o), np.isnan(want))
+    np.testing.assert_allclose(o.astype(np.float64), want, rtol=2e-3, atol=2e-3, equal_nan=True)
+    np.testing.assert_allclose(lse, wlse, rtol=2e-5, atol=2e-5, equal_nan=True)
+    import cupy                                      # element loads: row stride 65
+    big = cupy.asarray(rng.standard_normal((3, 2, 90, 65)).astype(np.float16))
+    qv, kv, vv = big[0, ..., 1:], big[1, ..., 1:], big[2, ..., :64]
+    out = ca.forward(cupy, qv, kv, vv, 0.125, True)
+    want, _ = _ref_heads(*(cupy.asnumpy(a) for a in (qv, kv, vv)), 0.125, True)
+    np.testing.assert_allclose(cupy.asnumpy(out).astype(np.float64), want, rtol=2e-3,
+                               atol=2e-3)
+
+
+def test_gpt_layout_sdpa_takes_the_mma_forward_and_matches_the_scalar_kernel(gpu):  # noqa: F811
+    import cupy
+    rng = np.random.default_rng(10)
+    qkv = cupy.asarray(rng.standard_normal((8, 1024, 3, 12, 64)).astype(np.float16))
+    q, k, v = (qkv[:, :, n].transpose(0, 2, 1, 3) for n in range(3))   # GPT's views
+    ca._modules.clear()
+    fast = ca.forward(cupy, q, k, v, 0.125, True)
+    assert any(key.startswith("mma_f16_d64") for key in ca._modules)
+    old, ca.MMA_FORWARD = ca.MMA_FORWARD, False
+    try:
+        slow = ca.forward(cupy, q, k, v, 0.125, True)
+    finally:
+        ca.MMA_FORWARD = old
+    diff = cupy.abs(fast.astype(cupy.float32) - slow.astype(cupy.float32))
+    assert float(diff.max()) < 4e-3, float(diff.max())

@@ -1,0 +1,133 @@
+"""Flash-attention forward on a CUDA GPU: Ember's tensor-core kernel, its scalar kernel and
+``torch.nn.functional.scaled_dot_product_attention``, side by side (issue 21).
+
+Times the forward kernel alone (CuPy arrays straight into ``cuda_attention.forward``: no
+dispatch, no autograd) on the GPT step's shape (batch 8, 12 heads, T 1024, head dim 64),
+causal, float16, and a few neighbours; medians of CUDA-event timings over alternating
+rounds (Ember mma, Ember scalar, torch), after warm-ups (the first call compiles the
+kernel). TFLOP/s counts ``4 B H Tq Tk D`` flops, halved when causal (what is computed),
+the same count for every column. Also prints the largest difference of Ember's output
+from torch's (float32 view) per row. Without CuPy and a GPU it says so and exits 0.
+
+Run: ``python bench/cuda_attention.py`` (``--reps N``, ``--rounds N``, ``--quick``).
+"""
+from __future__ import annotations
+
+import argparse
+import math
+import os
+import statistics
+import sys
+
+# NOTE: run as a script, this folder leads sys.path and bench/cuda.py would shadow the
+# `cuda` package (cuda-bindings) that CuPy imports
+sys.path[:] = [p for p in sys.path if os.path.abspath(p or ".") != os.path.dirname(
+    os.path.abspath(__file__))]
+
+#: (batch, heads, Tq, Tk, head dim, causal, dtype) rows; the first is the GPT step's.
+SHAPES = [(8, 12, 1024, 1024, 64, True, "float16"),
+          (8, 12, 1024, 1024, 64, False, "float16"),
+          (8, 12, 1024, 1024, 64, True, "bfloat16"),
+          (4, 16, 2048, 2048, 64, True, "float16"),
+          (8, 12, 1024, 1024, 128, True, "float16"),
+          (8, 12, 1024, 1024, 32, True, "float16")]
+
+
+def _mean_ms(fn, reps: int, cupy) -> float:
+    a, b = cupy.cuda.Event(), cupy.cuda.Event()
+    a.record()
+    for _ in range(reps):
+        fn()
+    b.record()
+    b.synchronize()
+    return cupy.cuda.get_elapsed_time(a, b) / reps
+
+
+def _row(shape, reps, rounds, cupy, torch):
+    from ember.codegen import cuda_attention as ca
+    b, h, tq, tk, d, causal, dtype = shape
+    rng = cupy.random.default_rng(0)
+    cdt = {"float16": cupy.float16}.get(dtype)
+    if cdt is None:                 # NOTE: CuPy has no bfloat16: torch makes the arrays
+        if torch is None:
+            return None
+        mk = [torch.randn(b, h, t, d, device="cuda", dtype=torch.bfloat16)
+              for t in (tq, tk, tk)]
+        try:
+            arrs = [cupy.from_dlpack(x) for x in mk]
+        except Exception:       # NOTE: this CuPy has no bfloat16
+            return None
+        if arrs[0].dtype.name != "bfloat16":
+            return None
+    else:
+        arrs = [rng.standard_normal((b, h, t, d), dtype=cupy.float32).astype(cdt)
+                for t in (tq, tk, tk)]
+        mk = [torch.from_dlpack(x) for x in arrs] if torch is not None else None
+    q, k, v = arrs
+    scale = 1 / math.sqrt(d)
+    fns = {}
+    for label, flag in (("mma", True), ("scalar", False)):
+        def run(flag=flag):
+            ca.MMA_FORWARD = flag
+            return ca.forward(cupy, q, k, v, scale, causal)
+        fns[label] = run
+    if torch is not None:
+        F = torch.nn.functional
+        fns["torch"] = lambda: F.scaled_dot_product_attention(*mk, is_causal=causal)
+    outs = {name: fn() for name, fn in fns.items()}           # warm-up: compiles, loads
+    cupy.cuda.Device().synchronize()
+    times = {name: [] for name in fns}
+    for _ in range(rounds):
+        for name, fn in fns.items():
+            times[name].append(_mean_ms(fn, reps, cupy))
+    ca.MMA_FORWARD = True
+    flops = 4 * b * h * tq * tk * d / (2 if causal else 1)
+    res = {name: statistics.median(t) for name, t in times.items()}
+    diff = {}
+    if "torch" in outs:
+        ref = cupy.from_dlpack(outs["torch"]).astype(cupy.float32)
+        for name in ("mma", "scalar"):
+            diff[name] = float(cupy.abs(outs[name].astype(cupy.float32) - ref).max())
+    return res, flops, diff
+
+
+def main(argv=None) -> int:
+    p = argparse.ArgumentParser(description=__doc__.splitlines()[0])
+    p.add_argument("--reps", type=int, default=20, help="kernel calls per timing")
+    p.add_argument("--rounds", type=int, default=5, help="alternating rounds (median)")
+    p.add_argument("--quick", action="store_true", help="the GPT shape only, 3 rounds")
+    args = p.parse_args(argv)
+    try:
+        import cupy
+        cupy.cuda.runtime.getDeviceCount()
+    except Exception as e:      # NOTE: no CuPy, no driver or no device: say so, exit 0
+        print(f"no CUDA GPU/CuPy: {e}")
+        return 0
+    try:
+        import torch
+        torch = torch if torch.cuda.is_available() else None
+    except ImportError:
+        torch = None
+    name = cupy.cuda.runtime.getDeviceProperties(0)["name"].decode()
+    print(f"{name}; forward only, ms (TFLOP/s); medians of {args.rounds} alternating rounds "
+          f"of {args.reps} calls")
+    print(f"{'B H Tq Tk D causal dtype':34} {'ember mma':>16} {'ember scalar':>16} "
+          f"{'torch sdpa':>16}  mma/torch  max|mma-torch|")
+    shapes = SHAPES[:1] if args.quick else SHAPES
+    for shape in shapes:
+        r = _row(shape, args.reps, 3 if args.quick else args.rounds, cupy, torch)
+        label = " ".join(str(x) for x in shape)
+        if r is None:
+            print(f"{label:34} (no bfloat16 arrays here)")
+            continue
+        res, flops, diff = r
+        cells = [f"{res[n]:7.3f} ({flops / res[n] / 1e9:5.1f})" if n in res else "-"
+                 for n in ("mma", "scalar", "torch")]
+        ratio = f"{res['mma'] / res['torch']:.2f}x" if "torch" in res else "-"
+        print(f"{label:34} {cells[0]:>16} {cells[1]:>16} {cells[2]:>16}  {ratio:>9}  "
+              f"{diff.get('mma', float('nan')):.2e}")
+    return 0
+
+
+if __name__ == "__main__":
+    sys.exit(main())
