@@ -19,6 +19,9 @@ Entry points ``ember_<name>_{f32,f64}(char **ptrs, const int64_t *geo, int64_t n
 
 * ``sgd``: ``ptrs = [p, g, buf, s]``, ``s = [weight_decay, momentum, 1 - dampening, -lr]``;
   flags: 1 maximize, 2 weight decay, 4 momentum (``buf`` updated), 8 Nesterov.
+* ``sgd_many`` (``ember_sgd_many_{f32,f64}``, called through :mod:`.launch`'s one-call
+  launcher): ``ptrs = [geo, s, p0, g0, buf0, p1, ...]``, ``geo = [count, flags, n0, ...]``:
+  ``sgd``'s loop for each parameter in turn (:func:`sgd_many`).
 * ``adam``: ``ptrs = [p, g, exp_avg, exp_avg_sq, s]``, ``s = [lerp weight (w or 1 - w),
   beta2, 1 - beta2, sqrt(1 - beta2**t), eps, -step_size, 1 - lr * wd, wd]``; flags:
   1 maximize, 2 L2 weight decay (``g + wd * p``), 4 decoupled (``p * (1 - lr wd)``),
@@ -40,6 +43,7 @@ import os
 import numpy as np
 
 from . import pool as _pool
+from .launch import DATA_OFF as _DATA_OFF, ITEMS_OFF as _ITEMS_OFF
 from .toolchain import find_compiler
 
 #: dtypes with a kernel, and their entry-point suffix.
@@ -135,10 +139,28 @@ def _c_entry(name: str, s: str) -> str:
             "    for (int64_t i = 0; i < n; i++) {" + STEPS[name] + "    }\n}\n\n")
 
 
+# NOTE: several parameters' SGD updates in one call (launch.py's one-call launcher reads
+# the pointers): ``ptr = [geo, s, p0, g0, buf0, p1, ...]``, ``geo = [count, flags, n0,
+# n1, ...]``; each parameter runs ``ember_sgd``'s loop, in order (the same bits).
+_SGD_MANY = """void ember_sgd_many_@S@(char **ptr, const int64_t *shape, const int64_t *st,
+                          int64_t nt) {
+    const int64_t *geo = (const int64_t *)ptr[0];
+    (void)shape; (void)st;
+    for (int64_t k = 0; k < geo[0]; k++) {
+        char *q[4] = {ptr[2 + 3 * k], ptr[3 + 3 * k], ptr[4 + 3 * k], ptr[1]};
+        const int64_t g2[2] = {geo[2 + k], geo[1]};
+        ember_sgd_@S@(q, g2, nt);
+    }
+}
+
+"""
+
+
 def source() -> str:
     """The C source of the update loops for float32 and float64."""
     body = "".join(f"#define T {t}\n#define SQRT {'sqrtf' if s == 'f32' else 'sqrt'}\n" +
-                   "".join(_c_entry(name, s) for name in _NAMES) + "#undef T\n#undef SQRT\n"
+                   "".join(_c_entry(name, s) for name in _NAMES) +
+                   _SGD_MANY.replace("@S@", s) + "#undef T\n#undef SQRT\n"
                    for t, s in DTYPES.values())
     return _HEAD + _OPS_C + body
 
@@ -253,6 +275,62 @@ def sgd(p, g, buf, *, weight_decay, momentum, dampening, nesterov, maximize, lr,
         return False
     c(arrays, scalars, flags)
     return True
+
+
+#: parameters one :func:`sgd_many` launch updates (launch.py's table holds 64 pointers)
+_MANY = 20
+_many: dict = {"scalars": None}
+
+
+def sgd_many(arrays, *, weight_decay, momentum, dampening, nesterov, maximize, lr) -> bool:
+    """:func:`sgd` for several parameters of one dtype in one C call per :data:`_MANY`:
+    ``arrays`` is ``[(p, g, buf or None), ...]`` (each triple as :func:`sgd` takes it and
+    :func:`fits` accepts; ``buf`` None for all or for none). The same loop per parameter
+    (the same bits), without a ctypes call and two address queries per parameter. False
+    when no kernel runs (nothing written)."""
+    if not _state["enabled"]:
+        return False
+    if not arrays:
+        return True
+    dt = arrays[0][0].dtype
+    fn = _many_fn(dt)
+    if fn is None:
+        return False
+    run, addr = fn
+    flags = (1 if maximize else 0) | (2 if weight_decay != 0 else 0) | \
+        (4 if momentum != 0 else 0) | (8 if nesterov else 0)
+    scalars = (weight_decay, momentum, 1 - dampening, -lr)
+    m = _many
+    if m["scalars"] is None or m["dtype"] != dt or not _same(scalars, m["scalars"]):
+        # NOTE: converted by NumPy as _Call converts them (round to nearest)
+        m["s"], m["scalars"], m["dtype"] = np.array(scalars, dtype=dt), scalars, dt
+    s = m["s"]
+    for k in range(0, len(arrays), _MANY):
+        part = arrays[k:k + _MANY]
+        geo = np.array([len(part), flags] + [p.size for p, _, _ in part], np.int64)
+        items = [geo, s]
+        for p, g, buf in part:
+            items += (p, g, p if buf is None else buf)
+        items = tuple(items)
+        run(addr, items, 0, 0, 1, len(items), _ITEMS_OFF, _DATA_OFF)
+    stats["runs"] += len(arrays)
+    return True
+
+
+def _many_fn(dt):
+    """(the launcher, ``ember_sgd_many``'s address) for dtype ``dt``, or None."""
+    fn = _many.get(dt)
+    if fn is None:
+        if dt not in DTYPES or kernels() is None:
+            return None
+        from . import launch
+        run = launch.raw()
+        if run is None:
+            _many[dt] = fn = False
+        else:
+            f = getattr(_state["lib"], f"ember_sgd_many_{DTYPES[dt][1]}")
+            _many[dt] = fn = (run, ctypes.cast(f, ctypes.c_void_p).value)
+    return fn or None
 
 
 def adam(p, g, m, v, *, lerp_weight, beta2, bias_correction2_sqrt, eps, step_size,

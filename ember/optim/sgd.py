@@ -53,6 +53,8 @@ class SGD(Optimizer):
         wd, mom = group["weight_decay"], group["momentum"]
         lr = self._hyper(group, "lr")
         damp, nesterov, maximize = group["dampening"], group["nesterov"], group["maximize"]
+        if _many(self, group, lr):
+            return
         for p, g, state in self._grads(group):
             if getattr(g, "is_sparse", False):     # Embedding(sparse=True)'s COO gradient
                 from .sparse_adam import sgd_sparse_update
@@ -73,6 +75,40 @@ class SGD(Optimizer):
                     buf.mul_(mom).add_(g, alpha=1 - damp)
                 g = O.add(g, buf, alpha=mom) if nesterov else buf
             p.add_(g, alpha=-lr)
+
+
+def _many(opt, group, lr) -> bool:
+    """The whole group's update in one C call (``optim_kernels.sgd_many``: :func:`_one_pass`'s
+    loop for each parameter in turn, the same bits) when every parameter with a gradient
+    would take :func:`_one_pass`'s CPU loop, in one dtype; False (nothing written) else.
+    Saves each parameter's ctypes call and address queries (W1: six per step)."""
+    if lr.__class__ not in (float, int):
+        return False
+    mom = group["momentum"]
+    items, ts = [], []
+    for p, g, state in opt._grads(group):
+        if mom != 0:
+            buf = state.get("momentum_buffer")
+            if buf is None:
+                return False
+            arrays = O.kernel_arrays(p, g, buf)
+        else:
+            buf, arrays = None, O.kernel_arrays(p, g)
+        if arrays is None or (items and arrays[0].dtype != items[0][0].dtype) or O.on_gpu(p):
+            return False
+        items.append((arrays[0], arrays[1], None if buf is None else arrays[2]))
+        ts.append(p)
+        if buf is not None:
+            ts.append(buf)
+    if len(items) < 2:
+        return False
+    from ..codegen import optim_kernels
+    if not optim_kernels.sgd_many(items, weight_decay=group["weight_decay"], momentum=mom,
+                                  dampening=group["dampening"], nesterov=group["nesterov"],
+                                  maximize=group["maximize"], lr=lr):
+        return False
+    O.bump(*ts)
+    return True
 
 
 def _one_pass(p, g, state, group, lr) -> bool:
