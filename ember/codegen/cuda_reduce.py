@@ -132,6 +132,8 @@ def sum(xp, x, dim, keepdim):  # noqa: A001 - the op's name
 def _module(key, make):
     mod = _cache.get(key)
     if mod is None:
+        if len(_cache) > 512:          # NOTE: many row shapes: start over (modules reload
+            _cache.clear()             # from the PTX memo)
         mod = _cache[key] = make()
     return mod
 
