@@ -89,10 +89,22 @@ def _matmul_shape(xs, ys):
 
 
 _F32 = _np.dtype(_np.float32)
+_sgemm: list = []        # codegen/sgemm.py, imported on first use (codegen sits above ops)
 
 
 def _matmul_kernel(xp, x, y, out=None):
-    if is_lowp(x, y):
+    if x.dtype == _F32 and y.dtype == _F32 and xp is _np:
+        # NOTE: Ember's own float32 GEMM where measured faster than OpenBLAS
+        # (codegen/sgemm.py: worth(), its size rule); None elsewhere. Other bits than BLAS.
+        # The module is kept after the first import: an import statement per product
+        # costs importlib calls on the eager hot path.
+        if not _sgemm:
+            from ..codegen import sgemm
+            _sgemm.append(sgemm)
+        r = _sgemm[0].matmul(x, y, out=out)
+        if r is not None:
+            return r
+    elif is_lowp(x, y):
         from ..codegen import lowp_gemm     # NOTE: codegen sits above ops
         r = lowp_gemm.matmul(x, y, out=out)     # bfloat16 on AMX; None elsewhere
         if r is not None:
@@ -102,13 +114,6 @@ def _matmul_kernel(xp, x, y, out=None):
         # to float32 (exact), one float32 BLAS call (float32 accumulation), round once.
         r = _matmul_kernel(xp, *lowp_pair_to_f32(x, y))
         return f32_to_lowp(r, x.dtype, out=out)
-    if x.dtype == _F32 and y.dtype == _F32 and xp is _np:
-        # NOTE: Ember's own float32 GEMM where measured faster than OpenBLAS
-        # (codegen/sgemm.py: worth(), its size rule); None elsewhere. Other bits than BLAS.
-        from ..codegen import sgemm     # NOTE: codegen sits above ops
-        r = sgemm.matmul(x, y, out=out)
-        if r is not None:
-            return r
     if out is not None:
         return xp.matmul(x, y, out=out)
     # NOTE: NumPy's stacked matmul runs its own non-BLAS loop when an operand is transposed
