@@ -39,6 +39,10 @@ from __future__ import annotations
 HEAD_DIMS = (32, 64, 128)
 #: storage dtypes it takes -> the ``cuda_mma`` suffix.
 TYPES = {"float16": "f16", "bfloat16": "bf16"}
+#: the largest head dim whose kernel prefetches the next K/V tile into registers. ptxas
+#: -v, sm_90, float16: d=64 195 registers with it (2 blocks of 4 warps a SM), 164 without
+#: (3 blocks); d=128 254 without, and spills with it.
+PREFETCH_MAX_DIM = 64
 
 FWD_MMA = r"""
 __device__ __forceinline__ void ember_mma(const __half *, float *c, const unsigned *a,
@@ -290,16 +294,21 @@ def variant(dtype_name: str, d: int, dv: int):
     return f"{TYPES[dtype_name]}_d{d}_v{dv}"
 
 
-def render(head: str, mma: str, dtype_name: str, d: int, dv: int) -> str:
+def render(head: str, mma: str, dtype_name: str, d: int, dv: int,
+           prefetch: bool | None = None) -> str:
     """The CUDA source of one variant: ``head`` (the attention HEAD), ``mma``
-    (:data:`.cuda_mma.MMA`), the kernel and its ``extern "C"`` entry."""
+    (:data:`.cuda_mma.MMA`), the kernel and its ``extern "C"`` entry. ``prefetch``: load
+    the next K/V tile into registers during this tile's math (default: head dims up to
+    :data:`PREFETCH_MAX_DIM`; beyond, ptxas spills: 255 registers)."""
     s = variant(dtype_name, d, dv)
     if s is None:
         raise ValueError(f"flash forward (mma): no variant for dtype {dtype_name}, head dims "
                          f"q/k {d}, v {dv}; it takes float16/bfloat16 with dims in "
                          f"{HEAD_DIMS}")
     ctype = "__half" if dtype_name == "float16" else "__nv_bfloat16"
-    pf = "true" if max(d, dv) <= 64 else "false"
+    if prefetch is None:
+        prefetch = max(d, dv) <= PREFETCH_MAX_DIM
+    pf = "true" if prefetch else "false"
     entry = (ENTRY.replace("{S}", s).replace("{T}", ctype).replace("{DQ}", str(d))
              .replace("{DV}", str(dv)).replace("{PF}", pf))
     return head + mma + FWD_MMA + entry
