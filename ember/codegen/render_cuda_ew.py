@@ -31,10 +31,13 @@ from __future__ import annotations
 from .. import dtypes as _dt
 from .cexpr import CTYPE, CUDA_STORAGE, Emitter
 
-__all__ = ["ILP", "ALIGNED", "VEC_HEAD", "render_elementwise", "vec_bytes"]
+__all__ = ["ILP", "UNROLL", "ALIGNED", "VEC_HEAD", "render_elementwise", "vec_bytes"]
 
-#: elements per thread per loop iteration.
+#: elements per thread per loop iteration (one vector of the contiguous entry).
 ILP = 4
+#: vectors of ILP elements per thread and iteration of the contiguous entry (bytes in
+#: flight: ``bench/cuda_ew_sweep.py`` measures 1, 2, 4; 1 until a GPU says otherwise).
+UNROLL = 1
 #: ``flags`` bit of the contiguous variant: every non-scalar pointer is vector-aligned.
 ALIGNED = 1 << 30
 
@@ -135,26 +138,28 @@ def _strided(k, ins, outs, name) -> list:
             ["            }", "        }", "    }", "}"])
 
 
-def _vec_load(i, d) -> list:
+def _vec_load(i, d, dst=None) -> list:
     t, vt = _ptr_type(d), _VEC[d.itemsize]
+    dst = dst or f"v{i}"
     return [f"if (flags & {1 << i}) {{",
             f"    #pragma unroll",
-            f"    for (int j = 0; j < {ILP}; j++) v{i}[j] = in{i}[0];",
+            f"    for (int j = 0; j < {ILP}; j++) {dst}[j] = in{i}[0];",
             "} else if (full && (flags & EMBER_ALIGNED)) {",
-            f"    *({vt} *)v{i} = *(const {vt} *)(in{i} + base);",
+            f"    *({vt} *){dst} = *(const {vt} *)(in{i} + base);",
             "} else {",
             "    #pragma unroll",
-            f"    for (int j = 0; j < {ILP}; j++) v{i}[j] = in{i}[base + j < n ? base + j : base];",
+            f"    for (int j = 0; j < {ILP}; j++) {dst}[j] = in{i}[base + j < n ? base + j : base];",
             "}"]
 
 
-def _vec_store(o, d) -> list:
+def _vec_store(o, d, src=None) -> list:
     vt = _VEC[d.itemsize]
     nm = f"out{o or ''}"
+    src = src or f"r{o}"
     return ["if (full && (flags & EMBER_ALIGNED)) {",
-            f"    *({vt} *)({nm} + base) = *(const {vt} *)r{o};",
+            f"    *({vt} *)({nm} + base) = *(const {vt} *){src};",
             "} else {", "    #pragma unroll",
-            f"    for (int j = 0; j < {ILP}; j++) if (base + j < n) {nm}[base + j] = r{o}[j];",
+            f"    for (int j = 0; j < {ILP}; j++) if (base + j < n) {nm}[base + j] = {src}[j];",
             "}"]
 
 
@@ -174,9 +179,35 @@ def _contiguous(k, ins, outs, name) -> list:
             _ind(_compute(k, ins), 3) + ["        }"] + _ind(stores, 2) + ["    }", "}"])
 
 
-def render_elementwise(k) -> str:
+def _contiguous_unrolled(k, ins, outs, name, u: int) -> list:
+    """The contiguous variant with ``u`` vectors of :data:`ILP` elements per thread and
+    iteration, ``blockDim.x`` vectors apart (coalesced): every vector's loads issued
+    before any compute, so ``u`` times the bytes are in flight. NOTE: the launch must keep
+    ``grid * blockDim.x * ILP * u`` below 2**31 (the 32-bit index's step)."""
+    w = ILP * u
+    sig = ", ".join(_params(ins, outs) + ["int flags", "I n"])
+    decl = [f"__align__(16) {_ptr_type(d)} v{i}[{w}];" for i, d in enumerate(ins)]
+    decl += [f"__align__(16) {_ptr_type(d)} r{o}[{w}];" for o, d in enumerate(outs)]
+    loads = [ln for i, d in enumerate(ins) for ln in _vec_load(i, d, f"(v{i} + u * {ILP})")]
+    stores = [ln for o, d in enumerate(outs)
+              for ln in _vec_store(o, d, f"(r{o} + u * {ILP})")]
+    vec = ["#pragma unroll", f"for (int u = 0; u < {u}; u++) {{",
+           f"    const I base = base0 + (I)u * blockDim.x * {ILP};",
+           f"    const bool full = base + {ILP} <= n; (void)full;", "    if (base < n) {"]
+    return ([f"template <typename I> __device__ static inline void {name}_cbody({sig}) {{",
+             f"    const I step = (I)blockDim.x * gridDim.x * {w};",
+             f"    for (I base0 = (I)blockIdx.x * blockDim.x * {w} + (I)threadIdx.x * {ILP};"
+             " base0 < n; base0 += step) {"] + _ind(decl + vec + _ind(loads, 2), 2) +
+            ["            }", "        }", "        #pragma unroll",
+             f"        for (int j = 0; j < {w}; j++) {{"] + _ind(_compute(k, ins), 3) +
+            ["        }"] + _ind(vec + _ind(stores, 2), 2) + ["            }", "        }",
+                                                               "    }", "}"])
+
+
+def render_elementwise(k, unroll: int | None = None) -> str:
     """CUDA C of kernel ``k``'s two entry points (module docstring); needs
-    :data:`VEC_HEAD` and the NVRTC head before it."""
+    :data:`VEC_HEAD` and the NVRTC head before it. ``unroll``: vectors per thread and
+    iteration of the contiguous entry (default :data:`UNROLL`; 1 is the text above)."""
     ins = [s.dtype for s in k.inputs]
     outs = [o[0] for o in k.outputs]
     name, names = k.name, _names(ins, outs)
@@ -184,7 +215,10 @@ def render_elementwise(k) -> str:
     strided_sig = ", ".join(params + ["const int64_t *__restrict__ shape",
                                       "const int64_t *__restrict__ strides", "int ndim",
                                       "int64_t n"])
-    lines = _strided(k, ins, outs, name) + _contiguous(k, ins, outs, name)
+    u = UNROLL if unroll is None else unroll
+    lines = _strided(k, ins, outs, name) + (
+        _contiguous(k, ins, outs, name) if u == 1 else _contiguous_unrolled(k, ins, outs,
+                                                                             name, u))
     lines += [f'extern "C" __global__ void {name}({strided_sig}) {{',
               "    if (n < 0x7fffffffLL)",
               f"        {name}_body<unsigned>({names}, shape, strides, ndim, (unsigned)n);",
