@@ -169,14 +169,16 @@ __device__ void ember_flash_fwd_mma(const T *q, const T *k, const T *v, T *o, fl
                 const bool ok = full || (j < Tk && (!causal || j <= i));
                 s[n][e] = ok ? s[n][e] * sl2 : -INFINITY;
             }
-            x0 = ember_nmax(x0, ember_nmax(s[n][0], s[n][1]));
-            x1 = ember_nmax(x1, ember_nmax(s[n][2], s[n][3]));
+            /* NOTE: fmaxf drops a NaN score from the max; its p = exp2(NaN - m) is NaN,
+               so the row's l, acc, O and lse are NaN all the same (one instruction, not 4) */
+            x0 = fmaxf(x0, fmaxf(s[n][0], s[n][1]));
+            x1 = fmaxf(x1, fmaxf(s[n][2], s[n][3]));
         }
-        x0 = ember_nmax(x0, __shfl_xor_sync(FULL, x0, 1));
-        x0 = ember_nmax(x0, __shfl_xor_sync(FULL, x0, 2));
-        x1 = ember_nmax(x1, __shfl_xor_sync(FULL, x1, 1));
-        x1 = ember_nmax(x1, __shfl_xor_sync(FULL, x1, 2));
-        const float n0 = ember_nmax(m0, x0), n1 = ember_nmax(m1, x1);
+        x0 = fmaxf(x0, __shfl_xor_sync(FULL, x0, 1));
+        x0 = fmaxf(x0, __shfl_xor_sync(FULL, x0, 2));
+        x1 = fmaxf(x1, __shfl_xor_sync(FULL, x1, 1));
+        x1 = fmaxf(x1, __shfl_xor_sync(FULL, x1, 2));
+        const float n0 = fmaxf(m0, x0), n1 = fmaxf(m1, x1);
         const float a0 = m0 == -INFINITY ? 0.f : exp2f(m0 - n0);
         const float a1 = m1 == -INFINITY ? 0.f : exp2f(m1 - n1);
         m0 = n0; m1 = n1; l0 *= a0; l1 *= a1;
