@@ -5,18 +5,18 @@ Used by :mod:`.cuda_attention` for float16/bfloat16 q, k, v with head dims in
 arguments, same outputs (``O`` and the float32 log-sum-exp per row, ``lse[p * Tq + i]``),
 same masking, so either backward reads what it writes.
 
-A block is 4 warps and owns 64 query rows (16 per warp); heads are ``p = blockIdx.y``,
-row blocks go in reverse (a causal grid starts with its longest blocks). The Q tile goes
-through shared memory into A fragments kept in registers (:mod:`.cuda_mma`'s
-``ldmatrix``); keys go by tiles of 64: K and V rows staged in shared memory by 16-byte
-loads (rows padded by 16 bytes: ``ldmatrix`` and the stores hit 8 different 16-byte bank
-groups), the next tile's loads issued into registers before this tile's math
-(``PF``; head dims up to 64). Per tile a warp computes ``S = Q K^T`` (16 x 64, float32 C
-fragments; K rows by ``ldmatrix`` are the "col" B operand), scales it by
-``scale * log2(e)``, masks it, updates its two rows' running max (the 4 lanes of a row
-combine by ``__shfl_xor_sync`` 1 and 2) and per-lane partial sums, rescales the
-accumulator, packs ``P = exp2(S - m)`` into A fragments (rounded to the storage type) and
-adds ``P V`` (V by ``ldmatrix.trans``). Only the 16-key steps a warp can see are computed
+A block is 4 warps and owns 64 query rows (16 per warp); heads are ``p = blockIdx.y``, row
+blocks go in reverse (a causal grid starts with its longest blocks). The Q tile goes through
+shared memory into A fragments kept in registers (:mod:`.cuda_mma`'s ``ldmatrix``); keys go
+by tiles of 64: K and V rows staged in shared memory by 16-byte loads (rows padded by 16
+bytes: ``ldmatrix`` and the stores hit 8 different 16-byte bank groups), the next tile's
+loads issued into registers before this tile's math (``PF``; head dims up to
+:data:`PREFETCH_MAX_DIM`). Per tile a warp computes ``S = Q K^T`` (16 x 64, float32 C
+fragments; K rows by ``ldmatrix`` are the "col" B operand), scales it by ``scale *
+log2(e)``, masks it, updates its two rows' running max (the 4 lanes of a row combine by
+``__shfl_xor_sync`` 1 and 2) and per-lane partial sums, rescales the accumulator, packs ``P
+= exp2(S - m)`` (``ex2.approx.ftz``) into A fragments (rounded to the storage type) and adds
+``P V`` (V by ``ldmatrix.trans``). Only the 16-key steps a warp can see are computed
 (causal: up to its last row; the last tile: up to ``Tk``). At the end ``O = acc / l``
 (rounded once) and ``lse = m ln 2 + log l``.
 
@@ -53,6 +53,17 @@ __device__ __forceinline__ unsigned ember_pack(const __half *, float lo, float h
     return ember_pack_f16(lo, hi); }
 __device__ __forceinline__ unsigned ember_pack(const __nv_bfloat16 *, float lo, float hi) {
     return ember_pack_bf16(lo, hi); }
+/* 2^x by the MUFU alone (flushes subnormal results to 0: a p below 2^-126 of the row's
+   max, far under the 16-bit P's resolution); the emulator: exp2f */
+__device__ __forceinline__ float ember_ex2(float x) {
+#ifdef EMBER_EMU
+    return exp2f(x);
+#else
+    float y;
+    asm("ex2.approx.ftz.f32 %0, %1;" : "=f"(y) : "f"(x));
+    return y;
+#endif
+}
 /* the exponent bits of a 16-bit float: all set = Inf or NaN */
 __device__ __forceinline__ unsigned ember_expmask(const __half *) { return 0x7c00u; }
 __device__ __forceinline__ unsigned ember_expmask(const __nv_bfloat16 *) { return 0x7f80u; }
@@ -179,8 +190,8 @@ __device__ void ember_flash_fwd_mma(const T *q, const T *k, const T *v, T *o, fl
         x1 = fmaxf(x1, __shfl_xor_sync(FULL, x1, 1));
         x1 = fmaxf(x1, __shfl_xor_sync(FULL, x1, 2));
         const float n0 = fmaxf(m0, x0), n1 = fmaxf(m1, x1);
-        const float a0 = m0 == -INFINITY ? 0.f : exp2f(m0 - n0);
-        const float a1 = m1 == -INFINITY ? 0.f : exp2f(m1 - n1);
+        const float a0 = m0 == -INFINITY ? 0.f : ember_ex2(m0 - n0);
+        const float a1 = m1 == -INFINITY ? 0.f : ember_ex2(m1 - n1);
         m0 = n0; m1 = n1; l0 *= a0; l1 *= a1;
 #pragma unroll
         for (int n = 0; n < 8; n++) {
@@ -188,7 +199,7 @@ __device__ void ember_flash_fwd_mma(const T *q, const T *k, const T *v, T *o, fl
             for (int e = 0; e < 4; e++) {
                 const int j = j0 + n * 8 + 2 * t + (e & 1), i = e < 2 ? ia : ib;
                 const bool ok = full || (j < Tk && (!causal || j <= i));
-                s[n][e] = ok ? exp2f(s[n][e] - (e < 2 ? n0 : n1)) : 0.f;
+                s[n][e] = ok ? ember_ex2(s[n][e] - (e < 2 ? n0 : n1)) : 0.f;
             }
             l0 += s[n][0] + s[n][1]; l1 += s[n][2] + s[n][3];
         }
