@@ -369,6 +369,7 @@ def configure(thresholds: dict | None = None, warmup: int | None = None,
     _kernels.clear()
     _state["probed"] = False
     dispatch._EAGER_MIN = min_threshold()
+    dispatch._EAGER_OPS = frozenset(k for k, v in THRESHOLDS.items() if v != (None, None))
 
 
 def min_threshold() -> int:

@@ -159,6 +159,7 @@ def apply(op, inputs, params):
     # Eager fast path: a large elementwise op may run as a generated kernel (None: it did
     # not take the op). Small tensors pay this one size comparison only.
     if x0._data.size >= _EAGER_MIN and op.elementwise and (
+            op.name in _EAGER_OPS or (ct or x0._dtype).itemsize == 2 or dtype_ != "cpu") and (
             res := (_eager_kernel(op, arrays, params) if dtype_ == "cpu" else
                     _eager_device_kernel(op, arrays, params))) is not None:
         pass
@@ -257,6 +258,13 @@ def record(op, params, inputs, out) -> None:
 #: smallest output size ember.codegen.eager.THRESHOLDS lists (configure() keeps it in step;
 #: a test checks the two agree). Below it the fast path is never asked.
 _EAGER_MIN = 1 << 15
+#: the ops ember.codegen.eager.THRESHOLDS lists (configure() keeps it in step; a test checks
+#: the defaults agree): on CPU, another op is asked only in float16/bfloat16 (the eager
+#: path takes every one there), so a large float32 relu/add/mul pays no probe
+_EAGER_OPS = frozenset((
+    "exp2", "expm1", "log", "log2", "log10", "log1p", "sin", "cos", "tan", "asin", "acos",
+    "atan", "sinh", "cosh", "tanh", "sigmoid", "erf", "erfc", "erfinv", "pow", "atan2",
+    "hypot", "exp", "threshold_backward"))
 _eager_run = []
 
 

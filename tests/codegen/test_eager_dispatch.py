@@ -232,6 +232,7 @@ def test_warmup_runs_numpy_first(cc):
 def test_defaults_and_dispatcher_gate_agree():
     eager.configure(reset=True)
     assert dispatch._EAGER_MIN == eager.min_threshold() >= 1 << 12
+    assert dispatch._EAGER_OPS == set(eager.THRESHOLDS)     # the ops the dispatcher asks
     for op, (n32, n64) in eager.THRESHOLDS.items():
         o = REGISTRY[op]
         assert o.elementwise and o.expr and o.nin in (1, 2), op
