@@ -211,3 +211,24 @@ def test_every_mma_variant_compiles_without_spills(arch, dtype):
         assert len(cubin) > 1000
     with pytest.raises(ValueError, match="float16/bfloat16"):
         mc.render(ca.HEAD, MMA, "float32", 64, 64)
+
+
+def test_float16_sdpa_on_a_gpu_like_device_runs_the_mma_forward(fake_cuda, monkeypatch, emu):
+    monkeypatch.setattr(fake_cuda, "capabilities",
+                        fake_cuda.capabilities - {"host_kernels"} | {"cuda_kernels"})
+    rng = np.random.default_rng(12)
+    x0 = rng.standard_normal((1, 40, 2, 32)).astype(np.float16)     # (B, T, H, D)
+    F = em.nn.functional
+
+    def loss(dev):
+        x = em.tensor(x0, device=dev, requires_grad=True)
+        h = x.transpose(1, 2)
+        out = F.scaled_dot_product_attention(h, h * 0.5, h, is_causal=True)
+        (out.float() * out.float()).sum().backward()
+        return out.detach().float().cpu().numpy(), x.grad.float().cpu().numpy()
+    want = loss("cpu")
+    got = loss("cuda")
+    names = [n for m in emu for n in m.launches]
+    assert sum(n.startswith("ember_flash_fwd_mma_f16_d32_v32") for n in names) == 1, names
+    for a, b in zip(got, want):
+        np.testing.assert_allclose(a, b, rtol=1e-2, atol=1e-2)
