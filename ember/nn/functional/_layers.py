@@ -33,6 +33,15 @@ def linear(input: Tensor, weight: Tensor, bias: Tensor | None = None) -> Tensor:
     """
     if not isinstance(input, Tensor) or not isinstance(weight, Tensor):
         raise TypeError("linear(): input and weight must be Tensors")
+    if (input._dtype is _dt.float32 and weight._dtype is _dt.float32
+            and isinstance(bias, Tensor) and bias._dtype is _dt.float32
+            and not _grad_state.modes):
+        # NOTE: the linear primitive's case (below) tested on the raw shapes first: no
+        # Size objects or properties on the eager hot path
+        xs, ws = input._data.shape, weight._data.shape
+        if len(ws) == 2 and len(bias._data.shape) == 1 and len(xs) >= 2 \
+                and xs[-1] == ws[1] and (len(xs) == 2 or input.is_contiguous()):
+            return _apply(linear_p, (input, weight, bias), {})
     if weight.ndim not in (1, 2) or input.ndim == 0 or input.shape[-1] != weight.shape[-1]:
         raise ShapeError(f"linear: input of shape {tuple(input.shape)} does not fit weight of "
                          f"shape {tuple(weight.shape)}: expected input.shape[-1] == "
