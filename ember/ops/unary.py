@@ -18,7 +18,7 @@ from . import _special, dispatch
 from .complex import cj, complex_abs, real_only
 from .inplace import copy_into_out, inplace_from
 from .registry import defop
-from .unary_backward import relu_backward, sigmoid_backward, tanh_backward
+from .unary_backward import relu_backward, relu_eager_vjp, sigmoid_backward, tanh_backward
 
 __all__ = ['exp', 'exp2', 'expm1', 'log', 'log2', 'log10', 'log1p', 'sqrt', 'rsqrt',
            'reciprocal', 'sin', 'cos', 'tan', 'asin', 'acos', 'atan', 'arcsin', 'arccos',
@@ -132,6 +132,7 @@ relu_p = unary("relu", real_only("relu", lambda xp, x: xp.maximum(x, 0)),
                "({0} > 0 || {0} != {0} ? {0} : 0)",
                lambda x, out: out > 0, save="output", dtype="promote",
                backward=relu_backward)
+relu_p.eager_vjp = relu_eager_vjp     # NOTE: relu_backward's kernel without its dispatch
 sign_p = unary("sign", real_only("sign (use sgn for complex)",
                                   lambda xp, x: x.copy() if x.dtype.kind == "b" else xp.sign(x)),
                "({0} != {0} ? {0} : ({0} > 0) - ({0} < 0))", ZERO, dtype="promote")

@@ -19,6 +19,8 @@ from __future__ import annotations
 
 import numpy as np
 
+from ..autograd.grad_mode import state as _state
+from ..tensor import _wrap
 from . import dispatch
 from .complex import real_only
 from .registry import defop
@@ -242,3 +244,28 @@ def relu_backward(grad_output, output):
 
 
 _ZERO_THRESHOLD = {"threshold": 0.0}
+_F3264 = (np.dtype(np.float32), np.dtype(np.float64))
+
+
+def relu_eager_vjp(nxt, g, out, x):
+    """``relu``'s VJP in a plain eager backward (the engine's ``eager_vjp``): the
+    ``threshold_backward`` :func:`relu_backward` dispatches, run as the dispatcher runs it
+    for float32/float64 CPU operands of one dtype and shape (the eager C kernel where that
+    path takes it, else the CPU kernel; the same arrays and params): the same bits, without
+    the dispatch. None elsewhere (a dispatch mode, forward AD, other dtypes, broadcasting)."""
+    st = _state.__dict__
+    if st["modes"] or st["fw_levels"] or nxt[0] is None or out is None:
+        return None
+    ga, oa = g._data, out._data
+    if (ga.__class__ is not _nd or oa.__class__ is not _nd or ga.dtype != oa.dtype
+            or ga.dtype not in _F3264 or ga.shape != oa.shape or g._dtype is not out._dtype
+            or g._device.type != "cpu" or out._device.type != "cpu"):
+        return None
+    res = None
+    if ga.size >= dispatch._EAGER_MIN and "threshold_backward" in dispatch._EAGER_OPS:
+        res = dispatch._eager_kernel(threshold_backward_p, [ga, oa], _ZERO_THRESHOLD)
+    if res is None:
+        res = threshold_backward_p.kernel_for("cpu")(np, ga, oa, threshold=0.0)
+        if res.__class__ is not _nd:
+            res = np.asarray(res)
+    return (_wrap(res, g._dtype, g._device),)
