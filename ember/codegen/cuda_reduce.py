@@ -141,8 +141,7 @@ def _module(key, make):
 def _colsum(xp, x, d, R, C):
     if C < MIN_COLS:
         return None
-    from .cuda_cache import load_module
-    mod = _module(("col", d.name), lambda: load_module(source(d), f"ember_colsum_{d.name}"))
+    part_fn, final_fn = _module(("col", d.name), lambda: _col_functions(d))
     tiles = -(-C // COLS)
     chunks = max(1, min(-(-TARGET_BLOCKS // tiles), R // MIN_CHUNK_ROWS, 65535))
     rows_per = -(-R // chunks)
@@ -150,13 +149,18 @@ def _colsum(xp, x, d, R, C):
     acc = np.float64 if d is _dt.float64 else np.float32
     part = xp.empty((chunks, C), acc)
     out = xp.empty((C,), x.dtype)
-    mod.get_function(f"ember_colsum_part_{d.name}")(
-        (min(tiles, 65535), chunks), (BLOCK,),
-        (x, part, np.int64(R), np.int64(C), np.int64(rows_per)))
-    mod.get_function(f"ember_colsum_final_{d.name}")(
-        (min(-(-C // 256), 65535),), (256,), (part, out, np.int64(chunks), np.int64(C)))
+    part_fn((min(tiles, 65535), chunks), (BLOCK,),
+            (x, part, np.int64(R), np.int64(C), np.int64(rows_per)))
+    final_fn((min(-(-C // 256), 65535),), (256,), (part, out, np.int64(chunks), np.int64(C)))
     stats["colsum"] += 1
     return out
+
+
+def _col_functions(d):
+    from .cuda_cache import load_module
+    mod = load_module(source(d), f"ember_colsum_{d.name}")
+    return (mod.get_function(f"ember_colsum_part_{d.name}"),
+            mod.get_function(f"ember_colsum_final_{d.name}"))
 
 
 def _rowsum(xp, x, d, R, C):
