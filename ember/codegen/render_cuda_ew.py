@@ -148,7 +148,8 @@ def _vec_load(i, d, dst=None) -> list:
             f"    *({vt} *){dst} = *(const {vt} *)(in{i} + base);",
             "} else {",
             "    #pragma unroll",
-            f"    for (int j = 0; j < {ILP}; j++) {dst}[j] = in{i}[base + j < n ? base + j : base];",
+            f"    for (int j = 0; j < {ILP}; j++) "
+            f"{dst}[j] = in{i}[base + j < n ? base + j : base];",
             "}"]
 
 

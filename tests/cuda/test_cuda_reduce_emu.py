@@ -3,8 +3,9 @@ their CUDA text on the emulator (``_cuda_emu``; sizes tiny, thresholds lowered).
 
 Each result is checked against the correctly rounded sum (``math.fsum``) of the same
 values with the order-insensitive bound ``|got - want| <= 16 eps(acc) sum|x| +
-eps(dtype) |want|`` (float16 summed in float32, then rounded once): column sums (``x.sum(0)``, ``x.sum((0, 1))``,
-keepdim, a bias gradient through autograd, tails of the 64-column tiles), row sums
+eps(dtype) |want|`` (float16 summed in float32, then rounded once): column sums
+(``x.sum(0)``, ``x.sum((0, 1))``, keepdim, a bias gradient through autograd, tails of the
+64-column tiles, an uneven last row chunk), row sums
 (``x.sum(-1)``, ``mean(-1)``, two trailing dims), and the inputs left to the array module
 (a middle dim, a full sum, ``dtype=``, integers, non-contiguous, small).
 """
