@@ -17,9 +17,12 @@ pattern), so higher-order gradients stay in these two ops.
 """
 from __future__ import annotations
 
+import numpy as _np
+
 from .. import dtypes as _dt
+from ..autograd.grad_mode import state as _state
 from ..errors import DTypeError, ShapeError
-from ..tensor import Tensor
+from ..tensor import Tensor, _wrap
 from . import dispatch
 from .reduce import _sum_kernel
 from .registry import defop
@@ -93,8 +96,24 @@ def _nll_bw_kernel(xp, g, target, shape=(), dim=1, reduction="mean"):
     return _scatter_add_kernel(xp, xp.broadcast_to(v, idx.shape), idx, dim, shape)
 
 
+def _nll_eager_vjp(nxt, g, out, logp, target, dim, reduction):
+    """``nll_loss``'s VJP in a plain eager backward (the engine's ``eager_vjp``):
+    ``nll_loss_backward``'s kernel on the raw arrays, as its dispatch runs it (the same
+    bits; the forward validated the target), without the dispatch. None elsewhere."""
+    st = _state.__dict__
+    if st["modes"] or st["fw_levels"] or nxt[0] is None or not isinstance(logp, Tensor):
+        return None
+    ga, ta = g._data, target._data
+    if (ga.__class__ is not _np.ndarray or ta.__class__ is not _np.ndarray or ga.ndim
+            or g._dtype is not logp._dtype or g._device.type != "cpu"):
+        return None
+    res = _nll_bw_kernel(_np, ga, ta, shape=logp._data.shape, dim=dim, reduction=reduction)
+    return (_wrap(res, g._dtype, g._device), None)
+
+
 nll_loss_p = defop(
     "nll_loss", nin=2, params={"dim": 1, "reduction": "mean"}, dtype="same",
+    eager_vjp=_nll_eager_vjp,
     check=_fwd_check, batch="loop", kernel=_nll_kernel, shape=lambda ls, ts, **_: (),
     save="inputs", nondiff_argnums=(1,), jvp="linear",
     vjp=(lambda g, out, logp, t, dim, reduction: dispatch.apply(

@@ -12,7 +12,7 @@ import numpy as _np
 from .. import dtypes as _dt
 from ..autograd.grad_mode import state as _state
 from ..errors import DTypeError
-from ..tensor import Tensor
+from ..tensor import Tensor, _wrap
 from . import dispatch
 from ._util import wrap_dim
 from .reduce import _dims, amax, sum
@@ -127,9 +127,25 @@ def _lsm_vjp(g, out, x, dim):
     return (_apply(log_softmax_backward_p, (g, out), {"dim": dim}),)
 
 
+def _lsm_eager_vjp(nxt, g, out, x, dim):
+    """:func:`_lsm_vjp`'s one-dispatch case in a plain eager backward (the engine's
+    ``eager_vjp``): ``log_softmax_backward``'s kernel on the raw arrays, as that dispatch
+    runs it (the same bits), without the dispatch. None where ``_lsm_vjp`` decides."""
+    st = _state.__dict__
+    if st["modes"] or st["fw_levels"] or nxt[0] is None or out is None:
+        return None
+    ga, oa = g._data, out._data
+    if (ga.__class__ is not _np.ndarray or oa.__class__ is not _np.ndarray
+            or g._dtype is not out._dtype or g._dtype not in _LSM_BW_DTYPES
+            or ga.size > _LSM_BW_MAX or not ga.ndim or ga.shape != oa.shape
+            or g._device.type != "cpu" or out._device.type != "cpu"):
+        return None
+    return (_wrap(_lsm_bw_kernel(_np, ga, oa, dim), g._dtype, g._device),)
+
+
 log_softmax_p = defop(
     "log_softmax", nin=1, params={"dim": -1}, dtype="float", kernel=_log_softmax_kernel,
-    batch=_vb.one_dim,
+    batch=_vb.one_dim, eager_vjp=_lsm_eager_vjp,
     shape=lambda s, dim: tuple(s), save="output",
     vjp=_lsm_vjp,
     jvp=lambda t, out, x, dim: t[0] - _ksum(exp(out) * t[0], dim))
