@@ -12,6 +12,9 @@ one generated elementwise kernel that reads ``p``, ``grad`` and the moments once
 whole step is one program run. No second implementation of the math: the graph is traced
 from ``_update_group``.
 
+On a GPU ``fused=True`` takes the loop, whose update of each parameter is already one
+generated CUDA kernel there (``codegen/cuda_optim.py``, the C loops' steps).
+
 When: ``fused=True`` (PyTorch's flag for its fused kernels, which likewise round differently
 from the for-loop), every parameter with a gradient is a CPU float32/float64 tensor, no
 dispatch mode (tracer), forward AD or anomaly mode is active and a C compiler exists. The
