@@ -1,14 +1,15 @@
 """Flash-attention forward on a CUDA GPU: Ember's tensor-core kernel, its scalar kernel and
 ``torch.nn.functional.scaled_dot_product_attention``, side by side (issue 21).
 
-Times the forward kernel alone (and the tensor-core kernel with its other
-``prefetch`` setting, ``mma-alt``) (CuPy arrays straight into ``cuda_attention.forward``: no
-dispatch, no autograd) on the GPT step's shape (batch 8, 12 heads, T 1024, head dim 64),
+Times the forward kernel alone (CuPy arrays straight into ``cuda_attention.forward``:
+no dispatch, no autograd; and the tensor-core kernel with each K/V pipeline,
+``mma-<name>``) on the GPT step's shape (batch 8, 12 heads, T 1024, head dim 64),
 causal, float16, and a few neighbours; medians of CUDA-event timings over alternating
 rounds (Ember mma, Ember scalar, torch), after warm-ups (the first call compiles the
 kernel). TFLOP/s counts ``4 B H Tq Tk D`` flops, halved when causal (what is computed),
 the same count for every column. Also prints the largest difference of Ember's output
-from torch's (float32 view) per row. Without CuPy and a GPU it says so and exits 0.
+from torch's (float32 view) per row, over Ember's columns. Without CuPy and a GPU it says
+so and exits 0.
 
 Run: ``python bench/cuda_attention.py`` (``--reps N``, ``--rounds N``, ``--quick``).
 """
@@ -44,23 +45,27 @@ def _mean_ms(fn, reps: int, cupy) -> float:
     return cupy.cuda.get_elapsed_time(a, b) / reps
 
 
-def _other_prefetch(q, k, v, scale, causal, cupy):
-    """The tensor-core kernel with the other ``prefetch`` setting than its default (the
-    next K/V tile in registers during this tile's math, or not): A/B of that choice."""
+def _pipelines(q, k, v, scale, causal, cupy) -> dict:
+    """``{"mma-<pipeline>": run}``: the tensor-core kernel with each K/V pipeline that fits
+    these head dims (``cuda_attention_mma_c.PIPELINES``), launched from its own module."""
     from ember.codegen import cuda_attention as ca, cuda_attention_mma_c as mc
     from ember.codegen.cuda_cache import load_module
     from ember.codegen.cuda_mma import MMA
     d, dv = q.shape[-1], v.shape[-1]
-    pf = not max(d, dv) <= mc.PREFETCH_MAX_DIM
-    mod = load_module(mc.render(ca.HEAD, MMA, q.dtype.name, d, dv, prefetch=pf),
-                      f"ember_flash_fwd_mma_pf{int(pf)}")
+    fns = {}
+    for pipe in mc.PIPELINES:
+        if pipe == "cp.async" and max(d, dv) > 64:
+            continue
+        mod = load_module(mc.render(ca.HEAD, MMA, q.dtype.name, d, dv, pipe),
+                          f"ember_flash_fwd_mma_{pipe.replace('.', '_')}")
 
-    def run():
-        ca.MMA_FORWARD = True
-        name, grid, block, args, o, _ = ca.forward_plan(q, k, v, scale, causal, cupy)
-        mod.get_function(name)(grid, block, args)
-        return o
-    return run
+        def run(mod=mod):
+            ca.MMA_FORWARD = True
+            name, grid, block, args, o, _ = ca.forward_plan(q, k, v, scale, causal, cupy)
+            mod.get_function(name)(grid, block, args)
+            return o
+        fns[f"mma-{pipe}"] = run
+    return fns
 
 
 def _row(shape, reps, rounds, cupy, torch):
@@ -91,7 +96,7 @@ def _row(shape, reps, rounds, cupy, torch):
             ca.MMA_FORWARD = flag
             return ca.forward(cupy, q, k, v, scale, causal)
         fns[label] = run
-    fns["mma-alt"] = _other_prefetch(q, k, v, scale, causal, cupy)
+    fns.update(_pipelines(q, k, v, scale, causal, cupy))
     if torch is not None:
         F = torch.nn.functional
         fns["torch"] = lambda: F.scaled_dot_product_attention(*mk, is_causal=causal)
@@ -107,7 +112,7 @@ def _row(shape, reps, rounds, cupy, torch):
     diff = {}
     if "torch" in outs:
         ref = cupy.from_dlpack(outs["torch"]).astype(cupy.float32)
-        for name in ("mma", "mma-alt", "scalar"):
+        for name in (n for n in outs if n != "torch"):
             diff[name] = float(cupy.abs(outs[name].astype(cupy.float32) - ref).max())
     return res, flops, diff
 
@@ -132,10 +137,11 @@ def main(argv=None) -> int:
     name = cupy.cuda.runtime.getDeviceProperties(0)["name"].decode()
     print(f"{name}; forward only, ms (TFLOP/s); medians of {args.rounds} alternating rounds "
           f"of {args.reps} calls")
-    print("mma-alt: the tensor-core kernel with the other prefetch setting (default: on for "
-          "head dims <= 64)")
-    print(f"{'B H Tq Tk D causal dtype':34} {'ember mma':>16} {'mma-alt':>16} "
-          f"{'ember scalar':>16} {'torch sdpa':>16}  mma/torch  max|mma-torch|")
+    cols = ("mma", "mma-none", "mma-regs", "mma-cp.async", "scalar", "torch")
+    print("mma: Ember's default (cuda_attention.forward); mma-<pipeline>: the tensor-core kernel "
+          "with that K/V pipeline; scalar: the FMA kernel")
+    print(f"{'B H Tq Tk D causal dtype':34} " + " ".join(f"{c:>16}" for c in cols) +
+          "  mma/torch  max|ember-torch|")
     shapes = SHAPES[:1] if args.quick else SHAPES
     for shape in shapes:
         r = _row(shape, args.reps, 3 if args.quick else args.rounds, cupy, torch)
@@ -145,10 +151,10 @@ def main(argv=None) -> int:
             continue
         res, flops, diff = r
         cells = [f"{res[n]:7.3f} ({flops / res[n] / 1e9:5.1f})" if n in res else "-"
-                 for n in ("mma", "mma-alt", "scalar", "torch")]
+                 for n in cols]
         ratio = f"{res['mma'] / res['torch']:.2f}x" if "torch" in res else "-"
-        print(f"{label:34} {cells[0]:>16} {cells[1]:>16} {cells[2]:>16} {cells[3]:>16}  "
-              f"{ratio:>9}  {diff.get('mma', float('nan')):.2e}")
+        print(f"{label:34} " + " ".join(f"{c:>16}" for c in cells) +
+              f"  {ratio:>9}  {max(diff.values(), default=float('nan')):.2e}")
     return 0
 
 

@@ -10,15 +10,15 @@ blocks go in reverse (a causal grid starts with its longest blocks). The Q tile 
 shared memory into A fragments kept in registers (:mod:`.cuda_mma`'s ``ldmatrix``); keys go
 by tiles of 64: K and V rows staged in shared memory by 16-byte loads (rows padded by 16
 bytes: ``ldmatrix`` and the stores hit 8 different 16-byte bank groups), the next tile's
-loads issued into registers before this tile's math (``PF``; head dims up to
-:data:`PREFETCH_MAX_DIM`). Per tile a warp computes ``S = Q K^T`` (16 x 64, float32 C
-fragments; K rows by ``ldmatrix`` are the "col" B operand), scales it by ``scale *
-log2(e)``, masks it, updates its two rows' running max (the 4 lanes of a row combine by
-``__shfl_xor_sync`` 1 and 2) and per-lane partial sums, rescales the accumulator, packs ``P
-= exp2(S - m)`` (``ex2.approx.ftz``) into A fragments (rounded to the storage type) and adds
-``P V`` (V by ``ldmatrix.trans``). Only the 16-key steps a warp can see are computed
-(causal: up to its last row; the last tile: up to ``Tk``). At the end ``O = acc / l``
-(rounded once) and ``lse = m ln 2 + log l``.
+loads issued into registers before this tile's math (``pipeline="regs"``, head dims up to
+:data:`PREFETCH_MAX_DIM`; or by ``cp.async`` into a second buffer: :data:`PIPELINES`). Per
+tile a warp computes ``S = Q K^T`` (16 x 64, float32 C fragments; K rows by ``ldmatrix`` are
+the "col" B operand), scales it by ``scale * log2(e)``, masks it, updates its two rows'
+running max (the 4 lanes of a row combine by ``__shfl_xor_sync`` 1 and 2) and per-lane
+partial sums, rescales the accumulator, packs ``P = exp2(S - m)`` (``ex2.approx.ftz``) into
+A fragments (rounded to the storage type) and adds ``P V`` (V by ``ldmatrix.trans``). Only
+the 16-key steps a warp can see are computed (causal: up to its last row; the last tile: up
+to ``Tk``). At the end ``O = acc / l`` (rounded once) and ``lse = m ln 2 + log l``.
 
 Masking is the scalar kernel's: key ``j`` takes part in row ``i`` iff ``j < Tk`` and (not
 causal or ``j <= i``); a masked key never enters a sum, not even as ``0 * NaN``. Keys past
@@ -39,10 +39,17 @@ from __future__ import annotations
 HEAD_DIMS = (32, 64, 128)
 #: storage dtypes it takes -> the ``cuda_mma`` suffix.
 TYPES = {"float16": "f16", "bfloat16": "bf16"}
-#: the largest head dim whose kernel prefetches the next K/V tile into registers. ptxas
-#: -v, sm_90, float16: d=64 195 registers with it (2 blocks of 4 warps a SM), 164 without
-#: (3 blocks); d=128 254 without, and spills with it.
+#: the largest head dim whose kernel prefetches the next K/V tile (d=128: 248 registers
+#: without, ptxas spills with "regs"; "cp.async"'s two buffers exceed 48 KiB).
 PREFETCH_MAX_DIM = 64
+#: how K/V tiles reach shared memory (the kernel's MODE): loaded at each tile's top; the next
+#: tile loaded into registers during this tile's math; cp.async into a second buffer
+#: (``bench/cuda_attention.py`` times each).
+PIPELINES = ("none", "regs", "cp.async")
+#: the pipeline of head dims up to :data:`PREFETCH_MAX_DIM` (larger: "none"). ptxas -v, sm_90,
+#: float16, d=64: "regs" 191 registers (2 blocks a SM), "cp.async" 157 (3 blocks, 36 KiB of
+#: shared memory each), "none" 159.
+DEFAULT_PIPELINE = "regs"
 
 FWD_MMA = r"""
 __device__ __forceinline__ void ember_mma(const __half *, float *c, const unsigned *a,
@@ -98,14 +105,61 @@ __device__ __forceinline__ void ember_tile_st(unsigned short *sh, const uint4 *r
     }
 }
 
-template <typename T, int DQ, int DV, bool PF>
+/* cp.async: 16 bytes global -> shared without registers (the emulator: a copy now) */
+__device__ __forceinline__ void ember_cp16(void *dst, const void *src) {
+#ifdef EMBER_EMU
+    std::memcpy(dst, src, 16);
+#else
+    asm volatile("cp.async.cg.shared.global [%0], [%1], 16;"
+                 :: "r"(ember_smem(dst)), "l"(src) : "memory");
+#endif
+}
+__device__ __forceinline__ void ember_cp_commit() {
+#ifndef EMBER_EMU
+    asm volatile("cp.async.commit_group;" ::: "memory");
+#endif
+}
+template <int N> __device__ __forceinline__ void ember_cp_wait() {
+#ifndef EMBER_EMU
+    asm volatile("cp.async.wait_group %0;" :: "n"(N) : "memory");
+#endif
+}
+/* rows [r0, r0 + 64) of a head into shared rows of L elements by cp.async (vec), else by
+   element loads; zero rows past T */
+template <int C, int L, int N>
+__device__ __forceinline__ void ember_tile_async(unsigned short *sh, const unsigned short *x,
+        long long base, long long st, int r0, int T_, int vec) {
+    if (!vec) {
+        uint4 r[N];
+        ember_tile_ld<C, N>(r, x, base, st, r0, T_, 0);
+        ember_tile_st<C, L, N>(sh, r);
+        return;
+    }
+#pragma unroll
+    for (int n = 0; n < N; n++) {
+        const int c = threadIdx.x + n * 128, row = c / C, col = (c % C) * 8, t = r0 + row;
+        unsigned short *d = &sh[row * L + col];
+        if (t < T_) {
+            ember_cp16(d, x + base + (long long)t * st + col);
+        } else {
+            const uint4 z = {0u, 0u, 0u, 0u};
+            *(uint4 *)d = z;
+        }
+    }
+}
+
+/* MODE: how K/V tiles reach shared memory. 0: loaded at the top of each tile; 1: the next
+   tile's loads issued into registers before this tile's math; 2: cp.async into the other
+   of two buffers during this tile's math */
+template <typename T, int DQ, int DV, int MODE>
 __device__ void ember_flash_fwd_mma(const T *q, const T *k, const T *v, T *o, float *lse,
         int b1, int Tq, int Tk, int causal, float scale, const long long *st) {
     /* st: q, k, v, o strides (s0, s1, s2 each), in elements */
     constexpr int BM = 64, BN = 64, LQ = DQ + 8, LV = DV + 8, CQ = DQ / 8, CV = DV / 8;
     constexpr int NQ = BN * CQ / 128, NV = BN * CV / 128, NO = DV / 8;
-    __shared__ __align__(16) unsigned short ksh[BN * LQ];     /* the Q tile first */
-    __shared__ __align__(16) unsigned short vsh[BN * LV];
+    constexpr int NBUF = MODE == 2 ? 2 : 1, KB = BN * LQ, VB = BN * LV;
+    __shared__ __align__(16) unsigned short ksh[NBUF * KB];   /* the Q tile: last buffer */
+    __shared__ __align__(16) unsigned short vsh[NBUF * VB];
     const int p = blockIdx.y, i0 = (gridDim.x - 1 - blockIdx.x) * BM;
     const int warp = threadIdx.x >> 5, lane = threadIdx.x & 31, g = lane >> 2, t = lane & 3;
     long long base[4];
@@ -121,11 +175,13 @@ __device__ void ember_flash_fwd_mma(const T *q, const T *k, const T *v, T *o, fl
     {
         uint4 rq[NQ];
         ember_tile_ld<CQ, NQ>(rq, qu, base[0], st[2], i0, Tq, vec);
-        ember_tile_st<CQ, LQ, NQ>(ksh, rq);
+        ember_tile_st<CQ, LQ, NQ>(ksh + (NBUF - 1) * KB, rq);
         __syncthreads();
 #pragma unroll
         for (int kk = 0; kk < DQ / 16; kk++)
-            ember_ldsm_x4(qf[kk], &ksh[(warp * 16 + (lane & 15)) * LQ + kk * 16 + 8 * (lane >> 4)]);
+            ember_ldsm_x4(qf[kk], &ksh[(NBUF - 1) * KB + (warp * 16 + (lane & 15)) * LQ +
+                                       kk * 16 + 8 * (lane >> 4)]);
+        if (MODE == 2) __syncthreads();          /* Q read before tile 1 lands there */
     }
     const int ia = i0 + warp * 16 + g, ib = ia + 8;          /* this lane's two rows */
     const float sl2 = scale * 1.4426950408889634f;
@@ -134,23 +190,44 @@ __device__ void ember_flash_fwd_mma(const T *q, const T *k, const T *v, T *o, fl
     for (int n = 0; n < NO; n++) acc[n][0] = acc[n][1] = acc[n][2] = acc[n][3] = 0.f;
     const int kend = causal ? min(Tk, i0 + BM) : Tk;
     uint4 rk[NQ], rv[NV];
-    if (PF && kend > 0) {
+    if (MODE == 1 && kend > 0) {
         ember_tile_ld<CQ, NQ>(rk, ku, base[1], st[5], 0, Tk, vec);
         ember_tile_ld<CV, NV>(rv, vu, base[2], st[8], 0, Tk, vec);
     }
+    if (MODE == 2 && kend > 0) {
+        ember_tile_async<CQ, LQ, NQ>(ksh, ku, base[1], st[5], 0, Tk, vec);
+        ember_tile_async<CV, LV, NV>(vsh, vu, base[2], st[8], 0, Tk, vec);
+        ember_cp_commit();
+    }
+    int buf = 0;
     for (int j0 = 0; j0 < kend; j0 += BN) {
-        if (!PF) {
-            ember_tile_ld<CQ, NQ>(rk, ku, base[1], st[5], j0, Tk, vec);
-            ember_tile_ld<CV, NV>(rv, vu, base[2], st[8], j0, Tk, vec);
+        if (MODE == 2) {
+            if (j0 + BN < kend) {    /* the other buffer: read by the last tile, synced */
+                ember_tile_async<CQ, LQ, NQ>(ksh + (buf ^ 1) * KB, ku, base[1], st[5],
+                                             j0 + BN, Tk, vec);
+                ember_tile_async<CV, LV, NV>(vsh + (buf ^ 1) * VB, vu, base[2], st[8],
+                                             j0 + BN, Tk, vec);
+                ember_cp_commit();
+                ember_cp_wait<1>();
+            } else {
+                ember_cp_wait<0>();
+            }
+            __syncthreads();
+        } else {
+            if (MODE == 0) {
+                ember_tile_ld<CQ, NQ>(rk, ku, base[1], st[5], j0, Tk, vec);
+                ember_tile_ld<CV, NV>(rv, vu, base[2], st[8], j0, Tk, vec);
+            }
+            __syncthreads();
+            ember_tile_st<CQ, LQ, NQ>(ksh, rk);
+            ember_tile_st<CV, LV, NV>(vsh, rv);
+            __syncthreads();
+            if (MODE == 1 && j0 + BN < kend) {
+                ember_tile_ld<CQ, NQ>(rk, ku, base[1], st[5], j0 + BN, Tk, vec);
+                ember_tile_ld<CV, NV>(rv, vu, base[2], st[8], j0 + BN, Tk, vec);
+            }
         }
-        __syncthreads();
-        ember_tile_st<CQ, LQ, NQ>(ksh, rk);
-        ember_tile_st<CV, LV, NV>(vsh, rv);
-        __syncthreads();
-        if (PF && j0 + BN < kend) {
-            ember_tile_ld<CQ, NQ>(rk, ku, base[1], st[5], j0 + BN, Tk, vec);
-            ember_tile_ld<CV, NV>(rv, vu, base[2], st[8], j0 + BN, Tk, vec);
-        }
+        const unsigned short *kt = ksh + buf * KB, *vt = vsh + buf * VB;
         /* 16-key steps this warp sees (warp-uniform); every key past them is masked */
         int nk = min(4, (kend - j0 + 15) >> 4);
         if (causal) nk = min(nk, (i0 + warp * 16 + 16 - j0 + 15) >> 4);
@@ -164,7 +241,7 @@ __device__ void ember_flash_fwd_mma(const T *q, const T *k, const T *v, T *o, fl
 #pragma unroll
                 for (int kk = 0; kk < DQ / 16; kk++) {
                     unsigned b[4];
-                    ember_ldsm_x4(b, &ksh[(np * 16 + 8 * (lane >> 4) + (lane & 7)) * LQ +
+                    ember_ldsm_x4(b, &kt[(np * 16 + 8 * (lane >> 4) + (lane & 7)) * LQ +
                                           kk * 16 + 8 * ((lane >> 3) & 1)]);
                     ember_mma((const T *)0, s[2 * np], qf[kk], b);
                     ember_mma((const T *)0, s[2 * np + 1], qf[kk], b + 2);
@@ -217,7 +294,7 @@ __device__ void ember_flash_fwd_mma(const T *q, const T *k, const T *v, T *o, fl
                     const unsigned em = ember_expmask((const T *)0);
                     bool bad = false;
                     for (int e = lane; e < 16 * DV; e += 32)
-                        bad |= (vsh[(kk * 16 + e / DV) * LV + e % DV] & em) == em;
+                        bad |= (vt[(kk * 16 + e / DV) * LV + e % DV] & em) == em;
                     slow = __ballot_sync(FULL, bad) != 0u;
                 }
                 if (slow) {
@@ -231,7 +308,7 @@ __device__ void ember_flash_fwd_mma(const T *q, const T *k, const T *v, T *o, fl
                                             : (odd ? s[2 * kk][3] : s[2 * kk][2]);
                         const float pa = __shfl_sync(FULL, ea, src);
                         const float pb = __shfl_sync(FULL, eb, src);
-                        const T *vr = (const T *)&vsh[(kk * 16 + c) * LV];
+                        const T *vr = (const T *)&vt[(kk * 16 + c) * LV];
 #pragma unroll
                         for (int n = 0; n < NO; n++) {
                             const float v0 = ember_ld(vr[n * 8 + 2 * t]);
@@ -249,13 +326,17 @@ __device__ void ember_flash_fwd_mma(const T *q, const T *k, const T *v, T *o, fl
 #pragma unroll
                     for (int nd = 0; nd < DV / 16; nd++) {
                         unsigned b[4];
-                        ember_ldsm_x4_t(b, &vsh[(kk * 16 + (lane & 15)) * LV + nd * 16 +
+                        ember_ldsm_x4_t(b, &vt[(kk * 16 + (lane & 15)) * LV + nd * 16 +
                                                 8 * (lane >> 4)]);
                         ember_mma((const T *)0, acc[2 * nd], a, b);
                         ember_mma((const T *)0, acc[2 * nd + 1], a, b + 2);
                     }
                 }
             }
+        }
+        if (MODE == 2) {            /* this buffer is read: the next tile's loads may go */
+            __syncthreads();
+            buf ^= 1;
         }
     }
     l0 += __shfl_xor_sync(FULL, l0, 1); l0 += __shfl_xor_sync(FULL, l0, 2);
@@ -293,7 +374,7 @@ extern "C" __global__ void ember_flash_fwd_mma_{S}(const {T} *q,
         long long ks0, long long ks1, long long ks2, long long vs0, long long vs1,
         long long vs2, long long os0, long long os1, long long os2) {
     const long long st[12] = {qs0, qs1, qs2, ks0, ks1, ks2, vs0, vs1, vs2, os0, os1, os2};
-    ember_flash_fwd_mma<{T}, {DQ}, {DV}, {PF}>(q, k, v, o, lse, b1, Tq, Tk, causal, scale,
+    ember_flash_fwd_mma<{T}, {DQ}, {DV}, {MODE}>(q, k, v, o, lse, b1, Tq, Tk, causal, scale,
                                                st);
 }
 """
@@ -308,20 +389,23 @@ def variant(dtype_name: str, d: int, dv: int):
 
 
 def render(head: str, mma: str, dtype_name: str, d: int, dv: int,
-           prefetch: bool | None = None) -> str:
+           pipeline: str | None = None) -> str:
     """The CUDA source of one variant: ``head`` (the attention HEAD), ``mma``
-    (:data:`.cuda_mma.MMA`), the kernel and its ``extern "C"`` entry. ``prefetch``: load
-    the next K/V tile into registers during this tile's math (default: head dims up to
-    :data:`PREFETCH_MAX_DIM`; beyond, ptxas spills: 255 registers)."""
+    (:data:`.cuda_mma.MMA`), the kernel and its ``extern "C"`` entry. ``pipeline``: how K/V
+    tiles reach shared memory, one of :data:`PIPELINES` (default: :data:`DEFAULT_PIPELINE` for
+    head dims up to :data:`PREFETCH_MAX_DIM`, else ``"none"``; ``"cp.async"`` needs two buffers of
+    each, head dims up to 64 in 48 KiB)."""
     s = variant(dtype_name, d, dv)
     if s is None:
         raise ValueError(f"flash forward (mma): no variant for dtype {dtype_name}, head dims "
                          f"q/k {d}, v {dv}; it takes float16/bfloat16 with dims in "
                          f"{HEAD_DIMS}")
+    if pipeline is None:
+        pipeline = DEFAULT_PIPELINE if max(d, dv) <= PREFETCH_MAX_DIM else "none"
+    if pipeline not in PIPELINES or (pipeline == "cp.async" and max(d, dv) > 64):
+        raise ValueError(f"flash forward (mma): pipeline {pipeline!r} for head dims {d}/{dv};"
+                         f" valid: {PIPELINES} (\"cp.async\": dims <= 64)")
     ctype = "__half" if dtype_name == "float16" else "__nv_bfloat16"
-    if prefetch is None:
-        prefetch = max(d, dv) <= PREFETCH_MAX_DIM
-    pf = "true" if prefetch else "false"
     entry = (ENTRY.replace("{S}", s).replace("{T}", ctype).replace("{DQ}", str(d))
-             .replace("{DV}", str(dv)).replace("{PF}", pf))
+             .replace("{DV}", str(dv)).replace("{MODE}", str(PIPELINES.index(pipeline))))
     return head + mma + FWD_MMA + entry

@@ -117,20 +117,23 @@ def test_gpt_permuted_heads_d64_and_v_dim_other_than_q(emu):
     _check(got, lse, *reference(q, k, v32, 0.125, False), "bfloat16")
 
 
-def test_head_dim_128_and_either_prefetch_setting(emu, workdir):
+def test_head_dim_128_and_every_pipeline(emu, workdir):
     rng = np.random.default_rng(11)
     q, k, v = (_low(rng.standard_normal((1, 1, 70, 128)), "float16") for _ in range(3))
-    got, lse, name = _run(q, k, v, 0.09, True)           # d=128: no prefetch
+    got, lse, name = _run(q, k, v, 0.09, True)           # d=128: "none"
     assert name == "ember_flash_fwd_mma_f16_d128_v128"
     _check(got, lse, *reference(q, k, v, 0.09, True), "float16")
     from ember.codegen.cuda_mma import MMA
     q, k, v = (a[..., :32].copy() for a in (q, k, v))
-    for pf in (False, True):
-        mod = _cuda_emu.EmuModule(mc.render(ca.HEAD, MMA, "float16", 32, 32, prefetch=pf),
-                                  workdir)
-        name, grid, block, args, o, lse = ca.forward_plan(q, k, v, 0.2, False, np)
-        mod.get_function(name)(grid, block, args)
-        _check(o, lse.reshape(o.shape[:-1]), *reference(q, k, v, 0.2, False), "float16")
+    big = _low(rng.standard_normal((3, 1, 1, 70, 33)), "float16")
+    for pipe in mc.PIPELINES:
+        mod = _cuda_emu.EmuModule(mc.render(ca.HEAD, MMA, "float16", 32, 32, pipe), workdir)
+        for x in ((q, k, v), (big[0, ..., 1:], big[1, ..., 1:], big[2, ..., :32])):
+            name, grid, block, args, o, lse = ca.forward_plan(*x, 0.2, True, np)
+            mod.get_function(name)(grid, block, args)       # aligned, then element loads
+            _check(o, lse.reshape(o.shape[:-1]), *reference(*x, 0.2, True), "float16")
+    with pytest.raises(ValueError, match="cp.async"):
+        mc.render(ca.HEAD, MMA, "float16", 128, 128, "cp.async")
 
 
 def test_misaligned_views_take_element_loads(emu):
@@ -197,10 +200,10 @@ def test_the_backward_reads_the_mma_forwards_o_and_lse(emu):
 @pytest.mark.parametrize("dtype", ["float16", "bfloat16"])
 def test_every_mma_variant_compiles_without_spills(arch, dtype):
     from ember.codegen.cuda_mma import MMA
-    for d, dv, pf in [(32, 32, None), (64, 64, None), (128, 128, None), (64, 32, None),
-                      (64, 64, False)]:
+    for d, dv, pipe in [(32, 32, None), (64, 64, None), (128, 128, None), (64, 32, None),
+                        (64, 64, "none"), (64, 64, "cp.async"), (32, 32, "cp.async")]:
         s = mc.variant(dtype, d, dv)
-        cubin, log = nvrtc.compile_sass(mc.render(ca.HEAD, MMA, dtype, d, dv, prefetch=pf),
+        cubin, log = nvrtc.compile_sass(mc.render(ca.HEAD, MMA, dtype, d, dv, pipe),
                                         f"fwd_{s}", arch=arch)
         assert re.findall(r"Compiling entry function '(\w+)'", log) == \
             [f"ember_flash_fwd_mma_{s}"]

@@ -199,3 +199,26 @@ def test_gpt_layout_sdpa_takes_the_mma_forward_and_matches_the_scalar_kernel(gpu
         ca.MMA_FORWARD = old
     diff = cupy.abs(fast.astype(cupy.float32) - slow.astype(cupy.float32))
     assert float(diff.max()) < 4e-3, float(diff.max())
+
+
+@pytest.mark.parametrize("pipe", ["none", "regs", "cp.async"])
+@pytest.mark.parametrize("shape", [(8, 12, 1024, 1024, 64, True), (1, 2, 333, 70, 64, False),
+                                   (1, 3, 200, 200, 32, True)])
+def test_every_mma_pipeline_matches_float64_reference(gpu, pipe, shape):  # noqa: F811
+    import cupy
+    from ember.codegen import cuda_attention_mma_c as mc
+    from ember.codegen.cuda_cache import load_module
+    from ember.codegen.cuda_mma import MMA
+    b, h, tq, tk, d, causal = shape
+    rng = np.random.default_rng(tq + d)
+    q = rng.standard_normal((b, h, tq, d)).astype(np.float16)
+    k, v = (rng.standard_normal((b, h, tk, d)).astype(np.float16) for _ in range(2))
+    mod = load_module(mc.render(ca.HEAD, MMA, "float16", d, d, pipe),
+                      f"ember_flash_fwd_mma_test_{pipe.replace('.', '_')}")
+    name, grid, block, args, o, lse = ca.forward_plan(
+        *(cupy.asarray(a) for a in (q, k, v)), 0.125, causal, cupy)
+    mod.get_function(name)(grid, block, args)
+    want, wlse = _ref_heads(q, k, v, 0.125, causal)
+    np.testing.assert_allclose(cupy.asnumpy(o).astype(np.float64), want, rtol=2e-3, atol=2e-3)
+    np.testing.assert_allclose(cupy.asnumpy(lse).reshape(wlse.shape), wlse, rtol=2e-5,
+                               atol=2e-5)
