@@ -33,7 +33,7 @@ STALE_DEAD_S = 30.0
 #: is killed after 60 s), which covers pids reused or from another pid namespace.
 STALE_ANY_S = 600.0
 TEMP_PREFIXES = (".tmp-", ".build-", ".load-")
-_ENTRY = re.compile(r"[0-9a-f]{32}\.(so|sha256|c|ptx)")    # what scan counts and clear removes
+_ENTRY = re.compile(r"[0-9a-f]{32}\.(so|sha256|c|ptx|cubin)")    # what scan counts and clear removes
 
 
 class UnsafeCacheError(PermissionError):
@@ -320,7 +320,7 @@ def scan(dfd: int):
             elif _ENTRY.fullmatch(e.name):
                 key, ext = e.name.rsplit(".", 1)
                 size, atime = entries.get(key, (0, 0.0))
-                used = st.st_atime if ext in ("so", "ptx") else 0.0
+                used = st.st_atime if ext in ("so", "ptx", "cubin") else 0.0
                 entries[key] = (size + st.st_size, max(atime, used))
     return entries, temps
 
@@ -337,5 +337,5 @@ def remove_stale(dfd: int, temps) -> int:
 
 def remove_entry(dfd: int, key: str) -> None:
     """Remove every file of entry ``key`` (checksum first: a half-removed entry is a miss)."""
-    for ext in ("sha256", "so", "ptx", "c"):
+    for ext in ("sha256", "so", "ptx", "cubin", "c"):
         unlink(dfd, f"{key}.{ext}")

@@ -1,13 +1,21 @@
-"""CUDA C text to a loaded GPU module, through a disk cache of PTX (like the C kernels').
+"""CUDA C text to a loaded GPU module, through a disk cache of cubins and PTX.
 
-:func:`ptx` compiles a source with NVRTC (:mod:`.nvrtc`) once per (source, architecture,
-NVRTC version, options) and keeps the PTX in the kernel cache folder as ``<key>.ptx`` with
-``<key>.sha256`` (its checksum) and ``<key>.c`` (the source, for reading): the folder and
-file checks, atomic writes and eviction of :mod:`.cache`/:mod:`.cache_fs` apply unchanged.
-:func:`load_module` turns the PTX into a ``cupy.cuda.function.Module`` (``cuModuleLoadData``:
-the driver JIT-compiles PTX for the GPU). Where our NVRTC is missing, or the driver
-rejects the PTX (an NVRTC newer than the driver), it falls back to ``cupy.RawModule(code=)``,
-which compiles the same text with CuPy's NVRTC and its own cache (``~/.cupy/kernel_cache``).
+:func:`image` compiles a source with NVRTC (:mod:`.nvrtc`) once per (source, target,
+NVRTC version, options) and keeps the result in the kernel cache folder as
+``<key>.cubin`` (machine code for a real GPU, ``sm_90``) or ``<key>.ptx`` (a virtual
+architecture, ``compute_90``), with ``<key>.sha256`` (its checksum) and ``<key>.c`` (the
+source, for reading): the folder and file checks, atomic writes and eviction of
+:mod:`.cache`/:mod:`.cache_fs` apply unchanged. :func:`images` compiles many sources on a
+thread pool (NVRTC releases the GIL; a graph's kernels arrive as one source each, see
+:mod:`ember.graph.passes.fuse_cuda`), ``$EMBER_NVRTC_THREADS`` threads at most (default:
+the CPUs, up to 16).
+
+:func:`load_module` turns a source into a ``cupy.cuda.function.Module``: its cubin for
+the GPU's ``sm_XX`` (``cuModuleLoadData``, no JIT), else its PTX (the driver
+JIT-compiles it, one thread), else — our NVRTC missing, or the driver
+rejecting its output (an NVRTC newer than the driver) — ``cupy.RawModule(code=)``, which
+compiles the same text with CuPy's NVRTC and its own cache (``~/.cupy/kernel_cache``).
+:func:`load_modules` compiles the cubins of several sources in parallel first.
 
 Tests replace :data:`module_loader` (a function ``(source, name) -> module``) with a fake
 whose ``get_function(name)`` returns a Python callable ``fn(grid, block, args,
@@ -22,16 +30,22 @@ from __future__ import annotations
 import functools
 import hashlib
 import os
+import threading
+import time
 
 from . import cache as _cache
 from . import cache_fs as fs
 from . import nvrtc as _nvrtc
 
-__all__ = ["arch", "load_module", "module_loader", "ptx", "stats"]
+__all__ = ["arch", "cubin", "image", "images", "load_module", "load_modules", "module_loader",
+           "ptx", "sm", "stats"]
 
-#: how many PTX entries this process compiled, read from disk, found in memory.
-stats = {"compiled": 0, "loaded": 0, "memo": 0}
+#: entries this process compiled, read from disk, found in memory; modules loaded from
+#: a cubin / PTX / CuPy's own compile (``fallback``); NVRTC seconds (summed over threads).
+stats = {"compiled": 0, "loaded": 0, "memo": 0, "cubin_modules": 0, "ptx_modules": 0,
+         "fallback": 0, "nvrtc_s": 0.0}
 _memo: dict = {}
+_stats_lock = threading.Lock()
 
 
 @functools.lru_cache(maxsize=8)
@@ -41,16 +55,25 @@ def arch(index: int = 0) -> str:
     return f"compute_{cupy.cuda.Device(index).compute_capability}"   # NOTE: "90": a str
 
 
-def _key(source: str, arch_: str, options: tuple) -> str:
+@functools.lru_cache(maxsize=8)
+def sm(index: int = 0) -> str:
+    """The real architecture of GPU ``index`` (``sm_90`` on an H100): its cubins' target."""
+    return "sm_" + arch(index)[len("compute_"):]
+
+
+def _key(source: str, target: str, options: tuple, kind: str = "ptx") -> str:
     h = hashlib.sha256(source.encode())
-    h.update(f"\0{arch_}\0{_nvrtc.version()}\0{options}".encode())
+    # NOTE: PTX keys as before (entries written by earlier versions stay valid)
+    h.update(f"\0{target}\0{_nvrtc.version()}\0{options}".encode())
+    if kind != "ptx":
+        h.update(f"\0{kind}".encode())
     return h.hexdigest()[:32]
 
 
-def _read(fd: int, path: str, key: str) -> bytes | None:
-    """The entry's PTX bytes if they may be trusted and match their checksum."""
+def _read(fd: int, path: str, key: str, ext: str) -> bytes | None:
+    """The entry's bytes if they may be trusted and match their checksum."""
     try:
-        data = _cache._read_checked(fd, f"{key}.ptx", path, touch=True)   # touch: LRU order
+        data = _cache._read_checked(fd, f"{key}.{ext}", path, touch=True)   # touch: LRU
         want = _cache._read_checked(fd, f"{key}.sha256", path) if data is not None else None
     except OSError:                          # NOTE: UnsafeCacheError too: rebuild
         return None
@@ -59,45 +82,100 @@ def _read(fd: int, path: str, key: str) -> bytes | None:
     return data
 
 
-def ptx(source: str, name: str, arch_: str = "compute_90", options: tuple = ()) -> str:
-    """The PTX of ``source``: from memory, else the disk cache, else compiled by NVRTC.
+def _count(**inc) -> None:
+    with _stats_lock:
+        for k, v in inc.items():
+            stats[k] += v
+
+
+def image(source: str, name: str, target: str = "compute_90", options: tuple = (),
+          kind: str = "ptx") -> bytes:
+    """The compiled ``source``: from memory, else the disk cache, else NVRTC.
 
     Args:
         source: CUDA C text (``extern "C"`` kernels).
         name: the program's name (NVRTC's log, error messages).
-        arch_: the virtual architecture (:func:`arch` of the GPU in use).
+        target: ``compute_XX`` for ``kind="ptx"``, ``sm_XX`` for ``kind="cubin"``.
         options: extra NVRTC options.
+        kind: ``"ptx"`` (text, as bytes) or ``"cubin"`` (machine code).
 
     Raises:
         NVRTCUnavailable / NVRTCError: see :func:`ember.codegen.nvrtc.compile_ptx`.
     """
-    mk = (source, arch_, options)
+    mk = (source, target, options, kind)
     hit = _memo.get(mk)
     if hit is not None:
-        stats["memo"] += 1
+        _count(memo=1)
         return hit
-    key = _key(source, arch_, options)
+    key = _key(source, target, options, kind)
     with _cache._lock:
         path, fd = _cache._open_store()
     try:
-        data = _read(fd, path, key)
+        data = _read(fd, path, key, kind)
         if data is not None:
-            stats["loaded"] += 1
-            text = data.decode()
+            _count(loaded=1)
         else:
-            text = _nvrtc.compile_ptx(source, name, arch_, options)
-            stats["compiled"] += 1
-            _store(fd, path, key, source, text.encode())
+            t0 = time.perf_counter()
+            if kind == "ptx":
+                data = _nvrtc.compile_ptx(source, name, target, options).encode()
+            else:
+                data = _nvrtc.compile_cubin(source, name, target, options)
+            _count(compiled=1, nvrtc_s=time.perf_counter() - t0)
+            _store(fd, path, key, source, data, kind)
     finally:
         os.close(fd)
-    _memo[mk] = text
-    return text
+    _memo[mk] = data
+    return data
 
 
-def _store(fd: int, path: str, key: str, source: str, data: bytes) -> None:
+def ptx(source: str, name: str, arch_: str = "compute_90", options: tuple = ()) -> str:
+    """The PTX of ``source`` (see :func:`image`)."""
+    return image(source, name, arch_, options, "ptx").decode()
+
+
+def cubin(source: str, name: str, sm_: str = "sm_90", options: tuple = ()) -> bytes:
+    """The cubin of ``source`` for real GPU ``sm_`` (see :func:`image`)."""
+    return image(source, name, sm_, options, "cubin")
+
+
+#: at most this many compiler threads by default (each NVRTC run holds ~100s of MB).
+MAX_THREADS = 16
+
+
+def threads() -> int:
+    """Compiler threads for :func:`images`: ``$EMBER_NVRTC_THREADS``, else the CPUs this
+    process may use, at most :data:`MAX_THREADS`.
+
+    NOTE: NVRTC compiles independent programs concurrently; the bindings release the GIL
+    in ``nvrtcCompileProgram`` (cuda-bindings since NVIDIA/cuda-python#624, CuPy's always).
+    """
+    raw = os.environ.get("EMBER_NVRTC_THREADS", "").strip()
+    n = int(raw) if raw.isdigit() else min(len(os.sched_getaffinity(0)), MAX_THREADS)
+    return max(n, 1)
+
+
+def images(items, target: str, kind: str = "cubin", options: tuple = (),
+           nthreads: int | None = None) -> list:
+    """:func:`image` of each ``(source, name)`` of ``items``, in their order; the ones
+    neither in memory nor on disk compile concurrently on up to ``nthreads`` threads
+    (default :func:`threads`). The first failure raises after every thread finished."""
+    items = list(items)
+    todo = list({s: (s, n) for s, n in items if (s, target, options, kind) not in _memo}
+                .values())
+    nthreads = min(nthreads or threads(), len(todo))
+    if nthreads > 1:
+        from concurrent.futures import ThreadPoolExecutor
+        with ThreadPoolExecutor(nthreads, thread_name_prefix="ember-nvrtc") as ex:
+            futs = [ex.submit(image, s, n, target, options, kind) for s, n in todo]
+        for f in futs:
+            f.result()                          # NOTE: re-raises a thread's error
+    return [image(s, n, target, options, kind) for s, n in items]
+
+
+def _store(fd: int, path: str, key: str, source: str, data: bytes, ext: str) -> None:
     try:
         fs.atomic_write(fd, f"{key}.c", source.encode())
-        fs.atomic_write(fd, f"{key}.ptx", data)
+        fs.atomic_write(fd, f"{key}.{ext}", data)
         fs.atomic_write(fd, f"{key}.sha256", (hashlib.sha256(data).hexdigest() + "\n").encode())
     except OSError:                          # NOTE: a full disk costs the cache, not the kernel
         return
@@ -106,17 +184,23 @@ def _store(fd: int, path: str, key: str, source: str, data: bytes) -> None:
 
 
 def _cupy_module(source: str, name: str):
-    """``source`` loaded on the current GPU: our cached PTX, else CuPy's own compile."""
+    """``source`` loaded on the current GPU: its cubin (from memory, the disk cache or
+    NVRTC), else its PTX, else CuPy's own compile."""
     import cupy
-    try:
-        text = ptx(source, name, arch(cupy.cuda.Device().id))
-        mod = cupy.cuda.function.Module()
-        mod.load(text.encode() + b"\0")
-        return mod
-    except Exception:   # noqa: BLE001 - NVRTC missing, PTX newer than the driver...
-        # NOTE: CuPy compiles the same text (a kernel bug raises there, with CuPy's log)
-        opts = ("--std=c++17",) + tuple(f"-I{d}" for d in _nvrtc.include_dirs())
-        return cupy.RawModule(code=source, options=opts)
+    dev = cupy.cuda.Device().id
+    for kind, target, tail in (("cubin", sm(dev), b""), ("ptx", arch(dev), b"\0")):
+        try:
+            data = image(source, name, target, (), kind)
+            mod = cupy.cuda.function.Module()
+            mod.load(data + tail)
+            _count(**{f"{kind}_modules": 1})
+            return mod
+        except Exception:   # noqa: BLE001 - NVRTC missing, code newer than the driver...
+            continue
+    # NOTE: CuPy compiles the same text (a kernel bug raises there, with CuPy's log)
+    _count(fallback=1)
+    opts = ("--std=c++17",) + tuple(f"-I{d}" for d in _nvrtc.include_dirs())
+    return cupy.RawModule(code=source, options=opts)
 
 
 #: ``(source, name) -> module with get_function(name)``; tests swap in a fake.
@@ -126,3 +210,22 @@ module_loader = _cupy_module
 def load_module(source: str, name: str):
     """The loaded module of ``source`` (see :data:`module_loader`)."""
     return module_loader(source, name)
+
+
+def load_modules(items) -> list:
+    """:func:`load_module` of each ``(source, name)``; with the GPU's own loader, the
+    cubins not yet compiled are compiled concurrently first (:func:`images`), then each
+    is loaded on this thread (the driver calls need this thread's CUDA context)."""
+    items = list(items)
+    if module_loader is _cupy_module and len(items) > 1:
+        _prefetch(items)
+    return [module_loader(s, n) for s, n in items]
+
+
+def _prefetch(items) -> None:
+    try:
+        import cupy
+        dev = cupy.cuda.Device().id
+        images(items, sm(dev), "cubin")
+    except Exception:       # noqa: BLE001 - each load below retries and falls back alone
+        pass

@@ -235,6 +235,18 @@ def _runner(module, k, metas, dev_xp):
     return run
 
 
+def load_all(modules) -> None:
+    """Load each of ``modules`` not loaded yet, their sources compiled concurrently first
+    (:func:`ember.codegen.cuda_cache.load_modules`): a graph's kernels, before its first
+    run."""
+    todo = list({id(m): m for m in modules if m._module is None}.values())
+    if not todo:
+        return
+    from .cuda_cache import load_modules
+    for m, loaded in zip(todo, load_modules([(m.source, m.name) for m in todo])):
+        m._module = loaded
+
+
 class CudaKernel:
     """A generated kernel compiled for the GPU (needs CuPy and a GPU to run).
 
@@ -259,5 +271,5 @@ class CudaKernel:
         return tuple(outs)
 
 
-__all__ = ["BLOCK", "CudaKernel", "CudaModule", "kernel_plan", "launch_plan", "Kernel",
-           "ReduceKernel"]
+__all__ = ["BLOCK", "CudaKernel", "CudaModule", "kernel_plan", "launch_plan", "load_all",
+           "Kernel", "ReduceKernel"]

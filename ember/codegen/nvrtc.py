@@ -3,10 +3,17 @@
 NVRTC comes from the ``nvidia-cuda-nvrtc-cu12`` wheel, its Python bindings from
 ``cuda-bindings`` (``cuda.bindings.nvrtc``, or the older ``cuda.nvrtc``) and the
 ``cuda_fp16.h``/``cuda_bf16.h`` headers from ``nvidia-cuda-runtime-cu12``; together the
-``nvrtc`` extra (``pip install ember[nvrtc]``). NVRTC has no libc headers: the generated
-text declares its own fixed-width integer types (``render_cuda``). CI compiles every kind
-of generated CUDA kernel through :func:`compile_ptx`, so no kernel text ships that never
-went through the compiler; the CUDA backend loads the same text with ``cupy.RawModule``.
+``nvrtc`` extra (``pip install ember[nvrtc]``). Without ``cuda-bindings``, CuPy's own NVRTC
+wrapper (``cupy_backends.cuda.libs.nvrtc``) serves, so a GPU machine with CuPy alone takes
+the same path (:func:`binding` names the one in use). NVRTC has no libc headers: the
+generated text declares its own fixed-width integer types (``render_cuda``). CI compiles
+every kind of generated CUDA kernel through :func:`compile_ptx`, so no kernel text ships
+that never went through the compiler; the CUDA backend loads the same text as a cubin
+(:func:`compile_cubin`: no driver JIT) or PTX (:mod:`.cuda_cache`).
+
+Both bindings release the GIL inside ``nvrtcCompileProgram``, and NVRTC compiles
+independent programs concurrently, so :mod:`.cuda_cache` compiles a graph's kernels on a
+thread pool.
 
 Example:
     >>> ptx = compile_ptx('extern "C" __global__ void k(float *x) { x[0] = 1.f; }', "k")
@@ -18,8 +25,8 @@ from __future__ import annotations
 import functools
 import os
 
-__all__ = ["NVRTCError", "NVRTCUnavailable", "available", "compile_ptx", "compile_sass",
-           "include_dirs", "version"]
+__all__ = ["NVRTCError", "NVRTCUnavailable", "available", "binding", "compile_cubin",
+           "compile_ptx", "compile_sass", "include_dirs", "version"]
 
 
 class NVRTCUnavailable(RuntimeError):
@@ -32,16 +39,19 @@ class NVRTCError(RuntimeError):
 
 @functools.lru_cache(maxsize=1)
 def _bindings():
+    """``(module with cuda-bindings' nvrtc API, (major, minor))``."""
     try:
         from cuda.bindings import nvrtc
     except ImportError:
         try:
             from cuda import nvrtc   # cuda-python < 12.6
         except ImportError:
-            raise NVRTCUnavailable(
-                "ember.codegen.nvrtc: the NVRTC bindings are not installed; install the "
-                "'nvrtc' extra: pip install 'ember[nvrtc]' (nvidia-cuda-nvrtc-cu12, "
-                "cuda-bindings, nvidia-cuda-runtime-cu12)") from None
+            nvrtc = _cupy_nvrtc()
+            if nvrtc is None:
+                raise NVRTCUnavailable(
+                    "ember.codegen.nvrtc: the NVRTC bindings are not installed; install "
+                    "the 'nvrtc' extra: pip install 'ember[nvrtc]' (nvidia-cuda-nvrtc-cu12, "
+                    "cuda-bindings, nvidia-cuda-runtime-cu12), or CuPy") from None
     try:
         err, major, minor = nvrtc.nvrtcVersion()
     except Exception as e:   # NOTE: the bindings load libnvrtc lazily; a missing .so lands here
@@ -66,14 +76,38 @@ def version() -> tuple:
     return _bindings()[1]
 
 
+def binding() -> str:
+    """Which Python binding of NVRTC is in use (``cuda.bindings.nvrtc``, ``cuda.nvrtc`` or
+    CuPy's ``cupy_backends.cuda.libs.nvrtc``)."""
+    return _bindings()[0].__name__
+
+
+def _cupy_nvrtc():
+    """CuPy's NVRTC wrapper behind cuda-bindings' call shapes (:mod:`._nvrtc_cupy`), or
+    None without CuPy."""
+    try:
+        from cupy_backends.cuda.libs import nvrtc as cnv
+    except ImportError:
+        return None
+    from ._nvrtc_cupy import CupyNVRTC
+    return CupyNVRTC(cnv)
+
+
 @functools.lru_cache(maxsize=1)
 def include_dirs() -> tuple:
     """Folders holding ``cuda_fp16.h``/``cuda_bf16.h``: ``$EMBER_CUDA_INCLUDE``, the
-    ``nvidia-cuda-runtime-cu12`` wheel's ``include``, ``$CUDA_HOME/include``."""
+    ``nvidia-cuda-runtime-cu12`` wheel's ``include`` (CUDA 13's ``nvidia/cu13/include``),
+    ``$CUDA_HOME/include``."""
     cands = [os.environ.get("EMBER_CUDA_INCLUDE", "")]
     try:
         import nvidia.cuda_runtime as rt   # namespace package of the wheel
         cands += [os.path.join(p, "include") for p in rt.__path__]
+    except ImportError:
+        pass
+    try:                                    # NOTE: CUDA 13's wheels: nvidia/cu13/include
+        import nvidia
+        cands += [os.path.join(p, sub, "include") for p in nvidia.__path__
+                  for sub in ("cu13", "cu12", "cuda_runtime")]
     except ImportError:
         pass
     for var in ("CUDA_HOME", "CUDA_PATH"):
@@ -93,6 +127,8 @@ def _check(nvrtc, res, what: str, prog=None, name: str = "") -> None:
 
 
 def _log(nvrtc, prog) -> str:
+    if hasattr(nvrtc, "log"):               # CuPy's wrapper (_nvrtc_cupy): a value
+        return nvrtc.log(prog)
     err, n = nvrtc.nvrtcGetProgramLogSize(prog)
     # NOTE: never fewer than 2 bytes: `b" " * 1` is CPython's cached one-byte object, and
     # NVRTC writing its NUL into it turned every b" " of the process into b"\x00"
@@ -120,6 +156,17 @@ def compile_ptx(source: str, name: str, arch: str = "compute_90",
     """
     data, _ = _compile(source, name, f"--gpu-architecture={arch}", options, "PTX")
     return data.rstrip(b"\x00").decode()
+
+
+def compile_cubin(source: str, name: str, arch: str = "sm_90", options: tuple = ()) -> bytes:
+    """Compile ``source`` to machine code (a cubin) for real GPU ``arch``: what
+    ``cuModuleLoadData`` loads with no JIT step (a PTX module is compiled by the driver,
+    one thread, every kernel, at load).
+
+    Raises:
+        NVRTCUnavailable, NVRTCError: as :func:`compile_ptx` (ptxas errors included).
+    """
+    return bytes(_compile(source, name, f"-arch={arch}", tuple(options), "CUBIN")[0])
 
 
 def compile_sass(source: str, name: str, arch: str = "sm_90", options: tuple = ()) -> tuple:
@@ -151,6 +198,8 @@ def _compile(source: str, name: str, arch_opt: str, options: tuple, what: str) -
         enc = [o.encode() for o in opts]
         _check(nvrtc, nvrtc.nvrtcCompileProgram(prog, len(enc), enc), "compilation",
                prog, name)
+        if hasattr(nvrtc, "output"):        # CuPy's wrapper (_nvrtc_cupy): values
+            return nvrtc.output(prog, what), _log(nvrtc, prog)
         size_fn = getattr(nvrtc, f"nvrtcGet{what}Size")
         err, size = size_fn(prog)
         _check(nvrtc, err, f"nvrtcGet{what}Size", prog, name)

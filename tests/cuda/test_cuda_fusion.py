@@ -11,6 +11,7 @@ merged axis changes the losses, which must equal the CPU's. The same programs on
 ``tests/cuda/test_gpu_kernels.py``.
 """
 import re
+from dataclasses import replace
 
 import numpy as np
 import pytest
@@ -40,18 +41,28 @@ class FakeModule:
 
 
 def _emulate_contiguous(k, grid, block, args):
-    """An elementwise kernel's ``NAME_c`` entry: inputs contiguous or one element (flag)."""
+    """An elementwise kernel's ``NAME_c`` entry: inputs contiguous or one element (flag).
+    NOTE: like the GPU, the shape comes from the launch, not from ``k`` (groups with the
+    same text share one kernel name, whatever their shapes: ``fuse_cuda.content_name``)."""
     nin, nout = len(k.inputs), len(k.outputs)
     ins, outs = args[:nin], args[nin:nin + nout]
     flags, n = int(args[-2]), int(args[-1])
-    assert isinstance(k, Kernel) and n == int(np.prod(k.out.shape))
+    assert isinstance(k, Kernel) and all(n == o.size for o in outs)
     assert block == (cuda_launch.BLOCK,) and 1 <= grid[0] <= cuda_launch.MAX_BLOCKS_EW
     views = []
     for j, a in enumerate(ins):
-        flat = np.lib.stride_tricks.as_strided(a, shape=(n,), strides=(
-            0 if flags >> j & 1 else a.itemsize,), writeable=False)
-        views.append(flat.reshape(k.out.shape))
-    interp.run_elementwise(k, views, out=outs[0], extra_outs=list(outs[1:]))
+        views.append(np.lib.stride_tricks.as_strided(a, shape=(n,), strides=(
+            0 if flags >> j & 1 else a.itemsize,), writeable=False))
+    interp.run_elementwise(_at(k, (n,)), views, out=outs[0], extra_outs=list(outs[1:]))
+
+
+def _at(k, loop):
+    """``k`` over the launch's loop shape (the interpreter reads only the shapes)."""
+    ins = tuple(replace(s, strides=(0,) * len(loop)) for s in k.inputs)
+    if isinstance(k, ReduceKernel):
+        return replace(k, inputs=ins, shape=loop, naxes=1,
+                       out=replace(k.out, shape=loop if k.full else loop[:-1]))
+    return replace(k, inputs=ins, out=replace(k.out, shape=loop))
 
 
 def _emulate(k, grid, block, args):
@@ -64,14 +75,15 @@ def _emulate(k, grid, block, args):
         cuda_launch.MAX_BLOCKS, cuda_launch.MAX_BLOCKS_EW)
     rows = int(np.prod(loop[:-1])) if isinstance(k, ReduceKernel) else int(np.prod(loop))
     assert n == rows, (k.name, n, loop)
+    assert outs[0].size == (rows if isinstance(k, ReduceKernel) and not k.outputs[0][2]
+                            else int(np.prod(loop))), (k.name, outs[0].shape, loop)
     views = []
     for j, a in enumerate(ins):
         st = [int(s) * a.itemsize for s in strides[j * ndim:(j + 1) * ndim]]
-        v = np.lib.stride_tricks.as_strided(a, shape=loop, strides=st, writeable=False)
-        space = k.shape if isinstance(k, ReduceKernel) else k.out.shape
-        views.append(v.reshape(space))
+        views.append(np.lib.stride_tricks.as_strided(a, shape=loop, strides=st,
+                                                     writeable=False))
     run = interp.run_reduction if isinstance(k, ReduceKernel) else interp.run_elementwise
-    run(k, views, out=outs[0], extra_outs=list(outs[1:]))
+    run(_at(k, loop), views, out=outs[0], extra_outs=list(outs[1:]))
 
 
 @pytest.fixture

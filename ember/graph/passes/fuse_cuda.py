@@ -2,11 +2,19 @@
 
 ``fuse_cuda(graph)`` partitions the graph exactly like :func:`.fuse.fuse`
 (:mod:`.fuse_groups`, :mod:`.recompute`, scalar merging) and lowers each group to the same
-kernel IR (:func:`.fuse_lower.lower`), then renders every kernel of the graph into one CUDA
-source (:mod:`ember.codegen.render_cuda`: grid-stride elementwise loops, block-per-row
-warp-shuffle reductions; thread-per-row for many short rows), compiled once to PTX by NVRTC
-and kept in the kernel cache (:mod:`ember.codegen.cuda_cache`). Each group becomes one
+kernel IR (:func:`.fuse_lower.lower`), then renders each kernel to CUDA C
+(:mod:`ember.codegen.render_cuda`: grid-stride elementwise loops, block-per-row
+warp-shuffle reductions; thread-per-row for many short rows). Each group becomes one
 :class:`CudaFusedOp` node, launched through ``cupy`` (:mod:`ember.codegen.cuda_launch`).
+
+Compile time: a kernel is named by a hash of its own text (shapes and strides are launch
+arguments, so the twelve layers of a transformer share one kernel per group kind, and so
+do the AdamW updates of all its parameters), the graph keeps one copy of each distinct
+kernel, and each is its own source: NVRTC compiles them concurrently to cubins
+(:func:`ember.codegen.cuda_launch.load_all`), each kept in the kernel cache on its own
+(:mod:`ember.codegen.cuda_cache`), so another graph, or another process, with the same
+kernel loads it from there. (One source for the whole graph took one NVRTC run of ~0.5 s
+per kernel, one thread, and the driver's JIT of its PTX after that.)
 
 :func:`ember.graph.passes.run_pipeline` runs it in place of ``fuse`` for graphs on a device
 with the ``cuda_kernels`` capability (a real GPU; the CPU stand-in runs the C kernels).
@@ -18,11 +26,13 @@ several elements a thread: :func:`worth_cuda`).
 """
 from __future__ import annotations
 
+import hashlib
 import math
 from dataclasses import replace
 
 from ...codegen import cuda_eager
-from ...codegen.cuda_launch import CudaModule
+from ...codegen.cuda_launch import CudaModule, load_all
+from ...codegen.render_cuda import _render_one
 from ...device.base import get_backend
 from ...codegen.ir import Kernel, ReduceKernel
 from ..ir import Graph, GraphOp, Node
@@ -98,15 +108,25 @@ def _groups(graph):
     return graph, [g for g in groups if g.members and worth_cuda(g)], early, recomputed
 
 
-def _modules(kernels, name: str) -> dict:
-    """``{kernel name: CudaModule}``: one module (one NVRTC run) per launch strategy."""
-    by: dict = {}
+#: the name a kernel is rendered under to hash its text.
+_PLACEHOLDER = "ember_fused_K"
+
+
+def content_name(k) -> str:
+    """``ember_fused_<hash>``: the same name for kernels whose CUDA text (under
+    :func:`strategy`) is the same up to the name, whatever their shapes."""
+    st = strategy(k)
+    text = _render_one(replace(k, name=_PLACEHOLDER), st)
+    return "ember_fused_" + hashlib.sha256(f"{st}\0{text}".encode()).hexdigest()[:16]
+
+
+def _modules(kernels) -> dict:
+    """``{kernel name: CudaModule}``: one module (one source, one NVRTC program) per
+    distinct kernel name."""
+    out: dict = {}
     for k in kernels:
-        by.setdefault(strategy(k), []).append(k)
-    out = {}
-    for st, ks in by.items():
-        mod = CudaModule(ks, st, f"{name}_{st}")
-        out.update({k.name: mod for k in ks})
+        if k.name not in out:
+            out[k.name] = CudaModule([k], strategy(k), k.name)
     return out
 
 
@@ -116,12 +136,12 @@ def fuse_cuda(graph: Graph):
     if not groups:
         return graph, {"kernels": 0, "fused_nodes": 0}
     order, member_of, lowered = lower_groups(graph, groups)
-    # NOTE: one source per graph: kernel names must be distinct
-    kernels = {gi: replace(lw.kernel, name=f"ember_fused_{gi}")
+    # NOTE: groups with the same text share a name and a module; each keeps its own IR
+    # (its shapes: the launch plan's)
+    kernels = {gi: replace(lw.kernel, name=content_name(lw.kernel))
                for gi, lw in enumerate(lowered) if lw is not None}
-    modules = _modules(kernels.values(), _safe(graph.name))
-    for mod in {id(m): m for m in modules.values()}.values():
-        mod.function(mod.kernels[0].name)   # NOTE: compile (NVRTC) and load now, not mid-run
+    modules = _modules(kernels.values())
+    load_all(modules.values())          # NOTE: compile (NVRTC) and load now, not mid-run
     last = {gi: (min if id(g) in early else max)(order[id(n)] for n, _ in g.members)
             for gi, g in enumerate(groups)}
     nodes = []
@@ -136,8 +156,4 @@ def fuse_cuda(graph: Graph):
     fused = sum(len(g.members) for g in groups)
     return Graph(graph.inputs, nodes, graph.outputs, graph.name), {
         "kernels": len(kernels), "fused_nodes": fused, "recomputed": recomputed,
-        "modules": len(set(map(id, modules.values())))}
-
-
-def _safe(name) -> str:
-    return "".join(c if c.isalnum() else "_" for c in str(name or "graph"))[:40]
+        "modules": len(modules)}
