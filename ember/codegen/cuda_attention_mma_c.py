@@ -148,208 +148,143 @@ __device__ __forceinline__ void ember_tile_async(unsigned short *sh, const unsig
     }
 }
 
-/* MODE: how K/V tiles reach shared memory. 0: loaded at the top of each tile; 1: the next
-   tile's loads issued into registers before this tile's math; 2: cp.async into the other
-   of two buffers during this tile's math */
-template <typename T, int DQ, int DV, int MODE>
-__device__ void ember_flash_fwd_mma(const T *q, const T *k, const T *v, T *o, float *lse,
-        int b1, int Tq, int Tk, int causal, float scale, const long long *st) {
-    /* st: q, k, v, o strides (s0, s1, s2 each), in elements */
-    constexpr int BM = 64, BN = 64, LQ = DQ + 8, LV = DV + 8, CQ = DQ / 8, CV = DV / 8;
-    constexpr int NQ = BN * CQ / 128, NV = BN * CV / 128, NO = DV / 8;
-    constexpr int NBUF = MODE == 2 ? 2 : 1, KB = BN * LQ, VB = BN * LV;
-    __shared__ __align__(16) unsigned short ksh[NBUF * KB];   /* the Q tile: last buffer */
-    __shared__ __align__(16) unsigned short vsh[NBUF * VB];
-    const int p = blockIdx.y, i0 = (gridDim.x - 1 - blockIdx.x) * BM;
-    const int warp = threadIdx.x >> 5, lane = threadIdx.x & 31, g = lane >> 2, t = lane & 3;
-    long long base[4];
+/* one 16-row A fragment per lane's warp: the rows of a row-major tile */
+#define EMBER_ROW16(r0, c0, L) (((r0) + (lane & 15)) * (L) + (c0) + 8 * (lane >> 4))
+
+/* S (16 x 64: 8 C fragments) = Q K^T over the first nk 16-key steps; K rows as B */
+template <typename T, int DQ>
+__device__ __forceinline__ void ember_fwd_scores(float (&s)[8][4],
+        const unsigned (&qf)[DQ / 16][4], const unsigned short *kt, int nk, int lane) {
+    constexpr int LQ = DQ + 8;
 #pragma unroll
-    for (int a = 0; a < 4; a++) base[a] = ember_head(p, b1, st[3 * a], st[3 * a + 1]);
-    int vec = (((unsigned long long)q | (unsigned long long)k | (unsigned long long)v |
-                (unsigned long long)o) & 15) == 0;
+    for (int n = 0; n < 8; n++) s[n][0] = s[n][1] = s[n][2] = s[n][3] = 0.f;
 #pragma unroll
-    for (int a = 0; a < 12; a++) vec &= (st[a] & 7) == 0;
-    const unsigned short *qu = (const unsigned short *)q, *ku = (const unsigned short *)k;
-    const unsigned short *vu = (const unsigned short *)v;
-    unsigned qf[DQ / 16][4];
-    {
-        uint4 rq[NQ];
-        ember_tile_ld<CQ, NQ>(rq, qu, base[0], st[2], i0, Tq, vec);
-        ember_tile_st<CQ, LQ, NQ>(ksh + (NBUF - 1) * KB, rq);
-        __syncthreads();
+    for (int np = 0; np < 4; np++) {
+        if (np < nk) {
 #pragma unroll
-        for (int kk = 0; kk < DQ / 16; kk++)
-            ember_ldsm_x4(qf[kk], &ksh[(NBUF - 1) * KB + (warp * 16 + (lane & 15)) * LQ +
-                                       kk * 16 + 8 * (lane >> 4)]);
-        if (MODE == 2) __syncthreads();          /* Q read before tile 1 lands there */
-    }
-    const int ia = i0 + warp * 16 + g, ib = ia + 8;          /* this lane's two rows */
-    const float sl2 = scale * 1.4426950408889634f;
-    float m0 = -INFINITY, m1 = -INFINITY, l0 = 0.f, l1 = 0.f, acc[NO][4];
-#pragma unroll
-    for (int n = 0; n < NO; n++) acc[n][0] = acc[n][1] = acc[n][2] = acc[n][3] = 0.f;
-    const int kend = causal ? min(Tk, i0 + BM) : Tk;
-    uint4 rk[NQ], rv[NV];
-    if (MODE == 1 && kend > 0) {
-        ember_tile_ld<CQ, NQ>(rk, ku, base[1], st[5], 0, Tk, vec);
-        ember_tile_ld<CV, NV>(rv, vu, base[2], st[8], 0, Tk, vec);
-    }
-    if (MODE == 2 && kend > 0) {
-        ember_tile_async<CQ, LQ, NQ>(ksh, ku, base[1], st[5], 0, Tk, vec);
-        ember_tile_async<CV, LV, NV>(vsh, vu, base[2], st[8], 0, Tk, vec);
-        ember_cp_commit();
-    }
-    int buf = 0;
-    for (int j0 = 0; j0 < kend; j0 += BN) {
-        if (MODE == 2) {
-            if (j0 + BN < kend) {    /* the other buffer: read by the last tile, synced */
-                ember_tile_async<CQ, LQ, NQ>(ksh + (buf ^ 1) * KB, ku, base[1], st[5],
-                                             j0 + BN, Tk, vec);
-                ember_tile_async<CV, LV, NV>(vsh + (buf ^ 1) * VB, vu, base[2], st[8],
-                                             j0 + BN, Tk, vec);
-                ember_cp_commit();
-                ember_cp_wait<1>();
-            } else {
-                ember_cp_wait<0>();
+            for (int kk = 0; kk < DQ / 16; kk++) {
+                unsigned b[4];
+                ember_ldsm_x4(b, &kt[(np * 16 + 8 * (lane >> 4) + (lane & 7)) * LQ +
+                                     kk * 16 + 8 * ((lane >> 3) & 1)]);
+                ember_mma((const T *)0, s[2 * np], qf[kk], b);
+                ember_mma((const T *)0, s[2 * np + 1], qf[kk], b + 2);
             }
-            __syncthreads();
-        } else {
-            if (MODE == 0) {
-                ember_tile_ld<CQ, NQ>(rk, ku, base[1], st[5], j0, Tk, vec);
-                ember_tile_ld<CV, NV>(rv, vu, base[2], st[8], j0, Tk, vec);
-            }
-            __syncthreads();
-            ember_tile_st<CQ, LQ, NQ>(ksh, rk);
-            ember_tile_st<CV, LV, NV>(vsh, rv);
-            __syncthreads();
-            if (MODE == 1 && j0 + BN < kend) {
-                ember_tile_ld<CQ, NQ>(rk, ku, base[1], st[5], j0 + BN, Tk, vec);
-                ember_tile_ld<CV, NV>(rv, vu, base[2], st[8], j0 + BN, Tk, vec);
-            }
-        }
-        const unsigned short *kt = ksh + buf * KB, *vt = vsh + buf * VB;
-        /* 16-key steps this warp sees (warp-uniform); every key past them is masked */
-        int nk = min(4, (kend - j0 + 15) >> 4);
-        if (causal) nk = min(nk, (i0 + warp * 16 + 16 - j0 + 15) >> 4);
-        const bool full = j0 + BN <= Tk && (!causal || j0 + BN - 1 <= i0 + warp * 16);
-        float s[8][4];
-#pragma unroll
-        for (int n = 0; n < 8; n++) s[n][0] = s[n][1] = s[n][2] = s[n][3] = 0.f;
-#pragma unroll
-        for (int np = 0; np < 4; np++) {
-            if (np < nk) {
-#pragma unroll
-                for (int kk = 0; kk < DQ / 16; kk++) {
-                    unsigned b[4];
-                    ember_ldsm_x4(b, &kt[(np * 16 + 8 * (lane >> 4) + (lane & 7)) * LQ +
-                                          kk * 16 + 8 * ((lane >> 3) & 1)]);
-                    ember_mma((const T *)0, s[2 * np], qf[kk], b);
-                    ember_mma((const T *)0, s[2 * np + 1], qf[kk], b + 2);
-                }
-            }
-        }
-        float x0 = -INFINITY, x1 = -INFINITY;
-#pragma unroll
-        for (int n = 0; n < 8; n++) {
-#pragma unroll
-            for (int e = 0; e < 4; e++) {
-                const int j = j0 + n * 8 + 2 * t + (e & 1), i = e < 2 ? ia : ib;
-                const bool ok = full || (j < Tk && (!causal || j <= i));
-                s[n][e] = ok ? s[n][e] * sl2 : -INFINITY;
-            }
-            /* NOTE: fmaxf drops a NaN score from the max; its p = exp2(NaN - m) is NaN,
-               so the row's l, acc, O and lse are NaN all the same (one instruction, not 4) */
-            x0 = fmaxf(x0, fmaxf(s[n][0], s[n][1]));
-            x1 = fmaxf(x1, fmaxf(s[n][2], s[n][3]));
-        }
-        x0 = fmaxf(x0, __shfl_xor_sync(FULL, x0, 1));
-        x0 = fmaxf(x0, __shfl_xor_sync(FULL, x0, 2));
-        x1 = fmaxf(x1, __shfl_xor_sync(FULL, x1, 1));
-        x1 = fmaxf(x1, __shfl_xor_sync(FULL, x1, 2));
-        const float n0 = fmaxf(m0, x0), n1 = fmaxf(m1, x1);
-        const float a0 = m0 == -INFINITY ? 0.f : ember_ex2(m0 - n0);
-        const float a1 = m1 == -INFINITY ? 0.f : ember_ex2(m1 - n1);
-        m0 = n0; m1 = n1; l0 *= a0; l1 *= a1;
-#pragma unroll
-        for (int n = 0; n < 8; n++) {
-#pragma unroll
-            for (int e = 0; e < 4; e++) {
-                const int j = j0 + n * 8 + 2 * t + (e & 1), i = e < 2 ? ia : ib;
-                const bool ok = full || (j < Tk && (!causal || j <= i));
-                s[n][e] = ok ? ember_ex2(s[n][e] - (e < 2 ? n0 : n1)) : 0.f;
-            }
-            l0 += s[n][0] + s[n][1]; l1 += s[n][2] + s[n][3];
-        }
-#pragma unroll
-        for (int n = 0; n < NO; n++) {
-            acc[n][0] *= a0; acc[n][1] *= a0; acc[n][2] *= a1; acc[n][3] *= a1;
-        }
-#pragma unroll
-        for (int kk = 0; kk < 4; kk++) {
-            if (kk < nk) {
-                /* the warp's diagonal step (some key past some row) with a non-finite V:
-                   scalar FMAs over the visible keys (module docstring) */
-                bool slow = false;
-                if (causal && j0 + kk * 16 + 15 > i0 + warp * 16) {
-                    const unsigned em = ember_expmask((const T *)0);
-                    bool bad = false;
-                    for (int e = lane; e < 16 * DV; e += 32)
-                        bad |= (vt[(kk * 16 + e / DV) * LV + e % DV] & em) == em;
-                    slow = __ballot_sync(FULL, bad) != 0u;
-                }
-                if (slow) {
-#pragma unroll 1
-                    for (int c = 0; c < 16; c++) {
-                        const int src = (lane & ~3) | ((c & 7) >> 1), j = j0 + kk * 16 + c;
-                        const bool hi = c >> 3, odd = c & 1;     /* selects, no indexing */
-                        const float ea = hi ? (odd ? s[2 * kk + 1][1] : s[2 * kk + 1][0])
-                                            : (odd ? s[2 * kk][1] : s[2 * kk][0]);
-                        const float eb = hi ? (odd ? s[2 * kk + 1][3] : s[2 * kk + 1][2])
-                                            : (odd ? s[2 * kk][3] : s[2 * kk][2]);
-                        const float pa = __shfl_sync(FULL, ea, src);
-                        const float pb = __shfl_sync(FULL, eb, src);
-                        const T *vr = (const T *)&vt[(kk * 16 + c) * LV];
-#pragma unroll
-                        for (int n = 0; n < NO; n++) {
-                            const float v0 = ember_ld(vr[n * 8 + 2 * t]);
-                            const float v1 = ember_ld(vr[n * 8 + 2 * t + 1]);
-                            if (j < Tk && j <= ia) { acc[n][0] += pa * v0; acc[n][1] += pa * v1; }
-                            if (j < Tk && j <= ib) { acc[n][2] += pb * v0; acc[n][3] += pb * v1; }
-                        }
-                    }
-                } else {
-                    const unsigned a[4] = {
-                        ember_pack((const T *)0, s[2 * kk][0], s[2 * kk][1]),
-                        ember_pack((const T *)0, s[2 * kk][2], s[2 * kk][3]),
-                        ember_pack((const T *)0, s[2 * kk + 1][0], s[2 * kk + 1][1]),
-                        ember_pack((const T *)0, s[2 * kk + 1][2], s[2 * kk + 1][3])};
-#pragma unroll
-                    for (int nd = 0; nd < DV / 16; nd++) {
-                        unsigned b[4];
-                        ember_ldsm_x4_t(b, &vt[(kk * 16 + (lane & 15)) * LV + nd * 16 +
-                                                8 * (lane >> 4)]);
-                        ember_mma((const T *)0, acc[2 * nd], a, b);
-                        ember_mma((const T *)0, acc[2 * nd + 1], a, b + 2);
-                    }
-                }
-            }
-        }
-        if (MODE == 2) {            /* this buffer is read: the next tile's loads may go */
-            __syncthreads();
-            buf ^= 1;
         }
     }
-    l0 += __shfl_xor_sync(FULL, l0, 1); l0 += __shfl_xor_sync(FULL, l0, 2);
-    l1 += __shfl_xor_sync(FULL, l1, 1); l1 += __shfl_xor_sync(FULL, l1, 2);
-    const float inv0 = l0 > 0.f ? 1.f / l0 : 0.f, inv1 = l1 > 0.f ? 1.f / l1 : 0.f;
+}
+
+/* the online softmax of one tile for this lane's rows ia (C regs 0-1) and ib = ia + 8 (2-3):
+   S -> P = exp2(S scale log2(e) - m'), masked keys 0; m, l updated; returns the rescale
+   factors of the old accumulator in a[0..1] */
+__device__ __forceinline__ void ember_fwd_softmax(float (&s)[8][4], float (&m)[2],
+        float (&l)[2], float (&a)[2], float sl2, int j0, int ia, int t, int Tk, int causal,
+        bool full) {
+    float x[2] = {-INFINITY, -INFINITY};
+#pragma unroll
+    for (int n = 0; n < 8; n++) {
+#pragma unroll
+        for (int e = 0; e < 4; e++) {
+            const int j = j0 + n * 8 + 2 * t + (e & 1), i = ia + 8 * (e >> 1);
+            const bool ok = full || (j < Tk && (!causal || j <= i));
+            s[n][e] = ok ? s[n][e] * sl2 : -INFINITY;
+        }
+        /* NOTE: fmaxf drops a NaN score from the max; its p = exp2(NaN - m) is NaN, so
+           the row's l, acc, O and lse are NaN all the same (one instruction, not 4) */
+        x[0] = fmaxf(x[0], fmaxf(s[n][0], s[n][1]));
+        x[1] = fmaxf(x[1], fmaxf(s[n][2], s[n][3]));
+    }
 #pragma unroll
     for (int h = 0; h < 2; h++) {
-        const int i = h ? ib : ia;
-        const float inv = h ? inv1 : inv0;
-        if (i < Tq) {
-            T *orow = o + base[3] + (long long)i * st[11];
+        x[h] = fmaxf(x[h], __shfl_xor_sync(FULL, x[h], 1));
+        x[h] = fmaxf(x[h], __shfl_xor_sync(FULL, x[h], 2));
+        const float mn = fmaxf(m[h], x[h]);
+        a[h] = m[h] == -INFINITY ? 0.f : ember_ex2(m[h] - mn);
+        m[h] = mn;
+        l[h] *= a[h];
+    }
 #pragma unroll
-            for (int n = 0; n < NO; n++) {
+    for (int n = 0; n < 8; n++) {
+#pragma unroll
+        for (int e = 0; e < 4; e++) {
+            const int j = j0 + n * 8 + 2 * t + (e & 1), i = ia + 8 * (e >> 1);
+            const bool ok = full || (j < Tk && (!causal || j <= i));
+            s[n][e] = ok ? ember_ex2(s[n][e] - m[e >> 1]) : 0.f;
+        }
+        l[0] += s[n][0] + s[n][1];
+        l[1] += s[n][2] + s[n][3];
+    }
+}
+
+/* whether any V value of keys [16 kk, 16 kk + 16) of the tile is Inf/NaN (warp ballot) */
+template <typename T, int DV>
+__device__ __forceinline__ bool ember_fwd_v_nonfinite(const unsigned short *vt, int kk,
+                                                      int lane) {
+    const unsigned em = ember_expmask((const T *)0);
+    bool bad = false;
+    for (int e = lane; e < 16 * DV; e += 32)
+        bad |= (vt[(kk * 16 + e / DV) * (DV + 8) + e % DV] & em) == em;
+    return __ballot_sync(FULL, bad) != 0u;
+}
+
+/* acc += P V over 16-key step kk on the tensor cores: P's C fragments packed as A */
+template <typename T, int DV>
+__device__ __forceinline__ void ember_fwd_pv(float (&acc)[DV / 8][4], const float (&s)[8][4],
+        const unsigned short *vt, int kk, int lane) {
+    const unsigned a[4] = {ember_pack((const T *)0, s[2 * kk][0], s[2 * kk][1]),
+                           ember_pack((const T *)0, s[2 * kk][2], s[2 * kk][3]),
+                           ember_pack((const T *)0, s[2 * kk + 1][0], s[2 * kk + 1][1]),
+                           ember_pack((const T *)0, s[2 * kk + 1][2], s[2 * kk + 1][3])};
+#pragma unroll
+    for (int nd = 0; nd < DV / 16; nd++) {
+        unsigned b[4];
+        ember_ldsm_x4_t(b, &vt[EMBER_ROW16(kk * 16, nd * 16, DV + 8)]);
+        ember_mma((const T *)0, acc[2 * nd], a, b);
+        ember_mma((const T *)0, acc[2 * nd + 1], a, b + 2);
+    }
+}
+
+/* ... by scalar FMAs over the visible keys only (a masked key's Inf/NaN V stays out); P
+   broadcast from the row's 4 lanes by shuffles (selects, not indexing: no local memory) */
+template <typename T, int DV>
+__device__ __forceinline__ void ember_fwd_pv_exact(float (&acc)[DV / 8][4],
+        const float (&s)[8][4], const unsigned short *vt, int kk, int j0, int ia, int lane,
+        int Tk) {
+    const int t = lane & 3, ib = ia + 8;
+#pragma unroll 1
+    for (int c = 0; c < 16; c++) {
+        const int src = (lane & ~3) | ((c & 7) >> 1), j = j0 + kk * 16 + c;
+        const bool hi = c >> 3, odd = c & 1;
+        const float ea = hi ? (odd ? s[2 * kk + 1][1] : s[2 * kk + 1][0])
+                            : (odd ? s[2 * kk][1] : s[2 * kk][0]);
+        const float eb = hi ? (odd ? s[2 * kk + 1][3] : s[2 * kk + 1][2])
+                            : (odd ? s[2 * kk][3] : s[2 * kk][2]);
+        const float pa = __shfl_sync(FULL, ea, src), pb = __shfl_sync(FULL, eb, src);
+        const T *vr = (const T *)&vt[(kk * 16 + c) * (DV + 8)];
+#pragma unroll
+        for (int n = 0; n < DV / 8; n++) {
+            const float v0 = ember_ld(vr[n * 8 + 2 * t]), v1 = ember_ld(vr[n * 8 + 2 * t + 1]);
+            if (j < Tk && j <= ia) { acc[n][0] += pa * v0; acc[n][1] += pa * v1; }
+            if (j < Tk && j <= ib) { acc[n][2] += pb * v0; acc[n][3] += pb * v1; }
+        }
+    }
+}
+
+/* O = acc / l (rounded once) and lse = m ln 2 + log l of this lane's rows below Tq */
+template <typename T, int DV>
+__device__ __forceinline__ void ember_fwd_store(float (&acc)[DV / 8][4], float (&m)[2],
+        float (&l)[2], T *o, float *lse, long long ob, long long os, int p, int ia, int Tq,
+        int lane, int vec) {
+    const int t = lane & 3;
+#pragma unroll
+    for (int h = 0; h < 2; h++) {
+        l[h] += __shfl_xor_sync(FULL, l[h], 1);
+        l[h] += __shfl_xor_sync(FULL, l[h], 2);
+        const int i = ia + 8 * h;
+        const float inv = l[h] > 0.f ? 1.f / l[h] : 0.f;     /* Tk == 0: zeros */
+        if (i < Tq) {
+            T *orow = o + ob + (long long)i * os;
+#pragma unroll
+            for (int n = 0; n < DV / 8; n++) {
                 const float y0 = acc[n][2 * h] * inv, y1 = acc[n][2 * h + 1] * inv;
                 if (vec) {
                     *(unsigned *)&orow[n * 8 + 2 * t] = ember_pack((const T *)0, y0, y1);
@@ -358,10 +293,129 @@ __device__ void ember_flash_fwd_mma(const T *q, const T *k, const T *v, T *o, fl
                     ember_st(&orow[n * 8 + 2 * t + 1], y1);
                 }
             }
-            if (t == 0) lse[(long long)p * Tq + i] = (h ? m1 : m0) * 0.6931471805599453f +
-                                                      logf(h ? l1 : l0);
+            if (t == 0) lse[(long long)p * Tq + i] = m[h] * 0.6931471805599453f + logf(l[h]);
         }
     }
+}
+
+/* K/V tile j0 into shared memory by MODE (below); buf: the buffer it is read from */
+template <int DQ, int DV, int MODE>
+__device__ __forceinline__ void ember_fwd_stage(unsigned short *ksh, unsigned short *vsh,
+        uint4 (&rk)[DQ / 16], uint4 (&rv)[DV / 16], const unsigned short *ku,
+        const unsigned short *vu, const long long *base, const long long *st, int j0,
+        int kend, int Tk, int buf, int vec) {
+    constexpr int LQ = DQ + 8, LV = DV + 8, CQ = DQ / 8, CV = DV / 8, KB = 64 * LQ;
+    constexpr int VB = 64 * LV, NQ = DQ / 16, NV = DV / 16;
+    if (MODE == 2) {
+        if (j0 + 64 < kend) {    /* the other buffer: read by the last tile, synced since */
+            ember_tile_async<CQ, LQ, NQ>(ksh + (buf ^ 1) * KB, ku, base[1], st[5], j0 + 64,
+                                         Tk, vec);
+            ember_tile_async<CV, LV, NV>(vsh + (buf ^ 1) * VB, vu, base[2], st[8], j0 + 64,
+                                         Tk, vec);
+            ember_cp_commit();
+            ember_cp_wait<1>();
+        } else {
+            ember_cp_wait<0>();
+        }
+        __syncthreads();
+        return;
+    }
+    if (MODE == 0) {
+        ember_tile_ld<CQ, NQ>(rk, ku, base[1], st[5], j0, Tk, vec);
+        ember_tile_ld<CV, NV>(rv, vu, base[2], st[8], j0, Tk, vec);
+    }
+    __syncthreads();
+    ember_tile_st<CQ, LQ, NQ>(ksh, rk);
+    ember_tile_st<CV, LV, NV>(vsh, rv);
+    __syncthreads();
+    if (MODE == 1 && j0 + 64 < kend) {
+        ember_tile_ld<CQ, NQ>(rk, ku, base[1], st[5], j0 + 64, Tk, vec);
+        ember_tile_ld<CV, NV>(rv, vu, base[2], st[8], j0 + 64, Tk, vec);
+    }
+}
+
+/* MODE: how K/V tiles reach shared memory. 0: loaded at the top of each tile; 1: the next
+   tile's loads issued into registers before this tile's math; 2: cp.async into the other
+   of two buffers during this tile's math. 64 keys a tile, 128 threads: DQ/16 and DV/16
+   16-byte chunks a thread. */
+template <typename T, int DQ, int DV, int MODE>
+__device__ void ember_flash_fwd_mma(const T *q, const T *k, const T *v, T *o, float *lse,
+        int b1, int Tq, int Tk, int causal, float scale, const long long *st) {
+    /* st: q, k, v, o strides (s0, s1, s2 each), in elements */
+    constexpr int BM = 64, BN = 64, LQ = DQ + 8, LV = DV + 8, NQ = DQ / 16, NV = DV / 16;
+    constexpr int NBUF = MODE == 2 ? 2 : 1, KB = BN * LQ, VB = BN * LV;
+    __shared__ __align__(16) unsigned short ksh[NBUF * KB];   /* the Q tile: last buffer */
+    __shared__ __align__(16) unsigned short vsh[NBUF * VB];
+    const int p = blockIdx.y, i0 = (gridDim.x - 1 - blockIdx.x) * BM;
+    const int warp = threadIdx.x >> 5, lane = threadIdx.x & 31;
+    long long base[4];
+#pragma unroll
+    for (int a = 0; a < 4; a++) base[a] = ember_head(p, b1, st[3 * a], st[3 * a + 1]);
+    int vec = (((unsigned long long)q | (unsigned long long)k | (unsigned long long)v |
+                (unsigned long long)o) & 15) == 0;
+#pragma unroll
+    for (int a = 0; a < 12; a++) vec &= (st[a] & 7) == 0;
+    const unsigned short *ku = (const unsigned short *)k, *vu = (const unsigned short *)v;
+    unsigned qf[DQ / 16][4];
+    {
+        uint4 rq[NQ];
+        ember_tile_ld<DQ / 8, NQ>(rq, (const unsigned short *)q, base[0], st[2], i0, Tq, vec);
+        ember_tile_st<DQ / 8, LQ, NQ>(ksh + (NBUF - 1) * KB, rq);
+        __syncthreads();
+#pragma unroll
+        for (int kk = 0; kk < DQ / 16; kk++)
+            ember_ldsm_x4(qf[kk], &ksh[(NBUF - 1) * KB + EMBER_ROW16(warp * 16, kk * 16, LQ)]);
+        if (MODE == 2) __syncthreads();          /* Q read before tile 1 lands there */
+    }
+    const int ia = i0 + warp * 16 + (lane >> 2);            /* this lane's rows: ia, ia + 8 */
+    const float sl2 = scale * 1.4426950408889634f;
+    float m[2] = {-INFINITY, -INFINITY}, l[2] = {0.f, 0.f}, acc[DV / 8][4];
+#pragma unroll
+    for (int n = 0; n < DV / 8; n++) acc[n][0] = acc[n][1] = acc[n][2] = acc[n][3] = 0.f;
+    const int kend = causal ? min(Tk, i0 + BM) : Tk;
+    uint4 rk[NQ], rv[NV];
+    if (MODE == 1 && kend > 0) {
+        ember_tile_ld<DQ / 8, NQ>(rk, ku, base[1], st[5], 0, Tk, vec);
+        ember_tile_ld<DV / 8, NV>(rv, vu, base[2], st[8], 0, Tk, vec);
+    }
+    if (MODE == 2 && kend > 0) {
+        ember_tile_async<DQ / 8, LQ, NQ>(ksh, ku, base[1], st[5], 0, Tk, vec);
+        ember_tile_async<DV / 8, LV, NV>(vsh, vu, base[2], st[8], 0, Tk, vec);
+        ember_cp_commit();
+    }
+    int buf = 0;
+    for (int j0 = 0; j0 < kend; j0 += BN) {
+        ember_fwd_stage<DQ, DV, MODE>(ksh, vsh, rk, rv, ku, vu, base, st, j0, kend, Tk, buf,
+                                      vec);
+        const unsigned short *kt = ksh + buf * KB, *vt = vsh + buf * VB;
+        /* 16-key steps this warp sees (warp-uniform); every key past them is masked */
+        int nk = min(4, (kend - j0 + 15) >> 4);
+        if (causal) nk = min(nk, (i0 + warp * 16 + 16 - j0 + 15) >> 4);
+        const bool full = j0 + BN <= Tk && (!causal || j0 + BN - 1 <= i0 + warp * 16);
+        float s[8][4], a[2];
+        ember_fwd_scores<T, DQ>(s, qf, kt, nk, lane);
+        ember_fwd_softmax(s, m, l, a, sl2, j0, ia, lane & 3, Tk, causal, full);
+#pragma unroll
+        for (int n = 0; n < DV / 8; n++) {
+            acc[n][0] *= a[0]; acc[n][1] *= a[0]; acc[n][2] *= a[1]; acc[n][3] *= a[1];
+        }
+#pragma unroll
+        for (int kk = 0; kk < 4; kk++) {
+            if (kk < nk) {
+                /* the warp's diagonal step (some key past some row) with a non-finite V:
+                   the exact path (module docstring) */
+                const bool slow = causal && j0 + kk * 16 + 15 > i0 + warp * 16 &&
+                                  ember_fwd_v_nonfinite<T, DV>(vt, kk, lane);
+                if (slow) ember_fwd_pv_exact<T, DV>(acc, s, vt, kk, j0, ia, lane, Tk);
+                else ember_fwd_pv<T, DV>(acc, s, vt, kk, lane);
+            }
+        }
+        if (MODE == 2) {            /* this buffer is read: the next tile's loads may go */
+            __syncthreads();
+            buf ^= 1;
+        }
+    }
+    ember_fwd_store<T, DV>(acc, m, l, o, lse, base[3], st[11], p, ia, Tq, lane, vec);
 }
 """
 
