@@ -95,6 +95,9 @@ def main(argv=None) -> int:
     p.add_argument("--time", type=int, default=0, help="time this many steps (CPU clock)")
     p.add_argument("--names", action="store_true", help="print every event name and count")
     p.add_argument("--torch", action="store_true", help="time PyTorch's step instead")
+    p.add_argument("--emu", action="store_true",
+                   help="device cuda = the stand-in with a GPU's kernels, their CUDA text run "
+                   "by tests/cuda/_cuda_emu.py (slow: use a tiny config)")
     p.add_argument("--threads", type=int, default=1,
                    help="threads of each library (default 1: CPU time = work per step)")
     a = p.parse_args(argv)
@@ -107,6 +110,8 @@ def main(argv=None) -> int:
         step = gpt_step(torch, a.device, getattr(torch, dtype_name), *shape)
         _timed("torch", step, max(a.time, 1))
         return 0
+    if a.emu:
+        _emulated_gpu()
     dtype = getattr(em, dtype_name)
     eager_composite.set_enabled(not a.before)
     step = gpt_step(em, a.device, dtype, *shape)
@@ -123,6 +128,32 @@ def main(argv=None) -> int:
     if a.time:
         _timed(label, step, a.time)
     return 0
+
+
+def _emulated_gpu():
+    """``cuda`` = the stand-in given a GPU's ``cuda_kernels``, CUDA modules compiled by g++
+    under the emulator's shim (``tests/cuda/test_cuda_fusion_emu.py``'s ``emu_gpu``)."""
+    import tempfile
+    sys.path.insert(0, os.path.join(os.path.dirname(os.path.dirname(
+        os.path.abspath(__file__))), "tests", "cuda"))
+    import _cuda_emu
+    from ember.codegen import cuda_attention, cuda_cache
+    from ember.device.base import cuda_backend, reset_cuda_backend
+    os.environ["EMBER_FAKE_CUDA"] = "1"
+    reset_cuda_backend()
+    be, why = cuda_backend()
+    if be is None or not _cuda_emu.available():
+        raise SystemExit(f"--emu: no stand-in or no emulator ({why})")
+    be.capabilities = be.capabilities - {"host_kernels"} | {"cuda_kernels"}
+    tmp = tempfile.mkdtemp(prefix="ember_emu_")
+    cuda_cache.module_loader = lambda src, name: _cuda_emu.EmuModule(
+        src, tmp, None if "ember_flash_" in src else 2)
+    cuda_attention._modules = {}
+    from ember.codegen import cuda_gemm
+    cuda_gemm.supported = lambda *a, **k: False    # no cuBLAS here: the stand-in's matmul
+    # NOTE: the emulator runs a thread per CUDA thread: tiny shapes, so every composite call
+    # takes its compiled form regardless of size
+    eager_composite.MIN_ELEMENTS = 0
 
 
 def _timed(label, step, n):
