@@ -197,8 +197,8 @@ def test_gpt_layout_sdpa_takes_the_mma_forward_and_matches_the_scalar_kernel(gpu
         slow = ca.forward(cupy, q, k, v, 0.125, True)
     finally:
         ca.MMA_FORWARD = old
-    diff = cupy.abs(fast.astype(cupy.float32) - slow.astype(cupy.float32))
-    assert float(diff.max()) < 4e-3, float(diff.max())
+    np.testing.assert_allclose(cupy.asnumpy(fast).astype(np.float32),   # P in f16: ~1 ulp
+                               cupy.asnumpy(slow).astype(np.float32), rtol=2e-3, atol=2e-3)
 
 
 @pytest.mark.parametrize("pipe", ["none", "regs", "cp.async"])
