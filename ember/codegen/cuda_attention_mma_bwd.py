@@ -30,15 +30,19 @@ STORAGE = {"float16": ("f16", "__half", "ember_mma_f16", "ember_pack_f16", "0x7c
 MAX_HEAD_DIM = 64
 #: rows (keys for dk/dv, queries for dq) a block owns.
 BLOCK = 64
+#: query (dk/dv) or key (dq) columns of the scores a warp holds at once: 16, 32 or 64
+#: (fewer registers and more blocks per SM vs more independent products; benchmarks pick).
+SUB = 16
 THREADS = 128
 enabled = os.environ.get("EMBER_FLASH_MMA_BWD", "1") != "0"
 
 
 def variant(dtype_name: str, d: int, dv: int) -> tuple:
-    """``(suffix, storage type, DQ, DV)``: head dims rounded up to 32 (at most 64)."""
+    """``(suffix, storage type, DQ, DV)``: head dims rounded up to 32 (at most 64), and
+    :data:`SUB`."""
     tag, ctype = STORAGE[dtype_name][:2]
     dq, dvv = 32 * max(1, -(-d // 32)), 32 * max(1, -(-dv // 32))
-    return f"{tag}_d{dq}_v{dvv}", ctype, dq, dvv
+    return f"{tag}_d{dq}_v{dvv}_s{SUB}", ctype, dq, dvv
 
 
 def render(dtype_name: str, d: int, dv: int) -> str:
@@ -48,7 +52,7 @@ def render(dtype_name: str, d: int, dv: int) -> str:
     _, _, mma, pack, mask = STORAGE[dtype_name]
     defs = f"#define EMBER_MMA {mma}\n#define EMBER_PACK {pack}\n#define EMBER_EXP16 {mask}\n"
     entries = (ENTRIES.replace("{S}", s).replace("{T}", t).replace("{DQ}", str(dq))
-               .replace("{DV}", str(dvv)))
+               .replace("{DV}", str(dvv)).replace("{SUB}", str(SUB)))
     return HEAD + MMA + defs + BWD + DKDV + DQ_KERNEL + entries
 
 

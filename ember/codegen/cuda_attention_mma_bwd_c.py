@@ -32,6 +32,7 @@ from __future__ import annotations
 
 BWD = r"""
 #define LDW(W) ((W) + 8)
+#define EMBER_LOG2E 1.4426950408889634f
 __device__ __forceinline__ bool ember_bad2(unsigned x) {
     return (x & EMBER_EXP16) == EMBER_EXP16 || ((x >> 16) & EMBER_EXP16) == EMBER_EXP16; }
 
@@ -154,7 +155,7 @@ __device__ __forceinline__ void ember_mma_xt(float (*s)[4], const unsigned (*a)[
 """
 
 DKDV = r"""
-template <typename T, int DQ, int DV>
+template <typename T, int DQ, int DV, int SUB>
 __device__ void ember_mma_dkdv(const T *q, const T *k, const T *v, const T *g,
         const float *lse, const float *delta, T *dk, T *dv, int b1, int Tq, int Tk, int D,
         int Dv, int causal, float scale, const long long *st) {
@@ -189,61 +190,68 @@ __device__ void ember_mma_dkdv(const T *q, const T *k, const T *v, const T *g,
     }
     const int ja = j0 + 16 * w + (lane >> 2), jb = ja + 8;
     const bool live = j0 + 16 * w < Tk;              /* warp-uniform */
+    const float sl2 = scale * EMBER_LOG2E;   /* exp(s scale - lse) = 2^(s sl2 - lse log2 e) */
     for (int i0 = causal ? j0 : 0; i0 < Tq; i0 += 64) {
         __syncthreads();
         ember_stage16<DQ>(xs, qh, st[2], i0, Tq, D);
         ember_stage16<DV>(gs, gh, st[11], i0, Tq, Dv);
         if (threadIdx.x < 64) {
             const int i = i0 + threadIdx.x;
-            lsh[threadIdx.x] = i < Tq ? lse[(long long)p * Tq + i] : 0.f;
+            lsh[threadIdx.x] = i < Tq ? lse[(long long)p * Tq + i] * EMBER_LOG2E : 0.f;
             dsh[threadIdx.x] = i < Tq ? delta[(long long)p * Tq + i] : 0.f;
         }
         __syncthreads();
         if (!live) continue;
         const bool diag = causal && i0 == j0;     /* query blocks u < w: all masked */
-        float s[8][4], dp[8][4];
-#pragma unroll
-        for (int n = 0; n < 8; n++) {
-#pragma unroll
-            for (int c = 0; c < 4; c++) { s[n][c] = 0.f; dp[n][c] = 0.f; }
-        }
-#pragma unroll
-        for (int u = 0; u < 4; u++) {
-            if (diag && u < w) continue;
-            ember_mma_xt<DQ>(s + 2 * u, ka, xs, 16 * u);
-            ember_mma_xt<DV>(dp + 2 * u, va, gs, 16 * u);
-        }
-#pragma unroll
-        for (int n = 0; n < 8; n++) {
-#pragma unroll
-            for (int c = 0; c < 4; c++) {
-                const int il = n * 8 + 2 * tc + (c & 1), i = i0 + il, j = c < 2 ? ja : jb;
-                const bool ok = i < Tq && (!causal || j <= i);
-                const float pr = ok ? expf(s[n][c] * scale - lsh[il]) : 0.f;
-                dp[n][c] = ok ? pr * (dp[n][c] - dsh[il]) : 0.f;
-                s[n][c] = pr;
-            }
-        }
         const bool badg = diag && ember_bad16<DV>(gs, 16 * w);
         const bool badq = diag && ember_bad16<DQ>(xs, 16 * w);
 #pragma unroll
-        for (int u = 0; u < 4; u++) {
-            if (diag && u < w) continue;
-            const bool mixed = diag && u == w;
-            unsigned a[4];
-            if (mixed && badg) {
-                ember_mixed<T, DV, true>(dva, s[2 * u], s[2 * u + 1], gs, 16 * u, ja,
-                                         i0 + 16 * u, Tq);
-            } else {
-                ember_c2a(a, s[2 * u], s[2 * u + 1]);
-                ember_mma_rows<DV>(dva, a, gs, 16 * u);
+        for (int h = 0; h < 64 / SUB; h++) {      /* queries [h SUB, (h + 1) SUB) */
+            if (diag && (h + 1) * (SUB / 16) <= w) continue;
+            float s[SUB / 8][4], dp[SUB / 8][4];
+#pragma unroll
+            for (int n = 0; n < SUB / 8; n++) {
+#pragma unroll
+                for (int c = 0; c < 4; c++) { s[n][c] = 0.f; dp[n][c] = 0.f; }
             }
-            if (mixed && badq) {
-                ember_mixed<T, DQ, true>(dka, dp[2 * u], dp[2 * u + 1], xs, 16 * u, ja,
-                                         i0 + 16 * u, Tq);
-            } else {
-                ember_c2a(a, dp[2 * u], dp[2 * u + 1]);
-                ember_mma_rows<DQ>(dka, a, xs, 16 * u);
+#pragma unroll
+            for (int uu = 0; uu < SUB / 16; uu++) {
+                const int u = h * (SUB / 16) + uu;
+                if (diag && u < w) continue;
+                ember_mma_xt<DQ>(s + 2 * uu, ka, xs, 16 * u);
+                ember_mma_xt<DV>(dp + 2 * uu, va, gs, 16 * u);
+            }
+#pragma unroll
+            for (int n = 0; n < SUB / 8; n++) {
+#pragma unroll
+                for (int c = 0; c < 4; c++) {
+                    const int il = h * SUB + n * 8 + 2 * tc + (c & 1), i = i0 + il;
+                    const bool ok = i < Tq && (!causal || (c < 2 ? ja : jb) <= i);
+                    const float pr = ok ? exp2f(s[n][c] * sl2 - lsh[il]) : 0.f;
+                    dp[n][c] = ok ? pr * (dp[n][c] - dsh[il]) : 0.f;
+                    s[n][c] = pr;
+                }
+            }
+#pragma unroll
+            for (int uu = 0; uu < SUB / 16; uu++) {
+                const int u = h * (SUB / 16) + uu;
+                if (diag && u < w) continue;
+                const bool mixed = diag && u == w;
+                unsigned a[4];
+                if (mixed && badg) {
+                    ember_mixed<T, DV, true>(dva, s[2 * uu], s[2 * uu + 1], gs, 16 * u, ja,
+                                             i0 + 16 * u, Tq);
+                } else {
+                    ember_c2a(a, s[2 * uu], s[2 * uu + 1]);
+                    ember_mma_rows<DV>(dva, a, gs, 16 * u);
+                }
+                if (mixed && badq) {
+                    ember_mixed<T, DQ, true>(dka, dp[2 * uu], dp[2 * uu + 1], xs, 16 * u, ja,
+                                             i0 + 16 * u, Tq);
+                } else {
+                    ember_c2a(a, dp[2 * uu], dp[2 * uu + 1]);
+                    ember_mma_rows<DQ>(dka, a, xs, 16 * u);
+                }
             }
         }
     }
@@ -267,7 +275,7 @@ __device__ void ember_mma_dkdv(const T *q, const T *k, const T *v, const T *g,
 """
 
 DQ_KERNEL = r"""
-template <typename T, int DQ, int DV>
+template <typename T, int DQ, int DV, int SUB>
 __device__ void ember_mma_dq(const T *q, const T *k, const T *v, const T *g,
         const float *lse, const float *delta, T *dq, int b1, int Tq, int Tk, int D, int Dv,
         int causal, float scale, const long long *st) {
@@ -292,8 +300,8 @@ __device__ void ember_mma_dq(const T *q, const T *k, const T *v, const T *g,
 #pragma unroll
     for (int kk = 0; kk < DV / 16; kk++) ember_lda(ga[kk], ys, LDW(DV), 16 * w, 16 * kk);
     const int ia = i0 + 16 * w + (lane >> 2), ib = ia + 8;
-    const float la = ia < Tq ? lse[(long long)p * Tq + ia] : 0.f;
-    const float lb = ib < Tq ? lse[(long long)p * Tq + ib] : 0.f;
+    const float la = ia < Tq ? lse[(long long)p * Tq + ia] * EMBER_LOG2E : 0.f;
+    const float lb = ib < Tq ? lse[(long long)p * Tq + ib] * EMBER_LOG2E : 0.f;
     const float da = ia < Tq ? delta[(long long)p * Tq + ia] : 0.f;
     const float db = ib < Tq ? delta[(long long)p * Tq + ib] : 0.f;
     float acc[DQ / 8][4];
@@ -303,6 +311,7 @@ __device__ void ember_mma_dq(const T *q, const T *k, const T *v, const T *g,
         for (int c = 0; c < 4; c++) acc[n][c] = 0.f;
     }
     const bool live = i0 + 16 * w < Tq;              /* warp-uniform */
+    const float sl2 = scale * EMBER_LOG2E;   /* exp(s scale - lse) = 2^(s sl2 - lse log2 e) */
     const int kend = causal ? min(Tk, i0 + 64) : Tk;
     for (int j0 = 0; j0 < kend; j0 += 64) {
         __syncthreads();
@@ -311,39 +320,45 @@ __device__ void ember_mma_dq(const T *q, const T *k, const T *v, const T *g,
         __syncthreads();
         if (!live) continue;
         const bool diag = causal && j0 == i0;     /* key blocks u > w: all masked */
-        float s[8][4], dp[8][4];
-#pragma unroll
-        for (int n = 0; n < 8; n++) {
-#pragma unroll
-            for (int c = 0; c < 4; c++) { s[n][c] = 0.f; dp[n][c] = 0.f; }
-        }
-#pragma unroll
-        for (int u = 0; u < 4; u++) {
-            if (diag && u > w) continue;
-            ember_mma_xt<DQ>(s + 2 * u, qa, xs, 16 * u);
-            ember_mma_xt<DV>(dp + 2 * u, ga, ys, 16 * u);
-        }
-#pragma unroll
-        for (int n = 0; n < 8; n++) {
-#pragma unroll
-            for (int c = 0; c < 4; c++) {
-                const int j = j0 + n * 8 + 2 * tc + (c & 1), i = c < 2 ? ia : ib;
-                const bool ok = j < Tk && (!causal || j <= i);
-                const float pr = ok ? expf(s[n][c] * scale - (c < 2 ? la : lb)) : 0.f;
-                s[n][c] = ok ? pr * (dp[n][c] - (c < 2 ? da : db)) : 0.f;
-            }
-        }
         const bool badk = diag && ember_bad16<DQ>(xs, 16 * w);
 #pragma unroll
-        for (int u = 0; u < 4; u++) {
-            if (diag && u > w) continue;
-            if (diag && u == w && badk) {
-                ember_mixed<T, DQ, false>(acc, s[2 * u], s[2 * u + 1], xs, 16 * u, ia,
-                                          j0 + 16 * u, Tk);
-            } else {
-                unsigned a[4];
-                ember_c2a(a, s[2 * u], s[2 * u + 1]);
-                ember_mma_rows<DQ>(acc, a, xs, 16 * u);
+        for (int h = 0; h < 64 / SUB; h++) {      /* keys [h SUB, (h + 1) SUB) */
+            if (diag && h * (SUB / 16) > w) continue;
+            float s[SUB / 8][4], dp[SUB / 8][4];
+#pragma unroll
+            for (int n = 0; n < SUB / 8; n++) {
+#pragma unroll
+                for (int c = 0; c < 4; c++) { s[n][c] = 0.f; dp[n][c] = 0.f; }
+            }
+#pragma unroll
+            for (int uu = 0; uu < SUB / 16; uu++) {
+                const int u = h * (SUB / 16) + uu;
+                if (diag && u > w) continue;
+                ember_mma_xt<DQ>(s + 2 * uu, qa, xs, 16 * u);
+                ember_mma_xt<DV>(dp + 2 * uu, ga, ys, 16 * u);
+            }
+#pragma unroll
+            for (int n = 0; n < SUB / 8; n++) {
+#pragma unroll
+                for (int c = 0; c < 4; c++) {
+                    const int j = j0 + h * SUB + n * 8 + 2 * tc + (c & 1), i = c < 2 ? ia : ib;
+                    const bool ok = j < Tk && (!causal || j <= i);
+                    const float pr = ok ? exp2f(s[n][c] * sl2 - (c < 2 ? la : lb)) : 0.f;
+                    s[n][c] = ok ? pr * (dp[n][c] - (c < 2 ? da : db)) : 0.f;
+                }
+            }
+#pragma unroll
+            for (int uu = 0; uu < SUB / 16; uu++) {
+                const int u = h * (SUB / 16) + uu;
+                if (diag && u > w) continue;
+                if (diag && u == w && badk) {
+                    ember_mixed<T, DQ, false>(acc, s[2 * uu], s[2 * uu + 1], xs, 16 * u, ia,
+                                              j0 + 16 * u, Tk);
+                } else {
+                    unsigned a[4];
+                    ember_c2a(a, s[2 * uu], s[2 * uu + 1]);
+                    ember_mma_rows<DQ>(acc, a, xs, 16 * u);
+                }
             }
         }
     }
@@ -368,14 +383,14 @@ extern "C" __global__ void ember_flash_dkdv_mma_{S}(const {T} *q,
         const {T} *k, const {T} *v, const {T} *g, const float *lse, const float *delta,
         {T} *dk, {T} *dv, int b1, int Tq, int Tk, int D, int Dv, int causal, float scale,
         const long long *st) {
-    ember_mma_dkdv<{T}, {DQ}, {DV}>(q, k, v, g, lse, delta, dk, dv, b1, Tq, Tk, D, Dv, causal,
+    ember_mma_dkdv<{T}, {DQ}, {DV}, {SUB}>(q, k, v, g, lse, delta, dk, dv, b1, Tq, Tk, D, Dv, causal,
         scale, st);
 }
 extern "C" __global__ void ember_flash_dq_mma_{S}(const {T} *q,
         const {T} *k, const {T} *v, const {T} *g, const float *lse, const float *delta,
         {T} *dq, int b1, int Tq, int Tk, int D, int Dv, int causal, float scale,
         const long long *st) {
-    ember_mma_dq<{T}, {DQ}, {DV}>(q, k, v, g, lse, delta, dq, b1, Tq, Tk, D, Dv, causal,
+    ember_mma_dq<{T}, {DQ}, {DV}, {SUB}>(q, k, v, g, lse, delta, dq, b1, Tq, Tk, D, Dv, causal,
         scale, st);
 }
 """

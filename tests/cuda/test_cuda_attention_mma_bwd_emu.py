@@ -6,9 +6,11 @@ Ember's CPU ``sdpa`` on the same (rounded) inputs: causal or not, lengths 1, 17,
 (B, T, H, D) views (16-byte loads) and head dims that are not multiples of 8 (element
 loads), float16 and bfloat16, and Inf/NaN inputs in masked keys and query rows (a masked
 pair never enters a sum). The kernels get O, lse and delta computed here, so only they are
-under test. Skips only where no g++ with C++20 ``<barrier>`` exists.
+under test. Also: every variant through NVRTC + ptxas for sm_80 and sm_90 without spills.
+Skips only where no g++ with C++20 ``<barrier>`` (NVRTC, for the last test) exists.
 """
 import math
+import re
 
 import numpy as np
 import pytest
@@ -16,7 +18,7 @@ import pytest
 import ember as em
 from ember.codegen import cuda_attention as ca
 from ember.codegen import cuda_attention_mma_bwd as mb
-from ember.codegen import cuda_cache
+from ember.codegen import cuda_cache, nvrtc
 
 import _cuda_emu
 
@@ -173,6 +175,35 @@ def test_routing_keeps_the_scalar_kernels_elsewhere(cache):
     routed = mb.route("scalar", launches, x, x, x, cache)
     assert routed[0][0] == "scalar" and routed[0][1] == "ember_flash_delta_x"
     assert [r[1:4] for r in routed[1:]] == [
-        ("ember_flash_dkdv_mma_f16_d64_v64", (2, 6, 1), (128, 1, 1)),
-        ("ember_flash_dq_mma_f16_d64_v64", (2, 6, 1), (128, 1, 1))]
-    assert "bwd_mma_f16_d64_v64" in cache
+        (f"ember_flash_dkdv_mma_f16_d64_v64_s{mb.SUB}", (2, 6, 1), (128, 1, 1)),
+        (f"ember_flash_dq_mma_f16_d64_v64_s{mb.SUB}", (2, 6, 1), (128, 1, 1))]
+    assert f"bwd_mma_f16_d64_v64_s{mb.SUB}" in cache
+
+
+@pytest.mark.parametrize("sub", [32, 64])
+def test_every_score_chunk_width_gives_the_same_gradients(cache, monkeypatch, sub):
+    monkeypatch.setattr(mb, "SUB", sub)
+    q, k, v, g = _arrays("float16", (1, 1, 80, 64), (1, 1, 80, 64), (1, 1, 80, 64), seed=4)
+    want = _reference(q, k, v, g, True, 0.125)[2:]
+    got, names = _run(cache, q, k, v, g, True, 0.125)
+    assert names[1].endswith(f"_s{sub}")
+    _check(got, want, "float16")
+
+
+NVRTC = nvrtc.available() and bool(nvrtc.include_dirs())
+
+
+@pytest.mark.skipif(not NVRTC, reason="NVRTC or the CUDA headers are not installed "
+                    "(pip install 'ember[nvrtc]')")
+@pytest.mark.parametrize("arch", ["sm_80", "sm_90"])
+@pytest.mark.parametrize("dtype", ["float16", "bfloat16"])
+def test_every_variant_compiles_through_ptxas_without_spills(dtype, arch):
+    for d, dv in [(64, 64), (32, 32), (64, 24)]:
+        s = mb.variant(dtype, d, dv)[0]
+        cubin, log = nvrtc.compile_sass(mb.render(dtype, d, dv), f"flash_bwd_{s}", arch)
+        entries = set(re.findall(r"Compiling entry function '(\w+)'", log))
+        assert entries == {f"ember_flash_{k}_mma_{s}" for k in ("dkdv", "dq")}
+        assert not re.search(r"[1-9]\d* bytes (spill (stores|loads)|stack frame)", log), log
+        smem = [int(x) for x in re.findall(r"(\d+) bytes smem", log)]
+        assert smem and max(smem) <= 48 * 1024, smem
+        assert len(cubin) > 1000
