@@ -219,10 +219,16 @@ __device__ __forceinline__ void ember_fwd_softmax(float (&s)[8][4], float (&m)[2
 template <typename T, int DV>
 __device__ __forceinline__ bool ember_fwd_v_nonfinite(const unsigned short *vt, int kk,
                                                       int lane) {
-    const unsigned em = ember_expmask((const T *)0);
+    const unsigned em = ember_expmask((const T *)0), em2 = em << 16;
     bool bad = false;
-    for (int e = lane; e < 16 * DV; e += 32)
-        bad |= (vt[(kk * 16 + e / DV) * (DV + 8) + e % DV] & em) == em;
+#pragma unroll
+    for (int e = lane; e < 2 * DV; e += 32) {          /* 16 rows of DV / 8 16-byte chunks */
+        const uint4 w = *(const uint4 *)&vt[(kk * 16 + e / (DV / 8)) * (DV + 8) +
+                                            (e % (DV / 8)) * 8];
+        const unsigned x[4] = {w.x, w.y, w.z, w.w};
+#pragma unroll
+        for (int h = 0; h < 4; h++) bad |= (x[h] & em) == em || (x[h] & em2) == em2;
+    }
     return __ballot_sync(FULL, bad) != 0u;
 }
 
