@@ -222,3 +222,145 @@ def test_every_mma_pipeline_matches_float64_reference(gpu, pipe, shape):  # noqa
     np.testing.assert_allclose(cupy.asnumpy(o).astype(np.float64), want, rtol=2e-3, atol=2e-3)
     np.testing.assert_allclose(cupy.asnumpy(lse).reshape(wlse.shape), wlse, rtol=2e-5,
                                atol=2e-5)
+
+
+# ------------------------------------- tensor-core backward (cuda_attention_mma_bwd_c)
+def _ref_grads(q, k, v, g, scale, causal):
+    """float64 ``(O, lse, dq, dk, dv)`` head by head (finite inputs), FlashAttention-2's
+    formulas on the exact softmax."""
+    q3, k3, v3, g3 = (a.astype(np.float64).reshape((-1,) + a.shape[-2:]) for a in (q, k, v, g))
+    tq, tk = q3.shape[1], k3.shape[1]
+    mask = np.tri(tq, tk, dtype=bool) if causal else np.ones((tq, tk), bool)
+    o, lse = np.empty(g3.shape), np.empty(q3.shape[:2])
+    dq, dk, dv = np.empty(q3.shape), np.empty(k3.shape), np.empty(v3.shape)
+    for h in range(q3.shape[0]):
+        s = np.where(mask, q3[h] @ k3[h].T * scale, -np.inf)
+        m = s.max(1, keepdims=True)
+        p = np.exp(s - m)
+        p /= p.sum(1, keepdims=True)
+        lse[h] = m[:, 0] + np.log(np.exp(s - m).sum(1))
+        o[h] = p @ v3[h]
+        dv[h] = p.T @ g3[h]
+        ds = p * (g3[h] @ v3[h].T - (g3[h] * o[h]).sum(1, keepdims=True))
+        dq[h], dk[h] = ds @ k3[h] * scale, ds.T @ q3[h] * scale
+    return (o.reshape(g.shape), lse, dq.reshape(q.shape), dk.reshape(k.shape),
+            dv.reshape(v.shape))
+
+
+def _mma_bwd(q, k, v, g, vals, scale, causal, kernel_dtype=None):
+    """``(kernel names, dq, dk, dv)`` of the tensor-core dk/dv and dq kernels alone, given
+    O, lse and delta from the float64 reference of ``vals`` (q, k, v, g as float64);
+    ``kernel_dtype`` "bfloat16": the arrays are bfloat16 bit patterns (uint16) run by the
+    bf16 kernels (CuPy has no bfloat16)."""
+    import cupy
+    from ember.codegen import cuda_attention_mma_bwd as mb
+    o64, lse64 = _ref_grads(*vals, scale, causal)[:2]
+    if kernel_dtype:
+        import ml_dtypes
+        o_low = o64.astype(ml_dtypes.bfloat16)
+        arrs = [cupy.asarray(a).view(cupy.float16) for a in (q, k, v, g, o_low.view(np.uint16))]
+    else:
+        o_low = o64.astype(np.float16)
+        arrs = [cupy.asarray(a) for a in (q, k, v, g, o_low)]
+    cq, ck, cv, cg, co = arrs
+    lse = cupy.asarray(lse64.reshape(-1, q.shape[-2]).astype(np.float32))
+    launches, outs = ca.backward_plans(cg, cq, ck, cv, co, lse, scale, causal, cupy)
+    delta = launches[0][3][2]
+    delta[...] = cupy.asarray((vals[3] * o_low.astype(np.float64)).sum(-1)
+                              .reshape(delta.shape).astype(np.float32))
+    cache, names = {}, []
+    for mod, name, grid, block, args in mb.route(None, launches, cq, ck, cv, cache)[1:]:
+        if kernel_dtype:
+            name = name.replace("_mma_f16_", "_mma_bf16_")
+            mod = mb._module("bfloat16", q.shape[-1], v.shape[-1], cache)
+        ca._launch(mod, name, grid, block, args)
+        names.append(name)
+    res = [cupy.asnumpy(x) for x in outs]
+    if kernel_dtype:
+        import ml_dtypes
+        res = [x.view(np.uint16).view(ml_dtypes.bfloat16) for x in res]
+    return names, [x.astype(np.float64) for x in res]
+
+
+def _close(got, want, rtol, atol):
+    for name, a, b in zip(("dq", "dk", "dv"), got, want):
+        np.testing.assert_allclose(a, b, rtol=rtol, atol=atol * max(1.0, np.abs(b).max()),
+                                   err_msg=name)
+
+
+MMA_BWD_SHAPES = [(1, 12, 1024, 1024, 64, 64, True), (2, 4, 128, 128, 64, 64, False),
+                  (1, 2, 100, 100, 32, 32, True), (2, 3, 1, 1, 64, 64, True),
+                  (1, 2, 70, 333, 64, 32, True), (1, 2, 333, 70, 64, 64, False),
+                  (1, 2, 333, 70, 48, 40, True)]
+
+
+@pytest.mark.parametrize("b,h,tq,tk,d,dv,causal", MMA_BWD_SHAPES)
+def test_mma_backward_matches_float64_reference(gpu, b, h, tq, tk, d, dv, causal):  # noqa: F811
+    rng = np.random.default_rng(tq + tk + d)
+    q = rng.standard_normal((b, h, tq, d)).astype(np.float16)
+    k = rng.standard_normal((b, h, tk, d)).astype(np.float16)
+    v = rng.standard_normal((b, h, tk, dv)).astype(np.float16)
+    g = rng.standard_normal((b, h, tq, dv)).astype(np.float16)
+    scale = 1 / math.sqrt(d)
+    vals = [a.astype(np.float64) for a in (q, k, v, g)]
+    names, got = _mma_bwd(q, k, v, g, vals, scale, causal)
+    assert [n.split("_mma_")[1] for n in names] == [
+        f"f16_d{32 * -(-d // 32)}_v{32 * -(-dv // 32)}_s{_sub()}"] * 2
+    _close(got, _ref_grads(*vals, scale, causal)[2:], 4e-3, 2e-3)
+
+
+def _sub():
+    from ember.codegen import cuda_attention_mma_bwd as mb
+    return mb.SUB
+
+
+@pytest.mark.parametrize("d", [32, 64])
+def test_mma_backward_bfloat16_kernels(gpu, d):  # noqa: F811
+    import ml_dtypes
+    rng = np.random.default_rng(d)
+    arrs = [rng.standard_normal((2, 3, 200, d)).astype(ml_dtypes.bfloat16) for _ in range(4)]
+    vals = [a.astype(np.float64) for a in arrs]
+    names, got = _mma_bwd(*(a.view(np.uint16) for a in arrs), vals, 0.1, True, "bfloat16")
+    assert names[0].startswith(f"ember_flash_dkdv_mma_bf16_d{d}_v{d}")
+    _close(got, _ref_grads(*vals, 0.1, True)[2:], 3e-2, 1.6e-2)
+
+
+def test_mma_backward_inf_nan_behind_the_mask(gpu):  # noqa: F811
+    """Masked pairs never enter a sum on the hardware either (the mixed diagonal blocks'
+    scalar path): the finite pattern and values match Ember's CPU op in float64."""
+    rng = np.random.default_rng(11)
+    for setup in ("key", "rows"):
+        q, k, v, g = (rng.standard_normal((1, 1, 100, 64)).astype(np.float16) for _ in range(4))
+        if setup == "key":
+            k[0, 0, 39], v[0, 0, 39] = np.nan, np.nan
+        else:
+            q[0, 0, 33, 0], g[0, 0, 5, 7] = np.nan, np.inf
+        want = _run("cpu", "float64", q, k, v, g, True)[1:]
+        import cupy
+        ts = [cupy.asarray(a) for a in (q, k, v, g)]
+        flat = cupy.asnumpy(ca.backward(cupy, ts[3], *ts[:3], 0.125, True)).astype(np.float64)
+        got = np.split(flat, [q.size, 2 * q.size])
+        for name, a, b in zip(("dq", "dk", "dv"), got, want):
+            a, fin = a.reshape(b.shape), np.isfinite(b)
+            np.testing.assert_array_equal(np.isfinite(a), fin, err_msg=f"{setup} {name}")
+            np.testing.assert_allclose(a[fin], b[fin], rtol=4e-3,
+                                       atol=2e-3 * np.abs(b[fin]).max(initial=1.0))
+
+
+def test_gpt_layout_backward_takes_the_mma_kernels_and_matches_the_scalar_ones(gpu):  # noqa: F811
+    import cupy
+    from ember.codegen import cuda_attention_mma_bwd as mb
+    rng = np.random.default_rng(12)
+    qkv = cupy.asarray(rng.standard_normal((8, 1024, 3, 12, 64)).astype(np.float16))
+    q, k, v = (qkv[:, :, n].transpose(0, 2, 1, 3) for n in range(3))   # GPT's views
+    g = cupy.asarray(rng.standard_normal((8, 12, 1024, 64)).astype(np.float16))
+    ca._modules.clear()
+    fast = cupy.asnumpy(ca.backward(cupy, g, q, k, v, 0.125, True)).astype(np.float32)
+    assert any(key.startswith("bwd_mma_f16_d64_v64") for key in ca._modules)
+    old, mb.enabled = mb.enabled, False
+    try:
+        slow = cupy.asnumpy(ca.backward(cupy, g, q, k, v, 0.125, True)).astype(np.float32)
+    finally:
+        mb.enabled = old
+    # P and dS rounded to float16 before their products: a few float16 ulps of the largest
+    np.testing.assert_allclose(fast, slow, rtol=1e-2, atol=4e-3 * np.abs(slow).max())
