@@ -6,13 +6,14 @@ AdamW), scaled down (``--layers 2 --t 64 --batch 8``; ``--d``/``--vocab`` chosen
 step takes ~0.1 s). One step is profiled with ``ember.profiler``; an event is counted as a
 *primitive* (a registry op the dispatcher ran eagerly: one pass over memory, a kernel on a
 GPU; *view* if it is a view op), a *compiled op* (a fused kernel or graph op of an eager
-composite's compiled program, reported by the executor) or a *backward node* (an autograd node's VJP, which runs its own
-primitives or kernels). ``--before`` runs the composites op by op under autocast (what they
+composite's compiled program, reported by the executor) or a *backward node* (an autograd
+node's VJP, which runs its own primitives or kernels). ``--before`` runs the composites op by op under autocast (what they
 did before: ``eager_composite.set_enabled(False)`` — every composite call of this step is
 inside the autocast region, where they used to step aside).
 
-Run: ``python bench/amp_gpt_ops.py [--device cpu|cuda] [--before] [--time N]``
-(``EMBER_FAKE_CUDA=1 ... --device cuda``: the CPU stand-in of a GPU).
+Run: ``python bench/amp_gpt_ops.py [--device cpu|cuda] [--before] [--time N] [--torch]``
+(``--device cuda --emu``: the emulated GPU, tiny shapes; on a real GPU ``--device cuda``
+counts the same events, ``--time`` then measures CPU time, not the GPU's).
 """
 from __future__ import annotations
 
