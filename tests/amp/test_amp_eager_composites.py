@@ -241,3 +241,27 @@ def test_outputs_follow_torch_autocast():
         y.float().sum().backward()
         ty.float().sum().backward()
         assert str(tx.grad.dtype).split(".")[1] == x.grad.dtype.name, (shape, dtype)
+
+
+@pytest.mark.parametrize("case", ["cross_entropy_bf16", "layer_norm_f32"])
+def test_double_backward_under_autocast_differentiates_the_composite(case):
+    """create_graph=True through a compiled autocast call: the node differentiates the
+    composite behind the same casts, so second-order gradients are the op-by-op path's."""
+    fn = CASES[case][0]
+    out = {}
+    for fast in (True, False):
+        x, ps, extra = _inputs(case)
+        prev = ec.set_enabled(fast)
+        runs = ec.stats["runs"]
+        try:
+            for _ in range(2):
+                with em.autocast("cpu"):
+                    y = fn(x, *ps, *extra)
+            (g,) = em.autograd.grad(y.float().sum(), x, create_graph=True)
+            (gg,) = em.autograd.grad((g.float() * g.float()).sum(), x)
+        finally:
+            ec.set_enabled(prev)
+        assert (ec.stats["runs"] - runs == 2) == fast
+        out[fast] = (g, gg)
+    for a, b in zip(out[True], out[False]):
+        _close(a, b, f"{case} double backward")
