@@ -175,17 +175,17 @@ __device__ __forceinline__ void ember_fwd_scores(float (&s)[8][4],
 
 /* the online softmax of one tile for this lane's rows ia (C regs 0-1) and ib = ia + 8 (2-3):
    S -> P = exp2(S scale log2(e) - m'), masked keys 0; m, l updated; returns the rescale
-   factors of the old accumulator in a[0..1] */
+   factors of the old accumulator in a[0..1]. MASK false: every key visible (no tests) */
+template <bool MASK>
 __device__ __forceinline__ void ember_fwd_softmax(float (&s)[8][4], float (&m)[2],
-        float (&l)[2], float (&a)[2], float sl2, int j0, int ia, int t, int Tk, int causal,
-        bool full) {
+        float (&l)[2], float (&a)[2], float sl2, int j0, int ia, int t, int Tk, int causal) {
     float x[2] = {-INFINITY, -INFINITY};
 #pragma unroll
     for (int n = 0; n < 8; n++) {
 #pragma unroll
         for (int e = 0; e < 4; e++) {
             const int j = j0 + n * 8 + 2 * t + (e & 1), i = ia + 8 * (e >> 1);
-            const bool ok = full || (j < Tk && (!causal || j <= i));
+            const bool ok = !MASK || (j < Tk && (!causal || j <= i));
             s[n][e] = ok ? s[n][e] * sl2 : -INFINITY;
         }
         /* NOTE: fmaxf drops a NaN score from the max; its p = exp2(NaN - m) is NaN, so
@@ -207,7 +207,7 @@ __device__ __forceinline__ void ember_fwd_softmax(float (&s)[8][4], float (&m)[2
 #pragma unroll
         for (int e = 0; e < 4; e++) {
             const int j = j0 + n * 8 + 2 * t + (e & 1), i = ia + 8 * (e >> 1);
-            const bool ok = full || (j < Tk && (!causal || j <= i));
+            const bool ok = !MASK || (j < Tk && (!causal || j <= i));
             s[n][e] = ok ? ember_ex2(s[n][e] - m[e >> 1]) : 0.f;
         }
         l[0] += s[n][0] + s[n][1];
@@ -400,7 +400,8 @@ __device__ void ember_flash_fwd_mma(const T *q, const T *k, const T *v, T *o, fl
         const bool full = j0 + BN <= Tk && (!causal || j0 + BN - 1 <= i0 + warp * 16);
         float s[8][4], a[2];
         ember_fwd_scores<T, DQ>(s, qf, kt, nk, lane);
-        ember_fwd_softmax(s, m, l, a, sl2, j0, ia, lane & 3, Tk, causal, full);
+        if (full) ember_fwd_softmax<false>(s, m, l, a, sl2, j0, ia, lane & 3, Tk, causal);
+        else ember_fwd_softmax<true>(s, m, l, a, sl2, j0, ia, lane & 3, Tk, causal);
 #pragma unroll
         for (int n = 0; n < DV / 8; n++) {
             acc[n][0] *= a[0]; acc[n][1] *= a[0]; acc[n][2] *= a[1]; acc[n][3] *= a[1];
