@@ -39,7 +39,7 @@ from __future__ import annotations
 HEAD_DIMS = (32, 64, 128)
 #: storage dtypes it takes -> the ``cuda_mma`` suffix.
 TYPES = {"float16": "f16", "bfloat16": "bf16"}
-#: the largest head dim whose kernel prefetches the next K/V tile (d=128: 248 registers
+#: the largest head dim whose kernel prefetches the next K/V tile (d=128: 240 registers
 #: without, ptxas spills with "regs"; "cp.async"'s two buffers exceed 48 KiB).
 PREFETCH_MAX_DIM = 64
 #: how K/V tiles reach shared memory (the kernel's MODE): loaded at each tile's top; the next
@@ -47,8 +47,8 @@ PREFETCH_MAX_DIM = 64
 #: (``bench/cuda_attention.py`` times each).
 PIPELINES = ("none", "regs", "cp.async")
 #: the pipeline of head dims up to :data:`PREFETCH_MAX_DIM` (larger: "none"). ptxas -v, sm_90,
-#: float16, d=64: "regs" 191 registers (2 blocks a SM), "cp.async" 157 (3 blocks, 36 KiB of
-#: shared memory each), "none" 159.
+#: float16, d=64: "regs" 184 registers (2 blocks a SM), "cp.async" 155 (3 blocks, 36 KiB of
+#: shared memory each), "none" 153; no spills. Not yet timed on a GPU: pick by the bench.
 DEFAULT_PIPELINE = "regs"
 
 FWD_MMA = r"""
