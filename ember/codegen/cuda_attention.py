@@ -9,6 +9,8 @@ atomics) and one over query blocks (dq). float32, float16 and bfloat16 storage, 
 in float32, each result rounded once. The CUDA text is :mod:`.cuda_attention_c`; a
 variant per (dtype, head dims rounded up to 32, up to 128) is rendered on demand, compiled
 by NVRTC into the kernel cache and loaded once (:mod:`.cuda_cache`). float16/bfloat16
+forwards with head dims 32/64/128 run on tensor cores (:mod:`.cuda_attention_mma_c`, its
+own module: same arguments, same O and lse; ``MMA_FORWARD``). float16/bfloat16
 with head dims <= 64 run dk/dv and dq on tensor cores instead (:mod:`.cuda_attention_mma_bwd`,
 same arguments; ``backward_plans`` still lists the scalar launches it reroutes).
 
