@@ -69,7 +69,8 @@ def _step(em, layers, d, heads, t, batch, vocab):
 
 def census(graph) -> dict:
     """Where a compiled GPU graph's work goes: generated kernels (and how many traced ops
-    they hold), cuBLAS products, attention kernels, other launches (CuPy), free views."""
+    they hold), cuBLAS products, attention kernels, other launches (CuPy), ops on host
+    values (0-d NumPy: a CPU scalar read by a kernel is copied to the GPU there), views."""
     c = collections.Counter()
     other = collections.Counter()
     for n in graph.nodes:
@@ -83,6 +84,9 @@ def census(graph) -> dict:
             c["attention kernels"] += 1
         elif name in FREE or getattr(n.op, "view", False):
             c["views (no launch)"] += 1
+        elif n.outs and n.outs[0].device.type == "cpu":
+            c["host ops (NumPy, 0-d)"] += 1
+            other[f"host {name}:{n.outs[0].dtype.name}"] += 1
         else:
             c["other launches (CuPy)"] += 1
             other[f"{name}:{n.outs[0].dtype.name if n.outs else ''}"] += 1
@@ -152,6 +156,7 @@ def _time_nvrtc(args, fused, distinct, sources) -> None:
     from ember.graph.passes.fuse_cuda import strategy
     news = [(op.module.source, op.module.name) for op in distinct.values()]
     attn = [(s, n) for s, n in sources if "ember_flash" in n]
+    nth = args.threads or cuda_cache.threads()
     with tempfile.TemporaryDirectory() as tmp:
         os.environ["EMBER_KERNEL_CACHE"] = os.path.join(tmp, "k")
         for label, items in (("distinct kernels", news), ("attention modules", attn)):
@@ -162,8 +167,8 @@ def _time_nvrtc(args, fused, distinct, sources) -> None:
                 cuda_cache.images(items, "sm_90", "cubin", nthreads=args.threads)
                 wall = time.perf_counter() - t0
                 cpu = cuda_cache.stats["nvrtc_s"] - before["nvrtc_s"]
-                print(f"NVRTC {label} ({len(items)} programs) cubin sm_90 {run}: "
-                      f"{wall:.2f} s wall, {cpu:.2f} s in NVRTC calls")
+                print(f"after: {label} ({len(items)} programs) cubin sm_90, {run} cache: "
+                      f"{wall:.2f} s wall, {cpu:.2f} s NVRTC CPU ({nth} threads)")
     if not args.before:
         return
     by: dict = {}
@@ -172,14 +177,15 @@ def _time_nvrtc(args, fused, distinct, sources) -> None:
                                                               name=f"ember_fused_{i}"))
     for st, ks in by.items():
         src = render_cuda_many(ks, st)
-        t0 = time.perf_counter()
+        t0, c0 = time.perf_counter(), time.thread_time()
         nvrtc.compile_ptx(src, f"graph_{st}")
-        t_ptx = time.perf_counter() - t0
-        t0 = time.perf_counter()
+        t_ptx, c_ptx = time.perf_counter() - t0, time.thread_time() - c0
+        t0, c0 = time.perf_counter(), time.thread_time()
         nvrtc.compile_cubin(src, f"graph_{st}")
-        t_cubin = time.perf_counter() - t0
+        t_cubin, c_cubin = time.perf_counter() - t0, time.thread_time() - c0
         print(f"before: one program, {len(ks)} kernels ({st}), {len(src) // 1024} KiB: PTX "
-              f"{t_ptx:.2f} s (+ driver JIT at load), the same to a cubin {t_cubin:.2f} s")
+              f"{t_ptx:.2f} s wall / {c_ptx:.2f} s CPU (+ the driver's JIT at load, one "
+              f"thread), the same to a cubin {t_cubin:.2f} s wall / {c_cubin:.2f} s CPU")
 
 
 def _gpu(args) -> int:

@@ -233,3 +233,37 @@ def test_gpu_modules_load_cubins_compiled_in_parallel(store, monkeypatch, refuse
     finally:
         cuda_cache.arch.cache_clear()
         cuda_cache.sm.cache_clear()
+
+
+def test_adamw_scalars_of_a_gpu_graph_run_in_generated_kernels(gpu_like):  # noqa: F811
+    """AdamW's per-parameter bias corrections (0-d CPU values: the executor holds them on
+    the GPU) fuse into one kernel per parameter, one text for all, not ~8 CuPy ops each."""
+    def losses(dev):
+        em.manual_seed(0)
+        m = em.nn.Sequential(em.nn.Linear(16, 32), em.nn.GELU(), em.nn.Linear(32, 4)).to(dev)
+        opt = em.optim.AdamW(m.parameters(), lr=1e-2)
+        x, y = em.randn(8, 16).to(dev), em.randint(0, 4, (8,)).to(dev)
+
+        def step(x, y):
+            loss = em.nn.functional.cross_entropy(m(x), y)
+            loss.backward()
+            opt.step()
+            opt.zero_grad()
+            return loss
+        f = em.compile(step)
+        out = [float(f(x, y)) for _ in range(4)]
+        return out, f, opt
+    want, _, _ = losses("cpu")
+    got, f, opt = losses("cuda")
+    np.testing.assert_allclose(got, want, rtol=1e-5)
+    graph = f.graphs()[-1]
+    host = [n.op.name for n in graph.nodes if type(n.op).__name__ != "CudaFusedOp" and
+            n.outs and n.outs[0].ndim == 0 and n.outs[0].device.type == "cpu"]
+    # NOTE: a lone op left per parameter (-step_size, read after the group closed) stays
+    # a CuPy op: one launch either way
+    assert set(host) <= {"neg"} and len(host) <= 4, host
+    scalar = [n.op for n in graph.nodes if type(n.op).__name__ == "CudaFusedOp" and
+              "pow" in n.op.ops]
+    assert len(scalar) == 4 and len({op.kernel.name for op in scalar}) == 1
+    for st in opt.state.values():                # the step counts went back to the host
+        assert st["step"].device.type == "cpu" and float(st["step"]) == 4.0

@@ -36,7 +36,7 @@ from ...codegen.render_cuda import _render_one
 from ...device.base import get_backend
 from ...codegen.ir import Kernel, ReduceKernel
 from ..ir import Graph, GraphOp, Node
-from .fuse import lower_groups, merge_scalars
+from .fuse import lower_groups
 from .fuse_groups import partition
 from .recompute import recompute
 
@@ -81,10 +81,11 @@ class CudaFusedOp(GraphOp):
 
     __slots__ = ("kernel", "ops", "module", "accepts_out", "accepts_outs")
 
-    def __init__(self, lowered, kernel, module: CudaModule):
+    def __init__(self, lowered, kernel, module: CudaModule, device=None):
         name = "fused_reduce" if isinstance(kernel, ReduceKernel) else "fused"
         metas = [(v.shape, v.dtype.np) for v in lowered.outs]
-        xp = get_backend(lowered.outs[0].device).xp      # NOTE: the GPU's, never the host's
+        # NOTE: the GPU's arrays, never the host's (a group of CPU scalars runs there too)
+        xp = get_backend(device or lowered.outs[0].device).xp
         super().__init__(name, module.runner(kernel, metas, xp))
         self.kernel, self.ops, self.module = kernel, lowered.ops, module
         outs, space = lowered.outs, lowered.group.space
@@ -100,11 +101,16 @@ class CudaFusedOp(GraphOp):
 
 def _groups(graph):
     """``(graph, groups, early, recomputed)``: the partition as :func:`.fuse.fuse` makes it."""
-    # NOTE: recompute reads the CPU partition's classes, so it changes nothing here yet
-    groups = [g for g in partition(graph, "cuda") if worth_cuda(g)]
+    # NOTE: recompute reads the CPU partition's classes, so it changes nothing here yet.
+    # host_scalars: the executor holds a GPU graph's CPU scalars on the GPU, so their
+    # arithmetic (AdamW's bias corrections, per parameter) joins kernels, merged below
+    groups = [g for g in partition(graph, "cuda", True) if worth_cuda(g)]
     graph, recomputed = recompute(graph, groups)
-    groups = partition(graph, "cuda")
-    early = {id(g) for g in merge_scalars(graph, groups)}
+    groups = partition(graph, "cuda", True)
+    # NOTE: no merge_scalars here: the CPU's merged scalar kernel (every parameter's bias
+    # corrections, tens of outputs) is one text per model and took NVRTC 12-15 s; one
+    # group per parameter is one kernel text for all of them (content_name), ~1 s
+    early: set = set()
     return graph, [g for g in groups if g.members and worth_cuda(g)], early, recomputed
 
 
@@ -136,6 +142,9 @@ def fuse_cuda(graph: Graph):
     if not groups:
         return graph, {"kernels": 0, "fused_nodes": 0}
     order, member_of, lowered = lower_groups(graph, groups)
+    device = next((v.device for v in list(graph.inputs) + [o for n in graph.nodes
+                                                           for o in n.outs]
+                   if v.device is not None and v.device.type == "cuda"), None)
     # NOTE: groups with the same text share a name and a module; each keeps its own IR
     # (its shapes: the launch plan's)
     kernels = {gi: replace(lw.kernel, name=content_name(lw.kernel))
@@ -151,7 +160,7 @@ def fuse_cuda(graph: Graph):
             nodes.append(n)
         elif last[gi] == i and lowered[gi] is not None:
             lw, k = lowered[gi], kernels[gi]
-            op = CudaFusedOp(lw, k, modules[k.name])
+            op = CudaFusedOp(lw, k, modules[k.name], device)
             nodes.append(Node(op, tuple(lw.inputs), {"ops": lw.ops}, tuple(lw.outs)))
     fused = sum(len(g.members) for g in groups)
     return Graph(graph.inputs, nodes, graph.outputs, graph.name), {

@@ -57,16 +57,22 @@ class Group:
         return f"<group {self.id} {self.space}/{self.naxes}: {ops}>"
 
 
-def classify(n, device: str = "cpu") -> str | None:
+def classify(n, device: str = "cpu", host_scalars: bool = False) -> str | None:
     """``"ew"``, ``"reduce"``, ``"rowwise"`` or None (not fusible) for a kernel on a
-    ``device`` (type) array: every input there, or a 0-d CPU scalar beside them."""
+    ``device`` (type) array: every input there, or a 0-d CPU scalar beside them.
+    ``host_scalars``: a 0-d CPU node of 0-d inputs counts as on ``device`` too (a GPU
+    graph's executor holds its CPU scalars as device arrays: Adam's step counts)."""
     op = n.op
     if isinstance(op, GraphOp) or getattr(op, "random", False) or len(n.outs) != 1:
         return None
     vins = n.var_inputs()
-    if not vins or n.out.device.type != device or any(
+    if not vins:
+        return None
+    scalar = host_scalars and n.out.ndim == 0 and n.out.device.type == "cpu" and all(
+        x.ndim == 0 for x in vins)
+    if not scalar and (n.out.device.type != device or any(
             x.device.type != device and not (x.ndim == 0 and x.device.type == "cpu")
-            for x in vins):
+            for x in vins)):
         return None
     if any(x.__class__ is not Var and not isinstance(x, (bool, int, float)) for x in n.inputs):
         return None
@@ -103,9 +109,10 @@ def reduced_axes(n) -> int | None:
     return k
 
 
-def partition(graph, device: str = "cpu") -> list:
+def partition(graph, device: str = "cpu", host_scalars: bool = False) -> list:
     """The fusion groups of ``graph`` (every group with at least one member) of the nodes
-    computing on ``device`` (a device type: ``"cuda"`` for :mod:`.fuse_cuda`)."""
+    computing on ``device`` (a device type: ``"cuda"`` for :mod:`.fuse_cuda`);
+    ``host_scalars``: see :func:`classify`."""
     owner: dict = {}          # var id -> (group, cls) of the member that makes it
     groups: list = []
 
@@ -119,7 +126,7 @@ def partition(graph, device: str = "cpu") -> list:
         owner[n.out.id] = (g, cls)
 
     for n in graph.nodes:
-        kind = classify(n, device)
+        kind = classify(n, device, host_scalars)
         prods = []
         for x in n.var_inputs():
             o = owner.get(x.id)
