@@ -1,5 +1,6 @@
 """Flash-attention backward on a CUDA GPU: Ember's tensor-core dk/dv + dq kernels (each
-score-chunk width ``SUB``), its scalar kernels and PyTorch's ``scaled_dot_product_attention``
+score-chunk width ``SUB``, with and without the cp.async pipeline ``ASYNC``: columns
+``mma-s<SUB>[a]``), its scalar kernels and PyTorch's ``scaled_dot_product_attention``
 backward, side by side (issue 21).
 
 Two timings per row, on the GPT step's shape (batch 8, 12 heads, T 1024, head dim 64,
@@ -72,8 +73,8 @@ def _arrays(shape, cupy, torch):
 
 
 def _ember_fns(q, k, v, g, scale, causal, subs, cupy) -> dict:
-    """``{label: (bwd fn, fwd+bwd fn)}`` for mma-s<SUB> and scalar; each returns the flat
-    ``dq | dk | dv``."""
+    """``{label: (bwd fn, fwd+bwd fn)}`` for mma-s<SUB>[a] (``a``: cp.async pipeline) and
+    scalar; each returns the flat ``dq | dk | dv``."""
     from ember.codegen import cuda_attention as ca
     from ember.codegen import cuda_attention_mma_bwd as mb
     name, grid, block, args, o, lse = ca.forward_plan(q, k, v, scale, causal, cupy)
@@ -85,11 +86,12 @@ def _ember_fns(q, k, v, g, scale, causal, subs, cupy) -> dict:
     launches, _ = ca.backward_plans(g, q, k, v, o, lse, scale, causal, cupy, outs)
     mod = ca._module(q.dtype.name, q.shape[-1], v.shape[-1])
     fns = {}
-    for label, sub in [(f"mma-s{s}", s) for s in subs] + [("scalar", None)]:
-        def setup(sub=sub):
-            mb.enabled = sub is not None
-            if sub is not None:
-                mb.SUB = sub
+    cfgs = [(f"mma-s{s}{'a' if a else ''}", (s, a)) for s in subs for a in (False, True)]
+    for label, cfg in cfgs + [("scalar", None)]:
+        def setup(cfg=cfg):
+            mb.enabled = cfg is not None
+            if cfg is not None:
+                mb.SUB, mb.ASYNC = cfg
 
         def bwd(setup=setup):
             setup()
@@ -128,7 +130,7 @@ def _row(shape, reps, rounds, subs, cupy, torch):
         return None
     q, k, v, g, tq, tk, tv, tg = arrs
     scale = 1 / math.sqrt(d)
-    old = (mb.enabled, mb.SUB)
+    old = (mb.enabled, mb.SUB, mb.ASYNC)
     try:
         fns = _ember_fns(q, k, v, g, scale, causal, subs, cupy)
         if torch is not None:
@@ -144,7 +146,7 @@ def _row(shape, reps, rounds, subs, cupy, torch):
                 for w in (0, 1):
                     times[n, w].append(_mean_ms(f[w], reps, cupy))
     finally:
-        mb.enabled, mb.SUB = old
+        mb.enabled, mb.SUB, mb.ASYNC = old
     fwd_flops = 4 * b * h * t * t * d / (2 if causal else 1)
     res = {key: statistics.median(x) for key, x in times.items()}
     diff = {}

@@ -33,16 +33,19 @@ BLOCK = 64
 #: query (dk/dv) or key (dq) columns of the scores a warp holds at once: 16, 32 or 64
 #: (fewer registers and more blocks per SM vs more independent products; benchmarks pick).
 SUB = 16
+#: stage the next tile by cp.async into a second buffer during this tile's math (2x the
+#: shared memory, no registers) instead of loading each tile between two barriers.
+ASYNC = False
 THREADS = 128
 enabled = os.environ.get("EMBER_FLASH_MMA_BWD", "1") != "0"
 
 
 def variant(dtype_name: str, d: int, dv: int) -> tuple:
-    """``(suffix, storage type, DQ, DV)``: head dims rounded up to 32 (at most 64), and
-    :data:`SUB`."""
+    """``(suffix, storage type, DQ, DV)``: head dims rounded up to 32 (at most 64),
+    :data:`SUB` and :data:`ASYNC` (suffix ``a``)."""
     tag, ctype = STORAGE[dtype_name][:2]
     dq, dvv = 32 * max(1, -(-d // 32)), 32 * max(1, -(-dv // 32))
-    return f"{tag}_d{dq}_v{dvv}_s{SUB}", ctype, dq, dvv
+    return f"{tag}_d{dq}_v{dvv}_s{SUB}{'a' if ASYNC else ''}", ctype, dq, dvv
 
 
 def render(dtype_name: str, d: int, dv: int) -> str:
@@ -52,7 +55,8 @@ def render(dtype_name: str, d: int, dv: int) -> str:
     _, _, mma, pack, mask = STORAGE[dtype_name]
     defs = f"#define EMBER_MMA {mma}\n#define EMBER_PACK {pack}\n#define EMBER_EXP16 {mask}\n"
     entries = (ENTRIES.replace("{S}", s).replace("{T}", t).replace("{DQ}", str(dq))
-               .replace("{DV}", str(dvv)).replace("{SUB}", str(SUB)))
+               .replace("{DV}", str(dvv)).replace("{SUB}", str(SUB))
+               .replace("{ASYNC}", "true" if ASYNC else "false"))
     return HEAD + MMA + defs + BWD + DKDV + DQ_KERNEL + entries
 
 

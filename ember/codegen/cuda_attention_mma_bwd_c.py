@@ -36,9 +36,30 @@ BWD = r"""
 __device__ __forceinline__ bool ember_bad2(unsigned x) {
     return (x & EMBER_EXP16) == EMBER_EXP16 || ((x >> 16) & EMBER_EXP16) == EMBER_EXP16; }
 
+/* cp.async: 16 bytes global -> shared, no registers (the emulator: a copy now) */
+__device__ __forceinline__ void ember_bcp16(void *dst, const void *src) {
+#ifdef EMBER_EMU
+    std::memcpy(dst, src, 16);
+#else
+    asm volatile("cp.async.cg.shared.global [%0], [%1], 16;"
+                 :: "r"(ember_smem(dst)), "l"(src) : "memory");
+#endif
+}
+__device__ __forceinline__ void ember_bcp_commit() {
+#ifndef EMBER_EMU
+    asm volatile("cp.async.commit_group;" ::: "memory");
+#endif
+}
+__device__ __forceinline__ void ember_bcp_wait1() {   /* all but the newest group landed */
+#ifndef EMBER_EMU
+    asm volatile("cp.async.wait_group 1;" ::: "memory");
+#endif
+}
+
 /* rows [r0, r0 + 64) of a (T_, D) head of 16-bit values (x: the head's base) into
-   sh[64][W + 8]; zero past T_ and D. 16-byte loads when x and the row stride allow. */
-template <int W>
+   sh[64][W + 8]; zero past T_ and D. 16-byte loads when x and the row stride allow, by
+   cp.async when ASYNC (the caller commits and waits). */
+template <int W, bool ASYNC>
 __device__ void ember_stage16(unsigned short *sh, const unsigned short *x, long long st,
                               int r0, int T_, int D) {
     constexpr int C = W / 8;
@@ -50,6 +71,10 @@ __device__ void ember_stage16(unsigned short *sh, const unsigned short *x, long 
         if (t < T_) {
             const unsigned short *src = x + (long long)t * st + c;
             if (vec && c + 8 <= D) {
+                if (ASYNC) {
+                    ember_bcp16(sh + r * LDW(W) + c, src);
+                    continue;
+                }
                 u = *reinterpret_cast<const uint4 *>(src);
             } else {
                 unsigned h[8];
@@ -155,25 +180,47 @@ __device__ __forceinline__ void ember_mma_xt(float (*s)[4], const unsigned (*a)[
 """
 
 DKDV = r"""
-template <typename T, int DQ, int DV, int SUB>
+/* query tile [i0, i0 + 64) for dk/dv into buffer sm (Q rows, then dO rows), its lse (times
+   log2 e) and delta into lsh, dsh; with ASYNC Q/dO by cp.async (the caller commits) */
+template <int DQ, int DV, bool ASYNC>
+__device__ __forceinline__ void ember_dkdv_tile(unsigned short *sm, float *lsh, float *dsh,
+        const unsigned short *qh, const unsigned short *gh, const float *lse,
+        const float *delta, const long long *st, int p, int i0, int Tq, int D, int Dv) {
+    ember_stage16<DQ, ASYNC>(sm, qh, st[2], i0, Tq, D);
+    ember_stage16<DV, ASYNC>(sm + 64 * LDW(DQ), gh, st[11], i0, Tq, Dv);
+    if (threadIdx.x < 64) {
+        const int i = i0 + threadIdx.x;
+        lsh[threadIdx.x] = i < Tq ? lse[(long long)p * Tq + i] * EMBER_LOG2E : 0.f;
+        dsh[threadIdx.x] = i < Tq ? delta[(long long)p * Tq + i] : 0.f;
+    }
+}
+
+template <typename T, int DQ, int DV, int SUB, bool ASYNC>
 __device__ void ember_mma_dkdv(const T *q, const T *k, const T *v, const T *g,
         const float *lse, const float *delta, T *dk, T *dv, int b1, int Tq, int Tk, int D,
         int Dv, int causal, float scale, const long long *st) {
     /* st: q, k, v, g, dk, dv strides (s0, s1, s2 each) */
-    __shared__ __align__(16) unsigned short sm[64 * (LDW(DQ) + LDW(DV))];
-    __shared__ float lsh[64], dsh[64];
-    unsigned short *xs = sm, *gs = sm + 64 * LDW(DQ);
-    const int p = blockIdx.y, j0 = blockIdx.x * 64;
+    constexpr int TILE = 64 * (LDW(DQ) + LDW(DV));
+    __shared__ __align__(16) unsigned short sm[(1 + ASYNC) * TILE];
+    __shared__ float lsh[1 + ASYNC][64], dsh[1 + ASYNC][64];
+    const int p = blockIdx.y, j0 = blockIdx.x * 64, istart = causal ? j0 : 0;
     const int w = threadIdx.x >> 5, lane = threadIdx.x & 31, tc = lane & 3;
     long long base[6];
 #pragma unroll
     for (int a = 0; a < 6; a++) base[a] = ember_head(p, b1, st[3 * a], st[3 * a + 1]);
     const unsigned short *qh = reinterpret_cast<const unsigned short *>(q) + base[0];
     const unsigned short *gh = reinterpret_cast<const unsigned short *>(g) + base[3];
-    ember_stage16<DQ>(xs, reinterpret_cast<const unsigned short *>(k) + base[1], st[5], j0,
-                      Tk, D);
-    ember_stage16<DV>(gs, reinterpret_cast<const unsigned short *>(v) + base[2], st[8], j0,
-                      Tk, Dv);
+    /* K, V into the last buffer; with ASYNC the first query tile into buffer 0 meanwhile */
+    unsigned short *xs = sm + ASYNC * TILE, *gs = xs + 64 * LDW(DQ);
+    ember_stage16<DQ, false>(xs, reinterpret_cast<const unsigned short *>(k) + base[1], st[5],
+                             j0, Tk, D);
+    ember_stage16<DV, false>(gs, reinterpret_cast<const unsigned short *>(v) + base[2], st[8],
+                             j0, Tk, Dv);
+    if (ASYNC) {
+        ember_dkdv_tile<DQ, DV, ASYNC>(sm, lsh[0], dsh[0], qh, gh, lse, delta, st, p, istart,
+                                       Tq, D, Dv);
+        ember_bcp_commit();
+    }
     __syncthreads();
     unsigned ka[DQ / 16][4], va[DV / 16][4];
 #pragma unroll
@@ -191,17 +238,21 @@ __device__ void ember_mma_dkdv(const T *q, const T *k, const T *v, const T *g,
     const int ja = j0 + 16 * w + (lane >> 2), jb = ja + 8;
     const bool live = j0 + 16 * w < Tk;              /* warp-uniform */
     const float sl2 = scale * EMBER_LOG2E;   /* exp(s scale - lse) = 2^(s sl2 - lse log2 e) */
-    for (int i0 = causal ? j0 : 0; i0 < Tq; i0 += 64) {
-        __syncthreads();
-        ember_stage16<DQ>(xs, qh, st[2], i0, Tq, D);
-        ember_stage16<DV>(gs, gh, st[11], i0, Tq, Dv);
-        if (threadIdx.x < 64) {
-            const int i = i0 + threadIdx.x;
-            lsh[threadIdx.x] = i < Tq ? lse[(long long)p * Tq + i] * EMBER_LOG2E : 0.f;
-            dsh[threadIdx.x] = i < Tq ? delta[(long long)p * Tq + i] : 0.f;
+    for (int i0 = istart; i0 < Tq; i0 += 64) {
+        const int b = ASYNC ? ((i0 - istart) >> 6) & 1 : 0;   /* this tile's buffer */
+        __syncthreads();              /* nobody reads the buffer about to be written */
+        if (i0 + 64 < Tq || !ASYNC)   /* ASYNC: the next tile into the other buffer */
+            ember_dkdv_tile<DQ, DV, ASYNC>(sm + (ASYNC ? b ^ 1 : 0) * TILE, lsh[ASYNC ? b ^ 1 : 0],
+                                          dsh[ASYNC ? b ^ 1 : 0], qh, gh, lse, delta, st, p,
+                                          ASYNC ? i0 + 64 : i0, Tq, D, Dv);
+        if (ASYNC) {                  /* a group a tile (maybe empty): this one's landed */
+            ember_bcp_commit();
+            ember_bcp_wait1();
         }
         __syncthreads();
         if (!live) continue;
+        const unsigned short *xs = sm + b * TILE, *gs = xs + 64 * LDW(DQ);
+        const float *lsh_ = lsh[b], *dsh_ = dsh[b];
         const bool diag = causal && i0 == j0;     /* query blocks u < w: all masked */
         const bool badg = diag && ember_bad16<DV>(gs, 16 * w);
         const bool badq = diag && ember_bad16<DQ>(xs, 16 * w);
@@ -227,8 +278,8 @@ __device__ void ember_mma_dkdv(const T *q, const T *k, const T *v, const T *g,
                 for (int c = 0; c < 4; c++) {
                     const int il = h * SUB + n * 8 + 2 * tc + (c & 1), i = i0 + il;
                     const bool ok = i < Tq && (!causal || (c < 2 ? ja : jb) <= i);
-                    const float pr = ok ? exp2f(s[n][c] * sl2 - lsh[il]) : 0.f;
-                    dp[n][c] = ok ? pr * (dp[n][c] - dsh[il]) : 0.f;
+                    const float pr = ok ? exp2f(s[n][c] * sl2 - lsh_[il]) : 0.f;
+                    dp[n][c] = ok ? pr * (dp[n][c] - dsh_[il]) : 0.f;
                     s[n][c] = pr;
                 }
             }
@@ -275,13 +326,22 @@ __device__ void ember_mma_dkdv(const T *q, const T *k, const T *v, const T *g,
 """
 
 DQ_KERNEL = r"""
-template <typename T, int DQ, int DV, int SUB>
+/* key tile [j0, j0 + 64) for dq into buffer sm (K rows, then V rows); with ASYNC by
+   cp.async (the caller commits) */
+template <int DQ, int DV, bool ASYNC>
+__device__ __forceinline__ void ember_dq_tile(unsigned short *sm, const unsigned short *kh,
+        const unsigned short *vh, const long long *st, int j0, int Tk, int D, int Dv) {
+    ember_stage16<DQ, ASYNC>(sm, kh, st[5], j0, Tk, D);
+    ember_stage16<DV, ASYNC>(sm + 64 * LDW(DQ), vh, st[8], j0, Tk, Dv);
+}
+
+template <typename T, int DQ, int DV, int SUB, bool ASYNC>
 __device__ void ember_mma_dq(const T *q, const T *k, const T *v, const T *g,
         const float *lse, const float *delta, T *dq, int b1, int Tq, int Tk, int D, int Dv,
         int causal, float scale, const long long *st) {
     /* st: q, k, v, g, dq strides (s0, s1, s2 each) */
-    __shared__ __align__(16) unsigned short sm[64 * (LDW(DQ) + LDW(DV))];
-    unsigned short *xs = sm, *ys = sm + 64 * LDW(DQ);
+    constexpr int TILE = 64 * (LDW(DQ) + LDW(DV));
+    __shared__ __align__(16) unsigned short sm[(1 + ASYNC) * TILE];
     const int p = blockIdx.y, i0 = blockIdx.x * 64;
     const int w = threadIdx.x >> 5, lane = threadIdx.x & 31, tc = lane & 3;
     long long base[5];
@@ -289,10 +349,16 @@ __device__ void ember_mma_dq(const T *q, const T *k, const T *v, const T *g,
     for (int a = 0; a < 5; a++) base[a] = ember_head(p, b1, st[3 * a], st[3 * a + 1]);
     const unsigned short *kh = reinterpret_cast<const unsigned short *>(k) + base[1];
     const unsigned short *vh = reinterpret_cast<const unsigned short *>(v) + base[2];
-    ember_stage16<DQ>(xs, reinterpret_cast<const unsigned short *>(q) + base[0], st[2], i0,
-                      Tq, D);
-    ember_stage16<DV>(ys, reinterpret_cast<const unsigned short *>(g) + base[3], st[11], i0,
-                      Tq, Dv);
+    /* Q, dO into the last buffer; with ASYNC the first key tile into buffer 0 meanwhile */
+    unsigned short *xs = sm + ASYNC * TILE, *ys = xs + 64 * LDW(DQ);
+    ember_stage16<DQ, false>(xs, reinterpret_cast<const unsigned short *>(q) + base[0], st[2],
+                             i0, Tq, D);
+    ember_stage16<DV, false>(ys, reinterpret_cast<const unsigned short *>(g) + base[3],
+                             st[11], i0, Tq, Dv);
+    if (ASYNC) {
+        ember_dq_tile<DQ, DV, ASYNC>(sm, kh, vh, st, 0, Tk, D, Dv);
+        ember_bcp_commit();
+    }
     __syncthreads();
     unsigned qa[DQ / 16][4], ga[DV / 16][4];
 #pragma unroll
@@ -314,11 +380,18 @@ __device__ void ember_mma_dq(const T *q, const T *k, const T *v, const T *g,
     const float sl2 = scale * EMBER_LOG2E;   /* exp(s scale - lse) = 2^(s sl2 - lse log2 e) */
     const int kend = causal ? min(Tk, i0 + 64) : Tk;
     for (int j0 = 0; j0 < kend; j0 += 64) {
-        __syncthreads();
-        ember_stage16<DQ>(xs, kh, st[5], j0, Tk, D);
-        ember_stage16<DV>(ys, vh, st[8], j0, Tk, Dv);
+        const int b = ASYNC ? (j0 >> 6) & 1 : 0;   /* this tile's buffer */
+        __syncthreads();              /* nobody reads the buffer about to be written */
+        if (j0 + 64 < kend || !ASYNC)   /* ASYNC: the next tile into the other buffer */
+            ember_dq_tile<DQ, DV, ASYNC>(sm + (ASYNC ? b ^ 1 : 0) * TILE, kh, vh, st,
+                                         ASYNC ? j0 + 64 : j0, Tk, D, Dv);
+        if (ASYNC) {                  /* a group a tile (maybe empty): this one's landed */
+            ember_bcp_commit();
+            ember_bcp_wait1();
+        }
         __syncthreads();
         if (!live) continue;
+        const unsigned short *xs = sm + b * TILE, *ys = xs + 64 * LDW(DQ);
         const bool diag = causal && j0 == i0;     /* key blocks u > w: all masked */
         const bool badk = diag && ember_bad16<DQ>(xs, 16 * w);
 #pragma unroll
@@ -383,14 +456,14 @@ extern "C" __global__ void ember_flash_dkdv_mma_{S}(const {T} *q,
         const {T} *k, const {T} *v, const {T} *g, const float *lse, const float *delta,
         {T} *dk, {T} *dv, int b1, int Tq, int Tk, int D, int Dv, int causal, float scale,
         const long long *st) {
-    ember_mma_dkdv<{T}, {DQ}, {DV}, {SUB}>(q, k, v, g, lse, delta, dk, dv, b1, Tq, Tk, D, Dv, causal,
+    ember_mma_dkdv<{T}, {DQ}, {DV}, {SUB}, {ASYNC}>(q, k, v, g, lse, delta, dk, dv, b1, Tq, Tk, D, Dv, causal,
         scale, st);
 }
 extern "C" __global__ void ember_flash_dq_mma_{S}(const {T} *q,
         const {T} *k, const {T} *v, const {T} *g, const float *lse, const float *delta,
         {T} *dq, int b1, int Tq, int Tk, int D, int Dv, int causal, float scale,
         const long long *st) {
-    ember_mma_dq<{T}, {DQ}, {DV}, {SUB}>(q, k, v, g, lse, delta, dq, b1, Tq, Tk, D, Dv, causal,
+    ember_mma_dq<{T}, {DQ}, {DV}, {SUB}, {ASYNC}>(q, k, v, g, lse, delta, dq, b1, Tq, Tk, D, Dv, causal,
         scale, st);
 }
 """

@@ -180,14 +180,21 @@ def test_routing_keeps_the_scalar_kernels_elsewhere(cache):
     assert f"bwd_mma_f16_d64_v64_s{mb.SUB}" in cache
 
 
-@pytest.mark.parametrize("sub", [32, 64])
-def test_every_score_chunk_width_gives_the_same_gradients(cache, monkeypatch, sub):
+@pytest.mark.parametrize("sub,async_", [(32, False), (64, False), (16, True), (32, True)])
+def test_every_chunk_width_and_pipeline_gives_the_same_gradients(cache, monkeypatch, sub,
+                                                                 async_):
+    """Score chunks of 16/32/64 columns, tiles staged between barriers or by cp.async into
+    a second buffer (the emulator copies at once: the buffer bookkeeping is what runs);
+    T = 150: three tiles, so both buffers are used twice, with the causal start at 64."""
     monkeypatch.setattr(mb, "SUB", sub)
-    q, k, v, g = _arrays("float16", (1, 1, 80, 64), (1, 1, 80, 64), (1, 1, 80, 64), seed=4)
-    want = _reference(q, k, v, g, True, 0.125)[2:]
-    got, names = _run(cache, q, k, v, g, True, 0.125)
-    assert names[1].endswith(f"_s{sub}")
-    _check(got, want, "float16")
+    monkeypatch.setattr(mb, "ASYNC", async_)
+    for causal in (True, False):
+        q, k, v, g = _arrays("float16", (1, 1, 150, 64), (1, 1, 150, 64), (1, 1, 150, 64),
+                             seed=4)
+        want = _reference(q, k, v, g, causal, 0.125)[2:]
+        got, names = _run(cache, q, k, v, g, causal, 0.125)
+        assert names[1].endswith(f"_s{sub}" + ("a" if async_ else ""))
+        _check(got, want, "float16")
 
 
 NVRTC = nvrtc.available() and bool(nvrtc.include_dirs())
@@ -198,9 +205,13 @@ NVRTC = nvrtc.available() and bool(nvrtc.include_dirs())
 @pytest.mark.parametrize("arch", ["sm_80", "sm_90"])
 @pytest.mark.parametrize("dtype", ["float16", "bfloat16"])
 def test_every_variant_compiles_through_ptxas_without_spills(dtype, arch):
-    for d, dv in [(64, 64), (32, 32), (64, 24)]:
-        s = mb.variant(dtype, d, dv)[0]
-        cubin, log = nvrtc.compile_sass(mb.render(dtype, d, dv), f"flash_bwd_{s}", arch)
+    for d, dv, async_ in [(64, 64, False), (32, 32, False), (64, 24, False), (64, 64, True)]:
+        mb.ASYNC = async_
+        try:
+            s, src = mb.variant(dtype, d, dv)[0], mb.render(dtype, d, dv)
+        finally:
+            mb.ASYNC = False
+        cubin, log = nvrtc.compile_sass(src, f"flash_bwd_{s}", arch)
         entries = set(re.findall(r"Compiling entry function '(\w+)'", log))
         assert entries == {f"ember_flash_{k}_mma_{s}" for k in ("dkdv", "dq")}
         assert not re.search(r"[1-9]\d* bytes (spill (stores|loads)|stack frame)", log), log
