@@ -342,7 +342,8 @@ __device__ void ember_mma_dq(const T *q, const T *k, const T *v, const T *g,
     /* st: q, k, v, g, dq strides (s0, s1, s2 each) */
     constexpr int TILE = 64 * (LDW(DQ) + LDW(DV));
     __shared__ __align__(16) unsigned short sm[(1 + ASYNC) * TILE];
-    const int p = blockIdx.y, i0 = blockIdx.x * 64;
+    /* the longest causal rows first (blocks start in x order): a shorter tail */
+    const int p = blockIdx.y, i0 = (gridDim.x - 1 - blockIdx.x) * 64;
     const int w = threadIdx.x >> 5, lane = threadIdx.x & 31, tc = lane & 3;
     long long base[5];
 #pragma unroll

@@ -364,3 +364,23 @@ def test_gpt_layout_backward_takes_the_mma_kernels_and_matches_the_scalar_ones(g
         mb.enabled = old
     # P and dS rounded to float16 before their products: a few float16 ulps of the largest
     np.testing.assert_allclose(fast, slow, rtol=1e-2, atol=4e-3 * np.abs(slow).max())
+
+
+@pytest.mark.parametrize("sub,async_", [(16, False), (32, False), (64, False), (16, True),
+                                        (32, True)])
+def test_every_mma_backward_config_matches_float64_reference(gpu, monkeypatch, sub,  # noqa: F811
+                                                             async_):
+    """Each score-chunk width and tile pipeline (cp.async for real here) of the tensor-core
+    backward, on 4 GPT heads (T 1024, causal) and a cross-attention shape."""
+    from ember.codegen import cuda_attention_mma_bwd as mb
+    monkeypatch.setattr(mb, "SUB", sub)
+    monkeypatch.setattr(mb, "ASYNC", async_)
+    for b, h, tq, tk, d, causal in [(1, 4, 1024, 1024, 64, True), (1, 2, 333, 70, 64, False)]:
+        rng = np.random.default_rng(tq + sub)
+        q = rng.standard_normal((b, h, tq, d)).astype(np.float16)
+        k, v = (rng.standard_normal((b, h, tk, d)).astype(np.float16) for _ in range(2))
+        g = rng.standard_normal((b, h, tq, d)).astype(np.float16)
+        vals = [a.astype(np.float64) for a in (q, k, v, g)]
+        names, got = _mma_bwd(q, k, v, g, vals, 0.125, causal)
+        assert names[0].endswith(f"_s{sub}" + ("a" if async_ else ""))
+        _close(got, _ref_grads(*vals, 0.125, causal)[2:], 4e-3, 2e-3)
