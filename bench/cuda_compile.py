@@ -218,6 +218,7 @@ def _gpu(args) -> int:
     print("graph census:", info["summary"])
     print("  other launches by op:", ", ".join(f"{k} {v}" for k, v in
                                               info["other"].most_common(12)))
+    _threads_check(graph)
     ts, host = [], []
     for _ in range(5):
         a, b = em.cuda.Event(enable_timing=True), em.cuda.Event(enable_timing=True)
@@ -233,6 +234,27 @@ def _gpu(args) -> int:
     print(f"GPT step compiled ms (median of 5): {sorted(ts)[2]:.2f}; host time until "
           f"the call returned: {sorted(host)[2]:.2f} ms")
     return 0
+
+
+def _threads_check(graph) -> None:
+    """The graph's distinct kernels compiled again (fresh memory and disk cache) on one
+    thread and on :func:`~ember.codegen.cuda_cache.threads`: NVRTC's parallel speedup."""
+    from ember.codegen import cuda_cache
+    ops = {n.op.kernel.name: n.op for n in graph.nodes
+           if type(n.op).__name__ == "CudaFusedOp"}
+    items = [(op.module.source, op.module.name) for op in ops.values()]
+    for nth in (1, cuda_cache.threads()):
+        cuda_cache._memo.clear()
+        os.environ["EMBER_KERNEL_CACHE"] = tempfile.mkdtemp(prefix="ember-kcache-")
+        before, t0 = cuda_cache.stats["nvrtc_s"], time.perf_counter()
+        try:
+            cuda_cache.images(items, cuda_cache.sm(), "cubin", nthreads=nth)
+        except Exception as e:      # noqa: BLE001 - no NVRTC here: CuPy compiled them
+            print(f"NVRTC check: {type(e).__name__}: {e}")
+            return
+        print(f"NVRTC: {len(items)} distinct kernels to cubins on {nth} thread(s): "
+              f"{time.perf_counter() - t0:.2f} s wall, "
+              f"{cuda_cache.stats['nvrtc_s'] - before:.2f} s CPU")
 
 
 def _nvrtc_line(nvrtc) -> str:
