@@ -17,7 +17,14 @@ conflicts), by 16-byte vector loads where the head's address and row stride allo
   dO, Q as B by ldmatrix ``.trans``. dK is scaled once at the end.
 * ``dq``: a block owns 64 query rows, warp ``w`` rows ``16w..16w+15`` (Q and dO rows as A
   fragments in registers); per key tile of 64: ``S = Q K^T``, ``dP = dO V^T``, P, dS as
-  above, ``dQ += dS K`` (K by ldmatrix ``.trans``).
+  above, ``dQ += dS K`` (K by ldmatrix ``.trans``). Blocks run the longest causal rows
+  first (block x owns rows of tile ``gridDim.x - 1 - x``).
+
+Templates: ``SUB`` (16/32/64) is how many score columns (queries for dk/dv, keys for dq)
+a warp holds at once — the tile's S/dP/P/dS and its products go chunk by chunk (16: 168
+registers for dk/dv at d=64, three blocks a SM; 64: ~240); ``ASYNC`` stages the next
+tile by ``cp.async`` into a second buffer during this tile's math (one commit group a
+tile, ``wait_group 1`` before the barrier) instead of between two barriers.
 
 Masking is the scalar kernels' (:mod:`.cuda_attention_c`): key ``j`` takes part in row
 ``i`` iff ``j < Tk`` and (not causal or ``j <= i``); P and dS of a masked pair are exactly
@@ -457,14 +464,14 @@ extern "C" __global__ void ember_flash_dkdv_mma_{S}(const {T} *q,
         const {T} *k, const {T} *v, const {T} *g, const float *lse, const float *delta,
         {T} *dk, {T} *dv, int b1, int Tq, int Tk, int D, int Dv, int causal, float scale,
         const long long *st) {
-    ember_mma_dkdv<{T}, {DQ}, {DV}, {SUB}, {ASYNC}>(q, k, v, g, lse, delta, dk, dv, b1, Tq, Tk, D, Dv, causal,
-        scale, st);
+    ember_mma_dkdv<{T}, {DQ}, {DV}, {SUB}, {ASYNC}>(q, k, v, g, lse, delta, dk, dv, b1, Tq,
+        Tk, D, Dv, causal, scale, st);
 }
 extern "C" __global__ void ember_flash_dq_mma_{S}(const {T} *q,
         const {T} *k, const {T} *v, const {T} *g, const float *lse, const float *delta,
         {T} *dq, int b1, int Tq, int Tk, int D, int Dv, int causal, float scale,
         const long long *st) {
-    ember_mma_dq<{T}, {DQ}, {DV}, {SUB}, {ASYNC}>(q, k, v, g, lse, delta, dq, b1, Tq, Tk, D, Dv, causal,
-        scale, st);
+    ember_mma_dq<{T}, {DQ}, {DV}, {SUB}, {ASYNC}>(q, k, v, g, lse, delta, dq, b1, Tq, Tk,
+        D, Dv, causal, scale, st);
 }
 """
