@@ -26,9 +26,9 @@ several elements a thread: :func:`worth_cuda`).
 """
 from __future__ import annotations
 
+import copy
 import hashlib
 import math
-from dataclasses import replace
 
 from ...codegen import cuda_eager
 from ...codegen.cuda_launch import CudaModule, load_all
@@ -122,8 +122,16 @@ def content_name(k) -> str:
     """``ember_fused_<hash>``: the same name for kernels whose CUDA text (under
     :func:`strategy`) is the same up to the name, whatever their shapes."""
     st = strategy(k)
-    text = _render_one(replace(k, name=_PLACEHOLDER), st)
+    text = _render_one(renamed(k, _PLACEHOLDER), st)
     return "ember_fused_" + hashlib.sha256(f"{st}\0{text}".encode()).hexdigest()[:16]
+
+
+def renamed(k, name: str):
+    """Kernel ``k`` named ``name``. NOTE: not ``dataclasses.replace``, which re-runs the
+    IR's ``__post_init__`` (typing every expression: ~1 ms a kernel, 378 in a GPT step)."""
+    k = copy.copy(k)
+    object.__setattr__(k, "name", name)
+    return k
 
 
 def _modules(kernels) -> dict:
@@ -147,7 +155,7 @@ def fuse_cuda(graph: Graph):
                    if v.device is not None and v.device.type == "cuda"), None)
     # NOTE: groups with the same text share a name and a module; each keeps its own IR
     # (its shapes: the launch plan's)
-    kernels = {gi: replace(lw.kernel, name=content_name(lw.kernel))
+    kernels = {gi: renamed(lw.kernel, content_name(lw.kernel))
                for gi, lw in enumerate(lowered) if lw is not None}
     modules = _modules(kernels.values())
     load_all(modules.values())          # NOTE: compile (NVRTC) and load now, not mid-run
