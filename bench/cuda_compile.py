@@ -88,7 +88,7 @@ def census(graph) -> dict:
             c["host ops (NumPy, 0-d)"] += 1
             other[f"host {name}:{n.outs[0].dtype.name}"] += 1
         else:
-            c["other launches (CuPy)"] += 1
+            c["other op launches (CuPy or the op's cuda kernel)"] += 1
             other[f"{name}:{n.outs[0].dtype.name if n.outs else ''}"] += 1
     return {"summary": dict(c), "other": other}
 

@@ -56,8 +56,9 @@ class CupyNVRTC:
 
     def output(self, prog, what: str) -> bytes:
         """The program's ``"PTX"`` (NUL-terminated, as cuda-bindings') or ``"CUBIN"``."""
-        if what == "PTX":
-            return self._c.getPTX(prog).encode() + b"\0"
+        if what == "PTX":                   # NOTE: str in older CuPy, bytes in newer
+            ptx = self._c.getPTX(prog)
+            return (ptx.encode() if isinstance(ptx, str) else bytes(ptx)).rstrip(b"\0") + b"\0"
         fn = getattr(self._c, "getCUBIN", None)
         if fn is None:
             from .nvrtc import NVRTCUnavailable

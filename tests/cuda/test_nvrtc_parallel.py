@@ -133,9 +133,9 @@ class _CupyNVRTCOverBindings:
             super().__init__(f"NVRTC error {status}")
             self.status = status
 
-    def __init__(self):
+    def __init__(self, ptx_type=bytes):
         from cuda.bindings import nvrtc as nv
-        self.nv = nv
+        self.nv, self.ptx_type = nv, ptx_type      # getPTX: str in older CuPy, bytes now
 
     def _ok(self, res):
         err = res[0] if isinstance(res, tuple) else res
@@ -161,7 +161,8 @@ class _CupyNVRTCOverBindings:
         return buf[:n]
 
     def getPTX(self, prog):
-        return self._get(prog, "PTX").rstrip(b"\0").decode()
+        ptx = self._get(prog, "PTX").rstrip(b"\0")
+        return ptx if self.ptx_type is bytes else ptx.decode()
 
     def getCUBIN(self, prog):
         return self._get(prog, "CUBIN")
@@ -174,12 +175,13 @@ class _CupyNVRTCOverBindings:
 
 
 @needs_nvrtc
-def test_cupys_nvrtc_wrapper_compiles_the_same_code(monkeypatch):
+@pytest.mark.parametrize("ptx_type", [bytes, str])
+def test_cupys_nvrtc_wrapper_compiles_the_same_code(monkeypatch, ptx_type):
     pytest.importorskip("cuda.bindings")
     from ember.codegen._nvrtc_cupy import CupyNVRTC
     want_ptx, want_cubin = nvrtc.compile_ptx(SRC.format(n=3), "k3"), \
         nvrtc.compile_cubin(SRC.format(n=3), "k3")
-    wrapped = CupyNVRTC(_CupyNVRTCOverBindings())
+    wrapped = CupyNVRTC(_CupyNVRTCOverBindings(ptx_type))
     monkeypatch.setattr(nvrtc, "_bindings", lambda: (wrapped, wrapped.nvrtcVersion()[1:]))
     assert nvrtc.binding() == "cupy_backends.cuda.libs.nvrtc"
     assert nvrtc.compile_ptx(SRC.format(n=3), "k3") == want_ptx
