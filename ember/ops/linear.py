@@ -87,27 +87,35 @@ def _rows(t):
 
 def _eager_vjp(nxt, g, out, x, w, b):
     """The three rules on the raw arrays of a plain eager backward (the engine's
-    ``eager_vjp``): ``dx = g @ w``, ``dw = g.T @ x`` through the matmul kernel the rules'
-    ``matmul`` dispatches reach, ``db`` the engine's ``sum_to`` column sum, with the same
-    arguments (the same bits) but no dispatch, transposed view or ``sum_to`` of their own.
-    Float32 2-D CPU values only, with no dispatch mode or forward AD (tracers and
-    ``vmap`` see the rules' ops); None elsewhere (the rules run)."""
+    ``eager_vjp``): ``dx = g @ w`` and ``dw = rows(g).T @ rows(x)`` through the matmul
+    kernel the rules' ``matmul`` dispatches reach (rows folded by the ``reshape`` kernel's
+    ``np.reshape``), ``db`` the engine's ``sum_to`` sum over the leading dims, with the same
+    arguments (the same bits) but no dispatch, view or ``sum_to`` of their own. Float32
+    CPU values with a ``(N,)`` bias, no dispatch mode or forward AD (tracers and ``vmap``
+    see the rules' ops); None elsewhere (the rules run)."""
     st = _state.__dict__
     ga = g._data
-    if (st["modes"] or st["fw_levels"] or ga.__class__ is not _np.ndarray or ga.ndim != 2
+    if (st["modes"] or st["fw_levels"] or ga.__class__ is not _np.ndarray or ga.ndim < 2
             or ga.dtype != _F32 or g._device.type != "cpu" or not isinstance(x, Tensor)
             or not isinstance(w, Tensor) or not isinstance(b, Tensor)):
         return None
     xa, wa, ba = x._data, w._data, b._data
-    if xa.ndim != 2 or xa.dtype != _F32 or wa.dtype != _F32 or ba.shape != ga.shape[1:] \
-            or ba.dtype != _F32:
+    nd = ga.ndim
+    if xa.ndim != nd or xa.shape[:-1] != ga.shape[:-1] or xa.dtype != _F32 \
+            or wa.dtype != _F32 or ba.shape != ga.shape[-1:] or ba.dtype != _F32 \
+            or (nd > 2 and (not ga.size or not xa.size)):   # NOTE: reshape(-1, 0): the rules
         return None
     dt, dev = g._dtype, g._device
     # NOTE: np.add.reduce is what sum's kernel (np.sum) calls, without np.sum's wrapper
-    db = None if nxt[2] is None else _wrap(_np.add.reduce(ga, axis=(0,)), dt, dev)
+    db = None if nxt[2] is None else _wrap(
+        _np.add.reduce(ga, axis=(0,) if nd == 2 else tuple(range(nd - 1))), dt, dev)
     dx = None if nxt[0] is None else _wrap(_matmul_kernel(_np, ga, wa), dt, dev)
-    dw = None if nxt[1] is None else _wrap(_matmul_kernel(_np, ga.T, xa), dt, dev)
-    return dx, dw, db
+    if nxt[1] is None:
+        return dx, None, db
+    if nd > 2:
+        rows = ga.size // ga.shape[-1]
+        ga, xa = _np.reshape(ga, (rows, ga.shape[-1])), _np.reshape(xa, (rows, xa.shape[-1]))
+    return dx, _wrap(_matmul_kernel(_np, ga.T, xa), dt, dev), db
 
 
 linear_p = defop(

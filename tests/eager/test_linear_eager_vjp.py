@@ -101,3 +101,30 @@ def test_taken_in_a_plain_step(calls):
     assert calls[0] == 1
     np.testing.assert_allclose(ts[1].grad.numpy(), g.T.astype(np.float64) @ x, rtol=1e-4,
                                atol=1e-4)
+
+
+@pytest.mark.parametrize("lead", [(4, 32), (2, 3, 5)])
+@pytest.mark.parametrize("layout", ["contiguous", "permuted"])
+def test_leading_dims_same_bits_as_the_rules(lead, layout, calls, monkeypatch):
+    # NOTE: W3's Linears: x (B, T, in); rows folded as the rules' reshape folds them, the
+    # bias gradient summed over all leading dims as sum_to sums them
+    rng = np.random.default_rng(11)
+    x = rng.standard_normal(lead + (96,), dtype=np.float32)
+    w = rng.standard_normal((48, 96), dtype=np.float32)
+    b = rng.standard_normal(48, dtype=np.float32)
+    g = rng.standard_normal(lead + (48,), dtype=np.float32)
+
+    def grad_t():
+        if layout == "contiguous":
+            return ember.tensor(g)
+        # an incoming gradient whose leading dims are not in C order
+        return ember.tensor(np.ascontiguousarray(np.swapaxes(g, 0, 1))).transpose(0, 1)
+    fast = _grads(x, w, b, grad_t(), (True, True, True))
+    assert calls[0] == 1
+    monkeypatch.setattr(linear_p, "eager_vjp", None)
+    slow = _grads(x, w, b, grad_t(), (True, True, True))
+    for a, s in zip(fast, slow):
+        np.testing.assert_array_equal(a, s)
+    g64 = g.astype(np.float64).reshape(-1, 48)
+    np.testing.assert_allclose(fast[1], g64.T @ x.reshape(-1, 96), rtol=1e-4, atol=1e-4)
+    np.testing.assert_allclose(fast[2], g64.sum(0), rtol=1e-4, atol=1e-4)
