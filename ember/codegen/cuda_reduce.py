@@ -13,7 +13,8 @@ gradient sums an ``(8192, 768)`` float16/float32 matrix over its rows and took ~
   chunk partials in order and rounds once. Chunks are sized so the grid has ~1024 blocks.
 * **trailing dims** (``x.sum(-1)``): one block per row, the compiled graphs' row reduction
   (:func:`~ember.codegen.render_cuda.render_cuda`'s warp-shuffle block reduction over a
-  :class:`~ember.codegen.ir.ReduceKernel`), launched through :mod:`.cuda_launch`.
+  :class:`~ember.codegen.ir.ReduceKernel`), launched through :mod:`.cuda_launch` — only
+  when :data:`ROW_SUMS` is on (off by default: slower than CuPy's, measured).
 
 float16/bfloat16 are converted on load and summed in float32 (float64 for float64), the
 result rounded once to the input dtype — what eager's float32 sum rounded once computes,
@@ -47,6 +48,10 @@ BLOCK = COLS * LANES
 #: blocks a column sum aims at (~8 per SM of an H100/H200) and rows a chunk has at least.
 TARGET_BLOCKS = 1024
 MIN_CHUNK_ROWS = 64
+#: route trailing-dim sums here too. Off: on an H200 (``bench/cuda_reduce_optim.py --quick``,
+#: 2026-11-26) the block-per-row kernel took 99-106 us for (8192, 768) and 525-624 us for
+#: (4096, 50257) where CuPy's took 31-33 and 145-247 (torch 34 and 121-212): CuPy keeps them.
+ROW_SUMS = False
 _DTYPES = {"float16": _dt.float16, "bfloat16": _dt.bfloat16, "float32": _dt.float32,
            "float64": _dt.float64}
 #: kernels launched (tests and benchmarks read it).
@@ -118,7 +123,7 @@ def sum(xp, x, dim, keepdim):  # noqa: A001 - the op's name
     k = len(dim)
     if dim == tuple(range(k)) and k < nd:
         r = _colsum(xp, x, d, math.prod(x.shape[:k]), math.prod(x.shape[k:]))
-    elif dim == tuple(range(nd - k, nd)) and k < nd:
+    elif ROW_SUMS and dim == tuple(range(nd - k, nd)) and k < nd:
         r = _rowsum(xp, x, d, math.prod(x.shape[:nd - k]), math.prod(x.shape[nd - k:]))
     else:
         return None

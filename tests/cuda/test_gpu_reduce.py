@@ -24,7 +24,8 @@ def test_gpu_column_sums(gpu, dtype, shape, dims):  # noqa: F811
 
 @pytest.mark.parametrize("dtype", [np.float16, np.float32])
 @pytest.mark.parametrize("shape", [(8192, 768), (512, 50257), (4, 64, 1000)])
-def test_gpu_row_sums(gpu, dtype, shape):  # noqa: F811
+def test_gpu_row_sums(gpu, dtype, shape, monkeypatch):  # noqa: F811
+    monkeypatch.setattr(cuda_reduce, "ROW_SUMS", True)   # off by default (measured)
     a = _sample(shape, dtype)
     before = cuda_reduce.stats["rowsum"]
     _check(em.tensor(a, device="cuda").sum(-1, keepdim=True), a, -1, True)
