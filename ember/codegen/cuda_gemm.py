@@ -16,6 +16,16 @@ a transposed view (``x.mT`` of a contiguous x) is itself (``CUBLAS_OP_T``). A ba
 ``cublasGemmStridedBatchedEx``. :func:`gemm_plan` is pure Python (tested on the CPU with a
 NumPy model of cuBLAS's column-major GEMM); :func:`matmul` runs it through
 ``cupy_backends.cuda.libs.cublas``.
+
+Alignment: cuBLAS's fast half-precision kernels need 16-byte aligned base pointers and
+leading dims (8 halves). An LM head's odd vocabulary (50257) makes the logits' ``ldc`` odd
+and cuBLAS falls back to Turing-era kernels (~96 against ~600 TFLOP/s on an H100). A GEMM
+of at least :data:`PAD_MIN_FLOPS` with an unaligned operand or output therefore runs on
+padded buffers (:func:`_padded`): an unaligned operand is copied, in its own orientation,
+into a buffer whose leading dim is a multiple of 8, the reduction dim padded to a multiple
+of 8 with zeros (they add nothing to the sums); an unaligned output is computed into such
+a buffer and copied into the C-ordered result (:func:`finish`) — callers and ``out=`` get
+what they got before. The float32 sums are the same up to cuBLAS's own summation order.
 """
 from __future__ import annotations
 
@@ -23,7 +33,7 @@ import math
 
 import numpy as np
 
-__all__ = ["CUDA_TYPE", "gemm_plan", "matmul", "supported"]
+__all__ = ["CUDA_TYPE", "PAD_MIN_FLOPS", "finish", "gemm_plan", "matmul", "supported"]
 
 #: cudaDataType of each storage dtype (library_types.h).
 CUDA_TYPE = {"float16": 2, "bfloat16": 14, "float32": 0}
@@ -31,6 +41,9 @@ CUBLAS_COMPUTE_32F = 68
 CUBLAS_COMPUTE_32F_FAST_TF32 = 77
 CUBLAS_GEMM_DEFAULT_TENSOR_OP = 99
 OP_N, OP_T = 0, 1
+#: 2*m*n*k*batch from which an unaligned float16/bfloat16 GEMM runs on padded buffers.
+PAD_MIN_FLOPS = 1 << 30
+ALIGN = 16          # bytes: base pointers, leading dims and batch strides
 
 
 def supported(x, y, tf32: bool = False) -> bool:
@@ -44,14 +57,20 @@ def supported(x, y, tf32: bool = False) -> bool:
 
 def _operand(a, xp):
     """``(array, op, ld)`` of a row-major (r, c) matrix stack as cuBLAS's column-major
-    operand of the transposed product: C-contiguous -> (no op, ld = c); a transposed view
-    -> (OP_T, ld = r); anything else is copied to C order first."""
+    operand of the transposed product: rows contiguous -> (no op, ld = row stride, c when
+    C-contiguous); a transposed view -> (OP_T, ld = column stride); anything else is
+    copied to C order first."""
     it = a.itemsize
     r, c = a.shape[-2:]
-    if a.strides[-1] == it and (a.strides[-2] == c * it or r == 1):
+    s0, s1 = a.strides[-2:]
+    if s1 == it and r == 1:
         return a, OP_N, max(c, 1)
-    if a.strides[-2] == it and (a.strides[-1] == r * it or c == 1):
+    if s1 == it and s0 >= c * it and s0 % it == 0:       # rows ld apart (a padded buffer)
+        return a, OP_N, max(s0 // it, 1)
+    if s0 == it and c == 1:
         return a, OP_T, max(r, 1)
+    if s0 == it and s1 >= r * it and s1 % it == 0:
+        return a, OP_T, max(s1 // it, 1)
     a = xp.ascontiguousarray(a)
     return a, OP_N, max(c, 1)
 
@@ -60,8 +79,7 @@ def _batch_stride(a, batch: int) -> int:
     """Elements between consecutive matrices of the stack (0: one matrix for all)."""
     if a.ndim == 2 or batch == 1:
         return 0
-    lead = a.reshape((batch,) + a.shape[-2:]) if a.ndim > 3 else a
-    return lead.strides[0] // a.itemsize
+    return a.strides[-3] // a.itemsize        # leading dims merge (gemm_plan checks)
 
 
 def gemm_plan(x, y, xp=np, tf32: bool = False, out=None) -> dict:
@@ -83,14 +101,73 @@ def gemm_plan(x, y, xp=np, tf32: bool = False, out=None) -> dict:
     x, opx, ldx = _operand(x, xp)
     y, opy, ldy = _operand(y, xp)
     c = xp.empty(lead + (m, n), x.dtype) if out is None else out
+    ldc, result = max(n, 1), c
+    if _pads(x, ldx, y, ldy, c, ldc, batch, k):
+        kp = -(-k // 8) * 8
+        if kp != k or not _aligned(x, ldx, batch):
+            x, opx, ldx = _operand(_padded(x, m, kp, xp), xp)
+        if kp != k or not _aligned(y, ldy, batch):
+            y, opy, ldy = _operand(_padded(y, kp, n, xp), xp)
+        if not _aligned(c, ldc, batch):
+            ldc = -(-n // 8) * 8
+            result = xp.empty(lead + (m, ldc), x.dtype)[..., :n]
+        k = kp
     name = x.dtype.name
     compute = CUBLAS_COMPUTE_32F_FAST_TF32 if name == "float32" and tf32 else CUBLAS_COMPUTE_32F
     return {"fn": "gemmEx" if batch == 1 else "gemmStridedBatchedEx",
             "transa": opy, "transb": opx, "m": n, "n": m, "k": k,
             "A": y, "lda": ldy, "strideA": _batch_stride(y, batch),
             "B": x, "ldb": ldx, "strideB": _batch_stride(x, batch),
-            "C": c, "ldc": max(n, 1), "strideC": m * n, "batch": batch,
-            "type": CUDA_TYPE[name], "compute": compute, "out": c}
+            "C": result, "ldc": ldc, "strideC": m * ldc, "batch": batch,
+            "type": CUDA_TYPE[name], "compute": compute, "out": c,
+            "copy": result is not c}
+
+
+def finish(p):
+    """The plan's result as ``x @ y`` after the GEMM ran: a padded output copied into
+    ``p["out"]`` (C order, or the caller's ``out=``)."""
+    if p["copy"]:
+        p["out"][...] = p["C"]
+    return p["out"]
+
+
+def _ptr(a) -> int:
+    """The base address of ``a`` (a CuPy array, or NumPy's on the CPU stand-in)."""
+    return a.ctypes.data if isinstance(a, np.ndarray) else a.data.ptr
+
+
+def _aligned(a, ld: int, batch: int) -> bool:
+    """Whether cuBLAS's vectorised kernels can read ``a``: 16-byte base pointer, leading
+    dim and batch stride."""
+    step = ALIGN // a.itemsize
+    return (_ptr(a) % ALIGN == 0 and ld % step == 0
+            and _batch_stride(a, batch) % step == 0)
+
+
+def _pads(x, ldx, y, ldy, c, ldc, batch, k) -> bool:
+    """Whether to run on padded buffers: a big 2-byte GEMM with something unaligned."""
+    if x.itemsize != 2 or 2 * c.size * k < PAD_MIN_FLOPS:
+        return False
+    return not (_aligned(x, ldx, batch) and _aligned(y, ldy, batch) and _aligned(c, ldc, batch))
+
+
+def _padded(a, rows: int, cols: int, xp):
+    """``a`` (..., r, c) in the top-left corner of a (..., rows, cols) view, zeros elsewhere,
+    over a fresh buffer in ``a``'s orientation whose leading dim is a multiple of 8."""
+    r, c = a.shape[-2:]
+    lead = tuple(a.shape[:-2])
+    if a.strides[-2] == a.itemsize and r > 1:        # columns contiguous: keep them so
+        buf = xp.empty(lead + (cols, -(-rows // 8) * 8), a.dtype)
+        view = buf[..., :cols, :rows].swapaxes(-1, -2)
+    else:
+        buf = xp.empty(lead + (rows, -(-cols // 8) * 8), a.dtype)
+        view = buf[..., :rows, :cols]
+    view[..., :r, :c] = a
+    if rows > r:
+        view[..., r:, :] = 0
+    if cols > c:
+        view[..., :, c:] = 0
+    return view
 
 
 def _merges(a) -> bool:
@@ -125,4 +202,4 @@ def matmul(xp, x, y, tf32: bool = False, out=None):
     else:
         cublas.gemmStridedBatchedEx(*head, *a, p["strideA"], *b, p["strideB"],
                                     zero.ctypes.data, *c, p["strideC"], p["batch"], *tail)
-    return p["out"]
+    return finish(p)

@@ -4,8 +4,10 @@ A NumPy model of ``cublasGemmEx`` / ``cublasGemmStridedBatchedEx`` (column-major
 read from raw memory with their leading dims, ops and batch strides; float32 sums) runs
 each :func:`gemm_plan`, so the row-major to column-major mapping is checked for every
 layout a graph hands ``matmul``: contiguous, transposed views (``weight.mT``), stacks,
-broadcast right operands, leading dims that do not merge. On a GPU:
-``tests/cuda/test_gpu_kernels.py::test_float16_gemm_accumulates_in_float32``.
+broadcast right operands, leading dims that do not merge — and the padded buffers of big
+unaligned GEMMs (an LM head's odd vocabulary). On a GPU:
+``tests/cuda/test_gpu_kernels.py::test_float16_gemm_accumulates_in_float32`` and
+``tests/cuda/test_gpu_gemm_align.py``.
 """
 import numpy as np
 import pytest
@@ -34,7 +36,8 @@ def run_plan(p):
     assert p["ldc"] >= max(m, 1) and (p["fn"] == "gemmEx") == (p["batch"] == 1)
     c = p["C"]
     it = c.itemsize
-    cflat = np.lib.stride_tricks.as_strided(c, shape=(c.size,), strides=(it,))
+    extent = max(c.size, p["strideC"] * p["batch"])         # a padded C's rows run on
+    cflat = np.lib.stride_tricks.as_strided(c, shape=(extent,), strides=(it,))
     for b in range(p["batch"]):
         a = _colmajor(p["A"], p["transa"], p["lda"], m, k, b * p["strideA"])
         bb = _colmajor(p["B"], p["transb"], p["ldb"], k, n, b * p["strideB"])
@@ -42,7 +45,7 @@ def run_plan(p):
         view = np.lib.stride_tricks.as_strided(cflat[b * p["strideC"]:], (m, n),
                                                (it, p["ldc"] * it))
         view[...] = r.astype(c.dtype)
-    return p["out"]
+    return cg.finish(p)
 
 
 def _layouts(dtype):
@@ -122,3 +125,88 @@ def test_matmul_on_a_gpu_like_device_takes_the_gemm_ex_path(fake_cuda, monkeypat
     n = len(calls)
     em.ones(4, 3, device="cuda") @ em.ones(3, 2, device="cuda")     # float32: CuPy's matmul
     assert len(calls) == n
+
+
+def _lm_head(dtype, vocab=67, rows=40, d=48):
+    """An LM head's three products with an odd vocabulary: logits = x @ W.mT,
+    dx = dlogits @ W, dW = dlogits.mT @ x (all as the eager VJPs hand them to matmul)."""
+    rng = np.random.default_rng(1)
+    x = rng.standard_normal((rows, d)).astype(dtype)
+    w = rng.standard_normal((vocab, d)).astype(dtype)
+    dl = rng.standard_normal((rows, vocab)).astype(dtype)
+    return {"logits": (x, w.T), "dx": (dl, w), "dw": (dl.T, x),
+            "batched": (rng.standard_normal((3, 17, 33)).astype(dtype),
+                        rng.standard_normal((3, 33, 29)).astype(dtype)),
+            "batched_shared_T": (rng.standard_normal((2, 3, 9, 21)).astype(dtype),
+                                 rng.standard_normal((13, 21)).astype(dtype).T)}
+
+
+def _exact_close(got, x, y, dtype):
+    exact = x.astype(np.float64) @ y.astype(np.float64)
+    assert got.shape == exact.shape and got.dtype == dtype and got.flags.c_contiguous
+    ulp = {np.dtype(np.float16): 2.0 ** -10, np.dtype(BF16): 2.0 ** -7}[np.dtype(dtype)]
+    np.testing.assert_allclose(got.astype(np.float64), exact, rtol=ulp, atol=1e-3)
+
+
+def _aligned_plan(p):
+    step = cg.ALIGN // p["C"].itemsize
+    for a, ld, st in (("A", "lda", "strideA"), ("B", "ldb", "strideB"), ("C", "ldc", "strideC")):
+        assert p[ld] % step == 0 and p[st] % step == 0 and cg._ptr(p[a]) % cg.ALIGN == 0, a
+    assert p["k"] % 8 == 0
+
+
+@pytest.mark.parametrize("dtype", [np.float16, BF16], ids=["float16", "bfloat16"])
+@pytest.mark.parametrize("name", list(_lm_head(np.float16)))
+def test_unaligned_big_gemms_run_on_aligned_padded_buffers(dtype, name, monkeypatch):
+    x, y = _lm_head(dtype)[name]
+    monkeypatch.setattr(cg, "PAD_MIN_FLOPS", float("inf"))
+    plain = cg.gemm_plan(x, y)
+    assert not plain["copy"] and plain["k"] == x.shape[-1]
+    want = run_plan(plain)
+    monkeypatch.setattr(cg, "PAD_MIN_FLOPS", 1)
+    p = cg.gemm_plan(x, y)
+    _aligned_plan(p)
+    assert p["A"] is not y or p["B"] is not x or p["copy"]
+    got = run_plan(p)
+    _exact_close(got, x, y, dtype)
+    # padded zeros add nothing: float32 sums rounded once, as unpadded up to the order of
+    # the sums (BLAS's blocking may differ with k): at most one rounding step apart
+    ulp = {np.dtype(np.float16): 2.0 ** -10, np.dtype(BF16): 2.0 ** -7}[np.dtype(dtype)]
+    np.testing.assert_allclose(got.astype(np.float64), want.astype(np.float64),
+                               rtol=2 * ulp, atol=1e-3)
+
+
+def test_padded_gemm_writes_a_given_out_buffer(monkeypatch):
+    monkeypatch.setattr(cg, "PAD_MIN_FLOPS", 1)
+    x, y = _lm_head(np.float16)["logits"]
+    out = np.full((x.shape[0], y.shape[1]), np.nan, np.float16)
+    p = cg.gemm_plan(x, y, out=out)
+    assert p["copy"] and p["ldc"] == 72 and p["C"].base is not out
+    assert run_plan(p) is out
+    _exact_close(out, x, y, np.float16)
+
+
+def test_unaligned_base_pointer_is_copied(monkeypatch):
+    monkeypatch.setattr(cg, "PAD_MIN_FLOPS", 1)
+    rng = np.random.default_rng(2)
+    flat = rng.standard_normal(40 * 32 + 16).astype(np.float16)
+    skip = next(i for i in range(1, 9) if (flat.ctypes.data + 2 * i) % cg.ALIGN)
+    x = flat[skip:skip + 40 * 32].reshape(40, 32)          # ld 32, but base off by 2*skip
+    y = rng.standard_normal((32, 24)).astype(np.float16)
+    p = cg.gemm_plan(x, y)
+    assert p["B"] is not x and cg._ptr(p["B"]) % cg.ALIGN == 0 and p["A"] is y
+    _aligned_plan(p)
+    _exact_close(run_plan(p), x, y, np.float16)
+
+
+def test_small_gemms_keep_the_unpadded_call_and_big_ones_pad_at_the_default():
+    x, y = _lm_head(np.float16)["logits"]
+    p = cg.gemm_plan(x, y)                        # 2*m*n*k far below PAD_MIN_FLOPS
+    assert not p["copy"] and p["ldc"] == 67 and p["A"] is y and p["B"] is x
+    rng = np.random.default_rng(3)
+    xb = rng.standard_normal((1024, 64)).astype(np.float16)
+    yb = rng.standard_normal((64, 8195)).astype(np.float16)      # 2*m*n*k just over 2^30
+    assert 2 * 1024 * 64 * 8195 >= cg.PAD_MIN_FLOPS
+    p = cg.gemm_plan(xb, yb)
+    assert p["copy"] and p["ldc"] == 8200 and p["lda"] == 8200
+    _exact_close(run_plan(p), xb, yb, np.float16)
