@@ -34,6 +34,7 @@ import numpy as np
 from .. import config
 from .. import dtypes as _dt
 from .ir import InputSpec, Kernel, Load, OutSpec, call, infer
+from .render_cuda_ew import ALIGNED, ILP, ROW_BIT, render_row_entry
 
 __all__ = ["THRESHOLD", "run", "stats"]
 
@@ -47,7 +48,7 @@ EXCLUDE = frozenset(("cast",))
 _FLOAT = frozenset(("float32", "float64", "float16", "bfloat16"))
 _kernels: dict = {}       # (op, dtype, nin, params) -> (CudaModule, Kernel) or False
 #: calls that ran through generated kernels (tests and benchmarks read it).
-stats = {"runs": 0}
+stats = {"runs": 0, "rows": 0}
 
 
 def run(op, arrays, params):
@@ -123,14 +124,58 @@ def _make(name, d, nin, params):
                    name=f"ember_eager_{name}_{d.name}_{nin}_{tag}")
     except (TypeError, ValueError):
         return False
-    return CudaModule([k], "block", k.name), k
+    mod = CudaModule([k], "block", k.name)
+    # NOTE: eager kernels also get the row-broadcast entry (a bias add); fused graph
+    # kernels do not (their NVRTC time), so it is added to this module's text only
+    mod.source += render_row_entry(k)
+    return mod, k
 
 
 def _launch(entry, arrays, shape, xp):
     from .cuda_launch import kernel_plan
     mod, k = entry
-    name, grid, block, args, outs = kernel_plan(k, arrays, xp, shape=shape)
-    if int(args[-1]):
+    plan = _row_plan(k, arrays, shape, xp)
+    if plan is None:
+        plan = kernel_plan(k, arrays, xp, shape=shape)
+    else:
+        stats["rows"] += 1
+    name, grid, block, args, outs = plan
+    if int(args[-2] if name.endswith("_r") else args[-1]):     # n: no launch for none
         mod.function(name)(grid, block, args)
     stats["runs"] += 1
     return outs[0]
+
+
+def _row_plan(k, arrays, shape, xp):
+    """The ``NAME_r`` launch (:func:`~.render_cuda_ew.render_row_entry`) when every
+    operand is a number, a C-contiguous array of the output's shape, or a C-contiguous
+    row repeated over its leading dims (a bias: shape ``shape[-j:]``, leading 1s allowed),
+    at least one a row; else None (``kernel_plan``'s entries)."""
+    from .cuda_launch import BLOCK, MAX_BLOCKS_EW, _aligned, _asarray
+    shape = tuple(shape)
+    flags, cols, ins = 0, None, []
+    for i, a in enumerate(arrays):
+        if not isinstance(a, xp.ndarray):
+            a = _asarray(xp, a, k.inputs[i].dtype.np)
+        if a.size == 1:
+            flags |= 1 << i
+        elif not a.flags.c_contiguous:
+            return None
+        elif a.shape != shape:
+            s = a.shape
+            while s and s[0] == 1:
+                s = s[1:]
+            if s != shape[len(shape) - len(s):] or (cols is not None and cols != a.size):
+                return None
+            flags, cols = flags | 1 << (ROW_BIT + i), a.size
+        ins.append(a)
+    if cols is None or len(arrays) > ALIGNED.bit_length() - 1 - ROW_BIT:
+        return None
+    out = xp.empty(shape, k.out.dtype.np)
+    if cols % ILP == 0 and _aligned([a for i, a in enumerate(ins) if not flags >> i & 1]
+                                    + [out]):
+        flags |= ALIGNED
+    n = out.size
+    grid = (min(max(-(-n // (BLOCK * ILP)), 1), MAX_BLOCKS_EW),)
+    args = tuple(ins) + (out, np.int32(flags), np.int64(n), np.int64(cols))
+    return k.name + "_r", grid, (BLOCK,), args, [out]

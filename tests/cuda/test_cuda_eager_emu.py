@@ -63,7 +63,8 @@ def test_large_elementwise_ops_run_generated_kernels(emu_gpu, small_threshold):
     assert cuda_eager.stats["runs"] - before == 11      # abs and log1p: two
     launched = _launched(emu_gpu, "ember_eager_")
     assert "ember_eager_mul_float32_2_p_c" in launched        # contiguous entry
-    assert "ember_eager_add_float32_2_p" in launched          # strided (broadcast row)
+    assert "ember_eager_add_float32_2_p_r" in launched        # a broadcast row (bias)
+    assert "ember_eager_mul_float32_2_p" in launched          # strided (transposed)
 
 
 def test_small_integer_and_unknown_ops_keep_the_array_module(emu_gpu, small_threshold):
@@ -114,3 +115,40 @@ def test_eager_composites_run_fused_cuda_kernels(emu_gpu, which):
     for y, g in got:
         np.testing.assert_allclose(y, want[0], rtol=1e-5, atol=1e-6)
         np.testing.assert_allclose(g, want[1], rtol=1e-4, atol=1e-5)
+
+
+def test_broadcast_rows_run_the_row_entry_exactly(emu_gpu, small_threshold):
+    """A bias add (``x @ W.mT + b`` under float16 autocast) reads the row at ``i % cols``
+    in the ``_r`` entry: vector loads when ``cols`` is a multiple of 4 and aligned, element
+    loads otherwise (odd cols, a misaligned row); float32 inside, rounded once."""
+    rng = np.random.default_rng(5)
+    h = np.float16
+
+    def r(*s):
+        return rng.standard_normal(s).astype(h)
+    x, b = r(64, 512), r(512)
+    xo, bo = r(128, 259), r(260)
+    x3, b1 = r(4, 16, 520), r(1, 520)
+    f32 = np.float32
+    cases = [
+        (lambda: em.tensor(x, device="cuda") + em.tensor(b, device="cuda"),
+         (x.astype(f32) + b.astype(f32)).astype(h)),
+        (lambda: em.tensor(x3, device="cuda") * em.tensor(x3[1], device="cuda"),  # 2-D row
+         (x3.astype(f32) * x3[1].astype(f32)).astype(h)),
+        (lambda: em.tensor(xo, device="cuda") - em.tensor(bo, device="cuda")[1:],  # odd, off
+         (xo.astype(f32) - bo[1:].astype(f32)).astype(h)),
+        (lambda: em.tensor(x3, device="cuda") + em.tensor(b1, device="cuda"),    # (1, C) row
+         (x3.astype(f32) + b1.astype(f32)).astype(h)),
+    ]
+    before, rows = cuda_eager.stats["runs"], cuda_eager.stats["rows"]
+    for make, want in cases:
+        got = make()
+        assert got.dtype == em.float16 and got.shape == want.shape
+        np.testing.assert_array_equal(_np(got), want)
+    assert cuda_eager.stats["runs"] - before == 4 and cuda_eager.stats["rows"] - rows == 4
+    assert "ember_eager_add_float16_2_p_r" in _launched(emu_gpu, "ember_eager_")
+    # a strided row (every other element) is no row: the strided entry, same values
+    bs = r(1024)
+    got = em.tensor(x, device="cuda") + em.tensor(bs, device="cuda")[::2]
+    np.testing.assert_array_equal(_np(got), (x.astype(f32) + bs[::2].astype(f32)).astype(h))
+    assert cuda_eager.stats["rows"] - rows == 4
