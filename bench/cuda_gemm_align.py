@@ -5,7 +5,9 @@ and cuBLAS runs Turing-era kernels on it. ``ember/codegen/cuda_gemm.py`` runs su
 on padded buffers (``PAD_MIN_FLOPS``); this script times the three products of the LM head
 (x (8192, 768), W (50257, 768)): logits = x @ W.mT, dx = dlogits @ W, dW = dlogits.mT @ x,
 each as Ember padded (default), Ember unpadded (``PAD_MIN_FLOPS = inf``: the call before)
-and ``torch`` on the same GPU (medians of alternating runs, CUDA events).
+and ``torch`` on the same GPU (medians of alternating runs, CUDA events). Also the GPT
+step's float16 bias adds ((8192, 2304) and (8192, 3072) + a row): Ember's row entry
+(``cuda_eager._row_plan``), the strided entry it replaces, and torch, in GB/s.
 
 Run: ``python bench/cuda_gemm_align.py`` (``--reps N``; ``--vocab``, ``--rows``, ``--d``).
 Without a GPU it says there is nothing to measure and exits 0.
@@ -77,11 +79,52 @@ def run(reps: int, rows: int, vocab: int, d: int):
     return out
 
 
-def _torch_time(torch, a, b) -> float:
+def bias_rows(reps: int):
+    """Rows ``(name, row-entry ms, strided-entry ms, torch ms, bytes)`` of the GPT step's
+    float16 bias adds (``x @ W.mT + b`` of the qkv and MLP-up Linears, 24 a step)."""
+    import numpy as np
+    from ember.codegen import cuda_eager
+    try:
+        import torch
+        peer = torch.cuda.is_available()
+    except ImportError:
+        peer = False
+    def ev():                   # Ember's events: its ops run on Ember's current stream
+        return em.cuda.Event(enable_timing=True)
+
+    def el(a, b):
+        return a.elapsed_time(b)
+    keep = cuda_eager._row_plan
+    out = []
+    for shape in [(8, 1024, 2304), (8, 1024, 3072)]:
+        rng = np.random.default_rng(0)
+        xh = rng.standard_normal(shape, dtype=np.float32).astype(np.float16)
+        bh = rng.standard_normal(shape[-1:], dtype=np.float32).astype(np.float16)
+        x, b = em.tensor(xh, device="cuda"), em.tensor(bh, device="cuda")
+        if peer:
+            tx, tb = torch.tensor(xh, device="cuda"), torch.tensor(bh, device="cuda")
+        times = {"row": [], "strided": [], "torch": []}
+        for r in range(reps + 2):
+            for kind in times:
+                if kind == "torch":
+                    ms = _torch_time(torch, tx, tb, add=True) if peer else None
+                else:
+                    cuda_eager._row_plan = keep if kind == "row" else (lambda *a: None)
+                    ms = _time(lambda: x + b, ev, el)
+                if r >= 2 and ms is not None:
+                    times[kind].append(ms)
+        cuda_eager._row_plan = keep
+        med = {k: statistics.median(v) if v else None for k, v in times.items()}
+        out.append((f"bias add {shape}", med["row"], med["strided"], med["torch"],
+                    2 * xh.nbytes + bh.nbytes))
+    return out
+
+
+def _torch_time(torch, a, b, add: bool = False) -> float:
     """Milliseconds of one ``a @ b`` in torch by CUDA events."""
     s, e = torch.cuda.Event(enable_timing=True), torch.cuda.Event(enable_timing=True)
     s.record()
-    a @ b
+    a + b if add else a @ b
     e.record()
     e.synchronize()
     return s.elapsed_time(e)
@@ -105,6 +148,12 @@ def main(argv=None) -> int:
         tf = [f"{flop / (v * 1e9):.0f}" if v else "-" for v in (a, b, t)]
         ts = "-" if t is None else f"{t:.3f}"
         print(f"{name:24s} {a:10.3f} {b:12.3f} {ts:>9s}   {' / '.join(tf)}")
+    print(f"{'float16 bias add':24s} {'row ms':>10s} {'strided ms':>12s} {'torch ms':>9s}   "
+          f"GB/s row / strided / torch")
+    for name, a, b, t, nbytes in bias_rows(args.reps):
+        gb = [f"{nbytes / (v * 1e6):.0f}" if v else "-" for v in (a, b, t)]
+        ts = "-" if t is None else f"{t:.3f}"
+        print(f"{name:24s} {a:10.3f} {b:12.3f} {ts:>9s}   {' / '.join(gb)}")
     return 0
 
 
