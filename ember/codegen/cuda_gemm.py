@@ -25,7 +25,7 @@ padded buffers (:func:`_padded`): an unaligned operand is copied, in its own ori
 into a buffer whose leading dim is a multiple of 8, the reduction dim padded to a multiple
 of 8 with zeros (they add nothing to the sums); an unaligned output is computed into such
 a buffer and copied into the C-ordered result (:func:`finish`) — callers and ``out=`` get
-what they got before. The float32 sums are the same up to cuBLAS's own summation order.
+what they got before. On a GPU the 2-D copies are pitched ``cudaMemcpy2DAsync`` calls. The float32 sums are the same up to cuBLAS's own summation order.
 """
 from __future__ import annotations
 
@@ -127,8 +127,31 @@ def finish(p):
     """The plan's result as ``x @ y`` after the GEMM ran: a padded output copied into
     ``p["out"]`` (C order, or the caller's ``out=``)."""
     if p["copy"]:
-        p["out"][...] = p["C"]
+        _copy(p["out"], p["C"])
     return p["out"]
+
+
+def _copy(dst, src) -> None:
+    """``dst[...] = src``; on a GPU, a 2-D copy whose rows are contiguous is one
+    ``cudaMemcpy2DAsync`` (a pitched copy at copy bandwidth: CuPy's elementwise copy of a
+    strided view moves one element a thread)."""
+    if type(dst) is np.ndarray or not _pitched(dst, src):     # NumPy: the CPU model
+        dst[...] = src
+        return
+    import cupy
+    rt = cupy.cuda.runtime
+    rt.memcpy2DAsync(dst.data.ptr, dst.strides[0], src.data.ptr, src.strides[0],
+                     dst.shape[1] * dst.itemsize, dst.shape[0], rt.memcpyDeviceToDevice,
+                     cupy.cuda.get_current_stream().ptr)
+
+
+def _pitched(dst, src) -> bool:
+    """Whether ``src`` -> ``dst`` is a pitched 2-D copy: same shape and dtype, elements
+    contiguous in each row, rows at least a row's bytes apart."""
+    if dst.ndim != 2 or dst.shape != src.shape or dst.dtype != src.dtype or dst.size == 0:
+        return False
+    row = dst.shape[1] * dst.itemsize
+    return all(a.strides[1] == a.itemsize and a.strides[0] >= row for a in (dst, src))
 
 
 def _ptr(a) -> int:
@@ -154,20 +177,19 @@ def _pads(x, ldx, y, ldy, c, ldc, batch, k) -> bool:
 def _padded(a, rows: int, cols: int, xp):
     """``a`` (..., r, c) in the top-left corner of a (..., rows, cols) view, zeros elsewhere,
     over a fresh buffer in ``a``'s orientation whose leading dim is a multiple of 8."""
-    r, c = a.shape[-2:]
     lead = tuple(a.shape[:-2])
-    if a.strides[-2] == a.itemsize and r > 1:        # columns contiguous: keep them so
-        buf = xp.empty(lead + (cols, -(-rows // 8) * 8), a.dtype)
-        view = buf[..., :cols, :rows].swapaxes(-1, -2)
-    else:
-        buf = xp.empty(lead + (rows, -(-cols // 8) * 8), a.dtype)
-        view = buf[..., :rows, :cols]
-    view[..., :r, :c] = a
-    if rows > r:
-        view[..., r:, :] = 0
-    if cols > c:
-        view[..., :, c:] = 0
-    return view
+    t = a.strides[-2] == a.itemsize and a.shape[-2] > 1    # columns contiguous: keep so
+    src = a.swapaxes(-1, -2) if t else a                     # rows contiguous in memory
+    rr, cc = (cols, rows) if t else (rows, cols)
+    r, c = src.shape[-2:]
+    buf = xp.empty(lead + (rr, -(-cc // 8) * 8), a.dtype)
+    _copy(buf[..., :r, :c], src)
+    if rr > r:
+        buf[..., r:rr, :cc] = 0
+    if cc > c:
+        buf[..., :rr, c:cc] = 0
+    view = buf[..., :rr, :cc]
+    return view.swapaxes(-1, -2) if t else view
 
 
 def _merges(a) -> bool:

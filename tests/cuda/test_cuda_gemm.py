@@ -210,3 +210,49 @@ def test_small_gemms_keep_the_unpadded_call_and_big_ones_pad_at_the_default():
     p = cg.gemm_plan(xb, yb)
     assert p["copy"] and p["ldc"] == 8200 and p["lda"] == 8200
     _exact_close(run_plan(p), xb, yb, np.float16)
+
+
+def test_padding_copies_are_pitched_2d_copies_on_the_lm_head():
+    """On a GPU the copies into and out of padded buffers are ``cudaMemcpy2DAsync``
+    (``_pitched``): the LM head's (logits out, dlogits in either orientation) are."""
+    dl = _lm_head(np.float16)["dx"][0]
+    buf = np.empty((40, 72), np.float16)
+    assert cg._pitched(buf[:, :67], dl) and cg._pitched(dl, buf[:, :67])
+    assert cg._pitched(buf[:, :67], dl.T.swapaxes(-1, -2))         # dW's dlogits.mT
+    assert not cg._pitched(buf[:, :40].T, dl[:, :40])            # columns: not rows
+    assert not cg._pitched(buf[:, :67], dl[:, ::2][:, :34])       # shapes differ
+    assert not cg._pitched(np.empty((3, 4, 8), np.float16), np.empty((3, 4, 8), np.float16))
+
+
+def test_pitched_copy_calls_memcpy2d_with_pitches_in_bytes(monkeypatch):
+    """``_copy``'s GPU branch, run on host memory: a stand-in ``cupy`` whose
+    ``memcpy2DAsync`` copies ``height`` rows of ``width`` bytes with ctypes."""
+    import ctypes
+    import sys
+    import types
+
+    class Dev(np.ndarray):                    # a "device" array: .data.ptr like CuPy's
+        @property
+        def data(self):
+            return types.SimpleNamespace(ptr=self.ctypes.data)
+
+    calls = []
+
+    def memcpy2d(dst, dpitch, src, spitch, width, height, kind, stream):
+        assert kind == 3 and stream == 0
+        calls.append((dpitch, spitch, width, height))
+        for i in range(height):
+            ctypes.memmove(dst + i * dpitch, src + i * spitch, width)
+    rt = types.SimpleNamespace(memcpy2DAsync=memcpy2d, memcpyDeviceToDevice=3)
+    fake = types.SimpleNamespace(cuda=types.SimpleNamespace(
+        runtime=rt, get_current_stream=lambda: types.SimpleNamespace(ptr=0)))
+    monkeypatch.setitem(sys.modules, "cupy", fake)
+    dl = _lm_head(np.float16)["dx"][0]
+    buf = np.zeros((40, 72), np.float16).view(Dev)
+    cg._copy(buf[:, :67], dl.view(Dev))
+    np.testing.assert_array_equal(np.asarray(buf[:, :67]), dl)
+    assert not np.asarray(buf[:, 67:]).any()
+    back = np.empty((40, 67), np.float16).view(Dev)
+    cg._copy(back, buf[:, :67])
+    np.testing.assert_array_equal(np.asarray(back), dl)
+    assert calls == [(144, 134, 134, 40), (134, 144, 134, 40)]
