@@ -25,7 +25,8 @@ padded buffers (:func:`_padded`): an unaligned operand is copied, in its own ori
 into a buffer whose leading dim is a multiple of 8, the reduction dim padded to a multiple
 of 8 with zeros (they add nothing to the sums); an unaligned output is computed into such
 a buffer and copied into the C-ordered result (:func:`finish`) — callers and ``out=`` get
-what they got before. On a GPU the 2-D copies are pitched ``cudaMemcpy2DAsync`` calls. The float32 sums are the same up to cuBLAS's own summation order.
+what they got before. On a GPU the 2-D copies are pitched ``cudaMemcpy2DAsync`` calls.
+The float32 sums are the same up to cuBLAS's own summation order.
 """
 from __future__ import annotations
 
