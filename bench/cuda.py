@@ -28,9 +28,9 @@ sys.path[:] = [p for p in sys.path if os.path.abspath(p or ".") != os.path.dirna
 import ember as em  # noqa: E402
 
 
-def _time(fn, reps: int, sync) -> float:
-    """Median milliseconds of ``fn()`` over ``reps`` runs (after two warm-ups)."""
-    for _ in range(2):
+def _time(fn, reps: int, sync, warm: int = 2) -> float:
+    """Median milliseconds of ``fn()`` over ``reps`` runs (after ``warm`` warm-ups)."""
+    for _ in range(warm):
         fn()
     sync()
     out = []
@@ -241,7 +241,8 @@ def gpt_rows(reps, torch, compiled=True):
         try:
             step, args = _gpt_step(em, getattr(em, name))
             fn = em.compile(step) if compiled else step
-            ms = _time(lambda: fn(*args), reps, em.cuda.synchronize)
+            # NOTE: 5 warm-ups: eager composites record on a first call, compile later
+            ms = _time(lambda: fn(*args), reps, em.cuda.synchronize, warm=5)
         except Exception as e:     # noqa: BLE001 - report, keep benchmarking
             print(f"GPT step {label}: failed: {type(e).__name__}: {e}")
             ms = float("nan")
@@ -249,14 +250,15 @@ def gpt_rows(reps, torch, compiled=True):
         rows.append((f"GPT step {name} {label} ms", ms, None))
     if torch is not None:
         step, args = _gpt_step(torch, getattr(torch, name))
-        rows[0] = rows[0][:2] + (_time(lambda: step(*args), reps, torch.cuda.synchronize),)
+        rows[0] = rows[0][:2] + (_time(lambda: step(*args), reps, torch.cuda.synchronize,
+                                       warm=5),)
         print(f"  (torch GPT eager: {rows[0][2]:.2f} ms)", flush=True)
         if len(rows) < 2:
             return rows
         try:
             cstep = torch.compile(step)
             rows[1] = rows[1][:2] + (_time(lambda: cstep(*args), reps,
-                                           torch.cuda.synchronize),)
+                                           torch.cuda.synchronize, warm=5),)
         except Exception as e:     # noqa: BLE001 - no Triton etc.
             print(f"torch.compile GPT step failed: {type(e).__name__}: {e}")
     return rows
