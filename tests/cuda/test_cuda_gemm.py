@@ -256,3 +256,33 @@ def test_pitched_copy_calls_memcpy2d_with_pitches_in_bytes(monkeypatch):
     cg._copy(back, buf[:, :67])
     np.testing.assert_array_equal(np.asarray(back), dl)
     assert calls == [(144, 134, 134, 40), (134, 144, 134, 40)]
+
+
+def test_odd_linear_on_a_gpu_like_device_pads_and_matches_cpu(fake_cuda, monkeypatch):
+    """An odd Linear (33 -> 27, an LM head's odd vocabulary in small) with padding forced:
+    forward, dx and dW products through padded plans, as on the CPU."""
+    monkeypatch.setattr(fake_cuda, "capabilities",
+                        fake_cuda.capabilities - {"host_kernels"} | {"cuda_kernels"})
+    monkeypatch.setattr(cg, "PAD_MIN_FLOPS", 1)
+    padded = []
+
+    def fake_matmul(xp, x, y, tf32=False, out=None):
+        p = cg.gemm_plan(x, y, xp, tf32, out)
+        padded.append(p["k"] % 8 == 0 and p["ldc"] % 8 == 0)
+        return run_plan(p)
+    monkeypatch.setattr(cg, "matmul", fake_matmul)
+    em.manual_seed(0)
+    lin = em.nn.Linear(33, 27, bias=False).to(em.float16)
+    x = em.randn(3, 17, 33).to(em.float16)
+    res = {}
+    for dev in ("cpu", "cuda"):
+        m = lin.to(dev)
+        xi = x.detach().to(dev).requires_grad_()
+        y = m(xi)
+        y.float().square().sum().backward()
+        res[dev] = [y.detach().float().cpu().numpy(), xi.grad.float().cpu().numpy(),
+                    m.weight.grad.float().cpu().numpy()]
+        m.zero_grad()
+    assert len(padded) >= 3 and all(padded)
+    for a, b in zip(res["cuda"], res["cpu"]):
+        np.testing.assert_allclose(a, b, rtol=2e-3, atol=2e-2)
