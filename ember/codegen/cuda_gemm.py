@@ -102,21 +102,24 @@ def gemm_plan(x, y, xp=np, tf32: bool = False, out=None) -> dict:
     x, opx, ldx = _operand(x, xp)
     y, opy, ldy = _operand(y, xp)
     c = xp.empty(lead + (m, n), x.dtype) if out is None else out
-    ldc, result = max(n, 1), c
+    ldc, result, npad = max(n, 1), c, n
     if _pads(x, ldx, y, ldy, c, ldc, batch, k):
         kp = -(-k // 8) * 8
+        if not _aligned(c, ldc, batch):
+            # NOTE: n padded too, not only ldc: on an H200 an aligned ldc alone left cuBLAS
+            # on its slow kernel for the odd n of an LM head (8.3 ms vs 1.8 ms for dx, whose
+            # dims were all multiples of 8 once padded: bench/cuda_gemm_align.py)
+            npad = ldc = -(-n // 8) * 8
+            result = xp.empty(lead + (m, ldc), x.dtype)[..., :n]
         if kp != k or not _aligned(x, ldx, batch):
             x, opx, ldx = _operand(_padded(x, m, kp, xp), xp)
-        if kp != k or not _aligned(y, ldy, batch):
-            y, opy, ldy = _operand(_padded(y, kp, n, xp), xp)
-        if not _aligned(c, ldc, batch):
-            ldc = -(-n // 8) * 8
-            result = xp.empty(lead + (m, ldc), x.dtype)[..., :n]
+        if kp != k or npad != n or not _aligned(y, ldy, batch):
+            y, opy, ldy = _operand(_padded(y, kp, npad, xp), xp)
         k = kp
     name = x.dtype.name
     compute = CUBLAS_COMPUTE_32F_FAST_TF32 if name == "float32" and tf32 else CUBLAS_COMPUTE_32F
     return {"fn": "gemmEx" if batch == 1 else "gemmStridedBatchedEx",
-            "transa": opy, "transb": opx, "m": n, "n": m, "k": k,
+            "transa": opy, "transb": opx, "m": npad, "n": m, "k": k,
             "A": y, "lda": ldy, "strideA": _batch_stride(y, batch),
             "B": x, "ldb": ldx, "strideB": _batch_stride(x, batch),
             "C": result, "ldc": ldc, "strideC": m * ldc, "batch": batch,

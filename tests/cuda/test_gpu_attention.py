@@ -310,8 +310,9 @@ def test_mma_backward_matches_float64_reference(gpu, b, h, tq, tk, d, dv, causal
 
 
 def _sub():
+    """The kernels' name suffix: score columns held at once, ``a`` when tiles go by cp.async."""
     from ember.codegen import cuda_attention_mma_bwd as mb
-    return mb.SUB
+    return f"{mb.SUB}" + ("a" if mb.ASYNC else "")
 
 
 @pytest.mark.parametrize("d", [32, 64])

@@ -3,8 +3,8 @@
 Skips with "no CUDA GPU/CuPy" elsewhere. Run: ``python -m pytest -q
 tests/cuda/test_gpu_gemm_align.py``. GPT-2's vocabulary (50257) makes the logits' leading
 dim odd; ``cuda_gemm`` then computes on padded buffers (``PAD_MIN_FLOPS``). Each of the
-three LM-head products (x (8192, 768), W (50257, 768)) must match the unpadded cuBLAS call
-and a float32 product of the same operands, rounded once, up to one rounding step.
+three LM-head products (x (8192, 768), W (50257, 768)) must match a float32 product of the
+same operands, rounded once, up to one rounding step.
 """
 import pytest
 
@@ -22,7 +22,7 @@ def _products(cupy, rows=8192, vocab=50257, d=768):
 
 
 @pytest.mark.parametrize("name", ["logits", "dx", "dw"])
-def test_lm_head_products_padded_match_unpadded_and_float32(gpu, name, monkeypatch):  # noqa: F811
+def test_lm_head_products_padded_match_float32(gpu, name):  # noqa: F811
     import cupy
     x, y = _products(cupy)[name]
     p = cg.gemm_plan(x, y, cupy)
@@ -30,12 +30,12 @@ def test_lm_head_products_padded_match_unpadded_and_float32(gpu, name, monkeypat
     got = cg.matmul(cupy, x, y)
     assert got.shape == (x.shape[0], y.shape[1]) and got.flags.c_contiguous
     ref = (x.astype(cupy.float32) @ y.astype(cupy.float32)).astype(cupy.float16)
-    monkeypatch.setattr(cg, "PAD_MIN_FLOPS", float("inf"))
-    plain = cg.matmul(cupy, x, y)
     # float32 sums in different orders, rounded once to float16: one rounding step apart
-    # (float16's step at |v| is at most |v| * 2^-10; atol for sums that cancel near 0)
+    # (float16's step at |v| is at most |v| * 2^-10; atol for sums that cancel near 0).
+    # NOTE: not compared with the unpadded call: on an H200 (2026-11-26) cuBLAS's
+    # unaligned kernel for dx (k = 50257) was itself up to ~5 steps off this reference
+    # where the padded product was within one.
     _close(cupy, got, ref, 2.0 ** -10, 2e-2)
-    _close(cupy, got, plain, 2.0 ** -10, 2e-2)
 
 
 def _close(cupy, got, want, rtol, atol):
