@@ -101,11 +101,10 @@ class CudaFusedOp(GraphOp):
 
 def _groups(graph):
     """``(graph, groups, early, recomputed)``: the partition as :func:`.fuse.fuse` makes it."""
-    # NOTE: recompute reads the CPU partition's classes, so it changes nothing here yet.
     # host_scalars: the executor holds a GPU graph's CPU scalars on the GPU, so their
     # arithmetic (AdamW's bias corrections, per parameter) joins kernels, merged below
     groups = [g for g in partition(graph, "cuda", True) if worth_cuda(g)]
-    graph, recomputed = recompute(graph, groups)
+    graph, recomputed = recompute(graph, groups, "cuda", True)
     groups = partition(graph, "cuda", True)
     # NOTE: no merge_scalars here: the CPU's merged scalar kernel (every parameter's bias
     # corrections, tens of outputs) is one text per model and took NVRTC 12-15 s; one

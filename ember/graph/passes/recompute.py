@@ -41,8 +41,12 @@ SMALL = 8
 MIN_NUMEL = 1 << 14
 
 
-def recompute(graph: Graph, groups) -> tuple:
-    """``(graph, recomputed values)``: ``graph`` with the rewrites described above."""
+def recompute(graph: Graph, groups, device: str = "cpu", host_scalars: bool = False) -> tuple:
+    """``(graph, recomputed values)``: ``graph`` with the rewrites described above.
+
+    ``device``/``host_scalars``: as :func:`.fuse_groups.classify` (``"cuda"``, True for
+    :mod:`.fuse_cuda`'s groups: the default classifies every GPU node unfusible, so
+    nothing would be recomputed there)."""
     member = {}                                  # node id -> group index
     for gi, g in enumerate(groups):
         for n, _ in g.members:
@@ -70,7 +74,8 @@ def recompute(graph: Graph, groups) -> tuple:
             return True
         p = producer[v.id]
         if member.get(id(p)) != gi or cls_of.get(id(p)) != "full" or \
-                p.op.name in _EXPENSIVE or classify(p) != "ew" or len(out) >= MAX_CHAIN:
+                p.op.name in _EXPENSIVE or classify(p, device, host_scalars) != "ew" or \
+                len(out) >= MAX_CHAIN:
             return False
         for x in p.inputs:
             if not chain(x, size, skip, gi, out):
@@ -88,8 +93,8 @@ def recompute(graph: Graph, groups) -> tuple:
                     v.numel() < MIN_NUMEL:
                 continue
             readers = outside_users(v, gi)
-            if not readers or any(classify(u) is None or id(u) not in member
-                                  for u in readers):
+            if not readers or any(classify(u, device, host_scalars) is None or
+                                  id(u) not in member for u in readers):
                 continue
             by_group: dict = {}
             for u in readers:
