@@ -10,7 +10,8 @@ measure on both sides), grouped by path: generated fused kernel, eager composite
 optimizer kernel, attention, GEMM, CuPy elementwise, CuPy reduction, cast, copy.
 
 Run: ``python bench/cuda_gap.py [--layers 2 --d 768 --t 256 --batch 2 --vocab 50257]``
-(~1 min on 2 cores at these sizes; ``--names`` lists the biggest rows).
+(~2 min on 2 cores at these sizes; ``--names N`` lists the N biggest rows;
+``CGAP_DETAIL=1`` prints each fused step's and each outside launch's shapes and dtypes).
 """
 from __future__ import annotations
 
@@ -106,7 +107,7 @@ class Recorder:
             for a, c in zip(ins, s.casts):
                 if c is not None and a is not None and a.dtype != c:
                     self.rows.append(("cast (executor, CuPy)", f"{name}:cast", 1,
-                                      a.nbytes + a.size * __import__("numpy").dtype(c).itemsize))
+                                      a.nbytes + a.size * _itemsize(c)))
         outs = [vals[o] for o in s.outs]
         if not inner and len(ins) == 1 and len(outs) == 1 and outs[0] is not None and \
                 _shares(ins[0], outs[0]):
@@ -127,6 +128,11 @@ class Recorder:
             self.rows.append((_kcat(inner[0][0], name), inner[0][0], len(inner), b))
             return
         self.rows.append((_opcat(name), name, 1, b))
+
+
+def _itemsize(dtype) -> int:
+    import numpy as np
+    return np.dtype(dtype).itemsize
 
 
 def _shares(a, b) -> bool:
@@ -246,7 +252,6 @@ def main(argv=None) -> int:
     print(f"{'category':<34} {'eager launches':>14} {'MB':>9} {'compiled launches':>17} "
           f"{'MB':>9}")
     cats = sorted(set(res["eager"][0]) | set(res["compiled"][0]))
-    te = tc = [0, 0]
     te, tc = [0, 0], [0, 0]
     for c in cats:
         e = res["eager"][0].get(c, [0, 0])
