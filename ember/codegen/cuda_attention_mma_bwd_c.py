@@ -43,25 +43,6 @@ BWD = r"""
 __device__ __forceinline__ bool ember_bad2(unsigned x) {
     return (x & EMBER_EXP16) == EMBER_EXP16 || ((x >> 16) & EMBER_EXP16) == EMBER_EXP16; }
 
-/* cp.async: 16 bytes global -> shared, no registers (the emulator: a copy now) */
-__device__ __forceinline__ void ember_bcp16(void *dst, const void *src) {
-#ifdef EMBER_EMU
-    std::memcpy(dst, src, 16);
-#else
-    asm volatile("cp.async.cg.shared.global [%0], [%1], 16;"
-                 :: "r"(ember_smem(dst)), "l"(src) : "memory");
-#endif
-}
-__device__ __forceinline__ void ember_bcp_commit() {
-#ifndef EMBER_EMU
-    asm volatile("cp.async.commit_group;" ::: "memory");
-#endif
-}
-__device__ __forceinline__ void ember_bcp_wait1() {   /* all but the newest group landed */
-#ifndef EMBER_EMU
-    asm volatile("cp.async.wait_group 1;" ::: "memory");
-#endif
-}
 
 /* rows [r0, r0 + 64) of a (T_, D) head of 16-bit values (x: the head's base) into
    sh[64][W + 8]; zero past T_ and D. 16-byte loads when x and the row stride allow, by
@@ -79,7 +60,7 @@ __device__ void ember_stage16(unsigned short *sh, const unsigned short *x, long 
             const unsigned short *src = x + (long long)t * st + c;
             if (vec && c + 8 <= D) {
                 if (ASYNC) {
-                    ember_bcp16(sh + r * LDW(W) + c, src);
+                    ember_cp16(sh + r * LDW(W) + c, src);
                     continue;
                 }
                 u = *reinterpret_cast<const uint4 *>(src);
@@ -226,7 +207,7 @@ __device__ void ember_mma_dkdv(const T *q, const T *k, const T *v, const T *g,
     if (ASYNC) {
         ember_dkdv_tile<DQ, DV, ASYNC>(sm, lsh[0], dsh[0], qh, gh, lse, delta, st, p, istart,
                                        Tq, D, Dv);
-        ember_bcp_commit();
+        ember_cp_commit();
     }
     __syncthreads();
     unsigned ka[DQ / 16][4], va[DV / 16][4];
@@ -253,8 +234,8 @@ __device__ void ember_mma_dkdv(const T *q, const T *k, const T *v, const T *g,
                                           dsh[ASYNC ? b ^ 1 : 0], qh, gh, lse, delta, st, p,
                                           ASYNC ? i0 + 64 : i0, Tq, D, Dv);
         if (ASYNC) {                  /* a group a tile (maybe empty): this one's landed */
-            ember_bcp_commit();
-            ember_bcp_wait1();
+            ember_cp_commit();
+            ember_cp_wait<1>();
         }
         __syncthreads();
         if (!live) continue;
@@ -365,7 +346,7 @@ __device__ void ember_mma_dq(const T *q, const T *k, const T *v, const T *g,
                              st[11], i0, Tq, Dv);
     if (ASYNC) {
         ember_dq_tile<DQ, DV, ASYNC>(sm, kh, vh, st, 0, Tk, D, Dv);
-        ember_bcp_commit();
+        ember_cp_commit();
     }
     __syncthreads();
     unsigned qa[DQ / 16][4], ga[DV / 16][4];
@@ -394,8 +375,8 @@ __device__ void ember_mma_dq(const T *q, const T *k, const T *v, const T *g,
             ember_dq_tile<DQ, DV, ASYNC>(sm + (ASYNC ? b ^ 1 : 0) * TILE, kh, vh, st,
                                          ASYNC ? j0 + 64 : j0, Tk, D, Dv);
         if (ASYNC) {                  /* a group a tile (maybe empty): this one's landed */
-            ember_bcp_commit();
-            ember_bcp_wait1();
+            ember_cp_commit();
+            ember_cp_wait<1>();
         }
         __syncthreads();
         if (!live) continue;

@@ -107,25 +107,6 @@ __device__ __forceinline__ void ember_tile_st(unsigned short *sh, const uint4 *r
     }
 }
 
-/* cp.async: 16 bytes global -> shared without registers (the emulator: a copy now) */
-__device__ __forceinline__ void ember_cp16(void *dst, const void *src) {
-#ifdef EMBER_EMU
-    std::memcpy(dst, src, 16);
-#else
-    asm volatile("cp.async.cg.shared.global [%0], [%1], 16;"
-                 :: "r"(ember_smem(dst)), "l"(src) : "memory");
-#endif
-}
-__device__ __forceinline__ void ember_cp_commit() {
-#ifndef EMBER_EMU
-    asm volatile("cp.async.commit_group;" ::: "memory");
-#endif
-}
-template <int N> __device__ __forceinline__ void ember_cp_wait() {
-#ifndef EMBER_EMU
-    asm volatile("cp.async.wait_group %0;" :: "n"(N) : "memory");
-#endif
-}
 /* rows [r0, r0 + 64) of a head into shared rows of L elements by cp.async (vec), else by
    element loads; zero rows past T */
 template <int C, int L, int N>

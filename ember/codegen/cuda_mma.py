@@ -1,7 +1,8 @@
 """Tensor-core building blocks for hand-written CUDA kernels (FlashAttention's matmuls).
 
 :data:`MMA` is CUDA C text to place after a kernel source's ``cuda_fp16.h``/``cuda_bf16.h``
-includes. Every function is warp-collective: the 32 lanes of a warp call it together.
+includes. Every function but the cp.async ones is warp-collective: the 32 lanes of a warp
+call it together.
 
 * ``ember_mma_f16(float c[4], const unsigned a[4], const unsigned b[2])`` (and
   ``ember_mma_bf16``): ``C += A B`` on a tensor core, PTX ``mma.sync.aligned.m16n8k16
@@ -31,6 +32,11 @@ includes. Every function is warp-collective: the 32 lanes of a warp call it toge
   ``(k, n)`` (``P V``): ``ember_ldsm_x2_t`` of rows ``k0 + (L & 15)``, columns ``n0``.
 * ``unsigned ember_pack_f16(float lo, float hi)`` / ``ember_pack_bf16``: two floats rounded
   to nearest-even into one register, ``lo`` in the low half.
+* ``ember_cp16(void *dst, const void *src)``, ``ember_cp_commit()``,
+  ``ember_cp_wait<N>()`` (PTX ``cp.async.cg`` / ``commit_group`` / ``wait_group N``, sm_80+):
+  16 bytes from global to shared memory without registers, one group per commit, waiting
+  until at most ``N`` groups are in flight — the double-buffered tiles of the attention
+  kernels. Per thread, not warp-collective; the emulator copies at once.
 
 Under the CPU emulator of the tests (``tests/cuda/_cuda_emu.py``, ``EMBER_EMU`` defined)
 the emulator supplies these functions from the fragment layouts above, so a kernel's
@@ -86,4 +92,24 @@ __device__ __forceinline__ unsigned ember_pack_bf16(float lo, float hi) {
            ((unsigned)__bfloat16_as_ushort(__float2bfloat16_rn(hi)) << 16);
 }
 #endif
+/* cp.async (sm_80+): 16 bytes global -> shared without registers; a commit closes a group;
+   ember_cp_wait<N> waits until at most N groups are in flight (the emulator: a copy now) */
+__device__ __forceinline__ void ember_cp16(void *dst, const void *src) {
+#ifdef EMBER_EMU
+    std::memcpy(dst, src, 16);
+#else
+    asm volatile("cp.async.cg.shared.global [%0], [%1], 16;"
+                 :: "r"(ember_smem(dst)), "l"(src) : "memory");
+#endif
+}
+__device__ __forceinline__ void ember_cp_commit() {
+#ifndef EMBER_EMU
+    asm volatile("cp.async.commit_group;" ::: "memory");
+#endif
+}
+template <int N> __device__ __forceinline__ void ember_cp_wait() {
+#ifndef EMBER_EMU
+    asm volatile("cp.async.wait_group %0;" :: "n"(N) : "memory");
+#endif
+}
 """
