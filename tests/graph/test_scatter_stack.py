@@ -128,3 +128,41 @@ def test_default_pipeline_runs_it_before_fusion():
     cf(t, w)
     np.testing.assert_allclose(cf(t, w).numpy(), f(t, w).numpy(), rtol=1e-6, atol=1e-6)
     assert "scatter_stack" in _names(cf.graph)
+
+
+class _DeviceArray:
+    """A stand-in for a CuPy constant (a graph captured on a GPU): no ``np.ndarray``,
+    reductions answer device arrays (0-d), ``get()`` copies to the host."""
+
+    def __init__(self, a):
+        self.a = a
+        self.shape, self.dtype, self.size = a.shape, a.dtype, a.size
+
+    def any(self):
+        return _DeviceArray(np.asarray(self.a.any()))
+
+    def __bool__(self):
+        return bool(self.a)
+
+    def get(self):
+        return self.a
+
+
+@pytest.mark.parametrize("zero", [True, False])
+def test_a_device_constant_is_recognised(zero):
+    # A graph captured on a GPU holds its zero constants as CuPy arrays: the pass must
+    # inspect those too (it once looked at NumPy values only and never fired on a GPU).
+    f = _qkv_grad()
+    t, w = _inputs()
+    off = em.compile(f, passes=NOSTACK)
+    off(t, w), off(t, w)
+    g = off.graph
+    consts = [n for n in g.nodes if n.op.name == "constant"]
+    assert consts
+    for n in consts:
+        v = n.params["value"]
+        n.params["value"] = _DeviceArray(v if zero or not isinstance(v, np.ndarray)
+                                         else v + 1)
+    new, changed = scatter_stack(g)
+    assert changed["stacked"] == (1 if zero else 0)
+    assert ("scatter_stack" in _names(new)) == zero

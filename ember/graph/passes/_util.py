@@ -102,9 +102,23 @@ def constant_of(producer, v):
     return None
 
 
+def host_array(val, limit: int | None = None):
+    """``val`` (a CONSTANT's value) as a NumPy array when it is an array on a device (a
+    graph captured on a GPU holds CuPy constants; passes inspect them on the host), else
+    ``val`` itself. ``limit``: None (leave ``val``) for a device array of more elements."""
+    if isinstance(val, np.ndarray) or not hasattr(val, "__cuda_array_interface__") and \
+            not hasattr(val, "get"):
+        return val
+    if limit is not None and val.size > limit:
+        return None
+    return val.get() if callable(getattr(val, "get", None)) else np.asarray(val)
+
+
 def is_all(producer, v, c) -> bool:
     """Whether ``v`` is a scalar/constant whose every element equals ``c`` (bools excluded)."""
     val = constant_of(producer, v)
+    if val is not None and not isinstance(val, (bool, int, float, np.ndarray)):
+        val = host_array(val, 4096)     # NOTE: a device constant (a GPU graph's)
     if val is None or isinstance(val, bool):
         return False
     if isinstance(val, np.ndarray):
