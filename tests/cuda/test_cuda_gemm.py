@@ -221,7 +221,11 @@ def test_padding_copies_are_pitched_2d_copies_on_the_lm_head():
     assert cg._pitched(buf[:, :67], dl.T.swapaxes(-1, -2))         # dW's dlogits.mT
     assert not cg._pitched(buf[:, :40].T, dl[:, :40])            # columns: not rows
     assert not cg._pitched(buf[:, :67], dl[:, ::2][:, :34])       # shapes differ
-    assert not cg._pitched(np.empty((3, 4, 8), np.float16), np.empty((3, 4, 8), np.float16))
+    # (B, T, V) logits of a padded buffer: leading dims merge into the rows
+    b3 = np.empty((2, 20, 72), np.float16)
+    assert cg._pitched(b3[..., :67], dl.reshape(2, 20, 67)) == 40
+    assert cg._pitched(np.empty((3, 4, 8), np.float16), np.empty((3, 4, 8), np.float16)) == 12
+    assert cg._pitched(b3[:, :10, :67], dl[:20].reshape(2, 10, 67)) is None   # batch gap
 
 
 def test_pitched_copy_calls_memcpy2d_with_pitches_in_bytes(monkeypatch):
@@ -256,6 +260,10 @@ def test_pitched_copy_calls_memcpy2d_with_pitches_in_bytes(monkeypatch):
     cg._copy(back, buf[:, :67])
     np.testing.assert_array_equal(np.asarray(back), dl)
     assert calls == [(144, 134, 134, 40), (134, 144, 134, 40)]
+    b3 = np.zeros((2, 20, 72), np.float16).view(Dev)      # (B, T, V): one call, 40 rows
+    cg._copy(b3[..., :67], dl.reshape(2, 20, 67).view(Dev))
+    np.testing.assert_array_equal(np.asarray(b3[..., :67]).reshape(40, 67), dl)
+    assert calls[-1] == (144, 134, 134, 40)
 
 
 def test_odd_linear_on_a_gpu_like_device_pads_and_matches_cpu(fake_cuda, monkeypatch):
