@@ -211,6 +211,7 @@ class CudaModule:
 def _runner(module, k, metas, dev_xp):
     fn = []
     geo: dict = {}
+    plans: dict = {}
     single = len(k.outputs) == 1
 
     def fn_c(name):
@@ -225,7 +226,17 @@ def _runner(module, k, metas, dev_xp):
         given = list(outs) if outs is not None else [out] + [None] * (len(k.outputs) - 1)
         if metas is not None:
             given = [xp.empty(sh, dt) if o is None else o for o, (sh, dt) in zip(given, metas)]
-        name, grid, block, args, res = kernel_plan(k, arrays, xp, module.strategy, given, geo)
+        key = _layout_key(arrays, given, xp.ndarray)
+        plan = plans.get(key) if key is not None else None
+        if plan is not None:
+            name, grid, block, args, res = plan.args(xp, arrays, given)
+        else:
+            name, grid, block, args, res = kernel_plan(k, arrays, xp, module.strategy, given,
+                                                       geo)
+            if key is not None:
+                if len(plans) > 64:
+                    plans.clear()
+                plans[key] = _Plan(k, arrays, name, grid, block, args, res, xp.ndarray)
         if metas is not None:
             res = given                     # NOTE: the graph's shapes (the plan flattens)
         if int(args[-1]):                   # NOTE: no launch for zero rows or elements
@@ -233,6 +244,69 @@ def _runner(module, k, metas, dev_xp):
             f(grid, block, args)
         return res[0] if single else tuple(res)
     return run
+
+
+def _layout_key(arrays, given, nd):
+    """What :func:`kernel_plan`'s result depends on besides the data: each array's shape,
+    strides and dtype (a host scalar's type and value), and which outputs are given (their
+    shapes). None when something else is passed (the plan is then made each call)."""
+    key = []
+    for a in arrays:
+        if isinstance(a, nd):
+            key.append((a.shape, a.strides, a.dtype.char))
+        elif isinstance(a, (int, float, bool)):
+            key.append((a.__class__, a))
+        else:
+            return None                     # NOTE: a host array (a CPU 0-d value) etc.
+    key.append(tuple(None if o is None else (o.shape, o.strides, o.dtype.char) for o in given))
+    return tuple(key)
+
+
+class _Plan:
+    """A kernel's launch for one layout of its arrays (:func:`_layout_key`), replayed on
+    new arrays of that layout without :func:`kernel_plan`'s work (~60 us a launch of
+    Python on a GPT step's ~450 fused launches: the compiled step was host-bound).
+
+    Kept: the entry point, grid, block and the arguments after the arrays (the device
+    shape/stride arrays, or the ``_c`` entry's flags and size); per input, whether it is
+    passed as is or broadcast to the loop shape (and reshaped: a reduction's merged axes).
+    The ``_c`` entry's ALIGNED flag depends on the pointers: it is worked out again."""
+
+    __slots__ = ("name", "grid", "block", "tail", "prep", "space", "loop", "outs",
+                 "base_flags", "dtypes")
+
+    def __init__(self, k, arrays, name, grid, block, args, res, nd):
+        self.name, self.grid, self.block = name, grid, block
+        n_io = len(arrays) + len(res)
+        self.tail = args[n_io:]
+        red = isinstance(k, ReduceKernel)
+        self.space = tuple(k.shape) if red else tuple(k.out.shape)
+        self.loop = _merged_shape(k)
+        self.dtypes = [spec.dtype.np for spec in k.inputs]
+        self.prep = [isinstance(a, nd) and a.shape == self.space and a.dtype == d
+                     and len(self.loop) == len(self.space)
+                     for a, d in zip(arrays, self.dtypes)]
+        self.outs = [(o.shape, o.dtype) for o in res]
+        self.base_flags = None
+        if name.endswith("_c") and not red:
+            self.base_flags = int(self.tail[0]) & ~ALIGNED
+
+    def args(self, xp, arrays, given):
+        ins = []
+        for a, direct, d in zip(arrays, self.prep, self.dtypes):
+            if not direct:
+                a = xp.broadcast_to(_asarray(xp, a, d), self.space)
+                if len(self.loop) != len(self.space):
+                    a = a.reshape(self.loop)
+            ins.append(a)
+        outs = [xp.empty(sh, dt) if o is None else o for o, (sh, dt) in zip(given, self.outs)]
+        tail = self.tail
+        if self.base_flags is not None:
+            flags = self.base_flags
+            if _aligned([v for i, v in enumerate(ins) if not flags >> i & 1] + outs):
+                flags |= ALIGNED
+            tail = (np.int32(flags),) + tail[1:]
+        return self.name, self.grid, self.block, tuple(ins) + tuple(outs) + tail, outs
 
 
 def load_all(modules) -> None:

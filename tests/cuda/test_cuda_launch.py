@@ -64,3 +64,85 @@ def test_full_reduction_output_and_zero_dim_kernels():
     grid, _, args, outs = launch_plan(k0, [np.float32(3.0)])
     assert outs[0].shape == () and list(args[2]) == [1] and list(args[3]) == [0]
     assert int(args[-1]) == 1 and grid == (1,)
+
+
+class _Module:
+    """A CudaModule stand-in: ``function(name)`` records each launch's (name, grid, block,
+    args)."""
+
+    strategy = "block"
+
+    def __init__(self):
+        self.calls = []
+
+    def function(self, name):
+        return lambda grid, block, args: self.calls.append((name, grid, block, args))
+
+
+def _same_args(a, b):
+    assert len(a) == len(b)
+    for x, y in zip(a, b):
+        if isinstance(x, np.ndarray) and x.ndim:
+            assert x.shape == y.shape and x.strides == y.strides and x.dtype == y.dtype
+            np.testing.assert_array_equal(x, y)
+        else:
+            assert type(x) is type(y) and x == y, (x, y)
+
+
+def _kernels():
+    ew = Kernel([InputSpec(dt.float32, (0, 1)), InputSpec(dt.float32, (1, 0)),
+                 InputSpec(dt.float32, (0, 0))], OutSpec(dt.float32, (4, 5)),
+                Load(0) * Load(1) + Load(2))
+    red = ReduceKernel([InputSpec(dt.float32, (12, 4, 1))], (2, 3, 4), 2,
+                       [Reduce("sum", Load(0))], None, OutSpec(dt.float32, (2,)))
+    flat = Kernel([InputSpec(dt.float16, (1,)), InputSpec(dt.float16, (0,))],
+                  OutSpec(dt.float16, (64,)), Load(0) * Load(1))
+    return ew, red, flat
+
+
+def _arrays(rng, which, variant):
+    if which == 0:
+        x = rng.standard_normal((4, 5)).astype(np.float32)
+        y = rng.standard_normal((4, 1)).astype(np.float32)
+        z = rng.standard_normal(()).astype(np.float32)
+        return [x if variant == 0 else np.asfortranarray(x), y, z]
+    if which == 1:
+        x = rng.standard_normal((2, 3, 4)).astype(np.float32)
+        return [x if variant == 0 else x.transpose(0, 2, 1).copy().transpose(0, 2, 1)]
+    buf = rng.standard_normal(72).astype(np.float16)
+    return [buf[:64] if variant == 0 else buf[1:65], 2.0]      # aligned / not
+
+
+def test_runner_replays_its_plan_on_a_layout_seen_before():
+    # A compiled graph calls each fused kernel's runner with the same layouts every step:
+    # the second call of a layout reuses the plan (no kernel_plan), launching exactly what
+    # kernel_plan would on the new arrays -- also when the layout or alignment changes.
+    from ember.codegen import cuda_launch as cl
+    rng = np.random.default_rng(0)
+    for which, k in enumerate(_kernels()):
+        mod = _Module()
+        run = cl._runner(mod, k, None, np)
+        for variant in (0, 0, 1, 1, 0):
+            arrays = _arrays(rng, which, variant)
+            res = run(np, *arrays)
+            name, grid, block, args, outs = cl.kernel_plan(k, arrays, np, "block")
+            got = mod.calls[-1]
+            assert got[:3] == (name, grid, block)
+            n_in = len(arrays)
+            _same_args(got[3][:n_in], args[:n_in])
+            _same_args(got[3][n_in + len(outs):], args[n_in + len(outs):])
+            assert np.shape(res) == outs[0].shape
+        assert len(mod.calls) == 5
+
+
+def test_runner_plan_is_made_once_per_layout(monkeypatch):
+    from ember.codegen import cuda_launch as cl
+    made = []
+    real = cl.kernel_plan
+    monkeypatch.setattr(cl, "kernel_plan", lambda *a, **kw: made.append(1) or real(*a, **kw))
+    k = _kernels()[0]
+    run = cl._runner(_Module(), k, None, np)
+    rng = np.random.default_rng(1)
+    for variant in (0, 0, 0, 1, 1, 0):
+        run(np, *_arrays(rng, 0, variant))
+    assert len(made) == 2
