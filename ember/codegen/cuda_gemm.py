@@ -34,7 +34,8 @@ import math
 
 import numpy as np
 
-__all__ = ["CUDA_TYPE", "PAD_MIN_FLOPS", "finish", "gemm_plan", "matmul", "supported"]
+__all__ = ["CUDA_TYPE", "PAD_MIN_FLOPS", "cached_plan", "finish", "gemm_plan", "matmul",
+           "supported"]
 
 #: cudaDataType of each storage dtype (library_types.h).
 CUDA_TYPE = {"float16": 2, "bfloat16": 14, "float32": 0}
@@ -124,7 +125,7 @@ def gemm_plan(x, y, xp=np, tf32: bool = False, out=None) -> dict:
             "B": x, "ldb": ldx, "strideB": _batch_stride(x, batch),
             "C": result, "ldc": ldc, "strideC": m * ldc, "batch": batch,
             "type": CUDA_TYPE[name], "compute": compute, "out": c,
-            "copy": result is not c}
+            "copy": result is not c, "shape": lead + (m, n)}
 
 
 def finish(p):
@@ -219,24 +220,71 @@ def matmul(xp, x, y, tf32: bool = False, out=None):
     Example:
         >>> c = matmul(cupy, a16, b16)      # doctest: +SKIP (needs a GPU)
     """
-    from cupy_backends.cuda.libs import cublas
-    import cupy
-    p = gemm_plan(x, y, xp, tf32, out)
+    p = cached_plan(x, y, xp, tf32, out)
     if p["m"] == 0 or p["n"] == 0 or p["batch"] == 0:
         return p["out"]
     if p["k"] == 0:
         p["out"].fill(0)
         return p["out"]
-    one, zero = np.array(1.0, np.float32), np.array(0.0, np.float32)
+    _cublas(p)
+    return finish(p)
+
+
+#: direct plans (operands passed as they are, no padding) by :func:`_plan_key`.
+_plans: dict = {}
+
+
+def cached_plan(x, y, xp=np, tf32: bool = False, out=None) -> dict:
+    """:func:`gemm_plan`'s result, replayed from a plan of the same layout when there is
+    one: the same fields with this call's ``x``, ``y`` and output (``out`` or a new
+    array). Only plans that pass ``x`` and ``y`` to cuBLAS as they are (no copy, no
+    padding) are kept; a padded GEMM is planned (and its buffers made) at every call.
+
+    NOTE: ``gemm_plan`` was ~100 us of Python a call on a GPU (CuPy attribute reads,
+    ``empty``), on each of a compiled GPT step's ~150 GEMMs: the step was host-bound.
+    """
+    key = _plan_key(x, y, xp, tf32, out)
+    hit = _plans.get(key)
+    if hit is None:
+        p = gemm_plan(x, y, xp, tf32, out)
+        if p["B"] is x and p["A"] is y and not p["copy"]:
+            if len(_plans) > 256:
+                _plans.clear()
+            _plans[key] = dict(p, A=None, B=None, C=None, out=None)
+        return p
+    p = dict(hit)
+    c = xp.empty(p["shape"], x.dtype) if out is None else out
+    p["A"], p["B"], p["C"], p["out"] = y, x, c, c
+    return p
+
+
+def _plan_key(x, y, xp, tf32, out) -> tuple:
+    """What :func:`gemm_plan` decides from besides the data: shapes, strides, dtypes, the
+    flag, the output's layout, and, for a GEMM big enough to pad (:func:`_pads`), the
+    base pointers' 16-byte alignment."""
+    sh = x.shape
+    big = x.itemsize == 2 and 2 * math.prod(sh) * y.shape[-1] >= PAD_MIN_FLOPS
+    o = None if out is None else (out.shape, out.strides, big and _ptr(out) % ALIGN == 0)
+    return (xp, tf32, sh, x.strides, x.dtype.char, y.shape, y.strides, y.dtype.char, o,
+            big and (_ptr(x) % ALIGN, _ptr(y) % ALIGN))
+
+
+_ONE, _ZERO = np.array(1.0, np.float32), np.array(0.0, np.float32)
+
+
+def _cublas(p) -> None:
+    """Run plan ``p``'s GEMM (the only part that needs a GPU: the host stand-in of
+    ``bench/cuda_host.py`` replaces it)."""
+    from cupy_backends.cuda.libs import cublas
+    import cupy
     handle = cupy.cuda.device.get_cublas_handle()
-    head = (handle, p["transa"], p["transb"], p["m"], p["n"], p["k"], one.ctypes.data)
+    head = (handle, p["transa"], p["transb"], p["m"], p["n"], p["k"], _ONE.ctypes.data)
     a = (p["A"].data.ptr, p["type"], p["lda"])
     b = (p["B"].data.ptr, p["type"], p["ldb"])
     c = (p["C"].data.ptr, p["type"], p["ldc"])
     tail = (p["compute"], CUBLAS_GEMM_DEFAULT_TENSOR_OP)
     if p["fn"] == "gemmEx":
-        cublas.gemmEx(*head, *a, *b, zero.ctypes.data, *c, *tail)
+        cublas.gemmEx(*head, *a, *b, _ZERO.ctypes.data, *c, *tail)
     else:
         cublas.gemmStridedBatchedEx(*head, *a, p["strideA"], *b, p["strideB"],
-                                    zero.ctypes.data, *c, p["strideC"], p["batch"], *tail)
-    return finish(p)
+                                    _ZERO.ctypes.data, *c, p["strideC"], p["batch"], *tail)

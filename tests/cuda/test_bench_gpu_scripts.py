@@ -33,3 +33,24 @@ def test_gpt2_parameter_shapes_count_124m():
             k *= d
         n += k
     assert len(shapes) == 148 and n == 124_439_808      # GPT-2 small, tied lm_head
+
+
+def test_cuda_host_measures_the_compiled_step_on_the_stand_in():
+    """bench/cuda_host.py (issue 21's host time): runs in a process of its own (its
+    stand-in patches the kernel loader and cuBLAS call) and prints the compiled and eager
+    step's host time with the compiled call's executor steps and launches."""
+    import re
+    import subprocess
+    import sys
+    env = dict(os.environ, EMBER_GRAPH_CACHE="0")
+    env.pop("EMBER_FAKE_CUDA", None)
+    r = subprocess.run([sys.executable, os.path.join(ROOT, "bench", "cuda_host.py"),
+                        "--layers", "1", "--d", "32", "--t", "8", "--vocab", "64",
+                        "--reps", "2", "--profile"], capture_output=True, text=True,
+                       env=env, timeout=600, cwd=ROOT)
+    assert r.returncode == 0, r.stderr[-2000:]
+    rows = dict(re.findall(r"^(compiled|eager)\s+host\s+[0-9.]+ ms/call.*launches\s+(\d+)",
+                           r.stdout, re.M))
+    assert set(rows) == {"compiled", "eager"} and int(rows["compiled"]) > 0, r.stdout
+    steps = int(re.search(r"^compiled .*executor steps\s+(\d+)", r.stdout, re.M).group(1))
+    assert steps > 50 and "tottime" in r.stdout     # a 1-layer step's graph; cProfile

@@ -294,3 +294,62 @@ def test_odd_linear_on_a_gpu_like_device_pads_and_matches_cpu(fake_cuda, monkeyp
     assert len(padded) >= 3 and all(padded)
     for a, b in zip(res["cuda"], res["cpu"]):
         np.testing.assert_allclose(a, b, rtol=2e-3, atol=2e-2)
+
+
+# ------------------------------------------------------------ the plan cache (host time)
+def _counting_plan(monkeypatch):
+    calls = []
+    real = cg.gemm_plan
+
+    def counting(*a, **k):
+        calls.append(1)
+        return real(*a, **k)
+    monkeypatch.setattr(cg, "gemm_plan", counting)
+    monkeypatch.setattr(cg, "_plans", {})
+    monkeypatch.setattr(cg, "_cublas", run_plan)     # the NumPy model of cuBLAS
+    return calls
+
+
+@pytest.mark.parametrize("name", list(_layouts(np.float16)))
+def test_matmul_replays_its_plan_on_a_second_call_of_one_layout(name, monkeypatch):
+    calls = _counting_plan(monkeypatch)
+    for seed in range(3):           # new arrays (new values, new buffers), one layout
+        x, y = _layouts(np.float16)[name]
+        x = x.copy() if x.flags.c_contiguous else x      # a view keeps its strides
+        x *= np.float16(seed + 1)
+        got = cg.matmul(np, x, y)
+        _exact_close(got, x, y, np.float16)
+        fresh = cg.gemm_plan(x, y, np)
+        calls.pop()
+        direct = fresh["B"] is x and fresh["A"] is y       # else a copy: planned each call
+        replay = cg.cached_plan(x, y, np)
+        for f in ("fn", "transa", "transb", "m", "n", "k", "lda", "ldb", "ldc", "strideA",
+                  "strideB", "strideC", "batch", "type", "compute", "copy"):
+            assert replay[f] == fresh[f], f
+    assert len(calls) == (1 if direct else 6)    # once, or at each matmul and cached_plan
+
+
+def test_a_layout_change_plans_again_and_out_buffers_are_written(monkeypatch):
+    calls = _counting_plan(monkeypatch)
+    rng = np.random.default_rng(2)
+    x = rng.standard_normal((17, 32)).astype(np.float16)
+    w = rng.standard_normal((24, 32)).astype(np.float16)
+    _exact_close(cg.matmul(np, x, w.T), x, w.T, np.float16)          # transposed view
+    _exact_close(cg.matmul(np, x, w.T.copy()), x, w.T, np.float16)   # contiguous: re-plan
+    assert len(calls) == 2
+    out = np.empty((17, 24), np.float16)
+    assert cg.matmul(np, x, w.T, out=out) is out                     # out given: re-plan
+    _exact_close(out, x, w.T, np.float16)
+    out2 = np.empty((17, 24), np.float16)
+    assert cg.matmul(np, x * 2, w.T, out=out2) is out2               # replayed into out2
+    _exact_close(out2, x * 2, w.T, np.float16)
+    assert len(calls) == 3
+
+
+def test_padded_gemms_are_planned_at_every_call(monkeypatch):
+    calls = _counting_plan(monkeypatch)
+    monkeypatch.setattr(cg, "PAD_MIN_FLOPS", 1)
+    x, y = _lm_head(np.float16)["logits"]
+    for _ in range(2):
+        _exact_close(cg.matmul(np, x, y), x, y, np.float16)
+    assert len(calls) == 2 and not cg._plans

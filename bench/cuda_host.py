@@ -1,0 +1,123 @@
+"""Host (Python) milliseconds of one compiled GPT training step on the GPU (issue 21).
+
+On an H100 the compiled GPT step (``bench/cuda.py``'s ``_gpt_step``) was host-bound: 55.8
+ms of GPU kernels, 78.2 ms of Python launching them. This measures that Python without
+a GPU: the CPU stand-in given a GPU's ``cuda_kernels`` (``EMBER_FAKE_CUDA=1``, set up by
+``bench/cuda_gap.py``'s ``_setup``: generated kernels' launches are recorded, nothing
+runs) runs the same step (float16 autocast, AdamW; ``bench/cuda_compile.py``'s ``_step``)
+at tiny sizes where NumPy's work is negligible — 12 layers, d=64, one head, T=16, batch 1,
+vocab 128: the graph's structure (and its ~1500 executor steps) is the full-size one's.
+cuBLAS is stubbed below :func:`ember.codegen.cuda_gemm.matmul` (``_cublas``): its plan,
+padding decisions and output allocation are measured.
+
+Prints the median host milliseconds of one compiled call over ``--reps`` calls, the
+executor steps and recorded launches (generated kernels + cuBLAS calls) per call, and the
+eager step's host milliseconds the same way for reference; ``--profile`` adds cProfile's
+top 25 functions by own time of ``--reps`` compiled calls.
+
+NOTE: the stand-in understates the GPU's host time: CuPy's per-call overheads
+(``cupy.empty``, ``broadcast_to``, ``asarray``: ~2-5 us each, a kernel launch ~5-10 us)
+are larger than NumPy's (~0.2-1 us), and device<->host copies of 0-d values are free
+here. Compare before/after on the same machine; the absolute figure is a lower bound.
+
+Run: ``python bench/cuda_host.py [--reps 20] [--profile] [--layers 12 --d 64 --t 16
+--batch 1 --vocab 128]``.
+"""
+from __future__ import annotations
+
+import argparse
+import cProfile
+import os
+import pstats
+import statistics
+import sys
+import time
+
+sys.path[:] = [p for p in sys.path if os.path.abspath(p or ".") != os.path.dirname(
+    os.path.abspath(__file__))]     # NOTE: see bench/cuda.py (the `cuda` package)
+HERE = os.path.dirname(os.path.abspath(__file__))
+sys.path.insert(0, HERE)
+
+
+def _setup():
+    """The stand-in (``cuda_gap._setup``) with the real ``cuda_gemm.matmul`` kept and only
+    its cuBLAS call stubbed; returns the launch recorder."""
+    import cuda_gap
+    from ember.codegen import cuda_gemm
+    real = cuda_gemm.matmul
+    rec = cuda_gap.Recorder()
+    cuda_gap._setup(rec)
+    cuda_gemm.matmul = real
+    cuda_gemm._cublas = lambda p: rec.launch("cublas_gemm", (p["A"], p["B"]))
+    return rec
+
+
+def _timed(fn, args, reps) -> list:
+    import numpy as np
+    out = []
+    with np.errstate(all="ignore"):
+        for _ in range(reps):
+            t0 = time.perf_counter()
+            fn(*args)
+            out.append((time.perf_counter() - t0) * 1e3)
+    return out
+
+
+def _counts(fn, args, rec) -> tuple:
+    """``(executor steps, launches)`` of one call of ``fn``."""
+    import numpy as np
+    from ember.graph import executor
+    n = [0]
+    real = executor._exec
+
+    def counting(*a, **k):
+        n[0] += 1
+        return real(*a, **k)
+    rec.rows.clear()
+    executor._exec = counting
+    try:
+        with np.errstate(all="ignore"):
+            fn(*args)
+    finally:
+        executor._exec = real
+    return n[0], sum(r[2] for r in rec.rows)
+
+
+def main(argv=None) -> int:
+    p = argparse.ArgumentParser(description=__doc__.splitlines()[0])
+    p.add_argument("--layers", type=int, default=12)
+    p.add_argument("--d", type=int, default=64)
+    p.add_argument("--heads", type=int, default=1)
+    p.add_argument("--t", type=int, default=16)
+    p.add_argument("--batch", type=int, default=1)
+    p.add_argument("--vocab", type=int, default=128)
+    p.add_argument("--reps", type=int, default=20)
+    p.add_argument("--no-eager", action="store_true", help="compiled step only")
+    p.add_argument("--profile", action="store_true", help="cProfile's top 25 by own time")
+    a = p.parse_args(argv)
+    rec = _setup()
+    import numpy as np
+    import ember as em
+    from cuda_compile import _step
+    print(f"GPT {a.layers} layers d={a.d} heads={a.heads} T={a.t} batch={a.batch} "
+          f"vocab={a.vocab}, float16 autocast, AdamW; CPU stand-in, launches stubbed")
+    for label in ("compiled",) + (() if a.no_eager else ("eager",)):
+        step, inputs = _step(em, a.layers, a.d, a.heads, a.t, a.batch, a.vocab)
+        fn = em.compile(step) if label == "compiled" else step
+        with np.errstate(all="ignore"):
+            for _ in range(4):      # state made, eager composites recorded, graph traced
+                fn(*inputs)
+        steps, launches = _counts(fn, inputs, rec)
+        ms = _timed(fn, inputs, a.reps)
+        print(f"{label:<9} host {statistics.median(ms):8.2f} ms/call (median of {a.reps}; "
+              f"min {min(ms):.2f})  executor steps {steps:5d}  launches {launches:5d}")
+        if a.profile and label == "compiled":
+            prof = cProfile.Profile()
+            with np.errstate(all="ignore"):
+                prof.runcall(_timed, fn, inputs, a.reps)
+            pstats.Stats(prof).sort_stats("tottime").print_stats(25)
+    return 0
+
+
+if __name__ == "__main__":
+    sys.exit(main())
