@@ -5,6 +5,7 @@ stored six full-size intermediates for its backward (bench/cuda_gap.py)."""
 import sys
 
 import numpy as np
+import pytest
 
 import ember as em
 import ember.graph.passes.fuse_cuda  # noqa: F401 - the module (the package exports the pass)
@@ -51,4 +52,116 @@ def test_gelu_intermediates_are_recomputed_on_the_gpu(gpu_like, monkeypatch):  #
     _, want_loss, want = _gelu_mlp("cpu")
     np.testing.assert_allclose(loss, want_loss, rtol=1e-5)
     for a, b in zip(grads, want):
+        np.testing.assert_allclose(a, b, rtol=1e-4, atol=1e-6)
+
+
+# ---------------------------------------------------------------- GPU policy (issue 21)
+# On a GPU, recompute copies transcendental ops and divisions too (recompute.CUDA): a
+# GELU's forward kernel writes its activation only and its backward recomputes from the
+# GEMM output and the bias; a layer norm's forward writes no normalised x.
+
+def _numpy_cublas(monkeypatch):
+    """float16 products through cuBLAS's plan, computed by its NumPy model."""
+    from ember.codegen import cuda_gemm as cg
+    from test_cuda_gemm import run_plan
+
+    def matmul(xp, x, y, tf32=False, out=None):
+        return run_plan(cg.gemm_plan(x, y, xp, tf32, out))
+    monkeypatch.setattr(cg, "matmul", matmul)
+
+
+def _fused(cf):
+    return [n for n in cf.graphs()[-1].nodes if n.op.name in ("fused", "fused_reduce")]
+
+
+def _full(vs, numel):
+    return [v for v in vs if hasattr(v, "numel") and v.numel() == numel]
+
+
+def _gelu_step(dev, autocast=False):
+    """A compiled GELU-tanh MLP training step (AdamW); ``(compiled, losses, params)``."""
+    em.manual_seed(0)
+    m = em.nn.Sequential(em.nn.Linear(32, 128), em.nn.GELU(approximate="tanh"),
+                         em.nn.Linear(128, 32)).to(dev)
+    opt = em.optim.AdamW(m.parameters(), lr=1e-2)
+    x = em.randn(256, 32).to(dev)
+
+    def step(x):
+        with em.autocast(dev.split(":")[0], dtype=em.float16, enabled=autocast):
+            loss = m(x).float().square().mean()
+        loss.backward()
+        opt.step()
+        opt.zero_grad(set_to_none=True)
+        return loss
+    cf = em.compile(step)
+    losses = [float(cf(x)) for _ in range(4)]
+    return cf, losses, [p.detach().cpu().numpy() for p in m.parameters()]
+
+
+def _gelu_nodes(cf):
+    bwd = [n for n in _fused(cf) if "tanh_backward" in n.op.ops]
+    fwd = [n for n in _fused(cf) if "tanh" in n.op.ops.split(",") and n not in bwd]
+    assert len(fwd) == 1 and len(bwd) == 1, [n.op.ops for n in _fused(cf)]
+    return fwd[0], bwd[0]
+
+
+@pytest.mark.parametrize("autocast", [False, True])
+def test_gpu_gelu_forward_stores_only_its_activation(gpu_like, monkeypatch, autocast):  # noqa: F811
+    monkeypatch.setenv("EMBER_GRAPH_CACHE", "0")
+    _numpy_cublas(monkeypatch)
+    cf, losses, params = _gelu_step("cuda", autocast)
+    fwd, bwd = _gelu_nodes(cf)
+    numel = 256 * 128
+    assert len(_full(fwd.outs, numel)) == 1, fwd.op.ops
+    # the backward reads dy and the GEMM output h (+ the bias), nothing the forward stored
+    ins = _full(bwd.inputs, numel)
+    assert len(ins) == 2 and fwd.outs[0] not in ins, bwd.op.ops
+    assert any(x in ins for x in fwd.inputs)
+    _, want_losses, want = _gelu_step("cpu", autocast)
+    tol = dict(rtol=2e-2, atol=2e-3) if autocast else dict(rtol=1e-5, atol=1e-6)
+    np.testing.assert_allclose(losses, want_losses, **tol)
+    for a, b in zip(params, want):
+        np.testing.assert_allclose(a, b, **tol)
+
+
+def test_cpu_graphs_keep_the_cpu_policy(monkeypatch):
+    """The CPU pipeline still stores a GELU's tanh (a libm call per element there)."""
+    monkeypatch.setenv("EMBER_GRAPH_CACHE", "0")
+    from ember.graph.passes import recompute as rc
+    assert rc.CPU.expensive >= {"tanh", "exp", "erf", "div"} and not rc.CPU.lone_readers
+    cf, _, _ = _gelu_step("cpu")
+    fwd = [n for n in _fused(cf) if "tanh" in n.op.ops.split(",")]
+    assert fwd and all(len(_full(n.outs, 256 * 128)) > 1 for n in fwd), \
+        [n.op.ops for n in fwd]
+
+
+def _ln_step(dev):
+    em.manual_seed(0)
+    m = em.nn.Sequential(em.nn.Linear(32, 256), em.nn.LayerNorm(256),
+                         em.nn.Linear(256, 8)).to(dev)
+    opt = em.optim.SGD(m.parameters(), lr=0.1)
+    x = em.randn(128, 32).to(dev)
+
+    def step(x):
+        loss = m(x).square().mean()
+        loss.backward()
+        opt.step()
+        opt.zero_grad(set_to_none=True)
+        return loss
+    cf = em.compile(step)
+    losses = [float(cf(x)) for _ in range(4)]
+    return cf, losses, [p.detach().cpu().numpy() for p in m.parameters()]
+
+
+def test_gpu_layer_norm_forward_stores_no_normalised_x(gpu_like, monkeypatch):  # noqa: F811
+    monkeypatch.setenv("EMBER_GRAPH_CACHE", "0")
+    cf, losses, params = _ln_step("cuda")
+    numel = 128 * 256
+    fwd = [n for n in _fused(cf) if "sqrt" in n.op.ops and "neg" not in n.op.ops]
+    assert len(fwd) == 1, [n.op.ops for n in _fused(cf)]
+    # its output y (read by the next Linear); row statistics are small
+    assert len(_full(fwd[0].outs, numel)) == 1, fwd[0].op.ops
+    _, want_losses, want = _ln_step("cpu")
+    np.testing.assert_allclose(losses, want_losses, rtol=1e-5, atol=1e-6)
+    for a, b in zip(params, want):
         np.testing.assert_allclose(a, b, rtol=1e-4, atol=1e-6)
