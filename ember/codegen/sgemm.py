@@ -60,7 +60,7 @@ COLS = 1
 PARALLEL_MIN = 1 << 21
 
 _state: dict = {}
-_GEOM, _PTRS = ctypes.c_int64 * 20, ctypes.c_void_p * 5
+_GEOM, _PTRS = ctypes.c_int64 * 22, ctypes.c_void_p * 7
 
 
 def _probe() -> int:
@@ -120,11 +120,16 @@ def _strides(a):
 
 
 def gemm(a, b, c=None, alpha: float = 1.0, beta: float = 0.0, variant=None,
-         nthreads: int | None = None, bias=None):
+         nthreads: int | None = None, bias=None, update=None, *, bias_rows: bool = False,
+         relu: bool = False):
     """``c = alpha * a @ b + beta * c`` for float32 ``(M, K)``/``(K, N)`` matrices or
     ``(B, M, K)``/``(B, K, N)`` stacks, any strides (transposed views are not copied);
     with ``bias``, ``c = (alpha * a @ b + beta * c) + bias`` (``torch.addmm``'s and
-    ``F.linear``'s bias, added in the last k block's tile stores: no pass of its own).
+    ``F.linear``'s bias, added in the last k block's tile stores: no pass of its own);
+    with ``relu``, ``c = relu(...)`` after that; with ``update = (w, w_out, lr)``, also
+    ``w_out = w - lr * c`` (SGD's step, one FMA rounding: a fused ``w - c * lr``'s bits)
+    in the same tile stores, so the gradient is never read back (the compiled graphs'
+    ``gemm_epilogue`` pass).
 
     Args:
         a, b: float32 operands; a 3-D operand's batch stride may be 0 (broadcast).
@@ -134,7 +139,13 @@ def gemm(a, b, c=None, alpha: float = 1.0, beta: float = 0.0, variant=None,
         variant: ``None`` (:data:`mode`), ``"auto"`` or a name of :data:`ISAS`.
         nthreads: threads (default: Ember's count from :data:`PARALLEL_MIN` multiply-adds).
         bias: None or a C-contiguous float32 ``(N,)`` array, added to every row of the
-            finished product and rounded (the bits of ``c + bias`` after the product).
+            finished product and rounded (the bits of ``c + bias`` after the product);
+            with ``bias_rows``, an ``(M,)`` array added to every column (``c + bias[:,
+            None]``: a feature-major layer's bias).
+        relu: relu of the result (after the bias), as the fused kernels' relu (NaN kept).
+        update: None or ``(w, w_out, lr)``: float32 arrays of C's shape and strides
+            (``w_out`` may be ``w``: updated in place; neither may overlap ``a``/``b``/``c``
+            otherwise) and a Python float; not with a batch of 3-D operands' sum.
 
     Returns:
         ``c``, or None where this GEMM does not run (another dtype, a variant this CPU
@@ -147,6 +158,9 @@ def gemm(a, b, c=None, alpha: float = 1.0, beta: float = 0.0, variant=None,
     isa = _isa(variant)
     if isa is None:
         return None
+    if update is not None or relu or bias_rows:
+        return _gemm_epi(isa, a, b, c, alpha, beta, variant, nthreads, bias, update,
+                         bias_rows, relu)
     key = (isa, a.shape, a.strides, b.shape, b.strides,
            None if c is None else (c.shape, c.strides), KC, KC_T, KC_ONE, MC, NC, COLS,
            None if bias is None else bias.shape)
@@ -169,12 +183,50 @@ def gemm(a, b, c=None, alpha: float = 1.0, beta: float = 0.0, variant=None,
     return c
 
 
-def _gemm_new(isa, key, a, b, c, alpha, beta, variant, nthreads, bias=None):
+def _gemm_epi(isa, a, b, c, alpha, beta, variant, nthreads, bias, update, rows, relu):
+    """:func:`gemm` with a row bias, relu or the SGD update (``update``) in its stores."""
+    w = wo = None
+    if update is not None:
+        w, wo, lr = update
+    key = (isa, a.shape, a.strides, b.shape, b.strides,
+           None if c is None else (c.shape, c.strides), KC, KC_T, KC_ONE, MC, NC, COLS,
+           None if bias is None else bias.shape, rows, relu,
+           None if w is None else (w.strides, wo.strides))
+    e = _plans.get(key)
+    if e is None or a.dtype != F32 or b.dtype != F32 or (c is not None and c.dtype != F32) \
+            or (bias is not None and (bias.dtype != F32 or not bias.flags.c_contiguous)) \
+            or (w is not None and (w.dtype != F32 or wo.dtype != F32)):
+        return _gemm_new(isa, key, a, b, c, alpha, beta, variant, nthreads, bias, update,
+                         rows, relu)
+    g, addr, big, shape, run, fast = e
+    if c is None:
+        c, beta = np.empty(shape, F32), 0.0
+        if w is not None and w.strides != c.strides:    # not the planned w's layout
+            return None
+    if nthreads is None:
+        nthreads = _threads() if big else 1
+    if w is None:
+        ab = _AB.get((alpha, beta))
+        if ab is None:
+            ab = np.array([alpha, beta], F32)
+        arrays = (a, b, c, ab, c if bias is None else bias)
+    else:
+        ab = np.array([alpha, beta, lr], F32)
+        arrays = (a, b, c, ab, c if bias is None else bias, w, wo)
+    run(fast, arrays, addr, addr, nthreads, len(arrays), _ITEMS_OFF, _DATA_OFF)
+    return c
+
+
+def _gemm_new(isa, key, a, b, c, alpha, beta, variant, nthreads, bias=None, update=None,
+              rows=False, relu=False):
     """:func:`gemm` for operands whose shapes and strides have no plan yet (or another
     dtype): checks them, runs them, and keeps the plan (under ``key``) where it can."""
     if a.dtype != F32 or b.dtype != F32 or a.ndim != b.ndim or a.ndim not in (2, 3):
         return None
-    if bias is not None and (bias.dtype != F32 or bias.shape != (b.shape[-1],)):
+    if update is not None and not _update_ok(a, b, c, update):
+        return None
+    if bias is not None and (bias.dtype != F32 or bias.shape != (
+            a.shape[-2] if rows else b.shape[-1],)):
         return None
     if bias is not None and not bias.flags.c_contiguous:
         bias = np.ascontiguousarray(bias)
@@ -190,25 +242,39 @@ def _gemm_new(isa, key, a, b, c, alpha, beta, variant, nthreads, bias=None):
     elif c.shape != shape or c.dtype != F32 or (N > 1 and c.strides[-1] != 4) \
             or _strides(c) is None:
         return None
+    if update is not None and update[0].strides != c.strides:
+        return None
     if c.size == 0:
         return c
     if K == 0:
         c[...] = 0 if beta == 0 else beta * c
         if bias is not None:
-            c += bias
+            c += bias[:, None] if rows else bias
+        if relu:
+            c[...] = np.where((c > 0) | np.isnan(c), c, np.float32(0))
+        if update is not None:
+            _update_numpy(c, update)
         return c
     if _strides(a) is None or _strides(b) is None:     # not whole elements: copy
         a, b = np.ascontiguousarray(a), np.ascontiguousarray(b)
-        return gemm(a, b, c, alpha, beta, variant, nthreads, bias)
+        return gemm(a, b, c, alpha, beta, variant, nthreads, bias, update, bias_rows=rows,
+                    relu=relu)
     big = bt * M * N * K >= PARALLEL_MIN
     if nthreads is None:
         nthreads = _threads() if big else 1
-    g = _plan(isa, a, b, c, M, N, K, bt, bias=bias is not None)
-    ab = _AB.get((alpha, beta))
-    if ab is None:
-        ab = np.array([alpha, beta], F32)
+    g = _plan(isa, a, b, c, M, N, K, bt, bias=0 if bias is None else 2 if rows else 1,
+              upd=update is not None, relu=relu)
+    if update is not None:
+        ab = np.array([alpha, beta, update[2]], F32)
+    else:
+        ab = _AB.get((alpha, beta))
+        if ab is None:
+            ab = np.array([alpha, beta], F32)
     fn, run, fast, _ = _kernels.get(isa) or _kernel(isa)
     arrays = (a, b, c, ab) if bias is None else (a, b, c, ab, bias)
+    if update is not None or relu or rows:
+        arrays = (a, b, c, ab, c if bias is None else bias) + (
+            () if update is None else tuple(update[:2]))
     if run is not None:
         if len(_plans) > 512:
             _plans.clear()
@@ -233,15 +299,40 @@ def _threads() -> int:
     return n
 
 
+
+def _update_ok(a, b, c, update) -> bool:
+    """Whether ``update = (w, w_out, lr)`` suits :func:`gemm`'s SGD epilogue: float32
+    arrays of the product's shape and one layout (whole elements, unit last stride),
+    ``w_out`` either ``w`` or apart from it, neither overlapping ``a``, ``b`` or ``c``."""
+    w, wo, _ = update
+    shape = a.shape[:-1] + b.shape[-1:]
+    if w.shape != shape or wo.shape != shape or w.dtype != F32 or wo.dtype != F32 or \
+            w.strides != wo.strides or _strides(w) is None or \
+            (shape[-1] > 1 and w.strides[-1] != 4):
+        return False
+    if wo is not w and np.may_share_memory(w, wo):
+        return False
+    ops = (a, b) if c is None else (a, b, c)
+    return not any(np.may_share_memory(x, y) for x in (w, wo) for y in ops)
+
+
+def _update_numpy(c, update) -> None:
+    """The SGD epilogue on NumPy (an empty ``k``): ``w_out = w - lr * c``, one rounding."""
+    w, wo, lr = update
+    r = (w.astype(np.float64) - c.astype(np.float64) * np.float64(np.float32(lr)))
+    wo[...] = r.astype(F32)
+
 #: (isa, operands' shapes and strides, blocking) -> (geometry, its address, whether
 #: threads may split it, C's shape, launcher, kernel address): the checks done once
 _plans: dict = {}
 _AB = {(1.0, 0.0): np.array([1, 0], F32), (1.0, 1.0): np.array([1, 1], F32)}
 
 
-def _plan(isa, a, b, c, M, N, K, bt, red=0, bias=False):
+def _plan(isa, a, b, c, M, N, K, bt, red=0, bias=0, upd=False, relu=False):
     """The kernel's geometry for these operands' shapes and strides (``red``: C is the
-    sum of the batch's products, :func:`gemm_sum`; ``bias``: a bias row is added)."""
+    sum of the batch's products, :func:`gemm_sum`; ``bias``: 1, a bias row is added to
+    every row, 2, a bias column to every column; ``upd``: the SGD epilogue runs;
+    ``relu``: relu after the bias)."""
     sa, sb, sc = _strides(a), _strides(b), _strides(c)
     if a.ndim == 2:
         sa, sb = (0,) + sa, (0,) + sb
@@ -258,7 +349,7 @@ def _plan(isa, a, b, c, M, N, K, bt, red=0, bias=False):
     kc = KC_T if cols and sa[2] != 1 and K != 1 else K if KC < K <= KC_ONE else KC
     return _GEOM(M, N, K, bt, isa, split_n, sa[0], sa[1], 1 if K == 1 else sa[2],
                  sb[0], sb[1], 1 if N == 1 else sb[2], sc[0], sc[1], kc, MC, NC, cols,
-                 red, int(bias))
+                 red, int(bias), int(upd), int(relu))
 
 
 def gemm_sum(a, b, c=None, beta: float = 0.0, variant=None, nthreads: int | None = None):

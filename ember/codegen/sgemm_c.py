@@ -33,14 +33,20 @@ variant      vector (VL floats)          MR    NR (NV vectors)       accumulator
 ===========  ==========================  ====  ====================  ======================
 
 Entry point ``ember_sgemm_f32(char **p, const int64_t *g, int64_t nthreads)``: ``p = [A,
-B, C, ab, bias]`` (``ab``: ``float[2] = {alpha, beta}``; ``bias`` read only where
-``G_BIAS`` is 1), ``g`` as the ``G_*`` enum below (strides in elements; C's column
-stride is 1; ``split`` 1 = threads split N, 0 = M; ``G_ISA`` only records the variant,
-each library holding one; ``G_RED`` 1: C is the sum of the batch's products, added in
-batch order, :func:`.sgemm.gemm_sum`; ``G_BIAS`` 1: a contiguous ``bias[N]`` added to
-every row of the finished C, ``(alpha * A @ B + beta * C) + bias`` rounded as two
-operations: the addmm epilogue). ``beta == 0`` never reads C (NaN there does not
-propagate), as BLAS.
+B, C, ab, bias, W, W_out]`` (``ab``: ``float[2] = {alpha, beta}``, ``float[3]`` with the
+learning rate third where ``G_UPD`` is 1; ``bias`` read only where ``G_BIAS`` is set,
+``W`` and ``W_out`` only where ``G_UPD`` is), ``g`` as the ``G_*`` enum below (strides in
+elements; C's column stride is 1; ``split`` 1 = threads split N, 0 = M; ``G_ISA`` only
+records the variant, each library holding one; ``G_RED`` 1: C is the sum of the batch's
+products, added in batch order, :func:`.sgemm.gemm_sum`). Epilogues, in the last k
+block's tile stores, each step rounded on its own, in this order: ``G_BIAS`` 1, a
+contiguous ``bias[N]`` added to every row of the finished C (``(alpha * A @ B + beta *
+C) + bias``: the addmm epilogue), 2, a contiguous ``bias[M]`` added to every column (a
+feature-major layer's bias column); ``G_RELU`` 1: relu (the fused kernels' template: NaN
+kept, ``-0`` to ``+0``); ``G_UPD`` 1: the SGD epilogue, ``W_out = W - lr * C`` for the
+finished C, one FMA rounding, W and W_out laid out as C and ``W_out`` possibly ``W`` (a
+weight gradient's GEMM that also updates the weight while the tile is in registers).
+``beta == 0`` never reads C (NaN there does not propagate), as BLAS.
 """
 from __future__ import annotations
 
@@ -91,7 +97,17 @@ static float *scratch(size_t n) {
 
 _HEAD = SCRATCH_HEAD + r"""
 enum { G_M, G_N, G_K, G_BT, G_ISA, G_SPLIT, G_SAB, G_SAM, G_SAK, G_SBB, G_SBK, G_SBN,
-       G_SCB, G_SCM, G_KC, G_MC, G_NC, G_COLS, G_RED, G_BIAS };
+       G_SCB, G_SCM, G_KC, G_MC, G_NC, G_COLS, G_RED, G_BIAS, G_UPD, G_RELU };
+
+/* the last k block's tile stores (:func:`tile_*`): bias (a row of N, or with brow a
+   column of M), relu, the SGD update of w into wo with learning rate lr */
+typedef struct {
+    const float *bias;
+    int64_t brow, relu;
+    const float *w;
+    float *wo;
+    float lr;
+} epi_t;
 
 /* A[m0 + r, k0 + k] for r < mc, k < kc into panels of MR rows: panel i, k, r at
    dst[(i * kc + k) * MR + r]; zero past mc (MR a constant where it is inlined) */
@@ -199,6 +215,18 @@ typedef float v8g __attribute__((vector_size(32)));
 static inline v8g ld_g(const float *p) { v8g v; memcpy(&v, p, sizeof v); return v; }
 static inline void st_g(float *p, v8g v) { memcpy(p, &v, sizeof v); }
 static inline v8g set1_g(float s) { return (v8g){s, s, s, s, s, s, s, s}; }
+/* relu as the fused kernels' template: x if x > 0 or NaN, else +0 */
+static inline v8g relu_g(v8g a) {
+    v8g r;
+    for (int i = 0; i < 8; i++) r[i] = a[i] > 0 || a[i] != a[i] ? a[i] : 0.0f;
+    return r;
+}
+/* c - a * b rounded once per element (fmaf: the AVX variants' vfnmadd bits) */
+static inline v8g fnma_g(v8g a, v8g b, v8g c) {
+    v8g r;
+    for (int i = 0; i < 8; i++) r[i] = fmaf(-a[i], b[i], c[i]);
+    return r;
+}
 """
 
 # One copy per variant: @S@ names it; the macros before it are its operations.
@@ -262,25 +290,38 @@ TGT static inline __attribute__((always_inline)) V upd_@S@(V acc, const float *c
     return mode == 0 ? t : mode == 1 ? ADD(LD(c), t) : ADD(MUL(be, LD(c)), t);
 }
 
-/* one MR x NR tile into C (rows < mr, columns < nr stored); bias (the last k block's
-   tiles, else NULL): the tile's bias[j] added to each row after the update, rounded once
-   more (the bits of a separate ``C + bias`` pass) */
+/* one MR x NR tile into C (rows < mr, columns < nr stored). e (the last k block's tiles
+   when the call has an epilogue, else NULL), each step rounded on its own, in order:
+   bias (e->bias at the tile's first column, or with e->brow its first row: bias[j] or
+   bias[r] added, the bits of a separate ``C + bias`` pass), relu (e->relu: NaN kept, -0
+   to +0, the fused kernel's relu), the SGD update (e->w: wo = w - lr * C for the tile's
+   finished C, one FMA rounding; w, wo at the tile's offset with C's row stride) */
 TGT static void tile_@S@(const float *const *ar, int64_t ska, const float *b, int64_t kc,
                          float *c, int64_t ldc, int64_t mr, int64_t nr, float alpha,
-                         float beta, int mode, const float *bias) {
+                         float beta, int mode, const epi_t *e) {
     V acc[MRV][NV];
     const int nv = nr == NRV ? NV : (int)((nr + VLV - 1) / VLV);
+    const float *bias = e ? e->bias : 0, *w = e ? e->w : 0;
+    float *wo = e ? e->wo : 0;
+    const int brow = e && e->brow, relu = e && e->relu;
+    if (w)          /* the tile's rows of w arrive while its products run */
+        for (int64_t r = 0; r < mr; r++)
+            for (int64_t j = 0; j < nr; j += 16) __builtin_prefetch(w + r * ldc + j, 0, 3);
     mkd_@S@(ar, ska, b, kc, mr, nv, acc);
-    const V al = SET1(alpha), be = SET1(beta);
+    const V al = SET1(alpha), be = SET1(beta), lv = SET1(w ? e->lr : 0.0f);
     const int unit = alpha == 1.0f;
     float bt[NRV] __attribute__((aligned(64))) = {0};
-    if (bias) memcpy(bt, bias, (size_t)nr * sizeof(float));
+    if (bias && !brow) memcpy(bt, bias, (size_t)nr * sizeof(float));
     for (int r = 0; r < mr; r++) {
         float *cr = c + r * ldc;
+        const V br = SET1(bias && brow ? bias[r] : 0.0f);
         if (nr == NRV) {
             for (int v = 0; v < NV; v++) {
                 V t = upd_@S@(acc[r][v], cr + v * VLV, mode, unit, al, be);
-                ST(cr + v * VLV, bias ? ADD(t, LD(bt + v * VLV)) : t);
+                if (bias) t = ADD(t, brow ? br : LD(bt + v * VLV));
+                if (relu) t = RELU(t);
+                ST(cr + v * VLV, t);
+                if (w) ST(wo + r * ldc + v * VLV, FNMA(t, lv, LD(w + r * ldc + v * VLV)));
             }
             continue;
         }
@@ -288,9 +329,14 @@ TGT static void tile_@S@(const float *const *ar, int64_t ska, const float *b, in
         if (mode) memcpy(tile, cr, (size_t)nr * sizeof(float));
         for (int v = 0; v < nv; v++) {
             V t = upd_@S@(acc[r][v], tile + v * VLV, mode, unit, al, be);
-            ST(tile + v * VLV, bias ? ADD(t, LD(bt + v * VLV)) : t);
+            if (bias) t = ADD(t, brow ? br : LD(bt + v * VLV));
+            if (relu) t = RELU(t);
+            ST(tile + v * VLV, t);
         }
         memcpy(cr, tile, (size_t)nr * sizeof(float));
+        if (w)
+            for (int64_t j = 0; j < nr; j++)
+                wo[r * ldc + j] = fmaf(-tile[j], e->lr, w[r * ldc + j]);
     }
 }
 
@@ -308,7 +354,7 @@ TGT static void packb_@S@(const float *b, int64_t sbk, int64_t sbn, int64_t kc,
    the matrices' products added into C one after another, k block by k block */
 TGT static void range_@S@(const float *a, const float *b, float *c, const int64_t *g,
                           int64_t m0, int64_t m1, int64_t n0, int64_t n1, float alpha,
-                          float beta, float *bp, float *ap, const float *bias) {
+                          float beta, float *bp, float *ap, const epi_t *ep) {
     const int64_t nt = g[G_RED] ? g[G_BT] : 1;
     const float *a0 = a, *b0 = b;
     const int64_t K = g[G_K], sam = g[G_SAM], sak = g[G_SAK], sbk = g[G_SBK],
@@ -322,7 +368,7 @@ TGT static void range_@S@(const float *a, const float *b, float *c, const int64_
         for (int64_t pc = 0; pc < K; pc += KCb) {
             const int64_t kc = MIN(KCb, K - pc);
             const int mode = pc || t ? 1 : beta == 0.0f ? 0 : beta == 1.0f ? 1 : 2;
-            const float *bz = bias && pc + kc == K && t == nt - 1 ? bias + jc : 0;
+            const int last = ep && pc + kc == K && t == nt - 1;
             a = a0 + t * g[G_SAB];
             b = b0 + t * g[G_SBB];
             packb_@S@(b + pc * sbk + jc * sbn, sbk, sbn, kc, nc, bp);
@@ -339,9 +385,18 @@ TGT static void range_@S@(const float *a, const float *b, float *c, const int64_
                             ar[r] = direct ? a + (ic + ir + rr) * sam + pc * sak
                                            : ap + ir * kc + r;
                         }
-                        tile_@S@(ar, ska, bp + jr * kc, kc,
-                                 c + (ic + ir) * ldc + jc + jr, ldc, mr, nr, alpha, beta,
-                                 mode, bz ? bz + jr : 0);
+                        const int64_t off = (ic + ir) * ldc + jc + jr;
+                        epi_t et;
+                        if (last) {
+                            et = *ep;
+                            if (et.bias) et.bias += et.brow ? ic + ir : jc + jr;
+                            if (et.w) {
+                                et.w += off;
+                                et.wo += off;
+                            }
+                        }
+                        tile_@S@(ar, ska, bp + jr * kc, kc, c + off, ldc, mr, nr, alpha,
+                                 beta, mode, last ? &et : 0);
                     }
                 }
             }
@@ -366,10 +421,15 @@ TGT static void run_@S@(char **p, const int64_t *g, const int64_t *st, int64_t l
                     ((float *)p[2])[t * g[G_SCB] + m * g[G_SCM] + n] = NAN;
         return;
     }
-    for (int64_t t = 0; t < (g[G_RED] ? 1 : g[G_BT]); t++)
+    const int any = g[G_BIAS] || g[G_UPD] || g[G_RELU];
+    for (int64_t t = 0; t < (g[G_RED] ? 1 : g[G_BT]); t++) {
+        epi_t ep = {g[G_BIAS] ? (const float *)p[4] : 0, g[G_BIAS] == 2, g[G_RELU],
+                    g[G_UPD] ? (const float *)p[5] + t * g[G_SCB] : 0,
+                    g[G_UPD] ? (float *)p[6] + t * g[G_SCB] : 0, g[G_UPD] ? ab[2] : 0.0f};
         range_@S@((const float *)p[0] + t * g[G_SAB], (const float *)p[1] + t * g[G_SBB],
                   (float *)p[2] + t * g[G_SCB], g, m0, m1, n0, n1, ab[0], ab[1], bp,
-                  bp + nb, g[G_BIAS] ? (const float *)p[4] : 0);
+                  bp + nb, any ? &ep : 0);
+    }
 }
 #undef NRV
 """
@@ -378,19 +438,24 @@ _OPS = {
     "generic": dict(
         V="v8g", VLV="8", MRV="4", NV="2", TGT="", X86="0", LD="ld_g", ST="st_g",
         SET1="set1_g", ADD="(a) + (b)", MUL="(a) * (b)", FMA="(a) * (b) + (c)",
-        ZERO="set1_g(0.0f)"),
+        FNMA="fnma_g(a, b, c)", RELU="relu_g(a)", ZERO="set1_g(0.0f)"),
     "avx2": dict(
         V="__m256", VLV="8", MRV="6", NV="2", TGT='__attribute__((target("avx2,fma")))',
         X86="1", LD="_mm256_loadu_ps", ST="_mm256_storeu_ps", SET1="_mm256_set1_ps",
         ADD="_mm256_add_ps(a, b)", MUL="_mm256_mul_ps(a, b)",
-        FMA="_mm256_fmadd_ps(a, b, c)", ZERO="_mm256_setzero_ps()"),
+        FMA="_mm256_fmadd_ps(a, b, c)", FNMA="_mm256_fnmadd_ps(a, b, c)",
+        RELU="_mm256_and_ps(_mm256_cmp_ps(a, _mm256_setzero_ps(), _CMP_NLE_UQ), a)",
+        ZERO="_mm256_setzero_ps()"),
     "avx512": dict(
         V="__m512", VLV="16", MRV="6", NV="4", TGT='__attribute__((target("avx512f")))',
         X86="1", LD="_mm512_loadu_ps", ST="_mm512_storeu_ps", SET1="_mm512_set1_ps",
         ADD="_mm512_add_ps(a, b)", MUL="_mm512_mul_ps(a, b)",
-        FMA="_mm512_fmadd_ps(a, b, c)", ZERO="_mm512_setzero_ps()"),
+        FMA="_mm512_fmadd_ps(a, b, c)", FNMA="_mm512_fnmadd_ps(a, b, c)",
+        RELU="_mm512_maskz_mov_ps(_mm512_cmp_ps_mask(a, _mm512_setzero_ps(), _CMP_NLE_UQ), a)",
+        ZERO="_mm512_setzero_ps()"),
 }
-_ARGS = {"ADD": "(a, b)", "MUL": "(a, b)", "FMA": "(a, b, c)"}
+_ARGS = {"ADD": "(a, b)", "MUL": "(a, b)", "FMA": "(a, b, c)", "FNMA": "(a, b, c)",
+         "RELU": "(a)"}
 
 _TAIL = r"""
 void ember_sgemm_f32(char **p, const int64_t *g, int64_t nt) {

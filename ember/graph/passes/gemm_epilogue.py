@@ -1,0 +1,251 @@
+"""``gemm_epilogue``: elementwise work that follows a float32 GEMM done in its tile stores.
+
+Ember's GEMM (:func:`ember.codegen.sgemm.gemm`) can finish each output tile while it is in
+registers; two chains of a linear layer's training step go there instead of into kernels
+that read the product back (issue 19, the compiled W1 MLP step):
+
+* **SGD's step.** A traced SGD update without momentum or weight decay is ``w_new =
+  sub(w, mul(g, lr))`` after ``g = matmul(a, b)``, the weight gradient. Run apart, the
+  update streams ``g`` back in after the GEMM wrote it (W1's two big weights: 1.6 + 1 MB).
+  The chain becomes one ``matmul_sgd(a, b, w, lr)`` node with two outputs, ``(g,
+  w_new)``: the GEMM writes ``g`` (still the parameter's ``.grad``) and ``w - lr * g``
+  from the same tile, into ``w``'s own buffer when the memory planner donates it
+  (``accepts_outs = "inplace"``; each element of ``w`` is read before it is written).
+* **Bias and relu.** ``relu(add(matmul(a, b), bias))`` (the relu optional), the bias a row
+  ``(N,)`` or, in a feature-major layer (``feature_major``), a column ``(M, 1)``, becomes
+  one ``matmul_bias`` node.
+
+Bits: unchanged. ``w - lr * g`` is rounded once (an FMA), as the ``fuse`` pass's kernel
+for the same chain computes it (its C contracts ``mul`` + ``sub``); the bias add is
+rounded on its own and relu keeps NaN and turns ``-0`` into ``+0``, as the fused
+``add,relu`` kernel; ``g`` and the product are the GEMM's own. 2-D transposed operands are
+read in place (``ta``/``tb``, as ``matmul_t``). Only where Ember's GEMM runs the product
+(:func:`~ember.codegen.sgemm.worth` and a variant this CPU runs; elsewhere the graph is
+left alone): CPU graphs (a host pass), before ``fuse``, which would otherwise take the
+chains into elementwise kernels of their own.
+"""
+from __future__ import annotations
+
+import numpy as np
+
+from ... import dtypes as _dt
+from ...codegen import sgemm
+from ..ir import BufferOp, Graph, GraphOp, Var
+from ._util import Rewrite
+from .matmul_t import _run_matmul_t, _transposed
+
+__all__ = ["gemm_epilogue", "MATMUL_SGD", "MATMUL_BIAS"]
+
+_F32 = np.dtype(np.float32)
+
+
+class _SgdGemmOp(GraphOp):
+    """``(g, w_new) = matmul_sgd(a, b, w, lr)``: ``g`` new memory, ``w_new`` written into
+    ``w``'s buffer where the planner donates it."""
+
+    __slots__ = ()
+    accepts_outs = "inplace"
+    fresh_out = True
+
+
+def _operands(a, b, ta, tb):
+    return a.T if ta else a, b.T if tb else b
+
+
+def _run_matmul_sgd(xp, a, b, w, lr, outs=None, *, ta=False, tb=False):
+    wo = outs[1] if outs is not None and outs[1] is not None else None
+    lr32 = float(np.float32(lr))         # the mul's cast of the learning rate
+    if xp is np:
+        into = np.empty(w.shape, _F32) if wo is None else wo
+        g = sgemm.gemm(*_operands(a, b, ta, tb), update=(w, into, lr32))
+        if g is not None:
+            return g, into
+    g = _run_matmul_t(xp, a, b, ta=ta, tb=tb)
+    # NOTE: no Ember GEMM here: w - g * lr in float64 rounded to float32, the FMA's bits
+    # but for double rounding (rarely one ulp)
+    new = (w.astype(np.float64) - g.astype(np.float64) * np.float64(lr32)).astype(_F32)
+    if wo is not None:
+        wo[...] = new
+        new = wo
+    return g, new
+
+
+def _run_matmul_bias(xp, a, b, bias, out=None, *, ta=False, tb=False, rows=False,
+                     relu=False):
+    x, y = _operands(a, b, ta, tb)
+    if xp is np:
+        r = sgemm.gemm(x, y, out, bias=bias.reshape(-1), bias_rows=rows, relu=relu)
+        if r is not None:
+            return r
+    r = _run_matmul_t(xp, a, b, ta=ta, tb=tb)
+    r = xp.add(r, bias, out=r)
+    if relu:
+        r = xp.where((r > 0) | (r != r), r, xp.zeros((), r.dtype))
+    if out is not None:
+        out[...] = r
+        return out
+    return r
+
+
+#: ``(g, w - lr * g)`` for ``g = a @ b`` (``a.T``/``b.T`` with ``ta``/``tb``), float32
+MATMUL_SGD = _SgdGemmOp("matmul_sgd", _run_matmul_sgd)
+#: ``[relu](a @ b + bias)``, bias ``(N,)`` or (``rows``) ``(M, 1)``, float32
+MATMUL_BIAS = BufferOp("matmul_bias", _run_matmul_bias, accepts_out="out")
+
+
+def _f32_matmul(n) -> bool:
+    """Whether ``n`` is a 2-D float32 ``matmul`` that Ember's GEMM runs."""
+    if n is None or n.op.name != "matmul" or hasattr(n.op, "run") or len(n.outs) != 1:
+        return False
+    x, y = n.inputs
+    o = n.outs[0]
+    if not (x.__class__ is Var and y.__class__ is Var and x.ndim == 2 and y.ndim == 2 and
+            o.dtype is _dt.float32 and x.dtype is o.dtype and y.dtype is o.dtype and
+            n.ct in (None, o.dtype)):
+        return False
+    return sgemm._isa(None) is not None and sgemm.worth(x.shape[0], x.shape[1], y.shape[1])
+
+
+def _plain(n, name, nin) -> bool:
+    return n is not None and n.op.name == name and not hasattr(n.op, "run") and \
+        len(n.inputs) == nin and len(n.outs) == 1 and n.ct in (None, _dt.float32) and \
+        n.outs[0].dtype is _dt.float32
+
+
+def _scalar(v) -> bool:
+    return v.__class__ is Var and v.shape == () and v.dtype in (_dt.float32, _dt.float64)
+
+
+class _Graph:
+    """Producers, positions and readers of a graph's values."""
+
+    def __init__(self, graph: Graph):
+        self.prod, self.pos, self.readers = {}, {}, {}
+        for i, n in enumerate(graph.nodes):
+            for o in n.outs:
+                self.prod[o.id], self.pos[o.id] = n, i
+            for x in n.inputs:
+                if x.__class__ is Var:
+                    self.readers.setdefault(x.id, []).append(n)
+        self.outs = {v.id for v in graph.outputs}
+
+    def only(self, v) -> bool:
+        """Whether value ``v`` has one reader and is not a graph output."""
+        return v.__class__ is Var and len(self.readers.get(v.id, ())) == 1 and \
+            v.id not in self.outs
+
+    def before(self, v, i) -> bool:
+        return self.pos.get(v.id, -1) < i
+
+
+def _sgd(gr: _Graph, s):
+    """``(matmul node, ("sgd", [mul, sub], w, lr))`` when ``s`` is ``sub(w, mul(g, lr))``
+    after a GEMM making ``g``, else None."""
+    if not _plain(s, "sub", 2):
+        return None
+    w, t = s.inputs
+    mul = gr.prod.get(t.id) if t.__class__ is Var else None
+    if not _plain(mul, "mul", 2) or not gr.only(t):
+        return None
+    g, lr = mul.inputs if _scalar(mul.inputs[1]) else mul.inputs[::-1]
+    m = gr.prod.get(g.id) if g.__class__ is Var else None
+    if not _scalar(lr) or not _f32_matmul(m) or w.__class__ is not Var or \
+            w.dtype is not _dt.float32 or w.shape != g.shape:
+        return None
+    at = gr.pos[g.id]
+    if not (gr.before(lr, at) and gr.before(w, at)):
+        return None                     # made after the product: cannot move there
+    return m, ("sgd", [mul, s], w, lr)
+
+
+def _bias(gr: _Graph, add):
+    """``(matmul node, ("bias", members, bias, rows, relu))`` when ``add`` adds a bias row
+    ``(N,)`` or column ``(M, 1)`` to a GEMM's product read by nothing else (the node is
+    emitted where the add or its relu was: the bias may be made after the product)."""
+    if not _plain(add, "add", 2):
+        return None
+    for m_v, b_v in (add.inputs, add.inputs[::-1]):
+        m = gr.prod.get(m_v.id) if m_v.__class__ is Var else None
+        if not _f32_matmul(m) or not gr.only(m_v) or b_v.__class__ is not Var or \
+                b_v.dtype is not _dt.float32:
+            continue
+        M, N = m_v.shape
+        rows = b_v.shape == (M, 1)
+        if not rows and b_v.shape not in ((N,), (1, N)):
+            continue
+        members, o, relu = [add], add.outs[0], False
+        if gr.only(o) and _plain(gr.readers[o.id][0], "relu", 1):
+            members.append(gr.readers[o.id][0])
+            relu = True
+        return m, ("bias", members, b_v, rows, relu)
+    return None
+
+
+def _matches(graph: Graph) -> tuple:
+    """``({id(matmul node): what to fold}, _Graph)`` (see :func:`_sgd`, :func:`_bias`)."""
+    gr = _Graph(graph)
+    found = {}
+    for n in graph.nodes:
+        hit = _sgd(gr, n) if n.op.name == "sub" else _bias(gr, n) if n.op.name == "add" \
+            else None
+        if hit is not None and id(hit[0]) not in found:
+            found[id(hit[0])] = hit[1]
+    return found, gr
+
+
+def gemm_epilogue(graph: Graph):
+    """Fold SGD's ``w - lr * g`` and bias + relu into the GEMMs they follow; returns
+    ``(graph, {"gemm_sgd": n, "gemm_bias": n})``."""
+    found, gr = _matches(graph)
+    counts = {"gemm_sgd": sum(1 for f in found.values() if f[0] == "sgd"),
+              "gemm_bias": sum(1 for f in found.values() if f[0] == "bias")}
+    if not found:
+        return graph, counts
+    skip = {id(x) for f in found.values() for x in f[1][:-1]}
+    # the last member of each chain -> the new var that stands for its output, or (bias)
+    # the matmul node whose GEMM is emitted there
+    last = {id(f[1][-1]): None for f in found.values()}
+    for n in graph.nodes:
+        f = found.get(id(n))
+        if f is not None and f[0] == "bias":
+            last[id(f[1][-1])] = n
+
+    def operands(rw, n):
+        new, flags = [], {}
+        for v, flag in zip(n.inputs, ("ta", "tb")):
+            p = gr.prod.get(v.id)
+            if _transposed(p) and gr.only(v):
+                new.append(rw.env[p.inputs[0].id])
+                flags[flag] = True
+            else:
+                new.append(rw.env[v.id])
+        return new, flags
+
+    def rule(rw, n, ins):
+        if id(n) in skip:
+            return (None,)              # an inner member: only the last one is read
+        at = last.get(id(n), False)
+        if at is not False and at.__class__ is Var:
+            return (at,)                # an update's sub: the GEMM's second output
+        if at is not False:             # a bias chain's end: the GEMM goes here
+            _, members, bias, rows, relu = found[id(at)]
+            new, flags = operands(rw, at)
+            end = n.outs[0]
+            return rw.b.add(MATMUL_BIAS, (*new, rw.env[bias.id]),
+                            dict(flags, rows=rows, relu=relu),
+                            [(end.shape, end.dtype, end.device)], None)
+        hit = found.get(id(n))
+        if hit is None:
+            return None
+        if hit[0] == "bias":
+            return (None,)              # read only by the add: emitted at its chain's end
+        _, members, w, lr = hit
+        new, flags = operands(rw, n)
+        o, end = n.outs[0], members[-1].outs[0]
+        g, wn = rw.b.add(MATMUL_SGD, (*new, rw.env[w.id], rw.env[lr.id]), flags,
+                         [(o.shape, o.dtype, o.device), (end.shape, end.dtype, end.device)],
+                         None)
+        last[id(members[-1])] = wn
+        return (g,)
+
+    return Rewrite(graph).run(rule), counts

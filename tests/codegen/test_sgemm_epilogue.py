@@ -1,0 +1,144 @@
+"""Epilogues of Ember's float32 GEMM (``sgemm.gemm``'s ``bias_rows``, ``relu`` and
+``update``): each is bitwise the product followed by the separate NumPy step it replaces
+(bias add, the fused kernels' relu, SGD's ``w - lr * g`` rounded once), for every variant
+this CPU runs, on edge tiles, several k blocks, transposed operands and batches."""
+import numpy as np
+import pytest
+
+from ember.codegen import sgemm
+from ember.codegen.sgemm_c import KC
+
+VARIANTS = ["generic", "avx2", "avx512"]
+# (M, K, N): full and edge tiles, one and several k blocks, W1's weight-gradient shapes
+SHAPES = [(1, 1, 1), (7, 5, 3), (13, 31, 70), (6, KC + 3, 64), (512, 128, 784)]
+
+
+def _variant(name):
+    if name not in sgemm.runnable():
+        pytest.skip(f"this CPU does not run the {name} variant (runs {sgemm.runnable()})")
+    return name
+
+
+def _operands(M, K, N, ta, tb, seed=0):
+    rng = np.random.default_rng(seed)
+    a = rng.standard_normal((K, M) if ta else (M, K), dtype=np.float32)
+    b = rng.standard_normal((N, K) if tb else (K, N), dtype=np.float32)
+    return (a.T if ta else a), (b.T if tb else b), rng
+
+
+def _relu(x):
+    return np.where((x > 0) | np.isnan(x), x, np.float32(0))
+
+
+def _sgd(w, g, lr):
+    """``w - lr * g`` rounded once (float64 holds the product exactly; the subtraction's
+    one rounding to float64 then float32 is the FMA's but for ties, absent here)."""
+    return (w.astype(np.float64) - g.astype(np.float64) * np.float64(np.float32(lr))
+            ).astype(np.float32)
+
+
+@pytest.mark.parametrize("variant", VARIANTS)
+@pytest.mark.parametrize("M,K,N", SHAPES)
+@pytest.mark.parametrize("rows,relu", [(False, True), (True, False), (True, True)])
+def test_bias_and_relu_are_the_separate_steps_bitwise(variant, M, K, N, rows, relu):
+    v = _variant(variant)
+    a, b, rng = _operands(M, K, N, ta=M % 2 == 1, tb=N % 2 == 0)
+    bias = rng.standard_normal(M if rows else N, dtype=np.float32)
+    c0 = sgemm.gemm(a, b, variant=v)
+    want = c0 + (bias[:, None] if rows else bias)
+    want = _relu(want) if relu else want
+    got = sgemm.gemm(a, b, variant=v, bias=bias, bias_rows=rows, relu=relu)
+    np.testing.assert_array_equal(got, want)
+    if relu and got.size > 100:
+        assert (got == 0).any() and (got > 0).any()    # relu did cut something off
+    again = sgemm.gemm(a, b, variant=v, bias=bias, bias_rows=rows, relu=relu)  # cached plan
+    np.testing.assert_array_equal(again, want)
+
+
+@pytest.mark.parametrize("variant", VARIANTS)
+@pytest.mark.parametrize("M,K,N", SHAPES)
+def test_sgd_update_is_the_separate_step_bitwise(variant, M, K, N):
+    v = _variant(variant)
+    a, b, rng = _operands(M, K, N, ta=True, tb=False)
+    w = rng.standard_normal((M, N), dtype=np.float32)
+    g0 = sgemm.gemm(a, b, variant=v)
+    want = _sgd(w, g0, 0.01)
+    fresh = np.empty_like(w)
+    g = sgemm.gemm(a, b, variant=v, update=(w, fresh, 0.01))
+    np.testing.assert_array_equal(g, g0)          # the gradient is the plain product
+    np.testing.assert_array_equal(fresh, want)
+    inplace = w.copy()
+    g = sgemm.gemm(a, b, variant=v, update=(inplace, inplace, 0.01))
+    np.testing.assert_array_equal(inplace, want)
+    np.testing.assert_array_equal(g, g0)
+
+
+def test_sgd_update_rounds_once():
+    """A case where ``w - lr * g`` rounded twice (product, then difference) differs: the
+    epilogue gives the single rounding, the fused ``mul,sub`` kernel's bits."""
+    v = sgemm.runnable()[-1] if sgemm.runnable() else pytest.skip("no C compiler")
+    rng = np.random.default_rng(1)
+    a = rng.standard_normal((64, 32), dtype=np.float32)
+    b = rng.standard_normal((32, 64), dtype=np.float32)
+    w = rng.standard_normal((64, 64), dtype=np.float32)
+    g = sgemm.gemm(a, b, variant=v)
+    twice = w - g * np.float32(0.01)
+    out = np.empty_like(w)
+    sgemm.gemm(a, b, variant=v, update=(w, out, 0.01))
+    np.testing.assert_array_equal(out, _sgd(w, g, 0.01))
+    assert (out != twice).any()
+
+
+@pytest.mark.parametrize("variant", VARIANTS)
+def test_relu_keeps_nan_and_makes_negative_zero_positive(variant):
+    v = _variant(variant)
+    a = np.zeros((7, 3), np.float32)
+    a[0, 0] = np.nan
+    b = np.ones((3, 20), np.float32)
+    bias = np.full(7, -0.0, np.float32)
+    c = sgemm.gemm(a, b, variant=v, bias=bias, bias_rows=True, relu=True)
+    assert np.isnan(c[0]).all()
+    assert not np.signbit(c[1:]).any() and (c[1:] == 0).all()
+
+
+@pytest.mark.parametrize("variant", VARIANTS)
+def test_epilogues_on_a_batch(variant):
+    v = _variant(variant)
+    rng = np.random.default_rng(2)
+    a = rng.standard_normal((3, 9, 20), dtype=np.float32)
+    b = rng.standard_normal((3, 20, 33), dtype=np.float32)
+    w = rng.standard_normal((3, 9, 33), dtype=np.float32)
+    bias = rng.standard_normal(9, dtype=np.float32)
+    g0 = sgemm.gemm(a, b, variant=v)
+    out = np.empty_like(w)
+    g = sgemm.gemm(a, b, variant=v, bias=bias, bias_rows=True, relu=True,
+                   update=(w, out, 0.5))
+    want = _relu(g0 + bias[:, None])
+    np.testing.assert_array_equal(g, want)
+    np.testing.assert_array_equal(out, _sgd(w, want, 0.5))
+
+
+def test_two_threads_bitwise():
+    v = sgemm.runnable()[-1] if sgemm.runnable() else pytest.skip("no C compiler")
+    a, b, rng = _operands(300, 64, 260, ta=False, tb=True)
+    w = rng.standard_normal((300, 260), dtype=np.float32)
+    bias = rng.standard_normal(300, dtype=np.float32)
+    outs = []
+    for nt in (1, 2):
+        wo = np.empty_like(w)
+        g = sgemm.gemm(a, b, variant=v, nthreads=nt, bias=bias, bias_rows=True, relu=True,
+                       update=(w, wo, 0.1))
+        outs.append((g, wo))
+    for x, y in zip(*outs):
+        np.testing.assert_array_equal(x, y)
+
+
+def test_unusable_update_arrays_run_nothing():
+    v = sgemm.runnable()[-1] if sgemm.runnable() else pytest.skip("no C compiler")
+    a, b, rng = _operands(8, 4, 16, False, False)
+    w = rng.standard_normal((8, 16), dtype=np.float32)
+    assert sgemm.gemm(a, b, variant=v, update=(w.astype(np.float64), w, 0.1)) is None
+    assert sgemm.gemm(a, b, variant=v, update=(w[:, ::2], w[:, ::2], 0.1)) is None
+    big = rng.standard_normal((8, 32), dtype=np.float32)
+    assert sgemm.gemm(a, b, variant=v, update=(big[:, :16], big[:, 1:17], 0.1)) is None
+    assert sgemm.gemm(a, b, variant=v, bias=np.ones(3, np.float32), bias_rows=True) is None
