@@ -23,6 +23,7 @@ from .fold import fold
 from .freeze import freeze
 from .fuse import fuse
 from .fuse_cuda import fuse_cuda
+from .gemm_epilogue import gemm_epilogue
 from .hfuse import hfuse
 from .layout import layout
 from .matmul import small_bmm, sum_rows
@@ -50,6 +51,7 @@ PASSES = {
     "take_rows": take_rows,          # one value per row (targets' logits) by one C loop
     "feature_major": feature_major,  # linear-layer chains computed transposed (W @ x.T)
     "count_true": count_true,        # sum of a whole boolean value -> count_nonzero
+    "gemm_epilogue": gemm_epilogue,  # SGD's w - lr * g, bias + relu in GEMM tile stores
     "sdpa_layout": sdpa_layout,      # dq, dk, dv written straight into qkv's gradient
     "sdpa_out_layout": sdpa_out_layout,  # attention's output in its permuted layout
     "small_bmm": small_bmm,          # stacks of small matmuls (attention) -> one C loop
@@ -86,14 +88,15 @@ EXACT_PASSES = ["simplify", "fold", "cse", "scatter_stack", "sdpa_layout", "line
 #: sdpa_out_layout (slower than the copy it removes on the reference machine).
 DEFAULT_PASSES = ["simplify", "fold", "cse", "scatter_stack", "sdpa_layout", "sum_rows",
                   "pool", "conv_fwd", "conv_bwd", "conv_gemm", "scatter_select", "take_rows",
-                  "count_true", "feature_major", "fuse", "recast", "cast_gemm", "matmul_t", "dce"]
+                  "count_true", "feature_major", "gemm_epilogue", "fuse", "recast", "cast_gemm",
+                  "matmul_t", "dce"]
 
 
 #: passes whose output runs generated C or host loops on the arrays: skipped for graphs on
 #: a device without the ``host_kernels`` capability (CuPy arrays on a GPU).
 HOST_PASSES = frozenset({"sdpa_layout", "sdpa_out_layout", "small_bmm", "sum_rows", "layout",
                          "fuse", "pool", "conv_gemm", "conv_fwd", "conv_bwd", "take_rows",
-                         "cast_gemm", "feature_major", "count_true"})
+                         "cast_gemm", "feature_major", "count_true", "gemm_epilogue"})
 #: on a device with the ``cuda_kernels`` capability (a GPU), these host passes run as
 #: their CUDA counterparts instead of being skipped.
 DEVICE_PASSES = {"cuda_kernels": {"fuse": "fuse_cuda"}}
