@@ -129,6 +129,12 @@ class FakeRuntime:
     def to_host(self, arr):
         return np.array(arr, copy=True)
 
+    def upload_into(self, dst, host) -> None:
+        dst[...] = host
+
+    def stream_key(self):
+        return 0
+
     def synchronize(self, index: int) -> None:
         return None
 
@@ -190,6 +196,17 @@ class CuPyRuntime:
 
     def to_host(self, arr):
         return self.cupy.asnumpy(arr)
+
+    def upload_into(self, dst, host) -> None:
+        # NOTE: cupy.asarray stages a host array through pinned memory and copies it
+        # asynchronously (a pageable cudaMemcpy would wait for the stream); then one
+        # device-to-device copy on the current stream, ordered after earlier readers of dst
+        tmp = self.cupy.asarray(host)
+        dst.data.copy_from_device_async(tmp.data, host.nbytes,
+                                        self.cupy.cuda.get_current_stream())
+
+    def stream_key(self):
+        return (self.cupy.cuda.runtime.getDevice(), self.cupy.cuda.get_current_stream().ptr)
 
     def synchronize(self, index: int) -> None:
         with self.cupy.cuda.Device(index):
@@ -343,6 +360,16 @@ class CUDABackend(Backend):
 
     def to_host(self, arr):
         return self.runtime.to_host(arr)
+
+    def upload_into(self, dst, host) -> None:
+        """Copy NumPy ``host`` into device array ``dst`` (same size and dtype), in order on
+        the current stream, without waiting for the device (a compiled graph's CPU values
+        read by its kernels: :mod:`ember.graph.executor`)."""
+        self.runtime.upload_into(dst, host)
+
+    def stream_key(self):
+        """What identifies the current device and stream (work on one key runs in order)."""
+        return self.runtime.stream_key()
 
     def synchronize(self, stream=None) -> None:
         self.runtime.synchronize(self.current_index)

@@ -20,7 +20,7 @@ import numpy as np
 from ..autograd.grad_mode import state as _state
 from ..device.base import _backends
 from ..dtypes import bool_ as _bool
-from .ir import CONSTANT, Graph, Var
+from .ir import CONSTANT, Graph, GraphOp, Var
 
 
 class _Step:
@@ -82,9 +82,13 @@ class Program:
         btype = next((t for t in types if t != "cpu"), types[0] if types else "cpu")
         self.xp = xp = _backends[btype].xp
         self.alloc = _backends[btype].allocator
-        steps, self._serial, self._pre = [], [], []
+        steps, self._serial, self._pre, self._host = [], [], [], []
         inview = {v.id for v in graph.inputs}      # graph inputs and views made of them
         preset: dict = {}       # a constant node's var id -> its slot among the constants
+        # NOTE: only where device arrays are not host memory (a GPU; the stand-in's NumPy
+        # arrays take CPU values as they are)
+        hostv, hostn = _host_values(graph) if not parallel and btype != "cpu" and not \
+            _backends[btype].has("host_kernels") else (set(), set())
         for i, n in enumerate(graph.nodes):
             s = _Step()
             dev = n.outs[0].device if n.outs else None
@@ -132,7 +136,13 @@ class Program:
                 if kinds[0] == REUSE and (sv.shape != o.shape or sv.dtype is not o.dtype):
                     s.reinterp = (o.dtype.np, o.shape)
             steps.append(s)
-            if n.op is CONSTANT and len(n.outs) == 1 and n.outs[0].id not in keep:
+            if i in hostn:
+                # NOTE: a device graph's CPU values (step counts, their bias corrections)
+                # are computed on the host, before the device steps: no launch, no copy
+                s.buf, s.bufs, s.outfn, s.reinterp, s.count = -1, None, None, None, _NONE
+                s.free = s.untrack = ()
+                self._host.append(s)
+            elif n.op is CONSTANT and len(n.outs) == 1 and n.outs[0].id not in keep:
                 # NOTE: its value sits in a slot of its own from the start of every run: no
                 # step (a Python call per run, ~3 us on caches the GEMMs just evicted)
                 v = xp.asarray(n.params["value"])
@@ -148,6 +158,13 @@ class Program:
             else:
                 self._serial.append(s)
         self.steps = steps
+        self._backend = _backends[btype]
+        self._packed, self._fresh, self._up, self._up_key = (), (), {}, None
+        self._hosting = bool(hostv)
+        if hostv:
+            slots = self._redirect(graph, hostv, var_of, slots, consts, nvars)
+        hosted = {id(s) for s in self._host}
+        self._dev_steps = [s for s in steps if id(s) not in hosted]
         self.nslots = slots
         self.nvars = nvars
         self._consts = consts
@@ -156,7 +173,7 @@ class Program:
         # NOTE: a device graph's CPU inputs (0-d tensors: a lifted learning rate) become
         # device arrays when bound, as eager's dispatch moves a CPU scalar; CuPy's kernels
         # refuse NumPy arrays
-        self._host_inputs = () if xp is np else tuple(
+        self._host_inputs = () if xp is np or hostv else tuple(
             k for k, v in enumerate(graph.inputs) if v.device is not None and
             v.device.type == "cpu")
         # ... and its CPU outputs (that scalar's update: Adam's step count) go back to host
@@ -177,6 +194,8 @@ class Program:
         ``hold``: output var ids whose bytes stay counted after the call (saved for a later
         program); their total is left in ``self.last_held`` for the caller to release.
         """
+        if self._packed and self._backend.stream_key() != self._up_key:
+            self._bind_uploads()
         vals = [None] * self.nslots
         vals[self._const_base:] = self._consts
         for vid, a in zip(self.input_ids, arrays):
@@ -187,6 +206,8 @@ class Program:
         own = [0] * self.nvars
         alloc = self.alloc
         try:
+            if self._hosting:
+                self._run_host(vals, own, alloc)
             if self._levels is None and _state.profiler is None:
                 for s in self._pre:
                     a = vals[s.args[0]]
@@ -197,7 +218,7 @@ class Program:
                 self._run_levels(vals, own, alloc, xp)
             elif _state.profiler is not None:      # ember.profiler: each kernel by its name
                 prof = _state.profiler
-                for s in self.steps:
+                for s in self._dev_steps:
                     prof.call(s.name, "kernel", _exec, s, vals, own, alloc, xp)
             else:
                 for s in self._serial:
@@ -217,6 +238,77 @@ class Program:
             if not isinstance(outs[k], np.ndarray):
                 outs[k] = self._to_host(outs[k])
         return outs
+
+    def _redirect(self, graph, hostv, var_of, slots, consts, nvars) -> int:
+        """Point the device steps' reads of host values at device copies: a 0-d value read
+        by a kernel writing new memory at a slot of a per-stream device buffer filled by
+        one upload a run (:meth:`_upload`), anything else at a copy made each run."""
+        up: dict = {}           # host var id -> its slot in the packed device buffers
+        fresh = []
+        host = {id(s) for s in self._host}
+        for s, n in zip(self.steps, graph.nodes):
+            if id(s) in host:
+                continue
+            args = list(s.args)
+            for j, a in enumerate(args):
+                if a >= nvars or a not in hostv:
+                    continue
+                if var_of[a].shape == () and _writes_new(n.op):
+                    if a not in up:
+                        up[a] = slots
+                        consts.append(None)
+                        slots += 1
+                    args[j] = up[a]
+                else:
+                    fresh.append((slots, a))
+                    consts.append(None)
+                    args[j] = slots
+                    slots += 1
+            s.args = tuple(args)
+            if s.buf in hostv:          # NOTE: never a host array as a device kernel's out
+                s.buf, s.outfn, s.reinterp, s.count = -1, None, None, _CHECK
+            if s.bufs is not None and any(b in hostv for b in s.bufs):
+                s.bufs = tuple(-1 if b in hostv else b for b in s.bufs)
+        by_dt: dict = {}
+        for vid, slot in up.items():
+            by_dt.setdefault(var_of[vid].dtype.np, []).append((vid, slot))
+        self._packed = tuple((dt, tuple(v for v, _ in lst), tuple(sl for _, sl in lst))
+                             for dt, lst in by_dt.items())
+        self._fresh = tuple(fresh)
+        return slots
+
+    def _bind_uploads(self) -> None:
+        """The packed device buffers of the current stream (made on its first run), their
+        0-d views put in the constants' slots."""
+        key = self._backend.stream_key()
+        got = self._up.get(key)
+        if got is None:
+            got = self._up[key] = []
+            for dt, _vids, slots in self._packed:
+                dev = self._backend.empty((len(slots),), dt)
+                got.append((dev, [dev[i, ...] for i in range(len(slots))]))
+        base = self._const_base
+        for (_dt, _vids, slots), (_dev, views) in zip(self._packed, got):
+            for slot, v in zip(slots, views):
+                self._consts[slot - base] = v
+        self._up_bufs = [dev for dev, _ in got]
+        self._up_key = key
+
+    def _run_host(self, vals, own, alloc) -> None:
+        """The host steps (NumPy), then one upload per dtype of the host values device
+        steps read; no wait for the device."""
+        prof = _state.profiler
+        for s in self._host:
+            if prof is None:
+                _exec(s, vals, own, alloc, np)
+            else:
+                prof.call(s.name, "kernel", _exec, s, vals, own, alloc, np)
+        be = self._backend
+        for (dt, vids, _slots), dev in zip(self._packed, self._up_bufs if self._packed
+                                           else ()):
+            be.upload_into(dev, np.array([vals[v] for v in vids], dtype=dt))
+        for slot, vid in self._fresh:
+            vals[slot] = be.asarray(vals[vid])
 
     def _run_levels(self, vals, own, alloc, xp):
         steps = self.steps
@@ -359,6 +451,35 @@ def _exec(s: _Step, vals, own, alloc, xp, free: bool = True):
 
 
 _ND = np.ndarray
+
+
+def _host_values(graph: Graph) -> tuple:
+    """``(var ids, node indices)`` a device graph computes on the host: its CPU inputs and
+    the CPU outputs of registry ops (or ``host`` graph ops: ``HostFusedOp``) reading only
+    such values (an optimizer's step counts and their bias corrections)."""
+    hv = {v.id for v in graph.inputs if v.device is not None and v.device.type == "cpu"}
+    hn: set = set()
+    if not hv:
+        return hv, hn
+    for i, n in enumerate(graph.nodes):
+        op = n.op
+        if not n.outs or (getattr(op, "host", False) is not True if isinstance(op, GraphOp)
+                          else getattr(op, "random", False)):
+            continue
+        if all(o.device is not None and o.device.type == "cpu" for o in n.outs) and all(
+                x.id in hv if x.__class__ is Var else not isinstance(x, np.ndarray)
+                for x in n.inputs):
+            hn.add(i)
+            hv.update(o.id for o in n.outs)
+    return hv, hn
+
+
+def _writes_new(op) -> bool:
+    """Whether a device step's output is always new memory (never a view of an input): a
+    generated kernel or an elementwise registry op other than a cast."""
+    if getattr(op, "view", False):
+        return False
+    return hasattr(op, "module") or (getattr(op, "elementwise", False) and op.name != "cast")
 
 
 def _input_view(n, s, inview, keep, kind, alias) -> bool:

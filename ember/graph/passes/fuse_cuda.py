@@ -38,6 +38,7 @@ from ...codegen.ir import Kernel, ReduceKernel
 from ..ir import Graph, GraphOp, Node
 from .fuse import lower_groups
 from .fuse_groups import partition
+from .host_scalars import HostFusedOp, is_host_group
 from .recompute import recompute
 
 __all__ = ["CudaFusedOp", "fuse_cuda", "worth_cuda"]
@@ -154,8 +155,10 @@ def fuse_cuda(graph: Graph):
                    if v.device is not None and v.device.type == "cuda"), None)
     # NOTE: groups with the same text share a name and a module; each keeps its own IR
     # (its shapes: the launch plan's)
+    # NOTE: a group of CPU scalars (a step count's chain) runs on the host: no kernel
+    host = {gi for gi, lw in enumerate(lowered) if lw is not None and is_host_group(lw)}
     kernels = {gi: renamed(lw.kernel, content_name(lw.kernel))
-               for gi, lw in enumerate(lowered) if lw is not None}
+               for gi, lw in enumerate(lowered) if lw is not None and gi not in host}
     modules = _modules(kernels.values())
     load_all(modules.values())          # NOTE: compile (NVRTC) and load now, not mid-run
     last = {gi: (min if id(g) in early else max)(order[id(n)] for n, _ in g.members)
@@ -165,6 +168,10 @@ def fuse_cuda(graph: Graph):
         gi = member_of.get(id(n))
         if gi is None:
             nodes.append(n)
+        elif last[gi] == i and gi in host:
+            lw = lowered[gi]
+            nodes.append(Node(HostFusedOp(lw), tuple(lw.inputs), {"ops": lw.ops},
+                              tuple(lw.outs)))
         elif last[gi] == i and lowered[gi] is not None:
             lw, k = lowered[gi], kernels[gi]
             op = CudaFusedOp(lw, k, modules[k.name], device)
@@ -172,4 +179,4 @@ def fuse_cuda(graph: Graph):
     fused = sum(len(g.members) for g in groups)
     return Graph(graph.inputs, nodes, graph.outputs, graph.name), {
         "kernels": len(kernels), "fused_nodes": fused, "recomputed": recomputed,
-        "modules": len(modules)}
+        "modules": len(modules), "host_groups": len(host)}

@@ -1,0 +1,130 @@
+"""A compiled GPU graph's CPU scalars run on the host (issue 21: host time).
+
+An optimizer's step counts stay CPU tensors (as in PyTorch); a compiled step on a GPU once
+ran each parameter's step-count chain (step + 1, Adam's bias corrections) as a 0-d CUDA
+kernel, copying its input to the device and the new step back (a wait for the GPU).
+Now ``fuse_cuda`` makes such groups :class:`HostFusedOp` (NumPy, eager's own kernels:
+``ember/graph/passes/host_scalars.py``) and the executor computes CPU values before the
+device steps and uploads those the device reads in one copy per dtype
+(``ember/graph/executor.py``). Checked on the CPU stand-in given a GPU's capabilities.
+"""
+import numpy as np
+import pytest
+
+import ember as em
+from ember.codegen import interp
+from ember.codegen.ir import Const, InputSpec, Kernel, Load, OutSpec, call
+from ember.graph.passes.host_scalars import HostFusedOp, host_runner
+
+
+def _adam_chain():
+    """Adam's step-count chain as one kernel: (step + 1, lr / (1 - b1**s), (1 - b2**s)**.5)."""
+    f32, f64 = em.float32, em.float64
+    step = call("add", Load(0), 1)
+    s64 = call("cast", step, dtype=f64)
+    size = call("div", Load(1), call("sub", 1, call("pow", Const(0.9, f64), s64)))
+    bc2 = call("pow", call("sub", 1, call("pow", Const(0.999, f64), s64)), 0.5)
+    return Kernel([InputSpec(f32, ()), InputSpec(f64, ())], OutSpec(f32, ()), step,
+                  extra=((f64, size), (f64, bc2), (f64, call("neg", size))))
+
+
+@pytest.mark.parametrize("step", [0.0, 1.0, 6.0, 1234.0])
+def test_host_runner_is_the_numpy_reference_bit_for_bit(step):
+    k = _adam_chain()
+    args = (np.array(step, np.float32), np.array(3e-4, np.float64))
+    want = interp.run_elementwise(k, args)
+    got = host_runner(k, 4)(np, *args)
+    assert len(got) == 4
+    for g, w in zip(got, want):
+        assert g.dtype == w.dtype and g.shape == () and g.tobytes() == w.tobytes()
+    # eager's arithmetic on Python floats (AdamW's one-pass update): the same step size
+    assert float(got[1]) == 3e-4 / (1 - 0.9 ** (step + 1))
+    assert float(got[3]) == -float(got[1])
+
+
+def _gpu_like(fake_cuda, monkeypatch, kernels: bool):
+    """The stand-in without host kernels (a GPU's pipeline); ``kernels``: with the
+    ``cuda_kernels`` capability too, its CUDA modules stubbed (nothing runs)."""
+    caps = fake_cuda.capabilities - {"host_kernels"}
+    monkeypatch.setattr(fake_cuda, "capabilities", caps | ({"cuda_kernels"} if kernels
+                                                           else set()))
+    if kernels:
+        from ember.codegen import cuda_cache
+
+        class Stub:
+            def get_function(self, name):
+                return lambda grid, block, args, shared_mem=0, **k: None
+        monkeypatch.setattr(cuda_cache, "module_loader", lambda source, name: Stub())
+
+
+def _train(dev, steps=4, compiled=True, seed=0):
+    em.manual_seed(seed)
+    model = em.nn.Sequential(em.nn.Linear(8, 16), em.nn.Tanh(), em.nn.Linear(16, 3)).to(dev)
+    opt = em.optim.AdamW(model.parameters(), lr=1e-2)
+    x, y = em.randn(32, 8).to(dev), em.randn(32, 3).to(dev)
+
+    def step(x, y):
+        loss = ((model(x) - y) ** 2).mean()
+        loss.backward()
+        opt.step()
+        opt.zero_grad()
+        return loss
+    fn = em.compile(step) if compiled else step
+    for _ in range(steps):
+        fn(x, y)
+    return model, opt, fn
+
+
+def _program(fn):
+    return [e for e in fn._cache.values() if not e.eager and e.program is not None][-1].program
+
+
+def test_compiled_adamw_on_a_gpu_like_device_matches_eager_with_host_steps(fake_cuda,
+                                                                            monkeypatch):
+    _gpu_like(fake_cuda, monkeypatch, kernels=False)
+    want, wopt, _ = _train("cuda", compiled=False)
+    got, gopt, fn = _train("cuda")
+    for a, b in zip(got.parameters(), want.parameters()):
+        np.testing.assert_array_equal(a.detach().cpu().numpy(), b.detach().cpu().numpy())
+    for p in gopt.state:
+        st = gopt.state[p]["step"]
+        assert st.device.type == "cpu" and float(st) == 4.0
+    prog = _program(fn)
+    assert prog._host and prog._packed and not prog._host_inputs    # CPU values on host
+    assert all(np.asarray(dev).shape == (len(vids),)
+               for (_dt, vids, _s), dev in zip(prog._packed, prog._up_bufs))
+
+
+def test_fuse_cuda_runs_step_count_chains_on_the_host(fake_cuda, monkeypatch):
+    _gpu_like(fake_cuda, monkeypatch, kernels=True)
+    model, opt, fn = _train("cuda", steps=3)
+    graph = fn.graphs()[-1]
+    hosted = [n for n in graph.nodes if isinstance(n.op, HostFusedOp)]
+    # one step-count chain per parameter, and the learning rate's 1 - lr * weight_decay
+    assert sum("pow" in n.params["ops"] for n in hosted) == len(list(model.parameters()))
+    assert len(hosted) == len(list(model.parameters())) + 1
+    for n in graph.nodes:               # no generated CUDA kernel writes a CPU value
+        if hasattr(n.op, "module"):
+            assert all(o.device.type == "cuda" for o in n.outs), n.op
+    prog = _program(fn)
+    assert {id(s) for s in prog._host} >= {id(s) for s, n in zip(prog.steps, graph.nodes)
+                                           if isinstance(n.op, HostFusedOp)}
+    # the step counts are real values (host steps ran; the stubbed kernels ran nothing)
+    for p in opt.state:
+        assert float(opt.state[p]["step"]) == 3.0
+
+
+def test_uploads_follow_the_host_values_each_run(fake_cuda, monkeypatch):
+    """A kernel reading a CPU scalar gets this run's value (the packed upload is refilled
+    at every run, not frozen at the first)."""
+    _gpu_like(fake_cuda, monkeypatch, kernels=False)
+    w = em.ones(5, device="cuda")
+    s = em.zeros((), dtype=em.float32)             # a CPU 0-d state, like a step count
+
+    def f(w):
+        s.add_(1)
+        return w * (s * 2.0).to(em.float32)
+    fn = em.compile(f)
+    outs = [fn(w).cpu().numpy().copy() for _ in range(4)]
+    for i, o in enumerate(outs):
+        np.testing.assert_array_equal(o, np.full(5, 2.0 * (i + 1), np.float32))
