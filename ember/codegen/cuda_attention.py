@@ -102,6 +102,12 @@ def _heads(x, xp):
     return x, x.shape[1], (st[0], st[1], st[2])
 
 
+def _in_place(o) -> bool:
+    """Whether :func:`_heads` takes output ``o`` as it is (no copy the kernels would write
+    instead): at most 4 dims, the last one contiguous."""
+    return 2 <= o.ndim <= 4 and (o.shape[-1] <= 1 or o.strides[-1] == o.itemsize)
+
+
 def _grid(t: int, nb: int, rows: int) -> tuple:
     return (max(1, -(-t // (4 * rows))), nb, 1)
 
@@ -235,14 +241,31 @@ def _recall(qkv, scale, causal):
     return o, lse
 
 
-def backward(xp, g, q, k, v, scale, is_causal):
-    """``dq | dk | dv`` flattened into one array (the ``sdpa_grad`` primitive's output)."""
+def backward(xp, g, q, k, v, scale, is_causal, outs=None):
+    """``dq | dk | dv`` flattened into one array (the ``sdpa_grad`` primitive's output);
+    with ``outs`` (three arrays of q's, k's, v's shapes, any strides with the last dim
+    contiguous: slots of the stacked ``qkv`` gradient, ``sdpa_layout``'s node) written
+    there instead, and ``outs`` returned."""
     if q.shape[-2] == 0 or k.shape[-2] == 0:
-        return xp.zeros(q.size + k.size + v.size, q.dtype)
+        if outs is None:
+            return xp.zeros(q.size + k.size + v.size, q.dtype)
+        for o in outs:
+            o[...] = 0
+        return outs
+    if outs is not None and not all(_in_place(o) for o in outs):
+        flat, at = backward(xp, g, q, k, v, scale, is_causal), 0
+        for o in outs:                  # NOTE: the kernels would write a copy: copy after
+            o[...] = flat[at:at + o.size].reshape(o.shape)
+            at += o.size
+        return outs
     mod = _module(q.dtype.name, q.shape[-1], v.shape[-1])
-    flat = xp.empty(q.size + k.size + v.size, q.dtype)   # NOTE: the kernels write it all
-    parts = (flat[:q.size].reshape(q.shape), flat[q.size:q.size + k.size].reshape(k.shape),
-             flat[q.size + k.size:].reshape(v.shape))
+    if outs is None:
+        flat = xp.empty(q.size + k.size + v.size, q.dtype)   # NOTE: the kernels write it all
+        parts = (flat[:q.size].reshape(q.shape),
+                 flat[q.size:q.size + k.size].reshape(k.shape),
+                 flat[q.size + k.size:].reshape(v.shape))
+    else:
+        flat, parts = outs, tuple(outs)
     kept = _recall((q, k, v), scale, is_causal)
     if kept is not None:
         o, lse = kept

@@ -187,7 +187,20 @@ def sdpa_into(xp, q, k, v, out, scale, is_causal):
 
 def sdpa_grad_into(xp, g, q, k, v, outs, scale, is_causal, plus_zero=False):
     """Write ``dq, dk, dv`` into ``outs`` (of q's, k's, v's shapes, any strides): bitwise
-    the slices of ``sdpa_grad``'s ``"cpu"`` kernel, plus ``0.0`` with ``plus_zero``."""
+    the slices of ``sdpa_grad``'s ``"cpu"`` kernel, plus ``0.0`` with ``plus_zero``.
+
+    A GPU's arrays: the flash kernels write ``outs`` directly, ``-0.0`` kept (a compiled
+    GPU graph is not bitwise eager's anyway: its kernels are fused); other cases copy
+    ``sdpa_grad``'s CUDA result in."""
+    if getattr(xp, "__name__", "numpy") != "numpy":     # NOTE: CuPy (the stand-in: NumPy)
+        fa = _flash(g, q, k, v)
+        if fa is not None:
+            return fa.backward(xp, g, q, k, v, scale, is_causal, outs=outs)
+        flat, at = _sdpa_grad_cuda(xp, g, q, k, v, scale, is_causal), 0
+        for o in outs:
+            o[...] = flat[at:at + o.size].reshape(o.shape)
+            at += o.size
+        return outs
     if is_lowp(g, q, k, v, *outs):
         flat, at = _sdpa_grad_cpu(xp, g, q, k, v, scale, is_causal), 0
         for o in outs:

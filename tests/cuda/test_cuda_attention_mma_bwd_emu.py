@@ -220,3 +220,35 @@ def test_every_variant_compiles_through_ptxas_without_spills(dtype, arch):
         smem = [int(x) for x in re.findall(r"(\d+) bytes smem", log)]
         assert smem and max(smem) <= 48 * 1024, smem
         assert len(cubin) > 1000
+
+
+def test_gradients_written_through_the_stacked_qkv_layout(cache):
+    # sdpa_layout on a GPU graph: dq, dk, dv go straight into their slots of the
+    # (B, T, 3, H, D) gradient of qkv (strided (B, H, T, D) views); memory outside the
+    # slots is left alone (a 4th slot here keeps its sentinel).
+    b, h, t, d = 1, 2, 17, 64
+    q, k, v, g = _arrays("float16", (b, h, t, d), (b, h, t, d), (b, h, t, d), seed=3,
+                         permuted=True)
+    scale = 1 / math.sqrt(d)
+    want = _reference(q, k, v, g, True, scale)[2:]
+    o64, lse = _reference(q, k, v, g, True, scale)[:2]
+    o = o64.astype(q.dtype)
+    lse = np.ascontiguousarray(lse.reshape(-1, t), np.float32)
+    buf = np.full((b, t, 4, h, d), 7.0, np.float16)
+    slots = tuple(buf[:, :, j].transpose(0, 2, 1, 3) for j in (2, 0, 1))
+    assert all(ca._in_place(s) for s in slots)
+    launches, outs = ca.backward_plans(g, q, k, v, o, lse, scale, True, np, slots)
+    assert all(a is s for a, s in zip(outs, slots))
+    delta = launches[0][3][2]
+    delta[...] = (g.astype(np.float64) * o.astype(np.float64)).sum(-1).reshape(delta.shape)
+    for mod, name, grid, block, args in mb.route(None, launches, q, k, v, cache)[1:]:
+        mod.get_function(name)(grid, block, args)
+    _check(slots, want, "float16")
+    assert np.all(buf[:, :, 3] == 7.0)
+
+
+def test_outputs_the_kernels_cannot_write_in_place_are_recognised():
+    buf = np.zeros((1, 5, 3, 2, 8), np.float16)
+    assert ca._in_place(buf[:, :, 0].transpose(0, 2, 1, 3))
+    assert not ca._in_place(buf)                                   # 5 dims: _heads reshapes
+    assert not ca._in_place(buf[:, :, 0].transpose(0, 2, 3, 1))    # last dim strided

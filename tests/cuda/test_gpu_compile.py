@@ -57,8 +57,9 @@ def test_gpt_step_kernels_are_shared_cubins_and_match_eager(gpu, tmp_path,  # no
         assert cuda_cache.stats["cubin_modules"] - before["cubin_modules"] >= modules
         assert cuda_cache.stats["fallback"] == before["fallback"]
     np.testing.assert_allclose(got, want, rtol=2e-3)
-    # unbind's VJP (q, k, v) is one scatter_stack node per layer on the GPU too: the pass
-    # once checked NumPy constants only, and a GPU graph's constants are CuPy arrays
+    # unbind's VJP (q, k, v) is one node per layer on the GPU too, the attention backward
+    # writing into it (scatter_stack, then sdpa_layout): scatter_stack once checked NumPy
+    # constants only, and a GPU graph's constants are CuPy arrays
     names = [n.op.name for g in cf.graphs() for n in g.nodes]
-    assert names.count("scatter_stack") == 2 and "as_strided_scatter" not in names, \
+    assert names.count("sdpa_grad_stacked") == 2 and "as_strided_scatter" not in names, \
         sorted(set(names))

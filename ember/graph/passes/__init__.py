@@ -94,7 +94,7 @@ DEFAULT_PASSES = ["simplify", "fold", "cse", "scatter_stack", "sdpa_layout", "su
 
 #: passes whose output runs generated C or host loops on the arrays: skipped for graphs on
 #: a device without the ``host_kernels`` capability (CuPy arrays on a GPU).
-HOST_PASSES = frozenset({"sdpa_layout", "sdpa_out_layout", "small_bmm", "sum_rows", "layout",
+HOST_PASSES = frozenset({"sdpa_out_layout", "small_bmm", "sum_rows", "layout",
                          "fuse", "pool", "conv_gemm", "conv_fwd", "conv_bwd", "take_rows",
                          "cast_gemm", "feature_major", "count_true", "gemm_epilogue"})
 #: on a device with the ``cuda_kernels`` capability (a GPU), these host passes run as
