@@ -10,7 +10,8 @@ vocab 128: the graph's structure (and its ~1500 executor steps) is the full-size
 cuBLAS is stubbed below :func:`ember.codegen.cuda_gemm.matmul` (``_cublas``): its plan,
 padding decisions and output allocation are measured.
 
-Prints the median host milliseconds of one compiled call over ``--reps`` calls, the
+Prints the median host milliseconds of one compiled call over ``--reps`` calls (wall
+clock, and this thread's CPU time: steadier while other processes load the machine), the
 executor steps and recorded launches (generated kernels + cuBLAS calls) per call, and the
 eager step's host milliseconds the same way for reference; ``--profile`` adds cProfile's
 top 25 functions by own time of ``--reps`` compiled calls.
@@ -43,24 +44,37 @@ def _setup():
     """The stand-in (``cuda_gap._setup``) with the real ``cuda_gemm.matmul`` kept and only
     its cuBLAS call stubbed; returns the launch recorder."""
     import cuda_gap
+    import numpy as np
     from ember.codegen import cuda_gemm
     real = cuda_gemm.matmul
     rec = cuda_gap.Recorder()
     cuda_gap._setup(rec)
     cuda_gemm.matmul = real
     cuda_gemm._cublas = lambda p: rec.launch("cublas_gemm", (p["A"], p["B"]))
+    # NOTE: a launch only counts here (cuda_gap's recorder sums bytes and zeroes every
+    # output: ~40 us a launch that a GPU does not spend); integer outputs are zeroed
+    # (indices a later gather reads), float ones keep whatever xp.empty held
+    def launch(name, args):
+        rec.rows.append(("launch", name, 1, 0))
+        for a in args:
+            if a.__class__ is np.ndarray and a.dtype.kind in "iub" and a.ndim and \
+                    a.flags.writeable:
+                a[...] = 0
+    rec.launch = launch
     return rec
 
 
-def _timed(fn, args, reps) -> list:
+def _timed(fn, args, reps) -> tuple:
+    """``(wall ms, CPU ms of this thread)`` of each of ``reps`` calls."""
     import numpy as np
-    out = []
+    wall, cpu = [], []
     with np.errstate(all="ignore"):
         for _ in range(reps):
-            t0 = time.perf_counter()
+            t0, c0 = time.perf_counter(), time.thread_time()
             fn(*args)
-            out.append((time.perf_counter() - t0) * 1e3)
-    return out
+            cpu.append((time.thread_time() - c0) * 1e3)
+            wall.append((time.perf_counter() - t0) * 1e3)
+    return wall, cpu
 
 
 def _counts(fn, args, rec) -> tuple:
@@ -108,9 +122,10 @@ def main(argv=None) -> int:
             for _ in range(4):      # state made, eager composites recorded, graph traced
                 fn(*inputs)
         steps, launches = _counts(fn, inputs, rec)
-        ms = _timed(fn, inputs, a.reps)
+        ms, cpu = _timed(fn, inputs, a.reps)
         print(f"{label:<9} host {statistics.median(ms):8.2f} ms/call (median of {a.reps}; "
-              f"min {min(ms):.2f})  executor steps {steps:5d}  launches {launches:5d}")
+              f"min {min(ms):.2f}; CPU {statistics.median(cpu):.2f})  executor steps "
+              f"{steps:5d}  launches {launches:5d}")
         if a.profile and label == "compiled":
             prof = cProfile.Profile()
             with np.errstate(all="ignore"):
