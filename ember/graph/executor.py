@@ -5,6 +5,10 @@ resolved, each value's last use found — so a run is one tight loop: gather the
 cast where the dispatcher would have cast, call the kernel, drop every buffer right after
 its last reader. Values live in a flat list indexed by var id.
 
+A device graph's CPU values (optimizer step counts, their bias corrections) stay on the
+host: the steps computing them run first, with NumPy, and the device steps read them
+from one upload a run (:mod:`.host_steps`).
+
 ``parallel=True`` runs the graph level by level on a thread pool: the nodes of one level
 are independent, and NumPy releases the GIL inside BLAS and most ufuncs. Whether that is
 faster depends on the graph (on two cores, BLAS already uses both): measure with
@@ -20,7 +24,8 @@ import numpy as np
 from ..autograd.grad_mode import state as _state
 from ..device.base import _backends
 from ..dtypes import bool_ as _bool
-from .ir import CONSTANT, Graph, GraphOp, Var
+from .host_steps import Uploads, host_values
+from .ir import CONSTANT, Graph, Var
 
 
 class _Step:
@@ -87,7 +92,7 @@ class Program:
         preset: dict = {}       # a constant node's var id -> its slot among the constants
         # NOTE: only where device arrays are not host memory (a GPU; the stand-in's NumPy
         # arrays take CPU values as they are)
-        hostv, hostn = _host_values(graph) if not parallel and btype != "cpu" and not \
+        hostv, hostn = host_values(graph) if not parallel and btype != "cpu" and not \
             _backends[btype].has("host_kernels") else (set(), set())
         for i, n in enumerate(graph.nodes):
             s = _Step()
@@ -158,12 +163,12 @@ class Program:
             else:
                 self._serial.append(s)
         self.steps = steps
-        self._backend = _backends[btype]
-        self._packed, self._fresh, self._up, self._up_key = (), (), {}, None
         self._hosting = bool(hostv)
-        if hostv:
-            slots = self._redirect(graph, hostv, var_of, slots, consts, nvars)
+        self._uploads = Uploads(_backends[btype])
         hosted = {id(s) for s in self._host}
+        if hostv:
+            slots = self._uploads.redirect(steps, graph.nodes, hosted, hostv, var_of, slots,
+                                           consts, nvars)
         self._dev_steps = [s for s in steps if id(s) not in hosted]
         self.nslots = slots
         self.nvars = nvars
@@ -194,8 +199,9 @@ class Program:
         ``hold``: output var ids whose bytes stay counted after the call (saved for a later
         program); their total is left in ``self.last_held`` for the caller to release.
         """
-        if self._packed and self._backend.stream_key() != self._up_key:
-            self._bind_uploads()
+        up = self._uploads
+        if up.packed and up.backend.stream_key() != up.key:
+            up.bind(self._consts, self._const_base)
         vals = [None] * self.nslots
         vals[self._const_base:] = self._consts
         for vid, a in zip(self.input_ids, arrays):
@@ -239,76 +245,16 @@ class Program:
                 outs[k] = self._to_host(outs[k])
         return outs
 
-    def _redirect(self, graph, hostv, var_of, slots, consts, nvars) -> int:
-        """Point the device steps' reads of host values at device copies: a 0-d value read
-        by a kernel writing new memory at a slot of a per-stream device buffer filled by
-        one upload a run (:meth:`_upload`), anything else at a copy made each run."""
-        up: dict = {}           # host var id -> its slot in the packed device buffers
-        fresh = []
-        host = {id(s) for s in self._host}
-        for s, n in zip(self.steps, graph.nodes):
-            if id(s) in host:
-                continue
-            args = list(s.args)
-            for j, a in enumerate(args):
-                if a >= nvars or a not in hostv:
-                    continue
-                if var_of[a].shape == () and _writes_new(n.op):
-                    if a not in up:
-                        up[a] = slots
-                        consts.append(None)
-                        slots += 1
-                    args[j] = up[a]
-                else:
-                    fresh.append((slots, a))
-                    consts.append(None)
-                    args[j] = slots
-                    slots += 1
-            s.args = tuple(args)
-            if s.buf in hostv:          # NOTE: never a host array as a device kernel's out
-                s.buf, s.outfn, s.reinterp, s.count = -1, None, None, _CHECK
-            if s.bufs is not None and any(b in hostv for b in s.bufs):
-                s.bufs = tuple(-1 if b in hostv else b for b in s.bufs)
-        by_dt: dict = {}
-        for vid, slot in up.items():
-            by_dt.setdefault(var_of[vid].dtype.np, []).append((vid, slot))
-        self._packed = tuple((dt, tuple(v for v, _ in lst), tuple(sl for _, sl in lst))
-                             for dt, lst in by_dt.items())
-        self._fresh = tuple(fresh)
-        return slots
-
-    def _bind_uploads(self) -> None:
-        """The packed device buffers of the current stream (made on its first run), their
-        0-d views put in the constants' slots."""
-        key = self._backend.stream_key()
-        got = self._up.get(key)
-        if got is None:
-            got = self._up[key] = []
-            for dt, _vids, slots in self._packed:
-                dev = self._backend.empty((len(slots),), dt)
-                got.append((dev, [dev[i, ...] for i in range(len(slots))]))
-        base = self._const_base
-        for (_dt, _vids, slots), (_dev, views) in zip(self._packed, got):
-            for slot, v in zip(slots, views):
-                self._consts[slot - base] = v
-        self._up_bufs = [dev for dev, _ in got]
-        self._up_key = key
-
     def _run_host(self, vals, own, alloc) -> None:
-        """The host steps (NumPy), then one upload per dtype of the host values device
-        steps read; no wait for the device."""
+        """The host steps (NumPy), then the uploads of the host values device steps read
+        (:mod:`.host_steps`); no wait for the device."""
         prof = _state.profiler
         for s in self._host:
             if prof is None:
                 _exec(s, vals, own, alloc, np)
             else:
                 prof.call(s.name, "kernel", _exec, s, vals, own, alloc, np)
-        be = self._backend
-        for (dt, vids, _slots), dev in zip(self._packed, self._up_bufs if self._packed
-                                           else ()):
-            be.upload_into(dev, np.array([vals[v] for v in vids], dtype=dt))
-        for slot, vid in self._fresh:
-            vals[slot] = be.asarray(vals[vid])
+        self._uploads.upload(vals)
 
     def _run_levels(self, vals, own, alloc, xp):
         steps = self.steps
@@ -451,35 +397,6 @@ def _exec(s: _Step, vals, own, alloc, xp, free: bool = True):
 
 
 _ND = np.ndarray
-
-
-def _host_values(graph: Graph) -> tuple:
-    """``(var ids, node indices)`` a device graph computes on the host: its CPU inputs and
-    the CPU outputs of registry ops (or ``host`` graph ops: ``HostFusedOp``) reading only
-    such values (an optimizer's step counts and their bias corrections)."""
-    hv = {v.id for v in graph.inputs if v.device is not None and v.device.type == "cpu"}
-    hn: set = set()
-    if not hv:
-        return hv, hn
-    for i, n in enumerate(graph.nodes):
-        op = n.op
-        if not n.outs or (getattr(op, "host", False) is not True if isinstance(op, GraphOp)
-                          else getattr(op, "random", False)):
-            continue
-        if all(o.device is not None and o.device.type == "cpu" for o in n.outs) and all(
-                x.id in hv if x.__class__ is Var else not isinstance(x, np.ndarray)
-                for x in n.inputs):
-            hn.add(i)
-            hv.update(o.id for o in n.outs)
-    return hv, hn
-
-
-def _writes_new(op) -> bool:
-    """Whether a device step's output is always new memory (never a view of an input): a
-    generated kernel or an elementwise registry op other than a cast."""
-    if getattr(op, "view", False):
-        return False
-    return hasattr(op, "module") or (getattr(op, "elementwise", False) and op.name != "cast")
 
 
 def _input_view(n, s, inview, keep, kind, alias) -> bool:

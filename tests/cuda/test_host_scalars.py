@@ -90,9 +90,10 @@ def test_compiled_adamw_on_a_gpu_like_device_matches_eager_with_host_steps(fake_
         st = gopt.state[p]["step"]
         assert st.device.type == "cpu" and float(st) == 4.0
     prog = _program(fn)
-    assert prog._host and prog._packed and not prog._host_inputs    # CPU values on host
+    up = prog._uploads
+    assert prog._host and up.packed and not prog._host_inputs      # CPU values on host
     assert all(np.asarray(dev).shape == (len(vids),)
-               for (_dt, vids, _s), dev in zip(prog._packed, prog._up_bufs))
+               for (_dt, vids, _s), dev in zip(up.packed, up.bufs))
 
 
 def test_fuse_cuda_runs_step_count_chains_on_the_host(fake_cuda, monkeypatch):

@@ -19,6 +19,10 @@ per kernel, one thread, and the driver's JIT of its PTX after that.)
 :func:`ember.graph.passes.run_pipeline` runs it in place of ``fuse`` for graphs on a device
 with the ``cuda_kernels`` capability (a real GPU; the CPU stand-in runs the C kernels).
 
+A group of CPU scalars (an optimizer step count's chain: step + 1, Adam's bias
+corrections) is no CUDA kernel: :class:`~.host_scalars.HostFusedOp` runs it with NumPy on
+the host, where the executor keeps a GPU graph's CPU values (:mod:`ember.graph.host_steps`).
+
 What is worth a kernel differs from the CPU: CuPy runs every single op as one kernel
 already, so a lone op stays a node (CuPy's own kernel), except softmax/log_softmax
 (two reductions and a pass: one kernel here) and large elementwise ops (vector loads,
@@ -39,12 +43,18 @@ from ..ir import Graph, GraphOp, Node
 from .fuse import lower_groups
 from .fuse_groups import partition
 from .host_scalars import HostFusedOp, is_host_group
+from .lse_rows import lse_rows
 from .recompute import recompute
 
 __all__ = ["CudaFusedOp", "fuse_cuda", "worth_cuda"]
 
 #: rows shorter than this, when there are many of them, get a thread each, not a block.
 SHORT_ROW = 64
+#: rows up to this long, when there are at least WARP_ROWS of them, get a warp each (a
+#: layer norm's 768: a 256-thread block per row spent its time in two ``__syncthreads``
+#: block reductions per stage for 3 elements a thread).
+WARP_ROW = 4096
+WARP_ROWS = 1024
 
 
 def worth_cuda(group) -> bool:
@@ -61,7 +71,8 @@ def worth_cuda(group) -> bool:
 
 
 def strategy(k) -> str:
-    """``"thread"`` for a reduction over many short rows, else ``"block"``."""
+    """``"thread"`` for a reduction over many short rows, ``"warp"`` over many rows of
+    moderate length, else ``"block"``."""
     if not isinstance(k, ReduceKernel):
         return "block"
     m = 1
@@ -70,7 +81,9 @@ def strategy(k) -> str:
     rows = 1
     for s in k.shape[:len(k.shape) - k.naxes]:
         rows *= s
-    return "thread" if m < SHORT_ROW and rows >= 4 * SHORT_ROW else "block"
+    if m < SHORT_ROW and rows >= 4 * SHORT_ROW:
+        return "thread"
+    return "warp" if m <= WARP_ROW and rows >= WARP_ROWS else "block"
 
 
 class CudaFusedOp(GraphOp):
@@ -104,6 +117,7 @@ def _groups(graph):
     """``(graph, groups, early, recomputed)``: the partition as :func:`.fuse.fuse` makes it."""
     # host_scalars: the executor holds a GPU graph's CPU scalars on the GPU, so their
     # arithmetic (AdamW's bias corrections, per parameter) joins kernels, merged below
+    graph, _ = lse_rows(graph, "cuda")      # NOTE: a loss's log-softmax stores row values only
     groups = [g for g in partition(graph, "cuda", True) if worth_cuda(g)]
     graph, recomputed = recompute(graph, groups, "cuda", True)
     groups = partition(graph, "cuda", True)
