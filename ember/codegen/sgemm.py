@@ -56,6 +56,16 @@ mode = {"0": "off"}.get(os.environ.get("EMBER_SGEMM", "auto"),
 #: read a transposed A (unit row stride) in place instead of packing it
 COLS = 1
 
+#: in a call with an epilogue (``bias_rows``, ``relu``, ``update``: the compiled graphs'
+#: ``gemm_epilogue`` nodes), a ``k`` up to ``KC_MAX`` runs as one block (no pass of C per
+#: block) where B's packed block, ``k x N``, takes at most ``ONE_BLOCK_BYTES`` (it stays
+#: in L2): W1's feature-major products, one thread, cold caches, 40 alternating calls:
+#: 512x784x128 712 -> 691 us, 512x512x128 435 -> 430 (in the compiled step: 679 -> 617
+#: and 439 -> 414); with B's block past L2 (128x784x512: 1.6 MB) slower (744 -> 823 us).
+#: Not for other calls: the implicit-GEMM convolution (``conv_igemm``) and ``gemm_sum``
+#: promise the k blocks of a plain call, and eager products keep their bits. 0: off.
+ONE_BLOCK_BYTES, KC_MAX = 1 << 19, 1024
+
 #: multiply-adds (M * N * K, all matrices) from which the pool's threads split the work
 PARALLEL_MIN = 1 << 21
 
@@ -128,8 +138,8 @@ def gemm(a, b, c=None, alpha: float = 1.0, beta: float = 0.0, variant=None,
     ``F.linear``'s bias, added in the last k block's tile stores: no pass of its own);
     with ``relu``, ``c = relu(...)`` after that; with ``update = (w, w_out, lr)``, also
     ``w_out = w - lr * c`` (SGD's step, one FMA rounding: a fused ``w - c * lr``'s bits)
-    in the same tile stores, so the gradient is never read back (the compiled graphs'
-    ``gemm_epilogue`` pass).
+    over each block of rows as soon as it is finished (in L2), so the gradient is never
+    read back from memory (the compiled graphs' ``gemm_epilogue`` pass).
 
     Args:
         a, b: float32 operands; a 3-D operand's batch stride may be 0 (broadcast).
@@ -163,6 +173,7 @@ def gemm(a, b, c=None, alpha: float = 1.0, beta: float = 0.0, variant=None,
                          bias_rows, relu)
     key = (isa, a.shape, a.strides, b.shape, b.strides,
            None if c is None else (c.shape, c.strides), KC, KC_T, KC_ONE, MC, NC, COLS,
+           ONE_BLOCK_BYTES,
            None if bias is None else bias.shape)
     e = _plans.get(key)
     if e is None or a.dtype != F32 or b.dtype != F32 or (c is not None and c.dtype != F32) \
@@ -190,6 +201,7 @@ def _gemm_epi(isa, a, b, c, alpha, beta, variant, nthreads, bias, update, rows, 
         w, wo, lr = update
     key = (isa, a.shape, a.strides, b.shape, b.strides,
            None if c is None else (c.shape, c.strides), KC, KC_T, KC_ONE, MC, NC, COLS,
+           ONE_BLOCK_BYTES,
            None if bias is None else bias.shape, rows, relu,
            None if w is None else (w.strides, wo.strides))
     e = _plans.get(key)
@@ -262,8 +274,9 @@ def _gemm_new(isa, key, a, b, c, alpha, beta, variant, nthreads, bias=None, upda
     big = bt * M * N * K >= PARALLEL_MIN
     if nthreads is None:
         nthreads = _threads() if big else 1
+    epi = update is not None or rows or relu
     g = _plan(isa, a, b, c, M, N, K, bt, bias=0 if bias is None else 2 if rows else 1,
-              upd=update is not None, relu=relu)
+              upd=update is not None, relu=relu, whole=epi)
     if update is not None:
         ab = np.array([alpha, beta, update[2]], F32)
     else:
@@ -328,11 +341,12 @@ _plans: dict = {}
 _AB = {(1.0, 0.0): np.array([1, 0], F32), (1.0, 1.0): np.array([1, 1], F32)}
 
 
-def _plan(isa, a, b, c, M, N, K, bt, red=0, bias=0, upd=False, relu=False):
+def _plan(isa, a, b, c, M, N, K, bt, red=0, bias=0, upd=False, relu=False, whole=False):
     """The kernel's geometry for these operands' shapes and strides (``red``: C is the
     sum of the batch's products, :func:`gemm_sum`; ``bias``: 1, a bias row is added to
     every row, 2, a bias column to every column; ``upd``: the SGD epilogue runs;
-    ``relu``: relu after the bias)."""
+    ``relu``: relu after the bias; ``whole``: ``k`` in one block where
+    :func:`_one_block` says so)."""
     sa, sb, sc = _strides(a), _strides(b), _strides(c)
     if a.ndim == 2:
         sa, sb = (0,) + sa, (0,) + sb
@@ -346,10 +360,17 @@ def _plan(isa, a, b, c, M, N, K, bt, red=0, bias=0, upd=False, relu=False):
     cols = bool(COLS) and sa[1] == 1 and K > KC_T
     direct = sa[2] == 1 or K == 1 or cols
     split_n = -(-N // nr) >= 2 and (direct or M <= N or -(-M // mr) < 2)
-    kc = KC_T if cols and sa[2] != 1 and K != 1 else K if KC < K <= KC_ONE else KC
+    kc = KC_T if cols and sa[2] != 1 and K != 1 else K if KC < K <= KC_ONE or \
+        (whole and _one_block(K, N)) else KC
     return _GEOM(M, N, K, bt, isa, split_n, sa[0], sa[1], 1 if K == 1 else sa[2],
                  sb[0], sb[1], 1 if N == 1 else sb[2], sc[0], sc[1], kc, MC, NC, cols,
                  red, int(bias), int(upd), int(relu))
+
+
+def _one_block(K, N) -> bool:
+    """Whether ``k`` runs as one block (:data:`ONE_BLOCK_BYTES`). The same for every
+    variant (their panels' widths differ), so their bits stay the same."""
+    return K <= KC_MAX and K * N * 4 <= ONE_BLOCK_BYTES
 
 
 def gemm_sum(a, b, c=None, beta: float = 0.0, variant=None, nthreads: int | None = None):

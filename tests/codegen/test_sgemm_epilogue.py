@@ -142,3 +142,26 @@ def test_unusable_update_arrays_run_nothing():
     big = rng.standard_normal((8, 32), dtype=np.float32)
     assert sgemm.gemm(a, b, variant=v, update=(big[:, :16], big[:, 1:17], 0.1)) is None
     assert sgemm.gemm(a, b, variant=v, bias=np.ones(3, np.float32), bias_rows=True) is None
+
+
+# --------------------------------------------------------------- k in one block
+@pytest.mark.parametrize("M,K,N,one", [(512, 784, 128, True), (512, 512, 128, True),
+                                       (128, 784, 512, False), (64, 1025, 16, False)])
+def test_whole_k_in_one_block_only_with_an_epilogue_and_b_in_l2(M, K, N, one):
+    a, b, _ = _operands(M, K, N, False, False)
+    c = np.empty((M, N), np.float32)
+    assert sgemm._one_block(K, N) == one
+    assert sgemm._plan(3, a, b, c, M, N, K, 1, relu=True, whole=True)[14] == \
+        (K if one else sgemm.KC)                      # G_KC
+    assert sgemm._plan(3, a, b, c, M, N, K, 1)[14] == sgemm.KC   # plain calls: as before
+
+
+@pytest.mark.parametrize("variant", VARIANTS)
+def test_one_block_products_match_float64(variant):
+    v = _variant(variant)
+    a, b, rng = _operands(40, 784, 128, False, True)
+    bias = rng.standard_normal(40, dtype=np.float32)
+    c = sgemm.gemm(a, b, variant=v, bias=bias, bias_rows=True)
+    ref = a.astype(np.float64) @ b.astype(np.float64) + bias[:, None]
+    mag = np.abs(a.astype(np.float64)) @ np.abs(b.astype(np.float64)) + np.abs(bias[:, None])
+    assert (np.abs(c - ref) <= (784 + 3) * np.finfo(np.float32).eps * mag).all()
