@@ -135,13 +135,26 @@ def _matmul_kernel(xp, x, y, out=None):
 def _matmul_cuda(xp, x, y, out=None):
     """On a GPU: float16/bfloat16 (TF32 when allowed) products as one cuBLAS GemmEx with
     float32 sums (``codegen/cuda_gemm.py``); else CuPy's matmul (cuBLAS) as above."""
-    from ..device.base import _backends
-    if _backends["cuda"].has("cuda_kernels"):
-        from ..backends.cuda import matmul as flags
-        from ..codegen import cuda_gemm     # NOTE: codegen sits above ops
-        if cuda_gemm.supported(x, y, flags.allow_tf32):
-            return cuda_gemm.matmul(xp, x, y, flags.allow_tf32, out=out)
+    backends, flags, cuda_gemm = _GPU_MODULES or _gpu_modules()
+    if backends["cuda"].has("cuda_kernels"):
+        tf32 = flags.allow_tf32
+        if cuda_gemm.supported(x, y, tf32):
+            return cuda_gemm.matmul(xp, x, y, tf32, out=out)
     return _matmul_kernel(xp, x, y, out=out)
+
+
+#: the modules ``_matmul_cuda`` reads, imported on its first call. NOTE: three function-
+#: level imports were ~3 us of each of a compiled GPT step's ~150 GEMM calls (host-bound)
+_GPU_MODULES: tuple = ()
+
+
+def _gpu_modules() -> tuple:
+    global _GPU_MODULES
+    from ..device.base import _backends
+    from ..backends.cuda import matmul as flags
+    from ..codegen import cuda_gemm     # NOTE: codegen sits above ops
+    _GPU_MODULES = (_backends, flags, cuda_gemm)
+    return _GPU_MODULES
 
 
 matmul_p = defop(
