@@ -165,3 +165,48 @@ def test_gpu_layer_norm_forward_stores_no_normalised_x(gpu_like, monkeypatch):  
     np.testing.assert_allclose(losses, want_losses, rtol=1e-5, atol=1e-6)
     for a, b in zip(params, want):
         np.testing.assert_allclose(a, b, rtol=1e-4, atol=1e-6)
+
+
+def _ce_step(dev, autocast=False, **kw):
+    """A compiled Linear + cross-entropy training step (SGD): ``(compiled, losses, params)``."""
+    em.manual_seed(0)
+    m = em.nn.Linear(32, 512).to(dev)
+    opt = em.optim.SGD(m.parameters(), lr=0.5)
+    x, y = em.randn(64, 32).to(dev), em.randint(0, 512, (64,))
+    y[::7] = -100                                   # ignored rows
+    y = y.to(dev)
+
+    def step(x, y):
+        with em.autocast(dev, dtype=em.float16, enabled=autocast):
+            loss = em.nn.functional.cross_entropy(m(x), y, **kw)
+        loss.backward()
+        opt.step()
+        opt.zero_grad(set_to_none=True)
+        return loss
+    cf = em.compile(step)
+    losses = [float(cf(x, y)) for _ in range(4)]
+    return cf, losses, [p.detach().cpu().numpy() for p in m.parameters()]
+
+
+@pytest.mark.parametrize("autocast,kw", [(False, {}), (True, {}),
+                                         (False, {"label_smoothing": 0.1})])
+def test_gpu_cross_entropy_stores_row_values_only(gpu_like, monkeypatch, autocast, kw):  # noqa: F811
+    """The loss's forward kernel writes per-row values, no (rows, classes) log-softmax;
+    the backward kernel recomputes the softmax from the logits (lse_rows + recompute)."""
+    monkeypatch.setenv("EMBER_GRAPH_CACHE", "0")
+    _numpy_cublas(monkeypatch)
+    cf, losses, params = _ce_step("cuda", autocast, **kw)
+    numel = 64 * 512
+    nodes = cf.graphs()[-1].nodes
+    assert not any(n.op.name == "log_softmax" for n in nodes)
+    fwd = [n for n in _fused(cf) if "amax" in n.op.ops.split(",")]
+    assert len(fwd) == 1 and not _full(fwd[0].outs, numel), [n.op.ops for n in _fused(cf)]
+    logits = _full(fwd[0].inputs, numel)
+    assert len(logits) == 1
+    bwd = [n for n in _fused(cf) if n is not fwd[0] and logits[0] in n.inputs]
+    assert len(bwd) == 1 and _full(bwd[0].inputs, numel) == logits, bwd
+    _, want_losses, want = _ce_step("cpu", autocast, **kw)
+    tol = dict(rtol=2e-2, atol=2e-3) if autocast else dict(rtol=1e-5, atol=1e-6)
+    np.testing.assert_allclose(losses, want_losses, **tol)
+    for a, b in zip(params, want):
+        np.testing.assert_allclose(a, b, **tol)
