@@ -178,9 +178,9 @@ class Program:
         # NOTE: a device graph's CPU inputs (0-d tensors: a lifted learning rate) become
         # device arrays when bound, as eager's dispatch moves a CPU scalar; CuPy's kernels
         # refuse NumPy arrays
-        self._host_inputs = () if xp is np or hostv else tuple(
+        self._host_inputs = () if xp is np else tuple(
             k for k, v in enumerate(graph.inputs) if v.device is not None and
-            v.device.type == "cpu")
+            v.device.type == "cpu" and v.id not in hostv)
         # ... and its CPU outputs (that scalar's update: Adam's step count) go back to host
         self._host_outputs = () if xp is np else tuple(
             k for k, v in enumerate(graph.outputs) if v.device is not None and

@@ -17,18 +17,30 @@ each run. Nothing waits for the device.
 """
 from __future__ import annotations
 
+import math
+
 import numpy as np
 
 from .ir import Graph, GraphOp, Var
 
-__all__ = ["Uploads", "host_values", "writes_new"]
+__all__ = ["HOST_MAX", "Uploads", "host_values", "writes_new"]
+
+
+#: CPU values of at most this many elements stay on the host (larger CPU inputs are
+#: copied to the device once when bound, as before).
+HOST_MAX = 64
+
+
+def _small_cpu(v) -> bool:
+    return v.device is not None and v.device.type == "cpu" and math.prod(v.shape) <= HOST_MAX
 
 
 def host_values(graph: Graph) -> tuple:
-    """``(var ids, node indices)`` a device graph computes on the host: its CPU inputs and
-    the CPU outputs of registry ops (or ``host`` graph ops: ``HostFusedOp``) reading only
-    such values (an optimizer's step counts and their bias corrections)."""
-    hv = {v.id for v in graph.inputs if v.device is not None and v.device.type == "cpu"}
+    """``(var ids, node indices)`` a device graph computes on the host: its small CPU
+    inputs and the small CPU outputs of registry ops (or ``host`` graph ops:
+    ``HostFusedOp``) reading only such values (an optimizer's step counts and their bias
+    corrections)."""
+    hv = {v.id for v in graph.inputs if _small_cpu(v)}
     hn: set = set()
     if not hv:
         return hv, hn
@@ -37,7 +49,7 @@ def host_values(graph: Graph) -> tuple:
         if not n.outs or (getattr(op, "host", False) is not True if isinstance(op, GraphOp)
                           else getattr(op, "random", False)):
             continue
-        if all(o.device is not None and o.device.type == "cpu" for o in n.outs) and all(
+        if all(_small_cpu(o) for o in n.outs) and all(
                 x.id in hv if x.__class__ is Var else not isinstance(x, np.ndarray)
                 for x in n.inputs):
             hn.add(i)
@@ -74,7 +86,7 @@ class Uploads:
         """Rewrite the arguments of ``steps`` (but those in ``skip``: ids of host steps)
         that read host values; returns the new slot count (``consts`` grows with it)."""
         up: dict = {}
-        fresh = []
+        fresh: dict = {}        # host var id -> its slot for a per-run copy
         for s, n in zip(steps, nodes):
             if id(s) in skip:
                 continue
@@ -89,10 +101,11 @@ class Uploads:
                         slots += 1
                     args[j] = up[a]
                 else:
-                    fresh.append((slots, a))
-                    consts.append(None)
-                    args[j] = slots
-                    slots += 1
+                    if a not in fresh:
+                        fresh[a] = slots
+                        consts.append(None)
+                        slots += 1
+                    args[j] = fresh[a]
             s.args = tuple(args)
             if s.buf in hostv:          # NOTE: never a host array as a device kernel's out
                 s.buf, s.outfn, s.reinterp, s.count = -1, None, None, 1   # _CHECK
@@ -103,7 +116,7 @@ class Uploads:
             by_dt.setdefault(var_of[vid].dtype.np, []).append((vid, slot))
         self.packed = tuple((dt, tuple(v for v, _ in lst), tuple(sl for _, sl in lst))
                             for dt, lst in by_dt.items())
-        self.fresh = tuple(fresh)
+        self.fresh = tuple((slot, vid) for vid, slot in fresh.items())
         return slots
 
     def bind(self, consts: list, base: int) -> None:

@@ -129,3 +129,23 @@ def test_uploads_follow_the_host_values_each_run(fake_cuda, monkeypatch):
     outs = [fn(w).cpu().numpy().copy() for _ in range(4)]
     for i, o in enumerate(outs):
         np.testing.assert_array_equal(o, np.full(5, 2.0 * (i + 1), np.float32))
+
+
+def test_a_cpu_scalar_read_by_several_device_steps_follows_its_value(fake_cuda, monkeypatch):
+    """A CPU 0-d tensor a compiled GPU function reads directly and through host arithmetic
+    gives this call's value at every reader."""
+    _gpu_like(fake_cuda, monkeypatch, kernels=False)
+    w = em.ones(3, device="cuda")
+    c = em.zeros(())
+
+    def f(w):
+        c.add_(1)
+        return w * c + w * (c * 3) - (w + c)
+    fn = em.compile(f)
+    for i in range(1, 5):
+        want = np.float32(i) + np.float32(3 * i) - np.float32(1 + i)
+        np.testing.assert_array_equal(fn(w).cpu().numpy(), np.full(3, want, np.float32))
+    assert float(c) == 4.0
+    prog = _program(fn)
+    assert [s.name for s in prog._host] == ["add", "mul"]
+    assert [len(vids) for _dt, vids, _s in prog._uploads.packed] == [2]   # c+1, (c+1)*3
