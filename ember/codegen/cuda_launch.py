@@ -105,8 +105,8 @@ def kernel_plan(k, arrays, xp=np, strategy: str = "block", outs=None, cache=None
     shape_arr, stride_arr = geo
     if red:
         n = math.prod(loop[:-1])
-        grid = (min(max(n, 1), MAX_BLOCKS) if strategy == "block" else
-                min(max(-(-n // BLOCK), 1), MAX_BLOCKS),)
+        per = {"block": 1, "warp": BLOCK // 32}.get(strategy, BLOCK)   # rows a block
+        grid = (min(max(-(-n // per), 1), MAX_BLOCKS),)
     args = tuple(ins) + tuple(outs) + (shape_arr, stride_arr, np.int32(ndim), np.int64(n))
     return k.name, grid, (BLOCK,), args, outs
 

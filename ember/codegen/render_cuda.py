@@ -7,8 +7,10 @@ and two entry points, ``NAME`` (any strides) and ``NAME_c`` (contiguous or scala
 Reductions are one block per row by default (``strategy="block"``): the block's threads
 stride over the row, combine their partial results with warp shuffles
 (``__shfl_down_sync``) and one shared-memory step across warps, and every thread reads
-the row's value for the epilogue; ``strategy="thread"`` keeps one thread per row (short
-rows, many of them). The block size must be a multiple of 32 (the launcher uses 256).
+the row's value for the epilogue; ``strategy="warp"`` gives each row one warp (rows of a
+few hundred to a few thousand elements: a layer norm's 768; shuffles only, 8 rows a
+256-thread block) and ``strategy="thread"`` one thread (short rows, many of them). The
+block size must be a multiple of 32 (the launcher uses 256).
 Shapes and strides are runtime arguments::
 
     extern "C" __global__ void NAME(const T0 *in0, ..., TO *out, TO1 *out1, ...,
@@ -83,6 +85,12 @@ __device__ static inline T ember_warp_reduce(T v) {
     for (int o = 16; o > 0; o >>= 1) v = Op::f(v, __shfl_down_sync(0xffffffffu, v, o));
     return v;
 }
+/* Every lane of the warp gets the reduction of the warp's 32 values (butterfly). */
+template <typename Op, typename T>
+__device__ static inline T ember_warp_allreduce(T v) {
+    for (int o = 16; o > 0; o >>= 1) v = Op::f(v, __shfl_xor_sync(0xffffffffu, v, o));
+    return v;
+}
 /* Every thread of the block gets the reduction of all threads' v (blockDim.x % 32 == 0). */
 template <typename Op, typename T>
 __device__ static inline T ember_block_reduce(T v, T identity, T *sh) {
@@ -102,7 +110,7 @@ __device__ static inline T ember_block_reduce(T v, T identity, T *sh) {
 }
 """
 
-STRATEGIES = ("block", "thread")
+STRATEGIES = ("block", "thread", "warp")
 
 
 def _load(k: int, d, inner: bool = False) -> str:
@@ -181,7 +189,7 @@ def _render_one(kernel, strategy: str) -> str:
     sig = _signature(kernel.name, ins, [o[0] for o in kernel.outputs])
     if isinstance(kernel, Kernel):
         return render_elementwise(kernel)
-    return _render_reduction(kernel, ins, sig, block=strategy == "block")
+    return _render_reduction(kernel, ins, sig, strategy)
 
 
 def _row_setup(ins) -> list:
@@ -237,15 +245,22 @@ def _epilogue(k: ReduceKernel, ins, rows, row_loop: list, first_only: list) -> l
     return lines
 
 
-def _render_reduction(k: ReduceKernel, ins, sig, block: bool) -> str:
-    """A row reduction: one thread block per row (``block``: the block's threads stride
-    over the row and combine in shared memory), else one thread per row."""
+def _render_reduction(k: ReduceKernel, ins, sig, strategy: str) -> str:
+    """A row reduction: one thread block per row (``"block"``: the block's threads stride
+    over the row and combine in shared memory), one warp per row (``"warp"``: lanes
+    stride over it and combine by shuffles alone, no ``__syncthreads``; blockDim.x / 32
+    rows a block) or one thread per row (``"thread"``)."""
     rows = list(k.row_dtypes)
+    block, warp = strategy == "block", strategy == "warp"
     # NOTE: unrolled by 4 so a thread has 4 independent loads in flight (a wide row: the
     # GPT's 50257-wide log-softmax); each thread still adds its elements in index order
-    row_loop = (["#pragma unroll 4",
-                 "for (int64_t i = threadIdx.x; i < m; i += blockDim.x) {"] if block
-                else ["for (int64_t i = 0; i < m; i++) {"])
+    if block:
+        row_loop = ["#pragma unroll 4",
+                    "for (int64_t i = threadIdx.x; i < m; i += blockDim.x) {"]
+    elif warp:
+        row_loop = ["#pragma unroll 4", "for (int64_t i = lane; i < m; i += 32) {"]
+    else:
+        row_loop = ["for (int64_t i = 0; i < m; i++) {"]
     lines = _row_setup(ins)
     for j, st in enumerate(k.stages):
         e = _emitter(ins, rows, f"p{j}_", j)
@@ -256,11 +271,20 @@ def _render_reduction(k: ReduceKernel, ins, sig, block: bool) -> str:
         if block:
             lines.append(f"acc{j} = ember_block_reduce<{op}>(acc{j}, ({acc}){ident}, "
                          f"({acc} *)ember_sh);")
+        elif warp:
+            lines.append(f"acc{j} = ember_warp_allreduce<{op}>(acc{j});")
         lines.append(_row_value(j, st))
     if block:
         lines += _epilogue(k, ins, rows, row_loop, ["if (threadIdx.x == 0) {", "}"])
         loop = ["    __shared__ long long ember_sh[33];",
                 "    for (int64_t idx = blockIdx.x; idx < n; idx += gridDim.x) {"]
+    elif warp:
+        # NOTE: idx is the same on a warp's 32 lanes: the shuffles see them all
+        lines += _epilogue(k, ins, rows, row_loop, ["if (lane == 0) {", "}"])
+        loop = ["    const int lane = threadIdx.x & 31;",
+                "    const int64_t wpb = blockDim.x >> 5;",
+                "    for (int64_t idx = (int64_t)blockIdx.x * wpb + (threadIdx.x >> 5); idx < n;",
+                "         idx += (int64_t)gridDim.x * wpb) {"]
     else:
         lines += _epilogue(k, ins, rows, row_loop, ["{", "}"])
         loop = ["    for (int64_t idx = (int64_t)blockIdx.x * blockDim.x + threadIdx.x; idx < n;",

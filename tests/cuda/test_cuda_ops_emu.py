@@ -14,6 +14,7 @@ import pytest
 
 from ember import dtypes as dt
 from ember.codegen import interp
+from ember.codegen.ir import InputSpec, Load, OutSpec, Reduce, ReduceKernel, Row, call
 from ember.codegen.cuda_launch import kernel_plan, launch_plan
 from ember.codegen.render_cuda import render_cuda_many
 from ember.errors import EmberError
@@ -109,7 +110,7 @@ def test_low_precision_kernels_round_once(d, workdir):
     assert checked >= 50, checked
 
 
-@pytest.mark.parametrize("strategy", ["block", "thread"])
+@pytest.mark.parametrize("strategy", ["block", "thread", "warp"])
 def test_reductions_and_row_kernels_equal_numpy(strategy, workdir):
     """Every reduction kind over every dtype, softmax / layer norm rows with per-row
     outputs, strided rows: block-per-row (warp shuffles + shared memory) and
@@ -131,3 +132,26 @@ def test_reductions_and_row_kernels_equal_numpy(strategy, workdir):
             tol = 1e-2 if low else 1e-6
             np.testing.assert_allclose(got.astype(np.float64), np.asarray(w).astype(np.float64)
                                        .reshape(got.shape), rtol=tol, atol=tol, err_msg=k.name)
+
+
+def test_warp_per_row_layer_norm_over_long_rows_and_several_warps(workdir):
+    """``strategy="warp"`` on rows longer than a warp (777: 24-25 elements a lane, not a
+    multiple of 32) with per-row and full outputs, 2 warps a block and 1 block striding
+    over 5 rows: each row's statistics and normalised values equal NumPy's."""
+    f32 = dt.float32
+    x = Load(0)
+    mean = Reduce("mean", x)
+    var = Reduce("mean", (x - Row(0)) * (x - Row(0)))
+    rstd = 1.0 / call("sqrt", Row(1) + 1e-5)
+    k = ReduceKernel([InputSpec(f32, (777, 1))], (5, 777), 1, [mean, var],
+                     (x - Row(0)) * rstd, OutSpec(f32, (5, 777)), full=True, name="ln_warp",
+                     extra=((f32, Row(0), False), (f32, rstd, False)))
+    mod = _cuda_emu.EmuModule(render_cuda_many([k], "warp"), workdir, 1)
+    a = np.random.default_rng(2).standard_normal((5, 777)).astype(np.float32) * 3 + 1
+    _grid, _block, args, outs = launch_plan(k, [a], strategy="warp")
+    mod.get_function(k.name)((1,), (64,), args)
+    mu = a.astype(np.float64).mean(1)
+    r = 1 / np.sqrt(a.astype(np.float64).var(1) + 1e-5)
+    np.testing.assert_allclose(outs[1], mu, rtol=1e-6, atol=1e-6)
+    np.testing.assert_allclose(outs[2], r, rtol=1e-6)
+    np.testing.assert_allclose(outs[0], (a - mu[:, None]) * r[:, None], rtol=1e-5, atol=1e-5)

@@ -65,7 +65,7 @@ def _kernels():
         k for k in _rows_kernels() if all(s.dtype is not em.bfloat16 for s in k.inputs)]
 
 
-@pytest.mark.parametrize("strategy", ["block", "thread"])
+@pytest.mark.parametrize("strategy", ["block", "thread", "warp"])
 def test_generated_cuda_kernels_match_numpy(gpu, strategy):
     import cupy
     from ember.codegen.cuda_launch import CudaKernel

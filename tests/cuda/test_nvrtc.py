@@ -118,12 +118,14 @@ def _rows_kernels():
     return [softmax, layer_norm, per_row, strided]
 
 
-@pytest.mark.parametrize("strategy", ["block", "thread"])
+@pytest.mark.parametrize("strategy", ["block", "thread", "warp"])
 def test_reductions_compile(strategy):
     kernels = [k for d in DTYPES for k in _reductions(d)] + _rows_kernels()
     ptx = _compile(kernels, f"reductions_{strategy}", strategy)
     if strategy == "block":            # the tree reduction really uses warp shuffles
         assert "shfl.sync.down" in ptx
+    elif strategy == "warp":           # a warp per row: butterfly shuffles, no barrier
+        assert "shfl.sync.bfly" in ptx and "bar.sync" not in ptx
     else:
         assert "shfl.sync" not in ptx
 
@@ -175,7 +177,7 @@ def test_nvrtc_error_carries_the_log():
 
 def test_unknown_strategy_is_rejected():
     with pytest.raises(ValueError, match="strategy must be one of"):
-        render_cuda(_reductions(dt.float32)[0], strategy="warp")
+        render_cuda(_reductions(dt.float32)[0], strategy="lane")
 
 
 def _fused_kernels(fn, *args):
