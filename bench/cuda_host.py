@@ -97,6 +97,25 @@ def _counts(fn, args, rec) -> tuple:
     return n[0], sum(r[2] for r in rec.rows)
 
 
+def _copies(fn) -> str:
+    """What a GPU would copy between host and device in one call of compiled ``fn``: CPU
+    inputs bound as device arrays, uploads of host values, CPU outputs copied back (each
+    of those waits for the GPU) — from the program, since the stand-in copies nothing."""
+    from ember.graph.host_steps import host_values
+    n = h2d = d2h = 0
+    for e in fn._cache.values():
+        prog = getattr(e, "program", None)
+        if e.eager or prog is None:
+            continue
+        g = prog.graph
+        hv = host_values(g)[0] if prog._hosting else set()
+        h2d += sum(1 for v in g.inputs if v.device.type == "cpu" and v.id not in hv)
+        h2d += len(prog._uploads.packed) + len(prog._uploads.fresh)
+        d2h += sum(1 for v in g.outputs if v.device.type == "cpu" and v.id not in hv)
+        n += len(prog._host)
+    return f"host steps {n}, host->device copies {h2d}, device->host copies {d2h} a call"
+
+
 def main(argv=None) -> int:
     p = argparse.ArgumentParser(description=__doc__.splitlines()[0])
     p.add_argument("--layers", type=int, default=12)
@@ -126,6 +145,8 @@ def main(argv=None) -> int:
         print(f"{label:<9} host {statistics.median(ms):8.2f} ms/call (median of {a.reps}; "
               f"min {min(ms):.2f}; CPU {statistics.median(cpu):.2f})  executor steps "
               f"{steps:5d}  launches {launches:5d}")
+        if label == "compiled":
+            print(f"{'':<9} {_copies(fn)}")
         if a.profile and label == "compiled":
             prof = cProfile.Profile()
             with np.errstate(all="ignore"):
