@@ -59,13 +59,25 @@ def _sum_cuda(xp, x, dim=None, keepdim=False, dtype=None):
     """A GPU's sum: a large one over leading or trailing dims runs a generated kernel
     (``codegen/cuda_reduce.py``: CuPy's axis sums are slow); else :func:`_sum_kernel`."""
     if dtype is None and x.size >= _CUDA_SUM_MIN:
-        from ..device.base import _backends
-        if _backends["cuda"].has("cuda_kernels"):
-            from ..codegen import cuda_reduce          # NOTE: codegen sits above ops
+        backends, cuda_reduce = _GPU_MODULES or _gpu_modules()
+        if backends["cuda"].has("cuda_kernels"):
             r = cuda_reduce.sum(xp, x, dim, keepdim)
             if r is not None:
                 return r
     return _sum_kernel(xp, x, dim, keepdim, dtype)
+
+
+#: what ``_sum_cuda`` reads, imported on its first call (NOTE: function-level imports
+#: were ~2 us of each of a compiled GPT step's ~100 gradient sums: host-bound).
+_GPU_MODULES: tuple = ()
+
+
+def _gpu_modules() -> tuple:
+    global _GPU_MODULES
+    from ..device.base import _backends
+    from ..codegen import cuda_reduce          # NOTE: codegen sits above ops
+    _GPU_MODULES = (_backends, cuda_reduce)
+    return _GPU_MODULES
 
 
 #: smallest input ``_sum_cuda`` asks the generated kernels about (cuda_reduce.THRESHOLD
