@@ -70,7 +70,7 @@ ONE_BLOCK_BYTES, KC_MAX = 1 << 19, 1024
 PARALLEL_MIN = 1 << 21
 
 _state: dict = {}
-_GEOM, _PTRS = ctypes.c_int64 * 22, ctypes.c_void_p * 7
+_GEOM, _PTRS = ctypes.c_int64 * 24, ctypes.c_void_p * 9
 
 
 def _probe() -> int:
@@ -131,15 +131,18 @@ def _strides(a):
 
 def gemm(a, b, c=None, alpha: float = 1.0, beta: float = 0.0, variant=None,
          nthreads: int | None = None, bias=None, update=None, *, bias_rows: bool = False,
-         relu: bool = False):
+         relu: bool = False, mask=None, row_sums=None):
     """``c = alpha * a @ b + beta * c`` for float32 ``(M, K)``/``(K, N)`` matrices or
     ``(B, M, K)``/``(B, K, N)`` stacks, any strides (transposed views are not copied);
     with ``bias``, ``c = (alpha * a @ b + beta * c) + bias`` (``torch.addmm``'s and
     ``F.linear``'s bias, added in the last k block's tile stores: no pass of its own);
-    with ``relu``, ``c = relu(...)`` after that; with ``update = (w, w_out, lr)``, also
-    ``w_out = w - lr * c`` (SGD's step, one FMA rounding: a fused ``w - c * lr``'s bits)
-    over each block of rows as soon as it is finished (in L2), so the gradient is never
-    read back from memory (the compiled graphs' ``gemm_epilogue`` pass).
+    with ``relu``, ``c = relu(...)`` after that; with ``mask``, relu's backward after
+    that, ``c = 0 where mask <= 0 else c`` (``threshold_backward(c, mask, 0)``); with
+    ``row_sums``, each row's sum of the result too (a bias gradient); with ``update =
+    (w, w_out, lr)``, also ``w_out = w - lr * c`` (SGD's step, one FMA rounding: a fused
+    ``w - c * lr``'s bits) over each block of rows as soon as it is finished (in L2), so
+    the gradient is never read back from memory (the compiled graphs' ``gemm_epilogue``
+    pass).
 
     Args:
         a, b: float32 operands; a 3-D operand's batch stride may be 0 (broadcast).
@@ -153,6 +156,10 @@ def gemm(a, b, c=None, alpha: float = 1.0, beta: float = 0.0, variant=None,
             with ``bias_rows``, an ``(M,)`` array added to every column (``c + bias[:,
             None]``: a feature-major layer's bias).
         relu: relu of the result (after the bias), as the fused kernels' relu (NaN kept).
+        mask: None or a float32 array of C's shape and strides (a relu's output): the
+            result is ``+0`` where ``mask <= 0``, kept where ``mask > 0`` or NaN.
+        row_sums: None or a C-contiguous float32 ``(M,)`` array (2-D operands only) that
+            receives each row's sum of the result, in float32 (threads then split rows).
         update: None or ``(w, w_out, lr)``: float32 arrays of C's shape and strides
             (``w_out`` may be ``w``: updated in place; neither may overlap ``a``/``b``/``c``
             otherwise) and a Python float; not with a batch of 3-D operands' sum.
@@ -168,9 +175,9 @@ def gemm(a, b, c=None, alpha: float = 1.0, beta: float = 0.0, variant=None,
     isa = _isa(variant)
     if isa is None:
         return None
-    if update is not None or relu or bias_rows:
+    if update is not None or relu or bias_rows or mask is not None or row_sums is not None:
         return _gemm_epi(isa, a, b, c, alpha, beta, variant, nthreads, bias, update,
-                         bias_rows, relu)
+                         bias_rows, relu, mask, row_sums)
     key = (isa, a.shape, a.strides, b.shape, b.strides,
            None if c is None else (c.shape, c.strides), KC, KC_T, KC_ONE, MC, NC, COLS,
            ONE_BLOCK_BYTES,
@@ -194,8 +201,9 @@ def gemm(a, b, c=None, alpha: float = 1.0, beta: float = 0.0, variant=None,
     return c
 
 
-def _gemm_epi(isa, a, b, c, alpha, beta, variant, nthreads, bias, update, rows, relu):
-    """:func:`gemm` with a row bias, relu or the SGD update (``update``) in its stores."""
+def _gemm_epi(isa, a, b, c, alpha, beta, variant, nthreads, bias, update, rows, relu,
+              mask=None, rsum=None):
+    """:func:`gemm` with a bias column, relu, relu's backward mask or the SGD update."""
     w = wo = None
     if update is not None:
         w, wo, lr = update
@@ -203,17 +211,21 @@ def _gemm_epi(isa, a, b, c, alpha, beta, variant, nthreads, bias, update, rows, 
            None if c is None else (c.shape, c.strides), KC, KC_T, KC_ONE, MC, NC, COLS,
            ONE_BLOCK_BYTES,
            None if bias is None else bias.shape, rows, relu,
-           None if w is None else (w.strides, wo.strides))
+           None if w is None else (w.strides, wo.strides),
+           None if mask is None else mask.strides, rsum is None)
     e = _plans.get(key)
     if e is None or a.dtype != F32 or b.dtype != F32 or (c is not None and c.dtype != F32) \
             or (bias is not None and (bias.dtype != F32 or not bias.flags.c_contiguous)) \
-            or (w is not None and (w.dtype != F32 or wo.dtype != F32)):
+            or (w is not None and (w.dtype != F32 or wo.dtype != F32)) \
+            or (mask is not None and mask.dtype != F32) or (rsum is not None and (
+                rsum.dtype != F32 or not rsum.flags.c_contiguous)):
         return _gemm_new(isa, key, a, b, c, alpha, beta, variant, nthreads, bias, update,
-                         rows, relu)
+                         rows, relu, mask, rsum)
     g, addr, big, shape, run, fast = e
     if c is None:
         c, beta = np.empty(shape, F32), 0.0
-        if w is not None and w.strides != c.strides:    # not the planned w's layout
+        if (w is not None and w.strides != c.strides) or \
+                (mask is not None and mask.strides != c.strides):   # not the planned layout
             return None
     if nthreads is None:
         nthreads = _threads() if big else 1
@@ -221,21 +233,25 @@ def _gemm_epi(isa, a, b, c, alpha, beta, variant, nthreads, bias, update, rows, 
         ab = _AB.get((alpha, beta))
         if ab is None:
             ab = np.array([alpha, beta], F32)
-        arrays = (a, b, c, ab, c if bias is None else bias)
+        w = wo = c
     else:
         ab = np.array([alpha, beta, lr], F32)
-        arrays = (a, b, c, ab, c if bias is None else bias, w, wo)
-    run(fast, arrays, addr, addr, nthreads, len(arrays), _ITEMS_OFF, _DATA_OFF)
+    arrays = (a, b, c, ab, c if bias is None else bias, w, wo, c if mask is None else mask,
+              c if rsum is None else rsum)
+    run(fast, arrays, addr, addr, nthreads, 9, _ITEMS_OFF, _DATA_OFF)
     return c
 
 
 def _gemm_new(isa, key, a, b, c, alpha, beta, variant, nthreads, bias=None, update=None,
-              rows=False, relu=False):
+              rows=False, relu=False, mask=None, rsum=None):
     """:func:`gemm` for operands whose shapes and strides have no plan yet (or another
     dtype): checks them, runs them, and keeps the plan (under ``key``) where it can."""
     if a.dtype != F32 or b.dtype != F32 or a.ndim != b.ndim or a.ndim not in (2, 3):
         return None
     if update is not None and not _update_ok(a, b, c, update):
+        return None
+    if rsum is not None and (a.ndim != 2 or rsum.dtype != F32 or rsum.shape != (
+            a.shape[0],) or not rsum.flags.c_contiguous):
         return None
     if bias is not None and (bias.dtype != F32 or bias.shape != (
             a.shape[-2] if rows else b.shape[-1],)):
@@ -254,7 +270,9 @@ def _gemm_new(isa, key, a, b, c, alpha, beta, variant, nthreads, bias=None, upda
     elif c.shape != shape or c.dtype != F32 or (N > 1 and c.strides[-1] != 4) \
             or _strides(c) is None:
         return None
-    if update is not None and update[0].strides != c.strides:
+    if (update is not None and update[0].strides != c.strides) or (mask is not None and (
+            mask.shape != shape or mask.dtype != F32 or mask.strides != c.strides or
+            np.may_share_memory(mask, c))):
         return None
     if c.size == 0:
         return c
@@ -264,19 +282,24 @@ def _gemm_new(isa, key, a, b, c, alpha, beta, variant, nthreads, bias=None, upda
             c += bias[:, None] if rows else bias
         if relu:
             c[...] = np.where((c > 0) | np.isnan(c), c, np.float32(0))
+        if mask is not None:
+            c[...] = np.where(mask <= 0, np.float32(0), c)
+        if rsum is not None:
+            rsum[...] = c.sum(axis=-1)
         if update is not None:
             _update_numpy(c, update)
         return c
     if _strides(a) is None or _strides(b) is None:     # not whole elements: copy
         a, b = np.ascontiguousarray(a), np.ascontiguousarray(b)
         return gemm(a, b, c, alpha, beta, variant, nthreads, bias, update, bias_rows=rows,
-                    relu=relu)
+                    relu=relu, mask=mask, row_sums=rsum)
     big = bt * M * N * K >= PARALLEL_MIN
     if nthreads is None:
         nthreads = _threads() if big else 1
-    epi = update is not None or rows or relu
+    epi = update is not None or rows or relu or mask is not None or rsum is not None
     g = _plan(isa, a, b, c, M, N, K, bt, bias=0 if bias is None else 2 if rows else 1,
-              upd=update is not None, relu=relu, whole=epi)
+              upd=update is not None, relu=relu, whole=epi, mask=mask is not None,
+              rsum=rsum is not None)
     if update is not None:
         ab = np.array([alpha, beta, update[2]], F32)
     else:
@@ -285,9 +308,10 @@ def _gemm_new(isa, key, a, b, c, alpha, beta, variant, nthreads, bias=None, upda
             ab = np.array([alpha, beta], F32)
     fn, run, fast, _ = _kernels.get(isa) or _kernel(isa)
     arrays = (a, b, c, ab) if bias is None else (a, b, c, ab, bias)
-    if update is not None or relu or rows:
-        arrays = (a, b, c, ab, c if bias is None else bias) + (
-            () if update is None else tuple(update[:2]))
+    if epi:
+        w, wo = (c, c) if update is None else update[:2]
+        arrays = (a, b, c, ab, c if bias is None else bias, w, wo,
+                  c if mask is None else mask, c if rsum is None else rsum)
     if run is not None:
         if len(_plans) > 512:
             _plans.clear()
@@ -341,12 +365,14 @@ _plans: dict = {}
 _AB = {(1.0, 0.0): np.array([1, 0], F32), (1.0, 1.0): np.array([1, 1], F32)}
 
 
-def _plan(isa, a, b, c, M, N, K, bt, red=0, bias=0, upd=False, relu=False, whole=False):
+def _plan(isa, a, b, c, M, N, K, bt, red=0, bias=0, upd=False, relu=False, whole=False,
+          mask=False, rsum=False):
     """The kernel's geometry for these operands' shapes and strides (``red``: C is the
     sum of the batch's products, :func:`gemm_sum`; ``bias``: 1, a bias row is added to
     every row, 2, a bias column to every column; ``upd``: the SGD epilogue runs;
     ``relu``: relu after the bias; ``whole``: ``k`` in one block where
-    :func:`_one_block` says so)."""
+    :func:`_one_block` says so; ``mask``: relu's backward mask; ``rsum``: row sums, so
+    threads split rows)."""
     sa, sb, sc = _strides(a), _strides(b), _strides(c)
     if a.ndim == 2:
         sa, sb = (0,) + sa, (0,) + sb
@@ -359,12 +385,12 @@ def _plan(isa, a, b, c, M, N, K, bt, red=0, bias=0, upd=False, relu=False, whole
     # is faster in place, in the step and alone (674 vs 722 us).
     cols = bool(COLS) and sa[1] == 1 and K > KC_T
     direct = sa[2] == 1 or K == 1 or cols
-    split_n = -(-N // nr) >= 2 and (direct or M <= N or -(-M // mr) < 2)
+    split_n = -(-N // nr) >= 2 and (direct or M <= N or -(-M // mr) < 2) and not rsum
     kc = KC_T if cols and sa[2] != 1 and K != 1 else K if KC < K <= KC_ONE or \
         (whole and _one_block(K, N)) else KC
     return _GEOM(M, N, K, bt, isa, split_n, sa[0], sa[1], 1 if K == 1 else sa[2],
                  sb[0], sb[1], 1 if N == 1 else sb[2], sc[0], sc[1], kc, MC, NC, cols,
-                 red, int(bias), int(upd), int(relu))
+                 red, int(bias), int(upd), int(relu), int(mask), int(rsum))
 
 
 def _one_block(K, N) -> bool:

@@ -33,7 +33,7 @@ variant      vector (VL floats)          MR    NR (NV vectors)       accumulator
 ===========  ==========================  ====  ====================  ======================
 
 Entry point ``ember_sgemm_f32(char **p, const int64_t *g, int64_t nthreads)``: ``p = [A,
-B, C, ab, bias, W, W_out]`` (``ab``: ``float[2] = {alpha, beta}``, ``float[3]`` with the
+B, C, ab, bias, W, W_out, Y]`` (``ab``: ``float[2] = {alpha, beta}``, ``float[3]`` with the
 learning rate third where ``G_UPD`` is 1; ``bias`` read only where ``G_BIAS`` is set,
 ``W`` and ``W_out`` only where ``G_UPD`` is), ``g`` as the ``G_*`` enum below (strides in
 elements; C's column stride is 1; ``split`` 1 = threads split N, 0 = M; ``G_ISA`` only
@@ -43,11 +43,12 @@ block's tile stores, each step rounded on its own, in this order: ``G_BIAS`` 1, 
 contiguous ``bias[N]`` added to every row of the finished C (``(alpha * A @ B + beta *
 C) + bias``: the addmm epilogue), 2, a contiguous ``bias[M]`` added to every column (a
 feature-major layer's bias column); ``G_RELU`` 1: relu (the fused kernels' template: NaN
-kept, ``-0`` to ``+0``); ``G_UPD`` 1: the SGD epilogue, ``W_out = W - lr * C`` for the
-finished C, one FMA rounding, W and W_out laid out as C and ``W_out`` possibly ``W`` (a
-weight gradient's GEMM that also updates the weight: over each block of ``MC`` rows once
-its tiles are stored, while it is in L2).
-``beta == 0`` never reads C (NaN there does not propagate), as BLAS.
+kept, ``-0`` to ``+0``); ``G_MASK`` 1: relu's backward, C kept where ``Y > 0`` or NaN,
+else ``+0`` (``Y = p[7]`` laid out as C: ``threshold_backward(C, Y, 0)``); ``G_UPD`` 1:
+the SGD epilogue, ``W_out = W - lr * C`` for the finished C, one FMA rounding, W and
+W_out laid out as C and ``W_out`` possibly ``W`` (a weight gradient's GEMM that also
+updates the weight: over each block of ``MC`` rows once its tiles are stored, while it
+is in L2). ``beta == 0`` never reads C (NaN there does not propagate), as BLAS.
 """
 from __future__ import annotations
 
@@ -98,17 +99,22 @@ static float *scratch(size_t n) {
 
 _HEAD = SCRATCH_HEAD + r"""
 enum { G_M, G_N, G_K, G_BT, G_ISA, G_SPLIT, G_SAB, G_SAM, G_SAK, G_SBB, G_SBK, G_SBN,
-       G_SCB, G_SCM, G_KC, G_MC, G_NC, G_COLS, G_RED, G_BIAS, G_UPD, G_RELU };
+       G_SCB, G_SCM, G_KC, G_MC, G_NC, G_COLS, G_RED, G_BIAS, G_UPD, G_RELU, G_MASK,
+       G_RSUM };
 
-/* the last k block's epilogues: bias (a row of N, or with brow a column of M) and relu
-   in the tile stores (tile_*), the SGD update of w into wo with learning rate lr over
-   each finished block of rows (sgd_rows) */
+/* the last k block's epilogues: bias (a row of N, or with brow a column of M), relu and
+   relu's backward mask (y laid out as C: C kept where y > 0 or NaN, else +0) in the tile
+   stores (tile_*), each row's sum of the finished C added into rsum[row] (rsum at the
+   tile's first row; the caller splits threads by rows), the SGD update of w into wo with
+   learning rate lr over each finished block of rows (sgd_rows) */
 typedef struct {
     const float *bias;
     int64_t brow, relu;
     const float *w;
     float *wo;
     float lr;
+    const float *y;
+    float *rsum;
 } epi_t;
 
 /* the SGD epilogue over a finished block of C (rows < mc, columns < nc, row stride ldc):
@@ -178,6 +184,14 @@ __attribute__((target("avx2"))) static inline void tr8(const float *b, int64_t s
     _mm256_storeu_ps(dst + 7 * NR, _mm256_permute2f128_ps(u3, u7, 0x31));
 }
 
+/* the 8 lanes' sum: ((l0 + l4) + (l2 + l6)) + ((l1 + l5) + (l3 + l7)) */
+__attribute__((target("avx2"))) static inline float hsum8(__m256 a) {
+    __m128 s = _mm_add_ps(_mm256_castps256_ps128(a), _mm256_extractf128_ps(a, 1));
+    s = _mm_add_ps(s, _mm_movehl_ps(s, s));
+    s = _mm_add_ss(s, _mm_shuffle_ps(s, s, 1));
+    return _mm_cvtss_f32(s);
+}
+
 __attribute__((target("avx2"))) static void pack_b_cols(const float *b, int64_t sbn,
         int64_t kc, int64_t nj, int64_t NR, float *dst) {
     const int64_t j8 = nj / 8 * 8, k8 = kc / 8 * 8;
@@ -235,6 +249,17 @@ static inline v8g set1_g(float s) { return (v8g){s, s, s, s, s, s, s, s}; }
 static inline v8g relu_g(v8g a) {
     v8g r;
     for (int i = 0; i < 8; i++) r[i] = a[i] > 0 || a[i] != a[i] ? a[i] : 0.0f;
+    return r;
+}
+/* relu's backward as threshold_backward's template: y <= 0 ? 0 : a */
+static inline float hsum_g(v8g a) {
+    float s = 0.0f;
+    for (int i = 0; i < 8; i++) s += a[i];
+    return s;
+}
+static inline v8g keep_g(v8g a, v8g y) {
+    v8g r;
+    for (int i = 0; i < 8; i++) r[i] = y[i] <= 0 ? 0.0f : a[i];
     return r;
 }
 """
@@ -304,13 +329,17 @@ TGT static inline __attribute__((always_inline)) V upd_@S@(V acc, const float *c
    when the call has a bias or relu, else NULL), each step rounded on its own, in order:
    bias (e->bias at the tile's first column, or with e->brow its first row: bias[j] or
    bias[r] added, the bits of a separate ``C + bias`` pass), relu (e->relu: NaN kept, -0
-   to +0, the fused kernel's relu) */
+   to +0, the fused kernel's relu), relu's backward (e->y at the tile's offset, C's row
+   stride: C where y > 0 or y is NaN, else +0: threshold_backward's ``y <= 0 ? 0 : g``),
+   row sums (e->rsum: each row's stored values summed in float32 — the tile's vectors
+   added in order, then across lanes — and added to rsum[r]) */
 TGT static void tile_@S@(const float *const *ar, int64_t ska, const float *b, int64_t kc,
                          float *c, int64_t ldc, int64_t mr, int64_t nr, float alpha,
                          float beta, int mode, const epi_t *e) {
     V acc[MRV][NV];
     const int nv = nr == NRV ? NV : (int)((nr + VLV - 1) / VLV);
-    const float *bias = e ? e->bias : 0;
+    const float *bias = e ? e->bias : 0, *y = e ? e->y : 0;
+    float *rsum = e ? e->rsum : 0;
     const int brow = e && e->brow, relu = e && e->relu;
     mkd_@S@(ar, ska, b, kc, mr, nv, acc);
     const V al = SET1(alpha), be = SET1(beta);
@@ -320,24 +349,36 @@ TGT static void tile_@S@(const float *const *ar, int64_t ska, const float *b, in
     for (int r = 0; r < mr; r++) {
         float *cr = c + r * ldc;
         const V br = SET1(bias && brow ? bias[r] : 0.0f);
+        V rs = ZERO;
         if (nr == NRV) {
             for (int v = 0; v < NV; v++) {
                 V t = upd_@S@(acc[r][v], cr + v * VLV, mode, unit, al, be);
                 if (bias) t = ADD(t, brow ? br : LD(bt + v * VLV));
                 if (relu) t = RELU(t);
+                if (y) t = KEEP(t, LD(y + r * ldc + v * VLV));
                 ST(cr + v * VLV, t);
+                rs = ADD(rs, t);
             }
+            if (rsum) rsum[r] += HSUM(rs);
             continue;
         }
         float tile[NRV] __attribute__((aligned(64))) = {0};
+        float yt[NRV] __attribute__((aligned(64))) = {0};
         if (mode) memcpy(tile, cr, (size_t)nr * sizeof(float));
+        if (y) memcpy(yt, y + r * ldc, (size_t)nr * sizeof(float));
         for (int v = 0; v < nv; v++) {
             V t = upd_@S@(acc[r][v], tile + v * VLV, mode, unit, al, be);
             if (bias) t = ADD(t, brow ? br : LD(bt + v * VLV));
             if (relu) t = RELU(t);
+            if (y) t = KEEP(t, LD(yt + v * VLV));
             ST(tile + v * VLV, t);
         }
         memcpy(cr, tile, (size_t)nr * sizeof(float));
+        if (rsum) {
+            float sr = 0.0f;
+            for (int64_t j = 0; j < nr; j++) sr += tile[j];
+            rsum[r] += sr;
+        }
     }
 }
 
@@ -370,7 +411,7 @@ TGT static void range_@S@(const float *a, const float *b, float *c, const int64_
             const int64_t kc = MIN(KCb, K - pc);
             const int mode = pc || t ? 1 : beta == 0.0f ? 0 : beta == 1.0f ? 1 : 2;
             const int last = ep && pc + kc == K && t == nt - 1;
-            const int tiled = last && (ep->bias || ep->relu);
+            const int tiled = last && (ep->bias || ep->relu || ep->y || ep->rsum);
             a = a0 + t * g[G_SAB];
             b = b0 + t * g[G_SBB];
             packb_@S@(b + pc * sbk + jc * sbn, sbk, sbn, kc, nc, bp);
@@ -392,6 +433,8 @@ TGT static void range_@S@(const float *a, const float *b, float *c, const int64_
                         if (tiled) {
                             et = *ep;
                             if (et.bias) et.bias += et.brow ? ic + ir : jc + jr;
+                            if (et.y) et.y += off;
+                            if (et.rsum) et.rsum += ic + ir;
                         }
                         tile_@S@(ar, ska, bp + jr * kc, kc, c + off, ldc, mr, nr, alpha,
                                  beta, mode, tiled ? &et : 0);
@@ -422,11 +465,15 @@ TGT static void run_@S@(char **p, const int64_t *g, const int64_t *st, int64_t l
                     ((float *)p[2])[t * g[G_SCB] + m * g[G_SCM] + n] = NAN;
         return;
     }
-    const int any = g[G_BIAS] || g[G_UPD] || g[G_RELU];
+    const int any = g[G_BIAS] || g[G_UPD] || g[G_RELU] || g[G_MASK] || g[G_RSUM];
+    if (g[G_RSUM])          /* this chunk's rows (threads split rows: G_SPLIT 0) */
+        for (int64_t m = m0; m < m1; m++) ((float *)p[8])[m] = 0.0f;
     for (int64_t t = 0; t < (g[G_RED] ? 1 : g[G_BT]); t++) {
         epi_t ep = {g[G_BIAS] ? (const float *)p[4] : 0, g[G_BIAS] == 2, g[G_RELU],
                     g[G_UPD] ? (const float *)p[5] + t * g[G_SCB] : 0,
-                    g[G_UPD] ? (float *)p[6] + t * g[G_SCB] : 0, g[G_UPD] ? ab[2] : 0.0f};
+                    g[G_UPD] ? (float *)p[6] + t * g[G_SCB] : 0, g[G_UPD] ? ab[2] : 0.0f,
+                    g[G_MASK] ? (const float *)p[7] + t * g[G_SCB] : 0,
+                    g[G_RSUM] ? (float *)p[8] : 0};
         range_@S@((const float *)p[0] + t * g[G_SAB], (const float *)p[1] + t * g[G_SBB],
                   (float *)p[2] + t * g[G_SCB], g, m0, m1, n0, n1, ab[0], ab[1], bp,
                   bp + nb, any ? &ep : 0);
@@ -439,13 +486,15 @@ _OPS = {
     "generic": dict(
         V="v8g", VLV="8", MRV="4", NV="2", TGT="", X86="0", LD="ld_g", ST="st_g",
         SET1="set1_g", ADD="(a) + (b)", MUL="(a) * (b)", FMA="(a) * (b) + (c)",
-        RELU="relu_g(a)", ZERO="set1_g(0.0f)"),
+        RELU="relu_g(a)", KEEP="keep_g(a, b)", HSUM="hsum_g(a)", ZERO="set1_g(0.0f)"),
     "avx2": dict(
         V="__m256", VLV="8", MRV="6", NV="2", TGT='__attribute__((target("avx2,fma")))',
         X86="1", LD="_mm256_loadu_ps", ST="_mm256_storeu_ps", SET1="_mm256_set1_ps",
         ADD="_mm256_add_ps(a, b)", MUL="_mm256_mul_ps(a, b)",
         FMA="_mm256_fmadd_ps(a, b, c)",
         RELU="_mm256_and_ps(_mm256_cmp_ps(a, _mm256_setzero_ps(), _CMP_NLE_UQ), a)",
+        KEEP="_mm256_and_ps(_mm256_cmp_ps(b, _mm256_setzero_ps(), _CMP_NLE_UQ), a)",
+        HSUM="hsum8(a)",
         ZERO="_mm256_setzero_ps()"),
     "avx512": dict(
         V="__m512", VLV="16", MRV="6", NV="4", TGT='__attribute__((target("avx512f")))',
@@ -453,9 +502,12 @@ _OPS = {
         ADD="_mm512_add_ps(a, b)", MUL="_mm512_mul_ps(a, b)",
         FMA="_mm512_fmadd_ps(a, b, c)",
         RELU="_mm512_maskz_mov_ps(_mm512_cmp_ps_mask(a, _mm512_setzero_ps(), _CMP_NLE_UQ), a)",
+        KEEP="_mm512_maskz_mov_ps(_mm512_cmp_ps_mask(b, _mm512_setzero_ps(), _CMP_NLE_UQ), a)",
+        HSUM="_mm512_reduce_add_ps(a)",
         ZERO="_mm512_setzero_ps()"),
 }
-_ARGS = {"ADD": "(a, b)", "MUL": "(a, b)", "FMA": "(a, b, c)", "RELU": "(a)"}
+_ARGS = {"ADD": "(a, b)", "MUL": "(a, b)", "FMA": "(a, b, c)", "RELU": "(a)",
+         "KEEP": "(a, b)", "HSUM": "(a)"}
 
 _TAIL = r"""
 void ember_sgemm_f32(char **p, const int64_t *g, int64_t nt) {

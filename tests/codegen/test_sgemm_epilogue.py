@@ -165,3 +165,46 @@ def test_one_block_products_match_float64(variant):
     ref = a.astype(np.float64) @ b.astype(np.float64) + bias[:, None]
     mag = np.abs(a.astype(np.float64)) @ np.abs(b.astype(np.float64)) + np.abs(bias[:, None])
     assert (np.abs(c - ref) <= (784 + 3) * np.finfo(np.float32).eps * mag).all()
+
+
+# --------------------------------------------------------------- relu's backward, row sums
+@pytest.mark.parametrize("variant", VARIANTS)
+@pytest.mark.parametrize("M,K,N", SHAPES)
+def test_mask_is_threshold_backward_bitwise_and_row_sums_follow(variant, M, K, N):
+    v = _variant(variant)
+    a, b, rng = _operands(M, K, N, ta=True, tb=N % 2 == 1)
+    y = np.maximum(rng.standard_normal((M, N), dtype=np.float32), 0)
+    y.flat[::7] = np.nan                               # y NaN: the gradient passes
+    g0 = sgemm.gemm(a, b, variant=v)
+    want = np.where(y <= 0, np.float32(0), g0)         # threshold_backward(g, y, 0)
+    np.testing.assert_array_equal(sgemm.gemm(a, b, variant=v, mask=y), want)
+    sums = np.full(M, np.nan, np.float32)
+    got = sgemm.gemm(a, b, variant=v, mask=y, row_sums=sums)
+    np.testing.assert_array_equal(got, want)
+    ref = want.astype(np.float64).sum(1)
+    mag = np.abs(want.astype(np.float64)).sum(1)
+    assert (np.abs(sums - ref) <= (N + 2) * np.finfo(np.float32).eps * mag + 1e-30).all()
+
+
+def test_row_sums_split_rows_between_threads_bitwise():
+    v = sgemm.runnable()[-1] if sgemm.runnable() else pytest.skip("no C compiler")
+    a, b, rng = _operands(300, 64, 260, ta=True, tb=False)
+    y = rng.standard_normal((300, 260), dtype=np.float32)
+    runs = []
+    for nt in (1, 2):
+        sums = np.empty(300, np.float32)
+        runs.append((sgemm.gemm(a, b, variant=v, nthreads=nt, mask=y, row_sums=sums), sums))
+    for x, z in zip(*runs):
+        np.testing.assert_array_equal(x, z)
+    assert sgemm._plan(3, a, b, runs[0][0], 300, 260, 64, 1, rsum=True)[5] == 0   # G_SPLIT
+
+
+def test_unusable_mask_or_row_sums_run_nothing():
+    v = sgemm.runnable()[-1] if sgemm.runnable() else pytest.skip("no C compiler")
+    a, b, rng = _operands(8, 4, 16, False, False)
+    y = rng.standard_normal((8, 32), dtype=np.float32)
+    assert sgemm.gemm(a, b, variant=v, mask=y[:, ::2]) is None           # not C's layout
+    assert sgemm.gemm(a, b, variant=v, row_sums=np.empty(7, np.float32)) is None
+    a3 = np.stack([a, a])
+    b3 = np.stack([b, b])
+    assert sgemm.gemm(a3, b3, variant=v, row_sums=np.empty(8, np.float32)) is None

@@ -1,7 +1,7 @@
 """``gemm_epilogue``: elementwise work that follows a float32 GEMM, done inside the GEMM.
 
 Ember's GEMM (:func:`ember.codegen.sgemm.gemm`) can finish each output tile while it is in
-registers, or each block of rows while it is in L2; two chains of a linear layer's
+registers, or each block of rows while it is in L2; three chains of a linear layer's
 training step go there instead of into kernels that read the product back (issue 19, the
 compiled W1 MLP step):
 
@@ -16,13 +16,21 @@ compiled W1 MLP step):
   slower: ``w`` is then read 6 rows x 256 bytes at a time.)
 * **Bias and relu.** ``relu(add(matmul(a, b), bias))`` (the relu optional), the bias a row
   ``(N,)`` or, in a feature-major layer (``feature_major``), a column ``(M, 1)``, becomes
-  one ``matmul_bias`` node.
+  one ``matmul_bias`` node, whose GEMM sums ``k`` in one block where B's packed block
+  stays in L2 (``sgemm.ONE_BLOCK_BYTES``: the forward products of W1's first two layers,
+  ``K`` 784 and 512).
+* **Relu's backward.** ``threshold_backward(matmul(a, b), y, 0)`` (``y`` the forward's
+  relu output) becomes one ``matmul_mask`` node; a ``sum`` of its rows (the layer's bias
+  gradient) comes out of the same stores as a second output.
 
-Bits: unchanged. ``w - lr * g`` is rounded once (an FMA), as the ``fuse`` pass's kernel
-for the same chain computes it (its C contracts ``mul`` + ``sub``); the bias add is
-rounded on its own and relu keeps NaN and turns ``-0`` into ``+0``, as the fused
-``add,relu`` kernel; ``g`` and the product are the GEMM's own. 2-D transposed operands are
-read in place (``ta``/``tb``, as ``matmul_t``). Only where Ember's GEMM runs the product
+Bits: the update is rounded once (an FMA), as the ``fuse`` pass's kernel for the same
+chain computes it (its C contracts ``mul`` + ``sub``); the bias add is rounded on its
+own, relu keeps NaN and turns ``-0`` into ``+0`` as the fused ``add,relu`` kernel, the
+mask is ``threshold_backward``'s (``y <= 0 ? 0 : g``). Two things change bits: a forward
+product whose ``k`` now runs in one block (another summation order than ``KC`` blocks),
+and the row sums, added in float32 in the GEMM's stores (the fused reduction sums in
+double): float32 rounding either way. 2-D transposed operands are read in place
+(``ta``/``tb``, as ``matmul_t``). Only where Ember's GEMM runs the product
 (:func:`~ember.codegen.sgemm.worth` and a variant this CPU runs; elsewhere the graph is
 left alone): CPU graphs (a host pass), before ``fuse``, which would otherwise take the
 chains into elementwise kernels of their own.
@@ -37,7 +45,7 @@ from ..ir import BufferOp, Graph, GraphOp, Var
 from ._util import Rewrite
 from .matmul_t import _run_matmul_t, _transposed
 
-__all__ = ["gemm_epilogue", "MATMUL_SGD", "MATMUL_BIAS"]
+__all__ = ["gemm_epilogue", "MATMUL_SGD", "MATMUL_BIAS", "MATMUL_MASK"]
 
 _F32 = np.dtype(np.float32)
 
@@ -92,8 +100,26 @@ def _run_matmul_bias(xp, a, b, bias, out=None, *, ta=False, tb=False, rows=False
 
 #: ``(g, w - lr * g)`` for ``g = a @ b`` (``a.T``/``b.T`` with ``ta``/``tb``), float32
 MATMUL_SGD = _SgdGemmOp("matmul_sgd", _run_matmul_sgd)
+def _run_matmul_mask(xp, a, b, y, out=None, *, ta=False, tb=False, rowsum=False):
+    x, yy = _operands(a, b, ta, tb)
+    if xp is np:
+        sums = np.empty(x.shape[0], _F32) if rowsum else None
+        r = sgemm.gemm(x, yy, out, mask=y, row_sums=sums)
+        if r is not None:
+            return (r, sums) if rowsum else r
+    r = _run_matmul_t(xp, a, b, ta=ta, tb=tb)
+    r = xp.where(y <= 0, xp.zeros((), r.dtype), r)   # threshold_backward's template
+    if out is not None:
+        out[...] = r
+        r = out
+    return (r, r.sum(axis=1)) if rowsum else r
+
+
 #: ``[relu](a @ b + bias)``, bias ``(N,)`` or (``rows``) ``(M, 1)``, float32
 MATMUL_BIAS = BufferOp("matmul_bias", _run_matmul_bias, accepts_out="out")
+#: ``threshold_backward(a @ b, y, 0)``: the product where ``y > 0`` (or NaN), else +0;
+#: with ``rowsum``, also its rows' sums (a second output, in float32)
+MATMUL_MASK = BufferOp("matmul_mask", _run_matmul_mask, accepts_out="out")
 
 
 def _f32_matmul(n) -> bool:
@@ -184,24 +210,48 @@ def _bias(gr: _Graph, add):
     return None
 
 
+def _mask(gr: _Graph, n):
+    """``(matmul node, ("mask", [n], y, sum node or None))`` when ``n`` is
+    ``threshold_backward(g, y, 0)`` of a GEMM's product ``g`` read by nothing else (relu's
+    backward; ``y``, the forward's relu output, made before the product: the node takes
+    the product's place); a ``sum`` of its rows (the layer's bias gradient) is taken in the
+    same stores."""
+    if not _plain(n, "threshold_backward", 2) or n.params.get("threshold") != 0.0:
+        return None
+    g, y = n.inputs
+    m = gr.prod.get(g.id) if g.__class__ is Var else None
+    if not _f32_matmul(m) or not gr.only(g) or y.__class__ is not Var or \
+            y.dtype is not _dt.float32 or y.shape != g.shape or not gr.before(y, gr.pos[g.id]):
+        return None
+    rows = next((r for r in gr.readers.get(n.outs[0].id, ()) if r.op.name == "sum" and
+                 not hasattr(r.op, "run") and tuple(r.params.get("dim") or ()) in ((1,), (-1,))
+                 and not r.params.get("keepdim") and r.params.get("dtype") is None and
+                 r.outs[0].dtype is _dt.float32), None)
+    return m, ("mask", [n], y, rows)
+
+
+_RULES = {"sub": _sgd, "add": _bias, "threshold_backward": _mask}
+
+
 def _matches(graph: Graph) -> tuple:
-    """``({id(matmul node): what to fold}, _Graph)`` (see :func:`_sgd`, :func:`_bias`)."""
+    """``({id(matmul node): what to fold}, _Graph)`` (:func:`_sgd`, :func:`_bias`,
+    :func:`_mask`)."""
     gr = _Graph(graph)
     found = {}
     for n in graph.nodes:
-        hit = _sgd(gr, n) if n.op.name == "sub" else _bias(gr, n) if n.op.name == "add" \
-            else None
+        rule = _RULES.get(n.op.name)
+        hit = rule(gr, n) if rule is not None else None
         if hit is not None and id(hit[0]) not in found:
             found[id(hit[0])] = hit[1]
     return found, gr
 
 
 def gemm_epilogue(graph: Graph):
-    """Fold SGD's ``w - lr * g`` and bias + relu into the GEMMs they follow; returns
-    ``(graph, {"gemm_sgd": n, "gemm_bias": n})``."""
+    """Fold SGD's ``w - lr * g``, bias + relu and relu's backward into the GEMMs they
+    follow; returns ``(graph, {"gemm_sgd": n, "gemm_bias": n, "gemm_mask": n})``."""
     found, gr = _matches(graph)
-    counts = {"gemm_sgd": sum(1 for f in found.values() if f[0] == "sgd"),
-              "gemm_bias": sum(1 for f in found.values() if f[0] == "bias")}
+    counts = {f"gemm_{k}": sum(1 for f in found.values() if f[0] == k)
+              for k in ("sgd", "bias", "mask")}
     if not found:
         return graph, counts
     skip = {id(x) for f in found.values() for x in f[1][:-1]}
@@ -224,24 +274,40 @@ def gemm_epilogue(graph: Graph):
                 new.append(rw.env[v.id])
         return new, flags
 
+    def mask(rw, n, hit):
+        _, (thr,), y, rows = hit
+        new, flags = operands(rw, n)
+        o = thr.outs[0]
+        spec = [(o.shape, o.dtype, o.device)]
+        if rows is None:
+            (t,) = rw.b.add(MATMUL_MASK, (*new, rw.env[y.id]), flags, spec, None)
+        else:
+            so = rows.outs[0]
+            t, sums = rw.b.add(MATMUL_MASK, (*new, rw.env[y.id]), dict(flags, rowsum=True),
+                               spec + [(so.shape, so.dtype, so.device)], None)
+            last[id(rows)] = sums       # the row sum, met later, is this output
+        last[id(thr)] = t               # so is relu's backward
+        return (None,)                  # the product itself: read only by the mask
+
     def rule(rw, n, ins):
         if id(n) in skip:
             return (None,)              # an inner member: only the last one is read
         at = last.get(id(n), False)
         if at is not False and at.__class__ is Var:
-            return (at,)                # an update's sub: the GEMM's second output
+            return (at,)                # a sub or sum met later: an output of the GEMM
         if at is not False:             # a bias chain's end: the GEMM goes here
             _, members, bias, rows, relu = found[id(at)]
             new, flags = operands(rw, at)
-            end = n.outs[0]
             return rw.b.add(MATMUL_BIAS, (*new, rw.env[bias.id]),
                             dict(flags, rows=rows, relu=relu),
-                            [(end.shape, end.dtype, end.device)], None)
+                            [(n.outs[0].shape, n.outs[0].dtype, n.outs[0].device)], None)
         hit = found.get(id(n))
         if hit is None:
             return None
         if hit[0] == "bias":
             return (None,)              # read only by the add: emitted at its chain's end
+        if hit[0] == "mask":
+            return mask(rw, n, hit)
         _, members, w, lr = hit
         new, flags = operands(rw, n)
         o, end = n.outs[0], members[-1].outs[0]
