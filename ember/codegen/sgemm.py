@@ -176,8 +176,9 @@ def gemm(a, b, c=None, alpha: float = 1.0, beta: float = 0.0, variant=None,
     if isa is None:
         return None
     if update is not None or relu or bias_rows or mask is not None or row_sums is not None:
-        return _gemm_epi(isa, a, b, c, alpha, beta, variant, nthreads, bias, update,
-                         bias_rows, relu, mask, row_sums)
+        from .sgemm_epi import gemm_epi
+        return gemm_epi(isa, a, b, c, alpha, beta, variant, nthreads, bias, update,
+                        bias_rows, relu, mask, row_sums)
     key = (isa, a.shape, a.strides, b.shape, b.strides,
            None if c is None else (c.shape, c.strides), KC, KC_T, KC_ONE, MC, NC, COLS,
            ONE_BLOCK_BYTES,
@@ -201,55 +202,16 @@ def gemm(a, b, c=None, alpha: float = 1.0, beta: float = 0.0, variant=None,
     return c
 
 
-def _gemm_epi(isa, a, b, c, alpha, beta, variant, nthreads, bias, update, rows, relu,
-              mask=None, rsum=None):
-    """:func:`gemm` with a bias column, relu, relu's backward mask or the SGD update."""
-    w = wo = None
-    if update is not None:
-        w, wo, lr = update
-    key = (isa, a.shape, a.strides, b.shape, b.strides,
-           None if c is None else (c.shape, c.strides), KC, KC_T, KC_ONE, MC, NC, COLS,
-           ONE_BLOCK_BYTES,
-           None if bias is None else bias.shape, rows, relu,
-           None if w is None else (w.strides, wo.strides),
-           None if mask is None else mask.strides, rsum is None)
-    e = _plans.get(key)
-    if e is None or a.dtype != F32 or b.dtype != F32 or (c is not None and c.dtype != F32) \
-            or (bias is not None and (bias.dtype != F32 or not bias.flags.c_contiguous)) \
-            or (w is not None and (w.dtype != F32 or wo.dtype != F32)) \
-            or (mask is not None and mask.dtype != F32) or (rsum is not None and (
-                rsum.dtype != F32 or not rsum.flags.c_contiguous)):
-        return _gemm_new(isa, key, a, b, c, alpha, beta, variant, nthreads, bias, update,
-                         rows, relu, mask, rsum)
-    g, addr, big, shape, run, fast = e
-    if c is None:
-        c, beta = np.empty(shape, F32), 0.0
-        if (w is not None and w.strides != c.strides) or \
-                (mask is not None and mask.strides != c.strides):   # not the planned layout
-            return None
-    if nthreads is None:
-        nthreads = _threads() if big else 1
-    if w is None:
-        ab = _AB.get((alpha, beta))
-        if ab is None:
-            ab = np.array([alpha, beta], F32)
-        w = wo = c
-    else:
-        ab = np.array([alpha, beta, lr], F32)
-    arrays = (a, b, c, ab, c if bias is None else bias, w, wo, c if mask is None else mask,
-              c if rsum is None else rsum)
-    run(fast, arrays, addr, addr, nthreads, 9, _ITEMS_OFF, _DATA_OFF)
-    return c
-
-
 def _gemm_new(isa, key, a, b, c, alpha, beta, variant, nthreads, bias=None, update=None,
               rows=False, relu=False, mask=None, rsum=None):
     """:func:`gemm` for operands whose shapes and strides have no plan yet (or another
     dtype): checks them, runs them, and keeps the plan (under ``key``) where it can."""
     if a.dtype != F32 or b.dtype != F32 or a.ndim != b.ndim or a.ndim not in (2, 3):
         return None
-    if update is not None and not _update_ok(a, b, c, update):
-        return None
+    if update is not None:
+        from .sgemm_epi import update_ok
+        if not update_ok(a, b, c, update):
+            return None
     if rsum is not None and (a.ndim != 2 or rsum.dtype != F32 or rsum.shape != (
             a.shape[0],) or not rsum.flags.c_contiguous):
         return None
@@ -287,7 +249,8 @@ def _gemm_new(isa, key, a, b, c, alpha, beta, variant, nthreads, bias=None, upda
         if rsum is not None:
             rsum[...] = c.sum(axis=-1)
         if update is not None:
-            _update_numpy(c, update)
+            from .sgemm_epi import update_numpy
+            update_numpy(c, update)
         return c
     if _strides(a) is None or _strides(b) is None:     # not whole elements: copy
         a, b = np.ascontiguousarray(a), np.ascontiguousarray(b)
@@ -335,29 +298,6 @@ def _threads() -> int:
             n = min(n, used)
     return n
 
-
-
-def _update_ok(a, b, c, update) -> bool:
-    """Whether ``update = (w, w_out, lr)`` suits :func:`gemm`'s SGD epilogue: float32
-    arrays of the product's shape and one layout (whole elements, unit last stride),
-    ``w_out`` either ``w`` or apart from it, neither overlapping ``a``, ``b`` or ``c``."""
-    w, wo, _ = update
-    shape = a.shape[:-1] + b.shape[-1:]
-    if w.shape != shape or wo.shape != shape or w.dtype != F32 or wo.dtype != F32 or \
-            w.strides != wo.strides or _strides(w) is None or \
-            (shape[-1] > 1 and w.strides[-1] != 4):
-        return False
-    if wo is not w and np.may_share_memory(w, wo):
-        return False
-    ops = (a, b) if c is None else (a, b, c)
-    return not any(np.may_share_memory(x, y) for x in (w, wo) for y in ops)
-
-
-def _update_numpy(c, update) -> None:
-    """The SGD epilogue on NumPy (an empty ``k``): ``w_out = w - lr * c``, one rounding."""
-    w, wo, lr = update
-    r = (w.astype(np.float64) - c.astype(np.float64) * np.float64(np.float32(lr)))
-    wo[...] = r.astype(F32)
 
 #: (isa, operands' shapes and strides, blocking) -> (geometry, its address, whether
 #: threads may split it, C's shape, launcher, kernel address): the checks done once

@@ -53,6 +53,7 @@ is in L2). ``beta == 0`` never reads C (NaN there does not propagate), as BLAS.
 from __future__ import annotations
 
 from .prelude import C_HEAD
+from .sgemm_epi_c import EPI_GENERIC, EPI_HEAD
 
 #: per isa code (1 generic, 2 avx2, 3 avx512): (MR, NR)
 TILES = {1: (4, 16), 2: (6, 16), 3: (6, 64)}
@@ -102,35 +103,7 @@ enum { G_M, G_N, G_K, G_BT, G_ISA, G_SPLIT, G_SAB, G_SAM, G_SAK, G_SBB, G_SBK, G
        G_SCB, G_SCM, G_KC, G_MC, G_NC, G_COLS, G_RED, G_BIAS, G_UPD, G_RELU, G_MASK,
        G_RSUM };
 
-/* the last k block's epilogues: bias (a row of N, or with brow a column of M), relu and
-   relu's backward mask (y laid out as C: C kept where y > 0 or NaN, else +0) in the tile
-   stores (tile_*), each row's sum of the finished C added into rsum[row] (rsum at the
-   tile's first row; the caller splits threads by rows), the SGD update of w into wo with
-   learning rate lr over each finished block of rows (sgd_rows) */
-typedef struct {
-    const float *bias;
-    int64_t brow, relu;
-    const float *w;
-    float *wo;
-    float lr;
-    const float *y;
-    float *rsum;
-} epi_t;
-
-/* the SGD epilogue over a finished block of C (rows < mc, columns < nc, row stride ldc):
-   wo = w - lr * c, one FMA rounding (fmaf: vfnmadd where the CPU has FMA, else glibc's
-   correctly rounded one). Once the block's tiles are stored, while it is in L2, as one
-   pass whose w and wo rows stream in order: measured faster than the same step in each
-   tile's stores (w read 6 rows x 256 bytes at a time) */
-static void sgd_rows(const float *c, const float *w, float *wo, int64_t ldc, int64_t mc,
-                     int64_t nc, float lr) {
-    for (int64_t i = 0; i < mc; i++) {
-        const float *cr = c + i * ldc, *wr = w + i * ldc;
-        float *wor = wo + i * ldc;
-        for (int64_t j = 0; j < nc; j++) wor[j] = fmaf(-cr[j], lr, wr[j]);
-    }
-}
-
+""" + EPI_HEAD + r"""
 /* A[m0 + r, k0 + k] for r < mc, k < kc into panels of MR rows: panel i, k, r at
    dst[(i * kc + k) * MR + r]; zero past mc (MR a constant where it is inlined) */
 static inline __attribute__((always_inline)) void pack_a(
@@ -182,14 +155,6 @@ __attribute__((target("avx2"))) static inline void tr8(const float *b, int64_t s
     _mm256_storeu_ps(dst + 5 * NR, _mm256_permute2f128_ps(u1, u5, 0x31));
     _mm256_storeu_ps(dst + 6 * NR, _mm256_permute2f128_ps(u2, u6, 0x31));
     _mm256_storeu_ps(dst + 7 * NR, _mm256_permute2f128_ps(u3, u7, 0x31));
-}
-
-/* the 8 lanes' sum: ((l0 + l4) + (l2 + l6)) + ((l1 + l5) + (l3 + l7)) */
-__attribute__((target("avx2"))) static inline float hsum8(__m256 a) {
-    __m128 s = _mm_add_ps(_mm256_castps256_ps128(a), _mm256_extractf128_ps(a, 1));
-    s = _mm_add_ps(s, _mm_movehl_ps(s, s));
-    s = _mm_add_ss(s, _mm_shuffle_ps(s, s, 1));
-    return _mm_cvtss_f32(s);
 }
 
 __attribute__((target("avx2"))) static void pack_b_cols(const float *b, int64_t sbn,
@@ -245,24 +210,7 @@ typedef float v8g __attribute__((vector_size(32)));
 static inline v8g ld_g(const float *p) { v8g v; memcpy(&v, p, sizeof v); return v; }
 static inline void st_g(float *p, v8g v) { memcpy(p, &v, sizeof v); }
 static inline v8g set1_g(float s) { return (v8g){s, s, s, s, s, s, s, s}; }
-/* relu as the fused kernels' template: x if x > 0 or NaN, else +0 */
-static inline v8g relu_g(v8g a) {
-    v8g r;
-    for (int i = 0; i < 8; i++) r[i] = a[i] > 0 || a[i] != a[i] ? a[i] : 0.0f;
-    return r;
-}
-/* relu's backward as threshold_backward's template: y <= 0 ? 0 : a */
-static inline float hsum_g(v8g a) {
-    float s = 0.0f;
-    for (int i = 0; i < 8; i++) s += a[i];
-    return s;
-}
-static inline v8g keep_g(v8g a, v8g y) {
-    v8g r;
-    for (int i = 0; i < 8; i++) r[i] = y[i] <= 0 ? 0.0f : a[i];
-    return r;
-}
-"""
+""" + EPI_GENERIC
 
 # One copy per variant: @S@ names it; the macros before it are its operations.
 _VARIANT = r"""
