@@ -29,10 +29,10 @@ def _needs_gemm():
                     "pass leaves graphs alone")
 
 
-def _mlp(seed=0):
+def _mlp(seed=0, sizes=SIZES):
     em.manual_seed(seed)
     layers = []
-    for a, b in zip(SIZES[:-1], SIZES[1:]):
+    for a, b in zip(sizes[:-1], sizes[1:]):
         layers += [nn.Linear(a, b), nn.ReLU()]
     return nn.Sequential(*layers[:-1])
 
@@ -43,8 +43,8 @@ def _data():
             em.tensor(rng.integers(0, SIZES[-1], BATCH)))
 
 
-def _compiled(passes, lr=0.05):
-    model = _mlp()
+def _compiled(passes, lr=0.05, sizes=SIZES):
+    model = _mlp(sizes=sizes)
     opt = em.optim.SGD(model.parameters(), lr=lr)
 
     def step(x, y):
@@ -121,6 +121,21 @@ def test_results_follow_the_pipeline_without_the_pass():
     np.testing.assert_allclose(l1, l0, rtol=1e-6)
     for a, b in zip(p1 + g1, p0 + g0):
         np.testing.assert_allclose(a, b, rtol=1e-5, atol=1e-7)
+
+
+def test_a_smaller_product_takes_relu_backward_but_not_the_update():
+    """A 16-class classifier: its input gradient (128x16x128, below ``sgemm.worth``) takes
+    the next layer's relu backward (``MASK_MIN_MACS``); its weight gradient keeps its
+    update apart (``worth``)."""
+    _needs_gemm()
+    rng = np.random.default_rng(0)
+    x = em.tensor(rng.standard_normal((BATCH, SIZES[0])).astype(np.float32))
+    y = em.tensor(rng.integers(0, 16, BATCH))
+    f, _ = _compiled(DEFAULT_PASSES, sizes=SIZES[:-1] + (16,))
+    f(x, y)
+    f(x, y)
+    changed = {r["pass"]: r["changed"] for r in _entry(f).report}["gemm_epilogue"]
+    assert changed == {"gemm_sgd": 2, "gemm_bias": 2, "gemm_mask": 2}, changed
 
 
 def test_not_rewritten_where_openblas_runs_the_product(monkeypatch):

@@ -122,8 +122,18 @@ MATMUL_BIAS = BufferOp("matmul_bias", _run_matmul_bias, accepts_out="out")
 MATMUL_MASK = BufferOp("matmul_mask", _run_matmul_mask, accepts_out="out")
 
 
-def _f32_matmul(n) -> bool:
-    """Whether ``n`` is a 2-D float32 ``matmul`` that Ember's GEMM runs."""
+#: multiply-adds from which a product whose relu backward (and row sums) it takes runs
+#: Ember's GEMM, though :func:`~ember.codegen.sgemm.worth` leaves it to OpenBLAS: W1's
+#: ``W3.T @ g`` (512x10x128, 0.66 M) then replaces a GEMM and a fused mask-and-sum kernel
+#: (in the compiled step, one process: 55 + 48 -> 71 us); the SGD fold keeps ``worth``
+#: (W1's 10x128x512 weight gradient measured slower in Ember's GEMM)
+MASK_MIN_MACS = 1 << 18
+
+
+def _f32_matmul(n, min_macs=None) -> bool:
+    """Whether ``n`` is a 2-D float32 ``matmul`` that Ember's GEMM runs (``min_macs``:
+    also from that many multiply-adds, with :func:`~ember.codegen.sgemm.worth`'s least
+    rows and columns)."""
     if n is None or n.op.name != "matmul" or hasattr(n.op, "run") or len(n.outs) != 1:
         return False
     x, y = n.inputs
@@ -132,7 +142,11 @@ def _f32_matmul(n) -> bool:
             o.dtype is _dt.float32 and x.dtype is o.dtype and y.dtype is o.dtype and
             n.ct in (None, o.dtype)):
         return False
-    return sgemm._isa(None) is not None and sgemm.worth(x.shape[0], x.shape[1], y.shape[1])
+    M, K, N = x.shape[0], x.shape[1], y.shape[1]
+    if sgemm._isa(None) is None:
+        return False
+    return sgemm.worth(M, K, N) or (min_macs is not None and M * K * N >= min_macs and
+                                    N >= sgemm.MIN_N and M >= sgemm.MIN_M)
 
 
 def _plain(n, name, nin) -> bool:
@@ -220,7 +234,7 @@ def _mask(gr: _Graph, n):
         return None
     g, y = n.inputs
     m = gr.prod.get(g.id) if g.__class__ is Var else None
-    if not _f32_matmul(m) or not gr.only(g) or y.__class__ is not Var or \
+    if not _f32_matmul(m, MASK_MIN_MACS) or not gr.only(g) or y.__class__ is not Var or \
             y.dtype is not _dt.float32 or y.shape != g.shape or not gr.before(y, gr.pos[g.id]):
         return None
     rows = next((r for r in gr.readers.get(n.outs[0].id, ()) if r.op.name == "sum" and
