@@ -21,6 +21,7 @@ import math
 
 import numpy as np
 
+from ..codegen.ir import Kernel
 from .ir import Graph, GraphOp, Var
 
 __all__ = ["HOST_MAX", "Uploads", "host_values", "writes_new"]
@@ -57,6 +58,17 @@ def host_values(graph: Graph) -> tuple:
     return hv, hn
 
 
+def _space(op, j: int, v):
+    """The loop shape to pre-broadcast a 0-d host value to as input ``j`` of a generated
+    elementwise kernel (its launcher then passes it as is: no ``broadcast_to`` per launch,
+    ~5 us in CuPy, three a parameter of an AdamW step), else None."""
+    k = getattr(op, "kernel", None)
+    if not hasattr(op, "module") or not isinstance(k, Kernel) or j >= len(k.inputs) or \
+            k.inputs[j].dtype is not v.dtype:
+        return None
+    return tuple(k.out.shape) or None
+
+
 def writes_new(op) -> bool:
     """Whether a device step's output is always new memory (never a view of an input): a
     generated kernel or an elementwise registry op other than a cast."""
@@ -76,7 +88,8 @@ class Uploads:
 
     def __init__(self, backend):
         self.backend = backend
-        self.packed: tuple = ()     # per dtype: (dtype, host var ids, constant slots)
+        self.packed: tuple = ()     # per dtype: (dtype, host var ids, ((slot, index,
+        #                             broadcast shape or None), ...))
         self.fresh: tuple = ()      # (slot, host var id): a device copy made each run
         self.bufs: list = []
         self._by_key: dict = {}
@@ -85,7 +98,7 @@ class Uploads:
     def redirect(self, steps, nodes, skip, hostv, var_of, slots, consts, nvars) -> int:
         """Rewrite the arguments of ``steps`` (but those in ``skip``: ids of host steps)
         that read host values; returns the new slot count (``consts`` grows with it)."""
-        up: dict = {}
+        up: dict = {}           # (host var id, broadcast shape or None) -> its slot
         fresh: dict = {}        # host var id -> its slot for a per-run copy
         for s, n in zip(steps, nodes):
             if id(s) in skip:
@@ -95,11 +108,12 @@ class Uploads:
                 if a >= nvars or a not in hostv:
                     continue
                 if var_of[a].shape == () and writes_new(n.op):
-                    if a not in up:
-                        up[a] = slots
+                    key = (a, _space(n.op, j, var_of[a]))
+                    if key not in up:
+                        up[key] = slots
                         consts.append(None)
                         slots += 1
-                    args[j] = up[a]
+                    args[j] = up[key]
                 else:
                     if a not in fresh:
                         fresh[a] = slots
@@ -111,11 +125,12 @@ class Uploads:
                 s.buf, s.outfn, s.reinterp, s.count = -1, None, None, 1   # _CHECK
             if s.bufs is not None and any(b in hostv for b in s.bufs):
                 s.bufs = tuple(-1 if b in hostv else b for b in s.bufs)
-        by_dt: dict = {}
-        for vid, slot in up.items():
-            by_dt.setdefault(var_of[vid].dtype.np, []).append((vid, slot))
-        self.packed = tuple((dt, tuple(v for v, _ in lst), tuple(sl for _, sl in lst))
-                            for dt, lst in by_dt.items())
+        by_dt: dict = {}        # dtype -> ({host var id: index}, [(slot, index, shape)])
+        for (vid, space), slot in up.items():
+            index, views = by_dt.setdefault(var_of[vid].dtype.np, ({}, []))
+            views.append((slot, index.setdefault(vid, len(index)), space))
+        self.packed = tuple((dt, tuple(index), tuple(views))
+                            for dt, (index, views) in by_dt.items())
         self.fresh = tuple((slot, vid) for vid, slot in fresh.items())
         return slots
 
@@ -126,11 +141,14 @@ class Uploads:
         got = self._by_key.get(key)
         if got is None:
             got = self._by_key[key] = []
-            for dt, _vids, slots in self.packed:
-                dev = self.backend.empty((len(slots),), dt)
-                got.append((dev, [dev[i, ...] for i in range(len(slots))]))
-        for (_dt, _vids, slots), (_dev, views) in zip(self.packed, got):
-            for slot, v in zip(slots, views):
+            xp = self.backend.xp
+            for dt, vids, views in self.packed:
+                dev = self.backend.empty((len(vids),), dt)
+                got.append((dev, [(slot, dev[i, ...] if space is None else
+                                   xp.broadcast_to(dev[i, ...], space))
+                                  for slot, i, space in views]))
+        for _dev, views in got:
+            for slot, v in views:
                 consts[slot - base] = v
         self.bufs = [dev for dev, _ in got]
         self.key = key
