@@ -137,12 +137,14 @@ def _cast_rule(x, dtype):
 
 
 def _cast_kernel(xp, x, dtype):
-    if x.size >= _CONVERT_MIN and (x.dtype in LOWP or dtype.np in LOWP):
+    if x.__class__ is np.ndarray and x.size >= _CONVERT_MIN and (x.dtype in LOWP or
+                                                                  dtype.np in LOWP):
         # NOTE: float32 <-> float16/bfloat16 through a C kernel, bit-identical to astype
         # and 4-8x faster (NumPy/ml_dtypes convert one element at a time); eager and
         # compiled graphs (a cast node runs this kernel) alike. None: not a handled pair.
+        # A GPU's array never gets here (no import on each of its ~170 casts a GPT step).
         from ..codegen.convert_kernels import convert     # NOTE: codegen sits above ops
-        r = convert(x, dtype.np) if x.__class__ is np.ndarray else None
+        r = convert(x, dtype.np)
         if r is not None:
             return r
     if x.dtype.kind == "c" and dtype.np.kind not in "cb":
