@@ -34,7 +34,7 @@ import numpy as np
 from .. import config
 from .. import dtypes as _dt
 from .ir import InputSpec, Kernel, Load, OutSpec, call, infer
-from .render_cuda_ew import ALIGNED, ILP, ROW_BIT, render_row_entry
+from .render_cuda_ew import render_row_entry
 
 __all__ = ["THRESHOLD", "run", "stats"]
 
@@ -148,34 +148,8 @@ def _launch(entry, arrays, shape, xp):
 
 def _row_plan(k, arrays, shape, xp):
     """The ``NAME_r`` launch (:func:`~.render_cuda_ew.render_row_entry`) when every
-    operand is a number, a C-contiguous array of the output's shape, or a C-contiguous
-    row repeated over its leading dims (a bias: shape ``shape[-j:]``, leading 1s allowed),
-    at least one a row; else None (``kernel_plan``'s entries)."""
-    from .cuda_launch import BLOCK, MAX_BLOCKS_EW, _aligned, _asarray
-    shape = tuple(shape)
-    flags, cols, ins = 0, None, []
-    for i, a in enumerate(arrays):
-        if not isinstance(a, xp.ndarray):
-            a = _asarray(xp, a, k.inputs[i].dtype.np)
-        if a.size == 1:
-            flags |= 1 << i
-        elif not a.flags.c_contiguous:
-            return None
-        elif a.shape != shape:
-            s = a.shape
-            while s and s[0] == 1:
-                s = s[1:]
-            if s != shape[len(shape) - len(s):] or (cols is not None and cols != a.size):
-                return None
-            flags, cols = flags | 1 << (ROW_BIT + i), a.size
-        ins.append(a)
-    if cols is None or len(arrays) > ALIGNED.bit_length() - 1 - ROW_BIT:
-        return None
-    out = xp.empty(shape, k.out.dtype.np)
-    if cols % ILP == 0 and _aligned([a for i, a in enumerate(ins) if not flags >> i & 1]
-                                    + [out]):
-        flags |= ALIGNED
-    n = out.size
-    grid = (min(max(-(-n // (BLOCK * ILP)), 1), MAX_BLOCKS_EW),)
-    args = tuple(ins) + (out, np.int32(flags), np.int64(n), np.int64(cols))
-    return k.name + "_r", grid, (BLOCK,), args, [out]
+    operand is a number, a C-contiguous array of the output's shape, a C-contiguous row
+    repeated over its leading dims (a bias) or a column of per-row values, at least one a
+    row or column (:func:`.cuda_launch.row_plan`); else None (``kernel_plan``'s entries)."""
+    from .cuda_launch import row_plan
+    return row_plan(k, arrays, shape, xp)

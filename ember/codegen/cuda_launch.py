@@ -18,7 +18,7 @@ import numpy as np
 
 from .ir import Kernel, ReduceKernel
 from .render_cuda import render_cuda_many
-from .render_cuda_ew import ALIGNED, ILP, vec_bytes
+from .render_cuda_ew import ALIGNED, COL_BIT, ILP, ROW_BIT, render_row_entry, vec_bytes
 
 #: threads per block (a multiple of 32: the block reduction's warp shuffles need it).
 BLOCK = 256
@@ -111,6 +111,87 @@ def kernel_plan(k, arrays, xp=np, strategy: str = "block", outs=None, cache=None
     return k.name, grid, (BLOCK,), args, outs
 
 
+def row_plan(k, arrays, shape, xp, given=None):
+    """The ``NAME_r`` launch ``(name, grid, block, args, outputs)`` of elementwise kernel
+    ``k`` (:func:`~.render_cuda_ew.render_row_entry`) when every operand is a number, a
+    C-contiguous array of the output's ``shape``, a C-contiguous row repeated over its
+    leading dims (a bias: shape ``shape[-j:]``, leading 1s allowed) or a C-contiguous
+    column of per-row values (shape ``shape[:-1] + (1,)``: keepdims statistics), at least
+    one a row or column, all of one ``cols``; outputs new, or ``given`` C-contiguous
+    arrays of the output's size. Else None (:func:`kernel_plan`'s entries).
+
+    Why: with a bias or per-row operand the strided entry divides per element and dim and
+    loads element by element (a fused float16 GELU with its bias: ~0.5 TB/s on an H100)."""
+    shape = tuple(shape)
+    if len(arrays) > COL_BIT or len(shape) < 1:
+        return None         # NOTE: scalar bits 0..7 and column bits 8..15 must not meet
+    flags, cols, ins = 0, None, []
+    rows_of = math.prod(shape[:-1])
+    for i, a in enumerate(arrays):
+        if not isinstance(a, xp.ndarray):
+            a = _asarray(xp, a, k.inputs[i].dtype.np)
+        if a.size == 1:
+            flags |= 1 << i
+        elif not a.flags.c_contiguous:
+            return None
+        elif a.shape != shape:
+            s = a.shape
+            while s and s[0] == 1:
+                s = s[1:]
+            if s == shape[len(shape) - len(s):]:
+                c, bit = a.size, ROW_BIT + i
+            elif s and s[-1] == 1 and a.size == rows_of and \
+                    s[:-1] == shape[len(shape) - len(s):-1]:
+                c, bit = shape[-1], COL_BIT + i
+            else:
+                return None
+            if cols is not None and cols != c:
+                return None
+            flags, cols = flags | 1 << bit, c
+        ins.append(a)
+    if cols is None:
+        return None
+    outs = []
+    for (d, *_), o in zip(k.outputs, given or [None] * len(k.outputs)):
+        if o is None:
+            o = xp.empty(shape, d.np)
+        elif o.dtype != d.np or o.size != math.prod(shape) or not o.flags.c_contiguous:
+            return None
+        outs.append(o)
+    if cols % ILP == 0 and _aligned([a for i, a in enumerate(ins) if not flags >> i & 1]
+                                    + outs):
+        flags |= ALIGNED
+    n = math.prod(shape)
+    grid = (min(max(-(-n // (BLOCK * ILP)), 1), MAX_BLOCKS_EW),)
+    args = tuple(ins) + tuple(outs) + (np.int32(flags), np.int64(n), np.int64(cols))
+    return k.name + "_r", grid, (BLOCK,), args, outs
+
+
+def _c_strides(shape) -> tuple:
+    return tuple(math.prod(shape[d + 1:]) for d in range(len(shape)))
+
+
+def wants_rows(k) -> bool:
+    """Whether elementwise kernel ``k``'s inputs, by their specs, include a repeated row or
+    a column of per-row values beside full and scalar ones: :class:`CudaModule` renders its
+    ``NAME_r`` entry then (only then: NVRTC time)."""
+    if not isinstance(k, Kernel) or len(k.inputs) > COL_BIT or len(k.out.shape) < 2:
+        return False
+    shape = tuple(k.out.shape)
+    found = False
+    for spec in k.inputs:
+        st = tuple(spec.strides)
+        if not any(st) or st == _c_strides(shape):
+            continue
+        j = next(i for i, x in enumerate(st) if x)
+        if (j and st[j:] == _c_strides(shape[j:])) or \
+                (st[-1] == 0 and st[:-1] == _c_strides(shape[:-1])):
+            found = True
+            continue
+        return False
+    return found
+
+
 #: device copies of Python scalar operands, by (value's type, value, dtype): ``x * 2`` in
 #: a loop copies its 2 to the device once.
 _scalars: dict = {}
@@ -190,6 +271,10 @@ class CudaModule:
         self.kernels = list(kernels)
         self.strategy, self.name = strategy, name
         self.source = render_cuda_many(self.kernels, strategy)
+        # NOTE: kernels reading a bias / per-row values get the row entry too (wants_rows)
+        self.rows = frozenset(k.name for k in self.kernels if wants_rows(k))
+        self.source += "".join(render_row_entry(k) for k in self.kernels
+                               if k.name in self.rows)
         self._module = None
 
     def function(self, kernel_name: str):
@@ -212,12 +297,15 @@ def _runner(module, k, metas, dev_xp):
     fn = []
     geo: dict = {}
     plans: dict = {}
+    entries: dict = {}
     single = len(k.outputs) == 1
+    rows = k.name in getattr(module, "rows", ())
 
-    def fn_c(name):
-        if len(fn) < 2:
-            fn.append(module.function(name))
-        return fn[1]
+    def entry(name):
+        f = entries.get(name)
+        if f is None:
+            f = entries[name] = module.function(name)
+        return f
 
     def run(xp, *arrays, out=None, outs=None, **_params):
         xp = dev_xp or xp
@@ -231,16 +319,17 @@ def _runner(module, k, metas, dev_xp):
         if plan is not None:
             name, grid, block, args, res = plan.args(xp, arrays, given)
         else:
-            name, grid, block, args, res = kernel_plan(k, arrays, xp, module.strategy, given,
-                                                       geo)
+            made = row_plan(k, arrays, k.out.shape, xp, given) if rows else None
+            made = made or kernel_plan(k, arrays, xp, module.strategy, given, geo)
+            name, grid, block, args, res = made
             if key is not None:
                 if len(plans) > 64:
                     plans.clear()
                 plans[key] = _Plan(k, arrays, name, grid, block, args, res, xp.ndarray)
         if metas is not None:
             res = given                     # NOTE: the graph's shapes (the plan flattens)
-        if int(args[-1]):                   # NOTE: no launch for zero rows or elements
-            f = fn[0] if name == k.name else fn_c(name)
+        if int(args[-2] if name[-2:] == "_r" else args[-1]):   # NOTE: no launch for none
+            f = fn[0] if name == k.name else entry(name)
             f(grid, block, args)
         return res[0] if single else tuple(res)
     return run
@@ -273,7 +362,7 @@ class _Plan:
     The ``_c`` entry's ALIGNED flag depends on the pointers: it is worked out again."""
 
     __slots__ = ("name", "grid", "block", "tail", "prep", "space", "loop", "outs",
-                 "base_flags", "dtypes")
+                 "base_flags", "dtypes", "row", "vec")
 
     def __init__(self, k, arrays, name, grid, block, args, res, nd):
         self.name, self.grid, self.block = name, grid, block
@@ -283,18 +372,23 @@ class _Plan:
         self.space = tuple(k.shape) if red else tuple(k.out.shape)
         self.loop = _merged_shape(k)
         self.dtypes = [spec.dtype.np for spec in k.inputs]
-        self.prep = [isinstance(a, nd) and a.shape == self.space and a.dtype == d
-                     and len(self.loop) == len(self.space)
+        self.row = name.endswith("_r")
+        # NOTE: the row entry takes its arrays as they are (numbers copied once)
+        self.prep = [isinstance(a, nd) and (self.row or a.shape == self.space and
+                                            a.dtype == d and len(self.loop) == len(self.space))
                      for a, d in zip(arrays, self.dtypes)]
         self.outs = [(o.shape, o.dtype) for o in res]
         self.base_flags = None
-        if name.endswith("_c") and not red:
+        if (name.endswith("_c") or self.row) and not red:
             self.base_flags = int(self.tail[0]) & ~ALIGNED
+            self.vec = not self.row or int(self.tail[2]) % ILP == 0
 
     def args(self, xp, arrays, given):
         ins = []
         for a, direct, d in zip(arrays, self.prep, self.dtypes):
-            if not direct:
+            if self.row and not direct:
+                a = _asarray(xp, a, d)
+            elif not direct:
                 a = xp.broadcast_to(_asarray(xp, a, d), self.space)
                 if len(self.loop) != len(self.space):
                     a = a.reshape(self.loop)
@@ -303,7 +397,8 @@ class _Plan:
         tail = self.tail
         if self.base_flags is not None:
             flags = self.base_flags
-            if _aligned([v for i, v in enumerate(ins) if not flags >> i & 1] + outs):
+            if self.vec and _aligned([v for i, v in enumerate(ins) if not flags >> i & 1]
+                                     + outs):
                 flags |= ALIGNED
             tail = (np.int32(flags),) + tail[1:]
         return self.name, self.grid, self.block, tuple(ins) + tuple(outs) + tail, outs

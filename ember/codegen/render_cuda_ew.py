@@ -31,7 +31,8 @@ from __future__ import annotations
 from .. import dtypes as _dt
 from .cexpr import CTYPE, CUDA_STORAGE, Emitter
 
-__all__ = ["ILP", "UNROLL", "ALIGNED", "ROW_BIT", "VEC_HEAD", "render_elementwise",
+__all__ = ["ILP", "UNROLL", "ALIGNED", "ROW_BIT", "COL_BIT", "VEC_HEAD",
+           "render_elementwise",
            "render_row_entry", "vec_bytes"]
 
 #: elements per thread per loop iteration (one vector of the contiguous entry).
@@ -44,6 +45,9 @@ ALIGNED = 1 << 30
 #: ``flags`` bit ``ROW_BIT + k`` of the row entry (:func:`render_row_entry`): input ``k``
 #: is one row of ``cols`` elements repeated over the output (a bias).
 ROW_BIT = 16
+#: ``flags`` bit ``COL_BIT + k`` of the row entry: input ``k`` holds one value per row of
+#: ``cols`` elements (a layer norm's per-row statistics, keepdims); inputs 0..7 only.
+COL_BIT = 8
 
 CUDA_CTYPE = {**CTYPE, "bool": "bool"}
 
@@ -238,8 +242,20 @@ def render_elementwise(k, unroll: int | None = None) -> str:
 
 
 def _row_load(i, d) -> list:
-    """Loads of input ``i`` in the row entry: a repeated row read at ``index % cols``."""
+    """Loads of input ``i`` in the row entry: a repeated row read at ``index % cols``, a
+    per-row value at ``index / cols`` (one per vector: an aligned vector stays in its
+    row), else as the contiguous entry's."""
     vt = _VEC[d.itemsize]
+    col = [] if i >= ROW_BIT - COL_BIT else [
+        f"}} else if (flags & {1 << (COL_BIT + i)}) {{",
+        "    if (full && (flags & EMBER_ALIGNED)) {",
+        "        #pragma unroll",
+        f"        for (int j = 0; j < {ILP}; j++) v{i}[j] = in{i}[base / cols];",
+        "    } else {",
+        "        #pragma unroll",
+        f"        for (int j = 0; j < {ILP}; j++) "
+        f"v{i}[j] = in{i}[(base + j < n ? base + j : base) / cols];",
+        "    }"]
     return [f"if (flags & {1 << (ROW_BIT + i)}) {{",
             "    if (full && (flags & EMBER_ALIGNED)) {",
             f"        *({vt} *)v{i} = *(const {vt} *)(in{i} + cb);",
@@ -247,12 +263,12 @@ def _row_load(i, d) -> list:
             "        #pragma unroll",
             f"        for (int j = 0; j < {ILP}; j++) "
             f"v{i}[j] = in{i}[(base + j < n ? base + j : base) % cols];",
-            "    }",
-            "} else {"] + _ind(_vec_load(i, d), 1) + ["}"]
+            "    }"] + col + ["} else {"] + _ind(_vec_load(i, d), 1) + ["}"]
 
 
 def render_row_entry(k) -> str:
-    """CUDA C of kernel ``k``'s row-broadcast entry point (eager ops: ``x + bias``)::
+    """CUDA C of kernel ``k``'s row-broadcast entry point (eager ops: ``x + bias``; fused
+    graph kernels reading a bias or per-row statistics)::
 
         NAME_r(const T0 *in0, ..., TO *out, ..., int flags, int64_t n, int64_t cols)
 
@@ -260,7 +276,9 @@ def render_row_entry(k) -> str:
     EMBER_ALIGNED``), but an input with bit ``ROW_BIT + k`` set is a row of ``cols``
     elements repeated over the output: element ``i`` reads ``in[i % cols]`` (one modulo
     per vector; the launcher sets ``EMBER_ALIGNED`` only when ``cols`` is a multiple of
-    :data:`ILP`, so a vector never crosses a row's end). Needs :data:`VEC_HEAD` before it.
+    :data:`ILP`, so a vector never crosses a row's end); one with bit ``COL_BIT + k`` (k <
+    8) holds a value per row: element ``i`` reads ``in[i / cols]``. Needs
+    :data:`VEC_HEAD` before it.
 
     Why: the strided entry turns every element's flat index into coordinates (a division
     per dim) and loads element by element: a float16 bias add of (8192, 3072) ran at

@@ -152,3 +152,31 @@ def test_broadcast_rows_run_the_row_entry_exactly(emu_gpu, small_threshold):
     got = em.tensor(x, device="cuda") + em.tensor(bs, device="cuda")[::2]
     np.testing.assert_array_equal(_np(got), (x.astype(f32) + bs[::2].astype(f32)).astype(h))
     assert cuda_eager.stats["rows"] - rows == 4
+
+
+def test_per_row_columns_run_the_row_entry_exactly(emu_gpu, small_threshold):
+    """A column of per-row values (``x * rstd`` with keepdims statistics) reads element
+    ``i / cols`` in the ``_r`` entry (one value per vector when aligned, per element for
+    odd cols), beside a row (a bias) of the same cols; float32 inside, rounded once."""
+    rng = np.random.default_rng(6)
+    h, f32 = np.float16, np.float32
+
+    def r(*s):
+        return rng.standard_normal(s).astype(h)
+    x, c, b = r(64, 512), r(64, 1), r(512)
+    xo, co = r(128, 259), r(128, 1)
+    x3, c3 = r(4, 16, 520), r(4, 16, 1)
+    cases = [
+        (lambda: em.tensor(x, device="cuda") * em.tensor(c, device="cuda"),
+         (x.astype(f32) * c.astype(f32)).astype(h)),
+        (lambda: em.tensor(xo, device="cuda") - em.tensor(co, device="cuda"),     # odd cols
+         (xo.astype(f32) - co.astype(f32)).astype(h)),
+        (lambda: em.tensor(x3, device="cuda") + em.tensor(c3, device="cuda"),     # 3-D
+         (x3.astype(f32) + c3.astype(f32)).astype(h)),
+    ]
+    for make, want in cases:
+        rows = cuda_eager.stats["rows"]
+        got = make()
+        assert got.shape == want.shape
+        np.testing.assert_array_equal(_np(got), want)
+        assert cuda_eager.stats["rows"] - rows == 1

@@ -31,13 +31,41 @@ class FakeModule:
         self.launches = launches
 
     def get_function(self, name):
-        contiguous = name not in self.kernels and name.endswith("_c")
-        k = self.kernels[name[:-2] if contiguous else name]
+        entry = name[-2:] if name not in self.kernels and name[-2:] in ("_c", "_r") else ""
+        k = self.kernels[name[:-2] if entry else name]
+        run = {"_c": _emulate_contiguous, "_r": _emulate_rows, "": _emulate}[entry]
 
         def fn(grid, block, args, shared_mem=0):
             self.launches.append((name, grid, block))
-            (_emulate_contiguous if contiguous else _emulate)(k, grid, block, args)
+            run(k, grid, block, args)
         return fn
+
+
+def _emulate_rows(k, grid, block, args):
+    """The ``NAME_r`` entry: inputs contiguous, one element, a row of ``cols`` repeated
+    (bit ROW_BIT + j) or one value per row of ``cols`` (bit COL_BIT + j)."""
+    from ember.codegen.render_cuda_ew import COL_BIT, ROW_BIT
+    nin, nout = len(k.inputs), len(k.outputs)
+    ins, outs = args[:nin], args[nin:nin + nout]
+    flags, n, cols = int(args[-3]), int(args[-2]), int(args[-1])
+    assert isinstance(k, Kernel) and all(n == o.size for o in outs) and n % cols == 0
+    idx = np.arange(n)
+    views = []
+    for j, a in enumerate(ins):
+        flat = np.ravel(a)
+        if flags >> (ROW_BIT + j) & 1:
+            assert a.size == cols
+            views.append(flat[idx % cols])
+        elif j < ROW_BIT - COL_BIT and flags >> (COL_BIT + j) & 1:
+            assert a.size == n // cols
+            views.append(flat[idx // cols])
+        elif flags >> j & 1:
+            views.append(np.broadcast_to(flat[:1], (n,)))
+        else:
+            assert a.size == n
+            views.append(flat)
+    interp.run_elementwise(_at(k, (n,)), views, out=outs[0].reshape(-1),
+                           extra_outs=[o.reshape(-1) for o in outs[1:]])
 
 
 def _emulate_contiguous(k, grid, block, args):
@@ -108,7 +136,8 @@ def gpu_like(fake_cuda, monkeypatch):
             ptx = cuda_cache.ptx(source, name, "compute_90")
             entries = set(re.findall(r"\.entry\s+(\w+)\(", ptx))
             assert entries == {k.name for k in made[source]} | {
-                k.name + "_c" for k in made[source] if isinstance(k, Kernel)}
+                k.name + "_c" for k in made[source] if isinstance(k, Kernel)} | {
+                k.name + "_r" for k in made[source] if cuda_launch.wants_rows(k)}
             _, log = nvrtc.compile_sass(source, name)     # ptxas: sm_90 machine code
             assert not re.search(r"[1-9]\d* bytes spill (stores|loads)", log), log
         return FakeModule(made[source], launches)

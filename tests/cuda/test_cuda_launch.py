@@ -146,3 +146,31 @@ def test_runner_plan_is_made_once_per_layout(monkeypatch):
     for variant in (0, 0, 0, 1, 1, 0):
         run(np, *_arrays(rng, 0, variant))
     assert len(made) == 2
+
+
+def test_runner_replays_row_entry_plans():
+    # a kernel reading a bias row and per-row values takes the _r entry (wants_rows: the
+    # module renders it); the replayed plan equals row_plan's on each new call
+    from ember.codegen import cuda_launch as cl
+    k = Kernel([InputSpec(dt.float32, (6, 1)), InputSpec(dt.float32, (0, 1)),
+                InputSpec(dt.float32, (1, 0))], OutSpec(dt.float32, (4, 6)),
+               Load(0) * Load(1) + Load(2))
+    assert cl.wants_rows(k)
+    assert not cl.wants_rows(_kernels()[1])               # a reduction: never
+    mod = _Module()
+    mod.rows = frozenset({k.name})
+    run = cl._runner(mod, k, None, np)
+    rng = np.random.default_rng(2)
+    for cols_off in (0, 0, 1, 0):
+        buf = rng.standard_normal(30).astype(np.float32)
+        x = buf[cols_off:cols_off + 24].reshape(4, 6)
+        b, c = rng.standard_normal(6).astype(np.float32), rng.standard_normal((4, 1)).astype(
+            np.float32)
+        run(np, x, b, c)
+        name, grid, block, args, outs = cl.row_plan(k, [x, b, c], (4, 6), np)
+        got = mod.calls[-1]
+        assert got[0] == name == k.name + "_r" and got[1:3] == (grid, block)
+        _same_args(got[3][:3], args[:3])
+        _same_args(got[3][4:], args[4:])
+    flags = int(mod.calls[-1][3][4])
+    assert flags >> (cl.ROW_BIT + 1) & 1 and flags >> (cl.COL_BIT + 2) & 1
