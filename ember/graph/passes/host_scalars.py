@@ -21,12 +21,10 @@ import numpy as np
 
 from ...codegen.ir import Apply, Const, Kernel, Load
 from ...ops.registry import REGISTRY
+from ..host_steps import HOST_MAX
 from ..ir import GraphOp
 
 __all__ = ["HostFusedOp", "is_host_group", "HOST_MAX"]
-
-#: a group of CPU values runs on the host when its loop has at most this many elements.
-HOST_MAX = 64
 
 
 def is_host_group(lowered) -> bool:
