@@ -33,9 +33,11 @@ def _train(compiled: bool, steps: int = 4):
 def test_gpu_compiled_adamw_keeps_step_counts_on_the_host(gpu):  # noqa: F811
     want, _, _ = _train(False)
     got, opt, fn = _train(True)
+    # NOTE: fused kernels vs eager's ops round differently (ulps in the gradients), which
+    # Adam's m / sqrt(v) carries into the update: four steps of lr 1e-2 stay within these
     for a, b in zip(got.parameters(), want.parameters()):
         np.testing.assert_allclose(a.detach().cpu().numpy(), b.detach().cpu().numpy(),
-                                   rtol=1e-5, atol=1e-6)
+                                   rtol=1e-4, atol=1e-5)
     for p in opt.state:
         assert opt.state[p]["step"].device.type == "cpu"
         assert float(opt.state[p]["step"]) == 4.0
