@@ -85,8 +85,11 @@ def test_compiled_adamw_on_a_gpu_like_device_matches_eager_with_host_steps(fake_
     _gpu_like(fake_cuda, monkeypatch, kernels=False)
     want, wopt, _ = _train("cuda", compiled=False)
     got, gopt, fn = _train("cuda")
+    # NOTE: eager's bias corrections are Python floats (libm's pow), the graph's NumPy's
+    # (SIMD code on some machines): equal here, within float32 rounding anywhere
     for a, b in zip(got.parameters(), want.parameters()):
-        np.testing.assert_array_equal(a.detach().cpu().numpy(), b.detach().cpu().numpy())
+        np.testing.assert_allclose(a.detach().cpu().numpy(), b.detach().cpu().numpy(),
+                                   rtol=1e-6, atol=1e-7)
     for p in gopt.state:
         st = gopt.state[p]["step"]
         assert st.device.type == "cpu" and float(st) == 4.0
