@@ -11,6 +11,11 @@ recomputing a cheap op instead of saving it is for (see :mod:`.recompute`).
 :data:`GAP` nodes after the previous reader its own cast, emitted right before it. The cast
 is deterministic, so results are bitwise unchanged; the memory planner frees the forward's
 copy after its last nearby reader.
+
+Not on a GPU (a graph whose values live on a device with generated kernels): there each
+recast is one more launch, ~10-20 us of host Python on a compiled step that is
+host-bound (48 in the GPT step of ``bench/cuda.py``), to save weight copies (~250 MB for
+its 124M parameters in float16) a GPU's memory holds easily.
 """
 from __future__ import annotations
 
@@ -22,6 +27,8 @@ GAP = 8
 
 def recast(graph):
     """``(graph, {"recast": n})``: ``graph`` with late readers of input casts recast."""
+    if any(v.device is not None and v.device.type != "cpu" for v in graph.inputs):
+        return graph, {"recast": 0}         # NOTE: a GPU's graph (see the module doc)
     inputs = {v.id for v in graph.inputs}
     outputs = {v.id for v in graph.outputs}
     order = {id(n): i for i, n in enumerate(graph.nodes)}
