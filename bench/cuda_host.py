@@ -151,7 +151,8 @@ def main(argv=None) -> int:
             prof = cProfile.Profile()
             with np.errstate(all="ignore"):
                 prof.runcall(_timed, fn, inputs, a.reps)
-            pstats.Stats(prof).sort_stats("tottime").print_stats(25)
+            pstats.Stats(prof).sort_stats(os.environ.get("CUDA_HOST_SORT", "tottime")).print_stats(
+                int(os.environ.get("CUDA_HOST_ROWS", "25")))
     return 0
 
 
