@@ -98,8 +98,6 @@ def _run_matmul_bias(xp, a, b, bias, out=None, *, ta=False, tb=False, rows=False
     return r
 
 
-#: ``(g, w - lr * g)`` for ``g = a @ b`` (``a.T``/``b.T`` with ``ta``/``tb``), float32
-MATMUL_SGD = _SgdGemmOp("matmul_sgd", _run_matmul_sgd)
 def _run_matmul_mask(xp, a, b, y, out=None, *, ta=False, tb=False, rowsum=False):
     x, yy = _operands(a, b, ta, tb)
     if xp is np:
@@ -115,6 +113,8 @@ def _run_matmul_mask(xp, a, b, y, out=None, *, ta=False, tb=False, rowsum=False)
     return (r, r.sum(axis=1)) if rowsum else r
 
 
+#: ``(g, w - lr * g)`` for ``g = a @ b`` (``a.T``/``b.T`` with ``ta``/``tb``), float32
+MATMUL_SGD = _SgdGemmOp("matmul_sgd", _run_matmul_sgd)
 #: ``[relu](a @ b + bias)``, bias ``(N,)`` or (``rows``) ``(M, 1)``, float32
 MATMUL_BIAS = BufferOp("matmul_bias", _run_matmul_bias, accepts_out="out")
 #: ``threshold_backward(a @ b, y, 0)``: the product where ``y > 0`` (or NaN), else +0;
@@ -237,11 +237,18 @@ def _mask(gr: _Graph, n):
     if not _f32_matmul(m, MASK_MIN_MACS) or not gr.only(g) or y.__class__ is not Var or \
             y.dtype is not _dt.float32 or y.shape != g.shape or not gr.before(y, gr.pos[g.id]):
         return None
-    rows = next((r for r in gr.readers.get(n.outs[0].id, ()) if r.op.name == "sum" and
-                 not hasattr(r.op, "run") and tuple(r.params.get("dim") or ()) in ((1,), (-1,))
-                 and not r.params.get("keepdim") and r.params.get("dtype") is None and
-                 r.outs[0].dtype is _dt.float32), None)
+    rows = next((r for r in gr.readers.get(n.outs[0].id, ()) if _row_sum(r)), None)
     return m, ("mask", [n], y, rows)
+
+
+def _row_sum(r) -> bool:
+    """Whether node ``r`` is a float32 ``sum`` of a 2-D value over its last dim."""
+    if r.op.name != "sum" or hasattr(r.op, "run") or r.outs[0].dtype is not _dt.float32:
+        return False
+    dim = r.params.get("dim")
+    dims = (dim,) if isinstance(dim, int) else tuple(dim or ())
+    return dims in ((1,), (-1,)) and not r.params.get("keepdim") and \
+        r.params.get("dtype") is None
 
 
 _RULES = {"sub": _sgd, "add": _bias, "threshold_backward": _mask}
