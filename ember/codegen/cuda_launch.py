@@ -18,7 +18,8 @@ import numpy as np
 
 from .ir import Kernel, ReduceKernel
 from .render_cuda import render_cuda_many
-from .render_cuda_ew import ALIGNED, COL_BIT, ILP, ROW_BIT, render_row_entry, vec_bytes
+from .render_cuda_ew import (ALIGNED, COL_BIT, ILP, ROW_BIT, render_multi_entry,
+                              render_row_entry, vec_bytes)
 
 #: threads per block (a multiple of 32: the block reduction's warp shuffles need it).
 BLOCK = 256
@@ -192,6 +193,16 @@ def wants_rows(k) -> bool:
     return found
 
 
+def wants_multi(k) -> bool:
+    """Whether elementwise kernel ``k``'s launches take its ``NAME_c`` entry by their
+    specs (every input C-contiguous over the output or one element, no row entry), so a
+    group of them can be one ``NAME_m`` launch (:func:`~.render_cuda_ew.render_multi_entry`)."""
+    if not isinstance(k, Kernel) or wants_rows(k):
+        return False
+    full = _c_strides(tuple(k.out.shape))
+    return all(not any(s.strides) or tuple(s.strides) == full for s in k.inputs)
+
+
 #: device copies of Python scalar operands, by (value's type, value, dtype): ``x * 2`` in
 #: a loop copies its 2 to the device once.
 _scalars: dict = {}
@@ -267,7 +278,8 @@ class CudaModule:
         >>> fn = mod.function(k1.name)             # doctest: +SKIP (loads: needs a GPU)
     """
 
-    def __init__(self, kernels, strategy: str = "block", name: str = "ember_cuda"):
+    def __init__(self, kernels, strategy: str = "block", name: str = "ember_cuda",
+                 multi: bool = False):
         self.kernels = list(kernels)
         self.strategy, self.name = strategy, name
         self.source = render_cuda_many(self.kernels, strategy)
@@ -275,6 +287,11 @@ class CudaModule:
         self.rows = frozenset(k.name for k in self.kernels if wants_rows(k))
         self.source += "".join(render_row_entry(k) for k in self.kernels
                                if k.name in self.rows)
+        # NOTE: ``multi``: contiguous kernels get the multi-launch entry (NVRTC time: only
+        # for kernels a graph launches several times)
+        self.multi = frozenset(k.name for k in self.kernels if multi and wants_multi(k))
+        self.source += "".join(render_multi_entry(k) for k in self.kernels
+                               if k.name in self.multi)
         self._module = None
 
     def function(self, kernel_name: str):
@@ -291,6 +308,14 @@ class CudaModule:
         ``out=``/``outs=`` buffers. ``xp``: the device's array module, used whatever the
         caller passes (an executor whose first input is a CPU scalar passes NumPy)."""
         return _runner(self, kernel, metas, xp)
+
+    def multi_runner(self, kernels, metas, xp=None):
+        """``run(xp, *arrays, outs=None) -> tuple``: one launch of the ``NAME_m`` entry
+        for the records of ``kernels`` (one name in :attr:`multi`, each with its own
+        shapes; ``metas``: per record its outputs' ``(shape, NumPy dtype)``) over the
+        records' arrays one after another (:class:`~.cuda_multi.MultiLaunch`)."""
+        from .cuda_multi import MultiLaunch
+        return MultiLaunch(self, kernels, metas, xp)
 
 
 def _runner(module, k, metas, dev_xp):
@@ -441,4 +466,4 @@ class CudaKernel:
 
 
 __all__ = ["BLOCK", "CudaKernel", "CudaModule", "kernel_plan", "launch_plan", "load_all",
-           "Kernel", "ReduceKernel"]
+           "wants_multi", "Kernel", "ReduceKernel"]

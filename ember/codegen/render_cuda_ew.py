@@ -31,9 +31,8 @@ from __future__ import annotations
 from .. import dtypes as _dt
 from .cexpr import CTYPE, CUDA_STORAGE, Emitter
 
-__all__ = ["ILP", "UNROLL", "ALIGNED", "ROW_BIT", "COL_BIT", "VEC_HEAD",
-           "render_elementwise",
-           "render_row_entry", "vec_bytes"]
+__all__ = ["ILP", "UNROLL", "ALIGNED", "ROW_BIT", "COL_BIT", "VEC_HEAD", "multi_width",
+           "render_elementwise", "render_multi_entry", "render_row_entry", "vec_bytes"]
 
 #: elements per thread per loop iteration (one vector of the contiguous entry).
 ILP = 4
@@ -174,14 +173,14 @@ def _vec_store(o, d, src=None) -> list:
 
 def _contiguous(k, ins, outs, name) -> list:
     """The template body of the contiguous variant."""
-    sig = ", ".join(_params(ins, outs) + ["int flags", "I n"])
+    sig = ", ".join(_params(ins, outs) + ["int flags", "I n", "I blk", "I nblk"])
     decl = [f"__align__(16) {_ptr_type(d)} v{i}[{ILP}];" for i, d in enumerate(ins)]
     decl += [f"__align__(16) {_ptr_type(d)} r{o}[{ILP}];" for o, d in enumerate(outs)]
     loads = [ln for i, d in enumerate(ins) for ln in _vec_load(i, d)]
     stores = [ln for o, d in enumerate(outs) for ln in _vec_store(o, d)]
     return ([f"template <typename I> __device__ static inline void {name}_cbody({sig}) {{",
-             f"    const I step = (I)blockDim.x * gridDim.x * {ILP};",
-             f"    for (I base = ((I)blockIdx.x * blockDim.x + threadIdx.x) * {ILP}; base < n;"
+             f"    const I step = (I)blockDim.x * nblk * {ILP};",
+             f"    for (I base = (blk * blockDim.x + threadIdx.x) * {ILP}; base < n;"
              " base += step) {",
              f"        const bool full = base + {ILP} <= n; (void)full;"] + _ind(decl + loads, 2) +
             ["        #pragma unroll", f"        for (int j = 0; j < {ILP}; j++) {{"] +
@@ -194,7 +193,7 @@ def _contiguous_unrolled(k, ins, outs, name, u: int) -> list:
     before any compute, so ``u`` times the bytes are in flight. NOTE: the launch must keep
     ``grid * blockDim.x * ILP * u`` below 2**31 (the 32-bit index's step)."""
     w = ILP * u
-    sig = ", ".join(_params(ins, outs) + ["int flags", "I n"])
+    sig = ", ".join(_params(ins, outs) + ["int flags", "I n", "I blk", "I nblk"])
     decl = [f"__align__(16) {_ptr_type(d)} v{i}[{w}];" for i, d in enumerate(ins)]
     decl += [f"__align__(16) {_ptr_type(d)} r{o}[{w}];" for o, d in enumerate(outs)]
     loads = [ln for i, d in enumerate(ins) for ln in _vec_load(i, d, f"(v{i} + u * {ILP})")]
@@ -204,8 +203,8 @@ def _contiguous_unrolled(k, ins, outs, name, u: int) -> list:
            f"    const I base = base0 + (I)u * blockDim.x * {ILP};",
            f"    const bool full = base + {ILP} <= n; (void)full;", "    if (base < n) {"]
     return ([f"template <typename I> __device__ static inline void {name}_cbody({sig}) {{",
-             f"    const I step = (I)blockDim.x * gridDim.x * {w};",
-             f"    for (I base0 = (I)blockIdx.x * blockDim.x * {w} + (I)threadIdx.x * {ILP};"
+             f"    const I step = (I)blockDim.x * nblk * {w};",
+             f"    for (I base0 = blk * blockDim.x * {w} + (I)threadIdx.x * {ILP};"
              " base0 < n; base0 += step) {"] + _ind(decl + vec + _ind(loads, 2), 2) +
             ["            }", "        }", "        #pragma unroll",
              f"        for (int j = 0; j < {w}; j++) {{"] + _ind(_compute(k, ins), 3) +
@@ -235,9 +234,65 @@ def render_elementwise(k, unroll: int | None = None) -> str:
               f"        {name}_body<int64_t>({names}, shape, strides, ndim, n);", "}",
               f'extern "C" __global__ void {name}_c({", ".join(params + ["int flags", "int64_t n"])}) {{',
               "    if (n < 0x7fffffffLL)",
-              f"        {name}_cbody<unsigned>({names}, flags, (unsigned)n);",
+              f"        {name}_cbody<unsigned>({names}, flags, (unsigned)n, blockIdx.x, "
+              "gridDim.x);",
               "    else",
-              f"        {name}_cbody<int64_t>({names}, flags, n);", "}"]
+              f"        {name}_cbody<int64_t>({names}, flags, n, blockIdx.x, gridDim.x);",
+              "}"]
+    return "\n".join(lines) + "\n"
+
+
+def multi_width(k) -> int:
+    """int64 slots of one record of kernel ``k``'s ``NAME_m`` table
+    (:func:`render_multi_entry`): its pointers, ``flags``, ``n``, its first block."""
+    return len(k.inputs) + len(k.outputs) + 3
+
+
+def render_multi_entry(k) -> str:
+    """CUDA C of kernel ``k``'s multi-launch entry point: several ``NAME_c`` launches of
+    one kernel as one (PyTorch's ``multi_tensor_apply``: an optimizer's per-parameter
+    updates)::
+
+        NAME_m(const int64_t *recs, int nrec)
+
+    ``recs`` holds ``nrec`` records of :func:`multi_width` int64s: the launch's input
+    and output pointers, its ``flags`` and ``n`` (as ``NAME_c``'s) and the index of its
+    first block, ascending (a record with ``n == 0`` owns no block: the next one starts
+    at the same index). A block finds its record by binary search over the first-block
+    indices and runs ``NAME_c``'s body as block ``blockIdx.x - first`` of that record's
+    blocks: one implementation of the math, and the same elements a thread (results
+    bit for bit ``NAME_c``'s). Needs ``NAME_c`` (:func:`render_elementwise`) before it.
+
+    Why: a GPU step's launches cost host time (~5-10 us of CuPy each plus Ember's plan);
+    AdamW updating 150 parameters was 150 launches of one kernel."""
+    ins = [s.dtype for s in k.inputs]
+    outs = [o[0] for o in k.outputs]
+    name, names, w = k.name, _names(ins, outs), multi_width(k)
+    nio = len(ins) + len(outs)
+    ptrs = [f"    const {_ptr_type(d)} *__restrict__ in{i} = (const {_ptr_type(d)} *)r[{i}];"
+            for i, d in enumerate(ins)]
+    ptrs += [f"    {_ptr_type(d)} *__restrict__ out{j or ''} = ({_ptr_type(d)} *)"
+             f"r[{len(ins) + j}];" for j, d in enumerate(outs)]
+    lines = [f'extern "C" __global__ void {name}_m(const int64_t *__restrict__ recs, '
+             "int nrec) {",
+             "    const int64_t b = blockIdx.x;",
+             "    int lo = 0, hi = nrec - 1;",
+             "    while (lo < hi) {     /* the last record whose first block is <= b */",
+             "        const int mid = (lo + hi + 1) >> 1;",
+             f"        if (recs[(int64_t)mid * {w} + {w - 1}] <= b) lo = mid; "
+             "else hi = mid - 1;",
+             "    }",
+             f"    const int64_t *r = recs + (int64_t)lo * {w};",
+             f"    const int64_t first = r[{w - 1}];",
+             f"    const int64_t nb = (lo + 1 < nrec ? r[{w + w - 1}] : (int64_t)gridDim.x)"
+             " - first;"] + ptrs + [
+             f"    const int flags = (int)r[{nio}];",
+             f"    const int64_t n = r[{nio + 1}];",
+             "    if (n < 0x7fffffffLL)",
+             f"        {name}_cbody<unsigned>({names}, flags, (unsigned)n, (unsigned)(b - first),"
+             " (unsigned)nb);",
+             "    else",
+             f"        {name}_cbody<int64_t>({names}, flags, n, b - first, nb);", "}"]
     return "\n".join(lines) + "\n"
 
 

@@ -10,6 +10,7 @@ with NumPy (:mod:`ember.codegen.interp`). So a wrong grid, argument order, strid
 merged axis changes the losses, which must equal the CPU's. The same programs on a GPU:
 ``tests/cuda/test_gpu_kernels.py``.
 """
+import ctypes
 import re
 from dataclasses import replace
 
@@ -31,9 +32,11 @@ class FakeModule:
         self.launches = launches
 
     def get_function(self, name):
-        entry = name[-2:] if name not in self.kernels and name[-2:] in ("_c", "_r") else ""
+        entry = name[-2:] if name not in self.kernels and name[-2:] in ("_c", "_r", "_m") \
+            else ""
         k = self.kernels[name[:-2] if entry else name]
-        run = {"_c": _emulate_contiguous, "_r": _emulate_rows, "": _emulate}[entry]
+        run = {"_c": _emulate_contiguous, "_r": _emulate_rows, "_m": _emulate_multi,
+               "": _emulate}[entry]
 
         def fn(grid, block, args, shared_mem=0):
             self.launches.append((name, grid, block))
@@ -84,6 +87,30 @@ def _emulate_contiguous(k, grid, block, args):
     interp.run_elementwise(_at(k, (n,)), views, out=outs[0], extra_outs=list(outs[1:]))
 
 
+def _at_address(ptr: int, dtype, count: int):
+    """The ``count`` elements of ``dtype`` at address ``ptr`` (a stand-in array)."""
+    nbytes = count * np.dtype(dtype).itemsize
+    return np.frombuffer((ctypes.c_char * nbytes).from_address(int(ptr)), dtype=dtype)
+
+
+def _emulate_multi(k, grid, block, args):
+    """The ``NAME_m`` entry (``render_cuda_ew.render_multi_entry``): each record of the
+    table is one ``NAME_c`` launch over the arrays at its pointers; the records' first
+    blocks ascend and the grid is their total."""
+    table, nrec = args
+    nin, nout = len(k.inputs), len(k.outputs)
+    rows = np.asarray(table).reshape(int(nrec), nin + nout + 3)
+    firsts = [int(r[-1]) for r in rows]
+    assert firsts[0] == 0 and firsts == sorted(firsts) and firsts[-1] < grid[0]
+    for rec in rows:
+        flags, n = int(rec[-3]), int(rec[-2])
+        ins = [_at_address(rec[j], s.dtype.np, 1 if flags >> j & 1 else n)
+               for j, s in enumerate(k.inputs)]
+        outs = [_at_address(rec[nin + j], o[0].np, n) for j, o in enumerate(k.outputs)]
+        if n:
+            _emulate_contiguous(k, (1,), block, ins + outs + [flags, n])
+
+
 def _at(k, loop):
     """``k`` over the launch's loop shape (the interpreter reads only the shapes)."""
     ins = tuple(replace(s, strides=(0,) * len(loop)) for s in k.inputs)
@@ -120,12 +147,13 @@ def gpu_like(fake_cuda, monkeypatch):
     source with NVRTC (when installed); yields ``(sources, launches)``."""
     monkeypatch.setattr(fake_cuda, "capabilities",
                         fake_cuda.capabilities - {"host_kernels"} | {"cuda_kernels"})
-    made, sources, launches = {}, [], []
+    made, multis, sources, launches = {}, {}, [], []
     orig = cuda_launch.CudaModule.__init__
 
-    def init(self, kernels, strategy="block", name="ember_cuda"):
-        orig(self, kernels, strategy, name)
+    def init(self, kernels, strategy="block", name="ember_cuda", multi=False):
+        orig(self, kernels, strategy, name, multi)
         made[self.source] = self.kernels
+        multis[self.source] = self.multi
 
     def loader(source, name):
         if source not in made:               # the attention kernels (cuda_attention)
@@ -137,7 +165,8 @@ def gpu_like(fake_cuda, monkeypatch):
             entries = set(re.findall(r"\.entry\s+(\w+)\(", ptx))
             assert entries == {k.name for k in made[source]} | {
                 k.name + "_c" for k in made[source] if isinstance(k, Kernel)} | {
-                k.name + "_r" for k in made[source] if cuda_launch.wants_rows(k)}
+                k.name + "_r" for k in made[source] if cuda_launch.wants_rows(k)} | {
+                n + "_m" for n in multis[source]}
             _, log = nvrtc.compile_sass(source, name)     # ptxas: sm_90 machine code
             assert not re.search(r"[1-9]\d* bytes spill (stores|loads)", log), log
         return FakeModule(made[source], launches)

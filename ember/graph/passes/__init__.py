@@ -12,6 +12,7 @@ import time
 __all__ = ["PASSES", "DEFAULT_PASSES", "EXACT_PASSES", "register", "run_pipeline", "freeze"]
 
 from .cast_gemm import cast_gemm
+from .ce_rows import ce_rows
 from .conv_gemm import conv_gemm
 from .count_true import count_true
 from .conv_gemm_bwd import conv_bwd
@@ -28,6 +29,7 @@ from .hfuse import hfuse
 from .layout import layout
 from .matmul import small_bmm, sum_rows
 from .matmul_t import matmul_t
+from .multi_launch import multi_launch
 from .pool import pool
 from .recast import recast
 from .rewrite import fold_conv_affine, fuse_linear_act, rewrite
@@ -52,6 +54,7 @@ PASSES = {
     "feature_major": feature_major,  # linear-layer chains computed transposed (W @ x.T)
     "count_true": count_true,        # sum of a whole boolean value -> count_nonzero
     "gemm_epilogue": gemm_epilogue,  # SGD's w - lr * g, bias + relu in GEMM tile stores
+    "ce_rows": ce_rows,              # a small classifier's cross-entropy + backward: one C call
     "sdpa_layout": sdpa_layout,      # dq, dk, dv written straight into qkv's gradient
     "sdpa_out_layout": sdpa_out_layout,  # attention's output in its permuted layout
     "small_bmm": small_bmm,          # stacks of small matmuls (attention) -> one C loop
@@ -61,6 +64,7 @@ PASSES = {
     "layout": layout,                # NCHW or NHWC per conv, by a measurement
     "fuse": fuse,                    # elementwise/reduction groups -> generated C kernels
     "fuse_cuda": fuse_cuda,          # the same groups -> CUDA kernels (graphs on a GPU)
+    "multi_launch": multi_launch,    # independent launches of one CUDA kernel -> one launch
     "pool": pool,                    # max-pool fwd/bwd, unfold/fold as C loops
     "conv_gemm": conv_gemm,          # conv GEMMs over channel-first columns: one GEMM each
     "conv_bwd": conv_bwd,            # a separate backward graph's conv gradients, per image
@@ -88,15 +92,16 @@ EXACT_PASSES = ["simplify", "fold", "cse", "scatter_stack", "sdpa_layout", "line
 #: sdpa_out_layout (slower than the copy it removes on the reference machine).
 DEFAULT_PASSES = ["simplify", "fold", "cse", "scatter_stack", "sdpa_layout", "sum_rows",
                   "pool", "conv_fwd", "conv_bwd", "conv_gemm", "scatter_select", "take_rows",
-                  "count_true", "feature_major", "gemm_epilogue", "fuse", "recast", "cast_gemm",
-                  "matmul_t", "dce"]
+                  "count_true", "feature_major", "gemm_epilogue", "ce_rows", "fuse", "recast",
+                  "cast_gemm", "matmul_t", "multi_launch", "dce"]
 
 
 #: passes whose output runs generated C or host loops on the arrays: skipped for graphs on
 #: a device without the ``host_kernels`` capability (CuPy arrays on a GPU).
 HOST_PASSES = frozenset({"sdpa_out_layout", "small_bmm", "sum_rows", "layout",
                          "fuse", "pool", "conv_gemm", "conv_fwd", "conv_bwd", "take_rows",
-                         "cast_gemm", "feature_major", "count_true", "gemm_epilogue"})
+                         "cast_gemm", "feature_major", "count_true", "gemm_epilogue",
+                         "ce_rows"})
 #: on a device with the ``cuda_kernels`` capability (a GPU), these host passes run as
 #: their CUDA counterparts instead of being skipped.
 DEVICE_PASSES = {"cuda_kernels": {"fuse": "fuse_cuda"}}

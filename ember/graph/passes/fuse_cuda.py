@@ -150,11 +150,16 @@ def renamed(k, name: str):
 
 def _modules(kernels) -> dict:
     """``{kernel name: CudaModule}``: one module (one source, one NVRTC program) per
-    distinct kernel name."""
+    distinct kernel name; a kernel launched more than once gets its multi-launch entry
+    too (the ``multi_launch`` pass may group its launches)."""
+    kernels = list(kernels)
+    count: dict = {}
+    for k in kernels:
+        count[k.name] = count.get(k.name, 0) + 1
     out: dict = {}
     for k in kernels:
         if k.name not in out:
-            out[k.name] = CudaModule([k], strategy(k), k.name)
+            out[k.name] = CudaModule([k], strategy(k), k.name, multi=count[k.name] > 1)
     return out
 
 
