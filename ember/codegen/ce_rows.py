@@ -1,0 +1,337 @@
+"""Cross-entropy of a small classifier in one C call: loss, d(logits) and the bias gradient.
+
+``ce_rows`` computes, for logits ``z`` of shape ``(N, C)`` (given, or made here as
+``a @ b`` for a small ``C``; a bias row ``(C,)`` optionally added), integer targets ``t``
+``(N,)`` and an ``ignore_index``:
+
+* ``loss = sum over kept rows of log_softmax(z)[i, t_i] / -count`` (``count``: the kept
+  rows; PyTorch's ``reduction='mean'`` without class weights),
+* ``d = g_i * (onehot(t_i) - exp(log_softmax(z)))`` with ``g_i = seed / -count`` on kept
+  rows and 0 on ignored ones (the loss's backward seeded with ``seed``), and optionally
+* ``db = d.sum(0)`` (the bias gradient, summed in double, rounded once).
+
+The same arithmetic, in the same order per element, as the graph the ``ce_rows`` pass
+(:mod:`ember.graph.passes.ce_rows`) replaces: NumPy's log-softmax formula (shift by the
+row max, ``(z - m) - log(sum(exp(z - m)))``), ``exp`` of the log-softmax for the softmax,
+the loss's sum in double, its division in float32. Rows run 16 at a time, each class's
+values in one vector of the 16 rows (libmvec's ``expf``/``logf`` where the compiler has
+them); a product ``a @ b`` is summed in that layout (one FMA chain per logit, in ``k``
+order: rounding differs from a BLAS call's). One library per class count ``C`` (a compile
+constant).
+
+A target outside ``[0, C)`` that is not ``ignore_index`` raises
+:class:`~ember.errors.EmberIndexError` (as the gather it replaces). Float32 only; without
+a C compiler or fast launcher, :func:`ce_rows` computes the same in NumPy.
+"""
+from __future__ import annotations
+
+import ctypes
+
+import numpy as np
+
+from ..errors import EmberIndexError
+from . import cache, launch
+from .prelude import mvec_decls
+from .toolchain import find_compiler
+
+__all__ = ["ce_rows", "available", "MAX_CLASSES", "MAX_PRODUCT_CLASSES"]
+
+#: most classes ``ce_rows`` takes (each block of 16 rows keeps ``C`` vectors on the stack).
+MAX_CLASSES = 1024
+#: most classes for which the logits' product is made here (``C`` vector accumulators).
+MAX_PRODUCT_CLASSES = 16
+_F32 = np.dtype(np.float32)
+_I64 = np.dtype(np.int64)
+
+_SOURCE = r"""
+#include <stdint.h>
+#include <string.h>
+#define BI 16
+#define RB (NC <= MAXP ? 128 : BI)
+typedef float vf __attribute__((vector_size(64)));
+static inline vf ldv(const float *p) { vf v; memcpy(&v, p, sizeof v); return v; }
+
+/* zt[c0 + g][0..128) = sum over k of A[i0 + .][k] * B[k][c0 + g], g < CG: the A rows'
+   column chunk read k by k (128 contiguous floats: A's rows are columns of a feature-major
+   value), CG x 8 vector accumulators, one FMA chain per logit in k order */
+#define GROUP(CG)                                                                        \
+static inline __attribute__((always_inline)) void group##CG(                            \
+        const float *A, int64_t sa1, const float *B, int64_t sb0, int64_t sb1, int64_t K, \
+        int64_t i0, int c0, float zt[][RB]) {                                            \
+    vf acc[CG][8];                                                                       \
+    for (int g = 0; g < CG; g++)                                                         \
+        for (int v = 0; v < 8; v++) acc[g][v] = (vf){0};                                 \
+    for (int64_t k = 0; k < K; k++) {                                                    \
+        const float *ak = A + i0 + k * sa1;                                              \
+        float w[CG];                                                                     \
+        for (int g = 0; g < CG; g++) w[g] = B[k * sb0 + (c0 + g) * sb1];                 \
+        for (int v = 0; v < 8; v++) {                                                    \
+            const vf a = ldv(ak + 16 * v);                                               \
+            for (int g = 0; g < CG; g++) acc[g][v] += a * w[g];                          \
+        }                                                                                \
+    }                                                                                    \
+    for (int g = 0; g < CG; g++)                                                         \
+        for (int v = 0; v < 8; v++) memcpy(&zt[c0 + g][16 * v], &acc[g][v], 64);         \
+}
+GROUP(1)
+GROUP(2)
+GROUP(3)
+
+/* zt[c][o + r] = sum over k of A[i0 + r][k] * B[k][c], r < rows (<= BI) */
+static void product(const float *A, int64_t sa0, int64_t sa1, const float *B, int64_t sb0,
+                    int64_t sb1, int64_t K, int64_t i0, int rows, float zt[][RB], int o) {
+    if (sa0 == 1 && rows == BI && NC <= MAXP) {
+        vf acc[NC];
+        for (int c = 0; c < NC; c++) acc[c] = (vf){0};
+        for (int64_t k = 0; k < K; k++) {
+            const vf a = ldv(A + i0 + k * sa1);
+            const float *bk = B + k * sb0;
+#pragma GCC unroll 16
+            for (int c = 0; c < NC; c++) acc[c] += a * bk[c * sb1];
+        }
+        for (int c = 0; c < NC; c++) memcpy(&zt[c][o], &acc[c], sizeof acc[c]);
+        return;
+    }
+    for (int r = 0; r < rows; r++) {
+        const float *ar = A + (i0 + r) * sa0;
+        for (int c = 0; c < NC; c++) {
+            const float *bc = B + c * sb1;
+            float s = 0.0f;
+            for (int64_t k = 0; k < K; k++) s += ar[k * sa1] * bc[k * sb0];
+            zt[c][o + r] = s;
+        }
+    }
+}
+
+/* the loss terms, d(logits) rows and bias-gradient terms of rows i0 + o + r, r < rows */
+static void ce_block(float zt[][RB], int o, int rows, int64_t i0, const int64_t *t,
+                     int64_t ts, int64_t ii, const float *bias, float r0, float *d,
+                     double *lsum, double *dbs) {
+    float m[BI], s[BI], ls[BI], gi[BI];
+    int64_t tr[BI];
+    for (int r = rows; r < BI; r++)
+        for (int c = 0; c < NC; c++) zt[c][o + r] = 0.0f;
+    if (bias)
+        for (int c = 0; c < NC; c++) {
+            const float bc = bias[c];
+#pragma omp simd
+            for (int r = 0; r < BI; r++) zt[c][o + r] += bc;
+        }
+    for (int r = 0; r < BI; r++) {
+        const int64_t ti = r < rows ? t[(i0 + o + r) * ts] : ii;
+        tr[r] = ti == ii ? -1 : ti;
+        gi[r] = ti == ii ? 0.0f : r0;
+    }
+#pragma omp simd
+    for (int r = 0; r < BI; r++) m[r] = zt[0][o + r];
+    for (int c = 1; c < NC; c++) {
+#pragma omp simd
+        for (int r = 0; r < BI; r++) {
+            const float z = zt[c][o + r];
+            m[r] = (z > m[r] || z != z) ? z : m[r];
+        }
+    }
+#pragma omp simd
+    for (int r = 0; r < BI; r++) s[r] = 0.0f;
+    for (int c = 0; c < NC; c++) {
+#pragma omp simd
+        for (int r = 0; r < BI; r++) { zt[c][o + r] -= m[r]; s[r] += expf(zt[c][o + r]); }
+    }
+#pragma omp simd
+    for (int r = 0; r < BI; r++) ls[r] = logf(s[r]);
+    for (int c = 0; c < NC; c++) {
+#pragma omp simd
+        for (int r = 0; r < BI; r++) zt[c][o + r] -= ls[r];          /* log-softmax */
+    }
+    for (int r = 0; r < rows; r++)
+        if (tr[r] >= 0) *lsum += (double)zt[tr[r]][o + r];
+    for (int c = 0; c < NC; c++) {
+#pragma omp simd
+        for (int r = 0; r < BI; r++) {
+            const float gg = tr[r] == c ? gi[r] : 0.0f;
+            zt[c][o + r] = gg - expf(zt[c][o + r]) * gi[r];       /* d(logits) */
+        }
+    }
+    for (int r = 0; r < rows; r++) {
+        float *dr = d + (i0 + o + r) * NC;
+        for (int c = 0; c < NC; c++) dr[c] = zt[c][o + r];
+    }
+    if (dbs)
+        for (int c = 0; c < NC; c++)
+            for (int r = 0; r < rows; r++) dbs[c] += (double)zt[c][o + r];
+}
+
+/* p: A (or z), B, bias, targets, seed[1], loss (0-d), d (N, C), db (C), bad[1]
+   g: N, K, flags (1 product, 2 bias, 4 db), ignore_index, sa0, sa1, sb0, sb1, target
+   stride (elements) */
+void ember_ce_rows(char **p, const int64_t *g, const int64_t *st, int64_t nt) {
+    const float *A = (const float *)p[0], *B = (const float *)p[1];
+    const int64_t *t = (const int64_t *)p[3];
+    const float seed = ((const float *)p[4])[0];
+    float *loss = (float *)p[5], *d = (float *)p[6], *db = (float *)p[7];
+    int64_t *bad = (int64_t *)p[8];
+    const int64_t N = g[0], K = g[1], fl = g[2], ii = g[3], sa0 = g[4], sa1 = g[5];
+    const int64_t sb0 = g[6], sb1 = g[7], ts = g[8];
+    const float *bias = (fl & 2) ? (const float *)p[2] : 0;
+    (void)st; (void)nt;
+    int64_t cnt = 0;
+    bad[0] = -1;
+    for (int64_t i = 0; i < N; i++) {
+        const int64_t ti = t[i * ts];
+        if (ti == ii) continue;
+        if (ti < 0 || ti >= NC) { bad[0] = i; return; }
+        cnt++;
+    }
+    const float nc = (float)(-cnt), r0 = seed / nc;
+    double lsum = 0.0, dbs[NC];
+    for (int c = 0; c < NC; c++) dbs[c] = 0.0;
+    float zt[NC][RB];
+    for (int64_t i0 = 0; i0 < N; i0 += RB) {
+        const int rows = N - i0 < RB ? (int)(N - i0) : RB;
+        if ((fl & 1) && sa0 == 1 && rows == RB && RB == 128) {
+            int c0 = 0;
+            for (; c0 + 3 <= NC; c0 += 3) group3(A, sa1, B, sb0, sb1, K, i0, c0, zt);
+            if (NC - c0 == 2) group2(A, sa1, B, sb0, sb1, K, i0, c0, zt);
+            if (NC - c0 == 1) group1(A, sa1, B, sb0, sb1, K, i0, c0, zt);
+        } else {
+            for (int o = 0; o < rows; o += BI) {
+                const int nr = rows - o < BI ? rows - o : BI;
+                if (fl & 1) {
+                    product(A, sa0, sa1, B, sb0, sb1, K, i0 + o, nr, zt, o);
+                } else {
+                    for (int r = 0; r < nr; r++)
+                        for (int c = 0; c < NC; c++)
+                            zt[c][o + r] = A[(i0 + o + r) * sa0 + c * sa1];
+                }
+            }
+        }
+        for (int o = 0; o < rows; o += BI)
+            ce_block(zt, o, rows - o < BI ? rows - o : BI, i0, t, ts, ii, bias, r0, d, &lsum,
+                     (fl & 4) ? dbs : 0);
+    }
+    loss[0] = (float)lsum / nc;
+    if (fl & 4)
+        for (int c = 0; c < NC; c++) db[c] = (float)dbs[c];
+}
+"""
+
+_state: dict = {}
+_GEOM: dict = {}
+_SEEDS: dict = {}
+
+
+def _source(nc: int, mvec) -> str:
+    want = {n: a for n, a in mvec if n in ("expf", "logf")}
+    return (f"#include <math.h>\n#define NC {nc}\n#define MAXP {MAX_PRODUCT_CLASSES}\n"
+            + mvec_decls(want) + _SOURCE)
+
+
+def available() -> bool:
+    """Whether the C kernels can run here (a C compiler and the fast launcher)."""
+    if "ok" not in _state:
+        _state["ok"] = find_compiler() is not None and launch.launcher() is not None
+    return _state["ok"]
+
+
+def _kernel(nc: int):
+    """The kernel's address for ``nc`` classes (compiled or loaded once), or None."""
+    fns = _state.setdefault("fns", {})
+    if nc not in fns:
+        fns[nc] = None
+        if available():
+            cc = find_compiler()
+            lib = cache.load(_source(nc, cc.mvec), cc)
+            _state.setdefault("libs", []).append(lib)      # NOTE: keeps it mapped
+            fns[nc] = ctypes.cast(lib.ember_ce_rows, ctypes.c_void_p).value
+    return fns[nc]
+
+
+def _geometry(key) -> int:
+    """The address of an int64 array holding ``key`` (kept alive here)."""
+    try:
+        return _GEOM[key][1]
+    except KeyError:
+        if len(_GEOM) >= 256:
+            _GEOM.clear()
+        a = np.array(key, np.int64)
+        _GEOM[key] = (a, a.ctypes.data)
+        return _GEOM[key][1]
+
+
+def _seed(seed: float) -> np.ndarray:
+    a = _SEEDS.get(seed)
+    if a is None:
+        if len(_SEEDS) >= 64:
+            _SEEDS.clear()
+        a = _SEEDS[seed] = np.array([seed], _F32)
+    return a
+
+
+def _elems(a) -> tuple | None:
+    """``a``'s strides in elements, or None when one is not a whole number of them."""
+    it = a.itemsize
+    if any(s % it for s in a.strides):
+        return None
+    return tuple(s // it for s in a.strides)
+
+
+def _bad_target(targets, i, nc):
+    t = int(targets.reshape(-1)[i])
+    raise EmberIndexError(f"cross_entropy (compiled ce_rows): target {t} in row {i} is out "
+                          f"of bounds: class indices must be in [0, {nc - 1}] for logits "
+                          f"with {nc} classes (or equal ignore_index)")
+
+
+def ce_rows(z_or_a, b, bias, targets, *, ignore_index=-100, seed=1.0, want_db=False):
+    """``(loss, d, db or None)`` for logits ``z_or_a`` (``b`` None) or ``z_or_a @ b`` (see
+    the module docstring), float32 NumPy arrays; ``bias`` ``(C,)`` or None; ``targets``
+    int64 ``(N,)`` or ``(N, 1)``."""
+    n = z_or_a.shape[0]
+    nc = (z_or_a if b is None else b).shape[1]
+    t = targets.reshape(n)
+    fn = _kernel(nc) if nc <= MAX_CLASSES and n else None
+    sa = _elems(z_or_a)
+    sb = (0, 0) if b is None else _elems(b)
+    ts = _elems(t)
+    ok = fn is not None and sa is not None and sb is not None and ts is not None and \
+        z_or_a.dtype == _F32 and t.dtype == _I64 and (b is None or b.dtype == _F32) and \
+        (bias is None or (bias.dtype == _F32 and bias.flags.c_contiguous))
+    if not ok:
+        return _numpy(z_or_a, b, bias, t, ignore_index, seed, want_db)
+    k = 0 if b is None else z_or_a.shape[1]
+    flags = (b is not None) | (bias is not None) << 1 | bool(want_db) << 2
+    g = _geometry((n, k, flags, int(ignore_index), *sa, *sb, ts[0]))
+    loss = np.empty((), _F32)
+    d = np.empty((n, nc), _F32)
+    db = np.empty(nc, _F32) if want_db else d
+    bad = np.empty(1, np.int64)
+    x = z_or_a
+    launch.launcher()(fn, (x, x if b is None else b, x if bias is None else bias, t,
+                           _seed(float(seed)), loss, d, db, bad), g, g, 1)
+    if bad[0] >= 0:
+        _bad_target(t, int(bad[0]), nc)
+    return loss, d, (db if want_db else None)
+
+
+def _numpy(a, b, bias, t, ignore_index, seed, want_db):
+    """:func:`ce_rows` in NumPy (any float dtype): the same formulas, NumPy's rounding."""
+    z = a if b is None else np.matmul(a, b)
+    if bias is not None:
+        z = z + bias
+    dt = z.dtype
+    n, nc = z.shape
+    keep = t != ignore_index
+    if ((t < 0) | (t >= nc))[keep].any():
+        _bad_target(t, int(np.flatnonzero(keep & ((t < 0) | (t >= nc)))[0]), nc)
+    sh = z - z.max(axis=1, keepdims=True) if z.size else z
+    lsm = sh - np.log(np.exp(sh).sum(axis=1, keepdims=True))
+    idx = np.where(keep, t, 0)
+    picked = np.where(keep, lsm[np.arange(n), idx] if n else lsm[:0, 0], 0)
+    cnt = dt.type(-int(keep.sum()))
+    with np.errstate(divide="ignore", invalid="ignore"):
+        loss = np.asarray(dt.type(picked.sum(dtype=np.float64)) / cnt, dt)
+        gi = np.where(keep, dt.type(seed) / cnt, dt.type(0)).astype(dt)
+    onehot = idx[:, None] == np.arange(nc)
+    d = (np.where(onehot, gi[:, None], dt.type(0)) - np.exp(lsm) * gi[:, None]).astype(dt)
+    db = d.sum(axis=0, dtype=np.float64).astype(dt) if want_db else None
+    return loss, d, db
