@@ -45,6 +45,7 @@ _I64 = np.dtype(np.int64)
 
 _SOURCE = r"""
 #include <stdint.h>
+#include <stdlib.h>
 #include <string.h>
 #define BI 16
 #define RB (NC <= MAXP ? 128 : BI)
@@ -161,8 +162,108 @@ static void ce_block(float zt[][RB], int o, int rows, int64_t i0, const int64_t 
             for (int r = 0; r < rows; r++) dbs[c] += (double)zt[c][o + r];
 }
 
-/* p: A (or z), B, bias, targets, seed[1], loss (0-d), d (N, C), db (C), bad[1]
-   g: N, K, flags (1 product, 2 bias, 4 db), ignore_index, sa0, sa1, sb0, sb1, target
+typedef int vi __attribute__((vector_size(64)));
+
+typedef float v8f __attribute__((vector_size(32)));
+typedef float v4f __attribute__((vector_size(16)));
+
+/* the sum of v's lanes, pairwise (halves, quarters...) */
+static inline float hsum(vf v) {
+    const v8f s = __builtin_shufflevector(v, v, 0, 1, 2, 3, 4, 5, 6, 7)
+                + __builtin_shufflevector(v, v, 8, 9, 10, 11, 12, 13, 14, 15);
+    const v4f q = __builtin_shufflevector(s, s, 0, 1, 2, 3)
+                + __builtin_shufflevector(s, s, 4, 5, 6, 7);
+    return (q[0] + q[2]) + (q[1] + q[3]);
+}
+
+/* The classifier's backward once d is known, y[k][i] = A[i][k] (the layer's input, a relu
+   output) and W[c][k] = B[k][c]: dx[k][i] = (y > 0 or NaN) ? sum_c W[c][k] d[i][c] : +0
+   (relu's backward of the input gradient), rs[k] = sum_i dx[k][i] (float32), dw[c][k] =
+   sum_i d[i][c] y[k][i], wn = W - lr dw and bn = b - lr db (one rounding each) */
+static void head(const float *A, int64_t sa0, int64_t sa1, const float *B, int64_t sb0,
+                 int64_t sb1, int64_t N, int64_t K, const float *d, const float *bias,
+                 const float *db, float lr, float *dx, float *rs, float *dw, float *wn,
+                 float *bn, float *dt) {
+    /* dt: d by blocks of 16 rows, each class's 16 values one vector: dt[(v NC + c) 16 + r] */
+    const int64_t nv = sa0 == 1 ? N / 16 : 0;
+    for (int64_t v = 0; v < nv; v++)
+        for (int c = 0; c < NC; c++)
+            for (int r = 0; r < 16; r++) dt[(v * NC + c) * 16 + r] = d[(v * 16 + r) * NC + c];
+    for (int64_t k = 0; k < K; k++) {
+        float w[NC], dwc[NC];
+        for (int c = 0; c < NC; c++) w[c] = B[k * sb0 + c * sb1];
+        const float *yk = A + k * sa1;
+        float *dxk = dx + k * N;
+        vf rsum = (vf){0};
+        int64_t v = 0;
+        /* four vectors at a time: four FMA chains in flight, their rows' y loaded before
+           any store (dx's rows may alias y's in the L1's 4 KiB address bits) */
+        for (; v + 4 <= nv; v += 4) {
+            vf y[4], s[4];
+#pragma GCC unroll 4
+            for (int j = 0; j < 4; j++) { y[j] = ldv(yk + 16 * (v + j)); s[j] = (vf){0}; }
+            const float *dv = dt + v * NC * 16;
+#pragma GCC unroll 16
+            for (int c = 0; c < NC; c++) {
+#pragma GCC unroll 4
+                for (int j = 0; j < 4; j++) s[j] += ldv(dv + 16 * (j * NC + c)) * w[c];
+            }
+#pragma GCC unroll 4
+            for (int j = 0; j < 4; j++) {
+                const vi keep = (y[j] > 0) | (y[j] != y[j]);
+                s[j] = (vf)((vi)s[j] & keep);
+                rsum += s[j];
+            }
+#pragma GCC unroll 4
+            for (int j = 0; j < 4; j++) memcpy(dxk + 16 * (v + j), &s[j], sizeof s[j]);
+        }
+        for (; v < nv; v++) {
+            const vf y = ldv(yk + 16 * v);
+            const float *dv = dt + v * NC * 16;
+            vf s = (vf){0};
+#pragma GCC unroll 16
+            for (int c = 0; c < NC; c++) s += ldv(dv + 16 * c) * w[c];
+            const vi keep = (y > 0) | (y != y);
+            s = (vf)((vi)s & keep);
+            memcpy(dxk + 16 * v, &s, sizeof s);
+            rsum += s;
+        }
+        vf accw[NC];
+#pragma GCC unroll 16
+        for (int c = 0; c < NC; c++) accw[c] = (vf){0};
+        for (int64_t v = 0; v < nv; v++) {
+            const vf y = ldv(yk + 16 * v);
+            const float *dv = dt + v * NC * 16;
+#pragma GCC unroll 16
+            for (int c = 0; c < NC; c++) accw[c] += ldv(dv + 16 * c) * y;
+        }
+        float rsk = hsum(rsum);
+#pragma GCC unroll 16
+        for (int c = 0; c < NC; c++) dwc[c] = hsum(accw[c]);
+        for (int64_t i = nv * 16; i < N; i++) {
+            const float yv = yk[i * sa0];
+            float s = 0.0f;
+            for (int c = 0; c < NC; c++) {
+                s += d[i * NC + c] * w[c];
+                dwc[c] += d[i * NC + c] * yv;
+            }
+            s = (yv > 0 || yv != yv) ? s : 0.0f;
+            dxk[i] = s;
+            rsk += s;
+        }
+        rs[k] = rsk;
+        for (int c = 0; c < NC; c++) dw[c * K + k] = dwc[c];
+    }
+    for (int c = 0; c < NC; c++)
+        for (int64_t k = 0; k < K; k++)
+            wn[c * K + k] = fmaf(-lr, dw[c * K + k], B[k * sb0 + c * sb1]);
+    for (int c = 0; c < NC; c++) bn[c] = fmaf(-lr, db[c], bias[c]);
+}
+
+/* p: A (or z), B, bias, targets, scalars (seed, lr), loss (0-d), d (N, C), db (C), bad[1];
+   with flag 8 (the classifier's backward, :c:func:`head`) dx (K, N), rs (K), dw (C, K),
+   wn (C, K), bn (C); with flag 16 also b2 (K) and b2 - lr rs (K)
+   g: N, K, flags (1 product, 2 bias, 4 db, 8 head, 16 bias2), ignore_index, sa0, sa1, sb0, sb1, target
    stride (elements) */
 void ember_ce_rows(char **p, const int64_t *g, const int64_t *st, int64_t nt) {
     const float *A = (const float *)p[0], *B = (const float *)p[1];
@@ -212,12 +313,24 @@ void ember_ce_rows(char **p, const int64_t *g, const int64_t *st, int64_t nt) {
     loss[0] = (float)lsum / nc;
     if (fl & 4)
         for (int c = 0; c < NC; c++) db[c] = (float)dbs[c];
+    if (fl & 8) {
+        float *dt = malloc(sizeof(float) * NC * (N ? N : 1));
+        if (!dt) { bad[0] = -2; return; }
+        head(A, sa0, sa1, B, sb0, sb1, N, K, d, bias, db, ((const float *)p[4])[1],
+             (float *)p[9], (float *)p[10], (float *)p[11], (float *)p[12], (float *)p[13], dt);
+        free(dt);
+        if (fl & 16) {              /* the previous layer's bias: b2 - lr * rs */
+            const float lr = ((const float *)p[4])[1], *b2 = (const float *)p[14];
+            const float *rs = (const float *)p[10];
+            float *b2n = (float *)p[15];
+            for (int64_t k = 0; k < K; k++) b2n[k] = fmaf(-lr, rs[k], b2[k]);
+        }
+    }
 }
 """
 
 _state: dict = {}
 _GEOM: dict = {}
-_SEEDS: dict = {}
 
 
 def _source(nc: int, mvec) -> str:
@@ -258,15 +371,6 @@ def _geometry(key) -> int:
         return _GEOM[key][1]
 
 
-def _seed(seed: float) -> np.ndarray:
-    a = _SEEDS.get(seed)
-    if a is None:
-        if len(_SEEDS) >= 64:
-            _SEEDS.clear()
-        a = _SEEDS[seed] = np.array([seed], _F32)
-    return a
-
-
 def _elems(a) -> tuple | None:
     """``a``'s strides in elements, or None when one is not a whole number of them."""
     it = a.itemsize
@@ -282,38 +386,83 @@ def _bad_target(targets, i, nc):
                           f"with {nc} classes (or equal ignore_index)")
 
 
-def ce_rows(z_or_a, b, bias, targets, *, ignore_index=-100, seed=1.0, want_db=False):
-    """``(loss, d, db or None)`` for logits ``z_or_a`` (``b`` None) or ``z_or_a @ b`` (see
-    the module docstring), float32 NumPy arrays; ``bias`` ``(C,)`` or None; ``targets``
-    int64 ``(N,)`` or ``(N, 1)``."""
+def _plan(key, z_or_a, b, bias, t, ignore_index, want_db, head, bias2):
+    """``(kernel address, geometry address, n, k, nc)`` for a call of this layout, or None
+    (NumPy's path)."""
     n = z_or_a.shape[0]
     nc = (z_or_a if b is None else b).shape[1]
-    t = targets.reshape(n)
     fn = _kernel(nc) if nc <= MAX_CLASSES and n else None
-    sa = _elems(z_or_a)
+    sa, ts = _elems(z_or_a), _elems(t)
     sb = (0, 0) if b is None else _elems(b)
-    ts = _elems(t)
-    ok = fn is not None and sa is not None and sb is not None and ts is not None and \
-        z_or_a.dtype == _F32 and t.dtype == _I64 and (b is None or b.dtype == _F32) and \
-        (bias is None or (bias.dtype == _F32 and bias.flags.c_contiguous))
-    if not ok:
-        return _numpy(z_or_a, b, bias, t, ignore_index, seed, want_db)
+    if fn is None or sa is None or sb is None or ts is None or z_or_a.dtype != _F32 or \
+            t.dtype != _I64 or (b is not None and b.dtype != _F32) or \
+            (bias is not None and (bias.dtype != _F32 or not bias.flags.c_contiguous)):
+        return None
     k = 0 if b is None else z_or_a.shape[1]
-    flags = (b is not None) | (bias is not None) << 1 | bool(want_db) << 2
-    g = _geometry((n, k, flags, int(ignore_index), *sa, *sb, ts[0]))
+    if bias2 is not None and (bias2.dtype != _F32 or not bias2.flags.c_contiguous or
+                              bias2.shape != (z_or_a.shape[1],)):
+        return None
+    flags = (b is not None) | (bias is not None) << 1 | bool(want_db) << 2 | head << 3 | \
+        (bias2 is not None) << 4
+    return fn, _geometry((n, k, flags, int(ignore_index), *sa, *sb, ts[0])), n, k, nc
+
+
+_PLANS: dict = {}
+
+
+def ce_rows(z_or_a, b, bias, targets, *, ignore_index=-100, seed=1.0, want_db=False,
+            lr=None, bias2=None):
+    """``(loss, d, db or None)`` for logits ``z_or_a`` (``b`` None) or ``z_or_a @ b`` (see
+    the module docstring), float32 NumPy arrays; ``bias`` ``(C,)`` or None; ``targets``
+    int64 ``(N,)`` or ``(N, 1)``.
+
+    With ``lr`` (a product, a bias and ``want_db``: the classifier of an MLP step under SGD)
+    also ``(dx, rs, dw, w_new, b_new)``: ``dx = (W.T @ d.T)`` masked where ``y = a.T`` is
+    ``<= 0`` (relu's backward of the layer input's gradient), ``rs = dx.sum(1)`` (float32),
+    ``dw = d.T @ a``, ``w_new = W - lr * dw`` and ``b_new = bias - lr * db`` (one rounding,
+    ``lr`` in float32), with ``W = b.T``; with ``bias2`` (the previous layer's bias,
+    ``(K,)``) also ``bias2 - lr * rs``."""
+    head = lr is not None
+    t = targets.reshape(z_or_a.shape[0])
+    key = (z_or_a.shape, z_or_a.strides, z_or_a.dtype, t.strides, t.dtype, ignore_index,
+           want_db, head, bias2 is None or (bias2.shape, bias2.dtype, bias2.flags.c_contiguous),
+           None if b is None else (b.shape, b.strides, b.dtype),
+           None if bias is None else (bias.dtype, bias.flags.c_contiguous))
+    plan = _PLANS.get(key)
+    if plan is None:
+        if len(_PLANS) >= 256:
+            _PLANS.clear()
+        plan = _PLANS[key] = _plan(key, z_or_a, b, bias, t, ignore_index, want_db, head,
+                                   bias2) or False
+    if plan is False:
+        return _numpy(z_or_a, b, bias, t, ignore_index, seed, want_db, lr, bias2)
+    fn, g, n, k, nc = plan
     loss = np.empty((), _F32)
     d = np.empty((n, nc), _F32)
     db = np.empty(nc, _F32) if want_db else d
     bad = np.empty(1, np.int64)
     x = z_or_a
-    launch.launcher()(fn, (x, x if b is None else b, x if bias is None else bias, t,
-                           _seed(float(seed)), loss, d, db, bad), g, g, 1)
-    if bad[0] >= 0:
+    arrays = (x, x if b is None else b, x if bias is None else bias, t,
+              np.array((seed, 0.0 if lr is None else lr), _F32), loss, d, db, bad)
+    if head:
+        extra = (np.empty((k, n), _F32), np.empty(k, _F32), np.empty((nc, k), _F32),
+                 np.empty((nc, k), _F32), np.empty(nc, _F32))
+        arrays += extra
+        if bias2 is not None:
+            b2n = np.empty(k, _F32)
+            arrays += (bias2, b2n)
+            extra += (b2n,)
+    launch.launcher()(fn, arrays, g, g, 1)
+    if bad[0] != -1:
+        if bad[0] == -2:
+            raise MemoryError("cross_entropy (compiled ce_rows): no memory for a "
+                              f"({nc}, {n}) float32 scratch array")
         _bad_target(t, int(bad[0]), nc)
-    return loss, d, (db if want_db else None)
+    out = (loss, d, db if want_db else None)
+    return out + extra if head else out
 
 
-def _numpy(a, b, bias, t, ignore_index, seed, want_db):
+def _numpy(a, b, bias, t, ignore_index, seed, want_db, lr=None, bias2=None):
     """:func:`ce_rows` in NumPy (any float dtype): the same formulas, NumPy's rounding."""
     z = a if b is None else np.matmul(a, b)
     if bias is not None:
@@ -334,4 +483,17 @@ def _numpy(a, b, bias, t, ignore_index, seed, want_db):
     onehot = idx[:, None] == np.arange(nc)
     d = (np.where(onehot, gi[:, None], dt.type(0)) - np.exp(lsm) * gi[:, None]).astype(dt)
     db = d.sum(axis=0, dtype=np.float64).astype(dt) if want_db else None
-    return loss, d, db
+    if lr is None:
+        return loss, d, db
+    y, w = a.T, b.T
+    dx = (w.T @ d.T).astype(dt)
+    dx[~((y > 0) | (y != y))] = 0
+    dw = (d.T @ a).astype(dt)
+    lr = np.float64(np.float32(lr))
+    w_new = (w.astype(np.float64) - lr * dw).astype(dt)
+    b_new = (bias.astype(np.float64) - lr * db).astype(dt)
+    rs = dx.sum(axis=1, dtype=dt)
+    out = (loss, d, db, dx, rs, dw, w_new, b_new)
+    if bias2 is not None:
+        out += ((bias2.astype(np.float64) - lr * rs).astype(dt),)
+    return out

@@ -17,6 +17,7 @@ import ember as em
 import ember.nn.functional as F
 from ember import nn
 from ember.codegen import ce_rows as K
+from ember.codegen import sgemm
 from ember.graph.passes import DEFAULT_PASSES, EXACT_PASSES, HOST_PASSES
 
 # NOTE: the package's attribute ``ce_rows`` is the pass function, not the module
@@ -46,9 +47,9 @@ def _data(sizes, batch, dtype=np.float32, ignore=None, seed=0):
     return em.tensor(rng.standard_normal((batch, sizes[0])).astype(dtype)), em.tensor(y)
 
 
-def _compiled(passes, sizes, dtype=em.float32, loss_fn=None, lr=0.05):
+def _compiled(passes, sizes, dtype=em.float32, loss_fn=None, lr=0.05, opt=None):
     model = _mlp(sizes, dtype)
-    opt = em.optim.SGD(model.parameters(), lr=lr)
+    opt = (opt or (lambda ps: em.optim.SGD(ps, lr=lr)))(model.parameters())
     loss_fn = loss_fn or F.cross_entropy
 
     def step(x, y):
@@ -99,6 +100,37 @@ def test_mlp_step_folds_the_loss_and_follows_the_unfused_pipeline(sizes, batch, 
     f0, l0, p0, g0 = _run(WITHOUT, sizes, batch)
     assert not any(n.op is cr.CE_ROWS for n in _entry(f0).graph.nodes)
     # NOTE: float32 rounding apart: the logits' product sums k in another order than BLAS
+    np.testing.assert_allclose(l1, l0, rtol=2e-6)
+    for a, b in zip(p1 + g1, p0 + g0):
+        np.testing.assert_allclose(a, b, rtol=1e-5, atol=2e-7)
+
+
+def _head_runs() -> bool:
+    """Whether gemm_epilogue folds the classifier's input gradient with relu's backward
+    (Ember's GEMM runs here), which the head fold starts from."""
+    return sgemm._isa(None) is not None
+
+
+@pytest.mark.parametrize("opt", ["sgd", "momentum", "adam"])
+def test_the_classifier_backward_and_sgd_step_fold_too(opt):
+    """W1's layout past ``gemm_epilogue.MASK_MIN_MACS``: under plain SGD the classifier's
+    input gradient (relu's backward and its row sums), weight gradient and the SGD steps
+    of its weight, its bias and the previous layer's bias are outputs of the same node;
+    with momentum or Adam only the loss folds. Results follow the pipeline without it."""
+    _needs_kernels()
+    sizes, batch = (64, 256, 256, 10), 128
+    make = {"sgd": None, "momentum": lambda ps: em.optim.SGD(ps, lr=0.05, momentum=0.9),
+            "adam": lambda ps: em.optim.Adam(ps, lr=1e-3)}[opt]
+    f1, l1, p1, g1 = _run(DEFAULT_PASSES, sizes, batch, opt=make)
+    (node,) = [n for n in _entry(f1).graph.nodes if n.op is cr.CE_ROWS]
+    head = opt == "sgd" and _head_runs()
+    assert bool(node.params.get("head")) == head and len(node.outs) == (9 if head else 3)
+    assert bool(node.params.get("bias2")) == head
+    ops = [n.op.name for n in _entry(f1).graph.nodes]
+    if head:     # one matmul_mask left (the first hidden layer's), no classifier GEMM
+        assert ops.count("matmul_mask") == 1 and "matmul_t" not in ops, ops
+        assert ops.count("fused") == 1, ops             # the first layer's bias step
+    f0, l0, p0, g0 = _run(WITHOUT, sizes, batch, opt=make)
     np.testing.assert_allclose(l1, l0, rtol=2e-6)
     for a, b in zip(p1 + g1, p0 + g0):
         np.testing.assert_allclose(a, b, rtol=1e-5, atol=2e-7)
@@ -201,6 +233,44 @@ def test_kernel_matches_float64(n, k, c, layout):
     np.testing.assert_allclose(got[1], d, rtol=1e-4, atol=1e-7)
     np.testing.assert_allclose(got[2], d.sum(0), rtol=1e-4, atol=1e-6)
     assert np.all(got[1][1::4] == 0)                   # ignored rows: no gradient
+
+
+@pytest.mark.parametrize("n,k,c", [(128, 512, 10), (37, 20, 3), (50, 33, 16), (64, 8, 1)])
+def test_kernel_head_matches_float64(n, k, c):
+    """The classifier's backward and SGD steps (``lr``): relu's backward of the input
+    gradient (``y <= 0`` masked to +0, NaN passes), its row sums, the weight gradient and
+    the updates ``w - lr * g`` (``lr`` in float32) against float64 NumPy."""
+    _needs_kernels()
+    rng = np.random.default_rng(2)
+    y = np.maximum(rng.standard_normal((k, n)), 0).astype(np.float32)   # feature-major
+    w = (rng.standard_normal((c, k)) * 0.2).astype(np.float32)
+    bias = rng.standard_normal(c).astype(np.float32)
+    b2 = rng.standard_normal(k).astype(np.float32)
+    t = rng.integers(0, c, n)
+    t[::3] = -100
+    lr = 0.1
+    got = K.ce_rows(y.T, w.T, bias, t, want_db=True, lr=lr, bias2=b2)
+    assert len(got) == 9
+    loss, d, db, dx, rs, dw, wn, bn, b2n = got
+    z = y.T.astype(np.float64) @ w.T.astype(np.float64) + bias
+    want_loss, want_d = _reference(z, t, -100, 1.0)
+    np.testing.assert_allclose(loss, want_loss, rtol=1e-5)
+    np.testing.assert_allclose(d, want_d, rtol=1e-4, atol=1e-7)
+    want_dx = w.T.astype(np.float64) @ d.T.astype(np.float64)
+    want_dx[y <= 0] = 0
+    assert np.all(dx[y <= 0] == 0) and not np.signbit(dx[y <= 0]).any()   # +0
+    np.testing.assert_allclose(dx, want_dx, rtol=1e-4, atol=1e-7)
+    np.testing.assert_allclose(rs, want_dx.sum(1), rtol=1e-4, atol=1e-6)
+    want_dw = d.T.astype(np.float64) @ y.T.astype(np.float64)
+    np.testing.assert_allclose(dw, want_dw, rtol=1e-4, atol=1e-6)
+    lr32 = np.float64(np.float32(lr))
+    # the steps are one rounding of w - lr * (the kernel's own gradient)
+    np.testing.assert_array_equal(wn, (w - lr32 * dw.astype(np.float64)).astype(np.float32))
+    np.testing.assert_array_equal(bn, (bias - lr32 * db.astype(np.float64)).astype(np.float32))
+    np.testing.assert_array_equal(b2n, (b2 - lr32 * rs.astype(np.float64)).astype(np.float32))
+    y[0, :] = np.nan                              # NaN activations pass the gradient on
+    dx2 = K.ce_rows(y.T, w.T, bias, t, want_db=True, lr=lr)[3]
+    assert np.isnan(dx2[0]).all()
 
 
 def test_kernel_all_ignored_and_bad_targets():

@@ -35,18 +35,21 @@ __all__ = ["ce_rows", "CE_ROWS"]
 
 
 def _run(xp, *arrays, product=False, bias=False, db=False, ignore_index=-100, seed=1.0,
-         ta=False, tb=False):
+         ta=False, tb=False, head=False, bias2=False):
     i = 2 if product else 1
     a = arrays[0].T if ta and product else arrays[0]
     b = (arrays[1].T if tb else arrays[1]) if product else None
     bv = arrays[i] if bias else None
-    t = arrays[-1]
+    t = arrays[i + bias]
+    lr = float(arrays[i + bias + 1]) if head else None
+    b2 = arrays[-1] if bias2 else None
     if xp is not np:
-        a, b, bv, t = (None if v is None else xp.asnumpy(v) for v in (a, b, bv, t))
-    loss, d, s = _k.ce_rows(a, b, bv, t, ignore_index=ignore_index, seed=seed, want_db=db)
+        a, b, bv, t, b2 = (None if v is None else xp.asnumpy(v) for v in (a, b, bv, t, b2))
+    r = _k.ce_rows(a, b, bv, t, ignore_index=ignore_index, seed=seed, want_db=db, lr=lr,
+                   bias2=b2)
     if xp is not np:
-        loss, d, s = (None if v is None else xp.asarray(v) for v in (loss, d, s))
-    return (loss, d, s) if db else (loss, d)
+        r = tuple(None if v is None else xp.asarray(v) for v in r)
+    return r if db else r[:2]
 
 
 #: ``(loss, d_logits[, d_bias]) = ce_rows([a, b | z], [bias], targets)``: new memory each
@@ -215,6 +218,58 @@ def _operands(gr, lsm_node, members):
     return ins, params
 
 
+def _sgd(gr, g, w):
+    """``(mul, sub, lr)`` when ``g``'s readers update ``w`` by ``sub(w, mul(g, lr))`` (SGD
+    without momentum or weight decay), else None."""
+    muls = [r for r in gr.rd(g) if _is(r, "mul", 2)]
+    if len(muls) != 1:
+        return None
+    mul = muls[0]
+    lr = mul.inputs[1] if mul.inputs[0] is g else mul.inputs[0]
+    sub = gr.one(mul.outs[0])
+    if not (lr.__class__ is Var and lr.shape == () and lr.dtype in (_dt.float32, _dt.float64)
+            and _is(sub, "sub", 2) and sub.inputs[0] is w and sub.inputs[1] is mul.outs[0]
+            and _f32(sub.outs[0], tuple(w.shape)) and _f32(mul.outs[0])):
+        return None
+    return mul, sub, lr
+
+
+def _head(gr, D, db, a_src, w, bias):
+    """The classifier's backward and SGD step after ``d = D`` (its product ``a_src.T @
+    w.T``): ``matmul_mask(w, D, a_src)`` (relu's backward of the input gradient, with its
+    row sums), ``dw = permute(D) @ permute(a_src)``, ``w - lr * dw``, ``bias - lr * db``.
+    Returns ``(members, lr, [dx, rs, dw, w_new, b_new] vars)`` or None."""
+    mm = [r for r in gr.rd(D) if r.op.name == "matmul_mask"]
+    if len(mm) != 1 or len(mm[0].outs) != 2 or tuple(mm[0].inputs) != (w, D, a_src) or \
+            mm[0].params != {"ta": True, "tb": True, "rowsum": True}:
+        return None
+    mm = mm[0]
+    mmw = None
+    for pd in (r for r in gr.rd(D) if _transposed(r)):
+        r = gr.one(pd.outs[0])
+        if _is(r, "matmul", 2) and r.inputs[0] is pd.outs[0]:
+            mmw, p_d = r, pd
+    if mmw is None or mmw.ct not in (None, _dt.float32) or not _f32(mmw.outs[0], tuple(w.shape)):
+        return None
+    pa = gr.p(mmw.inputs[1])
+    if not (_transposed(pa) and pa.inputs[0] is a_src and gr.one(pa.outs[0]) is mmw):
+        return None
+    up_w, up_b = _sgd(gr, mmw.outs[0], w), _sgd(gr, db, bias)
+    if up_w is None or up_b is None or up_w[2] is not up_b[2]:
+        return None
+    members = [mm, p_d, mmw, pa, up_w[0], up_w[1], up_b[0], up_b[1]]
+    outs = [mm.outs[0], mm.outs[1], mmw.outs[0], up_w[1].outs[0], up_b[1].outs[0]]
+    rs = mm.outs[1]
+    up_r = next((u for u in [_sgd(gr, rs, r.inputs[0]) for r in gr.rd(rs) if _is(r, "mul", 2)
+                             for r in gr.rd(r.outs[0]) if _is(r, "sub", 2)] if u), None)
+    extra = None
+    if up_r is not None and up_r[2] is up_w[2] and up_r[1].inputs[0].shape == rs.shape:
+        members += [up_r[0], up_r[1]]       # the previous layer's bias: its SGD step too
+        outs.append(up_r[1].outs[0])
+        extra = up_r[1].inputs[0]
+    return members, up_w[2], outs, extra
+
+
 def _match(gr, lsm_node):
     """``(members, outs {old var id: output index}, inputs, params, emit node)`` or None."""
     z = lsm_node.inputs[0]
@@ -253,6 +308,18 @@ def _match(gr, lsm_node):
             tuple(rs.inputs[0].shape) == (N,):
         T = rs.inputs[0]                 # the reshape is left to dce
     ins.append(T)
+    if params.get("product") and params.get("ta") and params.get("tb") and sums:
+        hit = _head(gr, D, sums[0].outs[0], ins[0], ins[1], ins[2])
+        if hit is not None:
+            more, lr, new_outs, bias2 = hit
+            members += more
+            ins.append(lr)
+            params["head"] = True
+            if bias2 is not None:
+                ins.append(bias2)
+                params["bias2"] = True
+            for k, v in enumerate(new_outs):
+                outs[v.id] = 3 + k
     out_nodes = [n for n in members if any(o.id in outs for o in n.outs)]
     at = min(gr.pos[n.outs[0].id] for n in out_nodes)
     if not all(gr.pos.get(x.id, -1) < at for x in ins):
@@ -289,6 +356,13 @@ def ce_rows(graph: Graph):
             spec = [((), _dt.float32, dev), ((N, C), _dt.float32, dev)]
             if params.get("db"):
                 spec.append(((C,), _dt.float32, dev))
+            if params.get("head"):
+                K = vins[0].shape[0]
+                spec += [((K, N), _dt.float32, dev), ((K,), _dt.float32, dev),
+                         ((C, K), _dt.float32, dev), ((C, K), _dt.float32, dev),
+                         ((C,), _dt.float32, dev)]
+                if params.get("bias2"):
+                    spec.append(((K,), _dt.float32, dev))
             new = rw.b.add(CE_ROWS, tuple(rw.env[x.id] for x in vins), params, spec, None)
             for vid, k in outs.items():
                 made[vid] = new[k]
