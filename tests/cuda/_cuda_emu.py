@@ -1,14 +1,19 @@
 """Run CUDA C kernels on the CPU: the kernel text compiled by g++ under a small shim.
 
-Each CUDA thread is an OS thread; a block's threads run together (``__syncthreads`` is a
-``std::barrier`` of the block, warp shuffles and ballots exchange values through a
-per-warp buffer between two barriers of the warp), blocks one after another, so
-``__shared__`` arrays (function-local statics here) belong to the running block. It runs
+Each CUDA thread is a fiber (``ucontext``: its own stack, switched cooperatively in the
+calling OS thread); a block's threads run together — each runs until it waits at a
+barrier (``__syncthreads`` is a barrier of the block; warp shuffles and ballots exchange
+values through a per-warp buffer between two barriers of the warp), then the next one
+runs — and blocks one after another, so ``__shared__`` arrays (function-local statics
+here) belong to the running block. Fibers, not OS threads: a barrier costs a few context
+switches in one thread, not a wake-up of every thread of the block by the kernel (CI has
+two cores; the emulated kernels wait at barriers thousands of times). It runs
 the very text NVRTC compiles — index arithmetic, masks, shuffles, barriers, shared-memory
 staging — on NumPy arrays, where no GPU is. Tensor-core fragments (``mma.sync``,
 ``ldmatrix``: :mod:`ember.codegen.cuda_mma`) are computed from their documented layouts
-(``EMBER_EMU`` is defined, so the kernel text's inline-PTX versions drop out). Slow (threads per block), so tests keep the
-sizes small. Needs g++ with C++20 ``<barrier>``; :func:`available` says whether it works.
+(``EMBER_EMU`` is defined, so the kernel text's inline-PTX versions drop out). Slow (every thread of a block runs
+in turn), so tests keep the sizes small. Needs g++ with C++20 and ``<ucontext.h>``;
+:func:`available` says whether it works.
 
 Not modelled: memory coalescing, bank conflicts, timing; the float arithmetic is the
 host's (``expf``/``logf`` of glibc, no fast-math), so results match the GPU's within
@@ -31,8 +36,8 @@ SHIM = r"""
 #include <cstdint>
 #include <cmath>
 #include <cstring>
-#include <thread>
-#include <barrier>
+#include <cstdlib>
+#include <ucontext.h>
 #include <vector>
 #include <memory>
 #include <algorithm>
@@ -49,11 +54,29 @@ static dim3 blockDim, gridDim;
 struct uint2 { unsigned x, y; };
 struct alignas(16) uint4 { unsigned x, y, z, w; };
 #define __shared__ static
-struct EmuWarp { std::unique_ptr<std::barrier<>> bar; unsigned long long buf[32];
+/* fibers: the scheduler (emu_launch) resumes each unfinished thread of the block in turn;
+   a thread waiting at a barrier whose phase has not ended hands back at once */
+static thread_local ucontext_t emu_sched;
+static thread_local ucontext_t *emu_self;
+static inline void emu_yield() { swapcontext(emu_self, &emu_sched); }
+struct EmuBarrier {
+    int expected, count = 0;
+    unsigned phase = 0;
+    explicit EmuBarrier(int n) : expected(n) {}
+    void arrive_and_wait() {
+        const unsigned mine = phase;
+        if (++count == expected) { count = 0; phase++; return; }
+        while (phase == mine) emu_yield();
+    }
+    void arrive_and_drop() {   /* a finished thread leaves the barrier */
+        if (--expected > 0 && count == expected) { count = 0; phase++; }
+    }
+};
+struct EmuWarp { std::unique_ptr<EmuBarrier> bar; unsigned long long buf[32];
                  unsigned frag[32][6]; const uint16_t *rows[32]; };
 static thread_local EmuWarp *emu_w;
 static thread_local int emu_lane;
-static std::barrier<> *emu_block;
+static EmuBarrier *emu_block;
 static inline void __syncthreads() { emu_block->arrive_and_wait(); }
 template <typename T> static T emu_xchg(T v, int src) {
     std::memcpy(&emu_w->buf[emu_lane], &v, sizeof(T));
@@ -146,27 +169,55 @@ static unsigned ember_pack_f16(float lo, float hi) {
     return __float2half_rn(lo).x | ((unsigned)__float2half_rn(hi).x << 16); }
 static unsigned ember_pack_bf16(float lo, float hi) {
     return __float2bfloat16_rn(lo).x | ((unsigned)__float2bfloat16_rn(hi).x << 16); }
+/* each fiber's stack (mapped lazily by malloc: only the pages a kernel touches are real) */
+static const size_t EMU_STACK = 256 * 1024;
+static thread_local void (*emu_body)(void *);
+static thread_local void *emu_fn;
+static thread_local bool *emu_done;
+static void emu_entry() {
+    emu_body(emu_fn);
+    emu_w->bar->arrive_and_drop();
+    emu_block->arrive_and_drop();
+    *emu_done = true;          /* returning resumes emu_sched (uc_link) */
+}
 template <typename F> static void emu_launch(dim3 g, dim3 b, F f) {
     gridDim = g; blockDim = b;
     const int n = (int)(b.x * b.y * b.z);
+    emu_fn = &f;
+    emu_body = [](void *p) { (*(F *)p)(); };
+    std::vector<ucontext_t> ctx(n);
+    std::vector<char *> stacks(n);
+    for (int t = 0; t < n; t++) stacks[t] = (char *)std::malloc(EMU_STACK);
+    std::unique_ptr<bool[]> done(new bool[n]);
     for (unsigned bz = 0; bz < g.z; bz++) for (unsigned by = 0; by < g.y; by++)
     for (unsigned bx = 0; bx < g.x; bx++) {
-        std::barrier<> block(n);
+        EmuBarrier block(n);
         emu_block = &block;
         std::vector<EmuWarp> warps((n + 31) / 32);
         for (size_t w = 0; w < warps.size(); w++)
-            warps[w].bar = std::make_unique<std::barrier<>>(std::min(32, n - (int)w * 32));
-        std::vector<std::thread> ts;
-        for (int t = 0; t < n; t++) ts.emplace_back([&, t] {
-            threadIdx = {(unsigned)t % b.x, ((unsigned)t / b.x) % b.y, (unsigned)t / (b.x * b.y)};
-            blockIdx = {bx, by, bz};
-            emu_w = &warps[t / 32]; emu_lane = t % 32;
-            f();
-            emu_w->bar->arrive_and_drop();
-            emu_block->arrive_and_drop();
-        });
-        for (auto &t : ts) t.join();
+            warps[w].bar = std::make_unique<EmuBarrier>(std::min(32, n - (int)w * 32));
+        blockIdx = {bx, by, bz};
+        for (int t = 0; t < n; t++) {
+            getcontext(&ctx[t]);
+            ctx[t].uc_stack.ss_sp = stacks[t];
+            ctx[t].uc_stack.ss_size = EMU_STACK;
+            ctx[t].uc_link = &emu_sched;
+            makecontext(&ctx[t], emu_entry, 0);
+            done[t] = false;
+        }
+        for (int live = n; live > 0;) {
+            for (int t = 0; t < n; t++) {
+                if (done[t]) continue;
+                threadIdx = {(unsigned)t % b.x, ((unsigned)t / b.x) % b.y,
+                             (unsigned)t / (b.x * b.y)};
+                emu_w = &warps[t / 32]; emu_lane = t % 32;
+                emu_self = &ctx[t]; emu_done = &done[t];
+                swapcontext(&emu_sched, &ctx[t]);
+                live -= done[t];
+            }
+        }
     }
+    for (int t = 0; t < n; t++) std::free(stacks[t]);
 }
 """
 
@@ -188,7 +239,7 @@ def _compiler():
     with tempfile.TemporaryDirectory() as d:
         src = os.path.join(d, "t.cpp")
         with open(src, "w") as f:
-            f.write("#include <barrier>\nint main(){std::barrier<> b(1); b.arrive_and_wait();"
+            f.write("#include <ucontext.h>\nint main(){ucontext_t c; getcontext(&c);"
                     " _Float16 h = (_Float16)1.0f; return (int)(float)h - 1;}\n")
         r = subprocess.run([cxx, "-std=c++20", "-pthread", src, "-o", os.path.join(d, "t")],
                            capture_output=True, timeout=120)
