@@ -85,7 +85,8 @@ def test_mlp_step_folds_updates_and_biases():
     ops = [n.op.name for n in e.graph.nodes]
     assert ops.count("matmul_sgd") == 2 and ops.count("matmul_bias") == 2, ops
     (mask,) = [n for n in e.graph.nodes if n.op is ge.MATMUL_MASK]
-    assert mask.params["rowsum"] and len(mask.outs) == 2     # with the bias gradient
+    assert mask.params["rowsum"] and len(mask.outs) == 3     # with the bias gradient
+    assert mask.params["bias_sgd"]                  # and the bias's SGD step
     assert all(n.params["rows"] and n.params["relu"] for n in e.graph.nodes
                if n.op is ge.MATMUL_BIAS)       # feature-major: bias columns
     # the updated weights are planned into the weights' own buffers ...
@@ -181,3 +182,9 @@ def test_run_functions_match_the_unfused_chain(gemm, monkeypatch):
     np.testing.assert_array_equal(m, np.where(y <= 0, np.float32(0), g2))
     np.testing.assert_allclose(sums, m.astype(np.float64).sum(1), rtol=1e-5, atol=1e-4)
     np.testing.assert_array_equal(ge._run_matmul_mask(np, a, b, y, ta=True), m)
+    bias1 = rng.standard_normal(96, dtype=np.float32)
+    m2, sums2, bn = ge._run_matmul_mask(np, a, b, y, bias1, lr, ta=True, rowsum=True,
+                                        bias_sgd=True)
+    np.testing.assert_array_equal(m2, m)
+    np.testing.assert_array_equal(sums2, sums)
+    np.testing.assert_array_equal(bn, _sgd(bias1, sums, 0.1))    # one rounding

@@ -240,10 +240,14 @@ def _head(gr, D, db, a_src, w, bias):
     row sums), ``dw = permute(D) @ permute(a_src)``, ``w - lr * dw``, ``bias - lr * db``.
     Returns ``(members, lr, [dx, rs, dw, w_new, b_new] vars)`` or None."""
     mm = [r for r in gr.rd(D) if r.op.name == "matmul_mask"]
-    if len(mm) != 1 or len(mm[0].outs) != 2 or tuple(mm[0].inputs) != (w, D, a_src) or \
-            mm[0].params != {"ta": True, "tb": True, "rowsum": True}:
+    if len(mm) != 1 or tuple(mm[0].inputs[:3]) != (w, D, a_src):
         return None
     mm = mm[0]
+    folded = mm.params == {"ta": True, "tb": True, "rowsum": True, "bias_sgd": True} and \
+        len(mm.outs) == 3 and len(mm.inputs) == 5      # the previous bias's step in it
+    if not folded and (mm.params != {"ta": True, "tb": True, "rowsum": True} or
+                       len(mm.outs) != 2 or len(mm.inputs) != 3):
+        return None
     mmw = None
     for pd in (r for r in gr.rd(D) if _transposed(r)):
         r = gr.one(pd.outs[0])
@@ -259,6 +263,10 @@ def _head(gr, D, db, a_src, w, bias):
         return None
     members = [mm, p_d, mmw, pa, up_w[0], up_w[1], up_b[0], up_b[1]]
     outs = [mm.outs[0], mm.outs[1], mmw.outs[0], up_w[1].outs[0], up_b[1].outs[0]]
+    if folded:
+        if mm.inputs[4] is not up_w[2]:
+            return None
+        return members, up_w[2], outs + [mm.outs[2]], mm.inputs[3]
     rs = mm.outs[1]
     up_r = next((u for u in [_sgd(gr, rs, r.inputs[0]) for r in gr.rd(rs) if _is(r, "mul", 2)
                              for r in gr.rd(r.outs[0]) if _is(r, "sub", 2)] if u), None)

@@ -40,7 +40,7 @@ from __future__ import annotations
 import numpy as np
 
 from ... import dtypes as _dt
-from ...codegen import sgemm
+from ...codegen import sgd_vec, sgemm
 from ..ir import BufferOp, Graph, GraphOp, Var
 from ._util import Rewrite
 from .matmul_t import _run_matmul_t, _transposed
@@ -98,19 +98,29 @@ def _run_matmul_bias(xp, a, b, bias, out=None, *, ta=False, tb=False, rows=False
     return r
 
 
-def _run_matmul_mask(xp, a, b, y, out=None, *, ta=False, tb=False, rowsum=False):
+def _run_matmul_mask(xp, a, b, y, *sgd, out=None, ta=False, tb=False, rowsum=False,
+                     bias_sgd=False):
     x, yy = _operands(a, b, ta, tb)
+    r = None
     if xp is np:
         sums = np.empty(x.shape[0], _F32) if rowsum else None
         r = sgemm.gemm(x, yy, out, mask=y, row_sums=sums)
-        if r is not None:
-            return (r, sums) if rowsum else r
-    r = _run_matmul_t(xp, a, b, ta=ta, tb=tb)
-    r = xp.where(y <= 0, xp.zeros((), r.dtype), r)   # threshold_backward's template
-    if out is not None:
-        out[...] = r
-        r = out
-    return (r, r.sum(axis=1)) if rowsum else r
+    if r is None:
+        r = _run_matmul_t(xp, a, b, ta=ta, tb=tb)
+        r = xp.where(y <= 0, xp.zeros((), r.dtype), r)   # threshold_backward's template
+        if out is not None:
+            out[...] = r
+            r = out
+        sums = r.sum(axis=1) if rowsum else None
+    if not rowsum:
+        return r
+    if not bias_sgd:
+        return r, sums
+    bias, lr = sgd                    # the layer's bias, SGD's step on its gradient
+    if xp is not np:
+        return r, sums, (bias.astype(np.float64) - sums.astype(np.float64)
+                         * np.float64(np.float32(lr))).astype(bias.dtype)
+    return r, sums, sgd_vec.step(bias, sums, float(lr))
 
 
 #: ``(g, w - lr * g)`` for ``g = a @ b`` (``a.T``/``b.T`` with ``ta``/``tb``), float32
@@ -118,7 +128,9 @@ MATMUL_SGD = _SgdGemmOp("matmul_sgd", _run_matmul_sgd)
 #: ``[relu](a @ b + bias)``, bias ``(N,)`` or (``rows``) ``(M, 1)``, float32
 MATMUL_BIAS = BufferOp("matmul_bias", _run_matmul_bias, accepts_out="out")
 #: ``threshold_backward(a @ b, y, 0)``: the product where ``y > 0`` (or NaN), else +0;
-#: with ``rowsum``, also its rows' sums (a second output, in float32)
+#: with ``rowsum``, also its rows' sums (a second output, in float32); with ``bias_sgd``
+#: (two more inputs, ``bias`` and ``lr``) also ``bias - lr * sums`` (SGD's step of the
+#: layer's bias, one rounding as the fused kernel's)
 MATMUL_MASK = BufferOp("matmul_mask", _run_matmul_mask, accepts_out="out")
 
 
@@ -238,7 +250,28 @@ def _mask(gr: _Graph, n):
             y.dtype is not _dt.float32 or y.shape != g.shape or not gr.before(y, gr.pos[g.id]):
         return None
     rows = next((r for r in gr.readers.get(n.outs[0].id, ()) if _row_sum(r)), None)
-    return m, ("mask", [n], y, rows)
+    upd = None if rows is None else _bias_sgd(gr, rows.outs[0], gr.pos[g.id])
+    return m, ("mask", [n], y, rows, upd)
+
+
+def _bias_sgd(gr: _Graph, s, at):
+    """``(mul, sub, bias, lr)`` when row sums ``s`` (a bias gradient) are read by SGD's
+    step ``sub(bias, mul(s, lr))`` alone (besides graph outputs), ``bias`` and ``lr``
+    made before position ``at``; else None."""
+    readers = gr.readers.get(s.id, ())
+    if len(readers) != 1 or not _plain(readers[0], "mul", 2):
+        return None
+    mul = readers[0]
+    lr = mul.inputs[1] if mul.inputs[0] is s else mul.inputs[0]
+    sub = gr.readers.get(mul.outs[0].id, [None])
+    sub = sub[0] if len(sub) == 1 and mul.outs[0].id not in gr.outs else None
+    if not (_scalar(lr) and _plain(sub, "sub", 2) and sub.inputs[1] is mul.outs[0]):
+        return None
+    bias = sub.inputs[0]
+    if bias.__class__ is not Var or bias.dtype is not _dt.float32 or bias.shape != s.shape \
+            or not (gr.before(bias, at) and gr.before(lr, at)):
+        return None
+    return mul, sub, bias, lr
 
 
 def _row_sum(r) -> bool:
@@ -276,6 +309,7 @@ def gemm_epilogue(graph: Graph):
     if not found:
         return graph, counts
     skip = {id(x) for f in found.values() for x in f[1][:-1]}
+    skip |= {id(f[4][0]) for f in found.values() if f[0] == "mask" and f[4] is not None}
     # the last member of each chain -> the new var that stands for its output, or (bias)
     # the matmul node whose GEMM is emitted there
     last = {id(f[1][-1]): None for f in found.values()}
@@ -296,7 +330,7 @@ def gemm_epilogue(graph: Graph):
         return new, flags
 
     def mask(rw, n, hit):
-        _, (thr,), y, rows = hit
+        _, (thr,), y, rows, upd = hit
         new, flags = operands(rw, n)
         o = thr.outs[0]
         spec = [(o.shape, o.dtype, o.device)]
@@ -304,8 +338,18 @@ def gemm_epilogue(graph: Graph):
             (t,) = rw.b.add(MATMUL_MASK, (*new, rw.env[y.id]), flags, spec, None)
         else:
             so = rows.outs[0]
-            t, sums = rw.b.add(MATMUL_MASK, (*new, rw.env[y.id]), dict(flags, rowsum=True),
-                               spec + [(so.shape, so.dtype, so.device)], None)
+            spec.append((so.shape, so.dtype, so.device))
+            if upd is None:
+                t, sums = rw.b.add(MATMUL_MASK, (*new, rw.env[y.id]),
+                                   dict(flags, rowsum=True), spec, None)
+            else:
+                _, sub, bias, lr = upd
+                bo = sub.outs[0]
+                t, sums, bn = rw.b.add(
+                    MATMUL_MASK, (*new, rw.env[y.id], rw.env[bias.id], rw.env[lr.id]),
+                    dict(flags, rowsum=True, bias_sgd=True),
+                    spec + [(bo.shape, bo.dtype, bo.device)], None)
+                last[id(sub)] = bn      # the bias's step, met later, is this output
             last[id(rows)] = sums       # the row sum, met later, is this output
         last[id(thr)] = t               # so is relu's backward
         return (None,)                  # the product itself: read only by the mask
