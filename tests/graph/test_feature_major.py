@@ -70,7 +70,9 @@ def test_mlp_step_runs_transposed_and_follows_eager():
     # the hidden layers' products come out (features, batch); the logits stay (batch, 3)
     shapes = [n.outs[0].shape for n in g.nodes if n.op.name in ("matmul", "matmul_t")]
     assert (16, 8) in shapes and (8, 16) not in shapes, shapes
-    assert (8, 3) in shapes
+    # (the logits' product: a node of its own, or in ce_rows with the cross-entropy)
+    assert (8, 3) in shapes or any(n.op.name == "ce_rows" and n.params.get("product") and
+                                   n.outs[1].shape == (8, 3) for n in g.nodes)
     assert sum(n.op is COLUMN for n in g.nodes) == 2          # the two hidden biases
     g0 = _entry(runs["without"][2]).graph
     assert all(n.outs[0].shape != (16, 8) for n in g0.nodes if n.op.name.startswith("matmul"))
@@ -180,6 +182,7 @@ def test_graph_cache_round_trip_keeps_the_new_ops():
     """The graph cache pickles module-level graph ops by reference: ``COLUMN`` and
     ``count_true``'s op come back as themselves."""
     from ember.graph import graph_pickle
+    from ember.graph.passes.ce_rows import CE_ROWS
     from ember.graph.passes.count_true import COUNT_TRUE
     x, y = _data()
     model = _mlp()
@@ -189,7 +192,8 @@ def test_graph_cache_round_trip_keeps_the_new_ops():
         f(x, y)
     g = _entry(f).graph
     back = graph_pickle.loads(graph_pickle.dumps({"graph": g, "report": []}))["graph"]
-    assert [n.op for n in back.nodes if n.op in (COLUMN, COUNT_TRUE)] == \
-        [n.op for n in g.nodes if n.op in (COLUMN, COUNT_TRUE)]
+    ops = (COLUMN, COUNT_TRUE, CE_ROWS)
+    assert [n.op for n in back.nodes if n.op in ops] == [n.op for n in g.nodes if n.op in ops]
     assert sum(n.op is COLUMN for n in back.nodes) == 2
-    assert sum(n.op is COUNT_TRUE for n in back.nodes) == 1
+    # the loss's count: count_true's node, or (folded with the loss) ce_rows's
+    assert sum(n.op in (COUNT_TRUE, CE_ROWS) for n in back.nodes) == 1
