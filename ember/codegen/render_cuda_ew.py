@@ -18,6 +18,10 @@ Each :class:`~ember.codegen.ir.Kernel` renders to two entry points over one expr
 
       NAME_c(const T0 *in0, ..., TO *out, ..., int flags, int64_t n)
 
+  Its body (``NAME_cbody``) takes the block's index and the block count, so the
+  multi-launch entry ``NAME_m`` (:func:`render_multi_entry`: a table of ``NAME_c``
+  launches run as one) runs the very same code over each record's slice of blocks.
+
 Both index with ``unsigned`` (32-bit) arithmetic when ``n`` is below 2**31 (a template
 instantiated twice), else ``int64_t``. Out-of-range lanes of the last vector load a valid
 element (the first of the vector) and store nothing.
