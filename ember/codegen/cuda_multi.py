@@ -176,55 +176,51 @@ class MultiLaunch:
                            for i, s in enumerate(k.inputs)] +
                           [vec_bytes(np.dtype(d).itemsize) for _sh, d in metas])
         t.scalars += scalars_out
+        t.n, t.blocks, t.flags, t.vecs = (np.array(v, dtype=np.int64) for v in (
+            t.n, t.blocks, t.flags, t.vecs))
         return t
 
     def _upload(self, xp, t, arrays, given) -> None:
-        """Per-record pointers from ``t.ptrs`` (inputs, then outputs), the hazard check
-        (module note: such outputs get new arrays in ``given``), the device tables."""
-        nin = len(arrays)
-        ptrs, a, o = [], 0, nin
-        for ni, no in zip(self.nin, self.nout):
-            ptrs.append(t.ptrs[a:a + ni] + t.ptrs[o:o + no])
-            a, o = a + ni, o + no
-        t.hazard = _unshare(xp, ptrs, arrays, given, self.nin, self.nout)
-        t.chunks = _tables(xp, t, ptrs)
+        """The records' pointers from ``t.ptrs`` (inputs, then outputs: every record has
+        the kernel's counts), the hazard check (module note: such outputs get new arrays
+        in ``given``), the device tables."""
+        r, ni, no = len(self.kernels), self.nin[0], self.nout[0]
+        p = np.array(t.ptrs, dtype=np.int64)
+        pin, pout = p[:r * ni].reshape(r, ni), p[r * ni:].reshape(r, no)
+        t.hazard = _unshare(xp, pin, pout, given, t.n)
+        t.chunks = _tables(xp, t, np.concatenate([pin, pout], axis=1))
 
 
-def _unshare(xp, ptrs, arrays, given, nin, nout) -> bool:
-    """Give a new array (in ``given``, and its pointer in ``ptrs``) to each output whose
+def _unshare(xp, pin, pout, given, n) -> bool:
+    """Give a new array (in ``given``, its pointer in ``pout``) to each output whose
     buffer another record reads (see the module note); whether there was one."""
-    reader: dict = {}           # pointer -> the record reading it, -1: several
-    a = 0
-    for r, (p, ni) in enumerate(zip(ptrs, nin)):
-        for q, v in zip(p[:ni], arrays[a:a + ni]):
-            if getattr(v, "size", 0):
-                reader[q] = r if reader.get(q, r) == r else -1
-        a += ni
-    found, o = False, 0
-    for r, (p, ni, no) in enumerate(zip(ptrs, nin, nout)):
-        for j in range(no):
-            if reader.get(p[ni + j], r) != r:
-                g = given[o + j]
-                given[o + j] = xp.empty(g.shape, g.dtype)
-                p[ni + j] = _ptr(given[o + j])
+    no = pout.shape[1]
+    owner = {q: r for r, row in enumerate(pout.tolist()) if n[r] for q in row}
+    found = False
+    for r, row in enumerate(pin.tolist()):
+        for q in row:
+            w = owner.get(q, r)
+            if w != r:
+                for j in range(no):
+                    if pout[w, j] == q:
+                        g = given[w * no + j]
+                        given[w * no + j] = g = xp.empty(g.shape, g.dtype)
+                        pout[w, j] = _ptr(g)
                 found = True
-        o += no
     return found
 
 
-def _tables(xp, t, ptrs) -> tuple:
+def _tables(xp, t, p) -> tuple:
     """The device tables of the records (:data:`MAX_RECORDS` a launch): pointers,
     flags (ALIGNED when every non-scalar pointer is on its vector size), n, first block."""
+    ok = np.where(t.vecs == 0, True, p % np.maximum(t.vecs, 1) == 0).all(axis=1)
+    flags = t.flags | np.where(ok, ALIGNED, 0)
     chunks = []
-    for c0 in range(0, len(ptrs), MAX_RECORDS):
-        rows, first = [], 0
-        for r in range(c0, min(c0 + MAX_RECORDS, len(ptrs))):
-            p = ptrs[r]
-            flags = t.flags[r]
-            if all(not v or q % v == 0 for q, v in zip(p, t.vecs[r])):
-                flags |= ALIGNED
-            rows.append(p + [flags, t.n[r], first])
-            first += t.blocks[r]
-        host = np.array(rows, dtype=np.int64)
-        chunks.append((xp.asarray(host), len(rows), first))
+    for c0 in range(0, len(p), MAX_RECORDS):
+        sl = slice(c0, c0 + MAX_RECORDS)
+        blocks = t.blocks[sl]
+        first = np.cumsum(blocks) - blocks
+        host = np.concatenate([p[sl], flags[sl, None], t.n[sl, None], first[:, None]],
+                              axis=1).astype(np.int64)
+        chunks.append((xp.asarray(host), len(blocks), int(blocks.sum())))
     return tuple(chunks)
