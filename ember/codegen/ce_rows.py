@@ -48,35 +48,9 @@ _SOURCE = r"""
 #include <stdlib.h>
 #include <string.h>
 #define BI 16
-#define RB (NC <= MAXP ? 128 : BI)
+#define RB BI
 typedef float vf __attribute__((vector_size(64)));
 static inline vf ldv(const float *p) { vf v; memcpy(&v, p, sizeof v); return v; }
-
-/* zt[c0 + g][0..128) = sum over k of A[i0 + .][k] * B[k][c0 + g], g < CG: the A rows'
-   column chunk read k by k (128 contiguous floats: A's rows are columns of a feature-major
-   value), CG x 8 vector accumulators, one FMA chain per logit in k order */
-#define GROUP(CG)                                                                        \
-static inline __attribute__((always_inline)) void group##CG(                            \
-        const float *A, int64_t sa1, const float *B, int64_t sb0, int64_t sb1, int64_t K, \
-        int64_t i0, int c0, float zt[][RB]) {                                            \
-    vf acc[CG][8];                                                                       \
-    for (int g = 0; g < CG; g++)                                                         \
-        for (int v = 0; v < 8; v++) acc[g][v] = (vf){0};                                 \
-    for (int64_t k = 0; k < K; k++) {                                                    \
-        const float *ak = A + i0 + k * sa1;                                              \
-        float w[CG];                                                                     \
-        for (int g = 0; g < CG; g++) w[g] = B[k * sb0 + (c0 + g) * sb1];                 \
-        for (int v = 0; v < 8; v++) {                                                    \
-            const vf a = ldv(ak + 16 * v);                                               \
-            for (int g = 0; g < CG; g++) acc[g][v] += a * w[g];                          \
-        }                                                                                \
-    }                                                                                    \
-    for (int g = 0; g < CG; g++)                                                         \
-        for (int v = 0; v < 8; v++) memcpy(&zt[c0 + g][16 * v], &acc[g][v], 64);         \
-}
-GROUP(1)
-GROUP(2)
-GROUP(3)
 
 /* zt[c][o + r] = sum over k of A[i0 + r][k] * B[k][c], r < rows (<= BI) */
 static void product(const float *A, int64_t sa0, int64_t sa1, const float *B, int64_t sb0,
@@ -289,21 +263,13 @@ void ember_ce_rows(char **p, const int64_t *g, const int64_t *st, int64_t nt) {
     float zt[NC][RB];
     for (int64_t i0 = 0; i0 < N; i0 += RB) {
         const int rows = N - i0 < RB ? (int)(N - i0) : RB;
-        if ((fl & 1) && sa0 == 1 && rows == RB && RB == 128) {
-            int c0 = 0;
-            for (; c0 + 3 <= NC; c0 += 3) group3(A, sa1, B, sb0, sb1, K, i0, c0, zt);
-            if (NC - c0 == 2) group2(A, sa1, B, sb0, sb1, K, i0, c0, zt);
-            if (NC - c0 == 1) group1(A, sa1, B, sb0, sb1, K, i0, c0, zt);
-        } else {
-            for (int o = 0; o < rows; o += BI) {
-                const int nr = rows - o < BI ? rows - o : BI;
-                if (fl & 1) {
-                    product(A, sa0, sa1, B, sb0, sb1, K, i0 + o, nr, zt, o);
-                } else {
-                    for (int r = 0; r < nr; r++)
-                        for (int c = 0; c < NC; c++)
-                            zt[c][o + r] = A[(i0 + o + r) * sa0 + c * sa1];
-                }
+        for (int o = 0; o < rows; o += BI) {
+            const int nr = rows - o < BI ? rows - o : BI;
+            if (fl & 1) {
+                product(A, sa0, sa1, B, sb0, sb1, K, i0 + o, nr, zt, o);
+            } else {
+                for (int r = 0; r < nr; r++)
+                    for (int c = 0; c < NC; c++) zt[c][o + r] = A[(i0 + o + r) * sa0 + c * sa1];
             }
         }
         for (int o = 0; o < rows; o += BI)
@@ -387,8 +353,8 @@ def _bad_target(targets, i, nc):
 
 
 def _plan(key, z_or_a, b, bias, t, ignore_index, want_db, head, bias2):
-    """``(kernel address, geometry address, n, k, nc)`` for a call of this layout, or None
-    (NumPy's path)."""
+    """``(kernel address, geometry address, n, k, nc, launcher)`` for a call of this
+    layout, or None (NumPy's path)."""
     n = z_or_a.shape[0]
     nc = (z_or_a if b is None else b).shape[1]
     fn = _kernel(nc) if nc <= MAX_CLASSES and n else None
@@ -404,7 +370,8 @@ def _plan(key, z_or_a, b, bias, t, ignore_index, want_db, head, bias2):
         return None
     flags = (b is not None) | (bias is not None) << 1 | bool(want_db) << 2 | head << 3 | \
         (bias2 is not None) << 4
-    return fn, _geometry((n, k, flags, int(ignore_index), *sa, *sb, ts[0])), n, k, nc
+    return fn, _geometry((n, k, flags, int(ignore_index), *sa, *sb, ts[0])), n, k, nc, \
+        launch.launcher()
 
 
 _PLANS: dict = {}
@@ -423,7 +390,7 @@ def ce_rows(z_or_a, b, bias, targets, *, ignore_index=-100, seed=1.0, want_db=Fa
     ``lr`` in float32), with ``W = b.T``; with ``bias2`` (the previous layer's bias,
     ``(K,)``) also ``bias2 - lr * rs``."""
     head = lr is not None
-    t = targets.reshape(z_or_a.shape[0])
+    t = targets if targets.ndim == 1 else targets.reshape(z_or_a.shape[0])
     key = (z_or_a.shape, z_or_a.strides, z_or_a.dtype, t.strides, t.dtype, ignore_index,
            want_db, head, bias2 is None or (bias2.shape, bias2.dtype, bias2.flags.c_contiguous),
            None if b is None else (b.shape, b.strides, b.dtype),
@@ -436,7 +403,7 @@ def ce_rows(z_or_a, b, bias, targets, *, ignore_index=-100, seed=1.0, want_db=Fa
                                    bias2) or False
     if plan is False:
         return _numpy(z_or_a, b, bias, t, ignore_index, seed, want_db, lr, bias2)
-    fn, g, n, k, nc = plan
+    fn, g, n, k, nc, run = plan
     loss = np.empty((), _F32)
     d = np.empty((n, nc), _F32)
     db = np.empty(nc, _F32) if want_db else d
@@ -452,7 +419,7 @@ def ce_rows(z_or_a, b, bias, targets, *, ignore_index=-100, seed=1.0, want_db=Fa
             b2n = np.empty(k, _F32)
             arrays += (bias2, b2n)
             extra += (b2n,)
-    launch.launcher()(fn, arrays, g, g, 1)
+    run(fn, arrays, g, g, 1)
     if bad[0] != -1:
         if bad[0] == -2:
             raise MemoryError("cross_entropy (compiled ce_rows): no memory for a "
