@@ -22,6 +22,7 @@ Only graphs with generated CUDA kernels change (the ``cuda_kernels`` device's
 """
 from __future__ import annotations
 
+import math
 import os
 
 from ..ir import Graph, GraphOp, Node, Var
@@ -41,17 +42,20 @@ class MultiFusedOp(GraphOp):
     __slots__ = ("kernels", "module", "ops", "sizes", "accepts_out", "accepts_outs",
                  "fresh_out")
 
-    def __init__(self, members: list):
+    def __init__(self, members: list, kernels=None, module=None):
+        """``members``: the nodes grouped, :class:`~.fuse_cuda.CudaFusedOp` nodes, or
+        registry nodes with ``kernels`` (theirs, one text) and its ``module`` given."""
         ops = [n.op for n in members]
-        self.kernels = [op.kernel for op in ops]
-        self.module = ops[0].module
+        fused = kernels is None
+        self.kernels = [op.kernel for op in ops] if fused else list(kernels)
+        self.module = ops[0].module if fused else module
         metas = [[(o.shape, o.dtype.np) for o in n.outs] for n in members]
         xp = _device_xp(members)
         super().__init__("fused", self.module.multi_runner(self.kernels, metas, xp))
         self.accepts_out = None
-        self.ops = tuple(op.ops for op in ops)
+        self.ops = tuple(op.ops if fused else op.name for op in ops)
         self.sizes = tuple((len(n.inputs), len(n.outs)) for n in members)
-        self.accepts_outs = "inplace" if all(
+        self.accepts_outs = "inplace" if fused and all(
             "inplace" in (op.accepts_out, op.accepts_outs) for op in ops) else None
         self.fresh_out = True
 
@@ -106,16 +110,79 @@ def _groups(nodes) -> list:
     return done
 
 
+def _generated_cuda(graph) -> bool:
+    """Whether ``graph`` runs generated CUDA kernels: its device has the ``cuda_kernels``
+    capability (a GPU; never a CPU graph or the stand-in's host kernels)."""
+    from ...device.base import get_backend
+    devs = {v.device for v in graph.inputs if v.device is not None and v.device.type != "cpu"}
+    return any(get_backend(d).has("cuda_kernels") and not get_backend(d).has("host_kernels")
+               for d in devs)
+
+
+def _input_cast(n, inputs) -> tuple | None:
+    """``(source, target)`` dtypes of a registry ``cast`` of a floating graph input on a
+    GPU to another floating dtype (autocast's float16 weight copies), else None."""
+    if n.op.name != "cast" or hasattr(n.op, "run") or len(n.inputs) != 1 or \
+            n.ct is not None or len(n.outs) != 1:
+        return None
+    x, o = n.inputs[0], n.outs[0]
+    if x.__class__ is not Var or x.id not in inputs or x.device is None or \
+            x.device.type != "cuda" or x.shape != o.shape or not x.shape:
+        return None
+    if not (x.dtype.is_floating_point and o.dtype.is_floating_point) or x.dtype is o.dtype:
+        return None
+    return x.dtype, o.dtype
+
+
+def _cast_kernel(n, src, dst):
+    from ...codegen.ir import InputSpec, Kernel, Load, OutSpec, call
+    from .fuse_cuda import content_name, renamed
+    shape = tuple(n.outs[0].shape)
+    strides = tuple(math.prod(shape[d + 1:]) for d in range(len(shape)))
+    k = Kernel([InputSpec(src, strides)], OutSpec(dst, shape),
+               call("cast", Load(0), dtype=dst), "ember_cast")
+    return renamed(k, content_name(k))
+
+
+def _hoist_casts(graph: Graph):
+    """``(graph, casts grouped)``: the casts of graph inputs (:func:`_input_cast`) of one
+    dtype pair, wherever they are, as one :class:`MultiFusedOp` at the first one's place
+    (their inputs exist from the start; each cast's readers come after it)."""
+    from ...codegen.cuda_launch import CudaModule, load_all
+    inputs = {v.id for v in graph.inputs}
+    pairs: dict = {}
+    for i, n in enumerate(graph.nodes):
+        pair = _input_cast(n, inputs)
+        if pair is not None:
+            pairs.setdefault(pair, []).append(i)
+    pairs = {p: ix for p, ix in pairs.items() if len(ix) > 1}
+    if not pairs:
+        return graph, 0
+    at, moved = {}, set()
+    for (src, dst), ix in pairs.items():
+        members = [graph.nodes[i] for i in ix]
+        kernels = [_cast_kernel(n, src, dst) for n in members]
+        module = CudaModule(kernels[:1], "block", kernels[0].name, multi=True)
+        load_all([module])          # NOTE: compile (NVRTC) and load now, not mid-run
+        op = MultiFusedOp(members, kernels, module)
+        at[ix[0]] = Node(op, tuple(n.inputs[0] for n in members), {"ops": op.ops},
+                         tuple(n.outs[0] for n in members), loc=members[0].loc)
+        moved.update(ix)
+    nodes = [at.get(i, n) for i, n in enumerate(graph.nodes) if i in at or i not in moved]
+    return Graph(graph.inputs, nodes, graph.outputs, graph.name), len(moved)
+
+
 def multi_launch(graph: Graph):
     """Group independent launches of one CUDA kernel (module doc); returns
     ``(graph, {"groups": ..., "launches_saved": ...})``."""
-    if os.environ.get("EMBER_MULTI_LAUNCH", "1") == "0" or \
-            not any(_candidate(n) for n in graph.nodes):
+    mode = os.environ.get("EMBER_MULTI_LAUNCH", "1")
+    if mode == "0" or not _generated_cuda(graph):
         return graph, {"groups": 0}
     graph, _ = dce(graph)               # NOTE: a dead member would keep a group's outputs
+    graph, casts = _hoist_casts(graph) if mode != "nocasts" else (graph, 0)
     groups = _groups(graph.nodes)
     if not groups:
-        return graph, {"groups": 0}
+        return graph, {"groups": 0, "casts": casts}
     at = {g[-1]: g for g in groups}
     moved = {i for g in groups for i in g}
     nodes = []
@@ -129,4 +196,5 @@ def multi_launch(graph: Graph):
         elif i not in moved:
             nodes.append(n)
     return Graph(graph.inputs, nodes, graph.outputs, graph.name), {
-        "groups": len(groups), "launches_saved": sum(len(g) - 1 for g in groups)}
+        "groups": len(groups), "launches_saved": sum(len(g) - 1 for g in groups),
+        "casts": casts}
