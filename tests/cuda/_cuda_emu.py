@@ -180,11 +180,12 @@ static void emu_entry() {
     emu_block->arrive_and_drop();
     *emu_done = true;          /* returning resumes emu_sched (uc_link) */
 }
-template <typename F> static void emu_launch(dim3 g, dim3 b, F f) {
+/* one runner for every kernel (a template per kernel would be compiled once per kernel) */
+static void emu_run(dim3 g, dim3 b, void (*body)(void *), void *fn) {
     gridDim = g; blockDim = b;
     const int n = (int)(b.x * b.y * b.z);
-    emu_fn = &f;
-    emu_body = [](void *p) { (*(F *)p)(); };
+    emu_fn = fn;
+    emu_body = body;
     std::vector<ucontext_t> ctx(n);
     std::vector<char *> stacks(n);
     for (int t = 0; t < n; t++) stacks[t] = (char *)std::malloc(EMU_STACK);
@@ -218,6 +219,9 @@ template <typename F> static void emu_launch(dim3 g, dim3 b, F f) {
         }
     }
     for (int t = 0; t < n; t++) std::free(stacks[t]);
+}
+template <typename F> static inline void emu_launch(dim3 g, dim3 b, F f) {
+    emu_run(g, b, [](void *p) { (*(F *)p)(); }, &f);
 }
 """
 
@@ -302,8 +306,7 @@ class EmuModule:
 
         def launch(grid, block, args, shared_mem=0):
             grid = tuple(grid) + (1,) * (3 - len(grid))
-            # NOTE: a multi-launch entry's blocks map to its records: never capped
-            if self.max_blocks is not None and not name.endswith("_m"):
+            if self.max_blocks is not None:
                 grid = (min(grid[0], self.max_blocks),) + grid[1:]
             assert len(args) == len(types), (name, len(args), len(types))
             conv = [a.__array_interface__["data"][0] if isinstance(a, np.ndarray) else
