@@ -306,7 +306,8 @@ class EmuModule:
 
         def launch(grid, block, args, shared_mem=0):
             grid = tuple(grid) + (1,) * (3 - len(grid))
-            if self.max_blocks is not None:
+            # NOTE: a multi-launch entry's blocks map to its records: never capped
+            if self.max_blocks is not None and not name.endswith("_m"):
                 grid = (min(grid[0], self.max_blocks),) + grid[1:]
             assert len(args) == len(types), (name, len(args), len(types))
             conv = [a.__array_interface__["data"][0] if isinstance(a, np.ndarray) else
