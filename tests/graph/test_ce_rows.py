@@ -130,6 +130,9 @@ def test_the_classifier_backward_and_sgd_step_fold_too(opt):
     if head:     # one matmul_mask left (the first hidden layer's), no classifier GEMM
         assert ops.count("matmul_mask") == 1 and "matmul_t" not in ops, ops
         assert "fused" not in ops, ops      # the first layer's bias step: in its GEMM's
+    # gemm_epilogue's bias step from the mask's row sums: plain SGD only
+    masks = [n for n in _entry(f1).graph.nodes if n.op.name == "matmul_mask"]
+    assert all(bool(n.params.get("bias_sgd")) == (opt == "sgd") for n in masks), masks
     f0, l0, p0, g0 = _run(WITHOUT, sizes, batch, opt=make)
     np.testing.assert_allclose(l1, l0, rtol=2e-6)
     for a, b in zip(p1 + g1, p0 + g0):
