@@ -127,7 +127,7 @@ def test_step_with_the_pass_equals_the_step_without_bit_for_bit(emu_gpu, model_f
     assert any(n.endswith("_m") for n in got)
     # one launch a group instead of one a member, each compiled call; autocast's weight
     # casts (CuPy's, no generated launch without the pass) become one generated launch
-    casts = [n for n in multi if n.op.ops[0] == "cast"]
+    casts = [n for n in multi if n.op.ops == "cast"]
     assert bool(casts) == amp and all(x in _program(fn).graph.inputs for n in casts
                                       for x in n.inputs)
     saved = sum(-1 if n in casts else len(n.op.kernels) - 1 for n in multi)

@@ -17,8 +17,14 @@ of them). The memory planner sees one multi-output kernel that may write each ou
 its own donated state (``accepts_outs = "inplace"``, as each member did); the runner gives
 a new array to an output whose donated buffer another member reads.
 
-Only graphs with generated CUDA kernels change (the ``cuda_kernels`` device's
-``fuse_cuda`` output); CPU graphs have none. ``EMBER_MULTI_LAUNCH=0`` turns it off.
+Autocast's casts of parameters (float32 weights to float16: CuPy's ``astype`` one launch
+each) become one generated cast kernel's multi-launch per dtype pair, hoisted to the
+first cast's place: their inputs exist from the start, and the float16 copies of the
+weights live into the backward anyway (a GPU graph keeps them: no ``recast``).
+
+Only graphs on a device with the ``cuda_kernels`` capability change (a GPU: CPU graphs and
+the stand-in's host kernels are untouched). ``EMBER_MULTI_LAUNCH=0`` turns the pass off,
+``EMBER_MULTI_LAUNCH=nocasts`` leaves the casts alone (measurements).
 """
 from __future__ import annotations
 
@@ -27,6 +33,7 @@ import os
 
 from ..ir import Graph, GraphOp, Node, Var
 from .dce import dce
+from .fuse_cuda import CudaFusedOp, content_name, renamed
 
 __all__ = ["MAX_GROUP", "MultiFusedOp", "multi_launch"]
 
@@ -53,14 +60,15 @@ class MultiFusedOp(GraphOp):
         xp = _device_xp(members)
         super().__init__("fused", self.module.multi_runner(self.kernels, metas, xp))
         self.accepts_out = None
-        self.ops = tuple(op.ops if fused else op.name for op in ops)
+        # NOTE: the members' ops (one kernel text: one list), as a fused op's string
+        self.ops = ops[0].ops if fused else ops[0].name
         self.sizes = tuple((len(n.inputs), len(n.outs)) for n in members)
         self.accepts_outs = "inplace" if fused and all(
             "inplace" in (op.accepts_out, op.accepts_outs) for op in ops) else None
         self.fresh_out = True
 
     def __repr__(self) -> str:
-        return f"<graph op fused x{len(self.kernels)} (cuda, one launch): {self.ops[0]}>"
+        return f"<graph op fused x{len(self.kernels)} (cuda, one launch): {self.ops}>"
 
 
 def _device_xp(members):
@@ -74,7 +82,7 @@ def _candidate(n) -> str | None:
     op = n.op
     mod = getattr(op, "module", None)
     k = getattr(op, "kernel", None)
-    if type(op).__name__ != "CudaFusedOp" or k is None or k.name not in getattr(
+    if not isinstance(op, CudaFusedOp) or k is None or k.name not in getattr(
             mod, "multi", ()):
         return None
     return k.name
@@ -136,7 +144,6 @@ def _input_cast(n, inputs) -> tuple | None:
 
 def _cast_kernel(n, src, dst):
     from ...codegen.ir import InputSpec, Kernel, Load, OutSpec, call
-    from .fuse_cuda import content_name, renamed
     shape = tuple(n.outs[0].shape)
     strides = tuple(math.prod(shape[d + 1:]) for d in range(len(shape)))
     k = Kernel([InputSpec(src, strides)], OutSpec(dst, shape),
