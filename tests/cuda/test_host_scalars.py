@@ -116,7 +116,8 @@ def test_fuse_cuda_runs_step_count_chains_on_the_host(fake_cuda, monkeypatch):
                                            if isinstance(n.op, HostFusedOp)}
     # a generated kernel reads a host scalar from the upload buffer, broadcast once to its
     # loop shape (its launcher passes it as is: no broadcast_to per launch); a multi-launch
-    # node (passes/multi_launch.py) reads the slot itself (its records hold pointers)
+    # node (passes/multi_launch.py) reads its other members' slots as they are (0-d: its
+    # records hold pointers)
     pre = 0
     for s, n in zip(prog.steps, graph.nodes):
         if hasattr(n.op, "module"):
@@ -124,8 +125,8 @@ def test_fuse_cuda_runs_step_count_chains_on_the_host(fake_cuda, monkeypatch):
             for j, (a, x) in enumerate(zip(s.args, n.inputs)):
                 if x.device.type == "cpu":
                     v = prog._consts[a - prog._const_base]
-                    assert v.shape == (() if multi else tuple(n.op.kernel.out.shape)) and \
-                        not any(v.strides)
+                    assert v.shape in ((() if multi else None),
+                                       tuple(n.op.kernel.out.shape)) and not any(v.strides)
                     pre += 1
     assert pre >= 3 * len(list(model.parameters()))       # AdamW: three scalars each
     # the step counts are real values (host steps ran; the stubbed kernels ran nothing)

@@ -44,10 +44,11 @@ MAX_GROUP = 1024
 class MultiFusedOp(GraphOp):
     """One node for several independent launches of one generated CUDA kernel: inputs and
     outputs are the members', one member after another (``sizes``: per member its input
-    and output counts). New memory, or each output over its own donated input."""
+    and output counts). New memory, or each output over its own donated input.
+    ``kernel`` is the first member's IR (every member runs its text), ``kernels`` all."""
 
-    __slots__ = ("kernels", "module", "ops", "sizes", "accepts_out", "accepts_outs",
-                 "fresh_out")
+    __slots__ = ("kernels", "kernel", "module", "ops", "sizes", "accepts_out",
+                 "accepts_outs", "fresh_out")
 
     def __init__(self, members: list, kernels=None, module=None):
         """``members``: the nodes grouped, :class:`~.fuse_cuda.CudaFusedOp` nodes, or
@@ -56,6 +57,7 @@ class MultiFusedOp(GraphOp):
         fused = kernels is None
         self.kernels = [op.kernel for op in ops] if fused else list(kernels)
         self.module = ops[0].module if fused else module
+        self.kernel = self.kernels[0]           # NOTE: the text every record runs
         metas = [[(o.shape, o.dtype.np) for o in n.outs] for n in members]
         xp = _device_xp(members)
         super().__init__("fused", self.module.multi_runner(self.kernels, metas, xp))
