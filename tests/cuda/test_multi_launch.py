@@ -3,13 +3,14 @@
 Given a GPU's capabilities, ``ember.compile`` runs ``fuse_cuda`` and then ``multi_launch``:
 independent launches of one generated kernel (AdamW's per-parameter updates) become one
 node launching the kernel's ``NAME_m`` entry, and so do autocast's casts of parameters
-(hoisted to the first one's place, as one generated cast kernel). The kernels run from their CUDA text on the
-CPU emulator (``_cuda_emu``), so the training steps below really execute the multi-launch
-entry, and their losses and parameters must equal, bit for bit, the same steps compiled
-without the pass (one ``NAME_c`` launch per parameter), in float32 and under float16
-autocast (a small GPT-like model: embedding, two pre-norm causal encoder layers, a head).
-Grouping keeps data dependence (a launch reading another's output through a matmul stays
-out of its group), and CPU graphs are untouched.
+(hoisted to the first one's place, as one generated cast kernel). The kernels run from
+their CUDA text on the CPU emulator (``_cuda_emu``), so the training steps below really
+execute the multi-launch entry, and their losses and parameters must equal, bit for
+bit, the same steps compiled without the pass (one ``NAME_c`` launch per parameter), in
+float32 and under float16 autocast (a small GPT-like model: embedding, two pre-norm
+causal encoder layers, a head). Grouping keeps data dependence (a launch reading another's
+output through a matmul stays out of its group; one whose output is read before the next
+launch is not moved), and CPU graphs are untouched.
 """
 import numpy as np
 import pytest
