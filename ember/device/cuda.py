@@ -23,10 +23,11 @@ import time
 import numpy as np
 
 from ..dtypes import bfloat16 as _bfloat16
+from . import cuda_bf16
 from .base import Backend, device
+from .cpu import CountingAllocator
 
 _BF16 = np.dtype(_bfloat16.np)
-from .cpu import CountingAllocator
 
 __all__ = ["CUDABackend", "CachingAllocator", "CuPyRuntime", "FakeRuntime", "make_backend",
            "fake_requested"]
@@ -113,6 +114,7 @@ class FakeRuntime:
 
     name = "Ember fake CUDA device (CPU stand-in, EMBER_FAKE_CUDA)"
     is_fake = True
+    bf16 = (True, "")          # NOTE: NumPy holds ml_dtypes' bfloat16 arrays
 
     def __init__(self, count: int = 1):
         self.xp = np
@@ -184,6 +186,9 @@ class CuPyRuntime:
         self.pool = cupy.get_default_memory_pool()
         self.name = "CuPy " + cupy.__version__
         self.allocator = None        # the backend's CachingAllocator (set by CUDABackend)
+        # NOTE: (ok, why): CuPy >= 14 with ml_dtypes holds bfloat16 arrays. No kernel is
+        # compiled here: the astype round trip runs on the first bfloat16 allocation
+        self.bf16 = cuda_bf16.probe(cupy)
         cupy.cuda.set_allocator(retrying_malloc(
             self.pool.malloc, self.pool.free_all_blocks, cupy.cuda.memory.OutOfMemoryError,
             lambda: self.allocator))
@@ -213,7 +218,22 @@ class CuPyRuntime:
             self.cupy.cuda.runtime.deviceSynchronize()
 
     def from_dlpack(self, ext):
-        return self.cupy.from_dlpack(ext)     # NOTE: zero-copy, on the exporter's device
+        try:
+            return self.cupy.from_dlpack(ext)     # NOTE: zero-copy, on the exporter's device
+        except NotImplementedError as e:          # CuPy < 14 / no ml_dtypes: a bfloat16 one
+            if "bfloat16" not in str(e):
+                raise
+            raise TypeError("from_dlpack: " + cuda_bf16.unsupported_message(
+                self.bf16[1] or str(e))) from None
+
+    def bf16_roundtrip(self):
+        return cuda_bf16.roundtrip(self.cupy, _BF16)
+
+    def compile_errors(self) -> tuple:
+        """What CuPy raises when a kernel's text fails to compile (a bfloat16 loop that
+        CuPy's templates lack, e.g. in ``cupyx``)."""
+        err = getattr(getattr(self.cupy.cuda, "compiler", None), "CompileException", None)
+        return (err,) if isinstance(err, type) else ()
 
     def pin(self, arr):
         import cupyx
@@ -323,11 +343,16 @@ class CUDABackend(Backend):
         caps = {"dlpack", "streams", "cuda"}
         # NOTE: the stand-in's arrays are NumPy's, so generated C kernels (compiled graphs'
         # fusion, pooling...) run on them; a GPU's compiled graphs skip those passes
-        fake = {"fake", "host_kernels", "bfloat16"} if runtime.is_fake else set()
+        fake = {"fake", "host_kernels"} if runtime.is_fake else set()
+        # NOTE: bfloat16: the stand-in's NumPy arrays, or CuPy >= 14 with ml_dtypes
+        # (cuda_bf16.probe); confirmed by an astype round trip on first use (_bf16)
+        ok, self.bf16_why = runtime.bf16
+        self._bf16_ready = runtime.is_fake
+        bf16 = {"bfloat16"} if ok else set()
         # NOTE: a GPU runs the fusion pass's groups as generated CUDA kernels instead
         # (graph/passes/fuse_cuda.py); the stand-in keeps the C ones
         gpu = set() if runtime.is_fake else {"cuda_kernels"}
-        self.capabilities = frozenset(caps | fake | gpu)
+        self.capabilities = frozenset(caps | fake | gpu | bf16)
         self.current_index = 0
         self.streams: list = []         # the `ember.cuda.stream(...)` stack
 
@@ -348,15 +373,29 @@ class CUDABackend(Backend):
         return i
 
     def empty(self, shape, np_dtype):
-        if np_dtype is _BF16 and "bfloat16" not in self.capabilities:
-            _no_bf16()
+        if np_dtype is _BF16:
+            self._bf16()
         return self.xp.empty(shape, np_dtype)
 
     def asarray(self, data, np_dtype=None):
-        if (np_dtype is _BF16 or getattr(data, "dtype", None) is _BF16) and \
-                "bfloat16" not in self.capabilities:
-            _no_bf16()
+        if np_dtype is _BF16 or getattr(data, "dtype", None) is _BF16:
+            self._bf16()
         return self.runtime.to_device(data, np_dtype)
+
+    def _bf16(self) -> None:
+        """Refuse bfloat16 arrays (a TypeError naming why and what is needed) unless the
+        backend has them; on a GPU the first one runs :func:`cuda_bf16.roundtrip` once."""
+        if "bfloat16" not in self.capabilities:
+            raise TypeError(cuda_bf16.unsupported_message(
+                self.bf16_why or f"{self.runtime.name} has no bfloat16 capability"))
+        if self._bf16_ready:
+            return
+        ok, why = self.runtime.bf16_roundtrip()
+        if not ok:
+            self.capabilities = self.capabilities - {"bfloat16"}
+            self.bf16_why = f"{self.runtime.name}: {why}"
+            self._bf16()
+        self._bf16_ready = True
 
     def to_host(self, arr):
         return self.runtime.to_host(arr)
@@ -398,10 +437,16 @@ def host_fallback(name: str, cpu_kernel):
     return kernel
 
 
-def _no_bf16():
-    raise TypeError("cuda: bfloat16 tensors are not supported on the GPU yet (CuPy has no "
-                    "bfloat16 dtype); valid: float16, float32, float64, or keep bfloat16 "
-                    "tensors on the CPU")
+def device_kernel(name: str, kernel):
+    """Op ``name``'s ``"cuda"`` kernel as the registry should run it: on a GPU whose CuPy
+    holds bfloat16 arrays, wrapped by :func:`cuda_bf16.widening` (what CuPy lacks for
+    bfloat16 runs in float32, rounded once); elsewhere ``kernel`` itself."""
+    from .base import _backends
+    be = _backends.get("cuda")
+    if be is None or be.is_fake or "bfloat16" not in be.capabilities:
+        return kernel
+    errors = cuda_bf16.NO_LOOP + be.runtime.compile_errors()
+    return cuda_bf16.widening(name, kernel, _BF16, errors)
 
 
 def fake_requested() -> int:

@@ -1,118 +1,164 @@
-"""bfloat16 on a GPU whose array library has no bfloat16 dtype (CuPy).
+"""bfloat16 on a GPU: CuPy >= 14's native ``ml_dtypes.bfloat16`` arrays.
 
-A bfloat16 tensor on such a device keeps its values as a ``uint16`` array of bfloat16 bit
-patterns while its Ember dtype says bfloat16 — the layout ``ml_dtypes`` gives the CPU's
-bfloat16 arrays, so copies between host and device are bit copies (:func:`to_storage`,
-:func:`from_storage`). Arithmetic follows Ember's low-precision rule (ARCHITECTURE,
-"float16 / bfloat16"): operands are widened exactly to float32, the float32 kernel runs,
-and the result is rounded once to nearest-even.
+CuPy 14 (cupy/cupy#9494) accepts ``ml_dtypes.bfloat16`` as an array dtype: allocation,
+host<->device copies (bit copies of ``ml_dtypes``' host layout), ``astype``, most ufuncs,
+the reductions (float32 sums inside, rounded once) and ``matmul``. A bfloat16 tensor on a
+GPU is such an array, like a float16 tensor is a float16 one, and every path computes on
+it as it does on float16: generated CUDA kernels (``render_cuda``: loads/stores through
+``__nv_bfloat16``, float32 inside), cuBLAS GemmEx (``codegen/cuda_gemm.py``,
+``CUDA_R_16BF``), the flash-attention kernels (``codegen/cuda_attention*.py``), the
+column sums (``codegen/cuda_reduce.py``), CuPy's ufuncs and reductions for the rest.
 
-The two conversions exist twice:
+What CuPy 14 lacks for bfloat16 (cupy/cupy#9630: ``cupyx`` kernels — ``add.at``'s
+scatter-add included —, ``cupyx.jit``, FFT, some rounding ufuncs, ``divmod``, thrust's
+sorts) raises a ``TypeError``/``NotImplementedError`` or a kernel compile error. Two
+answers, both "compute in float32, round once" (ARCHITECTURE, "float16 / bfloat16"):
 
-* :data:`SOURCE`, CUDA C kernels on ``__nv_bfloat16`` (``__bfloat162float``,
-  ``__float2bfloat16_rn``), compiled by NVRTC (in CI: ``tests/cuda/test_bf16_storage.py``)
-  and run through ``cupy.RawModule`` on a GPU (:func:`widen`, :func:`round_to_bf16`);
-* :func:`widen_bits` / :func:`round_bits`, the same conversions as array operations on
-  any ``xp`` — the reference the kernels are checked against (bit-exact with
-  ``ml_dtypes``), and what runs where no GPU module can be loaded.
+* known cases route themselves (``ops/index.py``'s ``_index_put_cuda``: an embedding
+  gradient's scatter-add accumulates in float32);
+* every other ``"cuda"`` kernel is wrapped by :func:`widening` (``OpDef.kernel_for`` on a
+  backend with native bfloat16): when the kernel raises one of those errors on bfloat16
+  inputs, it runs again on float32 copies of them and its floating outputs are rounded
+  once to bfloat16 (the op is remembered: later calls widen at once). The error path only
+  — a kernel CuPy runs in bfloat16 pays one ``try``.
 
-NaN rounds to the quiet NaN ``0x7FC0`` with the input's sign (``ml_dtypes``'); CUDA's
-intrinsic may pick another quiet NaN, so tests compare NaN-ness there.
+:func:`probe` decides whether a CuPy module has native bfloat16 (``CuPyRuntime`` asks at
+backend creation: no kernel is compiled); :func:`roundtrip` checks, on the first
+bfloat16 allocation, that an ``astype`` kernel compiles and rounds like ``ml_dtypes``.
+Older CuPy keeps refusing bfloat16 tensors with :func:`unsupported_message`'s TypeError.
 
-Status: the stand-in holds real bfloat16 arrays; a GPU still refuses bfloat16 tensors
-(``cuda._no_bf16``, a clear TypeError). Storing them as bits needs every place that
-computes on a tensor's array without knowing its dtype to know: the dispatcher (widen
-inputs, run the float32 kernel, round the output, view ops on the raw bits), the
-in-place fast paths (``ops/inplace.py``: ``xp.add(self._data, ..., out=self._data)``),
-the host reads (``Tensor.numpy/tolist/item``, ``_repr``, ``factories._nested_arrays``:
-view the uint16 host copy as bfloat16) and the CUDA launch plan (``xp.asarray(a,
-dtype=bf16)``); until then uint16 bits would be computed on as integers, silently.
+History: CuPy <= 13 had no bfloat16 dtype; a plan to store bfloat16 as ``uint16`` bit
+patterns (with NVRTC conversion kernels) was dropped unfinished once CuPy 14 shipped it.
 """
 from __future__ import annotations
 
-import functools
-
 import numpy as np
 
-__all__ = ["SOURCE", "from_storage", "round_bits", "round_to_bf16", "to_storage", "widen",
-           "widen_bits"]
+__all__ = ["MIN_CUPY", "NO_LOOP", "probe", "roundtrip", "unsupported_message", "widening"]
 
-#: The conversion kernels (grid-stride loops over ``n`` contiguous elements).
-SOURCE = r"""
-#include <cuda_bf16.h>
-
-extern "C" __global__ void ember_bf16_widen(const __nv_bfloat16 *__restrict__ x,
-                                            float *__restrict__ y, long long n) {
-  for (long long i = (long long)blockIdx.x * blockDim.x + threadIdx.x; i < n;
-       i += (long long)blockDim.x * gridDim.x)
-    y[i] = __bfloat162float(x[i]);
-}
-
-extern "C" __global__ void ember_bf16_round(const float *__restrict__ x,
-                                            __nv_bfloat16 *__restrict__ y, long long n) {
-  for (long long i = (long long)blockIdx.x * blockDim.x + threadIdx.x; i < n;
-       i += (long long)blockDim.x * gridDim.x)
-    y[i] = __float2bfloat16_rn(x[i]);
-}
-"""
-KERNELS = ("ember_bf16_widen", "ember_bf16_round")
-_BLOCK, _MAX_BLOCKS = 256, 65535
+#: the first CuPy release with ``ml_dtypes.bfloat16`` arrays.
+MIN_CUPY = (14, 0)
 
 
-def widen_bits(xp, bits):
-    """float32 values of the bfloat16 bit patterns ``bits`` (uint16): exact."""
-    return (xp.asarray(bits, dtype=np.uint16).astype(np.uint32) << 16).view(np.float32)
+def _version(text: str) -> tuple:
+    """(major, minor) of a version string ("14.2.0", "14.0.0rc1"); (0, 0) if unreadable."""
+    parts = []
+    for p in str(text).split(".")[:2]:
+        digits = "".join(c for c in p if c.isdigit()) if p[:1].isdigit() else ""
+        if not digits:
+            return (0, 0)
+        parts.append(int(digits))
+    return tuple(parts) if len(parts) == 2 else (0, 0)
 
 
-def round_bits(xp, x):
-    """bfloat16 bit patterns (uint16) of float32 ``x``, rounded to nearest-even."""
-    u = xp.ascontiguousarray(x, dtype=np.float32).view(np.uint32)
-    # NOTE: uint32 wraps only for NaN bit patterns, which the where() replaces
-    rounded = (u + (np.uint32(0x7FFF) + ((u >> 16) & np.uint32(1)))) >> 16
-    nan = (u & np.uint32(0x7FFFFFFF)) > np.uint32(0x7F800000)
-    quiet = ((u >> 16) & np.uint32(0x8000)) | np.uint32(0x7FC0)
-    return xp.where(nan, quiet, rounded).astype(np.uint16)
+def probe(cupy, ml_dtypes=None) -> tuple:
+    """``(ok, why)``: whether ``cupy`` holds ``ml_dtypes.bfloat16`` arrays natively.
+
+    Cheap (no kernel compiled, no synchronisation): CuPy's version is at least
+    :data:`MIN_CUPY`, ``ml_dtypes`` imports, and a one-element bfloat16 array can be
+    allocated with that dtype. ``ml_dtypes``: the module (None: imported here).
+
+    Example:
+        >>> probe(cupy)            # doctest: +SKIP (needs CuPy)
+        (True, '')
+    """
+    version = getattr(cupy, "__version__", "?")
+    if _version(version) < MIN_CUPY:
+        return False, f"CuPy {version} has no bfloat16 dtype"
+    if ml_dtypes is None:
+        try:
+            import ml_dtypes
+        except ImportError:
+            return False, f"CuPy {version} needs ml_dtypes for bfloat16, which is not installed"
+    bf16 = np.dtype(ml_dtypes.bfloat16)
+    try:
+        a = cupy.empty((1,), dtype=bf16)
+    except Exception as e:  # noqa: BLE001 - any refusal means "no bfloat16 here"
+        return False, f"CuPy {version} refused a bfloat16 array ({type(e).__name__}: {e})"
+    if np.dtype(a.dtype) != bf16:
+        return False, f"CuPy {version} made a {a.dtype} array when asked for bfloat16"
+    return True, ""
 
 
-def to_storage(host):
-    """The uint16 bit view a bfloat16 host array is stored as on the device."""
-    return host.view(np.uint16)
+#: float32 values whose bfloat16 rounding tests a conversion: exact, ties to even (both
+#: directions), above a tie, negative, the largest finite, infinity.
+_PROBE = np.array([1.0, 1.00390625, 1.01171875, 1.0039063, -2.5, 3.3895314e38, np.inf],
+                  np.float32)
 
 
-def from_storage(bits, np_bf16):
-    """The bfloat16 host array (dtype ``np_bf16``) of the device's bit patterns."""
-    return np.asarray(bits).view(np_bf16)
+def roundtrip(cupy, bf16) -> tuple:
+    """``(ok, why)``: a float32 -> bfloat16 -> float32 ``astype`` on the device (kernels
+    compiled on first use) equals ``ml_dtypes``' rounding on the host, bit for bit."""
+    try:
+        dev = cupy.asarray(_PROBE).astype(bf16)
+        back = cupy.asnumpy(dev.astype(np.float32))
+        host = cupy.asnumpy(dev)
+    except Exception as e:  # noqa: BLE001 - a failed compile or copy: report it
+        return False, f"a bfloat16 astype failed on the GPU ({type(e).__name__}: {e})"
+    want = _PROBE.astype(bf16)
+    if np.dtype(host.dtype) != bf16 or not np.array_equal(
+            np.asarray(host).view(np.uint16), want.view(np.uint16)) or not np.array_equal(
+            np.asarray(back, np.float32).view(np.uint32), want.astype(np.float32).view(
+                np.uint32)):
+        return False, "a bfloat16 astype on the GPU did not round like ml_dtypes"
+    return True, ""
 
 
-@functools.lru_cache(maxsize=None)
-def _module(device_index: int):
-    """The conversion kernels loaded on a GPU (NVRTC via ``cupy.RawModule``)."""
-    import cupy
-    from ..codegen.nvrtc import include_dirs
-    with cupy.cuda.Device(device_index):
-        return cupy.RawModule(code=SOURCE, options=tuple(
-            f"-I{d}" for d in include_dirs()) + ("--std=c++17",))
+def unsupported_message(why: str) -> str:
+    """The TypeError text for a bfloat16 tensor on a GPU whose CuPy cannot hold one."""
+    return (f"cuda: bfloat16 tensors need CuPy >= {MIN_CUPY[0]} with ml_dtypes installed "
+            f"(CuPy's native bfloat16 arrays); here: {why}; valid: float16, float32, "
+            f"float64 on the GPU, or keep bfloat16 tensors on the CPU "
+            f"(e.g. pip install -U 'cupy-cuda13x>=14' ml_dtypes)")
 
 
-def _launch(name: str, src, out):
-    import cupy
-    n = src.size
-    if n:
-        fn = _module(cupy.cuda.Device().id).get_function(name)
-        grid = min(max(-(-n // _BLOCK), 1), _MAX_BLOCKS)
-        fn((grid,), (_BLOCK,), (src, out, np.int64(n)))
-    return out
+#: errors a CuPy routine without a bfloat16 loop raises (a compile error's type is
+#: added by :func:`widening` when CuPy is there).
+NO_LOOP = (TypeError, NotImplementedError)
+#: ops whose kernel failed on bfloat16 once: they widen at once from then on.
+_widened: set = set()
 
 
-def widen(bits):
-    """float32 CuPy array of a uint16 CuPy array of bfloat16 bits (kernel on the GPU)."""
-    import cupy
-    src = cupy.ascontiguousarray(bits)
-    return _launch("ember_bf16_widen", src, cupy.empty(src.shape, np.float32))
+def widening(name: str, kernel, bf16, errors=NO_LOOP):
+    """``kernel`` (an op's ``"cuda"`` kernel) that, when it raises one of ``errors`` on
+    bfloat16 arrays, runs again on float32 copies of them and rounds its floating results
+    once to bfloat16 (``bf16``: the NumPy dtype). Other failures, and kernels given a
+    bfloat16 buffer to write (an array among ``params``), raise as before."""
+    f32 = np.dtype(np.float32)
+
+    def has_bf16(arrays) -> bool:
+        return any(getattr(a, "dtype", None) == bf16 for a in arrays)
+
+    def widen(xp, arrays, params):
+        wide = [a.astype(f32) if getattr(a, "dtype", None) == bf16 else a for a in arrays]
+        res = kernel(xp, *wide, **params)
+        return tuple(_round(r, f32, bf16) for r in res) if isinstance(res, tuple) else \
+            _round(res, f32, bf16)
+
+    def run(xp, *arrays, **params):
+        if name in _widened and has_bf16(arrays) and not has_bf16(params.values()):
+            return widen(xp, arrays, params)
+        try:
+            return kernel(xp, *arrays, **params)
+        except errors:
+            if not has_bf16(arrays) or has_bf16(params.values()):
+                raise
+            try:
+                res = widen(xp, arrays, params)
+            except Exception:  # noqa: BLE001 - float32 failed too: the first error stands
+                res = _FAILED
+            if res is _FAILED:
+                raise
+            _widened.add(name)
+            return res
+    run.__name__ = f"{getattr(kernel, '__name__', name)}_bf16"
+    run.__wrapped__ = kernel
+    return run
 
 
-def round_to_bf16(x):
-    """uint16 CuPy array of bfloat16 bits of a float32 CuPy array (kernel on the GPU)."""
-    import cupy
-    src = cupy.ascontiguousarray(x, dtype=np.float32)
-    return _launch("ember_bf16_round", src, cupy.empty(src.shape, np.uint16))
+_FAILED = object()
+
+
+def _round(r, f32, bf16):
+    """A widened kernel's result: float32 arrays back to bfloat16, anything else as is."""
+    return r.astype(bf16) if getattr(r, "dtype", None) == f32 else r

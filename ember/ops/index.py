@@ -25,6 +25,7 @@ __all__ = ['index_put', 'nonzero', 'argwhere', 'masked_fill', 'masked_select',
            'masked_scatter', 'take']
 
 _apply = dispatch.apply
+_BF16_NP = np.dtype(_dt.bfloat16.np)
 
 
 def _key(idx, dims, ndim):
@@ -160,7 +161,15 @@ def _index_put_cuda(xp, x, values, *idx, dims, accumulate):
     """The GPU kernel: whole rows accumulated at a 1-D index (an embedding's gradient) as
     one scatter-add with atomics (``cupyx.scatter_add``; the order of the additions to a
     repeated row is not fixed, as in PyTorch's ``index_put_`` on CUDA) instead of the
-    sort + ``reduceat`` of :func:`_add_rows`."""
+    sort + ``reduceat`` of :func:`_add_rows`.
+
+    bfloat16 accumulates in float32, rounded once: CuPy's scatter-add has no bfloat16
+    atomics (cupy/cupy#9630), and bfloat16 sums of a frequent token's rows would stall
+    (256 + 1 rounds back to 256)."""
+    if accumulate and x.dtype == _BF16_NP:
+        r = _index_put_cuda(xp, x.astype(np.float32), values.astype(np.float32), *idx,
+                            dims=dims, accumulate=True)
+        return r.astype(x.dtype)
     if accumulate and _rows_of(x, values, idx, dims):
         rows, n = idx[0], x.shape[0]
         if rows.size and bool(((rows < -n) | (rows >= n)).any()):
