@@ -301,7 +301,9 @@ _GEOM: dict = {}
 
 def _source(nc: int, mvec) -> str:
     want = {n: a for n, a in mvec if n in ("expf", "logf")}
-    return (f"#include <math.h>\n#define NC {nc}\n#define MAXP {MAX_PRODUCT_CLASSES}\n"
+    return ("#if defined(__GNUC__) && !defined(__clang__)\n"
+            "#pragma GCC target(\"prefer-vector-width=512\")\n#endif\n"
+            f"#include <math.h>\n#define NC {nc}\n#define MAXP {MAX_PRODUCT_CLASSES}\n"
             + mvec_decls(want) + _SOURCE)
 
 
