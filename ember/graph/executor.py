@@ -322,11 +322,17 @@ def _owned(res, args) -> int:
 
 
 def _count(s, vals, own, alloc, args) -> None:
+    ids = None          # NOTE: a multi-launch node has ~100 outputs and ~300 inputs
     for o in s.outs:
         res = vals[o]
         if res is None or own[o]:
             continue
-        nb = _owned(res, args)
+        if res.base is None:        # _owned's first case, one set lookup per output
+            if ids is None:
+                ids = {id(a) for a in args}
+            nb = 0 if id(res) in ids else res.nbytes
+        else:
+            nb = _owned(res, args)
         if nb:
             if alloc.limit is None:      # NOTE: CountingAllocator.track inlined: hot path
                 cur = alloc.current = alloc.current + nb
