@@ -1,47 +1,33 @@
-"""bfloat16 conversion kernels and defaults on a real GPU (CuPy); skips elsewhere.
+"""bfloat16 on a real GPU: the capability and the refusal where CuPy has no bfloat16; skips
+without a GPU.
 
-On a GPU machine: ``python -m pytest -q tests/cuda/test_gpu_bf16.py``. The kernels
-(``ember/device/cuda_bf16.py``, NVRTC through ``cupy.RawModule``) must agree bit for bit
-with the array-level reference that ``test_bf16_storage.py`` checks against ml_dtypes.
+On a GPU machine: ``python -m pytest -q tests/cuda/test_gpu_bf16.py``. CuPy >= 14 with
+ml_dtypes computes bfloat16 natively (``test_gpu_bf16_native.py``); older CuPy refuses
+bfloat16 tensors with a TypeError naming its version and what is needed.
 """
-import ml_dtypes
-import numpy as np
 import pytest
 
 import ember as em
 from ember.device import cuda_bf16 as bf
-from test_bf16_storage import _boundaries
 from test_gpu_pinned import gpu  # noqa: F401 - the module-scoped real-GPU fixture
 
 
-def test_round_kernel_matches_the_reference(gpu):  # noqa: F811
+def test_capability_follows_the_probe(gpu):  # noqa: F811
     import cupy
-    x = _boundaries()
-    got = cupy.asnumpy(bf.round_to_bf16(cupy.asarray(x)))
-    want = bf.round_bits(np, x)
-    nan = np.isnan(x)
-    np.testing.assert_array_equal(got[~nan], want[~nan])
-    assert np.isnan(got[nan].view(ml_dtypes.bfloat16).astype(np.float32)).all()
-
-
-def test_widen_kernel_is_exact(gpu):  # noqa: F811
-    import cupy
-    bits = np.arange(1 << 16, dtype=np.uint16)
-    got = cupy.asnumpy(bf.widen(cupy.asarray(bits)))
-    np.testing.assert_array_equal(got.view(np.uint32), bf.widen_bits(np, bits).view(np.uint32))
-    strided = cupy.asarray(bits.reshape(256, 256))[:, ::3]
-    np.testing.assert_array_equal(cupy.asnumpy(bf.widen(strided)),
-                                  bf.widen_bits(np, bits.reshape(256, 256)[:, ::3]))
-    assert bf.widen(cupy.empty(0, np.uint16)).shape == (0,)
+    ok, why = bf.probe(cupy)
+    if not ok:
+        assert "bfloat16" not in gpu.capabilities and gpu.bf16_why == why
+    elif "bfloat16" not in gpu.capabilities:      # NOTE: the first use's round trip failed
+        assert "astype" in gpu.bf16_why
+    assert em.cuda.is_bf16_supported() == (gpu.has("bfloat16") and
+                                           em.cuda.get_device_capability() >= (8, 0))
 
 
 def test_bf16_tensors_on_the_gpu_are_refused_clearly(gpu):  # noqa: F811
-    # NOTE: until the dispatcher computes bfloat16 through float32 on a device storing bit
-    # patterns, a GPU refuses bfloat16 tensors and says what to use instead
-    assert em.cuda.is_bf16_supported() == ("bfloat16" in gpu.capabilities)
+    # NOTE: CuPy < 14 or no ml_dtypes: a GPU refuses bfloat16 tensors, naming why
     if "bfloat16" in gpu.capabilities:
-        pytest.skip("this backend computes bfloat16 on the GPU")
-    with pytest.raises(TypeError, match="bfloat16.*valid: float16, float32"):
+        pytest.skip("this CuPy computes bfloat16 on the GPU (test_gpu_bf16_native.py)")
+    with pytest.raises(TypeError, match="CuPy >= 14 with ml_dtypes.*valid: float16, float32"):
         em.ones(2, dtype=em.bfloat16, device="cuda")
     with pytest.raises(TypeError, match="bfloat16"):
         em.ones(2, dtype=em.bfloat16).cuda()
