@@ -12,6 +12,9 @@ intrinsic (``__fmul_rn``, ``__dadd_rn``, ``__fsqrt_rn``...). So an update reads 
 ~13 CuPy passes with their temporaries), and its values are those of the passes evaluated
 element by element in the parameter's dtype.
 
+float16 and bfloat16 parameters have no kernel here (:func:`launch` says False): their
+update runs the optimizer's array passes (CuPy's float32-inside ufuncs), as before.
+
 One launch per parameter, as PyTorch's ``foreach`` path runs one multi-tensor launch per
 ~100 chunks: the update is memory-bound, so a multi-tensor launch saves launch latency
 only (GPT-2 small: ~150 parameters).

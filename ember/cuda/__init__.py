@@ -61,7 +61,7 @@ def init() -> None:
 
 def is_bf16_supported(including_emulation: bool = True) -> bool:
     """Whether Ember computes bfloat16 on the current device: compute capability 8.0 or
-    newer and a backend with bfloat16 arrays (CuPy has none yet: False on a GPU today)."""
+    newer and a backend with bfloat16 arrays (CuPy >= 14 with ml_dtypes, or the stand-in)."""
     be = backend_or_none()
     return be is not None and be.has("bfloat16") and get_device_capability() >= (8, 0)
 

@@ -10,6 +10,10 @@ between a real GPU and the CPU stand-in:
   this backend's allocator, not the CPU's), events time with the host clock, and a
   simulated caching pool keeps freed bytes *reserved* until ``empty_cache`` like CuPy's.
 
+bfloat16: the stand-in's NumPy arrays are ``ml_dtypes``' bfloat16; a GPU's are CuPy >= 14's
+native ones (:mod:`.cuda_bf16`: probed when the backend is made, an ``astype`` round trip
+on the first bfloat16 array; older CuPy refuses bfloat16 with a TypeError naming why).
+
 Everything else (allocator statistics, the current device and stream, the OOM report,
 transfers) is the same code on both, so CI tests the real backend's paths on the stand-in.
 Importing this module never imports CuPy; :func:`make_backend` decides which runtime (if

@@ -11,7 +11,7 @@ column sums (``codegen/cuda_reduce.py``), CuPy's ufuncs and reductions for the r
 
 What CuPy 14 lacks for bfloat16 (cupy/cupy#9630: ``cupyx`` kernels — ``add.at``'s
 scatter-add included —, ``cupyx.jit``, FFT, some rounding ufuncs, ``divmod``, thrust's
-sorts) raises a ``TypeError``/``NotImplementedError`` or a kernel compile error. Two
+sorts) raises (:data:`NO_LOOP`) or fails to compile a kernel. Two
 answers, both "compute in float32, round once" (ARCHITECTURE, "float16 / bfloat16"):
 
 * known cases route themselves (``ops/index.py``'s ``_index_put_cuda``: an embedding
@@ -112,9 +112,11 @@ def unsupported_message(why: str) -> str:
             f"(e.g. pip install -U 'cupy-cuda13x>=14' ml_dtypes)")
 
 
-#: errors a CuPy routine without a bfloat16 loop raises (a compile error's type is
-#: added by :func:`widening` when CuPy is there).
-NO_LOOP = (TypeError, NotImplementedError)
+#: errors a CuPy routine without a bfloat16 loop raises: no ufunc loop (TypeError),
+#: "not supported" (NotImplementedError), an unknown dtype in a type table (ValueError,
+#: KeyError); a compile error's type is added by ``cuda.device_kernel`` (CuPy's). A
+#: genuine error raises again in float32, and the first one is what the caller sees.
+NO_LOOP = (TypeError, NotImplementedError, ValueError, KeyError)
 #: ops whose kernel failed on bfloat16 once: they widen at once from then on.
 _widened: set = set()
 

@@ -170,10 +170,14 @@ def test_widening_keeps_other_errors():
         k(np, np.ones(2, np.float32))                # no bfloat16: not retried
     assert "test_widen_bad" not in bf._widened
 
-    def shape_error(xp, x):
-        raise ValueError("shapes do not match")
-    with pytest.raises(ValueError, match="shapes"):
-        bf.widening("test_widen_shape", shape_error, BF16)(np, np.ones(2, BF16))
+    calls = []
+
+    def runtime_error(xp, x):
+        calls.append(x.dtype)
+        raise RuntimeError("cudaErrorIllegalAddress")
+    with pytest.raises(RuntimeError, match="IllegalAddress"):
+        bf.widening("test_widen_rt", runtime_error, BF16)(np, np.ones(2, BF16))
+    assert calls == [BF16]                           # not one of NO_LOOP: no retry
     # a bfloat16 buffer to write (an array among the params) is never swapped for a copy
     k = bf.widening("test_widen_out", _no_bf16_loop, BF16)
     with pytest.raises(TypeError, match="Wrong type"):
