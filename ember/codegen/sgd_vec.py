@@ -43,6 +43,7 @@ def _kernel():
         if cc is not None and launch.launcher() is not None:
             lib = cache.load(_SOURCE, cc)
             _state["lib"] = lib                 # NOTE: keeps it mapped
+            _state["run"] = launch.launcher()
             _state["fn"] = ctypes.cast(lib.ember_sgd_vec, ctypes.c_void_p).value
     return _state["fn"]
 
@@ -61,12 +62,12 @@ def _geometry(n: int) -> int:
 def step(w, g, lr):
     """``w - lr * g`` (float32 arrays of one shape, ``lr`` a number rounded to float32),
     rounded once, as a new C-contiguous array."""
-    fn = _kernel()
+    fn = _state["fn"] if "fn" in _state else _kernel()
     if fn is None or w.dtype != _F32 or g.dtype != _F32 or w.shape != g.shape or \
             not (w.flags.c_contiguous and g.flags.c_contiguous):
         lr64 = np.float64(np.float32(lr))
         return (w.astype(np.float64) - g.astype(np.float64) * lr64).astype(w.dtype)
     out = np.empty(w.shape, _F32)
-    launch.launcher()(fn, (w, g, np.array([lr], _F32), out), _geometry(w.size),
-                      _geometry(w.size), 1)
+    geom = _geometry(w.size)
+    _state["run"](fn, (w, g, np.array([lr], _F32), out), geom, geom, 1)
     return out

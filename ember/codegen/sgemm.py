@@ -129,6 +129,9 @@ def _strides(a):
     return None if any(v % 4 for v in s) else tuple(v // 4 for v in s)
 
 
+_EPI: list = [None]      # sgemm_epi.gemm_epi, once imported
+
+
 def gemm(a, b, c=None, alpha: float = 1.0, beta: float = 0.0, variant=None,
          nthreads: int | None = None, bias=None, update=None, *, bias_rows: bool = False,
          relu: bool = False, mask=None, row_sums=None):
@@ -176,9 +179,12 @@ def gemm(a, b, c=None, alpha: float = 1.0, beta: float = 0.0, variant=None,
     if isa is None:
         return None
     if update is not None or relu or bias_rows or mask is not None or row_sums is not None:
-        from .sgemm_epi import gemm_epi
-        return gemm_epi(isa, a, b, c, alpha, beta, variant, nthreads, bias, update,
-                        bias_rows, relu, mask, row_sums)
+        epi = _EPI[0]
+        if epi is None:         # NOTE: imported once (sgemm_epi imports this module)
+            from .sgemm_epi import gemm_epi as epi
+            _EPI[0] = epi
+        return epi(isa, a, b, c, alpha, beta, variant, nthreads, bias, update, bias_rows,
+                   relu, mask, row_sums)
     key = (isa, a.shape, a.strides, b.shape, b.strides,
            None if c is None else (c.shape, c.strides), KC, KC_T, KC_ONE, MC, NC, COLS,
            ONE_BLOCK_BYTES,
