@@ -19,6 +19,9 @@ from ember.device import cuda as cuda_mod
 from ember.device import cuda_bf16 as bf
 from ember.device.base import _backends
 
+import _cuda_emu
+from test_cuda_fusion_emu import _launched, emu_gpu  # noqa: F401 - the fixture
+
 BF16 = np.dtype(ml_dtypes.bfloat16)
 ROOT = os.path.dirname(os.path.dirname(os.path.dirname(os.path.abspath(__file__))))
 
@@ -298,3 +301,23 @@ def test_compiling_leaves_python_bytes_alone(tmp_path):
     path = tmp_path / "after_nvrtc.safetensors"
     em.save({"w": em.ones(3), "n": 1}, path)
     assert em.load(path)["n"] == 1
+
+
+def test_eager_bfloat16_ops_launch_bf16_kernels_from_their_text(emu_gpu, monkeypatch):  # noqa: F811
+    """The launch plan hands bfloat16 arrays to the generated ``__nv_bfloat16`` kernels
+    (the emulator runs the CUDA text; on a GPU the arrays are CuPy's native bfloat16)."""
+    if not _cuda_emu.available():
+        pytest.skip("no g++ with C++20 <barrier> to run the CUDA text on")
+    from ember.codegen import cuda_eager
+    N = 1 << 15             # NOTE: the dispatcher's own gate: the emulator is slow
+    monkeypatch.setattr(cuda_eager, "THRESHOLD", N)
+    a = np.random.default_rng(0).standard_normal(N + 3).astype(np.float32).astype(BF16)
+    x = em.tensor(a, device="cuda")
+    before = cuda_eager.stats["runs"]
+    for got, want in [(x * 1.5, a.astype(np.float32) * np.float32(1.5)),
+                      (x[1:] + x[:-1], a[1:].astype(np.float32) + a[:-1].astype(np.float32))]:
+        assert got.dtype == em.bfloat16
+        np.testing.assert_array_equal(got.cpu().numpy().view(np.uint16),
+                                      want.astype(BF16).view(np.uint16))   # rounded once
+    assert cuda_eager.stats["runs"] - before == 2
+    assert "ember_eager_mul_bfloat16_2_p_c" in _launched(emu_gpu, "ember_eager_")
