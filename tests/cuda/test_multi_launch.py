@@ -196,3 +196,27 @@ def test_cpu_graphs_are_untouched():
         fn(x, y)
     assert "multi_launch" in PASSES and "multi_launch" in DEFAULT_PASSES
     assert not any(isinstance(n.op, MultiFusedOp) for n in _program(fn).graph.nodes)
+
+
+def test_inference_casts_of_large_weights_stay_where_they_are(emu_gpu):
+    """Forward only: each float16 weight copy is read once, right after its cast; hoisted,
+    all would be alive at once. Only the small casts (biases, the batch) join one launch."""
+    em.manual_seed(0)
+    nn = em.nn
+    model = nn.Sequential(nn.Linear(1024, 1024), nn.ReLU(), nn.Linear(1024, 1024)).to("cuda")
+    x = em.randn(4, 1024).to("cuda")
+
+    def f(x):
+        with em.no_grad(), em.autocast("cuda", dtype=em.float16):
+            return model(x)
+    fn = em.compile(f)
+    fn(x)
+    got = fn(x)
+    np.testing.assert_allclose(got.float().cpu().numpy(), f(x).float().cpu().numpy(),
+                               rtol=2e-2, atol=2e-2)
+    nodes = _program(fn).graph.nodes
+    casts = [n for n in nodes if isinstance(n.op, MultiFusedOp) and n.op.ops == "cast"]
+    assert len(casts) == 1 and [x.shape for x in casts[0].inputs] == [(4, 1024), (1024,),
+                                                                      (1024,)]
+    weights = [n for n in nodes if n.op.name == "cast" and n.inputs[0].shape == (1024, 1024)]
+    assert len(weights) == 2

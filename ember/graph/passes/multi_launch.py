@@ -20,7 +20,8 @@ a new array to an output whose donated buffer another member reads.
 Autocast's casts of parameters (float32 weights to float16: CuPy's ``astype`` one launch
 each) become one generated cast kernel's multi-launch per dtype pair, hoisted to the
 first cast's place: their inputs exist from the start, and the float16 copies of the
-weights live into the backward anyway (a GPU graph keeps them: no ``recast``).
+weights live into the backward anyway (a GPU graph keeps them: no ``recast``); a large
+copy read only right after its cast (inference) is not moved (:func:`_kept`).
 
 Only graphs on a device with the ``cuda_kernels`` capability change (a GPU: CPU graphs and
 the stand-in's host kernels are untouched). ``EMBER_MULTI_LAUNCH=0`` turns the pass off,
@@ -35,10 +36,12 @@ from ..ir import Graph, GraphOp, Node, Var
 from .dce import dce
 from .fuse_cuda import CudaFusedOp, content_name, renamed
 
-__all__ = ["MAX_GROUP", "MultiFusedOp", "multi_launch"]
+__all__ = ["MAX_GROUP", "SMALL_CAST", "MultiFusedOp", "multi_launch"]
 
 #: members per group at most (the runner launches 256 records at a time anyway).
 MAX_GROUP = 1024
+#: bytes of a cast's output always worth hoisting into the casts' launch (a bias's copy).
+SMALL_CAST = 1 << 20
 
 
 class MultiFusedOp(GraphOp):
@@ -153,6 +156,34 @@ def _cast_kernel(n, src, dst):
     return renamed(k, content_name(k))
 
 
+def _reads(graph) -> tuple:
+    """``({var id: first reader's index}, {var id: last reader's index})`` (a graph output:
+    read past the end)."""
+    first, last = {}, {}
+    for i, n in enumerate(graph.nodes):
+        for x in n.inputs:
+            if x.__class__ is Var:
+                first.setdefault(x.id, i)
+                last[x.id] = i
+    for v in graph.outputs:
+        last[v.id] = len(graph.nodes)
+    return first, last
+
+
+def _kept(nodes, ix, reads) -> list:
+    """The casts of ``ix`` worth hoisting: a small copy (a bias's: :data:`SMALL_CAST`
+    bytes at most), or one read again after every cast's copy has had its first reader (a
+    training step's float16 weight copy, read by the backward: alive through the forward
+    anyway). NOTE: an inference graph's large copies, each read only right after its
+    cast, stay where they are: hoisted, all would be alive at once (the peak would grow
+    by the model's float16 weights)."""
+    first, last = reads
+    outs = [nodes[i].outs[0] for i in ix]
+    lim = max(first.get(o.id, -1) for o in outs)
+    return [i for i, o in zip(ix, outs) if last.get(o.id, -1) > lim or
+            math.prod(o.shape) * o.dtype.itemsize <= SMALL_CAST]
+
+
 def _hoist_casts(graph: Graph):
     """``(graph, casts grouped)``: the casts of graph inputs (:func:`_input_cast`) of one
     dtype pair, wherever they are, as one :class:`MultiFusedOp` at the first one's place
@@ -164,7 +195,9 @@ def _hoist_casts(graph: Graph):
         pair = _input_cast(n, inputs)
         if pair is not None:
             pairs.setdefault(pair, []).append(i)
-    pairs = {p: ix for p, ix in pairs.items() if len(ix) > 1}
+    reads = _reads(graph)
+    pairs = {p: ix for p, ix in ((p, _kept(graph.nodes, ix, reads))
+                                 for p, ix in pairs.items()) if len(ix) > 1}
     if not pairs:
         return graph, 0
     at, moved = {}, set()
