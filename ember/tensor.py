@@ -275,7 +275,9 @@ class Tensor:
                                "use tensor.detach()")
         try:
             return self._data.__dlpack__(*args, **kwargs)
-        except (BufferError, TypeError) as e:
+        except (BufferError, TypeError, NotImplementedError) as e:
+            # NOTE: NotImplementedError: what CuPy may raise for a dtype its DLPack export
+            # lacks (bfloat16 without cupy/cupy#9670)
             from .errors import DTypeError
             raise DTypeError(f"__dlpack__: a {self._dtype.name} tensor cannot be exported "
                              f"through DLPack on {self._device} ({e})") from None

@@ -18,6 +18,7 @@ from ember.codegen import nvrtc
 from ember.device import cuda as cuda_mod
 from ember.device import cuda_bf16 as bf
 from ember.device.base import _backends
+from ember.errors import DTypeError
 
 import _cuda_emu
 from test_cuda_fusion_emu import _launched, emu_gpu  # noqa: F401 - the fixture
@@ -321,3 +322,14 @@ def test_eager_bfloat16_ops_launch_bf16_kernels_from_their_text(emu_gpu, monkeyp
                                       want.astype(BF16).view(np.uint16))   # rounded once
     assert cuda_eager.stats["runs"] - before == 2
     assert "ember_eager_mul_bfloat16_2_p_c" in _launched(emu_gpu, "ember_eager_")
+
+
+class _NoDLPack(np.ndarray):
+    def __dlpack__(self, *args, **kwargs):
+        raise NotImplementedError("CuPy does not support bfloat16 export")
+
+
+def test_dlpack_export_a_library_cannot_make_is_a_dtype_error():
+    t = em.from_numpy(np.ones(3, BF16).view(_NoDLPack))
+    with pytest.raises(DTypeError, match="bfloat16 tensor cannot be exported.*does not sup"):
+        t.__dlpack__()
