@@ -333,3 +333,15 @@ def test_dlpack_export_a_library_cannot_make_is_a_dtype_error():
     t = em.from_numpy(np.ones(3, BF16).view(_NoDLPack))
     with pytest.raises(DTypeError, match="bfloat16 tensor cannot be exported.*does not sup"):
         t.__dlpack__()
+
+
+def test_cupy_from_dlpack_of_bfloat16_without_support_names_what_is_needed():
+    rt = cuda_mod.CuPyRuntime.__new__(cuda_mod.CuPyRuntime)    # NOTE: no CuPy needed
+    rt.cupy = types.SimpleNamespace(from_dlpack=lambda ext: (_ for _ in ()).throw(
+        NotImplementedError("CuPy does not support bfloat16 yet")))
+    rt.bf16 = (False, "CuPy 13.6.0 has no bfloat16 dtype")
+    with pytest.raises(TypeError, match="from_dlpack: .*CuPy >= 14.*CuPy 13.6.0"):
+        rt.from_dlpack(object())
+    rt.cupy.from_dlpack = lambda ext: (_ for _ in ()).throw(NotImplementedError("complex32"))
+    with pytest.raises(NotImplementedError, match="complex32"):
+        rt.from_dlpack(object())
