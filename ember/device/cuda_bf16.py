@@ -55,9 +55,9 @@ def _version(text: str) -> tuple:
 def probe(cupy, ml_dtypes=None) -> tuple:
     """``(ok, why)``: whether ``cupy`` holds ``ml_dtypes.bfloat16`` arrays natively.
 
-    Cheap (no kernel compiled, no synchronisation): CuPy's version is at least
-    :data:`MIN_CUPY`, ``ml_dtypes`` imports, and a one-element bfloat16 array can be
-    allocated with that dtype. ``ml_dtypes``: the module (None: imported here).
+    Cheap (no kernel compiled, no synchronisation, no device memory): CuPy's version is
+    at least :data:`MIN_CUPY`, ``ml_dtypes`` imports, and CuPy makes an empty array of
+    that dtype. ``ml_dtypes``: the module (None: imported here).
 
     Example:
         >>> probe(cupy)            # doctest: +SKIP (needs CuPy)
@@ -73,7 +73,7 @@ def probe(cupy, ml_dtypes=None) -> tuple:
             return False, f"CuPy {version} needs ml_dtypes for bfloat16, which is not installed"
     bf16 = np.dtype(ml_dtypes.bfloat16)
     try:
-        a = cupy.empty((1,), dtype=bf16)
+        a = cupy.empty((0,), dtype=bf16)      # NOTE: size 0: the pool reserves nothing
     except Exception as e:  # noqa: BLE001 - any refusal means "no bfloat16 here"
         return False, f"CuPy {version} refused a bfloat16 array ({type(e).__name__}: {e})"
     if np.dtype(a.dtype) != bf16:
