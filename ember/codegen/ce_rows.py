@@ -19,6 +19,13 @@ them); a product ``a @ b`` is summed in that layout (one FMA chain per logit, in
 order: rounding differs from a BLAS call's). One library per class count ``C`` (a compile
 constant).
 
+With ``lr`` (the classifier of an MLP step under plain SGD, ``a`` the feature-major
+layer input ``h.T`` read as ``(N, K)``, ``b = W.T``) the same call goes on once ``d`` is
+complete (:c:func:`head`): the input gradient ``W.T @ d.T`` masked by relu's backward
+(``h <= 0`` -> +0) with its row sums, the weight gradient ``d.T @ a`` (lanes summed
+pairwise), and the SGD steps of ``W``, the bias and optionally the previous layer's bias
+(one rounding each, ``fmaf``), into new arrays.
+
 A target outside ``[0, C)`` that is not ``ignore_index`` raises
 :class:`~ember.errors.EmberIndexError` (as the gather it replaces). Float32 only; without
 a C compiler or fast launcher, :func:`ce_rows` computes the same in NumPy.
@@ -237,8 +244,8 @@ static void head(const float *A, int64_t sa0, int64_t sa1, const float *B, int64
 /* p: A (or z), B, bias, targets, scalars (seed, lr), loss (0-d), d (N, C), db (C), bad[1];
    with flag 8 (the classifier's backward, :c:func:`head`) dx (K, N), rs (K), dw (C, K),
    wn (C, K), bn (C); with flag 16 also b2 (K) and b2 - lr rs (K)
-   g: N, K, flags (1 product, 2 bias, 4 db, 8 head, 16 bias2), ignore_index, sa0, sa1, sb0, sb1, target
-   stride (elements) */
+   g: N, K, flags (1 product, 2 bias, 4 db, 8 head, 16 bias2), ignore_index, sa0, sa1,
+   sb0, sb1, target stride (elements) */
 void ember_ce_rows(char **p, const int64_t *g, const int64_t *st, int64_t nt) {
     const float *A = (const float *)p[0], *B = (const float *)p[1];
     const int64_t *t = (const int64_t *)p[3];
@@ -354,7 +361,7 @@ def _bad_target(targets, i, nc):
                           f"with {nc} classes (or equal ignore_index)")
 
 
-def _plan(key, z_or_a, b, bias, t, ignore_index, want_db, head, bias2):
+def _plan(z_or_a, b, bias, t, ignore_index, want_db, head, bias2):
     """``(kernel address, geometry address, n, k, nc, launcher)`` for a call of this
     layout, or None (NumPy's path)."""
     n = z_or_a.shape[0]
@@ -401,7 +408,7 @@ def ce_rows(z_or_a, b, bias, targets, *, ignore_index=-100, seed=1.0, want_db=Fa
     if plan is None:
         if len(_PLANS) >= 256:
             _PLANS.clear()
-        plan = _PLANS[key] = _plan(key, z_or_a, b, bias, t, ignore_index, want_db, head,
+        plan = _PLANS[key] = _plan(z_or_a, b, bias, t, ignore_index, want_db, head,
                                    bias2) or False
     if plan is False:
         return _numpy(z_or_a, b, bias, t, ignore_index, seed, want_db, lr, bias2)

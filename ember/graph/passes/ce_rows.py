@@ -14,6 +14,15 @@ reads them: the bias add before the log-softmax (``add(x, b)``, ``b`` of shape `
 and, for ``C <= 16``, the product making ``x`` (a 2-D float32 ``matmul``, transposed
 operands read in place as ``matmul_t``), summed in the kernel instead of a BLAS call.
 
+Under plain SGD, when ``gemm_epilogue`` made the classifier's input gradient a
+``matmul_mask`` node (relu's backward of ``W.T @ d`` with its row sums, and possibly the
+previous layer's bias step), the node takes the rest of the classifier's step too (the
+*head*): that input gradient and its row sums, the weight gradient ``d.T @ h`` (its
+``permute``/``matmul``) and the SGD steps ``sub(p, mul(grad, lr))`` of the weight, its bias
+and the previous layer's bias — W1's 13 nodes after the second hidden layer's forward
+become one (:func:`_head`). The weight is read before any step is written (the steps are
+new arrays, written back by the replay).
+
 The pattern is matched exactly (every intermediate read only inside it; the backward
 seeded by a scalar constant, ``loss.backward()``'s 1); anything else — float64 or
 low-precision logits, a log-softmax over another dim, class weights, label smoothing,

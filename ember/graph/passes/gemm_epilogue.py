@@ -21,7 +21,9 @@ compiled W1 MLP step):
   ``K`` 784 and 512).
 * **Relu's backward.** ``threshold_backward(matmul(a, b), y, 0)`` (``y`` the forward's
   relu output) becomes one ``matmul_mask`` node; a ``sum`` of its rows (the layer's bias
-  gradient) comes out of the same stores as a second output.
+  gradient) comes out of the same stores as a second output, and when SGD's step of the
+  layer's bias reads that gradient alone, the step too (``bias_sgd``: one C call over the
+  finished sums, ``codegen/sgd_vec.py``; a third output instead of a fused node).
 
 Bits: the update is rounded once (an FMA), as the ``fuse`` pass's kernel for the same
 chain computes it (its C contracts ``mul`` + ``sub``); the bias add is rounded on its
