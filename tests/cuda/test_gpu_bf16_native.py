@@ -76,7 +76,7 @@ def test_host_copies_are_bitwise(bf):
 def test_binary_ops_match_cpu(bf, name):
     (a, ad), (b, bd) = _pair((257, 129), 1), _pair((129,), 2)
     fn = getattr(em, name)
-    _close(fn(ad, bd), fn(a, b), k=1)
+    _close(fn(ad, bd), fn(a, b), k=2)           # NOTE: float32 inside, rounded once: one step
 
 
 @pytest.mark.parametrize("name", ["exp", "log1p", "tanh", "sigmoid", "sqrt", "rsqrt", "sin",
@@ -85,14 +85,14 @@ def test_unary_ops_match_cpu(bf, name):
     a, ad = _pair((1000,), 3)
     if name in ("sqrt", "rsqrt", "log1p"):
         a, ad = a.abs(), ad.abs()
-    _close(getattr(em, name)(ad), getattr(em, name)(a), k=1)
+    _close(getattr(em, name)(ad), getattr(em, name)(a), k=2)   # libdevice vs libm: one step
 
 
 def test_large_elementwise_ops_run_generated_kernels(bf):
     from ember.codegen import cuda_eager
     a, ad = _pair((1 << 24,), 4)
     runs = cuda_eager.stats["runs"]
-    _close(ad * 1.5 + 0.25, a * 1.5 + 0.25, k=1)
+    _close(ad * 1.5 + 0.25, a * 1.5 + 0.25, k=2)
     _close(F.gelu(ad, approximate="tanh"), F.gelu(a, approximate="tanh"), k=2)
     assert cuda_eager.stats["runs"] > runs
 
@@ -105,7 +105,8 @@ def test_reductions_match_cpu(bf, dim):
         if fn in ("amax", "amin") and dim is None:
             kw = {"dim": (0, 1)}
         _close(getattr(em, fn)(ad, **kw), getattr(em, fn)(a, **kw), k=2)
-    assert em.argmax(ad, dim=1).cpu().tolist() == em.argmax(a, dim=1).tolist()
+    i = em.argmax(ad, dim=1, keepdim=True)       # NOTE: ties are common in bfloat16
+    assert em.equal(em.gather(a, 1, i.cpu()), em.amax(a, 1, keepdim=True))
 
 
 def test_sort_topk_cumsum_and_scatter(bf):
@@ -116,7 +117,7 @@ def test_sort_topk_cumsum_and_scatter(bf):
     assert em.equal(em.gather(a, 1, i.cpu()), v0)
     np.testing.assert_array_equal(em.topk(ad, 5).values.cpu().float().numpy(),
                                   em.topk(a, 5).values.float().numpy())
-    _close(em.cumsum(ad, 1), em.cumsum(a, 1), k=8)
+    _close(em.cumsum(ad, 1), em.cumsum(a, 1), k=2)     # float64 prefix sums, rounded once
     idx = em.tensor(np.random.default_rng(0).integers(0, 64, 500))
     src, srcd = _pair((500, 300), 7)
     want = em.zeros(64, 300, dtype=em.bfloat16).index_add(0, idx, src)
