@@ -201,6 +201,30 @@ def test_device_kernel_wraps_only_on_a_gpu_with_bfloat16(fake_cuda, monkeypatch)
     bf._widened.discard("test_dk")
 
 
+def test_an_op_whose_array_routine_lacks_bfloat16_runs_in_float32(monkeypatch):
+    """End to end through the dispatcher and ``OpDef.kernel_for``: a GPU-like backend with
+    bfloat16 whose ``sqrt`` routine refuses bfloat16 (as a CuPy routine without the loop)."""
+    from ember.ops.registry import REGISTRY
+    gpu = cuda_mod.CUDABackend(_CuPyLikeRuntime((True, "")))
+    monkeypatch.setitem(_backends, "cuda", gpu)
+    op = REGISTRY["sqrt"]
+    monkeypatch.setattr(op, "_kcache", {})
+    monkeypatch.setitem(op.kernels, "cuda", lambda xp, x: _no_bf16_loop(xp, x))
+    x32 = np.array([2.0, 3.0, 10.0, 0.5], np.float32)
+    x = em.tensor(x32.astype(BF16), device="cuda")
+    try:
+        y = em.sqrt(x)
+        assert y.dtype == em.bfloat16 and y.device.type == "cuda"
+        np.testing.assert_array_equal(np.asarray(y._data).view(np.uint16),
+                                      np.sqrt(x32.astype(BF16).astype(np.float32))
+                                      .astype(BF16).view(np.uint16))
+        assert "sqrt" in bf._widened
+        np.testing.assert_array_equal(np.asarray(em.sqrt(x.float())._data),
+                                      np.sqrt(x32.astype(BF16).astype(np.float32)))
+    finally:
+        bf._widened.discard("sqrt")
+
+
 def test_optimizer_cuda_kernels_leave_bfloat16_to_the_array_passes():
     # NOTE: like float16: launch() says no, the optimizer runs its CuPy passes
     from ember.codegen import cuda_optim
