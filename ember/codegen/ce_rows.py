@@ -90,7 +90,7 @@ static void ce_block(float zt[][RB], int o, int rows, int64_t i0, const int64_t 
                      int64_t ts, int64_t ii, const float *bias, float r0, float *d,
                      double *lsum, double *dbs) {
     float m[BI], s[BI], ls[BI], gi[BI];
-    int64_t tr[BI];
+    int tr[BI];             /* the row's target, -1 when ignored (int: one vector) */
     for (int r = rows; r < BI; r++)
         for (int c = 0; c < NC; c++) zt[c][o + r] = 0.0f;
     if (bias)
@@ -101,7 +101,7 @@ static void ce_block(float zt[][RB], int o, int rows, int64_t i0, const int64_t 
         }
     for (int r = 0; r < BI; r++) {
         const int64_t ti = r < rows ? t[(i0 + o + r) * ts] : ii;
-        tr[r] = ti == ii ? -1 : ti;
+        tr[r] = ti == ii ? -1 : (int)ti;
         gi[r] = ti == ii ? 0.0f : r0;
     }
 #pragma omp simd
@@ -157,6 +157,27 @@ static inline float hsum(vf v) {
     return (q[0] + q[2]) + (q[1] + q[3]);
 }
 
+/* dx's next J vectors of row k (from v): J FMA chains over the classes, masked by y */
+#define DX_BLOCK(J) {                                                                    \
+        vf y[J], s[J];                                                                   \
+        _Pragma("GCC unroll 8")                                                          \
+        for (int j = 0; j < J; j++) { y[j] = ldv(yk + 16 * (v + j)); s[j] = (vf){0}; }   \
+        const float *dv = dt + v * NC * 16;                                              \
+        _Pragma("GCC unroll 16")                                                         \
+        for (int c = 0; c < NC; c++) {                                                   \
+            _Pragma("GCC unroll 8")                                                      \
+            for (int j = 0; j < J; j++) s[j] += ldv(dv + 16 * (j * NC + c)) * w[c];     \
+        }                                                                                \
+        _Pragma("GCC unroll 8")                                                          \
+        for (int j = 0; j < J; j++) {                                                    \
+            const vi keep = (y[j] > 0) | (y[j] != y[j]);                                 \
+            s[j] = (vf)((vi)s[j] & keep);                                                \
+            rsum += s[j];                                                                \
+        }                                                                                \
+        _Pragma("GCC unroll 8")                                                          \
+        for (int j = 0; j < J; j++) memcpy(dxk + 16 * (v + j), &s[j], sizeof s[j]);      \
+    }
+
 /* The classifier's backward once d is known, y[k][i] = A[i][k] (the layer's input, a relu
    output) and W[c][k] = B[k][c]: dx[k][i] = (y > 0 or NaN) ? sum_c W[c][k] d[i][c] : +0
    (relu's backward of the input gradient), rs[k] = sum_i dx[k][i] (float32), dw[c][k] =
@@ -177,27 +198,11 @@ static void head(const float *A, int64_t sa0, int64_t sa1, const float *B, int64
         float *dxk = dx + k * N;
         vf rsum = (vf){0};
         int64_t v = 0;
-        /* four vectors at a time: four FMA chains in flight, their rows' y loaded before
-           any store (dx's rows may alias y's in the L1's 4 KiB address bits) */
-        for (; v + 4 <= nv; v += 4) {
-            vf y[4], s[4];
-#pragma GCC unroll 4
-            for (int j = 0; j < 4; j++) { y[j] = ldv(yk + 16 * (v + j)); s[j] = (vf){0}; }
-            const float *dv = dt + v * NC * 16;
-#pragma GCC unroll 16
-            for (int c = 0; c < NC; c++) {
-#pragma GCC unroll 4
-                for (int j = 0; j < 4; j++) s[j] += ldv(dv + 16 * (j * NC + c)) * w[c];
-            }
-#pragma GCC unroll 4
-            for (int j = 0; j < 4; j++) {
-                const vi keep = (y[j] > 0) | (y[j] != y[j]);
-                s[j] = (vf)((vi)s[j] & keep);
-                rsum += s[j];
-            }
-#pragma GCC unroll 4
-            for (int j = 0; j < 4; j++) memcpy(dxk + 16 * (v + j), &s[j], sizeof s[j]);
-        }
+        /* eight (then four) vectors at a time: that many FMA chains in flight, their rows'
+           y loaded before any store (dx's rows may alias y's in the L1's 4 KiB address
+           bits) */
+        for (; v + 8 <= nv; v += 8) DX_BLOCK(8)
+        for (; v + 4 <= nv; v += 4) DX_BLOCK(4)
         for (; v < nv; v++) {
             const vf y = ldv(yk + 16 * v);
             const float *dv = dt + v * NC * 16;
