@@ -225,6 +225,23 @@ def test_an_op_whose_array_routine_lacks_bfloat16_runs_in_float32(monkeypatch):
         bf._widened.discard("sqrt")
 
 
+@pytest.mark.parametrize("ok", [False, True])
+def test_a_cast_to_bfloat16_passes_the_backends_gate(monkeypatch, ok):
+    from ember.ops.registry import REGISTRY
+    rt = _CuPyLikeRuntime((ok, "" if ok else "CuPy 13.6.0 has no bfloat16 dtype"))
+    monkeypatch.setitem(_backends, "cuda", cuda_mod.CUDABackend(rt))
+    monkeypatch.setattr(REGISTRY["cast"], "_kcache", {})
+    x = em.tensor(np.array([1.5, 2.0], np.float32), device="cuda")
+    assert x.half().dtype == em.float16 and rt.roundtrips == 0
+    if not ok:
+        with pytest.raises(TypeError, match="cast.*CuPy >= 14 with ml_dtypes.*CuPy 13.6.0"):
+            x.to(em.bfloat16)
+        return
+    y = x.to(em.bfloat16)
+    assert y.dtype == em.bfloat16 and rt.roundtrips == 1        # the first bfloat16 array
+    assert x.to(em.bfloat16).tolist() == [1.5, 2.0] and rt.roundtrips == 1
+
+
 def test_optimizer_cuda_kernels_leave_bfloat16_to_the_array_passes():
     # NOTE: like float16: launch() says no, the optimizer runs its CuPy passes
     from ember.codegen import cuda_optim
