@@ -441,35 +441,6 @@ def host_fallback(name: str, cpu_kernel):
     return kernel
 
 
-def device_kernel(name: str, kernel):
-    """Op ``name``'s ``"cuda"`` kernel as the registry should run it: on a GPU whose CuPy
-    holds bfloat16 arrays, wrapped by :func:`cuda_bf16.widening` (what CuPy lacks for
-    bfloat16 runs in float32, rounded once); elsewhere ``kernel`` itself."""
-    from .base import _backends
-    be = _backends.get("cuda")
-    if be is None or be.is_fake:
-        return kernel
-    if name == "cast":
-        kernel = _gated_cast(be, kernel)
-    if "bfloat16" not in be.capabilities:
-        return kernel
-    errors = cuda_bf16.NO_LOOP + be.runtime.compile_errors()
-    return cuda_bf16.widening(name, kernel, _BF16, errors)
-
-
-def _gated_cast(be, kernel):
-    """``cast``'s kernel, which makes bfloat16 arrays without ``empty``/``asarray``: a cast
-    to bfloat16 passes the backend's gate first (the old-CuPy TypeError, or the first-use
-    round trip), so ``x.to(bfloat16)`` says what ``ember.zeros(..., dtype=bfloat16)`` says."""
-    def cast(xp, x, *args, **params):
-        dtype = params.get("dtype", args[0] if args else None)
-        if getattr(dtype, "np", None) is _BF16 and not be._bf16_ready:
-            be._bf16()
-        return kernel(xp, x, *args, **params)
-    cast.__name__ = f"{getattr(kernel, '__name__', 'cast')}_gated"
-    return cast
-
-
 def fake_requested() -> int:
     """Devices the stand-in should offer (``EMBER_FAKE_CUDA``; 0 = off)."""
     v = os.environ.get("EMBER_FAKE_CUDA", "").strip()

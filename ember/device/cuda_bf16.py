@@ -16,10 +16,10 @@ answers, both "compute in float32, round once" (ARCHITECTURE, "float16 / bfloat1
 
 * known cases route themselves (``ops/index.py``'s ``_index_put_cuda``: an embedding
   gradient's scatter-add accumulates in float32);
-* every other ``"cuda"`` kernel is wrapped by :func:`widening` (``OpDef.kernel_for`` on a
-  backend with native bfloat16): when the kernel raises one of those errors on bfloat16
-  inputs, it runs again on float32 copies of them and its floating outputs are rounded
-  once to bfloat16 (the op is remembered: later calls widen at once). Only the error path
+* every other ``"cuda"`` kernel is wrapped by :func:`widening` (``Op.kernel_for`` asks
+  :func:`device_kernel`, on a backend with native bfloat16): when the kernel raises one
+  of those errors on bfloat16 inputs, it runs again on float32 copies of them and its
+  floating outputs are rounded once to bfloat16 (the op is remembered: later calls widen at once). Only the error path
   does work; every call pays the wrapper's frame, ~0.2-0.3 us measured on the CPU (a
   GPU op's dispatch is ~10 us), on a GPU whose CuPy has bfloat16 only.
 
@@ -35,8 +35,12 @@ from __future__ import annotations
 
 import numpy as np
 
-__all__ = ["MIN_CUPY", "NO_LOOP", "probe", "roundtrip", "unsupported_message", "widening"]
+from ..dtypes import bfloat16 as _bfloat16
 
+__all__ = ["MIN_CUPY", "NO_LOOP", "device_kernel", "probe", "roundtrip", "unsupported_message",
+           "widening"]
+
+_BF16 = np.dtype(_bfloat16.np)
 #: the first CuPy release with ``ml_dtypes.bfloat16`` arrays.
 MIN_CUPY = (14, 0)
 
@@ -115,7 +119,7 @@ def unsupported_message(why: str) -> str:
 
 #: errors a CuPy routine without a bfloat16 loop raises: no ufunc loop (TypeError),
 #: "not supported" (NotImplementedError), an unknown dtype in a type table (ValueError,
-#: KeyError); a compile error's type is added by ``cuda.device_kernel`` (CuPy's). A
+#: KeyError); a compile error's type is added by :func:`device_kernel` (CuPy's). A
 #: genuine error raises again in float32, and the first one is what the caller sees.
 NO_LOOP = (TypeError, NotImplementedError, ValueError, KeyError)
 #: ops whose kernel failed on bfloat16 once: they widen at once from then on.
@@ -165,3 +169,33 @@ _FAILED = object()
 def _round(r, f32, bf16):
     """A widened kernel's result: float32 arrays back to bfloat16, anything else as is."""
     return r.astype(bf16) if getattr(r, "dtype", None) == f32 else r
+
+
+def device_kernel(name: str, kernel):
+    """Op ``name``'s ``"cuda"`` kernel as the registry should run it: on a GPU whose CuPy
+    holds bfloat16 arrays, wrapped by :func:`widening` (what CuPy lacks for bfloat16 runs
+    in float32, rounded once), ``cast`` on any GPU by :func:`_gated_cast`; elsewhere (the
+    stand-in) ``kernel`` itself."""
+    from .base import _backends
+    be = _backends.get("cuda")
+    if be is None or be.is_fake:
+        return kernel
+    if name == "cast":
+        kernel = _gated_cast(be, kernel)
+    if "bfloat16" not in be.capabilities:
+        return kernel
+    errors = NO_LOOP + be.runtime.compile_errors()
+    return widening(name, kernel, _BF16, errors)
+
+
+def _gated_cast(be, kernel):
+    """``cast``'s kernel, which makes bfloat16 arrays without ``empty``/``asarray``: a cast
+    to bfloat16 passes the backend's gate first (the old-CuPy TypeError, or the first-use
+    round trip), so ``x.to(bfloat16)`` says what ``ember.zeros(..., dtype=bfloat16)`` says."""
+    def cast(xp, x, *args, **params):
+        dtype = params.get("dtype", args[0] if args else None)
+        if getattr(dtype, "np", None) is _BF16 and not be._bf16_ready:
+            be._bf16()
+        return kernel(xp, x, *args, **params)
+    cast.__name__ = f"{getattr(kernel, '__name__', 'cast')}_gated"
+    return cast

@@ -117,7 +117,7 @@ class Op:
             if backend_type == "cuda":
                 # NOTE: on a GPU with bfloat16 arrays, what CuPy lacks for them runs in
                 # float32, rounded once (device/cuda_bf16.py); elsewhere k itself
-                from ..device.cuda import device_kernel
+                from ..device.cuda_bf16 import device_kernel
                 k = device_kernel(self.name, k)
             self._kcache[backend_type] = k
         return k

@@ -189,15 +189,15 @@ def test_widening_keeps_other_errors():
 
 
 def test_device_kernel_wraps_only_on_a_gpu_with_bfloat16(fake_cuda, monkeypatch):
-    assert cuda_mod.device_kernel("x", _no_bf16_loop) is _no_bf16_loop     # stand-in
+    assert bf.device_kernel("x", _no_bf16_loop) is _no_bf16_loop     # stand-in
     gpu = cuda_mod.CUDABackend(_CuPyLikeRuntime((True, "")))
     monkeypatch.setitem(_backends, "cuda", gpu)
-    k = cuda_mod.device_kernel("test_dk", _no_bf16_loop)
+    k = bf.device_kernel("test_dk", _no_bf16_loop)
     assert k.__wrapped__ is _no_bf16_loop
     np.testing.assert_array_equal(k(np, np.full(2, 4.0, BF16)), np.full(2, 2.0, BF16))
     old = cuda_mod.CUDABackend(_CuPyLikeRuntime((False, "CuPy 13.6.0 has no bfloat16 dtype")))
     monkeypatch.setitem(_backends, "cuda", old)
-    assert cuda_mod.device_kernel("x", _no_bf16_loop) is _no_bf16_loop
+    assert bf.device_kernel("x", _no_bf16_loop) is _no_bf16_loop
     bf._widened.discard("test_dk")
 
 
