@@ -19,9 +19,10 @@ answers, both "compute in float32, round once" (ARCHITECTURE, "float16 / bfloat1
 * every other ``"cuda"`` kernel is wrapped by :func:`widening` (``Op.kernel_for`` asks
   :func:`device_kernel`, on a backend with native bfloat16): when the kernel raises one
   of those errors on bfloat16 inputs, it runs again on float32 copies of them and its
-  floating outputs are rounded once to bfloat16 (the op is remembered: later calls widen at once). Only the error path
-  does work; every call pays the wrapper's frame, ~0.2-0.3 us measured on the CPU (a
-  GPU op's dispatch is ~10 us), on a GPU whose CuPy has bfloat16 only.
+  floating outputs are rounded once to bfloat16 (the op is remembered: later calls widen
+  at once). Only the error path does work; every call pays the wrapper's frame, ~0.2-0.3
+  us measured on the CPU (a GPU op's dispatch is ~10 us), on a GPU whose CuPy has
+  bfloat16 only. ``cast`` also passes the backend's bfloat16 gate (:func:`_gated_cast`).
 
 :func:`probe` decides whether a CuPy module has native bfloat16 (``CuPyRuntime`` asks at
 backend creation: no kernel is compiled); :func:`roundtrip` checks, on the first
