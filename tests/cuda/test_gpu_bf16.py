@@ -31,6 +31,8 @@ def test_bf16_tensors_on_the_gpu_are_refused_clearly(gpu):  # noqa: F811
         em.ones(2, dtype=em.bfloat16, device="cuda")
     with pytest.raises(TypeError, match="bfloat16"):
         em.ones(2, dtype=em.bfloat16).cuda()
+    with pytest.raises(TypeError, match="cast.*CuPy >= 14 with ml_dtypes"):
+        em.ones(2, device="cuda").to(em.bfloat16)
 
 
 def test_default_device_and_map_location_on_the_gpu(gpu, tmp_path):  # noqa: F811
