@@ -270,15 +270,20 @@ def compile(kernel: Kernel | ReduceKernel, prepare: bool = True):  # noqa: A001
     return ck.prepare() if prepare else ck
 
 
-#: a graph with at least this many distinct kernels compiles them as two shared objects,
-#: two compiler runs at once (a cold W3 step: ~90 kernels, 0.9 -> ~0.5 s on two cores)
+#: a graph with at least this many distinct kernels, or at least :data:`SPLIT_BYTES` of
+#: kernel C text in two or more kernels, compiles them as two shared objects, two compiler
+#: runs at once (a cold W3 step: ~90 kernels, 0.9 -> ~0.5 s on two cores). gcc takes
+#: ~0.04 s for the prelude a run and ~0.1 s per 10 KB of kernels, so a second run pays
+#: from ~8 KB; W3 with the cross-entropy fold (``ce_rows``) has 14 distinct kernels but 63
+#: KB of text (one run 0.79 s, two 0.5 s).
 SPLIT_KERNELS = 16
+SPLIT_BYTES = 16 * 1024
 
 
 def compile_many(kernels) -> list:
     """Compile several kernels into one shared object (one compiler run for all; two
     concurrent runs, each over about half of their C text, from :data:`SPLIT_KERNELS`
-    distinct kernels).
+    distinct kernels or :data:`SPLIT_BYTES` of their text).
 
     Each kernel's variant for its declared strides is built; other layouts compile
     separately on first use. Without a compiler, NumPy kernels (after one warning).
@@ -293,7 +298,9 @@ def compile_many(kernels) -> list:
     for p in parts:               # NOTE: equal kernels of other shapes render identically
         texts.setdefault(p[3], p[2])
     syms = list(texts)
-    half = _halfway([len(texts[s]) for s in syms]) if len(syms) >= SPLIT_KERNELS else len(syms)
+    sizes = [len(texts[s]) for s in syms]
+    split = len(syms) >= SPLIT_KERNELS or (len(syms) >= 2 and sum(sizes) >= SPLIT_BYTES)
+    half = _halfway(sizes) if split else len(syms)
     groups = [syms[:half], syms[half:]] if half < len(syms) else [syms]
     head = prelude(mvec=dict(cc.mvec))
     libs = _load_all([head + "".join(texts[s] for s in g) for g in groups], cc)

@@ -102,3 +102,27 @@ def test_many_kernels_compile_as_two_concurrent_libraries(fresh, monkeypatch):
     x = np.linspace(-1, 1, 7).astype(np.float32)
     for i, ck in enumerate(cks):
         np.testing.assert_allclose(ck(x), np.exp(x) * (i + 2), rtol=1e-6)
+
+
+def test_few_large_kernels_compile_as_two_concurrent_libraries(fresh, monkeypatch):
+    # the split is by C text too: fewer than SPLIT_KERNELS kernels holding SPLIT_BYTES of
+    # text between them are two compiler runs; below SPLIT_BYTES, one
+    import numpy as np
+    from ember import dtypes as dt
+    from ember.codegen import InputSpec, Kernel, Load, OutSpec, call, pool, runtime
+    pool.address()
+    log = _slow_compiles(monkeypatch, 0.5)
+
+    def kernels(c):
+        return [Kernel([InputSpec(dt.float32, (1,))], OutSpec(dt.float32, (7,)),
+                       call("exp", Load(0)) * float(i + c)) for i in range(3)]
+    monkeypatch.setattr(runtime, "SPLIT_BYTES", 1 << 30)
+    runtime.compile_many(kernels(2))
+    assert len(log) == 1
+    log.clear()
+    monkeypatch.setattr(runtime, "SPLIT_BYTES", 1)
+    cks = runtime.compile_many(kernels(7))
+    assert len(log) == 2 and len({ck.origin[0] for ck in cks}) == 2
+    x = np.linspace(-1, 1, 7).astype(np.float32)
+    for i, ck in enumerate(cks):
+        np.testing.assert_allclose(ck(x), np.exp(x) * (i + 7), rtol=1e-6)
