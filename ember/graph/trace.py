@@ -321,6 +321,14 @@ class Tracer(_Mode):
         self.broken = (reason, where)
         self.stop()
 
+    def on_transfer(self, t: Tensor, dev) -> None:
+        """``t`` is copied to device ``dev`` (``.to``, ``.cuda()``, ``.cpu()``). A graph has
+        no device-copy node yet, and the copy's result would be lifted as a tensor read
+        from this call's copy at every run (stale values): a graph break instead, so the
+        transfer and what follows run eagerly (or, with ``fullgraph=True``, an error)."""
+        self.unsupported(f"a device transfer of a {t._device} tensor to {dev} "
+                         f"(.to / .cuda() / .cpu(); move inputs before the compiled call)")
+
     def unsupported(self, what: str) -> None:
         """An operation the tracer can't record (e.g. randperm) happens under tracing."""
         where = user_location()

@@ -84,6 +84,10 @@ def _transfer(x: Tensor, dev, non_blocking: bool = False) -> Tensor:
     dst = get_backend(dev)
     if dev.type == "cuda":
         dst.check_index(dev.index, f"to({dev})")
+    for mode in dispatch.state.modes:       # NOTE: the tracer can't record a transfer yet
+        hook = getattr(mode, "on_transfer", None)
+        if hook is not None:
+            hook(x, dev)
     if x._requires_grad or x._fw is not None:
         from ..autograd.function import Function  # NOTE: above the ops layer: lazy
         return _device_copy(Function).apply(x, dev, non_blocking)

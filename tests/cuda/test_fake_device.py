@@ -209,3 +209,25 @@ def test_bfloat16_on_a_device_without_it_is_a_clear_error(fake_cuda, monkeypatch
     with pytest.raises(TypeError, match="valid: float16"):
         em.ones(2, dtype=em.bfloat16).cuda()
     assert em.ones(2, dtype=em.float16).cuda().dtype is em.float16
+
+
+def test_a_transfer_inside_a_compiled_function_is_a_graph_break_not_a_stale_copy(fake_cuda):
+    # a graph has no device-copy node: the copy made while tracing must not be replayed
+    # (it would be read at every run from that call's copy: the values of the first call)
+    c = em.ones(3)
+    x = em.zeros(3, device="cuda")
+
+    def f(x, y):
+        return x + y.cuda() + c.to("cuda")
+    g = em.compile(f)
+    with pytest.warns(UserWarning, match=r"graph break .*device transfer of a cpu tensor "
+                                         r"to cuda:0"):
+        assert g(x, em.ones(3)).cpu().tolist() == [2.0, 2.0, 2.0]
+    c.add_(1)
+    assert g(x, em.full((3,), 5.0)).cpu().tolist() == [7.0, 7.0, 7.0]
+    assert f(x, em.full((3,), 5.0)).cpu().tolist() == [7.0, 7.0, 7.0]
+
+    def back(x):
+        return (x * 2).cpu()
+    with pytest.raises(em.graph.GraphBreak, match=r"\.cpu\(\).*move inputs before"):
+        em.compile(back, fullgraph=True)(x)
