@@ -14,7 +14,8 @@ import pytest
 import ember as em
 from ember.codegen import interp
 from ember.codegen.ir import Const, InputSpec, Kernel, Load, OutSpec, call
-from ember.graph.passes.host_scalars import HostFusedOp, host_runner
+from ember.graph.passes.host_scalars import HostFusedOp, batch_runner, host_runner
+from ember.graph.passes.multi_launch import HostBatchOp
 
 
 def _adam_chain():
@@ -41,6 +42,25 @@ def test_host_runner_is_the_numpy_reference_bit_for_bit(step):
     # (up to NumPy's pow, which may be SIMD code rather than libm's on some machines)
     assert float(got[1]) == pytest.approx(3e-4 / (1 - 0.9 ** (step + 1)), rel=1e-15)
     assert float(got[3]) == -float(got[1])
+
+
+def test_batch_runner_is_each_members_host_runner_bit_for_bit():
+    # one NumPy pass over every parameter's chain (multi_launch's HostBatchOp) gives each
+    # parameter the bits its own chain gives (NumPy's SIMD loops included: same machine)
+    k = _adam_chain()
+    rng = np.random.default_rng(0)
+    steps = np.concatenate([np.arange(0, 40), rng.integers(0, 10**6, 200)]).astype(np.float32)
+    lrs = rng.uniform(1e-5, 1e-1, steps.size)
+    args = [a for st, lr in zip(steps, lrs) for a in (np.array(st), np.array(lr))]
+    got = batch_runner(k, 4, steps.size)(np, *args)
+    one = host_runner(k, 4)
+    assert len(got) == 4 * steps.size
+    for i in range(steps.size):
+        want = one(np, *args[2 * i:2 * i + 2])
+        for g, w in zip(got[4 * i:4 * i + 4], want):
+            assert g.dtype == w.dtype and g.shape == () and g.tobytes() == w.tobytes(), i
+    got[0][()] = -1.0                                   # each output its own memory
+    assert float(got[4]) == steps[1] + 1
 
 
 def _gpu_like(fake_cuda, monkeypatch, kernels: bool):
@@ -104,16 +124,19 @@ def test_fuse_cuda_runs_step_count_chains_on_the_host(fake_cuda, monkeypatch):
     _gpu_like(fake_cuda, monkeypatch, kernels=True)
     model, opt, fn = _train("cuda", steps=3)
     graph = fn.graphs()[-1]
-    hosted = [n for n in graph.nodes if isinstance(n.op, HostFusedOp)]
-    # one step-count chain per parameter, and the learning rate's 1 - lr * weight_decay
-    assert sum("pow" in n.params["ops"] for n in hosted) == len(list(model.parameters()))
-    assert len(hosted) == len(list(model.parameters())) + 1
+    hosted = [n for n in graph.nodes if isinstance(n.op, (HostFusedOp, HostBatchOp))]
+    # one step-count chain per parameter, all in one host pass (multi_launch's
+    # HostBatchOp), and the learning rate's 1 - lr * weight_decay
+    chains = [n for n in hosted if "pow" in n.params["ops"]]
+    assert len(chains) == 1 and isinstance(chains[0].op, HostBatchOp)
+    assert len(chains[0].op.sizes) == len(list(model.parameters()))
+    assert len(hosted) == 2
     for n in graph.nodes:               # no generated CUDA kernel writes a CPU value
         if hasattr(n.op, "module"):
             assert all(o.device.type == "cuda" for o in n.outs), n.op
     prog = _program(fn)
     assert {id(s) for s in prog._host} >= {id(s) for s, n in zip(prog.steps, graph.nodes)
-                                           if isinstance(n.op, HostFusedOp)}
+                                           if isinstance(n.op, (HostFusedOp, HostBatchOp))}
     # a generated kernel reads a host scalar from the upload buffer, broadcast once to its
     # loop shape (its launcher passes it as is: no broadcast_to per launch); a multi-launch
     # node (passes/multi_launch.py) reads its other members' slots as they are (0-d: its

@@ -24,7 +24,7 @@ from ...ops.registry import REGISTRY
 from ..host_steps import HOST_MAX
 from ..ir import GraphOp
 
-__all__ = ["HostFusedOp", "is_host_group", "HOST_MAX"]
+__all__ = ["HostFusedOp", "batch_runner", "is_host_group", "HOST_MAX"]
 
 
 def is_host_group(lowered) -> bool:
@@ -73,6 +73,36 @@ def host_runner(k: Kernel, nouts: int):
                 vals[dst] = r if getattr(r, "dtype", None) == dt else np.asarray(r).astype(dt)
         res = [_store(vals[j], shape, d) for j, d in outs]
         return res[0] if single else tuple(res)
+    return run
+
+
+def batch_runner(k: Kernel, nouts: int, members: int):
+    """``run(xp, *arrays) -> tuple``: kernel ``k`` for ``members`` independent argument
+    sets at once (member ``i``'s inputs at ``arrays[i * nin:(i + 1) * nin]``; its outputs
+    at ``[i * nouts:(i + 1) * nouts]`` of the result, each a new array): every operation
+    one NumPy call over the stacked values instead of one per member — AdamW's bias
+    corrections, one chain per parameter (~150 in a GPT step), as one. Element by
+    element the same operations as :func:`host_runner`'s, on the same dtypes."""
+    code, slots, outs = _flatten(k)
+    shape = tuple(k.out.shape)
+    nin = len(k.inputs)
+    lead = (members,) + shape
+
+    def run(_xp, *arrays, **_params):
+        vals = list(slots)
+        for j in range(nin):
+            vals[j] = np.stack([a if a.shape == shape else np.broadcast_to(a, shape)
+                                for a in arrays[j::nin]])
+        with np.errstate(all="ignore"):
+            for fn, args, casts, kw, dt, dst in code:
+                if casts is None:
+                    r = fn(np, *[vals[j] for j in args], **kw)
+                else:
+                    r = fn(np, *[vals[j] if c is None else np.asarray(vals[j]).astype(c)
+                                 for j, c in zip(args, casts)], **kw)
+                vals[dst] = r if getattr(r, "dtype", None) == dt else np.asarray(r).astype(dt)
+        res = [_store(vals[j], lead, d) for j, d in outs]
+        return tuple(np.array(r[i], dtype=r.dtype) for i in range(members) for r in res)
     return run
 
 

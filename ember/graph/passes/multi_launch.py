@@ -23,6 +23,15 @@ first cast's place: their inputs exist from the start, and the float16 copies of
 weights live into the backward anyway (a GPU graph keeps them: no ``recast``); a large
 copy read only right after its cast (inference) is not moved (:func:`_kept`).
 
+The host steps of such a graph (:class:`~.host_scalars.HostFusedOp`: AdamW's bias
+corrections, one chain per parameter, run with NumPy) of one expression become one
+:class:`HostBatchOp` each: one NumPy call per operation over all the members' values
+stacked (~150 chains of ~8 operations each in a GPT step: ~1200 NumPy calls a run become
+~8), element by element the same operations. Each parameter's update reads its chain, so
+these groups are made differently (:func:`_host_groups`): a chain joins the first one of
+its expression when every value it reads exists there already (graph inputs: the step
+counts), and the group's node takes the first member's place.
+
 Only graphs on a device with the ``cuda_kernels`` capability change (a GPU: CPU graphs and
 the stand-in's host kernels are untouched). ``EMBER_MULTI_LAUNCH=0`` turns the pass off,
 ``EMBER_MULTI_LAUNCH=nocasts`` leaves the casts alone (measurements).
@@ -35,8 +44,9 @@ import os
 from ..ir import Graph, GraphOp, Node, Var
 from .dce import dce
 from .fuse_cuda import CudaFusedOp, content_name, renamed
+from .host_scalars import HostFusedOp, batch_runner
 
-__all__ = ["MAX_GROUP", "SMALL_CAST", "MultiFusedOp", "multi_launch"]
+__all__ = ["MAX_GROUP", "SMALL_CAST", "HostBatchOp", "MultiFusedOp", "multi_launch"]
 
 #: members per group at most (the runner launches 256 records at a time anyway).
 MAX_GROUP = 1024
@@ -76,15 +86,40 @@ class MultiFusedOp(GraphOp):
         return f"<graph op fused x{len(self.kernels)} (cuda, one launch): {self.ops}>"
 
 
+class HostBatchOp(GraphOp):
+    """One host step for several independent :class:`~.host_scalars.HostFusedOp` nodes of
+    one expression (:func:`~.host_scalars.batch_runner`); inputs and outputs are the
+    members', one member after another. New memory (``host``: NumPy arrays, see
+    :mod:`ember.graph.host_steps`)."""
+
+    __slots__ = ("kernel", "ops", "sizes")
+    host = True
+
+    def __init__(self, members: list):
+        self.kernel = members[0].op.kernel
+        self.ops = members[0].op.ops
+        self.sizes = tuple((len(n.inputs), len(n.outs)) for n in members)
+        super().__init__("fused", batch_runner(self.kernel, len(members[0].outs),
+                                               len(members)))
+
+    def __repr__(self) -> str:
+        return f"<graph op fused x{len(self.sizes)} (host, one pass): {self.ops}>"
+
+
 def _device_xp(members):
     from ...device.base import get_backend
     dev = next(o.device for n in members for o in n.outs if o.device is not None)
     return get_backend(dev).xp
 
 
-def _candidate(n) -> str | None:
-    """The kernel name of a node that may join a group, else None."""
+def _candidate(n):
+    """The group key of a node that may join a group (its kernel's name; a host step's
+    expressions, input layouts and shape), else None."""
     op = n.op
+    if isinstance(op, HostFusedOp):
+        k = op.kernel
+        return ("host", tuple(k.outputs), tuple((s.dtype, s.strides) for s in k.inputs),
+                tuple(k.out.shape), len(n.outs))
     mod = getattr(op, "module", None)
     k = getattr(op, "kernel", None)
     if not isinstance(op, CudaFusedOp) or k is None or k.name not in getattr(
@@ -93,8 +128,9 @@ def _candidate(n) -> str | None:
     return k.name
 
 
-def _groups(nodes) -> list:
-    """Lists of node indices, each a group of at least two (see the module doc)."""
+def _groups(nodes, skip=frozenset()) -> list:
+    """Lists of node indices, each a group of at least two (see the module doc); nodes
+    in ``skip`` join none."""
     done, open_, made_by = [], {}, {}
 
     def close(name):
@@ -110,8 +146,8 @@ def _groups(nodes) -> list:
                      if x.__class__ is Var and x.id in made_by}:
             if name in open_:
                 close(name)
-        name = _candidate(n)
-        if name is None:
+        name = _candidate(n) if i not in skip else None
+        if name is None or isinstance(name, tuple):      # NOTE: host steps: _host_groups
             continue
         if len(open_.get(name, ())) >= MAX_GROUP:
             close(name)
@@ -121,6 +157,25 @@ def _groups(nodes) -> list:
     for name in list(open_):
         close(name)
     return done
+
+
+def _host_groups(nodes) -> list:
+    """Lists of indices of :class:`~.host_scalars.HostFusedOp` nodes of one expression
+    (at least two) whose inputs all exist before the first one's place (module doc)."""
+    made_at: dict = {}
+    first: dict = {}
+    for i, n in enumerate(nodes):
+        if isinstance(n.op, HostFusedOp):
+            key = _candidate(n)
+            g = first.get(key)
+            if g is None:
+                first[key] = [i]
+            elif len(g) < MAX_GROUP and all(
+                    made_at.get(x.id, -1) < g[0] for x in n.inputs if x.__class__ is Var):
+                g.append(i)
+        for o in n.outs:
+            made_at[o.id] = i
+    return [g for g in first.values() if len(g) > 1]
 
 
 def _generated_cuda(graph) -> bool:
@@ -222,16 +277,19 @@ def multi_launch(graph: Graph):
         return graph, {"groups": 0}
     graph, _ = dce(graph)               # NOTE: a dead member would keep a group's outputs
     graph, casts = _hoist_casts(graph) if mode != "nocasts" else (graph, 0)
-    groups = _groups(graph.nodes)
-    if not groups:
+    host = _host_groups(graph.nodes)
+    groups = _groups(graph.nodes, skip={i for g in host for i in g})
+    if not groups and not host:
         return graph, {"groups": 0, "casts": casts}
     at = {g[-1]: g for g in groups}
-    moved = {i for g in groups for i in g}
+    at.update((g[0], g) for g in host)
+    moved = {i for g in groups + host for i in g}
     nodes = []
     for i, n in enumerate(graph.nodes):
         if i in at:
             members = [graph.nodes[j] for j in at[i]]
-            op = MultiFusedOp(members)
+            op = HostBatchOp(members) if isinstance(members[0].op, HostFusedOp) else \
+                MultiFusedOp(members)
             nodes.append(Node(op, tuple(x for m in members for x in m.inputs),
                               {"ops": op.ops}, tuple(o for m in members for o in m.outs),
                               loc=members[0].loc))
@@ -239,4 +297,5 @@ def multi_launch(graph: Graph):
             nodes.append(n)
     return Graph(graph.inputs, nodes, graph.outputs, graph.name), {
         "groups": len(groups), "launches_saved": sum(len(g) - 1 for g in groups),
-        "casts": casts}
+        "casts": casts, "host_groups": len(host),
+        "host_steps_saved": sum(len(g) - 1 for g in host)}
