@@ -13,6 +13,15 @@ target). In the compiled W1 step (batch 128, 10 classes) the scatter node cost ~
 in the step — a loop of NumPy calls on caches the GEMMs had just evicted — and the select
 now runs inside log-softmax's backward kernel (issue 19, item 7).
 
+On a GPU graph the select's sum over ``dim`` (log-softmax's backward sums its incoming
+gradient over the row: ``g - exp(y) * sum(g)``) is written without the row: exactly one
+element of a row is selected when the index is in ``[0, shape[dim])``, so the sum is
+``where((idx >= 0) & (idx < shape[dim]), g, 0)``, one value per row. The cross-entropy
+backward's kernel then reads its (8192, 50257) logits once, not twice (a reduction
+stage over each row, then the row again), and no int64 iota in the first pass. Bits: the
+same, but for the sign of a zero (a sum starting from +0.0 made ``-0.0`` ``+0.0``). CPU
+graphs keep the sum (``ce_rows`` matches their form; their rows are short).
+
 Semantics: bitwise the registry kernel's result for every value (NaN and -0.0 included;
 a select, not an add), and like it an index outside ``[0, shape[dim])`` selects nothing
 (its row of the gradient is zero). The general (``bincount``) kernel adds to +0.0, so a
@@ -52,9 +61,12 @@ def scatter_select(graph: Graph):
     if not any(_fits(n) and n.outs[0].id not in folded for n in graph.nodes):
         return graph, {"scatter_select": 0}
     count = 0
+    made: dict = {}         # a GPU graph's select (new var id) -> (idx, g, n, dim, zero)
 
     def rule(rw, n, ins):
         nonlocal count
+        if n.op.name == "sum":
+            return _row_sum(rw, n, ins, made)
         if not _fits(n) or n.outs[0].id in folded:
             return None
         count += 1
@@ -69,7 +81,30 @@ def scatter_select(graph: Graph):
         c = rw.b.constant(iota, _dt.int64, g.device)
         hit = rw.emit("eq", (idx, c))
         zero = False if g.dtype is _dt.bool_ else (0.0 if g.dtype.is_floating_point else 0)
-        return (rw.emit("where", (hit, g, zero)),)
+        out = rw.emit("where", (hit, g, zero))
+        if g.device.type != "cpu":
+            made[out.id] = (idx, g, shape[dim], dim, zero)
+        return (out,)
 
     new = Rewrite(graph).run(rule)
     return new, {"scatter_select": count}
+
+
+def _row_sum(rw, n, ins, made):
+    """``sum(select, dim, keepdim=True)`` of a select ``made`` on a GPU graph, as the one
+    value each row selects (module doc); None where it is not that sum."""
+    x = ins[0]
+    if len(ins) != 1 or x.__class__ is not Var or x.id not in made:
+        return None
+    idx, g, size, dim, zero = made[x.id]
+    p = n.params
+    dims = p.get("dim")
+    dims = (dims,) if isinstance(dims, int) else tuple(dims or ())
+    if p.get("dtype") is not None or not p.get("keepdim") or \
+            tuple(d % x.ndim for d in dims) != (dim,):
+        return None
+    o = n.outs[0]
+    if o.dtype is not g.dtype or tuple(o.shape) != tuple(idx.shape):
+        return None
+    ok = rw.emit("logical_and", (rw.emit("ge", (idx, 0)), rw.emit("lt", (idx, size))))
+    return (rw.emit("where", (ok, g, zero)),)
