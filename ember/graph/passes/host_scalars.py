@@ -63,17 +63,22 @@ def host_runner(k: Kernel, nouts: int):
         vals = list(slots)
         for i, a in enumerate(arrays):
             vals[i] = a if a.shape == shape else np.broadcast_to(a, shape)
-        with np.errstate(all="ignore"):
-            for fn, args, casts, kw, dt, dst in code:
-                if casts is None:
-                    r = fn(np, *[vals[j] for j in args], **kw)
-                else:
-                    r = fn(np, *[vals[j] if c is None else np.asarray(vals[j]).astype(c)
-                                 for j, c in zip(args, casts)], **kw)
-                vals[dst] = r if getattr(r, "dtype", None) == dt else np.asarray(r).astype(dt)
+        _evaluate(code, vals)
         res = [_store(vals[j], shape, d) for j, d in outs]
         return res[0] if single else tuple(res)
     return run
+
+
+def _evaluate(code, vals) -> None:
+    """Run :func:`_flatten`'s steps over the slot list ``vals`` (filled in place)."""
+    with np.errstate(all="ignore"):
+        for fn, args, casts, kw, dt, dst in code:
+            if casts is None:
+                r = fn(np, *[vals[j] for j in args], **kw)
+            else:
+                r = fn(np, *[vals[j] if c is None else np.asarray(vals[j]).astype(c)
+                             for j, c in zip(args, casts)], **kw)
+            vals[dst] = r if getattr(r, "dtype", None) == dt else np.asarray(r).astype(dt)
 
 
 def batch_runner(k: Kernel, nouts: int, members: int):
@@ -93,14 +98,7 @@ def batch_runner(k: Kernel, nouts: int, members: int):
         for j in range(nin):
             vals[j] = np.stack([a if a.shape == shape else np.broadcast_to(a, shape)
                                 for a in arrays[j::nin]])
-        with np.errstate(all="ignore"):
-            for fn, args, casts, kw, dt, dst in code:
-                if casts is None:
-                    r = fn(np, *[vals[j] for j in args], **kw)
-                else:
-                    r = fn(np, *[vals[j] if c is None else np.asarray(vals[j]).astype(c)
-                                 for j, c in zip(args, casts)], **kw)
-                vals[dst] = r if getattr(r, "dtype", None) == dt else np.asarray(r).astype(dt)
+        _evaluate(code, vals)
         res = [_store(vals[j], lead, d) for j, d in outs]
         return tuple(np.array(r[i], dtype=r.dtype) for i in range(members) for r in res)
     return run
