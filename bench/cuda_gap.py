@@ -58,11 +58,12 @@ class Recorder:
         self.inner = []         # launches seen inside the current event
 
     # ---------------------------------------------------------------- loader stub
-    def launch(self, name, args):
+    def launch(self, name, args, writes=None):
         b = sum(_nbytes(a) for a in args)
-        for a in args:      # NOTE: nothing runs: zeros keep later index ops in bounds
+        for i, a in enumerate(args):    # NOTE: nothing runs: zeros keep later index ops
             if getattr(a, "ndim", 0) and getattr(a, "flags", None) is not None \
-                    and a.flags.writeable:
+                    and a.flags.writeable and (writes is None or i < len(writes) and
+                                               writes[i]):      # in bounds (outputs only)
                 a[...] = 0
         if os.environ.get("CGAP_DETAIL") and not self.depth:
             print("DETAIL launch", name, [(a.shape, str(a.dtype)) if hasattr(a, "shape")
@@ -177,6 +178,17 @@ def _opcat(name):
     return "elementwise (CuPy)"
 
 
+def _writes(source: str, name: str):
+    """Per parameter of kernel ``name`` in ``source``: whether the kernel may write it (a
+    non-const pointer), or None when its signature is not found (then every writeable
+    array argument counts as written)."""
+    import re
+    m = re.search(r'__global__ void ' + re.escape(name) + r'\(([^)]*)\)', source)
+    if m is None:
+        return None
+    return tuple("*" in p and "const" not in p for p in m.group(1).split(","))
+
+
 def _setup(rec):
     os.environ["EMBER_FAKE_CUDA"] = "1"
     os.environ.setdefault("EMBER_GRAPH_CACHE", "0")
@@ -187,13 +199,14 @@ def _setup(rec):
     be.capabilities = be.capabilities - {"host_kernels"} | {"cuda_kernels"}
 
     class Stub:
-        def __init__(self, mod):
-            self.mod = mod
+        def __init__(self, mod, source=""):
+            self.mod, self.source = mod, source
 
         def get_function(self, name):
-            return lambda grid, block, args, shared_mem=0, **k: rec.launch(name, args)
+            w = _writes(self.source, name)
+            return lambda grid, block, args, shared_mem=0, **k: rec.launch(name, args, w)
 
-    cuda_cache.module_loader = lambda source, name: Stub(name)
+    cuda_cache.module_loader = lambda source, name: Stub(name, source)
 
     def matmul(xp, x, y, tf32=False, out=None):   # the stand-in has no cuBLAS
         rec.launch("cublas_gemm", (x, y))

@@ -54,11 +54,12 @@ def _setup():
     # NOTE: a launch only counts here (cuda_gap's recorder sums bytes and zeroes every
     # output: ~40 us a launch that a GPU does not spend); integer outputs are zeroed
     # (indices a later gather reads), float ones keep whatever xp.empty held
-    def launch(name, args):
+    def launch(name, args, writes=None):
         rec.rows.append(("launch", name, 1, 0))
-        for a in args:
+        for i, a in enumerate(args):    # NOTE: outputs only (a kernel's inputs may be
             if a.__class__ is np.ndarray and a.dtype.kind in "iub" and a.ndim and \
-                    a.flags.writeable:
+                    a.flags.writeable and (writes is None or i < len(writes) and
+                                           writes[i]):      # traced constants)
                 a[...] = 0
     rec.launch = launch
     return rec

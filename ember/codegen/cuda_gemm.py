@@ -277,21 +277,34 @@ def _plan_key(x, y, xp, tf32, out) -> tuple:
 
 
 _ONE, _ZERO = np.array(1.0, np.float32), np.array(0.0, np.float32)
+#: the host addresses of ``_ONE`` and ``_ZERO`` (cuBLAS's alpha and beta: module-lifetime
+#: arrays). NOTE: ``ndarray.ctypes`` builds a ctypes object (~2-5 us): twice a GEMM.
+_ALPHA, _BETA = _ONE.ctypes.data, _ZERO.ctypes.data
+
+#: ``(cublas, get_cublas_handle)``, imported on the first GEMM (NOTE: two function-level
+#: imports were ~2 us of each of a compiled GPT step's ~150 GEMMs)
+_CUBLAS: tuple = ()
+
+
+def _cublas_modules() -> tuple:
+    global _CUBLAS
+    from cupy_backends.cuda.libs import cublas
+    import cupy
+    _CUBLAS = (cublas, cupy.cuda.device.get_cublas_handle)
+    return _CUBLAS
 
 
 def _cublas(p) -> None:
     """Run plan ``p``'s GEMM (the only part that needs a GPU: the host stand-in of
     ``bench/cuda_host.py`` replaces it)."""
-    from cupy_backends.cuda.libs import cublas
-    import cupy
-    handle = cupy.cuda.device.get_cublas_handle()
-    head = (handle, p["transa"], p["transb"], p["m"], p["n"], p["k"], _ONE.ctypes.data)
+    cublas, get_handle = _CUBLAS or _cublas_modules()
+    head = (get_handle(), p["transa"], p["transb"], p["m"], p["n"], p["k"], _ALPHA)
     a = (p["A"].data.ptr, p["type"], p["lda"])
     b = (p["B"].data.ptr, p["type"], p["ldb"])
     c = (p["C"].data.ptr, p["type"], p["ldc"])
     tail = (p["compute"], CUBLAS_GEMM_DEFAULT_TENSOR_OP)
     if p["fn"] == "gemmEx":
-        cublas.gemmEx(*head, *a, *b, _ZERO.ctypes.data, *c, *tail)
+        cublas.gemmEx(*head, *a, *b, _BETA, *c, *tail)
     else:
         cublas.gemmStridedBatchedEx(*head, *a, p["strideA"], *b, p["strideB"],
-                                    _ZERO.ctypes.data, *c, p["strideC"], p["batch"], *tail)
+                                    _BETA, *c, p["strideC"], p["batch"], *tail)

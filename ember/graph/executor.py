@@ -26,6 +26,7 @@ from ..device.base import _backends
 from ..dtypes import bool_ as _bool
 from .host_steps import Uploads, host_values
 from .ir import CONSTANT, Graph, Var
+from .view_chains import chain_views
 
 
 class _Step:
@@ -170,6 +171,9 @@ class Program:
             slots = self._uploads.redirect(steps, graph.nodes, hosted, hostv, var_of, slots,
                                            consts, nvars)
         self._dev_steps = [s for s in steps if id(s) not in hosted]
+        if btype != "cpu" and not parallel:
+            # NOTE: views read by one step only run inside that step (.view_chains)
+            self._serial = chain_views(self._serial, steps, graph.nodes, keep, xp)
         self.nslots = slots
         self.nvars = nvars
         self._consts = consts

@@ -89,6 +89,32 @@ def _same_args(a, b):
             assert type(x) is type(y) and x == y, (x, y)
 
 
+def _ptr(a):
+    return a.__array_interface__["data"][0]
+
+
+def _same_pointers(a, b):
+    """What a launch reads of its array arguments: each one's pointer and dtype (a replayed
+    plan may pass a bias as is where kernel_plan passed its broadcast view)."""
+    assert len(a) == len(b)
+    for x, y in zip(a, b):
+        assert isinstance(x, np.ndarray) and isinstance(y, np.ndarray)
+        assert _ptr(x) == _ptr(y) and x.dtype == y.dtype
+
+
+def _same_inputs(got, want, arrays):
+    """A replayed launch's inputs against kernel_plan's: the same pointers where
+    kernel_plan's view starts at the array's own first element, else (a copy made each
+    call, or a number's device copy) the same layout and values."""
+    for x, y, a in zip(got, want, arrays):
+        if isinstance(a, np.ndarray) and _ptr(y) == _ptr(a):
+            _same_pointers([x], [y])
+        elif isinstance(a, np.ndarray):
+            _same_args([x], [y])
+        else:
+            assert x.dtype == y.dtype and np.all(x == y)
+
+
 def _kernels():
     ew = Kernel([InputSpec(dt.float32, (0, 1)), InputSpec(dt.float32, (1, 0)),
                  InputSpec(dt.float32, (0, 0))], OutSpec(dt.float32, (4, 5)),
@@ -129,7 +155,7 @@ def test_runner_replays_its_plan_on_a_layout_seen_before():
             got = mod.calls[-1]
             assert got[:3] == (name, grid, block)
             n_in = len(arrays)
-            _same_args(got[3][:n_in], args[:n_in])
+            _same_inputs(got[3][:n_in], args[:n_in], arrays)
             _same_args(got[3][n_in + len(outs):], args[n_in + len(outs):])
             assert np.shape(res) == outs[0].shape
         assert len(mod.calls) == 5
@@ -174,3 +200,38 @@ def test_runner_replays_row_entry_plans():
         _same_args(got[3][4:], args[4:])
     flags = int(mod.calls[-1][3][4])
     assert flags >> (cl.ROW_BIT + 1) & 1 and flags >> (cl.COL_BIT + 2) & 1
+
+
+def test_replayed_plan_passes_broadcast_inputs_and_numbers_without_broadcast_to(monkeypatch):
+    # a bias row (broadcast view at its own first element) is passed as is and a number as
+    # its device copy made at planning: no broadcast_to per replayed launch; a reduction
+    # whose reshape copies (axes that can't merge) still broadcasts and copies each call
+    from ember.codegen import cuda_launch as cl
+    k = _kernels()[0]
+    mod = _Module()
+    run = cl._runner(mod, k, None, np)
+    rng = np.random.default_rng(3)
+    x, y = rng.standard_normal((4, 5)).astype(np.float32), rng.standard_normal(
+        (4, 1)).astype(np.float32)
+    run(np, x, y, 2.0)
+    calls = []
+    real = np.broadcast_to
+    monkeypatch.setattr(np, "broadcast_to", lambda *a, **kw: calls.append(1) or real(*a, **kw))
+    x2, y2 = x + 1, y * 3
+    run(np, x2, y2, 2.0)
+    assert not calls
+    got = mod.calls[-1][3]
+    assert got[0] is x2 and got[1] is y2 and got[2].ndim == 0 and got[2] == 2.0
+    ref = cl.kernel_plan(k, [x2, y2, 2.0], np, "block")[3]
+    _same_pointers(got[:3], ref[:3])
+    _same_args(got[4:], ref[4:])
+    red = ReduceKernel([InputSpec(dt.float32, (12, 4, 1))], (2, 3, 4), 2,
+                       [Reduce("sum", Load(0))], None, OutSpec(dt.float32, (2,)))
+    run = cl._runner(mod, red, None, np)
+    for _ in range(2):
+        z = rng.standard_normal((2, 4, 3)).astype(np.float32).transpose(0, 2, 1)
+        run(np, z)
+        ref = cl.kernel_plan(red, [z], np, "block")[3]
+        assert _ptr(mod.calls[-1][3][0]) != _ptr(z)            # the merged copy
+        _same_args(mod.calls[-1][3][:1], ref[:1])
+    assert calls

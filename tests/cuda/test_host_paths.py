@@ -1,0 +1,59 @@
+"""Host-path details of GPU launches checked without a GPU (issue 21: host-bound steps).
+
+``cuda_gemm._cublas`` imports cuBLAS's bindings once and passes alpha/beta as the host
+addresses of module-lifetime float32 scalars, read once (``ndarray.ctypes`` per call was
+~2-5 us, twice a GEMM). A fake ``cupy``/``cupy_backends`` records the calls.
+"""
+import ctypes
+import sys
+import types
+
+from ember.codegen import cuda_gemm as cg
+
+
+class _Arr:
+    def __init__(self, ptr):
+        self.data = types.SimpleNamespace(ptr=ptr)
+
+
+def _fakes(calls):
+    cublas = types.SimpleNamespace(
+        gemmEx=lambda *a: calls.append(("gemmEx", a)),
+        gemmStridedBatchedEx=lambda *a: calls.append(("batched", a)))
+    libs = types.ModuleType("cupy_backends.cuda.libs")
+    libs.cublas = cublas
+    handles = iter(range(100, 200))
+    cupy = types.ModuleType("cupy")
+    cupy.cuda = types.SimpleNamespace(device=types.SimpleNamespace(
+        get_cublas_handle=lambda: next(handles)))
+    return {"cupy": cupy, "cupy_backends": types.ModuleType("cupy_backends"),
+            "cupy_backends.cuda": types.ModuleType("cupy_backends.cuda"),
+            "cupy_backends.cuda.libs": libs}
+
+
+def _plan(fn):
+    return dict(fn=fn, transa=0, transb=1, m=4, n=5, k=6, A=_Arr(1000), B=_Arr(2000),
+                C=_Arr(3000), type=2, lda=4, ldb=6, ldc=4, compute=68, strideA=24,
+                strideB=30, strideC=20, batch=3)
+
+
+def test_cublas_call_reads_alpha_beta_and_bindings_once(monkeypatch):
+    calls = []
+    for name, mod in _fakes(calls).items():
+        monkeypatch.setitem(sys.modules, name, mod)
+    monkeypatch.setattr(cg, "_CUBLAS", ())
+    cg._cublas(_plan("gemmEx"))
+    for name in ("cupy", "cupy_backends.cuda.libs"):    # no import on later calls
+        monkeypatch.delitem(sys.modules, name)
+    cg._cublas(_plan("gemmStridedBatchedEx"))
+    (f1, a1), (f2, a2) = calls
+    assert f1 == "gemmEx" and f2 == "batched"
+    assert a1[0] == 100 and a2[0] == 101            # the current device's handle each call
+    assert a1[1:6] == (0, 1, 4, 5, 6)
+    assert ctypes.c_float.from_address(a1[6]).value == 1.0
+    assert a1[7:10] == (1000, 2, 4) and a1[10:13] == (2000, 2, 6)
+    assert ctypes.c_float.from_address(a1[13]).value == 0.0
+    assert a1[14:] == (3000, 2, 4, 68, cg.CUBLAS_GEMM_DEFAULT_TENSOR_OP)
+    assert a2[6] == a1[6] and a2[7:11] == (1000, 2, 4, 24) and a2[11:15] == (2000, 2, 6, 30)
+    assert a2[15] == a1[13] and a2[16:] == (3000, 2, 4, 20, 3, 68,
+                                            cg.CUBLAS_GEMM_DEFAULT_TENSOR_OP)
