@@ -61,6 +61,9 @@ _saved: dict = {}
 MAX_SAVED = 48
 #: backward calls that reused a saved lse / reran the forward kernel (tests, benchmarks).
 stats = {"lse_reused": 0, "forward_reruns": 0}
+#: the backward's device stride arrays by (array module, device, strides): made once per
+#: layout. NOTE: each was a host-to-device copy, two per backward call (24 a GPT step).
+_stride_arrays: dict = {}
 
 
 def variant(dtype_name: str, d: int, dv: int) -> tuple:
@@ -147,8 +150,8 @@ def backward_plans(g, q, k, v, o, lse, scale, is_causal, xp=np, outs=None):
     delta = xp.empty((nb, tq), np.float32)
     common = [np.int32(x) for x in (b1, tq, tk, d, dv, int(bool(is_causal)))]
     common.append(np.float32(scale))
-    st_kv = xp.asarray(np.array(qs + ks + vs + gs + dks + dvs, np.int64))
-    st_q = xp.asarray(np.array(qs + ks + vs + gs + dqs, np.int64))
+    st_kv = _strides_array(xp, tuple(qs + ks + vs + gs + dks + dvs))
+    st_q = _strides_array(xp, tuple(qs + ks + vs + gs + dqs))
     pre = (g, o, delta, np.int32(b1), np.int32(tq), np.int32(dv),
            *[np.int64(x) for x in gs + os_])
     launches = [
@@ -158,6 +161,18 @@ def backward_plans(g, q, k, v, o, lse, scale, is_causal, xp=np, outs=None):
         (f"ember_flash_dq_{s}", _grid(tq, nb, rows), (THREADS, 1, 1),
          (q, k, v, g, lse, delta, dq, *common, st_q))]
     return launches, (dq, dk, dvv)
+
+
+def _strides_array(xp, strides: tuple):
+    """The device int64 array of ``strides`` (read-only to the kernels), one per layout."""
+    dev = xp.cuda.runtime.getDevice() if hasattr(xp, "cuda") else -1
+    key = (xp.__name__, dev, strides)
+    a = _stride_arrays.get(key)
+    if a is None:
+        if len(_stride_arrays) > 256:
+            _stride_arrays.clear()
+        a = _stride_arrays[key] = xp.asarray(np.array(strides, np.int64))
+    return a
 
 
 def _module(dtype_name: str, d: int, dv: int):

@@ -57,3 +57,30 @@ def test_cublas_call_reads_alpha_beta_and_bindings_once(monkeypatch):
     assert a2[6] == a1[6] and a2[7:11] == (1000, 2, 4, 24) and a2[11:15] == (2000, 2, 6, 30)
     assert a2[15] == a1[13] and a2[16:] == (3000, 2, 4, 20, 3, 68,
                                             cg.CUBLAS_GEMM_DEFAULT_TENSOR_OP)
+
+
+def test_attention_backward_stride_arrays_are_made_once_per_layout(monkeypatch):
+    # backward_plans' two device stride arrays were a host-to-device copy each call; they
+    # are kept per layout: a second call of one layout passes the same arrays, another
+    # layout gets its own, each holding that call's strides
+    import numpy as np
+    from ember.codegen import cuda_attention as ca
+    monkeypatch.setattr(ca, "_stride_arrays", {})
+    rng = np.random.default_rng(0)
+
+    def plans(shape, perm=None):
+        q, k, v, g, o = (rng.standard_normal(shape).astype(np.float16) for _ in range(5))
+        if perm is not None:
+            q = np.ascontiguousarray(q.transpose(perm)).transpose(np.argsort(perm))
+        lse = np.zeros((2 * 3, shape[-2]), np.float32)
+        launches, outs = ca.backward_plans(g, q, k, v, o, lse, 0.125, True, np)
+        return launches[1][3][-1], launches[2][3][-1], q
+
+    kv1, q1, _ = plans((2, 3, 16, 32))
+    kv2, q2, _ = plans((2, 3, 16, 32))
+    assert kv2 is kv1 and q2 is q1 and len(ca._stride_arrays) == 2
+    kv3, q3, q = plans((2, 3, 16, 32), perm=(0, 2, 1, 3))     # q's heads interleaved
+    assert kv3 is not kv1 and q3 is not q1 and len(ca._stride_arrays) == 4
+    qs = [s // q.itemsize for s in q.strides[:3]]
+    assert list(q3[:3]) == qs and list(kv3[:3]) == qs and list(kv1[:3]) == [3 * 512, 512, 32]
+    assert kv1.dtype == np.int64 and len(kv1) == 18 and len(q1) == 15
