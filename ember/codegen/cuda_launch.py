@@ -388,7 +388,7 @@ class _Plan:
     merged axes) each call. The ``_c`` entry's ALIGNED flag is worked out again."""
 
     __slots__ = ("name", "grid", "block", "tail", "prep", "space", "loop", "outs",
-                 "base_flags", "dtypes", "row", "vec", "consts")
+                 "base_flags", "dtypes", "row", "vec")
 
     def __init__(self, k, arrays, name, grid, block, args, res, nd):
         self.name, self.grid, self.block = name, grid, block
@@ -403,11 +403,10 @@ class _Plan:
         self.prep = [isinstance(a, nd) and (self.row or a.shape == self.space and
                                             a.dtype == d and len(self.loop) == len(self.space))
                      for a, d in zip(arrays, self.dtypes)]
-        self.consts = [None] * len(arrays)
         if not self.row:
             for i, (a, d, v) in enumerate(zip(arrays, self.dtypes, args)):
                 if not self.prep[i]:
-                    self.prep[i] = _passing(a, d, v, nd, self.consts, i)
+                    self.prep[i] = _passing(a, d, v, nd)
         self.outs = [(o.shape, o.dtype) for o in res]
         self.base_flags = None
         if (name.endswith("_c") or self.row) and not red:
@@ -416,10 +415,8 @@ class _Plan:
 
     def args(self, xp, arrays, given):
         ins = []
-        for a, direct, d, c in zip(arrays, self.prep, self.dtypes, self.consts):
-            if direct is _CONST:
-                a = c
-            elif self.row and not direct:
+        for a, direct, d in zip(arrays, self.prep, self.dtypes):
+            if direct is _CONST or self.row and not direct:
                 a = _asarray(xp, a, d)
             elif not direct:
                 a = xp.broadcast_to(_asarray(xp, a, d), self.space)
@@ -438,17 +435,17 @@ class _Plan:
 
 
 #: :attr:`_Plan.prep` of an array passed as is although the plan broadcasts it / of a
-#: number passed as its device copy made at planning (both truthy, as "as is").
+#: number passed as its (cached, per device) device copy, not broadcast.
 _ALIAS, _CONST = 2, 3
 
 
-def _passing(a, d, v, nd, consts, i):
+def _passing(a, d, v, nd):
     """How :class:`_Plan` passes input ``a``, planned as ``v`` (broadcast, maybe reshaped):
     :data:`_ALIAS` when ``a`` is a device array of dtype ``d`` and ``v`` starts at its
-    first element (no copy: a reshape that can't merge axes copies); :data:`_CONST` (the
-    copy in ``consts[i]``: the layout key holds the value) for a number whose device copy
-    ``v`` starts at; else False (broadcast each call). NOTE: ``broadcast_to`` is ~3-5 us
-    in CuPy, ~8 us in NumPy; a GPT step's fused launches made ~150 a call."""
+    first element (no copy: a reshape that can't merge axes copies); :data:`_CONST` for a
+    number whose 0-d device copy ``v`` starts at (:func:`_asarray`'s, by device); else
+    False (broadcast each call). NOTE: ``broadcast_to`` is ~3-5 us in CuPy, ~8 us in
+    NumPy; a GPT step's fused launches made ~150 a call."""
     if isinstance(a, nd):
         return _ALIAS if a.dtype == d and _ptr(v) == _ptr(a) else False
     if a.__class__ in (int, float, bool) and v.base is not None:
@@ -456,7 +453,6 @@ def _passing(a, d, v, nd, consts, i):
         while isinstance(root.base, nd):
             root = root.base
         if root.ndim == 0 and _ptr(root) == _ptr(v):
-            consts[i] = root
             return _CONST
     return False
 

@@ -204,7 +204,7 @@ def test_runner_replays_row_entry_plans():
 
 def test_replayed_plan_passes_broadcast_inputs_and_numbers_without_broadcast_to(monkeypatch):
     # a bias row (broadcast view at its own first element) is passed as is and a number as
-    # its device copy made at planning: no broadcast_to per replayed launch; a reduction
+    # its cached 0-d device copy: no broadcast_to per replayed launch; a reduction
     # whose reshape copies (axes that can't merge) still broadcasts and copies each call
     from ember.codegen import cuda_launch as cl
     k = _kernels()[0]

@@ -2,7 +2,7 @@
 ``python -m pytest -q tests/cuda/test_gpu_host_paths.py``.
 
 Replayed fused launches pass a broadcast operand (a bias row, a per-row column) as the
-array itself and a number as its device copy made at planning (the kernel reads pointers
+array itself and a number as its cached device copy (the kernel reads pointers
 only); a device graph's views run inside their one reader (``graph/view_chains.py``); the
 attention backward's stride arrays are made once per layout. Each compiled call (first,
 replayed, replayed on new values) must equal the same function run eagerly on the GPU.
