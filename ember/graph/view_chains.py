@@ -6,7 +6,13 @@ reshaped; each weight transposed): each is a full executor step (~1-2 us of Pyth
 around one ~2-5 us CuPy call). Where a view's only reader is the view right after it in
 the step list (``reshape -> permute``, ``slice -> reshape``, ``permute -> reshape``), the
 two run as one step calling both kernels in order: the same CuPy calls, the same
-arrays, one step less and no slot for the value in between.
+arrays, one step less and no slot for the value in between. Views right before a step
+that alone reads them (a weight's ``permute(1, 0)`` before its GEMM, the weight-gradient
+GEMM's two views) run inside that step, as its arguments' prologue (:class:`Prologue`).
+
+NOTE: a reshape that copies (a strided input) inside a prologue is a temporary of that
+step, not counted by the allocator (like a kernel's own temporaries); at the end of a
+chain it is the step's result and counted as before.
 
 Only device graphs are chained (:class:`~.executor.Program` on a non-CPU backend); the
 CPU executor's steps are unchanged.
@@ -84,8 +90,9 @@ def _folded(s, out, views, readers, keep, xp):
     while j >= 0 and _is_view(out[j], views):
         v = out[j]
         o = v.outs[0]
+        # NOTE: not a view the step writes into (a planned buffer): that array must exist
         if readers.get(o) == 1 and o not in keep and s.args.count(o) == 1 and \
-                v.args[0] not in s.args:
+                v.args[0] not in s.args and o != s.buf and o not in (s.bufs or ()):
             k = s.args.index(o)
             pro[k] = (v.args[0], v.kernel if v.kernel.__class__ is ViewChain else
                       ViewChain((v.kernel,), (v.params,)))
