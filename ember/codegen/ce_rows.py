@@ -308,7 +308,6 @@ void ember_ce_rows(char **p, const int64_t *g, const int64_t *st, int64_t nt) {
 """
 
 _state: dict = {}
-_GEOM: dict = {}
 
 
 def _source(nc: int, mvec) -> str:
@@ -337,18 +336,6 @@ def _kernel(nc: int):
             _state.setdefault("libs", []).append(lib)      # NOTE: keeps it mapped
             fns[nc] = ctypes.cast(lib.ember_ce_rows, ctypes.c_void_p).value
     return fns[nc]
-
-
-def _geometry(key) -> int:
-    """The address of an int64 array holding ``key`` (kept alive here)."""
-    try:
-        return _GEOM[key][1]
-    except KeyError:
-        if len(_GEOM) >= 256:
-            _GEOM.clear()
-        a = np.array(key, np.int64)
-        _GEOM[key] = (a, a.ctypes.data)
-        return _GEOM[key][1]
 
 
 def _elems(a) -> tuple | None:
@@ -384,8 +371,8 @@ def _plan(z_or_a, b, bias, t, ignore_index, want_db, head, bias2):
         return None
     flags = (b is not None) | (bias is not None) << 1 | bool(want_db) << 2 | head << 3 | \
         (bias2 is not None) << 4
-    return fn, _geometry((n, k, flags, int(ignore_index), *sa, *sb, ts[0])), n, k, nc, \
-        launch.launcher()
+    geometry = launch.int64_address((n, k, flags, int(ignore_index), *sa, *sb, ts[0]))
+    return fn, geometry, n, k, nc, launch.launcher()
 
 
 _PLANS: dict = {}

@@ -85,3 +85,20 @@ def raw():
     """The ctypes function itself (callers that pass the offsets themselves), or None."""
     launcher()
     return _state.get("raw")
+
+
+_INT64S: dict = {}          # values -> (their int64 array, that array's address)
+
+
+def int64_address(values: tuple) -> int:
+    """Address of an int64 array holding ``values`` (a kernel's shape or geometry), kept
+    alive here: ``a.ctypes.data`` costs ~2 us a call, so it is read once per ``values``
+    (at most 256 kept)."""
+    try:
+        return _INT64S[values][1]
+    except KeyError:
+        if len(_INT64S) >= 256:
+            _INT64S.clear()
+        a = np.array(values, np.int64)
+        _INT64S[values] = (a, a.ctypes.data)
+        return _INT64S[values][1]

@@ -46,7 +46,6 @@ TAKE_ROWS(ember_take_rows_f64, double)
 """
 
 _state: dict = {}
-_GEOM: dict = {}        # (N, C) -> (its int64 array, that array's address)
 
 
 def _kernels():
@@ -64,19 +63,6 @@ def _kernels():
     return _state["fns"]
 
 
-def _geometry(shape) -> int:
-    """Address of an int64 array holding ``shape`` (kept alive here; ``a.ctypes.data``
-    costs ~2 us a call, so it is read once per shape)."""
-    try:
-        return _GEOM[shape][1]
-    except KeyError:
-        if len(_GEOM) >= 256:
-            _GEOM.clear()
-        a = np.array(shape, np.int64)
-        _GEOM[shape] = (a, a.ctypes.data)
-        return _GEOM[shape][1]
-
-
 def _run_take_rows(xp, x, idx, *, dim):
     fns = _kernels() if xp is np else None
     fn = fns.get(x.dtype) if fns else None
@@ -85,7 +71,7 @@ def _run_take_rows(xp, x, idx, *, dim):
         return REGISTRY["take_along_dim"].kernel_for("cpu")(xp, x, idx, dim=dim)
     out = np.empty(idx.shape, x.dtype)
     bad = np.empty(1, np.int64)                 # the kernel sets it: -1, or the bad row
-    g = _geometry(x.shape)
+    g = launch.int64_address(x.shape)
     launch.launcher()(fn, (x, idx, out, bad), g, g, 1)
     if bad[0] >= 0:
         n, j = x.shape[1], int(idx.reshape(-1)[bad[0]])
