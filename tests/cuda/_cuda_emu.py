@@ -231,6 +231,15 @@ _CTYPES = {"int": ctypes.c_int, "unsigned": ctypes.c_uint, "float": ctypes.c_flo
 _SIG = re.compile(r'extern "C" __global__ void\s+(\w+)\s*\(([^)]*)\)')
 
 
+def sample(d, n: int, rng):
+    """``n`` test values of Ember dtype ``d`` (small integers, normal floats, booleans)."""
+    if d.np == np.bool_:
+        return rng.integers(0, 2, n).astype(bool)
+    if d.is_floating_point:
+        return rng.standard_normal(n).astype(d.np)
+    return rng.integers(-9, 9, n).astype(d.np)
+
+
 def available() -> bool:
     return _compiler() is not None
 

@@ -40,14 +40,6 @@ def _kernel(d, name="k", n=8):
                   extra=((dt.bool_, call("gt", x, y)),))
 
 
-def _sample(d, n, rng):
-    if d is dt.bool_:
-        return rng.integers(0, 2, n).astype(bool)
-    if d.is_floating_point:
-        return rng.standard_normal(n).astype(d.np)
-    return rng.integers(-9, 9, n).astype(d.np)
-
-
 def test_kernels_with_scalar_or_contiguous_specs_want_the_multi_entry():
     k = _kernel(dt.float32)
     assert wants_multi(k) and multi_width(k) == 3 + 2 + 3
@@ -95,8 +87,8 @@ def _records(d, rng):
     for n, shifted, number in RECORDS:
         k = _kernel(d)
         k = replace(k, out=OutSpec(d, (n,)))
-        x, y = _sample(d, n + 1, rng), _sample(d, n, rng)
-        s = _sample(d, 1, rng)
+        x, y = _cuda_emu.sample(d, n + 1, rng), _cuda_emu.sample(d, n, rng)
+        s = _cuda_emu.sample(d, 1, rng)
         s = (s[0].item() if d is not dt.bfloat16 else float(s[0])) if number else s.reshape(())
         out.append((k, [x[1:] if shifted else x[:n], y, s], [((n,), d.np), ((n,), np.bool_)]))
     return out

@@ -39,14 +39,6 @@ def _kernel(d, name, n=8, nd=1):
                   extra=((dt.bool_, call("gt", x, y)),))
 
 
-def _sample(d, n, rng):
-    if d is dt.bool_:
-        return rng.integers(0, 2, n).astype(bool)
-    if d.is_floating_point:
-        return rng.standard_normal(n).astype(d.np)
-    return rng.integers(-9, 9, n).astype(d.np)
-
-
 def _want(k, arrays, shape):
     """The interpreter's outputs; float16/bfloat16 computed in float32 and rounded once,
     as the kernels do (exactly: ``x * y + x`` has no library calls)."""
@@ -104,7 +96,7 @@ def test_contiguous_entry_equals_numpy_on_tails_and_misaligned_views(module, d):
     k = _kernel(d, f"v_{d.name}")
     used = set()
     for n in SIZES:
-        a, b = _sample(d, n + 1, rng), _sample(d, n + 1, rng)
+        a, b = _cuda_emu.sample(d, n + 1, rng), _cuda_emu.sample(d, n + 1, rng)
         used.add(_run(module, k, [a[:n], b[:n]], (n,)))              # aligned
         used.add(_run(module, k, [a[1:], b[:n]], (n,)))              # misaligned view
         used.add(_run(module, k, [a[1:], b[1:2]], (n,)))             # scalar operand
@@ -119,10 +111,10 @@ def test_strided_entry_equals_numpy_on_broadcast_and_transposed_operands(module,
     k = _kernel(d, f"m_{d.name}", 4, 2)
     used = set()
     for r, c in [(1, 1), (3, 5), (7, 33), (65, 31)]:
-        a = _sample(d, r * c, rng).reshape(r, c)
-        used.add(_run(module, k, [a, _sample(d, c, rng)], (r, c)))        # row broadcast
-        used.add(_run(module, k, [a, _sample(d, r, rng)[:, None]], (r, c)))
-        t = _sample(d, r * c, rng).reshape(c, r).T
+        a = _cuda_emu.sample(d, r * c, rng).reshape(r, c)
+        used.add(_run(module, k, [a, _cuda_emu.sample(d, c, rng)], (r, c)))        # row broadcast
+        used.add(_run(module, k, [a, _cuda_emu.sample(d, r, rng)[:, None]], (r, c)))
+        t = _cuda_emu.sample(d, r * c, rng).reshape(c, r).T
         used.add(_run(module, k, [a, t], (r, c)))                         # transposed
         used.add(_run(module, k, [a[:, ::-1], a], (r, c)))                # negative stride
     assert k.name in used
