@@ -17,7 +17,8 @@ from ember.codegen import nvrtc, render_cuda_ew
 from ember.codegen.render_cuda import render_cuda_many
 
 import _cuda_emu
-from test_cuda_vector_emu import _kernel, _run, _sample
+from test_cuda_vector_emu import _kernel, _run
+from _cuda_emu import sample as _sample
 
 DTYPES = [dt.float32, dt.float16, dt.float64, dt.int8]
 SIZES = [1, 5, 1023, 2049, 4097, 9001]

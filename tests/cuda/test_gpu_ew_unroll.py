@@ -9,7 +9,8 @@ import pytest
 from ember import dtypes as dt
 from ember.codegen.cuda_launch import kernel_plan
 from test_cuda_ew_unroll_emu import _source
-from test_cuda_vector_emu import _kernel, _sample, _want
+from test_cuda_vector_emu import _kernel, _want
+from _cuda_emu import sample as _sample
 from test_gpu import gpu  # noqa: F401 - the module-scoped real-GPU fixture
 
 

@@ -19,7 +19,8 @@ from ember.codegen import cuda_multi
 from ember.codegen.cuda_launch import CudaModule
 from ember.codegen.ir import OutSpec
 from ember.graph.passes.multi_launch import MultiFusedOp
-from test_cuda_multi_emu import _kernel, _sample
+from test_cuda_multi_emu import _kernel
+from _cuda_emu import sample as _sample
 from test_gpu import gpu  # noqa: F401 - the module-scoped real-GPU fixture
 from test_multi_launch import DEFAULT_PASSES, WITHOUT, _mlp, _program, _train, _TinyGPT
 

@@ -9,7 +9,8 @@ import pytest
 import ember as em
 from ember.codegen import cuda_attention, cuda_eager, eager_composite
 from ember.codegen.cuda_launch import CudaKernel
-from test_cuda_vector_emu import DTYPES, _kernel, _sample, _want
+from test_cuda_vector_emu import DTYPES, _kernel, _want
+from _cuda_emu import sample as _sample
 from test_gpu import gpu  # noqa: F401 - the module-scoped real-GPU fixture
 
 F = em.nn.functional
