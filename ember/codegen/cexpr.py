@@ -18,7 +18,7 @@ import re
 from .. import dtypes as _dt
 from ..dtypes import DType
 from ..ops.registry import REGISTRY
-from .ir import Apply, Const, Load, Row, dtype_of
+from .ir import Apply, Const, Index, Load, Row, dtype_of
 
 _F = _dt.FLOAT
 
@@ -144,6 +144,34 @@ def template(node: Apply, d: DType) -> str:
     return OVERRIDES.get((op, kind)) or REGISTRY[op].expr
 
 
+def _int(v: int) -> str:
+    return str(v) if v < 2**31 else f"{v}LL"
+
+
+def index_c(e: Index, flat: str, total: int | None = None) -> str:
+    """C of :class:`~ember.codegen.ir.Index` leaf ``e`` from the element's flat position
+    ``flat`` (an integer C expression) in a loop space of ``total`` elements (None:
+    unknown): ``(flat / inner) % size``, without the division where ``inner == 1`` and
+    without the remainder where the axis is the first (``size * inner == total``).
+    The numbers are literals: a division by a constant is a multiply and a shift."""
+    v = f"({flat})" if e.inner == 1 else f"(({flat}) / {_int(e.inner)})"
+    if total is None or e.size * e.inner != total:
+        v = f"({v} % {_int(e.size)})"
+    return v
+
+
+def index_row_c(e: Index, row: str, col: str, m: int, rows: int, flat: str) -> str:
+    """C of Index leaf ``e`` in a row kernel: row ``row`` of ``rows``, element ``col`` of
+    the row's ``m`` (so the flat position is ``flat`` = ``row * m + col``). An axis
+    inside the row needs ``col`` only, one outside it ``row`` only."""
+    span = e.size * e.inner
+    if m and m % span == 0:                 # an axis of the row (its last: col itself)
+        return index_c(e, col, m)
+    if m and e.inner % m == 0:              # an axis of the rows
+        return index_c(Index(e.size, e.inner // m, e.dtype), row, rows)
+    return index_c(e, flat, m * rows)
+
+
 class Emitter:
     """Renders expression DAGs to ``const`` statements, sharing equal subtrees.
 
@@ -152,11 +180,15 @@ class Emitter:
             in its compute C type.
         inputs: input dtypes; ``rows``: dtypes of the reduction stages' results.
         row: ``fn(index) -> C name`` of a stage's per-row result.
+        index: ``fn(leaf) -> C expression`` of an :class:`~ember.codegen.ir.Index`
+            leaf's value at the current element (:func:`index_c`); None: the kernel
+            has none.
     """
 
     def __init__(self, load, inputs, rows=(), row=lambda i: f"row{i}", prefix="t",
-                 ctype=None):
+                 ctype=None, index=None):
         self.load, self.inputs, self.rows, self.row = load, list(inputs), list(rows), row
+        self.index = index
         self.ctype = ctype or CTYPE
         self.lines: list = []
         self.names: dict = {}
@@ -173,6 +205,10 @@ class Emitter:
             r = (self._temp(d, self.load(e.index)), d)
         elif isinstance(e, Row):
             r = (self.row(e.index), self.rows[e.index])
+        elif isinstance(e, Index):
+            if self.index is None:
+                raise TypeError(f"codegen: this renderer gives no loop index for {e!r}")
+            r = (self._temp(e.dtype, self.index(e)), e.dtype)
         elif isinstance(e, Apply):
             r = (self._temp(e.dtype, self._apply(e)), e.dtype)
         else:

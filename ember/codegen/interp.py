@@ -9,11 +9,12 @@ from __future__ import annotations
 import numpy as np
 
 from ..ops.registry import REGISTRY
-from .ir import Apply, Const, Kernel, Load, ReduceKernel, Row
+from .ir import Apply, Const, Index, Kernel, Load, ReduceKernel, Row
 
 
-def evaluate(e, arrays, rows=(), memo=None):
-    """``e`` over NumPy ``arrays`` (broadcast against each other) and per-row ``rows``."""
+def evaluate(e, arrays, rows=(), memo=None, shape=None):
+    """``e`` over NumPy ``arrays`` (broadcast against each other) and per-row ``rows``;
+    ``shape``: the loop space, which :class:`~ember.codegen.ir.Index` leaves need."""
     memo = {} if memo is None else memo
     if e in memo:
         return memo[e]
@@ -21,12 +22,14 @@ def evaluate(e, arrays, rows=(), memo=None):
         r = arrays[e.index]
     elif isinstance(e, Row):
         r = rows[e.index]
+    elif isinstance(e, Index):
+        r = index_values(e, shape)
     elif isinstance(e, Const):
         r = e.value if e.dtype is None else np.asarray(e.value, e.dtype.np)
     elif isinstance(e, Apply):
         args = []
         for k, a in enumerate(e.args):
-            v = evaluate(a, arrays, rows, memo)
+            v = evaluate(a, arrays, rows, memo, shape)
             if e.compute is not None and not (e.op == "where" and k == 0):
                 v = np.asarray(v).astype(e.compute.np, copy=False)
             args.append(v)
@@ -37,6 +40,16 @@ def evaluate(e, arrays, rows=(), memo=None):
         raise TypeError(f"codegen: unknown expression node {e!r}")
     memo[e] = r
     return r
+
+
+def index_values(e: Index, shape) -> np.ndarray:
+    """Index leaf ``e`` over loop space ``shape``: ``(flat // inner) % size`` of each
+    element's flat (C-order) position, so any reshape of the space gives the same values."""
+    if shape is None:
+        raise TypeError(f"codegen: evaluating {e!r} needs the kernel's loop shape")
+    n = int(np.prod(shape, dtype=np.int64))
+    return ((np.arange(n, dtype=np.int64) // e.inner) % e.size).astype(
+        e.dtype.np).reshape(shape)
 
 
 def _store(res, shape, dtype, out):
@@ -55,7 +68,8 @@ def run_elementwise(k: Kernel, arrays, out=None, extra_outs=None):
     arrays = [np.broadcast_to(a, k.out.shape) for a in arrays]
     memo: dict = {}
     outs = [out] + list(extra_outs or [None] * len(k.extra))
-    res = [_store(np.asarray(evaluate(e, arrays, memo=memo)), k.out.shape, d, o)
+    res = [_store(np.asarray(evaluate(e, arrays, memo=memo, shape=k.out.shape)),
+                  k.out.shape, d, o)
            for (d, e), o in zip(k.outputs, outs)]
     return tuple(res) if k.extra else res[0]
 
@@ -70,7 +84,7 @@ def run_reduction(k: ReduceKernel, arrays, out=None, extra_outs=None):
     axes = tuple(range(len(k.shape) - k.naxes, len(k.shape)))
     rows: list = []
     for st in k.stages:
-        v = np.broadcast_to(evaluate(st.body, arrays, rows, memo), k.shape)
+        v = np.broadcast_to(evaluate(st.body, arrays, rows, memo, k.shape), k.shape)
         acc = np.float64 if st.dtype.is_floating_point else np.int64
         with np.errstate(all="ignore"):
             if v.size == 0 and st.kind in ("amax", "amin"):
@@ -84,7 +98,7 @@ def run_reduction(k: ReduceKernel, arrays, out=None, extra_outs=None):
     outs = [out] + list(extra_outs or [None] * len(k.extra))
     res = []
     for (d, e, full), o in zip(k.outputs, outs):
-        v = np.asarray(rows[-1] if e is None else evaluate(e, arrays, rows, memo))
+        v = np.asarray(rows[-1] if e is None else evaluate(e, arrays, rows, memo, k.shape))
         if full:
             res.append(_store(v, k.shape, d, o))
         else:

@@ -67,6 +67,51 @@ class Row(Expr):
 
 
 @dataclass(frozen=True)
+class Index(Expr):
+    """The current element's coordinate along one axis of the kernel's loop space.
+
+    The axis is given by its length ``size`` and ``inner``, the elements of the
+    (C-contiguous) loop space per step along it (the product of the later axes' lengths):
+    the value at flat position ``f`` is ``(f // inner) % size``, of integer ``dtype``. So
+    it is ``arange(size)`` broadcast along that axis, computed from the loop index
+    instead of read from an array (:func:`index_of` builds it from a shape and a dim).
+
+    Why not the dim number: launchers merge and reshape a kernel's loop dims
+    (``cuda_launch.collapse``, the emulators' flat loops); the flat position, hence this
+    value, survives any of those. A kernel with an ``Index`` leaf has its output shape's
+    numbers in its text, so it serves that shape only (graph kernels do; eager kernels,
+    which serve every shape, never hold one).
+    """
+    size: int
+    inner: int = 1
+    dtype: DType = _dt.int64
+
+    def __post_init__(self):
+        if self.size < 1 or self.inner < 1 or self.dtype.category != _dt.INT:
+            raise ValueError(f"codegen: Index needs size >= 1, inner >= 1 and an integer "
+                             f"dtype, got size={self.size}, inner={self.inner}, "
+                             f"dtype={self.dtype}")
+
+
+def index_of(shape, dim: int, dtype: DType = _dt.int64) -> Index:
+    """The :class:`Index` leaf of loop space ``shape``'s axis ``dim`` (negative counts
+    from the end).
+
+    Example:
+        >>> index_of((8, 50257), 1)      # arange(50257) along the rows
+        Index(size=50257, inner=1, dtype=int64)
+    """
+    shape = tuple(int(s) for s in shape)
+    if not -len(shape) <= dim < len(shape):
+        raise IndexError(f"codegen: index_of: dim {dim} out of range for shape {shape}")
+    dim %= len(shape)
+    inner = 1
+    for s in shape[dim + 1:]:
+        inner *= s
+    return Index(shape[dim], max(inner, 1), dtype)
+
+
+@dataclass(frozen=True)
 class Apply(Expr):
     """Registry op ``op`` on ``args``; ``compute``/``dtype`` are filled in by :func:`typed`."""
     op: str
@@ -139,6 +184,7 @@ class Kernel:
         ins = [s.dtype for s in self.inputs]
         object.__setattr__(self, "body", typed(self.body, ins))
         object.__setattr__(self, "extra", tuple((d, typed(e, ins)) for d, e in self.extra))
+        _check_index([e for _, e in self.outputs], self.out.shape)
 
     @property
     def outputs(self) -> tuple:
@@ -207,6 +253,8 @@ class ReduceKernel:
         for d, e, full in self.extra:
             extra.append((d, typed(e, ins, rows), bool(full)))
         object.__setattr__(self, "extra", tuple(extra))
+        _check_index([st.body for st in stages] + [e for _, e, _ in self.outputs
+                                                   if e is not None], self.shape)
 
     @property
     def outputs(self) -> tuple:
@@ -220,6 +268,28 @@ def _stage_dtype(kind: str, d: DType) -> DType:
             raise TypeError(f"codegen: mean of {d} is not supported (PyTorch raises too)")
         return _dt.int64
     return d
+
+
+def _check_index(exprs, shape) -> None:
+    """Every :class:`Index` leaf of ``exprs`` names an axis that tiles loop space
+    ``shape`` (``size * inner`` divides its element count)."""
+    numel = 1
+    for s in shape:
+        numel *= s
+    seen: set = set()
+
+    def go(x):
+        if x in seen:
+            return
+        seen.add(x)
+        if isinstance(x, Index) and numel and numel % (x.size * x.inner):
+            raise ValueError(f"codegen: {x} is no axis of the loop space {tuple(shape)} "
+                             f"({numel} elements)")
+        if isinstance(x, Apply):
+            for a in x.args:
+                go(a)
+    for e in exprs:
+        go(e)
 
 
 def _has(e: Expr, cls) -> bool:
@@ -267,7 +337,7 @@ def dtype_of(e: Expr, inputs, rows=()):
         return rows[e.index]
     if isinstance(e, Const):
         return e.dtype if e.dtype is not None else e.value
-    return e.dtype
+    return e.dtype          # Apply, Index
 
 
 def infer(op: str, args: list, params: dict, compute: DType | None = None):

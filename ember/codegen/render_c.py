@@ -16,7 +16,7 @@ from __future__ import annotations
 import re
 
 from .. import dtypes as _dt
-from .cexpr import CTYPE, STORAGE, Emitter
+from .cexpr import CTYPE, STORAGE, Emitter, index_c, index_row_c
 from .ir import Kernel, ReduceKernel, Row
 
 #: elements of work below which a kernel runs on the calling thread only.
@@ -66,6 +66,13 @@ def _wide(body: list) -> bool:
     """
     text = "\n".join(body)
     return any(h in text for h in _WIDE_HELPERS) and not _LIBM_CALL.search(text)
+
+
+def _numel(shape) -> int:
+    n = 1
+    for s in shape:
+        n *= s
+    return n
 
 
 def _index(kind: str, k: int, var: str = "i") -> str:
@@ -142,7 +149,9 @@ def render_elementwise(k: Kernel, key: tuple) -> str:
     """The C function of elementwise kernel ``k`` for layout class ``key``."""
     ndim, kinds = key
     ins = [s.dtype for s in k.inputs]
-    emit = Emitter(lambda i: load_c(f"in{i}", _index(kinds[i], i), ins[i]), ins)
+    flat, total = ("i" if ndim == 1 else "r * n + i"), _numel(k.out.shape)
+    emit = Emitter(lambda i: load_c(f"in{i}", _index(kinds[i], i), ins[i]), ins,
+                   index=lambda e: index_c(e, flat, total))
     body = _bodies(emit, [("out" if j == 0 else f"out{j}", d, e)
                           for j, (d, e) in enumerate(k.outputs)])
     extra = [d for d, _ in k.extra]
@@ -202,10 +211,13 @@ def render_reduction(k: ReduceKernel, key: tuple) -> str:
     """The C function of reduction kernel ``k`` for layout class ``key``."""
     ndim, kinds = key
     ins, rows = [s.dtype for s in k.inputs], list(k.row_dtypes)
+    lead = len(k.shape) - k.naxes
+    m, count = _numel(k.shape[lead:]), _numel(k.shape[:lead])
 
     def emitter(prefix, nrows):
         return Emitter(lambda i: load_c(f"in{i}", _index(kinds[i], i), ins[i]), ins,
-                       rows[:nrows], prefix=prefix)
+                       rows[:nrows], prefix=prefix,
+                       index=lambda e: index_row_c(e, "r", "i", m, count, "r * n + i"))
     lines = [f"static void {k.name}_run(char **ptrs, const int64_t *shape, const int64_t *st, "
              f"int64_t lo, int64_t hi) {{", f"    const int64_t n = shape[{ndim - 1}];",
              "    for (int64_t r = lo; r < hi; r++) {"]

@@ -28,8 +28,10 @@ redefining them with ``long long`` clashed with glibc's ``long``.
 """
 from __future__ import annotations
 
+import math
+
 from .. import dtypes as _dt
-from .cexpr import CTYPE, Emitter
+from .cexpr import CTYPE, Emitter, index_row_c
 from .ir import Kernel, ReduceKernel, Row
 from .prelude import CUDA_HEAD, prelude
 from .render_cuda_ew import VEC_HEAD, _convert, _params, _store, render_elementwise
@@ -198,9 +200,17 @@ def _row_setup(ins) -> list:
                     for j in range(len(ins))]
 
 
-def _emitter(ins, rows, prefix, nrows):
+def _emitter(ins, rows, prefix, nrows, k=None):
+    """The Emitter of a reduction's expressions: input ``j``'s element ``i`` of row
+    ``idx``; an :class:`~ember.codegen.ir.Index` leaf from ``idx`` or ``i`` alone where
+    its axis is outside or inside the row (``k``'s shape tells)."""
+    index = None
+    if k is not None:
+        lead = len(k.shape) - k.naxes
+        m, count = math.prod(k.shape[lead:]), math.prod(k.shape[:lead])
+        index = lambda e: index_row_c(e, "idx", "i", m, count, "idx * m + i")  # noqa: E731
     return Emitter(lambda j: _load(j, ins[j], True), ins, rows[:nrows], prefix=prefix,
-                   ctype=CUDA_CTYPE)
+                   ctype=CUDA_CTYPE, index=index)
 
 
 def _stage_parts(j: int, st, var: str):
@@ -237,10 +247,10 @@ def _epilogue(k: ReduceKernel, ins, rows, row_loop: list, first_only: list) -> l
     lines = []
     if per_row:
         body = ["const int64_t i = 0; (void)i;"] + _stores(
-            _emitter(ins, rows, "e_", len(rows)), per_row, "idx")
+            _emitter(ins, rows, "e_", len(rows), k), per_row, "idx")
         lines += first_only[:1] + _indent(body) + first_only[1:]
     if full:
-        body = _stores(_emitter(ins, rows, "f_", len(rows)), full, "idx * m + i")
+        body = _stores(_emitter(ins, rows, "f_", len(rows), k), full, "idx * m + i")
         lines += row_loop + _indent(body) + ["}"]
     return lines
 
@@ -263,7 +273,7 @@ def _render_reduction(k: ReduceKernel, ins, sig, strategy: str) -> str:
         row_loop = ["for (int64_t i = 0; i < m; i++) {"]
     lines = _row_setup(ins)
     for j, st in enumerate(k.stages):
-        e = _emitter(ins, rows, f"p{j}_", j)
+        e = _emitter(ins, rows, f"p{j}_", j, k)
         var, _ = e.value(st.body)
         acc, ident, op = _stage_parts(j, st, var)
         lines += [f"{acc} acc{j} = {ident};"] + row_loop

@@ -33,7 +33,7 @@ bench/RESULTS.md, "CUDA ... first run").
 from __future__ import annotations
 
 from .. import dtypes as _dt
-from .cexpr import CTYPE, CUDA_STORAGE, Emitter
+from .cexpr import CTYPE, CUDA_STORAGE, Emitter, index_c
 
 __all__ = ["ILP", "UNROLL", "ALIGNED", "ROW_BIT", "COL_BIT", "VEC_HEAD", "multi_width",
            "render_elementwise", "render_multi_entry", "render_row_entry", "vec_bytes"]
@@ -105,10 +105,16 @@ def _names(ins, outs) -> str:
                      [f"out{j or ''}" for j in range(len(outs))])
 
 
-def _compute(k, ins) -> list:
+def _compute(k, ins, flat: str) -> list:
     """Statements computing element ``j`` of every output into ``r<out>[j]`` from the
-    loaded ``v<in>[j]``."""
-    emit = Emitter(lambda i: _convert(f"v{i}[j]", ins[i]), ins, ctype=CUDA_CTYPE)
+    loaded ``v<in>[j]``; ``flat``: the element's flat position in the output (what an
+    :class:`~ember.codegen.ir.Index` leaf is computed from: a remainder by a constant,
+    only in kernels that hold one)."""
+    total = 1
+    for s in k.out.shape:
+        total *= s
+    emit = Emitter(lambda i: _convert(f"v{i}[j]", ins[i]), ins, ctype=CUDA_CTYPE,
+                   index=lambda e: index_c(e, flat, total))
     stores = []
     for o, (d, e) in enumerate(k.outputs):
         var, vd = emit.value(e)
@@ -145,7 +151,7 @@ def _strided(k, ins, outs, name) -> list:
              "            if (idx < n) {"] + _ind(offs, 4) + ["            }", "        }",
              "        #pragma unroll", f"        for (int j = 0; j < {ILP}; j++) {{",
              "            const I idx = base + (I)j * blockDim.x;",
-             "            if (idx < n) {"] + _ind(_compute(k, ins) + stores, 4) +
+             "            if (idx < n) {"] + _ind(_compute(k, ins, "idx") + stores, 4) +
             ["            }", "        }", "    }", "}"])
 
 
@@ -188,7 +194,8 @@ def _contiguous(k, ins, outs, name) -> list:
              " base += step) {",
              f"        const bool full = base + {ILP} <= n; (void)full;"] + _ind(decl + loads, 2) +
             ["        #pragma unroll", f"        for (int j = 0; j < {ILP}; j++) {{"] +
-            _ind(_compute(k, ins), 3) + ["        }"] + _ind(stores, 2) + ["    }", "}"])
+            _ind(_compute(k, ins, "base + (I)j"), 3) + ["        }"] + _ind(stores, 2) +
+            ["    }", "}"])
 
 
 def _contiguous_unrolled(k, ins, outs, name, u: int) -> list:
@@ -211,7 +218,9 @@ def _contiguous_unrolled(k, ins, outs, name, u: int) -> list:
              f"    for (I base0 = blk * blockDim.x * {w} + (I)threadIdx.x * {ILP};"
              " base0 < n; base0 += step) {"] + _ind(decl + vec + _ind(loads, 2), 2) +
             ["            }", "        }", "        #pragma unroll",
-             f"        for (int j = 0; j < {w}; j++) {{"] + _ind(_compute(k, ins), 3) +
+             f"        for (int j = 0; j < {w}; j++) {{"] +
+            _ind(_compute(k, ins, f"base0 + (I)(j / {ILP}) * blockDim.x * {ILP} + "
+                                  f"(I)(j % {ILP})"), 3) +
             ["        }"] + _ind(vec + _ind(stores, 2), 2) + ["            }", "        }",
                                                                "    }", "}"])
 
@@ -358,7 +367,8 @@ def render_row_entry(k) -> str:
               f"        const bool full = base + {ILP} <= n; (void)full;",
               "        const I cb = base % cols; (void)cb;"] + _ind(decl + loads, 2) +
              ["        #pragma unroll", f"        for (int j = 0; j < {ILP}; j++) {{"] +
-             _ind(_compute(k, ins), 3) + ["        }"] + _ind(stores, 2) + ["    }", "}"])
+             _ind(_compute(k, ins, "base + (I)j"), 3) + ["        }"] + _ind(stores, 2) +
+             ["    }", "}"])
     head = ", ".join(params + ["int flags", "int64_t n", "int64_t cols"])
     lines += [f'extern "C" __global__ void {name}_r({head}) {{',
               "    if (n < 0x7fffffffLL)",

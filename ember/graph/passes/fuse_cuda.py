@@ -41,6 +41,7 @@ from ...device.base import get_backend
 from ...codegen.ir import Kernel, ReduceKernel
 from ..ir import Graph, GraphOp, Node
 from .fuse import lower_groups
+from .fuse_index import index_leaves
 from .fuse_groups import partition
 from .host_scalars import HostFusedOp, is_host_group
 from .lse_rows import lse_rows
@@ -176,6 +177,9 @@ def fuse_cuda(graph: Graph):
     # (its shapes: the launch plan's)
     # NOTE: a group of CPU scalars (a step count's chain) runs on the host: no kernel
     host = {gi for gi, lw in enumerate(lowered) if lw is not None and is_host_group(lw)}
+    # NOTE: an arange constant input (the one-hot's iota) becomes the loop index (fuse_index)
+    lowered = [lw if gi in host else index_leaves(lw, graph.producer)
+               for gi, lw in enumerate(lowered)]
     kernels = {gi: renamed(lw.kernel, content_name(lw.kernel))
                for gi, lw in enumerate(lowered) if lw is not None and gi not in host}
     modules = _modules(kernels.values())
