@@ -27,17 +27,26 @@ of 8 with zeros (they add nothing to the sums); an unaligned output is computed 
 a buffer and copied into the C-ordered result (:func:`finish`) — callers and ``out=`` get
 what they got before. On a GPU the 2-D copies are pitched ``cudaMemcpy2DAsync`` calls.
 The float32 sums are the same up to cuBLAS's own summation order.
+
+Padded operands made once: :func:`zero_padded` copies a value into such a buffer (zeros
+in the pad) and registers the buffer (a weak reference); a GEMM whose operand is a view
+of a registered buffer's values reads the padded buffer itself (:func:`_widen`), no copy
+— the call is the one the copy made. A graph whose LM-head values feed several padded
+GEMMs pads them once (:mod:`ember.graph.passes.pad_gemm`: the (N, V) logits gradient for
+dx and dW, the (V, d) weight for the logits and dx).
 """
 from __future__ import annotations
 
 import math
+import weakref
 
 import numpy as np
 
+from ..device import cuda_graph as _graph
 from ..dtypes import bfloat16 as _bfloat16
 
 __all__ = ["CUDA_TYPE", "PAD_MIN_FLOPS", "cached_plan", "finish", "gemm_plan", "matmul",
-           "supported"]
+           "supported", "zero_padded"]
 
 #: cudaDataType of each storage dtype (library_types.h).
 CUDA_TYPE = {"float16": 2, "bfloat16": 14, "float32": 0}
@@ -120,9 +129,9 @@ def gemm_plan(x, y, xp=np, tf32: bool = False, out=None) -> dict:
             npad = ldc = -(-n // 8) * 8
             result = xp.empty(lead + (m, ldc), x.dtype)[..., :n]
         if kp != k or not _aligned(x, ldx, batch):
-            x, opx, ldx = _operand(_padded(x, m, kp, xp), xp)
+            x, opx, ldx = _operand(_pad_of(x, m, kp, batch, xp), xp)
         if kp != k or npad != n or not _aligned(y, ldy, batch):
-            y, opy, ldy = _operand(_padded(y, kp, npad, xp), xp)
+            y, opy, ldy = _operand(_pad_of(y, kp, npad, batch, xp), xp)
         k = kp
     name = x.dtype.name
     compute = CUBLAS_COMPUTE_32F_FAST_TF32 if name == "float32" and tf32 else CUBLAS_COMPUTE_32F
@@ -191,10 +200,119 @@ def _aligned(a, ld: int, batch: int) -> bool:
 
 
 def _pads(x, ldx, y, ldy, c, ldc, batch, k) -> bool:
-    """Whether to run on padded buffers: a big 2-byte GEMM with something unaligned."""
+    """Whether to run on padded buffers: a big 2-byte GEMM with something unaligned.
+
+    NOTE: a view of a :func:`zero_padded` buffer of columns stands for its value, whose
+    leading dim was unaligned: the GEMM pads as it did, reading the buffer (same call)."""
     if x.itemsize != 2 or 2 * c.size * k < PAD_MIN_FLOPS:
         return False
-    return not (_aligned(x, ldx, batch) and _aligned(y, ldy, batch) and _aligned(c, ldc, batch))
+    if not (_aligned(x, ldx, batch) and _aligned(y, ldy, batch) and _aligned(c, ldc, batch)):
+        return True
+    hx, hy = _root(x), _root(y)
+    return bool(hx and hx[3] or hy and hy[3])
+
+
+def _pad_of(a, rows: int, cols: int, batch: int, xp):
+    """``a`` as a (..., rows, cols) operand with zeros beyond its own extent and aligned
+    leading dims: a view of its registered padded buffer (:func:`_widen`), else a padded
+    copy (:func:`_padded`)."""
+    w = _widen(a, rows, cols)
+    if w is not None:
+        _, _, ld = _operand(w, xp)
+        if _aligned(w, ld, batch):
+            return w
+    return _padded(a, rows, cols, xp)
+
+
+#: buffers made by :func:`zero_padded`, by ``id``: ``(weak reference, rows, cols,
+#: unaligned)`` — the extent of the values in a 2-D buffer whose other elements are zeros,
+#: and whether the value's own leading dim (``cols``) was unaligned.
+_ZERO_PADDED: dict = {}
+
+
+def zero_padded(a, xp, rows: bool = False):
+    """A copy of ``a`` (..., r, c) as a view of a new zero-padded buffer, registered so that
+    GEMMs reading the view (or its reshapes over the leading dims / its transpose, 2-D)
+    read the padded buffer instead of copying it (:func:`_pad_of`).
+
+    The buffer is ``(R, ceil8(c))`` with ``R`` the rows of ``a``'s leading dims merged
+    (columns padded: an LM head's (N, V) logits gradient, the k of ``dx = dl @ W`` and the
+    leading dim of ``dW = dl.mT @ x``), or, ``rows`` (2-D ``a``), ``(ceil8(r), c)`` (the
+    (V, d) weight: the k of ``dx`` and the n of ``logits = x @ W.mT``). Nothing but this
+    module writes the pad: the views returned exclude it.
+
+    Example:
+        >>> v = zero_padded(cupy.ones((4, 5), cupy.float16), cupy)   # doctest: +SKIP
+        >>> v.strides                                                  # doctest: +SKIP
+        (16, 2)
+    """
+    if rows:
+        r, c = a.shape
+        buf = xp.empty((-(-r // 8) * 8, c), a.dtype)
+        _copy(buf[:r], a)
+        buf[r:] = 0
+        view = buf[:r]
+    else:
+        c = a.shape[-1]
+        r = math.prod(a.shape[:-1])
+        buf = xp.empty((r, -(-c // 8) * 8), a.dtype)
+        _copy(buf[:, :c], a.reshape(r, c))
+        buf[:, c:] = 0
+        view = buf[:, :c].reshape(a.shape)
+    key = id(buf)
+    ref = weakref.ref(buf, lambda _r, k=key: _ZERO_PADDED.pop(k, None))
+    _ZERO_PADDED[key] = (ref, r, c, not rows and c % 8 != 0)
+    return view
+
+
+def _root(a):
+    """``(buffer, rows, cols, unaligned)`` when ``a`` is a view of a :func:`zero_padded`
+    buffer, else None."""
+    if not _ZERO_PADDED:
+        return None
+    root = a
+    while root.base is not None:
+        root = root.base
+    hit = _ZERO_PADDED.get(id(root))
+    if hit is None or hit[0]() is not root:
+        return None
+    return (root,) + hit[1:]
+
+
+def _widen(a, rows: int, cols: int):
+    """``a`` (..., r, c) widened to (..., rows, cols) over its :func:`zero_padded` buffer
+    (zeros beyond ``a``): when ``a`` is exactly the buffer's values, row-major with the
+    buffer's pitch (leading dims merging into its rows; rows widened only in 2-D) or the
+    2-D transpose, and the widened view fits in the buffer. Else None."""
+    hit = _root(a) if a.ndim >= 2 else None
+    if hit is None:
+        return None
+    buf, r0, c0, _ = hit
+    br, bc = buf.shape
+    it, sh = a.itemsize, a.shape
+    st = tuple(s // it for s in a.strides)
+    if _ptr(a) != _ptr(buf) or any(s * it != t for s, t in zip(st, a.strides)):
+        return None
+    lead = sh[:-1]
+    if st[-1] == 1 and (st[-2] == bc or sh[-2] == 1) and sh[-1] == c0 and \
+            math.prod(lead) == r0 and _merges_rows(st[:-1], lead, bc):
+        if cols > bc or (rows != sh[-2] and (a.ndim != 2 or rows > br)):
+            return None
+        n = math.prod(sh[:-2]) * rows
+        return buf[:n, :cols].reshape(sh[:-2] + (rows, cols))
+    if a.ndim == 2 and st == (1, bc) and sh == (c0, r0) and rows <= bc and cols <= br:
+        return buf[:cols, :rows].T
+    return None
+
+
+def _merges_rows(st, sh, pitch) -> bool:
+    """Whether dims of sizes ``sh`` and element strides ``st`` walk rows ``pitch`` apart."""
+    step = pitch
+    for s, n in zip(reversed(st), reversed(sh)):
+        if n > 1 and s != step:
+            return False
+        step *= n
+    return True
 
 
 def _padded(a, rows: int, cols: int, xp):
@@ -272,8 +390,9 @@ def _plan_key(x, y, xp, tf32, out) -> tuple:
     sh = x.shape
     big = x.itemsize == 2 and 2 * math.prod(sh) * y.shape[-1] >= PAD_MIN_FLOPS
     o = None if out is None else (out.shape, out.strides, big and _ptr(out) % ALIGN == 0)
+    # NOTE: and whether an operand is a registered padded buffer's (read widened)
     return (xp, tf32, sh, x.strides, x.dtype.char, y.shape, y.strides, y.dtype.char, o,
-            big and (_ptr(x) % ALIGN, _ptr(y) % ALIGN))
+            big and (_ptr(x) % ALIGN, _ptr(y) % ALIGN, _root(x) is None, _root(y) is None))
 
 
 _ONE, _ZERO = np.array(1.0, np.float32), np.array(0.0, np.float32)
@@ -281,8 +400,8 @@ _ONE, _ZERO = np.array(1.0, np.float32), np.array(0.0, np.float32)
 #: arrays). NOTE: ``ndarray.ctypes`` builds a ctypes object (~2-5 us): twice a GEMM.
 _ALPHA, _BETA = _ONE.ctypes.data, _ZERO.ctypes.data
 
-#: ``(cublas, get_cublas_handle)``, imported on the first GEMM (NOTE: two function-level
-#: imports were ~2 us of each of a compiled GPT step's ~150 GEMMs)
+#: ``(cublas, get_cublas_handle, get_current_stream_ptr)``, imported on the first GEMM
+#: (NOTE: two function-level imports were ~2 us of each of a compiled GPT step's ~150 GEMMs)
 _CUBLAS: tuple = ()
 
 
@@ -290,15 +409,24 @@ def _cublas_modules() -> tuple:
     global _CUBLAS
     from cupy_backends.cuda.libs import cublas
     import cupy
-    _CUBLAS = (cublas, cupy.cuda.device.get_cublas_handle)
+    ptr = getattr(cupy.cuda.stream, "get_current_stream_ptr", None) or (
+        lambda: cupy.cuda.get_current_stream().ptr)
+    _CUBLAS = (cublas, cupy.cuda.device.get_cublas_handle, ptr)
     return _CUBLAS
 
 
 def _cublas(p) -> None:
     """Run plan ``p``'s GEMM (the only part that needs a GPU: the host stand-in of
     ``bench/cuda_host.py`` replaces it)."""
-    cublas, get_handle = _CUBLAS or _cublas_modules()
-    head = (get_handle(), p["transa"], p["transb"], p["m"], p["n"], p["k"], _ALPHA)
+    cublas, get_handle, stream_ptr = _CUBLAS or _cublas_modules()
+    h = get_handle()
+    # NOTE: on the current stream (CuPy's handle keeps whichever stream its last user
+    # set): a side stream's work and a CUDA graph capture need their GEMMs on theirs
+    cublas.setStream(h, stream_ptr())
+    keep = _graph.keeping()
+    if keep is not None:            # NOTE: a capture: the graph reads p's arrays
+        keep.append(p)
+    head = (h, p["transa"], p["transb"], p["m"], p["n"], p["k"], _ALPHA)
     a = (p["A"].data.ptr, p["type"], p["lda"])
     b = (p["B"].data.ptr, p["type"], p["ldb"])
     c = (p["C"].data.ptr, p["type"], p["ldc"])

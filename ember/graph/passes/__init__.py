@@ -30,6 +30,7 @@ from .layout import layout
 from .matmul import small_bmm, sum_rows
 from .matmul_t import matmul_t
 from .multi_launch import multi_launch
+from .pad_gemm import pad_gemm
 from .pool import pool
 from .recast import recast
 from .rewrite import fold_conv_affine, fuse_linear_act, rewrite
@@ -65,6 +66,7 @@ PASSES = {
     "fuse": fuse,                    # elementwise/reduction groups -> generated C kernels
     "fuse_cuda": fuse_cuda,          # the same groups -> CUDA kernels (graphs on a GPU)
     "multi_launch": multi_launch,    # independent launches of one CUDA kernel -> one launch
+    "pad_gemm": pad_gemm,            # a GPU value several padded GEMMs read: padded once
     "pool": pool,                    # max-pool fwd/bwd, unfold/fold as C loops
     "conv_gemm": conv_gemm,          # conv GEMMs over channel-first columns: one GEMM each
     "conv_bwd": conv_bwd,            # a separate backward graph's conv gradients, per image
@@ -93,7 +95,7 @@ EXACT_PASSES = ["simplify", "fold", "cse", "scatter_stack", "sdpa_layout", "line
 DEFAULT_PASSES = ["simplify", "fold", "cse", "scatter_stack", "sdpa_layout", "sum_rows",
                   "pool", "conv_fwd", "conv_bwd", "conv_gemm", "scatter_select", "take_rows",
                   "count_true", "feature_major", "gemm_epilogue", "ce_rows", "fuse", "recast",
-                  "cast_gemm", "matmul_t", "multi_launch", "dce"]
+                  "cast_gemm", "matmul_t", "multi_launch", "pad_gemm", "dce"]
 
 
 #: passes whose output runs generated C or host loops on the arrays: skipped for graphs on
