@@ -1,0 +1,125 @@
+"""``fuse_index`` (issue 21): which constants are an ``arange`` along one axis of a kernel's
+loop space, and the C kernels with the Index leaf in their place.
+
+GPU graphs get the rewrite (``fuse_cuda``: ``tests/cuda/test_cuda_index*.py``); CPU graphs
+keep their iota input by default. Here the CPU ``fuse`` pass is made to apply it too, so
+the C renderer's Index path runs inside compiled cross-entropy steps: losses and
+parameters are bit for bit those of the graph without it, and the default pipeline's
+kernels hold no Index leaf (CPU graphs keep their bits and their form)."""
+import importlib
+
+import numpy as np
+import pytest
+
+import ember as em
+import ember.nn.functional as F
+from ember import dtypes as dt
+from ember.codegen import available
+from ember.codegen.ir import Index, nodes_of
+from ember.graph.passes.fuse_index import index_leaves, iota_axis
+
+fuse_mod = importlib.import_module("ember.graph.passes.fuse")
+
+
+@pytest.mark.parametrize("value,strides,space,want", [
+    (np.arange(7).reshape(1, 7), (0, 1), (5, 7), 1),
+    (np.arange(7), (0, 1), (5, 7), 1),
+    (np.arange(5, dtype=np.int32).reshape(5, 1), (1, 0), (5, 7), 0),
+    (np.arange(6, dtype=np.uint8).reshape(1, 6, 1), (0, 1, 0), (2, 6, 3), 1),
+    (np.arange(7)[::-1].copy(), (0, 1), (5, 7), None),          # reversed
+    (np.arange(1, 8), (0, 1), (5, 7), None),                     # starts at 1
+    (np.arange(7.0), (0, 1), (5, 7), None),                      # float
+    (np.arange(35).reshape(5, 7), (7, 1), (5, 7), None),         # varies along two axes
+    (np.arange(7) * 2, (0, 2), (5, 7), None),                    # stride 2
+    (np.zeros(1, np.int64), (0, 0), (5, 7), None),               # a scalar
+])
+def test_iota_axis_recognises_arange_along_one_axis_only(value, strides, space, want):
+    assert iota_axis(value, strides, space) == want
+
+
+def _leaves(graph) -> set:
+    out = set()
+    for n in graph.nodes:
+        k = getattr(n.op, "kernel", None)
+        if k is None:
+            continue
+        for _d, e, *_ in k.outputs:
+            if e is not None:
+                for a in nodes_of(e):
+                    out |= {x for x in a.args if isinstance(x, Index)}
+        for st in getattr(k, "stages", ()):
+            for a in nodes_of(st.body):
+                out |= {x for x in a.args if isinstance(x, Index)}
+    return out
+
+
+def _step(reduction, classes, smoothing):
+    em.manual_seed(0)
+    m = em.nn.Linear(16, classes)
+    opt = em.optim.SGD(m.parameters(), lr=0.5)
+    x, y = em.randn(24, 16), em.randint(0, classes, (24,))
+    y[::5] = -100
+
+    def step(x, y):
+        loss = F.cross_entropy(m(x), y, reduction=reduction, label_smoothing=smoothing)
+        loss.backward()
+        opt.step()
+        opt.zero_grad(set_to_none=True)
+        return loss.detach()
+    cf = em.compile(step)
+    losses = [cf(x, y).numpy() for _ in range(3)]
+    return cf, losses, [p.detach().numpy() for p in m.parameters()]
+
+
+@pytest.mark.skipif(not available(), reason="no C compiler: fuse leaves graphs alone")
+@pytest.mark.parametrize("reduction,classes,smoothing", [("sum", 40, 0.0),
+                                                         ("mean", 300, 0.1),
+                                                         ("mean", 10, 0.0)])
+def test_c_kernels_with_the_leaf_keep_the_bits(monkeypatch, reduction, classes, smoothing):
+    monkeypatch.setenv("EMBER_GRAPH_CACHE", "0")
+    cf, losses, params = _step(reduction, classes, smoothing)
+    assert not _leaves(cf.graphs()[-1])              # the default CPU pipeline: no leaf
+    real = fuse_mod.lower_groups
+
+    def lower_groups(graph, groups):
+        order, member_of, lowered = real(graph, groups)
+        return order, member_of, [index_leaves(lw, graph.producer) for lw in lowered]
+    monkeypatch.setattr(fuse_mod, "lower_groups", lower_groups)
+    cf2, losses2, params2 = _step(reduction, classes, smoothing)
+    got = _leaves(cf2.graphs()[-1])
+    if classes > 16 or reduction != "mean" or smoothing:
+        # fuse (not ce_rows) made the backward: its kernel computes the column
+        assert Index(classes, 1, dt.int64) in got, got
+    for a, b in zip(losses + params, losses2 + params2):
+        np.testing.assert_array_equal(a, b)
+
+
+@pytest.mark.skipif(not available(), reason="no C compiler")
+def test_c_renderer_computes_every_axis_leaf_on_any_layout():
+    """Elementwise (a 1-d loop over contiguous operands, a 2-d one over a transposed
+    operand) and reduction kernels (leaves inside and outside the row, a per-row output)
+    with leaves of every axis of a 3-d space: exactly the interpreter's integers."""
+    from ember.codegen import interp, runtime
+    from ember.codegen.ir import (InputSpec, Kernel, Load, OutSpec, Reduce, ReduceKernel,
+                                  Row, call, index_of)
+    shape = (3, 5, 7)
+    i0, i1, i2 = (index_of(shape, d) for d in range(3))
+    code = i0 * 100 + i1 * 10 + i2
+    k = Kernel([InputSpec(dt.int64, (35, 7, 1))], OutSpec(dt.int64, shape),
+               Load(0) * 1000 + code, "ix_c_ew")
+    x = np.arange(105, dtype=np.int64).reshape(shape)
+    ck = runtime.compile(k)
+    for a in (x, np.ascontiguousarray(x.transpose(2, 1, 0)).transpose(2, 1, 0)):
+        np.testing.assert_array_equal(ck(a), interp.run_elementwise(k, [a]))
+        g0, g1, g2 = np.indices(shape)
+        np.testing.assert_array_equal(ck(a), a * 1000 + g0 * 100 + g1 * 10 + g2)
+    for naxes in (1, 2):
+        rk = ReduceKernel([InputSpec(dt.int64, (35, 7, 1))], shape, naxes,
+                          [Reduce("sum", Load(0) + code)], Row(0) * 1000 + code,
+                          OutSpec(dt.int64, shape), full=True, name=f"ix_c_red{naxes}",
+                          extra=((dt.int64, Row(0) + i0 * 7, False),))
+        got = runtime.compile(rk)(x)
+        want = interp.run_reduction(rk, [x])
+        for g, w in zip(got, want):
+            np.testing.assert_array_equal(g, w)
+    assert call("eq", Load(0), i2).args[1] == Index(7, 1)
