@@ -1,0 +1,67 @@
+"""The ``pad_gemm`` pass in a compiled LM-head step, its kernels run from their CUDA text.
+
+On the stand-in given a GPU's ``cuda_kernels`` (``_cuda_emu`` runs the generated kernels;
+cuBLAS is ``test_cuda_gemm``'s NumPy model) with padding forced (``PAD_MIN_FLOPS = 1``),
+an odd vocabulary's float16 step (head, cross-entropy, backward) is compiled with and
+without the pass: the loss and both gradients must be the same bits, and the pass must
+leave two copies of the padded GEMMs' operands a call fewer (the logits gradient and the
+weight each padded once).
+"""
+import numpy as np
+import pytest
+
+import ember as em
+from ember.codegen import cuda_gemm as cg
+from ember.graph.passes import DEFAULT_PASSES
+
+import _cuda_emu
+from test_cuda_fusion_emu import emu_gpu  # noqa: F401 - the fixture
+from test_cuda_gemm import run_plan
+
+pytestmark = pytest.mark.skipif(not _cuda_emu.available(),
+                                reason="no g++ with C++20 <barrier> to run the CUDA text on")
+B, T, D, V = 2, 8, 32, 37
+
+
+def _run(passes, copies):
+    """(loss, x.grad, W.grad, copies per call, pad nodes) of the third compiled call."""
+    em.manual_seed(0)
+    head = em.nn.Linear(D, V, bias=False).cuda()
+    x = (em.randn(B, T, D) * 0.5).cuda().requires_grad_()
+    tgt = em.randint(0, V, (B, T)).cuda()
+
+    def step(x, tgt):
+        with em.autocast("cuda", dtype=em.float16):
+            loss = em.nn.functional.cross_entropy(head(x).view(-1, V), tgt.view(-1))
+        loss.backward()
+        return loss
+    fn = em.compile(step, passes=passes)
+    for _ in range(3):
+        x.grad, head.weight.grad = None, None
+        copies.clear()
+        loss = fn(x, tgt)
+    n = len(copies)
+    pads = sum(n.op.name.startswith("pad_gemm") for e in fn._cache.values()
+               if getattr(e, "program", None) is not None for n in e.program.graph.nodes)
+    return (loss.detach().cpu().numpy(), x.grad.cpu().numpy(),
+            head.weight.grad.cpu().numpy(), n, pads)
+
+
+def test_lm_head_step_pads_once_with_the_same_bits(emu_gpu, monkeypatch):  # noqa: F811
+    copies = []
+    real = cg._copy
+
+    def copy(dst, src):
+        copies.append(dst.nbytes)
+        real(dst, src)
+    monkeypatch.setattr(cg, "_copy", copy)
+    monkeypatch.setattr(cg, "PAD_MIN_FLOPS", 1)
+    monkeypatch.setattr(cg, "_cublas", lambda p: run_plan(dict(p, copy=False)))
+    without = [p for p in DEFAULT_PASSES if p != "pad_gemm"]
+    *want, n_before, pads0 = _run(without, copies)
+    *got, n_after, pads = _run(DEFAULT_PASSES, copies)
+    assert pads0 == 0 and pads == 2
+    assert n_before == 5 and n_after == 3       # W and dlogits once each, the logits out
+    for a, b in zip(got, want):
+        assert a.dtype == b.dtype and a.tobytes() == b.tobytes()
+    assert np.isfinite(got[0]) and np.abs(got[2]).sum() > 0
