@@ -7,9 +7,10 @@ says so and exits 0. Prints, side by side (medians of alternating runs, events t
 * a GELU's GB/s (Ember eager, Ember compiled) against a device-to-device copy's;
 * W1 (MLP 64-256-10, batch 256, AdamW) step time, eager and compiled, vs PyTorch eager;
 * a GPT training step (d=768, 12 layers, 12 heads, T=1024, batch 8, vocab 50257, AdamW,
-  bf16 autocast where the backend stores bfloat16, else float16): Ember eager and compiled
-  vs PyTorch eager and ``torch.compile`` (issue 21's targets: compiled <= 1.0x PyTorch
-  eager, <= 1.3x torch.compile); ``--no-gpt`` leaves it out.
+  bf16 autocast where the backend stores bfloat16, else float16): Ember eager, compiled
+  and compiled with ``mode="reduce-overhead"`` (CUDA graphs) vs PyTorch eager,
+  ``torch.compile`` and ``torch.compile(mode="reduce-overhead")`` (issue 21's targets:
+  compiled <= 1.0x PyTorch eager, <= 1.3x torch.compile); ``--no-gpt`` leaves it out.
 
 Run: ``python bench/cuda.py`` (``--quick``: fewer repetitions).
 """
@@ -248,32 +249,39 @@ def gpt_rows(reps, torch, compiled=True):
     return rows
 
 
+#: the GPT rows: (label, ember.compile mode or None for eager, torch.compile mode)
+GPT_MODES = (("eager", None, None), ("compiled", "default", "default"),
+             ("reduce-overhead", "reduce-overhead", "reduce-overhead"))
+
+
 def _gpt_dtype_rows(name, reps, torch, compiled):
+    """Ember's eager, compiled and CUDA-graph (``mode="reduce-overhead"``) GPT steps, each
+    beside PyTorch's eager, ``torch.compile`` and ``torch.compile(mode="reduce-overhead")``."""
     rows = []
-    for label, compiled in (("eager", False), ("compiled", True))[:2 if compiled else 1]:
+    for label, mode, _ in GPT_MODES[:len(GPT_MODES) if compiled else 1]:
         try:
             step, args = _gpt_step(em, getattr(em, name))
-            fn = em.compile(step) if compiled else step
+            fn = step if mode is None else em.compile(step, mode=mode)
             # NOTE: 5 warm-ups: eager composites record on a first call, compile later
+            # (and a CUDA graph is captured at the program's third call)
             ms = _time(lambda: fn(*args), reps, em.cuda.synchronize, warm=5)
         except Exception as e:     # noqa: BLE001 - report, keep benchmarking
             print(f"GPT step {name} {label}: failed: {type(e).__name__}: {e}")
             ms = float("nan")
         print(f"  (ember GPT {label}: {ms:.2f} ms)", flush=True)
         rows.append((f"GPT step {name} {label} ms", ms, None))
-    if torch is not None and not all(r[1] != r[1] for r in rows):
-        step, args = _gpt_step(torch, getattr(torch, name))
-        rows[0] = rows[0][:2] + (_time(lambda: step(*args), reps, torch.cuda.synchronize,
-                                       warm=5),)
-        print(f"  (torch GPT eager: {rows[0][2]:.2f} ms)", flush=True)
-        if len(rows) < 2:
-            return rows
+    if torch is None or all(r[1] != r[1] for r in rows):
+        return rows
+    for k, (label, _, tmode) in enumerate(GPT_MODES[:len(rows)]):
         try:
-            cstep = torch.compile(step)
-            rows[1] = rows[1][:2] + (_time(lambda: cstep(*args), reps,
-                                           torch.cuda.synchronize, warm=5),)
+            step, args = _gpt_step(torch, getattr(torch, name))
+            fn = step if tmode is None else torch.compile(step, mode=tmode)
+            ms = _time(lambda: fn(*args), reps, torch.cuda.synchronize, warm=5)
         except Exception as e:     # noqa: BLE001 - no Triton etc.
-            print(f"torch.compile GPT step failed: {type(e).__name__}: {e}")
+            print(f"torch GPT step {label} failed: {type(e).__name__}: {e}")
+            continue
+        rows[k] = rows[k][:2] + (ms,)
+        print(f"  (torch GPT {label}: {ms:.2f} ms)", flush=True)
     return rows
 
 

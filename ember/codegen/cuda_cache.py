@@ -33,6 +33,7 @@ import os
 import threading
 import time
 
+from ..device import cuda_graph as _graph
 from . import cache as _cache
 from . import cache_fs as fs
 from . import nvrtc as _nvrtc
@@ -194,13 +195,50 @@ def _cupy_module(source: str, name: str):
             mod = cupy.cuda.function.Module()
             mod.load(data + tail)
             _count(**{f"{kind}_modules": 1})
-            return mod
+            return _Kept(mod)
         except Exception:   # noqa: BLE001 - NVRTC missing, code newer than the driver...
             continue
     # NOTE: CuPy compiles the same text (a kernel bug raises there, with CuPy's log)
     _count(fallback=1)
     opts = ("--std=c++17",) + tuple(f"-I{d}" for d in _nvrtc.include_dirs())
-    return cupy.RawModule(code=source, options=opts)
+    return _Kept(cupy.RawModule(code=source, options=opts))
+
+
+class _Kept:
+    """A loaded module whose kernels, launched during a CUDA graph capture, keep their
+    argument tuples alive with the capture (``ember.device.cuda_graph.keeping``): a graph
+    reads those arrays at every replay, so none may go back to a pool (a cached 0-d
+    operand evicted, a plan's table replaced) while it lives."""
+
+    __slots__ = ("mod", "_fns")
+
+    def __init__(self, mod):
+        self.mod, self._fns = mod, {}
+
+    def get_function(self, name: str):
+        f = self._fns.get(name)
+        if f is None:
+            f = self._fns[name] = _KeptFunction(self.mod.get_function(name))
+        return f
+
+    def __getattr__(self, name):
+        return getattr(self.mod, name)
+
+
+class _KeptFunction:
+    __slots__ = ("fn",)
+
+    def __init__(self, fn):
+        self.fn = fn
+
+    def __call__(self, grid, block, args, *rest, **kw):
+        keep = _graph.keeping()
+        if keep is not None:
+            keep.append(args)
+        return self.fn(grid, block, args, *rest, **kw)
+
+    def __getattr__(self, name):
+        return getattr(self.fn, name)
 
 
 #: ``(source, name) -> module with get_function(name)``; tests swap in a fake.

@@ -23,6 +23,7 @@ from __future__ import annotations
 
 import os
 import time
+import weakref
 
 import numpy as np
 
@@ -45,11 +46,13 @@ class CachingAllocator(CountingAllocator):
     (live plus cached free blocks), ``empty_cache`` returns the cached blocks.
     """
 
-    __slots__ = ("pool", "peak_reserved", "num_ooms", "num_alloc_retries")
+    __slots__ = ("pool", "peak_reserved", "num_ooms", "num_alloc_retries", "graph_pools")
 
     def __init__(self, pool):
         super().__init__()
         self.pool = pool
+        # NOTE: CUDA graphs' private pools (ember.device.cuda_graph.GraphPool): reserved too
+        self.graph_pools = weakref.WeakSet()
         self.peak_reserved = 0
         self.num_ooms = 0
         self.num_alloc_retries = 0
@@ -62,7 +65,8 @@ class CachingAllocator(CountingAllocator):
             raise
 
     def reserved(self) -> int:
-        r = max(self.pool.total_bytes(), self.current)
+        r = max(self.pool.total_bytes() + sum(g.total_bytes() for g in self.graph_pools),
+                self.current)
         if r > self.peak_reserved:
             self.peak_reserved = r
         return r

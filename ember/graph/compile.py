@@ -59,7 +59,8 @@ CACHE_LIMIT = 8
 
 
 def compile(fn=None, *, fullgraph: bool = False, dynamic: bool = False, passes=None,
-            parallel: bool = False, name: str | None = None, memory_budget=None):
+            parallel: bool = False, name: str | None = None, memory_budget=None,
+            mode: str | None = None):
     """Compile ``fn`` (a function or a Module) into cached, optimised graphs.
 
     A Module comes back as an :class:`~ember.graph.optimized_module.OptimizedModule`
@@ -74,6 +75,14 @@ def compile(fn=None, *, fullgraph: bool = False, dynamic: bool = False, passes=N
         passes: the pass pipeline (names or ``Graph -> (Graph, stats)`` callables);
             default :data:`ember.graph.passes.DEFAULT_PASSES`. ``[]`` runs none.
         parallel: run independent nodes concurrently on a thread pool.
+        mode: PyTorch's modes. ``None``/``"default"``/``"max-autotune-no-cudagraphs"``:
+            each call runs the program's steps from Python. ``"reduce-overhead"`` and
+            ``"max-autotune"``: a program on a ``cuda`` device is replayed as one CUDA
+            graph from its third call (:mod:`ember.graph.cuda_graphs`: batches copied
+            into the graph's inputs, the returned tensors copied out; new ``.grad``
+            tensors are the graph's buffers, overwritten by the next call, as in
+            PyTorch). CPU programs run as in the default mode. Ember tunes no kernels
+            per mode: ``max-autotune`` differs from ``reduce-overhead`` in name only.
         memory_budget: a bound on the step's *activation memory*: the planned peak above
             what the step holds anyway — its inputs (parameters, the batch, optimizer
             state, existing gradients) and its outputs (new gradients, the loss) — i.e.
@@ -109,13 +118,25 @@ def compile(fn=None, *, fullgraph: bool = False, dynamic: bool = False, passes=N
     """
     if fn is None:
         return functools.partial(compile, fullgraph=fullgraph, dynamic=dynamic, passes=passes,
-                                 parallel=parallel, name=name, memory_budget=memory_budget)
+                                 parallel=parallel, name=name, memory_budget=memory_budget,
+                                 mode=mode)
     cf = CompiledFunction(fn, fullgraph=fullgraph, dynamic=dynamic, passes=passes,
-                          parallel=parallel, name=name, memory_budget=memory_budget)
+                          parallel=parallel, name=name, memory_budget=memory_budget, mode=mode)
     if cf.module is not None:     # a Module: an OptimizedModule, like torch.compile's
         from .optimized_module import OptimizedModule
         return OptimizedModule(fn, cf)
     return cf
+
+
+#: ``mode`` values (PyTorch's).
+MODES = (None, "default", "reduce-overhead", "max-autotune", "max-autotune-no-cudagraphs")
+
+
+def _check_mode(mode):
+    if mode not in MODES:
+        raise ValueError(f"ember.compile: unknown mode {mode!r}; valid modes: "
+                         f"{', '.join(repr(m) for m in MODES[1:])} (or None)")
+    return mode
 
 
 class CaptureInfo(NamedTuple):
@@ -130,7 +151,7 @@ class CompiledFunction:
     """What :func:`compile` returns: call it like ``fn``; ``explain()`` tells what happened."""
 
     def __init__(self, fn, *, fullgraph=False, dynamic=False, passes=None, parallel=False,
-                 name=None, memory_budget=None):
+                 name=None, memory_budget=None, mode=None):
         from ..nn.module import Module
         self.module = fn if isinstance(fn, Module) else None
         self.fn = fn
@@ -138,6 +159,7 @@ class CompiledFunction:
         self.dynamic = dynamic
         self.passes = DEFAULT_PASSES if passes is None else list(passes)
         self.parallel = parallel
+        self.mode = _check_mode(mode)
         self.memory_budget = memory_budget
         if memory_budget is not None:
             from .remat import _parse
@@ -188,6 +210,12 @@ class CompiledFunction:
         self._roots = discover(self.fn, args, kwargs)
         sig = self._signature(flat, spec)
         return self._capture(sig, tuple(sig.items()), flat, spec, args, kwargs, why)
+
+    def _graphs_note(self):
+        """``program``'s CUDA-graph argument: None (plain programs), or where a program
+        that stays plain says why (``explain()``)."""
+        from .cuda_graphs import MODES as _GRAPH_MODES
+        return self.log.note if self.mode in _GRAPH_MODES else None
 
     def _signature(self, flat, spec) -> dict:
         """This call's signature (:func:`ember.graph.signature.signature`)."""
@@ -304,7 +332,7 @@ class CompiledFunction:
                 e.graph, e.report = hit["graph"], hit["report"] + [{
                     "pass": "graph cache", "changed": {"loaded": 1},
                     "nodes": len(hit["graph"].nodes), "ms": (time.perf_counter() - t0) * 1e3}]
-                e.program = program(e, e.graph, self.parallel)
+                e.program = program(e, e.graph, self.parallel, self._graphs_note())
                 return
         graph, report = run_pipeline(e.raw_graph, self.passes)
         if self.memory_budget is not None:
@@ -312,7 +340,7 @@ class CompiledFunction:
         if key is not None and not disk_cache.store(key, {"graph": graph, "report": report}):
             self._graph_key = None
         e.graph, e.report = graph, report
-        e.program = program(e, graph, self.parallel)
+        e.program = program(e, graph, self.parallel, self._graphs_note())
 
     def _settle(self, e: Entry, sig, flat, spec, ran_backward: bool) -> tuple:
         """``(signature, replayable)`` of a finished capture: its signature (without the
@@ -491,5 +519,5 @@ class CompiledFunction:
         return CompiledFunction(copy.deepcopy(self.fn, memo), fullgraph=self.fullgraph,
                                 dynamic=self.dynamic, passes=self.passes,
                                 parallel=self.parallel, name=self.name,
-                                memory_budget=self.memory_budget)
+                                memory_budget=self.memory_budget, mode=self.mode)
 

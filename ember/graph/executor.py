@@ -196,13 +196,45 @@ class Program:
         self._levels = _levels(graph) if parallel else None
         self._level_frees = _level_frees(graph, self._levels, keep) if parallel else None
         self._pool = ThreadPoolExecutor(workers) if parallel else None
+        self.hostv = frozenset(hostv)
+        self.cuda_graph = None       # a GraphRunner (.cuda_graphs) replays it as a CUDA graph
 
     def run(self, arrays, hold=None) -> list:
         """Outputs for ``arrays`` (one per graph input).
 
         ``hold``: output var ids whose bytes stay counted after the call (saved for a later
         program); their total is left in ``self.last_held`` for the caller to release.
+        A program given a :class:`~ember.graph.cuda_graphs.GraphRunner` (``cuda_graph``)
+        replays its device steps as a CUDA graph.
         """
+        g = self.cuda_graph
+        if g is not None and hold is None:
+            return g.run(arrays)
+        return self.run_plain(arrays, hold)
+
+    def run_plain(self, arrays, hold=None) -> list:
+        """:meth:`run` without a CUDA graph: every step from Python."""
+        vals, own = self.bind(arrays)
+        try:
+            if self._hosting:
+                self.run_host(vals, own)
+            self.run_device(vals, own)
+        except BaseException:
+            self.alloc.current -= sum(own)      # nothing this call made outlives the error
+            raise
+        return self.finish(vals, own, hold)
+
+    def bind(self, arrays) -> tuple:
+        """``(vals, own)``: the slots with the constants and ``arrays`` bound (CPU inputs
+        of a device graph as device arrays), and the per-value counted bytes."""
+        vals = self.bind_host(arrays)
+        xp = self.xp
+        for k in self._host_inputs:
+            vals[self.input_ids[k]] = xp.asarray(arrays[k])
+        return vals, [0] * self.nvars
+
+    def bind_host(self, arrays) -> list:
+        """The slots with the constants and ``arrays`` bound as they are."""
         up = self._uploads
         if up.packed and up.backend.stream_key() != up.key:
             up.bind(self._consts, self._const_base)
@@ -210,32 +242,37 @@ class Program:
         vals[self._const_base:] = self._consts
         for vid, a in zip(self.input_ids, arrays):
             vals[vid] = a
-        xp = self.xp
-        for k in self._host_inputs:
-            vals[self.input_ids[k]] = xp.asarray(arrays[k])
-        own = [0] * self.nvars
+        return vals
+
+    def run_device(self, vals, own, rec=None) -> None:
+        """The device steps (``rec``: a recording that gets each step, see
+        :mod:`.cuda_graphs`)."""
+        xp, alloc = self.xp, self.alloc
+        if rec is not None:
+            for s in self._pre:             # NOTE: moved first: their frees are not theirs
+                _exec_recorded(s, vals, own, alloc, xp, rec, free=False)
+            for s in self._serial:
+                _exec_recorded(s, vals, own, alloc, xp, rec)
+            return
+        if self._levels is None and _state.profiler is None:
+            for s in self._pre:
+                a = vals[s.args[0]]
+                vals[s.outs[0]] = s.kernel(xp, a, **s.params)
+                if s.count:                 # reshape: a copy if the input is strided
+                    _count(s, vals, own, alloc, [a])
+        if self._levels is not None:
+            self._run_levels(vals, own, alloc, xp)
+        elif _state.profiler is not None:      # ember.profiler: each kernel by its name
+            prof = _state.profiler
+            for s in self._dev_steps:
+                prof.call(s.name, "kernel", _exec, s, vals, own, alloc, xp)
+        else:
+            for s in self._serial:
+                _exec(s, vals, own, alloc, xp)
+
+    def finish(self, vals, own, hold=None) -> list:
+        """The outputs of a run, its counted bytes handed over (``hold``: see :meth:`run`)."""
         alloc = self.alloc
-        try:
-            if self._hosting:
-                self._run_host(vals, own, alloc)
-            if self._levels is None and _state.profiler is None:
-                for s in self._pre:
-                    a = vals[s.args[0]]
-                    vals[s.outs[0]] = s.kernel(xp, a, **s.params)
-                    if s.count:                 # reshape: a copy if the input is strided
-                        _count(s, vals, own, alloc, [a])
-            if self._levels is not None:
-                self._run_levels(vals, own, alloc, xp)
-            elif _state.profiler is not None:      # ember.profiler: each kernel by its name
-                prof = _state.profiler
-                for s in self._dev_steps:
-                    prof.call(s.name, "kernel", _exec, s, vals, own, alloc, xp)
-            else:
-                for s in self._serial:
-                    _exec(s, vals, own, alloc, xp)
-        except BaseException:
-            alloc.current -= sum(own)      # nothing this call made outlives the error
-            raise
         held = 0
         if hold is not None:
             for vid in hold:
@@ -243,13 +280,21 @@ class Program:
                 own[vid] = 0
         self.last_held = held
         alloc.current -= sum(own)          # outputs: the tensors wrapping them count them
+        return self.collect(vals)
+
+    def collect(self, vals) -> list:
+        """The output values of ``vals``, CPU outputs of a device graph on the host."""
         outs = [vals[i] for i in self.output_ids]
         for k in self._host_outputs:
             if not isinstance(outs[k], np.ndarray):
                 outs[k] = self._to_host(outs[k])
         return outs
 
-    def _run_host(self, vals, own, alloc) -> None:
+    def run_host(self, vals, own, fresh=None) -> None:
+        """The host steps and uploads (``fresh``: see :meth:`.host_steps.Uploads.upload`)."""
+        self._run_host(vals, own, self.alloc, fresh)
+
+    def _run_host(self, vals, own, alloc, fresh=None) -> None:
         """The host steps (NumPy), then the uploads of the host values device steps read
         (:mod:`.host_steps`); no wait for the device."""
         prof = _state.profiler
@@ -258,7 +303,7 @@ class Program:
                 _exec(s, vals, own, alloc, np)
             else:
                 prof.call(s.name, "kernel", _exec, s, vals, own, alloc, np)
-        self._uploads.upload(vals)
+        self._uploads.upload(vals, fresh)
 
     def _run_levels(self, vals, own, alloc, xp):
         steps = self.steps
@@ -407,6 +452,48 @@ def _exec(s: _Step, vals, own, alloc, xp, free: bool = True):
 
 
 _ND = np.ndarray
+
+
+def call_step(s: _Step, args, buf, bufs, xp):
+    """Step ``s``'s kernel on ``args`` as :func:`_exec` calls it, with the planned output
+    ``buf`` (or output buffers ``bufs``) it used: the step alone, no slots, no counting
+    (a recorded step replayed: :mod:`.cuda_graphs`)."""
+    if s.casts is not None:
+        args = [a if c is None or a.dtype == c else a.astype(c) for a, c in zip(args, s.casts)]
+    if buf is not None:
+        if s.reinterp is not None:
+            buf = buf.reshape(-1).view(s.reinterp[0]).reshape(s.reinterp[1])
+        res = s.outfn(*args, out=buf)
+    elif bufs is not None:
+        res = s.kernel(xp, *args, outs=bufs, **s.params)
+    else:
+        res = s.kernel(xp, *args, **s.params)
+    if not s.multi:
+        if res.__class__ is not _ND and res.__class__ is not xp.ndarray:
+            res = xp.asarray(res)
+        if res.dtype != s.odts[0]:
+            res = res.astype(s.odts[0])
+    return res
+
+
+def _exec_recorded(s: _Step, vals, own, alloc, xp, rec, free: bool = True) -> None:
+    """:func:`_exec` of ``s`` (a ``_pre`` view step too), recorded in ``rec`` with the
+    arrays it read, the buffer(s) it wrote into and its outputs."""
+    args = [vals[i] for i in s.args]
+    buf = _usable(vals[s.buf]) if s.buf >= 0 else None
+    bufs = None if s.bufs is None else [None if b < 0 else _usable(vals[b]) for b in s.bufs]
+    _exec(s, vals, own, alloc, xp, free=False)
+    rec.add(s, args, buf, bufs, [vals[o] for o in s.outs])
+    if not free:
+        return
+    for f in s.untrack:
+        nb = own[f]
+        if nb:
+            alloc.current -= nb
+            alloc.num_frees += 1
+            own[f] = 0
+    for f in s.free:
+        vals[f] = None
 
 
 def _input_view(n, s, inview, keep, kind, alias) -> bool:

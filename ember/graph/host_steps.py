@@ -153,10 +153,17 @@ class Uploads:
         self.bufs = [dev for dev, _ in got]
         self.key = key
 
-    def upload(self, vals: list) -> None:
-        """One upload per dtype of this run's host values, and the per-run copies."""
+    def upload(self, vals: list, fresh=None) -> None:
+        """One upload per dtype of this run's host values, and the per-run copies
+        (``fresh``: ``((slot, host var id, device array), ...)`` to refill instead: the
+        arrays a CUDA graph reads, :mod:`.cuda_graphs`)."""
         be = self.backend
         for (dt, vids, _slots), dev in zip(self.packed, self.bufs):
             be.upload_into(dev, np.array([vals[v] for v in vids], dtype=dt))
+        if fresh is not None:
+            for slot, vid, dev in fresh:
+                be.upload_into(dev, np.asarray(vals[vid], dtype=dev.dtype))
+                vals[slot] = dev
+            return
         for slot, vid in self.fresh:
             vals[slot] = be.asarray(vals[vid])

@@ -39,13 +39,21 @@ def donations(e: Entry) -> list:
     return out
 
 
-def program(e: Entry, graph, parallel) -> Program:
-    """The forward program of entry ``e``."""
+def program(e: Entry, graph, parallel, graphs=None) -> Program:
+    """The forward program of entry ``e``. ``graphs``: replay it as a CUDA graph on a
+    cuda device (:mod:`.cuda_graphs`; a callable taking the note that says why not)."""
     kw = plan_kw(e, graph)
     if e.joint is None:
-        return Program(graph, parallel=parallel, **kw)
+        prog = Program(graph, parallel=parallel, **kw)
+        if graphs is not None:
+            from .cuda_graphs import attach
+            attach(prog, [k[1] for k in e.out_leaves if k[0] == "tensor"], graphs)
+        return prog
     saved = [v.id for v in graph.outputs[e.joint.n_fwd:]]
     prog = Program(graph, parallel=parallel, saved=saved, **kw)
+    if graphs is not None:
+        graphs("not replayed as a CUDA graph: its backward is a second graph (not yet "
+               "supported; a training step that calls backward() itself is)")
     e.joint.hold = prog.hold_ids(saved)
     return prog
 

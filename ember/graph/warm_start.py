@@ -471,7 +471,7 @@ def load(cf, sig, flat):
     if unguarded:
         stats["misses"] += 1
         return None, "unguarded inputs"
-    e.program = program(e, e.graph, cf.parallel)
+    e.program = program(e, e.graph, cf.parallel, cf._graphs_note())
     stats["hits"] += 1
     return e, rec
 

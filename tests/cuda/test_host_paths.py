@@ -19,13 +19,16 @@ class _Arr:
 def _fakes(calls):
     cublas = types.SimpleNamespace(
         gemmEx=lambda *a: calls.append(("gemmEx", a)),
-        gemmStridedBatchedEx=lambda *a: calls.append(("batched", a)))
+        gemmStridedBatchedEx=lambda *a: calls.append(("batched", a)),
+        setStream=lambda h, s: calls.append(("setStream", (h, s))))
     libs = types.ModuleType("cupy_backends.cuda.libs")
     libs.cublas = cublas
     handles = iter(range(100, 200))
     cupy = types.ModuleType("cupy")
+    streams = iter(range(7000, 7100))
     cupy.cuda = types.SimpleNamespace(device=types.SimpleNamespace(
-        get_cublas_handle=lambda: next(handles)))
+        get_cublas_handle=lambda: next(handles)), stream=types.SimpleNamespace(
+        get_current_stream_ptr=lambda: next(streams)))
     return {"cupy": cupy, "cupy_backends": types.ModuleType("cupy_backends"),
             "cupy_backends.cuda": types.ModuleType("cupy_backends.cuda"),
             "cupy_backends.cuda.libs": libs}
@@ -46,7 +49,9 @@ def test_cublas_call_reads_alpha_beta_and_bindings_once(monkeypatch):
     for name in ("cupy", "cupy_backends.cuda.libs"):    # no import on later calls
         monkeypatch.delitem(sys.modules, name)
     cg._cublas(_plan("gemmStridedBatchedEx"))
-    (f1, a1), (f2, a2) = calls
+    # each GEMM on the current stream (a side stream's, a CUDA graph capture's)
+    assert calls[0] == ("setStream", (100, 7000)) and calls[2] == ("setStream", (101, 7001))
+    (f1, a1), (f2, a2) = calls[1], calls[3]
     assert f1 == "gemmEx" and f2 == "batched"
     assert a1[0] == 100 and a2[0] == 101            # the current device's handle each call
     assert a1[1:6] == (0, 1, 4, 5, 6)
