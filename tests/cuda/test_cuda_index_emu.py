@@ -236,3 +236,33 @@ def test_nvrtc_compiles_every_entry_with_leaves_without_spills():
             "ix_flat_u2_c"} | {k.name for _, k in REDUCTIONS}
     assert want <= made, want - made
     assert not re.search(r"[1-9]\d* bytes spill (stores|loads)", log), log
+
+
+@needs_emu
+def test_bench_pair_writes_the_same_bits(tmp_path):
+    """``bench/cuda_iota.py``'s two CE backward kernels (int64 iota row / Index leaf) on
+    the row entry, as the graph launches them: the same float16 bits."""
+    import importlib.util
+    import os
+    path = os.path.join(os.path.dirname(__file__), "..", "..", "bench", "cuda_iota.py")
+    spec = importlib.util.spec_from_file_location("cuda_iota", path)
+    mod = importlib.util.module_from_spec(spec)
+    spec.loader.exec_module(mod)
+    rows, vocab = 3, 41
+    a, b = mod.kernels(rows, vocab)
+    emu = _cuda_emu.EmuModule(render_cuda_many([a, b]) + render_row_entry(a) +
+                              render_row_entry(b), str(tmp_path), 2)
+    rng = np.random.default_rng(6)
+    t = rng.integers(0, vocab, (rows, 1)).astype(np.int64)
+    x = _cuda_emu.sample(dt.float16, rows * vocab, rng).reshape(rows, vocab)
+    lse = np.log(np.exp(x.astype(np.float32)).sum(1, keepdims=True))
+    g = np.full((rows, 1), -1.0 / rows, np.float32)
+    iota = np.arange(vocab, dtype=np.int64).reshape(1, vocab)
+    got = []
+    for k, ins in ((a, [t, iota, g, x, lse, g]), (b, [t, g, x, lse, g])):
+        name, grid, block, args, outs = row_plan(k, ins, (rows, vocab), np)
+        assert name == k.name + "_r"
+        emu.get_function(name)(grid, block, args)
+        got.append(outs[0])
+    np.testing.assert_array_equal(got[0].view(np.uint16), got[1].view(np.uint16))
+    assert np.count_nonzero(got[0].astype(np.float32) < 0) >= rows   # the selected ones
