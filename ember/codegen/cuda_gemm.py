@@ -46,7 +46,7 @@ from ..device import cuda_graph as _graph
 from ..dtypes import bfloat16 as _bfloat16
 
 __all__ = ["CUDA_TYPE", "PAD_MIN_FLOPS", "cached_plan", "finish", "gemm_plan", "matmul",
-           "supported", "zero_padded"]
+           "padded_empty", "supported", "zero_padded"]
 
 #: cudaDataType of each storage dtype (library_types.h).
 CUDA_TYPE = {"float16": 2, "bfloat16": 14, "float32": 0}
@@ -100,8 +100,10 @@ def _batch_stride(a, batch: int) -> int:
     return a.strides[-3] // a.itemsize        # leading dims merge (gemm_plan checks)
 
 
-def gemm_plan(x, y, xp=np, tf32: bool = False, out=None) -> dict:
-    """The cuBLAS call computing ``x @ y`` (see the module doc) and its output array.
+def gemm_plan(x, y, xp=np, tf32: bool = False, out=None, pitched: bool = False) -> dict:
+    """The cuBLAS call computing ``x @ y`` (see the module doc) and its output array
+    (``pitched``, no ``out``: a padded output is the result as it is, a view with rows
+    ``ldc`` apart, not copied).
 
     Returns a dict: ``fn`` (``"gemmEx"`` or ``"gemmStridedBatchedEx"``), ``transa``,
     ``transb``, ``m``, ``n``, ``k`` (cuBLAS's), ``A``/``lda``/``strideA`` (= ``y``),
@@ -127,7 +129,10 @@ def gemm_plan(x, y, xp=np, tf32: bool = False, out=None) -> dict:
             # on its slow kernel for the odd n of an LM head (8.3 ms vs 1.8 ms for dx, whose
             # dims were all multiples of 8 once padded: bench/cuda_gemm_align.py)
             npad = ldc = -(-n // 8) * 8
+            if pitched and out is None:
+                c = None                    # NOTE: dropped before the padded one is made
             result = xp.empty(lead + (m, ldc), x.dtype)[..., :n]
+            c = result if c is None else c
         if kp != k or not _aligned(x, ldx, batch):
             x, opx, ldx = _operand(_pad_of(x, m, kp, batch, xp), xp)
         if kp != k or npad != n or not _aligned(y, ldy, batch):
@@ -253,16 +258,31 @@ def zero_padded(a, xp, rows: bool = False):
         buf[r:] = 0
         view = buf[:r]
     else:
+        view = padded_empty(a.shape, a.dtype, xp)
         c = a.shape[-1]
-        r = math.prod(a.shape[:-1])
-        buf = xp.empty((r, -(-c // 8) * 8), a.dtype)
-        _copy(buf[:, :c], a.reshape(r, c))
-        buf[:, c:] = 0
-        view = buf[:, :c].reshape(a.shape)
+        _copy(_root(view)[0][:, :c], a.reshape(-1, c))
+        return view
+    _register(buf, r, c, False)
+    return view
+
+
+def padded_empty(shape, dtype, xp):
+    """A new (..., c) array as a view of a registered (rows, ceil8(c)) buffer whose pad
+    columns are zeros (values: uninitialised), so padded GEMMs read it as it is (see
+    :func:`zero_padded`); what a kernel writing an LM head's logits gradient writes into
+    (:mod:`.cuda_pitch`)."""
+    c = shape[-1]
+    r = math.prod(shape[:-1])
+    buf = xp.empty((r, -(-c // 8) * 8), dtype)
+    buf[:, c:] = 0
+    _register(buf, r, c, c % 8 != 0)
+    return buf[:, :c].reshape(shape)
+
+
+def _register(buf, r: int, c: int, unaligned: bool) -> None:
     key = id(buf)
     ref = weakref.ref(buf, lambda _r, k=key: _ZERO_PADDED.pop(k, None))
-    _ZERO_PADDED[key] = (ref, r, c, not rows and c % 8 != 0)
-    return view
+    _ZERO_PADDED[key] = (ref, r, c, unaligned)
 
 
 def _root(a):
@@ -339,13 +359,16 @@ def _merges(a) -> bool:
     return all(st[i] == st[i + 1] * lead[i + 1] for i in range(len(lead) - 1))
 
 
-def matmul(xp, x, y, tf32: bool = False, out=None):
+def matmul(xp, x, y, tf32: bool = False, out=None, pitched: bool = False):
     """``x @ y`` by one cuBLAS call, float32 accumulation (CuPy arrays; see :func:`supported`).
+    ``pitched``: a padded result is returned as the view of its padded buffer (rows a
+    multiple of 8 elements apart: an LM head's logits read by kernels taking pitched
+    operands, :mod:`.cuda_pitch`), not copied out.
 
     Example:
         >>> c = matmul(cupy, a16, b16)      # doctest: +SKIP (needs a GPU)
     """
-    p = cached_plan(x, y, xp, tf32, out)
+    p = gemm_plan(x, y, xp, tf32, out, True) if pitched else cached_plan(x, y, xp, tf32, out)
     if p["m"] == 0 or p["n"] == 0 or p["batch"] == 0:
         return p["out"]
     if p["k"] == 0:

@@ -4,8 +4,9 @@ On the stand-in given a GPU's ``cuda_kernels`` (``_cuda_emu`` runs the generated
 cuBLAS is ``test_cuda_gemm``'s NumPy model) with padding forced (``PAD_MIN_FLOPS = 1``),
 an odd vocabulary's float16 step (head, cross-entropy, backward) is compiled with and
 without the pass: the loss and both gradients must be the same bits, and the pass must
-leave two copies of the padded GEMMs' operands a call fewer (the logits gradient and the
-weight each padded once).
+leave one copy of the five (the weight, padded once; the loss's backward kernel reads the
+logits in the padded product's buffer and writes the logits gradient into a zero-padded
+one: ``cuda_pitch``'s ``NAME_rp`` entry).
 """
 import numpy as np
 import pytest
@@ -15,7 +16,7 @@ from ember.codegen import cuda_gemm as cg
 from ember.graph.passes import DEFAULT_PASSES
 
 import _cuda_emu
-from test_cuda_fusion_emu import emu_gpu  # noqa: F401 - the fixture
+from test_cuda_fusion_emu import _launched, emu_gpu  # noqa: F401 - the fixture
 from test_cuda_gemm import run_plan
 
 pytestmark = pytest.mark.skipif(not _cuda_emu.available(),
@@ -40,11 +41,10 @@ def _run(passes, copies):
         x.grad, head.weight.grad = None, None
         copies.clear()
         loss = fn(x, tgt)
-    n = len(copies)
-    pads = sum(n.op.name.startswith("pad_gemm") for e in fn._cache.values()
-               if getattr(e, "program", None) is not None for n in e.program.graph.nodes)
+    names = [n.op.name for e in fn._cache.values() if getattr(e, "program", None) is not None
+             for n in e.program.graph.nodes]
     return (loss.detach().cpu().numpy(), x.grad.cpu().numpy(),
-            head.weight.grad.cpu().numpy(), n, pads)
+            head.weight.grad.cpu().numpy(), len(copies), names)
 
 
 def test_lm_head_step_pads_once_with_the_same_bits(emu_gpu, monkeypatch):  # noqa: F811
@@ -58,10 +58,16 @@ def test_lm_head_step_pads_once_with_the_same_bits(emu_gpu, monkeypatch):  # noq
     monkeypatch.setattr(cg, "PAD_MIN_FLOPS", 1)
     monkeypatch.setattr(cg, "_cublas", lambda p: run_plan(dict(p, copy=False)))
     without = [p for p in DEFAULT_PASSES if p != "pad_gemm"]
-    *want, n_before, pads0 = _run(without, copies)
-    *got, n_after, pads = _run(DEFAULT_PASSES, copies)
-    assert pads0 == 0 and pads == 2
-    assert n_before == 5 and n_after == 3       # W and dlogits once each, the logits out
+    *want, n_before, names0 = _run(without, copies)
+    launched = len(_launched(emu_gpu, ""))
+    *got, n_after, names = _run(DEFAULT_PASSES, copies)
+    assert not {"pad_gemm_rows", "fused_pitched", "matmul_pitched"} & set(names0)
+    # the weight padded once; the loss's backward kernel writes dlogits padded, reading
+    # the logits where the padded product left them (its NAME_rp entry)
+    assert names.count("pad_gemm_rows") == 1 and "pad_gemm" not in names
+    assert names.count("fused_pitched") == 1 and names.count("matmul_pitched") == 1
+    assert [n for n in _launched(emu_gpu, "")[launched:] if n.endswith("_rp")]
+    assert n_before == 5 and n_after == 1       # copies: the weight, once
     for a, b in zip(got, want):
         assert a.dtype == b.dtype and a.tobytes() == b.tobytes()
     assert np.isfinite(got[0]) and np.abs(got[2]).sum() > 0
