@@ -111,3 +111,43 @@ def test_loads_renumber_after_the_leaf():
     go = _substitute({0: Load(0), 1: Index(4), 2: Load(1)})
     assert go(e) == Apply("add", (Load(0), Load(1)))
     assert go(Apply("eq", (Load(1), Load(0)))) == Apply("eq", (Index(4), Load(0)))
+
+
+def test_gpt_head_backward_kernel_reads_the_logits_only(gpu_like, monkeypatch):  # noqa: F811
+    """``bench/cuda.py``'s GPT (one small layer, a 2053-word vocabulary: above the
+    recompute size, so the loss stores row values only) under float16 autocast: the
+    cross-entropy backward kernel loads 2 bytes an element (the float16 logits; was 10
+    with the iota) and its text has one int64 pointer (the targets, one a row)."""
+    import importlib.util
+    import os
+    monkeypatch.setenv("EMBER_GRAPH_CACHE", "0")
+    _numpy_cublas(monkeypatch)
+    path = os.path.join(os.path.dirname(__file__), "..", "..", "bench", "cuda.py")
+    spec = importlib.util.spec_from_file_location("bench_cuda", path)
+    bc = importlib.util.module_from_spec(spec)
+    spec.loader.exec_module(bc)
+    vocab = 2053
+    em.manual_seed(0)
+    model = bc._gpt_class(em, d=32, n_layers=1, heads=2, vocab=vocab, block=16)().cuda()
+    opt = em.optim.AdamW(model.parameters(), lr=3e-4)
+    idx = em.randint(0, vocab, (2, 16), device="cuda")
+    tgt = em.randint(0, vocab, (2, 16), device="cuda")
+
+    def step(idx, tgt):
+        with em.autocast("cuda", dtype=em.float16):
+            loss = em.nn.functional.cross_entropy(model(idx).view(-1, vocab), tgt.view(-1))
+        loss.backward()
+        opt.step()
+        opt.zero_grad(set_to_none=True)
+        return loss
+    cf = em.compile(step)
+    losses = [float(cf(idx, tgt)) for _ in range(2)]
+    assert all(np.isfinite(losses))
+    bwd = [n for n in cf.graphs()[-1].nodes if n.op.name == "fused" and
+           n.op.ops.split(",")[:2] == ["eq", "where"]]
+    assert len(bwd) == 1, [n.op.ops for n in cf.graphs()[-1].nodes if n.op.name == "fused"]
+    k = bwd[0].op.kernel
+    assert _leaves(k) == {Index(vocab, 1, dt.int64)}
+    assert read_bytes(k) == 2 and k.out.dtype is dt.float16, k.inputs
+    head = [ln for ln in _render_one(k, "block").splitlines() if ln.startswith('extern "C"')]
+    assert head[0].count("const int64_t *__restrict__ in") == 1
