@@ -1,5 +1,6 @@
-"""An LM head's values padded once (``cuda_gemm.zero_padded``, the ``pad_gemm`` pass) on
-a real GPU: the same cuBLAS calls, the same bits, fewer copies.
+"""An LM head's values padded once (``cuda_gemm.zero_padded``, the ``pad_gemm`` pass) or
+made padded (``cuda_pitch``'s ``NAME_rp`` entry) on a real GPU: the same cuBLAS calls, the
+same bits, fewer copies.
 
 Skips with "no CUDA GPU/CuPy" elsewhere. Run: ``python -m pytest -q
 tests/cuda/test_gpu_pad_gemm.py``. The CPU's checks: ``test_pad_gemm.py`` (plans, NumPy
@@ -82,16 +83,55 @@ def _step_results(passes, copies):
         copies.clear()
         loss = fn(x, tgt)
     em.cuda.synchronize()
+    names = [n.op.name for e in fn._cache.values() if getattr(e, "program", None) is not None
+             for n in e.program.graph.nodes]
     return [loss.detach().cpu().numpy(), x.grad.cpu().numpy(),
-            head.weight.grad.cpu().numpy()], len(copies)
+            head.weight.grad.cpu().numpy()], len(copies), names
 
 
-def test_compiled_lm_head_step_pads_once_with_the_same_bits(gpu, monkeypatch):  # noqa: F811
+def test_compiled_lm_head_step_copies_once_with_the_same_bits(gpu, monkeypatch):  # noqa: F811
+    """Without the pass: the weight twice, dlogits twice, the logits out (5 copies); with
+    it: the weight once (the loss's backward kernel reads the padded logits and writes
+    dlogits padded: ``NAME_rp``). Loss, dx and dW: the same bits."""
     copies = _counting(monkeypatch)
     without = [p for p in DEFAULT_PASSES if p != "pad_gemm"]
-    want, n_before = _step_results(without, copies)
-    got, n_after = _step_results(DEFAULT_PASSES, copies)
-    assert n_before == 5 and n_after == 3
+    want, n_before, _ = _step_results(without, copies)
+    got, n_after, names = _step_results(DEFAULT_PASSES, copies)
+    assert n_before == 5 and n_after == 1
+    assert "fused_pitched" in names and "matmul_pitched" in names
     for a, b in zip(got, want):
-        assert a.dtype == b.dtype and a.tobytes() == b.tobytes()
+        assert a.dtype == b.dtype, (a.dtype, b.dtype)
+        diff = np.abs(a.astype(np.float64) - b.astype(np.float64)).max()
+        assert a.tobytes() == b.tobytes(), f"not the same bits: max |diff| {diff}"
     assert np.isfinite(got[0]).all()
+
+
+@pytest.mark.parametrize("cols", [37, 36])
+def test_pitched_entry_gives_the_row_entrys_bits_on_the_gpu(gpu, cols):  # noqa: F811
+    """``NAME_rp`` (pitched logits in, pitched outputs) against ``NAME_r`` on contiguous
+    copies, compiled by NVRTC and run on the GPU (the emulator's check:
+    ``test_cuda_pitch_emu.py``)."""
+    import cupy
+    from ember.codegen.cuda_launch import row_plan
+    from ember.codegen.cuda_pitch import pitched_module, pitched_plan
+    from test_cuda_index_emu import _hot_arrays, _one_hot
+    rows = 4099                       # > 2 blocks' worth of elements
+    k = _one_hot((rows, cols), f"gpu_pt_{cols}")
+    mod = pitched_module(k)
+    t, x, b = (cupy.asarray(a) for a in _hot_arrays(k, np.random.default_rng(0)))
+    name, grid, block, args, want = row_plan(k, [t, x, b], k.out.shape, cupy)
+    mod.function(name)(grid, block, args)
+    pad = -(-cols // 8) * 8
+
+    def pitched(a, fill):
+        buf = cupy.full((rows, pad), fill, a.dtype)
+        buf[:, :cols] = a
+        return buf[:, :cols]
+    outs = [pitched(cupy.zeros((rows, cols), cupy.float32), 0),
+            pitched(cupy.zeros((rows, cols), cupy.int64), 0)]
+    name, grid, block, args = pitched_plan(k, [t, pitched(x, 0), b], (rows, cols), cupy, outs)
+    assert name.endswith("_rp")
+    mod.function(name)(grid, block, args)
+    for g, w in zip(outs, want):
+        assert bool((cupy.ascontiguousarray(g).view(cupy.uint8) ==
+                     cupy.ascontiguousarray(w).view(cupy.uint8)).all())
