@@ -105,14 +105,18 @@ def test_c_renderer_computes_every_axis_leaf_on_any_layout():
     shape = (3, 5, 7)
     i0, i1, i2 = (index_of(shape, d) for d in range(3))
     code = i0 * 100 + i1 * 10 + i2
-    k = Kernel([InputSpec(dt.int64, (35, 7, 1))], OutSpec(dt.int64, shape),
-               Load(0) * 1000 + code, "ix_c_ew")
+    k = Kernel([InputSpec(dt.int64, (35, 7, 1)), InputSpec(dt.int64, (1, 0, 0))],
+               OutSpec(dt.int64, shape), Load(0) * 1000 + Load(1) * 100000 + code, "ix_c_ew")
     x = np.arange(105, dtype=np.int64).reshape(shape)
+    g0, g1, g2 = np.indices(shape)
     ck = runtime.compile(k)
-    for a in (x, np.ascontiguousarray(x.transpose(2, 1, 0)).transpose(2, 1, 0)):
-        np.testing.assert_array_equal(ck(a), interp.run_elementwise(k, [a]))
-        g0, g1, g2 = np.indices(shape)
-        np.testing.assert_array_equal(ck(a), a * 1000 + g0 * 100 + g1 * 10 + g2)
+    # loops: 1-d (contiguous, a scalar), rows of 35 (a value per first-axis slice: the
+    # last two axes merge), rows of 7 (a transposed operand)
+    for a, b in ((x, np.int64(3)), (x, np.arange(3).reshape(3, 1, 1)),
+                 (np.ascontiguousarray(x.transpose(2, 1, 0)).transpose(2, 1, 0), 2)):
+        np.testing.assert_array_equal(ck(a, b), interp.run_elementwise(k, [a, b]))
+        np.testing.assert_array_equal(ck(a, b), a * 1000 + np.asarray(b) * 100000 +
+                                      g0 * 100 + g1 * 10 + g2)
     for naxes in (1, 2):
         rk = ReduceKernel([InputSpec(dt.int64, (35, 7, 1))], shape, naxes,
                           [Reduce("sum", Load(0) + code)], Row(0) * 1000 + code,
