@@ -27,6 +27,7 @@ import numpy as np
 from . import dtypes as _dt
 from .autograd.grad_mode import state as _grad_state
 from .device import device as _device, get_backend
+from .device.cuda_graph import is_capturing
 from .errors import DTypeError, ShapeError
 from .tensor import Tensor, _wrap
 from .ops._util import as_shape, check_new_size, size_args
@@ -163,6 +164,12 @@ def _for_device(dev, draw):
     dev = _device(dev)
 
     def on_device(*arrays):
+        if is_capturing():
+            raise RuntimeError(
+                f"random draw on {dev} inside a CUDA graph capture: Ember draws on the host "
+                f"and copies, so every replay would repeat this capture's numbers. Draw "
+                f"outside the capture (into a static tensor you refill), or compile the step "
+                f"with ember.compile(fn, mode='reduce-overhead')")
         prev, _drawing.dev = _drawing.dev, dev
         try:
             return draw(*arrays)

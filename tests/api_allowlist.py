@@ -212,7 +212,8 @@ ALLOWLIST["torch.func"] = {
                                        "for vmap)",
 }
 
-CUDA_GRAPHS = "CUDA graphs / memory pools / pluggable allocators: Ember's cuda backend has none"
+CUDA_GRAPHS = ("pluggable allocators, MemPool objects and make_graphed_callables: Ember's cuda "
+               "backend has CUDAGraph/graph/graph_pool_handle only (ember/cuda/graphs.py)")
 CUDA_DRIVER = ("CUDA driver/runtime, NVML or library handles: not exposed by Ember's "
                "CuPy-based cuda backend")
 CUDA_TYPES = "legacy torch.cuda.*Tensor/*Storage types: use ember.tensor(..., device='cuda')"
@@ -226,8 +227,7 @@ ALLOWLIST["torch.cuda"] = {
                          "ComplexFloatStorage DoubleStorage DoubleTensor FloatStorage "
                          "FloatTensor HalfStorage HalfTensor IntStorage IntTensor "
                          "LongStorage LongTensor ShortStorage ShortTensor"),
-    **_group(CUDA_GRAPHS, "CUDAGraph CUDAPluggableAllocator MemPool graph graph_pool_handle "
-                          "is_current_stream_capturing make_graphed_callables "
+    **_group(CUDA_GRAPHS, "CUDAPluggableAllocator MemPool make_graphed_callables "
                           "use_mem_pool change_current_allocator caching_allocator_alloc "
                           "caching_allocator_delete caching_allocator_disabled "
                           "caching_allocator_enable get_allocator_backend "
@@ -244,7 +244,7 @@ ALLOWLIST["torch.cuda"] = {
                           "PYTORCH_RELEASES_CODE_CC DEVICE_REQUIREMENT has_half has_magma "
                           "is_tf32_supported get_sync_debug_mode set_sync_debug_mode "
                           "ExternalStream get_stream_from_external GreenContext"),
-    **_group(CUDA_SUBMODULE, "gds graphs green_contexts jiterator memory nccl nvtx profiler "
+    **_group(CUDA_SUBMODULE, "gds green_contexts jiterator memory nccl nvtx profiler "
                              "random sparse streams tunable"),
     **_group("deprecated aliases of memory_reserved/max_memory_reserved (PyTorch warns)",
              "memory_cached max_memory_cached reset_max_memory_cached"),

@@ -25,6 +25,7 @@ from ._memory import (OutOfMemoryError, empty_cache, max_memory_allocated,
                       reset_peak_memory_stats)
 from ._state import NoCUDADeviceError, backend_or_none, need
 from ._streams import Event, Stream, StreamContext, current_stream, default_stream, stream
+from .graphs import CUDAGraph, graph, graph_pool_handle, is_current_stream_capturing
 
 __all__ = ["NoCUDADeviceError", "OutOfMemoryError", "is_available", "device_count",
            "current_device", "is_initialized", "init", "manual_seed", "manual_seed_all",
@@ -35,7 +36,8 @@ __all__ = ["NoCUDADeviceError", "OutOfMemoryError", "is_available", "device_coun
            "reset_max_memory_allocated", "memory_stats", "memory_summary", "mem_get_info",
            "amp",
            "get_rng_state_all", "set_rng_state_all", "get_rng_state", "set_rng_state",
-           "Stream", "Event", "StreamContext", "stream", "current_stream", "default_stream"]
+           "Stream", "Event", "StreamContext", "stream", "current_stream", "default_stream",
+           "CUDAGraph", "graph", "graph_pool_handle", "is_current_stream_capturing"]
 
 
 def is_available() -> bool:

@@ -54,12 +54,14 @@ def is_capturing() -> bool:
 
 
 class GraphPool:
-    """A side stream and a private memory pool (one per captured program)."""
+    """A side stream and a private memory pool (one per captured program; several
+    ``ember.cuda.CUDAGraph`` captures may share one: ``graph_pool_handle``)."""
 
-    def __init__(self, cupy):
+    def __init__(self, cupy, stream=None):
         self.cupy = cupy
-        self.stream = cupy.cuda.Stream(non_blocking=True)
+        self.stream = stream if stream is not None else cupy.cuda.Stream(non_blocking=True)
         self.pool = cupy.cuda.MemoryPool()
+        self.malloc = _capture_safe_malloc(self.pool.malloc)
 
     @contextlib.contextmanager
     def use(self):
@@ -69,7 +71,7 @@ class GraphPool:
         cur = cp.cuda.get_current_stream()
         self.stream.wait_event(cur.record())
         try:
-            with self.stream, cp.cuda.using_allocator(self.pool.malloc):
+            with self.stream, cp.cuda.using_allocator(self.malloc):
                 yield self.stream
         finally:
             cur.wait_event(self.stream.record())
@@ -92,8 +94,9 @@ class Captured:
 
 
 @contextlib.contextmanager
-def capture(gp: GraphPool, mode: str = "relaxed"):
-    """Capture the block's work on ``gp``'s stream (call inside ``gp.use()``); yields a
+def capture(gp: GraphPool, mode: str = "relaxed", stream=None):
+    """Capture the block's work on ``stream`` (default: ``gp``'s; allocations must come
+    from ``gp``'s pool: inside ``gp.use()`` or ``using_allocator(gp.malloc)``); yields a
     :class:`Captured`. An exception inside the block (or a capture the driver
     invalidated) ends the capture, performs the block's uploads for real and re-raises."""
     if mode not in MODES:
@@ -102,18 +105,23 @@ def capture(gp: GraphPool, mode: str = "relaxed"):
     if not _lock.acquire(blocking=False):
         raise RuntimeError("CUDA graph capture: another capture is underway (one at a time)")
     got = Captured()
+    stream = gp.stream if stream is None else stream
     old = (cp.asarray, cp.array)
     cp.asarray, cp.array = _safe_upload(cp, old[0], got), _safe_upload(cp, old[1], got)
     _local.keep = got.keep
     try:
-        gp.stream.begin_capture(mode=MODES[mode])
+        stream.begin_capture(mode=MODES[mode])
         try:
             yield got
         except BaseException:
-            _end_quietly(gp.stream)
+            _end_quietly(stream)
             _uploads_now(got)
             raise
-        got.graph = gp.stream.end_capture()
+        try:
+            got.graph = stream.end_capture()
+        except BaseException:           # NOTE: e.g. the driver invalidated the capture
+            _uploads_now(got)
+            raise
     except BaseException as e:
         got.error = e
         raise
@@ -121,6 +129,33 @@ def capture(gp: GraphPool, mode: str = "relaxed"):
         _local.keep = None
         cp.asarray, cp.array = old
         _lock.release()
+
+
+def _capture_safe_malloc(malloc):
+    """``malloc`` that may ``cudaMalloc`` inside a ``global``/``thread_local`` capture: the
+    thread's capture mode is exchanged for ``relaxed`` around it (the driver's
+    ``cuThreadExchangeStreamCaptureMode``, as PyTorch's caching allocator does)."""
+    def alloc(nbytes):
+        return _relaxed(malloc, nbytes) if is_capturing() else malloc(nbytes)
+    return alloc
+
+
+_EXCHANGE: list = []
+
+
+def _driver_exchange():
+    """``cuThreadExchangeStreamCaptureMode`` from the CUDA driver, or None."""
+    if not _EXCHANGE:
+        fn = None
+        try:
+            import ctypes
+            fn = ctypes.CDLL("libcuda.so.1").cuThreadExchangeStreamCaptureMode
+            fn.argtypes = [ctypes.POINTER(ctypes.c_int)]
+            fn.restype = ctypes.c_int
+        except (OSError, AttributeError):
+            fn = None
+        _EXCHANGE.append(fn)
+    return _EXCHANGE[0]
 
 
 def _end_quietly(stream) -> None:
@@ -140,7 +175,7 @@ def _safe_upload(cp, orig, got: Captured):
         if host.dtype.hasobject:
             return orig(obj, dtype, *args, **kwargs)
         import cupyx
-        pinned = cupyx.empty_pinned(host.shape, host.dtype)
+        pinned = _relaxed(cupyx.empty_pinned, host.shape, host.dtype)
         pinned[...] = host
         dev = cp.empty(host.shape, host.dtype)
         dev.set(pinned, stream=cp.cuda.get_current_stream())
@@ -148,6 +183,20 @@ def _safe_upload(cp, orig, got: Captured):
         got.uploads.append((dev, pinned))
         return dev
     return upload
+
+
+def _relaxed(fn, *args):
+    """``fn(*args)`` with this thread's capture mode relaxed (a page-locked allocation)."""
+    swap = _driver_exchange()
+    if swap is None:
+        return fn(*args)
+    import ctypes
+    mode = ctypes.c_int(MODES["relaxed"])
+    swap(ctypes.byref(mode))
+    try:
+        return fn(*args)
+    finally:
+        swap(ctypes.byref(mode))
 
 
 def _uploads_now(got: Captured) -> None:

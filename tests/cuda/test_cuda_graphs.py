@@ -172,3 +172,36 @@ def test_an_input_read_in_place_that_moves_is_captured_again_then_given_up(fake_
         arrays[wi] = ws[k]
         assert float(prog.run(arrays)[0]) == pytest.approx(4.0 * k)
     assert g.failed is not None and "different array" in g.failed and g.captures == 2
+
+
+# ---------------------------------------------------------------- ember.cuda.CUDAGraph
+def test_capture_by_hand_on_the_stand_in_is_refused_saying_why(fake_cuda):
+    g = em.cuda.CUDAGraph()
+    for call in (lambda: em.cuda.graph(g), em.cuda.graph_pool_handle,
+                 lambda: g.capture_begin()):
+        with pytest.raises(RuntimeError, match="needs a GPU.*reduce-overhead"):
+            call()
+    with pytest.raises(RuntimeError, match="nothing captured"):
+        g.replay()
+    with pytest.raises(RuntimeError, match="capture_begin was not called"):
+        g.capture_end()
+    assert em.cuda.is_current_stream_capturing() is False
+
+
+def test_a_cuda_random_draw_inside_a_capture_is_refused(fake_cuda, monkeypatch):
+    from ember.device import cuda_graph
+    monkeypatch.setattr(cuda_graph._local, "keep", [], raising=False)
+    assert em.cuda.is_current_stream_capturing()
+    with pytest.raises(RuntimeError, match="inside a CUDA graph capture.*repeat"):
+        em.randn(3, device="cuda")
+    em.randn(3)                         # the CPU's draws are not a device's work
+    monkeypatch.setattr(cuda_graph._local, "keep", None)
+    assert em.randn(3, device="cuda").shape == (3,)
+
+
+def test_capture_modes_are_checked():
+    from ember.device import cuda_graph
+    assert cuda_graph.MODES == {"global": 0, "thread_local": 1, "relaxed": 2}
+    with pytest.raises(ValueError, match="capture_error_mode"):
+        with cuda_graph.capture(object(), "strict"):
+            pass

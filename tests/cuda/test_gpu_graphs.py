@@ -37,3 +37,46 @@ def test_gpu_gemm_runs_on_the_current_stream(gpu):  # noqa: F811
         got = a @ b
     s.synchronize()
     assert got.cpu().numpy().tobytes() == want.tobytes()
+
+
+def test_gpu_cuda_graph_by_hand_replays_a_forward_and_backward(gpu, tmp_path):  # noqa: F811
+    em.manual_seed(0)
+    model = em.nn.Sequential(em.nn.Linear(32, 64), em.nn.ReLU(), em.nn.Linear(64, 8)).cuda()
+    static_x = em.randn(16, 32, device="cuda")
+    s = em.cuda.Stream()
+    s.wait_stream(em.cuda.current_stream())
+    with em.cuda.stream(s):                     # warm-up on a side stream
+        for _ in range(3):
+            model(static_x).sum().backward()
+    em.cuda.current_stream().wait_stream(s)
+    for p in model.parameters():
+        p.grad = None
+    g = em.cuda.CUDAGraph()
+    with em.cuda.graph(g):
+        static_y = model(static_x)
+        static_y.sum().backward()
+    assert em.cuda.memory_reserved() > 0
+    for k in range(3):
+        x = em.randn(16, 32, device="cuda")
+        static_x.copy_(x)
+        for p in model.parameters():
+            p.grad.zero_()
+        g.replay()
+        em.cuda.synchronize()
+        want = model(x)
+        assert static_y.cpu().numpy().tobytes() == want.detach().cpu().numpy().tobytes()
+        params = list(model.parameters())
+        wg = em.autograd.grad(want.sum(), params)
+        for p, w in zip(params, wg):
+            assert p.grad.cpu().numpy().tobytes() == w.cpu().numpy().tobytes()
+    g.debug_dump(str(tmp_path / "g.dot"))
+    assert (tmp_path / "g.dot").read_text().startswith("digraph")
+    with pytest.raises(RuntimeError, match="default stream"):
+        em.cuda.CUDAGraph().capture_begin()
+    h = em.cuda.graph_pool_handle()
+    g2 = em.cuda.CUDAGraph()
+    with em.cuda.graph(g2, pool=h):
+        y2 = static_x * 2
+    g2.replay()
+    em.cuda.synchronize()
+    assert y2.cpu().numpy().tobytes() == (static_x * 2).cpu().numpy().tobytes()
