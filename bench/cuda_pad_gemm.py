@@ -15,7 +15,7 @@ Default: the GPT step's LM head at full size (d=768, T=1024, batch 8, vocab 5025
 one layer (the layers add no padded GEMM).
 
 Run: ``python bench/cuda_pad_gemm.py [--layers 1 --d 768 --t 1024 --batch 8 --vocab 50257
---reps 10]`` (on a GPU ``--layers 12`` for the full step).
+--reps 10 --pad-min-flops F]`` (on a GPU ``--layers 12`` for the full step).
 """
 from __future__ import annotations
 
@@ -74,6 +74,8 @@ def main(argv=None) -> int:
     p.add_argument("--batch", type=int, default=8)
     p.add_argument("--vocab", type=int, default=50257)
     p.add_argument("--reps", type=int, default=10)
+    p.add_argument("--pad-min-flops", type=float, default=None,
+                   help="cuda_gemm.PAD_MIN_FLOPS (small sizes that pad: 1)")
     a = p.parse_args(argv)
     gpu = _gpu()
     if not gpu:
@@ -84,6 +86,9 @@ def main(argv=None) -> int:
     from ember.graph.passes import DEFAULT_PASSES
     from cuda_compile import _step
     tally = _counters()
+    if a.pad_min_flops is not None:
+        from ember.codegen import cuda_gemm
+        cuda_gemm.PAD_MIN_FLOPS = a.pad_min_flops
     without = [q for q in DEFAULT_PASSES if q != "pad_gemm"]
     where = "GPU" if gpu else "CPU stand-in (no times)"
     print(f"GPT {a.layers} layers d={a.d} T={a.t} batch={a.batch} vocab={a.vocab}, float16 "

@@ -119,3 +119,23 @@ def test_plans_of_padded_values_are_not_replayed_for_plain_ones(monkeypatch):
     plain[...] = dl
     assert cg._plan_key(plain.T, x, np, False, None) != \
         cg._plan_key(cg.zero_padded(dl, np).T, x, np, False, None)
+
+
+def test_bench_counts_the_lm_heads_copies_on_the_stand_in():
+    """bench/cuda_pad_gemm.py (own process: its stand-in patches the kernel loader and
+    cuBLAS call) at a small size with padding forced: 5 copies a step without the pass,
+    1 with it (the weight)."""
+    import os
+    import re
+    import subprocess
+    import sys
+    root = os.path.dirname(os.path.dirname(os.path.dirname(os.path.abspath(__file__))))
+    env = dict(os.environ, EMBER_GRAPH_CACHE="0")
+    env.pop("EMBER_FAKE_CUDA", None)
+    r = subprocess.run([sys.executable, os.path.join(root, "bench", "cuda_pad_gemm.py"),
+                        "--d", "32", "--heads", "1", "--t", "8", "--batch", "2", "--vocab",
+                        "67", "--pad-min-flops", "1"], capture_output=True, text=True,
+                       env=env, timeout=600, cwd=root)
+    assert r.returncode == 0, r.stderr[-2000:]
+    rows = dict(re.findall(r"^\s+(without|with) pad_gemm\s+copies (\d+)", r.stdout, re.M))
+    assert rows == {"without": "5", "with": "1"}, r.stdout
