@@ -1,27 +1,24 @@
 #!/bin/bash
-# Issue 21 follow-up check on a real GPU (<= ~90 s on an H200): the GPU tests (vectorised
-# elementwise kernels, eager GPU kernels and composites, the attention's saved LSE included),
-# then GB/s of clone / x*2 / eager and compiled GELU vs cudaMemcpy and PyTorch, x*2 by size
-# with the eager kernels on|off, and the GPT eager step (Ember vs PyTorch eager).
+# Issue 21 check on a real GPU (~6 min on an H100): every GPU test, then the GPT step
+# (bench/cuda_step.py: PyTorch eager, Ember eager, Ember compiled, in the default mode with
+# the kernel profile and in mode="reduce-overhead" — CUDA graphs), multi-tensor launches,
+# and bench/cuda.py --quick (matmul TFLOP/s, GELU GB/s vs cudaMemcpy, W1, the GPT rows
+# beside torch.compile).
 # Run: OUT=<dir> scripts/gpu_check.sh   (logs under $OUT) on a machine with an NVIDIA GPU, CuPy,
 # PyTorch, pytest-xdist and pytest-timeout; CI never runs it.
 cd "$(dirname "$0")/.."
 export PYTHONPATH=$PWD PYTHONUNBUFFERED=1
 OUT=${OUT:-/tmp}
 date; nvidia-smi --query-gpu=name,driver_version,memory.total --format=csv,noheader
-timeout 46 python3 -m pytest -q -rfE -p no:cacheprovider --timeout 40 -n 8 \
+timeout 110 python3 -m pytest -q -rfE -p no:cacheprovider --timeout 90 -n 14 \
     tests/cuda/test_gpu*.py > $OUT/tests.log 2>&1
 echo "pytest rc=$?"; grep -E "^(FAILED|ERROR)|passed|failed" $OUT/tests.log | cut -c1-300 | head -30
-timeout 16 python3 bench/cuda.py --quick --only bandwidth 2>&1 | tee $OUT/bandwidth.log
-timeout 26 python3 - <<'PY' 2>&1 | tee $OUT/gpt.log
-import importlib.util as u
-sp = u.spec_from_file_location("bcuda", "bench/cuda.py")
-b = u.module_from_spec(sp)
-sp.loader.exec_module(b)
-from ember.codegen import cuda_attention, cuda_eager, eager_composite
-for r in b.gpt_rows(12, b._torch(), compiled=False):
-    print(r, flush=True)
-print("cuda_eager", cuda_eager.stats, "attention", cuda_attention.stats,
-      "composites", eager_composite.stats, flush=True)
-PY
+timeout 120 python3 bench/cuda_step.py --profile 2>&1 | tee $OUT/gpt.log | \
+    grep -E "torch eager|ember eager|ember compiled|host-side|kernel time total"
+grep -E "^ +(ember|cupy|Memcpy|nvjet|void|sm)" $OUT/gpt.log | \
+    awk '{printf "%-52s %s %s\n", substr($1,1,52), $(NF-4), $NF}' | head -25
+timeout 100 python3 bench/cuda_step.py --mode reduce-overhead --no-torch 2>&1 | \
+    tee $OUT/gpt_graphs.log | grep -E "ember compiled|host-side|cuda graph" | sed 's/^/graphs: /'
+timeout 60 python3 bench/cuda_multi.py 2>&1 | tail -6
+timeout 150 python3 bench/cuda.py --quick 2>&1 | tee $OUT/cuda.log | tail -32
 date
