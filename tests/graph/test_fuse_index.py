@@ -16,25 +16,29 @@ import ember.nn.functional as F
 from ember import dtypes as dt
 from ember.codegen import available
 from ember.codegen.ir import Index, nodes_of
-from ember.graph.passes.fuse_index import index_leaves, iota_axis
+from ember.graph.passes.fuse_index import index_leaves, iota_leaf
 
 fuse_mod = importlib.import_module("ember.graph.passes.fuse")
 
 
 @pytest.mark.parametrize("value,strides,space,want", [
-    (np.arange(7).reshape(1, 7), (0, 1), (5, 7), 1),
-    (np.arange(7), (0, 1), (5, 7), 1),
-    (np.arange(5, dtype=np.int32).reshape(5, 1), (1, 0), (5, 7), 0),
-    (np.arange(6, dtype=np.uint8).reshape(1, 6, 1), (0, 1, 0), (2, 6, 3), 1),
+    (np.arange(7).reshape(1, 7), (0, 1), (5, 7), Index(7, 1)),
+    (np.arange(7), (0, 1), (5, 7), Index(7, 1)),
+    (np.arange(5, dtype=np.int32).reshape(5, 1), (1, 0), (5, 7), Index(5, 7, dt.int32)),
+    (np.arange(6, dtype=np.uint8).reshape(1, 6, 1), (0, 1, 0), (2, 6, 3), Index(6, 3, dt.uint8)),
+    (np.arange(12).reshape(1, 3, 4), (0, 4, 1), (2, 3, 4), Index(12, 1)),    # two axes
+    (np.arange(12).reshape(3, 1, 4), (4, 0, 1), (3, 2, 4), None),   # not one block
+    (np.arange(12).reshape(3, 1, 4), (4, 0, 1), (3, 1, 4), Index(12, 1)),   # size-1 axis
     (np.arange(7)[::-1].copy(), (0, 1), (5, 7), None),          # reversed
     (np.arange(1, 8), (0, 1), (5, 7), None),                     # starts at 1
     (np.arange(7.0), (0, 1), (5, 7), None),                      # float
-    (np.arange(35).reshape(5, 7), (7, 1), (5, 7), None),         # varies along two axes
+    (np.arange(35).reshape(7, 5).T.copy(), (1, 5), (5, 7), None),   # transposed
     (np.arange(7) * 2, (0, 2), (5, 7), None),                    # stride 2
     (np.zeros(1, np.int64), (0, 0), (5, 7), None),               # a scalar
 ])
-def test_iota_axis_recognises_arange_along_one_axis_only(value, strides, space, want):
-    assert iota_axis(value, strides, space) == want
+def test_iota_leaf_recognises_arange_along_one_block_of_axes(value, strides, space, want):
+    d = dt.as_dtype(value.dtype) if value.dtype.kind in "iu" else dt.int64
+    assert iota_leaf(value, strides, space, d) == want
 
 
 def _leaves(graph) -> set:

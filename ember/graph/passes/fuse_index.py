@@ -10,9 +10,11 @@ loads: in the GPT's cross-entropy backward, 8 bytes of int64 per element of a
 :class:`~ember.codegen.ir.Index` leaf of its axis: the coordinate the kernel computes
 from the element's flat position (a remainder by a constant, see
 :func:`ember.codegen.cexpr.index_c`). An input qualifies when it is made by a
-``constant`` node, has an integer dtype, varies along exactly one axis of the kernel's
-loop space (stride 1 there, 0 elsewhere: ``arange(n)`` broadcast) and holds exactly
-``0, 1, ..., n - 1``. Values are the same integers, so results are bitwise unchanged.
+``constant`` node, has an integer dtype, varies along one axis of the kernel's loop
+space (stride 1 there, 0 elsewhere: ``arange(n)`` broadcast) or along a run of
+consecutive axes as one C-contiguous block (``arange(h * w).reshape(1, 1, h, w)``), and
+holds exactly ``0, 1, ..., n - 1``. Values are the same integers, so results are
+bitwise unchanged.
 
 Only ``fuse_cuda`` calls it (GPU graphs). CPU graphs keep their iota input: a C loop's
 ``omp simd`` body would turn a 64-bit remainder per element into scalar code (x86 has
@@ -26,31 +28,43 @@ from dataclasses import replace
 import numpy as np
 
 from ... import dtypes as _dt
-from ...codegen.ir import Apply, Kernel, Load, ReduceKernel, index_of
+from ...codegen.ir import Apply, Index, Kernel, Load, ReduceKernel
 from ..ir import CONSTANT
 from ._util import host_array
 from .fuse_lower import Lowered
 
-__all__ = ["index_leaves", "iota_axis", "read_bytes"]
+__all__ = ["index_leaves", "iota_leaf", "read_bytes"]
 
 #: constants longer than this are not looked at (the check copies a GPU constant to the host).
 MAX_IOTA = 1 << 24
 
 
-def iota_axis(value, strides, space) -> int | None:
-    """The axis ``d`` of loop space ``space`` along which ``value`` (a constant with
-    kernel-input strides ``strides``) is ``arange(space[d])`` broadcast, else None."""
+def iota_leaf(value, strides, space, dtype=_dt.int64) -> Index | None:
+    """The :class:`~ember.codegen.ir.Index` leaf equal to ``value`` (a constant with
+    kernel-input strides ``strides`` over loop space ``space``) when it is ``arange(n)``
+    laid out C-contiguously over a run of consecutive axes and broadcast along the others
+    (one axis: a one-hot's iota; several: ``arange(h * w).reshape(1, 1, h, w)``), else
+    None."""
     axes = [d for d, s in enumerate(strides) if s]
-    if len(axes) != 1 or strides[axes[0]] != 1:
+    if not axes or strides[axes[-1]] != 1:
         return None
-    d = axes[0]
-    n = space[d]
+    first, last = axes[0], axes[-1]
+    step = 1
+    for d in range(last, first - 1, -1):          # C-contiguous over the run
+        if space[d] != 1 and strides[d] != step:
+            return None
+        step *= space[d]
+    n = step
     if n < 2 or n > MAX_IOTA or getattr(value, "size", None) != n:
         return None
     v = host_array(value, MAX_IOTA)
-    if not isinstance(v, np.ndarray) or v.dtype.kind not in "iu":
+    if not isinstance(v, np.ndarray) or v.dtype.kind not in "iu" or \
+            not np.array_equal(v.reshape(-1), np.arange(n)):
         return None
-    return d if np.array_equal(v.reshape(-1), np.arange(n)) else None
+    inner = 1
+    for s in space[last + 1:]:
+        inner *= s
+    return Index(n, inner, dtype)
 
 
 def index_leaves(lw: Lowered | None, producer) -> Lowered | None:
@@ -65,14 +79,14 @@ def index_leaves(lw: Lowered | None, producer) -> Lowered | None:
     keep: list = []
     for j, (x, spec) in enumerate(zip(lw.inputs, k.inputs)):
         n = producer(x)
-        d = None
+        leaf = None
         if n is not None and n.op is CONSTANT and x.dtype.category == _dt.INT:
-            d = iota_axis(n.params["value"], spec.strides, space)
-        if d is None:
+            leaf = iota_leaf(n.params["value"], spec.strides, space, x.dtype)
+        if leaf is None:
             table[j] = Load(len(keep))
             keep.append(j)
         else:
-            table[j] = index_of(space, d, x.dtype)
+            table[j] = leaf
     if len(keep) == len(lw.inputs):
         return lw
     sub = _substitute(table)
