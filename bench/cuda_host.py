@@ -117,6 +117,36 @@ def _copies(fn) -> str:
     return f"host steps {n}, host->device copies {h2d}, device->host copies {d2h} a call"
 
 
+def _replay_host(fn, inputs, reps) -> None:
+    """The CPU time of a compiled call less the stand-in's re-run of its recorded steps
+    (:class:`ember.graph.cuda_graphs._Recording`), i.e. what a GPU replay keeps."""
+    import numpy as np
+    from ember.graph import cuda_graphs
+    spent = [0.0]
+    orig = cuda_graphs._Recording.replay
+
+    def timed(self, xp):
+        t = time.thread_time()
+        orig(self, xp)
+        spent[0] += time.thread_time() - t
+    cuda_graphs._Recording.replay = timed
+    try:
+        with np.errstate(all="ignore"):
+            t = time.thread_time()
+            for _ in range(reps):
+                fn(*inputs)
+            total = time.thread_time() - t
+    finally:
+        cuda_graphs._Recording.replay = orig
+    runners = [e.program.cuda_graph for e in fn._cache.values()
+               if getattr(getattr(e, "program", None), "cuda_graph", None) is not None]
+    state = ", ".join(f"captures {g.captures} replays {g.replays} failed {g.failed}"
+                      for g in runners) or "no runner"
+    print(f"{'':<9} CUDA graph ({state}): {total / reps * 1e3:.2f} ms CPU a call, of which "
+          f"the recorded steps' re-run {spent[0] / reps * 1e3:.2f} ms: a GPU replay keeps "
+          f"~{(total - spent[0]) / reps * 1e3:.2f} ms + one graph launch")
+
+
 def main(argv=None) -> int:
     p = argparse.ArgumentParser(description=__doc__.splitlines()[0])
     p.add_argument("--layers", type=int, default=12)
@@ -128,6 +158,10 @@ def main(argv=None) -> int:
     p.add_argument("--reps", type=int, default=20)
     p.add_argument("--no-eager", action="store_true", help="compiled step only")
     p.add_argument("--profile", action="store_true", help="cProfile's top 25 by own time")
+    p.add_argument("--mode", default=None, choices=["default", "reduce-overhead"],
+                   help="ember.compile's mode; reduce-overhead also prints the host time "
+                   "a GPU replay keeps (the call without the stand-in's re-run of the "
+                   "recorded steps, which a GPU does in one graph launch)")
     a = p.parse_args(argv)
     rec = _setup()
     import numpy as np
@@ -137,9 +171,9 @@ def main(argv=None) -> int:
           f"vocab={a.vocab}, float16 autocast, AdamW; CPU stand-in, launches stubbed")
     for label in ("compiled",) + (() if a.no_eager else ("eager",)):
         step, inputs = _step(em, a.layers, a.d, a.heads, a.t, a.batch, a.vocab)
-        fn = em.compile(step) if label == "compiled" else step
+        fn = em.compile(step, mode=a.mode) if label == "compiled" else step
         with np.errstate(all="ignore"):
-            for _ in range(4):      # state made, eager composites recorded, graph traced
+            for _ in range(6):      # state made, composites recorded, traced (and captured)
                 fn(*inputs)
         steps, launches = _counts(fn, inputs, rec)
         ms, cpu = _timed(fn, inputs, a.reps)
@@ -148,6 +182,8 @@ def main(argv=None) -> int:
               f"{steps:5d}  launches {launches:5d}")
         if label == "compiled":
             print(f"{'':<9} {_copies(fn)}")
+        if label == "compiled" and a.mode == "reduce-overhead":
+            _replay_host(fn, inputs, a.reps)
         if a.profile and label == "compiled":
             prof = cProfile.Profile()
             with np.errstate(all="ignore"):
