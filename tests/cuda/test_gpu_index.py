@@ -18,7 +18,18 @@ from ember.codegen.ir import ReduceKernel
 from test_gpu import gpu  # noqa: F401 - the module-scoped real-GPU fixture
 from test_cuda_index_emu import KERNELS, REDUCTIONS, _check, _hot_arrays
 
-sys.path.insert(0, __file__.rsplit("/tests/", 1)[0] + "/bench")
+
+
+def _bench():
+    """``bench/cuda_iota.py`` as a module (by path: the bench folder on ``sys.path`` would
+    shadow the ``cuda`` package CuPy imports)."""
+    import importlib.util
+    import os
+    path = os.path.join(os.path.dirname(__file__), "..", "..", "bench", "cuda_iota.py")
+    spec = importlib.util.spec_from_file_location("cuda_iota", path)
+    mod = importlib.util.module_from_spec(spec)
+    spec.loader.exec_module(mod)
+    return mod
 
 
 def _run(k, strategy, arrays, row=False):
@@ -66,7 +77,7 @@ def test_reductions_on_the_gpu(gpu, strategy, k):  # noqa: F811
 
 def test_gpt_head_backward_kernel_same_bits_with_the_leaf(gpu):  # noqa: F811
     """``bench/cuda_iota.py``'s two kernels on 64 rows of 50257: the same float16 bits."""
-    import cuda_iota
+    cuda_iota = _bench()
     rows = 64
     ms = cuda_iota.measure(rows, 2)          # raises when the two outputs' bits differ
     assert len(ms) == 3 and all(m > 0 for _, m, _ in ms)
