@@ -71,3 +71,27 @@ def test_lm_head_step_pads_once_with_the_same_bits(emu_gpu, monkeypatch):  # noq
     for a, b in zip(got, want):
         assert a.dtype == b.dtype and a.tobytes() == b.tobytes()
     assert np.isfinite(got[0]) and np.abs(got[2]).sum() > 0
+
+
+def test_gpt_steps_keep_their_bits_with_the_pass(emu_gpu, monkeypatch):  # noqa: F811
+    """Four compiled AdamW steps of ``bench/cuda_compile.py``'s GPT (one layer, d=32,
+    vocab 67, float16 autocast): the losses (which read every earlier step's updates,
+    the LM head's dx and dW included) are the same bits with and without the pass."""
+    import os
+    bench = os.path.join(os.path.dirname(os.path.dirname(os.path.dirname(
+        os.path.abspath(__file__)))), "bench")
+    monkeypatch.syspath_prepend(bench)
+    from cuda_compile import _step
+    monkeypatch.setattr(cg, "PAD_MIN_FLOPS", 1)
+    monkeypatch.setattr(cg, "_cublas", lambda p: run_plan(dict(p, copy=False)))
+    res = {}
+    for label, passes in (("without", [p for p in DEFAULT_PASSES if p != "pad_gemm"]),
+                          ("with", DEFAULT_PASSES)):
+        step, inputs = _step(em, 1, 32, 1, 8, 2, V + 30)
+        fn = em.compile(step, passes=passes)
+        with np.errstate(all="ignore"):
+            res[label] = [fn(*inputs).detach().cpu().numpy().tobytes() for _ in range(4)]
+        names = {n.op.name for e in fn._cache.values()
+                 if getattr(e, "program", None) is not None for n in e.program.graph.nodes}
+        assert ("fused_pitched" in names) == (label == "with")
+    assert res["with"] == res["without"] and len(set(res["with"])) == 4
