@@ -291,8 +291,11 @@ def _root(a):
     if not _ZERO_PADDED:
         return None
     root = a
-    while root.base is not None:
-        root = root.base
+    while True:             # NOTE: a NumPy array's base may be a bytes object, an mmap...
+        b = getattr(root, "base", None)
+        if b is None or not hasattr(b, "strides"):
+            break
+        root = b
     hit = _ZERO_PADDED.get(id(root))
     if hit is None or hit[0]() is not root:
         return None

@@ -139,3 +139,12 @@ def test_bench_counts_the_lm_heads_copies_on_the_stand_in():
     assert r.returncode == 0, r.stderr[-2000:]
     rows = dict(re.findall(r"^\s+(without|with) pad_gemm\s+copies (\d+)", r.stdout, re.M))
     assert rows == {"without": "5", "with": "1"}, r.stdout
+
+
+def test_arrays_over_foreign_memory_are_no_padded_values(monkeypatch):
+    """A base that is no array (``frombuffer``'s bytes) ends the walk to the root."""
+    _counting(monkeypatch)
+    keep = cg.zero_padded(np.ones((8, 9), np.float16), np)      # the registry not empty
+    a = np.frombuffer(bytes(40 * 72 * 2), np.float16).reshape(40, 72)[:, :67]
+    assert cg._root(a) is None and cg._widen(a, 40, 72) is None
+    assert cg._root(keep) is not None
