@@ -23,6 +23,16 @@ graph's buffers, as PyTorch's are under CUDA graphs: a reference to last step's
 ``.grad`` sees this step's values. In-place state (parameters, moments) is the user's
 own arrays, updated in place as before.
 
+A compiled *model* (``ember.compile(model, mode="reduce-overhead")``, eager loss,
+``backward()`` and optimizer) has a forward and a backward program, each with a runner.
+The forward's saved values stay in its graph's buffers for the backward graph, so a
+forward replays only once the previous replay's backward has run (or its outputs are
+gone): two forwards before one backward (gradient accumulation) run the second plainly,
+and a second ``backward(retain_graph=True)`` after the next replay raises instead of
+reading overwritten values. The backward captures once the forward has a graph, runs
+plainly when fed by a plain forward, and its gradients are copied out (autograd
+accumulates into them later).
+
 The runner falls back to plain runs, and says why in ``explain()``, when the program
 cannot be a graph: a random op (its draws would repeat), a capture the driver refuses
 (an op that waits for the device, e.g. a data-dependent shape), or an input read in place
@@ -59,21 +69,22 @@ MAX_CAPTURES = 3
 CAPTURE_MODE = os.environ.get("EMBER_CUDA_GRAPH_MODE", "relaxed")
 
 
-def attach(prog, copy_outputs, note=None) -> "GraphRunner | None":
+def attach(prog, copy_outputs, note=None, after=None) -> "GraphRunner | None":
     """Give ``prog`` a :class:`GraphRunner` when it runs on a cuda device; returns it.
     ``copy_outputs``: positions of outputs the caller hands out (copied at each call);
-    ``note(text)``: where to say why the program stays plain."""
+    ``note(text)``: where to say why the program stays plain; ``after``: the forward
+    program's runner when ``prog`` is its backward (module doc: compiled models)."""
     be = _backends.get("cuda")
     if be is None or prog.xp is not be.xp or prog.alloc is not be.allocator or prog.parallel:
         return None
-    prog.cuda_graph = GraphRunner(prog, be, copy_outputs, note)
+    prog.cuda_graph = GraphRunner(prog, be, copy_outputs, note, after)
     return prog.cuda_graph
 
 
 class GraphRunner:
     """Runs :class:`~ember.graph.executor.Program` ``prog`` as a CUDA graph (module doc)."""
 
-    def __init__(self, prog, backend, copy_outputs=(), note=None):
+    def __init__(self, prog, backend, copy_outputs=(), note=None, after=None):
         self.p = prog
         self.be = backend
         # NOTE: an output that is an input (returned as is) is the caller's own memory
@@ -92,33 +103,59 @@ class GraphRunner:
         self.host_in = ()           # ((input position, device copy), ...) of CPU inputs
         self.raw = None             # the graph's output values
         self.ins = frozenset(prog.input_ids)
+        at = {v: k for k, v in enumerate(prog.input_ids)}
+        self.out_inputs = tuple((at[v], j) for j, v in enumerate(prog.output_ids) if v in at)
         self.gp = None              # a GPU's GraphPool, made when first needed
+        self.after = after          # a backward's forward runner: capture once it has
+        self.replayed = False       # whether the last call ran on the static inputs
+        #                             (staged, captured or replayed): its outputs may be
+        #                             the graph's buffers or views of the static inputs
+        self.epoch = 0              # such calls so far (a forward's saved values' version)
+        self.pending = None         # a forward: weakref to the last replay's pending user
         random = [n.op.name for n in prog.graph.nodes if getattr(n.op, "random", False)]
         if random:
             self._give_up(f"it draws random numbers ({random[0]}): a graph would replay "
                           f"the same draws")
 
     # ------------------------------------------------------------------ calls
-    def run(self, arrays) -> list:
-        if self.failed is not None or _state.profiler is not None:
-            return self.p.run_plain(arrays)
+    def run(self, arrays, hold=None) -> list:
+        self.replayed = False
+        if self.failed is not None or _state.profiler is not None or self._busy():
+            return self.p.run_plain(arrays, hold)
         if self.graph is not None:
             if self._in_place_ok(arrays):
                 self.replays += 1
+                self.epoch += 1
+                self.replayed = True
                 return self._replay(arrays)
+            if self.after is not None:          # NOTE: a backward fed by a plain forward
+                return self.p.run_plain(arrays, hold)
             self._drop("an input the graph reads in place is a different array now")
             if self.failed is not None:
-                return self.p.run_plain(arrays)
+                return self.p.run_plain(arrays, hold)
         self.calls += 1
         keys = [_key(a, self.p.xp) for a in arrays]
         if self.prev is None:
             self.prev = keys
-            return self.p.run_plain(arrays)
+            return self.p.run_plain(arrays, hold)
+        self.replayed = True
+        self.epoch += 1
         if self.static is None:
             self._stage(arrays, keys)
             with self._stream():
-                return self.p.run_plain(self._inputs(arrays))
-        return self._capture(arrays)
+                outs = self.p.run_plain(self._inputs(arrays), hold)
+            return self._hand_out(self._own(outs, arrays))
+        return self._capture(arrays, hold)
+
+    def _busy(self) -> bool:
+        """Whether this call must not replay: a forward whose last replay's saved values
+        still wait for their backward (a replay would overwrite them: two forwards, then
+        one backward), or a backward whose forward has no graph yet (its saved values
+        are new arrays each call)."""
+        if self.after is not None:
+            return self.after.graph is None
+        user = self.pending() if self.pending is not None else None
+        return user is not None and not user.consumed
 
     def _stream(self):
         """The runner's stream and private pool (GPU; nothing on the stand-in)."""
@@ -182,7 +219,7 @@ class GraphRunner:
         self.note(f"not replayed as a CUDA graph: {why}")
 
     # ------------------------------------------------------------------ capture
-    def _capture(self, arrays) -> list:
+    def _capture(self, arrays, hold=None) -> list:
         p = self.p
         self.captures += 1
         with self._stream():
@@ -206,14 +243,15 @@ class GraphRunner:
                 p.alloc.current -= sum(own)
                 self._give_up(f"the capture failed ({type(e).__name__}: {e})")
                 self.graph = None
-                return p.run_plain(ins)
+                return p.run_plain(ins, hold)
             self.raw = [vals[i] for i in p.output_ids]
-            outs = p.finish(vals, own, None)
-        return self._hand_out(outs)
+            outs = p.finish(vals, own, hold)
+        return self._hand_out(self._own(outs, arrays))
 
     # ------------------------------------------------------------------ replay
     def _replay(self, arrays) -> list:
         p = self.p
+        p.last_held = 0                 # NOTE: saved values live in the graph's pool
         with self._stream():
             ins = self._inputs(arrays)
             vals = p.bind_host(ins)
@@ -231,7 +269,15 @@ class GraphRunner:
                 if vid not in live:             # NOTE: the graph's buffers
                     vals[vid] = r
             outs = p.collect(vals)
-        return self._hand_out(outs)
+        return self._hand_out(self._own(outs, arrays))
+
+    def _own(self, outs, arrays) -> list:
+        """``outs`` with each output that *is* a staged input (returned as is) the caller's
+        array again, not the runner's buffer."""
+        for k, vid in self.out_inputs:
+            if self.static[k] is not None:
+                outs[vid] = arrays[k]
+        return outs
 
     def _hand_out(self, outs) -> list:
         """The outputs the caller hands out, copied (see the module doc)."""

@@ -208,8 +208,8 @@ class Program:
         replays its device steps as a CUDA graph.
         """
         g = self.cuda_graph
-        if g is not None and hold is None:
-            return g.run(arrays)
+        if g is not None:
+            return g.run(arrays, hold)
         return self.run_plain(arrays, hold)
 
     def run_plain(self, arrays, hold=None) -> list:

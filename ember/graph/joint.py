@@ -18,6 +18,8 @@ its backward runs the backward program.
 """
 from __future__ import annotations
 
+import weakref
+
 from ..autograd.function import Function
 from ..autograd.engine import grad as _autograd_grad
 from ..tensor import Tensor, _wrap
@@ -101,15 +103,25 @@ class _CompiledCall(Function):
 class _Run:
     """Callable handed to :class:`_CompiledCall` (keeps the program outputs it made)."""
 
+    __slots__ = ("e", "arrays", "diff_inputs", "outs", "epoch", "consumed", "__weakref__")
+
     def __init__(self, e, arrays, diff_inputs):
         self.e, self.arrays, self.diff_inputs = e, arrays, diff_inputs
         self.outs = None
+        self.epoch = None       # the forward's CUDA-graph replay whose saved values it holds
+        self.consumed = False
 
     def __call__(self):
         e = self.e
         j = e.joint
         prog = e.program
         self.outs = prog.run(self.arrays, hold=j.hold)
+        g = prog.cuda_graph
+        if g is not None and g.replayed:
+            # NOTE: the saved values are the graph's buffers: the next forward replays only
+            # once this call's backward ran (or this call is gone) — ember.graph.cuda_graphs
+            self.epoch = g.epoch
+            g.pending = weakref.ref(self)
         held = Held(prog.alloc, prog.last_held)
         saved = self.outs[j.n_fwd:]
         diff = [_wrap(self.outs[k[1]], k[2], k[3]) for k in e.out_leaves
@@ -118,6 +130,13 @@ class _Run:
 
     def backward(self, saved, cotangents):
         j = self.e.joint
+        if self.epoch is not None and self.e.program.cuda_graph.epoch != self.epoch:
+            raise RuntimeError(
+                "backward through a compiled call (mode='reduce-overhead') whose saved "
+                "values a later call's CUDA graph replay overwrote (a second backward with "
+                "retain_graph=True after the next forward); run that backward before the "
+                "next call, or compile without mode='reduce-overhead'")
+        self.consumed = True
         arrays = list(saved) + [c._data for c in cotangents]
         res = j.bwd_program.run(arrays)
         grads = [None] * len(self.diff_inputs)

@@ -52,8 +52,13 @@ def program(e: Entry, graph, parallel, graphs=None) -> Program:
     saved = [v.id for v in graph.outputs[e.joint.n_fwd:]]
     prog = Program(graph, parallel=parallel, saved=saved, **kw)
     if graphs is not None:
-        graphs("not replayed as a CUDA graph: its backward is a second graph (not yet "
-               "supported; a training step that calls backward() itself is)")
+        # NOTE: the forward's saved values stay in its graph for the backward graph; the
+        # gradients the backward hands to autograd are copied (accumulated in place later)
+        from .cuda_graphs import attach
+        fwd = attach(prog, [k[1] for k in e.out_leaves if k[0] == "tensor"], graphs)
+        if fwd is not None:
+            bp = e.joint.bwd_program
+            attach(bp, range(len(bp.output_ids)), graphs, after=fwd)
     e.joint.hold = prog.hold_ids(saved)
     return prog
 

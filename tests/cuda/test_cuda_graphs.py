@@ -205,3 +205,77 @@ def test_capture_modes_are_checked():
     with pytest.raises(ValueError, match="capture_error_mode"):
         with cuda_graph.capture(object(), "strict"):
             pass
+
+
+# ---------------------------------------------------------------- a compiled model
+def _train_model(mode, steps=8, accumulate=1):
+    """A compiled model (forward and backward graphs) trained with eager loss, backward
+    and AdamW; ``accumulate`` forwards before each backward (of their summed losses)."""
+    em.manual_seed(0)
+    model = _mlp().to("cuda")
+    cm = em.compile(model, mode=mode)
+    opt = em.optim.AdamW(model.parameters(), lr=1e-2)
+    batches = _batches(steps * accumulate)
+    losses = []
+    for i in range(steps):
+        loss = sum(F.cross_entropy(cm(x), y)
+                   for x, y in batches[i * accumulate:(i + 1) * accumulate])
+        loss.backward()
+        opt.step()
+        opt.zero_grad(set_to_none=True)
+        losses.append(float(loss.cpu()))
+    return losses, [p.detach().cpu().numpy() for p in model.parameters()], cm
+
+
+def _runners(cm):
+    e = [e for e in cm._compiled._cache.values() if not e.eager and e.program is not None][-1] \
+        if hasattr(cm, "_compiled") else None
+    return e
+
+
+@pytest.mark.parametrize("accumulate", [1, 2])
+def test_a_compiled_models_forward_and_backward_graphs_equal_the_default_mode(fake_cuda,
+                                                                             accumulate):
+    want = _train_model(None, accumulate=accumulate)
+    got = _train_model("reduce-overhead", accumulate=accumulate)
+    assert got[0] == want[0] and _same(got[1], want[1])
+    e = [e for e in _compiled_fn(got[2])._cache.values() if e.program is not None][-1]
+    fwd, bwd = e.program.cuda_graph, e.joint.bwd_program.cuda_graph
+    assert fwd.failed is None and bwd.failed is None
+    if accumulate == 1:                 # forward, backward, forward...: both replay
+        assert fwd.replays >= 3 and bwd.replays >= 1
+    else:   # two forwards before each backward: the second never overwrites the first's
+        assert fwd.replays >= 3 and 0 < fwd.replays < 2 * 8 - 3
+
+
+def _compiled_fn(cm):
+    from ember.graph.compile import CompiledFunction
+    for v in vars(cm).values():
+        if isinstance(v, CompiledFunction):
+            return v
+    return next(v for v in cm.__dict__.get("_modules", {}).values()
+                if isinstance(v, CompiledFunction))
+
+
+def test_a_second_backward_after_the_next_replay_is_refused(fake_cuda):
+    em.manual_seed(0)
+    model = _mlp().to("cuda")
+    cm = em.compile(model, mode="reduce-overhead")
+    xs = _batches(8)
+    for x, _ in xs[:5]:
+        cm(x).sum().backward()
+    out = cm(xs[5][0]).sum()            # a replay whose saved values ...
+    out.backward(retain_graph=True)
+    cm(xs[6][0]).sum().backward()       # ... the next replay overwrites
+    with pytest.raises(RuntimeError, match="overwrote"):
+        out.backward()
+
+
+def test_an_input_returned_as_is_is_the_callers_tensor_not_the_graphs_buffer(fake_cuda):
+    fn = em.compile(lambda x: (x.view(-1), (x * 2).sum()), mode="reduce-overhead")
+    xs = [em.randn(2, 3).to("cuda") for _ in range(7)]
+    got = [fn(x) for x in xs]
+    assert _program(fn).cuda_graph.replays >= 2
+    for x, (v, s) in zip(xs, got):        # each call's view and sum kept their values
+        assert v.cpu().numpy().tobytes() == x.reshape(-1).cpu().numpy().tobytes()
+        assert float(s.cpu()) == pytest.approx(float((x * 2).sum().cpu()))
