@@ -454,36 +454,17 @@ def _exec(s: _Step, vals, own, alloc, xp, free: bool = True):
 _ND = np.ndarray
 
 
-def call_step(s: _Step, args, buf, bufs, xp):
-    """Step ``s``'s kernel on ``args`` as :func:`_exec` calls it, with the planned output
-    ``buf`` (or output buffers ``bufs``) it used: the step alone, no slots, no counting
-    (a recorded step replayed: :mod:`.cuda_graphs`)."""
-    if s.casts is not None:
-        args = [a if c is None or a.dtype == c else a.astype(c) for a, c in zip(args, s.casts)]
-    if buf is not None:
-        if s.reinterp is not None:
-            buf = buf.reshape(-1).view(s.reinterp[0]).reshape(s.reinterp[1])
-        res = s.outfn(*args, out=buf)
-    elif bufs is not None:
-        res = s.kernel(xp, *args, outs=bufs, **s.params)
-    else:
-        res = s.kernel(xp, *args, **s.params)
-    if not s.multi:
-        if res.__class__ is not _ND and res.__class__ is not xp.ndarray:
-            res = xp.asarray(res)
-        if res.dtype != s.odts[0]:
-            res = res.astype(s.odts[0])
-    return res
-
-
 def _exec_recorded(s: _Step, vals, own, alloc, xp, rec, free: bool = True) -> None:
     """:func:`_exec` of ``s`` (a ``_pre`` view step too), recorded in ``rec`` with the
-    arrays it read, the buffer(s) it wrote into and its outputs."""
-    args = [vals[i] for i in s.args]
-    buf = _usable(vals[s.buf]) if s.buf >= 0 else None
-    bufs = None if s.bufs is None else [None if b < 0 else _usable(vals[b]) for b in s.bufs]
+    arrays it read (its argument, buffer and output-buffer slots' values) and its outputs:
+    ``rec.add(s, reads, outs)``, ``reads`` as ``((slot, array), ...)``."""
+    reads = [(i, vals[i]) for i in s.args]
+    if s.buf >= 0:
+        reads.append((s.buf, vals[s.buf]))
+    if s.bufs is not None:
+        reads += [(b, vals[b]) for b in s.bufs if b >= 0]
     _exec(s, vals, own, alloc, xp, free=False)
-    rec.add(s, args, buf, bufs, [vals[o] for o in s.outs])
+    rec.add(s, reads, [vals[o] for o in s.outs])
     if not free:
         return
     for f in s.untrack:
