@@ -303,8 +303,27 @@ class _Recording:
         self.steps = []
         self.slots = [None] * nslots
 
-    def add(self, s, reads, outs) -> None:
-        self.steps.append((s, reads, outs))
+    def step(self, s, vals, own, alloc, xp, free: bool = True) -> None:
+        """Run executor step ``s`` as :func:`~.executor._exec` does, recording the arrays
+        it read (argument, buffer and output-buffer slots) and its outputs."""
+        from .executor import _exec
+        reads = [(i, vals[i]) for i in s.args]
+        if s.buf >= 0:
+            reads.append((s.buf, vals[s.buf]))
+        if s.bufs is not None:
+            reads += [(b, vals[b]) for b in s.bufs if b >= 0]
+        _exec(s, vals, own, alloc, xp, free=False)
+        self.steps.append((s, reads, [vals[o] for o in s.outs]))
+        if not free:
+            return
+        for f in s.untrack:
+            nb = own[f]
+            if nb:
+                alloc.current -= nb
+                alloc.num_frees += 1
+                own[f] = 0
+        for f in s.free:
+            vals[f] = None
 
     def replay(self, xp) -> None:
         from .executor import _exec

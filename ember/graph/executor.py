@@ -26,6 +26,7 @@ from ..device.base import _backends
 from ..dtypes import bool_ as _bool
 from .host_steps import Uploads, host_values
 from .ir import CONSTANT, Graph, Var
+from .levels import level_frees as _level_frees, levels as _levels
 from .view_chains import chain_views
 
 
@@ -245,14 +246,14 @@ class Program:
         return vals
 
     def run_device(self, vals, own, rec=None) -> None:
-        """The device steps (``rec``: a recording that gets each step, see
-        :mod:`.cuda_graphs`)."""
+        """The device steps (``rec``: the stand-in's CUDA-graph recording, which runs and
+        records each step: :class:`.cuda_graphs._Recording`)."""
         xp, alloc = self.xp, self.alloc
         if rec is not None:
             for s in self._pre:             # NOTE: moved first: their frees are not theirs
-                _exec_recorded(s, vals, own, alloc, xp, rec, free=False)
+                rec.step(s, vals, own, alloc, xp, free=False)
             for s in self._serial:
-                _exec_recorded(s, vals, own, alloc, xp, rec)
+                rec.step(s, vals, own, alloc, xp)
             return
         if self._levels is None and _state.profiler is None:
             for s in self._pre:
@@ -454,29 +455,6 @@ def _exec(s: _Step, vals, own, alloc, xp, free: bool = True):
 _ND = np.ndarray
 
 
-def _exec_recorded(s: _Step, vals, own, alloc, xp, rec, free: bool = True) -> None:
-    """:func:`_exec` of ``s`` (a ``_pre`` view step too), recorded in ``rec`` with the
-    arrays it read (its argument, buffer and output-buffer slots' values) and its outputs:
-    ``rec.add(s, reads, outs)``, ``reads`` as ``((slot, array), ...)``."""
-    reads = [(i, vals[i]) for i in s.args]
-    if s.buf >= 0:
-        reads.append((s.buf, vals[s.buf]))
-    if s.bufs is not None:
-        reads += [(b, vals[b]) for b in s.bufs if b >= 0]
-    _exec(s, vals, own, alloc, xp, free=False)
-    rec.add(s, reads, [vals[o] for o in s.outs])
-    if not free:
-        return
-    for f in s.untrack:
-        nb = own[f]
-        if nb:
-            alloc.current -= nb
-            alloc.num_frees += 1
-            own[f] = 0
-    for f in s.free:
-        vals[f] = None
-
-
 def _input_view(n, s, inview, keep, kind, alias) -> bool:
     """Whether node ``n`` (step ``s``) is a view of a graph input (or of such a view) the
     planner placed as an alias: made once at the start of a run, outside the step loop."""
@@ -510,40 +488,6 @@ def _casts(n):
         else:
             out.append(None)
     return out if any(c is not None for c in out) else None
-
-
-def _levels(graph: Graph) -> list:
-    """Nodes grouped by depth: every node's inputs come from earlier levels."""
-    depth: dict = {}
-    levels: list = []
-    for i, n in enumerate(graph.nodes):
-        d = 0
-        for x in n.inputs:
-            if x.__class__ is Var and x.id in depth:
-                d = max(d, depth[x.id] + 1)
-        for o in n.outs:
-            depth[o.id] = d
-        while len(levels) <= d:
-            levels.append([])
-        levels[d].append(i)
-    return levels
-
-
-def _level_frees(graph: Graph, levels, keep) -> list:
-    """Per level: the vars no later level reads (dropped once the level is done)."""
-    level_of = {i: d for d, lv in enumerate(levels) for i in lv}
-    last: dict = {}
-    for i, n in enumerate(graph.nodes):
-        for x in n.inputs:
-            if x.__class__ is Var:
-                last[x.id] = max(last.get(x.id, -1), level_of[i])
-        for o in n.outs:
-            last.setdefault(o.id, level_of[i])
-    out = [[] for _ in levels]
-    for vid, d in last.items():
-        if vid not in keep:
-            out[d].append(vid)
-    return out
 
 
 def run_graph(graph: Graph, arrays) -> list:
