@@ -212,8 +212,8 @@ ALLOWLIST["torch.func"] = {
                                        "for vmap)",
 }
 
-CUDA_GRAPHS = ("pluggable allocators, MemPool objects and make_graphed_callables: Ember's cuda "
-               "backend has CUDAGraph/graph/graph_pool_handle only (ember/cuda/graphs.py)")
+CUDA_GRAPHS = ("pluggable allocators and MemPool objects: Ember's cuda backend has CUDAGraph, "
+               "graph, graph_pool_handle and make_graphed_callables (ember/cuda/graphs.py)")
 CUDA_DRIVER = ("CUDA driver/runtime, NVML or library handles: not exposed by Ember's "
                "CuPy-based cuda backend")
 CUDA_TYPES = "legacy torch.cuda.*Tensor/*Storage types: use ember.tensor(..., device='cuda')"
@@ -227,7 +227,7 @@ ALLOWLIST["torch.cuda"] = {
                          "ComplexFloatStorage DoubleStorage DoubleTensor FloatStorage "
                          "FloatTensor HalfStorage HalfTensor IntStorage IntTensor "
                          "LongStorage LongTensor ShortStorage ShortTensor"),
-    **_group(CUDA_GRAPHS, "CUDAPluggableAllocator MemPool make_graphed_callables "
+    **_group(CUDA_GRAPHS, "CUDAPluggableAllocator MemPool "
                           "use_mem_pool change_current_allocator caching_allocator_alloc "
                           "caching_allocator_delete caching_allocator_disabled "
                           "caching_allocator_enable get_allocator_backend "

@@ -25,7 +25,8 @@ from ._memory import (OutOfMemoryError, empty_cache, max_memory_allocated,
                       reset_peak_memory_stats)
 from ._state import NoCUDADeviceError, backend_or_none, need
 from ._streams import Event, Stream, StreamContext, current_stream, default_stream, stream
-from .graphs import CUDAGraph, graph, graph_pool_handle, is_current_stream_capturing
+from .graphs import (CUDAGraph, graph, graph_pool_handle, is_current_stream_capturing,
+                     make_graphed_callables)
 
 __all__ = ["NoCUDADeviceError", "OutOfMemoryError", "is_available", "device_count",
            "current_device", "is_initialized", "init", "manual_seed", "manual_seed_all",
@@ -37,7 +38,8 @@ __all__ = ["NoCUDADeviceError", "OutOfMemoryError", "is_available", "device_coun
            "amp",
            "get_rng_state_all", "set_rng_state_all", "get_rng_state", "set_rng_state",
            "Stream", "Event", "StreamContext", "stream", "current_stream", "default_stream",
-           "CUDAGraph", "graph", "graph_pool_handle", "is_current_stream_capturing"]
+           "CUDAGraph", "graph", "graph_pool_handle", "is_current_stream_capturing",
+           "make_graphed_callables"]
 
 
 def is_available() -> bool:

@@ -37,7 +37,8 @@ from ._state import need
 from ._streams import Stream, current_stream
 from ._streams import stream as _stream_ctx
 
-__all__ = ["CUDAGraph", "graph", "graph_pool_handle", "is_current_stream_capturing"]
+__all__ = ["CUDAGraph", "graph", "graph_pool_handle", "is_current_stream_capturing",
+           "make_graphed_callables"]
 
 
 def _cupy_backend(what: str):
@@ -221,3 +222,50 @@ class graph:
         finally:
             self._ctx.__exit__(*exc)
         return False
+
+
+def make_graphed_callables(callables, sample_args, num_warmup_iters: int = 3,
+                           allow_unused_input: bool = False, pool=None):
+    """Graphed versions of ``callables`` (``torch.cuda.make_graphed_callables``): each is
+    compiled with ``mode="reduce-overhead"`` — its forward and, where its outputs need
+    gradients, its backward replayed as CUDA graphs (:mod:`ember.graph.cuda_graphs`) —
+    and run ``num_warmup_iters`` times on its ``sample_args`` (forward and
+    ``autograd.grad``: no ``.grad`` is touched) so later calls replay. A Module comes back
+    itself, its calls compiled in place; a function as the compiled function.
+
+    Ember differs: the graphs are made by ``ember.compile`` (new input shapes trace again
+    instead of failing), so ``pool`` is accepted and unused, and returned tensors are
+    copies (see :mod:`ember.graph.cuda_graphs`).
+    """
+    from ..autograd.engine import grad as _grad
+    from ..graph.compile import compile as _compile
+    from ..nn.module import Module
+    from ..tensor import Tensor
+    one = not isinstance(callables, tuple)
+    if one:
+        callables, sample_args = (callables,), (sample_args,)
+    if len(callables) != len(sample_args):
+        raise ValueError(f"make_graphed_callables: {len(callables)} callables but "
+                         f"{len(sample_args)} sample_args tuples")
+    out = []
+    for c, args in zip(callables, sample_args):
+        args = tuple(args) if isinstance(args, (tuple, list)) else (args,)
+        if not all(isinstance(a, Tensor) for a in args):
+            raise TypeError("make_graphed_callables: sample_args must be tensors only")
+        if isinstance(c, Module):
+            c.compile(mode="reduce-overhead")
+            fn = c
+        else:
+            fn = _compile(c, mode="reduce-overhead")
+        params = [p for p in c.parameters() if p.requires_grad] if isinstance(c, Module) \
+            else []
+        wrt = [a for a in args if a.requires_grad] + params
+        for _ in range(max(int(num_warmup_iters), 0) + 3):    # NOTE: + trace, stage, capture
+            res = fn(*args)
+            outs = [r for r in (res if isinstance(res, (tuple, list)) else (res,))
+                    if isinstance(r, Tensor) and r.requires_grad]
+            if outs and wrt:
+                from ..ops.factories import ones_like
+                _grad(outs, wrt, [ones_like(o) for o in outs], allow_unused=True)
+        out.append(fn)
+    return out[0] if one else tuple(out)

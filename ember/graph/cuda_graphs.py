@@ -69,22 +69,25 @@ MAX_CAPTURES = 3
 CAPTURE_MODE = os.environ.get("EMBER_CUDA_GRAPH_MODE", "relaxed")
 
 
-def attach(prog, copy_outputs, note=None, after=None) -> "GraphRunner | None":
+def attach(prog, copy_outputs, note=None, after=None, n_args=0) -> "GraphRunner | None":
     """Give ``prog`` a :class:`GraphRunner` when it runs on a cuda device; returns it.
     ``copy_outputs``: positions of outputs the caller hands out (copied at each call);
     ``note(text)``: where to say why the program stays plain; ``after``: the forward
-    program's runner when ``prog`` is its backward (module doc: compiled models)."""
+    program's runner when ``prog`` is its backward (module doc: compiled models);
+    ``n_args``: the leading inputs that are the call's arguments (always copied into the
+    graph's buffers, as PyTorch's non-static inputs: the same batch tensor passed twice
+    must not pin the graph to it)."""
     be = _backends.get("cuda")
     if be is None or prog.xp is not be.xp or prog.alloc is not be.allocator or prog.parallel:
         return None
-    prog.cuda_graph = GraphRunner(prog, be, copy_outputs, note, after)
+    prog.cuda_graph = GraphRunner(prog, be, copy_outputs, note, after, n_args)
     return prog.cuda_graph
 
 
 class GraphRunner:
     """Runs :class:`~ember.graph.executor.Program` ``prog`` as a CUDA graph (module doc)."""
 
-    def __init__(self, prog, backend, copy_outputs=(), note=None, after=None):
+    def __init__(self, prog, backend, copy_outputs=(), note=None, after=None, n_args=0):
         self.p = prog
         self.be = backend
         # NOTE: an output that is an input (returned as is) is the caller's own memory
@@ -96,6 +99,7 @@ class GraphRunner:
         self.replays = 0
         self.failed = None          # why the program stays plain
         self.prev = None            # the last plain call's input keys
+        self.prev_arrays = None     # ... and its arrays, held until the staging call
         self.static = None          # per input: None (read in place / host) or its buffer
         self.inplace = None         # per input: the array read in place, or None
         self.graph = None           # Captured (GPU) or a _Recording (stand-in)
@@ -104,9 +108,13 @@ class GraphRunner:
         self.raw = None             # the graph's output values
         self.ins = frozenset(prog.input_ids)
         at = {v: k for k, v in enumerate(prog.input_ids)}
-        self.out_inputs = tuple((at[v], j) for j, v in enumerate(prog.output_ids) if v in at)
+        # NOTE: handed-out outputs that are inputs; a forward's saved values keep the
+        # graph's buffers (its backward graph reads them there)
+        self.out_inputs = tuple((at[prog.output_ids[j]], j) for j in sorted(set(copy_outputs))
+                                if prog.output_ids[j] in at)
         self.gp = None              # a GPU's GraphPool, made when first needed
         self.after = after          # a backward's forward runner: capture once it has
+        self.n_args = n_args        # leading inputs always staged (the call's arguments)
         self.replayed = False       # whether the last call ran on the static inputs
         #                             (staged, captured or replayed): its outputs may be
         #                             the graph's buffers or views of the static inputs
@@ -136,12 +144,16 @@ class GraphRunner:
         self.calls += 1
         keys = [_key(a, self.p.xp) for a in arrays]
         if self.prev is None:
-            self.prev = keys
+            # NOTE: its arrays are held till the next call, so no new array there can take
+            # one's address (a fresh batch or lifted lr at a freed one's address would look
+            # read in place, then move: the graph dropped, captured again, given up)
+            self.prev, self.prev_arrays = keys, list(arrays)
             return self.p.run_plain(arrays, hold)
         self.replayed = True
         self.epoch += 1
         if self.static is None:
             self._stage(arrays, keys)
+            self.prev_arrays = None
             with self._stream():
                 outs = self.p.run_plain(self._inputs(arrays), hold)
             return self._hand_out(self._own(outs, arrays))
@@ -175,11 +187,11 @@ class GraphRunner:
         xp = self.p.xp
         self.static, self.inplace = [], []
         with self._stream():
-            for a, k, k0 in zip(arrays, keys, self.prev):
+            for j, (a, k, k0) in enumerate(zip(arrays, keys, self.prev)):
                 if k is None:                       # a host (NumPy) input
                     self.static.append(None)
                     self.inplace.append(None)
-                elif k == k0:
+                elif k == k0 and j >= self.n_args:
                     self.static.append(None)
                     self.inplace.append(a)
                 else:
@@ -206,6 +218,7 @@ class GraphRunner:
 
     def _drop(self, why: str) -> None:
         self.graph, self.static, self.inplace, self.prev = None, None, None, None
+        self.prev_arrays = None
         self.fresh, self.host_in, self.raw = (), (), None
         self.calls = 0
         if self.captures >= MAX_CAPTURES:

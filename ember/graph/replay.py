@@ -47,7 +47,8 @@ def program(e: Entry, graph, parallel, graphs=None) -> Program:
         prog = Program(graph, parallel=parallel, **kw)
         if graphs is not None:
             from .cuda_graphs import attach
-            attach(prog, [k[1] for k in e.out_leaves if k[0] == "tensor"], graphs)
+            attach(prog, [k[1] for k in e.out_leaves if k[0] == "tensor"], graphs,
+                   n_args=len(e.arg_slots))
         return prog
     saved = [v.id for v in graph.outputs[e.joint.n_fwd:]]
     prog = Program(graph, parallel=parallel, saved=saved, **kw)
@@ -55,7 +56,8 @@ def program(e: Entry, graph, parallel, graphs=None) -> Program:
         # NOTE: the forward's saved values stay in its graph for the backward graph; the
         # gradients the backward hands to autograd are copied (accumulated in place later)
         from .cuda_graphs import attach
-        fwd = attach(prog, [k[1] for k in e.out_leaves if k[0] == "tensor"], graphs)
+        fwd = attach(prog, [k[1] for k in e.out_leaves if k[0] == "tensor"], graphs,
+                     n_args=len(e.arg_slots))
         if fwd is not None:
             bp = e.joint.bwd_program
             attach(bp, range(len(bp.output_ids)), graphs, after=fwd)

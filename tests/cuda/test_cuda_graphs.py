@@ -279,3 +279,31 @@ def test_an_input_returned_as_is_is_the_callers_tensor_not_the_graphs_buffer(fak
     for x, (v, s) in zip(xs, got):        # each call's view and sum kept their values
         assert v.cpu().numpy().tobytes() == x.reshape(-1).cpu().numpy().tobytes()
         assert float(s.cpu()) == pytest.approx(float((x * 2).sum().cpu()))
+
+
+def test_make_graphed_callables_compiles_warms_up_and_replays(fake_cuda):
+    em.manual_seed(0)
+    model = _mlp().to("cuda")
+    ref = _mlp().to("cuda")
+    ref.load_state_dict(model.state_dict())
+    x = em.randn(6, 8, device="cuda")
+    g = em.cuda.make_graphed_callables(model, (x,))
+    assert g is model and all(p.grad is None for p in model.parameters())
+    fn = em.cuda.make_graphed_callables(lambda a: (a * 3).relu().sum(),
+                                        (em.randn(4, device="cuda"),))
+    for xb, _ in _batches(3):
+        out = model(xb)
+        out.sum().backward()
+        want = ref(xb)
+        want.sum().backward()
+        assert out.detach().cpu().numpy().tobytes() == want.detach().cpu().numpy().tobytes()
+        for p, q in zip(model.parameters(), ref.parameters()):
+            assert p.grad.cpu().numpy().tobytes() == q.grad.cpu().numpy().tobytes()
+    e = [e for e in _compiled_fn(model)._cache.values() if e.program is not None][-1]
+    g = e.program.cuda_graph       # the sample input was copied in: no capture again
+    assert g.captures == 1 and g.replays >= 5 and e.joint.bwd_program.cuda_graph.replays >= 3
+    v = em.randn(4, device="cuda")
+    assert float(fn(v).cpu()) == pytest.approx(float((v * 3).relu().sum().cpu()))
+    assert _program(fn).cuda_graph.replays >= 1
+    with pytest.raises(ValueError, match="sample_args"):
+        em.cuda.make_graphed_callables((model, model), ((x,),))
