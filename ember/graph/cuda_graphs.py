@@ -33,6 +33,13 @@ reading overwritten values. The backward captures once the forward has a graph, 
 plainly when fed by a plain forward, and its gradients are copied out (autograd
 accumulates into them later).
 
+Memory: ``ember.cuda.memory_allocated()`` is the default mode's at every point of a
+step — live tensors (parameters, gradients, optimizer state, the returned copies) and,
+while its backward is pending, a replayed forward's saved values. The graph's own buffers
+(the static input copies, intermediates) are no tensors' memory, as PyTorch's private
+pool's are not (its static inputs are non-owning once recorded): on a GPU they count in
+``memory_reserved()``. Replays allocate nothing, so neither grows across replays.
+
 The runner falls back to plain runs, and says why in ``explain()``, when the program
 cannot be a graph: a random op (its draws would repeat), a capture the driver refuses
 (an op that waits for the device, e.g. a data-dependent shape), or an input read in place
@@ -120,6 +127,7 @@ class GraphRunner:
         #                             the graph's buffers or views of the static inputs
         self.epoch = 0              # such calls so far (a forward's saved values' version)
         self.pending = None         # a forward: weakref to the last replay's pending user
+        self.held = 0               # a forward: bytes of its saved values (counted, held)
         random = [n.op.name for n in prog.graph.nodes if getattr(n.op, "random", False)]
         if random:
             self._give_up(f"it draws random numbers ({random[0]}): a graph would replay "
@@ -259,12 +267,18 @@ class GraphRunner:
                 return p.run_plain(ins, hold)
             self.raw = [vals[i] for i in p.output_ids]
             outs = p.finish(vals, own, hold)
+            self.held = p.last_held
         return self._hand_out(self._own(outs, arrays))
 
     # ------------------------------------------------------------------ replay
     def _replay(self, arrays) -> list:
         p = self.p
-        p.last_held = 0                 # NOTE: saved values live in the graph's pool
+        # NOTE: the saved values (the graph's buffers) count as allocated till the
+        # backward's Held releases them, as the default mode's do: memory_allocated is
+        # the same in both modes at every point of a step (module doc)
+        p.last_held = self.held
+        if self.held:
+            p.alloc.track(self.held)
         with self._stream():
             ins = self._inputs(arrays)
             vals = p.bind_host(ins)

@@ -10,6 +10,8 @@ cannot be a graph, that it stayed plain and ``explain()`` says why. ``emu_gpu`` 
 the generated kernels on the CUDA emulator with the optimizer's step counts as host steps
 (a GPU's code path); they are kept small.
 """
+import gc
+
 import numpy as np
 import pytest
 
@@ -427,3 +429,64 @@ def test_non_contiguous_input_views(fake_cuda, view):
     g = _check(_both(opt="sgd-momentum", step=_step_fn(True, "several"), data=data),
                replays=2)
     assert g.captures == 1 and g.static[0] is not None      # copied into the graph's input
+
+
+# ---------------------------------------------------------------- (8) memory
+def _allocated_per_step(mode, set_to_none, steps=15):
+    """``memory_allocated()`` above the start's after each whole step (the returned
+    tensors dropped), and the compiled step."""
+    em.manual_seed(0)
+    model = _mlp().to("cuda")
+    opt = OPTS["adamw"](model.parameters())
+    fn = em.compile(_step_fn(set_to_none, "several")(model, opt), mode=mode)
+    data = _data(steps)
+    gc.collect()
+    base = em.cuda.memory_allocated()
+    out = []
+    for x, y in data:
+        r = fn(x, y)
+        del r
+        out.append(em.cuda.memory_allocated() - base)
+    return out, fn
+
+
+@pytest.mark.parametrize("set_to_none", [False, True], ids=["zero", "none"])
+def test_memory_allocated_equals_the_default_modes_and_stays_flat(fake_cuda, set_to_none):
+    # the graph's buffers (static inputs, intermediates) are the private pool's, not live
+    # tensors (PyTorch's too): memory_allocated is exactly the default mode's after every
+    # step, and constant over the 10 replays
+    want, _ = _allocated_per_step(None, set_to_none)
+    got, fn = _allocated_per_step("reduce-overhead", set_to_none)
+    assert got == want
+    g = _runner(fn)
+    assert g.replays == 10 and len(set(got[-10:])) == 1
+    assert sum(s.nbytes for s in g.static if s is not None) > 0     # it has static buffers
+
+
+def test_a_replayed_forwards_saved_values_count_until_its_backward(fake_cuda):
+    # a compiled model: between forward and backward memory_allocated includes the saved
+    # activations in both modes (a replay's are the graph's buffers, counted while held)
+    def run(mode):
+        em.manual_seed(0)
+        model = _bn_mlp().to("cuda")
+        cm = em.compile(model, mode=mode)
+        opt = OPTS["adamw"](model.parameters())
+        data = _data(14)
+        gc.collect()
+        base = em.cuda.memory_allocated()
+        mid, after = [], []
+        for x, y in data:
+            loss = F.cross_entropy(cm(x), y)
+            mid.append(em.cuda.memory_allocated() - base)
+            loss.backward()
+            opt.step()
+            opt.zero_grad()
+            del loss
+            after.append(em.cuda.memory_allocated() - base)
+        return mid, after, _compiled_fn(cm)
+    want, got = run(None), run("reduce-overhead")
+    assert got[:2] == want[:2]
+    assert got[0][-1] > got[1][-1]          # the saved values, counted mid-step
+    e = _entries(got[2])[-1]
+    assert e.program.cuda_graph.replays == 10 and e.joint.bwd_program.cuda_graph.replays >= 8
+    assert len(set(got[0][-10:])) == 1 and len(set(got[1][-10:])) == 1
