@@ -306,7 +306,11 @@ class CudaModule:
         runner does on the CPU: new outputs (of ``metas``' ``(shape, NumPy dtype)`` when
         given: a graph value's shape, e.g. a row value with its kept size-1 dims), or
         ``out=``/``outs=`` buffers. ``xp``: the device's array module, used whatever the
-        caller passes (an executor whose first input is a CPU scalar passes NumPy)."""
+        caller passes (an executor whose first input is a CPU scalar passes NumPy).
+        A row reduction with column sums runs :func:`~.cuda_rowcols.col_runner`."""
+        if getattr(kernel, "cols", ()):
+            from .cuda_rowcols import col_runner
+            return col_runner(self, kernel, metas, xp)
         return _runner(self, kernel, metas, xp)
 
     def multi_runner(self, kernels, metas, xp=None):

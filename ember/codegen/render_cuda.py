@@ -191,7 +191,17 @@ def _render_one(kernel, strategy: str) -> str:
     sig = _signature(kernel.name, ins, [o[0] for o in kernel.outputs])
     if isinstance(kernel, Kernel):
         return render_elementwise(kernel)
+    if getattr(kernel, "cols", ()):         # NOTE: a row reduction with column sums
+        from .cuda_rowcols import render_cols
+        sig = _signature(kernel.name, ins, [o[0] for o in kernel.outputs] + [
+            _COL_ACC[kernel.cols[0][0].name == "float64"]])[:-1] + ", int64_t nparts)"
+        return render_cols(kernel, ins, sig, strategy, (
+            _row_setup, _emitter, _stage_parts, _update, _row_value, _stores, _indent))
     return _render_reduction(kernel, ins, sig, strategy)
+
+
+#: a column-sum kernel's partials' dtype (float32, float64 for float64 sums).
+_COL_ACC = {False: _dt.float32, True: _dt.float64}
 
 
 def _row_setup(ins) -> list:

@@ -40,6 +40,7 @@ from ...codegen.render_cuda import _render_one
 from ...device.base import get_backend
 from ...codegen.ir import Kernel, ReduceKernel
 from ..ir import Graph, GraphOp, Node
+from . import fuse_colsum
 from .fuse import lower_groups
 from .fuse_index import index_leaves
 from .fuse_groups import partition
@@ -76,11 +77,16 @@ def strategy(k) -> str:
     moderate length, else ``"block"``."""
     if not isinstance(k, ReduceKernel):
         return "block"
+    return _strategy(k.shape, k.naxes)
+
+
+def _strategy(shape, naxes: int) -> str:
+    """:func:`strategy` of a reduction over the last ``naxes`` axes of ``shape``."""
     m = 1
-    for s in k.shape[len(k.shape) - k.naxes:]:
+    for s in shape[len(shape) - naxes:]:
         m *= s
     rows = 1
-    for s in k.shape[:len(k.shape) - k.naxes]:
+    for s in shape[:len(shape) - naxes]:
         rows *= s
     if m < SHORT_ROW and rows >= 4 * SHORT_ROW:
         return "thread"
@@ -126,7 +132,10 @@ def _groups(graph):
     # corrections, tens of outputs) is one text per model and took NVRTC 12-15 s; one
     # group per parameter is one kernel text for all of them (content_name), ~1 s
     early: set = set()
-    return graph, [g for g in groups if g.members and worth_cuda(g)], early, recomputed
+    groups = [g for g in groups if g.members and worth_cuda(g)]
+    if fuse_colsum.ENABLED:     # NOTE: column sums join the row kernel over their rows
+        fuse_colsum.absorb_colsums(graph, groups, lambda g: _strategy(g.space, g.naxes))
+    return graph, [g for g in groups if g.members], early, recomputed
 
 
 #: the name a kernel is rendered under to hash its text.

@@ -54,10 +54,13 @@ def lower(group, order: dict, needed) -> Lowered | None:
                 inputs.append(x)
     stages: list = []
     cls_of: dict = {}
+    cols: list = []             # NOTE: GPU groups only (fuse_colsum): sums over the rows
     for n, cls in members:
         cls_of[n.out.id] = cls
         name = n.op.name
-        if name in REDUCTIONS:
+        if cls == "col":
+            cols.append((n.out, env[n.inputs[0].id]))
+        elif name in REDUCTIONS:
             stages.append(Reduce(REDUCTIONS[name], env[n.inputs[0].id], n.out.dtype))
             env[n.out.id] = Row(len(stages) - 1)
         elif name in ("softmax", "log_softmax"):
@@ -67,12 +70,21 @@ def lower(group, order: dict, needed) -> Lowered | None:
             params = {**n.op.params, **n.params}
             env[n.out.id] = Apply(name, args, tuple(sorted(params.items())), n.ct,
                                   n.out.dtype)
-    outs = [n.out for n, _ in members if needed(n.out)]
+    outs = [n.out for n, cls in members if cls != "col" and needed(n.out)]
     if not outs:
         return None
     space = group.space
     specs = [InputSpec(x.dtype, _bstrides(x.shape, _contig(x.shape), space)) for x in inputs]
     ops = ",".join(n.op.name for n, _ in members)
+    if cols:
+        from ...codegen.cuda_rowcols import ColReduceKernel
+        k = ColReduceKernel(specs, space, group.naxes, stages, env[outs[0].id],
+                            OutSpec(outs[0].dtype, space if cls_of[outs[0].id] == "full"
+                                    else space[:-1]), full=cls_of[outs[0].id] == "full",
+                            name="ember_fused_red", extra=tuple(
+                                (v.dtype, env[v.id], cls_of[v.id] == "full") for v in outs[1:]),
+                            cols=tuple((v.dtype, e) for v, e in cols))
+        return Lowered(k, inputs, outs + [v for v, _ in cols], ops, group)
     if group.naxes == 0:
         k = Kernel(specs, OutSpec(outs[0].dtype, space), env[outs[0].id], "ember_fused",
                    extra=tuple((v.dtype, env[v.id]) for v in outs[1:]))

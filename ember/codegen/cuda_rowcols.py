@@ -1,0 +1,287 @@
+"""Row reductions that also sum full-size values over their rows: column partials (GPU).
+
+A layer norm's backward is a row reduction (dx needs two per-row sums of ``dy * g`` and
+``dy * g * x_hat``) beside two column sums over the same rows (``dbeta = sum(dy)``,
+``dgamma = sum(dy * x_hat)``). As separate kernels each column sum read its ``(N, d)``
+operand once more, and ``dy * x_hat`` was written and read back. A
+:class:`ColReduceKernel` is a :class:`~ember.codegen.ir.ReduceKernel` with ``cols``: full
+expressions summed over all rows. Its CUDA text (:func:`render_cols`) keeps the row
+reduction's stages as they were (the same loops, so per-row values and full outputs have
+the same bits), then walks the row once more with a fixed trip count per thread — lane
+``l`` of a warp (``"warp"``) or thread ``t`` of a block (``"block"``) owns columns
+``l + 32 s`` / ``t + 256 s`` — storing the full outputs and adding the column values into
+registers. After its last row a block adds its warps' partials in warp order through
+shared memory and writes one partial row per block; a second launch (``NAME_cf_<dtype>``)
+adds each column's block partials in a fixed order and rounds once. No atomics: the same
+bits at every run (the grid is fixed per row count).
+
+Sums accumulate in float32 (float64 for float64), as :mod:`.cuda_reduce`'s column sums.
+Rows wider than :data:`MAX_COLS` or a thread-per-row strategy get no column sums (the
+fusion pass leaves those sums alone: :mod:`ember.graph.passes.fuse_colsum`).
+"""
+from __future__ import annotations
+
+from dataclasses import dataclass
+
+import numpy as np
+
+from .. import dtypes as _dt
+from .ir import ReduceKernel, Row, typed
+from .render_cuda_ew import _store
+
+__all__ = ["ColReduceKernel", "COL_BLOCKS", "MAX_COLS", "MAX_ACC", "acc_dtype", "col_slots",
+           "col_runner", "render_cols"]
+
+#: at most this many blocks (= partial rows) a launch; rows beyond are grid-strided. A
+#: guess (4 blocks of 8 warps per SM of an H100 = 50% occupancy): ``bench/cuda_layernorm.py``.
+COL_BLOCKS = 512
+#: the widest row that gets column sums (a warp holds 32 columns a slot in registers).
+MAX_COLS = 1024
+#: at most this many column accumulators a thread (registers: slots x column sums).
+MAX_ACC = 64
+#: threads a block (:data:`ember.codegen.cuda_launch.BLOCK`).
+BLOCK = 256
+
+
+@dataclass(frozen=True)
+class ColReduceKernel(ReduceKernel):
+    """A :class:`ReduceKernel` plus ``cols``: ``((dtype, full expr), ...)``, each summed
+    over every row into a ``shape[-1]``-element output of ``dtype`` (after the kernel's
+    other outputs). One reduced axis (``naxes == 1``)."""
+
+    cols: tuple = ()
+
+    def __post_init__(self):
+        super().__post_init__()
+        if self.naxes != 1:
+            raise ValueError(f"codegen: column sums need one reduced axis, got {self.naxes}")
+        ins = [s.dtype for s in self.inputs]
+        object.__setattr__(self, "cols", tuple((d, typed(e, ins, list(self.row_dtypes)))
+                                               for d, e in self.cols))
+
+
+def acc_dtype(d):
+    """The dtype column sums of ``d`` accumulate in."""
+    return _dt.float64 if d is _dt.float64 else _dt.float32
+
+
+def col_slots(m: int, strategy: str) -> int:
+    """Columns a thread owns in a row of ``m`` (its accumulators per column sum)."""
+    step = 32 if strategy == "warp" else BLOCK
+    return max(1, -(-m // step))
+
+
+def _groups(k) -> list:
+    """``[(dtype, [col index...])]``: the column sums by output dtype, in first-seen order
+    (one final launch each; partials laid out in this order)."""
+    out: dict = {}
+    for j, (d, _e) in enumerate(k.cols):
+        out.setdefault(d, []).append(j)
+    return list(out.items())
+
+
+def _layout(k) -> list:
+    """The partial row's column-sum order (grouped by dtype)."""
+    return [j for _d, js in _groups(k) for j in js]
+
+
+def render_cols(k, ins, sig: str, strategy: str, parts) -> str:
+    """CUDA text of column-sum kernel ``k`` (see the module docstring) and its finals.
+
+    ``parts``: :mod:`.render_cuda`'s helpers ``(_row_setup, _emitter, _stage_parts,
+    _update, _row_value, _stores, _indent)`` (passed in: that module imports this one)."""
+    row_setup, emitter, stage_parts, update, row_value, stores, indent = parts
+    if strategy not in ("warp", "block"):
+        raise ValueError(f"render_cuda: column sums need the warp or block strategy, "
+                         f"got {strategy!r}")
+    warp = strategy == "warp"
+    m = k.shape[-1]
+    slots, step = col_slots(m, strategy), (32 if warp else BLOCK)
+    cap, ncol = slots * step, len(k.cols)
+    acc = "double" if acc_dtype(k.cols[0][0]) is _dt.float64 else "float"
+    rows = list(k.row_dtypes)
+    first = "lane" if warp else "threadIdx.x"
+    stride = "32" if warp else "blockDim.x"
+    lines = row_setup(ins)
+    for j, st in enumerate(k.stages):
+        e = emitter(ins, rows, f"p{j}_", j, k)
+        var, _ = e.value(st.body)
+        sacc, ident, op = stage_parts(j, st, var)
+        loop = (["#pragma unroll 4", f"for (int64_t i = {first}; i < m; i += {stride}) {{"])
+        lines += [f"{sacc} acc{j} = {ident};"] + loop
+        lines += indent(e.lines + [update(j, op, sacc, var)]) + ["}"]
+        lines.append(f"acc{j} = ember_warp_allreduce<{op}>(acc{j});" if warp else
+                     f"acc{j} = ember_block_reduce<{op}>(acc{j}, ({sacc}){ident}, "
+                     f"({sacc} *)ember_sh);")
+        lines.append(row_value(j, st))
+    last = len(rows) - 1
+    outs = [(f"out{j or ''}", d, Row(last) if e is None else e, f)
+            for j, (d, e, f) in enumerate(k.outputs)]
+    per_row = [(nm, d, e) for nm, d, e, f in outs if not f]
+    full = [(nm, d, e) for nm, d, e, f in outs if f]
+    if per_row:
+        body = ["const int64_t i = 0; (void)i;"] + stores(
+            emitter(ins, rows, "e_", len(rows), k), per_row, "idx")
+        lines += [f"if ({first} == 0) {{"] + indent(body) + ["}"]
+    em = emitter(ins, rows, "f_", len(rows), k)
+    store_lines = []
+    for nm, d, e in full:
+        var, vd = em.value(e)
+        store_lines.append(f"{nm}[idx * m + i] = {_store(var, vd, d)};")
+    for c, (_d, e) in enumerate(k.cols):
+        var, _vd = em.value(e)
+        store_lines.append(f"cacc{c}[s] += ({acc}){var};")
+    body = em.lines + store_lines
+    lines += ["#pragma unroll", f"for (int s = 0; s < {slots}; s++) {{",
+              f"    const int64_t i = {first} + (int64_t)s * {stride};",
+              "    if (i < m) {"] + indent(body, 2) + ["    }", "}"]
+    head = ["    __shared__ long long ember_sh[33];",
+            f"    __shared__ {acc} ember_csh[{ncol * cap}];"]
+    if warp:
+        head += ["    const int lane = threadIdx.x & 31;",
+                 "    const int64_t wpb = blockDim.x >> 5;"]
+        loop = ["    for (int64_t idx = (int64_t)blockIdx.x * wpb + (threadIdx.x >> 5); idx < n;",
+                "         idx += (int64_t)gridDim.x * wpb) {"]
+    else:
+        loop = ["    for (int64_t idx = blockIdx.x; idx < n; idx += gridDim.x) {"]
+    head += [f"    {acc} cacc{c}[{slots}];" for c in range(ncol)]
+    head += ["    #pragma unroll", f"    for (int s = 0; s < {slots}; s++) {{"]
+    head += [f"        cacc{c}[s] = 0;" for c in range(ncol)] + ["    }"]
+    text = [sig + " {"] + head + loop + indent(lines, 2) + ["    }"] + _combine(
+        k, acc, slots, step, cap, warp)
+    return "\n".join(text) + "\n}\n" + _finals(k, acc)
+
+
+def _combine(k, acc, slots, step, cap, warp) -> list:
+    """The block's partial row: its warps' registers added in warp order (shared memory),
+    written to partial row ``blockIdx.x`` (and zeros to rows ``blockIdx.x + gridDim.x...``
+    below ``nparts``: a launch cut to fewer blocks still fills every partial row)."""
+    first = "(threadIdx.x & 31)" if warp else "threadIdx.x"
+    part = f"out{len(k.outputs)}"
+    order = _layout(k)
+    lines = ["    const int64_t mc = shape[ndim - 1];"]
+    store = []
+    for c in range(len(k.cols)):
+        store += [f"            const int64_t i = {first} + (int64_t)s * {step};",
+                  f"            if (i < mc) ember_csh[{c * cap} + i] = "
+                  f"(w == 0 ? ({acc})0 : ember_csh[{c * cap} + i]) + cacc{c}[s];"]
+    nw = "(int)(blockDim.x >> 5)" if warp else "1"
+    mine = "(int)(threadIdx.x >> 5)" if warp else "0"
+    lines += [f"    for (int w = 0; w < {nw}; w++) {{", f"        if ({mine} == w) {{",
+              "            #pragma unroll", f"            for (int s = 0; s < {slots}; s++) {{"]
+    lines += ["    " + ln for ln in _scoped(store)]
+    lines += ["            }", "        }", "        __syncthreads();", "    }"]
+    # partial row layout: the column sums in _layout order, mc each
+    lines += ["    const int64_t ld = (int64_t)" + str(len(order)) + " * mc;",
+              "    for (int64_t j = blockIdx.x; j < nparts; j += gridDim.x) {",
+              "        for (int64_t t = threadIdx.x; t < ld; t += blockDim.x) {",
+              "            const int64_t q = t / mc, i = t - q * mc;",
+              f"            {acc} v = 0;"]
+    for pos, c in enumerate(order):
+        lines.append(f"            if (q == {pos}) v = ember_csh[{c * cap} + i];")
+    lines += [f"            {part}[j * ld + t] = j == blockIdx.x ? v : ({acc})0;",
+              "        }", "    }"]
+    return lines
+
+
+def _scoped(store: list) -> list:
+    """Each column sum's two statements in its own block (``i`` is declared per sum)."""
+    out = []
+    for a, b in zip(store[::2], store[1::2]):
+        out += ["            {", "    " + a, "    " + b, "            }"]
+    return out
+
+
+def _finals(k, acc) -> str:
+    """``NAME_cf_<dtype>``: each of ``C`` columns' ``nparts`` partials (row stride ``ld``,
+    from column ``off``) added in order and rounded once to the dtype. A block of 256
+    threads owns 32 columns; its 8 lanes sum every 8th partial row, then lane 0 adds the
+    8 lane sums in order (grid-stride over the column tiles)."""
+    from .render_cuda_ew import _ptr_type
+    acc_d = _dt.float64 if acc == "double" else _dt.float32
+    text = []
+    for d, _js in _groups(k):
+        text.append(
+            f'extern "C" __global__ void {k.name}_cf_{d.name}(const {acc} *__restrict__ part,\n'
+            f"        {_ptr_type(d)} *__restrict__ out, int64_t nparts, int64_t ld,"
+            " int64_t off, int64_t C) {\n"
+            f"    __shared__ {acc} sh[256];\n"
+            "    const int cx = threadIdx.x & 31, ry = threadIdx.x >> 5;\n"
+            "    for (int64_t c0 = (int64_t)blockIdx.x * 32; c0 < C; c0 += (int64_t)gridDim.x * 32) {\n"
+            "        const int64_t c = c0 + cx;\n"
+            f"        {acc} s = 0;\n"
+            "        if (c < C)\n"
+            "            for (int64_t r = ry; r < nparts; r += 8) s += part[r * ld + off + c];\n"
+            "        sh[threadIdx.x] = s;\n"
+            "        __syncthreads();\n"
+            "        if (ry == 0 && c < C) {\n"
+            "            for (int l = 1; l < 8; l++) s += sh[l * 32 + cx];\n"
+            f"            out[c] = {_store('s', acc_d, d)};\n"
+            "        }\n"
+            "        __syncthreads();\n"
+            "    }\n}\n")
+    return "".join(text)
+
+
+def col_runner(module, k, metas, dev_xp):
+    """``run(xp, *arrays, out=None, outs=None)`` of column-sum kernel ``k``: the kernel's
+    outputs (new, or ``outs`` buffers) then each column sum (new arrays of ``metas``'
+    shapes). Two launches or more: the kernel, one final per column-sum dtype."""
+    from .cuda_launch import _Plan, _layout_key, kernel_plan
+    nmain, geo, plans, fns = len(k.outputs), {}, {}, {}
+    groups = _groups(k)
+    acc = acc_dtype(k.cols[0][0]).np
+
+    def fn(name):
+        f = fns.get(name)
+        if f is None:
+            f = fns[name] = module.function(name)
+        return f
+
+    def run(xp, *arrays, out=None, outs=None, **_params):
+        xp = dev_xp or xp
+        given = list(outs)[:nmain] if outs is not None else [out] + [None] * (nmain - 1)
+        if metas is not None:
+            given = [xp.empty(sh, dt) if o is None else o
+                     for o, (sh, dt) in zip(given, metas[:nmain])]
+        key = _layout_key(arrays, given, xp.ndarray)
+        plan = plans.get(key) if key is not None else None
+        if plan is None:
+            name, grid, block, args, res = kernel_plan(k, arrays, xp, module.strategy,
+                                                       given, geo)
+            plan = _Plan(k, arrays, name, grid, block, args, res, xp.ndarray)
+            if key is not None:
+                plans[key] = plan
+        name, grid, block, args, res = plan.args(xp, arrays, given)
+        rows, m = int(args[-1]), k.shape[-1] if metas is None else _m(metas, nmain)
+        nparts = max(1, min(grid[0], COL_BLOCKS))
+        ld = len(k.cols) * m
+        part = xp.empty((nparts, ld), acc)
+        nio = len(arrays) + nmain
+        cols = [None] * len(k.cols)
+        if rows and m:
+            fn(name)((nparts,), block, args[:nio] + (part,) + args[nio:] + (np.int64(nparts),))
+        off = 0
+        for d, js in groups:
+            flat = xp.empty(len(js) * m, d.np)
+            if not rows:
+                flat[...] = 0
+            elif m:
+                fn(f"{k.name}_cf_{d.name}")((-(-len(js) * m // 32),), (256,), (
+                    part, flat, np.int64(nparts), np.int64(ld), np.int64(off),
+                    np.int64(len(js) * m)))
+            for q, j in enumerate(js):
+                shape = metas[nmain + j][0] if metas is not None else (m,)
+                cols[j] = flat[q * m:(q + 1) * m].reshape(shape)
+            off += len(js) * m
+        res = (given if metas is not None else list(res)) + cols
+        return tuple(res)
+    return run
+
+
+def _m(metas, nmain) -> int:
+    """A column sum's length: its output's element count."""
+    n = 1
+    for s in metas[nmain][0]:
+        n *= s
+    return n
