@@ -431,6 +431,133 @@ def test_non_contiguous_input_views(fake_cuda, view):
     assert g.captures == 1 and g.static[0] is not None      # copied into the graph's input
 
 
+def test_in_place_writes_into_arguments_and_closure_tensors(fake_cuda):
+    # arguments are copied into the graph's inputs: their writes are copied back; a
+    # tensor the function reaches (a metric) is read and updated in place
+    def run(mode):
+        em.manual_seed(0)
+        model = _mlp().to("cuda")
+        opt = OPTS["adam"](model.parameters())
+        total = em.zeros((), device="cuda")
+
+        def step(x, y, acc):
+            loss = F.cross_entropy(model(x), y)
+            loss.backward()
+            opt.step()
+            opt.zero_grad()
+            acc.add_(loss.detach())
+            total.add_(loss.detach() * 2)
+            x.mul_(2)
+            return loss
+        fn = em.compile(step, mode=mode)
+        acc = em.zeros((), device="cuda")
+        data = _data(STEPS)
+        kept = [fn(x, y, acc) for x, y in data]
+        return [_bits(r) for r in kept], _bits((acc, total, [x for x, _ in data])), \
+            _snap(model, opt), fn
+    want, got = run(None), run("reduce-overhead")
+    assert got[:2] == want[:2]
+    _same(got[2], want[2])
+    assert _runner(got[3]).replays >= 2
+
+
+def test_gradient_accumulation_over_two_signatures(fake_cuda):
+    # a compiled forward+backward, the optimizer eager every second call: the first call
+    # after zero_grad(set_to_none=True) makes new gradients (one program: its graph's
+    # buffers), the second accumulates into them in place (another program)
+    def run(mode):
+        em.manual_seed(0)
+        model = _mlp().to("cuda")
+        opt = OPTS["adamw"](model.parameters())
+
+        def fwd_bwd(x, y):
+            loss = F.cross_entropy(model(x), y)
+            loss.backward()
+            return loss
+        fn = em.compile(fwd_bwd, mode=mode)
+        kept, snaps = [], []
+        for i, (x, y) in enumerate(_data(16)):
+            kept.append(fn(x, y))
+            if i % 2:
+                opt.step()
+                opt.zero_grad(set_to_none=True)
+            snaps.append(_snap(model, opt))
+        return [_bits(r) for r in kept], snaps, fn
+    want, got = run(None), run("reduce-overhead")
+    assert got[0] == want[0]
+    for g, w in zip(got[1], want[1]):
+        _same(g, w)
+    gs = [e.program.cuda_graph for e in _entries(got[2])]
+    assert len(gs) == 2 and all(g.failed is None and g.replays >= 3 for g in gs)
+
+
+def test_checkpoint_reload_and_in_place_parameter_edits_between_calls(fake_cuda):
+    # load_state_dict copies into the same parameters (read in place: replays see it);
+    # the optimizer's reload makes new state tensors (a guard: traced again, a new runner)
+    def between(i, model, opt):
+        if i == 7:
+            opt.load_state_dict(opt.state_dict())
+            model.load_state_dict({k: v * 0.5 for k, v in model.state_dict().items()})
+        if i == 10:
+            with em.no_grad():
+                model[0].weight.mul_(0.5)
+
+    def run(mode):
+        em.manual_seed(0)
+        model = _mlp().to("cuda")
+        opt = OPTS["adamw"](model.parameters())
+        fn = em.compile(_step_fn(False, "loss")(model, opt), mode=mode)
+        kept, snaps = [], []
+        for i, (x, y) in enumerate(_data(16)):
+            kept.append(fn(x, y))
+            snaps.append(_snap(model, opt))
+            between(i, model, opt)
+        return [_bits(r) for r in kept], snaps, fn
+    want, got = run(None), run("reduce-overhead")
+    assert got[0] == want[0]
+    for g, w in zip(got[1], want[1]):
+        _same(g, w)
+    g = _runner(got[2])
+    assert g.failed is None and g.replays >= 3 and "opt.state" in str(got[2].explain())
+
+
+# ---------------------------------------------------------------- what stays plain
+def test_dropout_draws_keep_the_program_plain_and_explain_says_why(fake_cuda):
+    def make():
+        return nn.Sequential(nn.Linear(8, 16), nn.Dropout(0.3), nn.Linear(16, 4))
+    want = _train(None, make=make, opt="sgd-momentum", step=_step_fn(False, "loss"))
+    got = _train("reduce-overhead", make=make, opt="sgd-momentum",
+                 step=_step_fn(False, "loss"))
+    assert got[0] == want[0]                 # the same fresh draws every call
+    for g, w in zip(got[1], want[1]):
+        _same(g, w)
+    g = _runner(got[2])
+    assert g.failed is not None and "random" in g.failed and g.captures == 0
+    assert "not replayed as a CUDA graph: it draws random numbers" in str(got[2].explain())
+
+
+def test_a_host_read_inside_the_step_is_a_graph_break(fake_cuda):
+    log = {None: [], "reduce-overhead": []}
+
+    def make_for(mode):
+        def make(model, opt):
+            def step(x, y):
+                loss = F.cross_entropy(model(x), y)
+                loss.backward()
+                opt.step()
+                opt.zero_grad()
+                log[mode].append(loss.item())
+                return loss
+            return step
+        return make
+    with pytest.warns(UserWarning, match="graph break"):
+        want = _train(None, opt="adam", step=make_for(None))
+    with pytest.warns(UserWarning, match="graph break"):
+        got = _train("reduce-overhead", opt="adam", step=make_for("reduce-overhead"))
+    assert got[0] == want[0] and log[None] == log["reduce-overhead"]
+    assert not _entries(got[2]) and "item() reads a traced tensor" in str(got[2].explain())
+
+
 # ---------------------------------------------------------------- (8) memory
 def _allocated_per_step(mode, set_to_none, steps=15):
     """``memory_allocated()`` above the start's after each whole step (the returned
@@ -490,3 +617,42 @@ def test_a_replayed_forwards_saved_values_count_until_its_backward(fake_cuda):
     e = _entries(got[2])[-1]
     assert e.program.cuda_graph.replays == 10 and e.joint.bwd_program.cuda_graph.replays >= 8
     assert len(set(got[0][-10:])) == 1 and len(set(got[1][-10:])) == 1
+
+
+# ---------------------------------------------------------------- the GPU's code path
+def _small():
+    return nn.Sequential(nn.Linear(8, 8), nn.GELU(), nn.Linear(8, 4))
+
+
+@pytest.mark.parametrize("opt", ["sgd-momentum", "adamw"])
+def test_emulated_gpu_step_with_clipping_and_an_lr_schedule(emu_gpu, opt):
+    # generated kernels run by the emulator, multi-tensor launches, AdamW's step counts
+    # as host steps uploaded at every replay
+    def make(model, o):
+        def step(x, y):
+            loss = F.cross_entropy(model(x), y)
+            loss.backward()
+            nn.utils.clip_grad_norm_(model.parameters(), 0.1)
+            o.step()
+            o.zero_grad(set_to_none=True)
+            return loss
+        return step
+
+    def sched(o):
+        return em.optim.lr_scheduler.StepLR(o, step_size=1, gamma=0.7)
+    runs = _both(make=_small, opt=opt, step=make, sched=sched, steps=6)
+    g = _check(runs, replays=1)
+    assert g.captures == 1 and (g.p._hosting or opt != "adamw")
+    assert len({s["lr"][0] for s in runs[1][1]}) == 6
+
+
+def test_emulated_gpu_compiled_model(emu_gpu):
+    data, xe = _data(8), _data(1, seed=7)[0][0]
+    want = _train_model(None, _small, data, xe, switch_at=())
+    got = _train_model("reduce-overhead", _small, data, xe, switch_at=())
+    assert got[0] == want[0]
+    for g, w in zip(got[1], want[1]):
+        _same(g, w)
+    train = _entries(got[2])[0]
+    assert train.program.cuda_graph.replays >= 2 and \
+        train.joint.bwd_program.cuda_graph.replays >= 1
