@@ -29,16 +29,16 @@ from .. import dtypes as _dt
 from .ir import ReduceKernel, Row, typed
 from .render_cuda_ew import _store
 
-__all__ = ["ColReduceKernel", "COL_BLOCKS", "MAX_COLS", "MAX_ACC", "acc_dtype", "col_slots",
-           "col_runner", "render_cols"]
+__all__ = ["ColReduceKernel", "COL_BLOCKS", "MAX_COLS", "MAX_SHARED", "acc_dtype",
+           "col_slots", "col_runner", "render_cols", "shared_bytes"]
 
 #: at most this many blocks (= partial rows) a launch; rows beyond are grid-strided. A
 #: guess (4 blocks of 8 warps per SM of an H100 = 50% occupancy): ``bench/cuda_layernorm.py``.
 COL_BLOCKS = 512
 #: the widest row that gets column sums (a warp holds 32 columns a slot in registers).
 MAX_COLS = 1024
-#: at most this many column accumulators a thread (registers: slots x column sums).
-MAX_ACC = 64
+#: static shared memory a block may use for its column sums (CUDA's static limit).
+MAX_SHARED = 48 * 1024
 #: threads a block (:data:`ember.codegen.cuda_launch.BLOCK`).
 BLOCK = 256
 
@@ -71,6 +71,16 @@ def col_slots(m: int, strategy: str) -> int:
     return max(1, -(-m // step))
 
 
+def shared_bytes(m: int, strategy: str, ncol: int, acc) -> int:
+    """Shared memory of a kernel's ``ncol`` column sums over rows of ``m`` accumulating in
+    ``acc``: a region per warp (``"warp"``) or one a block, ``col_slots`` columns a thread,
+    plus the block reduction's scratch (``"block"``)."""
+    regions = BLOCK // 32 if strategy == "warp" else 1
+    extra = 0 if strategy == "warp" else 33 * 8
+    return regions * ncol * col_slots(m, strategy) * (32 if strategy == "warp" else BLOCK) \
+        * acc.itemsize + extra
+
+
 def _groups(k) -> list:
     """``[(dtype, [col index...])]``: the column sums by output dtype, in first-seen order
     (one final launch each; partials laid out in this order)."""
@@ -85,6 +95,16 @@ def _layout(k) -> list:
     return [j for _d, js in _groups(k) for j in js]
 
 
+_BOUNDS = f"""#ifndef EMBER_COLS_BOUNDS
+#ifdef EMBER_EMU
+#define EMBER_COLS_BOUNDS
+#else
+#define EMBER_COLS_BOUNDS __launch_bounds__({BLOCK}, 2)
+#endif
+#endif
+"""
+
+
 def render_cols(k, ins, sig: str, strategy: str, parts) -> str:
     """CUDA text of column-sum kernel ``k`` (see the module docstring) and its finals.
 
@@ -96,8 +116,7 @@ def render_cols(k, ins, sig: str, strategy: str, parts) -> str:
                          f"got {strategy!r}")
     warp = strategy == "warp"
     m = k.shape[-1]
-    slots, step = col_slots(m, strategy), (32 if warp else BLOCK)
-    cap, ncol = slots * step, len(k.cols)
+    cap, ncol = col_slots(m, strategy) * (32 if warp else BLOCK), len(k.cols)
     acc = "double" if acc_dtype(k.cols[0][0]) is _dt.float64 else "float"
     rows = list(k.row_dtypes)
     first = "lane" if warp else "threadIdx.x"
@@ -124,72 +143,60 @@ def render_cols(k, ins, sig: str, strategy: str, parts) -> str:
             emitter(ins, rows, "e_", len(rows), k), per_row, "idx")
         lines += [f"if ({first} == 0) {{"] + indent(body) + ["}"]
     em = emitter(ins, rows, "f_", len(rows), k)
-    store_lines = []
+    body = []
     for nm, d, e in full:
         var, vd = em.value(e)
-        store_lines.append(f"{nm}[idx * m + i] = {_store(var, vd, d)};")
+        body.append(f"{nm}[idx * m + i] = {_store(var, vd, d)};")
     for c, (_d, e) in enumerate(k.cols):
         var, _vd = em.value(e)
-        store_lines.append(f"cacc{c}[s] += ({acc}){var};")
-    body = em.lines + store_lines
-    lines += ["#pragma unroll", f"for (int s = 0; s < {slots}; s++) {{",
-              f"    const int64_t i = {first} + (int64_t)s * {stride};",
-              "    if (i < m) {"] + indent(body, 2) + ["    }", "}"]
-    head = ["    __shared__ long long ember_sh[33];",
-            f"    __shared__ {acc} ember_csh[{ncol * cap}];"]
+        body.append(f"ember_cw[{c * cap} + i] += ({acc}){var};")
+    lines += [f"#pragma unroll 4", f"for (int64_t i = {first}; i < m; i += {stride}) {{"]
+    lines += indent(em.lines + body) + ["}"]
+    region = ncol * cap                     # NOTE: one region per warp (warp) / block
+    nreg = BLOCK // 32 if warp else 1
+    head = ([] if warp else ["    __shared__ long long ember_sh[33];"]) + [
+            f"    __shared__ {acc} ember_csh[{nreg * region}];",
+            f"    for (int t = threadIdx.x; t < {nreg * region}; t += blockDim.x) "
+            f"ember_csh[t] = 0;",
+            "    __syncthreads();"]
     if warp:
         head += ["    const int lane = threadIdx.x & 31;",
-                 "    const int64_t wpb = blockDim.x >> 5;"]
+                 "    const int64_t wpb = blockDim.x >> 5;",
+                 f"    {acc} *const ember_cw = ember_csh + (threadIdx.x >> 5) * {region};"]
         loop = ["    for (int64_t idx = (int64_t)blockIdx.x * wpb + (threadIdx.x >> 5); idx < n;",
                 "         idx += (int64_t)gridDim.x * wpb) {"]
     else:
+        head += [f"    {acc} *const ember_cw = ember_csh;"]
         loop = ["    for (int64_t idx = blockIdx.x; idx < n; idx += gridDim.x) {"]
-    head += [f"    {acc} cacc{c}[{slots}];" for c in range(ncol)]
-    head += ["    #pragma unroll", f"    for (int s = 0; s < {slots}; s++) {{"]
-    head += [f"        cacc{c}[s] = 0;" for c in range(ncol)] + ["    }"]
-    text = [sig + " {"] + head + loop + indent(lines, 2) + ["    }"] + _combine(
-        k, acc, slots, step, cap, warp)
+    # NOTE: at most 128 registers (two 256-thread blocks an SM): 130 without the bound
+    # (m = 768, warp) left one block, 8 warps, an SM
+    # (on a declaration: the emulator's signature parser reads the definition)
+    decl = _BOUNDS + sig.replace('__global__ void ', '__global__ void EMBER_COLS_BOUNDS ', 1)
+    text = [decl + ";", sig + " {"] + head + loop + indent(lines, 2) + ["    }"] + _combine(
+        k, acc, cap, region, nreg)
     return "\n".join(text) + "\n}\n" + _finals(k, acc)
 
 
-def _combine(k, acc, slots, step, cap, warp) -> list:
-    """The block's partial row: its warps' registers added in warp order (shared memory),
-    written to partial row ``blockIdx.x`` (and zeros to rows ``blockIdx.x + gridDim.x...``
-    below ``nparts``: a launch cut to fewer blocks still fills every partial row)."""
-    first = "(threadIdx.x & 31)" if warp else "threadIdx.x"
+def _combine(k, acc, cap, region, nreg) -> list:
+    """The block's partial row: its warps' column sums (shared memory) added in warp
+    order, written to partial row ``blockIdx.x`` (and zeros to rows ``blockIdx.x +
+    gridDim.x...`` below ``nparts``: a launch cut to fewer blocks still fills every
+    partial row)."""
     part = f"out{len(k.outputs)}"
     order = _layout(k)
-    lines = ["    const int64_t mc = shape[ndim - 1];"]
-    store = []
-    for c in range(len(k.cols)):
-        store += [f"            const int64_t i = {first} + (int64_t)s * {step};",
-                  f"            if (i < mc) ember_csh[{c * cap} + i] = "
-                  f"(w == 0 ? ({acc})0 : ember_csh[{c * cap} + i]) + cacc{c}[s];"]
-    nw = "(int)(blockDim.x >> 5)" if warp else "1"
-    mine = "(int)(threadIdx.x >> 5)" if warp else "0"
-    lines += [f"    for (int w = 0; w < {nw}; w++) {{", f"        if ({mine} == w) {{",
-              "            #pragma unroll", f"            for (int s = 0; s < {slots}; s++) {{"]
-    lines += ["    " + ln for ln in _scoped(store)]
-    lines += ["            }", "        }", "        __syncthreads();", "    }"]
-    # partial row layout: the column sums in _layout order, mc each
-    lines += ["    const int64_t ld = (int64_t)" + str(len(order)) + " * mc;",
-              "    for (int64_t j = blockIdx.x; j < nparts; j += gridDim.x) {",
-              "        for (int64_t t = threadIdx.x; t < ld; t += blockDim.x) {",
-              "            const int64_t q = t / mc, i = t - q * mc;",
-              f"            {acc} v = 0;"]
-    for pos, c in enumerate(order):
-        lines.append(f"            if (q == {pos}) v = ember_csh[{c * cap} + i];")
-    lines += [f"            {part}[j * ld + t] = j == blockIdx.x ? v : ({acc})0;",
+    lines = ["    __syncthreads();", "    const int64_t mc = shape[ndim - 1];",
+             "    const int64_t ld = (int64_t)" + str(len(order)) + " * mc;",
+             "    for (int64_t j = blockIdx.x; j < nparts; j += gridDim.x) {",
+             "        for (int64_t t = threadIdx.x; t < ld; t += blockDim.x) {",
+             "            const int64_t q = t / mc, i = t - q * mc;",
+             "            int c = 0;"]
+    lines += [f"            if (q == {pos}) c = {c};" for pos, c in enumerate(order) if pos]
+    lines += [f"            {acc} v = ember_csh[c * {cap} + i];",
+              f"            for (int w = 1; w < {nreg}; w++) v += ember_csh[w * {region} + "
+              f"c * {cap} + i];",
+              f"            {part}[j * ld + t] = j == blockIdx.x ? v : ({acc})0;",
               "        }", "    }"]
     return lines
-
-
-def _scoped(store: list) -> list:
-    """Each column sum's two statements in its own block (``i`` is declared per sum)."""
-    out = []
-    for a, b in zip(store[::2], store[1::2]):
-        out += ["            {", "    " + a, "    " + b, "            }"]
-    return out
 
 
 def _finals(k, acc) -> str:

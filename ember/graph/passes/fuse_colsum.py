@@ -15,13 +15,14 @@ Order: a fused kernel runs at its last member, so a candidate joins only when ev
 outside the group that reads a member's value comes after that position (the walk of
 :mod:`.fuse_groups` keeps the same invariant). Rows must be at most
 :data:`~ember.codegen.cuda_rowcols.MAX_COLS` wide and handled by a warp or a block (not a
-thread: :func:`.fuse_cuda.strategy`), and a thread holds at most
-:data:`~ember.codegen.cuda_rowcols.MAX_ACC` column accumulators. Float sums only, no
+thread: :func:`.fuse_cuda.strategy`), and the sums' shared-memory accumulators fit
+:data:`~ember.codegen.cuda_rowcols.MAX_SHARED` (a 768-wide row under a warp per row: two
+sums, dgamma and dbeta). Float sums only, no
 ``dtype=``. CPU graphs never get here (``fuse_cuda`` only).
 """
 from __future__ import annotations
 
-from ...codegen.cuda_rowcols import MAX_ACC, MAX_COLS, acc_dtype, col_slots
+from ...codegen.cuda_rowcols import MAX_COLS, MAX_SHARED, acc_dtype, shared_bytes
 from ..ir import Var
 from .fuse_groups import classify
 
@@ -102,13 +103,14 @@ def _targets(n, groups, group_of, order) -> list:
 
 def _room(r, n, strategy: str) -> bool:
     """Whether group ``r`` can hold one more column sum (``n``'s): a warp or block per
-    row, accumulators within :data:`MAX_ACC`, one accumulation dtype."""
+    row, its accumulators within :data:`MAX_SHARED`, one accumulation dtype."""
     if strategy not in ("warp", "block"):
         return False
     cols = [m for m, cls in r.members if cls == "col"]
-    if any(acc_dtype(m.out.dtype) is not acc_dtype(n.out.dtype) for m in cols):
+    acc = acc_dtype(n.out.dtype)
+    if any(acc_dtype(m.out.dtype) is not acc for m in cols):
         return False
-    return (len(cols) + 1) * col_slots(r.space[-1], strategy) <= MAX_ACC
+    return shared_bytes(r.space[-1], strategy, len(cols) + 1, acc) <= MAX_SHARED
 
 
 def _operand_nodes(x, r, graph, group_of, users):
