@@ -80,7 +80,7 @@ def _train(mode, make=_mlp, opt="adamw", step=None, data=None, between=None,
     the returned value (kept: converted at the end) and a snapshot; the compiled step."""
     em.manual_seed(0)
     model = make().to("cuda")
-    o = OPTS[opt](model.parameters())
+    o = (OPTS[opt] if isinstance(opt, str) else opt)(model.parameters())
     s = sched(o) if sched is not None else None
     fn = em.compile(step(model, o), mode=mode)
     kept, snaps = [], []

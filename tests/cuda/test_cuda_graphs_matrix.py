@@ -108,6 +108,42 @@ def test_an_lr_scheduler_stepped_between_calls(fake_cuda, opt):
     assert len(_entries(runs[1][2])) == 1 and g.captures == 1   # ... with no recompile
 
 
+def test_two_param_groups_with_a_lambda_schedule(fake_cuda):
+    # each group's lr is its own lifted host value
+    def opt_for(ps):
+        ps = list(ps)
+        return em.optim.SGD([{"params": ps[:2]}, {"params": ps[2:], "lr": 0.2}], lr=0.05,
+                            momentum=0.9)
+
+    def sched(o):
+        return em.optim.lr_scheduler.LambdaLR(o, [lambda k: 1 / (k + 1), lambda k: 0.9 ** k])
+    runs = _both(opt=opt_for, step=_step_fn(True, "several"), sched=sched)
+    _check(runs, replays=2)
+    assert len({tuple(s["lr"]) for s in runs[1][1]}) == STEPS
+
+
+def test_a_compiled_optimizer_step_alone(fake_cuda):
+    # torch.compile(opt.step)'s pattern: forward and backward eager, each call's
+    # gradients new arrays (zero_grad(set_to_none=True)): copied into the graph's inputs
+    def run(mode):
+        em.manual_seed(0)
+        model = _mlp().to("cuda")
+        opt = OPTS["adamw"](model.parameters())
+        step = em.compile(opt.step, mode=mode)
+        snaps = []
+        for x, y in _data(STEPS + 1):
+            F.cross_entropy(model(x), y).backward()
+            step()
+            opt.zero_grad(set_to_none=True)
+            snaps.append(_snap(model, opt))
+        return snaps, step
+    want, got = run(None), run("reduce-overhead")
+    for g, w in zip(got[0], want[0]):
+        _same(g, w)
+    g = _runner(got[1])
+    assert g.failed is None and g.captures == 1 and g.replays == STEPS + 1 - 5
+
+
 # ---------------------------------------------------------------- (4) gradient clipping
 def test_clip_grad_norm_inside_the_step(fake_cuda):
     def make(model, opt):

@@ -27,6 +27,8 @@ CASES = [
     (A.test_cnns_with_normalisation_layers, (A._cnn_gn,)),
     (A.test_an_lr_scheduler_stepped_between_calls, ("adamw",)),
     (A.test_an_lr_scheduler_stepped_between_calls, ("sgd-momentum",)),
+    (A.test_two_param_groups_with_a_lambda_schedule, ()),
+    (A.test_a_compiled_optimizer_step_alone, ()),
     (A.test_clip_grad_norm_inside_the_step, ()),
     (A.test_autocast_float16_with_a_grad_scaler_outside_the_graph_replays, ()),
     (A.test_a_grad_scalers_step_inside_the_function_is_a_graph_break, ()),
