@@ -161,12 +161,12 @@ def test_clip_grad_norm_inside_the_step(fake_cuda):
 
 
 # ---------------------------------------------------------------- (5) mixed precision
-def _amp_run(mode, whole: bool, inf_at=5, steps=8):
+def _amp_run(mode, whole: bool, inf_at=5, steps=8, make=_mlp):
     """float16 autocast with a GradScaler (growth every 3 clean steps); batch ``inf_at``
     overflows (its step is skipped, the scale backs off). ``whole``: the scaler's step
     and update inside the compiled function too."""
     em.manual_seed(0)
-    model = _mlp().to("cuda")
+    model = make().to("cuda")
     opt = OPTS["adamw"](model.parameters())
     scaler = em.amp.GradScaler("cuda", init_scale=2.0**12, growth_interval=3)
 

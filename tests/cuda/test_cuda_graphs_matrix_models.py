@@ -13,6 +13,7 @@ import ember as em
 from _cg_matrix import (OPTS, STEPS, F, _bits, _bn_mlp, _both, _check, _compiled_fn, _data,
                         _encoder, _entries, _mlp, _model_data, _runner, _same, _small, _snap,
                         _step_fn, _train, _train_model, nn)
+from test_cuda_graphs_matrix import _amp_run
 from test_multi_launch import emu_gpu  # noqa: F401 - a fixture
 
 
@@ -277,3 +278,11 @@ def test_emulated_gpu_compiled_model(emu_gpu):
     train = _entries(got[2])[0]
     assert (train.program.cuda_graph.replays, train.joint.bwd_program.cuda_graph.replays) \
         == (4, 2)
+
+
+def test_emulated_gpu_autocast_with_a_grad_scaler(emu_gpu):
+    # float16 generated kernels; the overflowing batch's step skipped in both modes
+    want = _amp_run(None, False, make=_small)
+    got = _amp_run("reduce-overhead", False, make=_small)
+    assert [s["scale"] for s in got[1]] == [s["scale"] for s in want[1]]
+    _check((want, got), replays=4)
