@@ -40,6 +40,63 @@ def test_a_compiled_model_with_eager_loss_backward_and_optimizer(fake_cuda, make
     assert once.program.cuda_graph.calls == 0
 
 
+class _TwoOut(nn.Module):
+    def __init__(self):
+        super().__init__()
+        self.a, self.b = nn.Linear(8, 16), nn.Linear(16, 4)
+
+    def forward(self, x):
+        h = self.a(x)
+        return self.b(h.relu()), h.mean()
+
+
+def _use(mode, kind):
+    """Eager loss/backward/AdamW around compiled models used in other ways: the input's
+    gradient, a tuple of outputs, two compiled models chained, two backwards of one
+    forward (``retain_graph``). Returns what each step left and the compiled functions."""
+    em.manual_seed(0)
+    if kind == "chained":
+        mods = [nn.Sequential(nn.Linear(8, 16), nn.GELU()).to("cuda"),
+                nn.Linear(16, 4).to("cuda")]
+    else:
+        mods = [(_TwoOut() if kind == "tuple" else _mlp()).to("cuda")]
+    cms = [em.compile(m, mode=mode) for m in mods]
+    opt = OPTS["adamw"]([p for m in mods for p in m.parameters()])
+    kept = []
+    for x, y in _data(10):
+        if kind == "input-grad":
+            x = x.clone().requires_grad_()
+        out = cms[0](x)
+        if kind == "tuple":
+            out, aux = out
+            kept.append(aux)
+        if kind == "chained":
+            out = cms[1](out)
+        loss = F.cross_entropy(out, y) + (aux if kind == "tuple" else 0)
+        loss.backward(retain_graph=kind == "retain-graph")
+        if kind == "retain-graph":
+            (out.sum() * 0.1).backward()
+        kept += [loss.detach(), x.grad]
+        opt.step()
+        opt.zero_grad()
+    return [_bits(k) for k in kept], [_snap(nn.ModuleList(mods), opt)], [cm.forward for cm in cms]
+
+
+@pytest.mark.parametrize("kind", ["input-grad", "tuple", "chained", "retain-graph"])
+def test_compiled_models_used_other_ways(fake_cuda, kind):
+    want, got = _use(None, kind), _use("reduce-overhead", kind)
+    assert got[0] == want[0]
+    for g, w in zip(got[1], want[1]):
+        _same(g, w)
+    for cf in got[2]:
+        e = _entries(cf)[-1]
+        fwd, bwd = e.program.cuda_graph, e.joint.bwd_program.cuda_graph
+        assert fwd.failed is None and bwd.failed is None
+        # 10 calls: traced, plain, staged, captured, 6 replays; the backward's (twice a
+        # step with retain_graph) start once its forward has a graph
+        assert (fwd.replays, bwd.replays) == (6, 11 if kind == "retain-graph" else 4)
+
+
 # ---------------------------------------------------------------- (7) inputs
 def test_a_new_input_shape_is_a_new_program_with_its_own_runner(fake_cuda):
     data = _data(6) + _data(6, (4, 8), seed=5) + _data(3, seed=6)
