@@ -12,10 +12,13 @@ Run: ``python3 -m pytest -q -n 8 tests/cuda/test_gpu_graphs_matrix.py``.
 """
 import pytest
 
+import ember as em
+from ember.graph import cuda_graphs
+
 import test_cuda_graphs_matrix as A
 import test_cuda_graphs_matrix_models as B
+from _cg_matrix import OPTS, _data, _mlp, _runner, _step_fn
 from test_gpu import gpu  # noqa: F401 - the module-scoped real-GPU fixture
-from ember.graph import cuda_graphs
 
 CASES = [
     (A.test_whole_steps_replay_with_the_default_modes_bits, ("adamw", True, "several")),
@@ -70,3 +73,20 @@ def test_gpu_graphs_matrix(gpu, case, monkeypatch):  # noqa: F811
     captured = [g for g in runners if g.replays]
     # a replayed runner replayed a real CUDA graph from its private pool
     assert all(g.gp is not None and g.graph is not None for g in captured)
+
+
+def test_gpu_replays_reserve_no_more_memory(gpu):  # noqa: F811
+    # a replay allocates nothing: neither memory_allocated nor memory_reserved (the
+    # caching pool plus the graph's private pool) moves over 10 replays
+    em.manual_seed(0)
+    model = _mlp().to("cuda")
+    opt = OPTS["adamw"](model.parameters())
+    fn = em.compile(_step_fn(True, "several")(model, opt), mode="reduce-overhead")
+    seen = []
+    for x, y in _data(15):
+        r = fn(x, y)
+        del r
+        seen.append((em.cuda.memory_allocated(), em.cuda.memory_reserved()))
+    g = _runner(fn)
+    assert g.replays == 10 and len(set(seen[-10:])) == 1, seen
+    assert g.gp is None or em.cuda.memory_reserved() >= g.gp.total_bytes() > 0
