@@ -1,9 +1,9 @@
 """Column sums inside a GPU row reduction (``codegen/cuda_rowcols.py``, the
 ``fuse_colsum`` grouping), run from their CUDA text on the emulator (``_cuda_emu``).
 
-A layer norm's backward on a GPU becomes one row kernel that also sums ``dy`` and
-``dy * x_hat`` over the rows (dbeta, dgamma) into per-block partials, plus one small
-launch adding them. Checked: the kernel alone (warp and block strategies, a row wider
+A layer norm's column sums (dbeta = sum of ``dy``, dgamma = sum of ``dy * x_hat`` over the
+rows) ride in a row kernel over the same rows as per-block partials, plus one small launch
+adding them; ``dx`` is one row kernel. Checked: the kernel alone (warp and block strategies, a row wider
 than a warp's 32 columns a slot, two output dtypes, a grid the emulator cuts to 2 blocks)
 against correctly rounded sums with an order-insensitive bound, its row-reduction outputs
 bit for bit the same kernel's without column sums; compiled layer norms and a float16
@@ -125,7 +125,7 @@ def _col_nodes(fn):
 
 
 @pytest.mark.parametrize("warp", [False, True], ids=["block", "warp"])
-def test_compiled_layer_norm_backward_is_one_row_kernel(emu_gpu, monkeypatch, warp):
+def test_compiled_layer_norm_column_sums_ride_in_a_row_kernel(emu_gpu, monkeypatch, warp):
     n, m = 24, 96
     if warp:
         monkeypatch.setattr(fuse_cuda, "WARP_ROWS", 16)
@@ -153,8 +153,10 @@ def test_compiled_layer_norm_backward_is_one_row_kernel(emu_gpu, monkeypatch, wa
     assert not sums
     ops0 = [nd.op.name for nd in _program(fn0).graph.nodes]
     ops = [nd.op.name for nd in _program(fn).graph.nodes]
-    # without: the dgamma operand's kernel, the dx kernel, two column sums
-    assert ops0.count("sum") - ops.count("sum") == 2 and len(ops0) - len(ops) == 3, (ops0, ops)
+    # the forward's row kernel (it reads x and dy, and makes x_hat) sums dgamma and dbeta;
+    # dx is one row kernel (dead expands removed first); without: two column sums too
+    assert ops == ["fused_reduce", "fused_reduce"], ops
+    assert ops0.count("sum") == 2 and len(ops0) == 4, ops0
     assert _launched(emu_gpu, node.op.kernel.name) == [node.op.kernel.name,
                                                        node.op.kernel.name + "_cf_float32"]
 

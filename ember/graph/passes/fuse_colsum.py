@@ -64,10 +64,18 @@ def _absorb(n, r, graph, group_of, order, users, outs, strategy, late) -> bool:
     if not _room(r, n, strategy) or (not late and p is not None and group_of.get(id(p)) is r):
         return False
     add = _operand_nodes(n.inputs[0], r, graph, group_of, users)
-    if add is None:
-        return False
-    members = {id(m) for m, _ in r.members} | {id(m) for m, _ in add} | {id(n)}
-    if not _ordered(r.members + add + [(n, "col")], members, order, users, outs):
+    # NOTE: else the operand is loaded as an input where it is written anyway: its
+    # producer (or that one's group, closed at the sum: fuse_groups) runs before the
+    # sum, so before the kernel
+    x = n.inputs[0]
+    p = graph.producer(x)
+    written = p is None or id(p) not in group_of or x.id in outs or any(
+        u is not n for u in users.get(x.id, ()))
+    for add in ([] if add is None else [add]) + ([[]] if add and written else []):
+        members = {id(m) for m, _ in r.members} | {id(m) for m, _ in add} | {id(n)}
+        if _ordered(r.members + add + [(n, "col")], members, order, users, outs):
+            break
+    else:
         return False
     for m, _ in add:
         old = group_of.get(id(m))

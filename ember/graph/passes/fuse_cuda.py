@@ -41,6 +41,7 @@ from ...device.base import get_backend
 from ...codegen.ir import Kernel, ReduceKernel
 from ..ir import Graph, GraphOp, Node
 from . import fuse_colsum
+from .dce import dce
 from .fuse import lower_groups
 from .fuse_index import index_leaves
 from .fuse_groups import partition
@@ -125,6 +126,9 @@ def _groups(graph):
     # host_scalars: the executor holds a GPU graph's CPU scalars on the GPU, so their
     # arithmetic (AdamW's bias corrections, per parameter) joins kernels, merged below
     graph, _ = lse_rows(graph, "cuda")      # NOTE: a loss's log-softmax stores row values only
+    # NOTE: dead nodes first (dce runs last in the pipeline): an unread expand of a row
+    # value (a layer norm's backward) closed its reduction group, splitting dx in three
+    graph, _ = dce(graph)
     groups = [g for g in partition(graph, "cuda", True) if worth_cuda(g)]
     graph, recomputed = recompute(graph, groups, "cuda", True)
     groups = partition(graph, "cuda", True)
