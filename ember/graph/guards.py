@@ -142,20 +142,22 @@ def _roots(fn, flat, names: set) -> list:
     from ..nn.module import Module
     roots = []
     if isinstance(fn, Module):
-        roots.append(((("obj", fn, "model"),), fn))
+        roots.append(((("obj", fn, "model"),), fn, BOTH))
     elif isinstance(fn, types.MethodType):
-        roots.append(((("obj", fn.__self__, "self"),), fn.__self__))
-        roots.append(((("obj", fn.__func__, fn.__func__.__name__),), fn.__func__))
+        roots.append(((("obj", fn.__self__, "self"),), fn.__self__, BOTH))
+        roots.append(((("obj", fn.__func__, fn.__func__.__name__),), fn.__func__, BOTH))
     else:
-        roots.append(((("obj", fn, getattr(fn, "__name__", "fn")),), fn))
+        roots.append(((("obj", fn, getattr(fn, "__name__", "fn")),), fn, BOTH))
     for i, a in enumerate(flat):
         if isinstance(a, str):
             names.add(a)
         if isinstance(a, Tensor):
             if a._base is not None:         # a view's base: in-place writes land there
-                roots.append(((("arg", i, f"arg{i}"), ("attr", "_base")), a._base))
+                # NOTE: not guarded: a new batch's slices (``fn(b[:, :-1], b[:, 1:])``)
+                # must not retrace; capture_guards guards it when the graph needs it
+                roots.append(((("arg", i, f"arg{i}"), ("attr", "_base")), a._base, WRITES))
         elif not _is_value(a):
-            roots.append(((("arg", i, f"arg{i}"),), a))
+            roots.append(((("arg", i, f"arg{i}"),), a, BOTH))
     return roots
 
 
@@ -166,10 +168,10 @@ def reach(fn, flat) -> Reach:
         n = len(names)
         w = _Walk(names)
         try:
-            for path, obj in _roots(fn, flat, names):
+            for path, obj, use in _roots(fn, flat, names):
                 if isinstance(obj, types.FunctionType):
                     w._function(obj)    # the compiled function itself, wherever it lives
-                w.visit(obj, path, 0, BOTH)
+                w.visit(obj, path, 0, use)
             w.methods()
         except Exception as e:  # noqa: BLE001 — odd user objects: guard what was found
             w.r.error = f"{type(e).__name__}: {e}"
@@ -500,6 +502,8 @@ def capture_guards(fn, flat, needed, r: Reach | None = None) -> tuple:
         elif id(obj) not in done:      # ``p.data = other`` swaps the storage (and dtype)
             done.add(id(obj))
             r.leaves.append((paths[0] + (("attr", "_storage"),), "id", obj._storage, GUARD))
+            if paths[0][1:2] == (("attr", "_base"),) and paths[0][0][0] == "arg":
+                r.leaves.append((paths[0], "id", obj, GUARD))   # a view argument's base
     if r.truncated:
         missing.append(f"(the walk stopped after {_BUDGET} objects)")
     if r.error:
