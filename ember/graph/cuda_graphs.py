@@ -236,7 +236,9 @@ class GraphRunner:
 
     def _give_up(self, why: str) -> None:
         self.failed = why
-        self.graph = None
+        # NOTE: what a graph would have read goes (a caller's local copy may live on)
+        self.graph, self.static, self.inplace, self.prev, self.raw = None, None, None, None, None
+        self.fresh, self.host_in, self.gp, self.prev_arrays = (), (), None, None
         self.note(f"not replayed as a CUDA graph: {why}")
 
     # ------------------------------------------------------------------ capture
