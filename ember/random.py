@@ -150,6 +150,12 @@ def cuda_generator(index: int = 0) -> Generator:
     return g
 
 
+def is_device_default(g) -> bool:
+    """Whether ``g`` is a CUDA device's default generator (made on that device's first
+    draw, wherever that happens: a compiled function's first cuda draw included)."""
+    return _cuda_generators.get(g.device.index if g.device.index is not None else 0) is g
+
+
 class _DrawDevice(threading.local):
     dev = None                  # the device a draw in progress is for (None: the CPU)
 

@@ -305,8 +305,9 @@ class Tracer(_Mode):
 
     def on_generator(self, g) -> None:
         """A draw from ``g``: one created inside the traced function (seeded there, so eager
-        draws the same numbers at every call) can't be replayed by drawing on from it."""
-        if g._serial >= self.gen_floor:
+        draws the same numbers at every call) can't be replayed by drawing on from it. A
+        device's default generator made on its first draw is not the function's own."""
+        if g._serial >= self.gen_floor and not _random.is_device_default(g):
             self.unsupported("a random draw from an ember.Generator created inside the "
                              "compiled function")
 

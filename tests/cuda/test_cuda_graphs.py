@@ -307,3 +307,21 @@ def test_make_graphed_callables_compiles_warms_up_and_replays(fake_cuda):
     assert _program(fn).cuda_graph.replays >= 1
     with pytest.raises(ValueError, match="sample_args"):
         em.cuda.make_graphed_callables((model, model), ((x,),))
+
+
+def test_dropout_on_a_cuda_device_compiles_draws_as_eager_and_stays_plain(fake_cuda):
+    # the cuda generator is made on the device's first draw, inside the traced call: it
+    # is the device's default generator, not the function's own (was a graph break)
+    def run(mode):
+        em.manual_seed(0)
+        model = em.nn.Sequential(em.nn.Linear(8, 8), em.nn.Dropout(0.5)).to("cuda")
+        fn = em.compile(lambda x: model(x).sum(), mode=mode) if mode != "eager" else \
+            (lambda x: model(x).sum())
+        x = em.ones(4, 8).to("cuda")
+        return [float(fn(x).cpu()) for _ in range(6)], fn
+    want, _ = run("eager")
+    got, fn = run("reduce-overhead")
+    assert got == want and len(set(got)) > 1
+    assert "0 graph break(s)" in str(fn.explain())
+    g = _program(fn).cuda_graph
+    assert g.failed and "random" in g.failed and g.captures == 0
