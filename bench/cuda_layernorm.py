@@ -23,8 +23,10 @@ device time from ``torch.profiler``, so the compiled call's host time does not c
 medians of ``--rounds`` alternating rounds), and the forward alone of each, so the
 backward's share is the difference.
 
+``--gpt`` (GPU): the whole compiled GPT step of ``bench/cuda.py`` before/after, alternating.
+
 Run: ``python bench/cuda_layernorm.py [--n 8192 --d 768 --dtype float16]`` (stand-in) or
-``python bench/cuda_layernorm.py --gpu [--dtype float32]``.
+``python bench/cuda_layernorm.py --gpu [--dtype float32]`` / ``--gpt``.
 """
 from __future__ import annotations
 
@@ -161,9 +163,40 @@ def gpu(args) -> int:
     return 0
 
 
+def gpt(args) -> int:
+    """The full GPT step (``bench/cuda.py``'s: 12 layers, d=768, T=1024, batch 8, AdamW,
+    float16 autocast), compiled before/after, timed alternately (medians)."""
+    import ember as em
+    if not em.cuda.is_available() or os.environ.get("EMBER_FAKE_CUDA"):
+        print("no CUDA GPU: nothing to measure")
+        return 0
+    from cuda_compile import _bench_cuda
+    bc = _bench_cuda()
+    fns = {}
+    for label, ctx in (("before", before), ("after", contextlib.nullcontext)):
+        with ctx():
+            step, inputs = bc._gpt_step(em, em.float16)
+            fns[label] = (em.compile(step), inputs)
+            for _ in range(5):              # NOTE: eager, trace, compile, first runs
+                fns[label][0](*inputs)
+            em.cuda.synchronize()
+    times: dict = {k: [] for k in fns}
+    for _ in range(args.rounds):
+        for label, (fn, inputs) in fns.items():
+            times[label].append(bc._time(lambda: fn(*inputs), args.reps, em.cuda.synchronize,
+                                         warm=1))
+    print(f"GPT step (float16 autocast, AdamW, compiled), median ms, {args.rounds} "
+          "alternating rounds:")
+    for label, ts in times.items():
+        print(f"  {label:<7} {statistics.median(ts):8.2f} ms   rounds: "
+              + ", ".join(f"{t:.2f}" for t in ts))
+    return 0
+
+
 def main(argv=None) -> int:
     p = argparse.ArgumentParser(description=__doc__.splitlines()[0])
     p.add_argument("--gpu", action="store_true", help="time on a GPU (else: stand-in bytes)")
+    p.add_argument("--gpt", action="store_true", help="GPU: the whole GPT step before/after")
     p.add_argument("--n", type=int, default=8192, help="rows (batch x tokens)")
     p.add_argument("--d", type=int, default=768)
     p.add_argument("--dtype", default="float16", choices=["float16", "float32"],
@@ -171,6 +204,8 @@ def main(argv=None) -> int:
     p.add_argument("--reps", type=int, default=20)
     p.add_argument("--rounds", type=int, default=3)
     args = p.parse_args(argv)
+    if args.gpt:
+        return gpt(args)
     return gpu(args) if args.gpu else stand_in(args)
 
 

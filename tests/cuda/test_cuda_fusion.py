@@ -34,9 +34,11 @@ class FakeModule:
     def get_function(self, name):
         entry = name[-2:] if name not in self.kernels and name[-2:] in ("_c", "_r", "_m") \
             else ""
-        k = self.kernels[name[:-2] if entry else name]
+        if name not in self.kernels and "_cf_" in name:     # a column sum's final launch
+            entry, name_k = "_cf", name.split("_cf_")[0]
+        k = self.kernels[name_k if entry == "_cf" else name[:-2] if entry else name]
         run = {"_c": _emulate_contiguous, "_r": _emulate_rows, "_m": _emulate_multi,
-               "": _emulate}[entry]
+               "_cf": _emulate_col_final, "": _emulate}[entry]
 
         def fn(grid, block, args, shared_mem=0):
             self.launches.append((name, grid, block))
@@ -120,9 +122,40 @@ def _at(k, loop):
     return replace(k, inputs=ins, out=replace(k.out, shape=loop))
 
 
+def _emulate_col_final(k, grid, block, args):
+    """``NAME_cf_<dtype>`` (``codegen/cuda_rowcols.py``): ``C`` columns of the partial
+    rows from column ``off`` added over ``nparts`` rows, rounded to the output's dtype."""
+    part, out, nparts, ld, off, c = args
+    nparts, ld, off, c = int(nparts), int(ld), int(off), int(c)
+    assert part.shape == (nparts, ld) and out.size == c and off + c <= ld
+    out[...] = part[:, off:off + c].astype(np.float64).sum(0).astype(out.dtype)
+
+
+def _emulate_cols(k, loop, views, part, nparts):
+    """A ColReduceKernel's partial rows: row 0 the column sums (over every row, in the
+    kernel's layout: by dtype), the others zero (as blocks that had no rows)."""
+    from ember.codegen.cuda_rowcols import _layout, acc_dtype
+    acc = acc_dtype(k.cols[0][0])
+    kk = _at(k, loop)
+    kk = replace(kk, extra=kk.extra + tuple((acc, e, True) for _d, e in kk.cols), cols=())
+    full = [np.empty(loop, acc.np) for _ in k.cols]
+    outs = [np.empty(loop if f else loop[:-1], d.np) for d, _e, f in kk.outputs]
+    interp.run_reduction(kk, views, out=outs[0], extra_outs=outs[1:len(k.outputs)] + full)
+    m = loop[-1]
+    assert part.size == int(nparts) * len(k.cols) * m
+    p = part.reshape(int(nparts), len(k.cols) * m)
+    p[...] = 0
+    for q, j in enumerate(_layout(k)):
+        p[0, q * m:(q + 1) * m] = full[j].reshape(-1, m).astype(np.float64).sum(0)
+
+
 def _emulate(k, grid, block, args):
     nin, nout = len(k.inputs), len(k.outputs)
     ins, outs = args[:nin], args[nin:nin + nout]
+    cols = getattr(k, "cols", ())
+    if cols:                # the partials after the outputs, nparts last
+        part, nparts = args[nin + nout], args[-1]
+        args = args[:nin + nout] + args[nin + nout + 1:-1]
     shape, strides, ndim, n = args[nin + nout:]
     ndim, n, loop = int(ndim), int(n), tuple(int(s) for s in shape)
     assert len(loop) == ndim and strides.size == max(nin * ndim, 1)
@@ -137,6 +170,8 @@ def _emulate(k, grid, block, args):
         st = [int(s) * a.itemsize for s in strides[j * ndim:(j + 1) * ndim]]
         views.append(np.lib.stride_tricks.as_strided(a, shape=loop, strides=st,
                                                      writeable=False))
+    if cols:
+        _emulate_cols(k, loop, views, part, nparts)
     run = interp.run_reduction if isinstance(k, ReduceKernel) else interp.run_elementwise
     run(_at(k, loop), views, out=outs[0], extra_outs=list(outs[1:]))
 
@@ -166,7 +201,8 @@ def gpu_like(fake_cuda, monkeypatch):
             assert entries == {k.name for k in made[source]} | {
                 k.name + "_c" for k in made[source] if isinstance(k, Kernel)} | {
                 k.name + "_r" for k in made[source] if cuda_launch.wants_rows(k)} | {
-                n + "_m" for n in multis[source]}
+                n + "_m" for n in multis[source]} | {
+                f"{k.name}_cf_{d.name}" for k in made[source] for d, _ in getattr(k, "cols", ())}
             _, log = nvrtc.compile_sass(source, name)     # ptxas: sm_90 machine code
             assert not re.search(r"[1-9]\d* bytes spill (stores|loads)", log), log
         return FakeModule(made[source], launches)

@@ -95,11 +95,15 @@ def index_leaves(lw: Lowered | None, producer) -> Lowered | None:
         nk = Kernel(specs, k.out, sub(k.body), k.name,
                     extra=tuple((d, sub(e)) for d, e in k.extra))
     else:
-        nk = ReduceKernel(specs, k.shape, k.naxes,
-                          tuple(replace(st, body=sub(st.body)) for st in k.stages),
-                          None if k.epilogue is None else sub(k.epilogue), k.out, k.full,
-                          k.name, extra=tuple((d, None if e is None else sub(e), f)
-                                              for d, e, f in k.extra))
+        cls, more = ReduceKernel, {}
+        if getattr(k, "cols", ()):          # NOTE: column sums (fuse_colsum) kept
+            from ...codegen.cuda_rowcols import ColReduceKernel
+            cls, more = ColReduceKernel, {"cols": tuple((d, sub(e)) for d, e in k.cols)}
+        nk = cls(specs, k.shape, k.naxes,
+                 tuple(replace(st, body=sub(st.body)) for st in k.stages),
+                 None if k.epilogue is None else sub(k.epilogue), k.out, k.full,
+                 k.name, extra=tuple((d, None if e is None else sub(e), f)
+                                     for d, e, f in k.extra), **more)
     return Lowered(nk, [lw.inputs[j] for j in keep], lw.outs, lw.ops, lw.group)
 
 
