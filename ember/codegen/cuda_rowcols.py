@@ -6,18 +6,21 @@ A layer norm's backward is a row reduction (dx needs two per-row sums of ``dy * 
 operand once more, and ``dy * x_hat`` was written and read back. A
 :class:`ColReduceKernel` is a :class:`~ember.codegen.ir.ReduceKernel` with ``cols``: full
 expressions summed over all rows. Its CUDA text (:func:`render_cols`) keeps the row
-reduction's stages as they were (the same loops, so per-row values and full outputs have
-the same bits), then walks the row once more with a fixed trip count per thread — lane
-``l`` of a warp (``"warp"``) or thread ``t`` of a block (``"block"``) owns columns
-``l + 32 s`` / ``t + 256 s`` — storing the full outputs and adding the column values into
-registers. After its last row a block adds its warps' partials in warp order through
-shared memory and writes one partial row per block; a second launch (``NAME_cf_<dtype>``)
-adds each column's block partials in a fixed order and rounds once. No atomics: the same
-bits at every run (the grid is fixed per row count).
+reduction's stages as they were (the same loops, so per-row values and full outputs are
+the same expressions in the same order), and its walk over the row that stores the full
+outputs also adds each column sum's value into shared memory: a region per warp
+(``"warp"``: lane ``l`` owns columns ``l + 32 s``, no other lane touches them) or one per
+block (``"block"``). After its last row a block adds its warps' regions in warp order and
+writes one partial row; a second launch (``NAME_cf_<dtype>``) adds each column's block
+partials in a fixed order and rounds once. No atomics: the same bits at every run (the
+grid is fixed per row count).
 
 Sums accumulate in float32 (float64 for float64), as :mod:`.cuda_reduce`'s column sums.
-Rows wider than :data:`MAX_COLS` or a thread-per-row strategy get no column sums (the
-fusion pass leaves those sums alone: :mod:`ember.graph.passes.fuse_colsum`).
+Rows wider than :data:`MAX_COLS`, a thread-per-row strategy, or accumulators beyond
+:data:`MAX_SHARED` get no column sums (the fusion pass leaves those sums alone:
+:mod:`ember.graph.passes.fuse_colsum`). At a GPT's 768-wide rows under a warp per row two
+sums fit (48 KB); the kernel is bounded to 128 registers (``__launch_bounds__(256, 2)``,
+no spills: ``tests/cuda/test_nvrtc_rowcols.py``).
 """
 from __future__ import annotations
 
@@ -35,7 +38,7 @@ __all__ = ["ColReduceKernel", "COL_BLOCKS", "MAX_COLS", "MAX_SHARED", "acc_dtype
 #: at most this many blocks (= partial rows) a launch; rows beyond are grid-strided. A
 #: guess (4 blocks of 8 warps per SM of an H100 = 50% occupancy): ``bench/cuda_layernorm.py``.
 COL_BLOCKS = 512
-#: the widest row that gets column sums (a warp holds 32 columns a slot in registers).
+#: the widest row that gets column sums.
 MAX_COLS = 1024
 #: static shared memory a block may use for its column sums (CUDA's static limit).
 MAX_SHARED = 48 * 1024
@@ -110,71 +113,86 @@ def render_cols(k, ins, sig: str, strategy: str, parts) -> str:
 
     ``parts``: :mod:`.render_cuda`'s helpers ``(_row_setup, _emitter, _stage_parts,
     _update, _row_value, _stores, _indent)`` (passed in: that module imports this one)."""
-    row_setup, emitter, stage_parts, update, row_value, stores, indent = parts
     if strategy not in ("warp", "block"):
         raise ValueError(f"render_cuda: column sums need the warp or block strategy, "
                          f"got {strategy!r}")
     warp = strategy == "warp"
-    m = k.shape[-1]
-    cap, ncol = col_slots(m, strategy) * (32 if warp else BLOCK), len(k.cols)
+    cap = col_slots(k.shape[-1], strategy) * (32 if warp else BLOCK)
     acc = "double" if acc_dtype(k.cols[0][0]) is _dt.float64 else "float"
+    region, nreg = len(k.cols) * cap, (BLOCK // 32 if warp else 1)   # a region a warp/block
+    lines = _stages(k, ins, warp, parts) + _stores_and_sums(k, ins, warp, cap, acc, parts)
+    head, loop = _head(warp, acc, region, nreg)
+    # NOTE: at most 128 registers (two 256-thread blocks an SM): 130 without the bound
+    # (m = 768, warp) left one block, 8 warps, an SM. On a declaration: the emulator's
+    # signature parser reads the definition
+    decl = _BOUNDS + sig.replace('__global__ void ', '__global__ void EMBER_COLS_BOUNDS ', 1)
+    text = [decl + ";", sig + " {"] + head + loop + parts[6](lines, 2) + ["    }"] + \
+        _combine(k, acc, cap, region, nreg)
+    return "\n".join(text) + "\n}\n" + _finals(k, acc)
+
+
+def _loop(warp: bool) -> list:
+    first, stride = ("lane", "32") if warp else ("threadIdx.x", "blockDim.x")
+    return ["#pragma unroll 4", f"for (int64_t i = {first}; i < m; i += {stride}) {{"]
+
+
+def _stages(k, ins, warp, parts) -> list:
+    """The row's setup and reduction stages: :mod:`.render_cuda`'s loops, unchanged."""
+    row_setup, emitter, stage_parts, update, row_value, _stores, indent = parts
     rows = list(k.row_dtypes)
-    first = "lane" if warp else "threadIdx.x"
-    stride = "32" if warp else "blockDim.x"
     lines = row_setup(ins)
     for j, st in enumerate(k.stages):
         e = emitter(ins, rows, f"p{j}_", j, k)
         var, _ = e.value(st.body)
         sacc, ident, op = stage_parts(j, st, var)
-        loop = (["#pragma unroll 4", f"for (int64_t i = {first}; i < m; i += {stride}) {{"])
-        lines += [f"{sacc} acc{j} = {ident};"] + loop
+        lines += [f"{sacc} acc{j} = {ident};"] + _loop(warp)
         lines += indent(e.lines + [update(j, op, sacc, var)]) + ["}"]
         lines.append(f"acc{j} = ember_warp_allreduce<{op}>(acc{j});" if warp else
                      f"acc{j} = ember_block_reduce<{op}>(acc{j}, ({sacc}){ident}, "
                      f"({sacc} *)ember_sh);")
         lines.append(row_value(j, st))
-    last = len(rows) - 1
-    outs = [(f"out{j or ''}", d, Row(last) if e is None else e, f)
+    return lines
+
+
+def _stores_and_sums(k, ins, warp, cap, acc, parts) -> list:
+    """Per-row stores, then one walk of the row storing the full outputs and adding each
+    column sum's value into this warp's (block's) shared accumulators."""
+    _s, emitter, _p, _u, _v, stores, indent = parts
+    rows = list(k.row_dtypes)
+    outs = [(f"out{j or ''}", d, Row(len(rows) - 1) if e is None else e, f)
             for j, (d, e, f) in enumerate(k.outputs)]
+    lines = []
     per_row = [(nm, d, e) for nm, d, e, f in outs if not f]
-    full = [(nm, d, e) for nm, d, e, f in outs if f]
     if per_row:
         body = ["const int64_t i = 0; (void)i;"] + stores(
             emitter(ins, rows, "e_", len(rows), k), per_row, "idx")
-        lines += [f"if ({first} == 0) {{"] + indent(body) + ["}"]
+        lines += [f"if ({'lane' if warp else 'threadIdx.x'} == 0) {{"] + indent(body) + ["}"]
     em = emitter(ins, rows, "f_", len(rows), k)
     body = []
-    for nm, d, e in full:
+    for nm, d, e in [(nm, d, e) for nm, d, e, f in outs if f]:
         var, vd = em.value(e)
         body.append(f"{nm}[idx * m + i] = {_store(var, vd, d)};")
     for c, (_d, e) in enumerate(k.cols):
         var, _vd = em.value(e)
         body.append(f"ember_cw[{c * cap} + i] += ({acc}){var};")
-    lines += [f"#pragma unroll 4", f"for (int64_t i = {first}; i < m; i += {stride}) {{"]
-    lines += indent(em.lines + body) + ["}"]
-    region = ncol * cap                     # NOTE: one region per warp (warp) / block
-    nreg = BLOCK // 32 if warp else 1
+    return lines + _loop(warp) + indent(em.lines + body) + ["}"]
+
+
+def _head(warp, acc, region, nreg) -> tuple:
+    """``(head, row loop)``: the zeroed shared accumulators, this warp's (block's) region
+    ``ember_cw``, the grid-stride loop over rows."""
     head = ([] if warp else ["    __shared__ long long ember_sh[33];"]) + [
-            f"    __shared__ {acc} ember_csh[{nreg * region}];",
-            f"    for (int t = threadIdx.x; t < {nreg * region}; t += blockDim.x) "
-            f"ember_csh[t] = 0;",
-            "    __syncthreads();"]
-    if warp:
-        head += ["    const int lane = threadIdx.x & 31;",
-                 "    const int64_t wpb = blockDim.x >> 5;",
-                 f"    {acc} *const ember_cw = ember_csh + (threadIdx.x >> 5) * {region};"]
-        loop = ["    for (int64_t idx = (int64_t)blockIdx.x * wpb + (threadIdx.x >> 5); idx < n;",
-                "         idx += (int64_t)gridDim.x * wpb) {"]
-    else:
-        head += [f"    {acc} *const ember_cw = ember_csh;"]
-        loop = ["    for (int64_t idx = blockIdx.x; idx < n; idx += gridDim.x) {"]
-    # NOTE: at most 128 registers (two 256-thread blocks an SM): 130 without the bound
-    # (m = 768, warp) left one block, 8 warps, an SM
-    # (on a declaration: the emulator's signature parser reads the definition)
-    decl = _BOUNDS + sig.replace('__global__ void ', '__global__ void EMBER_COLS_BOUNDS ', 1)
-    text = [decl + ";", sig + " {"] + head + loop + indent(lines, 2) + ["    }"] + _combine(
-        k, acc, cap, region, nreg)
-    return "\n".join(text) + "\n}\n" + _finals(k, acc)
+        f"    __shared__ {acc} ember_csh[{nreg * region}];",
+        f"    for (int t = threadIdx.x; t < {nreg * region}; t += blockDim.x) ember_csh[t] = 0;",
+        "    __syncthreads();"]
+    if not warp:
+        return head + [f"    {acc} *const ember_cw = ember_csh;"], [
+            "    for (int64_t idx = blockIdx.x; idx < n; idx += gridDim.x) {"]
+    head += ["    const int lane = threadIdx.x & 31;",
+             "    const int64_t wpb = blockDim.x >> 5;",
+             f"    {acc} *const ember_cw = ember_csh + (threadIdx.x >> 5) * {region};"]
+    return head, ["    for (int64_t idx = (int64_t)blockIdx.x * wpb + (threadIdx.x >> 5); idx < n;",
+                  "         idx += (int64_t)gridDim.x * wpb) {"]
 
 
 def _combine(k, acc, cap, region, nreg) -> list:
