@@ -274,6 +274,9 @@ def col_runner(module, k, metas, dev_xp):
         if plan is None:
             name, grid, block, args, res = kernel_plan(k, arrays, xp, module.strategy,
                                                        given, geo)
+            if tuple(block) != (BLOCK,):    # NOTE: the text has BLOCK // 32 warp regions
+                raise RuntimeError(f"{k.name}: column sums need blocks of {BLOCK} threads, "
+                                   f"planned {tuple(block)}")
             plan = _Plan(k, arrays, name, grid, block, args, res, xp.ndarray)
             if key is not None:
                 plans[key] = plan
