@@ -3,13 +3,14 @@
 
 A layer norm's column sums (dbeta = sum of ``dy``, dgamma = sum of ``dy * x_hat`` over the
 rows) ride in a row kernel over the same rows as per-block partials, plus one small launch
-adding them; ``dx`` is one row kernel. Checked: the kernel alone (warp and block strategies, a row wider
-than a warp's 32 columns a slot, two output dtypes, a grid the emulator cuts to 2 blocks)
-against correctly rounded sums with an order-insensitive bound, its row-reduction outputs
-bit for bit the same kernel's without column sums; compiled layer norms and a float16
-autocast GPT step with and without the grouping: the same bits for every value the
-grouping does not sum (dx, every other gradient), the column sums within the bound of
-their summation length; fewer launches; CPU graphs untouched.
+adding them; ``dx`` is one row kernel.
+
+Checked: the kernel alone (warp and block strategies, rows wider than a warp, two output
+dtypes, a grid the emulator cuts to 2 blocks, no rows) against correctly rounded sums with
+an order-insensitive bound, its row-reduction outputs bit for bit the same kernel's
+without column sums; compiled layer norms with and without the grouping: dx's bits kept,
+the column sums within the bound of their summation length, fewer nodes; CPU graphs
+untouched. A float16 GPT step: ``test_cuda_rowcols_gpt_emu.py``.
 """
 import importlib
 import math
@@ -20,7 +21,7 @@ import pytest
 import ember as em
 from ember import dtypes as dt
 from ember.codegen.cuda_launch import CudaModule
-from ember.codegen.cuda_rowcols import ColReduceKernel, col_runner
+from ember.codegen.cuda_rowcols import ColReduceKernel
 from ember.codegen.ir import InputSpec, Load, OutSpec, Reduce, ReduceKernel, Row, call
 from ember.graph.passes import fuse_colsum
 
