@@ -335,7 +335,7 @@ class _Recording:
     def step(self, s, vals, own, alloc, xp, free: bool = True) -> None:
         """Run executor step ``s`` as :func:`~.executor._exec` does, recording the arrays
         it read (argument, buffer and output-buffer slots) and its outputs."""
-        from .executor import _exec
+        from .executor import _exec, release
         reads = [(i, vals[i]) for i in s.args]
         if s.buf >= 0:
             reads.append((s.buf, vals[s.buf]))
@@ -343,16 +343,8 @@ class _Recording:
             reads += [(b, vals[b]) for b in s.bufs if b >= 0]
         _exec(s, vals, own, alloc, xp, free=False)
         self.steps.append((s, reads, [vals[o] for o in s.outs]))
-        if not free:
-            return
-        for f in s.untrack:
-            nb = own[f]
-            if nb:
-                alloc.current -= nb
-                alloc.num_frees += 1
-                own[f] = 0
-        for f in s.free:
-            vals[f] = None
+        if free:
+            release(s, vals, own, alloc)
 
     def replay(self, xp) -> None:
         from .executor import _exec

@@ -441,15 +441,19 @@ def _exec(s: _Step, vals, own, alloc, xp, free: bool = True):
                     alloc.track(nb)          # may raise MemoryError: count it once tracked
                 own[o] = nb
     if free:
-        if s.untrack:
-            for f in s.untrack:
-                nb = own[f]
-                if nb:
-                    alloc.current -= nb
-                    alloc.num_frees += 1
-                    own[f] = 0
-        for f in s.free:
-            vals[f] = None
+        release(s, vals, own, alloc)
+
+
+def release(s: _Step, vals, own, alloc) -> None:
+    """Drop the values whose last reader is step ``s`` and uncount their bytes."""
+    for f in s.untrack:
+        nb = own[f]
+        if nb:
+            alloc.current -= nb
+            alloc.num_frees += 1
+            own[f] = 0
+    for f in s.free:
+        vals[f] = None
 
 
 _ND = np.ndarray
