@@ -26,7 +26,7 @@ import numpy as np
 
 from .cuda_launch import BLOCK, MAX_BLOCKS_EW, CudaModule, _asarray, _aligned
 from .render_cuda_ew import (ALIGNED, COL_BIT, ILP, ROW_BIT, _compute, _ind, _names,
-                             _params, _ptr_type, _row_load, _vec_store)
+                             _params, _ptr_type, _row_load, _vec_store, row_body)
 
 __all__ = ["OUT_BIT", "PitchedFusedOp", "pitch_of", "pitched_plan", "render_pitched_entry"]
 
@@ -59,15 +59,8 @@ def render_pitched_entry(k) -> str:
                    f"    for (int j = 0; j < {ILP}; j++) if (base + j < n) "
                    f"{nm}[at[j]] = r{o}[j];",
                    "} else {"] + _ind(_vec_store(o, d), 1) + ["}"]
-    lines = ([f"template <typename I> __device__ static inline void {name}_rpbody({sig}) {{",
-              f"    const I step = (I)blockDim.x * gridDim.x * {ILP};",
-              f"    for (I base = ((I)blockIdx.x * blockDim.x + threadIdx.x) * {ILP}; base < n;"
-              " base += step) {",
-              f"        const bool full = base + {ILP} <= n; (void)full;",
-              "        const I cb = base % cols; (void)cb;"] + _ind(decl + loads, 2) +
-             ["        #pragma unroll", f"        for (int j = 0; j < {ILP}; j++) {{"] +
-             _ind(_compute(k, ins, "base + (I)j"), 3) + ["        }"] + _ind(stores, 2) +
-             ["    }", "}"])
+    lines = row_body(f"{name}_rpbody", sig, decl + loads, _compute(k, ins, "base + (I)j"),
+                     stores)
     head = ", ".join(params + ["int flags", "int64_t n", "int64_t cols", "int pmask",
                                "int64_t pitch"])
     lines += [f'extern "C" __global__ void {name}_rp({head}) {{',

@@ -334,6 +334,20 @@ def _row_load(i, d) -> list:
             "    }"] + col + ["} else {"] + _ind(_vec_load(i, d), 1) + ["}"]
 
 
+def row_body(fn: str, sig: str, prologue: list, compute: list, stores: list) -> list:
+    """The ``__device__`` body of a row entry (``NAME_r``, ``cuda_pitch``'s ``NAME_rp``):
+    a grid-stride loop of ILP elements a thread, ``cb`` the first one's column;
+    ``prologue`` declares and loads, ``compute`` fills ``r*[j]``, ``stores`` writes."""
+    return ([f"template <typename I> __device__ static inline void {fn}({sig}) {{",
+             f"    const I step = (I)blockDim.x * gridDim.x * {ILP};",
+             f"    for (I base = ((I)blockIdx.x * blockDim.x + threadIdx.x) * {ILP}; base < n;"
+             " base += step) {",
+             f"        const bool full = base + {ILP} <= n; (void)full;",
+             "        const I cb = base % cols; (void)cb;"] + _ind(prologue, 2) +
+            ["        #pragma unroll", f"        for (int j = 0; j < {ILP}; j++) {{"] +
+            _ind(compute, 3) + ["        }"] + _ind(stores, 2) + ["    }", "}"])
+
+
 def render_row_entry(k) -> str:
     """CUDA C of kernel ``k``'s row-broadcast entry point (eager ops: ``x + bias``; fused
     graph kernels reading a bias or per-row statistics)::
@@ -360,15 +374,8 @@ def render_row_entry(k) -> str:
     decl += [f"__align__(16) {_ptr_type(d)} r{o}[{ILP}];" for o, d in enumerate(outs)]
     loads = [ln for i, d in enumerate(ins) for ln in _row_load(i, d)]
     stores = [ln for o, d in enumerate(outs) for ln in _vec_store(o, d)]
-    lines = ([f"template <typename I> __device__ static inline void {name}_rbody({sig}) {{",
-              f"    const I step = (I)blockDim.x * gridDim.x * {ILP};",
-              f"    for (I base = ((I)blockIdx.x * blockDim.x + threadIdx.x) * {ILP}; base < n;"
-              " base += step) {",
-              f"        const bool full = base + {ILP} <= n; (void)full;",
-              "        const I cb = base % cols; (void)cb;"] + _ind(decl + loads, 2) +
-             ["        #pragma unroll", f"        for (int j = 0; j < {ILP}; j++) {{"] +
-             _ind(_compute(k, ins, "base + (I)j"), 3) + ["        }"] + _ind(stores, 2) +
-             ["    }", "}"])
+    lines = row_body(f"{name}_rbody", sig, decl + loads, _compute(k, ins, "base + (I)j"),
+                     stores)
     head = ", ".join(params + ["int flags", "int64_t n", "int64_t cols"])
     lines += [f'extern "C" __global__ void {name}_r({head}) {{',
               "    if (n < 0x7fffffffLL)",
