@@ -1,0 +1,182 @@
+"""Random numbers generated on a GPU: Philox4x32-10 kernels over a (seed, offset) pair.
+
+A compiled GPU graph's uniform and normal draws (dropout's mask, ``rand``,
+``bernoulli_``, ``uniform_``, ``randn``, ``normal_``) run these kernels instead of drawing
+on the host and copying the sample (:mod:`ember.graph.passes.philox`). Philox4x32-10
+(Salmon et al., "Parallel random numbers: as easy as 1, 2, 3", SC 2011; cuRAND's and
+PyTorch's CUDA generator) maps a 128-bit counter and a 64-bit key to four 32-bit words
+with ten rounds of two 32x32->64-bit products; any element can be computed alone, so a
+kernel needs no state but the key (the seed) and where its counters start (the offset).
+
+The kernels read ``(seed, offset)`` from a two-word device array (``uint64``; the
+executor refills it each run from the generator, on the host, so a CUDA graph replaying
+the launch draws new numbers, as PyTorch's graph-safe Philox reads its offset from device
+memory). Elements ``4g .. 4g+3`` come from the four words of counter ``offset + g``
+(counter words 2 and 3 are zero; key = the seed's low and high words): all 128 bits
+of each Philox call are used, as cuRAND's ``curand_uniform4``/``curand_normal4`` do, so
+a draw of ``n`` elements uses ``ceil(n / 4)`` counters (:func:`counters`).
+
+* uniform: ``(word >> 8) * 2**-24``, float32 in [0, 1) (never 1.0), then ``* span + lo``;
+* bernoulli: ``uniform < p`` (``p`` a double), 1 or 0;
+* normal: Box–Muller on word pairs (0, 1) and (2, 3): ``u1 = ((w0 >> 8) + 1) * 2**-24``
+  in (0, 1], ``r = sqrt(-2 ln u1)``, ``r cos(2 pi u2)`` and ``r sin(2 pi u2)``, then
+  ``* std + mean`` (float32 math: the GPU's ``logf``/``sinf``/``cosf``, within a few ulp
+  of the host's).
+
+Outputs are float32 (the graph's own dtype; other dtypes keep the host draw).
+
+Example:
+    >>> fn = function("uniform")                   # doctest: +SKIP (needs a GPU)
+    >>> fn((blocks,), (BLOCK,), (key, out, np.int64(n), np.float32(0), np.float32(1)))
+"""
+from __future__ import annotations
+
+import numpy as np
+
+__all__ = ["BLOCK", "DEVICE_TEXT", "KINDS", "counters", "function", "launch", "source"]
+
+#: threads per block; grids are capped at :data:`MAX_BLOCKS` (grid-stride loops).
+BLOCK = 256
+MAX_BLOCKS = 1 << 16
+
+#: Philox4x32-10 as a device function: ``philox4x32_10(ctr, key)`` -> the four words.
+DEVICE_TEXT = r"""
+#if defined(__CUDACC_RTC__) || defined(__CUDACC__)
+#define EMBER_MULHI(a, b) __umulhi((a), (b))
+#else
+#define EMBER_MULHI(a, b) ((uint32_t)(((uint64_t)(a) * (uint64_t)(b)) >> 32))
+#endif
+struct ember_u32x4 { uint32_t x, y, z, w; };
+__device__ __forceinline__ ember_u32x4 philox4x32_10(ember_u32x4 c, uint32_t k0, uint32_t k1) {
+    #pragma unroll
+    for (int r = 0; r < 10; ++r) {
+        if (r) { k0 += 0x9E3779B9u; k1 += 0xBB67AE85u; }
+        uint32_t hi0 = EMBER_MULHI(0xD2511F53u, c.x), lo0 = 0xD2511F53u * c.x;
+        uint32_t hi1 = EMBER_MULHI(0xCD9E8D57u, c.z), lo1 = 0xCD9E8D57u * c.z;
+        ember_u32x4 n = {hi1 ^ c.y ^ k0, lo1, hi0 ^ c.w ^ k1, lo0};
+        c = n;
+    }
+    return c;
+}
+__device__ __forceinline__ float ember_u01(uint32_t w) {
+    return (float)(w >> 8) * 5.9604644775390625e-08f;   /* 2**-24: [0, 1) */
+}
+"""
+
+#: per kind: (extra parameters, the four values of group ``g`` from words ``b``).
+_BODY = {
+    "uniform": ("float lo, float span",
+                "    float v[4] = {ember_u01(b.x), ember_u01(b.y), ember_u01(b.z), "
+                "ember_u01(b.w)};\n"
+                "    for (int j = 0; j < 4; ++j) v[j] = __fadd_rn(__fmul_rn(v[j], span), lo);\n"),
+    "bernoulli": ("double p",
+                  "    float v[4] = {(double)ember_u01(b.x) < p ? 1.f : 0.f,\n"
+                  "                  (double)ember_u01(b.y) < p ? 1.f : 0.f,\n"
+                  "                  (double)ember_u01(b.z) < p ? 1.f : 0.f,\n"
+                  "                  (double)ember_u01(b.w) < p ? 1.f : 0.f};\n"),
+    "normal": ("float mean, float sd",
+               "    float v[4];\n"
+               "    for (int j = 0; j < 2; ++j) {\n"
+               "        uint32_t w1 = j ? b.z : b.x, w2 = j ? b.w : b.y;\n"
+               "        float u1 = (float)((w1 >> 8) + 1u) * 5.9604644775390625e-08f;\n"
+               "        float t = ember_u01(w2) * 6.2831853071795864f;\n"
+               "        float r = sqrtf(-2.0f * logf(u1));\n"
+               "        v[2 * j] = r * cosf(t);\n"
+               "        v[2 * j + 1] = r * sinf(t);\n"
+               "    }\n"
+               "    for (int j = 0; j < 4; ++j) v[j] = __fadd_rn(__fmul_rn(v[j], sd), mean);\n"),
+}
+KINDS = tuple(_BODY)
+
+_ENTRY = """extern "C" __global__ void ember_philox_{kind}_f32(const uint64_t *key, float *out,
+        int64_t n, {params}) {{
+    const uint64_t seed = key[0], off = key[1];
+    const uint32_t k0 = (uint32_t)seed, k1 = (uint32_t)(seed >> 32);
+    const int64_t groups = (n + 3) / 4;
+    for (int64_t g = (int64_t)blockIdx.x * blockDim.x + threadIdx.x; g < groups;
+         g += (int64_t)blockDim.x * gridDim.x) {{
+    const uint64_t c = off + (uint64_t)g;
+    ember_u32x4 ctr = {{(uint32_t)c, (uint32_t)(c >> 32), 0u, 0u}};
+    ember_u32x4 b = philox4x32_10(ctr, k0, k1);
+{body}    const int64_t e = 4 * g;
+    if (e + 4 <= n) {{
+        out[e] = v[0]; out[e + 1] = v[1]; out[e + 2] = v[2]; out[e + 3] = v[3];
+    }} else {{
+        for (int j = 0; e + j < n; ++j) out[e + j] = v[j];
+    }}
+    }}
+}}
+"""
+
+_BITS = """extern "C" __global__ void ember_philox_bits(const uint64_t *key, uint32_t *out,
+        int64_t n) {
+    const uint64_t seed = key[0], off = key[1];
+    const int64_t groups = (n + 3) / 4;
+    for (int64_t g = (int64_t)blockIdx.x * blockDim.x + threadIdx.x; g < groups;
+         g += (int64_t)blockDim.x * gridDim.x) {
+        const uint64_t c = off + (uint64_t)g;
+        ember_u32x4 ctr = {(uint32_t)c, (uint32_t)(c >> 32), 0u, 0u};
+        ember_u32x4 b = philox4x32_10(ctr, (uint32_t)seed, (uint32_t)(seed >> 32));
+        uint32_t v[4] = {b.x, b.y, b.z, b.w};
+        for (int j = 0; j < 4 && 4 * g + j < n; ++j) out[4 * g + j] = v[j];
+    }
+}
+"""
+
+_module: dict = {}
+
+
+def counters(n: int) -> int:
+    """Philox counters a draw of ``n`` elements uses (what the offset advances by)."""
+    return -(-int(n) // 4)
+
+
+def source() -> str:
+    """The CUDA C text of every entry: ``ember_philox_{uniform,bernoulli,normal}_f32`` and
+    ``ember_philox_bits`` (the raw words, for tests)."""
+    from .render_cuda import NVRTC_HEAD
+    parts = [NVRTC_HEAD, DEVICE_TEXT]
+    parts += [_ENTRY.format(kind=k, params=p, body=b) for k, (p, b) in _BODY.items()]
+    parts.append(_BITS)
+    return "".join(parts)
+
+
+def function(kind: str):
+    """The loaded entry of ``kind`` (one of :data:`KINDS`, or ``"bits"``)."""
+    name = "ember_philox_bits" if kind == "bits" else f"ember_philox_{kind}_f32"
+    fns = _module.get("fns")
+    if fns is None or _module.get("loader") is not _loader():
+        from .cuda_cache import load_module
+        _module["mod"] = load_module(source(), "ember_philox")
+        _module["loader"] = _loader()
+        fns = _module["fns"] = {}
+    fn = fns.get(name)
+    if fn is None:
+        fn = fns[name] = _module["mod"].get_function(name)
+    return fn
+
+
+def _loader():
+    from . import cuda_cache
+    return cuda_cache.module_loader     # NOTE: tests swap it: reload under a new one
+
+
+def launch(xp, key, kind: str, shape, scalars=()):
+    """A new float32 array of ``shape`` drawn by entry ``kind`` from device array ``key``
+    (``(seed, offset)``, two 64-bit words); ``scalars``: the entry's extra parameters.
+
+    Raises:
+        ValueError: ``kind`` is not one of :data:`KINDS`.
+    """
+    if kind not in _BODY:
+        raise ValueError(f"cuda_philox.launch: kind must be one of {KINDS}, got {kind!r}")
+    out = xp.empty(shape, np.float32)
+    n = out.size
+    if n:
+        if not isinstance(key, xp.ndarray):     # NOTE: a host key (no host-step path)
+            key = xp.asarray(key)
+        grid = (min(-(-counters(n) // BLOCK), MAX_BLOCKS),)
+        types = (np.float64,) if kind == "bernoulli" else (np.float32, np.float32)
+        args = (key, out, np.int64(n)) + tuple(t(s) for t, s in zip(types, scalars))
+        function(kind)(grid, (BLOCK,), args)
+    return out
