@@ -181,7 +181,17 @@ def _for_device(dev, draw):
             return draw(*arrays)
         finally:
             _drawing.dev = prev
+    on_device.sample = getattr(draw, "sample", None)
     return on_device
+
+
+def _sampling(draw, kind: str, generator, *args):
+    """Tag ``draw`` with what it samples: ``(kind, generator, args)`` — ``("uniform", g,
+    (lo, span))``, ``("bernoulli", g, (p,))``, ``("normal", g, (mean, std))``. A compiled
+    GPU graph may generate such a draw on the device (:mod:`ember.graph.passes.philox`);
+    eager draws never read the tag."""
+    draw.sample = (kind, generator, tuple(args))
+    return draw
 
 
 def manual_seed(seed) -> Generator:
@@ -332,8 +342,8 @@ def rand(*args, size=None, generator=None, dtype=None, device=None,
     """
     dtype = _float_dtype(dtype, "rand", complex_ok=True)
     shape = _size(size_args(args, size, "rand"), "rand", dtype)
-    return _drawn(lambda: _uniform01(_gen(generator), shape, dtype), dtype, device,
-                  requires_grad, "rand")
+    return _drawn(_sampling(lambda: _uniform01(_gen(generator), shape, dtype), "uniform",
+                            generator, 0.0, 1.0), dtype, device, requires_grad, "rand")
 
 
 def randn(*args, size=None, generator=None, dtype=None, device=None,
@@ -346,8 +356,8 @@ def randn(*args, size=None, generator=None, dtype=None, device=None,
     """
     dtype = _float_dtype(dtype, "randn", complex_ok=True)
     shape = _size(size_args(args, size, "randn"), "randn", dtype)
-    return _drawn(lambda: _normal01(_gen(generator), shape, dtype), dtype, device,
-                  requires_grad, "randn")
+    return _drawn(_sampling(lambda: _normal01(_gen(generator), shape, dtype), "normal",
+                            generator, 0.0, 1.0), dtype, device, requires_grad, "randn")
 
 
 def _int_bounds(low, high, dtype, op):
@@ -403,9 +413,9 @@ def normal(mean=0.0, std=1.0, size=None, *, generator=None, dtype=None, device=N
         shape = _size((size,) if isinstance(size, int) else tuple(size), "normal", dt)
         if std < 0:
             raise ValueError(f"normal expects std >= 0.0, got std={std!r}")
-        return _drawn(lambda: np.ascontiguousarray(
-            (mean + std * _normal01(_gen(generator), shape, dt)).astype(dt.np)),
-            dt, device, requires_grad, "normal")
+        return _drawn(_sampling(lambda: np.ascontiguousarray(
+            (mean + std * _normal01(_gen(generator), shape, dt)).astype(dt.np)), "normal",
+            generator, mean, std), dt, device, requires_grad, "normal")
     else:
         _untraceable("normal() with tensor mean/std")
         dt = _float_dtype(_dt.result_type(*tens), "normal")
@@ -436,8 +446,8 @@ def bernoulli(input: Tensor, p=None, *, generator=None) -> Tensor:
         out = _drawn(lambda pr: (_uniform01(_gen(generator), shape, ct) < pr).astype(odt),
                      input._dtype, input._device, False, "bernoulli", (input.detach(),))
         return _zero_grad_link(out, input)
-    return _drawn(lambda: (_uniform01(_gen(generator), shape, ct) < probs).astype(odt),
-                  input._dtype, input._device, False, "bernoulli")
+    return _drawn(_sampling(lambda: (_uniform01(_gen(generator), shape, ct) < probs).astype(
+        odt), "bernoulli", generator, probs), input._dtype, input._device, False, "bernoulli")
 
 
 def randperm(n: int, *, generator=None, dtype=None, device=None, requires_grad=False) -> Tensor:

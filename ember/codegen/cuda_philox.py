@@ -161,16 +161,18 @@ def _loader():
     return cuda_cache.module_loader     # NOTE: tests swap it: reload under a new one
 
 
-def launch(xp, key, kind: str, shape, scalars=()):
-    """A new float32 array of ``shape`` drawn by entry ``kind`` from device array ``key``
-    (``(seed, offset)``, two 64-bit words); ``scalars``: the entry's extra parameters.
+def launch(xp, key, kind: str, shape, scalars=(), out=None):
+    """A float32 array of ``shape`` drawn by entry ``kind`` from device array ``key``
+    (``(seed, offset)``, two 64-bit words); ``scalars``: the entry's extra parameters;
+    ``out``: a C-contiguous float32 array of ``shape`` to write (default: a new one).
 
     Raises:
         ValueError: ``kind`` is not one of :data:`KINDS`.
     """
     if kind not in _BODY:
         raise ValueError(f"cuda_philox.launch: kind must be one of {KINDS}, got {kind!r}")
-    out = xp.empty(shape, np.float32)
+    if out is None:
+        out = xp.empty(shape, np.float32)
     n = out.size
     if n:
         if not isinstance(key, xp.ndarray):     # NOTE: a host key (no host-step path)

@@ -41,7 +41,9 @@ pool's are not (its static inputs are non-owning once recorded): on a GPU they c
 ``memory_reserved()``. Replays allocate nothing, so neither grows across replays.
 
 The runner falls back to plain runs, and says why in ``explain()``, when the program
-cannot be a graph: a random op (its draws would repeat), a capture the driver refuses
+cannot be a graph: a random op drawn on the host (its draws would repeat; draws a GPU
+graph generates on the device, :mod:`ember.graph.passes.philox`, read their (seed,
+offset) from a device array refilled before each replay, so they do not), a capture the driver refuses
 (an op that waits for the device, e.g. a data-dependent shape), or an input read in place
 that moved (a parameter replaced: it captures again, at most :data:`MAX_CAPTURES` times).
 
@@ -128,7 +130,9 @@ class GraphRunner:
         self.epoch = 0              # such calls so far (a forward's saved values' version)
         self.pending = None         # a forward: weakref to the last replay's pending user
         self.held = 0               # a forward: bytes of its saved values (counted, held)
-        random = [n.op.name for n in prog.graph.nodes if getattr(n.op, "random", False)]
+        # NOTE: a device draw's key (passes/philox.py) is a host step run before each replay
+        random = [n.op.name for n in prog.graph.nodes if getattr(n.op, "random", False) and
+                  not getattr(n.op, "device_random", False)]
         if random:
             self._give_up(f"it draws random numbers ({random[0]}): a graph would replay "
                           f"the same draws")

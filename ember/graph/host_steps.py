@@ -39,11 +39,13 @@ def _small_cpu(v) -> bool:
 def host_values(graph: Graph) -> tuple:
     """``(var ids, node indices)`` a device graph computes on the host: its small CPU
     inputs and the small CPU outputs of registry ops (or ``host`` graph ops:
-    ``HostFusedOp``) reading only such values (an optimizer's step counts and their bias
-    corrections)."""
+    ``HostFusedOp``, a device draw's Philox key) reading only such values (an optimizer's
+    step counts and their bias corrections)."""
     hv = {v.id for v in graph.inputs if _small_cpu(v)}
     hn: set = set()
-    if not hv:
+    # NOTE: a host op with no inputs (a device draw's Philox key: passes/philox.py) is one
+    if not hv and not any(getattr(n.op, "host", False) is True and not n.inputs
+                          for n in graph.nodes):
         return hv, hn
     for i, n in enumerate(graph.nodes):
         op = n.op

@@ -16,7 +16,7 @@ from .._repr import get_printoptions, printoptions, set_printoptions
 from ..autograd.grad_mode import state
 from ..device import get_backend
 from ..errors import DTypeError
-from ..random import _for_device, _gen, _normal01, _uniform01
+from ..random import _for_device, _gen, _normal01, _sampling, _uniform01
 from ..tensor import Tensor
 from .inplace import check_inplace
 
@@ -73,8 +73,9 @@ def uniform_(self: Tensor, a: float = 0.0, b: float = 1.0, *, generator=None,
                          f"from={a} > to={b}")
     shape = tuple(self.shape)
     ct = dt.np if dt in (_dt.float32, _dt.float64) else np.dtype(np.float32)
-    return _write(self, lambda: (_uniform01(_gen(generator), shape, dt).astype(ct) *
-                                 ct.type(b - a) + ct.type(a)).astype(dt.np), "uniform_")
+    return _write(self, _sampling(lambda: (_uniform01(_gen(generator), shape, dt).astype(ct) *
+                                           ct.type(b - a) + ct.type(a)).astype(dt.np),
+                                  "uniform", generator, a, b - a), "uniform_")
 
 
 def normal_(self: Tensor, mean: float = 0.0, std: float = 1.0, *, generator=None) -> Tensor:
@@ -91,8 +92,9 @@ def normal_(self: Tensor, mean: float = 0.0, std: float = 1.0, *, generator=None
     dt = _need_float(self, "normal_")
     shape = tuple(self.shape)
     ct = dt.np if dt in (_dt.float32, _dt.float64) else np.dtype(np.float32)
-    return _write(self, lambda: (_normal01(_gen(generator), shape, dt).astype(ct) *
-                                 ct.type(std) + ct.type(mean)).astype(dt.np), "normal_")
+    return _write(self, _sampling(lambda: (_normal01(_gen(generator), shape, dt).astype(ct) *
+                                           ct.type(std) + ct.type(mean)).astype(dt.np),
+                                  "normal", generator, mean, std), "normal_")
 
 
 def bernoulli_(self: Tensor, p=0.5, *, generator=None) -> Tensor:
@@ -105,8 +107,9 @@ def bernoulli_(self: Tensor, p=0.5, *, generator=None) -> Tensor:
                                         pr).astype(odt), "bernoulli_", (p.detach(),))
     if np.any((np.asarray(p) < 0) | (np.asarray(p) > 1)):
         raise ValueError("bernoulli_: expects all probabilities p to be in [0, 1]")
-    return _write(self, lambda: (_uniform01(_gen(generator), shape, _dt.float64) < p).astype(
-        odt), "bernoulli_")
+    return _write(self, _sampling(lambda: (_uniform01(_gen(generator), shape, _dt.float64) <
+                                           p).astype(odt), "bernoulli", generator, p),
+                  "bernoulli_")
 
 
 def random_(self: Tensor, *args, generator=None, **kw) -> Tensor:

@@ -31,6 +31,7 @@ from .matmul import small_bmm, sum_rows
 from .matmul_t import matmul_t
 from .multi_launch import multi_launch
 from .pad_gemm import pad_gemm
+from .philox import philox
 from .pool import pool
 from .recast import recast
 from .rewrite import fold_conv_affine, fuse_linear_act, rewrite
@@ -65,6 +66,7 @@ PASSES = {
     "layout": layout,                # NCHW or NHWC per conv, by a measurement
     "fuse": fuse,                    # elementwise/reduction groups -> generated C kernels
     "fuse_cuda": fuse_cuda,          # the same groups -> CUDA kernels (graphs on a GPU)
+    "philox": philox,                # a GPU graph's uniform/normal draws: Philox on the device
     "multi_launch": multi_launch,    # independent launches of one CUDA kernel -> one launch
     "pad_gemm": pad_gemm,            # a GPU value several padded GEMMs read: padded once
     "pool": pool,                    # max-pool fwd/bwd, unfold/fold as C loops
@@ -92,9 +94,11 @@ EXACT_PASSES = ["simplify", "fold", "cse", "scatter_stack", "sdpa_layout", "line
 #: within the dtype's tolerance, not bitwise. Opt-in (they may change float rounding):
 #: conv_affine, rewrite, hfuse, layout, simplify_fast, small_bmm. Opt-in though exact:
 #: sdpa_out_layout (slower than the copy it removes on the reference machine).
+#: ``philox`` changes GPU graphs only (their float32 draws generated on the device).
 DEFAULT_PASSES = ["simplify", "fold", "cse", "scatter_stack", "sdpa_layout", "sum_rows",
                   "pool", "conv_fwd", "conv_bwd", "conv_gemm", "scatter_select", "take_rows",
-                  "count_true", "feature_major", "gemm_epilogue", "ce_rows", "fuse", "recast",
+                  "count_true", "feature_major", "gemm_epilogue", "ce_rows", "philox", "fuse",
+                  "recast",
                   "cast_gemm", "matmul_t", "multi_launch", "pad_gemm", "dce"]
 
 

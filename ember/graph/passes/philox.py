@@ -1,0 +1,129 @@
+"""A GPU graph's uniform and normal draws generated on the device (Philox4x32-10).
+
+Traced, a random draw is a ``random`` node that samples again at every run
+(:meth:`ember.graph.trace.Tracer.random`); on a GPU that is a host draw (PCG64) and a
+host-to-device copy of the whole sample — a GPT step's dropout masks are hundreds of MB —
+and a program holding one cannot be replayed as a CUDA graph (a replay would repeat the
+captured draws). On a device with the ``cuda_kernels`` capability this pass replaces each
+draw it can generate — float32, no tensor inputs, tagged by its sampler
+(:func:`ember.random._sampling`: ``rand``/``uniform_``, ``bernoulli``/``bernoulli_`` with a
+number ``p`` (dropout's mask), ``randn``/``normal``/``normal_``) — by two nodes:
+
+* ``philox_key`` (a host step: :mod:`ember.graph.host_steps`) takes ``(seed, offset)``
+  from the draw's generator (a device's default generator for ``generator=None``) and
+  advances that generator's Philox offset by the counters the draw uses, on the host, at
+  every run — so ``ember.manual_seed`` makes compiled runs reproducible and every run
+  draws new numbers. The executor uploads the pair like the optimizer's step counts;
+* ``philox``: the kernel of :mod:`ember.codegen.cuda_philox` reading that pair from
+  device memory. A CUDA graph's replay refills the pair before launching
+  (:mod:`ember.graph.cuda_graphs`), so such programs may be captured.
+
+Like PyTorch's compiled code, compiled GPU draws differ from eager ones (eager draws stay
+PCG64 on the host, bit for bit as before), and so do CPU graphs and the stand-in without
+a GPU's capabilities (the pass changes nothing there). A generator's Philox offset starts
+at 0 when it is seeded (``manual_seed``, ``seed``) and is not part of ``get_state`` /
+``set_state`` (nor ``fork_rng``): restoring a state repeats eager draws, not compiled
+GPU ones.
+"""
+from __future__ import annotations
+
+import math
+import weakref
+
+import numpy as np
+
+from ... import dtypes as _dt
+from ... import random as _random
+from ...device import device as _device, get_backend
+from ..ir import BufferOp, Graph, GraphOp
+from ..trace import RANDOM
+from ._util import Rewrite
+
+__all__ = ["PHILOX", "PHILOX_KEY", "philox", "reserve"]
+
+_U64 = 1 << 64
+_offsets: "weakref.WeakKeyDictionary" = weakref.WeakKeyDictionary()
+
+
+def reserve(gen, counters: int) -> tuple:
+    """``(seed, offset)`` for a draw of ``counters`` Philox counters from ``gen``; the
+    generator's offset advances past them (it restarts at 0 when ``gen`` is seeded)."""
+    rec = _offsets.get(gen)
+    if rec is None or rec[0] is not gen._bitgen:     # NOTE: manual_seed makes a new one
+        rec = _offsets[gen] = [gen._bitgen, 0]
+    off = rec[1]
+    rec[1] = (off + counters) % _U64
+    return gen._seed % _U64, off
+
+
+class _KeyOp(GraphOp):
+    """``(seed, offset)`` of one draw as two int64 words (uint64 bits), made on the host at
+    every run; ``random`` (never folded, merged or removed), ``host`` (the executor runs it
+    with NumPy before the device steps), ``device_random`` (a CUDA graph may replay the
+    program: the pair is refilled before each replay)."""
+
+    __slots__ = ()
+    host = True
+    device_random = True
+
+
+def _run_key(_xp, *, generator, index, counters):
+    g = generator if generator is not None else _random.cuda_generator(index)
+    seed, off = reserve(g, counters)
+    return np.array([seed, off], dtype=np.uint64).view(np.int64)
+
+
+def _run_philox(xp, key, out=None, *, kind, scalars, shape):
+    from ...codegen.cuda_philox import launch
+    return launch(xp, key, kind, shape, scalars, out)
+
+
+PHILOX_KEY = _KeyOp("philox_key", _run_key, random=True)
+#: the kernel: new memory, or a dead buffer of its size the memory planner gives it
+PHILOX = BufferOp("philox", _run_philox)
+
+
+def _spec(n):
+    """``(kind, generator, scalars)`` when node ``n`` is a draw the kernels generate."""
+    from ...codegen.cuda_philox import KINDS
+    if n.op is not RANDOM or n.inputs or len(n.outs) != 1:
+        return None
+    o = n.outs[0]
+    if o.dtype is not _dt.float32 or o.device is None or o.device.type != "cuda" or \
+            not get_backend(o.device).has("cuda_kernels"):
+        return None
+    tag = getattr(n.params.get("draw"), "sample", None)
+    if tag is None or tag[0] not in KINDS or not all(
+            isinstance(a, (int, float)) and math.isfinite(a) for a in tag[2]):
+        return None
+    kind, gen, args = tag
+    if gen is not None and not isinstance(gen, _random.Generator):
+        return None
+    return kind, gen, tuple(float(a) for a in args)
+
+
+def philox(graph: Graph):
+    """Replace the device-generated draws of a GPU graph (module doc); ``{"device_draws":
+    count}``."""
+    if not any(_spec(n) is not None for n in graph.nodes):
+        return graph, {"device_draws": 0}
+    from ...codegen.cuda_philox import counters
+    cpu = _device("cpu")
+    count = 0
+
+    def rule(rw, n, ins):
+        nonlocal count
+        spec = _spec(n)
+        if spec is None:
+            return None
+        kind, gen, scalars = spec
+        o = n.outs[0]
+        key = rw.b.add1(PHILOX_KEY, (), {"generator": gen, "index": o.device.index or 0,
+                                         "counters": counters(o.numel())},
+                        (2,), _dt.int64, cpu)
+        count += 1
+        return rw.b.add(PHILOX, (key,), {"kind": kind, "scalars": scalars,
+                                         "shape": tuple(o.shape)},
+                        [(o.shape, o.dtype, o.device)], None)
+
+    return Rewrite(graph).run(rule), {"device_draws": count}

@@ -1,0 +1,128 @@
+"""Compiled GPU draws generated on the device (``ember/graph/passes/philox.py``).
+
+On the stand-in given a GPU's capabilities (``emu_gpu``: the CUDA text runs on the
+emulator) a compiled dropout step's mask is the Philox kernel's, keyed by the device's
+default generator: reproducible under ``manual_seed``, new at every call (the offset
+advances by the counters used), equal to a NumPy Philox4x32-10 of (seed, offset), with
+the expected fraction dropped and gradients that follow the mask; under
+``mode="reduce-overhead"`` the program is captured and each replay draws the default
+mode's next numbers, bit for bit. CPU graphs and the plain stand-in keep host draws.
+"""
+import numpy as np
+import pytest
+
+import ember as em
+from ember.graph.passes.philox import PHILOX, PHILOX_KEY, reserve
+from ember.graph.trace import RANDOM
+
+import _cuda_emu
+from test_cuda_philox_emu import ref_words
+from test_multi_launch import emu_gpu  # noqa: F401 - a fixture
+
+pytestmark = pytest.mark.skipif(not _cuda_emu.available(),
+                                reason="no g++ with C++20 <barrier> to run the CUDA text on")
+
+F = em.nn.functional
+P = 0.3
+SHAPE = (32, 40)            # 1280 elements: 320 Philox counters a draw
+
+
+def _program(fn):
+    return [e for e in fn._cache.values() if not e.eager and e.program is not None][-1].program
+
+
+def _run(mode, calls=5, seed=0):
+    """Per call: the dropout output and ``w.grad``, of ``sum(dropout(w))`` compiled."""
+    em.manual_seed(seed)
+    w = em.nn.Parameter(em.ones(*SHAPE).to("cuda"))
+
+    def step():
+        out = F.dropout(w, P)
+        out.sum().backward()
+        return out.detach()
+    fn = em.compile(step, mode=mode)
+    got = []
+    for _ in range(calls):
+        w.grad = None
+        out = fn()
+        got.append((out.cpu().numpy().copy(), w.grad.cpu().numpy().copy()))
+    return got, fn
+
+
+def test_compiled_dropout_draws_on_the_device(emu_gpu):
+    got, fn = _run(None)
+    ops = [n.op for n in _program(fn).graph.nodes]
+    assert PHILOX in ops and PHILOX_KEY in ops and RANDOM not in ops
+    assert any("ember_philox_bernoulli_f32" in m.launches for m in emu_gpu)
+    scale = np.float32(1.0) / np.float32(1.0 - P)
+    n = int(np.prod(SHAPE))
+    masks = []
+    for out, grad in got[1:]:                # the first call is the traced eager call
+        keep = out != 0
+        np.testing.assert_array_equal(out, np.where(keep, scale, 0).astype(np.float32))
+        np.testing.assert_array_equal(grad, out)     # d sum(w * mask * s) / dw = mask * s
+        dropped = n - int(keep.sum())
+        sd = (n * P * (1 - P)) ** 0.5
+        assert abs(dropped - n * P) < 6 * sd, (dropped, n * P)
+        masks.append(keep)
+    assert all((a != b).any() for a, b in zip(masks, masks[1:]))      # new every call
+
+
+def test_masks_are_philox_of_the_generator_seed_and_offset(emu_gpu):
+    got, fn = _run(None, calls=4, seed=1234)
+    c = -(-int(np.prod(SHAPE)) // 4)
+    n = int(np.prod(SHAPE))
+    for k, (out, _) in enumerate(got[1:]):
+        u = (ref_words(1234, k * c, n) >> 8).astype(np.float64) * 2.0 ** -24
+        np.testing.assert_array_equal(out.reshape(-1) != 0, u < 1 - P)
+    g = em.random.cuda_generator(0)
+    assert reserve(g, 0) == (1234, 3 * c)     # advanced by the counters used
+    em.manual_seed(1234)
+    assert reserve(g, 0) == (1234, 0)          # seeding restarts the offset
+
+
+def test_reproducible_under_manual_seed(emu_gpu):
+    a, _ = _run(None, calls=3)
+    b, _ = _run(None, calls=3)
+    for (x, gx), (y, gy) in zip(a, b):
+        assert x.tobytes() == y.tobytes() and gx.tobytes() == gy.tobytes()
+
+
+def test_reduce_overhead_captures_and_replays_new_draws(emu_gpu):
+    want, _ = _run(None, calls=6)
+    got, fn = _run("reduce-overhead", calls=6)
+    for (x, gx), (y, gy) in zip(want, got):
+        assert x.tobytes() == y.tobytes() and gx.tobytes() == gy.tobytes()
+    g = _program(fn).cuda_graph
+    assert g.failed is None and g.captures == 1 and g.replays >= 2
+    outs = [o for o, _ in got[-3:]]
+    assert all((a != b).any() for a, b in zip(outs, outs[1:]))
+
+
+def test_rand_randn_uniform_normal_compile_to_the_kernels(emu_gpu):
+    em.manual_seed(3)
+
+    def draws():
+        x = em.empty(64, device="cuda").uniform_(-2.0, 3.0)
+        y = em.empty(64, device="cuda").normal_(1.0, 0.5)
+        return em.rand(64, device="cuda"), em.randn(64, device="cuda"), x, y
+    fn = em.compile(draws)
+    fn()
+    r, z, x, y = [t.cpu().numpy() for t in fn()]
+    kinds = sorted(n.params["kind"] for n in _program(fn).graph.nodes
+                   if n.op is PHILOX)
+    assert kinds == ["normal", "normal", "uniform", "uniform"]
+    assert 0 <= r.min() and r.max() < 1 and -2 <= x.min() and x.max() < 3
+    assert abs(z.mean()) < 0.6 and 0.6 < z.std() < 1.5
+    assert abs(y.mean() - 1.0) < 0.3 and 0.3 < y.std() < 0.75
+
+
+def test_cpu_graphs_and_the_plain_stand_in_keep_host_draws(fake_cuda):
+    for dev in ("cpu", "cuda"):
+        em.manual_seed(0)
+        x = em.ones(8, 8).to(dev)
+        fn = em.compile(lambda x: F.dropout(x, 0.5))
+        fn(x)
+        fn(x)
+        ops = [n.op for n in _program(fn).graph.nodes]
+        assert RANDOM in ops and PHILOX not in ops, dev
