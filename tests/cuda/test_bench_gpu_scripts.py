@@ -20,7 +20,8 @@ def _main(name):
                                        ("cuda_ew_sweep", ["--reps", "1"]),
                                        ("cuda_gemm_align", ["--reps", "1"]),
                                        ("cuda_multi", ["--reps", "1"]),
-                                       ("cuda_iota", ["--reps", "1"])])
+                                       ("cuda_iota", ["--reps", "1"]),
+                                       ("cuda_philox", ["--reps", "1"])])
 def test_script_without_a_gpu_exits_cleanly(name, argv, fake_cuda, capsys):
     assert _main(name)(argv) == 0
     assert "nothing to measure" in capsys.readouterr().out
