@@ -16,14 +16,17 @@ memory). Elements ``4g .. 4g+3`` come from the four words of counter ``offset + 
 of each Philox call are used, as cuRAND's ``curand_uniform4``/``curand_normal4`` do, so
 a draw of ``n`` elements uses ``ceil(n / 4)`` counters (:func:`counters`).
 
-* uniform: ``(word >> 8) * 2**-24``, float32 in [0, 1) (never 1.0), then ``* span + lo``;
+* uniform: ``(word >> 8) * 2**-24``, float32 in [0, 1) (never 1.0), then ``* span + lo``
+  (no FMA);
 * bernoulli: ``uniform < p`` (``p`` a double), 1 or 0;
 * normal: Box–Muller on word pairs (0, 1) and (2, 3): ``u1 = ((w0 >> 8) + 1) * 2**-24``
   in (0, 1], ``r = sqrt(-2 ln u1)``, ``r cos(2 pi u2)`` and ``r sin(2 pi u2)``, then
   ``* std + mean`` (float32 math: the GPU's ``logf``/``sinf``/``cosf``, within a few ulp
   of the host's).
 
-Outputs are float32 (the graph's own dtype; other dtypes keep the host draw).
+Outputs are float32, float16 or bfloat16 (computed in float32, rounded once on store; a
+half-precision uniform has the dtype's digits, ``w >> 21`` / ``w >> 24``, so it never
+rounds up to 1.0, as eager's); other dtypes keep the host draw.
 
 Example:
     >>> fn = function("uniform")                   # doctest: +SKIP (needs a GPU)
@@ -31,6 +34,7 @@ Example:
 """
 from __future__ import annotations
 
+import ml_dtypes
 import numpy as np
 
 __all__ = ["BLOCK", "DEVICE_TEXT", "KINDS", "counters", "function", "launch", "source"]
@@ -61,13 +65,27 @@ __device__ __forceinline__ ember_u32x4 philox4x32_10(ember_u32x4 c, uint32_t k0,
 __device__ __forceinline__ float ember_u01(uint32_t w) {
     return (float)(w >> 8) * 5.9604644775390625e-08f;   /* 2**-24: [0, 1) */
 }
+/* uniforms with the output type's digits, so rounding never makes 1.0 (eager's rule) */
+#define ember_u01_f32 ember_u01
+__device__ __forceinline__ float ember_u01_f16(uint32_t w) {
+    return (float)(w >> 21) * 4.8828125e-04f;           /* 2**-11 */
+}
+__device__ __forceinline__ float ember_u01_bf16(uint32_t w) {
+    return (float)(w >> 24) * 3.90625e-03f;             /* 2**-8 */
+}
 """
+
+#: per output dtype: (entry suffix, C type, store of a float ``x``).
+_TYPES = {np.dtype(np.float32): ("f32", "float", "{x}"),
+          np.dtype(np.float16): ("f16", "__half", "__float2half_rn({x})"),
+          np.dtype(ml_dtypes.bfloat16): ("bf16", "__nv_bfloat16", "__float2bfloat16_rn({x})")}
+#: the dtypes the kernels write.
+DTYPES = tuple(_TYPES)
 
 #: per kind: (extra parameters, the four values of group ``g`` from words ``b``).
 _BODY = {
     "uniform": ("float lo, float span",
-                "    float v[4] = {ember_u01(b.x), ember_u01(b.y), ember_u01(b.z), "
-                "ember_u01(b.w)};\n"
+                "    float v[4] = {U01(b.x), U01(b.y), U01(b.z), U01(b.w)};\n"
                 "    for (int j = 0; j < 4; ++j) v[j] = __fadd_rn(__fmul_rn(v[j], span), lo);\n"),
     "bernoulli": ("double p",
                   "    float v[4] = {(double)ember_u01(b.x) < p ? 1.f : 0.f,\n"
@@ -88,7 +106,8 @@ _BODY = {
 }
 KINDS = tuple(_BODY)
 
-_ENTRY = """extern "C" __global__ void ember_philox_{kind}_f32(const uint64_t *key, float *out,
+_ENTRY = """#define U01 ember_u01_{sfx}
+extern "C" __global__ void ember_philox_{kind}_{sfx}(const uint64_t *key, {T} *out,
         int64_t n, {params}) {{
     const uint64_t seed = key[0], off = key[1];
     const uint32_t k0 = (uint32_t)seed, k1 = (uint32_t)(seed >> 32);
@@ -100,12 +119,13 @@ _ENTRY = """extern "C" __global__ void ember_philox_{kind}_f32(const uint64_t *k
     ember_u32x4 b = philox4x32_10(ctr, k0, k1);
 {body}    const int64_t e = 4 * g;
     if (e + 4 <= n) {{
-        out[e] = v[0]; out[e + 1] = v[1]; out[e + 2] = v[2]; out[e + 3] = v[3];
+        for (int j = 0; j < 4; ++j) out[e + j] = {store};
     }} else {{
-        for (int j = 0; e + j < n; ++j) out[e + j] = v[j];
+        for (int j = 0; e + j < n; ++j) out[e + j] = {store};
     }}
     }}
 }}
+#undef U01
 """
 
 _BITS = """extern "C" __global__ void ember_philox_bits(const uint64_t *key, uint32_t *out,
@@ -132,18 +152,21 @@ def counters(n: int) -> int:
 
 
 def source() -> str:
-    """The CUDA C text of every entry: ``ember_philox_{uniform,bernoulli,normal}_f32`` and
-    ``ember_philox_bits`` (the raw words, for tests)."""
+    """The CUDA C text of every entry: ``ember_philox_{uniform,bernoulli,normal}_{f32,f16,
+    bf16}`` and ``ember_philox_bits`` (the raw words, for tests)."""
     from .render_cuda import NVRTC_HEAD
     parts = [NVRTC_HEAD, DEVICE_TEXT]
-    parts += [_ENTRY.format(kind=k, params=p, body=b) for k, (p, b) in _BODY.items()]
+    parts += [_ENTRY.format(kind=k, params=p, body=b, sfx=sfx, T=t, store=st.format(x="v[j]"))
+              for sfx, t, st in _TYPES.values() for k, (p, b) in _BODY.items()]
     parts.append(_BITS)
     return "".join(parts)
 
 
-def function(kind: str):
-    """The loaded entry of ``kind`` (one of :data:`KINDS`, or ``"bits"``)."""
-    name = "ember_philox_bits" if kind == "bits" else f"ember_philox_{kind}_f32"
+def function(kind: str, dtype=np.float32):
+    """The loaded entry of ``kind`` (one of :data:`KINDS`, or ``"bits"``) writing
+    ``dtype`` (one of :data:`DTYPES`)."""
+    name = "ember_philox_bits" if kind == "bits" else \
+        f"ember_philox_{kind}_{_TYPES[np.dtype(dtype)][0]}"
     fns = _module.get("fns")
     if fns is None or _module.get("loader") is not _loader():
         from .cuda_cache import load_module
@@ -161,18 +184,23 @@ def _loader():
     return cuda_cache.module_loader     # NOTE: tests swap it: reload under a new one
 
 
-def launch(xp, key, kind: str, shape, scalars=(), out=None):
-    """A float32 array of ``shape`` drawn by entry ``kind`` from device array ``key``
-    (``(seed, offset)``, two 64-bit words); ``scalars``: the entry's extra parameters;
-    ``out``: a C-contiguous float32 array of ``shape`` to write (default: a new one).
+def launch(xp, key, kind: str, shape, scalars=(), out=None, dtype=np.float32):
+    """An array of ``shape`` and ``dtype`` (one of :data:`DTYPES`) drawn by entry ``kind``
+    from device array ``key`` (``(seed, offset)``, two 64-bit words); ``scalars``: the
+    entry's extra parameters; ``out``: a C-contiguous array of ``shape`` and ``dtype`` to
+    write (default: a new one).
 
     Raises:
-        ValueError: ``kind`` is not one of :data:`KINDS`.
+        ValueError: ``kind`` is not one of :data:`KINDS`, or ``dtype`` not one of
+            :data:`DTYPES`.
     """
     if kind not in _BODY:
         raise ValueError(f"cuda_philox.launch: kind must be one of {KINDS}, got {kind!r}")
+    if np.dtype(dtype) not in _TYPES:
+        raise ValueError(f"cuda_philox.launch: dtype must be float32, float16 or bfloat16, "
+                         f"got {np.dtype(dtype)}")
     if out is None:
-        out = xp.empty(shape, np.float32)
+        out = xp.empty(shape, dtype)
     n = out.size
     if n:
         if not isinstance(key, xp.ndarray):     # NOTE: a host key (no host-step path)
@@ -180,5 +208,5 @@ def launch(xp, key, kind: str, shape, scalars=(), out=None):
         grid = (min(-(-counters(n) // BLOCK), MAX_BLOCKS),)
         types = (np.float64,) if kind == "bernoulli" else (np.float32, np.float32)
         args = (key, out, np.int64(n)) + tuple(t(s) for t, s in zip(types, scalars))
-        function(kind)(grid, (BLOCK,), args)
+        function(kind, dtype)(grid, (BLOCK,), args)
     return out

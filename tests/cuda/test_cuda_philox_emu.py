@@ -6,6 +6,7 @@ independent NumPy Philox4x32-10 written from Salmon et al. 2011 (bits exactly; u
 and Bernoulli masks exactly; normals within float32 rounding of the host's libm), offsets
 that carry into the counter's high word, odd sizes, and the text compiled by NVRTC.
 """
+import ml_dtypes
 import numpy as np
 import pytest
 
@@ -125,10 +126,32 @@ def test_uniform_bernoulli_normal_match_reference(emu_loader):
 
 
 @emu
+@pytest.mark.parametrize("dtype,bits", [(np.float16, 11), (ml_dtypes.bfloat16, 8)],
+                         ids=["float16", "bfloat16"])
+def test_half_precision_outputs(emu_loader, dtype, bits):
+    seed, offset, n = 99, 2**32 - 1, 203
+    w = ref_words(seed, offset, n)
+    key = _key(seed, offset)
+    u = cuda_philox.launch(np, key, "uniform", (n,), (0.0, 1.0), dtype=dtype)
+    assert u.dtype == np.dtype(dtype)
+    want = ((w >> (32 - bits)).astype(np.float32) * np.float32(2.0 ** -bits)).astype(dtype)
+    np.testing.assert_array_equal(u, want)              # exact in the dtype: never 1.0
+    assert float(u.astype(np.float32).max()) < 1.0
+    m = cuda_philox.launch(np, key, "bernoulli", (n,), (0.9,), dtype=dtype)
+    u24 = (w >> 8).astype(np.float64) * 2.0 ** -24
+    np.testing.assert_array_equal(m.astype(np.float32), (u24 < 0.9).astype(np.float32))
+    z = cuda_philox.launch(np, key, "normal", (n,), (0.0, 1.0), dtype=dtype)
+    z32 = cuda_philox.launch(np, key, "normal", (n,), (0.0, 1.0))
+    np.testing.assert_allclose(z.astype(np.float32), z32, rtol=2 ** -(bits - 1), atol=1e-6)
+
+
+@emu
 def test_empty_and_bad_kind(emu_loader):
     assert cuda_philox.launch(np, _key(1, 0), "uniform", (0, 3), (0.0, 1.0)).shape == (0, 3)
     with pytest.raises(ValueError, match="kind must be one of"):
         cuda_philox.launch(np, _key(1, 0), "gamma", (3,))
+    with pytest.raises(ValueError, match="dtype must be float32, float16 or bfloat16"):
+        cuda_philox.launch(np, _key(1, 0), "uniform", (3,), (0.0, 1.0), dtype=np.float64)
 
 
 def test_counters():
@@ -141,6 +164,6 @@ def test_nvrtc_compiles_every_entry():
     import re
     ptx = nvrtc.compile_ptx(cuda_philox.source(), "ember_philox")
     entries = set(re.findall(r"\.entry\s+(\w+)\(", ptx))
-    assert entries == {f"ember_philox_{k}_f32" for k in cuda_philox.KINDS} | \
-        {"ember_philox_bits"}
+    assert entries == {f"ember_philox_{k}_{t}" for k in cuda_philox.KINDS
+                       for t in ("f32", "f16", "bf16")} | {"ember_philox_bits"}
     assert "mul.hi.u32" in ptx

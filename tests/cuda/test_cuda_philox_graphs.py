@@ -31,10 +31,10 @@ def _program(fn):
     return [e for e in fn._cache.values() if not e.eager and e.program is not None][-1].program
 
 
-def _run(mode, calls=5, seed=0):
+def _run(mode, calls=5, seed=0, dtype=em.float32):
     """Per call: the dropout output and ``w.grad``, of ``sum(dropout(w))`` compiled."""
     em.manual_seed(seed)
-    w = em.nn.Parameter(em.ones(*SHAPE).to("cuda"))
+    w = em.nn.Parameter(em.ones(*SHAPE, dtype=dtype).to("cuda"))
 
     def step():
         out = F.dropout(w, P)
@@ -68,13 +68,17 @@ def test_compiled_dropout_draws_on_the_device(emu_gpu):
     assert all((a != b).any() for a, b in zip(masks, masks[1:]))      # new every call
 
 
-def test_masks_are_philox_of_the_generator_seed_and_offset(emu_gpu):
-    got, fn = _run(None, calls=4, seed=1234)
+@pytest.mark.parametrize("dtype", [em.float32, em.float16, em.bfloat16])
+def test_masks_are_philox_of_the_generator_seed_and_offset(emu_gpu, dtype):
+    got, fn = _run(None, calls=4, seed=1234, dtype=dtype)
+    node = next(n for n in _program(fn).graph.nodes if n.op is PHILOX)
+    assert node.outs[0].dtype is dtype and node.params["kind"] == "bernoulli"
     c = -(-int(np.prod(SHAPE)) // 4)
     n = int(np.prod(SHAPE))
     for k, (out, _) in enumerate(got[1:]):
         u = (ref_words(1234, k * c, n) >> 8).astype(np.float64) * 2.0 ** -24
         np.testing.assert_array_equal(out.reshape(-1) != 0, u < 1 - P)
+    assert all(np.array_equal(o, g) for o, g in got)       # grad = mask * scale = out
     g = em.random.cuda_generator(0)
     assert reserve(g, 0) == (1234, 3 * c)     # advanced by the counters used
     em.manual_seed(1234)
@@ -126,3 +130,21 @@ def test_cpu_graphs_and_the_plain_stand_in_keep_host_draws(fake_cuda):
         fn(x)
         ops = [n.op for n in _program(fn).graph.nodes]
         assert RANDOM in ops and PHILOX not in ops, dev
+
+
+def _mlp_dropout():
+    nn = em.nn
+    return nn.Sequential(nn.Linear(8, 16), nn.GELU(), nn.Dropout(0.25), nn.Linear(16, 4))
+
+
+@pytest.mark.parametrize("amp", [False, True], ids=["float32", "float16-autocast"])
+def test_adamw_training_with_dropout_replays_the_default_mode(emu_gpu, amp):
+    from test_cuda_graphs import _same, _train
+    want = _train(None, _mlp_dropout, amp=amp, steps=8)
+    got = _train("reduce-overhead", _mlp_dropout, amp=amp, steps=8)
+    assert got[0] == want[0] and _same(got[1], want[1])
+    assert all(_same(a, b) for a, b in zip(got[2], want[2]))
+    prog = _program(got[3])
+    assert any(n.op is PHILOX for n in prog.graph.nodes)
+    assert prog._hosting and prog.cuda_graph.failed is None and prog.cuda_graph.replays >= 2
+    assert len(set(got[0][2:])) > 1

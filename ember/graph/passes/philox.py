@@ -5,7 +5,7 @@ Traced, a random draw is a ``random`` node that samples again at every run
 host-to-device copy of the whole sample — a GPT step's dropout masks are hundreds of MB —
 and a program holding one cannot be replayed as a CUDA graph (a replay would repeat the
 captured draws). On a device with the ``cuda_kernels`` capability this pass replaces each
-draw it can generate — float32, no tensor inputs, tagged by its sampler
+draw it can generate — float32, float16 or bfloat16, no tensor inputs, tagged by its sampler
 (:func:`ember.random._sampling`: ``rand``/``uniform_``, ``bernoulli``/``bernoulli_`` with a
 number ``p`` (dropout's mask), ``randn``/``normal``/``normal_``) — by two nodes:
 
@@ -73,9 +73,9 @@ def _run_key(_xp, *, generator, index, counters):
     return np.array([seed, off], dtype=np.uint64).view(np.int64)
 
 
-def _run_philox(xp, key, out=None, *, kind, scalars, shape):
+def _run_philox(xp, key, out=None, *, kind, scalars, shape, dtype):
     from ...codegen.cuda_philox import launch
-    return launch(xp, key, kind, shape, scalars, out)
+    return launch(xp, key, kind, shape, scalars, out, dtype)
 
 
 PHILOX_KEY = _KeyOp("philox_key", _run_key, random=True)
@@ -85,11 +85,11 @@ PHILOX = BufferOp("philox", _run_philox)
 
 def _spec(n):
     """``(kind, generator, scalars)`` when node ``n`` is a draw the kernels generate."""
-    from ...codegen.cuda_philox import KINDS
+    from ...codegen.cuda_philox import DTYPES, KINDS
     if n.op is not RANDOM or n.inputs or len(n.outs) != 1:
         return None
     o = n.outs[0]
-    if o.dtype is not _dt.float32 or o.device is None or o.device.type != "cuda" or \
+    if o.dtype.np not in DTYPES or o.device is None or o.device.type != "cuda" or \
             not get_backend(o.device).has("cuda_kernels"):
         return None
     tag = getattr(n.params.get("draw"), "sample", None)
@@ -123,7 +123,7 @@ def philox(graph: Graph):
                         (2,), _dt.int64, cpu)
         count += 1
         return rw.b.add(PHILOX, (key,), {"kind": kind, "scalars": scalars,
-                                         "shape": tuple(o.shape)},
+                                         "shape": tuple(o.shape), "dtype": o.dtype.np},
                         [(o.shape, o.dtype, o.device)], None)
 
     return Rewrite(graph).run(rule), {"device_draws": count}
