@@ -235,6 +235,11 @@ def test_dropout_draws_keep_the_program_plain_and_explain_says_why(fake_cuda):
     for g, w in zip(got[1], want[1]):
         _same(g, w)
     g = _runner(got[2])
+    from ember.device.base import get_backend
+    if get_backend(em.device("cuda")).has("cuda_kernels"):
+        # NOTE: a real GPU generates the draws on the device (passes/philox.py): captured
+        assert g.failed is None and g.captures == 1 and g.replays >= 1
+        return
     assert g.failed is not None and "random" in g.failed and g.captures == 0
     assert "not replayed as a CUDA graph: it draws random numbers" in str(got[2].explain())
 
