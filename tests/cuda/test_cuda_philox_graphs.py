@@ -173,3 +173,13 @@ def test_compiled_model_forward_and_backward_graphs(emu_gpu):
     assert any(n.op is PHILOX for n in e.program.graph.nodes)
     fwd, bwd = e.program.cuda_graph, e.joint.bwd_program.cuda_graph
     assert fwd.failed is None and bwd.failed is None and fwd.replays >= 2
+
+
+def test_eager_draws_stay_the_generators_pcg64_stream(emu_gpu):
+    em.manual_seed(5)
+    a = em.rand(7, device="cuda").cpu().numpy()
+    b = em.empty(9, device="cuda").normal_(1.0, 2.0).cpu().numpy()
+    rng = np.random.Generator(np.random.PCG64(5))
+    assert a.tobytes() == rng.random(7, dtype=np.float32).tobytes()
+    want = (rng.standard_normal(9, dtype=np.float32) * np.float32(2) + np.float32(1))
+    assert b.tobytes() == want.astype(np.float32).tobytes()
