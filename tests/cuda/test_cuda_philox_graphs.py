@@ -183,3 +183,19 @@ def test_eager_draws_stay_the_generators_pcg64_stream(emu_gpu):
     assert a.tobytes() == rng.random(7, dtype=np.float32).tobytes()
     want = (rng.standard_normal(9, dtype=np.float32) * np.float32(2) + np.float32(1))
     assert b.tobytes() == want.astype(np.float32).tobytes()
+
+
+def test_many_draws_share_key_ops_and_keep_graph_order(emu_gpu):
+    from ember.graph.passes.philox import PER_KEY
+    em.manual_seed(11)
+    k = PER_KEY + 8
+    fn = em.compile(lambda: em.stack([em.rand(5, device="cuda") for _ in range(k)]))
+    fn()                                            # traced: eager's host draws
+    got = [fn().cpu().numpy() for _ in range(2)]
+    keys = [n for n in _program(fn).graph.nodes if n.op is PHILOX_KEY]
+    assert [n.outs[0].shape for n in keys] == [(PER_KEY, 2), (8, 2)]
+    for call, out in enumerate(got):
+        for j in range(k):
+            w = ref_words(11, 2 * (call * k + j), 5)       # 5 elements: 2 counters each
+            want = (w >> 8).astype(np.float32) * np.float32(2.0 ** -24)
+            np.testing.assert_array_equal(out[j], want)

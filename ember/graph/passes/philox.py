@@ -9,13 +9,15 @@ draw it can generate — float32, float16 or bfloat16, no tensor inputs, tagged 
 (:func:`ember.random._sampling`: ``rand``/``uniform_``, ``bernoulli``/``bernoulli_`` with a
 number ``p`` (dropout's mask), ``randn``/``normal``/``normal_``) — by two nodes:
 
-* ``philox_key`` (a host step: :mod:`ember.graph.host_steps`) takes ``(seed, offset)``
-  from the draw's generator (a device's default generator for ``generator=None``) and
-  advances that generator's Philox offset by the counters the draw uses, on the host, at
-  every run — so ``ember.manual_seed`` makes compiled runs reproducible and every run
-  draws new numbers. The executor uploads the pair like the optimizer's step counts;
-* ``philox``: the kernel of :mod:`ember.codegen.cuda_philox` reading that pair from
-  device memory. A CUDA graph's replay refills the pair before launching
+* ``philox_key`` (a host step: :mod:`ember.graph.host_steps`; one for up to
+  :data:`PER_KEY` draws) takes each draw's ``(seed, offset)`` from its generator (a
+  device's default generator for ``generator=None``) and advances that generator's
+  Philox offset by the counters the draw uses, on the host, at every run, in graph
+  order — so ``ember.manual_seed`` makes compiled runs reproducible and every run draws
+  new numbers. The executor uploads the pairs (one copy a key op) like the optimizer's
+  step counts;
+* ``philox``: the kernel of :mod:`ember.codegen.cuda_philox` reading its pair (row
+  ``slot``) from device memory. A CUDA graph's replay refills the pairs before launching
   (:mod:`ember.graph.cuda_graphs`), so such programs may be captured.
 
 Like PyTorch's compiled code, compiled GPU draws differ from eager ones (eager draws stay
@@ -57,25 +59,32 @@ def reserve(gen, counters: int) -> tuple:
 
 
 class _KeyOp(GraphOp):
-    """``(seed, offset)`` of one draw as two int64 words (uint64 bits), made on the host at
-    every run; ``random`` (never folded, merged or removed), ``host`` (the executor runs it
-    with NumPy before the device steps), ``device_random`` (a CUDA graph may replay the
-    program: the pair is refilled before each replay)."""
+    """``(seed, offset)`` of up to :data:`PER_KEY` draws, a row of two int64 words (uint64
+    bits) each, made on the host at every run; ``random`` (never folded, merged or
+    removed), ``host`` (the executor runs it with NumPy before the device steps and uploads
+    it: one copy for all its draws), ``device_random`` (a CUDA graph may replay the
+    program: the pairs are refilled before each replay)."""
 
     __slots__ = ()
     host = True
     device_random = True
 
 
-def _run_key(_xp, *, generator, index, counters):
-    g = generator if generator is not None else _random.cuda_generator(index)
-    seed, off = reserve(g, counters)
-    return np.array([seed, off], dtype=np.uint64).view(np.int64)
+#: draws sharing one key op: its (PER_KEY, 2) words stay a host value (``HOST_MAX``).
+PER_KEY = 32
 
 
-def _run_philox(xp, key, out=None, *, kind, scalars, shape, dtype):
+def _run_key(_xp, *, draws):
+    """``draws``: ``((generator or None, device index, counters), ...)`` in graph order."""
+    rows = []
+    for gen, index, n in draws:
+        rows.append(reserve(gen if gen is not None else _random.cuda_generator(index), n))
+    return np.array(rows, dtype=np.uint64).view(np.int64)
+
+
+def _run_philox(xp, key, out=None, *, slot, kind, scalars, shape, dtype):
     from ...codegen.cuda_philox import launch
-    return launch(xp, key, kind, shape, scalars, out, dtype)
+    return launch(xp, key[slot], kind, shape, scalars, out, dtype)
 
 
 PHILOX_KEY = _KeyOp("philox_key", _run_key, random=True)
@@ -108,21 +117,26 @@ def philox(graph: Graph):
     if not any(_spec(n) is not None for n in graph.nodes):
         return graph, {"device_draws": 0}
     from ...codegen.cuda_philox import counters
+    specs = [(n, _spec(n)) for n in graph.nodes]
+    draws = [(spec[1], n.outs[0].device.index or 0, counters(n.outs[0].numel()))
+             for n, spec in specs if spec is not None]
     cpu = _device("cpu")
     count = 0
+    key = None
 
     def rule(rw, n, ins):
-        nonlocal count
+        nonlocal count, key
         spec = _spec(n)
         if spec is None:
             return None
         kind, gen, scalars = spec
         o = n.outs[0]
-        key = rw.b.add1(PHILOX_KEY, (), {"generator": gen, "index": o.device.index or 0,
-                                         "counters": counters(o.numel())},
-                        (2,), _dt.int64, cpu)
+        slot = count % PER_KEY
+        if slot == 0:       # NOTE: its draws' (seed, offset) rows, reserved in graph order
+            part = tuple(draws[count:count + PER_KEY])
+            key = rw.b.add1(PHILOX_KEY, (), {"draws": part}, (len(part), 2), _dt.int64, cpu)
         count += 1
-        return rw.b.add(PHILOX, (key,), {"kind": kind, "scalars": scalars,
+        return rw.b.add(PHILOX, (key,), {"slot": slot, "kind": kind, "scalars": scalars,
                                          "shape": tuple(o.shape), "dtype": o.dtype.np},
                         [(o.shape, o.dtype, o.device)], None)
 
