@@ -43,9 +43,10 @@ pool's are not (its static inputs are non-owning once recorded): on a GPU they c
 The runner falls back to plain runs, and says why in ``explain()``, when the program
 cannot be a graph: a random op drawn on the host (its draws would repeat; draws a GPU
 graph generates on the device, :mod:`ember.graph.passes.philox`, read their (seed,
-offset) from a device array refilled before each replay, so they do not), a capture the driver refuses
-(an op that waits for the device, e.g. a data-dependent shape), or an input read in place
-that moved (a parameter replaced: it captures again, at most :data:`MAX_CAPTURES` times).
+offset) from a device array refilled before each replay, so they do not), a capture the
+driver refuses (an op that waits for the device, e.g. a data-dependent shape), or an input
+read in place that moved (a parameter replaced: it captures again, at most
+:data:`MAX_CAPTURES` times).
 
 On the CPU stand-in (``EMBER_FAKE_CUDA``) there is no driver to capture with: the runner
 *records* the device steps with the arrays they read and wrote and a replay runs those
