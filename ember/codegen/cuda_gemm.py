@@ -426,7 +426,7 @@ _ONE, _ZERO = np.array(1.0, np.float32), np.array(0.0, np.float32)
 #: arrays). NOTE: ``ndarray.ctypes`` builds a ctypes object (~2-5 us): twice a GEMM.
 _ALPHA, _BETA = _ONE.ctypes.data, _ZERO.ctypes.data
 
-#: ``(cublas, get_cublas_handle, get_current_stream_ptr)``, imported on the first GEMM
+#: ``(cublas, get_cublas_handle, current stream's pointer)``, imported on the first GEMM
 #: (NOTE: two function-level imports were ~2 us of each of a compiled GPT step's ~150 GEMMs)
 _CUBLAS: tuple = ()
 
@@ -435,9 +435,9 @@ def _cublas_modules() -> tuple:
     global _CUBLAS
     from cupy_backends.cuda.libs import cublas
     import cupy
-    ptr = getattr(cupy.cuda.stream, "get_current_stream_ptr", None) or (
-        lambda: cupy.cuda.get_current_stream().ptr)
-    _CUBLAS = (cublas, cupy.cuda.device.get_cublas_handle, ptr)
+    # NOTE: CuPy's get_current_stream_ptr is cdef (not reachable from Python)
+    current = cupy.cuda.get_current_stream
+    _CUBLAS = (cublas, cupy.cuda.device.get_cublas_handle, lambda: current().ptr)
     return _CUBLAS
 
 

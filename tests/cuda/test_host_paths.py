@@ -27,8 +27,8 @@ def _fakes(calls):
     cupy = types.ModuleType("cupy")
     streams = iter(range(7000, 7100))
     cupy.cuda = types.SimpleNamespace(device=types.SimpleNamespace(
-        get_cublas_handle=lambda: next(handles)), stream=types.SimpleNamespace(
-        get_current_stream_ptr=lambda: next(streams)))
+        get_cublas_handle=lambda: next(handles)),
+        get_current_stream=lambda: types.SimpleNamespace(ptr=next(streams)))
     return {"cupy": cupy, "cupy_backends": types.ModuleType("cupy_backends"),
             "cupy_backends.cuda": types.ModuleType("cupy_backends.cuda"),
             "cupy_backends.cuda.libs": libs}
