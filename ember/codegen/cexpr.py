@@ -18,7 +18,7 @@ import re
 from .. import dtypes as _dt
 from ..dtypes import DType
 from ..ops.registry import REGISTRY
-from .ir import Apply, Const, Index, Load, Row, dtype_of
+from .ir import Apply, Const, Index, Load, Philox, Row, dtype_of
 
 _F = _dt.FLOAT
 
@@ -211,10 +211,22 @@ class Emitter:
             r = (self._temp(e.dtype, self.index(e)), e.dtype)
         elif isinstance(e, Apply):
             r = (self._temp(e.dtype, self._apply(e)), e.dtype)
+        elif isinstance(e, Philox):
+            r = (self._temp(e.dtype, self._philox(e)), e.dtype)
         else:
             raise TypeError(f"codegen: unknown expression node {e!r}")
         self.names[e] = r
         return r
+
+    def _philox(self, e: Philox) -> str:
+        """A draw's element at the current flat position (the loop index's leaf over the
+        whole space); CUDA only (``cuda_philox.LEAF_TEXT``)."""
+        if self.index is None or self.ctype is CTYPE:
+            raise TypeError(f"codegen: only CUDA renderers give a Philox leaf, not {e!r}")
+        from .cuda_philox import leaf_c
+        flat = self.index(Index(e.numel, 1))
+        seed, off = self.value(e.seed)[0], self.value(e.offset)[0]
+        return leaf_c(e.kind, seed, off, flat, e.scalars, e.dtype.np)
 
     def _temp(self, d: DType, expr: str) -> str:
         name = f"{self.prefix}{len(self.lines)}"

@@ -37,7 +37,8 @@ from __future__ import annotations
 import ml_dtypes
 import numpy as np
 
-__all__ = ["BLOCK", "DEVICE_TEXT", "KINDS", "counters", "function", "launch", "source"]
+__all__ = ["BLOCK", "DEVICE_TEXT", "KINDS", "LEAF_TEXT", "counters", "function", "launch",
+           "leaf_c", "reference", "source", "words"]
 
 #: threads per block; grids are capped at :data:`MAX_BLOCKS` (grid-stride loops).
 BLOCK = 256
@@ -72,6 +73,46 @@ __device__ __forceinline__ float ember_u01_f16(uint32_t w) {
 }
 __device__ __forceinline__ float ember_u01_bf16(uint32_t w) {
     return (float)(w >> 24) * 3.90625e-03f;             /* 2**-8 */
+}
+"""
+
+#: one element of a draw, for kernels holding :class:`~ember.codegen.ir.Philox` leaves:
+#: element ``f`` is word ``f % 4`` of counter ``off + f / 4`` (normal: its counter's word
+#: pair), the same float32 operations as the entries below, so the same bits.
+LEAF_TEXT = r"""
+__device__ __forceinline__ ember_u32x4 ember_philox_at(uint64_t seed, uint64_t off, int64_t f) {
+    const uint64_t c = off + ((uint64_t)f >> 2);
+    ember_u32x4 ctr = {(uint32_t)c, (uint32_t)(c >> 32), 0u, 0u};
+    return philox4x32_10(ctr, (uint32_t)seed, (uint32_t)(seed >> 32));
+}
+__device__ __forceinline__ uint32_t ember_philox_word(uint64_t seed, uint64_t off, int64_t f) {
+    const ember_u32x4 b = ember_philox_at(seed, off, f);
+    const int j = (int)(f & 3);
+    return j == 0 ? b.x : j == 1 ? b.y : j == 2 ? b.z : b.w;
+}
+#define EMBER_PHILOX_UNIFORM(SFX) \
+__device__ __forceinline__ float ember_philox_uniform_##SFX(uint64_t s, uint64_t o, int64_t f, \
+                                                           float lo, float span) { \
+    return __fadd_rn(__fmul_rn(ember_u01_##SFX(ember_philox_word(s, o, f)), span), lo); \
+}
+EMBER_PHILOX_UNIFORM(f32)
+EMBER_PHILOX_UNIFORM(f16)
+EMBER_PHILOX_UNIFORM(bf16)
+#undef EMBER_PHILOX_UNIFORM
+__device__ __forceinline__ float ember_philox_bernoulli(uint64_t s, uint64_t o, int64_t f,
+                                                        double p) {
+    return (double)ember_u01(ember_philox_word(s, o, f)) < p ? 1.f : 0.f;
+}
+__device__ __forceinline__ float ember_philox_normal(uint64_t s, uint64_t o, int64_t f,
+                                                     float mean, float sd) {
+    const ember_u32x4 b = ember_philox_at(s, o, f);
+    const int j = (int)(f & 3);
+    const uint32_t w1 = j < 2 ? b.x : b.z, w2 = j < 2 ? b.y : b.w;
+    float u1 = (float)((w1 >> 8) + 1u) * 5.9604644775390625e-08f;
+    float t = ember_u01(w2) * 6.2831853071795864f;
+    float r = sqrtf(-2.0f * logf(u1));
+    float v = (j & 1) ? r * sinf(t) : r * cosf(t);
+    return __fadd_rn(__fmul_rn(v, sd), mean);
 }
 """
 
@@ -210,3 +251,64 @@ def launch(xp, key, kind: str, shape, scalars=(), out=None, dtype=np.float32):
         args = (key, out, np.int64(n)) + tuple(t(s) for t, s in zip(types, scalars))
         function(kind, dtype)(grid, (BLOCK,), args)
     return out
+
+
+def leaf_c(kind: str, seed: str, off: str, flat: str, scalars, dtype) -> str:
+    """C (a float) of element ``flat`` of a ``kind`` draw of ``dtype`` under the uint64
+    words ``seed``/``off`` (C expressions): what :data:`LEAF_TEXT` computes, rounded to
+    a half-precision ``dtype`` as the entries' store rounds it."""
+    from .cexpr import literal
+    from .. import dtypes as _dt
+    if kind == "bernoulli":
+        args = [literal(float(scalars[0]), _dt.float64)]
+    else:
+        args = [literal(float(v), _dt.float32) for v in scalars]
+    sfx = _TYPES[np.dtype(dtype)][0]
+    fn = f"ember_philox_uniform_{sfx}" if kind == "uniform" else f"ember_philox_{kind}"
+    v = f"{fn}((uint64_t)({seed}), (uint64_t)({off}), (int64_t)({flat}), {', '.join(args)})"
+    if sfx != "f32":
+        v = f"ember_round_{sfx}({v})"
+    return v
+
+
+def words(seed: int, offset: int, n: int) -> np.ndarray:
+    """NumPy Philox4x32-10: the ``n`` uint32 words the kernels use (element ``4g + j`` =
+    word ``j`` of counter ``offset + g``, key = ``seed``'s two words)."""
+    g = np.arange(counters(n), dtype=np.uint64)
+    with np.errstate(over="ignore"):
+        c = np.uint64(offset % 2**64) + g
+    m32 = np.uint64(0xffffffff)
+    x = [c & m32, c >> np.uint64(32), 0 * c, 0 * c]
+    k0, k1 = np.uint64(seed % 2**64 & 0xffffffff), np.uint64(seed % 2**64 >> 32)
+    for r in range(10):
+        if r:
+            k0, k1 = (k0 + np.uint64(0x9E3779B9)) & m32, (k1 + np.uint64(0xBB67AE85)) & m32
+        p0, p1 = np.uint64(0xD2511F53) * x[0], np.uint64(0xCD9E8D57) * x[2]
+        x = [(p1 >> np.uint64(32)) ^ x[1] ^ k0, p1 & m32, (p0 >> np.uint64(32)) ^ x[3] ^ k1,
+             p0 & m32]
+    return np.stack(x, axis=1).astype(np.uint32).reshape(-1)[:n]
+
+
+_DIGITS = {"f32": 8, "f16": 21, "bf16": 24}
+
+
+def reference(kind: str, seed: int, offset: int, n: int, scalars, dtype=np.float32):
+    """The ``n`` elements a ``kind`` draw of ``dtype`` gives (NumPy; uniforms and
+    Bernoulli bit for bit, normals within the host libm's float32 rounding)."""
+    w = words(seed, offset, 4 * counters(n))
+    f32 = np.float32
+    with np.errstate(all="ignore"):
+        if kind == "normal":
+            u1 = ((w[0::2] >> 8) + 1).astype(f32) * f32(2.0**-24)
+            t = (w[1::2] >> 8).astype(f32) * f32(2.0**-24) * f32(6.2831853071795864)
+            r = np.sqrt(f32(-2.0) * np.log(u1))
+            v = np.stack([r * np.cos(t), r * np.sin(t)], axis=1).reshape(-1)
+            v = v * f32(scalars[1]) + f32(scalars[0])
+        elif kind == "bernoulli":
+            u = (w >> 8).astype(f32) * f32(2.0**-24)
+            v = (u.astype(np.float64) < float(scalars[0])).astype(f32)
+        else:
+            bits = _DIGITS[_TYPES[np.dtype(dtype)][0]]
+            v = (w >> bits).astype(f32) * f32(2.0 ** (bits - 32))
+            v = v * f32(scalars[1]) + f32(scalars[0])
+    return v[:n].astype(dtype)

@@ -9,7 +9,7 @@ from __future__ import annotations
 import numpy as np
 
 from ..ops.registry import REGISTRY
-from .ir import Apply, Const, Index, Kernel, Load, ReduceKernel, Row
+from .ir import Apply, Const, Index, Kernel, Load, Philox, ReduceKernel, Row
 
 
 def evaluate(e, arrays, rows=(), memo=None, shape=None):
@@ -24,6 +24,9 @@ def evaluate(e, arrays, rows=(), memo=None, shape=None):
         r = rows[e.index]
     elif isinstance(e, Index):
         r = index_values(e, shape)
+    elif isinstance(e, Philox):
+        r = philox_values(e, [evaluate(w, arrays, rows, memo, shape) for w in
+                              (e.seed, e.offset)], shape)
     elif isinstance(e, Const):
         r = e.value if e.dtype is None else np.asarray(e.value, e.dtype.np)
     elif isinstance(e, Apply):
@@ -50,6 +53,15 @@ def index_values(e: Index, shape) -> np.ndarray:
     n = int(np.prod(shape, dtype=np.int64))
     return ((np.arange(n, dtype=np.int64) // e.inner) % e.size).astype(
         e.dtype.np).reshape(shape)
+
+
+def philox_values(e: Philox, key, shape) -> np.ndarray:
+    """Philox leaf ``e`` over loop space ``shape`` from its ``(seed, offset)`` operands'
+    values (int64 bits of the uint64 words): ``cuda_philox.reference``'s draw."""
+    from .cuda_philox import reference
+    seed, off = (int(np.asarray(v).reshape(-1)[0].astype(np.int64).view(np.uint64))
+                 for v in key)
+    return reference(e.kind, seed, off, e.numel, e.scalars, e.dtype.np).reshape(shape)
 
 
 def _store(res, shape, dtype, out):

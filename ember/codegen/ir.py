@@ -3,7 +3,8 @@
 An expression is a small immutable tree (equal subtrees compare equal, so the renderer
 shares them: CSE for free). Leaves are input loads (:class:`Load`), constants
 (:class:`Const`), the current element's coordinate along an axis (:class:`Index`: an
-``arange`` no kernel reads from memory) and, inside reduction kernels, per-row results of
+``arange`` no kernel reads from memory; :class:`Philox`: a random draw's element, computed
+where it is used) and, inside reduction kernels, per-row results of
 earlier reduction stages (:class:`Row`); nodes (:class:`Apply`) are registry primitives whose ``expr``
 template renders them. Every node carries its compute dtype (the dtype its inputs are
 cast to, like the dispatcher does) and its output dtype; :func:`typed` fills both in
@@ -92,6 +93,41 @@ class Index(Expr):
             raise ValueError(f"codegen: Index needs size >= 1, inner >= 1 and an integer "
                              f"dtype, got size={self.size}, inner={self.inner}, "
                              f"dtype={self.dtype}")
+
+
+#: Philox draw kinds and their ``scalars``: uniform (lo, span), bernoulli (p,), normal
+#: (mean, sd) -- :mod:`ember.codegen.cuda_philox`'s entries.
+PHILOX_KINDS = {"uniform": 2, "bernoulli": 1, "normal": 2}
+
+
+@dataclass(frozen=True)
+class Philox(Expr):
+    """Element ``f`` (flat, C order) of a Philox4x32-10 draw over a loop space of
+    ``numel`` elements, computed where it is used (no array holds the sample).
+
+    Word ``f % 4`` of counter ``offset + f // 4`` under key ``seed`` (normal: Box-Muller
+    on that counter's word pair), then ``kind``'s transform with ``scalars``: the very
+    numbers :mod:`ember.codegen.cuda_philox`'s separate kernel writes, so a kernel reading
+    this leaf equals one reading that kernel's array bit for bit. ``seed``/``offset`` are
+    :class:`Load` s of two 0-d int64 operands (the uint64 words of a ``philox_key`` row);
+    ``dtype``: the draw's dtype (float32, float16 or bfloat16: computed in float32 and
+    rounded once, a half-precision uniform with the dtype's digits). CUDA renderers and
+    the interpreter only.
+    """
+    kind: str
+    seed: Expr
+    offset: Expr
+    numel: int
+    scalars: tuple = ()
+    dtype: DType = _dt.float32
+
+    def __post_init__(self):
+        if PHILOX_KINDS.get(self.kind) != len(self.scalars) or self.numel < 1 or not (
+                isinstance(self.seed, Load) and isinstance(self.offset, Load)) or \
+                self.dtype.name not in ("float32", "float16", "bfloat16"):
+            raise ValueError(f"codegen: Philox needs a kind of {PHILOX_KINDS} with that many "
+                             f"scalars, numel >= 1, Load seed/offset and a float32/float16/"
+                             f"bfloat16 dtype, got {self!r}")
 
 
 def index_of(shape, dim: int, dtype: DType = _dt.int64) -> Index:
@@ -273,7 +309,8 @@ def _stage_dtype(kind: str, d: DType) -> DType:
 
 def _check_index(exprs, shape) -> None:
     """Every :class:`Index` leaf of ``exprs`` names an axis that tiles loop space
-    ``shape`` (``size * inner`` divides its element count)."""
+    ``shape`` (``size * inner`` divides its element count); a :class:`Philox` leaf
+    draws one element per position of it."""
     numel = 1
     for s in shape:
         numel *= s
@@ -286,11 +323,21 @@ def _check_index(exprs, shape) -> None:
         if isinstance(x, Index) and numel and numel % (x.size * x.inner):
             raise ValueError(f"codegen: {x} is no axis of the loop space {tuple(shape)} "
                              f"({numel} elements)")
+        if isinstance(x, Philox) and numel and x.numel != numel:
+            raise ValueError(f"codegen: a Philox draw of {x.numel} elements in a loop space "
+                             f"{tuple(shape)} of {numel}")
         if isinstance(x, Apply):
             for a in x.args:
                 go(a)
     for e in exprs:
         go(e)
+
+
+def has_philox(k) -> bool:
+    """Whether kernel ``k`` (elementwise or reduction) holds a :class:`Philox` leaf."""
+    exprs = [e for o in k.outputs for e in o[1:2] if e is not None]
+    exprs += [st.body for st in getattr(k, "stages", ())]
+    return any(_has(e, Philox) for e in exprs)
 
 
 def _has(e: Expr, cls) -> bool:
@@ -320,6 +367,10 @@ def typed(e: Expr, inputs: list, rows: list = ()) -> Expr:
             r = replace(x, args=args, compute=compute, dtype=out)
         else:
             dtype_of(x, inputs, rows)     # validates the index
+            if isinstance(x, Philox) and any(dtype_of(w, inputs) is not _dt.int64
+                                             for w in (x.seed, x.offset)):
+                raise TypeError(f"codegen: a Philox leaf's seed and offset are int64 "
+                                f"inputs, got {x.seed}, {x.offset} of {inputs}")
             r = x
         memo[x] = r
         return r
@@ -338,7 +389,7 @@ def dtype_of(e: Expr, inputs, rows=()):
         return rows[e.index]
     if isinstance(e, Const):
         return e.dtype if e.dtype is not None else e.value
-    return e.dtype          # Apply, Index
+    return e.dtype          # Apply, Index, Philox
 
 
 def infer(op: str, args: list, params: dict, compute: DType | None = None):

@@ -32,7 +32,7 @@ import math
 
 from .. import dtypes as _dt
 from .cexpr import CTYPE, Emitter, index_row_c
-from .ir import Kernel, ReduceKernel, Row
+from .ir import Kernel, ReduceKernel, Row, has_philox
 from .prelude import CUDA_HEAD, prelude
 from .render_cuda_ew import VEC_HEAD, _convert, _params, _store, render_elementwise
 
@@ -181,6 +181,9 @@ def render_cuda_many(kernels, strategy: str = "block") -> str:
         parts.append(BLOCK_REDUCE)
     if any(isinstance(k, Kernel) for k in kernels):
         parts.append(VEC_HEAD)
+    if any(has_philox(k) for k in kernels):
+        from .cuda_philox import DEVICE_TEXT, LEAF_TEXT
+        parts.append(DEVICE_TEXT + LEAF_TEXT)
     for k in kernels:
         parts.append(_render_one(k, strategy))
     return "".join(parts)
