@@ -7,11 +7,14 @@ advances by the counters used), equal to a NumPy Philox4x32-10 of (seed, offset)
 the expected fraction dropped and gradients that follow the mask; under
 ``mode="reduce-overhead"`` the program is captured and each replay draws the default
 mode's next numbers, bit for bit. CPU graphs and the plain stand-in keep host draws.
+Tests that look at the ``philox`` node run the separate-kernel path (``separate``: the
+draws fused into their readers are tests/cuda/test_cuda_philox_fuse.py's).
 """
 import numpy as np
 import pytest
 
 import ember as em
+from ember.graph.passes import fuse_philox
 from ember.graph.passes.philox import PHILOX, PHILOX_KEY, reserve
 from ember.graph.trace import RANDOM
 
@@ -25,6 +28,12 @@ pytestmark = pytest.mark.skipif(not _cuda_emu.available(),
 F = em.nn.functional
 P = 0.3
 SHAPE = (32, 40)            # 1280 elements: 320 Philox counters a draw
+
+
+@pytest.fixture
+def separate(monkeypatch):
+    """The draw its own kernel writing the sample (no Philox leaves in its readers)."""
+    monkeypatch.setattr(fuse_philox, "ENABLED", False)
 
 
 def _program(fn):
@@ -49,7 +58,7 @@ def _run(mode, calls=5, seed=0, dtype=em.float32):
     return got, fn
 
 
-def test_compiled_dropout_draws_on_the_device(emu_gpu):
+def test_compiled_dropout_draws_on_the_device(emu_gpu, separate):
     got, fn = _run(None)
     ops = [n.op for n in _program(fn).graph.nodes]
     assert PHILOX in ops and PHILOX_KEY in ops and RANDOM not in ops
@@ -69,7 +78,7 @@ def test_compiled_dropout_draws_on_the_device(emu_gpu):
 
 
 @pytest.mark.parametrize("dtype", [em.float32, em.float16, em.bfloat16])
-def test_masks_are_philox_of_the_generator_seed_and_offset(emu_gpu, dtype):
+def test_masks_are_philox_of_the_generator_seed_and_offset(emu_gpu, dtype, separate):
     got, fn = _run(None, calls=4, seed=1234, dtype=dtype)
     node = next(n for n in _program(fn).graph.nodes if n.op is PHILOX)
     assert node.outs[0].dtype is dtype and node.params["kind"] == "bernoulli"
@@ -145,7 +154,7 @@ def test_adamw_training_with_dropout_replays_the_default_mode(emu_gpu, amp):
     assert got[0] == want[0] and _same(got[1], want[1])
     assert all(_same(a, b) for a, b in zip(got[2], want[2]))
     prog = _program(got[3])
-    assert any(n.op is PHILOX for n in prog.graph.nodes)
+    assert any(n.op in (PHILOX, fuse_philox.WORDS) for n in prog.graph.nodes)
     assert prog._hosting and prog.cuda_graph.failed is None and prog.cuda_graph.replays >= 2
     assert len(set(got[0][2:])) > 1
 

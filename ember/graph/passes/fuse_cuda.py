@@ -44,6 +44,7 @@ from . import fuse_colsum
 from .dce import dce
 from .fuse import lower_groups
 from .fuse_index import index_leaves
+from .fuse_philox import Words, philox_leaves
 from .fuse_groups import partition
 from .host_scalars import HostFusedOp, is_host_group
 from .lse_rows import lse_rows
@@ -193,6 +194,10 @@ def fuse_cuda(graph: Graph):
     # NOTE: an arange constant input (the one-hot's iota) becomes the loop index (fuse_index)
     lowered = [lw if gi in host else index_leaves(lw, graph.producer)
                for gi, lw in enumerate(lowered)]
+    # NOTE: a device draw's sample becomes the Philox leaf of its readers (fuse_philox)
+    words = Words(graph)
+    lowered = [lw if gi in host else philox_leaves(lw, graph.producer, words)
+               for gi, lw in enumerate(lowered)]
     kernels = {gi: renamed(lw.kernel, content_name(lw.kernel))
                for gi, lw in enumerate(lowered) if lw is not None and gi not in host}
     modules = _modules(kernels.values())
@@ -204,6 +209,7 @@ def fuse_cuda(graph: Graph):
         gi = member_of.get(id(n))
         if gi is None:
             nodes.append(n)
+            nodes += words.after.get(id(n), ())
         elif last[gi] == i and gi in host:
             lw = lowered[gi]
             nodes.append(Node(HostFusedOp(lw), tuple(lw.inputs), {"ops": lw.ops},

@@ -1,0 +1,158 @@
+"""Device draws computed inside the kernels that read them (``graph/passes/fuse_philox.py``).
+
+On the stand-in given a GPU's capabilities (``emu_gpu``: the CUDA text runs on the
+emulator), a compiled dropout step's mask is no array any more: no ``philox`` node or
+``ember_philox_*`` launch, a ``philox_words`` host step per draw, and the fused kernels
+(forward and backward of a whole training step) hold the Philox leaf. Every output and
+gradient equals the separate-kernel path's (``fuse_philox.ENABLED = False``) bit for bit,
+in the default mode and under ``mode="reduce-overhead"`` (captured once, replayed with new
+draws), for float32/float16/bfloat16 masks and an AdamW MLP with dropout (float16
+autocast too). The launch and byte census of ``bench/cuda_philox_fuse.py`` (stub
+modules) shows the saving.
+"""
+import os
+
+import numpy as np
+import pytest
+
+from ember.codegen.ir import has_philox
+from ember.graph.passes import fuse_philox
+from ember.graph.passes.philox import PHILOX, PHILOX_KEY
+
+import _cuda_emu
+from test_cuda_philox_graphs import _mlp_dropout, _program, _run
+from test_multi_launch import _launches, emu_gpu  # noqa: F401 - a fixture
+
+import ember as em
+
+pytestmark = pytest.mark.skipif(not _cuda_emu.available(),
+                                reason="no g++ with C++20 <barrier> to run the CUDA text on")
+
+
+def _both(monkeypatch, fn):
+    """``fn()`` with the draws fused, then with the separate kernel."""
+    monkeypatch.setattr(fuse_philox, "ENABLED", True)
+    fused = fn()
+    monkeypatch.setattr(fuse_philox, "ENABLED", False)
+    return fused, fn()
+
+
+def _leaf_kernels(prog) -> int:
+    return sum(1 for n in prog.graph.nodes if has_philox_op(n.op))
+
+
+def has_philox_op(op) -> bool:
+    k = getattr(op, "kernel", None)
+    return k is not None and has_philox(k)
+
+
+@pytest.mark.parametrize("mode", [None, "reduce-overhead"], ids=["default", "reduce-overhead"])
+@pytest.mark.parametrize("dtype", [em.float32, em.float16, em.bfloat16])
+def test_fused_dropout_step_equals_the_separate_kernel_bitwise(emu_gpu, monkeypatch, mode,
+                                                                dtype):
+    marks = []
+
+    def run():
+        marks.append(len(_launches(emu_gpu)))
+        return _run(mode, 6, 21, dtype)
+    (got, fn), (want, fn_sep) = _both(monkeypatch, run)
+    for (x, gx), (y, gy) in zip(got, want):
+        assert x.dtype == y.dtype and x.tobytes() == y.tobytes() and gx.tobytes() == gy.tobytes()
+    assert not all(np.array_equal(a[0], b[0]) for a, b in zip(got[1:], got[2:]))
+    ops = [n.op for n in _program(fn).graph.nodes]
+    assert PHILOX not in ops and PHILOX_KEY in ops and fuse_philox.WORDS in ops
+    assert _leaf_kernels(_program(fn)) >= 1
+    assert PHILOX in [n.op for n in _program(fn_sep).graph.nodes]
+    fused, separate = (_launches(emu_gpu)[a:b] for a, b in zip(marks, marks[1:] + [None]))
+    assert not any(n.startswith("ember_philox_") for n in fused), fused
+    assert any(n.startswith("ember_philox_") for n in separate) or mode is not None
+    if mode is not None:
+        g = _program(fn).cuda_graph
+        assert g.failed is None and g.captures == 1 and g.replays >= 2
+
+
+@pytest.mark.parametrize("amp", [False, True], ids=["float32", "float16-autocast"])
+def test_adamw_mlp_with_dropout_trains_bitwise_as_the_separate_kernel(emu_gpu, monkeypatch,
+                                                                      amp):
+    """A whole step (forward, backward, AdamW) as one graph, small (below recompute's
+    MIN_NUMEL the forward kernel stores what the backward reads)."""
+    from test_cuda_graphs import _same, _train
+    for mode in (None, "reduce-overhead"):
+        got, want = _both(monkeypatch, lambda: _train(mode, _mlp_dropout, amp=amp, steps=8))
+        assert got[0] == want[0] and _same(got[1], want[1])
+        assert all(_same(a, b) for a, b in zip(got[2], want[2]))
+        prog = _program(got[3])
+        assert PHILOX not in [n.op for n in prog.graph.nodes]
+        assert _leaf_kernels(prog) >= 1
+    assert prog.cuda_graph.failed is None and prog.cuda_graph.replays >= 2
+
+
+def _gelu_dropout(mode, steps=4):
+    """Losses, weights and the compiled function of AdamW steps on ``gelu(x @ w1)``
+    dropped out (32 x 512: above recompute's MIN_NUMEL), then ``@ w2``."""
+    F = em.nn.functional
+    em.manual_seed(0)
+    w1 = em.nn.Parameter((em.randn(32, 512) * 0.1).to("cuda"))
+    w2 = em.nn.Parameter((em.randn(512, 4) * 0.1).to("cuda"))
+    opt = em.optim.AdamW([w1, w2], lr=1e-2)
+    x = em.randn(32, 32).to("cuda")
+
+    def step(x):
+        loss = (F.dropout(F.gelu(x @ w1), 0.2) @ w2).square().mean()
+        loss.backward()
+        opt.step()
+        opt.zero_grad(set_to_none=True)
+        return loss
+    fn = em.compile(step, mode=mode)
+    losses = [float(fn(x).cpu()) for _ in range(steps)]
+    return losses, [w.detach().cpu().numpy().copy() for w in (w1, w2)], fn
+
+
+@pytest.mark.parametrize("mode", [None, "reduce-overhead"], ids=["default", "reduce-overhead"])
+def test_backward_recomputes_the_mask_none_is_stored(emu_gpu, monkeypatch, mode):
+    """The forward kernel reads the GEMM output and writes the dropout's output only; the
+    backward's kernel recomputes GELU and the mask from the GEMM output (both hold the
+    leaf); no value of the activations' size is written but those two and the gradients
+    (the separate path writes the mask too). Bitwise equal to the separate path."""
+    (got, _, fn), (want, ws_sep, fn_sep) = _both(monkeypatch, lambda: _gelu_dropout(mode))
+    assert got == want
+    for a, b in zip(_gelu_dropout(mode)[1], ws_sep):
+        assert a.tobytes() == b.tobytes()
+    prog, sep = _program(fn), _program(fn_sep)
+    assert _leaf_kernels(prog) == 2 and PHILOX not in [n.op for n in prog.graph.nodes]
+    fwd = next(n for n in prog.graph.nodes if has_philox_op(n.op))
+    assert [o.shape for o in fwd.outs] == [(32, 512)]
+
+    def written(p):
+        return sum(o.numel() * o.dtype.itemsize for n in p.graph.nodes
+                   if n.op.name in ("philox", "fused") for o in n.outs)
+    assert written(sep) - written(prog) == 32 * 512 * 4      # the float32 mask
+
+
+def test_switch_keeps_the_separate_path_and_cpu_graphs_unchanged(fake_cuda, monkeypatch):
+    """Without the GPU's capabilities nothing changes: the draw stays a host ``random``
+    node, fused or not."""
+    from ember.graph.trace import RANDOM
+    for enabled in (True, False):
+        monkeypatch.setattr(fuse_philox, "ENABLED", enabled)
+        em.manual_seed(0)
+        fn = em.compile(lambda x: em.nn.functional.dropout(x, 0.5))
+        x = em.ones(8, 8).to("cuda")
+        fn(x)
+        fn(x)
+        ops = [n.op for n in _program(fn).graph.nodes]
+        assert RANDOM in ops and fuse_philox.WORDS not in ops
+
+
+def test_bench_census_counts_fewer_launches_and_bytes():
+    """``bench/cuda_philox_fuse.py`` at a tiny size (stub modules, nothing runs): the fused
+    step launches no draw kernel and moves fewer bytes."""
+    import importlib.util
+    path = os.path.join(os.path.dirname(__file__), "..", "..", "bench", "cuda_philox_fuse.py")
+    spec = importlib.util.spec_from_file_location("cuda_philox_fuse", path)
+    mod = importlib.util.module_from_spec(spec)
+    spec.loader.exec_module(mod)
+    res = mod.census(tokens=64, d=32, p=0.1, subprocess=True)
+    fused, sep = res["fused"], res["separate"]
+    assert sep["philox_launches"] >= 2 and fused["philox_launches"] == 0
+    assert fused["launches"] < sep["launches"] and fused["bytes"] < sep["bytes"]
