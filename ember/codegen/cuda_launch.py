@@ -131,7 +131,7 @@ def row_plan(k, arrays, shape, xp, given=None):
     for i, a in enumerate(arrays):
         if not isinstance(a, xp.ndarray):
             a = _asarray(xp, a, k.inputs[i].dtype.np)
-        if a.size == 1:
+        if a.size == 1 or not any(a.strides):  # NOTE: or a pre-broadcast host scalar
             flags |= 1 << i
         elif not a.flags.c_contiguous:
             return None

@@ -12,6 +12,7 @@ import numpy as np
 
 import ember as em
 from ember.codegen import cuda_philox
+from ember.graph.passes.fuse_philox import WORDS
 from ember.graph.passes.philox import PHILOX
 from test_cuda_philox_emu import ref_words
 from test_cuda_philox_graphs import P, SHAPE, _program, _run
@@ -38,7 +39,7 @@ def test_gpu_kernels_match_the_reference(gpu):  # noqa: F811
 
 def test_gpu_compiled_dropout_masks_are_the_reference(gpu):  # noqa: F811
     got, fn = _run(None, calls=4, seed=7)
-    assert any(n.op is PHILOX for n in _program(fn).graph.nodes)
+    assert any(n.op in (PHILOX, WORDS) for n in _program(fn).graph.nodes)  # WORDS: fused
     n = int(np.prod(SHAPE))
     c = cuda_philox.counters(n)
     for k, (out, grad) in enumerate(got[1:]):
