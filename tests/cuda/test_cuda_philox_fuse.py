@@ -173,3 +173,30 @@ def test_row_entry_takes_a_pre_broadcast_host_scalar_as_a_scalar():
     x, b = np.zeros(shape, np.float32), np.zeros((1, 8), np.float32)
     name, _g, _b, args, _o = row_plan(k, [x, b] + words, shape, np)
     assert name == "rowk_r" and int(args[-3]) & 0b1100 == 0b1100
+
+
+def test_forward_graph_saving_the_mask_keeps_the_separate_kernel(emu_gpu, monkeypatch):
+    """A compiled model's forward graph saves the mask for its backward graph: the draw
+    is written anyway, so its readers load it (no leaf computing it a second time);
+    results as the separate path's, bit for bit."""
+    from test_cuda_graphs import _compiled_fn
+
+    def run():
+        em.manual_seed(0)
+        model = _mlp_dropout().to("cuda")
+        cm = em.compile(model)
+        x = em.ones(6, 8).to("cuda")
+        outs = []
+        for _ in range(4):
+            y = cm(x)
+            y.sum().backward()
+            outs.append((y.detach().cpu().numpy().copy(),
+                         model[0].weight.grad.cpu().numpy().copy()))
+            model.zero_grad(set_to_none=True)
+        return outs, cm
+    (got, cm), (want, _) = _both(monkeypatch, run)
+    for (y0, g0), (y1, g1) in zip(got, want):
+        assert y0.tobytes() == y1.tobytes() and g0.tobytes() == g1.tobytes()
+    e = [e for e in _compiled_fn(cm)._cache.values() if e.program is not None][-1]
+    assert PHILOX in [n.op for n in e.program.graph.nodes]
+    assert _leaf_kernels(e.program) == 0

@@ -9,8 +9,10 @@ kernel stores it — a float32 mask of a GPT's activations is hundreds of MB a s
 :class:`~ember.codegen.ir.Philox` leaf: element ``f`` of the loop space computes word
 ``f % 4`` of counter ``offset + f // 4`` under the draw's key, the very numbers the
 separate kernel writes there (``codegen/cuda_philox.py``: bitwise the same results). An
-input qualifies when it is made by a ``philox`` node and is laid out C-contiguously over
-the whole loop space (no broadcast, no transpose: the flat position must be the draw's).
+input qualifies when it is made by a ``philox`` node, is laid out C-contiguously over
+the whole loop space (no broadcast, no transpose: the flat position must be the draw's)
+and is no graph output (a forward graph that saves the mask for its backward graph
+writes it anyway).
 The leaf reads ``(seed, offset)`` from two 0-d int64 kernel operands: a ``philox_words``
 host step per draw (:class:`Words`) takes them from the draw's ``philox_key`` row, so the
 executor uploads them with its other host values (a CUDA graph's replay refills them).
@@ -65,6 +67,7 @@ class Words:
         self._next = max(ids, default=-1) + 1
         self._of: dict = {}
         self.after: dict = {}           # id(philox node) -> [its words node]
+        self.outputs = {v.id for v in graph.outputs}
 
     def of(self, n) -> tuple:
         """``(seed, offset)`` Vars of ``philox`` node ``n``'s draw."""
@@ -103,8 +106,10 @@ def philox_leaves(lw: Lowered | None, producer, words: Words) -> Lowered | None:
         return lw
     k = lw.kernel
     space = tuple(k.shape) if isinstance(k, ReduceKernel) else tuple(k.out.shape)
+    # NOTE: a draw that is a graph output (a forward graph saving the mask for its
+    # backward graph) is written anyway: its readers load it
     draws = {j: producer(x) for j, (x, spec) in enumerate(zip(lw.inputs, k.inputs))
-             if _draw(producer(x), spec, space)}
+             if x.id not in words.outputs and _draw(producer(x), spec, space)}
     if not draws:
         return lw
     keep = [j for j in range(len(lw.inputs)) if j not in draws]
