@@ -4,8 +4,8 @@ An expression is a small immutable tree (equal subtrees compare equal, so the re
 shares them: CSE for free). Leaves are input loads (:class:`Load`), constants
 (:class:`Const`), the current element's coordinate along an axis (:class:`Index`: an
 ``arange`` no kernel reads from memory; :class:`Philox`: a random draw's element, computed
-where it is used) and, inside reduction kernels, per-row results of
-earlier reduction stages (:class:`Row`); nodes (:class:`Apply`) are registry primitives whose ``expr``
+where it is used) and, inside reduction kernels, per-row results of earlier reduction
+stages (:class:`Row`); nodes (:class:`Apply`) are registry primitives whose ``expr``
 template renders them. Every node carries its compute dtype (the dtype its inputs are
 cast to, like the dispatcher does) and its output dtype; :func:`typed` fills both in
 with the dispatcher's promotion rules when the builder left them out.
