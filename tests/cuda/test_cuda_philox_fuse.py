@@ -20,7 +20,7 @@ from ember.graph.passes import fuse_philox
 from ember.graph.passes.philox import PHILOX, PHILOX_KEY
 
 import _cuda_emu
-from test_cuda_philox_graphs import _mlp_dropout, _program, _run
+from test_cuda_philox_graphs import _mlp_dropout, _model_runs, _program, _run
 from test_multi_launch import _launches, emu_gpu  # noqa: F401 - a fixture
 
 import ember as em
@@ -180,21 +180,7 @@ def test_forward_graph_saving_the_mask_keeps_the_separate_kernel(emu_gpu, monkey
     is written anyway, so its readers load it (no leaf computing it a second time);
     results as the separate path's, bit for bit."""
     from test_cuda_graphs import _compiled_fn
-
-    def run():
-        em.manual_seed(0)
-        model = _mlp_dropout().to("cuda")
-        cm = em.compile(model)
-        x = em.ones(6, 8).to("cuda")
-        outs = []
-        for _ in range(4):
-            y = cm(x)
-            y.sum().backward()
-            outs.append((y.detach().cpu().numpy().copy(),
-                         model[0].weight.grad.cpu().numpy().copy()))
-            model.zero_grad(set_to_none=True)
-        return outs, cm
-    (got, cm), (want, _) = _both(monkeypatch, run)
+    (got, cm), (want, _) = _both(monkeypatch, lambda: _model_runs(steps=4))
     for (y0, g0), (y1, g1) in zip(got, want):
         assert y0.tobytes() == y1.tobytes() and g0.tobytes() == g1.tobytes()
     e = [e for e in _compiled_fn(cm)._cache.values() if e.program is not None][-1]

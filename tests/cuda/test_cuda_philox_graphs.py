@@ -159,22 +159,26 @@ def test_adamw_training_with_dropout_replays_the_default_mode(emu_gpu, amp):
     assert len(set(got[0][2:])) > 1
 
 
+def _model_runs(mode=None, steps=6):
+    """``steps`` calls of a compiled dropout MLP (forward and backward graphs) with eager
+    backward: each call's output and first-layer gradient, and the compiled model."""
+    em.manual_seed(0)
+    model = _mlp_dropout().to("cuda")
+    cm = em.compile(model, mode=mode)
+    x = em.ones(6, 8).to("cuda")
+    outs = []
+    for _ in range(steps):
+        y = cm(x)
+        y.sum().backward()
+        outs.append((y.detach().cpu().numpy().copy(),
+                     model[0].weight.grad.cpu().numpy().copy()))
+        model.zero_grad(set_to_none=True)
+    return outs, cm
+
+
 def test_compiled_model_forward_and_backward_graphs(emu_gpu):
-    def run(mode):
-        em.manual_seed(0)
-        model = _mlp_dropout().to("cuda")
-        cm = em.compile(model, mode=mode)
-        x = em.ones(6, 8).to("cuda")
-        outs = []
-        for _ in range(6):
-            y = cm(x)
-            y.sum().backward()
-            outs.append((y.detach().cpu().numpy().copy(),
-                         model[0].weight.grad.cpu().numpy().copy()))
-            model.zero_grad(set_to_none=True)
-        return outs, cm
     from test_cuda_graphs import _compiled_fn
-    (want, _), (got, cm) = run(None), run("reduce-overhead")
+    (want, _), (got, cm) = _model_runs(None), _model_runs("reduce-overhead")
     for (y0, g0), (y1, g1) in zip(want, got):
         assert y0.tobytes() == y1.tobytes() and g0.tobytes() == g1.tobytes()
     assert not np.array_equal(got[-1][0], got[-2][0])
