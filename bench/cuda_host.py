@@ -158,6 +158,8 @@ def main(argv=None) -> int:
     p.add_argument("--reps", type=int, default=20)
     p.add_argument("--no-eager", action="store_true", help="compiled step only")
     p.add_argument("--profile", action="store_true", help="cProfile's top 25 by own time")
+    p.add_argument("--profile-eager", action="store_true",
+                   help="with --profile: profile the eager step instead of the compiled one")
     p.add_argument("--mode", default=None, choices=["default", "reduce-overhead"],
                    help="ember.compile's mode; reduce-overhead also prints the host time "
                    "a GPU replay keeps (the call without the stand-in's re-run of the "
@@ -184,7 +186,7 @@ def main(argv=None) -> int:
             print(f"{'':<9} {_copies(fn)}")
         if label == "compiled" and a.mode == "reduce-overhead":
             _replay_host(fn, inputs, a.reps)
-        if a.profile and label == "compiled":
+        if a.profile and (label == "compiled") != a.profile_eager:
             prof = cProfile.Profile()
             with np.errstate(all="ignore"):
                 prof.runcall(_timed, fn, inputs, a.reps)
