@@ -2,7 +2,11 @@
 Ember compiled (``--mode``: ``default`` or ``reduce-overhead``, CUDA graphs) — step
 times (CUDA events), the compiled call's first-call times, its host time (until the call
 returns, without waiting for the GPU), the CUDA graph's state, and with ``--profile`` the
-compiled step's GPU kernels (torch.profiler: total device time and the biggest kernels).
+compiled step's GPU kernels (torch.profiler: total device time and the biggest kernels),
+then each generated kernel's bytes beside its time: the arrays a launch is given (inputs +
+outputs, each array once: an upper bound on its DRAM traffic, ``bench/cuda_gap.py``'s
+measure), GB/s and the percentage of this GPU's cudaMemcpy bandwidth — which kernels are
+far from the copy rate.
 
 ``bench/cuda.py``'s GPT (d=768, 12 layers, T=1024, batch 8, vocab 50257, AdamW) under
 float16 autocast (``--dtype bfloat16`` for bf16).
@@ -85,7 +89,80 @@ def main(argv=None) -> int:
         tot = sum(e.self_device_time_total for e in ka)
         print(f"compiled GPU kernel time total {tot / 1e3:.1f} ms")
         print(ka.table(sort_by="self_cuda_time_total", row_limit=45, max_name_column_width=70))
+        try:
+            _bandwidth_table(c, args, ka, em)
+        except Exception as e:      # noqa: BLE001 - a report; the figures above stand
+            print(f"kernel bandwidth table failed: {type(e).__name__}: {e}")
     return 0
+
+
+def _launch_bytes(c, args) -> dict:
+    """``{kernel name: [launches, bytes]}`` of one call of compiled ``c``: every launch of a
+    generated module (``cuda_cache._KeptFunction``) with the bytes of the distinct arrays
+    among its arguments."""
+    import cupy
+    from ember.codegen import cuda_cache
+    seen: dict = {}
+    real = cuda_cache._KeptFunction.__call__
+
+    def counting(self, grid, block, kargs, *rest, **kw):
+        ptrs, n = set(), 0
+        for a in kargs:
+            if isinstance(a, cupy.ndarray) and a.data.ptr not in ptrs:
+                ptrs.add(a.data.ptr)
+                n += a.nbytes
+        row = seen.setdefault(self.name, [0, 0])
+        row[0] += 1
+        row[1] += n
+        return real(self, grid, block, kargs, *rest, **kw)
+    cuda_cache._KeptFunction.__call__ = counting
+    try:
+        c(*args)
+    finally:
+        cuda_cache._KeptFunction.__call__ = real
+    return seen
+
+
+def _memcpy_gbs(cupy, nbytes=1 << 30) -> float:
+    """Device-to-device cudaMemcpy GB/s (read + write) over ``nbytes``."""
+    a, b = cupy.empty(nbytes, cupy.uint8), cupy.empty(nbytes, cupy.uint8)
+    s = cupy.cuda.get_current_stream()
+    e0, e1 = cupy.cuda.Event(), cupy.cuda.Event()
+    for _ in range(2):
+        b.data.copy_from_device_async(a.data, nbytes, s)
+    e0.record()
+    for _ in range(5):
+        b.data.copy_from_device_async(a.data, nbytes, s)
+    e1.record()
+    e1.synchronize()
+    return 2 * nbytes * 5 / (cupy.cuda.get_elapsed_time(e0, e1) * 1e-3) / 1e9
+
+
+def _bandwidth_table(c, args, ka, em, rows=30) -> None:
+    """The biggest generated kernels by device time with their bytes, GB/s and % of
+    cudaMemcpy (``ka``: torch.profiler's key averages of one call of ``c``)."""
+    import cupy
+    seen = _launch_bytes(c, args)
+    em.cuda.synchronize()
+    copy = _memcpy_gbs(cupy)
+    times = {e.key: (e.count, e.self_device_time_total) for e in ka}
+    out = []
+    for name, (n, nbytes) in seen.items():
+        cnt, us = times.get(name, (0, 0.0))
+        if us > 0:
+            out.append((us, name, n, cnt, nbytes))
+    out.sort(reverse=True)
+    print(f"generated kernels by device time (cudaMemcpy {copy:.0f} GB/s; bytes: arrays "
+          f"given, each once — an upper bound):")
+    print(f"{'kernel':<48} {'launches':>8} {'ms':>8} {'MB':>9} {'GB/s':>7} {'%copy':>6}")
+    for us, name, n, cnt, nbytes in out[:rows]:
+        gbs = nbytes / (us * 1e-6) / 1e9
+        print(f"{name[:48]:<48} {n:>4}/{cnt:<3} {us / 1e3:>8.3f} {nbytes / 1e6:>9.1f} "
+              f"{gbs:>7.0f} {100 * gbs / copy:>6.1f}")
+    tot_us = sum(r[0] for r in out)
+    tot_b = sum(r[4] for r in out)
+    print(f"all {len(out)} generated kernels: {tot_us / 1e3:.2f} ms, {tot_b / 1e6:.0f} MB, "
+          f"{tot_b / max(tot_us, 1e-9) / 1e3:.0f} GB/s")
 
 
 if __name__ == "__main__":

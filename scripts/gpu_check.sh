@@ -17,6 +17,7 @@ timeout 120 python3 bench/cuda_step.py --profile 2>&1 | tee $OUT/gpt.log | \
     grep -E "torch eager|ember eager|ember compiled|host-side|kernel time total"
 grep -E "^ +(ember|cupy|Memcpy|nvjet|void|sm)" $OUT/gpt.log | \
     awk '{printf "%-52s %s %s\n", substr($1,1,52), $(NF-4), $NF}' | head -25
+sed -n '/^generated kernels by device time/,/^all .* generated kernels/p' $OUT/gpt.log | head -34
 timeout 100 python3 bench/cuda_step.py --mode reduce-overhead --no-torch 2>&1 | \
     tee $OUT/gpt_graphs.log | grep -E "ember compiled|host-side|cuda graph" | sed 's/^/graphs: /'
 timeout 60 python3 bench/cuda_multi.py 2>&1 | tail -6

@@ -218,7 +218,7 @@ class _Kept:
     def get_function(self, name: str):
         f = self._fns.get(name)
         if f is None:
-            f = self._fns[name] = _KeptFunction(self.mod.get_function(name))
+            f = self._fns[name] = _KeptFunction(self.mod.get_function(name), name)
         return f
 
     def __getattr__(self, name):
@@ -226,10 +226,13 @@ class _Kept:
 
 
 class _KeptFunction:
-    __slots__ = ("fn",)
+    """A kernel of a :class:`_Kept` module; ``name``: its entry point (``bench/cuda_step.py``
+    sums each kernel's bytes under it)."""
 
-    def __init__(self, fn):
-        self.fn = fn
+    __slots__ = ("fn", "name")
+
+    def __init__(self, fn, name: str = ""):
+        self.fn, self.name = fn, name
 
     def __call__(self, grid, block, args, *rest, **kw):
         keep = _graph.keeping()
