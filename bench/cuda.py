@@ -6,6 +6,9 @@ says so and exits 0. Prints, side by side (medians of alternating runs, events t
 * matmul TFLOP/s in float32 and bfloat16 (n = 4096), Ember vs ``torch.matmul``;
 * a GELU's GB/s (Ember eager, Ember compiled) against a device-to-device copy's;
 * W1 (MLP 64-256-10, batch 256, AdamW) step time, eager and compiled, vs PyTorch eager;
+* W1-W3 of ``bench/train.py`` (MLP 784-512-512-10 SGD, CNN 32x32 SGD, a 4-layer GPT with
+  AdamW; float32, their sizes and data) eager and compiled, vs PyTorch eager and
+  ``torch.compile`` (``--only workloads``);
 * a GPT training step (d=768, 12 layers, 12 heads, T=1024, batch 8, vocab 50257, AdamW,
   bf16 autocast where the backend stores bfloat16, else float16): Ember eager, compiled
   and compiled with ``mode="reduce-overhead"`` (CUDA graphs) vs PyTorch eager,
@@ -182,6 +185,50 @@ def w1_rows(reps, torch):
     return rows
 
 
+#: bench/train.py's workloads timed on the GPU (``workload_rows``).
+WORKLOADS = ("W1 MLP SGD", "W2 CNN SGD", "W3 GPT AdamW")
+
+
+def _workload_step(lib, name):
+    """``step()`` of ``bench/train.py``'s workload ``name`` built in ``lib`` on ``cuda``
+    (model and data moved there; ``Module.cuda`` keeps the optimizer's parameters)."""
+    import numpy as np
+    here = os.path.dirname(os.path.abspath(__file__))
+    if here not in sys.path:
+        sys.path.append(here)        # NOTE: appended: the `cuda` package name (above)
+    from train import WORKLOADS as ALL, make_step
+    wl = ALL[name]
+    lib.manual_seed(0)
+    model, opt = wl.build(lib, **wl.size)
+    model.cuda()
+    x, y = wl.data(np.random.default_rng(0), **wl.size)
+    return make_step(lib, model, opt, lib.tensor(x).cuda(), lib.tensor(y).cuda())
+
+
+def workload_rows(reps, torch):
+    """W1-W3 (``WORKLOADS``) eager beside PyTorch eager, compiled beside torch.compile."""
+    rows = []
+    for name in WORKLOADS:
+        for label, mine, theirs in (("eager", lambda f: f, lambda f: f),
+                                    ("compiled", em.compile,
+                                     lambda f: torch.compile(f))):
+            try:
+                fn = mine(_workload_step(em, name))
+                ms = _time(fn, reps, em.cuda.synchronize, warm=5)
+            except Exception as e:     # noqa: BLE001 - report, keep benchmarking
+                print(f"{name} {label}: failed: {type(e).__name__}: {e}")
+                ms = float("nan")
+            peer = None
+            if torch is not None:
+                try:
+                    tfn = theirs(_workload_step(torch, name))
+                    peer = _time(tfn, reps, torch.cuda.synchronize, warm=5)
+                except Exception as e:     # noqa: BLE001 - no Triton etc.
+                    print(f"torch {name} {label}: failed: {type(e).__name__}: {e}")
+            rows.append((f"{name} {label} ms", ms, peer))
+    return rows
+
+
 def _gpt_class(lib, d=768, n_layers=12, heads=12, vocab=50257, block=1024):
     """The same GPT (pre-LayerNorm, fused qkv, causal SDPA, tanh GELU) for ``lib`` (ember
     or torch): the two libraries share the nn API, so one definition serves both."""
@@ -289,8 +336,8 @@ def main(argv=None) -> int:
     p = argparse.ArgumentParser(description=__doc__.splitlines()[0])
     p.add_argument("--quick", action="store_true")
     p.add_argument("--no-gpt", action="store_true", help="leave out the GPT step")
-    p.add_argument("--only", nargs="+", choices=["matmul", "gelu", "bandwidth", "w1", "gpt",
-                                                 "gpt-eager"],
+    p.add_argument("--only", nargs="+", choices=["matmul", "gelu", "bandwidth", "w1",
+                                                 "workloads", "gpt", "gpt-eager"],
                    help="these sections only (bandwidth: clone, x*2, GELU vs memcpy and "
                    "PyTorch; gpt-eager: the GPT step eager only)")
     args = p.parse_args(argv)
@@ -306,10 +353,11 @@ def main(argv=None) -> int:
     print(f"GPU: {em.cuda.get_device_name()}; PyTorch peer: "
           f"{torch.__version__ if torch else 'not available'}")
     print(f"{'benchmark':<28} {'ember':>12} {'torch':>12}")
-    sections = [matmul_rows, gelu_rows, w1_rows] + ([] if args.no_gpt else [gpt_rows])
+    sections = [matmul_rows, gelu_rows, w1_rows, workload_rows] + (
+        [] if args.no_gpt else [gpt_rows])
     if args.only:
         table = {"matmul": matmul_rows, "gelu": gelu_rows, "bandwidth": bandwidth_rows,
-                 "w1": w1_rows, "gpt": gpt_rows,
+                 "w1": w1_rows, "workloads": workload_rows, "gpt": gpt_rows,
                  "gpt-eager": lambda r, t: gpt_rows(r, t, compiled=False)}
         sections = [table[s] for s in args.only]
     for section in sections:

@@ -132,7 +132,7 @@ def make_gpt(lib, vocab=256, ctx=64, d_model=128, heads=4, layers=4, d_mlp=512, 
             self.ln_f, self.head = nn.LayerNorm(d_model), nn.Linear(d_model, vocab, bias=False)
 
         def forward(self, idx):
-            x = self.tok(idx) + self.pos(lib.arange(idx.shape[1]))
+            x = self.tok(idx) + self.pos(lib.arange(idx.shape[1], device=idx.device))
             for block in self.blocks:
                 x = block(x)
             return self.head(self.ln_f(x))

@@ -3,7 +3,7 @@
 # (bench/cuda_step.py: PyTorch eager, Ember eager, Ember compiled, in the default mode with
 # the kernel profile and in mode="reduce-overhead" — CUDA graphs), multi-tensor launches,
 # and bench/cuda.py --quick (matmul TFLOP/s, GELU GB/s vs cudaMemcpy, W1, the GPT rows
-# beside torch.compile).
+# beside torch.compile; then bench/train.py's W1-W3 eager and compiled beside torch).
 # Run: OUT=<dir> scripts/gpu_check.sh   (logs under $OUT) on a machine with an NVIDIA GPU, CuPy,
 # PyTorch, pytest-xdist and pytest-timeout; CI never runs it.
 cd "$(dirname "$0")/.."
@@ -21,5 +21,7 @@ sed -n '/^generated kernels by device time/,/^all .* generated kernels/p' $OUT/g
 timeout 100 python3 bench/cuda_step.py --mode reduce-overhead --no-torch 2>&1 | \
     tee $OUT/gpt_graphs.log | grep -E "ember compiled|host-side|cuda graph" | sed 's/^/graphs: /'
 timeout 60 python3 bench/cuda_multi.py 2>&1 | tail -6
-timeout 150 python3 bench/cuda.py --quick 2>&1 | tee $OUT/cuda.log | tail -32
+timeout 150 python3 bench/cuda.py --quick --only matmul gelu w1 gpt 2>&1 | tee $OUT/cuda.log | \
+    tail -32
+timeout 150 python3 bench/cuda.py --quick --only workloads 2>&1 | tee $OUT/workloads.log | tail -12
 date
