@@ -128,8 +128,9 @@ def forward_plan(q, k, v, scale, is_causal, xp=np, out=None):
     ints = [np.int32(x) for x in (b1, tq, tk, d, dv, int(bool(is_causal)))]
     strides = [np.int64(x) for x in qs + ks + vs + os_]
     args = (q, k, v, o, lse, *ints, np.float32(scale), *strides)
-    if mma:     # NOTE: same arguments; 64 query rows a block
-        return f"ember_flash_fwd_mma_{mma}", _grid(tq, nb, 16), (THREADS, 1, 1), args, o, lse
+    if mma:     # NOTE: same arguments; 64 (or 128: _mma_c.ROWS) query rows a block
+        return (f"ember_flash_fwd_mma_{mma}", _grid(tq, nb, _mma_c.warp_rows(d, dv)),
+                (THREADS, 1, 1), args, o, lse)
     return f"ember_flash_fwd_{s}", _grid(tq, nb, rows), (THREADS, 1, 1), args, o, lse
 
 

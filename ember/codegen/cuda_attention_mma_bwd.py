@@ -20,7 +20,8 @@ import os
 from .cuda_attention_c import HEAD
 from .cuda_attention_mma_bwd_c import BWD, DKDV, DQ_KERNEL, ENTRIES
 
-__all__ = ["MAX_HEAD_DIM", "STORAGE", "enabled", "render", "route", "supported", "variant"]
+__all__ = ["MAX_HEAD_DIM", "STORAGE", "enabled", "entries", "render", "route", "supported",
+           "variant"]
 
 #: NumPy dtype name -> (suffix, CUDA storage type, mma, pack, exponent mask).
 STORAGE = {"float16": ("f16", "__half", "ember_mma_f16", "ember_pack_f16", "0x7c00u"),
@@ -39,28 +40,40 @@ SUB = 16
 #: 2026-11-26): backward 0.483 ms with it vs 0.608 without at SUB=16 (SUB=32: 0.564/0.713,
 #: SUB=64: 0.595/0.719; the scalar kernels 5.41, torch's sdpa 0.341).
 ASYNC = True
+#: tiles whose every (query, key) pair is visible (no ``Tq``/``Tk`` tail, not the causal
+#: diagonal) take an unguarded path: no masks, no diagonal tests, no Inf/NaN checks
+#: (FlashAttention-2's split of the tile loop; the same operations, so bitwise the same
+#: gradients). False: every tile the masked code (the old kernels, suffix ``m``: A/B).
+FULL_TILES = True
 THREADS = 128
 enabled = os.environ.get("EMBER_FLASH_MMA_BWD", "1") != "0"
 
 
 def variant(dtype_name: str, d: int, dv: int) -> tuple:
     """``(suffix, storage type, DQ, DV)``: head dims rounded up to 32 (at most 64),
-    :data:`SUB` and :data:`ASYNC` (suffix ``a``)."""
+    :data:`SUB`, :data:`ASYNC` (suffix ``a``) and :data:`FULL_TILES` (off: suffix ``m``)."""
     tag, ctype = STORAGE[dtype_name][:2]
     dq, dvv = 32 * max(1, -(-d // 32)), 32 * max(1, -(-dv // 32))
-    return f"{tag}_d{dq}_v{dvv}_s{SUB}{'a' if ASYNC else ''}", ctype, dq, dvv
+    return (f"{tag}_d{dq}_v{dvv}_s{SUB}{'a' if ASYNC else ''}{'' if FULL_TILES else 'm'}",
+            ctype, dq, dvv)
 
 
 def render(dtype_name: str, d: int, dv: int) -> str:
     """The CUDA source of one variant: its two ``extern "C"`` kernels."""
     from .cuda_mma import MMA
-    s, t, dq, dvv = variant(dtype_name, d, dv)
     _, _, mma, pack, mask = STORAGE[dtype_name]
     defs = f"#define EMBER_MMA {mma}\n#define EMBER_PACK {pack}\n#define EMBER_EXP16 {mask}\n"
-    entries = (ENTRIES.replace("{S}", s).replace("{T}", t).replace("{DQ}", str(dq))
-               .replace("{DV}", str(dvv)).replace("{SUB}", str(SUB))
-               .replace("{ASYNC}", "true" if ASYNC else "false"))
-    return HEAD + MMA + defs + BWD + DKDV + DQ_KERNEL + entries
+    return HEAD + MMA + defs + BWD + DKDV + DQ_KERNEL + entries(dtype_name, d, dv)
+
+
+def entries(dtype_name: str, d: int, dv: int) -> str:
+    """The two ``extern "C"`` kernels of one variant (:func:`variant`: the module constants
+    now), after :func:`render`'s text; the entries of several variants may share a source."""
+    s, t, dq, dvv = variant(dtype_name, d, dv)
+    return (ENTRIES.replace("{S}", s).replace("{T}", t).replace("{DQ}", str(dq))
+            .replace("{DV}", str(dvv)).replace("{SUB}", str(SUB))
+            .replace("{ASYNC}", "true" if ASYNC else "false")
+            .replace("{FT}", "true" if FULL_TILES else "false"))
 
 
 def supported(q, k, v) -> bool:

@@ -183,7 +183,75 @@ __device__ __forceinline__ void ember_dkdv_tile(unsigned short *sm, float *lsh, 
     }
 }
 
-template <typename T, int DQ, int DV, int SUB, bool ASYNC>
+/* one query tile's products for warp w's 16 keys (ja, jb = ja + 8: this lane's; the tile
+   staged in xs (Q), gs (dO), lsh_ (lse log2 e), dsh_ (delta)): dV += P^T dO, dK += dS^T Q.
+   WHOLE: every (key, query) pair of the tile visible (no Tq tail, not the causal diagonal):
+   no masks, no skipped blocks, no Inf/NaN test — the general path's operations on such a
+   tile, straight-line. Otherwise: diag is the causal diagonal tile (query blocks u < w all
+   masked, u == w mixed) and masked pairs are exact zeros (module docstring). */
+template <typename T, int DQ, int DV, int SUB, bool WHOLE>
+__device__ __forceinline__ void ember_dkdv_math(float (&dka)[DQ / 8][4],
+        float (&dva)[DV / 8][4], const unsigned (&ka)[DQ / 16][4],
+        const unsigned (&va)[DV / 16][4], const unsigned short *xs, const unsigned short *gs,
+        const float *lsh_, const float *dsh_, int i0, bool diag, int w, int ja, int jb,
+        int Tq, int causal, float sl2) {
+    const int tc = threadIdx.x & 3;
+    const bool badg = !WHOLE && diag && ember_bad16<DV>(gs, 16 * w);
+    const bool badq = !WHOLE && diag && ember_bad16<DQ>(xs, 16 * w);
+    /* the unguarded path's query chunks two at a time at SUB=16 (ptxas -v, sm_90, float16,
+       d=64: all four unrolled take 182 registers, two blocks a SM; two, 168: three) */
+#pragma unroll (WHOLE && SUB == 16 ? 2 : 64 / SUB)
+    for (int h = 0; h < 64 / SUB; h++) {      /* queries [h SUB, (h + 1) SUB) */
+        if (!WHOLE && diag && (h + 1) * (SUB / 16) <= w) continue;
+        float s[SUB / 8][4], dp[SUB / 8][4];
+#pragma unroll
+        for (int n = 0; n < SUB / 8; n++) {
+#pragma unroll
+            for (int c = 0; c < 4; c++) { s[n][c] = 0.f; dp[n][c] = 0.f; }
+        }
+#pragma unroll
+        for (int uu = 0; uu < SUB / 16; uu++) {
+            const int u = h * (SUB / 16) + uu;
+            if (!WHOLE && diag && u < w) continue;
+            ember_mma_xt<DQ>(s + 2 * uu, ka, xs, 16 * u);
+            ember_mma_xt<DV>(dp + 2 * uu, va, gs, 16 * u);
+        }
+#pragma unroll
+        for (int n = 0; n < SUB / 8; n++) {
+#pragma unroll
+            for (int c = 0; c < 4; c++) {
+                const int il = h * SUB + n * 8 + 2 * tc + (c & 1), i = i0 + il;
+                const bool ok = WHOLE || (i < Tq && (!causal || (c < 2 ? ja : jb) <= i));
+                const float pr = ok ? exp2f(s[n][c] * sl2 - lsh_[il]) : 0.f;
+                dp[n][c] = ok ? pr * (dp[n][c] - dsh_[il]) : 0.f;
+                s[n][c] = pr;
+            }
+        }
+#pragma unroll
+        for (int uu = 0; uu < SUB / 16; uu++) {
+            const int u = h * (SUB / 16) + uu;
+            if (!WHOLE && diag && u < w) continue;
+            const bool mixed = !WHOLE && diag && u == w;
+            unsigned a[4];
+            if (mixed && badg) {
+                ember_mixed<T, DV, true>(dva, s[2 * uu], s[2 * uu + 1], gs, 16 * u, ja,
+                                         i0 + 16 * u, Tq);
+            } else {
+                ember_c2a(a, s[2 * uu], s[2 * uu + 1]);
+                ember_mma_rows<DV>(dva, a, gs, 16 * u);
+            }
+            if (mixed && badq) {
+                ember_mixed<T, DQ, true>(dka, dp[2 * uu], dp[2 * uu + 1], xs, 16 * u, ja,
+                                         i0 + 16 * u, Tq);
+            } else {
+                ember_c2a(a, dp[2 * uu], dp[2 * uu + 1]);
+                ember_mma_rows<DQ>(dka, a, xs, 16 * u);
+            }
+        }
+    }
+}
+
+template <typename T, int DQ, int DV, int SUB, bool ASYNC, bool FT>
 __device__ void ember_mma_dkdv(const T *q, const T *k, const T *v, const T *g,
         const float *lse, const float *delta, T *dk, T *dv, int b1, int Tq, int Tk, int D,
         int Dv, int causal, float scale, const long long *st) {
@@ -242,57 +310,12 @@ __device__ void ember_mma_dkdv(const T *q, const T *k, const T *v, const T *g,
         const unsigned short *xs = sm + b * TILE, *gs = xs + 64 * LDW(DQ);
         const float *lsh_ = lsh[b], *dsh_ = dsh[b];
         const bool diag = causal && i0 == j0;     /* query blocks u < w: all masked */
-        const bool badg = diag && ember_bad16<DV>(gs, 16 * w);
-        const bool badq = diag && ember_bad16<DQ>(xs, 16 * w);
-#pragma unroll
-        for (int h = 0; h < 64 / SUB; h++) {      /* queries [h SUB, (h + 1) SUB) */
-            if (diag && (h + 1) * (SUB / 16) <= w) continue;
-            float s[SUB / 8][4], dp[SUB / 8][4];
-#pragma unroll
-            for (int n = 0; n < SUB / 8; n++) {
-#pragma unroll
-                for (int c = 0; c < 4; c++) { s[n][c] = 0.f; dp[n][c] = 0.f; }
-            }
-#pragma unroll
-            for (int uu = 0; uu < SUB / 16; uu++) {
-                const int u = h * (SUB / 16) + uu;
-                if (diag && u < w) continue;
-                ember_mma_xt<DQ>(s + 2 * uu, ka, xs, 16 * u);
-                ember_mma_xt<DV>(dp + 2 * uu, va, gs, 16 * u);
-            }
-#pragma unroll
-            for (int n = 0; n < SUB / 8; n++) {
-#pragma unroll
-                for (int c = 0; c < 4; c++) {
-                    const int il = h * SUB + n * 8 + 2 * tc + (c & 1), i = i0 + il;
-                    const bool ok = i < Tq && (!causal || (c < 2 ? ja : jb) <= i);
-                    const float pr = ok ? exp2f(s[n][c] * sl2 - lsh_[il]) : 0.f;
-                    dp[n][c] = ok ? pr * (dp[n][c] - dsh_[il]) : 0.f;
-                    s[n][c] = pr;
-                }
-            }
-#pragma unroll
-            for (int uu = 0; uu < SUB / 16; uu++) {
-                const int u = h * (SUB / 16) + uu;
-                if (diag && u < w) continue;
-                const bool mixed = diag && u == w;
-                unsigned a[4];
-                if (mixed && badg) {
-                    ember_mixed<T, DV, true>(dva, s[2 * uu], s[2 * uu + 1], gs, 16 * u, ja,
-                                             i0 + 16 * u, Tq);
-                } else {
-                    ember_c2a(a, s[2 * uu], s[2 * uu + 1]);
-                    ember_mma_rows<DV>(dva, a, gs, 16 * u);
-                }
-                if (mixed && badq) {
-                    ember_mixed<T, DQ, true>(dka, dp[2 * uu], dp[2 * uu + 1], xs, 16 * u, ja,
-                                             i0 + 16 * u, Tq);
-                } else {
-                    ember_c2a(a, dp[2 * uu], dp[2 * uu + 1]);
-                    ember_mma_rows<DQ>(dka, a, xs, 16 * u);
-                }
-            }
-        }
+        if (FT && i0 + 64 <= Tq && !diag)         /* every pair visible: unguarded */
+            ember_dkdv_math<T, DQ, DV, SUB, true>(dka, dva, ka, va, xs, gs, lsh_, dsh_, i0,
+                                                  false, w, ja, jb, Tq, causal, sl2);
+        else
+            ember_dkdv_math<T, DQ, DV, SUB, false>(dka, dva, ka, va, xs, gs, lsh_, dsh_, i0,
+                                                   diag, w, ja, jb, Tq, causal, sl2);
     }
     if (!live) return;
 #pragma unroll
@@ -323,7 +346,62 @@ __device__ __forceinline__ void ember_dq_tile(unsigned short *sm, const unsigned
     ember_stage16<DV, ASYNC>(sm + 64 * LDW(DQ), vh, st[8], j0, Tk, Dv);
 }
 
-template <typename T, int DQ, int DV, int SUB, bool ASYNC>
+/* one key tile's products for warp w's 16 query rows (ia, ib = ia + 8: this lane's, their
+   lse log2 e la, lb and delta da, db; the tile staged in xs (K), ys (V)): dQ += dS K.
+   WHOLE: every (query, key) pair of the tile visible (no Tk tail, not the causal
+   diagonal): no masks, no skipped blocks, no Inf/NaN test — the general path's operations
+   on such a tile, straight-line. Otherwise: diag is the causal diagonal tile (key blocks
+   u > w all masked, u == w mixed) and masked pairs are exact zeros (module docstring). */
+template <typename T, int DQ, int DV, int SUB, bool WHOLE>
+__device__ __forceinline__ void ember_dq_math(float (&acc)[DQ / 8][4],
+        const unsigned (&qa)[DQ / 16][4], const unsigned (&ga)[DV / 16][4],
+        const unsigned short *xs, const unsigned short *ys, int j0, bool diag, int w, int ia,
+        int ib, float la, float lb, float da, float db, int Tk, int causal, float sl2) {
+    const int tc = threadIdx.x & 3;
+    const bool badk = !WHOLE && diag && ember_bad16<DQ>(xs, 16 * w);
+#pragma unroll
+    for (int h = 0; h < 64 / SUB; h++) {      /* keys [h SUB, (h + 1) SUB) */
+        if (!WHOLE && diag && h * (SUB / 16) > w) continue;
+        float s[SUB / 8][4], dp[SUB / 8][4];
+#pragma unroll
+        for (int n = 0; n < SUB / 8; n++) {
+#pragma unroll
+            for (int c = 0; c < 4; c++) { s[n][c] = 0.f; dp[n][c] = 0.f; }
+        }
+#pragma unroll
+        for (int uu = 0; uu < SUB / 16; uu++) {
+            const int u = h * (SUB / 16) + uu;
+            if (!WHOLE && diag && u > w) continue;
+            ember_mma_xt<DQ>(s + 2 * uu, qa, xs, 16 * u);
+            ember_mma_xt<DV>(dp + 2 * uu, ga, ys, 16 * u);
+        }
+#pragma unroll
+        for (int n = 0; n < SUB / 8; n++) {
+#pragma unroll
+            for (int c = 0; c < 4; c++) {
+                const int j = j0 + h * SUB + n * 8 + 2 * tc + (c & 1), i = c < 2 ? ia : ib;
+                const bool ok = WHOLE || (j < Tk && (!causal || j <= i));
+                const float pr = ok ? exp2f(s[n][c] * sl2 - (c < 2 ? la : lb)) : 0.f;
+                s[n][c] = ok ? pr * (dp[n][c] - (c < 2 ? da : db)) : 0.f;
+            }
+        }
+#pragma unroll
+        for (int uu = 0; uu < SUB / 16; uu++) {
+            const int u = h * (SUB / 16) + uu;
+            if (!WHOLE && diag && u > w) continue;
+            if (!WHOLE && diag && u == w && badk) {
+                ember_mixed<T, DQ, false>(acc, s[2 * uu], s[2 * uu + 1], xs, 16 * u, ia,
+                                          j0 + 16 * u, Tk);
+            } else {
+                unsigned a[4];
+                ember_c2a(a, s[2 * uu], s[2 * uu + 1]);
+                ember_mma_rows<DQ>(acc, a, xs, 16 * u);
+            }
+        }
+    }
+}
+
+template <typename T, int DQ, int DV, int SUB, bool ASYNC, bool FT>
 __device__ void ember_mma_dq(const T *q, const T *k, const T *v, const T *g,
         const float *lse, const float *delta, T *dq, int b1, int Tq, int Tk, int D, int Dv,
         int causal, float scale, const long long *st) {
@@ -382,47 +460,12 @@ __device__ void ember_mma_dq(const T *q, const T *k, const T *v, const T *g,
         if (!live) continue;
         const unsigned short *xs = sm + b * TILE, *ys = xs + 64 * LDW(DQ);
         const bool diag = causal && j0 == i0;     /* key blocks u > w: all masked */
-        const bool badk = diag && ember_bad16<DQ>(xs, 16 * w);
-#pragma unroll
-        for (int h = 0; h < 64 / SUB; h++) {      /* keys [h SUB, (h + 1) SUB) */
-            if (diag && h * (SUB / 16) > w) continue;
-            float s[SUB / 8][4], dp[SUB / 8][4];
-#pragma unroll
-            for (int n = 0; n < SUB / 8; n++) {
-#pragma unroll
-                for (int c = 0; c < 4; c++) { s[n][c] = 0.f; dp[n][c] = 0.f; }
-            }
-#pragma unroll
-            for (int uu = 0; uu < SUB / 16; uu++) {
-                const int u = h * (SUB / 16) + uu;
-                if (diag && u > w) continue;
-                ember_mma_xt<DQ>(s + 2 * uu, qa, xs, 16 * u);
-                ember_mma_xt<DV>(dp + 2 * uu, ga, ys, 16 * u);
-            }
-#pragma unroll
-            for (int n = 0; n < SUB / 8; n++) {
-#pragma unroll
-                for (int c = 0; c < 4; c++) {
-                    const int j = j0 + h * SUB + n * 8 + 2 * tc + (c & 1), i = c < 2 ? ia : ib;
-                    const bool ok = j < Tk && (!causal || j <= i);
-                    const float pr = ok ? exp2f(s[n][c] * sl2 - (c < 2 ? la : lb)) : 0.f;
-                    s[n][c] = ok ? pr * (dp[n][c] - (c < 2 ? da : db)) : 0.f;
-                }
-            }
-#pragma unroll
-            for (int uu = 0; uu < SUB / 16; uu++) {
-                const int u = h * (SUB / 16) + uu;
-                if (diag && u > w) continue;
-                if (diag && u == w && badk) {
-                    ember_mixed<T, DQ, false>(acc, s[2 * uu], s[2 * uu + 1], xs, 16 * u, ia,
-                                              j0 + 16 * u, Tk);
-                } else {
-                    unsigned a[4];
-                    ember_c2a(a, s[2 * uu], s[2 * uu + 1]);
-                    ember_mma_rows<DQ>(acc, a, xs, 16 * u);
-                }
-            }
-        }
+        if (FT && j0 + 64 <= Tk && !diag)         /* every pair visible: unguarded */
+            ember_dq_math<T, DQ, DV, SUB, true>(acc, qa, ga, xs, ys, j0, false, w, ia, ib, la,
+                                                lb, da, db, Tk, causal, sl2);
+        else
+            ember_dq_math<T, DQ, DV, SUB, false>(acc, qa, ga, xs, ys, j0, diag, w, ia, ib, la,
+                                                 lb, da, db, Tk, causal, sl2);
     }
     if (!live) return;
 #pragma unroll
@@ -445,14 +488,14 @@ extern "C" __global__ void ember_flash_dkdv_mma_{S}(const {T} *q,
         const {T} *k, const {T} *v, const {T} *g, const float *lse, const float *delta,
         {T} *dk, {T} *dv, int b1, int Tq, int Tk, int D, int Dv, int causal, float scale,
         const long long *st) {
-    ember_mma_dkdv<{T}, {DQ}, {DV}, {SUB}, {ASYNC}>(q, k, v, g, lse, delta, dk, dv, b1, Tq,
+    ember_mma_dkdv<{T}, {DQ}, {DV}, {SUB}, {ASYNC}, {FT}>(q, k, v, g, lse, delta, dk, dv, b1, Tq,
         Tk, D, Dv, causal, scale, st);
 }
 extern "C" __global__ void ember_flash_dq_mma_{S}(const {T} *q,
         const {T} *k, const {T} *v, const {T} *g, const float *lse, const float *delta,
         {T} *dq, int b1, int Tq, int Tk, int D, int Dv, int causal, float scale,
         const long long *st) {
-    ember_mma_dq<{T}, {DQ}, {DV}, {SUB}, {ASYNC}>(q, k, v, g, lse, delta, dq, b1, Tq, Tk,
+    ember_mma_dq<{T}, {DQ}, {DV}, {SUB}, {ASYNC}, {FT}>(q, k, v, g, lse, delta, dq, b1, Tq, Tk,
         D, Dv, causal, scale, st);
 }
 """

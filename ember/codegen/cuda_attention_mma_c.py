@@ -52,6 +52,14 @@ PIPELINES = ("none", "regs", "cp.async")
 #: --quick``, the GPT's (8, 12, 1024, 64) causal float16 forward, 2026-11-26): "cp.async"
 #: 0.161 ms, "none" 0.179, "regs" 0.220 (the scalar kernel 1.99, torch's sdpa 0.055).
 DEFAULT_PIPELINE = "cp.async"
+#: tiles every row of a block sees whole (no ``Tk`` tail, wholly below the causal diagonal)
+#: take an unguarded path (no masks, no per-step tests: FlashAttention-2's split of the key
+#: loop); False: every tile the masked one (the old kernel, bitwise the same results; kept
+#: for ``bench/cuda_attention.py``'s A/B).
+FULL_TILES = True
+#: query rows a warp owns: 16 (64 a block) or 32 (two m-tiles, 128 a block: each K/V
+#: fragment from shared memory feeds twice the mma's; head dims up to 64, else 16).
+ROWS = 16
 
 FWD_MMA = r"""
 __device__ __forceinline__ void ember_mma(const __half *, float *c, const unsigned *a,
@@ -134,23 +142,34 @@ __device__ __forceinline__ void ember_tile_async(unsigned short *sh, const unsig
 /* one 16-row A fragment per lane's warp: the rows of a row-major tile */
 #define EMBER_ROW16(r0, c0, L) (((r0) + (lane & 15)) * (L) + (c0) + 8 * (lane >> 4))
 
-/* S (16 x 64: 8 C fragments) = Q K^T over the first nk 16-key steps; K rows as B */
-template <typename T, int DQ>
-__device__ __forceinline__ void ember_fwd_scores(float (&s)[8][4],
-        const unsigned (&qf)[DQ / 16][4], const unsigned short *kt, int nk, int lane) {
+/* S (MT m-tiles of 16 x 64: 8 C fragments each) = Q K^T over the first nk[mt] 16-key
+   steps of m-tile mt (the last m-tile sees the most); K rows as B, each K fragment loaded
+   once for every m-tile. WHOLE: all 4 steps, no tests */
+template <typename T, int DQ, int MT, bool WHOLE>
+__device__ __forceinline__ void ember_fwd_scores(float (&s)[MT][8][4],
+        const unsigned (&qf)[MT][DQ / 16][4], const unsigned short *kt, const int (&nk)[MT],
+        int lane) {
     constexpr int LQ = DQ + 8;
 #pragma unroll
-    for (int n = 0; n < 8; n++) s[n][0] = s[n][1] = s[n][2] = s[n][3] = 0.f;
+    for (int mt = 0; mt < MT; mt++) {
+#pragma unroll
+        for (int n = 0; n < 8; n++) s[mt][n][0] = s[mt][n][1] = s[mt][n][2] = s[mt][n][3] = 0.f;
+    }
 #pragma unroll
     for (int np = 0; np < 4; np++) {
-        if (np < nk) {
+        if (WHOLE || np < nk[MT - 1]) {
 #pragma unroll
             for (int kk = 0; kk < DQ / 16; kk++) {
                 unsigned b[4];
                 ember_ldsm_x4(b, &kt[(np * 16 + 8 * (lane >> 4) + (lane & 7)) * LQ +
                                      kk * 16 + 8 * ((lane >> 3) & 1)]);
-                ember_mma((const T *)0, s[2 * np], qf[kk], b);
-                ember_mma((const T *)0, s[2 * np + 1], qf[kk], b + 2);
+#pragma unroll
+                for (int mt = 0; mt < MT; mt++) {
+                    if (WHOLE || np < nk[mt]) {
+                        ember_mma((const T *)0, s[mt][2 * np], qf[mt][kk], b);
+                        ember_mma((const T *)0, s[mt][2 * np + 1], qf[mt][kk], b + 2);
+                    }
+                }
             }
         }
     }
@@ -215,20 +234,31 @@ __device__ __forceinline__ bool ember_fwd_v_nonfinite(const unsigned short *vt, 
     return __ballot_sync(FULL, bad) != 0u;
 }
 
-/* acc += P V over 16-key step kk on the tensor cores: P's C fragments packed as A */
-template <typename T, int DV>
-__device__ __forceinline__ void ember_fwd_pv(float (&acc)[DV / 8][4], const float (&s)[8][4],
-        const unsigned short *vt, int kk, int lane) {
-    const unsigned a[4] = {ember_pack((const T *)0, s[2 * kk][0], s[2 * kk][1]),
-                           ember_pack((const T *)0, s[2 * kk][2], s[2 * kk][3]),
-                           ember_pack((const T *)0, s[2 * kk + 1][0], s[2 * kk + 1][1]),
-                           ember_pack((const T *)0, s[2 * kk + 1][2], s[2 * kk + 1][3])};
+/* acc[mt] += P V over 16-key step kk on the tensor cores for the m-tiles with on[mt]: P's
+   C fragments packed as A; each V fragment loaded once for every m-tile */
+template <typename T, int DV, int MT>
+__device__ __forceinline__ void ember_fwd_pv(float (&acc)[MT][DV / 8][4],
+        const float (&s)[MT][8][4], const unsigned short *vt, int kk, int lane,
+        const bool (&on)[MT]) {
+    unsigned a[MT][4];
+#pragma unroll
+    for (int mt = 0; mt < MT; mt++) {
+        a[mt][0] = ember_pack((const T *)0, s[mt][2 * kk][0], s[mt][2 * kk][1]);
+        a[mt][1] = ember_pack((const T *)0, s[mt][2 * kk][2], s[mt][2 * kk][3]);
+        a[mt][2] = ember_pack((const T *)0, s[mt][2 * kk + 1][0], s[mt][2 * kk + 1][1]);
+        a[mt][3] = ember_pack((const T *)0, s[mt][2 * kk + 1][2], s[mt][2 * kk + 1][3]);
+    }
 #pragma unroll
     for (int nd = 0; nd < DV / 16; nd++) {
         unsigned b[4];
         ember_ldsm_x4_t(b, &vt[EMBER_ROW16(kk * 16, nd * 16, DV + 8)]);
-        ember_mma((const T *)0, acc[2 * nd], a, b);
-        ember_mma((const T *)0, acc[2 * nd + 1], a, b + 2);
+#pragma unroll
+        for (int mt = 0; mt < MT; mt++) {
+            if (on[mt]) {
+                ember_mma((const T *)0, acc[mt][2 * nd], a[mt], b);
+                ember_mma((const T *)0, acc[mt][2 * nd + 1], a[mt], b + 2);
+            }
+        }
     }
 }
 
@@ -323,16 +353,89 @@ __device__ __forceinline__ void ember_fwd_stage(unsigned short *ksh, unsigned sh
     }
 }
 
+/* one 64-key tile for a warp's MT m-tiles of 16 rows (r0: its first row): S, the online
+   softmax, acc rescaled, acc += P V. WHOLE: every key of the tile visible to every row (no
+   Tk tail, wholly below the causal diagonal): all 4 steps of each m-tile, no masks, no
+   non-finite V test — the same operations as the general path on such a tile, unguarded
+   (straight-line code: ldmatrix loads free to move across the steps' mma's). Otherwise: an
+   m-tile's steps past its last visible key are skipped (one that sees none skips the tile),
+   the masked softmax where some key is masked, and a causal diagonal step whose V holds an
+   Inf/NaN takes the exact path (module docstring). */
+template <typename T, int DQ, int DV, int MT, bool WHOLE>
+__device__ __forceinline__ void ember_fwd_tile(float (&acc)[MT][DV / 8][4],
+        float (&m)[MT][2], float (&l)[MT][2], const unsigned (&qf)[MT][DQ / 16][4],
+        const unsigned short *kt, const unsigned short *vt, int j0, int r0, int kend,
+        int Tk, int causal, float sl2, int lane) {
+    constexpr int BN = 64;
+    int nk[MT];                    /* 16-key steps m-tile mt sees (warp-uniform) */
+    bool live[MT], full[MT];
+#pragma unroll
+    for (int mt = 0; mt < MT; mt++) {
+        const int rm = r0 + 16 * mt;
+        nk[mt] = WHOLE ? 4 : min(4, (kend - j0 + 15) >> 4);
+        if (!WHOLE && causal) nk[mt] = min(nk[mt], (rm + 16 - j0 + 15) >> 4);
+        live[mt] = WHOLE || nk[mt] > 0;
+        full[mt] = WHOLE || (j0 + BN <= Tk && (!causal || j0 + BN - 1 <= rm));
+    }
+    float s[MT][8][4], a[MT][2];
+    ember_fwd_scores<T, DQ, MT, WHOLE>(s, qf, kt, nk, lane);
+#pragma unroll
+    for (int mt = 0; mt < MT; mt++) {
+        if (!live[mt]) continue;
+        const int ia = r0 + 16 * mt + (lane >> 2);
+        if (full[mt]) ember_fwd_softmax<false>(s[mt], m[mt], l[mt], a[mt], sl2, j0, ia,
+                                               lane & 3, Tk, causal);
+        else ember_fwd_softmax<true>(s[mt], m[mt], l[mt], a[mt], sl2, j0, ia, lane & 3, Tk,
+                                     causal);
+#pragma unroll
+        for (int n = 0; n < DV / 8; n++) {
+            acc[mt][n][0] *= a[mt][0]; acc[mt][n][1] *= a[mt][0];
+            acc[mt][n][2] *= a[mt][1]; acc[mt][n][3] *= a[mt][1];
+        }
+    }
+#pragma unroll
+    for (int kk = 0; kk < 4; kk++) {
+        bool on[MT];
+        if (WHOLE) {
+#pragma unroll
+            for (int mt = 0; mt < MT; mt++) on[mt] = true;
+            ember_fwd_pv<T, DV, MT>(acc, s, vt, kk, lane, on);
+            continue;
+        }
+        /* an m-tile's diagonal step (some key past some row) with a non-finite V: the
+           exact path (module docstring); the V test once for the m-tiles that need it */
+        bool diag[MT], need = false, any = false;
+#pragma unroll
+        for (int mt = 0; mt < MT; mt++) {
+            diag[mt] = kk < nk[mt] && causal && j0 + kk * 16 + 15 > r0 + 16 * mt;
+            need |= diag[mt];
+        }
+        const bool bad = need && ember_fwd_v_nonfinite<T, DV>(vt, kk, lane);
+#pragma unroll
+        for (int mt = 0; mt < MT; mt++) {
+            const int ia = r0 + 16 * mt + (lane >> 2);
+            if (diag[mt] && bad) ember_fwd_pv_exact<T, DV>(acc[mt], s[mt], vt, kk, j0, ia,
+                                                           lane, Tk);
+            on[mt] = kk < nk[mt] && !(diag[mt] && bad);
+            any |= on[mt];
+        }
+        if (any) ember_fwd_pv<T, DV, MT>(acc, s, vt, kk, lane, on);
+    }
+}
+
 /* MODE: how K/V tiles reach shared memory. 0: loaded at the top of each tile; 1: the next
    tile's loads issued into registers before this tile's math; 2: cp.async into the other
    of two buffers during this tile's math. 64 keys a tile, 128 threads: DQ/16 and DV/16
-   16-byte chunks a thread. */
-template <typename T, int DQ, int DV, int MODE>
+   16-byte chunks a thread. MT: 16-row m-tiles a warp owns (1: 64 rows a block; 2: 128,
+   each K/V fragment feeding two m-tiles' mma's). FT: the tiles every row of the block
+   sees whole take the unguarded path (ember_fwd_tile's WHOLE); false: every tile the
+   general one (the old kernel: benchmarks). */
+template <typename T, int DQ, int DV, int MODE, int MT, bool FT>
 __device__ void ember_flash_fwd_mma(const T *q, const T *k, const T *v, T *o, float *lse,
         int b1, int Tq, int Tk, int causal, float scale, const long long *st) {
     /* st: q, k, v, o strides (s0, s1, s2 each), in elements */
-    constexpr int BM = 64, BN = 64, LQ = DQ + 8, LV = DV + 8, NQ = DQ / 16, NV = DV / 16;
-    constexpr int NBUF = MODE == 2 ? 2 : 1, KB = BN * LQ, VB = BN * LV;
+    constexpr int BM = 64 * MT, BN = 64, LQ = DQ + 8, LV = DV + 8, NQ = DQ / 16;
+    constexpr int NV = DV / 16, NBUF = MODE == 2 ? 2 : 1, KB = BN * LQ, VB = BN * LV;
     __shared__ __align__(16) unsigned short ksh[NBUF * KB];   /* the Q tile: last buffer */
     __shared__ __align__(16) unsigned short vsh[NBUF * VB];
     const int p = blockIdx.y, i0 = (gridDim.x - 1 - blockIdx.x) * BM;
@@ -345,23 +448,39 @@ __device__ void ember_flash_fwd_mma(const T *q, const T *k, const T *v, T *o, fl
 #pragma unroll
     for (int a = 0; a < 12; a++) vec &= (st[a] & 7) == 0;
     const unsigned short *ku = (const unsigned short *)k, *vu = (const unsigned short *)v;
-    unsigned qf[DQ / 16][4];
-    {
+    const int r0 = i0 + warp * 16 * MT;                     /* this warp's first row */
+    unsigned qf[MT][DQ / 16][4];
+#pragma unroll
+    for (int h = 0; h < MT; h++) {      /* 64 rows at a time: rows r0 .. r0 + 16 MT - 1 */
         uint4 rq[NQ];
-        ember_tile_ld<DQ / 8, NQ>(rq, (const unsigned short *)q, base[0], st[2], i0, Tq, vec);
+        ember_tile_ld<DQ / 8, NQ>(rq, (const unsigned short *)q, base[0], st[2], i0 + 64 * h,
+                                  Tq, vec);
         ember_tile_st<DQ / 8, LQ, NQ>(ksh + (NBUF - 1) * KB, rq);
         __syncthreads();
 #pragma unroll
-        for (int kk = 0; kk < DQ / 16; kk++)
-            ember_ldsm_x4(qf[kk], &ksh[(NBUF - 1) * KB + EMBER_ROW16(warp * 16, kk * 16, LQ)]);
-        if (MODE == 2) __syncthreads();          /* Q read before tile 1 lands there */
-    }
-    const int ia = i0 + warp * 16 + (lane >> 2);            /* this lane's rows: ia, ia + 8 */
-    const float sl2 = scale * 1.4426950408889634f;
-    float m[2] = {-INFINITY, -INFINITY}, l[2] = {0.f, 0.f}, acc[DV / 8][4];
+        for (int mt = 0; mt < MT; mt++) {
+            const int rl = warp * 16 * MT + 16 * mt - 64 * h;   /* row in this staging */
+            if (rl >= 0 && rl < 64) {
 #pragma unroll
-    for (int n = 0; n < DV / 8; n++) acc[n][0] = acc[n][1] = acc[n][2] = acc[n][3] = 0.f;
+                for (int kk = 0; kk < DQ / 16; kk++)
+                    ember_ldsm_x4(qf[mt][kk], &ksh[(NBUF - 1) * KB + EMBER_ROW16(rl, kk * 16, LQ)]);
+            }
+        }
+        if (MODE == 2 || h + 1 < MT) __syncthreads();   /* Q read before tile 1 lands there */
+    }
+    const float sl2 = scale * 1.4426950408889634f;
+    float m[MT][2], l[MT][2], acc[MT][DV / 8][4];
+#pragma unroll
+    for (int mt = 0; mt < MT; mt++) {
+        m[mt][0] = m[mt][1] = -INFINITY;
+        l[mt][0] = l[mt][1] = 0.f;
+#pragma unroll
+        for (int n = 0; n < DV / 8; n++)
+            acc[mt][n][0] = acc[mt][n][1] = acc[mt][n][2] = acc[mt][n][3] = 0.f;
+    }
     const int kend = causal ? min(Tk, i0 + BM) : Tk;
+    /* the tiles [0, kfull) every row of the block sees whole: no Tk tail, below i0 */
+    const int kfull = FT ? min(Tk / BN * BN, causal ? i0 : Tk) : 0;
     uint4 rk[NQ], rv[NV];
     if (MODE == 1 && kend > 0) {
         ember_tile_ld<DQ / 8, NQ>(rk, ku, base[1], st[5], 0, Tk, vec);
@@ -377,69 +496,80 @@ __device__ void ember_flash_fwd_mma(const T *q, const T *k, const T *v, T *o, fl
         ember_fwd_stage<DQ, DV, MODE>(ksh, vsh, rk, rv, ku, vu, base, st, j0, kend, Tk, buf,
                                       vec);
         const unsigned short *kt = ksh + buf * KB, *vt = vsh + buf * VB;
-        /* 16-key steps this warp sees (warp-uniform); every key past them is masked */
-        int nk = min(4, (kend - j0 + 15) >> 4);
-        if (causal) nk = min(nk, (i0 + warp * 16 + 16 - j0 + 15) >> 4);
-        const bool full = j0 + BN <= Tk && (!causal || j0 + BN - 1 <= i0 + warp * 16);
-        float s[8][4], a[2];
-        ember_fwd_scores<T, DQ>(s, qf, kt, nk, lane);
-        if (full) ember_fwd_softmax<false>(s, m, l, a, sl2, j0, ia, lane & 3, Tk, causal);
-        else ember_fwd_softmax<true>(s, m, l, a, sl2, j0, ia, lane & 3, Tk, causal);
-#pragma unroll
-        for (int n = 0; n < DV / 8; n++) {
-            acc[n][0] *= a[0]; acc[n][1] *= a[0]; acc[n][2] *= a[1]; acc[n][3] *= a[1];
-        }
-#pragma unroll
-        for (int kk = 0; kk < 4; kk++) {
-            if (kk < nk) {
-                /* the warp's diagonal step (some key past some row) with a non-finite V:
-                   the exact path (module docstring) */
-                const bool slow = causal && j0 + kk * 16 + 15 > i0 + warp * 16 &&
-                                  ember_fwd_v_nonfinite<T, DV>(vt, kk, lane);
-                if (slow) ember_fwd_pv_exact<T, DV>(acc, s, vt, kk, j0, ia, lane, Tk);
-                else ember_fwd_pv<T, DV>(acc, s, vt, kk, lane);
-            }
-        }
+        if (j0 < kfull)             /* block-uniform: one branch a tile, none inside */
+            ember_fwd_tile<T, DQ, DV, MT, true>(acc, m, l, qf, kt, vt, j0, r0, kend, Tk,
+                                                causal, sl2, lane);
+        else
+            ember_fwd_tile<T, DQ, DV, MT, false>(acc, m, l, qf, kt, vt, j0, r0, kend, Tk,
+                                                 causal, sl2, lane);
         if (MODE == 2) {            /* this buffer is read: the next tile's loads may go */
             __syncthreads();
             buf ^= 1;
         }
     }
-    ember_fwd_store<T, DV>(acc, m, l, o, lse, base[3], st[11], p, ia, Tq, lane, vec);
+#pragma unroll
+    for (int mt = 0; mt < MT; mt++)
+        ember_fwd_store<T, DV>(acc[mt], m[mt], l[mt], o, lse, base[3], st[11], p,
+                               r0 + 16 * mt + (lane >> 2), Tq, lane, vec);
 }
 """
 
 #: the entry point of one variant ({S}: suffix, {T}: storage type); the scalar forward's
-#: arguments (``D``/``Dv`` are the variant's), strides gathered for the template.
+#: arguments (``D``/``Dv`` are the variant's), strides gathered for the template. {LB}: the
+#: 128-row kernel's register bound (two blocks a SM: 255 registers a thread).
 ENTRY = r"""
-extern "C" __global__ void ember_flash_fwd_mma_{S}(const {T} *q,
+extern "C" __global__ void {LB}ember_flash_fwd_mma_{S}(const {T} *q,
         const {T} *k, const {T} *v, {T} *o, float *lse, int b1, int Tq, int Tk, int D,
         int Dv, int causal, float scale, long long qs0, long long qs1, long long qs2,
         long long ks0, long long ks1, long long ks2, long long vs0, long long vs1,
         long long vs2, long long os0, long long os1, long long os2) {
     const long long st[12] = {qs0, qs1, qs2, ks0, ks1, ks2, vs0, vs1, vs2, os0, os1, os2};
-    ember_flash_fwd_mma<{T}, {DQ}, {DV}, {MODE}>(q, k, v, o, lse, b1, Tq, Tk, causal, scale,
-                                               st);
+    ember_flash_fwd_mma<{T}, {DQ}, {DV}, {MODE}, {MT}, {FT}>(q, k, v, o, lse, b1, Tq, Tk,
+                                                           causal, scale, st);
 }
 """
 
 
-def variant(dtype_name: str, d: int, dv: int):
+def warp_rows(d: int, dv: int, rows: int | None = None) -> int:
+    """Query rows a warp owns for these head dims: ``rows`` (default :data:`ROWS`), 16 where
+    32 does not fit (head dims over 64)."""
+    rows = ROWS if rows is None else rows
+    if rows not in (16, 32):
+        raise ValueError(f"flash forward (mma): rows {rows} a warp; valid: 16, 32")
+    return 16 if max(d, dv) > 64 else rows
+
+
+def variant(dtype_name: str, d: int, dv: int, rows: int | None = None,
+            full_tiles: bool | None = None):
     """The kernel suffix (``f16_d64_v64``) for these q/k and v head dims, or None when the
-    tensor-core forward does not take them."""
+    tensor-core forward does not take them; ``_r32`` when a warp owns 32 rows, ``_m`` when
+    every tile runs the masked path (``rows``/``full_tiles``: default :data:`ROWS`,
+    :data:`FULL_TILES`)."""
     if dtype_name not in TYPES or d not in HEAD_DIMS or dv not in HEAD_DIMS:
         return None
-    return f"{TYPES[dtype_name]}_d{d}_v{dv}"
+    full_tiles = FULL_TILES if full_tiles is None else full_tiles
+    return (f"{TYPES[dtype_name]}_d{d}_v{dv}" + ("_r32" if warp_rows(d, dv, rows) == 32
+                                                  else "") + ("" if full_tiles else "_m"))
 
 
 def render(head: str, mma: str, dtype_name: str, d: int, dv: int,
-           pipeline: str | None = None) -> str:
+           pipeline: str | None = None, rows: int | None = None,
+           full_tiles: bool | None = None) -> str:
     """The CUDA source of one variant: ``head`` (the attention HEAD), ``mma``
-    (:data:`.cuda_mma.MMA`), the kernel and its ``extern "C"`` entry. ``pipeline``: how K/V
-    tiles reach shared memory, one of :data:`PIPELINES` (default: :data:`DEFAULT_PIPELINE` for
-    head dims up to :data:`PREFETCH_MAX_DIM`, else ``"none"``; ``"cp.async"`` needs two buffers of
-    each, head dims up to 64 in 48 KiB)."""
-    s = variant(dtype_name, d, dv)
+    (:data:`.cuda_mma.MMA`), the kernel and its ``extern "C"`` entry (:func:`entry`)."""
+    return head + mma + FWD_MMA + entry(dtype_name, d, dv, pipeline, rows, full_tiles)
+
+
+def entry(dtype_name: str, d: int, dv: int, pipeline: str | None = None,
+          rows: int | None = None, full_tiles: bool | None = None) -> str:
+    """The ``extern "C"`` entry of one variant (after :data:`FWD_MMA`; entries of several
+    variants may share one source). ``pipeline``: how K/V tiles reach shared memory, one of
+    :data:`PIPELINES` (default: :data:`DEFAULT_PIPELINE` for head dims up to
+    :data:`PREFETCH_MAX_DIM`, else ``"none"``; ``"cp.async"`` needs two buffers of each, head
+    dims up to 64 in 48 KiB). ``rows``: query rows a warp owns (16 or 32, head dims up to 64;
+    default :data:`ROWS`); ``full_tiles``: the unguarded path for whole tiles (default
+    :data:`FULL_TILES`)."""
+    s = variant(dtype_name, d, dv, rows, full_tiles)
     if s is None:
         raise ValueError(f"flash forward (mma): no variant for dtype {dtype_name}, head dims "
                          f"q/k {d}, v {dv}; it takes float16/bfloat16 with dims in "
@@ -449,7 +579,13 @@ def render(head: str, mma: str, dtype_name: str, d: int, dv: int,
     if pipeline not in PIPELINES or (pipeline == "cp.async" and max(d, dv) > 64):
         raise ValueError(f"flash forward (mma): pipeline {pipeline!r} for head dims {d}/{dv};"
                          f" valid: {PIPELINES} (\"cp.async\": dims <= 64)")
+    if rows == 32 and max(d, dv) > 64:
+        raise ValueError(f"flash forward (mma): 32 rows a warp for head dims {d}/{dv}; "
+                         "valid up to 64")
     ctype = "__half" if dtype_name == "float16" else "__nv_bfloat16"
-    entry = (ENTRY.replace("{S}", s).replace("{T}", ctype).replace("{DQ}", str(d))
-             .replace("{DV}", str(dv)).replace("{MODE}", str(PIPELINES.index(pipeline))))
-    return head + mma + FWD_MMA + entry
+    mt = warp_rows(d, dv, rows) // 16
+    full_tiles = FULL_TILES if full_tiles is None else full_tiles
+    return (ENTRY.replace("{S}", s).replace("{T}", ctype).replace("{DQ}", str(d))
+            .replace("{DV}", str(dv)).replace("{MODE}", str(PIPELINES.index(pipeline)))
+            .replace("{MT}", str(mt)).replace("{FT}", "true" if full_tiles else "false")
+            .replace("{LB}", "__launch_bounds__(128, 2) " if mt == 2 else ""))

@@ -49,7 +49,7 @@ static dim3 blockDim, gridDim;
 #define __device__
 #define __host__
 #define __forceinline__ inline
-#define __launch_bounds__(x)
+#define __launch_bounds__(...)
 #define __align__(n) __attribute__((aligned(n)))
 struct uint2 { unsigned x, y; };
 struct alignas(16) uint4 { unsigned x, y, z, w; };
@@ -228,7 +228,8 @@ template <typename F> static inline void emu_launch(dim3 g, dim3 b, F f) {
 _CTYPES = {"int": ctypes.c_int, "unsigned": ctypes.c_uint, "float": ctypes.c_float,
            "double": ctypes.c_double, "long long": ctypes.c_longlong,
            "int64_t": ctypes.c_int64, "long": ctypes.c_long}
-_SIG = re.compile(r'extern "C" __global__ void\s+(\w+)\s*\(([^)]*)\)')
+_SIG = re.compile(r'extern "C" __global__ void\s+(?:__launch_bounds__\([^)]*\)\s*)?(\w+)\s*'
+                  r'\(([^)]*)\)')
 
 
 def sample(d, n: int, rng):

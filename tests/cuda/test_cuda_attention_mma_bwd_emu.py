@@ -198,6 +198,35 @@ def test_every_chunk_width_and_pipeline_gives_the_same_gradients(cache, monkeypa
         _check(got, want, "float16")
 
 
+def test_full_tiles_give_the_old_kernels_gradients_bitwise(cache, workdir, monkeypatch):
+    """The unguarded path for tiles whose every pair is visible (the default) runs the old
+    kernels' operations in their order: the same bits of dq, dk, dv. Causal and not, T of
+    2-3 tiles (whole tiles, the diagonal, Tq/Tk tails), cross-attention with head dims not
+    multiples of 8 (element loads), NaN/Inf inputs (the scalar mixed-block path); the
+    default SUB and pipeline (the others: one check at development, not here: the tile
+    code is shared). Old and new entries share one emulated module (one g++ run)."""
+    nan = _arrays("float16", *[(1, 1, 130, 64)] * 3, seed=5)
+    nan[1][0, 0, 39], nan[2][0, 0, 100], nan[0][0, 0, 33, 0] = np.nan, np.nan, np.nan
+    nan[3][0, 0, 5, 7] = np.inf
+    cases = [(_arrays("float16", *[(1, 1, 130, 64)] * 3, seed=6), True),
+             (_arrays("float16", (1, 130, 40), (1, 70, 40), (1, 70, 40), seed=7), True),
+             (_arrays("float16", (1, 70, 40), (1, 130, 40), (1, 130, 40), seed=8), False),
+             (nan, True)]
+    monkeypatch.setattr(mb, "FULL_TILES", False)
+    old = mb.entries("float16", 64, 64)
+    monkeypatch.setattr(mb, "FULL_TILES", True)
+    mod = _cuda_emu.EmuModule(mb.render("float16", 64, 64) + old, workdir)
+    for (q, k, v, g), causal in cases:
+        grads = []
+        for full in (True, False):
+            monkeypatch.setattr(mb, "FULL_TILES", full)
+            cache["bwd_mma_" + mb.variant("float16", 64, 64)[0]] = mod
+            got, names = _run(cache, q, k, v, g, causal, 0.15)
+            assert names[0].endswith("m") != full
+            grads.append(b"".join(a.tobytes() for a in got))
+        assert grads[0] == grads[1], (q.shape, k.shape, causal)
+
+
 NVRTC = nvrtc.available() and bool(nvrtc.include_dirs())
 
 

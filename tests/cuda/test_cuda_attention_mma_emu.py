@@ -194,16 +194,69 @@ def test_the_backward_reads_the_mma_forwards_o_and_lse(emu):
                                    rtol=1e-2, atol=1e-2)
 
 
+def test_full_tiles_and_128_row_blocks_give_the_old_kernels_results_bitwise(emu, workdir):
+    """The unguarded path for whole tiles (the default) and the 128-row blocks (32 rows a
+    warp) run the old kernel's operations in its order on every row: the same bits of O
+    and lse. Tq, Tk of 2-3 tiles: whole tiles, the causal diagonal (of both m-tiles), Tk
+    and Tq tails, cross-attention, 16-byte and element loads, an Inf/NaN V on the
+    diagonal (the exact path), a NaN key and a NaN row; the "regs" pipeline once. The
+    variants of a dtype and head dim share one emulated module (one g++ run)."""
+    from ember.codegen.cuda_mma import MMA
+    rng = np.random.default_rng(13)
+
+    def arrays(tq, tk, d=32, dtype="float16"):
+        return tuple(_low(rng.standard_normal((1, 1, t, d)), dtype) for t in (tq, tk, tk))
+    nan = arrays(150, 150)
+    nan[2][0, 0, 100, 3], nan[2][0, 0, 140, 0] = np.inf, np.nan     # V on the diagonal
+    nan[1][0, 0, 149], nan[0][0, 0, 70] = np.nan, np.nan
+    big = _low(rng.standard_normal((3, 1, 1, 90, 33)), "float16")
+    qkv = _low(rng.standard_normal((1, 130, 3, 1, 64)), "bfloat16")   # (B, T, 3, H, D)
+    old = [(16, False), (32, True)]       # (rows, full_tiles) vs the default (16, True)
+    groups = [("cp.async", old, [(arrays(150, 150), True), (arrays(70, 200), False),
+                                 (arrays(200, 70), True), (nan, True),
+                                 ((big[0, ..., 1:], big[1, ..., 1:], big[2, ..., :32]), True)]),
+              ("cp.async", old, [(tuple(qkv[:, :, n].transpose(0, 2, 1, 3)
+                                            for n in range(3)), True)]),
+              ("regs", old[:1], [(arrays(150, 150), False)])]
+    saved = mc.ROWS, mc.FULL_TILES
+    try:
+        for pipe, kws, cases in groups:
+            q, k, v = cases[0][0]
+            dt, d = q.dtype.name, q.shape[-1]
+            src = mc.render(ca.HEAD, MMA, dt, d, d, pipe, 16, True) + "".join(
+                mc.entry(dt, d, d, pipe, r, f) for r, f in kws)
+            mod = _cuda_emu.EmuModule(src, workdir)
+            for x, causal in cases:
+                outs = []
+                for rows, full in [(16, True)] + kws:
+                    mc.ROWS, mc.FULL_TILES = rows, full
+                    name, grid, block, args, o, lse = ca.forward_plan(*x, 0.2, causal, np)
+                    mod.get_function(name)(grid, block, args)
+                    outs.append(o.tobytes() + lse.tobytes())
+                want = o.astype(np.float64), lse.reshape(o.shape[:-1])
+                _check(*want, *reference(*x, 0.2, causal), dt)
+                assert outs[1:] == outs[:1] * len(kws), (x[0].shape, x[1].shape, causal, pipe)
+    finally:
+        mc.ROWS, mc.FULL_TILES = saved
+    assert mc.variant("float16", 64, 64, 32, False) == "f16_d64_v64_r32_m"
+    assert mc.variant("float16", 128, 128, 32) == "f16_d128_v128"      # 16 rows: d > 64
+    with pytest.raises(ValueError, match="32 rows"):
+        mc.render(ca.HEAD, "", "float16", 128, 64, "none", 32)
+
+
 @pytest.mark.skipif(not NVRTC, reason="NVRTC or the CUDA headers are not installed "
                     "(pip install 'ember[nvrtc]')")
 @pytest.mark.parametrize("arch", ["sm_80", "sm_90"])
 @pytest.mark.parametrize("dtype", ["float16", "bfloat16"])
 def test_every_mma_variant_compiles_without_spills(arch, dtype):
     from ember.codegen.cuda_mma import MMA
-    for d, dv, pipe in [(32, 32, None), (64, 64, None), (128, 128, None), (64, 32, None),
-                        (64, 64, "none"), (64, 64, "cp.async"), (32, 32, "cp.async")]:
-        s = mc.variant(dtype, d, dv)
-        cubin, log = nvrtc.compile_sass(mc.render(ca.HEAD, MMA, dtype, d, dv, pipe),
+    # NOTE: the defaults (full tiles, cp.async up to d=64) and the 128-row blocks (255
+    # registers with __launch_bounds__(128, 2): at the limit, no spills)
+    for d, dv, pipe, rows in [(32, 32, None, 16), (64, 64, None, 16), (128, 128, None, 16),
+                              (64, 32, None, 16), (64, 64, "none", 16),
+                              (64, 64, "cp.async", 32), (32, 32, "cp.async", 32)]:
+        s = mc.variant(dtype, d, dv, rows)
+        cubin, log = nvrtc.compile_sass(mc.render(ca.HEAD, MMA, dtype, d, dv, pipe, rows),
                                         f"fwd_{s}", arch=arch)
         assert re.findall(r"Compiling entry function '(\w+)'", log) == \
             [f"ember_flash_fwd_mma_{s}"]
