@@ -2,16 +2,21 @@
 ``torch.nn.functional.scaled_dot_product_attention``, side by side (issue 21).
 
 Times the forward kernel alone (CuPy arrays straight into ``cuda_attention.forward``:
-no dispatch, no autograd; and the tensor-core kernel with each K/V pipeline,
-``mma-<name>``) on the GPT step's shape (batch 8, 12 heads, T 1024, head dim 64),
+no dispatch, no autograd) on the GPT step's shape (batch 8, 12 heads, T 1024, head dim 64),
 causal, float16, and a few neighbours; medians of CUDA-event timings over alternating
-rounds (Ember mma, Ember scalar, torch), after warm-ups (the first call compiles the
-kernel). TFLOP/s counts ``4 B H Tq Tk D`` flops, halved when causal (what is computed),
-the same count for every column. Also prints the largest difference of Ember's output
-from torch's (float32 view) per row, over Ember's columns. Without CuPy and a GPU it says
-so and exits 0.
+rounds (every column in turn), after warm-ups (the first call compiles the kernel).
+Columns: ``mma`` Ember's default; ``mma-old`` the tensor-core kernel with every key tile
+through the masked code (``cuda_attention_mma_c.FULL_TILES`` off: the kernel before the
+full-tile path); ``mma-r32`` 128-row blocks, 32 rows a warp (``ROWS = 32``; head dims up
+to 64); ``mma-<pipeline>`` each K/V pipeline (not with ``--quick``); ``scalar`` the FMA
+kernel (not with ``--quick``); ``torch``. TFLOP/s counts ``4 B H Tq Tk D`` flops, halved
+when causal (what is computed), the same count for every column. Also prints the largest
+difference of Ember's output from torch's (float32 view) per row, over Ember's columns,
+and which variants' outputs have the default's very bits (expected: all of them).
+Without CuPy and a GPU it says so and exits 0.
 
-Run: ``python bench/cuda_attention.py`` (``--reps N``, ``--rounds N``, ``--quick``).
+Run: ``python bench/cuda_attention.py`` (``--reps N``, ``--rounds N``, ``--quick``: the
+GPT shape, 3 rounds, the columns mma, mma-old, mma-r32 and torch).
 """
 from __future__ import annotations
 
@@ -45,30 +50,39 @@ def _mean_ms(fn, reps: int, cupy) -> float:
     return cupy.cuda.get_elapsed_time(a, b) / reps
 
 
-def _pipelines(q, k, v, scale, causal, cupy) -> dict:
-    """``{"mma-<pipeline>": run}``: the tensor-core kernel with each K/V pipeline that fits
-    these head dims (``cuda_attention_mma_c.PIPELINES``), launched from its own module."""
+def _variants(q, k, v, scale, causal, cupy, quick: bool) -> dict:
+    """``{label: run}``: the tensor-core kernel's variants (module docstring) that fit these
+    head dims, each launched from its own module."""
     from ember.codegen import cuda_attention as ca, cuda_attention_mma_c as mc
     from ember.codegen.cuda_cache import load_module
     from ember.codegen.cuda_mma import MMA
     d, dv = q.shape[-1], v.shape[-1]
+    cfgs = {"mma-old": (None, mc.ROWS, False)}          # (pipeline, rows, full tiles)
+    if max(d, dv) <= 64:
+        cfgs["mma-r32"] = (None, 32, True)
+    if not quick:
+        cfgs.update({f"mma-{pipe}": (pipe, mc.ROWS, True) for pipe in mc.PIPELINES
+                     if pipe != "cp.async" or max(d, dv) <= 64})
     fns = {}
-    for pipe in mc.PIPELINES:
-        if pipe == "cp.async" and max(d, dv) > 64:
-            continue
-        mod = load_module(mc.render(ca.HEAD, MMA, q.dtype.name, d, dv, pipe),
-                          f"ember_flash_fwd_mma_{pipe.replace('.', '_')}")
+    for label, (pipe, rows, full) in cfgs.items():
+        mod = load_module(mc.render(ca.HEAD, MMA, q.dtype.name, d, dv, pipe, rows, full),
+                          f"ember_flash_fwd_{label.replace('.', '_').replace('-', '_')}")
 
-        def run(mod=mod):
+        def run(mod=mod, rows=rows, full=full):
             ca.MMA_FORWARD = True
-            name, grid, block, args, o, _ = ca.forward_plan(q, k, v, scale, causal, cupy)
+            old = mc.ROWS, mc.FULL_TILES
+            mc.ROWS, mc.FULL_TILES = rows, full         # NOTE: the grid and entry name
+            try:
+                name, grid, block, args, o, _ = ca.forward_plan(q, k, v, scale, causal, cupy)
+            finally:
+                mc.ROWS, mc.FULL_TILES = old
             mod.get_function(name)(grid, block, args)
             return o
-        fns[f"mma-{pipe}"] = run
+        fns[label] = run
     return fns
 
 
-def _row(shape, reps, rounds, cupy, torch):
+def _row(shape, reps, rounds, cupy, torch, quick=False):
     from ember.codegen import cuda_attention as ca
     b, h, tq, tk, d, causal, dtype = shape
     rng = cupy.random.default_rng(0)
@@ -91,12 +105,12 @@ def _row(shape, reps, rounds, cupy, torch):
     q, k, v = arrs
     scale = 1 / math.sqrt(d)
     fns = {}
-    for label, flag in (("mma", True), ("scalar", False)):
+    for label, flag in (("mma", True), ("scalar", False))[:1 if quick else 2]:
         def run(flag=flag):
             ca.MMA_FORWARD = flag
             return ca.forward(cupy, q, k, v, scale, causal)
         fns[label] = run
-    fns.update(_pipelines(q, k, v, scale, causal, cupy))
+    fns.update(_variants(q, k, v, scale, causal, cupy, quick))
     if torch is not None:
         F = torch.nn.functional
         fns["torch"] = lambda: F.scaled_dot_product_attention(*mk, is_causal=causal)
@@ -114,7 +128,11 @@ def _row(shape, reps, rounds, cupy, torch):
         ref = cupy.from_dlpack(outs["torch"]).astype(cupy.float32)
         for name in (n for n in outs if n != "torch"):
             diff[name] = float(cupy.abs(outs[name].astype(cupy.float32) - ref).max())
-    return res, flops, diff
+    # NOTE: the variants run the default's operations per row: the same bits expected
+    bits = outs["mma"].view(cupy.uint16)
+    same = [n for n in outs if n.startswith("mma-") and
+            bool((outs[n].view(cupy.uint16) == bits).all())]
+    return res, flops, diff, same
 
 
 def main(argv=None) -> int:
@@ -137,24 +155,27 @@ def main(argv=None) -> int:
     name = cupy.cuda.runtime.getDeviceProperties(0)["name"].decode()
     print(f"{name}; forward only, ms (TFLOP/s); medians of {args.rounds} alternating rounds "
           f"of {args.reps} calls")
-    cols = ("mma", "mma-none", "mma-regs", "mma-cp.async", "scalar", "torch")
-    print("mma: Ember's default (cuda_attention.forward); mma-<pipeline>: the tensor-core kernel "
-          "with that K/V pipeline; scalar: the FMA kernel")
+    cols = ("mma", "mma-old", "mma-r32") + (
+        () if args.quick else ("mma-none", "mma-regs", "mma-cp.async", "scalar")) + ("torch",)
+    print("mma: Ember's default (cuda_attention.forward); mma-old: every key tile masked (the "
+          "kernel before the full-tile path); mma-r32: 128-row blocks; mma-<pipeline>: that "
+          "K/V pipeline; scalar: the FMA kernel")
     print(f"{'B H Tq Tk D causal dtype':34} " + " ".join(f"{c:>16}" for c in cols) +
           "  mma/torch  max|ember-torch|")
     shapes = SHAPES[:1] if args.quick else SHAPES
     for shape in shapes:
-        r = _row(shape, args.reps, 3 if args.quick else args.rounds, cupy, torch)
+        r = _row(shape, args.reps, 3 if args.quick else args.rounds, cupy, torch, args.quick)
         label = " ".join(str(x) for x in shape)
         if r is None:
             print(f"{label:34} (no bfloat16 arrays here)")
             continue
-        res, flops, diff = r
+        res, flops, diff, same = r
         cells = [f"{res[n]:7.3f} ({flops / res[n] / 1e9:5.1f})" if n in res else "-"
                  for n in cols]
         ratio = f"{res['mma'] / res['torch']:.2f}x" if "torch" in res else "-"
         print(f"{label:34} " + " ".join(f"{c:>16}" for c in cells) +
               f"  {ratio:>9}  {max(diff.values(), default=float('nan')):.2e}")
+        print(f"{'':34} O bitwise equal to mma's: {' '.join(same) or 'none'}")
     return 0
 
 

@@ -1,7 +1,9 @@
 """Flash-attention backward on a CUDA GPU: Ember's tensor-core dk/dv + dq kernels (each
 score-chunk width ``SUB``, with and without the cp.async pipeline ``ASYNC``: columns
-``mma-s<SUB>[a]``), its scalar kernels and PyTorch's ``scaled_dot_product_attention``
-backward, side by side (issue 21).
+``mma-s<SUB>[a]``; ``mma-s<SUB>[a]-old``: the default ``SUB``/``ASYNC`` with every tile
+through the masked code, ``FULL_TILES`` off: the kernels before the full-tile path), its
+scalar kernels and PyTorch's ``scaled_dot_product_attention`` backward, side by side
+(issue 21).
 
 Two timings per row, on the GPT step's shape (batch 8, 12 heads, T 1024, head dim 64,
 causal, float16) and a few neighbours:
@@ -16,8 +18,9 @@ Medians of CUDA-event timings over alternating rounds after warm-ups (the first 
 compiles). TFLOP/s: the backward counts 2.5x the forward's ``4 B H Tq Tk D`` flops
 (FlashAttention-2's convention: 5 products against 2), fwd+bwd 3.5x; halved when causal;
 the same count for every column. Also prints the largest difference of each Ember column's
-dq/dk/dv from torch's, relative to the largest |gradient|. Without CuPy and a GPU it says
-so and exits 0.
+dq/dk/dv from torch's, relative to the largest |gradient|, and whether the ``-old`` column's
+gradients have the default's very bits (expected). Without CuPy and a GPU it says so and
+exits 0.
 
 Run: ``python bench/cuda_attention_bwd.py`` (``--reps N``, ``--rounds N``, ``--quick``: the
 GPT shape only; ``--subs 16 32 64``: the chunk widths to time).
@@ -73,8 +76,9 @@ def _arrays(shape, cupy, torch):
 
 
 def _ember_fns(q, k, v, g, scale, causal, subs, cupy) -> dict:
-    """``{label: (bwd fn, fwd+bwd fn)}`` for mma-s<SUB>[a] (``a``: cp.async pipeline) and
-    scalar; each returns the flat ``dq | dk | dv``."""
+    """``{label: (bwd fn, fwd+bwd fn)}`` for mma-s<SUB>[a] (``a``: cp.async pipeline), the
+    default's ``-old`` (every tile masked) and scalar; each returns the flat ``dq | dk |
+    dv``."""
     from ember.codegen import cuda_attention as ca
     from ember.codegen import cuda_attention_mma_bwd as mb
     name, grid, block, args, o, lse = ca.forward_plan(q, k, v, scale, causal, cupy)
@@ -86,12 +90,13 @@ def _ember_fns(q, k, v, g, scale, causal, subs, cupy) -> dict:
     launches, _ = ca.backward_plans(g, q, k, v, o, lse, scale, causal, cupy, outs)
     mod = ca._module(q.dtype.name, q.shape[-1], v.shape[-1])
     fns = {}
-    cfgs = [(f"mma-s{s}{'a' if a else ''}", (s, a)) for s in subs for a in (False, True)]
+    cfgs = [(f"mma-s{s}{'a' if a else ''}", (s, a, True)) for s in subs for a in (False, True)]
+    cfgs.append((f"mma-s{mb.SUB}{'a' if mb.ASYNC else ''}-old", (mb.SUB, mb.ASYNC, False)))
     for label, cfg in cfgs + [("scalar", None)]:
         def setup(cfg=cfg):
             mb.enabled = cfg is not None
             if cfg is not None:
-                mb.SUB, mb.ASYNC = cfg
+                mb.SUB, mb.ASYNC, mb.FULL_TILES = cfg
 
         def bwd(setup=setup):
             setup()
@@ -130,7 +135,7 @@ def _row(shape, reps, rounds, subs, cupy, torch):
         return None
     q, k, v, g, tq, tk, tv, tg = arrs
     scale = 1 / math.sqrt(d)
-    old = (mb.enabled, mb.SUB, mb.ASYNC)
+    old = (mb.enabled, mb.SUB, mb.ASYNC, mb.FULL_TILES)
     try:
         fns = _ember_fns(q, k, v, g, scale, causal, subs, cupy)
         if torch is not None:
@@ -146,7 +151,7 @@ def _row(shape, reps, rounds, subs, cupy, torch):
                 for w in (0, 1):
                     times[n, w].append(_mean_ms(f[w], reps, cupy))
     finally:
-        mb.enabled, mb.SUB, mb.ASYNC = old
+        mb.enabled, mb.SUB, mb.ASYNC, mb.FULL_TILES = old
     fwd_flops = 4 * b * h * t * t * d / (2 if causal else 1)
     res = {key: statistics.median(x) for key, x in times.items()}
     diff = {}
@@ -154,7 +159,10 @@ def _row(shape, reps, rounds, subs, cupy, torch):
         ref = grads["torch"]
         top = float(cupy.abs(ref).max())
         diff = {n: float(cupy.abs(x - ref).max()) / top for n, x in grads.items() if n != "torch"}
-    return res, fwd_flops, diff, list(fns)
+    # NOTE: the full-tile path runs the old one's operations: the same bits expected
+    same = {n: bool((grads[n] == grads[n[:-4]]).all()) for n in grads
+            if n.endswith("-old") and n[:-4] in grads}
+    return res, fwd_flops, diff, list(fns), same
 
 
 def main(argv=None) -> int:
@@ -185,7 +193,7 @@ def main(argv=None) -> int:
         if r is None:
             print(f"{label}  (no bfloat16 arrays here)")
             continue
-        res, flops, diff, cols = r
+        res, flops, diff, cols, same = r
         print(label)
         for w, (what, mult) in enumerate((("bwd", 2.5), ("fwd+bwd", 3.5))):
             cells = [f"{c}={res[c, w]:.3f} ({mult * flops / res[c, w] / 1e9:.0f})" for c in cols]
@@ -195,6 +203,8 @@ def main(argv=None) -> int:
         if diff:
             print("  max|ember-torch|/max|torch| grads: " +
                   "  ".join(f"{n}={x:.1e}" for n, x in diff.items()))
+        for n, eq in same.items():
+            print(f"  {n} gradients bitwise equal to {n[:-4]}'s: {'yes' if eq else 'NO'}")
     return 0
 
 

@@ -2,8 +2,11 @@
 # Issue 21 check on a real GPU (~7 min on an H100): every GPU test, then the GPT step
 # (bench/cuda_step.py: PyTorch eager, Ember eager, Ember compiled, in the default mode with
 # the kernel profile and in mode="reduce-overhead" — CUDA graphs), multi-tensor launches,
-# and bench/cuda.py --quick (matmul TFLOP/s, GELU GB/s vs cudaMemcpy, W1, the GPT rows
-# beside torch.compile; then bench/train.py's W1-W3 eager and compiled beside torch).
+# the GPT's attention forward and backward alone (the full-tile default vs the old
+# all-masked kernels, the 128-row forward, torch's sdpa: bench/cuda_attention*.py --quick,
+# ~1 min together, unmeasured), and bench/cuda.py --quick (matmul TFLOP/s, GELU GB/s vs
+# cudaMemcpy, W1, the GPT rows beside torch.compile; then bench/train.py's W1-W3 eager and
+# compiled beside torch).
 # Run: OUT=<dir> scripts/gpu_check.sh   (logs under $OUT) on a machine with an NVIDIA GPU, CuPy,
 # PyTorch, pytest-xdist and pytest-timeout; CI never runs it.
 cd "$(dirname "$0")/.."
@@ -21,6 +24,9 @@ sed -n '/^generated kernels by device time/,/^all .* generated kernels/p' $OUT/g
 timeout 100 python3 bench/cuda_step.py --mode reduce-overhead --no-torch 2>&1 | \
     tee $OUT/gpt_graphs.log | grep -E "ember compiled|host-side|cuda graph" | sed 's/^/graphs: /'
 timeout 60 python3 bench/cuda_multi.py 2>&1 | tail -6
+timeout 60 python3 bench/cuda_attention.py --quick 2>&1 | tee $OUT/attn.log | tail -4
+timeout 75 python3 bench/cuda_attention_bwd.py --quick --subs 16 2>&1 | tee $OUT/attn_bwd.log | \
+    tail -6
 timeout 150 python3 bench/cuda.py --quick --only matmul gelu w1 gpt 2>&1 | tee $OUT/cuda.log | \
     tail -32
 timeout 150 python3 bench/cuda.py --quick --only workloads 2>&1 | tee $OUT/workloads.log | tail -12

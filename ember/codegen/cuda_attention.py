@@ -50,7 +50,8 @@ STORAGE = {"float32": ("f32", "float"), "float16": ("f16", "__half"),
 #: the largest q/k/v head dim with a kernel (larger: the primitive's CuPy kernel).
 MAX_HEAD_DIM = 128
 #: float16/bfloat16 with head dims in ``cuda_attention_mma_c.HEAD_DIMS``: the tensor-core
-#: forward (``mma.sync``, 64 query rows a block); False: the scalar one (benchmarks, A/B).
+#: forward (``mma.sync``, 64 query rows a block, 128 with ``cuda_attention_mma_c.ROWS`` =
+#: 32); False: the scalar one (benchmarks, A/B).
 MMA_FORWARD = True
 THREADS = 128
 _modules: dict = {}

@@ -8,7 +8,8 @@ keys (dk/dv) or 64 query rows (dq) a block. P and dS are rounded to the storage 
 before their products (as FlashAttention-2 and PyTorch's flash backward do); every sum is
 float32 and each gradient is rounded once. The CUDA text is
 :mod:`.cuda_attention_mma_bwd_c`; a variant per (dtype, head dims rounded up to 32) is
-rendered on demand and loaded once through the kernel cache.
+rendered on demand and loaded once through the kernel cache. Tiles whose every pair is
+visible take an unguarded path (:data:`FULL_TILES`; bitwise the same gradients).
 
 ``EMBER_FLASH_MMA_BWD=0`` (read at import) keeps the scalar kernels (A/B benchmarks).
 """
@@ -43,7 +44,9 @@ ASYNC = True
 #: tiles whose every (query, key) pair is visible (no ``Tq``/``Tk`` tail, not the causal
 #: diagonal) take an unguarded path: no masks, no diagonal tests, no Inf/NaN checks
 #: (FlashAttention-2's split of the tile loop; the same operations, so bitwise the same
-#: gradients). False: every tile the masked code (the old kernels, suffix ``m``: A/B).
+#: gradients). False: every tile the masked code (the old kernels, suffix ``m``: A/B,
+#: ``bench/cuda_attention_bwd.py``'s ``-old`` column). The default untimed: it drops work
+#: only, at the same registers (:mod:`.cuda_attention_mma_bwd_c`).
 FULL_TILES = True
 THREADS = 128
 enabled = os.environ.get("EMBER_FLASH_MMA_BWD", "1") != "0"

@@ -26,6 +26,18 @@ registers for dk/dv at d=64, three blocks a SM; 64: ~240); ``ASYNC`` stages the 
 tile by ``cp.async`` into a second buffer during this tile's math (one commit group a
 tile, ``wait_group 1`` before the barrier) instead of between two barriers.
 
+Whole tiles (FlashAttention-2's split of the tile loop; ``FT``, on by default:
+``cuda_attention_mma_bwd.FULL_TILES``): a tile whose every (query, key) pair is visible —
+no ``Tq`` (dk/dv) or ``Tk`` (dq) tail, not the causal diagonal tile — runs an unguarded
+copy of the tile code (one block-uniform branch a tile): no per-element masks, no
+diagonal tests, no Inf/NaN ballots, so the unrolled products are straight-line code NVCC
+can schedule across (the next chunk's ``ldmatrix`` above this one's ``mma``); the other
+tiles run the general code unchanged. Same operations in the same order: bitwise the old
+kernels' gradients (emulator tests). ptxas -v, sm_90, float16, d=64, SUB 16 + ASYNC: dk/dv
+168 registers, dq 142, as before (dk/dv's whole path fully unrolled took 182, two blocks
+a SM: its query chunks go two at a time). Unmeasured on a GPU (``bench/cuda_attention_bwd.py
+--quick``'s ``-old`` column is the old path: ``scripts/gpu_check.sh``).
+
 Masking is the scalar kernels' (:mod:`.cuda_attention_c`): key ``j`` takes part in row
 ``i`` iff ``j < Tk`` and (not causal or ``j <= i``); P and dS of a masked pair are exactly
 0, and such a pair never enters a sum, not even as ``0 * NaN``: rows past ``Tq``/``Tk`` are

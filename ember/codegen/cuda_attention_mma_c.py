@@ -5,9 +5,10 @@ Used by :mod:`.cuda_attention` for float16/bfloat16 q, k, v with head dims in
 arguments, same outputs (``O`` and the float32 log-sum-exp per row, ``lse[p * Tq + i]``),
 same masking, so either backward reads what it writes.
 
-A block is 4 warps and owns 64 query rows (16 per warp); heads are ``p = blockIdx.y``, row
-blocks go in reverse (a causal grid starts with its longest blocks). The Q tile goes through
-shared memory into A fragments kept in registers (:mod:`.cuda_mma`'s ``ldmatrix``); keys go
+A block is 4 warps and owns 64 query rows (16 per warp; :data:`ROWS` = 32: 128 rows, each
+warp two 16-row m-tiles); heads are ``p = blockIdx.y``, row blocks go in reverse (a causal
+grid starts with its longest blocks). The Q tile goes through shared memory (64 rows at a
+time) into A fragments kept in registers (:mod:`.cuda_mma`'s ``ldmatrix``); keys go
 by tiles of 64: K and V rows staged in shared memory by 16-byte loads (rows padded by 16
 bytes: ``ldmatrix`` and the stores hit 8 different 16-byte bank groups), the next tile's
 loads issued into registers before this tile's math (``pipeline="regs"``, head dims up to
@@ -19,6 +20,20 @@ partial sums, rescales the accumulator, packs ``P = exp2(S - m)`` (``ex2.approx.
 A fragments (rounded to the storage type) and adds ``P V`` (V by ``ldmatrix.trans``). Only
 the 16-key steps a warp can see are computed (causal: up to its last row; the last tile: up
 to ``Tk``). At the end ``O = acc / l`` (rounded once) and ``lse = m ln 2 + log l``.
+
+Whole tiles (FlashAttention-2's split of the key loop, :data:`FULL_TILES`): the key tiles
+every row of the block sees whole — no ``Tk`` tail, wholly below the causal diagonal: all
+but the last one or two of a causal block — run an unguarded copy of the tile code (one
+block-uniform branch a tile): all four 16-key steps, no masks, no per-step ``nk`` tests,
+no non-finite V test. Those tests split the unrolled steps into basic blocks, so NVCC
+could not move the next step's ``ldmatrix`` loads above this step's ``mma``'s; the
+remaining tiles run the general code unchanged. Same operations in the same order: the
+results are bitwise the old kernel's (emulator tests). With 32 rows a warp each K and V
+fragment read from shared memory feeds two m-tiles' ``mma``'s (with 16, an ``ldmatrix.x4``
+feeds two ``mma``'s: shared-memory reads cost about as much as the tensor-core work); a
+row's operations are the same sequence, so its O and lse are bitwise the 16-row kernel's.
+Neither is measured yet (no GPU since; ``bench/cuda_attention.py --quick`` times the
+old path, the default and the 128-row blocks: ``scripts/gpu_check.sh``).
 
 Masking is the scalar kernel's: key ``j`` takes part in row ``i`` iff ``j < Tk`` and (not
 causal or ``j <= i``); a masked key never enters a sum, not even as ``0 * NaN``. Keys past
@@ -47,18 +62,24 @@ PREFETCH_MAX_DIM = 64
 #: (``bench/cuda_attention.py`` times each).
 PIPELINES = ("none", "regs", "cp.async")
 #: the pipeline of head dims up to :data:`PREFETCH_MAX_DIM` (larger: "none"). ptxas -v, sm_90,
-#: float16, d=64: "regs" 184 registers (2 blocks a SM), "cp.async" 155 (3 blocks, 36 KiB of
-#: shared memory each), "none" 153; no spills. Timed on an H100 (``bench/cuda_attention.py
-#: --quick``, the GPT's (8, 12, 1024, 64) causal float16 forward, 2026-11-26): "cp.async"
-#: 0.161 ms, "none" 0.179, "regs" 0.220 (the scalar kernel 1.99, torch's sdpa 0.055).
+#: float16, d=64, before the full-tile path: "regs" 184 registers (2 blocks a SM), "cp.async"
+#: 155 (3 blocks, 36 KiB of shared memory each), "none" 153; no spills. Timed on an H100
+#: (``bench/cuda_attention.py --quick``, the GPT's (8, 12, 1024, 64) causal float16 forward,
+#: 2026-11-26): "cp.async" 0.161 ms, "none" 0.179, "regs" 0.220 (the scalar kernel 1.99,
+#: torch's sdpa 0.055). With :data:`FULL_TILES` (2026-11-27, unmeasured): "cp.async" 163
+#: registers (3 blocks a SM still), "none" 166, "regs" 210; no spills.
 DEFAULT_PIPELINE = "cp.async"
 #: tiles every row of a block sees whole (no ``Tk`` tail, wholly below the causal diagonal)
 #: take an unguarded path (no masks, no per-step tests: FlashAttention-2's split of the key
 #: loop); False: every tile the masked one (the old kernel, bitwise the same results; kept
-#: for ``bench/cuda_attention.py``'s A/B).
+#: for ``bench/cuda_attention.py``'s A/B, column ``mma-old``). The default untimed: made so
+#: because it only drops work and keeps 3 blocks a SM (module docstring).
 FULL_TILES = True
 #: query rows a warp owns: 16 (64 a block) or 32 (two m-tiles, 128 a block: each K/V
-#: fragment from shared memory feeds twice the mma's; head dims up to 64, else 16).
+#: fragment from shared memory feeds twice the mma's; head dims up to 64, else 16). 32 is
+#: bounded to two blocks a SM (``__launch_bounds__(128, 2)``): ptxas -v, sm_90, d=64,
+#: "cp.async": 255 registers (float16 and bfloat16), no spills; d=32: 194. Unmeasured
+#: (``bench/cuda_attention.py``'s ``mma-r32``), so not the default.
 ROWS = 16
 
 FWD_MMA = r"""

@@ -3,8 +3,9 @@ a GPU: its CUDA text run on the CPU emulator (``_cuda_emu``: a thread per CUDA t
 ``mma``/``ldmatrix`` fragments from their documented layouts) against a float64 NumPy
 reference (O and the float32 log-sum-exp per row), causal or not, lengths that are not
 multiples of 64, cross-attention, GPT-style permuted heads (16-byte loads) and misaligned
-views (element loads), NaN keys/values behind the causal mask and NaN rows; the scalar
-backward (either) reading its O and lse; and NVRTC + ptxas for sm_80/sm_90 without spills.
+views (element loads), NaN keys/values behind the causal mask and NaN rows; the full-tile
+path and the 128-row blocks bitwise against the old kernel; the scalar backward (either)
+reading its O and lse; and NVRTC + ptxas for sm_80/sm_90 without spills.
 Shapes stay tiny: the emulator runs 128 OS threads a block. On a GPU:
 ``tests/cuda/test_gpu_attention.py``.
 """
