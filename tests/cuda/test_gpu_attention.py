@@ -224,6 +224,38 @@ def test_every_mma_pipeline_matches_float64_reference(gpu, pipe, shape):  # noqa
                                atol=2e-5)
 
 
+@pytest.mark.parametrize("rows,full_tiles", [(16, False), (32, True)])
+@pytest.mark.parametrize("shape", [(8, 12, 1024, 1024, 64, True), (1, 2, 333, 70, 64, False),
+                                   (1, 3, 200, 200, 32, True)])
+def test_mma_forward_old_path_and_128_row_blocks_match_float64_reference(  # noqa: F811
+        gpu, rows, full_tiles, shape):
+    """The all-masked old path (FULL_TILES off) and 32 rows a warp (128-row blocks): on
+    the emulator bitwise the default's results; here against float64."""
+    import cupy
+    from ember.codegen import cuda_attention_mma_c as mc
+    from ember.codegen.cuda_cache import load_module
+    from ember.codegen.cuda_mma import MMA
+    b, h, tq, tk, d, causal = shape
+    rng = np.random.default_rng(tq + d + 1)
+    q = rng.standard_normal((b, h, tq, d)).astype(np.float16)
+    k, v = (rng.standard_normal((b, h, tk, d)).astype(np.float16) for _ in range(2))
+    mod = load_module(mc.render(ca.HEAD, MMA, "float16", d, d, None, rows, full_tiles),
+                      f"ember_flash_fwd_mma_test_r{rows}_{int(full_tiles)}")
+    old = mc.ROWS, mc.FULL_TILES
+    mc.ROWS, mc.FULL_TILES = rows, full_tiles
+    try:
+        name, grid, block, args, o, lse = ca.forward_plan(
+            *(cupy.asarray(a) for a in (q, k, v)), 0.125, causal, cupy)
+    finally:
+        mc.ROWS, mc.FULL_TILES = old
+    assert grid[0] == -(-tq // (4 * rows))
+    mod.get_function(name)(grid, block, args)
+    want, wlse = _ref_heads(q, k, v, 0.125, causal)
+    np.testing.assert_allclose(cupy.asnumpy(o).astype(np.float64), want, rtol=2e-3, atol=2e-3)
+    np.testing.assert_allclose(cupy.asnumpy(lse).reshape(wlse.shape), wlse, rtol=2e-5,
+                               atol=2e-5)
+
+
 # ------------------------------------- tensor-core backward (cuda_attention_mma_bwd_c)
 def _ref_grads(q, k, v, g, scale, causal):
     """float64 ``(O, lse, dq, dk, dv)`` head by head (finite inputs), FlashAttention-2's
