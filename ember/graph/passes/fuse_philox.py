@@ -31,7 +31,8 @@ from dataclasses import replace
 import numpy as np
 
 from ... import dtypes as _dt
-from ...codegen.ir import InputSpec, Kernel, Load, Philox, ReduceKernel
+from ...codegen.ir import (LEAF_DTYPES, PHILOX_KINDS, InputSpec, Kernel, Load, Philox,
+                           ReduceKernel)
 from ..ir import GraphOp, Node, Var
 from .fuse_index import _substitute
 from .fuse_lower import Lowered
@@ -92,8 +93,9 @@ def _c_strides(space) -> tuple:
 
 def _draw(n, spec, space) -> bool:
     """Whether input ``spec`` made by node ``n`` is a whole draw over loop space ``space``."""
-    if n is None or n.op is not PHILOX or len(n.outs) != 1:
-        return False
+    if n is None or n.op is not PHILOX or len(n.outs) != 1 or \
+            PHILOX_KINDS.get(n.params["kind"]) is None or n.outs[0].dtype not in LEAF_DTYPES:
+        return False            # NOTE: float64 and integer draws keep their kernel
     numel = int(np.prod(space, dtype=np.int64))
     return numel > 0 and n.outs[0].numel() == numel and all(
         a == b for a, b, s in zip(spec.strides, _c_strides(space), space) if s != 1)

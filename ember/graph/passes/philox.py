@@ -37,7 +37,7 @@ import numpy as np
 from ... import dtypes as _dt
 from ... import random as _random
 from ...device import device as _device, get_backend
-from ..ir import BufferOp, Graph, GraphOp
+from ..ir import BufferOp, Graph, GraphOp, Var
 from ..trace import RANDOM
 from ._util import Rewrite
 
@@ -93,22 +93,46 @@ PHILOX = BufferOp("philox", _run_philox)
 
 
 def _spec(n):
-    """``(kind, generator, scalars)`` when node ``n`` is a draw the kernels generate."""
-    from ...codegen.cuda_philox import DTYPES, KINDS
-    if n.op is not RANDOM or n.inputs or len(n.outs) != 1:
+    """``(kind, generator, scalars, dtype, tensor_p)`` when node ``n`` is a draw the kernels
+    generate: the kernel's kind, parameters and dtype; ``tensor_p``: a Bernoulli draw with
+    a tensor ``p`` (its input), made as ``cast(uniform < p)`` (module doc)."""
+    from ...codegen.cuda_philox import DTYPES, INT_DTYPES
+    if n.op is not RANDOM or len(n.inputs) > 1 or len(n.outs) != 1:
         return None
     o = n.outs[0]
-    if o.dtype.np not in DTYPES or o.device is None or o.device.type != "cuda" or \
+    if o.device is None or o.device.type != "cuda" or \
             not get_backend(o.device).has("cuda_kernels"):
         return None
     tag = getattr(n.params.get("draw"), "sample", None)
-    if tag is None or tag[0] not in KINDS or not all(
-            isinstance(a, (int, float)) and math.isfinite(a) for a in tag[2]):
+    if tag is None:
         return None
     kind, gen, args = tag
     if gen is not None and not isinstance(gen, _random.Generator):
         return None
-    return kind, gen, tuple(float(a) for a in args)
+    if n.inputs:
+        p = n.inputs[0]
+        if kind != "bernoulli" or args or p.__class__ is not Var or \
+                not p.dtype.is_floating_point or p.device != o.device or \
+                _broadcast(p.shape, o.shape) != tuple(o.shape):
+            return None
+        return "uniform", gen, (0.0, 1.0), np.dtype(
+            np.float64 if p.dtype is _dt.float64 else np.float32), True
+    if kind == "randint":
+        low, span = int(args[0]), int(args[1]) - int(args[0])
+        if o.dtype.np not in INT_DTYPES or not 0 < span < _U64:
+            return None
+        return "randint" if span <= 1 << 32 else "randint64", gen, (low, span), o.dtype.np, False
+    if kind not in ("uniform", "bernoulli", "normal") or o.dtype.np not in DTYPES or not all(
+            isinstance(a, (int, float)) and math.isfinite(a) for a in args):
+        return None
+    return kind, gen, tuple(float(a) for a in args), o.dtype.np, False
+
+
+def _broadcast(a, b):
+    try:
+        return tuple(np.broadcast_shapes(tuple(a), tuple(b)))
+    except ValueError:
+        return None
 
 
 def philox(graph: Graph):
@@ -116,9 +140,10 @@ def philox(graph: Graph):
     count}``."""
     if not any(_spec(n) is not None for n in graph.nodes):
         return graph, {"device_draws": 0}
-    from ...codegen.cuda_philox import counters
+    from ...codegen.cuda_philox import counters, per_counter
     specs = [(n, _spec(n)) for n in graph.nodes]
-    draws = [(spec[1], n.outs[0].device.index or 0, counters(n.outs[0].numel()))
+    draws = [(spec[1], n.outs[0].device.index or 0,
+              counters(n.outs[0].numel(), per_counter(spec[0], spec[3])))
              for n, spec in specs if spec is not None]
     cpu = _device("cpu")
     count = 0
@@ -129,15 +154,19 @@ def philox(graph: Graph):
         spec = _spec(n)
         if spec is None:
             return None
-        kind, gen, scalars = spec
+        kind, gen, scalars, dtype, tensor_p = spec
         o = n.outs[0]
         slot = count % PER_KEY
         if slot == 0:       # NOTE: its draws' (seed, offset) rows, reserved in graph order
             part = tuple(draws[count:count + PER_KEY])
             key = rw.b.add1(PHILOX_KEY, (), {"draws": part}, (len(part), 2), _dt.int64, cpu)
         count += 1
-        return rw.b.add(PHILOX, (key,), {"slot": slot, "kind": kind, "scalars": scalars,
-                                         "shape": tuple(o.shape), "dtype": o.dtype.np},
-                        [(o.shape, o.dtype, o.device)], None)
+        out = rw.b.add(PHILOX, (key,), {"slot": slot, "kind": kind, "scalars": scalars,
+                                        "shape": tuple(o.shape), "dtype": dtype},
+                       [(o.shape, _dt.as_dtype(dtype), o.device)], None)
+        if not tensor_p:
+            return out
+        # NOTE: elementwise ops fuse_cuda joins to their readers; the uniform becomes a Philox leaf
+        return (rw.emit("cast", (rw.emit("lt", (out[0], ins[0])),), dtype=o.dtype),)
 
     return Rewrite(graph).run(rule), {"device_draws": count}
