@@ -1,8 +1,9 @@
 """Random numbers generated on a GPU: Philox4x32-10 kernels over a (seed, offset) pair.
 
-A compiled GPU graph's uniform and normal draws (dropout's mask, ``rand``,
-``bernoulli_``, ``uniform_``, ``randn``, ``normal_``) run these kernels instead of drawing
-on the host and copying the sample (:mod:`ember.graph.passes.philox`). Philox4x32-10
+A compiled GPU graph's uniform, Bernoulli, normal and integer draws (dropout's mask,
+``rand``, ``bernoulli_``, ``uniform_``, ``randn``, ``normal_``, ``randint``, ``random_``)
+run these kernels instead of drawing on the host and copying the sample
+(:mod:`ember.graph.passes.philox`). Philox4x32-10
 (Salmon et al., "Parallel random numbers: as easy as 1, 2, 3", SC 2011; cuRAND's and
 PyTorch's CUDA generator) maps a 128-bit counter and a 64-bit key to four 32-bit words
 with ten rounds of two 32x32->64-bit products; any element can be computed alone, so a
@@ -26,7 +27,25 @@ a draw of ``n`` elements uses ``ceil(n / 4)`` counters (:func:`counters`).
 
 Outputs are float32, float16 or bfloat16 (computed in float32, rounded once on store; a
 half-precision uniform has the dtype's digits, ``w >> 21`` / ``w >> 24``, so it never
-rounds up to 1.0, as eager's); other dtypes keep the host draw.
+rounds up to 1.0, as eager's), or float64: those take two words an element, elements
+``2g, 2g+1`` from words (0, 1) and (2, 3) of counter ``offset + g`` (``ceil(n / 2)``
+counters, :func:`per_counter`), ``x = w_hi * 2**32 + w_lo``:
+
+* uniform: ``(x >> 11) * 2**-53`` in [0, 1) (53 bits, as NumPy's and PyTorch's float64
+  uniforms), then ``* span + lo`` (no FMA); bernoulli: ``u53 < p``;
+* normal: Box-Muller in double on the element pair: ``u1 = ((x0 >> 11) + 1) * 2**-53``,
+  ``u2`` from ``x1`` (``log``/``sin``/``cos`` of double).
+
+randint writes ``low + k``, ``k`` uniform on ``[0, span)``, int32 or int64, by
+multiply-shift with no rejection (Lemire, "Fast random integer generation in an
+interval", 2019, without its rejection step): ``k = (w * span) >> 32`` of one word for
+``span <= 2**32`` (kind ``randint``, four elements a counter), ``k = (x * span) >> 64``
+(the high word of the 128-bit product) of a 64-bit word for wider ranges (``randint64``,
+two a counter). Each ``k`` is the image of ``floor(2**32 / span)`` or ``ceil(2**32 /
+span)`` words (``2**64`` for ``randint64``), so its probability is within ``2**-32``
+(``2**-64``) of ``1 / span``: a relative bias of at most ``span / 2**32`` — exact for a
+power-of-two span, under 2.4e-7 for a span of 1000 (PyTorch's CUDA ``random_``, a modulo
+of one word for spans under 2**32, has the same bound). Other dtypes keep the host draw.
 
 Example:
     >>> fn = function("uniform")                   # doctest: +SKIP (needs a GPU)

@@ -136,7 +136,7 @@ def test_randperm_and_int16_randint_stay_host_draws(emu_gpu):
     prog = _program(fn)
     assert [n.params["what"] for n in prog.graph.nodes if n.op is RANDOM] == ["randperm",
                                                                             "randint"]
-    assert "draws random numbers (random)" in prog.cuda_graph.failed
+    assert "draws random numbers on the host (randperm)" in prog.cuda_graph.failed
 
 
 def test_float64_and_integer_draws_feed_fused_kernels(emu_gpu):

@@ -10,8 +10,10 @@ kernel stores it — a float32 mask of a GPT's activations is hundreds of MB a s
 ``f % 4`` of counter ``offset + f // 4`` under the draw's key, the very numbers the
 separate kernel writes there (``codegen/cuda_philox.py``: bitwise the same results). An
 input qualifies when it is made by a ``philox`` node, is laid out C-contiguously over
-the whole loop space (no broadcast, no transpose: the flat position must be the draw's)
-and is no graph output (a forward graph that saves the mask for its backward graph
+the whole loop space (no broadcast, no transpose: the flat position must be the draw's),
+is a 32-bit float draw (uniform, Bernoulli or normal of float32/float16/bfloat16: float64
+and integer draws, two words an element or no leaf kind, keep their kernel's sample) and
+is no graph output (a forward graph that saves the mask for its backward graph
 writes it anyway).
 The leaf reads ``(seed, offset)`` from two 0-d int64 kernel operands: a ``philox_words``
 host step per draw (:class:`Words`) takes them from the draw's ``philox_key`` row, so the

@@ -1,13 +1,24 @@
-"""A GPU graph's uniform and normal draws generated on the device (Philox4x32-10).
+"""A GPU graph's random draws generated on the device (Philox4x32-10).
 
 Traced, a random draw is a ``random`` node that samples again at every run
 (:meth:`ember.graph.trace.Tracer.random`); on a GPU that is a host draw (PCG64) and a
 host-to-device copy of the whole sample — a GPT step's dropout masks are hundreds of MB —
 and a program holding one cannot be replayed as a CUDA graph (a replay would repeat the
 captured draws). On a device with the ``cuda_kernels`` capability this pass replaces each
-draw it can generate — float32, float16 or bfloat16, no tensor inputs, tagged by its sampler
-(:func:`ember.random._sampling`: ``rand``/``uniform_``, ``bernoulli``/``bernoulli_`` with a
-number ``p`` (dropout's mask), ``randn``/``normal``/``normal_``) — by two nodes:
+draw it can generate, tagged by its sampler (:func:`ember.random._sampling`):
+
+* ``rand``/``uniform_``, ``bernoulli``/``bernoulli_`` with a number ``p`` (dropout's
+  mask), ``randn``/``normal``/``normal_`` — float32, float16, bfloat16 or float64 (53-bit
+  uniforms, float64 Box-Muller), no tensor inputs;
+* ``bernoulli(p)``/``bernoulli_(p)`` with a floating tensor ``p`` on the draw's device
+  (broadcast to the output): ``cast(uniform < p)``, the uniform float32 (float64 for a
+  float64 ``p``), so ``p``'s probabilities are kept to 2**-24 like the number-``p`` mask;
+  ``fuse_cuda`` joins the comparison to its readers and the uniform becomes their Philox
+  leaf (:mod:`.fuse_philox`): the mask, like dropout's, need not be written;
+* ``randint``/``random_`` writing int32 or int64 (``cuda_philox``'s multiply-shift: a
+  32-bit word for ranges of at most 2**32 integers, a 64-bit one for wider ranges);
+
+by two nodes (for a tensor ``p``, then the comparison and cast):
 
 * ``philox_key`` (a host step: :mod:`ember.graph.host_steps`; one for up to
   :data:`PER_KEY` draws) takes each draw's ``(seed, offset)`` from its generator (a
@@ -19,6 +30,12 @@ number ``p`` (dropout's mask), ``randn``/``normal``/``normal_``) — by two node
 * ``philox``: the kernel of :mod:`ember.codegen.cuda_philox` reading its pair (row
   ``slot``) from device memory. A CUDA graph's replay refills the pairs before launching
   (:mod:`ember.graph.cuda_graphs`), so such programs may be captured.
+
+Other traced draws stay host draws, as before: ``randperm`` (a device permutation would
+be a sort of random keys, not a small change), ``exponential_``, ``randint``/``random_``
+of other dtypes, a number-``p`` Bernoulli fill of a non-float tensor, a Bernoulli ``p``
+on another device, and draws from a generator that is no ``ember.Generator``
+(``multinomial`` and ``normal`` with tensor mean/std are graph breaks).
 
 Like PyTorch's compiled code, compiled GPU draws differ from eager ones (eager draws stay
 PCG64 on the host, bit for bit as before), and so do CPU graphs and the stand-in without
