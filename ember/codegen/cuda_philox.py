@@ -194,12 +194,14 @@ _X64 = "    const uint64_t x[2] = {ember_w64(b.x, b.y), ember_w64(b.z, b.w)};\n"
 _BODY64 = {
     "uniform": ("double lo, double span",
                 _X64 + "    double v[2];\n"
-                "    for (int j = 0; j < 2; ++j) v[j] = __dadd_rn(__dmul_rn(ember_u53(x[j]), span), lo);\n"),
+                "    for (int j = 0; j < 2; ++j)\n"
+                "        v[j] = __dadd_rn(__dmul_rn(ember_u53(x[j]), span), lo);\n"),
     "bernoulli": ("double p",
                   _X64 + "    double v[2] = {ember_u53(x[0]) < p ? 1.0 : 0.0,\n"
                   "                   ember_u53(x[1]) < p ? 1.0 : 0.0};\n"),
     "normal": ("double mean, double sd",
-               _X64 + "    const double u1 = (double)((x[0] >> 11) + 1) * 1.1102230246251565404236316680908203125e-16;\n"
+               _X64 + "    const double u1 = ember_u53(x[0]) +   /* (0, 1] */\n"
+               "        1.1102230246251565404236316680908203125e-16;\n"
                "    const double t = ember_u53(x[1]) * 6.283185307179586;\n"
                "    const double r = sqrt(-2.0 * log(u1));\n"
                "    double v[2] = {r * cos(t), r * sin(t)};\n"

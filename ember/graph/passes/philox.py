@@ -47,6 +47,7 @@ GPU ones.
 from __future__ import annotations
 
 import math
+import os
 import weakref
 
 import numpy as np
@@ -54,11 +55,11 @@ import numpy as np
 from ... import dtypes as _dt
 from ... import random as _random
 from ...device import device as _device, get_backend
-from ..ir import BufferOp, Graph, GraphOp, Var
+from ..ir import BufferOp, Graph, GraphOp, Node, Var
 from ..trace import RANDOM
 from ._util import Rewrite
 
-__all__ = ["PHILOX", "PHILOX_KEY", "philox", "reserve"]
+__all__ = ["PHILOX", "PHILOX_KEY", "REDRAW", "philox", "redraw_saved", "reserve"]
 
 _U64 = 1 << 64
 _offsets: "weakref.WeakKeyDictionary" = weakref.WeakKeyDictionary()
@@ -187,3 +188,62 @@ def philox(graph: Graph):
         return (rw.emit("cast", (rw.emit("lt", (out[0], ins[0])),), dtype=o.dtype),)
 
     return Rewrite(graph).run(rule), {"device_draws": count}
+
+
+#: whether a compiled call's backward graph draws a forward draw again from its saved
+#: ``(seed, offset)`` instead of reading the saved sample (:func:`redraw_saved`;
+#: ``EMBER_PHILOX_REDRAW=0`` saves the sample, for comparison).
+REDRAW = os.environ.get("EMBER_PHILOX_REDRAW", "1") != "0"
+
+
+def redraw_saved(b, fwd_nodes, bwd_nodes, saved, keep) -> tuple:
+    """``(forward nodes, backward nodes, saved vars)`` where each saved forward draw the
+    kernels generate (dropout's mask) is saved as its ``(seed, offset)`` instead.
+
+    At the split of a traced call into a forward and a backward graph (:mod:`..joint`),
+    a dropout's mask is a saved value: the forward writes the whole sample and keeps it
+    until the backward reads it. Here such a draw becomes, in the forward, its own
+    ``philox_key`` (one row: the draw's ``(seed, offset)``, reserved at every run as the
+    pass would, in graph order) and its ``philox`` node; the key row is saved (16 bytes,
+    a host value of both graphs) and the backward starts with the same ``philox`` node on
+    it — the same counters, so the same bits (PyTorch's compiled dropout also redraws
+    from the saved Philox state). ``fuse_cuda`` then makes both halves' readers compute
+    the draw themselves (:mod:`.fuse_philox`): the mask is never written nor held.
+    Draws returned by the forward (``keep``: var ids) or with a tensor ``p`` keep their
+    sample; ``b``: the trace's builder (new vars)."""
+    from ...codegen.cuda_philox import counters, per_counter
+    from ...codegen.ir import LEAF_DTYPES, PHILOX_KINDS
+    if not REDRAW:
+        return fwd_nodes, bwd_nodes, saved
+    producer = {o.id: n for n in fwd_nodes for o in n.outs}
+    redraw = {}
+    for x in saved:
+        n = producer.get(x.id)
+        spec = None if n is None or x.id in keep else _spec(n)
+        if spec is not None and not spec[4] and spec[0] in PHILOX_KINDS and \
+                x.dtype in LEAF_DTYPES:
+            redraw[x.id] = spec
+    if not redraw:
+        return fwd_nodes, bwd_nodes, saved
+    cpu = _device("cpu")
+    fwd, keys, sub, head = [], {}, {}, []
+    for n in fwd_nodes:
+        spec = redraw.get(n.outs[0].id) if len(n.outs) == 1 else None
+        if spec is None:
+            fwd.append(n)
+            continue
+        kind, gen, scalars, dtype, _ = spec
+        o = n.outs[0]
+        k = b.new_var((1, 2), _dt.int64, cpu)
+        draw = ((gen, o.device.index or 0, counters(o.numel(), per_counter(kind, dtype))),)
+        params = {"slot": 0, "kind": kind, "scalars": scalars, "shape": tuple(o.shape),
+                  "dtype": dtype}
+        fwd += [Node(PHILOX_KEY, (), {"draws": draw}, (k,), loc=n.loc),
+                Node(PHILOX, (k,), params, (o,), loc=n.loc)]
+        keys[o.id] = k
+        sub[o.id] = b.new_var(o.shape, o.dtype, o.device)
+        head.append(Node(PHILOX, (k,), dict(params), (sub[o.id],), loc=n.loc))
+    bwd = head + [Node(n.op, tuple(sub.get(x.id, x) if x.__class__ is Var else x
+                                   for x in n.inputs), n.params, n.outs, n.ct, n.loc)
+                  for n in bwd_nodes]
+    return fwd, bwd, [keys.get(x.id, x) for x in saved]
