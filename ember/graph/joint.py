@@ -10,7 +10,10 @@ input of the backward graph, matched by position, so both go through the pass pi
 independently (AOTAutograd's partition). Before the split, :func:`~.partition.recompute_pointwise`
 moves the cheap elementwise chains that made saved values into the backward graph (as
 AOTAutograd's min-cut partitioner does): a GELU saves its input only, a layer norm its
-input and row statistics, and the backward's fused kernel recomputes the rest.
+input and row statistics, and the backward's fused kernel recomputes the rest. A draw a
+GPU graph makes on the device (dropout's mask) is saved as its ``(seed, offset)`` and
+drawn again by the backward (:func:`~.passes.philox.redraw_saved`), as PyTorch saves the
+Philox state.
 
 At run time one autograd :class:`~ember.autograd.function.Function` node stands for the
 whole compiled call: its forward runs the forward program and keeps the saved arrays;

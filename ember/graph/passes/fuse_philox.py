@@ -13,14 +13,15 @@ input qualifies when it is made by a ``philox`` node, is laid out C-contiguously
 the whole loop space (no broadcast, no transpose: the flat position must be the draw's),
 is a 32-bit float draw (uniform, Bernoulli or normal of float32/float16/bfloat16: float64
 and integer draws, two words an element or no leaf kind, keep their kernel's sample) and
-is no graph output (a forward graph that saves the mask for its backward graph
-writes it anyway).
+is no graph output (a returned draw, or a forward graph that saves the mask for its
+backward graph with ``EMBER_PHILOX_REDRAW=0``, writes it anyway).
 The leaf reads ``(seed, offset)`` from two 0-d int64 kernel operands: a ``philox_words``
 host step per draw (:class:`Words`) takes them from the draw's ``philox_key`` row, so the
 executor uploads them with its other host values (a CUDA graph's replay refills them).
 Once no kernel reads the sample, ``dce`` drops the ``philox`` node: the mask is never
 written, and the backward recomputes it from the same words (the forward and backward
-kernels of a whole-step graph each hold the leaf).
+kernels of a whole-step graph each hold the leaf; a compiled model's separate backward
+graph draws again from the key row its forward saved: ``philox.redraw_saved``).
 
 Only ``fuse_cuda`` calls it (GPU graphs). ``ENABLED`` (``EMBER_PHILOX_FUSE=0`` turns it
 off) keeps the separate-kernel path for comparison (tests/cuda/test_cuda_philox_fuse.py).
@@ -110,8 +111,8 @@ def philox_leaves(lw: Lowered | None, producer, words: Words) -> Lowered | None:
         return lw
     k = lw.kernel
     space = tuple(k.shape) if isinstance(k, ReduceKernel) else tuple(k.out.shape)
-    # NOTE: a draw that is a graph output (a forward graph saving the mask for its
-    # backward graph) is written anyway: its readers load it
+    # NOTE: a draw that is a graph output (returned, or a forward graph saving the mask
+    # for its backward graph) is written anyway: its readers load it
     draws = {j: producer(x) for j, (x, spec) in enumerate(zip(lw.inputs, k.inputs))
              if x.id not in words.outputs and _draw(producer(x), spec, space)}
     if not draws:
