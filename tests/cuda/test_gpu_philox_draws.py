@@ -3,8 +3,10 @@ GPU/CuPy"): the float64 and randint kernels equal ``cuda_philox.reference`` bit 
 (float64 normals within the GPU libm's rounding; ``__umul64hi`` for ranges over 2**32), a
 compiled program of every such draw gives the NumPy Philox4x32-10 values of the device
 generator's (seed, offset), and ``mode="reduce-overhead"`` captures it and replays the
-default mode's values. The stand-in runs the same checks on the CUDA emulator:
-``test_cuda_philox_emu.py``, ``test_cuda_philox_draws.py``.
+default mode's values; a compiled model's forward graph saving a dropout's (seed,
+offset) instead of its mask gives bitwise the gradients of the graphs saving the mask.
+The stand-in runs the same checks on the CUDA emulator: ``test_cuda_philox_emu.py``,
+``test_cuda_philox_draws.py``, ``test_cuda_philox_fuse.py``.
 
 Run: ``python3 -m pytest -q tests/cuda/test_gpu_philox_draws.py``.
 """
@@ -44,3 +46,22 @@ def test_gpu_compiled_draws_are_the_reference_and_replay(gpu):  # noqa: F811
         assert all(x.tobytes() == y.tobytes() for x, y in zip(w, g))
     g = _program(fn).cuda_graph
     assert g.failed is None and g.captures == 1 and g.replays >= 1, g.failed
+
+
+def test_gpu_model_backward_redraws_the_saved_key_bitwise(gpu, monkeypatch):  # noqa: F811
+    import sys
+    from test_cuda_graphs import _compiled_fn
+    from test_cuda_philox_fuse import _saved_bytes
+    from test_cuda_philox_graphs import _model_runs
+    mod = sys.modules["ember.graph.passes.philox"]
+    runs = {}
+    for on in (True, False):
+        monkeypatch.setattr(mod, "REDRAW", on)
+        outs, cm = _model_runs("reduce-overhead", steps=7)
+        runs[on] = outs, [e for e in _compiled_fn(cm)._cache.values()
+                          if e.program is not None][-1]
+    for (y0, g0), (y1, g1) in zip(runs[True][0], runs[False][0]):
+        assert y0.tobytes() == y1.tobytes() and g0.tobytes() == g1.tobytes()
+    e = runs[True][1]
+    assert _saved_bytes(runs[False][1]) - _saved_bytes(e) == 6 * 16 * 4 - 16
+    assert e.program.cuda_graph.failed is None and e.joint.bwd_program.cuda_graph.replays >= 1
