@@ -31,6 +31,10 @@ by two nodes (for a tensor ``p``, then the comparison and cast):
   ``slot``) from device memory. A CUDA graph's replay refills the pairs before launching
   (:mod:`ember.graph.cuda_graphs`), so such programs may be captured.
 
+When a compiled call is split into a forward and a backward graph (:mod:`..joint`),
+:func:`redraw_saved` makes a saved draw's key row the saved value instead of its sample:
+the backward draws it again, bit for bit.
+
 Other traced draws stay host draws, as before: ``randperm`` (a device permutation would
 be a sort of random keys, not a small change), ``exponential_``, ``randint``/``random_``
 of other dtypes, a number-``p`` Bernoulli fill of a non-float tensor, a Bernoulli ``p``
