@@ -187,9 +187,10 @@ def _for_device(dev, draw):
 
 def _sampling(draw, kind: str, generator, *args):
     """Tag ``draw`` with what it samples: ``(kind, generator, args)`` — ``("uniform", g,
-    (lo, span))``, ``("bernoulli", g, (p,))``, ``("normal", g, (mean, std))``. A compiled
-    GPU graph may generate such a draw on the device (:mod:`ember.graph.passes.philox`);
-    eager draws never read the tag."""
+    (lo, span))``, ``("bernoulli", g, (p,))`` (``("bernoulli", g, ())``: ``p`` is the
+    draw's tensor input), ``("normal", g, (mean, std))``, ``("randint", g, (low, high))``.
+    A compiled GPU graph may generate such a draw on the device
+    (:mod:`ember.graph.passes.philox`); eager draws never read the tag."""
     draw.sample = (kind, generator, tuple(args))
     return draw
 
@@ -391,8 +392,9 @@ def randint(*args, size=None, generator=None, dtype=None, device=None,
     dtype = _dt.int64 if dtype is None else _dt.as_dtype(dtype)
     shape = _size((size,) if isinstance(size, int) else tuple(size), "randint", dtype)
     low, high = _int_bounds(low, high, dtype, "randint")
-    return _drawn(lambda: _gen(generator).integers(low, high, shape, dtype=np.int64).astype(
-        dtype.np), dtype, device, requires_grad, "randint")
+    return _drawn(_sampling(lambda: _gen(generator).integers(low, high, shape, dtype=np.int64)
+                            .astype(dtype.np), "randint", generator, low, high),
+                  dtype, device, requires_grad, "randint")
 
 
 def normal(mean=0.0, std=1.0, size=None, *, generator=None, dtype=None, device=None,
@@ -437,17 +439,19 @@ def bernoulli(input: Tensor, p=None, *, generator=None) -> Tensor:
         >>> ember.bernoulli(ember.full((3,), 1.0)).tolist()
         [1.0, 1.0, 1.0]
     """
-    probs = np.asarray(input.detach().cpu()._data) if p is None else p
-    if not _grad_state.modes and np.any((np.asarray(probs) < 0) | (np.asarray(probs) > 1)):
-        raise ValueError("bernoulli: expects all probabilities p to be in [0, 1]")
+    if not _grad_state.modes:       # NOTE: a traced input has no values (nor a copy to read)
+        probs = np.asarray(input.detach().cpu()._data) if p is None else np.asarray(p)
+        if np.any((probs < 0) | (probs > 1)):
+            raise ValueError("bernoulli: expects all probabilities p to be in [0, 1]")
     ct = input._dtype if input._dtype in (_dt.float32, _dt.float64) else _dt.float64
     shape, odt = tuple(input.shape), input._dtype.np
     if p is None:
-        out = _drawn(lambda pr: (_uniform01(_gen(generator), shape, ct) < pr).astype(odt),
-                     input._dtype, input._device, False, "bernoulli", (input.detach(),))
+        out = _drawn(_sampling(lambda pr: (_uniform01(_gen(generator), shape, ct) < pr).astype(
+            odt), "bernoulli", generator), input._dtype, input._device, False, "bernoulli",
+            (input.detach(),))
         return _zero_grad_link(out, input)
-    return _drawn(_sampling(lambda: (_uniform01(_gen(generator), shape, ct) < probs).astype(
-        odt), "bernoulli", generator, probs), input._dtype, input._device, False, "bernoulli")
+    return _drawn(_sampling(lambda: (_uniform01(_gen(generator), shape, ct) < p).astype(
+        odt), "bernoulli", generator, p), input._dtype, input._device, False, "bernoulli")
 
 
 def randperm(n: int, *, generator=None, dtype=None, device=None, requires_grad=False) -> Tensor:

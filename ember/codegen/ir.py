@@ -98,6 +98,8 @@ class Index(Expr):
 #: Philox draw kinds and their ``scalars``: uniform (lo, span), bernoulli (p,), normal
 #: (mean, sd) -- :mod:`ember.codegen.cuda_philox`'s entries.
 PHILOX_KINDS = {"uniform": 2, "bernoulli": 1, "normal": 2}
+#: the dtypes of a :class:`Philox` leaf.
+LEAF_DTYPES = (_dt.float32, _dt.float16, _dt.bfloat16)
 
 
 @dataclass(frozen=True)
@@ -124,7 +126,7 @@ class Philox(Expr):
     def __post_init__(self):
         if PHILOX_KINDS.get(self.kind) != len(self.scalars) or self.numel < 1 or not (
                 isinstance(self.seed, Load) and isinstance(self.offset, Load)) or \
-                self.dtype.name not in ("float32", "float16", "bfloat16"):
+                self.dtype not in LEAF_DTYPES:
             raise ValueError(f"codegen: Philox needs a kind of {PHILOX_KINDS} with that many "
                              f"scalars, numel >= 1, Load seed/offset and a float32/float16/"
                              f"bfloat16 dtype, got {self!r}")

@@ -41,9 +41,12 @@ pool's are not (its static inputs are non-owning once recorded): on a GPU they c
 ``memory_reserved()``. Replays allocate nothing, so neither grows across replays.
 
 The runner falls back to plain runs, and says why in ``explain()``, when the program
-cannot be a graph: a random op drawn on the host (its draws would repeat; draws a GPU
-graph generates on the device, :mod:`ember.graph.passes.philox`, read their (seed,
-offset) from a device array refilled before each replay, so they do not), a capture the
+cannot be a graph: a random op drawn on the host (its draws would repeat; the draws a GPU
+graph generates on the device, :mod:`ember.graph.passes.philox` — uniform, Bernoulli
+with a number or tensor ``p``, normal, float64 ones too, and int32/int64 ``randint`` —
+read their (seed, offset) from a device array refilled before each replay, so they do
+not; ``randperm``, ``exponential_`` and other dtypes' integer draws stay on the host), a
+capture the
 driver refuses (an op that waits for the device, e.g. a data-dependent shape), or an input
 read in place that moved (a parameter replaced: it captures again, at most
 :data:`MAX_CAPTURES` times).
@@ -132,11 +135,13 @@ class GraphRunner:
         self.pending = None         # a forward: weakref to the last replay's pending user
         self.held = 0               # a forward: bytes of its saved values (counted, held)
         # NOTE: a device draw's key (passes/philox.py) is a host step run before each replay
-        random = [n.op.name for n in prog.graph.nodes if getattr(n.op, "random", False) and
+        random = [n.params.get("what", n.op.name) for n in prog.graph.nodes
+                  if getattr(n.op, "random", False) and
                   not getattr(n.op, "device_random", False)]
         if random:
-            self._give_up(f"it draws random numbers ({random[0]}): a graph would replay "
-                          f"the same draws")
+            self._give_up(f"it draws random numbers on the host ({random[0]}): a graph would "
+                          f"replay the same draws (a GPU graph makes its uniform, Bernoulli, "
+                          f"normal and int32/int64 randint draws on the device)")
 
     # ------------------------------------------------------------------ calls
     def run(self, arrays, hold=None) -> list:

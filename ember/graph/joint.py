@@ -10,7 +10,10 @@ input of the backward graph, matched by position, so both go through the pass pi
 independently (AOTAutograd's partition). Before the split, :func:`~.partition.recompute_pointwise`
 moves the cheap elementwise chains that made saved values into the backward graph (as
 AOTAutograd's min-cut partitioner does): a GELU saves its input only, a layer norm its
-input and row statistics, and the backward's fused kernel recomputes the rest.
+input and row statistics, and the backward's fused kernel recomputes the rest. A draw a
+GPU graph makes on the device (dropout's mask) is saved as its ``(seed, offset)`` and
+drawn again by the backward (:func:`~.passes.philox.redraw_saved`), as PyTorch saves the
+Philox state.
 
 At run time one autograd :class:`~ember.autograd.function.Function` node stands for the
 whole compiled call: its forward runs the forward program and keeps the saved arrays;
@@ -27,6 +30,7 @@ from .executor import Held, Program
 from .ir import Graph, Var
 from .passes import run_pipeline
 from .partition import recompute_pointwise
+from .passes.philox import redraw_saved
 
 
 class Joint:
@@ -66,10 +70,15 @@ def capture_backward(tr, fwd_outs: list, diff_out_tensors: list, diff_inputs: li
             if x.__class__ is Var and x.id in fwd_defined and x.id not in seen:
                 seen.add(x.id)
                 saved.append(x)
+    keep = {v.id for v in fwd_outs if v.__class__ is Var}
     for g in gvars:         # a gradient that is a forward value (e.g. an input passed through)
-        if g is not None and g.id in fwd_defined and g.id not in seen:
-            seen.add(g.id)
-            saved.append(g)
+        if g is not None and g.id in fwd_defined:
+            keep.add(g.id)
+            if g.id not in seen:
+                seen.add(g.id)
+                saved.append(g)
+    if "philox" in passes:      # NOTE: a dropout's mask saved as its (seed, offset)
+        fwd_nodes, bwd_nodes, saved = redraw_saved(tr.b, fwd_nodes, bwd_nodes, saved, keep)
     j = Joint()
     j.hold = ()
     j.n_fwd = len(fwd_outs)

@@ -103,8 +103,9 @@ def bernoulli_(self: Tensor, p=0.5, *, generator=None) -> Tensor:
     if isinstance(p, Tensor):
         if not state.modes and np.any((p._data < 0) | (p._data > 1)):
             raise ValueError("bernoulli_: expects all probabilities p to be in [0, 1]")
-        return _write(self, lambda pr: (_uniform01(_gen(generator), shape, _dt.float64) <
-                                        pr).astype(odt), "bernoulli_", (p.detach(),))
+        return _write(self, _sampling(lambda pr: (_uniform01(_gen(generator), shape,
+                                                             _dt.float64) < pr).astype(odt),
+                                      "bernoulli", generator), "bernoulli_", (p.detach(),))
     if np.any((np.asarray(p) < 0) | (np.asarray(p) > 1)):
         raise ValueError("bernoulli_: expects all probabilities p to be in [0, 1]")
     return _write(self, _sampling(lambda: (_uniform01(_gen(generator), shape, _dt.float64) <
@@ -130,8 +131,8 @@ def random_(self: Tensor, *args, generator=None, **kw) -> Tensor:
         raise ValueError(f"random_ expects 'from' to be less than 'to', but got from={lo} >= "
                          f"to={hi}")
     shape = tuple(self.shape)
-    return _write(self, lambda: _gen(generator).integers(lo, hi, shape, dtype=np.int64).astype(
-        dt.np), "random_")
+    return _write(self, _sampling(lambda: _gen(generator).integers(lo, hi, shape, dtype=np.int64)
+                                  .astype(dt.np), "randint", generator, lo, hi), "random_")
 
 
 def exponential_(self: Tensor, lambd: float = 1.0, *, generator=None) -> Tensor:

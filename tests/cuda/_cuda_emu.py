@@ -227,7 +227,7 @@ template <typename F> static inline void emu_launch(dim3 g, dim3 b, F f) {
 
 _CTYPES = {"int": ctypes.c_int, "unsigned": ctypes.c_uint, "float": ctypes.c_float,
            "double": ctypes.c_double, "long long": ctypes.c_longlong,
-           "int64_t": ctypes.c_int64, "long": ctypes.c_long}
+           "int64_t": ctypes.c_int64, "uint64_t": ctypes.c_uint64, "long": ctypes.c_long}
 _SIG = re.compile(r'extern "C" __global__ void\s+(?:__launch_bounds__\([^)]*\)\s*)?(\w+)\s*'
                   r'\(([^)]*)\)')
 

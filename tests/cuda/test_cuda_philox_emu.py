@@ -145,17 +145,84 @@ def test_half_precision_outputs(emu_loader, dtype, bits):
     np.testing.assert_allclose(z.astype(np.float32), z32, rtol=2 ** -(bits - 1), atol=1e-6)
 
 
+def _words64(seed, offset, n):
+    """64-bit words: element 2c + j = words (2j, 2j + 1) of counter offset + c, high first."""
+    w = ref_words(seed, offset, 2 * n).astype(np.uint64)
+    return (w[0::2] << np.uint64(32)) | w[1::2]
+
+
+@emu
+def test_float64_draws_match_reference(emu_loader):
+    """53-bit uniforms from two words an element (the counters' words: ``ref_words``);
+    float64 Box-Muller on an element pair's words."""
+    seed, offset, n = 2**63 + 5, 2**32 - 2, 1001             # the offset carries
+    key = _key(seed, offset)
+    x = _words64(seed, offset, n + 1)
+    u = (x >> np.uint64(11)).astype(np.float64) * 2.0 ** -53
+    got = cuda_philox.launch(np, key, "uniform", (7, 143), (-2.0, 5.0), dtype=np.float64)
+    assert got.dtype == np.float64
+    np.testing.assert_array_equal(got.reshape(-1), u[:n] * 5.0 - 2.0)
+    m = cuda_philox.launch(np, key, "bernoulli", (n,), (0.3,), dtype=np.float64)
+    np.testing.assert_array_equal(m, (u[:n] < 0.3).astype(np.float64))
+    z = cuda_philox.launch(np, key, "normal", (n,), (1.5, 2.0), dtype=np.float64)
+    u1 = ((x[0::2] >> np.uint64(11)) + np.uint64(1)).astype(np.float64) * 2.0 ** -53
+    r, t = np.sqrt(-2 * np.log(u1)), u[1::2] * 2 * np.pi
+    want = np.stack([r * np.cos(t), r * np.sin(t)], axis=1).reshape(-1)[:n] * 2.0 + 1.5
+    np.testing.assert_allclose(z, want, rtol=1e-13, atol=1e-13)
+    for kind, sc in (("uniform", (-2.0, 5.0)), ("bernoulli", (0.3,)), ("normal", (1.5, 2.0))):
+        ref = cuda_philox.reference(kind, seed, offset, n, sc, np.float64)
+        np.testing.assert_allclose(ref, {"uniform": got.reshape(-1), "bernoulli": m,
+                                         "normal": z}[kind], rtol=1e-13, atol=1e-13)
+
+
+@emu
+def test_randint_matches_reference_and_spans_its_range(emu_loader):
+    """``low + (w * span >> 32)`` of a word (span <= 2**32), ``low + hi64(x * span)`` of a
+    64-bit word (randint64): every value in range, none outside, counts within 6 sigma."""
+    seed, offset, n = 31337, 2**32 - 1, 4003
+    key = _key(seed, offset)
+    w = ref_words(seed, offset, n).astype(np.uint64)
+    a = cuda_philox.launch(np, key, "randint", (n,), (-3, 7), dtype=np.int64)
+    np.testing.assert_array_equal(a, -3 + ((w * np.uint64(7)) >> np.uint64(32)).astype(np.int64))
+    assert a.min() == -3 and a.max() == 3
+    counts = np.bincount(a + 3)
+    assert (np.abs(counts - n / 7) < 6 * np.sqrt(n / 7)).all(), counts
+    b = cuda_philox.launch(np, key, "randint", (n,), (-2**31, 2**32), dtype=np.int32)
+    np.testing.assert_array_equal(b, (w.astype(np.int64) - 2**31).astype(np.int32))
+    x = _words64(seed, offset, n)
+    c = cuda_philox.launch(np, key, "randint64", (n,), (-2**63, 2**64 - 1), dtype=np.int64)
+    want = [(-2**63 + (int(v) * (2**64 - 1) >> 64)) for v in x[:50]]
+    assert c[:50].tolist() == want
+    d = cuda_philox.launch(np, key, "randint64", (n,), (10, 3 * 2**40), dtype=np.int64)
+    assert d.min() >= 10 and d.max() < 10 + 3 * 2**40
+    assert abs(d.mean() - (10 + 1.5 * 2**40)) < 6 * 3 * 2**40 / np.sqrt(12 * n)
+    for kind, sc, arr, dt in (("randint", (-3, 7), a, np.int64),
+                              ("randint", (-2**31, 2**32), b, np.int32),
+                              ("randint64", (-2**63, 2**64 - 1), c, np.int64),
+                              ("randint64", (10, 3 * 2**40), d, np.int64)):
+        np.testing.assert_array_equal(cuda_philox.reference(kind, seed, offset, n, sc, dt), arr)
+
+
 @emu
 def test_empty_and_bad_kind(emu_loader):
     assert cuda_philox.launch(np, _key(1, 0), "uniform", (0, 3), (0.0, 1.0)).shape == (0, 3)
     with pytest.raises(ValueError, match="kind must be one of"):
         cuda_philox.launch(np, _key(1, 0), "gamma", (3,))
-    with pytest.raises(ValueError, match="dtype must be float32, float16 or bfloat16"):
-        cuda_philox.launch(np, _key(1, 0), "uniform", (3,), (0.0, 1.0), dtype=np.float64)
+    with pytest.raises(ValueError, match="dtype must be one of float32, float16, bfloat16, "
+                                         "float64, got int32"):
+        cuda_philox.launch(np, _key(1, 0), "uniform", (3,), (0.0, 1.0), dtype=np.int32)
+    with pytest.raises(ValueError, match=r"dtype must be one of int32, int64 \(randint64"):
+        cuda_philox.launch(np, _key(1, 0), "randint64", (3,), (0, 2**40), dtype=np.int32)
+    with pytest.raises(ValueError, match=r"span must be in \[1, 2\*\*32\]"):
+        cuda_philox.launch(np, _key(1, 0), "randint", (3,), (0, 2**32 + 1), dtype=np.int64)
 
 
 def test_counters():
     assert [cuda_philox.counters(n) for n in (0, 1, 4, 5, 8)] == [0, 1, 1, 2, 2]
+    assert [cuda_philox.counters(n, 2) for n in (0, 1, 2, 3)] == [0, 1, 1, 2]
+    assert [cuda_philox.per_counter(k, t) for k, t in (
+        ("uniform", np.float32), ("normal", np.float64), ("randint", np.int64),
+        ("randint64", np.int64))] == [4, 2, 4, 2]
 
 
 @pytest.mark.skipif(not (nvrtc.available() and nvrtc.include_dirs()),
@@ -164,6 +231,8 @@ def test_nvrtc_compiles_every_entry():
     import re
     ptx = nvrtc.compile_ptx(cuda_philox.source(), "ember_philox")
     entries = set(re.findall(r"\.entry\s+(\w+)\(", ptx))
-    assert entries == {f"ember_philox_{k}_{t}" for k in cuda_philox.KINDS
-                       for t in ("f32", "f16", "bf16")} | {"ember_philox_bits"}
-    assert "mul.hi.u32" in ptx
+    assert entries == {f"ember_philox_{k}_{t}" for k in ("uniform", "bernoulli", "normal")
+                       for t in ("f32", "f16", "bf16", "f64")} | {
+        "ember_philox_randint_i32", "ember_philox_randint_i64", "ember_philox_randint64_i64",
+        "ember_philox_bits"}
+    assert "mul.hi.u32" in ptx and "mul.hi.u64" in ptx

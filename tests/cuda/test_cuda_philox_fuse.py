@@ -175,14 +175,38 @@ def test_row_entry_takes_a_pre_broadcast_host_scalar_as_a_scalar():
     assert name == "rowk_r" and int(args[-3]) & 0b1100 == 0b1100
 
 
-def test_forward_graph_saving_the_mask_keeps_the_separate_kernel(emu_gpu, monkeypatch):
-    """A compiled model's forward graph saves the mask for its backward graph: the draw
-    is written anyway, so its readers load it (no leaf computing it a second time);
-    results as the separate path's, bit for bit."""
+def _saved_bytes(e) -> int:
+    """Bytes of the values a compiled model's forward graph saves for its backward graph."""
+    return sum(v.numel() * v.dtype.itemsize for v in e.program.graph.outputs[e.joint.n_fwd:])
+
+
+def test_forward_graph_saves_the_draws_key_not_its_mask(emu_gpu, monkeypatch):
+    """A compiled model's forward graph saves the dropout's (seed, offset) row, not its
+    mask (``philox.redraw_saved``): both graphs' kernels compute the draw (Philox leaves, no
+    ``philox`` node left), outputs and gradients bit for bit those of the graphs that save
+    the mask (``EMBER_PHILOX_REDRAW=0``; that path equals the separate kernel's: above),
+    by the mask's bytes fewer saved; under ``reduce-overhead`` both graphs are captured
+    and replayed (the default mode's numbers: test_cuda_philox_graphs.py)."""
+    import sys
     from test_cuda_graphs import _compiled_fn
-    (got, cm), (want, _) = _both(monkeypatch, lambda: _model_runs(steps=4))
+    redraw = sys.modules["ember.graph.passes.philox"]
+    runs = {}
+    for on in (True, False):
+        monkeypatch.setattr(redraw, "REDRAW", on)
+        outs, cm = _model_runs("reduce-overhead", steps=7)
+        runs[on] = outs, [e for e in _compiled_fn(cm)._cache.values()
+                          if e.program is not None][-1]
+    (got, e), (want, e_saved) = runs[True], runs[False]
     for (y0, g0), (y1, g1) in zip(got, want):
         assert y0.tobytes() == y1.tobytes() and g0.tobytes() == g1.tobytes()
-    e = [e for e in _compiled_fn(cm)._cache.values() if e.program is not None][-1]
-    assert PHILOX in [n.op for n in e.program.graph.nodes]
-    assert _leaf_kernels(e.program) == 0
+    assert not np.array_equal(got[-1][0], got[-2][0])
+    bwd = e.joint.bwd_program
+    for prog in (e.program, bwd):
+        assert PHILOX not in [n.op for n in prog.graph.nodes] and _leaf_kernels(prog) >= 1
+    assert (1, 2) in [v.shape for v in bwd.graph.inputs]       # the key row
+    assert PHILOX in [n.op for n in e_saved.program.graph.nodes]
+    mask = 6 * 16 * 4                                           # the float32 (6, 16) mask
+    assert _saved_bytes(e_saved) - _saved_bytes(e) == mask - 16
+    fwd_g, bwd_g = e.program.cuda_graph, bwd.cuda_graph
+    assert fwd_g.failed is None and bwd_g.failed is None and fwd_g.replays >= 2
+    assert bwd_g.captures == 1 and bwd_g.replays >= 1      # the key row refilled each replay

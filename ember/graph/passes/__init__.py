@@ -66,7 +66,7 @@ PASSES = {
     "layout": layout,                # NCHW or NHWC per conv, by a measurement
     "fuse": fuse,                    # elementwise/reduction groups -> generated C kernels
     "fuse_cuda": fuse_cuda,          # the same groups -> CUDA kernels (graphs on a GPU)
-    "philox": philox,                # a GPU graph's uniform/normal draws: Philox on the device
+    "philox": philox,                # a GPU graph's random draws: Philox on the device
     "multi_launch": multi_launch,    # independent launches of one CUDA kernel -> one launch
     "pad_gemm": pad_gemm,            # a GPU value several padded GEMMs read: padded once
     "pool": pool,                    # max-pool fwd/bwd, unfold/fold as C loops
@@ -94,7 +94,7 @@ EXACT_PASSES = ["simplify", "fold", "cse", "scatter_stack", "sdpa_layout", "line
 #: within the dtype's tolerance, not bitwise. Opt-in (they may change float rounding):
 #: conv_affine, rewrite, hfuse, layout, simplify_fast, small_bmm. Opt-in though exact:
 #: sdpa_out_layout (slower than the copy it removes on the reference machine).
-#: ``philox`` changes GPU graphs only (their float32 draws generated on the device).
+#: ``philox`` changes GPU graphs only (their draws generated on the device).
 DEFAULT_PASSES = ["simplify", "fold", "cse", "scatter_stack", "sdpa_layout", "sum_rows",
                   "pool", "conv_fwd", "conv_bwd", "conv_gemm", "scatter_select", "take_rows",
                   "count_true", "feature_major", "gemm_epilogue", "ce_rows", "philox", "fuse",

@@ -10,15 +10,18 @@ kernel stores it — a float32 mask of a GPT's activations is hundreds of MB a s
 ``f % 4`` of counter ``offset + f // 4`` under the draw's key, the very numbers the
 separate kernel writes there (``codegen/cuda_philox.py``: bitwise the same results). An
 input qualifies when it is made by a ``philox`` node, is laid out C-contiguously over
-the whole loop space (no broadcast, no transpose: the flat position must be the draw's)
-and is no graph output (a forward graph that saves the mask for its backward graph
-writes it anyway).
+the whole loop space (no broadcast, no transpose: the flat position must be the draw's),
+is a 32-bit float draw (uniform, Bernoulli or normal of float32/float16/bfloat16: float64
+and integer draws, two words an element or no leaf kind, keep their kernel's sample) and
+is no graph output (a returned draw, or a forward graph that saves the mask for its
+backward graph with ``EMBER_PHILOX_REDRAW=0``, writes it anyway).
 The leaf reads ``(seed, offset)`` from two 0-d int64 kernel operands: a ``philox_words``
 host step per draw (:class:`Words`) takes them from the draw's ``philox_key`` row, so the
 executor uploads them with its other host values (a CUDA graph's replay refills them).
 Once no kernel reads the sample, ``dce`` drops the ``philox`` node: the mask is never
 written, and the backward recomputes it from the same words (the forward and backward
-kernels of a whole-step graph each hold the leaf).
+kernels of a whole-step graph each hold the leaf; a compiled model's separate backward
+graph draws again from the key row its forward saved: ``philox.redraw_saved``).
 
 Only ``fuse_cuda`` calls it (GPU graphs). ``ENABLED`` (``EMBER_PHILOX_FUSE=0`` turns it
 off) keeps the separate-kernel path for comparison (tests/cuda/test_cuda_philox_fuse.py).
@@ -31,7 +34,8 @@ from dataclasses import replace
 import numpy as np
 
 from ... import dtypes as _dt
-from ...codegen.ir import InputSpec, Kernel, Load, Philox, ReduceKernel
+from ...codegen.ir import (LEAF_DTYPES, PHILOX_KINDS, InputSpec, Kernel, Load, Philox,
+                           ReduceKernel)
 from ..ir import GraphOp, Node, Var
 from .fuse_index import _substitute
 from .fuse_lower import Lowered
@@ -92,8 +96,9 @@ def _c_strides(space) -> tuple:
 
 def _draw(n, spec, space) -> bool:
     """Whether input ``spec`` made by node ``n`` is a whole draw over loop space ``space``."""
-    if n is None or n.op is not PHILOX or len(n.outs) != 1:
-        return False
+    if n is None or n.op is not PHILOX or len(n.outs) != 1 or \
+            PHILOX_KINDS.get(n.params["kind"]) is None or n.outs[0].dtype not in LEAF_DTYPES:
+        return False            # NOTE: float64 and integer draws keep their kernel
     numel = int(np.prod(space, dtype=np.int64))
     return numel > 0 and n.outs[0].numel() == numel and all(
         a == b for a, b, s in zip(spec.strides, _c_strides(space), space) if s != 1)
@@ -106,8 +111,8 @@ def philox_leaves(lw: Lowered | None, producer, words: Words) -> Lowered | None:
         return lw
     k = lw.kernel
     space = tuple(k.shape) if isinstance(k, ReduceKernel) else tuple(k.out.shape)
-    # NOTE: a draw that is a graph output (a forward graph saving the mask for its
-    # backward graph) is written anyway: its readers load it
+    # NOTE: a draw that is a graph output (returned, or a forward graph saving the mask
+    # for its backward graph) is written anyway: its readers load it
     draws = {j: producer(x) for j, (x, spec) in enumerate(zip(lw.inputs, k.inputs))
              if x.id not in words.outputs and _draw(producer(x), spec, space)}
     if not draws:
