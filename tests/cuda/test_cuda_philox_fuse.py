@@ -180,6 +180,24 @@ def _saved_bytes(e) -> int:
     return sum(v.numel() * v.dtype.itemsize for v in e.program.graph.outputs[e.joint.n_fwd:])
 
 
+def redraw_runs(monkeypatch) -> tuple:
+    """The dropout model's ``reduce-overhead`` runs (outputs, gradients) and compiled entry,
+    with the draws' keys saved, then with their masks saved; asserts the two runs' values
+    are the same bits (also used by the GPU test)."""
+    import sys
+    from test_cuda_graphs import _compiled_fn
+    redraw = sys.modules["ember.graph.passes.philox"]
+    runs = []
+    for on in (True, False):
+        monkeypatch.setattr(redraw, "REDRAW", on)
+        outs, cm = _model_runs("reduce-overhead", steps=7)
+        runs.append((outs, [e for e in _compiled_fn(cm)._cache.values()
+                            if e.program is not None][-1]))
+    for (y0, g0), (y1, g1) in zip(runs[0][0], runs[1][0]):
+        assert y0.tobytes() == y1.tobytes() and g0.tobytes() == g1.tobytes()
+    return tuple(runs)
+
+
 def test_forward_graph_saves_the_draws_key_not_its_mask(emu_gpu, monkeypatch):
     """A compiled model's forward graph saves the dropout's (seed, offset) row, not its
     mask (``philox.redraw_saved``): both graphs' kernels compute the draw (Philox leaves, no
@@ -187,18 +205,7 @@ def test_forward_graph_saves_the_draws_key_not_its_mask(emu_gpu, monkeypatch):
     the mask (``EMBER_PHILOX_REDRAW=0``; that path equals the separate kernel's: above),
     by the mask's bytes fewer saved; under ``reduce-overhead`` both graphs are captured
     and replayed (the default mode's numbers: test_cuda_philox_graphs.py)."""
-    import sys
-    from test_cuda_graphs import _compiled_fn
-    redraw = sys.modules["ember.graph.passes.philox"]
-    runs = {}
-    for on in (True, False):
-        monkeypatch.setattr(redraw, "REDRAW", on)
-        outs, cm = _model_runs("reduce-overhead", steps=7)
-        runs[on] = outs, [e for e in _compiled_fn(cm)._cache.values()
-                          if e.program is not None][-1]
-    (got, e), (want, e_saved) = runs[True], runs[False]
-    for (y0, g0), (y1, g1) in zip(got, want):
-        assert y0.tobytes() == y1.tobytes() and g0.tobytes() == g1.tobytes()
+    (got, e), (want, e_saved) = redraw_runs(monkeypatch)
     assert not np.array_equal(got[-1][0], got[-2][0])
     bwd = e.joint.bwd_program
     for prog in (e.program, bwd):

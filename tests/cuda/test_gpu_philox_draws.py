@@ -49,19 +49,7 @@ def test_gpu_compiled_draws_are_the_reference_and_replay(gpu):  # noqa: F811
 
 
 def test_gpu_model_backward_redraws_the_saved_key_bitwise(gpu, monkeypatch):  # noqa: F811
-    import sys
-    from test_cuda_graphs import _compiled_fn
-    from test_cuda_philox_fuse import _saved_bytes
-    from test_cuda_philox_graphs import _model_runs
-    mod = sys.modules["ember.graph.passes.philox"]
-    runs = {}
-    for on in (True, False):
-        monkeypatch.setattr(mod, "REDRAW", on)
-        outs, cm = _model_runs("reduce-overhead", steps=7)
-        runs[on] = outs, [e for e in _compiled_fn(cm)._cache.values()
-                          if e.program is not None][-1]
-    for (y0, g0), (y1, g1) in zip(runs[True][0], runs[False][0]):
-        assert y0.tobytes() == y1.tobytes() and g0.tobytes() == g1.tobytes()
-    e = runs[True][1]
-    assert _saved_bytes(runs[False][1]) - _saved_bytes(e) == 6 * 16 * 4 - 16
+    from test_cuda_philox_fuse import _saved_bytes, redraw_runs
+    (_, e), (_, e_saved) = redraw_runs(monkeypatch)
+    assert _saved_bytes(e_saved) - _saved_bytes(e) == 6 * 16 * 4 - 16
     assert e.program.cuda_graph.failed is None and e.joint.bwd_program.cuda_graph.replays >= 1
