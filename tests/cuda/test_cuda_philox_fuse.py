@@ -180,7 +180,7 @@ def _saved_bytes(e) -> int:
     return sum(v.numel() * v.dtype.itemsize for v in e.program.graph.outputs[e.joint.n_fwd:])
 
 
-def redraw_runs(monkeypatch) -> tuple:
+def redraw_runs(monkeypatch, factory=_mlp_dropout) -> tuple:
     """The dropout model's ``reduce-overhead`` runs (outputs, gradients) and compiled entry,
     with the draws' keys saved, then with their masks saved; asserts the two runs' values
     are the same bits (also used by the GPU test)."""
@@ -190,7 +190,7 @@ def redraw_runs(monkeypatch) -> tuple:
     runs = []
     for on in (True, False):
         monkeypatch.setattr(redraw, "REDRAW", on)
-        outs, cm = _model_runs("reduce-overhead", steps=7)
+        outs, cm = _model_runs("reduce-overhead", steps=7, factory=factory)
         runs.append((outs, [e for e in _compiled_fn(cm)._cache.values()
                             if e.program is not None][-1]))
     for (y0, g0), (y1, g1) in zip(runs[0][0], runs[1][0]):
@@ -217,3 +217,18 @@ def test_forward_graph_saves_the_draws_key_not_its_mask(emu_gpu, monkeypatch):
     fwd_g, bwd_g = e.program.cuda_graph, bwd.cuda_graph
     assert fwd_g.failed is None and bwd_g.failed is None and fwd_g.replays >= 2
     assert bwd_g.captures == 1 and bwd_g.replays >= 1      # the key row refilled each replay
+
+
+def test_saved_draws_share_one_key_op(emu_gpu, monkeypatch):
+    """Two dropouts of a compiled model: one ``philox_key`` op reserves both draws in the
+    forward and its (2, 2) rows are the one value saved for them (not a host step and a
+    key a draw); outputs and gradients the mask-saving graphs' bit for bit."""
+    def two_dropouts():
+        nn = em.nn
+        return nn.Sequential(nn.Linear(8, 16), nn.GELU(), nn.Dropout(0.25), nn.Linear(16, 16),
+                             nn.Dropout(0.5), nn.Linear(16, 4))
+    (got, e), (_, e_saved) = redraw_runs(monkeypatch, two_dropouts)
+    assert [n.op for n in e.program.graph.nodes].count(PHILOX_KEY) == 1
+    assert (2, 2) in [v.shape for v in e.joint.bwd_program.graph.inputs]
+    assert _saved_bytes(e_saved) - _saved_bytes(e) == 2 * 6 * 16 * 4 - 32
+    assert not np.array_equal(got[-1][0], got[-2][0])

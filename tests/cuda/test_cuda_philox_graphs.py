@@ -159,11 +159,12 @@ def test_adamw_training_with_dropout_replays_the_default_mode(emu_gpu, amp):
     assert len(set(got[0][2:])) > 1
 
 
-def _model_runs(mode=None, steps=6):
-    """``steps`` calls of a compiled dropout MLP (forward and backward graphs) with eager
-    backward: each call's output and first-layer gradient, and the compiled model."""
+def _model_runs(mode=None, steps=6, factory=_mlp_dropout):
+    """``steps`` calls of a compiled dropout MLP (``factory()``; forward and backward graphs)
+    with eager backward: each call's output and first-layer gradient, and the compiled
+    model."""
     em.manual_seed(0)
-    model = _mlp_dropout().to("cuda")
+    model = factory().to("cuda")
     cm = em.compile(model, mode=mode)
     x = em.ones(6, 8).to("cuda")
     outs = []

@@ -206,10 +206,11 @@ def redraw_saved(b, fwd_nodes, bwd_nodes, saved, keep) -> tuple:
 
     At the split of a traced call into a forward and a backward graph (:mod:`..joint`),
     a dropout's mask is a saved value: the forward writes the whole sample and keeps it
-    until the backward reads it. Here such a draw becomes, in the forward, its own
-    ``philox_key`` (one row: the draw's ``(seed, offset)``, reserved at every run as the
-    pass would, in graph order) and its ``philox`` node; the key row is saved (16 bytes,
-    a host value of both graphs) and the backward starts with the same ``philox`` node on
+    until the backward reads it. Here such a draw becomes, in the forward, a
+    ``philox`` node on a ``philox_key`` (one for up to :data:`PER_KEY` such draws, placed
+    before the first: their ``(seed, offset)`` rows, reserved at every run in graph order,
+    as the pass does); the key rows are saved (16 bytes a draw, a host value of both
+    graphs) and the backward starts with the same ``philox`` node on
     it — the same counters, so the same bits (PyTorch's compiled dropout also redraws
     from the saved Philox state). ``fuse_cuda`` then makes both halves' readers compute
     the draw themselves (:mod:`.fuse_philox`): the mask is never written nor held.
@@ -230,24 +231,36 @@ def redraw_saved(b, fwd_nodes, bwd_nodes, saved, keep) -> tuple:
     if not redraw:
         return fwd_nodes, bwd_nodes, saved
     cpu = _device("cpu")
-    fwd, keys, sub, head = [], {}, {}, []
+    order = [n.outs[0].id for n in fwd_nodes if len(n.outs) == 1 and n.outs[0].id in redraw]
+    chunk = {vid: divmod(i, PER_KEY) for i, vid in enumerate(order)}   # (key, slot)
+    fwd, keys, sub, head = [], [], {}, []
     for n in fwd_nodes:
-        spec = redraw.get(n.outs[0].id) if len(n.outs) == 1 else None
-        if spec is None:
+        o = n.outs[0] if len(n.outs) == 1 else None
+        if o is None or o.id not in chunk:
             fwd.append(n)
             continue
-        kind, gen, scalars, dtype, _ = spec
-        o = n.outs[0]
-        k = b.new_var((1, 2), _dt.int64, cpu)
-        draw = ((gen, o.device.index or 0, counters(o.numel(), per_counter(kind, dtype))),)
-        params = {"slot": 0, "kind": kind, "scalars": scalars, "shape": tuple(o.shape),
+        kind, gen, scalars, dtype, _ = redraw[o.id]
+        c, slot = chunk[o.id]
+        if slot == 0:   # NOTE: one key op a PER_KEY draws, reserved in graph order (as the pass)
+            part = order[c * PER_KEY:(c + 1) * PER_KEY]
+            draws = tuple((redraw[v][1], producer[v].outs[0].device.index or 0,
+                           counters(producer[v].outs[0].numel(),
+                                    per_counter(redraw[v][0], redraw[v][3]))) for v in part)
+            keys.append(b.new_var((len(part), 2), _dt.int64, cpu))
+            fwd.append(Node(PHILOX_KEY, (), {"draws": draws}, (keys[-1],), loc=n.loc))
+        k = keys[c]
+        params = {"slot": slot, "kind": kind, "scalars": scalars, "shape": tuple(o.shape),
                   "dtype": dtype}
-        fwd += [Node(PHILOX_KEY, (), {"draws": draw}, (k,), loc=n.loc),
-                Node(PHILOX, (k,), params, (o,), loc=n.loc)]
-        keys[o.id] = k
+        fwd.append(Node(PHILOX, (k,), params, (o,), loc=n.loc))
         sub[o.id] = b.new_var(o.shape, o.dtype, o.device)
         head.append(Node(PHILOX, (k,), dict(params), (sub[o.id],), loc=n.loc))
     bwd = head + [Node(n.op, tuple(sub.get(x.id, x) if x.__class__ is Var else x
                                    for x in n.inputs), n.params, n.outs, n.ct, n.loc)
                   for n in bwd_nodes]
-    return fwd, bwd, [keys.get(x.id, x) for x in saved]
+    out, seen = [], set()
+    for x in saved:        # NOTE: a draw's key row once for all the draws sharing it
+        x = keys[chunk[x.id][0]] if x.id in chunk else x
+        if x.id not in seen:
+            seen.add(x.id)
+            out.append(x)
+    return fwd, bwd, out
