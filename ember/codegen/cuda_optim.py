@@ -15,20 +15,28 @@ element by element in the parameter's dtype.
 float16 and bfloat16 parameters have no kernel here (:func:`launch` says False): their
 update runs the optimizer's array passes (CuPy's float32-inside ufuncs), as before.
 
-One launch per parameter, as PyTorch's ``foreach`` path runs one multi-tensor launch per
-~100 chunks: the update is memory-bound, so a multi-tensor launch saves launch latency
-only (GPT-2 small: ~150 parameters).
+A group's parameters go in one launch (:func:`launch_many`, PyTorch's ``foreach`` path:
+``multi_tensor_apply``) through each kernel's ``_m`` entry: a device table of records
+(pointers, ``n``, first block) and a binary search per block for its record, then the very
+loop the one-parameter entry runs over the same elements — the same bits. The update is
+memory-bound, so this saves launches only: GPT-2 small's AdamW step was 148 launches (host
+time ~10 us each through CuPy, and a GPU's per-launch gap). The table is uploaded again
+only when a pointer changes (parameters and moments are updated in place; the caching
+allocator usually hands new gradients the previous step's blocks).
 
 Example:
     >>> launch("adam", (p, g, m, v), scalars, flags)    # doctest: +SKIP (needs a GPU)
+    >>> launch_many("adam", cupy, [(p, g, m, v), (q, h, mq, vq)], scalars, flags)  # doctest: +SKIP
 """
 from __future__ import annotations
+
+import os
 
 import numpy as np
 
 from .optim_kernels import ARRAYS, SCALARS, STEPS
 
-__all__ = ["launch", "source", "stats"]
+__all__ = ["launch", "launch_many", "source", "stats", "MANY"]
 
 #: threads per block; grids are capped at :data:`MAX_BLOCKS` (grid-stride loops).
 BLOCK = 256
@@ -36,9 +44,14 @@ MAX_BLOCKS = 1 << 16
 #: ``(C type, suffix, intrinsic suffix)`` per NumPy dtype with a kernel.
 _TYPES = {np.dtype(np.float32): ("float", "f32", "f"), np.dtype(np.float64): ("double", "f64",
                                                                                "d")}
-#: launches made (tests and benchmarks read it).
-stats = {"launches": 0}
+#: launches made, and parameters updated by ``_m`` launches (tests and benchmarks read it).
+stats = {"launches": 0, "records": 0}
+#: whether the optimizers update a group in one :func:`launch_many` (``EMBER_CUDA_OPTIM_MANY=0``:
+#: one :func:`launch` per parameter, the A/B of ``bench/cuda_optim_many.py``).
+MANY = os.environ.get("EMBER_CUDA_OPTIM_MANY", "1") != "0"
 _module: dict = {}
+#: per entry name, the last table: ``(host records, device copy)``.
+_tables: dict = {}
 
 
 def _entry(name: str, ctype: str, suffix: str) -> str:
@@ -49,8 +62,36 @@ def _entry(name: str, ctype: str, suffix: str) -> str:
             "         i += (int64_t)blockDim.x * gridDim.x) {" + STEPS[name] + "    }\n}\n")
 
 
+def _entry_m(name: str, ctype: str, suffix: str) -> str:
+    """The multi-tensor entry ``..._m(recs, nrec, scalars..., f)``: ``recs`` holds ``nrec``
+    records of the arrays' pointers, ``n`` and the record's first block (ascending); a
+    block finds its record by binary search and runs :func:`_entry`'s loop as block
+    ``blockIdx.x - first`` of the record's ``nb`` blocks (the same grid a single launch
+    of the record gets: the same elements a thread, the same code)."""
+    arrays = ARRAYS[name]
+    w = len(arrays) + 2
+    params = ["const int64_t *__restrict__ recs", "int nrec"]
+    params += [f"{ctype} {x}" for x in SCALARS[name]] + ["int f"]
+    ptrs = "".join(f"    {'' if wr else 'const '}{ctype} *{a} = ({'' if wr else 'const '}"
+                   f"{ctype} *)r[{j}];\n" for j, (a, wr) in enumerate(arrays))
+    return (f'extern "C" __global__ void ember_cuda_{name}_{suffix}_m({", ".join(params)}) {{\n'
+            "    const int64_t b = blockIdx.x;\n"
+            "    int lo = 0, hi = nrec - 1;\n"
+            "    while (lo < hi) {     /* the last record whose first block is <= b */\n"
+            "        const int mid = (lo + hi + 1) >> 1;\n"
+            f"        if (recs[(int64_t)mid * {w} + {w - 1}] <= b) lo = mid; else hi = mid - 1;\n"
+            "    }\n"
+            f"    const int64_t *r = recs + (int64_t)lo * {w};\n"
+            f"    const int64_t first = r[{w - 1}], n = r[{w - 2}];\n"
+            f"    const int64_t nb = (lo + 1 < nrec ? r[{2 * w - 1}] : (int64_t)gridDim.x) - first;\n"
+            + ptrs +
+            "    for (int64_t i = (b - first) * blockDim.x + threadIdx.x; i < n;\n"
+            "         i += (int64_t)blockDim.x * nb) {" + STEPS[name] + "    }\n}\n")
+
+
 def source() -> str:
-    """The CUDA C text of every update kernel (float32 and float64, SGD and Adam)."""
+    """The CUDA C text of every update kernel (float32 and float64, SGD and Adam; one
+    parameter and many)."""
     from .render_cuda import NVRTC_HEAD
     parts = [NVRTC_HEAD]
     for ctype, suffix, p in _TYPES.values():
@@ -58,6 +99,7 @@ def source() -> str:
                      f"#define SUB __{p}sub_rn\n#define DIV __{p}div_rn\n"
                      f"#define SQRT __{p}sqrt_rn\n")
         parts += [_entry(name, ctype, suffix) for name in STEPS]
+        parts += [_entry_m(name, ctype, suffix) for name in STEPS]
         parts.append("#undef T\n#undef MUL\n#undef ADD\n#undef SUB\n#undef DIV\n#undef SQRT\n")
     return "".join(parts)
 
@@ -89,4 +131,41 @@ def launch(name: str, arrays, scalars, flags: int) -> bool:
         args = tuple(arrays) + tuple(sc(x) for x in scalars) + (np.int32(flags), np.int64(n))
         _function(f"ember_cuda_{name}_{t[1]}")(grid, (BLOCK,), args)
         stats["launches"] += 1
+    return True
+
+
+def has_kernel(dtype) -> bool:
+    """Whether arrays of NumPy ``dtype`` have an update kernel here."""
+    return dtype in _TYPES
+
+
+def launch_many(name: str, xp, records, scalars, flags: int) -> bool:
+    """:func:`launch` of each record of ``records`` (tuples of one dtype, each as
+    :func:`launch` takes it) in one launch of the ``_m`` entry, every record with the same
+    ``scalars`` and ``flags``; ``xp`` the device's array module (the table's upload).
+    False when their dtype has no kernel (nothing written)."""
+    t = _TYPES.get(records[0][0].dtype) if records else None
+    if t is None:
+        return not records
+    from .cuda_launch import _ptr
+    rows, first = [], 0
+    for arrays in records:
+        n = arrays[0].size
+        if n:
+            rows.append([_ptr(a) for a in arrays] + [n, first])
+            first += min(-(-n // BLOCK), MAX_BLOCKS)
+    if rows:
+        fname = f"ember_cuda_{name}_{t[1]}_m"
+        host = np.array(rows, dtype=np.int64)
+        last = _tables.get(fname)
+        if last is None or last[0].shape != host.shape or not np.array_equal(last[0], host):
+            # NOTE: the previous device table may still be read by a queued launch: a new
+            # one is made (the pool reuses the old block only after that launch, in order)
+            last = _tables[fname] = (host, xp.asarray(host))
+        sc = records[0][0].dtype.type
+        args = (last[1], np.int32(len(rows))) + tuple(sc(x) for x in scalars) + (
+            np.int32(flags),)
+        _function(fname)((first,), (BLOCK,), args)
+        stats["launches"] += 1
+        stats["records"] += len(rows)
     return True

@@ -264,10 +264,10 @@ def sgd(p, g, buf, *, weight_decay, momentum, dampening, nesterov, maximize, lr,
     """One SGD update of raw arrays ``p`` (and ``buf``, when momentum) in place; False when
     no kernel runs (the caller's NumPy passes do then). ``gpu``: the arrays are a GPU's
     (one generated CUDA kernel: :mod:`.cuda_optim`)."""
-    flags = (1 if maximize else 0) | (2 if weight_decay != 0 else 0) | \
-        (4 if momentum != 0 else 0) | (8 if nesterov else 0)
+    scalars, flags = sgd_scalars(weight_decay=weight_decay, momentum=momentum,
+                                 dampening=dampening, nesterov=nesterov, maximize=maximize,
+                                 lr=lr)
     arrays = (p, g, buf if buf is not None else p)
-    scalars = (weight_decay, momentum, 1 - dampening, -lr)
     if gpu:
         return _gpu("sgd", arrays, scalars, flags)
     c = _call("sgd", p.dtype, 4)
@@ -280,6 +280,13 @@ def sgd(p, g, buf, *, weight_decay, momentum, dampening, nesterov, maximize, lr,
 #: parameters one :func:`sgd_many` launch updates (launch.py's table holds 64 pointers)
 _MANY = 20
 _many: dict = {"scalars": None}
+
+
+def sgd_scalars(*, weight_decay, momentum, dampening, nesterov, maximize, lr) -> tuple:
+    """``(s, flags)`` of the ``sgd`` entry points (module docstring)."""
+    flags = (1 if maximize else 0) | (2 if weight_decay != 0 else 0) | \
+        (4 if momentum != 0 else 0) | (8 if nesterov else 0)
+    return (weight_decay, momentum, 1 - dampening, -lr), flags
 
 
 def sgd_many(arrays, *, weight_decay, momentum, dampening, nesterov, maximize, lr) -> bool:
@@ -297,9 +304,9 @@ def sgd_many(arrays, *, weight_decay, momentum, dampening, nesterov, maximize, l
     if fn is None:
         return False
     run, addr = fn
-    flags = (1 if maximize else 0) | (2 if weight_decay != 0 else 0) | \
-        (4 if momentum != 0 else 0) | (8 if nesterov else 0)
-    scalars = (weight_decay, momentum, 1 - dampening, -lr)
+    scalars, flags = sgd_scalars(weight_decay=weight_decay, momentum=momentum,
+                                 dampening=dampening, nesterov=nesterov, maximize=maximize,
+                                 lr=lr)
     m = _many
     if m["scalars"] is None or m["dtype"] != dt or not _same(scalars, m["scalars"]):
         # NOTE: converted by NumPy as _Call converts them (round to nearest)
@@ -337,12 +344,10 @@ def adam(p, g, m, v, *, lerp_weight, beta2, bias_correction2_sqrt, eps, step_siz
          weight_decay, decoupled, lr, maximize, gpu: bool = False) -> bool:
     """One Adam/AdamW update (no AMSGrad) of raw arrays ``p``, ``m``, ``v`` in place; False
     when no kernel runs. ``lerp_weight`` is ``1 - beta1``; ``gpu`` as in :func:`sgd`."""
-    hi = lerp_weight >= 0.5
-    flags = (1 if maximize else 0) | (8 if hi else 0)
-    if weight_decay != 0:
-        flags |= 4 if decoupled else 2
-    scalars = (1 - lerp_weight if hi else lerp_weight, beta2, 1 - beta2,
-               bias_correction2_sqrt, eps, -step_size, 1 - lr * weight_decay, weight_decay)
+    scalars, flags = adam_scalars(
+        lerp_weight=lerp_weight, beta2=beta2, bias_correction2_sqrt=bias_correction2_sqrt,
+        eps=eps, step_size=step_size, weight_decay=weight_decay, decoupled=decoupled, lr=lr,
+        maximize=maximize)
     if gpu:
         return _gpu("adam", (p, g, m, v), scalars, flags)
     c = _call("adam", p.dtype, 5)
@@ -350,6 +355,33 @@ def adam(p, g, m, v, *, lerp_weight, beta2, bias_correction2_sqrt, eps, step_siz
         return False
     c((p, g, m, v), scalars, flags)
     return True
+
+
+def adam_scalars(*, lerp_weight, beta2, bias_correction2_sqrt, eps, step_size, weight_decay,
+                 decoupled, lr, maximize) -> tuple:
+    """``(s, flags)`` of the ``adam`` entry points (module docstring)."""
+    hi = lerp_weight >= 0.5
+    flags = (1 if maximize else 0) | (8 if hi else 0)
+    if weight_decay != 0:
+        flags |= 4 if decoupled else 2
+    return (1 - lerp_weight if hi else lerp_weight, beta2, 1 - beta2, bias_correction2_sqrt,
+            eps, -step_size, 1 - lr * weight_decay, weight_decay), flags
+
+
+def gpu_many(name: str, xp, records, scalars, flags: int) -> bool:
+    """Update ``name`` ("sgd" or "adam") of several parameters' GPU arrays (``records``:
+    tuples as the one-parameter entry takes them, one dtype) in one multi-tensor launch
+    (:func:`.cuda_optim.launch_many`); False when it cannot run (nothing written)."""
+    if not gpu_many_ready(records[0][0].dtype):
+        return False
+    from . import cuda_optim
+    return cuda_optim.launch_many(name, xp, records, scalars, flags)
+
+
+def gpu_many_ready(dtype) -> bool:
+    """Whether :func:`gpu_many` runs for GPU arrays of NumPy ``dtype``."""
+    from . import cuda_optim
+    return _state["enabled"] and cuda_optim.MANY and cuda_optim.has_kernel(dtype)
 
 
 def _gpu(name: str, arrays, scalars, flags: int) -> bool:

@@ -1,10 +1,14 @@
 """The Adam family: Adam, AdamW, Adamax and NAdam (PyTorch's exact update formulas)."""
 from __future__ import annotations
 
+import numpy as np
+
 from .. import dtypes as _dt
 from ..autograd.grad_mode import state as _grad_state
+from ..device.base import _backends
 from ..ops.factories import ones, zeros, zeros_like
 from . import _ops as O
+from ..tensor import Tensor
 from .optimizer import Optimizer, _check, _scalar_dtype
 from .sgd import _check_betas
 
@@ -73,6 +77,8 @@ class Adam(_AdamBase):
         lr = self._hyper(group, "lr")
         beta1, beta2 = group["betas"]
         maximize, decoupled = group["maximize"], group["decoupled_weight_decay"]
+        if not amsgrad and _many_gpu(self, group, lr):
+            return
         for p, g, state in self._grads(group):
             if not state:
                 state["step"] = _new_step()
@@ -127,6 +133,59 @@ def _one_pass(p, g, exp_avg, exp_avg_sq, group, lr, step) -> bool:
                               maximize=group["maximize"], gpu=O.on_gpu(p)):
         return False
     O.bump(p, exp_avg, exp_avg_sq)
+    return True
+
+
+def _many_gpu(opt, group, lr) -> bool:
+    """The group's update as one multi-tensor CUDA launch per step count (PyTorch's
+    ``foreach`` path; :func:`.cuda_optim.launch_many`): :func:`_one_pass`'s kernel over
+    every parameter, the same bits, when each parameter with a gradient would take it on
+    one GPU in one dtype (two or more of them); False with no step advanced else (state
+    already made stays, as the loop would make it)."""
+    if lr.__class__ not in (float, int):
+        return False
+    items, dev, dt = [], None, None
+    for p, g, state in opt._grads(group):
+        if dev is None:
+            dev, dt = p._device, p._dtype
+            if not O.on_gpu(p):
+                return False
+        elif p._device is not dev and p._device != dev or p._dtype is not dt:
+            return False
+        if not state:
+            state["step"] = _new_step()
+            state["exp_avg"] = zeros_like(p)
+            state["exp_avg_sq"] = zeros_like(p)
+        arrays = O.kernel_arrays(p, g, state["exp_avg"], state["exp_avg_sq"])
+        step = state["step"]
+        # NOTE: a negative count (a corrupt state) makes the bias correction complex: the
+        # passes raise about it
+        if arrays is None or step.__class__ is not Tensor or step._device.type != "cpu" or \
+                not step._data.flags.writeable or not float(step._data) >= 0:
+            return False
+        items.append((p, state, arrays))
+    from ..codegen import optim_kernels
+    if len(items) < 2 or not optim_kernels.gpu_many_ready(items[0][2][0].dtype):
+        return False
+    by_step: dict = {}
+    for p, state, arrays in items:
+        # NOTE: _advance's step.add_(1) and .item() on the raw 0-d array (checked above: a
+        # CPU tensor; no tracer, no autograd here)
+        step = state["step"]
+        d = step._data
+        np.add(d, 1, out=d, casting="unsafe")
+        step._storage.version += 1
+        by_step.setdefault(d.item(), []).append(arrays)
+        O.bump(p, state["exp_avg"], state["exp_avg_sq"])
+    beta1, beta2 = group["betas"]
+    xp = _backends[dev.type].xp
+    for step, records in by_step.items():
+        scalars, flags = optim_kernels.adam_scalars(
+            lerp_weight=1 - beta1, beta2=beta2, bias_correction2_sqrt=(1 - beta2 ** step) ** 0.5,
+            eps=group["eps"], step_size=lr / (1 - beta1 ** step),
+            weight_decay=group["weight_decay"], decoupled=group["decoupled_weight_decay"],
+            lr=lr, maximize=group["maximize"])
+        optim_kernels.gpu_many("adam", xp, records, scalars, flags)
     return True
 
 

@@ -80,12 +80,15 @@ class SGD(Optimizer):
 def _many(opt, group, lr) -> bool:
     """The whole group's update in one C call (``optim_kernels.sgd_many``: :func:`_one_pass`'s
     loop for each parameter in turn, the same bits) when every parameter with a gradient
-    would take :func:`_one_pass`'s CPU loop, in one dtype; False (nothing written) else.
-    Saves each parameter's ctypes call and address queries (W1: six per step)."""
+    would take :func:`_one_pass`'s CPU loop, in one dtype; on a GPU, in one multi-tensor
+    launch of :func:`_one_pass`'s CUDA kernel (``optim_kernels.gpu_many``: PyTorch's
+    ``foreach``); False (nothing written) else. Saves each parameter's ctypes call and
+    address queries (W1: six per step), or its kernel launch."""
     if lr.__class__ not in (float, int):
         return False
     mom = group["momentum"]
     items, ts = [], []
+    gpu = None
     for p, g, state in opt._grads(group):
         if mom != 0:
             buf = state.get("momentum_buffer")
@@ -94,7 +97,12 @@ def _many(opt, group, lr) -> bool:
             arrays = O.kernel_arrays(p, g, buf)
         else:
             buf, arrays = None, O.kernel_arrays(p, g)
-        if arrays is None or (items and arrays[0].dtype != items[0][0].dtype) or O.on_gpu(p):
+        if arrays is None or (items and arrays[0].dtype != items[0][0].dtype):
+            return False
+        if gpu is None:
+            gpu = p._device if O.on_gpu(p) else False
+        elif gpu is not False and p._device is not gpu and p._device != gpu or \
+                gpu is False and O.on_gpu(p):
             return False
         items.append((arrays[0], arrays[1], None if buf is None else arrays[2]))
         ts.append(p)
@@ -103,9 +111,15 @@ def _many(opt, group, lr) -> bool:
     if len(items) < 2:
         return False
     from ..codegen import optim_kernels
-    if not optim_kernels.sgd_many(items, weight_decay=group["weight_decay"], momentum=mom,
-                                  dampening=group["dampening"], nesterov=group["nesterov"],
-                                  maximize=group["maximize"], lr=lr):
+    kw = dict(weight_decay=group["weight_decay"], momentum=mom, dampening=group["dampening"],
+              nesterov=group["nesterov"], maximize=group["maximize"], lr=lr)
+    if gpu:
+        from ..device.base import _backends
+        scalars, flags = optim_kernels.sgd_scalars(**kw)
+        records = [(p, g, p if buf is None else buf) for p, g, buf in items]
+        if not optim_kernels.gpu_many("sgd", _backends[gpu.type].xp, records, scalars, flags):
+            return False
+    elif not optim_kernels.sgd_many(items, **kw):
         return False
     O.bump(*ts)
     return True

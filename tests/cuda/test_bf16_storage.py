@@ -245,10 +245,14 @@ def test_a_cast_to_bfloat16_passes_the_backends_gate(monkeypatch, ok):
 def test_optimizer_cuda_kernels_leave_bfloat16_to_the_array_passes():
     # NOTE: like float16: launch() says no, the optimizer runs its CuPy passes
     from ember.codegen import cuda_optim
+    before = dict(cuda_optim.stats)
     for d in (BF16, np.dtype(np.float16)):
         arrays = tuple(np.ones(4, d) for _ in range(2))
         assert cuda_optim.launch("sgd", arrays, (0.1, 0.0, 0.0, 0.0, 1.0), 0) is False
-    assert cuda_optim.stats["launches"] == 0
+        assert cuda_optim.launch_many("sgd", np, [arrays, arrays], (0.1, 0.0, 0.0, 1.0),
+                                      0) is False
+        assert not cuda_optim.has_kernel(d)
+    assert cuda_optim.stats == before
 
 
 def test_bench_gpt_rows_fall_back_to_float16_when_bfloat16_fails(fake_cuda, monkeypatch,

@@ -74,21 +74,78 @@ def _same_bits(a, b):
 
 
 @emu
+@pytest.mark.parametrize("many", [False, True], ids=["one", "many"])
 @pytest.mark.parametrize("dtype", [np.float32, np.float64])
 @pytest.mark.parametrize("name", sorted(CASES))
-def test_cuda_update_kernel_equals_the_passes_bitwise(emu_gpu, kernels_on, name, dtype):
-    before = cuda_optim.stats["launches"]
+def test_cuda_update_kernel_equals_the_passes_bitwise(emu_gpu, kernels_on, monkeypatch, name,
+                                                      dtype, many):
+    monkeypatch.setattr(cuda_optim, "MANY", many)
+    before = dict(cuda_optim.stats)
     fast = _run(CASES[name], True, dtype, "cuda")
     kind = "adam" if name.startswith("adam") else "sgd"
     suffix = "f32" if dtype == np.float32 else "f64"
-    # 3 steps x 3 non-empty parameters (SGD's first momentum step makes the buffer: passes)
-    want = 3 * (2 if "momentum" in name or "nesterov" in name else 3)
-    assert cuda_optim.stats["launches"] - before == want
-    assert f"ember_cuda_{kind}_{suffix}" in _launched(emu_gpu, "ember_cuda_")
+    # 3 steps x 3 non-empty parameters (SGD's first momentum step makes the buffer: passes);
+    # many: one launch a step for the step's parameters
+    steps = 2 if "momentum" in name or "nesterov" in name else 3
+    assert cuda_optim.stats["launches"] - before["launches"] == (steps if many else 3 * steps)
+    assert cuda_optim.stats["records"] - before["records"] == (3 * steps if many else 0)
+    assert f"ember_cuda_{kind}_{suffix}{'_m' if many else ''}" in _launched(emu_gpu,
+                                                                          "ember_cuda_")
     slow = _run(CASES[name], False, dtype, "cuda")
     _same_bits(fast, slow)
     cpu = _run(CASES[name], True, dtype, "cpu")
     _same_bits(fast, cpu)
+
+
+@emu
+@pytest.mark.parametrize("opt_name", ["adamw", "sgd_momentum_wd_damp"])
+def test_cuda_many_update_matches_one_launch_each(emu_gpu, kernels_on, monkeypatch, opt_name):
+    """A group whose parameters have different step counts (one joined later) is one
+    launch per count; the bits equal one launch per parameter."""
+    rng = np.random.default_rng(3)
+    init = [rng.standard_normal(s).astype(np.float32) for s in [(70, 9), (5,), (1000,)]]
+    grads = [[rng.standard_normal(x.shape).astype(np.float32) for x in init]
+             for _ in range(4)]
+
+    def run(many):
+        monkeypatch.setattr(cuda_optim, "MANY", many)
+        monkeypatch.setattr(cuda_optim, "_tables", {})
+        ps = [ember.nn.Parameter(ember.tensor(x, device="cuda")) for x in init]
+        opt = CASES[opt_name](ps)
+        launches = []
+        for i, gs in enumerate(grads):
+            for j, (p, g) in enumerate(zip(ps, gs)):
+                # parameter 2 gets no gradient in step 0: its step count lags behind
+                p.grad = None if i == 0 and j == 2 else ember.tensor(g, device="cuda")
+            before = cuda_optim.stats["launches"]
+            opt.step()
+            launches.append(cuda_optim.stats["launches"] - before)
+        return [p.detach().cpu().numpy() for p in ps], launches
+
+    one, l1 = run(False)
+    many, lm = run(True)
+    _same_bits(one, many)
+    assert l1 == ([2, 3, 3, 3] if opt_name == "adamw" else [0, 2, 3, 3])
+    if opt_name == "adamw":
+        assert lm == [1, 2, 2, 2]     # parameters 0-1 at step k + 1, parameter 2 at step k
+    else:   # step 0 makes 0-1's momentum buffers, step 1 2's (that step: one launch each)
+        assert lm == [0, 2, 1, 1]
+
+
+@emu
+def test_cuda_many_update_reuses_its_table(emu_gpu, kernels_on):
+    """The same pointers again (gradients kept between steps): no new device table."""
+    ps = [ember.nn.Parameter(ember.randn(30, device="cuda")) for _ in range(3)]
+    opt = ember.optim.AdamW(ps, lr=1e-2)
+    for p in ps:
+        p.grad = ember.randn(30, device="cuda")
+    opt.step()
+    table = cuda_optim._tables["ember_cuda_adam_f32_m"][1]
+    opt.step()
+    assert cuda_optim._tables["ember_cuda_adam_f32_m"][1] is table
+    ps[1].grad = ember.randn(30, device="cuda")
+    opt.step()
+    assert cuda_optim._tables["ember_cuda_adam_f32_m"][1] is not table
 
 
 @emu
@@ -131,7 +188,8 @@ def test_cuda_amsgrad_and_non_contiguous_take_the_passes(emu_gpu, kernels_on):
 def test_cuda_update_ptx_has_no_fma():
     ptx = nvrtc.compile_ptx(cuda_optim.source(), "ember_cuda_optim")
     entries = set(re.findall(r"\.entry\s+(\w+)\(", ptx))
-    assert entries == {f"ember_cuda_{k}_{s}" for k in ("sgd", "adam") for s in ("f32", "f64")}
+    assert entries == {f"ember_cuda_{k}_{s}{m}" for k in ("sgd", "adam") for s in ("f32", "f64")
+                       for m in ("", "_m")}
     assert "fma" not in ptx and "mul.rn.f32" in ptx and "sqrt.rn.f64" in ptx
 
 
