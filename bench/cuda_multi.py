@@ -8,6 +8,11 @@ and GPU milliseconds (CUDA events) — so the integrator sees what the pass save
 the compiled step's own figure (``EMBER_MULTI_LAUNCH=0 python3 bench/cuda.py --only gpt``
 against ``python3 bench/cuda.py --only gpt``).
 
+Then the eager optimizer's step on the same parameters: ``AdamW.step()`` with its
+multi-tensor launch (``codegen/cuda_optim.py``'s ``_m`` entry, the default) against one
+launch per parameter (``cuda_optim.MANY = False``), beside PyTorch's AdamW ``foreach``
+(its CUDA default) and ``fused=True`` on the same GPU when PyTorch has CUDA.
+
 Run: ``PYTHONPATH=$PWD python3 bench/cuda_multi.py [--reps 20]`` (seconds); without a GPU it
 says so and exits 0.
 """
@@ -110,7 +115,41 @@ def main(argv=None) -> int:
                                                                one_launch)) * 2:
         h, g = _time(fn, a.reps)
         print(f"{label:<26} {h:>9.3f} {g:>9.3f}", flush=True)
+    _optimizer_rows(shapes, a.reps)
     return 0
+
+
+def _optimizer_rows(shapes, reps) -> None:
+    """Eager ``AdamW.step()`` over ``shapes``: Ember one launch vs one per parameter,
+    PyTorch foreach / fused (same GPU, same process)."""
+    from ember.codegen import cuda_optim
+    rng = np.random.default_rng(1)
+    init = [rng.standard_normal(s).astype(np.float32) for s in shapes]
+    ps = [em.nn.Parameter(em.tensor(x, device="cuda")) for x in init]
+    for p in ps:
+        p.grad = em.randn(*p.shape, device="cuda")
+    opt = em.optim.AdamW(ps, lr=1e-4)
+    print(f"{'AdamW.step() (eager)':<26} {'host ms':>9} {'GPU ms':>9}")
+    for many in (True, False, True, False):
+        cuda_optim.MANY = many
+        h, g = _time(opt.step, reps)
+        label = "Ember, one launch" if many else "Ember, one per parameter"
+        print(f"{label:<26} {h:>9.3f} {g:>9.3f}", flush=True)
+    cuda_optim.MANY = True
+    try:
+        import torch
+        if not torch.cuda.is_available():
+            raise ImportError
+    except ImportError:
+        print("(PyTorch with CUDA not installed: no torch rows)")
+        return
+    tp = [torch.nn.Parameter(torch.from_numpy(x).cuda()) for x in init]
+    for p in tp:
+        p.grad = torch.randn_like(p)
+    for label, kw in (("torch foreach", {"foreach": True}), ("torch fused", {"fused": True})):
+        topt = torch.optim.AdamW(tp, lr=1e-4, **kw)
+        h, g = _time(topt.step, reps)
+        print(f"{label:<26} {h:>9.3f} {g:>9.3f}", flush=True)
 
 
 if __name__ == "__main__":

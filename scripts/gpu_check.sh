@@ -40,7 +40,7 @@ timeout 100 python3 bench/cuda.py --quick --only matmul gelu w1 2>&1 | tee $OUT/
     tail -14
 fi
 if want 3; then
-timeout 60 python3 bench/cuda_multi.py 2>&1 | tail -6
+timeout 90 python3 bench/cuda_multi.py 2>&1 | tail -14
 timeout 150 python3 bench/cuda.py --quick --only workloads 2>&1 | tee $OUT/workloads.log | tail -12
 fi
 date
