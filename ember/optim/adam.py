@@ -81,11 +81,7 @@ class Adam(_AdamBase):
             return
         for p, g, state in self._grads(group):
             if not state:
-                state["step"] = _new_step()
-                state["exp_avg"] = zeros_like(p)
-                state["exp_avg_sq"] = zeros_like(p)
-                if amsgrad:
-                    state["max_exp_avg_sq"] = zeros_like(p)
+                _init_state(state, p, amsgrad)
             exp_avg, exp_avg_sq = state["exp_avg"], state["exp_avg_sq"]
             step = _advance(state)
             if not amsgrad and _one_pass(p, g, exp_avg, exp_avg_sq, group, lr, step):
@@ -136,6 +132,15 @@ def _one_pass(p, g, exp_avg, exp_avg_sq, group, lr, step) -> bool:
     return True
 
 
+def _init_state(state, p, amsgrad: bool) -> None:
+    """Adam's first-step state of parameter ``p`` (PyTorch's keys)."""
+    state["step"] = _new_step()
+    state["exp_avg"] = zeros_like(p)
+    state["exp_avg_sq"] = zeros_like(p)
+    if amsgrad:
+        state["max_exp_avg_sq"] = zeros_like(p)
+
+
 def _many_gpu(opt, group, lr) -> bool:
     """The group's update as one multi-tensor CUDA launch per step count (PyTorch's
     ``foreach`` path; :func:`.cuda_optim.launch_many`): :func:`_one_pass`'s kernel over
@@ -153,9 +158,7 @@ def _many_gpu(opt, group, lr) -> bool:
         elif p._device is not dev and p._device != dev or p._dtype is not dt:
             return False
         if not state:
-            state["step"] = _new_step()
-            state["exp_avg"] = zeros_like(p)
-            state["exp_avg_sq"] = zeros_like(p)
+            _init_state(state, p, False)
         arrays = O.kernel_arrays(p, g, state["exp_avg"], state["exp_avg_sq"])
         step = state["step"]
         # NOTE: a negative count (a corrupt state) makes the bias correction complex: the
