@@ -38,8 +38,9 @@ from .graph import EngineOp, Node
 __all__ = ["checkpoint", "checkpoint_sequential", "SAVE_MATMUL_CONV"]
 
 #: Ops whose outputs ``policy="save_matmul_conv"`` keeps: the expensive ones (convolutions
-#: are im2col + ``matmul`` in Ember, so the matmul output *is* the conv output).
-SAVE_MATMUL_CONV = frozenset({"matmul", "einsum"})
+#: are im2col + ``matmul`` in Ember, so the matmul output *is* the conv output; ``linear``
+#: is eager ``F.linear``'s one-op ``x @ w.T + b``, PyTorch's ``addmm``).
+SAVE_MATMUL_CONV = frozenset({"matmul", "einsum", "linear"})
 
 _POLICIES = {"save_matmul_conv": SAVE_MATMUL_CONV}
 

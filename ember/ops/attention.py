@@ -259,7 +259,7 @@ def _scores(q, k, scale, is_causal):
 
 def _sdpa_vjp(g, out, q, k, v, scale, is_causal):
     if not state.grad_enabled:
-        slots = unbind_slots(q, k, v) if q._device.type == "cpu" else None
+        slots = unbind_slots(q, k, v)
         if slots is not None:     # q, k, v = qkv.unbind(dim): one buffer, no stack after
             s = _apply(sdpa_grad_slots_p, (g, q, k, v), {
                 "scale": scale, "is_causal": is_causal, "dim": slots[0], "order": slots[1]})
@@ -326,6 +326,10 @@ def _grad_slots_kernel(xp, g, q, k, v, scale, is_causal, dim, order):
     lead = (slice(None),) * dim
     sdpa_grad_into(xp, g, q, k, v, tuple(s[lead + (i,)] for i in range(3)), scale, is_causal,
                    plus_zero=True)
+    if getattr(xp, "__name__", "numpy") != "numpy":
+        # NOTE: a GPU's sdpa_grad_into keeps -0.0 (the compiled graphs' contract); eager
+        # values are the stack path's, +0.0: one in-place pass over the buffer
+        xp.add(s, 0.0, out=s)
     return s
 
 

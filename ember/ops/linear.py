@@ -24,9 +24,11 @@ import numpy as _np
 from ..autograd.grad_mode import state as _state
 from ..errors import ShapeError
 from ..tensor import Tensor, _wrap
+from .. import dtypes as _dt
 from . import dispatch
 from .complex import cj
-from .linalg import _matmul_cuda, _matmul_kernel, _sgemm
+from .linalg import _matmul_cuda, _matmul_kernel, _sgemm, matmul_p as _MATMUL
+from .reduce import sum_to as _sum_to
 from .registry import defop
 
 __all__ = ["linear_p"]
@@ -76,8 +78,13 @@ def _kernel(xp, x, w, b):
 
 
 def _kernel_cuda(xp, x, w, b):
-    """On a GPU: matmul's CUDA kernel (cuBLAS; TF32/GemmEx where allowed), then the add."""
-    return xp.add(_matmul_cuda(xp, x, w.T), b)
+    """On a GPU: matmul's CUDA kernel (cuBLAS; TF32/GemmEx where allowed), then the bias
+    added into the fresh product (the same bits as the add out of place)."""
+    r = _matmul_cuda(xp, x, w.T)
+    if r.dtype == b.dtype and r.flags.c_contiguous:
+        r += b
+        return r
+    return xp.add(r, b)
 
 
 def _rows(t):
@@ -89,33 +96,40 @@ def _eager_vjp(nxt, g, out, x, w, b):
     """The three rules on the raw arrays of a plain eager backward (the engine's
     ``eager_vjp``): ``dx = g @ w`` and ``dw = rows(g).T @ rows(x)`` through the matmul
     kernel the rules' ``matmul`` dispatches reach (rows folded by the ``reshape`` kernel's
-    ``np.reshape``), ``db`` the engine's ``sum_to`` sum over the leading dims, with the same
-    arguments (the same bits) but no dispatch, view or ``sum_to`` of their own. Float32
-    CPU values with a ``(N,)`` bias, no dispatch mode or forward AD (tracers and ``vmap``
-    see the rules' ops); None elsewhere (the rules run)."""
+    reshape), with the same arguments (the same bits) but no dispatch or view of their own.
+    ``db`` first, as the composite's ``AddBackward`` runs before its ``MatmulBackward`` (so
+    the peak memory is the composite's, as ``estimate_memory`` traces it): the engine's
+    ``sum_to`` over the leading dims — on float32 CPU values its kernel's
+    ``np.add.reduce`` without the dispatch. Real floating values of one dtype, no dispatch
+    mode or forward AD (tracers and ``vmap`` see the rules' ops); None elsewhere (the rules
+    run)."""
     st = _state.__dict__
-    ga = g._data
-    if (st["modes"] or st["fw_levels"] or ga.__class__ is not _np.ndarray or ga.ndim < 2
-            or ga.dtype != _F32 or g._device.type != "cpu" or not isinstance(x, Tensor)
-            or not isinstance(w, Tensor) or not isinstance(b, Tensor)):
+    if st["modes"] or st["fw_levels"] or not isinstance(x, Tensor) or \
+            not isinstance(w, Tensor) or not isinstance(b, Tensor):
         return None
-    xa, wa, ba = x._data, w._data, b._data
+    ga, xa, wa, ba = g._data, x._data, w._data, b._data
     nd = ga.ndim
-    if xa.ndim != nd or xa.shape[:-1] != ga.shape[:-1] or xa.dtype != _F32 \
-            or wa.dtype != _F32 or ba.shape != ga.shape[-1:] or ba.dtype != _F32 \
-            or (nd > 2 and (not ga.size or not xa.size)):   # NOTE: reshape(-1, 0): the rules
-        return None
     dt, dev = g._dtype, g._device
-    # NOTE: np.add.reduce is what sum's kernel (np.sum) calls, without np.sum's wrapper
-    db = None if nxt[2] is None else _wrap(
-        _np.add.reduce(ga, axis=(0,) if nd == 2 else tuple(range(nd - 1))), dt, dev)
-    dx = None if nxt[0] is None else _wrap(_matmul_kernel(_np, ga, wa), dt, dev)
+    if nd < 2 or xa.ndim != nd or xa.shape[:-1] != ga.shape[:-1] or \
+            ba.shape != ga.shape[-1:] or x._dtype is not dt or w._dtype is not dt or \
+            b._dtype is not dt or dt.category != _dt.FLOAT or \
+            (nd > 2 and (not ga.size or not xa.size)):   # NOTE: reshape(-1, 0): the rules
+        return None
+    if ga.dtype == _F32 and ga.__class__ is _np.ndarray and dev.type == "cpu":
+        xp, mm = _np, _matmul_kernel
+        # NOTE: np.add.reduce is what sum's kernel (np.sum) calls, without np.sum's wrapper
+        db = None if nxt[2] is None else _wrap(
+            _np.add.reduce(ga, axis=(0,) if nd == 2 else tuple(range(nd - 1))), dt, dev)
+    else:
+        xp, mm = dispatch._backends[dev.type].xp, _MATMUL.kernel_for(dev.type)
+        db = None if nxt[2] is None else _sum_to(g, ba.shape)
+    dx = None if nxt[0] is None else _wrap(mm(xp, ga, wa), dt, dev)
     if nxt[1] is None:
         return dx, None, db
     if nd > 2:
         rows = ga.size // ga.shape[-1]
-        ga, xa = _np.reshape(ga, (rows, ga.shape[-1])), _np.reshape(xa, (rows, xa.shape[-1]))
-    return dx, _wrap(_matmul_kernel(_np, ga.T, xa), dt, dev), db
+        ga, xa = xp.reshape(ga, (rows, ga.shape[-1])), xp.reshape(xa, (rows, xa.shape[-1]))
+    return dx, _wrap(mm(xp, ga.T, xa), dt, dev), db
 
 
 linear_p = defop(

@@ -87,11 +87,35 @@ def test_declines_where_ops_must_be_seen(calls):
         out.backward(ember.tensor(g))
     assert calls[0] == 0
     assert rec.names.count("matmul") == 2 and "sum" in rec.names
-    # another dtype: the rules
+    # a gradient of another dtype than the inputs' (a hand-made backward): the rules
     t64 = [ember.tensor(a.astype(np.float64), requires_grad=True) for a in (x, w, b)]
-    F.linear(*t64).backward(ember.tensor(g.astype(np.float64)))
+    linear_p(*t64).backward(ember.tensor(g))
     assert calls[0] == 0
-    np.testing.assert_allclose(t64[2].grad.numpy(), g.astype(np.float64).sum(0))
+    np.testing.assert_allclose(t64[2].grad.numpy(), g.astype(np.float64).sum(0), rtol=1e-6)
+
+
+@pytest.mark.parametrize("dtype", ["float16", "bfloat16", "float64"])
+@pytest.mark.parametrize("lead", [(12,), (2, 3, 4)])
+def test_other_dtypes_same_bits_as_the_rules(dtype, lead, calls, monkeypatch):
+    # NOTE: the matmul kernel the rules' dispatches reach, called on the raw arrays; the
+    # bias gradient through sum_to as the engine reduces the rule's
+    dt = getattr(ember, dtype)
+    rng = np.random.default_rng(len(lead))
+    arrays = [rng.standard_normal(s, dtype=np.float32)
+              for s in (lead + (20,), (10, 20), (10,), lead + (10,))]
+
+    def grads():
+        ts = [ember.tensor(a).to(dt).requires_grad_() for a in arrays[:3]]
+        F.linear(*ts).backward(ember.tensor(arrays[3]).to(dt))
+        return [t.grad.to(ember.float64).numpy() for t in ts]
+    fast = grads()
+    assert calls[0] == 1
+    monkeypatch.setattr(linear_p, "eager_vjp", None)
+    for a, s in zip(fast, grads()):
+        np.testing.assert_array_equal(a, s)
+    g64 = arrays[3].astype(np.float64).reshape(-1, 10)
+    tol = 1e-12 if dtype == "float64" else 0.1
+    np.testing.assert_allclose(fast[2], g64.sum(0), rtol=tol, atol=tol)
 
 
 def test_taken_in_a_plain_step(calls):

@@ -33,29 +33,40 @@ def linear(input: Tensor, weight: Tensor, bias: Tensor | None = None) -> Tensor:
     """
     if not isinstance(input, Tensor) or not isinstance(weight, Tensor):
         raise TypeError("linear(): input and weight must be Tensors")
-    if (input._dtype is _dt.float32 and weight._dtype is _dt.float32
-            and isinstance(bias, Tensor) and bias._dtype is _dt.float32
-            and not _grad_state.modes):
-        # NOTE: the linear primitive's case (below) tested on the raw shapes first: no
-        # Size objects or properties on the eager hot path
-        xs, ws = input._data.shape, weight._data.shape
-        if len(ws) == 2 and len(bias._data.shape) == 1 and len(xs) >= 2 \
-                and xs[-1] == ws[1] and (len(xs) == 2 or input.is_contiguous()):
-            return _apply(linear_p, (input, weight, bias), {})
+    modes = _grad_state.modes
+    if isinstance(bias, Tensor) and (not modes or all(
+            getattr(m, "eager_vjps", False) for m in modes)) and \
+            _linear_p_fits(input, weight, bias):
+        # NOTE: eager (and ``estimate_memory``'s mode, ``eager_vjps``, which follows eager's
+        # tensors) only: a tracer sees matmul + add, which the graph passes fuse. One primitive and one autograd node instead of a transpose
+        # view, a product and an add forward and their three backward nodes (with four more
+        # transposes), the same bits as matmul + add (ops/linear.py); on float32 CPU
+        # operands the bias is added in the stores of Ember's GEMM
+        return _apply(linear_p, (input, weight, bias), {})
     if weight.ndim not in (1, 2) or input.ndim == 0 or input.shape[-1] != weight.shape[-1]:
         raise ShapeError(f"linear: input of shape {tuple(input.shape)} does not fit weight of "
                          f"shape {tuple(weight.shape)}: expected input.shape[-1] == "
                          f"weight.shape[-1] and a 1-D or 2-D weight")
-    if (bias is not None and weight.ndim == 2 and bias.ndim == 1 and not _grad_state.modes
-            and (input.ndim == 2 or (input.ndim > 2 and input.is_contiguous()))
-            and input._dtype is _dt.float32
-            and weight._dtype is _dt.float32 and bias._dtype is _dt.float32):
-        # NOTE: eager only (a dispatch mode, e.g. a tracer, sees matmul + add, which the
-        # graph passes fuse): one primitive, the bias added in the GEMM's stores, the same
-        # bits as matmul + add (ops/linear.py), one autograd node instead of three.
-        return _apply(linear_p, (input, weight, bias), {})
     out = input.matmul(weight.mT if weight.ndim == 2 else weight)
     return out if bias is None else out + bias
+
+
+#: the dtypes the ``linear`` primitive takes (PyTorch's ``aten::linear``: real floating)
+_LINEAR_DTYPES = frozenset((_dt.float32, _dt.float16, _dt.bfloat16, _dt.float64))
+
+
+def _linear_p_fits(x, w, b) -> bool:
+    """Whether ``F.linear(x, w, b)`` is the ``linear`` primitive's case, read from the raw
+    shapes (no Size objects on the eager hot path): one real floating dtype and one device
+    for the three tensors, a 2-D weight, a 1-D bias and an input of 2 dims, or more when
+    contiguous (its rows fold as a view)."""
+    dt, dev = x._dtype, x._device
+    if w._dtype is not dt or b._dtype is not dt or dt not in _LINEAR_DTYPES or \
+            w._device is not dev or b._device is not dev:
+        return False
+    xs, ws = x._data.shape, w._data.shape
+    return len(ws) == 2 and len(b._data.shape) == 1 and len(xs) >= 2 and xs[-1] == ws[1] \
+        and (len(xs) == 2 or x.is_contiguous())
 
 
 @autocast_entry("bilinear")
