@@ -158,10 +158,8 @@ def apply(op, inputs, params):
     kern = op._kcache.get(dtype_) or op.kernel_for(dtype_)
     # Eager fast path: a large elementwise op may run as a generated kernel (None: it did
     # not take the op). Small tensors pay this one size comparison only.
-    if x0._data.size >= _EAGER_MIN and op.elementwise and (
-            op.name in _EAGER_OPS or (ct or x0._dtype).itemsize == 2 or dtype_ != "cpu") and (
-            res := (_eager_kernel(op, arrays, params) if dtype_ == "cpu" else
-                    _eager_device_kernel(op, arrays, params))) is not None:
+    if x0._data.size >= _EAGER_MIN and op.elementwise and (res := eager_elementwise(
+            op, arrays, params, dtype_, (ct or x0._dtype).itemsize)) is not None:
         pass
     else:
         try:
@@ -266,6 +264,19 @@ _EAGER_OPS = frozenset((
     "atan", "sinh", "cosh", "tanh", "sigmoid", "erf", "erfc", "erfinv", "pow", "atan2",
     "hypot", "exp", "threshold_backward"))
 _eager_run = []
+
+
+def eager_elementwise(op, arrays, params, device_type: str, itemsize: int):
+    """The eager fast path of a large elementwise ``op`` (at least :data:`_EAGER_MIN`
+    elements) on raw ``arrays``: a generated kernel's result, or None where :func:`apply`
+    runs the op's own kernel. On the CPU only the ops of :data:`_EAGER_OPS` are asked, and
+    every op in float16/bfloat16 (``itemsize`` 2: NumPy's loops convert element by
+    element); on a GPU every op (its generated CUDA kernels)."""
+    if device_type == "cpu":
+        if op.name in _EAGER_OPS or itemsize == 2:
+            return _eager_kernel(op, arrays, params)
+        return None
+    return _eager_device_kernel(op, arrays, params)
 
 
 def _eager_kernel(op, arrays, params):

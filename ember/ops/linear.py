@@ -29,6 +29,7 @@ from . import dispatch
 from .complex import cj
 from .linalg import _matmul_cuda, _matmul_kernel, _sgemm, matmul_p as _MATMUL
 from .reduce import sum_to as _sum_to
+from .arith import add_p as _ADD
 from .registry import defop
 
 __all__ = ["linear_p"]
@@ -70,19 +71,27 @@ def _kernel(xp, x, w, b):
         r = _sgemm[0].addmm(b, x, y)
         if r is not None:
             return r
-    r = _matmul_kernel(xp, x, y)
-    if r.base is None and r.dtype == b.dtype and b.ndim <= 2 and b.size <= r.size:
-        r += b          # NOTE: in place: the product is a fresh array nobody else holds
-        return r
-    return xp.add(r, b)
+    return _bias_add(xp, _matmul_kernel(xp, x, y), b, "cpu" if xp is _np else None)
 
 
 def _kernel_cuda(xp, x, w, b):
     """On a GPU: matmul's CUDA kernel (cuBLAS; TF32/GemmEx where allowed), then the bias
-    added into the fresh product (the same bits as the add out of place)."""
-    r = _matmul_cuda(xp, x, w.T)
-    if r.dtype == b.dtype and r.flags.c_contiguous:
-        r += b
+    added as the composite's ``add`` adds it."""
+    return _bias_add(xp, _matmul_cuda(xp, x, w.T), b, "cuda")
+
+
+def _bias_add(xp, r, b, device_type):
+    """``r + b`` for the fresh product ``r``, run as the composite's ``add`` dispatch runs
+    it: a large one through the eager elementwise kernels (the CPU's C kernels for
+    float16/bfloat16, whose NumPy loops convert element by element; a GPU's generated
+    kernels, with their bias-row entry), else into ``r`` in place. An add rounds once
+    whichever kernel runs it: the same bits."""
+    if device_type is not None and r.size >= dispatch._EAGER_MIN and r.dtype == b.dtype:
+        res = dispatch.eager_elementwise(_ADD, [r, b], {}, device_type, r.dtype.itemsize)
+        if res is not None:
+            return res
+    if r.base is None and r.dtype == b.dtype and b.ndim <= 2 and b.size <= r.size:
+        r += b          # NOTE: in place: the product is a fresh array nobody else holds
         return r
     return xp.add(r, b)
 
