@@ -6,6 +6,11 @@ the product is rounded once in the gradient's dtype. The check reads the exponen
 so no compiler flag can fold it away. float32 and float64 contiguous buffers go through
 the kernel; anything else (float16/bfloat16, strided views, no C compiler) takes the
 NumPy path, :func:`unscale_numpy`, which the tests hold the kernel to.
+
+A GPU's gradients (:func:`unscale_group_gpu`): the same loop as a generated CUDA kernel,
+one multi-tensor launch for the group (``codegen/cuda_optim.py``'s ``unscale``), the flag
+read back once; other dtypes, strided views or a device without generated kernels take
+the array passes of :func:`unscale_numpy` in the device's array module.
 """
 from __future__ import annotations
 
@@ -13,7 +18,7 @@ import ctypes
 
 import numpy as np
 
-__all__ = ["unscale_group", "unscale_numpy", "available"]
+__all__ = ["unscale_group", "unscale_group_gpu", "unscale_numpy", "available"]
 
 _SOURCE = r"""
 #include <stdint.h>
@@ -99,3 +104,32 @@ def unscale_group(arrays: list, inv: np.float32, use_kernel: bool = True) -> boo
         fn(ptrs, g.ctypes.data, 1)
         bad |= bool(found[0])
     return bad
+
+
+def unscale_group_gpu(xp, arrays: list, inv: np.float32, kernels: bool) -> bool:
+    """:func:`unscale_group` on a GPU's arrays (``xp``: CuPy): float32/float64 contiguous
+    ones in one launch of the ``unscale`` kernel where the device runs generated kernels
+    (``kernels``), the rest through :func:`unscale_numpy`'s passes; the inf/NaN flag is
+    kept on the device and read once (PyTorch's ``found_inf``, read by its ``step``)."""
+    from ..codegen import cuda_optim       # NOTE: codegen sits above amp's kernels
+    live = [a for a in arrays if a.size]
+    if not live:
+        return False
+    dt = live[0].dtype
+    fast = [a for a in live if a.flags.c_contiguous] if kernels and \
+        cuda_optim.has_kernel(dt) else []
+    bad = None
+    if fast:
+        found = xp.zeros(1, dt)
+        cuda_optim.launch_many("unscale", xp, [(a, found) for a in fast], (inv,), 0)
+        bad = found[0] != 0
+    for a in live:
+        if fast and a.flags.c_contiguous:
+            continue
+        nonfinite = ~xp.isfinite(a).all()
+        bad = nonfinite if bad is None else bad | nonfinite
+        if a.dtype.itemsize < 4:   # NOTE: float32 arithmetic, one rounding (as PyTorch)
+            a[...] = xp.multiply(a.astype(xp.float32), inv)
+        else:
+            xp.multiply(a, a.dtype.type(inv), out=a)
+    return bool(bad)

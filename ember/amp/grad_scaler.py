@@ -44,7 +44,7 @@ from ..autograd import anomaly as _anomaly
 from ..autograd.grad_mode import no_grad, state
 from ..device.base import _backends, cuda_backend
 from ..tensor import Tensor
-from ._unscale_kernels import unscale_group
+from ._unscale_kernels import unscale_group, unscale_group_gpu
 from .skip_report import OverflowedParam, SkipReport
 
 __all__ = ["GradScaler", "OptState"]
@@ -440,7 +440,14 @@ def _unscale_group(grads: list, inv: np.float32) -> bool:
         for g in grads:
             g.mul_(float(inv))
         return bad
-    bad = unscale_group([g._data for g in grads], inv)
+    arrays = [g._data for g in grads]
+    caps = _backends[grads[0]._device.type].capabilities
+    if "cuda_kernels" in caps or arrays[0].__class__ is not np.ndarray:
+        # NOTE: a GPU's arrays (or the emulator's, whose device runs generated kernels)
+        bad = unscale_group_gpu(_backends[grads[0]._device.type].xp, arrays, inv,
+                                "cuda_kernels" in caps)
+    else:
+        bad = unscale_group(arrays, inv)
     for g in grads:
         g._storage.version += 1
     return bad

@@ -24,6 +24,10 @@ time ~10 us each through CuPy, and a GPU's per-launch gap). The table is uploade
 only when a pointer changes (parameters and moments are updated in place; the caching
 allocator usually hands new gradients the previous step's blocks).
 
+The GradScaler's unscale of a GPU's gradients is one more entry here (``unscale``: the C
+loop of ``ember/amp/_unscale_kernels.py`` per element, a non-finite value flagging a
+one-element ``found`` array), launched for a whole group through ``launch_many``.
+
 Example:
     >>> launch("adam", (p, g, m, v), scalars, flags)    # doctest: +SKIP (needs a GPU)
     >>> launch_many("adam", cupy, [(p, g, m, v), (q, h, mq, vq)], scalars, flags)  # doctest: +SKIP
@@ -54,12 +58,27 @@ _module: dict = {}
 _tables: dict = {}
 
 
+#: GradScaler's unscale (``ember/amp/_unscale_kernels.py``'s C loop, PyTorch's
+#: ``_amp_foreach_non_finite_check_and_unscale_``): the value is checked before it is
+#: multiplied by ``inv`` (rounded once in the gradient's dtype); a non-finite one sets
+#: ``found[0]`` (every writer writes 1: no atomics needed).
+UNSCALE_STEP = r"""
+        T gi = g[i];
+        if (!isfinite(gi)) found[0] = (T)1;
+        g[i] = MUL(gi, inv);
+"""
+#: the optimizers' entries and the GPU-only ones, as :mod:`.optim_kernels` lists them.
+_ARRAYS = dict(ARRAYS, unscale=(("g", True), ("found", True)))
+_SCALARS = dict(SCALARS, unscale=("inv",))
+_STEPS = dict(STEPS, unscale=UNSCALE_STEP)
+
+
 def _entry(name: str, ctype: str, suffix: str) -> str:
-    params = [f"{'' if w else 'const '}{ctype} *{a}" for a, w in ARRAYS[name]]
-    params += [f"{ctype} {x}" for x in SCALARS[name]] + ["int f", "int64_t n"]
+    params = [f"{'' if w else 'const '}{ctype} *{a}" for a, w in _ARRAYS[name]]
+    params += [f"{ctype} {x}" for x in _SCALARS[name]] + ["int f", "int64_t n"]
     return (f'extern "C" __global__ void ember_cuda_{name}_{suffix}({", ".join(params)}) {{\n'
             "    for (int64_t i = (int64_t)blockIdx.x * blockDim.x + threadIdx.x; i < n;\n"
-            "         i += (int64_t)blockDim.x * gridDim.x) {" + STEPS[name] + "    }\n}\n")
+            "         i += (int64_t)blockDim.x * gridDim.x) {" + _STEPS[name] + "    }\n}\n")
 
 
 def _entry_m(name: str, ctype: str, suffix: str) -> str:
@@ -68,10 +87,10 @@ def _entry_m(name: str, ctype: str, suffix: str) -> str:
     block finds its record by binary search and runs :func:`_entry`'s loop as block
     ``blockIdx.x - first`` of the record's ``nb`` blocks (the same grid a single launch
     of the record gets: the same elements a thread, the same code)."""
-    arrays = ARRAYS[name]
+    arrays = _ARRAYS[name]
     w = len(arrays) + 2
     params = ["const int64_t *__restrict__ recs", "int nrec"]
-    params += [f"{ctype} {x}" for x in SCALARS[name]] + ["int f"]
+    params += [f"{ctype} {x}" for x in _SCALARS[name]] + ["int f"]
     ptrs = "".join(f"    {'' if wr else 'const '}{ctype} *{a} = ({'' if wr else 'const '}"
                    f"{ctype} *)r[{j}];\n" for j, (a, wr) in enumerate(arrays))
     return (f'extern "C" __global__ void ember_cuda_{name}_{suffix}_m({", ".join(params)}) {{\n'
@@ -86,20 +105,20 @@ def _entry_m(name: str, ctype: str, suffix: str) -> str:
             f"    const int64_t nb = (lo + 1 < nrec ? r[{2 * w - 1}] : (int64_t)gridDim.x) - first;\n"
             + ptrs +
             "    for (int64_t i = (b - first) * blockDim.x + threadIdx.x; i < n;\n"
-            "         i += (int64_t)blockDim.x * nb) {" + STEPS[name] + "    }\n}\n")
+            "         i += (int64_t)blockDim.x * nb) {" + _STEPS[name] + "    }\n}\n")
 
 
 def source() -> str:
-    """The CUDA C text of every update kernel (float32 and float64, SGD and Adam; one
-    parameter and many)."""
+    """The CUDA C text of every update kernel (float32 and float64, SGD, Adam and the
+    GradScaler's unscale; one parameter and many)."""
     from .render_cuda import NVRTC_HEAD
     parts = [NVRTC_HEAD]
     for ctype, suffix, p in _TYPES.values():
         parts.append(f"#define T {ctype}\n#define MUL __{p}mul_rn\n#define ADD __{p}add_rn\n"
                      f"#define SUB __{p}sub_rn\n#define DIV __{p}div_rn\n"
                      f"#define SQRT __{p}sqrt_rn\n")
-        parts += [_entry(name, ctype, suffix) for name in STEPS]
-        parts += [_entry_m(name, ctype, suffix) for name in STEPS]
+        parts += [_entry(name, ctype, suffix) for name in _STEPS]
+        parts += [_entry_m(name, ctype, suffix) for name in _STEPS]
         parts.append("#undef T\n#undef MUL\n#undef ADD\n#undef SUB\n#undef DIV\n#undef SQRT\n")
     return "".join(parts)
 
@@ -118,7 +137,7 @@ def _function(name: str):
 
 
 def launch(name: str, arrays, scalars, flags: int) -> bool:
-    """Run update ``name`` ("sgd" or "adam") on a GPU's arrays in place (the argument
+    """Run update ``name`` ("sgd", "adam" or "unscale") on a GPU's arrays in place (the argument
     layout of :mod:`.optim_kernels`); False when their dtype has no kernel."""
     a0 = arrays[0]
     t = _TYPES.get(a0.dtype)

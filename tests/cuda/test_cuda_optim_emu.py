@@ -188,8 +188,8 @@ def test_cuda_amsgrad_and_non_contiguous_take_the_passes(emu_gpu, kernels_on):
 def test_cuda_update_ptx_has_no_fma():
     ptx = nvrtc.compile_ptx(cuda_optim.source(), "ember_cuda_optim")
     entries = set(re.findall(r"\.entry\s+(\w+)\(", ptx))
-    assert entries == {f"ember_cuda_{k}_{s}{m}" for k in ("sgd", "adam") for s in ("f32", "f64")
-                       for m in ("", "_m")}
+    assert entries == {f"ember_cuda_{k}_{s}{m}" for k in ("sgd", "adam", "unscale")
+                       for s in ("f32", "f64") for m in ("", "_m")}
     assert "fma" not in ptx and "mul.rn.f32" in ptx and "sqrt.rn.f64" in ptx
 
 
@@ -197,3 +197,71 @@ def test_cuda_kernels_share_the_c_loops_steps():
     src, c = cuda_optim.source(), K.source()
     assert K.ADAM_STEP in src and K.ADAM_STEP in c
     assert K.SGD_STEP in src and K.SGD_STEP in c
+
+
+def _scaled_grads(dtype, bad):
+    """Gradients of a few shapes (one strided view among them), inf/NaN in one if ``bad``."""
+    rng = np.random.default_rng(9)
+    gs = [(rng.standard_normal(s) * 1e3).astype(dtype) for s in [(70, 9), (5,), (1000,), (0,)]]
+    gs.append((rng.standard_normal((8, 12)) * 1e3).astype(dtype)[:, ::3])
+    if bad:
+        gs[2][17], gs[0][3, 4] = np.inf, np.nan
+    return gs
+
+
+@emu
+@pytest.mark.parametrize("bad", [False, True], ids=["finite", "inf-nan"])
+@pytest.mark.parametrize("dtype", [np.float32, np.float64, np.float16])
+def test_cuda_unscale_kernel_equals_the_c_loop_bitwise(emu_gpu, kernels_on, dtype, bad):
+    """GradScaler's unscale of a GPU's gradients: one ``unscale`` launch for the contiguous
+    float32/float64 ones (float16 and the strided view: the array passes), the same bits
+    and flag as the CPU's loop (``unscale_numpy``, the reference its C kernel is held to)."""
+    from ember.amp._unscale_kernels import unscale_group_gpu, unscale_numpy
+    inv = np.float32(1.0 / 4096.0)
+    want = _scaled_grads(dtype, bad)
+    want_bad = unscale_numpy(want, inv)
+    got = _scaled_grads(dtype, bad)
+    before = dict(cuda_optim.stats)
+    assert unscale_group_gpu(np, got, inv, True) is want_bad is bad
+    kernel = dtype != np.float16
+    assert cuda_optim.stats["launches"] - before["launches"] == int(kernel)
+    assert cuda_optim.stats["records"] - before["records"] == (3 if kernel else 0)
+    if kernel:
+        suffix = "f32" if dtype == np.float32 else "f64"
+        assert f"ember_cuda_unscale_{suffix}_m" in _launched(emu_gpu, "ember_cuda_")
+    _same_bits(got, want)
+
+
+def _scaler_run(device):
+    """``(parameters, final scale, launches of each scaler.step)`` of three GradScaler steps
+    of a small MLP on ``device``, the second batch overflowing."""
+    ember.manual_seed(0)
+    model = ember.nn.Sequential(ember.nn.Linear(6, 5), ember.nn.Tanh(),
+                                ember.nn.Linear(5, 3)).to(device)
+    opt = ember.optim.SGD(model.parameters(), lr=0.1)
+    scaler = ember.amp.GradScaler("cuda" if device == "cuda" else "cpu", init_scale=2.0 ** 10)
+    rng = np.random.default_rng(4)
+    launches = []
+    for i in range(3):
+        x = rng.standard_normal((4, 6)).astype(np.float32)
+        if i == 1:
+            x[0, 0] = np.inf
+        loss = model(ember.tensor(x, device=device)).square().sum()
+        scaler.scale(loss).backward()
+        before = cuda_optim.stats["launches"]
+        scaler.step(opt)
+        launches.append(cuda_optim.stats["launches"] - before)
+        scaler.update()
+        opt.zero_grad()
+    return [p.detach().cpu().numpy() for p in model.parameters()], scaler.get_scale(), launches
+
+
+@emu
+def test_cuda_grad_scaler_step_unscales_in_one_launch(emu_gpu, kernels_on):
+    """A GradScaler step on the device: one unscale launch for all the gradients, an
+    overflowed batch skipped (the scale backs off), the parameters as on the CPU."""
+    got, scale, launches = _scaler_run("cuda")
+    want, want_scale, _ = _scaler_run("cpu")
+    # the unscale and SGD's one launch; the overflowed step: the unscale only
+    assert launches == [2, 1, 2] and scale == want_scale == 2.0 ** 9
+    _same_bits(got, want)

@@ -44,3 +44,38 @@ def test_gpu_adamw_large_parameter(gpu):  # noqa: F811
             p.grad = ember.tensor(g, device=p.device.type)
             o.step()
     np.testing.assert_array_equal(ps[0].detach().cpu().numpy(), ps[1].detach().numpy())
+
+
+@pytest.mark.parametrize("bad", [False, True], ids=["finite", "inf-nan"])
+@pytest.mark.parametrize("dtype", [np.float32, np.float64, np.float16])
+def test_gpu_unscale_equals_the_c_loop_bitwise(gpu, dtype, bad):  # noqa: F811
+    """GradScaler's unscale of CuPy gradients (one ``unscale`` launch; float16 and a
+    strided view: CuPy's passes): the CPU loop's bits and flag."""
+    import cupy
+    from ember.amp._unscale_kernels import unscale_group_gpu, unscale_numpy
+    from test_cuda_optim_emu import _scaled_grads
+    inv = np.float32(1.0 / 4096.0)
+    want = _scaled_grads(dtype, bad)
+    want_bad = unscale_numpy(want, inv)
+    got = [cupy.asarray(a) if a.flags.c_contiguous else cupy.asarray(a.base)[:, ::3]
+           for a in _scaled_grads(dtype, bad)]
+    before = cuda_optim.stats["launches"]
+    assert unscale_group_gpu(cupy, got, inv, True) is want_bad is bad
+    assert cuda_optim.stats["launches"] - before == int(dtype != np.float16)
+    _same_bits([cupy.asnumpy(a) for a in got], want)
+
+
+def test_gpu_grad_scaler_step(gpu):  # noqa: F811
+    """A GradScaler("cuda") loop with an overflowed batch: one unscale launch a step, the
+    step skipped and the scale backed off as on the CPU; the parameters within float32
+    rounding of the CPU's (CuPy's tanh is not NumPy's)."""
+    from test_cuda_optim_emu import _scaler_run
+    prev = K.set_enabled(True)
+    try:
+        got, scale, launches = _scaler_run("cuda")
+    finally:
+        K.set_enabled(prev)
+    want, want_scale, _ = _scaler_run("cpu")
+    assert launches == [2, 1, 2] and scale == want_scale == 2.0 ** 9
+    for a, b in zip(got, want):
+        np.testing.assert_allclose(a, b, rtol=1e-5, atol=1e-6)
