@@ -21,8 +21,12 @@ NOTE: the stand-in understates the GPU's host time: CuPy's per-call overheads
 are larger than NumPy's (~0.2-1 us), and device<->host copies of 0-d values are free
 here. Compare before/after on the same machine; the absolute figure is a lower bound.
 
-Run: ``python bench/cuda_host.py [--reps 20] [--profile] [--layers 12 --d 64 --t 16
---batch 1 --vocab 128]``.
+``--dispatches`` prints the registry ops one call dispatches, by name; ``--composites``
+compiles the eager layer composites at these tiny sizes, as the full-size eager step runs
+them (``eager_composite.MIN_ELEMENTS``).
+
+Run: ``python bench/cuda_host.py [--reps 20] [--profile] [--dispatches] [--composites]
+[--layers 12 --d 64 --t 16 --batch 1 --vocab 128]``.
 """
 from __future__ import annotations
 
@@ -98,6 +102,33 @@ def _counts(fn, args, rec) -> tuple:
     return n[0], sum(r[2] for r in rec.rows)
 
 
+def _dispatches(fn, args) -> str:
+    """The registry ops one call of ``fn`` dispatches, by name (most first)."""
+    import collections
+    import numpy as np
+    from ember.ops import dispatch
+    names = collections.Counter()
+    real = dispatch.apply
+
+    def counting(op, inputs, params):
+        names[op.name] += 1
+        return real(op, inputs, params)
+    # NOTE: modules bind ``dispatch.apply`` at import (``_apply = dispatch.apply``)
+    bound = [(m, k) for m in list(sys.modules.values()) if m is not None and
+             getattr(m, "__name__", "").startswith("ember")
+             for k, v in list(vars(m).items()) if v is real]
+    for m, k in bound:
+        setattr(m, k, counting)
+    try:
+        with np.errstate(all="ignore"):
+            fn(*args)
+    finally:
+        for m, k in bound:
+            setattr(m, k, real)
+    top = ", ".join(f"{k} {v}" for k, v in names.most_common())
+    return f"dispatches {sum(names.values())} a call: {top}"
+
+
 def _copies(fn) -> str:
     """What a GPU would copy between host and device in one call of compiled ``fn``: CPU
     inputs bound as device arrays, uploads of host values, CPU outputs copied back (each
@@ -164,8 +195,16 @@ def main(argv=None) -> int:
                    help="ember.compile's mode; reduce-overhead also prints the host time "
                    "a GPU replay keeps (the call without the stand-in's re-run of the "
                    "recorded steps, which a GPU does in one graph launch)")
+    p.add_argument("--dispatches", action="store_true",
+                   help="also print the registry ops one call dispatches, by name")
+    p.add_argument("--composites", action="store_true",
+                   help="eager layer composites (layer norm, GELU, loss) compiled at any size "
+                   "(eager_composite.MIN_ELEMENTS = 0), as the full-size step runs them")
     a = p.parse_args(argv)
     rec = _setup()
+    if a.composites:
+        from ember.codegen import eager_composite
+        eager_composite.MIN_ELEMENTS = 0
     import numpy as np
     import ember as em
     from cuda_compile import _step
@@ -184,6 +223,8 @@ def main(argv=None) -> int:
               f"{steps:5d}  launches {launches:5d}")
         if label == "compiled":
             print(f"{'':<9} {_copies(fn)}")
+        if a.dispatches:
+            print(f"{'':<9} {_dispatches(fn, inputs)}")
         if label == "compiled" and a.mode == "reduce-overhead":
             _replay_host(fn, inputs, a.reps)
         if a.profile and (label == "compiled") != a.profile_eager:
