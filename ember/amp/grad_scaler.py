@@ -274,7 +274,7 @@ class GradScaler:
 
     def _update_scale(self, scale: Tensor, found_inf: bool) -> None:
         """``torch._amp_update_scale_`` with the scale held in float32."""
-        cur = np.float32(scale._data)
+        cur = np.float32(float(scale._data))  # NOTE: a GPU's 0-d array: float() reads it
         if found_inf:
             scale._data[...] = cur * np.float32(self._backoff_factor)
             self._growth_tracker = 0
