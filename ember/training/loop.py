@@ -196,7 +196,7 @@ def train(cfg: TrainConfig, log=print) -> dict:
     if cfg.epochs is None:
         cfg.epochs = DEFAULT_EPOCHS.get(cfg.model, 15)
     _check_options(cfg)
-    prec = Precision(cfg.amp)
+    prec = Precision(cfg.amp, cfg.device)
     rank, world = _dist.init(cfg.nproc)
     if rank != 0:   # NOTE: rank 0 alone prints, evaluates and writes checkpoints
         log = _silent

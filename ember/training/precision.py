@@ -1,8 +1,8 @@
 """``ember train --amp {bf16,fp16}``: mixed-precision steps for the training loop.
 
 The parameters and the optimizer stay in float32; the forward runs under
-``ember.autocast("cpu", dtype)`` (matmuls and convolutions in the low dtype, losses in
-float32), and the backward follows the dtypes the forward chose. ``fp16`` adds a
+``ember.autocast(device_type, dtype)`` for the training device (``--device``: "cpu" or
+"cuda"; matmuls and convolutions in the low dtype, losses in float32), and the backward follows the dtypes the forward chose. ``fp16`` adds a
 :class:`ember.amp.GradScaler` against gradient underflow: its state goes into the
 checkpoint, so a resumed run continues with the same loss scale. ``bf16`` has float32's
 range and needs no scaling. Without ``--amp`` both contexts are no-ops. A skipped fp16
@@ -28,6 +28,9 @@ class Precision:
 
     Args:
         amp: ``None`` (float32), ``"bf16"`` or ``"fp16"``.
+        device: the training device (``"cpu"``, ``"cuda"``, ``"cuda:1"``...): autocast and
+            the GradScaler act on its device type (an autocast region of another device
+            type would leave the model's ops alone).
 
     Example:
         >>> prec = Precision("fp16")
@@ -36,20 +39,21 @@ class Precision:
         >>> opt.zero_grad(); prec.backward_step(loss, opt)
     """
 
-    def __init__(self, amp: str | None = None) -> None:
+    def __init__(self, amp: str | None = None, device: str = "cpu") -> None:
         if amp is not None and amp not in AMP_CHOICES:
             raise UsageError(f"--amp must be one of {', '.join(AMP_CHOICES)}, got {amp!r}")
         if amp is not None and not hasattr(em, "autocast"):
             raise UsageError(f"--amp {amp} needs ember.autocast, which this build lacks")
         self.amp = amp
         self.dtype = {"bf16": em.bfloat16, "fp16": em.float16}.get(amp)
-        self.scaler = GradScaler("cpu", enabled=amp == "fp16")
+        self.device_type = em.device(device).type
+        self.scaler = GradScaler(self.device_type, enabled=amp == "fp16")
 
     def autocast(self):
         """The context the forward (and the loss) runs in."""
         if self.amp is None:
             return contextlib.nullcontext()
-        return em.autocast("cpu", dtype=self.dtype)
+        return em.autocast(self.device_type, dtype=self.dtype)
 
     def backward_step(self, loss, opt) -> bool:
         """Backward and optimizer step (through the scaler with fp16); False if skipped."""

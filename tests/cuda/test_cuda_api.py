@@ -225,6 +225,31 @@ def test_train_on_the_cuda_device_is_reproducible_and_learns(tmp_path):
     assert first[1] < first[0] < 1.0986          # below chance level (ln 3) and falling
 
 
+@pytest.mark.parametrize("amp", ["bf16", "fp16"])
+def test_train_amp_on_cuda_autocasts_the_cuda_ops(fake_cuda, amp):
+    """``--amp`` with ``--device cuda``: the forward's autocast and the GradScaler act on
+    the training device's type (an autocast("cpu") region left a cuda model in float32)."""
+    from ember.training.precision import Precision
+    prec = Precision(amp, "cuda:0")
+    lin = em.nn.Linear(4, 3).cuda()
+    with prec.autocast():
+        y = lin(em.randn(2, 4, device="cuda"))
+    assert y.device.type == "cuda" and y.dtype == (em.bfloat16 if amp == "bf16" else em.float16)
+    loss = y.float().mean()     # NOTE: sum()'s gradient 2**16 overflows float16: a skip
+    opt = em.optim.SGD(lin.parameters(), lr=0.1)
+    assert prec.backward_step(loss, opt) is True
+    assert prec.scaler.is_enabled() == (amp == "fp16")
+    if amp == "fp16":
+        assert prec.scaler._scale.device.type == "cuda"
+
+
+def test_train_on_the_cuda_device_with_fp16_amp(tmp_path):
+    r = _train(tmp_path, "--device", "cuda", "--epochs", "2", "--amp", "fp16")
+    assert r.returncode == 0, r.stderr
+    losses = [float(ln.split()[4]) for ln in r.stdout.splitlines() if ln.startswith("epoch")]
+    assert len(losses) == 2 and losses[1] < losses[0] < 1.0986
+
+
 def test_train_device_cuda_without_a_gpu_names_what_is_missing(tmp_path):
     if em.cuda.is_available():
         pytest.skip("a CUDA device is present")
