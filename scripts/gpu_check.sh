@@ -9,10 +9,11 @@
 # compiled beside torch).
 # Run: OUT=<dir> scripts/gpu_check.sh [PART...]   (logs under $OUT) on a machine with an NVIDIA
 # GPU, CuPy, PyTorch, pytest-xdist and pytest-timeout; CI never runs it. Three parts, each
-# under the device tool's 10 minutes a command (timeouts add up to 420 / 435 / 210 s), in
+# under the device tool's 10 minutes a command (timeouts add up to 420 / 435 / 330 s), in
 # order of importance: 1 the GPU tests and the GPT step (profile with each kernel's GB/s,
 # CUDA graphs); 2 bench/cuda.py's GPT rows beside torch.compile, the attention kernels'
-# variants, matmul/GELU/W1; 3 multi-tensor launches, W1-W3. No PART: all three.
+# variants, matmul/GELU/W1; 3 multi-tensor launches, W1-W3, ember train --device cuda --amp
+# bf16/fp16. No PART: all three.
 cd "$(dirname "$0")/.."
 export PYTHONPATH=$PWD PYTHONUNBUFFERED=1
 OUT=${OUT:-/tmp}
@@ -42,5 +43,10 @@ fi
 if want 3; then
 timeout 90 python3 bench/cuda_multi.py 2>&1 | tail -14
 timeout 150 python3 bench/cuda.py --quick --only workloads 2>&1 | tee $OUT/workloads.log | tail -12
+for amp in bf16 fp16; do     # the main job on the GPU in mixed precision (a small model)
+    timeout 60 python3 -m ember.cli train --device cuda --amp $amp --model mlp --dataset spirals \
+        --epochs 2 --no-progress --overwrite --checkpoint $OUT/ck_$amp.safetensors 2>&1 | \
+        tail -3 | sed "s/^/train --amp $amp: /"
+done
 fi
 date

@@ -49,7 +49,8 @@ def test_cuda_host_measures_the_compiled_step_on_the_stand_in():
     env.pop("EMBER_FAKE_CUDA", None)
     r = subprocess.run([sys.executable, os.path.join(ROOT, "bench", "cuda_host.py"),
                         "--layers", "1", "--d", "32", "--t", "8", "--vocab", "64",
-                        "--reps", "2", "--profile"], capture_output=True, text=True,
+                        "--reps", "2", "--profile", "--dispatches", "--composites"],
+                       capture_output=True, text=True,
                        env=env, timeout=600, cwd=ROOT)
     assert r.returncode == 0, r.stderr[-2000:]
     rows = dict(re.findall(r"^(compiled|eager)\s+host\s+[0-9.]+ ms/call.*launches\s+(\d+)",
@@ -57,3 +58,9 @@ def test_cuda_host_measures_the_compiled_step_on_the_stand_in():
     assert set(rows) == {"compiled", "eager"} and int(rows["compiled"]) > 0, r.stdout
     steps = int(re.search(r"^compiled .*executor steps\s+(\d+)", r.stdout, re.M).group(1))
     assert steps > 50 and "tottime" in r.stdout     # a 1-layer step's graph; cProfile
+    # --dispatches: the eager step's ops by name (autocast's linears: one op each, no
+    # transposes or bare matmuls of their own)
+    ops = re.findall(r"dispatches (\d+) a call: (.*)$", r.stdout, re.M)
+    assert len(ops) == 2 and ops[0][0] == "0", r.stdout      # compiled: no dispatch
+    eager = dict((k, int(v)) for k, v in re.findall(r"(\w+) (\d+)", ops[1][1]))
+    assert eager["linear"] == 4 and eager.get("matmul", 0) <= 3, ops[1]
