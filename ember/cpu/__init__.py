@@ -103,3 +103,6 @@ class StreamContext:
 def stream(stream) -> StreamContext:
     """A context manager around ``stream`` (see :class:`StreamContext`)."""
     return StreamContext(stream)
+
+
+from . import amp  # noqa: E402,F401 - ember.cpu.amp (torch.cpu.amp)

@@ -413,3 +413,17 @@ def test_recurrent_layers_under_autocast(cls, kw):
     with warnings.catch_warnings():
         warnings.simplefilter("ignore")   # oneDNN: "LSTM with projections is not supported"
         assert got == _rnn_dtypes(torch, cls, kw)[0]
+
+
+def test_cpu_amp_names_are_pytorchs_deprecated_aliases():
+    # torch.cpu.amp.autocast: autocast("cpu") with bfloat16 by default; GradScaler("cpu")
+    lin = em.nn.Linear(3, 2)
+    x = em.randn(4, 3)
+    for kwargs, want in (({}, em.bfloat16), ({"dtype": em.float16}, em.float16),
+                         ({"enabled": False}, em.float32)):
+        with em.cpu.amp.autocast(**kwargs):
+            assert lin(x).dtype == want, kwargs
+    s = em.cpu.amp.GradScaler(init_scale=8.0, growth_interval=3)
+    assert isinstance(s, em.amp.GradScaler) and s._device == "cpu"
+    assert s.get_scale() == 8.0 and s.get_growth_interval() == 3
+    assert sorted(em.cpu.amp.__all__) == ["GradScaler", "autocast"]
