@@ -19,6 +19,7 @@ from __future__ import annotations
 
 from ..device.base import device as _device
 from . import amp  # noqa: F401 - ember.cuda.amp (torch.cuda.amp)
+from . import nvtx  # noqa: F401 - ember.cuda.nvtx (torch.cuda.nvtx)
 from ._memory import (OutOfMemoryError, empty_cache, max_memory_allocated,
                       max_memory_reserved, mem_get_info, memory_allocated, memory_reserved,
                       memory_stats, memory_summary, reset_max_memory_allocated,
@@ -35,7 +36,7 @@ __all__ = ["NoCUDADeviceError", "OutOfMemoryError", "is_available", "device_coun
            "device", "empty_cache", "memory_allocated", "max_memory_allocated",
            "memory_reserved", "max_memory_reserved", "reset_peak_memory_stats",
            "reset_max_memory_allocated", "memory_stats", "memory_summary", "mem_get_info",
-           "amp",
+           "amp", "nvtx", "device_of", "ipc_collect",
            "get_rng_state_all", "set_rng_state_all", "get_rng_state", "set_rng_state",
            "Stream", "Event", "StreamContext", "stream", "current_stream", "default_stream",
            "CUDAGraph", "graph", "graph_pool_handle", "is_current_stream_capturing",
@@ -111,6 +112,19 @@ class device:
         if self.prev is not None:
             set_device(self.prev)
         return False
+
+
+class device_of(device):
+    """Context manager making ``obj``'s device current (``torch.cuda.device_of``); a no-op
+    for a CPU tensor."""
+
+    def __init__(self, obj):
+        super().__init__(obj.get_device() if obj.is_cuda else -1)
+
+
+def ipc_collect() -> None:
+    """A no-op: Ember shares no CUDA memory between processes through IPC handles
+    (``torch.cuda.ipc_collect`` frees those)."""
 
 
 def synchronize(device=None) -> None:

@@ -304,3 +304,31 @@ def test_device_malloc_retries_after_freeing_the_cache_then_reports(fake_cuda):
     with pytest.raises(MemoryError, match=r"(?s)cudaErrorMemoryAllocation.*Largest live"):
         retrying_malloc(full, lambda: None, DeviceOOM, lambda: fake_cuda.allocator)(1 << 30)
     assert em.cuda.memory_stats()["num_ooms"] == 1
+
+
+def test_nvtx_ranges_device_of_and_ipc_collect(fake_cuda):
+    # torch.cuda.nvtx: nested ranges return their depth; range() is a context manager and
+    # a decorator with str.format arguments; on the stand-in nothing reaches NVTX
+    nvtx = em.cuda.nvtx
+    assert [nvtx.range_push("a"), nvtx.range_push("b"), nvtx.range_pop(),
+            nvtx.range_pop(), nvtx.range_pop()] == [0, 1, 1, 0, -1]
+    with nvtx.range("step {}", 3):
+        assert nvtx.range_push("inner") == 1
+        nvtx.range_pop()
+
+    @nvtx.range("fn")
+    def f():
+        return nvtx.range_push("x")
+    assert f() == 1 and nvtx.range_pop() == 0 and nvtx.range_pop() == -1
+    h = nvtx.range_start("overlapping")
+    nvtx.mark("event")
+    nvtx.range_end(h)
+    with pytest.raises(ValueError, match="no open range"):
+        nvtx.range_end(h)
+    # device_of: the tensor's device current inside; a CPU tensor changes nothing
+    x = em.ones(2, device="cuda")
+    with em.cuda.device_of(x):
+        assert em.cuda.current_device() == x.get_device() == 0
+    with em.cuda.device_of(em.ones(2)):
+        assert em.cuda.current_device() == 0
+    assert em.cuda.ipc_collect() is None

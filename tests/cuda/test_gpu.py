@@ -44,6 +44,19 @@ def test_arrays_live_in_cupy_memory(gpu):
     assert em.cuda.get_device_capability() >= (7, 0)
 
 
+def test_nvtx_ranges_reach_cupy_on_the_gpu(gpu, monkeypatch):
+    """On a GPU the ranges and marks go to NVTX through CuPy (when its NVTX is there)."""
+    from cupy.cuda import nvtx as cupy_nvtx
+    if not getattr(cupy_nvtx, "available", False):
+        pytest.skip("this CuPy has no NVTX")
+    calls = []
+    for name in ("RangePush", "RangePop", "Mark"):
+        monkeypatch.setattr(cupy_nvtx, name, lambda *a, _n=name: calls.append((_n,) + a))
+    with em.cuda.nvtx.range("step {}", 1):
+        em.cuda.nvtx.mark("m")
+    assert calls == [("RangePush", "step 1"), ("Mark", "m"), ("RangePop",)]
+
+
 def _sweep_names():
     from test_fake_ops import _BY_NAME
     return sorted(_BY_NAME)
