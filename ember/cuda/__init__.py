@@ -20,10 +20,12 @@ from __future__ import annotations
 from ..device.base import device as _device
 from . import amp  # noqa: F401 - ember.cuda.amp (torch.cuda.amp)
 from . import nvtx  # noqa: F401 - ember.cuda.nvtx (torch.cuda.nvtx)
-from ._memory import (OutOfMemoryError, empty_cache, max_memory_allocated,
-                      max_memory_reserved, mem_get_info, memory_allocated, memory_reserved,
+from ._memory import (OutOfMemoryError, empty_cache, get_per_process_memory_fraction,
+                      max_memory_allocated, max_memory_cached, max_memory_reserved,
+                      mem_get_info, memory_allocated, memory_cached, memory_reserved,
                       memory_stats, memory_summary, reset_max_memory_allocated,
-                      reset_peak_memory_stats)
+                      reset_max_memory_cached, reset_peak_memory_stats,
+                      set_per_process_memory_fraction)
 from ._state import NoCUDADeviceError, backend_or_none, need
 from ._streams import Event, Stream, StreamContext, current_stream, default_stream, stream
 from .graphs import (CUDAGraph, graph, graph_pool_handle, is_current_stream_capturing,
@@ -36,7 +38,9 @@ __all__ = ["NoCUDADeviceError", "OutOfMemoryError", "is_available", "device_coun
            "device", "empty_cache", "memory_allocated", "max_memory_allocated",
            "memory_reserved", "max_memory_reserved", "reset_peak_memory_stats",
            "reset_max_memory_allocated", "memory_stats", "memory_summary", "mem_get_info",
-           "amp", "nvtx", "device_of", "ipc_collect",
+           "amp", "nvtx", "device_of", "ipc_collect", "is_tf32_supported",
+           "set_per_process_memory_fraction", "get_per_process_memory_fraction",
+           "memory_cached", "max_memory_cached", "reset_max_memory_cached",
            "get_rng_state_all", "set_rng_state_all", "get_rng_state", "set_rng_state",
            "Stream", "Event", "StreamContext", "stream", "current_stream", "default_stream",
            "CUDAGraph", "graph", "graph_pool_handle", "is_current_stream_capturing",
@@ -69,6 +73,12 @@ def is_bf16_supported(including_emulation: bool = True) -> bool:
     newer and a backend with bfloat16 arrays (CuPy >= 14 with ml_dtypes, or the stand-in)."""
     be = backend_or_none()
     return be is not None and be.has("bfloat16") and get_device_capability() >= (8, 0)
+
+
+def is_tf32_supported() -> bool:
+    """Whether the current device has TF32 tensor cores (compute capability 8.0 or newer):
+    ``ember.backends.cuda.matmul.allow_tf32`` then takes effect."""
+    return backend_or_none() is not None and get_device_capability() >= (8, 0)
 
 
 def current_device() -> int:

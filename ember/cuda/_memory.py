@@ -123,6 +123,41 @@ def mem_get_info(device=None) -> tuple:
     return be.runtime.mem_info(be.check_index(_index_of(device), "mem_get_info"))
 
 
+def set_per_process_memory_fraction(fraction: float, device=None) -> None:
+    """Cap the live tensor memory at ``fraction`` of the device's total
+    (``torch.cuda.set_per_process_memory_fraction``): an allocation past it raises
+    :data:`OutOfMemoryError` with the OOM report. Ember's cap is
+    ``ember.set_memory_limit(int(fraction * total), "cuda")``: it counts live tensors, where
+    PyTorch's counts the caching allocator's reserved blocks, and one cap serves the
+    backend's devices (its allocator is shared)."""
+    if isinstance(fraction, bool) or not isinstance(fraction, (int, float)):
+        raise TypeError(f"set_per_process_memory_fraction: invalid type for fraction, "
+                        f"expected a float in [0, 1], got {type(fraction).__name__}")
+    if not 0 <= fraction <= 1:
+        raise ValueError(f"set_per_process_memory_fraction: invalid fraction value "
+                         f"{fraction}; allowed range: 0 to 1")
+    from ..memory import set_memory_limit
+    from ._state import need
+    be = need("set_per_process_memory_fraction")
+    i = be.check_index(_index_of(device), "set_per_process_memory_fraction")
+    set_memory_limit(int(fraction * be.runtime.mem_info(i)[1]), device=f"cuda:{i}")
+
+
+def get_per_process_memory_fraction(device=None) -> float:
+    """The fraction :func:`set_per_process_memory_fraction` set (1.0: no cap)."""
+    from ._state import need
+    be = need("get_per_process_memory_fraction")
+    i = be.check_index(_index_of(device), "get_per_process_memory_fraction")
+    limit = be.allocator.limit
+    return 1.0 if limit is None else limit / be.runtime.mem_info(i)[1]
+
+
+# NOTE: PyTorch's deprecated names of the reserved-memory figures
+memory_cached = memory_reserved
+max_memory_cached = max_memory_reserved
+reset_max_memory_cached = reset_peak_memory_stats
+
+
 def _index_of(device):
     from . import _index
     return _index(device)

@@ -332,3 +332,26 @@ def test_nvtx_ranges_device_of_and_ipc_collect(fake_cuda):
     with em.cuda.device_of(em.ones(2)):
         assert em.cuda.current_device() == 0
     assert em.cuda.ipc_collect() is None
+
+
+def test_memory_fraction_cap_and_deprecated_names(fake_cuda):
+    total = em.cuda.mem_get_info()[1]
+    assert em.cuda.get_per_process_memory_fraction() == 1.0
+    try:
+        em.cuda.set_per_process_memory_fraction(1e-9)       # ~86 bytes of the 80 GiB
+        assert em.cuda.get_per_process_memory_fraction() == int(1e-9 * total) / total
+        em.ones(4, device="cuda")                           # 16 bytes: fits
+        with pytest.raises(em.cuda.OutOfMemoryError):
+            em.ones(1024, device="cuda")
+        with pytest.raises(ValueError, match="allowed range: 0 to 1"):
+            em.cuda.set_per_process_memory_fraction(1.5)
+        with pytest.raises(TypeError, match="expected a float"):
+            em.cuda.set_per_process_memory_fraction("half")
+    finally:
+        em.set_memory_limit(None, device="cuda")
+    assert em.cuda.get_per_process_memory_fraction() == 1.0
+    x = em.ones(256, device="cuda")
+    assert em.cuda.memory_cached() == em.cuda.memory_reserved() >= x.numel() * 4
+    assert em.cuda.max_memory_cached() == em.cuda.max_memory_reserved()
+    em.cuda.reset_max_memory_cached()
+    assert em.cuda.is_tf32_supported() == (em.cuda.get_device_capability() >= (8, 0))
