@@ -193,14 +193,7 @@ def sdpa_grad_into(xp, g, q, k, v, outs, scale, is_causal, plus_zero=False):
     GPU graph is not bitwise eager's anyway: its kernels are fused); other cases copy
     ``sdpa_grad``'s CUDA result in."""
     if getattr(xp, "__name__", "numpy") != "numpy":     # NOTE: CuPy (the stand-in: NumPy)
-        fa = _flash(g, q, k, v)
-        if fa is not None:
-            return fa.backward(xp, g, q, k, v, scale, is_causal, outs=outs)
-        flat, at = _sdpa_grad_cuda(xp, g, q, k, v, scale, is_causal), 0
-        for o in outs:
-            o[...] = flat[at:at + o.size].reshape(o.shape)
-            at += o.size
-        return outs
+        return _grad_into_cuda(xp, g, q, k, v, outs, scale, is_causal)
     if is_lowp(g, q, k, v, *outs):
         flat, at = _sdpa_grad_cpu(xp, g, q, k, v, scale, is_causal), 0
         for o in outs:
@@ -219,6 +212,19 @@ def sdpa_grad_into(xp, g, q, k, v, outs, scale, is_causal, plus_zero=False):
             xp.add(r, 0.0, out=o)                     # -0.0 -> +0.0, as 0 + r does
         else:
             o[...] = r
+    return outs
+
+
+def _grad_into_cuda(xp, g, q, k, v, outs, scale, is_causal):
+    """:func:`sdpa_grad_into` on a ``cuda`` device: the flash kernels write ``outs``
+    directly; other cases copy ``sdpa_grad``'s CUDA kernel's result in (``-0.0`` kept)."""
+    fa = _flash(g, q, k, v)
+    if fa is not None:
+        return fa.backward(xp, g, q, k, v, scale, is_causal, outs=outs)
+    flat, at = _sdpa_grad_cuda(xp, g, q, k, v, scale, is_causal), 0
+    for o in outs:
+        o[...] = flat[at:at + o.size].reshape(o.shape)
+        at += o.size
     return outs
 
 
@@ -314,9 +320,9 @@ def _slots_shape(gs, qs, ks, vs, scale, is_causal, dim, order):
     return tuple(qs[:dim]) + (3,) + tuple(qs[dim:])
 
 
-def _grad_slots_kernel(xp, g, q, k, v, scale, is_causal, dim, order):
-    """dq, dk, dv (each ``+ 0.0``) in the slots along ``dim`` of one new buffer whose memory
-    is C order in the dims ``order`` (None: C order)."""
+def _slots_buffer(xp, q, dim, order):
+    """``(buffer, its three slots along dim)``: a new buffer of ``q``'s shape with a slot
+    dim of 3 at ``dim``, its memory C order in the dims ``order`` (None: C order)."""
     shape = q.shape[:dim] + (3,) + q.shape[dim:]
     order = tuple(range(len(shape))) if order is None else tuple(order)
     inv = [0] * len(order)
@@ -324,12 +330,24 @@ def _grad_slots_kernel(xp, g, q, k, v, scale, is_causal, dim, order):
         inv[a] = i
     s = xp.empty(tuple(shape[a] for a in order), q.dtype).transpose(inv)
     lead = (slice(None),) * dim
-    sdpa_grad_into(xp, g, q, k, v, tuple(s[lead + (i,)] for i in range(3)), scale, is_causal,
-                   plus_zero=True)
-    if getattr(xp, "__name__", "numpy") != "numpy":
-        # NOTE: a GPU's sdpa_grad_into keeps -0.0 (the compiled graphs' contract); eager
-        # values are the stack path's, +0.0: one in-place pass over the buffer
-        xp.add(s, 0.0, out=s)
+    return s, tuple(s[lead + (i,)] for i in range(3))
+
+
+def _grad_slots_kernel(xp, g, q, k, v, scale, is_causal, dim, order):
+    """dq, dk, dv (each ``+ 0.0``) in the slots along ``dim`` of one new buffer whose memory
+    is C order in the dims ``order`` (None: C order)."""
+    s, slots = _slots_buffer(xp, q, dim, order)
+    sdpa_grad_into(xp, g, q, k, v, slots, scale, is_causal, plus_zero=True)
+    return s
+
+
+def _grad_slots_cuda(xp, g, q, k, v, scale, is_causal, dim, order):
+    """:func:`_grad_slots_kernel` on a ``cuda`` device: the flash kernels write the slots
+    (``-0.0`` kept, the compiled graphs' contract), then one in-place ``+ 0.0`` pass gives
+    eager's values, those of the unbind's stack (``add_(0.0)``) of a flat ``sdpa_grad``."""
+    s, slots = _slots_buffer(xp, q, dim, order)
+    _grad_into_cuda(xp, g, q, k, v, slots, scale, is_causal)
+    xp.add(s, 0.0, out=s)
     return s
 
 
@@ -340,7 +358,8 @@ def _grad_slots_kernel(xp, g, q, k, v, scale, is_causal, dim, order):
 sdpa_grad_slots_p = defop(
     "sdpa_grad_slots", nin=4, params={"scale": 1.0, "is_causal": False, "dim": 0,
                                       "order": None},
-    dtype=_dtype_rule, batch="loop", kernel=_grad_slots_kernel, save=None,
+    dtype=_dtype_rule, batch="loop", save=None,
+    kernels={"xp": _grad_slots_kernel, "cuda": _grad_slots_cuda},
     differentiable=False,
     check=lambda g, q, k, v, **p: _slots_shape(g.shape, q.shape, k.shape, v.shape, **p),
     shape=_slots_shape,

@@ -1,5 +1,6 @@
-"""A GPT layer's eager ops on a ``cuda`` device, on the CPU stand-in (``fake_cuda``) and on
-a real GPU (``test_gpu_eager_gpt_ops.py``):
+"""A GPT layer's eager ops on a ``cuda`` device, on the CPU stand-in (``fake_cuda``), the
+CUDA emulator (the flash kernels from their text) and a real GPU
+(``test_gpu_eager_gpt_ops.py``):
 
 * ``F.linear`` is the ``linear`` primitive (ops/linear.py) for float32, float16, bfloat16
   and float64 operands, under autocast too: one autograd node whose forward and gradients
@@ -14,6 +15,9 @@ import pytest
 import ember as em
 from ember.nn.functional import _layers
 from ember.ops import attention
+
+import _cuda_emu
+from test_cuda_fusion_emu import emu_gpu  # noqa: F401 - the fixture
 
 F = em.nn.functional
 
@@ -86,3 +90,14 @@ def _check_attention(monkeypatch, dtype):
 def test_attention_gradient_into_the_unbind_slots_on_the_stand_in(fake_cuda, monkeypatch,
                                                                    dtype):
     _check_attention(monkeypatch, dtype)
+
+
+@pytest.mark.skipif(not _cuda_emu.available(),
+                    reason="no g++ with C++20 <barrier> to run the CUDA text on")
+def test_attention_gradient_into_the_unbind_slots_on_the_emulator(emu_gpu, monkeypatch):
+    """The flash backward's kernels from their text (the emulator) writing the strided
+    slots of one buffer, then ``+ 0.0``: the flat result and the stack's bits."""
+    from ember.codegen import cuda_attention
+    before = cuda_attention.stats["lse_reused"]
+    _check_attention(monkeypatch, "float16")
+    assert cuda_attention.stats["lse_reused"] - before == 2      # both ran the flash kernels
