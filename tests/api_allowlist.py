@@ -231,26 +231,21 @@ ALLOWLIST["torch.cuda"] = {
                           "use_mem_pool change_current_allocator caching_allocator_alloc "
                           "caching_allocator_delete caching_allocator_disabled "
                           "caching_allocator_enable get_allocator_backend "
-                          "get_per_process_memory_fraction set_per_process_memory_fraction "
                           "memory_snapshot host_memory_stats host_memory_stats_as_nested_dict "
                           "reset_accumulated_host_memory_stats reset_peak_host_memory_stats "
-                          "memory_stats_as_nested_dict reset_accumulated_memory_stats "
-                          "ipc_collect"),
+                          "memory_stats_as_nested_dict reset_accumulated_memory_stats"),
     **_group(CUDA_DRIVER, "AcceleratorError CudaError DeferredCudaCallError cudaStatus "
                           "cudart check_error current_blas_handle current_solver_handle "
                           "can_device_access_peer clock_rate device_memory_used "
                           "list_gpu_processes memory_usage power_draw temperature "
                           "utilization get_arch_list get_gencode_flags "
                           "PYTORCH_RELEASES_CODE_CC DEVICE_REQUIREMENT has_half has_magma "
-                          "is_tf32_supported get_sync_debug_mode set_sync_debug_mode "
+                          "get_sync_debug_mode set_sync_debug_mode "
                           "ExternalStream get_stream_from_external GreenContext"),
-    **_group(CUDA_SUBMODULE, "gds green_contexts jiterator memory nccl nvtx profiler "
+    **_group(CUDA_SUBMODULE, "gds green_contexts jiterator memory nccl profiler "
                              "random sparse streams tunable"),
-    **_group("deprecated aliases of memory_reserved/max_memory_reserved (PyTorch warns)",
-             "memory_cached max_memory_cached reset_max_memory_cached"),
     "Device": "typing alias (int | str | torch.device), not an API",
     "default_generators": "tuple of per-device CUDA generators; use ember.cuda.manual_seed",
-    "device_of": "context manager switching to a tensor's CUDA device; not yet provided",
     "set_stream": "not yet provided: use ember.cuda.stream(s) as a context manager",
 }
 
