@@ -366,11 +366,14 @@ def _build(fn, args, kwargs, slots):
     return _Entry(fn, args, kwargs, slots)
 
 
-def eager_composite(fn, when=None, min_elements=None, autocast=None):
+def eager_composite(fn, when=None, min_elements=None, autocast=None, check=None):
     """Wrap public composite ``fn`` so eager calls run its compiled form (module docstring).
 
     ``when(*args, **kwargs)``, if given, must also be true for a call to take the fast
     path (``F.silu(x, inplace=True)`` writes its input: it runs as written).
+    ``check(*args, **kwargs)``, if given, runs before the fast path and raises for values
+    the composite would refuse but its compiled form cannot see (class-index targets out of
+    range: a GPU's kernels read them unchecked).
     ``min_elements`` (the wrapper's attribute of that name) replaces :data:`MIN_ELEMENTS`
     for ``fn``: a one-primitive function such as ``F.relu`` only pays for a compiled call on
     large inputs. ``autocast``, PyTorch's name of the op ``fn`` is (``"layer_norm"``), lets
@@ -410,6 +413,8 @@ def eager_composite(fn, when=None, min_elements=None, autocast=None):
         found = _key(args, kwargs, names)
         if found is None:
             return fn(*args, **kwargs)
+        if check is not None:
+            check(*args, **kwargs)
         tensors, slots, key = found
         table = state.autocast
         policy = None if table is None else table.get(autocast)

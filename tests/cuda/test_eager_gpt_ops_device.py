@@ -8,7 +8,8 @@ CUDA emulator (the flash kernels from their text) and a real GPU
   added after);
 * attention's VJP over ``q, k, v = qkv...unbind(0)`` writes dq, dk, dv into the slots of
   the unbind input's gradient (``sdpa_grad_slots``): the bits of the flat ``sdpa_grad``
-  and the unbind's stack, ``-0.0`` made ``+0.0`` as the stack's ``add_(0.0)`` makes it."""
+  and the unbind's stack, ``-0.0`` made ``+0.0`` as the stack's ``add_(0.0)`` makes it;
+* the loss's compiled form (``eager_composite``) names an out-of-range class target."""
 import numpy as np
 import pytest
 
@@ -101,3 +102,25 @@ def test_attention_gradient_into_the_unbind_slots_on_the_emulator(emu_gpu, monke
     before = cuda_attention.stats["lse_reused"]
     _check_attention(monkeypatch, "float16")
     assert cuda_attention.stats["lse_reused"] - before == 2      # both ran the flash kernels
+
+
+def _check_targets_on_cuda():
+    """Eager cross_entropy on ``cuda`` past the warm-up (the compiled form: on a GPU its
+    kernels read the targets unchecked) still names an out-of-range target."""
+    from ember.codegen import eager_composite
+    x = em.randn(512, 100, device="cuda", requires_grad=True)
+    t = em.randint(0, 100, (512,), device="cuda")
+    runs = eager_composite.stats["runs"]
+    for _ in range(eager_composite.WARMUP + 2):
+        F.cross_entropy(x, t).backward()
+    assert eager_composite.stats["runs"] - runs == 2
+    bad = t.clone()
+    bad[9] = 100
+    with pytest.raises(IndexError, match=r"cross_entropy: target 100 is out of bounds"):
+        F.cross_entropy(x, bad)
+
+
+@pytest.mark.skipif(not _cuda_emu.available(),
+                    reason="no g++ with C++20 <barrier> to run the CUDA text on")
+def test_out_of_range_targets_on_the_emulator(emu_gpu):
+    _check_targets_on_cuda()

@@ -398,6 +398,29 @@ def test_cross_entropy_second_order():
 
 
 # ------------------------------------------------------------------ errors
+@pytest.mark.parametrize("fn", ["cross_entropy", "nll_loss"])
+def test_class_index_errors_on_the_compiled_fast_path(fn):
+    # NOTE: eager calls past the warm-up run the compiled form (eager_composite), which
+    # never runs the composite's own target check: its ``check`` hook names the op
+    from ember.codegen import eager_composite
+    f = getattr(F, fn)
+    x = em.randn(512, 100, requires_grad=True)
+    t = em.randint(0, 100, (512,))
+    runs = eager_composite.stats["runs"]
+    for _ in range(eager_composite.WARMUP + 2):
+        f(x, t, ignore_index=5).backward()
+    assert eager_composite.stats["runs"] - runs == 2
+    for bad, shown in ((100, 100), (-3, -3)):
+        tb = t.clone()
+        tb[7] = bad
+        with pytest.raises(IndexError, match=rf"{fn}: target {shown} is out of bounds.*"
+                                             rf"\[0, 99\]"):
+            f(x, tb, ignore_index=5)
+    tb = t.clone()
+    tb[7] = 5                                     # ignore_index itself is no error
+    assert np.isfinite(f(x, tb, ignore_index=5).item())
+
+
 def test_class_index_errors():
     x = _t(np.zeros((3, 4)))
     with pytest.raises(IndexError, match=r"cross_entropy: target 4 is out of bounds.*\[0, 3\]"):

@@ -28,6 +28,7 @@ globals().update({_n: getattr(_conv, _n) for _n in _CONV_NAMES})
 from ...codegen.eager_composite import allow_tensor_class as _allow  # noqa: E402
 from ...codegen.eager_composite import eager_composite as _fast  # noqa: E402
 from ..parameter import Parameter as _Parameter  # noqa: E402
+from ._loss import targets_in_range as _targets_in_range  # noqa: E402
 
 _allow(_Parameter)
 
@@ -46,8 +47,10 @@ silu = _fast(silu, when=_not_inplace, autocast="silu")  # noqa: F405
 layer_norm = _fast(layer_norm, autocast="layer_norm")  # noqa: F405
 group_norm = _fast(group_norm, autocast="group_norm")  # noqa: F405
 batch_norm = _fast(batch_norm)  # noqa: F405 - running stats: in-place writes, written back
-cross_entropy = _fast(cross_entropy, autocast="cross_entropy")  # noqa: F405
-nll_loss = _fast(nll_loss, autocast="nll_loss")  # noqa: F405
+cross_entropy = _fast(cross_entropy, autocast="cross_entropy",  # noqa: F405
+                      check=_targets_in_range("cross_entropy"))
+nll_loss = _fast(nll_loss, autocast="nll_loss",  # noqa: F405
+                 check=_targets_in_range("nll_loss"))
 # NOTE: relu is one primitive, but its eager backward is two NumPy passes (``out > 0``, then
 # a float-by-bool multiply) where the compiled form runs one fused kernel: from 1M elements
 # (a CNN's first conv block) that pays for the compiled call; W1's (128, 512) does not.

@@ -218,6 +218,25 @@ def _class_weight(op, weight, n_classes):
     return weight
 
 
+def targets_in_range(op):
+    """The eager fast path's ``check`` of ``op`` (``cross_entropy``/``nll_loss``: input,
+    target, weight, size_average, ignore_index...): class-index targets outside ``[0, C)``
+    other than ``ignore_index`` raise :func:`_check_targets`'s error. The compiled form's
+    kernels read the targets unchecked on a GPU (CuPy's indexing wraps), and its C kernels
+    name only ``take_along_dim``; one reduction here, read once (a GPU: one sync)."""
+    def check(input, target=None, weight=None, size_average=None, ignore_index=-100,
+              *args, **kwargs):
+        if not isinstance(target, Tensor) or not isinstance(input, Tensor) or \
+                target._dtype.category != _dt.INT or input.ndim == 0 or \
+                tuple(target.shape) == tuple(input.shape):
+            return
+        a = target._data
+        n = input.shape[1 if input.ndim > 1 else 0]
+        if a.size and bool((((a < 0) | (a >= n)) & (a != ignore_index)).any()):
+            _check_targets(op, input, target, ignore_index)
+    return check
+
+
 def _check_targets(op, input, target, ignore_index):
     """Shape/dtype/range rules for class-index targets; returns the class dim, the class
     count and whether the targets are non-empty and none equals ``ignore_index``."""
