@@ -252,3 +252,21 @@ def test_pad_modes_match_torch():
         got = em.pad(em.from_numpy(a), pad, mode=mode).numpy()
         want = torch.nn.functional.pad(torch.from_numpy(a), pad, mode=mode).numpy()
         np.testing.assert_array_equal(got, want, err_msg=mode)
+
+
+def test_min_max_reads_a_device_array_once():
+    # NOTE: a GPU's arrays (any class but np.ndarray) are read back in one transfer: the
+    # two 0-d reductions stacked, one tolist()
+    from ember.ops._util import min_max
+
+    class Device(np.ndarray):
+        reads = 0
+
+        def tolist(self):
+            Device.reads += 1
+            return super().tolist()
+    a = np.array([3, -1, 7, 2]).view(Device)
+    assert min_max(np, a) == (-1, 7) and Device.reads == 1
+    assert min_max(np, np.array([4, 9])) == (4, 9)
+    with pytest.raises(IndexError, match="index 7 is out of bounds"):
+        em.zeros(3)[em.tensor([0, 7])]

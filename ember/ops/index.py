@@ -17,6 +17,7 @@ from ..errors import DTypeError, EmberIndexError, ShapeError
 from ..tensor import Tensor
 from .batching import per_example
 from . import dispatch
+from ._util import min_max
 from .movement import apply_slices, norm_slice, reshape_p, slice_p
 from . import batching_rules as _vb
 from .registry import defop
@@ -52,7 +53,7 @@ def _check_indices(op, x, idx, dims):
             raise EmberIndexError(f"{op}: too many indices for tensor of dimension {len(shape)}")
         a = i._data
         if a.size:
-            lo, hi, n = int(a.min()), int(a.max()), shape[d]
+            (lo, hi), n = min_max(dispatch._backends[i._device.type].xp, a), shape[d]
             if lo < -n or hi >= n:
                 bad = hi if hi >= n else lo
                 raise EmberIndexError(f"{op}: index {bad} is out of bounds for dimension {d} "
@@ -130,7 +131,7 @@ def _add_rows(xp, out, values, rows):
     ``add.at``; the result is deterministic). The CPU kernel runs the C loop instead.
     """
     n = out.shape[0]
-    lo, hi = int(rows.min()), int(rows.max())
+    lo, hi = min_max(xp, rows)
     if lo < -n or hi >= n:              # NOTE: graphs run kernels without the op's check
         raise EmberIndexError(f"index_put: index {hi if hi >= n else lo} is out of bounds "
                               f"for dimension 0 with size {n}")

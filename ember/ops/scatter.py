@@ -14,7 +14,7 @@ from ..device import get_backend
 from ..errors import DTypeError, EmberIndexError, ShapeError
 from ..tensor import Tensor, _wrap
 from . import dispatch
-from ._util import wrap_dim
+from ._util import min_max, wrap_dim
 from .index import _index_put, _scalar, index_p
 from .strided import contiguous_strides
 from .dispatch import autocast_entry
@@ -48,8 +48,9 @@ def _check_along(op, x, dim, index, src=None):
             raise ShapeError(f"{op}(): Expected index {list(ids)} to be no larger than src "
                              f"{list(src.shape)} in dimension {d}")
     a, n = index._data, (xs[dim] if xs else 1)
-    if a.size and (int(a.min()) < 0 or int(a.max()) >= n):
-        bad = int(a.max()) if int(a.max()) >= n else int(a.min())
+    lo, hi = min_max(dispatch._backends[index._device.type].xp, a) if a.size else (0, 0)
+    if lo < 0 or hi >= n:
+        bad = hi if hi >= n else lo
         raise EmberIndexError(f"{op}(): index {bad} is out of bounds for dimension {dim} with "
                               f"size {n}")
 

@@ -12,7 +12,9 @@ from ._norm import *  # noqa: F401,F403
 from ._norm import __all__ as _norm_all
 from ._resample import *  # noqa: F401,F403
 from ._resample import __all__ as _resample_all
+from ...ops import dispatch as _dispatch
 from ...ops.dispatch import autocast_entry, apply as _apply
+from ...ops._util import min_max
 from ...ops.linear import linear_p
 from ... import dtypes as _dt
 
@@ -228,10 +230,11 @@ def embedding(input: Tensor, weight: Tensor, padding_idx: int | None = None,
         padding_idx = padding_idx % n
     flat = input.reshape(-1)
     a = flat._data       # NOTE: values read for validation only (no effect on the graph)
-    if a.size and (int(a.min()) < 0 or int(a.max()) >= n):
+    lo, hi = min_max(_dispatch._backends[flat._device.type].xp, a) if a.size else (0, 0)
+    if lo < 0 or hi >= n:
         from ...errors import EmberIndexError
         raise EmberIndexError(f"embedding: index out of range: indices must be in [0, {n}), got "
-                              f"[{int(a.min())}, {int(a.max())}]")
+                              f"[{lo}, {hi}]")
     if max_norm is not None:
         _renorm_rows(weight, flat, max_norm, norm_type)
     if sparse and weight.requires_grad and _grad_state.grad_enabled:
