@@ -441,11 +441,11 @@ def _unscale_group(grads: list, inv: np.float32) -> bool:
             g.mul_(float(inv))
         return bad
     arrays = [g._data for g in grads]
-    caps = _backends[grads[0]._device.type].capabilities
-    if "cuda_kernels" in caps or arrays[0].__class__ is not np.ndarray:
+    be = _backends[grads[0]._device.type]
+    kernels = "cuda_kernels" in be.capabilities
+    if kernels or arrays[0].__class__ is not np.ndarray:
         # NOTE: a GPU's arrays (or the emulator's, whose device runs generated kernels)
-        bad = unscale_group_gpu(_backends[grads[0]._device.type].xp, arrays, inv,
-                                "cuda_kernels" in caps)
+        bad = unscale_group_gpu(be.xp, arrays, inv, kernels)
     else:
         bad = unscale_group(arrays, inv)
     for g in grads:

@@ -40,10 +40,11 @@ def linear(input: Tensor, weight: Tensor, bias: Tensor | None = None) -> Tensor:
             getattr(m, "eager_vjps", False) for m in modes)) and \
             _linear_p_fits(input, weight, bias):
         # NOTE: eager (and ``estimate_memory``'s mode, ``eager_vjps``, which follows eager's
-        # tensors) only: a tracer sees matmul + add, which the graph passes fuse. One primitive and one autograd node instead of a transpose
-        # view, a product and an add forward and their three backward nodes (with four more
-        # transposes), the same bits as matmul + add (ops/linear.py); on float32 CPU
-        # operands the bias is added in the stores of Ember's GEMM
+        # tensors) only: a tracer sees matmul + add, which the graph passes fuse. One
+        # primitive and one autograd node instead of a transpose view, a product and an add
+        # forward and their three backward nodes (with four more transposes), the same bits
+        # as matmul + add (ops/linear.py); on float32 CPU operands the bias is added in the
+        # stores of Ember's GEMM
         return _apply(linear_p, (input, weight, bias), {})
     if weight.ndim not in (1, 2) or input.ndim == 0 or input.shape[-1] != weight.shape[-1]:
         raise ShapeError(f"linear: input of shape {tuple(input.shape)} does not fit weight of "
