@@ -2,7 +2,8 @@
 
 The parameters and the optimizer stay in float32; the forward runs under
 ``ember.autocast(device_type, dtype)`` for the training device (``--device``: "cpu" or
-"cuda"; matmuls and convolutions in the low dtype, losses in float32), and the backward follows the dtypes the forward chose. ``fp16`` adds a
+"cuda"; matmuls and convolutions in the low dtype, losses in float32), and the backward
+follows the dtypes the forward chose. ``fp16`` adds a
 :class:`ember.amp.GradScaler` against gradient underflow: its state goes into the
 checkpoint, so a resumed run continues with the same loss scale. ``bf16`` has float32's
 range and needs no scaling. Without ``--amp`` both contexts are no-ops. A skipped fp16
