@@ -124,8 +124,16 @@ class FakeRuntime:
     is_fake = True
     bf16 = (True, "")          # NOTE: NumPy holds ml_dtypes' bfloat16 arrays
 
-    def __init__(self, count: int = 1):
-        self.xp = np
+    def __init__(self, count: int = 1, strict: bool = False):
+        # NOTE: strict (EMBER_FAKE_CUDA_STRICT=1): arrays that refuse what CuPy's refuse
+        # (implicit NumPy conversion, host operands, .ctypes): .cuda_strict
+        self.strict = strict
+        if strict:
+            from . import cuda_strict
+            self.xp = cuda_strict.xp
+            self.name += " [strict]"
+        else:
+            self.xp = np
         self.count = count
         self.pool = _HostPool()
 
@@ -134,13 +142,20 @@ class FakeRuntime:
 
     def to_device(self, host, np_dtype=None):
         # NOTE: always a copy: device memory is never the host array it came from
+        if self.strict:
+            return self.xp.array(host, dtype=np_dtype, copy=True)
         return np.array(host, dtype=np_dtype, copy=True)
 
     def to_host(self, arr):
+        if self.strict:
+            return self.xp.asnumpy(arr).copy()
         return np.array(arr, copy=True)
 
     def upload_into(self, dst, host) -> None:
-        dst[...] = host
+        if self.strict:
+            dst[...] = self.xp.asarray(host)
+        else:
+            dst[...] = host
 
     def stream_key(self):
         return 0
@@ -351,7 +366,9 @@ class CUDABackend(Backend):
         caps = {"dlpack", "streams", "cuda"}
         # NOTE: the stand-in's arrays are NumPy's, so generated C kernels (compiled graphs'
         # fusion, pooling...) run on them; a GPU's compiled graphs skip those passes
-        fake = {"fake", "host_kernels"} if runtime.is_fake else set()
+        # (the strict stand-in's arrays are not NumPy's: no host kernels, as on a GPU)
+        fake = set() if not runtime.is_fake else {"fake"} if runtime.strict else \
+            {"fake", "host_kernels"}
         # NOTE: bfloat16: the stand-in's NumPy arrays, or CuPy >= 14 with ml_dtypes
         # (cuda_bf16.probe); confirmed by an astype round trip on first use (_bf16)
         ok, self.bf16_why = runtime.bf16
@@ -463,7 +480,8 @@ def make_backend():
     """
     n = fake_requested()
     if n:
-        return CUDABackend(FakeRuntime(n)), ""
+        strict = os.environ.get("EMBER_FAKE_CUDA_STRICT", "").strip() not in ("", "0")
+        return CUDABackend(FakeRuntime(n, strict)), ""
     try:
         import cupy
     except ImportError:

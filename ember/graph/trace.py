@@ -82,6 +82,23 @@ def _run_random(xp, *arrays, draw, what):
     return draw(*arrays)
 
 
+def _device_draw(draw, device):
+    """``draw`` for a ``random`` node whose values live on ``device``: it samples on the
+    host (as eager does: ``ember.random._drawn``) from host copies of its inputs, and the
+    samples are copied to the device (a GPU array must never be a NumPy one)."""
+    if device.type == "cpu":
+        return draw
+    from ..device.base import get_backend
+    be = get_backend(device)
+    if be.xp is np:            # NOTE: the plain stand-in: its arrays are NumPy's
+        return draw
+
+    def on_host(*arrays):
+        return be.asarray(draw(*(be.to_host(a) for a in arrays)))
+    on_host.sample = getattr(draw, "sample", None)
+    return on_host
+
+
 RANDOM = GraphOp("random", _run_random, random=True)
 
 #: Primitives whose output shape depends on their inputs' values: a graph specialised to
@@ -281,6 +298,11 @@ class Tracer(_Mode):
         self.on_write(x, self._const_tensor(np.full(x._data.shape, value, x._dtype.np), x))
 
     def _const_tensor(self, arr, like) -> Tensor:
+        """A constant of ``like``'s dtype and device holding host array ``arr`` (copied to
+        the device: a GPU array must never hold a NumPy one)."""
+        if like._device.type != "cpu":
+            from ..device.base import get_backend
+            arr = get_backend(like._device).asarray(arr)
         t = _wrap(arr, like._dtype, like._device)
         self.constant(t)
         return t
@@ -297,8 +319,8 @@ class Tracer(_Mode):
         """``t`` holds fresh random values: ``draw(*input arrays)`` makes new ones per run."""
         ins = tuple(self.read(x) for x in inputs)
         self.b.loc = node_location()
-        v = self.b.add1(RANDOM, ins, {"draw": draw, "what": what}, t._data.shape, t._dtype,
-                        t._device)
+        v = self.b.add1(RANDOM, ins, {"draw": _device_draw(draw, t._device), "what": what},
+                        t._data.shape, t._dtype, t._device)
         self.randoms += 1
         self.bind(t, v)
         self.internal.add(id(t._data))
@@ -392,8 +414,8 @@ class GraphCapture(_Mode):
 
     def random(self, t, draw, inputs, what):
         ins = tuple(self.read(x) for x in inputs)
-        v = self.b.add1(RANDOM, ins, {"draw": draw, "what": what}, t._data.shape, t._dtype,
-                        t._device)
+        v = self.b.add1(RANDOM, ins, {"draw": _device_draw(draw, t._device), "what": what},
+                        t._data.shape, t._dtype, t._device)
         self.bind(t, v)
 
     def on_data_access(self, t, what):

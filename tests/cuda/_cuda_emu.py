@@ -328,6 +328,14 @@ def _wrappers(source: str) -> tuple:
     return kernels, "".join(text)
 
 
+def _address(a) -> int:
+    """A kernel argument's data address: a NumPy array's, or a device array's
+    (``data.ptr``: the strict stand-in's, ``ember/device/cuda_strict.py``)."""
+    if isinstance(a, np.ndarray):
+        return a.__array_interface__["data"][0]
+    return a.data.ptr
+
+
 class EmuModule:
     """``cupy.cuda.function.Module``'s interface over the g++-compiled kernels."""
 
@@ -366,8 +374,9 @@ class EmuModule:
             if self.max_blocks is not None and not name.endswith("_m"):
                 grid = (min(grid[0], self.max_blocks),) + grid[1:]
             assert len(args) == len(types), (name, len(args), len(types))
-            conv = [a.__array_interface__["data"][0] if isinstance(a, np.ndarray) else
-                    t(a.item() if hasattr(a, "item") else a) for a, t in zip(args, types)]
+            conv = [_address(a) if hasattr(a, "__cuda_array_interface__") or
+                    isinstance(a, np.ndarray) else t(a.item() if hasattr(a, "item") else a)
+                    for a, t in zip(args, types)]
             self.launches.append(name)
             fn(*conv, *grid, block[0])
         return launch

@@ -47,6 +47,7 @@ def test_cuda_host_measures_the_compiled_step_on_the_stand_in():
     import sys
     env = dict(os.environ, EMBER_GRAPH_CACHE="0")
     env.pop("EMBER_FAKE_CUDA", None)
+    env.pop("EMBER_FAKE_CUDA_STRICT", None)        # NOTE: its own stand-in, no-op kernels
     r = subprocess.run([sys.executable, os.path.join(ROOT, "bench", "cuda_host.py"),
                         "--layers", "1", "--d", "32", "--t", "8", "--vocab", "64",
                         "--reps", "2", "--profile", "--dispatches", "--composites"],

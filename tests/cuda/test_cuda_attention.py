@@ -20,6 +20,7 @@ import pytest
 import ember as em
 from ember.codegen import cuda_attention as ca
 from ember.codegen import cuda_cache, nvrtc
+from ember.device.cuda_strict import host_view
 
 TILE = 32
 
@@ -145,8 +146,8 @@ class FlashModule:
 
     def get_function(self, name):
         kind = name.split("_")[2]
-        return lambda grid, block, args: (self.calls.append(kind),
-                                          getattr(self, kind)(grid, block, args))
+        return lambda grid, block, args: (self.calls.append(kind), getattr(self, kind)(
+            grid, block, [host_view(a) for a in args]))
 
     def fwd(self, grid, block, args):
         q, k, v, o, lse, b1, tq, tk, d, dv, causal, scale = args[:12]

@@ -76,7 +76,7 @@ def test_small_integer_and_unknown_ops_keep_the_array_module(emu_gpu, small_thre
     assert cuda_eager.stats["runs"] == before and not _launched(emu_gpu, "ember_eager_")
 
 
-def test_plain_stand_in_keeps_the_host_kernels(fake_cuda, monkeypatch):
+def test_plain_stand_in_keeps_the_host_kernels(plain_fake_cuda, monkeypatch):
     from ember.codegen import eager
     if not eager._compiler():
         pytest.skip("no C compiler: the stand-in runs NumPy")

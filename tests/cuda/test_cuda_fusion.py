@@ -20,6 +20,7 @@ import pytest
 import ember as em
 from ember.codegen import cuda_attention, cuda_cache, cuda_launch, interp, nvrtc
 from ember.codegen.ir import Kernel, ReduceKernel
+from ember.device.cuda_strict import host_view
 
 NVRTC = nvrtc.available() and bool(nvrtc.include_dirs())
 
@@ -42,7 +43,7 @@ class FakeModule:
 
         def fn(grid, block, args, shared_mem=0):
             self.launches.append((name, grid, block))
-            run(k, grid, block, args)
+            run(k, grid, block, [host_view(a) for a in args])
         return fn
 
 

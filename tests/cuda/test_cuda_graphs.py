@@ -154,9 +154,9 @@ def test_an_input_read_in_place_that_moves_is_captured_again_then_given_up(fake_
     # object; here the same program is called with another array in w's slot)
     prog = _program(fn)
     wi = next(i for i, a in enumerate(g.inplace) if a is not None)
-    base = [g.inplace[i] if g.static[i] is None else np.ones(4, np.float32)
+    base = [g.inplace[i] if g.static[i] is None else fake_cuda.asarray(np.ones(4, np.float32))
             for i in range(len(g.inplace))]
-    ws = {k: np.full(4, float(k), np.float32) for k in (2, 3, 5)}
+    ws = {k: fake_cuda.asarray(np.full(4, float(k), np.float32)) for k in (2, 3, 5)}
     r0 = g.replays
     monkeypatch.setattr(cuda_graphs, "MAX_CAPTURES", 2)
     for k in (2, 2, 2):                     # w moves to a new array: captured again

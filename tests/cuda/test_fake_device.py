@@ -190,12 +190,13 @@ def _compiled_losses(dev, host_kernels=True, backend=None):
     return losses, str(f.explain())
 
 
-def test_compiled_training_step_on_the_device_matches_cpu(fake_cuda, monkeypatch):
+def test_compiled_training_step_on_the_device_matches_cpu(plain_fake_cuda, monkeypatch):
     want, _ = _compiled_losses("cpu")
     got, report = _compiled_losses("cuda")
     assert got == want and "kernels 1" in report       # the stand-in runs the C kernels
     # a GPU has no host kernels: the pipeline skips the passes that emit them
-    monkeypatch.setattr(fake_cuda, "capabilities", fake_cuda.capabilities - {"host_kernels"})
+    monkeypatch.setattr(plain_fake_cuda, "capabilities",
+                        plain_fake_cuda.capabilities - {"host_kernels"})
     gpu_like, report = _compiled_losses("cuda")
     assert "skipped (no host kernels on the device)" in report and "kernels 1" not in report
     np.testing.assert_allclose(gpu_like, want, rtol=1e-6)

@@ -116,7 +116,7 @@ def test_compiled_adamw_on_a_gpu_like_device_matches_eager_with_host_steps(fake_
     prog = _program(fn)
     up = prog._uploads
     assert prog._host and up.packed and not prog._host_inputs      # CPU values on host
-    assert all(np.asarray(dev).shape == (len(vids),)
+    assert all(dev.shape == (len(vids),)
                for (_dt, vids, _s), dev in zip(up.packed, up.bufs))
 
 

@@ -132,6 +132,7 @@ def test_bench_counts_the_lm_heads_copies_on_the_stand_in():
     root = os.path.dirname(os.path.dirname(os.path.dirname(os.path.abspath(__file__))))
     env = dict(os.environ, EMBER_GRAPH_CACHE="0")
     env.pop("EMBER_FAKE_CUDA", None)
+    env.pop("EMBER_FAKE_CUDA_STRICT", None)        # NOTE: its own stand-in, no-op kernels
     r = subprocess.run([sys.executable, os.path.join(root, "bench", "cuda_pad_gemm.py"),
                         "--d", "32", "--heads", "1", "--t", "8", "--batch", "2", "--vocab",
                         "67", "--pad-min-flops", "1"], capture_output=True, text=True,

@@ -123,7 +123,9 @@ def main():
         if bad:
             print("FAILURES:\n" + "\n".join(bad))
             sys.exit(1)
-        print(f"ALL CHECKS PASSED: {COUNT[0]} checks on {n} ranks")
+        from ember.device.base import cuda_backend
+        print(f"ALL CHECKS PASSED: {COUNT[0]} checks on {n} ranks "
+              f"({cuda_backend()[0].runtime.name})")
 
 
 if __name__ == "__main__":
