@@ -2,10 +2,11 @@
 
 The ``cuda`` backend (``ember/device/cuda.py``) is made on first need: CuPy with an NVIDIA
 GPU, or the CPU stand-in under ``EMBER_FAKE_CUDA=1`` (NumPy arrays in their own memory
-space, so device semantics are testable without a GPU). Without either every query
-answers truthfully "no GPU": ``is_available()`` is False, seeding calls are harmless
-no-ops, and anything that needs a device (``synchronize``, ``get_device_name``...)
-raises :class:`NoCUDADeviceError`.
+space, so device semantics are testable without a GPU; ``EMBER_FAKE_CUDA_STRICT=1`` makes
+its arrays refuse what CuPy's refuse: ``ember/device/cuda_strict.py``). Without either
+every query answers truthfully "no GPU": ``is_available()`` is False, seeding calls are
+harmless no-ops, and anything that needs a device (``synchronize``,
+``get_device_name``...) raises :class:`NoCUDADeviceError`.
 
 Random draws for ``cuda`` tensors come from one generator per device
 (``ember.random.cuda_generator``; PCG64 on the host, the samples copied to the device), so

@@ -9,6 +9,9 @@ between a real GPU and the CPU stand-in:
   kept in their own memory space (a transfer always copies; their bytes are counted by
   this backend's allocator, not the CPU's), events time with the host clock, and a
   simulated caching pool keeps freed bytes *reserved* until ``empty_cache`` like CuPy's.
+  ``EMBER_FAKE_CUDA_STRICT=1``: ``xp`` is :mod:`.cuda_strict`'s CuPy-shaped module (arrays
+  that refuse implicit NumPy conversion and host operands) and no host kernels run, so
+  the stand-in takes a GPU's code paths (the tests' ``fake_cuda`` fixture).
 
 bfloat16: the stand-in's NumPy arrays are ``ml_dtypes``' bfloat16; a GPU's are CuPy >= 14's
 native ones (:mod:`.cuda_bf16`: probed when the backend is made, an ``astype`` round trip

@@ -203,9 +203,11 @@ def test_dataloader_pin_memory_without_a_device_warns():
 
 
 def _train(tmp_path, *extra, fake=True):
-    env = {k: v for k, v in os.environ.items() if k != "EMBER_FAKE_CUDA"}
+    """``ember train`` on spirals' MLP in a process of its own (on the strict stand-in:
+    the GPU's code paths)."""
+    env = {k: v for k, v in os.environ.items() if not k.startswith("EMBER_FAKE_CUDA")}
     if fake:
-        env["EMBER_FAKE_CUDA"] = "1"
+        env.update(EMBER_FAKE_CUDA="1", EMBER_FAKE_CUDA_STRICT="1")
     cmd = [sys.executable, "-m", "ember.cli", "train", "--model", "mlp", "--dataset",
            "spirals", "--no-progress", "--overwrite", "--checkpoint",
            str(tmp_path / "ck.safetensors"), *extra]
