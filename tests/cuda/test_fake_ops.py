@@ -1,9 +1,11 @@
 """Every OpInfo on the ``cuda`` stand-in against the CPU: outputs stay on the device and
-agree with the CPU's (forward, and gradients of the float64 gradient samples).
+agree with the CPU's (forward; gradients and forward-mode tangents of the float64
+gradient samples).
 
-The stand-in runs the real backend's code with NumPy as ``xp``, so a composite that builds
-a CPU tensor inside (``arange(n)`` without ``device=``) or reads an input through
-``.numpy()`` fails here exactly as it would on a GPU. The same sweep runs on a GPU in
+The strict stand-in runs the real backend's code on arrays that refuse what CuPy's refuse,
+so a composite that builds a CPU tensor inside (``arange(n)`` without ``device=``), reads
+an input through ``.numpy()`` or mixes a NumPy array into a device op fails here exactly
+as it would on a GPU. The same sweep runs on a GPU in
 ``test_gpu.py``. Entries known to fail are listed below with why (strict: they fail the
 run once fixed, so the list cannot go stale).
 """
@@ -100,6 +102,76 @@ def _gradients(info):
                 _close(info, info.grad_dtype, gd, gc, f"gradient of {s.name}")
 
 
+def _tangents(info):
+    """Forward mode: each float64 gradient sample's output tangents (the tangent of every
+    floating input a ramp) on ``cuda`` equal the CPU's."""
+    import ember.autograd.forward_ad as fwad
+    rng = np.random.default_rng(2)
+    for s in info.samples(rng, np.dtype(info.grad_dtype))[:3]:
+        if not s.grad:
+            continue
+        res = []
+        for dev in ("cpu", "cuda"):
+            args = _on(s.args, dev)
+            with fwad.dual_level():
+                duals = [fwad.make_dual(a, em.linspace(-1, 1, a.numel(), dtype=a.dtype,
+                                                       device=dev).reshape(a.shape))
+                         if isinstance(a, em.Tensor) and a.dtype.is_floating_point else a
+                         for a in args]
+                em.manual_seed(0)
+                outs = _tensors(info.fn(*duals, **s.kwargs))
+                res.append([fwad.unpack_dual(o).tangent for o in outs])
+        for tc, td in zip(*res):
+            if tc is not None:
+                _close(info, info.grad_dtype, td, tc, f"tangent of {s.name}")
+
+
+def _batched(info):
+    """vmap: the first float64 samples, three versions of each (other values) stacked at
+    dim 0, ``vmap(fn)`` on ``cuda`` equals it on the CPU (the batching rules' own ops
+    and any per-example fallback on the device). Returns the samples compared."""
+    import warnings
+    from ember.func import vmap
+    compared = 0
+    for k in range(2):
+        versions = []
+        for b in range(3):
+            ss = info.samples(np.random.default_rng(10 + b), np.dtype(np.float64))
+            if k >= len(ss):
+                return compared
+            versions.append(ss[k])
+        first = versions[0]
+        arrays = [i for i, a in enumerate(first.args) if isinstance(a, np.ndarray)]
+        if not arrays or any(len(v.args) != len(first.args) or any(
+                np.shape(v.args[i]) != np.shape(first.args[i]) for i in arrays)
+                for v in versions):
+            continue
+        res = []
+        for dev in ("cpu", "cuda"):
+            args = [em.from_numpy(np.stack([v.args[i] for v in versions])).to(dev)
+                    if i in arrays else a for i, a in enumerate(first.args)]
+            dims = tuple(0 if i in arrays else None for i in range(len(args)))
+            try:
+                with warnings.catch_warnings():
+                    warnings.simplefilter("ignore")
+                    em.manual_seed(0)
+                    res.append(_tensors(vmap(lambda *xs: info.fn(*xs, **first.kwargs),
+                                             in_dims=dims)(*args)))
+            except Exception:   # noqa: BLE001 - the CPU refuses it too (checked below)
+                if dev == "cuda":
+                    raise
+                break
+        if len(res) == 2:
+            for g, w in zip(res[1], res[0]):
+                _close(info, "float64", g, w, f"vmap of sample {k}")
+            compared += 1
+    return compared
+
+
+_RANDOM_OPS = {n for n, op in __import__("ember.ops.registry", fromlist=["REGISTRY"])
+               .REGISTRY.items() if op.random}
+
+
 @pytest.mark.parametrize("name", [_param(n) for n in sorted(_BY_NAME)])
 def test_opinfo_on_the_cuda_stand_in(fake_cuda, name):
     info = _BY_NAME[name]
@@ -107,3 +179,7 @@ def test_opinfo_on_the_cuda_stand_in(fake_cuda, name):
     assert ran > 0 or name.startswith("_"), f"{name}: no sample ran on the CPU"
     if info.grad:
         _gradients(info)
+    if info.grad and info.jvp:
+        _tangents(info)
+    if "float64" in info.dtypes and not _RANDOM_OPS & set(info.primitives):
+        _batched(info)
