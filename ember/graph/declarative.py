@@ -155,8 +155,8 @@ class Graph:
         return t
 
     def variable(self, initial_value, name=None, dtype=None) -> Variable:
-        arr = np.array(initial_value._data if isinstance(initial_value, Tensor)
-                       else initial_value, copy=True)
+        arr = np.array(initial_value.detach().cpu()._data if isinstance(initial_value, Tensor)
+                       else initial_value, copy=True)     # NOTE: its graph runs on the CPU
         dtype = (_dt.as_dtype(dtype) if dtype is not None else initial_value._dtype
                  if isinstance(initial_value, Tensor) else
                  _dt.get_default_dtype() if arr.dtype.kind == "f" else _dt.as_dtype(arr.dtype))

@@ -31,8 +31,10 @@ def _needs_grad(A) -> bool:
     return False
 
 
-def _info(infos, shape):
-    return from_numpy(np.ascontiguousarray(np.asarray(infos, dtype=np.int32)).reshape(shape))
+def _info(infos, shape, device):
+    """LAPACK's int32 ``info`` per matrix, on the input's ``device`` (PyTorch's)."""
+    return from_numpy(np.ascontiguousarray(np.asarray(infos, dtype=np.int32)).reshape(
+        shape)).to(device)
 
 
 # ------------------------------------------------------------------ Cholesky
@@ -70,10 +72,10 @@ def cholesky_ex(A, *, upper=False, check_errors=False, out=None):
     d = L.detach().diagonal(0, -2, -1)
     d = d.real if d.dtype.is_complex else d
     if d.numel() and not bool((d > 0).all()):
-        a = (A.mH if upper else A).detach().numpy()
-        info = _info(_lapack.potrf_each(a)[1], batch)
+        a = (A.mH if upper else A).detach().cpu().numpy()
+        info = _info(_lapack.potrf_each(a)[1], batch, A.device)
     else:
-        info = zeros(batch, dtype=_dt.int32)
+        info = zeros(batch, dtype=_dt.int32, device=A.device)
     return T.cholesky_ex(L, info)
 
 
@@ -187,10 +189,10 @@ def lu_factor_ex(A, *, pivot=True, check_errors=False, out=None):
     (``torch.linalg.lu_factor_ex``)."""
     LU, piv = _lu_factor("linalg.lu_factor_ex", A, pivot, check_errors)
     k = min(A.shape[-2:])
-    d = LU.detach().diagonal(0, -2, -1).numpy()
+    d = LU.detach().diagonal(0, -2, -1).cpu().numpy()
     zero = d == 0
     first = np.where(zero.any(-1), zero.argmax(-1) + 1, 0) if k else np.zeros(d.shape[:-1])
-    return T.lu_factor_ex(LU, piv, _info(first, tuple(A.shape[:-2])))
+    return T.lu_factor_ex(LU, piv, _info(first, tuple(A.shape[:-2]), A.device))
 
 
 @per_example
@@ -227,6 +229,6 @@ def lu_solve(LU, pivots, B, *, left=True, adjoint=False, out=None):
     # A^H = U^H L^H P^T: X = P L^{-H} U^{-H} B
     Y = solve_triangular(LU.mH, B, upper=False)
     Y = solve_triangular(LU.mH, Y, upper=True, unitriangular=True)
-    P = from_numpy(_lapack.permutation_from_pivots(pivots.numpy(), LU.shape[-1],
-                                                   LU.dtype.np))
+    P = from_numpy(_lapack.permutation_from_pivots(pivots.cpu().numpy(), LU.shape[-1],
+                                                   LU.dtype.np)).to(LU.device)
     return P @ Y

@@ -20,10 +20,12 @@ __all__ = ["inv", "inv_ex", "solve", "solve_ex", "solve_triangular", "det", "slo
            "lstsq", "pinv", "tensorinv", "tensorsolve"]
 
 
-def _info(infos, shape) -> "object":
+def _info(infos, shape, device) -> "object":
+    """LAPACK's int32 ``info`` per matrix (None: all 0), on the input's ``device``."""
     if infos is None:
-        return zeros(shape, dtype=_dt.int32)
-    return from_numpy(np.ascontiguousarray(np.asarray(infos, dtype=np.int32)).reshape(shape))
+        return zeros(shape, dtype=_dt.int32, device=device)
+    return from_numpy(np.ascontiguousarray(np.asarray(infos, dtype=np.int32)).reshape(
+        shape)).to(device)
 
 
 @C.outable
@@ -45,8 +47,8 @@ def inv_ex(A, *, check_errors=False, out=None):
     X = _apply(inv_p, (A,), {"check_errors": check_errors})
     infos = None
     if X.numel() and not bool(X.isfinite().all()):
-        infos = _lapack.singular_infos(A.detach().numpy())
-    return T.inv_ex(X, _info(infos, tuple(A.shape[:-2])))
+        infos = _lapack.singular_infos(A.detach().cpu().numpy())
+    return T.inv_ex(X, _info(infos, tuple(A.shape[:-2]), A.device))
 
 
 def _is_vector_rhs(A, B) -> bool:
@@ -95,9 +97,9 @@ def solve_ex(A, B, *, left=True, check_errors=False, out=None):
                           B.unsqueeze(-1))
     infos = None
     if X.numel() and not bool(X.isfinite().all()):
-        a = np.broadcast_to(A.detach().numpy(), batch + tuple(A.shape[-2:]))
+        a = np.broadcast_to(A.detach().cpu().numpy(), batch + tuple(A.shape[-2:]))
         infos = _lapack.singular_infos(a)
-    return T.solve_ex(X, _info(infos, batch))
+    return T.solve_ex(X, _info(infos, batch, A.device))
 
 
 @C.outable

@@ -233,6 +233,21 @@ def inv(xp, a, check_errors=True):
                                                   a.shape))
 
 
+def inv_device(xp, a, check_errors=True):
+    """:func:`inv` on a GPU: CuPy's (cuSOLVER). CuPy returns inf/nan for a singular
+    matrix instead of raising, so a non-finite result is computed again on the host (one
+    copy each way): LAPACK's error, or the ``_ex`` paths' values."""
+    if xp is np:        # NOTE: the plain stand-in's arrays are NumPy's
+        return inv(np, a, check_errors)
+    try:
+        r = xp.linalg.inv(a)
+        if bool(xp.isfinite(r).all()):
+            return r
+    except np.linalg.LinAlgError:
+        pass
+    return xp.asarray(inv(np, xp.asnumpy(a), check_errors))
+
+
 def _solve_each(a, b):
     """Solve matrix by matrix, leaving inf/nan where one is singular (the ``_ex`` paths)."""
     batch = np.broadcast_shapes(a.shape[:-2], b.shape[:-2])

@@ -160,11 +160,14 @@ def searchsorted(sorted_sequence, input, *, out_int32=False, right=False, side=N
     if side not in ("left", "right") or (right and side == "left"):
         raise ValueError(f"searchsorted(): side must be 'left' or 'right' and agree with "
                          f"right={right}, got {side!r}")
-    seq = np.asarray(sorted_sequence.detach().numpy())
+    # NOTE: a host algorithm on host copies (a GPU's values too); the result goes back to
+    # the boundaries' device, as PyTorch's
+    dev = sorted_sequence.device
+    seq = sorted_sequence.detach().cpu().numpy()
     scalar = not isinstance(input, Tensor)
-    vals = np.asarray(input if scalar else input.detach().numpy())
+    vals = np.asarray(input if scalar else input.detach().cpu().numpy())
     if sorter is not None:
-        seq = np.take_along_axis(seq, np.asarray(sorter.numpy()), -1)
+        seq = np.take_along_axis(seq, sorter.cpu().numpy(), -1)
     if seq.ndim == 1:
         r = np.searchsorted(seq, vals, side=side)
     else:
@@ -174,7 +177,7 @@ def searchsorted(sorted_sequence, input, *, out_int32=False, right=False, side=N
         r = np.empty(vals.shape, np.int64)
         for i in np.ndindex(seq.shape[:-1]):
             r[i] = np.searchsorted(seq[i], vals[i], side=side)
-    return _tensor(r, dtype=_dt.int32 if out_int32 else _dt.int64)
+    return _tensor(r, dtype=_dt.int32 if out_int32 else _dt.int64, device=dev)
 
 
 def bucketize(input, boundaries, *, out_int32=False, right=False):

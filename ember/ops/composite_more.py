@@ -146,14 +146,20 @@ def histogram(input, bins=100, *, range=None, weight=None, density=False):  # no
 
 
 # ------------------------------------------------------------------ integer / float bits
+def _device_of(*xs):
+    """The device of the first tensor among ``xs`` (None: the default)."""
+    return next((x.device for x in xs if isinstance(x, Tensor)), None)
+
+
 def _host(x):
-    return np.asarray(x.detach().numpy()) if isinstance(x, Tensor) else np.asarray(x)
+    """``x``'s values in host memory (a copy of a device tensor's)."""
+    return np.asarray(x.detach().cpu().numpy()) if isinstance(x, Tensor) else np.asarray(x)
 
 
 def isin(elements, test_elements, *, assume_unique=False, invert=False):
     """Whether each element of ``elements`` is in ``test_elements`` (``torch.isin``)."""
     r = np.isin(_host(elements), _host(test_elements), invert=invert)
-    return _tensor(r, dtype=_dt.bool_)
+    return _tensor(r, dtype=_dt.bool_, device=_device_of(elements, test_elements))
 
 
 def _int_binary(fn, name):
@@ -162,7 +168,7 @@ def _int_binary(fn, name):
         if a.dtype.kind not in "iu" or b.dtype.kind not in "iu":
             raise DTypeError(f"{name}(): expected integer tensors, got {a.dtype} and {b.dtype}")
         dt = _dt.result_type(input, other)
-        return _tensor(fn(a, b), dtype=dt)
+        return _tensor(fn(a, b), dtype=dt, device=_device_of(input, other))
     op.__name__ = name
     op.__doc__ = f"Elementwise {name} of integer tensors (``torch.{name}``)."
     return op
@@ -183,14 +189,16 @@ def frexp(input):
     if not input.dtype.is_floating_point:
         raise DTypeError(f"frexp(): expected a floating point tensor, got {input.dtype.name}")
     m, e = np.frexp(_host(input))
-    return _tensor(m, dtype=input.dtype), _tensor(e.astype(np.int32), dtype=_dt.int32)
+    return (_tensor(m, dtype=input.dtype, device=input.device),
+            _tensor(e.astype(np.int32), dtype=_dt.int32, device=input.device))
 
 
 def nextafter(input, other):
     """The next representable value after ``input`` toward ``other`` (``torch.nextafter``)."""
     a, b = _host(input), _host(other)
     dt = _dt.result_type(input, other)
-    return _tensor(np.nextafter(a.astype(dt.np), b.astype(dt.np)), dtype=dt)
+    return _tensor(np.nextafter(a.astype(dt.np), b.astype(dt.np)), dtype=dt,
+                   device=_device_of(input, other))
 
 
 def is_signed(input) -> bool:
@@ -207,7 +215,8 @@ def unravel_index(indices, shape):
     n = int(np.prod(shape))
     if ((idx < -n) | (idx >= n)).any():
         raise ValueError(f"unravel_index(): index out of bounds for shape {tuple(shape)}")
-    return tuple(_tensor(c.astype(np.int64)) for c in np.unravel_index(idx % max(n, 1), shape))
+    return tuple(_tensor(c.astype(np.int64), device=_device_of(indices))
+                 for c in np.unravel_index(idx % max(n, 1), shape))
 
 
 def combinations(input, r=2, with_replacement=False):
@@ -349,7 +358,8 @@ def _fill_diagonal_(self, fill_value, wrap=False):
         step = sum(int(np.prod(self.shape[i + 1:])) for i in range(self.ndim))
         end = n
     pos = arange(0, end, step)
-    mask = _tensor(np.isin(np.arange(n), _host(pos)).reshape(tuple(self.shape)))
+    mask = _tensor(np.isin(np.arange(n), _host(pos)).reshape(tuple(self.shape)),
+                   device=self.device)
     return commit(self, where(mask, fill_value, self), "fill_diagonal_")
 
 

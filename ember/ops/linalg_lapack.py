@@ -157,7 +157,8 @@ def _inv_vjp(g, X, A, check_errors=True):
 
 
 inv_p = defop(
-    "linalg_inv", nin=1, kernel=_lapack.inv, shape=lambda a, **_: tuple(a), dtype="same",
+    "linalg_inv", nin=1, kernels={"cpu": _lapack.inv, "cuda": _lapack.inv_device},
+    shape=lambda a, **_: tuple(a), dtype="same",
     batch="front",
     params={"check_errors": True}, save="output",
     vjp=_inv_vjp, jvp=lambda t, X, A, **_: -(X @ t[0] @ X))

@@ -67,7 +67,7 @@ def _edges(bins, n, rng):
                          f"(min and max per dimension), got {len(rng)}")
     out = []
     for b in bins:
-        out.append(np.asarray(b.detach().numpy(), np.float64) if isinstance(b, Tensor)
+        out.append(np.asarray(b.detach().cpu().numpy(), np.float64) if isinstance(b, Tensor)
                    else int(b))
     pairs = None if rng is None else [(float(rng[2 * i]), float(rng[2 * i + 1]))
                                       for i in range(n)]
@@ -96,7 +96,7 @@ def histogramdd(input, bins, *, range=None, weight=None, density=False):  # noqa
         raise DTypeError(f'"histogramdd" not implemented for {input.dtype.name!r}: expected '
                          f'a floating point input')
     n = input.shape[-1]
-    pts = np.asarray(input.detach().numpy(), np.float64).reshape(-1, n)
+    pts = np.asarray(input.detach().cpu().numpy(), np.float64).reshape(-1, n)
     w = None
     if weight is not None:
         if tuple(weight.shape) != tuple(input.shape[:-1]):
@@ -104,7 +104,7 @@ def histogramdd(input, bins, *, range=None, weight=None, density=False):  # noqa
                              f"the same shape as the input tensor excluding its innermost "
                              f"dimension, got {tuple(weight.shape)} for input "
                              f"{tuple(input.shape)}")
-        w = np.asarray(weight.detach().numpy(), np.float64).reshape(-1)
+        w = np.asarray(weight.detach().cpu().numpy(), np.float64).reshape(-1)
     edges, pairs = _edges(bins, n, range)
     hist, e = np.histogramdd(pts, bins=edges, range=pairs, weights=w, density=density)
     dt, dev = input.dtype, input.device

@@ -38,7 +38,7 @@ def _dist():
 def _to_host(v):
     """State values as picklable NumPy arrays (Ember tensors are not picklable)."""
     if isinstance(v, Tensor):
-        return ("__tensor__", v.detach().numpy().copy())
+        return ("__tensor__", v.detach().cpu().numpy().copy())
     if isinstance(v, dict):
         return {k: _to_host(x) for k, x in v.items()}
     if isinstance(v, (list, tuple)):

@@ -87,7 +87,7 @@ def multilabel_margin_loss(input, target, size_average=None, reduce=None, reduct
     x = input.reshape(1, -1) if input.ndim < 2 else input
     y = target.reshape(1, -1) if input.ndim < 2 else target
     n, c = x.shape
-    t = y.detach().numpy().astype(np.int64)
+    t = y.detach().cpu().numpy().astype(np.int64)
     valid = np.cumprod(t >= 0, axis=1).astype(bool)          # positions before the first -1
     if valid.any() and (t[valid].max() >= c):
         raise EmberIndexError(f"{op}: argument #2 'target' is out of range: class indices "

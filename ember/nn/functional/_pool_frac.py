@@ -73,7 +73,7 @@ def _flat_indices(starts, args, sizes):
     grid = np.indices((p,) + tuple(outs), sparse=True)
     flat, chosen = 0, []
     for d in range(nd):
-        a = args[d].numpy()
+        a = args[d].cpu().numpy()
         # NOTE: stage d's args are indexed by the positions already chosen in dims < d
         a = a[(grid[0],) + tuple(chosen) + tuple(grid[1 + d:])]
         pos = starts[d][grid[0], grid[1 + d]] + a

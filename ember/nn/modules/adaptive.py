@@ -96,7 +96,7 @@ class AdaptiveLogSoftmaxWithLoss(Module):
         self._check(input, target)
         batched = target.ndim > 0
         x = input if batched else input.unsqueeze(0)
-        t = np.asarray((target if batched else target.unsqueeze(0)).numpy(), np.int64)
+        t = np.asarray((target if batched else target.unsqueeze(0)).cpu().numpy(), np.int64)
         if t.size and (t.min() < 0 or t.max() >= self.n_classes):
             raise ValueError(f"Target values should be in [0, {self.n_classes - 1}], but "
                              f"values in range [{t.min()}, {t.max()}] were found. ")
@@ -133,7 +133,7 @@ class AdaptiveLogSoftmaxWithLoss(Module):
         """The most probable class of each example (``log_prob(input).argmax(1)``)."""
         head_output = self.head(input)
         output = head_output.argmax(1)
-        outside = (output >= self.shortlist_size).numpy()
+        outside = (output >= self.shortlist_size).cpu().numpy()
         if not outside.any():
             return output
         if outside.all():

@@ -23,7 +23,7 @@ _MAPS = ("matrix_exp", "cayley", "householder")
 def _matrix_exp(a: Tensor) -> Tensor:
     # NOTE: scaling and squaring with a degree-18 Taylor polynomial: ||a/2^s|| <= 1/2 makes
     # the truncation error below float64's epsilon
-    norm = float(np.abs(a.detach().numpy()).sum(-1).max()) if a.numel() else 0.0
+    norm = float(a.detach().abs().sum(-1).max()) if a.numel() else 0.0
     s = max(0, math.ceil(math.log2(norm / 0.5))) if norm > 0.5 else 0
     b = a / (2.0 ** s)
     ident = eye(a.shape[-1], dtype=a.dtype, device=a.device)
@@ -50,14 +50,14 @@ def _householder_product(a: Tensor, tau: Tensor) -> Tensor:
 
 
 def _make_orthogonal(a: Tensor) -> Tensor:
-    q, r = np.linalg.qr(a.detach().numpy())
+    q, r = np.linalg.qr(a.detach().cpu().numpy())      # NOTE: host LAPACK, a GPU's too
     d = np.sign(np.diagonal(r, axis1=-2, axis2=-1))
-    return tensor(q * d[..., None, :], dtype=a.dtype)
+    return tensor(q * d[..., None, :], dtype=a.dtype, device=a.device)
 
 
 def _is_orthogonal(q: Tensor) -> bool:
     n, k = q.shape[-2], q.shape[-1]
-    x = q.detach().numpy()
+    x = q.detach().cpu().numpy()
     eps = 10.0 * n * np.finfo(x.dtype).eps
     return bool(np.allclose(np.swapaxes(x, -2, -1) @ x, np.eye(k), atol=eps, rtol=1e-5))
 
@@ -111,7 +111,7 @@ class _Orthogonal(Module):
             if n == k:
                 q = q.clone() if _is_orthogonal(q) else _make_orthogonal(q)
             else:
-                extra = randn(*q.shape[:-2], n, n - k, dtype=q.dtype)
+                extra = randn(*q.shape[:-2], n, n - k, dtype=q.dtype, device=q.device)
                 q = _make_orthogonal(cat([q, extra], -1))
             self.base = q
             r, c = q_init.shape[-2], q_init.shape[-1]
