@@ -14,7 +14,7 @@ from ..ops.linalg_lapack2 import (eigh_p, eigh_parts, eigvalsh_p, lu_factor_p, l
                                   lu_unpack_dense, qr_p, qr_parts, svd_p, svd_parts, svdvals_p)
 from . import _checks as C
 from . import _types as T
-from ._solve import solve_triangular
+from ._solve import _info, solve_triangular
 
 __all__ = ["cholesky", "cholesky_ex", "qr", "svd", "svdvals", "eigh", "eigvalsh", "eig", "eigvals",
            "lu_factor", "lu_factor_ex", "lu", "lu_solve"]
@@ -29,12 +29,6 @@ def _needs_grad(A) -> bool:
             return True
         A = getattr(A, "_phys", None)
     return False
-
-
-def _info(infos, shape, device):
-    """LAPACK's int32 ``info`` per matrix, on the input's ``device`` (PyTorch's)."""
-    return from_numpy(np.ascontiguousarray(np.asarray(infos, dtype=np.int32)).reshape(
-        shape)).to(device)
 
 
 # ------------------------------------------------------------------ Cholesky
