@@ -14,7 +14,12 @@ NumPy array and behaves as CuPy's does where CuPy differs from NumPy:
 * reductions and scalar indexing give 0-d device arrays, never NumPy scalars (``float()``,
   ``int()``, ``bool()``, ``.item()`` and ``.tolist()`` read them back, as on a GPU);
 * ``isinstance(a, numpy.ndarray)`` is false; ``a.data.ptr`` is the data address
-  (CuPy's ``MemoryPointer``), which emulated kernels (``tests/cuda/_cuda_emu.py``) read.
+  (CuPy's ``MemoryPointer``), which emulated kernels (``tests/cuda/_cuda_emu.py``) read;
+* one object per array: ``out=`` and in-place methods return the array passed, a view's
+  ``.base`` is its base's object (and keeps it alive);
+* float16/bfloat16 products (``matmul``, ``dot``, ``@``) and sums/means accumulate in
+  float32 and round once, as cuBLAS and CuPy do (NumPy's float16 loops round every partial
+  sum; ml_dtypes' bfloat16 ``matmul`` returns float32).
 
 NumPy's own ufuncs and array functions given device arrays dispatch here
 (``__array_ufunc__``/``__array_function__``, as CuPy implements them). Host-side inputs
