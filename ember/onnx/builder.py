@@ -30,6 +30,15 @@ def onnx_dtype(dtype) -> int:
                          f"here") from None
 
 
+def host_array(a) -> np.ndarray:
+    """``a`` as a NumPy array: a copy of a GPU model's device array (its weights, constants),
+    which NumPy cannot read directly."""
+    if hasattr(a, "__cuda_array_interface__") and not isinstance(a, np.ndarray):
+        from ..device.base import _backends
+        return _backends["cuda"].to_host(a)
+    return np.asarray(a)
+
+
 class OnnxBuilder:
     """Nodes and initializers of one ONNX graph under construction."""
 
@@ -71,7 +80,7 @@ class OnnxBuilder:
     def const(self, array, hint: str = "const", name: str | None = None) -> str:
         """An initializer holding ``array`` (copied); returns its name."""
         name = self.reserve(name) if name is not None else self.fresh(hint)
-        a = np.asarray(array)
+        a = host_array(array)
         self.initializers.append(numpy_helper.from_array(np.ascontiguousarray(a), name))
         return name
 

@@ -22,7 +22,7 @@ def _resized(args, members, labels, size: int):
     for pos, axis in members:
         i = _slot(labels[pos])
         x = out[i]
-        idx = ember.tensor(np.arange(size) % x.shape[axis], dtype=ember.int64)
+        idx = ember.tensor(np.arange(size) % x.shape[axis], dtype=ember.int64, device=x.device)
         out[i] = x.index_select(axis, idx)
     return tuple(out)
 

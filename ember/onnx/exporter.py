@@ -19,7 +19,7 @@ from ..errors import GraphError
 from ..graph import CONSTANT, Var, compile
 from ..tensor import Tensor
 from . import shape_ops  # noqa: F401 - registers the movement/indexing converters
-from .builder import OnnxBuilder
+from .builder import OnnxBuilder, host_array
 from .ops import CONVERTERS, unsupported
 
 #: The passes run before conversion: all exact, none produces a graph-only fused op.
@@ -175,7 +175,7 @@ def to_onnx(graph, sources, arg_labels, outputs, *, input_names=None, output_nam
         onnx_inputs.append(b.value_info(env[v.id], v, (in_dims or {}).get(i)))
     b.input_names = [env[v.id] for v in graph.inputs[:n_args]]
     for v, src in zip(graph.inputs[n_args:], sources):
-        a = np.asarray(src.read())
+        a = host_array(src.read())
         env[v.id] = b.const(a.astype(v.dtype.np, copy=False), name=src.label or v.name)
     for node in graph.nodes:
         _convert_node(b, node, env)
@@ -194,7 +194,7 @@ def to_onnx(graph, sources, arg_labels, outputs, *, input_names=None, output_nam
 def _convert_node(b, node, env) -> None:
     if node.op is CONSTANT:
         v = node.out
-        env[v.id] = b.const(np.asarray(node.params["value"]).astype(v.dtype.np, copy=False))
+        env[v.id] = b.const(host_array(node.params["value"]).astype(v.dtype.np, copy=False))
         return
     conv = CONVERTERS.get(node.op.name)
     if conv is None:

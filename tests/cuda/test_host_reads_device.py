@@ -88,3 +88,18 @@ def test_modules_with_host_steps_on_the_device(fake_cuda):
         assert g.device.type == "cuda"
         np.testing.assert_allclose(g.detach().cpu().numpy(), w.detach().numpy(), rtol=1e-5,
                                    atol=1e-6)
+
+
+@pytest.mark.parametrize("dynamic", [False, True], ids=["static", "dynamic_axes"])
+def test_onnx_export_of_a_gpu_model(fake_cuda, dynamic):
+    """A cuda model's weights are device arrays: the exporter copies them to the host (it
+    handed them to NumPy), and the dynamic-axes probe's index stays on the model's device."""
+    ort = pytest.importorskip("onnxruntime")
+    import io
+    em.manual_seed(0)
+    m = em.nn.Sequential(em.nn.Linear(4, 4), em.nn.ReLU(), em.nn.Linear(4, 2)).cuda().eval()
+    x = em.linspace(-1, 1, 12).reshape(3, 4).cuda()
+    f = io.BytesIO()
+    em.onnx.export(m, (x,), f, dynamic_axes={"input0": {0: "b"}} if dynamic else None)
+    got = ort.InferenceSession(f.getvalue()).run(None, {"input0": x.cpu().numpy()})[0]
+    np.testing.assert_allclose(got, m(x).detach().cpu().numpy(), rtol=1e-6, atol=1e-7)
