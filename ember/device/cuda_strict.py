@@ -26,8 +26,12 @@ NumPy's own ufuncs and array functions given device arrays dispatch here
 are accepted where CuPy accepts them: :func:`asarray`/:func:`array` (a copy to the
 device), index arrays, shapes and dtypes.
 
-Not modelled: asynchrony, CuPy's missing functions and dtypes, its type-promotion
-corner cases. The module exists for tests; it is never what a real GPU runs.
+* what CuPy lacks is missing: ``xp.insert``, ``xp.errstate``, ``xp.longdouble``, ``np.spacing(a)``
+  or ``a.resize(...)`` raise as they would on a GPU (the public names of NumPy that CuPy 14.2
+  does not have, :data:`CUPY_LACKS`).
+
+Not modelled: asynchrony, the arguments and dtypes CuPy's functions refuse, its
+type-promotion corner cases. The module exists for tests; it is never what a real GPU runs.
 """
 from __future__ import annotations
 
@@ -45,9 +49,34 @@ _FROM_HOST = frozenset({"asarray", "array", "asanyarray", "ascontiguousarray",
                         "asfortranarray", "frombuffer", "fromiter"})
 
 
-#: NumPy array attributes that are host memory (CuPy's arrays have none of them)
-_HOST_ONLY = frozenset({"ctypes", "tofile", "dump", "dumps", "getfield", "setfield",
+#: NumPy array attributes CuPy's arrays do not have (``ctypes`` is host memory)
+_HOST_ONLY = frozenset({"ctypes", "getfield", "setfield", "resize", "setflags", "to_device",
                         "itemset", "newbyteorder"})
+
+#: public names of NumPy 2.4's modules that CuPy 14.2 lacks (``dir(numpy) - dir(cupy)``,
+#: per module); a name NumPy gains later passes, as nothing says CuPy lacks it
+CUPY_LACKS = {mod: frozenset(names.split()) for mod, names in {
+    "numpy": """False_ ScalarType True_ asmatrix block bmat busday_count busday_offset
+        busdaycalendar bytes_ char character clongdouble complex256 core ctypeslib datetime64
+        datetime_as_string datetime_data dtypes einsum_path emath errstate f2py flexible
+        float128 frompyfunc fromregex geomspace get_include getbufsize geterr geterrcall
+        histogram_bin_edges info insert is_busday isnat little_endian longdouble ma matrix
+        matvec memmap nanpercentile nanquantile ndenumerate nditer nested_iters object_
+        polyder polydiv polyint rec recarray record sctypeDict setbufsize seterr seterrcall
+        show_runtime spacing str_ strings timedelta64 typecodes unstack vecdot vecmat void""",
+    "numpy.linalg": """diagonal matrix_norm multi_dot outer svdvals tensordot trace vecdot
+        vector_norm""",
+    "numpy.random": """Generator MT19937 PCG64 PCG64DXSM Philox SFC64 SeedSequence
+        bit_generator get_bit_generator get_state mtrand set_bit_generator set_state""",
+    "numpy.lib": """Arrayterator NumpyVersion add_docstring add_newdoc array_utils format
+        introspect mixins npyio scimath tracemalloc_domain""",
+    "numpy.polynomial": """Chebyshev Hermite HermiteE Laguerre Legendre Polynomial chebyshev
+        hermite hermite_e laguerre legendre set_default_printstyle""",
+}.items()}
+
+
+def _cupy_lacks(module: str, name: str) -> bool:
+    return name in CUPY_LACKS.get(module, ())
 
 
 def _unsupported(x):
@@ -319,9 +348,13 @@ class ndarray:  # noqa: N801 - CuPy's name
 
     # --- NumPy's protocols: CuPy implements both ---------------------------------------
     def __array_ufunc__(self, ufunc, method, *inputs, **kwargs):
+        if _cupy_lacks("numpy", ufunc.__name__):
+            return NotImplemented        # NumPy raises its TypeError, as with CuPy's
         return _call(getattr(ufunc, method), inputs, kwargs)
 
     def __array_function__(self, func, types, args, kwargs):
+        if _cupy_lacks(func.__module__, func.__name__):
+            return NotImplemented        # "no implementation found for 'numpy.insert'"
         return _call(func, args, kwargs)
 
 
@@ -393,6 +426,9 @@ class _Module(_types.ModuleType):
     def __getattr__(self, name):
         if name.startswith("__"):
             raise AttributeError(name)
+        if _cupy_lacks(self._mod.__name__, name):
+            raise AttributeError(f"module 'cupy' has no attribute '{name}' (CuPy lacks "
+                                 f"{self._mod.__name__}.{name}; the strict stand-in too)")
         a = getattr(self._mod, name)
         if name in _FROM_HOST and callable(a):
             v = _Callable(a, host_ok=True)

@@ -139,3 +139,34 @@ def test_a_compiled_host_draw_feeds_device_kernels(fake_cuda):
         r = fn(x)
         assert r.device.type == "cuda" and isinstance(r._data, xp.ndarray)
         assert sorted(r.cpu().numpy().tolist()) == list(range(6))
+
+
+def test_what_cupy_lacks_is_missing():
+    a = xp.arange(6.0)
+    for name in ("insert", "errstate", "longdouble", "nanquantile", "spacing"):
+        with pytest.raises(AttributeError, match=f"has no attribute '{name}'"):
+            getattr(xp, name)
+    with pytest.raises(AttributeError, match="multi_dot"):
+        xp.linalg.multi_dot
+    with pytest.raises(TypeError, match="no implementation found for 'numpy.insert'"):
+        np.insert(a, 1, 5.0)                          # NumPy's function given a device array
+    with pytest.raises(TypeError, match="spacing"):
+        np.spacing(a)                                 # a ufunc CuPy lacks
+    with pytest.raises(AttributeError, match="resize"):
+        a.resize(3)
+    # what CuPy has goes through, on the device
+    assert type(np.cumsum(a)) is xp.ndarray and xp.fft.rfft(a).shape == (4,)
+    assert xp.linalg.inv(xp.eye(2)).tolist() == [[1.0, 0.0], [0.0, 1.0]]
+
+
+def test_the_table_of_what_cupy_lacks_matches_the_installed_cupy():
+    cupy = pytest.importorskip("cupy", reason="CuPy not installed (the cuda extra)")
+    import importlib
+
+    def public(m):
+        return {n for n in dir(m) if not n.startswith("_")}
+    for mod, lacks in cs.CUPY_LACKS.items():
+        cmod = importlib.import_module("cupy" + mod[len("numpy"):])
+        assert not lacks & public(cmod), f"cupy{mod[5:]} has these now: {lacks & public(cmod)}"
+        now = public(importlib.import_module(mod)) - public(cmod) - {"test"}
+        assert now <= lacks, f"{mod}: CuPy {cupy.__version__} lacks {sorted(now - lacks)} too"
