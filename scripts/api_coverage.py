@@ -41,6 +41,11 @@ NAMESPACES = [
     ("torch.distributions", "ember.distributions", None),
     ("torch.func", "ember.func", None),
     ("torch.cuda", "ember.cuda", None),
+    ("torch.autograd", "ember.autograd", None),
+    ("torch.autograd.functional", "ember.autograd.functional", None),
+    ("torch.autograd.forward_ad", "ember.autograd.forward_ad", None),
+    ("torch.autograd.graph", "ember.autograd.graph", None),
+    ("torch.amp", "ember.amp", None),
 ]
 
 

@@ -250,3 +250,36 @@ ALLOWLIST["torch.cuda"] = {
 }
 
 COMPLETE |= {"torch", "torch.func", "torch.cuda"}
+
+# ------------------------------------------------------------------------------ torch.autograd
+PROFILER = ("profiler types re-exported by torch.autograd from its profiler: Ember's "
+            "profiler is ember.profiler (also ember.autograd.profiler)")
+AUTOGRAD_INTERNAL = "autograd implementation detail or debug switch, not a user API"
+
+ALLOWLIST["torch.autograd"] = {
+    **_group(IMPORTED, "Mapping Sequence cast overload"),
+    **_group(PROFILER, "DeviceType ProfilerActivity ProfilerConfig ProfilerEvent ProfilerState "
+                       "kineto_available profiler_legacy profiler_util"),
+    **_group(TORCH_FUNCTION, "handle_torch_function has_torch_function is_tensor_like"),
+    **_group(AUTOGRAD_INTERNAL, "SavedTensor enforce_grad_layout_policy is_view_replay_enabled"),
+    "NestedIOFunction": "legacy (pre-0.4) autograd Function style; use autograd.Function",
+    "anomaly_mode": "torch's submodule name; Ember's anomaly mode is ember.autograd.anomaly "
+                    "(detect_anomaly, set_detect_anomaly are in ember.autograd)",
+}
+ALLOWLIST["torch.autograd.forward_ad"] = _group(IMPORTED, "Any NamedTuple")
+ALLOWLIST["torch.autograd.graph"] = {
+    **_group(IMPORTED, "Any Callable Generator Iterable Iterator Literal MutableMapping "
+                       "NamedTuple Optional Sequence TYPE_CHECKING TypeAlias Union Variable "
+                       "WeakKeyDictionary WeakValueDictionary cast defaultdict deque log "
+                       "RemovableHandle TorchDispatchMode"),
+    **_group("gradient edges and multi-tensor grad hooks: not provided yet (Tensor."
+             "register_hook and Node.next_functions are)",
+             "GradientEdge get_gradient_edge register_multi_grad_hook"),
+    "allow_mutation_on_saved_tensors": ("not provided: an in-place write to a saved tensor "
+                                        "is an error, as PyTorch's default"),
+    **_group(AUTOGRAD_INTERNAL, "region_activation_memory_budget "
+                                "set_override_stale_capture_stream "
+                                "set_warn_on_accumulate_grad_stream_mismatch"),
+}
+COMPLETE |= {"torch.autograd", "torch.autograd.functional", "torch.autograd.forward_ad",
+             "torch.autograd.graph", "torch.amp"}

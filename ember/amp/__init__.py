@@ -8,14 +8,15 @@ Example:
     >>> loss.backward()          # outside the region, in the forward's dtypes
 """
 from .autocast_mode import (autocast, clear_autocast_cache, custom_bwd, custom_fwd,
-                            get_autocast_dtype, is_autocast_cache_enabled, is_autocast_enabled,
+                            get_autocast_dtype, is_autocast_available,
+                            is_autocast_cache_enabled, is_autocast_enabled,
                             set_autocast_cache_enabled, set_autocast_dtype,
                             set_autocast_enabled)
 from .grad_scaler import GradScaler, OptState
 from .op_lists import OP_LISTS
 from .skip_report import OverflowedParam, SkipReport
 
-__all__ = ["autocast", "custom_fwd", "custom_bwd", "is_autocast_enabled", "get_autocast_dtype",
-           "set_autocast_enabled", "set_autocast_dtype", "is_autocast_cache_enabled",
+__all__ = ["autocast", "custom_fwd", "custom_bwd", "is_autocast_available",
+           "is_autocast_enabled", "get_autocast_dtype", "set_autocast_enabled", "set_autocast_dtype", "is_autocast_cache_enabled",
            "set_autocast_cache_enabled", "clear_autocast_cache", "OP_LISTS", "GradScaler",
            "OptState", "SkipReport", "OverflowedParam"]

@@ -73,6 +73,20 @@ def _check_device_type(device_type, fn: str) -> str:
     return dev
 
 
+def is_autocast_available(device_type: str) -> bool:
+    """Whether autocast has op lists for ``device_type`` (``torch.amp.is_autocast_available``):
+    ``"cpu"`` and ``"cuda"`` in Ember.
+
+    Example:
+        >>> ember.amp.is_autocast_available("cuda"), ember.amp.is_autocast_available("mps")
+        (True, False)
+    """
+    if not isinstance(device_type, str):
+        raise TypeError(f"is_autocast_available: device_type must be a string such as 'cpu' "
+                        f"or 'cuda', got {type(device_type).__name__}")
+    return device_type.split(":")[0] in _DEVICE_TYPES
+
+
 def is_autocast_enabled(device_type: str = "cuda") -> bool:
     """Whether autocast is on for ``device_type`` (``torch.is_autocast_enabled``)."""
     return _sw.enabled[_check_device_type(device_type, "is_autocast_enabled")]

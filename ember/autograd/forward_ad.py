@@ -98,16 +98,33 @@ def push_tangents(op, inputs, params, out) -> None:
         node.out_saved = node.out_saved[:6] + (out._fw,)  # VJPs reading `out` see tangents
 
 
+def enter_dual_level() -> int:
+    """Open a forward-AD level and return it (``torch.autograd.forward_ad.enter_dual_level``;
+    :class:`dual_level` is the context manager over this and :func:`exit_dual_level`)."""
+    level = next(_level_ids)
+    state.fw_levels.append(level)
+    return level
+
+
+def exit_dual_level(*, level=None) -> None:
+    """Close forward-AD level ``level`` (the innermost one by default); tangents of that
+    level are no longer seen (``torch.autograd.forward_ad.exit_dual_level``)."""
+    level = _current_level(level)
+    if level not in state.fw_levels:
+        raise RuntimeError(f"exit_dual_level: level {level} is not open (open levels: "
+                           f"{list(state.fw_levels)})")
+    state.fw_levels.remove(level)
+
+
 class dual_level:
     """Context manager opening a forward-AD level (``torch.autograd.forward_ad.dual_level``)."""
 
     def __enter__(self):
-        self.level = next(_level_ids)
-        state.fw_levels.append(self.level)
+        self.level = enter_dual_level()
         return self.level
 
     def __exit__(self, *exc):
-        state.fw_levels.remove(self.level)
+        exit_dual_level(level=self.level)
         return False
 
 

@@ -28,7 +28,7 @@ import weakref
 from ..errors import GraphError
 from ..tensor import Tensor, _alias, _wrap
 from .grad_mode import state
-from .graph import EngineOp, Node
+from .graph import EngineOp, Node, Packed
 
 __all__ = ["Function", "FunctionCtx", "once_differentiable"]
 
@@ -89,6 +89,9 @@ class FunctionCtx:
         if entry is None:
             return None
         kind, obj, version = entry
+        if kind == "packed":              # version: the output index, or None (an input)
+            node = self._node() if self._node is not None and version is not None else None
+            return obj.get(node, version or 0, state.grad_enabled)
         if kind == "out":
             data, storage, dt, dev, base, k = obj
             t = _wrap(data, dt, dev, storage, base)
@@ -294,12 +297,16 @@ def _pack_saved(ctx, outs):
         ctx._saved = []
         return
     packed = []
+    hooks = state.saved_hooks[-1] if state.saved_hooks else None
     for t in ctx._to_save:
         if t is None:
             packed.append(None)
             continue
         k = next((k for k, o in enumerate(outs) if o is t), None)
-        if k is None or ctx._node is None:
+        if hooks is not None:             # saved_tensors_hooks: keep what pack returns
+            own = k is not None and ctx._node is not None
+            packed.append(("packed", Packed(t, *hooks, not own), k if own else None))
+        elif k is None or ctx._node is None:
             packed.append(("t", t, t._storage.version))
         else:
             packed.append(("out", (t._data, t._storage, t._dtype, t._device, t._base, k),

@@ -107,6 +107,34 @@ class inference_mode(_DecoratorContext):
         return False
 
 
+class set_multithreading_enabled(_DecoratorContext):
+    """Accepted for PyTorch's API (``torch.autograd.set_multithreading_enabled``): PyTorch
+    runs each device's backward on a worker thread unless this is off; Ember's backward
+    always runs on the calling thread, so either mode behaves as PyTorch's ``False``.
+
+    Example:
+        >>> with ember.autograd.set_multithreading_enabled(False):
+        ...     pass
+    """
+
+    def __init__(self, mode: bool):
+        self._args = (mode,)
+        self.mode = bool(mode)
+
+    def __enter__(self):
+        return self
+
+    def __exit__(self, *exc):
+        return False
+
+
+def is_multithreading_enabled() -> bool:
+    """False: Ember's backward runs on the calling thread (PyTorch's
+    ``torch.autograd.is_multithreading_enabled`` is True by default, a worker thread per
+    device)."""
+    return False
+
+
 def is_grad_enabled() -> bool:
     return state.grad_enabled
 

@@ -6,6 +6,11 @@ the edges to the nodes (or leaf tensors) of its inputs, the input metadata the
 engine needs to reduce gradients back to input shapes, and the values the VJP
 rule asked to save, with their version numbers so that in-place writes after
 saving are caught.
+
+It also holds ``torch.autograd.graph``'s saved-tensor hooks (:class:`saved_tensors_hooks`,
+:class:`save_on_cpu`, :class:`disable_saved_tensors_hooks`): inside such a region a node
+keeps what the pack hook returned for each tensor it saves, and its VJP sees what the
+unpack hook makes of it.
 """
 from __future__ import annotations
 
@@ -73,7 +78,8 @@ class Node:
     """One recorded op application (``grad_fn``)."""
 
     __slots__ = ("op", "params", "next", "saved", "versions", "in_meta", "out_saved",
-                 "seq", "pre_hooks", "retain", "stack", "nout", "name_", "__weakref__")
+                 "seq", "pre_hooks", "retain", "stack", "nout", "name_", "packed",
+                 "__weakref__")
 
     def __init__(self, op, params, inputs, saved_inputs: bool, out=None, nout: int = 1):
         self.op = op
@@ -116,6 +122,9 @@ class Node:
             # forward_ad.push_tangents after this node exists (forward-over-reverse).
             self.out_saved = (out._data, out._storage, out._dtype, out._device,
                               out._storage.version, out._base, None)
+        self.packed = False
+        if state.saved_hooks and (saved_inputs or out is not None):
+            _pack_node(self, out)
         if state.anomaly:
             from .anomaly import capture_stack
             self.stack = capture_stack()
@@ -167,3 +176,167 @@ def _version_of(x):
     """The version counter of a tensor's storage, or None for a Python scalar."""
     st = getattr(x, "_storage", None)
     return None if st is None else st.version
+
+
+# --- saved-tensor hooks (torch.autograd.graph) ------------------------------------------
+
+class _AliasOp(EngineOp):
+    """The edge of a packed tensor: under ``create_graph`` its unpacked value passes its
+    gradient on to where the saved tensor came from (a leaf, or a node's output)."""
+
+    name = "alias"
+
+    @staticmethod
+    def vjp(g, out, x):
+        return (g,)
+
+
+class Packed:
+    """A saved tensor as a pack hook left it: the hook's result, the unpack hook to call
+    and, for an input requiring grad, the edge its unpacked value is re-attached to under
+    ``create_graph`` (an output is re-attached to its own node)."""
+
+    __slots__ = ("obj", "unpack", "edge")
+
+    def __init__(self, x, pack, unpack, edge_too: bool):
+        self.unpack = unpack
+        # NOTE: hooks run without grad recording and without hooks (a pack hook's own ops
+        # save nothing), as data movers; the edge below carries the graph instead
+        prev = state.grad_enabled, state.saved_hooks
+        state.grad_enabled, state.saved_hooks = False, []
+        try:
+            self.obj = pack(x)
+        finally:
+            state.grad_enabled, state.saved_hooks = prev
+        self.edge = Node(_AliasOp, {}, [x], False) if edge_too and x._requires_grad else None
+
+    def get(self, node=None, out_nr: int = 0, create_graph: bool = False):
+        """The unpacked tensor; under ``create_graph`` linked to the saved tensor's graph
+        (``node``: the node whose output this was)."""
+        prev = state.grad_enabled, state.saved_hooks
+        state.grad_enabled, state.saved_hooks = False, []
+        try:
+            t = self.unpack(self.obj)
+        finally:
+            state.grad_enabled, state.saved_hooks = prev
+        if not isinstance(t, _Tensor):
+            raise TypeError(f"saved_tensors_hooks: the unpack hook must return a Tensor, got "
+                            f"{type(t).__name__}")
+        if create_graph and (node is not None or self.edge is not None):
+            from ..tensor import _alias
+            t = _alias(t, False)
+            if node is not None:
+                t._grad_fn, t._out_nr = node, out_nr
+            else:
+                t._grad_fn, t._out_nr = self.edge, 0
+            t._requires_grad = True
+        return t
+
+
+def _pack_node(node, out) -> None:
+    """Replace what ``node`` saved by the innermost pack hook's results."""
+    pack, unpack = state.saved_hooks[-1]
+    if node.saved is not None:
+        node.saved = [Packed(x, pack, unpack, True) if isinstance(x, _Tensor) else x
+                      for x in node.saved]
+        node.versions = [None] * len(node.saved)
+    if out is not None:
+        node.out_saved = Packed(out, pack, unpack, False)
+    node.packed = True
+
+
+def unpack_node(node, create_graph: bool):
+    """(inputs, output) a packed node's VJP reads, through the unpack hook."""
+    inputs = [x.get(create_graph=create_graph) if x.__class__ is Packed else x
+              for x in node.saved] if node.saved is not None else \
+        [None if m is None else ShapeOnly(*m) for m in node.in_meta]
+    out = None
+    if node.out_saved is not None:
+        out = node.out_saved.get(node, 0, create_graph)
+    return inputs, out
+
+
+class saved_tensors_hooks:
+    """Context manager: tensors autograd saves for backward inside it go through
+    ``pack_hook(tensor) -> object`` when saved and ``unpack_hook(object) -> tensor`` when
+    the backward reads them (``torch.autograd.graph.saved_tensors_hooks``). The innermost
+    region's pair applies. The hooks run without grad recording; ``unpack_hook`` must
+    return a tensor with the saved one's values (a gradient through it under
+    ``create_graph`` flows to the saved tensor's origin).
+
+    Example:
+        >>> with ember.autograd.graph.saved_tensors_hooks(lambda t: t.numpy().copy(),
+        ...                                               ember.from_numpy):
+        ...     y = (x * x).sum()          # x saved as a NumPy copy
+        >>> y.backward()
+    """
+
+    def __init__(self, pack_hook, unpack_hook):
+        self.pack_hook, self.unpack_hook = pack_hook, unpack_hook
+
+    def __enter__(self):
+        if _disabled:
+            raise RuntimeError(_disabled[-1])
+        state.saved_hooks.append((self.pack_hook, self.unpack_hook))
+        return self
+
+    def __exit__(self, *exc):
+        state.saved_hooks.pop()
+        return False
+
+
+class save_on_cpu(saved_tensors_hooks):
+    """Saved tensors go to host memory in the forward and back to their device when the
+    backward reads them (``torch.autograd.graph.save_on_cpu``): activation memory on a GPU
+    for copies each way. ``pin_memory=True`` packs into page-locked memory (asynchronous
+    copies). On the CPU it keeps the tensor as it is.
+
+    Example:
+        >>> with ember.autograd.graph.save_on_cpu(pin_memory=True):
+        ...     loss = model(x.cuda()).sum()
+        >>> loss.backward()
+    """
+
+    def __init__(self, pin_memory: bool = False, device_type: str = "cuda"):
+        def pack(t):
+            if t.device.type == "cpu":
+                return (t.device, t)
+            host = t.to("cpu", non_blocking=pin_memory)
+            return (t.device, host.pin_memory() if pin_memory and not host.is_pinned()
+                    else host)
+
+        def unpack(packed):
+            device, t = packed
+            return t if t.device == device else t.to(device, non_blocking=pin_memory)
+        super().__init__(pack, unpack)
+        self.device_type = device_type
+
+
+def increment_version(tensor) -> None:
+    """Bump the version counter of ``tensor`` (or of each tensor in an iterable), as an
+    in-place write would (``torch.autograd.graph.increment_version``): for code that
+    writes a tensor's memory behind autograd's back, so a saved copy of it is refused."""
+    for t in (tensor,) if isinstance(tensor, _Tensor) else tensor:
+        t._storage.version += 1
+
+
+_disabled: list = []
+
+
+class disable_saved_tensors_hooks:
+    """Context manager in which :class:`saved_tensors_hooks` (and entering one) raise
+    ``RuntimeError(error_message)`` (``torch.autograd.graph.disable_saved_tensors_hooks``):
+    for code whose saved tensors must stay as they are."""
+
+    def __init__(self, error_message: str):
+        self.error_message = error_message
+
+    def __enter__(self):
+        if state.saved_hooks:
+            raise RuntimeError(self.error_message)
+        _disabled.append(self.error_message)
+        return self
+
+    def __exit__(self, *exc):
+        _disabled.pop()
+        return False

@@ -21,6 +21,9 @@ def _unpack_saved(node, create_graph):
             f"intermediate values of the graph are freed when you call .backward() or "
             f"autograd.grad(). Specify retain_graph=True if you need to backward through the "
             f"graph a second time.")
+    if node.packed:              # saved_tensors_hooks: what the unpack hook makes
+        from .graph import unpack_node
+        return unpack_node(node, create_graph)
     if saved is None:
         inputs = [None if m is None else ShapeOnly(*m) for m in node.in_meta]
     else:
@@ -98,8 +101,8 @@ def _vjp1(node, g, create_graph):
     with ``_unpack_saved`` and ``_run_rule`` inlined: the engine's per-node hot path."""
     saved = node.saved
     osaved = node.out_saved
-    if saved is _FREED or osaved is _FREED:
-        return _call_vjp(node, [g], create_graph)   # raises the freed-graph error
+    if saved is _FREED or osaved is _FREED or node.packed:
+        return _call_vjp(node, [g], create_graph)   # the freed-graph error; packed saves
     if saved is None:
         inputs = [None if m is None else ShapeOnly(*m) for m in node.in_meta]
     else:
