@@ -1,4 +1,5 @@
-"""``ember.testing.assert_close``: PyTorch's closeness assertion, defaults and messages.
+"""``ember.testing``: ``assert_close`` (PyTorch's closeness assertion, defaults and
+messages) and ``make_tensor`` (random test inputs of any dtype, PyTorch's ranges).
 
 Two tensors are close when ``|actual - expected| <= atol + rtol * |expected|`` elementwise
 (NaNs equal only with ``equal_nan=True``), after their shapes, dtypes and devices were
@@ -36,7 +37,7 @@ import numpy as np
 from . import dtypes as _dt
 from .tensor import Tensor
 
-__all__ = ["assert_close", "assert_allclose", "default_tolerances"]
+__all__ = ["assert_close", "assert_allclose", "default_tolerances", "make_tensor"]
 
 _PRECISIONS = {"float16": (1e-3, 1e-5), "bfloat16": (1.6e-2, 1e-5),
                "float32": (1.3e-6, 1e-5), "float64": (1e-7, 1e-7)}
@@ -218,3 +219,71 @@ def assert_allclose(actual, expected, rtol=None, atol=None, equal_nan: bool = Tr
     """Deprecated PyTorch spelling: :func:`assert_close` without the dtype check."""
     assert_close(actual, expected, rtol=rtol, atol=atol, equal_nan=equal_nan,
                  check_dtype=False, msg=msg or None)
+
+
+def make_tensor(*shape, dtype, device=None, low=None, high=None, requires_grad: bool = False,
+                noncontiguous: bool = False, exclude_zero: bool = False, memory_format=None):
+    """A random tensor for tests (``torch.testing.make_tensor``): floats uniform in
+    ``[low, high)``, integers uniform in ``[low, high)``, bools fair coins, complex numbers
+    with both parts uniform; ``low``/``high`` default to -9 and 9, clamped to the dtype's
+    range (0 for unsigned). ``exclude_zero`` replaces zeros by 1 (integers) or the dtype's
+    smallest normal number; ``noncontiguous`` returns a strided view with those values.
+    ``memory_format`` is accepted for PyTorch's signature (Ember tensors have one layout).
+
+    Example:
+        >>> t = ember.testing.make_tensor(2, 3, dtype=ember.int64, device="cpu", low=0)
+        >>> t.shape, bool(((t >= 0) & (t < 9)).all())
+        (ember.Size([2, 3]), True)
+    """
+    from .ops.factories import zeros
+    from .random import rand, randint
+    from .dtypes import finfo, iinfo
+    if len(shape) == 1 and isinstance(shape[0], (tuple, list)):
+        shape = tuple(shape[0])
+    shape = tuple(int(n) for n in shape)
+    dt = _dt.as_dtype(dtype)
+    for name, v in (("low", low), ("high", high)):
+        if v is not None and v != v:
+            raise ValueError(f"make_tensor: `{name}` is NaN; expected a number")
+    if dt is _dt.bool_:
+        t = randint(0, 2, shape, device=device).to(_dt.bool_)
+    elif dt.is_floating_point or dt.is_complex:
+        real = _dt.float32 if dt.is_complex and dt.itemsize == 8 else \
+            _dt.float64 if dt.is_complex else dt
+        lo, hi = _bounds(low, high, -9.0, 9.0, finfo(real).min, finfo(real).max)
+
+        def draw():
+            return (rand(shape, dtype=_dt.float64, device=device) * (hi - lo) + lo).to(real)
+        t = draw() if not dt.is_complex else _complex(draw(), draw())
+    else:
+        info = iinfo(dt)
+        lo, hi = _bounds(low, high, -9 if info.min < 0 else 0, 9, info.min, info.max)
+        lo, hi = int(np.ceil(lo)), int(np.ceil(hi))
+        t = (randint(lo, hi, shape, device=device) if hi > lo else
+             zeros(shape, dtype=_dt.int64, device=device) + lo).to(dt)
+    if exclude_zero and dt is not _dt.bool_:
+        fill = 1 if not (dt.is_floating_point or dt.is_complex) else \
+            finfo(dt if dt.is_floating_point else real).tiny
+        t = t.masked_fill(t == 0, fill)
+    if noncontiguous and t.numel() > 1:
+        wide = zeros(shape[:-1] + (shape[-1] * 2,), dtype=dt, device=device)
+        wide[..., ::2] = t
+        t = wide[..., ::2]
+    if requires_grad:
+        t.requires_grad_(True)
+    return t
+
+
+def _bounds(low, high, lo_default, hi_default, lo_min, hi_max):
+    lo = lo_default if low is None else low
+    hi = hi_default if high is None else high
+    lo, hi = max(lo, lo_min), min(hi, hi_max)
+    if low is not None and high is not None and low > high:
+        raise ValueError(f"make_tensor: `low` must be less than or equal to `high`, but got "
+                         f"low={low} and high={high}")
+    return lo, hi
+
+
+def _complex(re, im):
+    from .ops.complex import complex as make_complex
+    return make_complex(re, im)

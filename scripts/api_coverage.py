@@ -46,6 +46,9 @@ NAMESPACES = [
     ("torch.autograd.forward_ad", "ember.autograd.forward_ad", None),
     ("torch.autograd.graph", "ember.autograd.graph", None),
     ("torch.amp", "ember.amp", None),
+    ("torch.testing", "ember.testing", None),
+    ("torch.utils.dlpack", "ember.utils.dlpack", None),
+    ("torch.nn.utils.rnn", "ember.nn.utils.rnn", None),
 ]
 
 

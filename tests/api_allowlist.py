@@ -283,3 +283,14 @@ ALLOWLIST["torch.autograd.graph"] = {
 }
 COMPLETE |= {"torch.autograd", "torch.autograd.functional", "torch.autograd.forward_ad",
              "torch.autograd.graph", "torch.amp"}
+
+# ------------------------------------------------- torch.testing, utils.dlpack, nn.utils.rnn
+ALLOWLIST["torch.testing"] = {"FileCheck": JIT}
+ALLOWLIST["torch.utils.dlpack"] = {"Any": IMPORTED}
+ALLOWLIST["torch.nn.utils.rnn"] = {
+    **_group(IMPORTED, "Any Callable Iterable Self TypeVar"),
+    **_group("private helper of torch's PackedSequence implementation (its NamedTuple base "
+             "and method-binding helpers), not an API", "PackedSequence_ bind "
+             "copy_method_params"),
+}
+COMPLETE |= {"torch.testing", "torch.utils.dlpack", "torch.nn.utils.rnn"}

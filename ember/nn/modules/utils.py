@@ -10,7 +10,7 @@ from __future__ import annotations
 import collections.abc
 import itertools
 
-__all__: list = []
+__all__ = ["consume_prefix_in_state_dict_if_present"]
 
 
 def _ntuple(n: int, name: str = "parse"):
@@ -32,3 +32,28 @@ _quadruple = _ntuple(4, "_quadruple")
 def _reverse_repeat_tuple(t, n: int) -> tuple:
     """Reverse ``t`` and repeat each element ``n`` times (``F.pad`` order from conv padding)."""
     return tuple(x for x in reversed(t) for _ in range(n))
+
+
+def consume_prefix_in_state_dict_if_present(state_dict, prefix: str) -> None:
+    """Strip ``prefix`` from the keys of ``state_dict`` in place, e.g. ``"module."`` from a
+    checkpoint of a ``DistributedDataParallel`` model, and from its ``_metadata`` (where
+    ``prefix`` without its dot becomes the root, ``""``). Renamed keys move to the end,
+    as in PyTorch.
+
+    Example:
+        >>> sd = {"module.weight": ember.ones(1), "step": 3}
+        >>> consume_prefix_in_state_dict_if_present(sd, "module.")
+        >>> list(sd)
+        ['step', 'weight']
+    """
+    for key in [k for k in state_dict if k.startswith(prefix)]:
+        state_dict[key[len(prefix):]] = state_dict.pop(key)
+    metadata = getattr(state_dict, "_metadata", None)
+    if metadata is not None:
+        for key in list(metadata):
+            if not key:              # NOTE: the root's metadata: "" does not start with prefix
+                continue
+            if key == prefix.replace(".", ""):
+                metadata[""] = metadata.pop(key)
+            elif key.startswith(prefix):
+                metadata[key[len(prefix):]] = metadata.pop(key)

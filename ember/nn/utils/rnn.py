@@ -25,7 +25,24 @@ from ...ops.join import cat, stack
 from ...tensor import Tensor
 
 __all__ = ["PackedSequence", "pad_sequence", "unpad_sequence", "pack_padded_sequence",
-           "pad_packed_sequence", "pack_sequence", "unpack_sequence"]
+           "pad_packed_sequence", "pack_sequence", "unpack_sequence", "invert_permutation"]
+
+
+def invert_permutation(permutation: Tensor | None) -> Tensor | None:
+    """The inverse of a permutation of ``0 .. n-1`` (None stays None), as
+    ``PackedSequence.unsorted_indices`` is of ``sorted_indices``.
+
+    Example:
+        >>> invert_permutation(ember.tensor([2, 0, 1]))
+        tensor([1, 2, 0])
+    """
+    if permutation is None:
+        return None
+    from ...ops.factories import arange, empty_like
+    out = empty_like(permutation)
+    out[permutation] = arange(permutation.numel(), dtype=permutation.dtype,
+                              device=permutation.device)
+    return out
 
 
 class PackedSequence(NamedTuple):
