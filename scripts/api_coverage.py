@@ -49,6 +49,7 @@ NAMESPACES = [
     ("torch.testing", "ember.testing", None),
     ("torch.utils.dlpack", "ember.utils.dlpack", None),
     ("torch.nn.utils.rnn", "ember.nn.utils.rnn", None),
+    ("torch.nn.attention", "ember.nn.attention", None),
 ]
 
 

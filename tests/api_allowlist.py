@@ -294,3 +294,14 @@ ALLOWLIST["torch.nn.utils.rnn"] = {
              "copy_method_params"),
 }
 COMPLETE |= {"torch.testing", "torch.utils.dlpack", "torch.nn.utils.rnn"}
+ALLOWLIST["torch.nn.attention"] = {
+    **_group(IMPORTED, "Iterable Union warn"),
+    **_group("PyTorch's kernel-selection predicates and their parameter struct: Ember picks "
+             "its one kernel per case itself", "SDPAParams can_use_efficient_attention "
+             "can_use_flash_attention"),
+    **_group("pluggable FlashAttention implementations (registering FA3/FA4): Ember has one "
+             "flash kernel of its own", "activate_flash_attention_impl "
+             "current_flash_attention_impl list_flash_attention_impls "
+             "register_flash_attention_impl restore_flash_attention_impl"),
+}
+COMPLETE |= {"torch.nn.attention"}

@@ -87,3 +87,31 @@ def test_consume_prefix_strips_keys_and_metadata():
     ddp_style = {"module." + k: v for k, v in model.state_dict().items()}
     consume_prefix_in_state_dict_if_present(ddp_style, "module.")
     model.load_state_dict(ddp_style)
+
+
+def test_sdpa_kernel_sets_the_flags_and_restores_them(monkeypatch):
+    from ember.nn.attention import SDPBackend, sdpa_kernel
+    from ember.ops import attention as att
+    flags = em.backends.cuda
+    assert flags.is_built() and flags.flash_sdp_enabled()
+    with sdpa_kernel([SDPBackend.MATH, SDPBackend.CUDNN_ATTENTION]):
+        assert not flags.flash_sdp_enabled() and flags.math_sdp_enabled()
+        assert flags.cudnn_sdp_enabled() and not flags.mem_efficient_sdp_enabled()
+    assert flags.flash_sdp_enabled() and flags.mem_efficient_sdp_enabled()
+
+    class GPU:                       # a backend with the GPU's generated kernels
+        def has(self, cap):
+            return cap == "cuda_kernels"
+    from ember.codegen import cuda_attention as ca
+    from ember.device.base import _backends
+    monkeypatch.setitem(_backends, "cuda", GPU())
+    monkeypatch.setattr(ca, "supported", lambda *a: True)
+    q = np.zeros((1, 1, 4, 8), np.float16)
+    assert att._flash(q, q, q) is ca
+    with sdpa_kernel(SDPBackend.MATH):
+        assert att._flash(q, q, q) is None          # the GPU's attention skips flash
+    with sdpa_kernel(SDPBackend.FLASH_ATTENTION):
+        assert att._flash(q, q, q) is ca
+    with pytest.raises(TypeError, match="expected SDPBackend"):
+        with sdpa_kernel("flash"):
+            pass

@@ -1,4 +1,10 @@
-"""``ember.backends.cuda``: CUDA matmul/SDP flags (``torch.backends.cuda``), kept but unused.
+"""``ember.backends.cuda``: CUDA matmul/SDP flags (``torch.backends.cuda``).
+
+``matmul.allow_tf32`` lets cuBLAS GEMMs of float32 run on TF32 tensor cores
+(``codegen/cuda_gemm.py``); the flash flag chooses Ember's fused FlashAttention kernels
+on a GPU (off: the CuPy attention). The memory-efficient, math and cuDNN flags are
+recorded for PyTorch code that sets them: Ember has no such separate kernels, and its
+non-flash attention is always available.
 
 Example:
     >>> ember.backends.cuda.matmul.allow_tf32 = True
@@ -22,20 +28,21 @@ matmul = _MatmulFlags()
 
 
 def is_built() -> bool:
-    """False: this Ember has no CUDA backend."""
-    return False
+    """True: every Ember install has its CUDA backend (it runs where CuPy finds a GPU:
+    ``ember.cuda.is_available()``), as a CUDA build of PyTorch answers on a CPU-only host."""
+    return True
 
 
 _SDP = {"flash": True, "mem_efficient": True, "math": True, "cudnn": True}
 
 
 def enable_flash_sdp(enabled: bool) -> None:
-    """Record the flag (no CUDA attention kernels to select)."""
+    """Use Ember's FlashAttention kernels on a GPU (or not: the CuPy attention)."""
     _SDP["flash"] = bool(enabled)
 
 
 def enable_mem_efficient_sdp(enabled: bool) -> None:
-    """Record the flag (no CUDA attention kernels to select)."""
+    """Record the flag (Ember has no separate memory-efficient kernel)."""
     _SDP["mem_efficient"] = bool(enabled)
 
 
@@ -45,7 +52,7 @@ def enable_math_sdp(enabled: bool) -> None:
 
 
 def flash_sdp_enabled() -> bool:
-    """The recorded flash-attention flag."""
+    """Whether a GPU's attention may take Ember's FlashAttention kernels."""
     return _SDP["flash"]
 
 
@@ -57,3 +64,13 @@ def mem_efficient_sdp_enabled() -> bool:
 def math_sdp_enabled() -> bool:
     """The recorded math-attention flag."""
     return _SDP["math"]
+
+
+def enable_cudnn_sdp(enabled: bool) -> None:
+    """Record the flag (Ember has no cuDNN attention)."""
+    _SDP["cudnn"] = bool(enabled)
+
+
+def cudnn_sdp_enabled() -> bool:
+    """The recorded cuDNN-attention flag."""
+    return _SDP["cudnn"]

@@ -5,3 +5,6 @@ from .module import Module
 from .parameter import Buffer, Parameter
 from .modules import *  # noqa: F401,F403
 from . import parallel, utils  # noqa: F401
+# NOTE: after the star import, which brings the submodule modules.attention (MHA) along:
+# ember.nn.attention is torch.nn.attention (sdpa_kernel), as in PyTorch
+from . import attention  # noqa: F401,E402
