@@ -336,17 +336,7 @@ def hessian(func, inputs, create_graph: bool = False, strict: bool = False,
                          f"or 'reverse-mode', got {outer_jacobian_strategy!r}")
 
     def scalar(*xs):
-        out = func(*xs)
-        was, outs = _as_tuple(out, "outputs of the user-provided function", "hessian")
-        _check_requires_grad(outs, "outputs", strict, "hessian")
-        if was:
-            raise RuntimeError("hessian: the function given to hessian should return a "
-                               f"single Tensor, got a tuple of {len(outs)}")
-        if out.numel() != 1:
-            raise RuntimeError("hessian: the Tensor returned by the function given to "
-                               f"hessian should have a single element, got shape "
-                               f"{tuple(out.shape)}")
-        return out.reshape(())
+        return _scalar_output(func, xs, strict, "hessian")[0].reshape(())
 
     def gradient(*xs):
         if vectorize:           # NOTE: inside ember.func's transforms: their gradient
