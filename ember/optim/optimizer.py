@@ -11,9 +11,11 @@ from ..autograd.grad_mode import enable_grad, no_grad, state as _grad_state
 from ..tensor import Tensor
 from ..autograd.engine import zero_grads
 from ._state_check import check_groups, check_state
-from . import _fused
+from . import _fused, _hooks
+from ._hooks import register_optimizer_step_post_hook, register_optimizer_step_pre_hook
 
-__all__ = ["Optimizer", "required"]
+__all__ = ["Optimizer", "required", "register_optimizer_step_pre_hook",
+           "register_optimizer_step_post_hook"]
 
 
 class _RequiredParameter:
@@ -95,14 +97,8 @@ class Optimizer:
 
     def __init_subclass__(cls, **kwargs):
         super().__init_subclass__(**kwargs)
-        if "step" in cls.__dict__:   # NOTE: lets LR schedulers see that step() was called
-            step = cls.__dict__["step"]
-
-            @functools.wraps(step)
-            def wrapper(self, *args, **kw):
-                self._opt_called = True
-                return step(self, *args, **kw)
-            cls.step = wrapper
+        if "step" in cls.__dict__:
+            cls.step = _step_wrapper(cls.__dict__["step"])
 
     def __init__(self, params: Iterable, defaults: dict[str, Any]) -> None:
         self.defaults = defaults
@@ -246,6 +242,38 @@ class Optimizer:
                     yield p, g, state[p]
 
     # ------------------------------------------------------------------ state dicts
+    # --- hooks (PyTorch's names; handles from ember.nn's RemovableHandle) ---------------
+    def register_step_pre_hook(self, hook) -> "_hooks.RemovableHandle":
+        """``hook(optimizer, args, kwargs)`` before each :meth:`step`; it may return
+        ``(new_args, new_kwargs)`` (``args`` includes the optimizer)."""
+        return _hooks.RemovableHandle(_hooks.store(self, "_optimizer_step_pre_hooks"), hook)
+
+    def register_step_post_hook(self, hook) -> "_hooks.RemovableHandle":
+        """``hook(optimizer, args, kwargs)`` after each :meth:`step`."""
+        return _hooks.RemovableHandle(_hooks.store(self, "_optimizer_step_post_hooks"), hook)
+
+    def register_state_dict_pre_hook(self, hook, prepend: bool = False):
+        """``hook(optimizer)`` before :meth:`state_dict` builds its result."""
+        return _hooks.RemovableHandle(_hooks.store(self, "_state_dict_pre_hooks"), hook,
+                                      prepend)
+
+    def register_state_dict_post_hook(self, hook, prepend: bool = False):
+        """``hook(optimizer, state_dict)`` after :meth:`state_dict`; a returned dict
+        replaces the result."""
+        return _hooks.RemovableHandle(_hooks.store(self, "_state_dict_post_hooks"), hook,
+                                      prepend)
+
+    def register_load_state_dict_pre_hook(self, hook, prepend: bool = False):
+        """``hook(optimizer, state_dict)`` before :meth:`load_state_dict`; a returned dict
+        is loaded instead."""
+        return _hooks.RemovableHandle(_hooks.store(self, "_load_state_dict_pre_hooks"), hook,
+                                      prepend)
+
+    def register_load_state_dict_post_hook(self, hook, prepend: bool = False):
+        """``hook(optimizer)`` after :meth:`load_state_dict`."""
+        return _hooks.RemovableHandle(_hooks.store(self, "_load_state_dict_post_hooks"),
+                                      hook, prepend)
+
     def state_dict(self) -> dict[str, Any]:
         """The optimizer state in PyTorch's layout.
 
@@ -256,6 +284,8 @@ class Optimizer:
             >>> sd = opt.state_dict(); sd["param_groups"][0]["lr"]
             0.1
         """
+        for hook in self.__dict__.get("_state_dict_pre_hooks", {}).values():
+            hook(self)
         index: dict[int, int] = {}
         groups = []
         for group in self.param_groups:
@@ -266,7 +296,12 @@ class Optimizer:
             groups.append(packed)
         state = {(index[id(k)] if isinstance(k, Tensor) else k): v
                  for k, v in self.state.items()}
-        return {"state": state, "param_groups": groups}
+        out = {"state": state, "param_groups": groups}
+        for hook in self.__dict__.get("_state_dict_post_hooks", {}).values():
+            res = hook(self, out)
+            if res is not None:
+                out = res
+        return out
 
     def load_state_dict(self, state_dict: dict[str, Any]) -> None:
         """Load a state from :meth:`state_dict` (tensors are copied and cast to each param).
@@ -278,6 +313,10 @@ class Optimizer:
         Example:
             >>> opt2.load_state_dict(opt.state_dict())
         """
+        for hook in self.__dict__.get("_load_state_dict_pre_hooks", {}).values():
+            res = hook(self, state_dict)
+            if res is not None:
+                state_dict = res
         groups, saved = self.param_groups, state_dict["param_groups"]
         if len(groups) != len(saved):
             raise ValueError(f"loaded state dict has a different number of parameter groups "
@@ -308,6 +347,8 @@ class Optimizer:
             else:
                 state[k] = _copy(v)
         self.state, self.param_groups = state, new_groups
+        for hook in self.__dict__.get("_load_state_dict_post_hooks", {}).values():
+            hook(self)
 
     def _state_keys(self, group: dict[str, Any]) -> tuple[str, ...]:
         """The per-parameter state entries a step needs once a parameter has state;
@@ -315,6 +356,20 @@ class Optimizer:
         shape (subclasses list theirs)."""
         return ()
 
+
+def _step_wrapper(step):
+    """``step`` marking that it was called (LR schedulers check) and running the step
+    hooks when there are any."""
+    @functools.wraps(step)
+    def wrapper(self, *args, **kw):
+        self._opt_called = True
+        if _hooks.has_step_hooks(self):
+            return _hooks.hooked_step(step, (self,) + args, kw)
+        return step(self, *args, **kw)
+    return wrapper
+
+
+Optimizer.step = _step_wrapper(Optimizer.step)
 
 _SCALAR_STATE = ("step", "mu_product", "eta", "mu")
 
