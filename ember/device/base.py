@@ -59,12 +59,30 @@ class device:
     def __hash__(self) -> int:
         return hash((self.type, self.index or 0))
 
+    def __enter__(self):
+        """``with ember.device("cuda"):`` — factories called without ``device=`` inside the
+        block allocate here (``torch.device`` as a context manager); the previous default
+        comes back on exit."""
+        from .._torch_globals import set_default_device
+        _entered.append(list(_default))
+        try:
+            set_default_device(self)
+        except BaseException:
+            _entered.pop()
+            raise
+        return self
+
+    def __exit__(self, *exc):
+        _default[:] = _entered.pop()
+        return False
+
     def __reduce__(self):
         return (device, (str(self),))
 
 
 _CPU = device("cpu")
 _default: list = []    # the device ember.set_default_device chose (empty: the CPU)
+_entered: list = []    # the defaults `with device(...)` blocks replaced, innermost last
 
 
 def default_device() -> device:

@@ -50,6 +50,34 @@ def test_default_device_without_a_gpu_is_refused_naming_why():
     assert em.zeros(1).device.type == "cpu"
 
 
+def test_a_device_as_a_context_manager_sets_the_default_inside(fake_cuda2):
+    with em.device("cuda:1") as d:
+        assert d == em.device("cuda:1")
+        assert em.zeros(1).device == d and em.nn.Linear(2, 2).weight.device == d
+        with em.device("cpu"):
+            assert em.ones(1).device.type == "cpu"
+        assert em.randn(2).device == d
+    assert em.get_default_device() == em.device("cpu")
+    em.set_default_device("cuda:0")
+    try:
+        with em.device("cuda:1"):
+            assert em.ones(1).device == em.device("cuda:1")
+        assert em.ones(1).device == em.device("cuda:0")     # the previous default is back
+    finally:
+        em.set_default_device(None)
+    with pytest.raises(RuntimeError, match="invalid device ordinal cuda:2"):
+        with em.device("cuda:2"):
+            pass
+    assert em.get_default_device() == em.device("cpu")
+
+
+def test_a_cuda_device_block_without_a_gpu_is_refused():
+    with pytest.raises(RuntimeError, match="no CUDA device is available"):
+        with em.device("cuda"):
+            pass
+    assert em.get_default_device() == em.device("cpu")
+
+
 @pytest.fixture
 def saved(fake_cuda2, tmp_path):
     path = tmp_path / "mixed.safetensors"
