@@ -26,12 +26,16 @@ NumPy's own ufuncs and array functions given device arrays dispatch here
 are accepted where CuPy accepts them: :func:`asarray`/:func:`array` (a copy to the
 device), index arrays, shapes and dtypes.
 
+* a ufunc (called, through NumPy's protocol, or as an operator) given arrays of dtypes none
+  of CuPy's loops takes by a safe cast raises CuPy's ``TypeError: Wrong type`` (the loops of
+  CuPy 14.2, :mod:`._cupy_loops`; e.g. ``floor`` has no integer loop but takes int8 as
+  float16, ``bitwise_and`` no float one); Python and NumPy scalars are not checked;
 * what CuPy lacks is missing: ``xp.insert``, ``xp.errstate``, ``xp.longdouble``, ``np.spacing(a)``
   or ``a.resize(...)`` raise as they would on a GPU (the public names of NumPy that CuPy 14.2
   does not have, :data:`CUPY_LACKS`).
 
-Not modelled: asynchrony, the arguments and dtypes CuPy's functions refuse, its
-type-promotion corner cases. The module exists for tests; it is never what a real GPU runs.
+Not modelled: asynchrony, the arguments and dtypes CuPy's other functions refuse, the
+result dtypes of its loops, its type-promotion corner cases. The module exists for tests; it is never what a real GPU runs.
 """
 from __future__ import annotations
 
@@ -77,6 +81,63 @@ CUPY_LACKS = {mod: frozenset(names.split()) for mod, names in {
 
 def _cupy_lacks(module: str, name: str) -> bool:
     return name in CUPY_LACKS.get(module, ())
+
+
+_loop_cache: dict = {}
+
+
+def _loops(name: str):
+    """CuPy's loops of ufunc ``name`` as tuples of input dtypes (None: CuPy's table has no
+    such ufunc, nothing to check)."""
+    got = _loop_cache.get(name, False)
+    if got is False:
+        from ._cupy_loops import LOOPS
+        text = LOOPS.get(name)
+        got = None if text is None else [
+            tuple(_bfloat16.np if c == "E" else np.dtype(c) for c in loop)
+            for loop in text.split() if "V" not in loop]
+        _loop_cache[name] = got
+    return got
+
+
+def _check_loop(name: str, args) -> None:
+    """Raise CuPy's ``TypeError`` when no loop of ufunc ``name`` takes the device arrays
+    among ``args`` by safe casts (other operands, scalars, are not checked)."""
+    loops = _loops(name)
+    if loops is None:
+        return
+    dts = [a._a.dtype if type(a) is ndarray else None for a in args]
+    if all(d is None for d in dts):
+        return
+    for loop in loops:
+        if len(loop) <= len(dts) and all(
+                d is None or np.can_cast(d, t) for d, t in zip(dts, loop)):
+            return
+    given = tuple(str(d) if d is not None else "scalar" for d in dts)
+    raise TypeError(f"Wrong type {given} of arguments for cupy_{name} (CuPy's loops take: "
+                    f"{_loop_text(name)})")
+
+
+def _loop_text(name: str) -> str:
+    from ._cupy_loops import LOOPS
+    return LOOPS[name]
+
+
+#: an operator's ufunc (CuPy's operators run these)
+_OPERATOR_UFUNC = {"add": "add", "sub": "subtract", "mul": "multiply", "truediv": "true_divide",
+                   "floordiv": "floor_divide", "mod": "remainder", "pow": "power",
+                   "and": "bitwise_and", "or": "bitwise_or", "xor": "bitwise_xor",
+                   "lshift": "left_shift", "rshift": "right_shift", "eq": "equal",
+                   "ne": "not_equal", "lt": "less", "le": "less_equal", "gt": "greater",
+                   "ge": "greater_equal", "divmod": "divmod", "neg": "negative",
+                   "pos": "positive", "abs": "absolute", "invert": "invert"}
+
+
+def _operator_ufunc(dunder: str):
+    core = dunder.strip("_")
+    if core not in _OPERATOR_UFUNC and core[:1] in "ri" and core[1:] in _OPERATOR_UFUNC:
+        core = core[1:]
+    return _OPERATOR_UFUNC.get(core)
 
 
 def _unsupported(x):
@@ -350,6 +411,8 @@ class ndarray:  # noqa: N801 - CuPy's name
     def __array_ufunc__(self, ufunc, method, *inputs, **kwargs):
         if _cupy_lacks("numpy", ufunc.__name__):
             return NotImplemented        # NumPy raises its TypeError, as with CuPy's
+        if method == "__call__":
+            _check_loop(ufunc.__name__, inputs)
         return _call(getattr(ufunc, method), inputs, kwargs)
 
     def __array_function__(self, func, types, args, kwargs):
@@ -360,10 +423,14 @@ class ndarray:  # noqa: N801 - CuPy's name
 
 def _binary(name):
     op = getattr(np.ndarray, name)
+    ufunc = _operator_ufunc(name)
+    reflected = name.startswith("__r") and name != "__rshift__"
 
     def f(self, other):
         if isinstance(other, np.ndarray) and type(other) is not ndarray:
             raise _unsupported(other)
+        if ufunc is not None:
+            _check_loop(ufunc, (other, self) if reflected else (self, other))
         r = op(self._a, other._a if type(other) is ndarray else other)
         if r is NotImplemented:
             return r
@@ -376,8 +443,10 @@ def _binary(name):
 
 def _unary(name):
     op = getattr(np.ndarray, name)
+    ufunc = _operator_ufunc(name)
 
     def f(self):
+        _check_loop(ufunc, (self,))
         return _wrap(op(self._a))
     f.__name__ = name
     return f
@@ -407,6 +476,8 @@ class _Callable:
         self._f, self._host_ok = f, host_ok
 
     def __call__(self, *args, **kwargs):
+        if type(self._f) is np.ufunc:
+            _check_loop(self._f.__name__, args)
         return _call(self._f, args, kwargs, self._host_ok)
 
     def __getattr__(self, name):

@@ -170,3 +170,30 @@ def test_the_table_of_what_cupy_lacks_matches_the_installed_cupy():
         assert not lacks & public(cmod), f"cupy{mod[5:]} has these now: {lacks & public(cmod)}"
         now = public(importlib.import_module(mod)) - public(cmod) - {"test"}
         assert now <= lacks, f"{mod}: CuPy {cupy.__version__} lacks {sorted(now - lacks)} too"
+
+
+def test_ufuncs_refuse_dtypes_no_cupy_loop_takes():
+    f = xp.ones(3, np.float32)
+    i8 = xp.arange(3, dtype=np.int8)
+    for call in (lambda: xp.bitwise_and(f, f), lambda: f & f, lambda: np.bitwise_and(f, f),
+                 lambda: ~f, lambda: f >> 1, lambda: xp.left_shift(f, i8)):
+        with pytest.raises(TypeError, match=r"Wrong type \('float32'.* of arguments for "
+                                            r"cupy_\w+ \(CuPy's loops take: ") as e:
+            call()
+        assert "f" not in str(e.value).split("take: ")[1]     # integer loops only
+    # safe casts to a loop pass: int8 floors in CuPy's float16 loop, bfloat16 adds natively,
+    # a Python scalar is not checked
+    assert xp.floor(i8).shape == (3,) and (i8 + 1).dtype == np.int8
+    b = xp.ones(2, cs._bfloat16.np)
+    assert (b + b).dtype == cs._bfloat16.np and xp.arctan2(f, f).dtype == np.float32
+
+
+def test_the_loop_table_matches_the_installed_cupy():
+    cupy = pytest.importorskip("cupy", reason="CuPy not installed (the cuda extra)")
+    from cupy._core._kernel import ufunc
+    from ember.device._cupy_loops import CUPY_VERSION, LOOPS
+    have = {n: getattr(cupy, n) for n in dir(cupy) if isinstance(getattr(cupy, n), ufunc)}
+    assert set(have) == set(LOOPS), (cupy.__version__, CUPY_VERSION)
+    for name, f in have.items():
+        ins = list(dict.fromkeys(t.split("->")[0] for t in f.types))
+        assert LOOPS[name].split() == ins, name
