@@ -2,6 +2,8 @@
 goes through ``pack_hook`` in the forward and ``unpack_hook`` in the backward — registry
 ops, custom Functions, double backward — and ``save_on_cpu`` /
 ``disable_saved_tensors_hooks``. PyTorch's gradients and hook counts where it is installed."""
+import contextlib
+
 import numpy as np
 import pytest
 
@@ -45,7 +47,7 @@ class _Counting:
 def test_round_trip_hooks_leave_gradients_as_they_were(create_graph):
     plain = _program(em, em.autograd.graph.saved_tensors_hooks(lambda t: t, lambda t: t),
                      create_graph)
-    ref = _program(em, _NoHooks(), create_graph)
+    ref = _program(em, contextlib.nullcontext(), create_graph)
     counting = _Counting(em)
     hooked = _program(em, counting.hooks(), create_graph)
     for p, r, h in zip(plain, ref, hooked):
@@ -60,20 +62,12 @@ def test_round_trip_hooks_leave_gradients_as_they_were(create_graph):
     assert counting.packs > 0 and counting.unpacks >= counting.packs
 
 
-class _NoHooks:
-    def __enter__(self):
-        return self
-
-    def __exit__(self, *exc):
-        return False
-
-
 def test_the_backward_reads_what_unpack_returns():
     # saved values doubled: exp's saved output and the products' saved inputs are wrong
     # by design, so the gradient changes (PyTorch's behaviour: hooks own the values)
     counting = _Counting(em, scale=2.0)
     got = _program(em, counting.hooks())
-    ref = _program(em, _NoHooks())
+    ref = _program(em, contextlib.nullcontext())
     assert not np.allclose(got[0], ref[0])
     a = em.tensor(A, dtype=em.float64, requires_grad=True)
     with _Counting(em, scale=2.0).hooks():
@@ -145,7 +139,7 @@ def test_disable_refuses_hooks_with_the_message():
 
 
 def test_save_on_cpu_keeps_cpu_tensors_and_gradients():
-    ref = _program(em, _NoHooks())
+    ref = _program(em, contextlib.nullcontext())
     got = _program(em, save_on_cpu())
     for r, g in zip(ref, got):
         np.testing.assert_array_equal(r, g)

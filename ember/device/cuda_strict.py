@@ -285,6 +285,7 @@ class ndarray:  # noqa: N801 - CuPy's name
     flags = property(lambda self: self._a.flags)
     T = property(lambda self: ndarray(self._a.T))
     mT = property(lambda self: ndarray(self._a.mT))
+
     @property
     def real(self):
         return ndarray(self._a.real)

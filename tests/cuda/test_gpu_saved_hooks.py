@@ -3,30 +3,13 @@ pinned) keeps a step's saved activations in host memory with the plain step's gr
 and ``sdpa_kernel`` switches attention between the FlashAttention kernels and the CuPy
 composite with the same results. Skips with "no CUDA GPU/CuPy" elsewhere (the stand-in
 versions: ``test_saved_hooks_device.py``, ``tests/test_dropin_utils.py``)."""
-import os
+import contextlib
 
 import numpy as np
 import pytest
+from test_gpu import gpu  # noqa: F401 - the module-scoped real-GPU fixture
 
 import ember as em
-from ember.device.base import reset_cuda_backend
-
-
-@pytest.fixture(scope="module")
-def gpu():
-    saved = os.environ.pop("EMBER_FAKE_CUDA", None)
-    reset_cuda_backend()
-    from ember.device.base import cuda_backend
-    be, why = cuda_backend()
-    if be is None or be.is_fake:
-        reset_cuda_backend()
-        if saved is not None:
-            os.environ["EMBER_FAKE_CUDA"] = saved
-        pytest.skip(f"no CUDA GPU/CuPy ({why})")
-    yield be
-    reset_cuda_backend()
-    if saved is not None:
-        os.environ["EMBER_FAKE_CUDA"] = saved
 
 
 def _step(model, x, hooks):
@@ -40,14 +23,6 @@ def _step(model, x, hooks):
     return during, grads
 
 
-class _Off:
-    def __enter__(self):
-        return self
-
-    def __exit__(self, *exc):
-        return False
-
-
 @pytest.mark.parametrize("pin", [False, True])
 def test_save_on_cpu_offloads_and_keeps_gradients(gpu, pin):
     em.manual_seed(0)
@@ -55,7 +30,7 @@ def test_save_on_cpu_offloads_and_keeps_gradients(gpu, pin):
                                for _ in range(4)]).cuda()
     x = em.randn(256, 512, device="cuda")
     base = em.cuda.memory_allocated()
-    plain, want = _step(model, x, _Off())
+    plain, want = _step(model, x, contextlib.nullcontext())
     offloaded, got = _step(model, x, em.autograd.graph.save_on_cpu(pin_memory=pin))
     for g, w in zip(got, want):
         np.testing.assert_array_equal(g, w)
