@@ -224,7 +224,12 @@ def tensor_repr(self: Tensor) -> str:
         suffixes.append(f"device='{self._device}'")
     default = _dt.get_default_dtype()
     cdefault = _dt.as_dtype(complex)
-    if self._data.size == 0:
+    if self._device.type == "meta":      # NOTE: no values: PyTorch's "..." with the size
+        suffixes.append(f"size={tuple(self._data.shape)}")
+        if self._dtype is not default:
+            suffixes.append(f"dtype={self._dtype!r}")
+        body = "..."
+    elif self._data.size == 0:
         if self._data.ndim != 1:
             suffixes.append(f"size={tuple(self._data.shape)}")
         if self._dtype is not default:

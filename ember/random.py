@@ -305,13 +305,16 @@ def _zero_grad_link(out: Tensor, *inputs) -> Tensor:
     return out
 
 
-def _drawn(draw, dtype, device, requires_grad, what: str, inputs=()) -> Tensor:
-    """A tensor of fresh samples ``draw(*input arrays)``. Under a tracer (``ember.compile``)
-    the draw becomes a ``random`` node that samples again, from the same generator, at
-    every run of the graph."""
+def _drawn(draw, dtype, device, requires_grad, what: str, inputs=(), shape=None) -> Tensor:
+    """A tensor of fresh samples ``draw(*input arrays)`` (of ``shape``). Under a tracer
+    (``ember.compile``) the draw becomes a ``random`` node that samples again, from the same
+    generator, at every run of the graph. On the ``meta`` device nothing is drawn."""
     if device is None:      # NOTE: set_default_device("cuda"): the device's generator draws
         from .device.base import default_device
         device = default_device()
+    if shape is not None and _device(device).type == "meta":
+        from .ops.factories import empty
+        return empty(shape, dtype=dtype, device=device, requires_grad=requires_grad)
     draw = _for_device(device, draw)
     try:
         arr = draw(*(x._data if x._device.type == "cpu" else   # NOTE: samples on the host
@@ -344,7 +347,8 @@ def rand(*args, size=None, generator=None, dtype=None, device=None,
     dtype = _float_dtype(dtype, "rand", complex_ok=True)
     shape = _size(size_args(args, size, "rand"), "rand", dtype)
     return _drawn(_sampling(lambda: _uniform01(_gen(generator), shape, dtype), "uniform",
-                            generator, 0.0, 1.0), dtype, device, requires_grad, "rand")
+                            generator, 0.0, 1.0), dtype, device, requires_grad, "rand",
+                  shape=shape)
 
 
 def randn(*args, size=None, generator=None, dtype=None, device=None,
@@ -358,7 +362,8 @@ def randn(*args, size=None, generator=None, dtype=None, device=None,
     dtype = _float_dtype(dtype, "randn", complex_ok=True)
     shape = _size(size_args(args, size, "randn"), "randn", dtype)
     return _drawn(_sampling(lambda: _normal01(_gen(generator), shape, dtype), "normal",
-                            generator, 0.0, 1.0), dtype, device, requires_grad, "randn")
+                            generator, 0.0, 1.0), dtype, device, requires_grad, "randn",
+                  shape=shape)
 
 
 def _int_bounds(low, high, dtype, op):
@@ -394,7 +399,7 @@ def randint(*args, size=None, generator=None, dtype=None, device=None,
     low, high = _int_bounds(low, high, dtype, "randint")
     return _drawn(_sampling(lambda: _gen(generator).integers(low, high, shape, dtype=np.int64)
                             .astype(dtype.np), "randint", generator, low, high),
-                  dtype, device, requires_grad, "randint")
+                  dtype, device, requires_grad, "randint", shape=shape)
 
 
 def normal(mean=0.0, std=1.0, size=None, *, generator=None, dtype=None, device=None,
@@ -417,7 +422,7 @@ def normal(mean=0.0, std=1.0, size=None, *, generator=None, dtype=None, device=N
             raise ValueError(f"normal expects std >= 0.0, got std={std!r}")
         return _drawn(_sampling(lambda: np.ascontiguousarray(
             (mean + std * _normal01(_gen(generator), shape, dt)).astype(dt.np)), "normal",
-            generator, mean, std), dt, device, requires_grad, "normal")
+            generator, mean, std), dt, device, requires_grad, "normal", shape=shape)
     else:
         _untraceable("normal() with tensor mean/std")
         dt = _float_dtype(_dt.result_type(*tens), "normal")
@@ -439,7 +444,8 @@ def bernoulli(input: Tensor, p=None, *, generator=None) -> Tensor:
         >>> ember.bernoulli(ember.full((3,), 1.0)).tolist()
         [1.0, 1.0, 1.0]
     """
-    if not _grad_state.modes:       # NOTE: a traced input has no values (nor a copy to read)
+    if not _grad_state.modes and input._device.type != "meta":   # NOTE: a traced input has
+        # no values (nor a copy to read), a meta one none at all
         probs = np.asarray(input.detach().cpu()._data) if p is None else np.asarray(p)
         if np.any((probs < 0) | (probs > 1)):
             raise ValueError("bernoulli: expects all probabilities p to be in [0, 1]")
@@ -448,10 +454,11 @@ def bernoulli(input: Tensor, p=None, *, generator=None) -> Tensor:
     if p is None:
         out = _drawn(_sampling(lambda pr: (_uniform01(_gen(generator), shape, ct) < pr).astype(
             odt), "bernoulli", generator), input._dtype, input._device, False, "bernoulli",
-            (input.detach(),))
+            (input.detach(),), shape=shape)
         return _zero_grad_link(out, input)
     return _drawn(_sampling(lambda: (_uniform01(_gen(generator), shape, ct) < p).astype(
-        odt), "bernoulli", generator, p), input._dtype, input._device, False, "bernoulli")
+        odt), "bernoulli", generator, p), input._dtype, input._device, False, "bernoulli",
+        shape=shape)
 
 
 def randperm(n: int, *, generator=None, dtype=None, device=None, requires_grad=False) -> Tensor:
@@ -467,7 +474,7 @@ def randperm(n: int, *, generator=None, dtype=None, device=None, requires_grad=F
     dtype = _dt.int64 if dtype is None else _dt.as_dtype(dtype)
     check_new_size((n,), _dt.int64, "randperm")      # NOTE: drawn as int64, then cast
     return _drawn(lambda: _gen(generator).permutation(n).astype(dtype.np), dtype, device,
-                  requires_grad, "randperm")
+                  requires_grad, "randperm", shape=(n,))
 
 
 def multinomial(input: Tensor, num_samples: int, replacement: bool = False, *,

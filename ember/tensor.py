@@ -12,6 +12,7 @@ from . import dtypes as _dt
 from .device import device as _device, get_backend
 from .device import cuda_copy as _cuda_copy
 from .device.base import _backends
+from .device.meta import NO_ITEM as _NO_ITEM
 from .storage import Storage
 
 _np_to_dtype = {d.np: d for d in _dt.ALL}
@@ -131,12 +132,18 @@ class Tensor:
 
     def stride(self, dim: int | None = None):
         """Strides in elements (PyTorch convention), not bytes."""
-        isz = self._dtype.itemsize
-        st = tuple(s // isz for s in self._data.strides)
+        if self._device.type == "meta":     # NOTE: a meta tensor keeps no strides
+            st = _contiguous_strides(self._data.shape)
+        else:
+            isz = self._dtype.itemsize
+            st = tuple(s // isz for s in self._data.strides)
         return st if dim is None else st[_wrap_dim(dim, self._data.ndim, "stride")]
 
     def storage_offset(self) -> int:
-        """Offset, in elements, of element [0,...,0] from the start of the storage."""
+        """Offset, in elements, of element [0,...,0] from the start of the storage (0 on
+        the ``meta`` device, whose tensors keep no layout)."""
+        if self._device.type == "meta":
+            return 0
         return (_ptr(self._data) - _storage_start(self._storage)) // self._dtype.itemsize
 
     def untyped_storage(self) -> Storage:
@@ -164,10 +171,15 @@ class Tensor:
         _cuda_copy.record_stream(_backends["cuda"], self._storage, stream._raw)
 
     def data_ptr(self) -> int:
-        return _ptr(self._data)
+        return _ptr(self._data) if self._device.type != "meta" else 0
 
     def is_contiguous(self, memory_format=None) -> bool:
-        return self._data.flags.c_contiguous
+        return self._data.flags.c_contiguous or self._device.type == "meta"
+
+    @property
+    def is_meta(self) -> bool:
+        """Whether this tensor lives on the ``meta`` device (a shape and dtype, no data)."""
+        return self._device.type == "meta"
 
     @property
     def _version(self) -> int:
@@ -294,6 +306,8 @@ class Tensor:
         if self._data.size != 1:
             raise RuntimeError(f"Boolean value of Tensor with {self._data.size} elements is "
                                f"ambiguous")
+        if self._device.type == "meta":
+            raise RuntimeError(_NO_ITEM)
         return bool(self._data.reshape(-1)[0])
 
     def __index__(self) -> int:
@@ -302,6 +316,8 @@ class Tensor:
         if self._dtype.category != _dt.INT or self._data.size != 1:
             raise TypeError("only integer tensors of a single element can be converted to "
                             "an index")
+        if self._device.type == "meta":
+            raise RuntimeError(_NO_ITEM)
         return int(self._data.reshape(-1)[0])
 
     def item(self):
@@ -311,6 +327,8 @@ class Tensor:
         if self._data.size != 1:
             raise RuntimeError(f"item(): a Tensor with {self._data.size} elements cannot be "
                                f"converted to a Python scalar")
+        if self._device.type == "meta":
+            raise RuntimeError(_NO_ITEM)
         return get_backend(self._device).to_host(self._data).reshape(-1)[0].item()
 
     def __float__(self) -> float:
@@ -330,6 +348,15 @@ class Tensor:
 
     def __reduce_ex__(self, protocol):
         raise TypeError("Ember tensors are not picklable by design; use ember.save()")
+
+
+def _contiguous_strides(shape) -> tuple:
+    st, acc = [], 1
+    for n in reversed(shape):
+        st.append(acc)
+        acc *= max(n, 1)
+    return tuple(reversed(st))
+
 
 
 def _ptr(arr) -> int:

@@ -30,8 +30,9 @@ class device:
             if index is not None:
                 raise ValueError(f"device(): index given twice in {type_or_str!r}")
             index = int(idx)
-        if t not in ("cpu", "cuda"):
-            raise ValueError(f"device(): unknown device type {t!r}; valid: 'cpu', 'cuda'")
+        if t not in ("cpu", "cuda", "meta"):
+            raise ValueError(f"device(): unknown device type {t!r}; valid: 'cpu', 'cuda', "
+                             f"'meta'")
         if t == "cuda" and index is None:
             index = 0
         d = object.__new__(cls)

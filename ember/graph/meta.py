@@ -10,19 +10,15 @@ from __future__ import annotations
 
 import numpy as np
 
+from ..device.meta import placeholder
 from ..ops import dispatch as _dispatch
 from ..tensor import Tensor, _wrap
 from .ir import Var
 
 
-def placeholder_array(shape, dtype):
-    """A read-only array of ``shape`` and ``dtype`` that owns one element of memory."""
-    return np.broadcast_to(np.zeros((), dtype.np), tuple(shape))
-
-
 def meta_tensor(shape, dtype, device) -> Tensor:
     """A tensor with the right shape/dtype/device whose values are meaningless zeros."""
-    return _wrap(placeholder_array(shape, dtype), dtype, device)
+    return _wrap(placeholder(shape, dtype.np), dtype, device)
 
 
 def _as_meta(x):

@@ -53,9 +53,29 @@ class _ConversionMixin:
                             f"but got desired dtype={dtype}")
 
         def convert(t):
+            if t.is_meta and device is not None and _device(device).type != "meta":
+                raise NotImplementedError(
+                    "Cannot copy out of meta tensor; no data! Please use "
+                    "ember.nn.Module.to_empty() instead of ember.nn.Module.to() when moving "
+                    "module from meta to a different device.")
             return t.to(device=device, dtype=dtype if t.is_floating_point() else None,
                         non_blocking=non_blocking)
         return self._apply(convert)
+
+    def to_empty(self, *, device, recurse: bool = True) -> "Module":
+        """Give every parameter and buffer new *uninitialised* storage on ``device`` (same
+        shapes and dtypes): how a model built on the ``meta`` device gets real memory,
+        to be filled by ``load_state_dict`` or ``reset_parameters()``.
+
+        Example:
+            >>> with ember.device("meta"):
+            ...     m = ember.nn.Linear(2, 3)
+            >>> m = m.to_empty(device="cpu")
+            >>> with ember.no_grad():
+            ...     m.reset_parameters()
+        """
+        from ..ops.factories import empty_like
+        return self._apply(lambda t: empty_like(t, device=device), recurse=recurse)
 
     def _cast_float(self, dtype) -> "Module":
         return self._apply(lambda t: t.to(dtype) if t.is_floating_point() else t)

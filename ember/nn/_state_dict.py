@@ -7,6 +7,8 @@ RuntimeError listing them all.
 """
 from __future__ import annotations
 
+import warnings
+
 from collections import OrderedDict, namedtuple
 from collections.abc import Mapping
 
@@ -154,6 +156,13 @@ def _load_one(module, name, key, dst, src, assign, error_msgs) -> None:
                         src.requires_grad_(dst.requires_grad)
                 setattr(module, name, src)
             else:
+                if dst.is_meta and not src.is_meta:
+                    warnings.warn(
+                        f"for {key}: copying from a non-meta parameter in the checkpoint to a "
+                        f"meta parameter in the current model, which is a no-op. (Did you mean "
+                        f"to pass `assign=True` to assign items in the state dictionary to "
+                        f"their corresponding key in the module instead of copying them in "
+                        f"place?)", stacklevel=4)
                 dst.copy_(src)
     except Exception as ex:   # noqa: BLE001 - reported like PyTorch, with the key
         error_msgs.append(f'While copying the parameter named "{key}", whose dimensions in '

@@ -90,7 +90,6 @@ def _pair_rule(re, im):
 
 def _as_complex_check(x):
     d = x._data
-    isz = d.itemsize
     if x._dtype not in (_dt.float32, _dt.float64):
         raise DTypeError(f"view_as_complex: expected a float32 or float64 tensor, got "
                          f"{describe((x,))}")
@@ -99,10 +98,11 @@ def _as_complex_check(x):
                          f"shape {tuple(d.shape)}")
     if d.size == 0:
         return
-    if d.strides[-1] != isz:
+    st = x.stride()
+    if st[-1] != 1:
         raise ShapeError(f"view_as_complex: tensor must have a last dimension with stride 1, "
-                         f"got strides {x.stride()}")
-    if any(s % (2 * isz) for s, n in zip(d.strides[:-1], d.shape[:-1]) if n > 1) or \
+                         f"got strides {st}")
+    if any(s % 2 for s, n in zip(st[:-1], d.shape[:-1]) if n > 1) or \
             x.storage_offset() % 2:
         raise ShapeError(f"view_as_complex: tensor must have a storage offset and all strides "
                          f"but the last divisible by 2, got offset {x.storage_offset()} and "

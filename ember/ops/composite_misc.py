@@ -2,7 +2,7 @@
 ``index_reduce``, ``xlogy``, ``logit``, ``sinc``, ``diff``, ``kron``, ``cross``, ``dist``,
 the conjugate transposes (``adjoint``/``mH``/``H``; ``conj``, ``real``, ``sgn`` come from
 ``complex.py``) and the device
-predicates a CPU build answers False (``is_meta``, ``is_sparse``...).
+predicates a CPU build answers False (``is_sparse``, ``is_quantized``...).
 
 All differentiable results are Ember ops (views through ``as_strided``, gathers from
 ``sort``), so autograd and forward mode need no rules of their own.
@@ -213,7 +213,7 @@ Tensor.get_device = get_device
 Tensor.mH = property(adjoint)
 Tensor.H = property(lambda self: conj(self.t()) if self.ndim == 2 else _h_error(self))
 Tensor.imag = IMAG_PROPERTY
-for _flag in ("is_meta", "is_sparse", "is_sparse_csr", "is_quantized", "is_mkldnn",
+for _flag in ("is_sparse", "is_sparse_csr", "is_quantized", "is_mkldnn",
               "is_nested", "is_xla", "is_mps", "is_vulkan", "is_ipu", "is_xpu", "is_mtia",
               "is_maia"):
     setattr(Tensor, _flag, property(lambda self: False))

@@ -96,6 +96,8 @@ def _transfer(x: Tensor, dev, non_blocking: bool = False) -> Tensor:
 
 def _copy_to(x: Tensor, dev, non_blocking: bool = False) -> Tensor:
     src, dst = get_backend(x._device), get_backend(dev)
+    if dev.type == "meta":          # NOTE: the shape and dtype only: nothing leaves the source
+        return _wrap(dst.empty(x._data.shape, x._data.dtype), x._dtype, dev)
     if dev.type == "cuda" and x._device.type == "cpu":
         from ..device.cuda_copy import to_device
         return _wrap(to_device(dst, x._data, non_blocking, x._pinned), x._dtype, dev)

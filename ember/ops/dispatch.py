@@ -23,6 +23,7 @@ from ..autograd.grad_mode import state
 from ..autograd.graph import Node
 from ..device import get_backend
 from ..device.base import _backends
+from ..device.meta import placeholder as _meta_placeholder
 from ..errors import EmberError, ShapeError, DTypeError, DeviceError, describe
 from ..tensor import Tensor, _wrap
 from . import registry
@@ -183,9 +184,11 @@ def apply(op, inputs, params):
         res = xp.asarray(res)
     odt = out_dt.np
     if res.dtype is not odt and res.dtype != odt:
-        res = res.astype(odt)
+        # NOTE: a meta placeholder changes dtype without a full-size cast copy
+        res = res.astype(odt) if dtype_ != "meta" else _meta_placeholder(res.shape, odt)
     view = op.view
-    if view and (view is True or res.size == 0 or xp.may_share_memory(res, x0._data)):
+    if view and (view is True or res.size == 0 or xp.may_share_memory(res, x0._data)
+                 or dtype_ == "meta"):   # NOTE: meta tensors are all contiguous: views
         out = _wrap(res, out_dt, dev, x0._storage, x0._base if x0._base is not None else x0)
     else:
         out = _wrap(res, out_dt, dev)
@@ -276,6 +279,8 @@ def eager_elementwise(op, arrays, params, device_type: str, itemsize: int):
         if op.name in _EAGER_OPS or itemsize == 2:
             return _eager_kernel(op, arrays, params)
         return None
+    if device_type == "meta":
+        return None
     return _eager_device_kernel(op, arrays, params)
 
 
@@ -318,7 +323,7 @@ def _input_arrays(op, inputs, ct, dev):
                         f".to(device); inputs: {describe(inputs)})")
                 a = _backends[dev.type].asarray(a)   # NOTE: a 0-d CPU tensor is a scalar
             if ct is not None and x._dtype is not ct and not (keep_bool and x._dtype is _bool):
-                a = a.astype(ct.np)
+                a = a.astype(ct.np) if dev.type != "meta" else _meta_placeholder(a.shape, ct.np)
             arrays.append(a)
         else:
             arrays.append(x)

@@ -179,7 +179,7 @@ def _make(fill, shape, dtype, device, requires_grad, op):
         arr = be.empty(shape, dtype.np)
     except MemoryError as e:         # NOTE: NumPy's names the shape and size, not the op
         raise MemoryError(f"{op}: {e}") from None
-    if fill is not None:
+    if fill is not None and dev.type != "meta":
         arr.fill(fill)
     t = _wrap(arr, dtype, dev)
     if requires_grad:

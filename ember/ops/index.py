@@ -67,9 +67,22 @@ def _index_vjp(g, out, x, *idx, dims):
     return (gx,) + (None,) * len(idx)
 
 
+def _index_shape(xs, *ishapes, dims):
+    """The shape ``x[key]`` has (:func:`_key`): NumPy's placement rule — the indices'
+    broadcast shape replaces their dims where those are adjacent, else goes first."""
+    if not dims:
+        return tuple(xs)
+    b = dispatch.broadcast_shapes(*ishapes, op="index")
+    pos = sorted(dims)
+    rest = [n for d, n in enumerate(xs) if d not in dims]
+    if pos == list(range(pos[0], pos[0] + len(pos))):
+        return tuple(xs[:pos[0]]) + b + tuple(xs[pos[-1] + 1:])
+    return b + tuple(rest)
+
+
 index_p = defop(
     "index", nin=-1, params={"dims": ()}, dtype="same", save="inputs",
-    batch=_vb.index,
+    batch=_vb.index, shape=_index_shape,
     kernel=_index_kernel, check=lambda x, *idx, dims: _check_indices("index", x, idx, dims),
     vjp=_index_vjp, jvp="linear")
 
@@ -184,7 +197,7 @@ def _index_put_cuda(xp, x, values, *idx, dims, accumulate):
 
 index_put_p = defop(
     "index_put", nin=-1, params={"dims": (), "accumulate": False}, dtype="same",
-    batch=_vb.index_put, save="inputs",
+    batch=_vb.index_put, save="inputs", shape=lambda xs, vs, *ishapes, **_: tuple(xs),
     kernels={"xp": _index_put_kernel, "cpu": _index_put_cpu, "cuda": _index_put_cuda},
     check=lambda x, v, *idx, dims, accumulate: _check_indices("index_put", x, idx, dims),
     vjp=_index_put_vjp, jvp=_index_put_jvp)

@@ -69,6 +69,12 @@ def _abstract() -> bool:
     return bool(state.modes) and getattr(state.modes[-1], "abstract", False)
 
 
+def _no_write(x: Tensor) -> bool:
+    """Whether a write into ``x`` is skipped: an abstract mode (:func:`_abstract`) or a
+    ``meta`` tensor, which has no data to write into."""
+    return x._device.type == "meta" or _abstract()
+
+
 def commit(x: Tensor, r: Tensor, op: str) -> Tensor:
     """Write result ``r`` into ``x`` (shape/dtype-checked) and rebase ``x``'s history."""
     if state.modes and hasattr(state.modes[-1], "check_write"):   # vmap: batched into plain?
@@ -85,7 +91,7 @@ def commit(x: Tensor, r: Tensor, op: str) -> Tensor:
             raise ShapeError(f"{op}: output with shape {tuple(x.shape)} doesn't match the "
                              f"broadcast shape {tuple(r.shape)}")
         r = r.expand(x._data.shape)
-    abstract = _abstract()
+    abstract = _no_write(x)
     if not abstract:
         _check_overlap(x, op)
     node = r._grad_fn
@@ -168,7 +174,7 @@ def _commit_view(x: Tensor, r: Tensor, grad: bool) -> Tensor:
             _wrap(backend_of(x).asarray(geo.reshape(-1)), _dt.int64, x._device)
         nb = dispatch.apply(index_put_p, (b.reshape(-1), r.reshape(-1), ids),
                             {"dims": (0,), "accumulate": False}).reshape(b.shape)
-    if not _abstract() and not hasattr(x, "_batched_copy"):
+    if not _no_write(x) and not hasattr(x, "_batched_copy"):
         x._data[...] = r._data
     x._storage.version += 1
     if state.modes:
@@ -214,7 +220,8 @@ def _copy(s: Tensor) -> Tensor:
     """A new tensor holding a copy of ``s``'s values (every example's, inside vmap)."""
     if s.__class__ is not Tensor and hasattr(s, "_batched_copy"):
         return s._batched_copy()
-    return _wrap(s._data.copy(), s._dtype, s._device)
+    return _wrap(s._data.copy() if s._device.type != "meta" else s._data, s._dtype,
+                 s._device)
 
 
 def _snapshot(s: Tensor) -> Tensor:
@@ -276,7 +283,7 @@ def copy_into_out(out: Tensor, r: Tensor) -> Tensor:
     if out._data.shape != r._data.shape:
         raise ShapeError(f"out=: expected out to have shape {tuple(r.shape)}, got "
                          f"{tuple(out.shape)}")
-    if not _abstract():
+    if not _no_write(out):
         out._data[...] = r._data
     out._storage.version += 1
     if state.modes:
@@ -310,7 +317,7 @@ def fill_(self: Tensor, value) -> Tensor:
     if state.grad_enabled and (self._requires_grad or b is not None and b._requires_grad):
         from .factories import tensor
         return commit(self, tensor(value, dtype=self._dtype, device=self._device), "fill_")
-    if not _abstract():
+    if not _no_write(self):
         _check_overlap(self, "fill_")
         self._data[...] = value
     self._storage.version += 1

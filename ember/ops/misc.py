@@ -26,6 +26,9 @@ __all__ = ["set_printoptions", "get_printoptions", "printoptions"]
 def _write(self: Tensor, draw, op: str, inputs=()) -> Tensor:
     """Fill ``self`` with ``draw(*input arrays)``; under a tracer, a random node + write."""
     check_inplace(self, op)
+    if self._device.type == "meta":      # NOTE: nothing to fill, nothing drawn (PyTorch)
+        self._storage.version += 1
+        return self
     be = get_backend(self._device)
     draw = _for_device(self._device, draw)   # NOTE: a cuda tensor draws from its device's generator
     arr = draw(*(x._data if x._device.type == "cpu" else get_backend(x._device).to_host(x._data)

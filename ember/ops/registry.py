@@ -10,7 +10,8 @@ same entry:
 ``nin``        number of tensor inputs (``-1`` = variadic, e.g. ``cat``)
 ``params``     names and defaults of the non-tensor parameters
 ``kernels``    ``{backend type or "xp": fn(xp, *arrays, **params) -> array}``
-``shape``      shape rule ``fn(*input_shapes, **params) -> output shape`` (abstract eval)
+``shape``      shape rule ``fn(*input_shapes, **params) -> output shape`` (abstract eval,
+               and the op's kernel on the ``meta`` device: ``ember/device/meta.py``)
 ``dtype``      dtype rule: a kind (see :data:`DTYPE_KINDS`) or ``fn(*inputs, **params)``
 ``expr``       scalar C expression template for fusion, e.g. ``"({0} + {1})"``
 ``vjp``        ``fn(g, out, *inputs, **params) -> tuple of input grads`` in Ember ops
@@ -107,6 +108,9 @@ class Op:
         k = self._kcache.get(backend_type)
         if k is None:
             k = self.kernels.get(backend_type) or self.kernels.get("xp")
+            if backend_type == "meta":     # NOTE: shapes and dtypes only (device/meta.py)
+                from ..device.meta import meta_kernel
+                k = meta_kernel(self)
             if k is None and backend_type == "cuda" and "cpu" in self.kernels:
                 # NOTE: a CPU-only kernel (SciPy, LAPACK extras) runs on host copies
                 from ..device.cuda import host_fallback

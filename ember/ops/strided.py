@@ -166,7 +166,7 @@ def _arange(n, dev) -> Tensor:
 
 # ------------------------------------------------------------------ public functions
 def _fits(t: Tensor, size, stride, offset) -> bool:
-    if not t._data.flags.c_contiguous:
+    if not t.is_contiguous():
         return False
     rel = offset - t.storage_offset()
     if not math.prod(size):
@@ -265,7 +265,7 @@ def view_geometry(view: Tensor, base: Tensor):
     """``(size, stride, offset)`` of ``view`` inside ``base``'s C-order flattening, or an int64
     array of base flat indices per view element when ``base`` is not C-contiguous."""
     size, stride = tuple(view._data.shape), view.stride()
-    if base._data.flags.c_contiguous:
+    if base.is_contiguous():
         off = view.storage_offset() - base.storage_offset() if view._data.size else 0
         return size, stride, off
     pos_b = _positions(base._data.shape, base.stride(), base.storage_offset()).reshape(-1)

@@ -35,7 +35,8 @@ def _xp(t: Tensor, *others):
     for o in others:
         if isinstance(o, Tensor) and (o._dtype is not t._dtype or o._device != t._device):
             return None
-    return _backends[t._device.type].xp
+    be = _backends[t._device.type]
+    return be.xp if "no_data" not in be.capabilities else None   # meta: through the ops
 
 
 def _raw(o):

@@ -9,9 +9,14 @@ __all__ = ["skip_init"]
 def skip_init(module_cls, *args, **kwargs):
     """Construct ``module_cls(*args, **kwargs)`` without initialising its parameters.
 
-    Like PyTorch's, the class must accept a ``device`` argument; its ``reset_parameters``
-    is not run (no random numbers are drawn), so the parameters hold uninitialised memory
-    until the caller fills them.
+    As PyTorch does, the module is built on the ``meta`` device (its initialisation runs
+    there: no memory is written, no random numbers are drawn) and then given uninitialised
+    storage on ``device`` (default CPU) with ``to_empty``; the caller fills it.
+
+    Example:
+        >>> lin = ember.nn.utils.skip_init(ember.nn.Linear, 4, 2)
+        >>> lin.weight.shape
+        ember.Size([2, 4])
 
     Raises:
         RuntimeError: ``module_cls`` takes no ``device`` argument.
@@ -19,9 +24,6 @@ def skip_init(module_cls, *args, **kwargs):
     if "device" not in inspect.signature(module_cls).parameters:
         raise RuntimeError(f"skip_init: module {module_cls.__name__} must support a 'device' "
                            f"argument to skip initialization")
-    # NOTE: a throwaway subclass whose reset_parameters does nothing; the instance gets
-    # the real class back, so isinstance/type/state_dict are unaffected.
-    skip = type(module_cls.__name__, (module_cls,), {"reset_parameters": lambda self: None})
-    module = skip(*args, **kwargs)
-    module.__class__ = module_cls
-    return module
+    final_device = kwargs.pop("device", None) or "cpu"
+    kwargs["device"] = "meta"
+    return module_cls(*args, **kwargs).to_empty(device=final_device)
