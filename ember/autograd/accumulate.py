@@ -41,26 +41,60 @@ def _fit_checked(g, node, i):
     return out
 
 
-def _post_hook_counts(nodes):
-    """{id(leaf): [leaf, edges left]} for the leaves with post-accumulate-grad hooks."""
+def _leaf_counts(nodes):
+    """``{id(leaf): [leaf, edges left, gradient so far]}`` for the leaves with tensor hooks or
+    post-accumulate-grad hooks among the edges of ``nodes`` (the engine's ``pending``)."""
     pending: dict = {}
     for n in nodes:
         for e in n.next:
-            if e is not None and e[0].__class__ is not Node and e[0]._post_acc_hooks:
-                pending.setdefault(id(e[0]), [e[0], 0])[1] += 1
+            if e is not None and e[0].__class__ is not Node and (
+                    e[0]._hooks or e[0]._post_acc_hooks):
+                pending.setdefault(id(e[0]), [e[0], 0, None])[1] += 1
     return pending
 
 
-def _leaf_done(pending, t):
-    """Count one gradient into leaf ``t``; run its post-accumulate hooks after the last."""
-    entry = pending.get(id(t))
+def _leaf_arrive(pending, t, g, create_graph, external, claimed) -> None:
+    """One gradient ``g`` reaches leaf ``t``. A leaf with tensor hooks gets its gradient
+    summed over every edge first, so its hooks run once on the whole of it, as PyTorch's
+    ``AccumulateGrad`` does; its post-accumulate hooks run after the last contribution."""
+    entry = pending.get(id(t)) if pending else None
     if entry is None:
+        _to_leaf(t, g, create_graph, external, claimed)
         return
+    if t._hooks:
+        entry[2] = g if entry[2] is None else entry[2] + g
+    else:      # NOTE: post hooks only: accumulate as it comes (the hook-free path's bits)
+        _to_leaf(t, g, create_graph, external, claimed)
+        entry[2] = True
     entry[1] -= 1
     if entry[1] == 0:
-        del pending[id(t)]
-        for h in list(t._post_acc_hooks):
-            h(t)
+        _leaf_finish(pending, entry, create_graph, external, claimed)
+
+
+def _leaf_finish(pending, entry, create_graph, external, claimed) -> None:
+    t, _, g = entry
+    del pending[id(t)]
+    if g is not True:
+        _to_leaf(t, g, create_graph, external, claimed)
+    for h in list(t._post_acc_hooks or ()):
+        h(t)
+
+
+def _flush_leaves(pending, create_graph, external, claimed) -> None:
+    """After the node loop: finish the leaves whose counted edges did not all carry a
+    gradient (a rule returned None for one), so none of what arrived is lost."""
+    for entry in list(pending.values()):
+        if entry[2] is not None:
+            _leaf_finish(pending, entry, create_graph, external, claimed)
+
+
+def run_hooks(t, g):
+    """``g`` through leaf ``t``'s tensor hooks (each may return a replacement)."""
+    for h in t._hooks:
+        r = h(g)
+        if r is not None:
+            g = r
+    return g
 
 
 def _stolen(g, t):
@@ -118,12 +152,9 @@ def _dense(a) -> bool:
     return True
 
 
-def _to_leaf(t, g, create_graph, external, claimed):
-    if t._hooks:
-        for h in t._hooks:
-            r = h(g)
-            if r is not None:
-                g = r
+def _to_leaf(t, g, create_graph, external, claimed, hooks: bool = True):
+    if t._hooks and hooks:
+        g = run_hooks(t, g)
     if t._grad is None:
         sid = id(g._storage)
         if create_graph:
@@ -149,7 +180,8 @@ def _to_leaf(t, g, create_graph, external, claimed):
         t._grad.add_(g.detach())
 
 
-#: whether any post-accumulate-grad hook was ever registered (skips the edge count if not)
+#: whether any post-accumulate-grad hook or leaf tensor hook was ever registered (the
+#: engine skips the edge count if not)
 _post_hooks_live = False
 
 

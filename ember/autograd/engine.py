@@ -19,8 +19,10 @@ import threading
 from ..errors import GraphError, ShapeError
 from ..tensor import Tensor
 from . import accumulate as _acc
-from .accumulate import (_fit, _fit_checked, _leaf_done, _post_hook_counts, _to_leaf,
-                         register_post_accumulate_grad_hook)  # noqa: F401 - re-exported
+from .accumulate import (_fit, _fit_checked, _flush_leaves, _leaf_arrive, _leaf_counts,
+                         _to_leaf, register_post_accumulate_grad_hook,  # noqa: F401 - re-exported
+                         run_hooks)
+from .edges import GradientEdge, resolve
 from .graph import Node
 from .grad_mode import state, set_grad_enabled
 # NOTE: the hook API lives in hooks.py; engine re-exports it for existing imports
@@ -53,12 +55,27 @@ def run_backward(roots, grad_roots, retain_graph: bool, create_graph: bool,
     global freeing_runs
     if not retain_graph:
         freeing_runs += 1
+    passes = _running.__dict__.setdefault("passes", [])
+    this = _Pass()
+    passes.append(this)
+    try:
+        return _run(this, roots, grad_roots, retain_graph, create_graph, inputs, allow_unused)
+    finally:
+        passes.pop()
+
+
+def _run(this, roots, grad_roots, retain_graph, create_graph, inputs, allow_unused):
     buffers: dict = {}
     root_nodes = []
     external = set()  # storages the caller owns: never stored as a .grad without a copy
     for t, g in zip(roots, grad_roots):
         external.add(id(g._storage))
+        if t.__class__ is GradientEdge:      # an output given as (node, output_nr)
+            _accumulate(buffers, t.node if t.output_nr == 0 else t, g)
+            root_nodes.append(t.node)
+            continue
         if t._grad_fn is None:
+            this.root_leaves.add(id(t))
             if inputs is None:
                 _to_leaf(t, g, create_graph, external, set())
                 for h in list(t._post_acc_hooks or ()):
@@ -74,7 +91,9 @@ def run_backward(roots, grad_roots, retain_graph: bool, create_graph: bool,
     target_nodes, target_leaves = {}, {}
     if inputs is not None:
         for i, x in enumerate(inputs):
-            if x._grad_fn is None:
+            if x.__class__ is GradientEdge:
+                target_nodes.setdefault(id(x.node), []).append((x.output_nr, i))
+            elif x._grad_fn is None:
                 target_leaves[id(x)] = i
             else:
                 target_nodes.setdefault(id(x._grad_fn), []).append((x._out_nr, i))
@@ -84,6 +103,7 @@ def run_backward(roots, grad_roots, retain_graph: bool, create_graph: bool,
             if id(t) in target_leaves:
                 captured[target_leaves[id(t)]] = buffers.get(("leaf", id(t)))
     nodes.sort(key=_SEQ, reverse=True)   # seq is unique: reverse is exact
+    this.nodes, this.target_leaves = nodes, (target_leaves if inputs is not None else None)
     claimed: set = set()
     modes = _running.__dict__.setdefault("modes", [])
     callbacks = _running.__dict__.setdefault("callbacks", [])
@@ -93,10 +113,19 @@ def run_backward(roots, grad_roots, retain_graph: bool, create_graph: bool,
     # checkpoint's recompute and custom_bwd restore the forward's state themselves).
     autocast, state.autocast = state.autocast, None
     try:
-        pending = (_post_hook_counts(nodes) if inputs is None and _acc._post_hooks_live
+        pending = (_leaf_counts(nodes) if inputs is None and _acc._post_hooks_live
                    else None)
         _run_nodes(nodes, buffers, inputs, target_nodes, target_leaves, needed, captured,
                    retain_graph, create_graph, external, claimed, pending)
+        if pending:
+            with set_grad_enabled(create_graph):
+                _flush_leaves(pending, create_graph, external, claimed)
+        if inputs is not None:     # a leaf input's hooks see its whole gradient, once
+            with set_grad_enabled(create_graph):
+                for x, j in target_leaves.items():
+                    leaf = inputs[j]
+                    if leaf._hooks and captured.get(j) is not None:
+                        captured[j] = run_hooks(leaf, captured[j])
         queued = callbacks[-1]
         while queued:   # a callback may queue another (PyTorch runs those too)
             queued.pop(0)()
@@ -109,9 +138,11 @@ def run_backward(roots, grad_roots, retain_graph: bool, create_graph: bool,
         for i, x in enumerate(inputs):
             g = captured.get(i)
             if g is None and not allow_unused:
-                raise GraphError(f"One of the differentiated Tensors (input {i}, shape "
-                                 f"{tuple(x.shape)}) appears to not have been used in the "
-                                 f"graph. Set allow_unused=True if this is the desired behavior.")
+                what = (f"shape {tuple(x.shape)}" if x.__class__ is not GradientEdge else
+                        f"the GradientEdge of {x.node.name()} output {x.output_nr}")
+                raise GraphError(f"One of the differentiated Tensors (input {i}, {what}) "
+                                 f"appears to not have been used in the graph. Set "
+                                 f"allow_unused=True if this is the desired behavior.")
             if g is not None and not create_graph:
                 g = g.detach()
             out.append(g)
@@ -135,8 +166,9 @@ def backward(tensors, grad_tensors=None, retain_graph=None, create_graph=False, 
         inputs = [inputs] if isinstance(inputs, Tensor) else list(inputs)
         res = run_backward(roots, grads, retain_graph, create_graph, inputs, allow_unused=True)
         for x, g in zip(inputs, res):
-            if g is not None:
-                _to_leaf(x, g, create_graph, {id(gg._storage) for gg in grads}, set())
+            if g is not None:     # NOTE: run_backward already ran a leaf's hooks
+                _to_leaf(x, g, create_graph, {id(gg._storage) for gg in grads}, set(),
+                         hooks=x._grad_fn is not None)
         return
     run_backward(roots, grads, retain_graph, create_graph)
 
@@ -149,15 +181,20 @@ def grad(outputs, inputs, grad_outputs=None, retain_graph=None, create_graph=Fal
         >>> x = ember.tensor(3.0, requires_grad=True)
         >>> (dx,) = ember.autograd.grad(x ** 2, x)   # tensor(6.)
     """
-    single = isinstance(inputs, Tensor)
-    outputs = [outputs] if isinstance(outputs, Tensor) else list(outputs)
+    single = isinstance(inputs, (Tensor, GradientEdge))
+    outputs = [outputs] if isinstance(outputs, (Tensor, GradientEdge)) else list(outputs)
     inputs = [inputs] if single else list(inputs)
     if grad_outputs is None or isinstance(grad_outputs, Tensor):
         grad_outputs = [grad_outputs] * len(outputs) if grad_outputs is None else [grad_outputs]
     if retain_graph is None:
         retain_graph = create_graph
+    outputs, inputs = [resolve(x) for x in outputs], [resolve(x) for x in inputs]
     for i, x in enumerate(inputs):
-        if not isinstance(x, Tensor) or not x._requires_grad:
+        if x.__class__ is GradientEdge:
+            if materialize_grads:
+                raise GraphError(f"autograd.grad: materialize_grads needs the shape of input "
+                                 f"{i}, which a GradientEdge of a node does not carry")
+        elif not isinstance(x, Tensor) or not x._requires_grad:
             raise GraphError(f"autograd.grad: input {i} does not require grad")
     roots, grads = _roots_and_grads(outputs, grad_outputs, "autograd.grad")
     res = run_backward(roots, grads, retain_graph, create_graph, inputs,
@@ -172,6 +209,13 @@ def _roots_and_grads(tensors, grad_tensors, what):
     if len(grad_tensors) != len(tensors):
         raise ValueError(f"{what}: got {len(grad_tensors)} gradients for {len(tensors)} outputs")
     for t, g in zip(tensors, grad_tensors):
+        if t.__class__ is GradientEdge:
+            if not isinstance(g, Tensor):
+                raise GraphError(f"{what}: an output given as a GradientEdge needs its "
+                                 f"gradient in grad_outputs")
+            roots.append(t)
+            grads.append(g)
+            continue
         if not t._requires_grad:
             raise GraphError("element 0 of tensors does not require grad and does not have a "
                              "grad_fn")
@@ -209,8 +253,43 @@ def queue_callback(fn) -> None:
 
 
 #: per thread: for each engine run in progress (innermost last), whether it accumulates into
-#: ``.grad`` (``backward()``) rather than returning the gradients of given inputs.
+#: ``.grad`` (``backward()``) rather than returning the gradients of given inputs
+#: (``modes``), its queued callbacks and its :class:`_Pass` (``passes``).
 _running = threading.local()
+
+
+class _Pass:
+    """One backward pass in progress: which nodes it runs (PyTorch's graph task), for hooks
+    that must know which of their tensors' gradients it will compute."""
+
+    __slots__ = ("nodes", "target_leaves", "root_leaves", "_ids", "_leaves", "__weakref__")
+
+    def __init__(self):
+        self.nodes, self.target_leaves, self.root_leaves = (), None, set()
+        self._ids = self._leaves = None
+
+    def will_execute(self, t) -> bool:
+        """Whether this pass computes the gradient of tensor ``t``
+        (``torch._C._will_engine_execute_node`` of its grad_fn or AccumulateGrad)."""
+        fn = t._grad_fn
+        if fn is not None:
+            if self._ids is None:
+                self._ids = {id(n) for n in self.nodes}
+            return id(fn) in self._ids
+        if id(t) in self.root_leaves:
+            return True
+        if self.target_leaves is not None:      # autograd.grad: only its leaf inputs
+            return id(t) in self.target_leaves
+        if self._leaves is None:
+            self._leaves = {id(e[0]) for n in self.nodes for e in n.next
+                            if e is not None and e[0].__class__ is not Node}
+        return id(t) in self._leaves
+
+
+def current_pass():
+    """The innermost backward pass running on this thread, or None."""
+    passes = getattr(_running, "passes", None)
+    return passes[-1] if passes else None
 
 
 def accumulating() -> bool:
@@ -268,9 +347,10 @@ def _run_nodes(nodes, buffers, inputs, target_nodes, target_leaves, needed, capt
                 target, k = e
                 if target.__class__ is not Node:   # a leaf (Tensor, Parameter...)
                     if inputs is None:
-                        _to_leaf(target, gi, create_graph, external, claimed)
                         if pending:
-                            _leaf_done(pending, target)
+                            _leaf_arrive(pending, target, gi, create_graph, external, claimed)
+                        else:
+                            _to_leaf(target, gi, create_graph, external, claimed)
                     elif id(target) in target_leaves:
                         j = target_leaves[id(target)]
                         captured[j] = gi if captured.get(j) is None else captured[j] + gi

@@ -15,6 +15,7 @@ unpack hook makes of it.
 from __future__ import annotations
 
 import itertools
+import weakref
 
 from ..tensor import Tensor as _Tensor
 from .grad_mode import state
@@ -151,7 +152,7 @@ class Node:
             elif e[0].__class__ is Node or isinstance(e[0], Node):
                 out.append(e)
             else:
-                out.append((AccumulateGrad(e[0]), 0))
+                out.append((accumulate_grad(e[0]), 0))
         return tuple(out)
 
     def register_hook(self, fn):
@@ -170,6 +171,19 @@ class AccumulateGrad:
 
     def __repr__(self) -> str:
         return "<AccumulateGrad object>"
+
+
+#: id(leaf) -> its AccumulateGrad while someone holds that node (which holds the leaf, so
+#: the id stays the leaf's): two edges of one leaf name the same node, as in PyTorch
+_accumulators: "weakref.WeakValueDictionary" = weakref.WeakValueDictionary()
+
+
+def accumulate_grad(leaf) -> AccumulateGrad:
+    """The ``AccumulateGrad`` node of ``leaf`` (the same object while anyone holds it)."""
+    node = _accumulators.get(id(leaf))
+    if node is None:
+        node = _accumulators[id(leaf)] = AccumulateGrad(leaf)
+    return node
 
 
 def _version_of(x):
@@ -340,3 +354,19 @@ class disable_saved_tensors_hooks:
     def __exit__(self, *exc):
         _disabled.pop()
         return False
+
+
+_EDGE_NAMES = ("GradientEdge", "get_gradient_edge", "register_multi_grad_hook")
+
+
+def __getattr__(name):
+    # NOTE: torch.autograd.graph's gradient-edge names live in edges.py, a layer above this
+    # module (they build on the engine): bound on first use
+    if name in _EDGE_NAMES:
+        from . import edges
+        return getattr(edges, name)
+    raise AttributeError(f"module {__name__!r} has no attribute {name!r}")
+
+
+def __dir__():
+    return sorted(set(globals()) | set(_EDGE_NAMES))

@@ -20,6 +20,8 @@ def register_hook(t: Tensor, fn):
             t._hooks = []
         t._hooks.append(fn)
         lst = t._hooks
+        from . import accumulate     # NOTE: the engine now counts leaves' edges
+        accumulate._post_hooks_live = True
     else:
         node = t._grad_fn
         if node.pre_hooks is None:
