@@ -50,6 +50,8 @@ NAMESPACES = [
     ("torch.utils.dlpack", "ember.utils.dlpack", None),
     ("torch.nn.utils.rnn", "ember.nn.utils.rnn", None),
     ("torch.nn.attention", "ember.nn.attention", None),
+    ("torch.jit", "ember.jit", None),
+    ("torch.compiler", "ember.compiler", None),
 ]
 
 

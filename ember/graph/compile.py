@@ -35,6 +35,7 @@ import functools
 import time
 from typing import NamedTuple
 import warnings
+import weakref
 
 from ..autograd import engine as _engine
 from ..autograd.grad_mode import state as _state
@@ -128,6 +129,16 @@ def compile(fn=None, *, fullgraph: bool = False, dynamic: bool = False, passes=N
     return cf
 
 
+#: every live CompiledFunction (``ember.compiler.reset`` forgets their graphs)
+_LIVE: "weakref.WeakSet" = weakref.WeakSet()
+
+
+def reset_all() -> None:
+    """Forget the graphs of every live compiled function (``torch.compiler.reset``)."""
+    for cf in list(_LIVE):
+        cf._reset()
+
+
 #: ``mode`` values (PyTorch's).
 MODES = (None, "default", "reduce-overhead", "max-autotune", "max-autotune-no-cudagraphs")
 
@@ -177,6 +188,16 @@ class CompiledFunction:
         self._sig0 = None         # the signature of the capture in progress, before the call
         self.log = Explanation(self.name)
         functools.update_wrapper(self, fn, updated=()) if not self.module else None
+        _LIVE.add(self)
+
+    def _reset(self) -> None:
+        """Forget every signature's graph, as if never called (``ember.compiler.reset``)."""
+        self._cache.clear()
+        self._last_sig = self._sig0 = self._graph_key = None
+        self._recompiles = 0
+        self._grad_keys = True
+        self._wrote_python, self._hinted = {}, set()
+        self.log = Explanation(self.name)
 
     # ------------------------------------------------------------------ calling
     def __call__(self, *args, **kwargs):
