@@ -115,3 +115,40 @@ def test_multi_grad_hook_any_mode_and_bad_mode():
     assert len(got) == 2 and got[0] in ([2.0], [3.0])
     with pytest.raises(ValueError, match="'all' or 'any'"):
         register_multi_grad_hook((a,), print, mode="some")
+
+
+def test_node_hooks_and_prehooks():
+    x = em.tensor([1.0, 2.0], requires_grad=True)
+    y = x * 3
+    post, pre = [], []
+    y.grad_fn.register_hook(lambda gi, go: post.append((_l(gi[0]), _l(gi[1]), _l(go[0]))))
+    y.grad_fn.register_prehook(lambda go: (pre.append(_l(go[0])), (go[0] * 10,))[1])
+    y.sum().backward()
+    assert pre == [[1.0, 1.0]] and post == [([30.0, 30.0], None, [10.0, 10.0])]
+    assert x.grad.tolist() == [30.0, 30.0]
+    z = x * 1
+    handle = z.grad_fn.register_hook(lambda gi, go: (gi[0] * 0, None))   # replaces grad_inputs
+    x.grad = None
+    z.sum().backward()
+    assert x.grad.tolist() == [0.0, 0.0]
+    handle.remove()
+    x.grad = None
+    (x * 1).sum().backward()
+    assert x.grad.tolist() == [1.0, 1.0]
+    w = x * 2
+    w.grad_fn.register_hook(lambda gi, go: (gi[0],))
+    with pytest.raises(RuntimeError, match=r"incorrect number of values \(got 1, but expected 2"):
+        w.sum().backward()
+
+
+def test_accumulate_grad_node_hooks_the_ddp_way():
+    p = em.nn.Parameter(em.ones(3))
+    tmp = p.expand_as(p)
+    assert tmp.grad_fn is not None and tmp.grad_fn.name() == "ExpandBackward"
+    acc = tmp.grad_fn.next_functions[0][0]
+    assert acc is get_gradient_edge(p).node
+    calls = []
+    acc.register_hook(lambda gi, go: calls.append((gi, _l(go[0]))))
+    acc.register_prehook(lambda go: (go[0] * 2,))
+    (p * 2).sum().backward()
+    assert calls == [((), [4.0, 4.0, 4.0])] and p.grad.tolist() == [4.0, 4.0, 4.0]

@@ -155,9 +155,29 @@ class Node:
                 out.append((accumulate_grad(e[0]), 0))
         return tuple(out)
 
+    def register_prehook(self, fn):
+        """Run ``fn(grad_outputs) -> tuple | None`` before this node's backward, after its
+        outputs' tensor hooks; a tuple returned replaces the gradients
+        (``torch.autograd.graph.Node.register_prehook``). Returns a removable handle."""
+        return _node_hook(self, "prehook", fn)
+
     def register_hook(self, fn):
-        """Hook ``fn(grad_inputs, grad_outputs)`` is not supported; use Tensor.register_hook."""
-        raise NotImplementedError("Node.register_hook: use Tensor.register_hook instead")
+        """Run ``fn(grad_inputs, grad_outputs) -> tuple | None`` after this node's backward;
+        a tuple returned replaces ``grad_inputs`` (``Node.register_hook``). Returns a
+        removable handle."""
+        return _node_hook(self, "hook", fn)
+
+
+def _node_hook(node, kind: str, fn):
+    """Node-level hooks live in ``pre_hooks`` under the keys ``"prehook"``/``"hook"`` beside
+    the outputs' tensor hooks (int keys), so the engine's hook-free fast path stays one
+    check."""
+    from .hooks import _RemovableHandle
+    if node.pre_hooks is None:
+        node.pre_hooks = {}
+    lst = node.pre_hooks.setdefault(kind, [])
+    lst.append(fn)
+    return _RemovableHandle(lst, fn)
 
 
 class AccumulateGrad:
@@ -168,6 +188,22 @@ class AccumulateGrad:
 
     def name(self) -> str:
         return "AccumulateGrad"
+
+    def register_hook(self, fn):
+        """Run ``fn((), (grad,))`` after the leaf's gradient was accumulated, ``grad`` being
+        the leaf's ``.grad`` then (PyTorch passes this pass's incoming gradient: the same
+        unless ``.grad`` already held one). The hook behind DDP-style gradient hooks
+        (``p.expand_as(p).grad_fn.next_functions[0][0].register_hook``)."""
+        return self.variable.register_post_accumulate_grad_hook(
+            lambda t: fn((), (t.grad,)))
+
+    def register_prehook(self, fn):
+        """Run ``fn((grad,)) -> tuple | None`` on the leaf's gradient before it is
+        accumulated; a tuple returned replaces it."""
+        def hook(g):
+            r = fn((g,))
+            return None if r is None else r[0]
+        return self.variable.register_hook(hook)
 
     def __repr__(self) -> str:
         return "<AccumulateGrad object>"

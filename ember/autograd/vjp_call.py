@@ -53,13 +53,20 @@ def _unpack_saved(node, create_graph):
 
 
 def _run_pre_hooks(node, grads, create_graph):
-    if node.pre_hooks is not None:
-        for k, hooks in node.pre_hooks.items():
+    hooks_of = node.pre_hooks
+    if hooks_of is not None:
+        for k, hooks in hooks_of.items():
+            if k.__class__ is str:       # node-level hooks (graph._node_hook)
+                continue
             for h in hooks:
                 if grads[k] is not None:
                     r = h(grads[k])
                     if r is not None:
                         grads[k] = r
+        for h in hooks_of.get("prehook", ()):     # after the tensor hooks, as PyTorch
+            r = h(tuple(grads))
+            if r is not None:
+                grads = _replaced(node, h, list(r), len(grads))
     if node.retain is not None:
         for k, ref in node.retain.items():
             t = ref()
@@ -190,7 +197,24 @@ def _node_vjp(node, buffers, inputs, target_nodes, target_leaves, needed, captur
         for e in node.next]
     prof = st["profiler"]     # ember.profiler: the VJP as a range named like grad_fn
     if prof is not None:
-        return prof.call(node.name(), "cpu_op", _call_vjp, node, grads, create_graph, want)
-    if st["anomaly"] or want is not None or node.nout != 1:
-        return _call_vjp(node, grads, create_graph, want)
-    return _vjp1(node, grads[0], create_graph)
+        res = prof.call(node.name(), "cpu_op", _call_vjp, node, grads, create_graph, want)
+    elif st["anomaly"] or want is not None or node.nout != 1:
+        res = _call_vjp(node, grads, create_graph, want)
+    else:
+        res = _vjp1(node, grads[0], create_graph)
+    post = node.pre_hooks.get("hook") if node.pre_hooks is not None else None
+    if post:
+        for h in post:
+            r = h(tuple(res), tuple(grads))
+            if r is not None:
+                res = _replaced(node, h, list(r), len(res))
+    return res
+
+
+def _replaced(node, hook, new: list, n: int) -> list:
+    """What a node-level hook returned, checked for one gradient per slot (PyTorch's error)."""
+    if len(new) != n:
+        name = getattr(hook, "__name__", type(hook).__name__)
+        raise GraphError(f"{node.name()}: hook '{name}' has returned an incorrect number of "
+                         f"values (got {len(new)}, but expected {n})")
+    return new

@@ -340,8 +340,8 @@ def expand(input, *sizes):
                              f"sizes: {list(sizes)}. Tensor sizes: {list(input.shape)}")
         out.append(s)
     out = tuple(out)
-    if out == input._data.shape:
-        return input
+    if out == input._data.shape and not input._requires_grad:
+        return input      # NOTE: with grad, a view with its ExpandBackward, as PyTorch's
     return _apply(expand_p, (input,), {"shape": out})
 
 
