@@ -69,3 +69,7 @@ class Storage:
 
     def __repr__(self) -> str:
         return f"<ember.Storage {self.nbytes} bytes on {self.device}>"
+
+
+#: ``torch.UntypedStorage``'s name for Ember's one storage class (``Tensor.untyped_storage()``)
+UntypedStorage = Storage

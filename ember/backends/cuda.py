@@ -74,3 +74,27 @@ def enable_cudnn_sdp(enabled: bool) -> None:
 def cudnn_sdp_enabled() -> bool:
     """The recorded cuDNN-attention flag."""
     return _SDP["cudnn"]
+
+
+class sdp_kernel:  # noqa: N801 - torch.backends.cuda.sdp_kernel
+    """Set the SDP flags for a block, restoring them after (PyTorch's deprecated
+    predecessor of ``ember.nn.attention.sdpa_kernel``).
+
+    Example:
+        >>> with ember.backends.cuda.sdp_kernel(enable_flash=False):
+        ...     out = F.scaled_dot_product_attention(q, k, v)
+    """
+
+    def __init__(self, enable_flash: bool = True, enable_math: bool = True,
+                 enable_mem_efficient: bool = True, enable_cudnn: bool = True):
+        self._want = {"flash": enable_flash, "math": enable_math,
+                      "mem_efficient": enable_mem_efficient, "cudnn": enable_cudnn}
+
+    def __enter__(self):
+        self._saved = dict(_SDP)
+        _SDP.update({k: bool(v) for k, v in self._want.items()})
+        return self
+
+    def __exit__(self, *exc):
+        _SDP.update(self._saved)
+        return False

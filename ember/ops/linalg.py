@@ -319,11 +319,20 @@ def _scaled_add(input, prod, beta, alpha):
 _LETTERS = "abcdefghijklmnopqrstuvwxyzABCDEFGHIJKLMNOPQRSTUVWXYZ"
 
 
+def _optimize(n: int):
+    """einsum's ``optimize=`` from ``ember.backends.opt_einsum`` (``enabled``, ``strategy``)."""
+    from ..backends import opt_einsum as flags     # NOTE: the flags sit above the ops layer
+    if n < 2 or not flags.enabled:
+        return False
+    return "optimal" if flags.strategy == "optimal" else True
+
+
 def _einsum_kernel(xp, *arrays, equation):
     if is_lowp(*arrays):    # NOTE: float32 inside, rounded once (as matmul)
-        r = xp.einsum(equation, *[lowp_to_f32(a) for a in arrays], optimize=len(arrays) > 1)
+        r = xp.einsum(equation, *[lowp_to_f32(a) for a in arrays],
+                      optimize=_optimize(len(arrays)))
         return f32_to_lowp(r, arrays[0].dtype)
-    r = xp.einsum(equation, *arrays, optimize=len(arrays) > 1)
+    r = xp.einsum(equation, *arrays, optimize=_optimize(len(arrays)))
     # NOTE: xp.einsum returns views for pure relabellings ("ij->ji", "ii->i"); a primitive
     # that is not declared a view must not alias its inputs.
     if any(xp.may_share_memory(r, a) for a in arrays):
