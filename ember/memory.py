@@ -73,7 +73,7 @@ def live_tensors(device="cpu") -> list:
     for o in gc.get_objects():
         if type(o) is Storage and o._alloc is alloc:   # NOTE: type(): no proxy __class__
             a = o.data
-            out.append((o.nbytes, tuple(a.shape), str(a.dtype), getattr(o, "site", None)))
+            out.append((o._nbytes, tuple(a.shape), str(a.dtype), getattr(o, "site", None)))
     out.sort(key=lambda r: -r[0])
     return out
 

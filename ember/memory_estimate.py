@@ -180,7 +180,7 @@ class _AbstractMode:
         for x, g in self.leaves.values():
             if g is not None and x._grad is not g and id(g._storage) not in seen:
                 seen.add(id(g._storage))
-                n += g._storage.nbytes
+                n += g._storage._nbytes
         return n
 
     def _parts(self, total) -> dict:
@@ -191,7 +191,7 @@ class _AbstractMode:
             st = t._storage
             if id(st) not in seen:
                 seen.add(id(st))
-                parts[field] += st.nbytes
+                parts[field] += st._nbytes
 
         for x, _ in self.leaves.values():
             add("parameters", x)
@@ -208,8 +208,8 @@ class _AbstractMode:
             if id(st) not in seen:
                 seen.add(id(st))
                 field = "activations" if phase == "activation" else "temporaries"
-                parts[field] += st.nbytes
-                self.peak_values.append((weakref.ref(st), st.nbytes, field))
+                parts[field] += st._nbytes
+                self.peak_values.append((weakref.ref(st), st._nbytes, field))
         parts["other"] = max(0, total - sum(parts.values()))
         return parts
 
@@ -379,7 +379,7 @@ def _from_plan(compiled, inputs, kwargs):
         plan = compiled.memory_plan(*inputs, **kwargs) if entry.joint else entry.program.plan
     except Exception:  # noqa: BLE001 - no plan (runs eagerly, graph break...): eager trace
         return None
-    released = {id(p.grad._storage): p.grad._storage.nbytes
+    released = {id(p.grad._storage): p.grad._storage._nbytes
                 for p in getattr(entry, "release", ()) if p.grad is not None}
     opts, params = _reachable(getattr(compiled, "fn", compiled), inputs)
     parts = _resident(opts, params, released)
@@ -403,7 +403,7 @@ def _resident(opts, params, skip) -> dict:
     def add(field, t):
         if isinstance(t, Tensor) and id(t._storage) not in seen:
             seen.add(id(t._storage))
-            parts[field] += t._storage.nbytes
+            parts[field] += t._storage._nbytes
 
     for p in params:
         add("parameters", p)

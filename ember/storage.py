@@ -33,12 +33,12 @@ _INSIDE: dict = {}   # file name -> whether it belongs to Ember
 class Storage:
     # NOTE: ``site`` (where the storage was made) is only set while the allocator has a
     # limit (or records sites for debugging), so the unlimited path stays as fast as before.
-    __slots__ = ("data", "device", "nbytes", "version", "_alloc", "site", "__weakref__")
+    __slots__ = ("data", "device", "_nbytes", "version", "_alloc", "site", "__weakref__")
 
     def __init__(self, data, dev, allocator):
         self.data = data
         self.device = dev
-        self.nbytes = n = data.nbytes
+        self._nbytes = n = data.nbytes
         self.version = 0
         if allocator.limit is None:   # NOTE: CountingAllocator.track inlined: hot path
             cur = allocator.current = allocator.current + n
@@ -54,21 +54,30 @@ class Storage:
     def __del__(self):
         alloc = self._alloc
         if alloc is not None:   # NOTE: CountingAllocator.untrack inlined: hot path
-            alloc.current -= self.nbytes
+            alloc.current -= self._nbytes
             alloc.num_frees += 1
 
     def data_ptr(self) -> int:
         return self.data.__array_interface__["data"][0] if hasattr(
             self.data, "__array_interface__") else int(self.data.data.ptr)
 
+    def nbytes(self) -> int:
+        """Bytes of the buffer (``UntypedStorage.nbytes()``)."""
+        return self._nbytes
+
     def size(self) -> int:
-        return self.data.size
+        """Bytes of the buffer: an untyped storage counts bytes, as PyTorch's does."""
+        return self._nbytes
 
     def __len__(self) -> int:
-        return self.data.size
+        return self._nbytes
+
+    def element_size(self) -> int:
+        """1: the elements of an untyped storage are bytes."""
+        return 1
 
     def __repr__(self) -> str:
-        return f"<ember.Storage {self.nbytes} bytes on {self.device}>"
+        return f"<ember.Storage {self._nbytes} bytes on {self.device}>"
 
 
 #: ``torch.UntypedStorage``'s name for Ember's one storage class (``Tensor.untyped_storage()``)

@@ -131,3 +131,9 @@ def test_types_storage_and_backend_flags():
         finally:
             em.backends.opt_einsum.enabled, em.backends.opt_einsum.strategy = True, "auto"
         np.testing.assert_allclose(got, want, rtol=1e-5, atol=1e-5)
+
+
+def test_untyped_storage_counts_bytes_as_pytorchs():
+    s = em.arange(3.0).untyped_storage()
+    assert s.nbytes() == s.size() == len(s) == 12 and s.element_size() == 1
+    assert em.zeros(2, 3, dtype=em.float64)[1].untyped_storage().nbytes() == 48   # the base's

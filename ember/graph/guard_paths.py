@@ -79,7 +79,7 @@ def describe(x) -> str:
         return (f"{type(x).__name__} {x._dtype.name}[{', '.join(map(str, x._data.shape))}] "
                 f"@{id(x):x}")
     if isinstance(x, Storage):
-        return f"storage of {x.nbytes} bytes @{id(x):x}"
+        return f"storage of {x._nbytes} bytes @{id(x):x}"
     if isinstance(x, np.ndarray):
         return f"ndarray {x.dtype}{list(x.shape)} {np.array2string(x, threshold=6)}"[:80]
     if _is_value(x):

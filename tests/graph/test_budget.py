@@ -61,7 +61,7 @@ def _run(budget, passes=None, depth=64, width=32, batch=64):
     em.reset_peak_memory_stats()
     # the old gradients are released before the step runs (as its zero_grad would)
     start = em.memory_stats()["current_bytes"] - sum(
-        p.grad._storage.nbytes for p in model.parameters())
+        p.grad._storage.nbytes() for p in model.parameters())
     loss = f(x, y)
     measured = em.memory_stats()["peak_bytes"] - start + plan.input_bytes
     grads = [p.grad.numpy().copy() for p in model.parameters()]

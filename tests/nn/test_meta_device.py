@@ -24,7 +24,7 @@ def test_device_and_factories():
     assert x.is_meta and not em.ones(1).is_meta
     assert tuple(x.shape) == (1 << 20, 1 << 20) and x.dtype == em.float32
     assert x.stride() == (1 << 20, 1) and x.is_contiguous() and x.data_ptr() == 0
-    assert x.untyped_storage().nbytes == 4 << 40
+    assert x.untyped_storage().nbytes() == 4 << 40
     assert _cpu_bytes() == before
     for t in (em.zeros(2, 3, device="meta"), em.ones(2, 3, device="meta"),
               em.full((2, 3), 7.0, device="meta"), em.rand(2, 3, device="meta"),
