@@ -322,7 +322,8 @@ class _CheckpointOp(EngineOp):
         finally:
             state.autocast = autocast
             for t, value in keep:    # e.g. running statistics are updated once, not twice
-                t._data[...] = value
+                if t._device.type != "meta":
+                    t._data[...] = value
         flat, _ = tree_flatten(out)
         return [flat[k] for k in self.out_spec]
 

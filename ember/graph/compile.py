@@ -129,6 +129,14 @@ def compile(fn=None, *, fullgraph: bool = False, dynamic: bool = False, passes=N
     return cf
 
 
+def _on_meta(flat, module) -> bool:
+    """Whether a call's tensors (or the compiled module's parameters) are ``meta`` tensors."""
+    for x in flat:
+        if isinstance(x, Tensor) and x._device.type == "meta":
+            return True
+    return module is not None and any(p._device.type == "meta" for p in module.parameters())
+
+
 #: every live CompiledFunction (``ember.compiler.reset`` forgets their graphs)
 _LIVE: "weakref.WeakSet" = weakref.WeakSet()
 
@@ -247,6 +255,13 @@ class CompiledFunction:
         """Trace ``fn`` for signature ``sig`` (the call runs for real), compile the graph
         and cache it; returns the call's result. ``why``: the guard that failed."""
         t0 = time.perf_counter()
+        if _on_meta(flat, self.module):
+            # NOTE: meta tensors carry shapes only: nothing to compile or to gain
+            self.log.note("meta tensors: the function runs eagerly (shapes and dtypes only)")
+            e = Entry()
+            e.eager, e.reason = True, "meta tensors"
+            self._cache[key] = e
+            return self.fn(*args, **kwargs)
         self._count_recompile(sig, key, why)
         if self._recompiles > CACHE_LIMIT:
             self.log.note(f"more than {CACHE_LIMIT} recompiles: running eagerly from now on")

@@ -93,8 +93,8 @@ def run(e: Entry, flat):
         kind, obj = target
         dst = flat[obj] if kind == "arg" else (owner(ao, obj, flat).grad if kind == "grad"
                                                else obj)
-        if outs[i] is not dst._data:        # not already computed in place (donations)
-            dst._data[...] = outs[i]
+        if outs[i] is not dst._data and dst._device.type != "meta":   # donations computed
+            dst._data[...] = outs[i]        # in place already; a meta tensor holds no data
         dst._storage.version += 1
     for p, i, meta in e.grads:
         p = owner(ao, p, flat)

@@ -175,3 +175,27 @@ def test_in_place_writes_and_views_keep_shapes():
     z = em.empty(4, device="meta")
     assert z.fill_(1.0) is z and z.zero_() is z and z.copy_(em.ones(4)) is z
     assert tuple(z.as_strided((2, 2), (2, 1)).shape) == (2, 2)
+
+
+def test_compile_and_checkpoint_run_meta_programs_eagerly():
+    with em.device("meta"):
+        m = nn.Sequential(nn.Linear(8, 8), nn.BatchNorm1d(8), nn.GELU(), nn.Linear(8, 2))
+    x = em.empty(4, 8, device="meta")
+    opt = em.optim.AdamW(m.parameters())
+
+    def step(x):
+        opt.zero_grad()
+        loss = m(x).sum()
+        loss.backward()
+        opt.step()
+        return loss.detach()
+    cs = em.compile(step)
+    for _ in range(3):
+        out = cs(x)
+    assert out.is_meta and tuple(m[0].weight.grad.shape) == (8, 8)
+    assert any("meta tensors" in n for n in cs.explain().notes)
+    assert tuple(em.compile(m)(x).shape) == (4, 2)
+    from ember.utils.checkpoint import checkpoint
+    y = checkpoint(m, em.empty(4, 8, device="meta", requires_grad=True), use_reentrant=False)
+    y.sum().backward()
+    assert y.is_meta and tuple(y.shape) == (4, 2)
