@@ -31,7 +31,8 @@ __all__ = ["pi", "e", "inf", "nan", "newaxis", "use_deterministic_algorithms",
            "get_device", "is_anomaly_enabled", "set_anomaly_enabled", "selu", "celu",
            "threshold", "hardshrink", "prelu", "cosine_similarity", "pairwise_distance",
            "pixel_shuffle", "pixel_unshuffle", "memory_format", "contiguous_format",
-           "preserve_format", "legacy_contiguous_format", "set_default_tensor_type",
+           "preserve_format", "legacy_contiguous_format", "channels_last", "channels_last_3d",
+           "set_default_tensor_type",
            "can_cast", "set_flush_denormal", "frombuffer"]
 
 pi, e, inf, nan = math.pi, math.e, math.inf, math.nan
@@ -165,9 +166,11 @@ strided = layout("strided")
 
 
 class memory_format:
-    """A memory format (``torch.memory_format``). Ember tensors are row-major, so only
-    :data:`contiguous_format` and :data:`preserve_format` exist; ``channels_last`` is
-    deliberately absent rather than accepted and ignored."""
+    """A memory format (``torch.memory_format``): :data:`contiguous_format` (row-major),
+    :data:`preserve_format` (keep the layout), :data:`channels_last` /
+    :data:`channels_last_3d` (NHWC / NDHWC memory order under an NCHW / NCDHW shape: a real
+    strided layout, ``is_contiguous(memory_format=channels_last)`` tells). Ember's kernels
+    take any strides; which layout a result gets may differ from PyTorch's (values do not)."""
 
     def __init__(self, name: str):
         self.name = name
@@ -178,6 +181,8 @@ class memory_format:
 
 contiguous_format = memory_format("contiguous_format")
 preserve_format = memory_format("preserve_format")
+channels_last = memory_format("channels_last")
+channels_last_3d = memory_format("channels_last_3d")
 legacy_contiguous_format = contiguous_format
 Tensor.layout = property(lambda self: strided)
 

@@ -174,6 +174,11 @@ class Tensor:
         return _ptr(self._data) if self._device.type != "meta" else 0
 
     def is_contiguous(self, memory_format=None) -> bool:
+        """Whether the strides are row-major (or, with ``memory_format=ember.channels_last``,
+        NHWC order)."""
+        if getattr(memory_format, "name", None) in ("channels_last", "channels_last_3d"):
+            from .ops.convert import is_contiguous_as
+            return is_contiguous_as(self, memory_format)
         return self._data.flags.c_contiguous or self._device.type == "meta"
 
     @property

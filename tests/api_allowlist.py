@@ -76,10 +76,6 @@ ALLOWLIST.update({
     "torch.special": {"Tensor": IMPORTED, **_group(DOCS, "common_args multi_dim_common")},
     "torch.fft": {"Tensor": IMPORTED, **_group(DOCS, "common_args factory_common_args")},
     "torch.linalg": {"common_notes": DOCS},
-    "torch.nn.utils": _group("memory formats (channels_last): Ember tensors have one "
-                             "layout, so there is nothing to convert",
-                             "convert_conv2d_weight_memory_format "
-                             "convert_conv3d_weight_memory_format memory_format"),
 })
 
 #: Namespaces whose every missing name must be allowlisted (the others only report).
@@ -184,8 +180,6 @@ ALLOWLIST["torch"] = {
                      "sparse_bsr_tensor sparse_compressed_tensor sparse_csc sparse_csc_tensor "
                      "sparse_csr sparse_csr_tensor"),
     **_group(REMOVED, "eig lstsq matrix_rank solve symeig"),
-    **_group("memory formats (channels_last): Ember tensors have one row-major layout",
-             "channels_last channels_last_3d"),
     **_group(BUILD, "USE_GLOBAL_DEPS USE_RTLD_GLOBAL_WITH_LIBTORCH compiled_with_cxx11_abi "
                     "has_lapack has_mkl has_openmp has_spectral"),
     **_group(SUBMODULE, "cpp export masked monitor nested jagged package "

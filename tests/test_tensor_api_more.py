@@ -289,7 +289,6 @@ def test_factories_and_aliases():
     y = em.ones(2, 3).t().contiguous(memory_format=em.contiguous_format)
     assert y.is_contiguous(memory_format=em.contiguous_format)
     assert repr(em.preserve_format) == "ember.preserve_format"
-    assert not hasattr(em, "channels_last")   # absent, not silently ignored
     assert em.is_inference(em.ones(1)) is False and em.get_device(em.ones(1)) == -1
     assert em.is_signed(em.ones(1)) and not em.isreal(em.ones(2)).logical_not().any()
 

@@ -11,6 +11,10 @@ from ..device import device as _device
 from ..tensor import Tensor
 
 
+#: the tensor ranks ``Module.to(memory_format=)`` lays out (PyTorch: 4-D and 5-D ones)
+_FORMAT_RANKS = {"channels_last": (4,), "channels_last_3d": (5,), "contiguous_format": (4, 5)}
+
+
 class _ConversionMixin:
     """The conversion half of ``Module`` (kept apart to keep module.py readable)."""
 
@@ -40,13 +44,15 @@ class _ConversionMixin:
 
     def to(self, *args, **kwargs) -> "Module":
         """Move and/or cast parameters and buffers: ``to(device)``, ``to(dtype)``,
-        ``to(device, dtype)``, ``to(tensor)``; dtype casts touch floating-point ones only.
+        ``to(device, dtype)``, ``to(tensor)``; dtype casts touch floating-point ones only;
+        ``memory_format=ember.channels_last`` lays 4-D ones (conv weights) out in NHWC order.
 
         Example:
             >>> m = ember.nn.Linear(2, 2).to(ember.float64)
             >>> m.weight.dtype
             ember.float64
         """
+        fmt = kwargs.get("memory_format")
         device, dtype, non_blocking = _parse_to(args, kwargs)
         if dtype is not None and not dtype.is_floating_point:
             raise TypeError(f"nn.Module.to only accepts floating point or complex dtypes, "
@@ -59,7 +65,9 @@ class _ConversionMixin:
                     "ember.nn.Module.to_empty() instead of ember.nn.Module.to() when moving "
                     "module from meta to a different device.")
             return t.to(device=device, dtype=dtype if t.is_floating_point() else None,
-                        non_blocking=non_blocking)
+                        non_blocking=non_blocking,
+                        memory_format=fmt if fmt is not None and t.dim() in _FORMAT_RANKS.get(
+                            getattr(fmt, "name", None), ()) else None)
         return self._apply(convert)
 
     def to_empty(self, *, device, recurse: bool = True) -> "Module":

@@ -25,13 +25,66 @@ def _to_device_kernel(xp, x, device):
     raise NotImplementedError  # replaced per backend pair when a second backend exists
 
 
+#: the channels-last formats: their rank and the dim order from outermost to innermost
+_CHANNELS_LAST = {"channels_last": (4, (0, 2, 3, 1)), "channels_last_3d": (5, (0, 2, 3, 4, 1))}
+
+
+def _format(memory_format):
+    """``"channels_last"``/``"channels_last_3d"``, or None for the row-major formats."""
+    name = getattr(memory_format, "name", None)
+    return name if name in _CHANNELS_LAST else None
+
+
+def _check_rank(input, fmt: str) -> tuple:
+    rank, order = _CHANNELS_LAST[fmt]
+    if input.ndim != rank:
+        raise RuntimeError(f"required rank {rank} tensor to use {fmt} format")
+    return order
+
+
+def is_contiguous_as(input, memory_format) -> bool:
+    """Whether ``input``'s strides are those of a dense tensor in ``memory_format``
+    (dims of size 1 may have any stride), as ``Tensor.is_contiguous(memory_format=)``."""
+    fmt = _format(memory_format)
+    if fmt is None:
+        return input.is_contiguous()
+    rank, order = _CHANNELS_LAST[fmt]
+    if input.ndim != rank:
+        return False
+    shape, strides = input.shape, input.stride()
+    expected = 1
+    for d in reversed(order):
+        if shape[d] != 1 and strides[d] != expected:
+            return False
+        expected *= shape[d]
+    return True
+
+
+def _to_format(input, fmt: str) -> Tensor:
+    """A copy of ``input`` laid out in channels-last order (NHWC memory, NCHW shape)."""
+    order = _check_rank(input, fmt)
+    inverse = tuple(order.index(d) for d in range(len(order)))
+    return _apply(contiguous_p, (input.permute(*order),), {}).permute(*inverse)
+
+
 def clone(input, *, memory_format=None) -> Tensor:
-    """A copy of ``input`` that is differentiable (``torch.clone``)."""
+    """A copy of ``input`` that is differentiable (``torch.clone``); the default
+    ``preserve_format`` keeps its layout, ``contiguous_format``/``channels_last`` set one."""
+    fmt = _format(memory_format)
+    if fmt is not None:
+        return _to_format(input, fmt)
+    if getattr(memory_format, "name", None) == "contiguous_format":
+        return _apply(contiguous_p, (input,), {})
     return _apply(clone_p, (input,), {})
 
 
 def contiguous(input, memory_format=None) -> Tensor:
-    """``input`` itself if C-contiguous, else a contiguous copy."""
+    """``input`` itself if contiguous in ``memory_format`` (row-major by default;
+    ``ember.channels_last``: NHWC memory order), else a copy laid out so."""
+    fmt = _format(memory_format)
+    if fmt is not None:
+        _check_rank(input, fmt)
+        return input if is_contiguous_as(input, memory_format) else _to_format(input, fmt)
     if input._data.flags.c_contiguous:
         return input
     return _apply(contiguous_p, (input,), {})
@@ -52,8 +105,10 @@ def detach_(input) -> Tensor:
     return input
 
 
-def to(input, *args, dtype=None, device=None, non_blocking=False, copy=False) -> Tensor:
-    """Convert dtype and/or device: ``x.to(ember.float64)``, ``x.to("cpu")``, ``x.to(other)``."""
+def to(input, *args, dtype=None, device=None, non_blocking=False, copy=False,
+       memory_format=None) -> Tensor:
+    """Convert dtype and/or device: ``x.to(ember.float64)``, ``x.to("cpu")``, ``x.to(other)``;
+    ``memory_format=ember.channels_last`` also lays a 4-D result out in NHWC order."""
     for a in args:
         if isinstance(a, Tensor):
             dtype, device = a._dtype, a._device
@@ -75,6 +130,8 @@ def to(input, *args, dtype=None, device=None, non_blocking=False, copy=False) ->
         r = to_dtype(r, dtype)
     if copy and r is input:
         r = clone(r)
+    if memory_format is not None and getattr(memory_format, "name", None) != "preserve_format":
+        r = contiguous(r, memory_format)
     return r
 
 

@@ -201,10 +201,21 @@ def ones(*args, size=None, dtype=None, device=None, requires_grad=False) -> Tens
                  "ones")
 
 
-def empty(*args, size=None, dtype=None, device=None, requires_grad=False) -> Tensor:
-    """An uninitialised tensor (``torch.empty``)."""
-    return _make(None, size_args(args, size, "empty"), dtype, device, requires_grad,
-                 "empty")
+def empty(*args, size=None, dtype=None, device=None, requires_grad=False,
+          memory_format=None) -> Tensor:
+    """An uninitialised tensor (``torch.empty``), laid out in ``memory_format``."""
+    t = _make(None, size_args(args, size, "empty"), dtype, device, requires_grad, "empty")
+    return _laid_out(t, memory_format)
+
+
+def _laid_out(t, memory_format):
+    """``t`` in a channels-last layout when ``memory_format`` asks for one (a factory's)."""
+    if getattr(memory_format, "name", None) not in ("channels_last", "channels_last_3d"):
+        return t
+    from .convert import contiguous
+    req = t._requires_grad
+    t = contiguous(t.detach(), memory_format)
+    return t.requires_grad_(True) if req else t
 
 
 def full(size, fill_value, *, dtype=None, device=None, requires_grad=False) -> Tensor:
@@ -229,9 +240,11 @@ def ones_like(input, *, dtype=None, device=None, requires_grad=False) -> Tensor:
     return _make(1, input.shape, dt, dev, requires_grad, "ones_like")
 
 
-def empty_like(input, *, dtype=None, device=None, requires_grad=False) -> Tensor:
+def empty_like(input, *, dtype=None, device=None, requires_grad=False,
+               memory_format=None) -> Tensor:
     dt, dev = _like(input, dtype, device)
-    return _make(None, input.shape, dt, dev, requires_grad, "empty_like")
+    return _laid_out(_make(None, input.shape, dt, dev, requires_grad, "empty_like"),
+                     memory_format)
 
 
 def full_like(input, fill_value, *, dtype=None, device=None, requires_grad=False) -> Tensor:

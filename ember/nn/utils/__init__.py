@@ -22,10 +22,11 @@ __all__ = ["clip_grad_norm_", "clip_grad_norm", "clip_grad_value_", "clip_grads_
 
 
 _SUBMODULES = ("rnn", "parametrize", "parametrizations", "fusion", "stateless", "prune",
-               "init")
+               "init", "memory_format")
 _LAZY = {"fuse_conv_bn_eval": "fusion", "fuse_conv_bn_weights": "fusion",
          "fuse_linear_bn_eval": "fusion", "fuse_linear_bn_weights": "fusion",
-         "skip_init": "init"}
+         "skip_init": "init", "convert_conv2d_weight_memory_format": "memory_format",
+         "convert_conv3d_weight_memory_format": "memory_format"}
 __all__ += ["weight_norm", "remove_weight_norm", "spectral_norm", "remove_spectral_norm",
             *_LAZY]
 
