@@ -113,3 +113,16 @@ def test_distributions_bench_quick_run(capsys):
                                                        "Gamma.rsample+backward"}
     assert all(te > 0 and tt > 0 for _, te, tt in rows)
     assert "torch/ember" in capsys.readouterr().out
+
+
+def test_meta_device_bench_quick_run(capsys):
+    """``bench/meta_device.py --quick``: the GPT stack builds and runs fwd/bwd on meta in
+    Ember and PyTorch (shapes asserted inside), and on the CPU."""
+    pytest.importorskip("torch")
+    path = Path(__file__).resolve().parents[1] / "bench" / "meta_device.py"
+    spec = importlib.util.spec_from_file_location("bench_meta_device", path)
+    mod = importlib.util.module_from_spec(spec)
+    spec.loader.exec_module(mod)
+    assert mod.main(["--quick"]) == 0
+    out = capsys.readouterr().out
+    assert "build + fwd/bwd on meta" in out and "Python heap peak" in out

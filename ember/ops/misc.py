@@ -23,11 +23,21 @@ from .inplace import check_inplace
 __all__ = ["set_printoptions", "get_printoptions", "printoptions"]
 
 
-def _write(self: Tensor, draw, op: str, inputs=()) -> Tensor:
-    """Fill ``self`` with ``draw(*input arrays)``; under a tracer, a random node + write."""
+def _write(self: Tensor, draw, op: str, inputs=(), into=None) -> Tensor:
+    """Fill ``self`` with ``draw(*input arrays)``; under a tracer, a random node + write.
+    ``into(out)``, where given, draws the same numbers straight into a C-contiguous float
+    CPU array ``out`` (no temporary to allocate, fault in and copy)."""
     check_inplace(self, op)
     if self._device.type == "meta":      # NOTE: nothing to fill, nothing drawn (PyTorch)
         self._storage.version += 1
+        return self
+    d = self._data
+    if (into is not None and not state.modes and self._device.type == "cpu" and
+            d.__class__ is np.ndarray and d.flags.c_contiguous and d.flags.writeable):
+        into(d)
+        self._storage.version += 1
+        if state.grad_enabled and self._requires_grad:
+            self._grad_fn, self._requires_grad = None, False
         return self
     be = get_backend(self._device)
     draw = _for_device(self._device, draw)   # NOTE: a cuda tensor draws from its device's generator
@@ -57,6 +67,29 @@ def _need_float(self: Tensor, op: str) -> _dt.DType:
     return self._dtype
 
 
+def _affine(x, ct, scale, shift, dt):
+    """``x * scale + shift`` computed in ``ct`` and returned in ``dt``: in place on the fresh
+    draw (the same roundings as the out-of-place expression, without its copies: half of a
+    model's initialisation time went to them)."""
+    x = np.asarray(x, dtype=ct)        # NOTE: a 0-d draw comes back as a NumPy scalar
+    np.multiply(x, ct.type(scale), out=x)
+    np.add(x, ct.type(shift), out=x)
+    return x.astype(dt.np, copy=False)
+
+
+def _into(fill, ct, dt, scale, shift):
+    """:func:`_write`'s in-place draw for float32/float64 (None for the half types, whose
+    draws go through float32): ``fill(out)`` then ``out * scale + shift`` in place."""
+    if ct != dt.np:
+        return None
+
+    def into(out):
+        fill(out)
+        np.multiply(out, ct.type(scale), out=out)
+        np.add(out, ct.type(shift), out=out)
+    return into
+
+
 def uniform_(self: Tensor, a: float = 0.0, b: float = 1.0, *, generator=None,
              **kw) -> Tensor:
     """Fill with samples from U[a, b) (``from``/``to`` keywords also accepted).
@@ -76,9 +109,11 @@ def uniform_(self: Tensor, a: float = 0.0, b: float = 1.0, *, generator=None,
                          f"from={a} > to={b}")
     shape = tuple(self.shape)
     ct = dt.np if dt in (_dt.float32, _dt.float64) else np.dtype(np.float32)
-    return _write(self, _sampling(lambda: (_uniform01(_gen(generator), shape, dt).astype(ct) *
-                                           ct.type(b - a) + ct.type(a)).astype(dt.np),
-                                  "uniform", generator, a, b - a), "uniform_")
+    return _write(self, _sampling(lambda: _affine(_uniform01(_gen(generator), shape, dt), ct,
+                                                  b - a, a, dt),
+                                  "uniform", generator, a, b - a), "uniform_",
+                  into=_into(lambda out: _gen(generator).random(dtype=ct, out=out), ct, dt,
+                             b - a, a))
 
 
 def normal_(self: Tensor, mean: float = 0.0, std: float = 1.0, *, generator=None) -> Tensor:
@@ -95,9 +130,11 @@ def normal_(self: Tensor, mean: float = 0.0, std: float = 1.0, *, generator=None
     dt = _need_float(self, "normal_")
     shape = tuple(self.shape)
     ct = dt.np if dt in (_dt.float32, _dt.float64) else np.dtype(np.float32)
-    return _write(self, _sampling(lambda: (_normal01(_gen(generator), shape, dt).astype(ct) *
-                                           ct.type(std) + ct.type(mean)).astype(dt.np),
-                                  "normal", generator, mean, std), "normal_")
+    return _write(self, _sampling(lambda: _affine(_normal01(_gen(generator), shape, dt), ct,
+                                                  std, mean, dt),
+                                  "normal", generator, mean, std), "normal_",
+                  into=_into(lambda out: _gen(generator).standard_normal(dtype=ct, out=out),
+                             ct, dt, std, mean))
 
 
 def bernoulli_(self: Tensor, p=0.5, *, generator=None) -> Tensor:
