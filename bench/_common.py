@@ -70,3 +70,14 @@ def alternated_medians(fns, reps: int) -> list[float]:
             f()
             times[i].append(time.perf_counter() - t0)
     return [statistics.median(t) for t in times]
+
+
+def load_bench(name: str):
+    """The benchmark module ``bench/<name>.py`` loaded by file path (``cuda.py``'s name would
+    shadow the ``cuda`` package CuPy imports if imported by name)."""
+    import importlib.util
+    path = os.path.join(ROOT, "bench", f"{name}.py")
+    spec = importlib.util.spec_from_file_location(f"ember_bench_{name}", path)
+    mod = importlib.util.module_from_spec(spec)
+    spec.loader.exec_module(mod)
+    return mod

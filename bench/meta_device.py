@@ -3,9 +3,9 @@
     .venv/bin/python bench/meta_device.py            # ~1 min
     .venv/bin/python bench/meta_device.py --quick    # a small model, a smoke run
 
-The same GPT-shaped stack in both frameworks (token embedding, ``layers`` pre-norm blocks
-of LayerNorm, a fused-QKV Linear, an output Linear and a 4x MLP with GELU, a vocabulary
-head): its parameters' construction on ``meta`` (no memory, no init), a forward + backward
+The same GPT in both frameworks (``bench/cuda.py``'s: token and position embeddings,
+``layers`` pre-norm blocks with a fused-QKV Linear, causal SDPA and a 4x tanh-GELU MLP, a
+vocabulary head): its parameters' construction on ``meta`` (no memory, no init), a forward + backward
 of a (2, 1024) batch on ``meta`` (shapes only), and, for scale, the same construction on
 the CPU with real memory and initialisation. Python-heap peaks come from ``tracemalloc``
 (PyTorch's C++ allocations are invisible to it; on meta neither framework allocates data).
@@ -19,40 +19,7 @@ import tracemalloc
 from pathlib import Path
 
 sys.path.insert(0, str(Path(__file__).resolve().parent))   # NOTE: the smoke test loads us by path
-from _common import alternated_medians  # noqa: E402
-
-
-def model(T, vocab: int, d: int, layers: int):
-    nn = T.nn
-
-    class Block(nn.Module):
-        def __init__(self):
-            super().__init__()
-            self.ln1, self.ln2 = nn.LayerNorm(d), nn.LayerNorm(d)
-            self.qkv, self.proj = nn.Linear(d, 3 * d), nn.Linear(d, d)
-            self.fc, self.out = nn.Linear(d, 4 * d), nn.Linear(4 * d, d)
-
-        def forward(self, x):
-            q, k, v = self.qkv(self.ln1(x)).chunk(3, dim=-1)
-            B, L, _ = x.shape
-            q, k, v = (t.view(B, L, 16, d // 16).transpose(1, 2) for t in (q, k, v))
-            a = T.nn.functional.scaled_dot_product_attention(q, k, v, is_causal=True)
-            x = x + self.proj(a.transpose(1, 2).reshape(B, L, d))
-            return x + self.out(T.nn.functional.gelu(self.fc(self.ln2(x))))
-
-    class GPT(nn.Module):
-        def __init__(self):
-            super().__init__()
-            self.emb = nn.Embedding(vocab, d)
-            self.blocks = nn.ModuleList(Block() for _ in range(layers))
-            self.head = nn.Linear(d, vocab, bias=False)
-
-        def forward(self, idx):
-            x = self.emb(idx)
-            for b in self.blocks:
-                x = b(x)
-            return self.head(x)
-    return GPT
+from _common import alternated_medians, load_bench  # noqa: E402
 
 
 def cases(vocab, d, layers, batch, seq):
@@ -60,8 +27,9 @@ def cases(vocab, d, layers, batch, seq):
 
     import ember
     out = []
+    gpt_class = load_bench("cuda")._gpt_class     # the GPT bench/cuda.py times on a GPU
     for name, T in (("ember", ember), ("torch", torch)):
-        GPT = model(T, vocab, d, layers)
+        GPT = gpt_class(T, d=d, n_layers=layers, heads=max(d // 64, 1), vocab=vocab, block=seq)
 
         def build(T=T, GPT=GPT):
             with T.device("meta"):

@@ -133,7 +133,7 @@ class Tensor:
     def stride(self, dim: int | None = None):
         """Strides in elements (PyTorch convention), not bytes."""
         if self._device.type == "meta":     # NOTE: a meta tensor keeps no strides
-            st = _contiguous_strides(self._data.shape)
+            st = contiguous_strides(self._data.shape)
         else:
             isz = self._dtype.itemsize
             st = tuple(s // isz for s in self._data.strides)
@@ -355,7 +355,8 @@ class Tensor:
         raise TypeError("Ember tensors are not picklable by design; use ember.save()")
 
 
-def _contiguous_strides(shape) -> tuple:
+def contiguous_strides(shape) -> tuple:
+    """Row-major strides, in elements, of a tensor of ``shape``."""
     st, acc = [], 1
     for n in reversed(shape):
         st.append(acc)

@@ -10,6 +10,7 @@ import ember as em
 
 from ember.ops.registry import REGISTRY
 from opinfo import OPINFOS
+from opinfo.core import to_tensors
 
 #: how an entry may refuse meta inputs: its output's shape depends on values (PyTorch's
 #: meta tensors refuse the same ops), or it reads values on the host (``item()``)
@@ -21,16 +22,7 @@ def _rng(info):
 
 
 def _args(sample, device, requires_grad=False):
-    out = []
-    for a in sample.args:
-        if isinstance(a, np.ndarray):
-            t = em.from_numpy(a.copy()).to(device)
-            if requires_grad and t.dtype.is_inexact:
-                t.requires_grad_(True)
-            out.append(t)
-        else:
-            out.append(a)
-    return out
+    return to_tensors(sample.args, device=device, requires_grad=requires_grad)
 
 
 def _outs(r):

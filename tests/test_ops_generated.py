@@ -16,7 +16,7 @@ from ember.autograd.gradcheck import gradcheck, gradgradcheck
 from ember.ops.registry import REGISTRY
 
 from opinfo import OPINFOS
-from opinfo.core import noncontiguous
+from opinfo.core import noncontiguous, to_tensors
 
 PAIRS = [(info, dt) for info in OPINFOS for dt in info.dtypes]
 GRAD = [info for info in OPINFOS if info.grad]
@@ -27,16 +27,7 @@ def _rng(info, salt=""):
 
 
 def _to_em(args, make=lambda a: a, requires_grad=False):
-    out = []
-    for a in args:
-        if isinstance(a, np.ndarray):
-            t = em.from_numpy(make(a.copy()))
-            if requires_grad and t.dtype.is_inexact:
-                t.requires_grad_(True)
-            out.append(t)
-        else:
-            out.append(a)
-    return out
+    return to_tensors(args, make, requires_grad=requires_grad)
 
 
 def _outputs(r, info):

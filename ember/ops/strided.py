@@ -16,7 +16,7 @@ import numpy as np
 from ..autograd.grad_mode import state
 from ..device import get_backend
 from ..errors import EmberIndexError, ShapeError
-from ..tensor import Tensor, _wrap
+from ..tensor import Tensor, _wrap, contiguous_strides
 from .. import dtypes as _dt
 from . import dispatch
 from ._util import as_shape, wrap_dim
@@ -28,12 +28,6 @@ __all__ = ['as_strided', 'as_strided_scatter', 'slice_scatter', 'diagonal', 'zer
 _apply = dispatch.apply
 
 
-def contiguous_strides(shape) -> tuple:
-    st, acc = [], 1
-    for n in reversed(shape):
-        st.append(acc)
-        acc *= max(n, 1)
-    return tuple(reversed(st))
 
 
 def contiguous_geometry(shape, slices) -> tuple:

@@ -48,6 +48,24 @@ class OpInfo:
         return self.name
 
 
+def to_tensors(args, make=lambda a: a, device="cpu", requires_grad=False) -> list:
+    """A sample's arguments with each NumPy array as a tensor on ``device`` (``make``
+    applied to a copy first; floating and complex ones requiring grad when asked)."""
+    import ember as em
+    out = []
+    for a in args:
+        if isinstance(a, np.ndarray):
+            t = em.from_numpy(make(a.copy()))
+            if device != "cpu":
+                t = t.to(device)
+            if requires_grad and t.dtype.is_inexact:
+                t.requires_grad_(True)
+            out.append(t)
+        else:
+            out.append(a)
+    return out
+
+
 def rand(rng, shape, dtype, lo=-2.0, hi=2.0):
     """Uniform values in [lo, hi) of ``dtype`` (ints: integers in that range)."""
     dt = np.dtype(dtype)
