@@ -183,7 +183,7 @@ ALLOWLIST["torch"] = {
     **_group(BUILD, "USE_GLOBAL_DEPS USE_RTLD_GLOBAL_WITH_LIBTORCH compiled_with_cxx11_abi "
                     "has_lapack has_mkl has_openmp has_spectral"),
     **_group(SUBMODULE, "cpp export masked monitor nested jagged package "
-                        "quasirandom signal return_types functional torch_version "
+                        "quasirandom return_types functional torch_version "
                         "windows"),
     "TYPE_CHECKING": IMPORTED,
     "AcceleratorError": "error of a failed accelerator runtime call (CUDA/XPU runtime)",
