@@ -91,6 +91,7 @@ from . import version  # noqa: E402,F401 - torch.version
 from . import cpu  # noqa: E402,F401 - torch.cpu (trivial streams/events)
 from . import compiler, jit  # noqa: E402,F401 - torch.compiler, torch.jit (no TorchScript)
 from . import hub, signal, types  # noqa: E402,F401 - torch.hub, torch.signal, torch.types
+from . import library  # noqa: E402,F401 - torch.library.custom_op
 from ._torch_names17 import *  # noqa: E402,F401,F403 - GradScaler, dtype, spmm, convolution...
 from ._threads import (get_num_interop_threads, get_num_threads,  # noqa: E402,F401
                        set_num_interop_threads, set_num_threads)
