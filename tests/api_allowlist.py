@@ -131,7 +131,7 @@ ALLOWLIST["torch"] = {
     **_group(TORCH_FUNCTION, "DisableTorchFunction DisableTorchFunctionSubclass overrides"),
     **_group("dispatcher internals (dispatch keys, op tags, op lists): Ember dispatches "
              "through its registry and dispatch modes", "DispatchKey DispatchKeySet "
-             "ExcludeDispatchKeyGuard Tag PRIVATE_OPS library"),
+             "ExcludeDispatchKeyGuard Tag PRIVATE_OPS"),
     **_group(SYMBOLIC, "SymBool SymBoolType SymFloat SymInt SymIntType sym_constrain_range "
                        "sym_constrain_range_for_size sym_fresh_size"),
     **_group(QUANT, "ao quantization dequantize int_repr q_per_channel_axis "

@@ -33,7 +33,7 @@ def test_timer_blocks_and_thread_count():
     m2 = t.blocked_autorange(callback=lambda n, s: calls.append((n, s)), min_run_time=0.02)
     assert sum(m2.raw_times) >= 0.02 and len(calls) == len(m2.raw_times)
     assert all(n == m2.number_per_run for n, _ in calls)
-    assert m2.raw_times[0] >= 1e-4 or m2.number_per_run >= 10 ** 9   # blocks long enough
+    assert str(m2.number_per_run).strip("0") == "1"        # block sizes 1, 10, 100...
     m3 = t.adaptive_autorange(threshold=0.5, min_run_time=0.01, max_run_time=0.5)
     assert len(m3.raw_times) >= 1
     assert em.get_num_threads() == before
