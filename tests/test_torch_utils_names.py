@@ -63,6 +63,12 @@ def test_hooks_handle_and_module_hook_paths():
     finally:
         g.remove()
     assert seen == ["Linear"]
+    x = em.ones(2, requires_grad=True)
+    seen = []
+    with x.register_hook(lambda g: seen.append(1)) as th:     # tensor hooks' handles too
+        (x * 2).sum().backward()
+    (x * 2).sum().backward()
+    assert isinstance(th, em.utils.hooks.RemovableHandle) and seen == [1]
     f = em.utils.hooks.unserializable_hook(lambda g: g)
     assert f.__torch_unserializable__
 

@@ -5,7 +5,9 @@
 """
 from __future__ import annotations
 
+import itertools
 import weakref
+from collections import OrderedDict
 
 from ..errors import GraphError
 from ..tensor import Tensor
@@ -43,8 +45,39 @@ def retain_grad(t: Tensor) -> None:
     t._retains_grad = True
 
 
-class _RemovableHandle:
+_ids = itertools.count(1)
+
+
+class RemovableHandle:
+    """What every ``register_*hook`` returns (``torch.utils.hooks.RemovableHandle``):
+    ``remove()``, or leaving a ``with`` block, unregisters the hook kept in ``store``
+    under ``id``."""
+
+    def __init__(self, store: OrderedDict, hook, prepend: bool = False, extra=()):
+        self.id = next(_ids)
+        self._store = store
+        self._extra = extra
+        store[self.id] = hook
+        if prepend:
+            store.move_to_end(self.id, last=False)
+
+    def remove(self) -> None:
+        self._store.pop(self.id, None)
+        for s in self._extra:
+            s.discard(self.id)
+
+    def __enter__(self):
+        return self
+
+    def __exit__(self, *exc) -> None:
+        self.remove()
+
+
+class _RemovableHandle(RemovableHandle):
+    """The handle of a hook kept in a plain list (tensor, node and accumulate hooks)."""
+
     def __init__(self, lst, fn):
+        self.id = next(_ids)
         self._lst, self._fn = lst, fn
 
     def remove(self) -> None:

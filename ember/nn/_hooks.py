@@ -7,42 +7,20 @@ are known and may replace them.
 """
 from __future__ import annotations
 
-import itertools
 from collections import OrderedDict
 
 from ..autograd.function import Function
 from ..autograd.grad_mode import state as _grad_state
+from ..autograd.hooks import RemovableHandle  # noqa: F401 - re-exported (its home below nn)
 from ..tensor import Tensor
 
 __all__ = ["RemovableHandle", "register_module_forward_pre_hook",
            "register_module_forward_hook"]
 
-_ids = itertools.count(1)
 _global_forward_pre_hooks: OrderedDict = OrderedDict()
 _global_forward_hooks: OrderedDict = OrderedDict()
 
 
-class RemovableHandle:
-    """What ``register_*_hook`` returns; ``remove()`` (or leaving a ``with``) unregisters."""
-
-    def __init__(self, store: OrderedDict, hook, prepend: bool = False, extra=()):
-        self.id = next(_ids)
-        self._store = store
-        self._extra = extra
-        store[self.id] = hook
-        if prepend:
-            store.move_to_end(self.id, last=False)
-
-    def remove(self) -> None:
-        self._store.pop(self.id, None)
-        for s in self._extra:
-            s.discard(self.id)
-
-    def __enter__(self):
-        return self
-
-    def __exit__(self, *exc) -> None:
-        self.remove()
 
 
 def register_module_forward_pre_hook(hook) -> RemovableHandle:
