@@ -21,7 +21,6 @@ import re
 import sys
 import tempfile
 import urllib.parse
-import urllib.request
 
 __all__ = ["get_dir", "set_dir", "download_url_to_file", "load_state_dict_from_url", "load",
            "list", "help"]
@@ -64,6 +63,7 @@ def download_url_to_file(url: str, dst, hash_prefix: str | None = None,
     sha = hashlib.sha256()
     fd, tmp = tempfile.mkstemp(prefix=".partial-", dir=folder)
     try:
+        import urllib.request     # NOTE: lazily: http/ssl/email cost ~45 ms at `import ember`
         with os.fdopen(fd, "wb") as out, urllib.request.urlopen(url) as resp:  # noqa: S310
             total = resp.headers.get("Content-Length")
             bar = _progress(progress, int(total) if total else None)

@@ -32,6 +32,7 @@ from .errors import DTypeError, ShapeError
 from .tensor import Tensor, _wrap
 from .ops._util import as_shape, check_new_size, size_args
 from .ops.factories import _finish
+from .ops.layout import like_strides, strided_view
 
 __all__ = ["Generator", "default_generator", "manual_seed", "seed", "initial_seed",
            "get_rng_state", "set_rng_state", "fork_rng", "rand", "randn", "randint", "normal",
@@ -516,27 +517,48 @@ def multinomial(input: Tensor, num_samples: int, replacement: bool = False, *,
     return _finish(out, _dt.int64, input._device, False)
 
 
+def _drawn_like(input, memory_format, dtype, device, requires_grad, op, draw):
+    """``draw(shape, dtype, device, requires_grad)`` for a ``*_like(input)`` result, in the
+    layout ``memory_format`` gives (``preserve_format``: ``input``'s, as the other ``*_like``
+    factories). The samples fill memory in order, as PyTorch's fill kernels do. Under a
+    tracer (``ember.compile``) the result is row-major: its layout is the compiler's to
+    plan."""
+    dtype = dtype or input._dtype
+    device = device or input._device
+    strides = like_strides(input, memory_format, op)
+    if strides is None or _grad_state.modes or _device(device).type == "meta":
+        return draw(tuple(input.shape), dtype, device, requires_grad)
+    shape = tuple(input.shape)
+    flat = draw((int(np.prod(shape)),), dtype, device, False)
+    out = _wrap(strided_view(get_backend(flat._device).xp, flat._data, shape, strides),
+                flat._dtype, flat._device, flat._storage)
+    return out.requires_grad_(True) if requires_grad else out
+
+
 def rand_like(input: Tensor, *, generator=None, dtype=None, device=None,
-              requires_grad=False) -> Tensor:
-    """``rand`` with ``input``'s shape, dtype and device."""
-    return rand(tuple(input.shape), generator=generator, dtype=dtype or input._dtype,
-                device=device or input._device, requires_grad=requires_grad)
+              requires_grad=False, memory_format=None) -> Tensor:
+    """``rand`` with ``input``'s shape, dtype, device and (``preserve_format``) layout."""
+    return _drawn_like(input, memory_format, dtype, device, requires_grad, "rand_like",
+                       lambda shape, dt, dev, rg: rand(shape, generator=generator, dtype=dt,
+                                                        device=dev, requires_grad=rg))
 
 
 def randn_like(input: Tensor, *, generator=None, dtype=None, device=None,
-               requires_grad=False) -> Tensor:
-    """``randn`` with ``input``'s shape, dtype and device."""
-    return randn(tuple(input.shape), generator=generator, dtype=dtype or input._dtype,
-                 device=device or input._device, requires_grad=requires_grad)
+               requires_grad=False, memory_format=None) -> Tensor:
+    """``randn`` with ``input``'s shape, dtype, device and (``preserve_format``) layout."""
+    return _drawn_like(input, memory_format, dtype, device, requires_grad, "randn_like",
+                       lambda shape, dt, dev, rg: randn(shape, generator=generator, dtype=dt,
+                                                         device=dev, requires_grad=rg))
 
 
 def randint_like(input: Tensor, low=0, high=None, *, generator=None, dtype=None, device=None,
-                 requires_grad=False) -> Tensor:
-    """``randint`` with ``input``'s shape, dtype and device: ``randint_like(x, high)`` or
-    ``randint_like(x, low, high)``."""
+                 requires_grad=False, memory_format=None) -> Tensor:
+    """``randint`` with ``input``'s shape, dtype, device and (``preserve_format``) layout:
+    ``randint_like(x, high)`` or ``randint_like(x, low, high)``."""
     if high is None:
         low, high = 0, low
-    return randint(low, high, tuple(input.shape), generator=generator,
-                   dtype=dtype or input._dtype, device=device or input._device,
-                   requires_grad=requires_grad)
+    return _drawn_like(input, memory_format, dtype, device, requires_grad, "randint_like",
+                       lambda shape, dt, dev, rg: randint(low, high, shape,
+                                                          generator=generator, dtype=dt,
+                                                          device=dev, requires_grad=rg))
 

@@ -65,18 +65,20 @@ def numerical_jacobian(fn, inputs, eps=1e-6):
         jac = [[np.zeros((_width(o), _width(inputs[i]))) for i in idx] for o in outs]
         for k, i in enumerate(idx):
             x = inputs[i]
-            flat = x._data.reshape(-1) if x._data.flags.c_contiguous else None
-            if flat is None:
-                raise ValueError("gradcheck: inputs must be contiguous")
+            data = x._data
+            # NOTE: a strided input (a transpose, channels-last) is perturbed in place
+            # through its own strides, element by element in row-major order
+            flat = data.reshape(-1) if data.flags.c_contiguous else data
             dirs = _dirs(x)
-            for j in range(flat.size):
-                orig = flat[j].item()
+            for j in range(data.size):
+                at = j if flat is not data else np.unravel_index(j, data.shape)
+                orig = flat[at].item()
                 for p, d in enumerate(dirs):
-                    flat[j] = orig + eps * d
+                    flat[at] = orig + eps * d
                     plus = [_real_vec(o.detach()._data) for o in _flat_outputs(fn, inputs)]
-                    flat[j] = orig - eps * d
+                    flat[at] = orig - eps * d
                     minus = [_real_vec(o.detach()._data) for o in _flat_outputs(fn, inputs)]
-                    flat[j] = orig
+                    flat[at] = orig
                     for m in range(len(outs)):
                         jac[m][k][:, j * len(dirs) + p] = (plus[m] - minus[m]) / (2 * eps)
     return jac
@@ -85,6 +87,7 @@ def numerical_jacobian(fn, inputs, eps=1e-6):
 def _analytical_vjp(fn, inputs, create_graph=False):
     from .engine import grad
     from ..ops.factories import zeros_like
+    from .._torch_globals import contiguous_format
     idx = _diff_inputs(inputs)
     outs = _flat_outputs(fn, inputs)
     jac = [[np.zeros((_width(o), _width(inputs[i]))) for i in idx] for o in outs]
@@ -94,7 +97,7 @@ def _analytical_vjp(fn, inputs, create_graph=False):
         dirs = _dirs(o)
         for r in range(o.numel()):
             for p, d in enumerate(dirs):
-                g = zeros_like(o)
+                g = zeros_like(o, memory_format=contiguous_format)  # NOTE: written flat
                 g._data.reshape(-1)[r] = d
                 gs = grad([o], [inputs[i] for i in idx], [g], retain_graph=True,
                           allow_unused=True)
@@ -107,6 +110,7 @@ def _analytical_vjp(fn, inputs, create_graph=False):
 def _analytical_jvp(fn, inputs):
     from . import forward_ad as fwad
     from ..ops.factories import zeros_like
+    from .._torch_globals import contiguous_format
     idx = _diff_inputs(inputs)
     with no_grad():
         outs = _flat_outputs(fn, inputs)
@@ -117,7 +121,7 @@ def _analytical_jvp(fn, inputs):
             for p, d in enumerate(dirs):
                 with fwad.dual_level():
                     duals = list(inputs)
-                    t = zeros_like(inputs[i])
+                    t = zeros_like(inputs[i], memory_format=contiguous_format)
                     t._data.reshape(-1)[c] = d
                     duals[i] = fwad.make_dual(inputs[i].detach(), t)
                     for j in idx:

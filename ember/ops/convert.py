@@ -6,6 +6,7 @@ from ..device import device as _device, get_backend
 from ..tensor import Tensor, _alias, _wrap
 from . import dispatch
 from .arith import to_dtype
+from .layout import CHANNELS_LAST
 from .registry import defop
 
 _apply = dispatch.apply
@@ -26,7 +27,7 @@ def _to_device_kernel(xp, x, device):
 
 
 #: the channels-last formats: their rank and the dim order from outermost to innermost
-_CHANNELS_LAST = {"channels_last": (4, (0, 2, 3, 1)), "channels_last_3d": (5, (0, 2, 3, 4, 1))}
+_CHANNELS_LAST = CHANNELS_LAST
 
 
 def _format(memory_format):

@@ -27,6 +27,7 @@ from ..device.meta import placeholder as _meta_placeholder
 from ..errors import EmberError, ShapeError, DTypeError, DeviceError, describe
 from ..tensor import Tensor, _wrap
 from . import registry
+from .layout import memory_order
 
 # NumPy warns on log(0), 0/0... like PyTorch, Ember returns inf/nan silently. The filter is
 # scoped to warnings raised from Ember's own modules, so the user's NumPy state is untouched.
@@ -157,6 +158,16 @@ def apply(op, inputs, params):
     dtype_ = dev.type
     xp = _backends[dtype_].xp
     kern = op._kcache.get(dtype_) or op.kernel_for(dtype_)
+    # An elementwise op's output takes its first operand's layout (PyTorch's rule; NumPy
+    # goes row-major when operands disagree): the kernel runs on the operands seen in that
+    # dim order, and its result is seen back. Row-major first operands skip all of this, as
+    # do small one-operand ops (NumPy keeps a lone operand's layout; the generated kernels
+    # of large ones write row-major).
+    order = None
+    if (op.elementwise and (len(arrays) > 1 or x0._data.size >= _EAGER_MIN)
+            and not x0._data.flags.c_contiguous and dtype_ != "meta" and not op.view
+            and op.name != "contiguous"):
+        arrays, order = _in_memory_order(arrays)
     # Eager fast path: a large elementwise op may run as a generated kernel (None: it did
     # not take the op). Small tensors pay this one size comparison only.
     if x0._data.size >= _EAGER_MIN and op.elementwise and (res := eager_elementwise(
@@ -182,6 +193,8 @@ def apply(op, inputs, params):
             raise _kernel_error(op, inputs, params, e) from None
     if res.__class__ is not xp.ndarray:
         res = xp.asarray(res)
+    if order is not None:
+        res = res.transpose(order)
     odt = out_dt.np
     if res.dtype is not odt and res.dtype != odt:
         # NOTE: a meta placeholder changes dtype without a full-size cast copy
@@ -259,6 +272,26 @@ def record(op, params, inputs, out) -> None:
 #: smallest output size ember.codegen.eager.THRESHOLDS lists (configure() keeps it in step;
 #: a test checks the two agree). Below it the fast path is never asked.
 _EAGER_MIN = 1 << 15
+
+
+def _in_memory_order(arrays) -> tuple:
+    """``(arrays seen with their dims in the output's memory order, the transpose that
+    restores the output's dim order)``; ``(arrays, None)`` where that order is row-major."""
+    nd = max((a.ndim for a in arrays if hasattr(a, "ndim")), default=0)
+    order = memory_order(arrays, nd)
+    if order is None:
+        return arrays, None
+    out = []
+    for a in arrays:
+        if hasattr(a, "ndim") and a.ndim:
+            if a.ndim < nd:
+                a = a.reshape((1,) * (nd - a.ndim) + a.shape)
+            a = a.transpose(order)
+        out.append(a)
+    inverse = [0] * nd
+    for i, d in enumerate(order):
+        inverse[d] = i
+    return out, tuple(inverse)
 #: the ops ember.codegen.eager.THRESHOLDS lists (configure() keeps it in step; a test checks
 #: the defaults agree): on CPU, another op is asked only in float16/bfloat16 (the eager
 #: path takes every one there), so a large float32 relu/add/mul pays no probe

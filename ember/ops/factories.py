@@ -16,6 +16,7 @@ from ..autograd.grad_mode import state as _grad_state
 from ..errors import DTypeError, ShapeError
 from ..tensor import Tensor, _wrap, from_array
 from ._util import as_shape, check_new_size, size_args
+from .layout import CHANNELS_LAST, empty_strided_array, format_strides, like_strides
 
 __all__ = ['tensor', 'as_tensor', 'from_numpy', 'from_dlpack', 'zeros', 'ones', 'empty', 'full',
            'zeros_like', 'ones_like', 'empty_like', 'full_like', 'arange', 'linspace',
@@ -170,13 +171,18 @@ def from_dlpack(ext) -> Tensor:
     return from_array(arr, _device("cpu"))
 
 
-def _make(fill, shape, dtype, device, requires_grad, op):
+def _make(fill, shape, dtype, device, requires_grad, op, strides=None):
+    """A new tensor filled with ``fill`` (None: uninitialised), row-major or with dense
+    ``strides`` (in elements)."""
     dtype = _dt.as_dtype(dtype)
     shape = check_new_size(as_shape(shape, op), dtype, op)
     dev = _device(device or default_device())
     be = get_backend(dev)
     try:
-        arr = be.empty(shape, dtype.np)
+        if strides is None or dev.type == "meta":      # NOTE: meta keeps no layout
+            arr = be.empty(shape, dtype.np)
+        else:
+            arr = empty_strided_array(be, shape, strides, dtype.np)
     except MemoryError as e:         # NOTE: NumPy's names the shape and size, not the op
         raise MemoryError(f"{op}: {e}") from None
     if fill is not None and dev.type != "meta":
@@ -204,18 +210,10 @@ def ones(*args, size=None, dtype=None, device=None, requires_grad=False) -> Tens
 def empty(*args, size=None, dtype=None, device=None, requires_grad=False,
           memory_format=None) -> Tensor:
     """An uninitialised tensor (``torch.empty``), laid out in ``memory_format``."""
-    t = _make(None, size_args(args, size, "empty"), dtype, device, requires_grad, "empty")
-    return _laid_out(t, memory_format)
-
-
-def _laid_out(t, memory_format):
-    """``t`` in a channels-last layout when ``memory_format`` asks for one (a factory's)."""
-    if getattr(memory_format, "name", None) not in ("channels_last", "channels_last_3d"):
-        return t
-    from .convert import contiguous
-    req = t._requires_grad
-    t = contiguous(t.detach(), memory_format)
-    return t.requires_grad_(True) if req else t
+    shape = as_shape(size_args(args, size, "empty"), "empty")
+    name = getattr(memory_format, "name", None)
+    strides = format_strides(shape, name, "empty") if name in CHANNELS_LAST else None
+    return _make(None, shape, dtype, device, requires_grad, "empty", strides)
 
 
 def full(size, fill_value, *, dtype=None, device=None, requires_grad=False) -> Tensor:
@@ -230,26 +228,37 @@ def _like(x, dtype, device):
     return (x._dtype if dtype is None else _dt.as_dtype(dtype)), (device or x._device)
 
 
-def zeros_like(input, *, dtype=None, device=None, requires_grad=False) -> Tensor:
+def _made_like(fill, input, dtype, device, requires_grad, memory_format, op):
     dt, dev = _like(input, dtype, device)
-    return _make(0, input.shape, dt, dev, requires_grad, "zeros_like")
+    return _make(fill, input.shape, dt, dev, requires_grad, op,
+                 like_strides(input, memory_format, op))
 
 
-def ones_like(input, *, dtype=None, device=None, requires_grad=False) -> Tensor:
-    dt, dev = _like(input, dtype, device)
-    return _make(1, input.shape, dt, dev, requires_grad, "ones_like")
+# NOTE: the *_like factories' layout: ``memory_format`` (default ``preserve_format``) as in
+# PyTorch — a dense input's strides are kept (ember/ops/layout.py, ``like_strides``).
+def zeros_like(input, *, dtype=None, device=None, requires_grad=False,
+               memory_format=None) -> Tensor:
+    """Zeros with ``input``'s shape, dtype, device and (``preserve_format``) layout."""
+    return _made_like(0, input, dtype, device, requires_grad, memory_format, "zeros_like")
+
+
+def ones_like(input, *, dtype=None, device=None, requires_grad=False,
+              memory_format=None) -> Tensor:
+    """Ones with ``input``'s shape, dtype, device and (``preserve_format``) layout."""
+    return _made_like(1, input, dtype, device, requires_grad, memory_format, "ones_like")
 
 
 def empty_like(input, *, dtype=None, device=None, requires_grad=False,
                memory_format=None) -> Tensor:
-    dt, dev = _like(input, dtype, device)
-    return _laid_out(_make(None, input.shape, dt, dev, requires_grad, "empty_like"),
-                     memory_format)
+    """An uninitialised tensor with ``input``'s shape, dtype, device and layout."""
+    return _made_like(None, input, dtype, device, requires_grad, memory_format, "empty_like")
 
 
-def full_like(input, fill_value, *, dtype=None, device=None, requires_grad=False) -> Tensor:
-    dt, dev = _like(input, dtype, device)
-    return _make(fill_value, input.shape, dt, dev, requires_grad, "full_like")
+def full_like(input, fill_value, *, dtype=None, device=None, requires_grad=False,
+              memory_format=None) -> Tensor:
+    """``fill_value`` everywhere, with ``input``'s shape, dtype, device and layout."""
+    return _made_like(fill_value, input, dtype, device, requires_grad, memory_format,
+                      "full_like")
 
 
 def _finish(arr, dtype, dev, requires_grad) -> Tensor:

@@ -40,11 +40,14 @@ def test_large_elementwise_ops_run_generated_kernels(emu_gpu, small_threshold):
     rng = np.random.default_rng(0)
     a = rng.standard_normal(N + 3).astype(np.float32)
     b = rng.standard_normal((N // 128, 128)).astype(np.float32)
+    c = rng.standard_normal((N // 64, 128)).astype(np.float32)
     x, y = em.tensor(a, device="cuda"), em.tensor(b, device="cuda")
+    z = em.tensor(c, device="cuda")
     before = cuda_eager.stats["runs"]
     exact = [(x * 2, a * 2), (x[1:] + x[:-1], a[1:] + a[:-1]),          # misaligned view
              (y + y[0], b + b[0]), (1.5 - x, np.float32(1.5) - a),
-             (y.t() * 3.0, b.T * np.float32(3.0))]                      # transposed
+             (y.t() * 3.0, b.T * np.float32(3.0)),                      # transposed
+             (z[:, ::2] * 3.0, c[:, ::2] * np.float32(3.0))]            # strided
     for got, want in exact:
         assert got.device.type == "cuda" and got.dtype == em.float32
         np.testing.assert_array_equal(_np(got), want)
@@ -60,11 +63,14 @@ def test_large_elementwise_ops_run_generated_kernels(emu_gpu, small_threshold):
     h = x.half()
     want = (a.astype(np.float16).astype(np.float32) * np.float32(0.5)).astype(np.float16)
     np.testing.assert_array_equal(_np(h * 0.5), want)
-    assert cuda_eager.stats["runs"] - before == 11      # abs and log1p: two
+    assert cuda_eager.stats["runs"] - before == 12      # abs and log1p: two
+    # a transposed operand is read in memory order by the contiguous entry, and the
+    # result keeps its layout (the first operand's, as PyTorch's TensorIterator)
+    assert exact[4][0].stride() == (1, 128)
     launched = _launched(emu_gpu, "ember_eager_")
     assert "ember_eager_mul_float32_2_p_c" in launched        # contiguous entry
     assert "ember_eager_add_float32_2_p_r" in launched        # a broadcast row (bias)
-    assert "ember_eager_mul_float32_2_p" in launched          # strided (transposed)
+    assert "ember_eager_mul_float32_2_p" in launched          # strided (a step slice)
 
 
 def test_small_integer_and_unknown_ops_keep_the_array_module(emu_gpu, small_threshold):

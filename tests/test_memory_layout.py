@@ -1,0 +1,149 @@
+"""Layouts of new tensors, by PyTorch's rules (``ember/ops/layout.py``): the ``*_like``
+factories' ``memory_format`` (default ``preserve_format``) and the output layout of
+elementwise ops whose operands disagree (the first operand's wins, as TensorIterator's).
+PyTorch, where installed, is the oracle for the strides; the values are checked against
+NumPy."""
+import itertools
+
+import numpy as np
+import pytest
+
+import ember as em
+from ember.ops import dispatch
+
+LIKE = ["zeros_like", "ones_like", "empty_like", "rand_like", "randn_like"]
+
+
+def _x(shape=(2, 3, 4, 5), seed=0):
+    return np.random.default_rng(seed).standard_normal(shape).astype(np.float32)
+
+
+def _views(m, t):
+    """The same views of a (2, 3, 4, 5) tensor in Ember or PyTorch (module ``m``)."""
+    cl = t.to(memory_format=m.channels_last)
+    return {"channels_last": cl, "transposed": t.transpose(1, 3), "sliced": t[:, ::2],
+            "channels_last_sliced": cl[:, :, ::2], "channel_1": t[:, :1].contiguous(
+                memory_format=m.channels_last), "expanded": t[:1].expand(3, 3, 4, 5),
+            "row_major": t}
+
+
+@pytest.mark.parametrize("fn", LIKE + ["full_like", "randint_like"])
+def test_like_factories_keep_a_dense_inputs_strides(fn):
+    t = em.tensor(_x())
+    for name, v in _views(em, t).items():
+        args = (2.0,) if fn == "full_like" else (5,) if fn == "randint_like" else ()
+        out = getattr(em, fn)(v, *args)
+        assert out.shape == v.shape and out._base is None, name
+        want = {"channels_last": v.stride(), "transposed": v.stride(),
+                "channel_1": v.stride(),
+                # not dense: channels-last strides as suggested, else row-major
+                "channels_last_sliced": (30, 1, 15, 3), "sliced": (40, 20, 5, 1),
+                "expanded": (60, 20, 5, 1), "row_major": (60, 20, 5, 1)}[name]
+        assert out.stride() == want, (name, out.stride())
+
+
+def test_like_factories_values_and_explicit_formats():
+    v = em.tensor(_x()).to(memory_format=em.channels_last)
+    assert np.all(em.full_like(v, 2.5).numpy() == 2.5)
+    assert np.all(em.zeros_like(v).numpy() == 0) and np.all(em.ones_like(v).numpy() == 1)
+    assert em.zeros_like(v, memory_format=em.contiguous_format).is_contiguous()
+    assert em.empty_like(v.contiguous(), memory_format=em.channels_last).is_contiguous(
+        memory_format=em.channels_last)
+    assert em.ones_like(v, dtype=em.float64).stride() == v.stride()
+    r = em.randn_like(v, requires_grad=True)
+    assert r.requires_grad and r.is_leaf and r.stride() == v.stride()
+    with pytest.raises(RuntimeError, match="zeros_like: required rank 4 tensor to use "
+                                           "channels_last"):
+        em.zeros_like(em.ones(2, 3), memory_format=em.channels_last)
+    with pytest.raises(TypeError, match="ones_like: memory_format must be"):
+        em.ones_like(v, memory_format="channels_last")
+    assert em.empty(2, 3, 4, 5, memory_format=em.channels_last).stride() == (60, 1, 15, 3)
+    assert em.empty(2, 3, 4, 5, 6, memory_format=em.channels_last_3d).stride() == \
+        (360, 1, 90, 18, 3)
+
+
+def test_random_like_fills_memory_in_order():
+    # The samples fill memory in order (PyTorch's fill kernels do): a channels-last
+    # rand_like holds, in memory, the numbers a flat draw of the same generator gives.
+    v = em.tensor(_x()).to(memory_format=em.channels_last)
+    for fn, flat in [("rand_like", em.rand), ("randn_like", em.randn)]:
+        a = getattr(em, fn)(v, generator=em.Generator().manual_seed(7))
+        b = flat(120, generator=em.Generator().manual_seed(7))
+        assert np.array_equal(a.permute(0, 2, 3, 1).reshape(-1).numpy(), b.numpy())
+
+
+def test_like_factories_row_major_under_compile():
+    # Under ember.compile's tracer a *_like result is row-major (the compiler plans
+    # layouts); the values are the same.
+    f = em.compile(lambda x: em.zeros_like(x) + em.ones_like(x) * 2)
+    v = em.tensor(_x()).to(memory_format=em.channels_last)
+    for _ in range(3):
+        assert np.all(f(v).numpy() == 2)
+
+
+def test_elementwise_output_takes_the_first_operands_layout():
+    a, b = _x(seed=1), _x(seed=2)
+    cl = em.tensor(a).to(memory_format=em.channels_last)
+    rm = em.tensor(b)
+    cases = {"cl + rm": (cl + rm, a + b, (60, 1, 15, 3)),
+             "rm + cl": (rm + cl, b + a, (60, 20, 5, 1)),
+             "cl * 2 - rm": (cl * 2 - rm, a * 2 - b, (60, 1, 15, 3)),
+             "bias + cl": (em.tensor(b[0, :, :1, :1]) + cl, b[0, :, :1, :1] + a,
+                           (60, 1, 15, 3)),
+             "where": (em.where(cl > 0, cl, rm), np.where(a > 0, a, b), (60, 1, 15, 3)),
+             "transposed": (cl.transpose(2, 3) + rm.transpose(2, 3),
+                            (a + b).transpose(0, 1, 3, 2), (60, 1, 3, 15)),
+             "maximum": (em.maximum(cl, rm), np.maximum(a, b), (60, 1, 15, 3))}
+    for name, (got, want, strides) in cases.items():
+        assert got.stride() == strides, (name, got.stride())
+        np.testing.assert_array_equal(got.numpy(), want, err_msg=name)
+    t = em.tensor(_x((3, 4))).t()
+    s = t + em.tensor(_x((4, 3), 1))
+    assert s.stride() == (1, 4)
+    assert cl.contiguous().is_contiguous() and (cl + rm).contiguous().is_contiguous()
+
+
+def test_large_unary_ops_keep_the_layout_in_the_generated_kernels():
+    # Past dispatch._EAGER_MIN elements, elementwise ops run generated kernels, which write
+    # row-major: the operands are seen in memory order, so the layout stays.
+    n = dispatch._EAGER_MIN
+    x = _x((2, 8, 64, n // 512), seed=3)
+    cl = em.tensor(x).to(memory_format=em.channels_last)
+    for f, ref in [(em.exp, np.exp), (lambda t: t * 3 + 1, lambda a: a * 3 + 1)]:
+        got = f(cl)
+        assert got.is_contiguous(memory_format=em.channels_last)
+        np.testing.assert_allclose(got.numpy(), ref(x), rtol=1e-6)
+
+
+def test_gradients_through_mixed_layouts():
+    a = em.tensor(_x(seed=4).astype(np.float64)).to(memory_format=em.channels_last)
+    b = em.tensor(_x(seed=5).astype(np.float64))
+    a.requires_grad_(True)
+    b.requires_grad_(True)
+    assert em.autograd.gradcheck(lambda x, y: (x * y + x.exp()).sum(), (a, b))
+    (a * b).sum().backward()
+    np.testing.assert_array_equal(a.grad.numpy(), b.detach().numpy())
+    np.testing.assert_array_equal(b.grad.numpy(), a.detach().numpy())
+
+
+def test_strides_match_pytorch():
+    torch = pytest.importorskip("torch")
+    x = _x()
+    tv, ev = _views(torch, torch.from_numpy(x)), _views(em, em.tensor(x))
+    for name in tv:
+        for fn in LIKE:
+            assert getattr(torch, fn)(tv[name]).stride() == getattr(em, fn)(ev[name]).stride(), \
+                (name, fn)
+        for mf in ("contiguous_format", "channels_last", "preserve_format"):
+            assert torch.empty_like(tv[name], memory_format=getattr(torch, mf)).stride() == \
+                em.empty_like(ev[name], memory_format=getattr(em, mf)).stride(), (name, mf)
+    # elementwise ops on every pair of layouts (permutations of a 4-D tensor, broadcasts)
+    y = _x(seed=1)
+    perms = list(itertools.permutations(range(4)))[::5]
+    for p, q in itertools.product(perms, repeat=2):
+        tp = torch.from_numpy(x).permute(*p).contiguous().permute(*np.argsort(p))
+        tq = torch.from_numpy(y).permute(*q).contiguous().permute(*np.argsort(q))
+        ep = em.tensor(x).permute(*p).contiguous().permute(*np.argsort(p).tolist())
+        eq = em.tensor(y).permute(*q).contiguous().permute(*np.argsort(q).tolist())
+        assert (tp * tq).stride() == (ep * eq).stride(), (p, q)
+        assert (tp[:, :1] - tq).stride() == (ep[:, :1] - eq).stride(), (p, q)
