@@ -137,6 +137,9 @@ class Tensor:
         else:
             isz = self._dtype.itemsize
             st = tuple(s // isz for s in self._data.strides)
+            if not any(st) and self._data.size == 0:
+                # NOTE: NumPy gives a new empty array zero strides; PyTorch's are row-major
+                st = contiguous_strides(self._data.shape)
         return st if dim is None else st[_wrap_dim(dim, self._data.ndim, "stride")]
 
     def storage_offset(self) -> int:

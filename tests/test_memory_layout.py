@@ -147,3 +147,14 @@ def test_strides_match_pytorch():
         eq = em.tensor(y).permute(*q).contiguous().permute(*np.argsort(q).tolist())
         assert (tp * tq).stride() == (ep * eq).stride(), (p, q)
         assert (tp[:, :1] - tq).stride() == (ep[:, :1] - eq).stride(), (p, q)
+
+
+def test_empty_tensors_report_row_major_strides():
+    # NumPy gives a new zero-size array zero strides; PyTorch's strides are row-major
+    # (a dim of size 0 counts as 1); views keep the strides they were cut with.
+    for shape, want in [((2, 4, 0, 5), (20, 5, 5, 1)), ((0,), (1,)), ((3, 0), (1, 1)),
+                        ((0, 3), (3, 1))]:
+        for make in (em.zeros, em.empty, em.randn):
+            assert make(*shape).stride() == want, (make.__name__, shape)
+    v = em.zeros(2, 3, 4, 5)[:, :0].transpose(1, 2)
+    assert v.stride() == (60, 5, 20, 1)
