@@ -15,6 +15,8 @@
 """
 from __future__ import annotations
 
+from ..tensor import contiguous_strides
+
 CHANNELS_LAST = {"channels_last": (4, (0, 2, 3, 1)), "channels_last_3d": (5, (0, 2, 3, 4, 1))}
 
 
@@ -26,10 +28,6 @@ def strides_in_order(shape, order) -> tuple:
         st[d] = step
         step *= shape[d]
     return tuple(st)
-
-
-def row_major(shape) -> tuple:
-    return strides_in_order(shape, range(len(shape)))
 
 
 def is_dense(shape, strides) -> bool:
@@ -86,14 +84,14 @@ def like_strides(input, memory_format=None, op: str = "empty_like") -> tuple | N
         return None
     else:
         st = tuple(input.stride())   # NOTE: exactly, size-1 dims' strides included
-        if st == row_major(shape):
+        if st == contiguous_strides(shape):
             return None
         if not is_dense(shape, st):
             fmt = suggests_channels_last(shape, st)
             if fmt is None:
                 return None
             st = strides_in_order(shape, CHANNELS_LAST[fmt][1])
-    return None if st == row_major(shape) else st
+    return None if st == contiguous_strides(shape) else st
 
 
 def empty_strided_array(be, shape, strides, np_dtype):
