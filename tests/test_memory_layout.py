@@ -158,3 +158,61 @@ def test_empty_tensors_report_row_major_strides():
             assert make(*shape).stride() == want, (make.__name__, shape)
     v = em.zeros(2, 3, 4, 5)[:, :0].transpose(1, 2)
     assert v.stride() == (60, 5, 20, 1)
+
+
+def test_compiled_calls_return_the_layout_eager_gave():
+    # Inductor's keep_output_stride: every call of a compiled function returns its outputs
+    # laid out as the capturing (eager) call did, not only the first.
+    x = _x((2, 8, 5, 5), seed=6)
+    cl = em.tensor(x).to(memory_format=em.channels_last)
+
+    def fn(t):
+        return (t.exp() * 2).relu(), t.transpose(1, 3) * 3, t.sum(1)
+
+    f = em.compile(fn)
+    want = [np.maximum(np.exp(x) * 2, 0), x.transpose(0, 3, 2, 1) * 3, x.sum(1)]
+    eager = [o.stride() for o in fn(cl)]
+    assert eager == [(200, 1, 40, 8), (200, 8, 40, 1), (25, 5, 1)]
+    for _ in range(3):
+        outs = f(cl)
+        assert [o.stride() for o in outs] == eager
+        for o, w in zip(outs, want):
+            np.testing.assert_allclose(o.numpy(), w, rtol=1e-5, atol=1e-6)
+    rm = em.tensor(x)
+    assert [o.stride() for o in f(rm)][0] == (200, 25, 5, 1)
+
+
+def test_compiled_training_and_eager_composites_keep_the_layout():
+    x = _x((2, 8, 64, 64), seed=7).astype(np.float64)
+    cl = em.tensor(x).to(memory_format=em.channels_last).requires_grad_(True)
+    f = em.compile(lambda t: (t * t).tanh())
+    for _ in range(3):
+        y = f(cl)       # a joint graph: forward program now, backward program later
+        assert y.is_contiguous(memory_format=em.channels_last)
+        y.sum().backward()
+        np.testing.assert_allclose(cl.grad.numpy(), 2 * x * (1 - np.tanh(x * x) ** 2),
+                                   rtol=1e-12, atol=1e-14)
+        cl.grad = None
+    big = em.tensor(x.astype(np.float32)).to(memory_format=em.channels_last)
+    from ember.codegen import eager_composite
+    runs = eager_composite.stats["runs"]
+    for _ in range(eager_composite.WARMUP + 3):    # past MIN_ELEMENTS and its warm-up
+        g = em.nn.functional.gelu(big)             # calls: F.gelu runs its compiled graph
+        assert g.is_contiguous(memory_format=em.channels_last)
+    assert eager_composite.stats["runs"] == runs + 3
+    np.testing.assert_allclose(g.numpy(), em.nn.functional.gelu(em.tensor(x)).numpy(),
+                               rtol=1e-5, atol=1e-6)
+
+
+def test_index_select_is_row_major_like_pytorch():
+    x = _x((2, 3, 4, 5), seed=8)
+    cl = em.tensor(x).to(memory_format=em.channels_last)
+    i = em.tensor([3, 0, -1, 1, 1])
+    for d in range(4):
+        j = em.tensor([k % x.shape[d] for k in (0, 1, -1, 0)])
+        got = cl.index_select(d, j)
+        assert got.is_contiguous(), (d, got.stride())
+        np.testing.assert_array_equal(got.numpy(), np.take(x, j.numpy(), axis=d))
+    up = em.nn.functional.interpolate(cl, scale_factor=2)
+    assert up.is_contiguous()
+    np.testing.assert_array_equal(cl[:, :, i].numpy(), x[:, :, i.numpy()])

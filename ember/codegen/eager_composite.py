@@ -259,8 +259,7 @@ def _run(entry, tensors):
         # NOTE: straight to the programs: the key fixed everything the compiled call's
         # signature and guards would check (see _direct)
         out = _DirectCall.apply(e, entry, *tensors) if e.joint is not None else \
-            _wrap(e.program.run([tensors[i]._data for i in e.arg_slots])[e.out_leaves[0][1]],
-                  e.out_leaves[0][2], e.out_leaves[0][3])
+            _OUT[0](e.program.run([tensors[i]._data for i in e.arg_slots]), e.out_leaves[0])
         stats["runs"] += 1
         return out
     if state.grad_enabled and any(t._requires_grad for t in tensors):
@@ -273,6 +272,7 @@ def _run(entry, tensors):
 
 
 _HELD: list = []     # ember.graph.executor.Held (the graph layer is imported lazily)
+_OUT: list = []      # ember.graph.capture.out_tensor
 _CLOSURE = frozenset(("fn", "n_pos", "names", "slots", "static"))
 
 
@@ -317,8 +317,7 @@ class _DirectCall(Function):
         ctx.save_for_backward(*tensors)     # version checks, and a double backward
         ctx.e, ctx.entry = e, entry
         ctx._release = functools.partial(_release_direct, ctx)
-        k = e.out_leaves[0]
-        return _wrap(outs[k[1]], k[2], k[3])
+        return _OUT[0](outs, e.out_leaves[0])
 
     @staticmethod
     def backward(ctx, g):
@@ -360,8 +359,10 @@ def _build(fn, args, kwargs, slots):
     if not (gpu or _have_compiler()):
         return False
     if not _HELD:
+        from ..graph.capture import out_tensor
         from ..graph.executor import Held
         _HELD.append(Held)
+        _OUT.append(out_tensor)
     stats["compiles"] += 1
     return _Entry(fn, args, kwargs, slots)
 

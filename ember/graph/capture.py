@@ -8,7 +8,8 @@ from __future__ import annotations
 
 from ..autograd.grad_mode import state as _state
 from ..func._tree import tree_flatten
-from ..tensor import Tensor
+from ..ops.layout import in_order, kept_order
+from ..tensor import Tensor, _wrap
 from .trace import Tracer
 
 __all__ = ["Entry", "Eager", "finish_capture", "lifted"]
@@ -70,14 +71,17 @@ def finish_capture(tr: Tracer, e: Entry, result, arg_slots, flat, params, passes
 
 def _returned(tr: Tracer, result, outs: list):
     """The returned value's tree structure, one ``("tensor", output position, dtype,
-    device, differentiable)`` or ``("static", value)`` per leaf, and the leaves that need
-    gradients; appends the returned tensors' vars to ``outs``."""
+    device, differentiable, dim order)`` or ``("static", value)`` per leaf, and the leaves
+    that need gradients; appends the returned tensors' vars to ``outs``. The dim order is
+    the layout eager gave a dense, not row-major result (a channels-last image): later
+    runs return it laid out so (:func:`out_tensor`), as ``torch.compile`` does."""
     leaves, spec = tree_flatten(result)
     leaf_kind, diff_outs = [], []
     for x in leaves:
         if isinstance(x, Tensor):
             diff = x._requires_grad and _state.grad_enabled
-            leaf_kind.append(("tensor", len(outs), x._dtype, x._device, diff))
+            order = kept_order(x._data) if x._device.type != "meta" else None
+            leaf_kind.append(("tensor", len(outs), x._dtype, x._device, diff, order))
             if diff:
                 diff_outs.append(x)
             outs.append(tr.read(x))
@@ -149,3 +153,13 @@ def _diff_inputs(tr: Tracer, flat, arg_slots):
             diff_in.append(src.obj)
             where.append(("src", k))
     return diff_in, where
+
+
+def out_tensor(outs, k) -> Tensor:
+    """The tensor returned for out-leaf ``k`` (``("tensor", position, dtype, device, diff,
+    order)``) of a run's output arrays ``outs``: laid out as the capturing call's was."""
+    a = outs[k[1]]
+    if k[5] is not None:
+        from ..device import get_backend
+        a = in_order(get_backend(k[3]).xp, a, k[5])
+    return _wrap(a, k[2], k[3])

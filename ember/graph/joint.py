@@ -26,6 +26,7 @@ import weakref
 from ..autograd.function import Function
 from ..autograd.engine import grad as _autograd_grad
 from ..tensor import Tensor, _wrap
+from .capture import out_tensor
 from .executor import Held, Program
 from .ir import Graph, Var
 from .passes import run_pipeline
@@ -133,8 +134,7 @@ class _Run:
             g.pending = weakref.ref(self)
         held = Held(prog.alloc, prog.last_held)
         saved = self.outs[j.n_fwd:]
-        diff = [_wrap(self.outs[k[1]], k[2], k[3]) for k in e.out_leaves
-                if k[0] == "tensor" and k[4]]
+        diff = [out_tensor(self.outs, k) for k in e.out_leaves if k[0] == "tensor" and k[4]]
         return diff, saved, held
 
     def backward(self, saved, cotangents):

@@ -6,7 +6,7 @@ from __future__ import annotations
 from ..errors import GraphError
 from ..func._tree import tree_unflatten
 from ..tensor import Tensor, _wrap
-from .capture import Entry
+from .capture import Entry, out_tensor
 from .executor import Program
 
 __all__ = ["plan_kw", "donations", "program", "entry_plan", "run"]
@@ -105,8 +105,7 @@ def run(e: Entry, flat):
     leaves = []
     for k in e.out_leaves:
         if k[0] == "tensor":
-            leaves.append(next(diff) if diff is not None and k[4] else
-                          _wrap(outs[k[1]], k[2], k[3]))
+            leaves.append(next(diff) if diff is not None and k[4] else out_tensor(outs, k))
         else:
             leaves.append(k[1])
     return tree_unflatten(leaves, e.out_spec)

@@ -2,7 +2,8 @@
 bookkeeping around it.
 
 A signature is a dict of what a graph was specialised on (see :mod:`ember.graph.compile`):
-each tensor argument's shape, dtype, device and ``requires_grad``; Python scalars by value;
+each tensor argument's shape, dtype, device, ``requires_grad`` and strides (where not
+row-major); Python scalars by value;
 the grad mode and autocast state; each reachable module's ``training`` flag, which
 parameters have a ``.grad``, the optimizers' hyper-parameters (the learning rate excepted)
 and which parameters have optimizer state.
@@ -70,13 +71,20 @@ def _arg_names(n: int) -> list:
 
 def _tensor_key(x: Tensor) -> str:
     d = x._device
+    a = x._data
+    # NOTE: the layout too (strides unless row-major; a meta array has none): a graph's
+    # outputs keep the layout its capture gave them (capture.out_tensor), as torch.compile
+    # specialises on strides
+    st = None if d.type == "meta" or a.flags.c_contiguous else a.strides
     # NOTE: the device by type and index as written: device('cuda') == device('cuda:0'),
     # but they print differently, and the text is what a signature holds
-    k = (x._dtype, x._data.shape, d.type, d.index, x._requires_grad)
+    k = (x._dtype, a.shape, d.type, d.index, x._requires_grad, st)
     s = _TENSOR_KEYS.get(k)
     if s is None:
-        s = (f"{x._dtype.name}[{', '.join(map(str, x._data.shape))}] {x._device}"
-             + (" requires_grad" if x._requires_grad else ""))
+        s = (f"{x._dtype.name}[{', '.join(map(str, a.shape))}] {x._device}"
+             + (" requires_grad" if x._requires_grad else "")
+             + ("" if st is None else
+                f" strides({', '.join(str(b // a.itemsize) for b in st)})"))
         if len(_TENSOR_KEYS) < 4096:
             _TENSOR_KEYS[k] = s
     return s

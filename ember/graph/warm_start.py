@@ -353,7 +353,8 @@ def _guard_values(r) -> list:
 
 def _out_leaf(k) -> list:
     if k[0] == "tensor":
-        return ["t", k[1], k[2].name, str(k[3]), bool(k[4])]
+        return ["t", k[1], k[2].name, str(k[3]), bool(k[4]),
+                None if k[5] is None else list(k[5])]
     if k[1] is not None and type(k[1]) not in (bool, int, float, str):
         raise NotPortable(f"a returned {type(k[1]).__name__}")
     return ["s", k[1]]
@@ -426,7 +427,8 @@ def _entry(rec, r, flat) -> Entry:
     e.arg_owner = {id(flat[i]): i for i in e.arg_slots if flat[i]._requires_grad and
                    flat[i]._grad_fn is None}
     e.out_spec = _unspec(rec["out_spec"])
-    e.out_leaves = [("tensor", k[1], as_dtype(k[2]), device(k[3]), k[4]) if k[0] == "t"
+    e.out_leaves = [("tensor", k[1], as_dtype(k[2]), device(k[3]), k[4],
+                     None if k[5] is None else tuple(k[5])) if k[0] == "t"
                     else ("static", k[1]) for k in rec["out_leaves"]]
     e.n_user = rec["n_user"]
     for x in e.sources:

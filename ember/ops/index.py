@@ -37,6 +37,11 @@ def _key(idx, dims, ndim):
 
 
 def _index_kernel(xp, x, *idx, dims):
+    if len(idx) == 1 and idx[0].ndim and idx[0].dtype.kind in "iu":
+        # NOTE: one index array: ``take`` gives a row-major result whatever x's layout
+        # (fancy indexing of a channels-last x scatters the dims: PyTorch's index_select
+        # is row-major too) and skips the general indexing machinery
+        return xp.take(x, idx[0], axis=dims[0])
     r = x[_key(idx, dims, x.ndim)]
     # NOTE: NumPy treats all-0-d integer arrays as basic indexing (a view); indexing copies.
     return xp.array(r, copy=True) if all(i.ndim == 0 for i in idx) else r

@@ -12,6 +12,9 @@
   ``x.t() + y`` keeps ``x.t()``'s column-major layout). NumPy's ufuncs fall back to
   row-major when operands disagree; the dispatcher uses this order instead.
 * :func:`empty_strided_array` — a buffer of the backend seen with given strides.
+* :func:`kept_order` / :func:`in_order` — a compiled call's outputs keep the layout eager
+  gave them (Inductor's ``keep_output_stride``): the dim order of a dense, not row-major
+  result is recorded at capture, and later runs lay the program's output out that way.
 """
 from __future__ import annotations
 
@@ -154,3 +157,30 @@ def memory_order(arrays, ndim: int) -> tuple | None:
                 break
     order = tuple(reversed(perm))
     return None if order == tuple(range(ndim)) else order
+
+
+def kept_order(a) -> tuple | None:
+    """The dim order (outermost first) of array ``a`` when it is dense and not row-major
+    (a channels-last image, a transpose): what a compiled call records of an output it
+    returns (:func:`in_order`); None for row-major, non-dense or zero-size arrays."""
+    shape = getattr(a, "shape", None)
+    if shape is None or len(shape) < 2 or 0 in shape or a.flags.c_contiguous:
+        return None
+    item = a.itemsize
+    strides = tuple(s // item for s in a.strides)
+    if not is_dense(shape, strides):
+        return None
+    return memory_order([a], len(shape))
+
+
+def in_order(xp, a, order):
+    """Array ``a`` laid out in dim ``order`` (from :func:`kept_order`; None: ``a``)."""
+    if order is None or a.ndim != len(order):
+        return a
+    t = a.transpose(order)
+    if t.flags.c_contiguous:
+        return a
+    inverse = [0] * len(order)
+    for i, d in enumerate(order):
+        inverse[d] = i
+    return xp.ascontiguousarray(t).transpose(inverse)

@@ -285,3 +285,22 @@ def test_a_failing_warm_start_traces_instead(wcache, monkeypatch):
     with pytest.warns(disk_cache.KernelCacheWarning, match="warm start failed"):
         got, _, s = _train(3)
     assert got == fresh and warm_start.stats["hits"] == 0
+
+
+def test_warm_start_keeps_the_output_layout(wcache):
+    # the record carries each output's layout: a warm call (never traced) returns the
+    # channels-last result a traced call returns
+    x = np.random.default_rng(2).standard_normal((2, 8, 5, 5)).astype(np.float32)
+    cl = ember.tensor(x).to(memory_format=ember.channels_last)
+
+    def make():
+        w = ember.tensor(np.linspace(-1, 1, 8, dtype=np.float32).reshape(8, 1, 1))
+        return ember.compile(lambda t: (t * w).exp())
+    f = make()
+    fresh = [f(cl) for _ in range(2)]
+    g = make()
+    warm = g(cl)
+    assert warm_start.stats["hits"] == 1 and "warm start" in _notes(g)
+    for y in fresh + [warm]:
+        assert y.stride() == (200, 1, 40, 8)
+    np.testing.assert_allclose(warm.numpy(), fresh[1].numpy(), rtol=1e-6)
