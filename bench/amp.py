@@ -15,14 +15,15 @@ Three tables, one process:
    NumPy's ``astype`` (what Ember ran before).
 3. **W1-W3 training steps** (bench/train.py's models and data), eager and through
    ``ember.compile``: float32, bf16 under ``ember.autocast``, fp16 under autocast +
-   ``GradScaler``: median step time, activation memory (the allocator's peak during one
+   ``GradScaler`` (compiled: the scaler's step/update eager, or ``fp16-whole``: inside the
+   one graph, its skip a ``where``): median step time, activation memory (the allocator's peak during one
    step above the bytes alive before it) and the loss after ``--steps`` steps; PyTorch
    CPU eager float32 and bf16 autocast beside it when installed (no ``torch.compile``).
 
 Medians of interleaved repeats (the machine is shared: rerun before quoting).
 
 Run:
-    .venv/bin/python bench/amp.py [--quick] [--no-torch] [--no-train]
+    .venv/bin/python bench/amp.py [--quick] [--no-torch] [--no-train] [--no-kernels]
 """
 from __future__ import annotations
 
@@ -120,9 +121,9 @@ def bench_convert(n, repeats) -> None:
 
 def _amp_step(lib, wl, mode, steps, tiny, compiled=False):
     """(median step seconds, activation bytes, final loss) of ``wl`` in ``lib`` under
-    ``mode`` ("fp32", "bf16" autocast, "fp16" autocast + GradScaler); ``compiled``: the
-    step (fp16: forward + scaled backward, the scaler's step/update eager) through
-    ``ember.compile``. Activation bytes: Ember's allocator peak above the bytes alive
+    ``mode`` ("fp32", "bf16" autocast, "fp16" autocast + GradScaler, "fp16-whole" the
+    same); ``compiled``: the step (fp16: forward + scaled backward, the scaler's
+    step/update eager; fp16-whole: all of it, one graph) through ``ember.compile``. Activation bytes: Ember's allocator peak above the bytes alive
     before one step (None for PyTorch)."""
     size = dict(wl.tiny if tiny else wl.size)
     lib.manual_seed(0)
@@ -130,8 +131,8 @@ def _amp_step(lib, wl, mode, steps, tiny, compiled=False):
     x, y = wl.data(np.random.default_rng(0), **size)
     x, y = lib.tensor(x), lib.tensor(y)
     F = lib.nn.functional
-    dt = {"bf16": lib.bfloat16, "fp16": lib.float16}.get(mode)
-    scaler = lib.amp.GradScaler("cpu") if mode == "fp16" else None
+    dt = {"bf16": lib.bfloat16, "fp16": lib.float16, "fp16-whole": lib.float16}.get(mode)
+    scaler = lib.amp.GradScaler("cpu") if mode.startswith("fp16") else None
 
     def fwd_bwd():
         opt.zero_grad()
@@ -146,8 +147,16 @@ def _amp_step(lib, wl, mode, steps, tiny, compiled=False):
         opt.step()
         return loss
 
+    def scaled():
+        loss = fwd_bwd()
+        scaler.step(opt)
+        scaler.update()
+        return loss
+
     if scaler is None:
         step = ember.compile(whole) if compiled else whole
+    elif mode == "fp16-whole":
+        step = ember.compile(scaled) if compiled else scaled
     else:
         inner = ember.compile(fwd_bwd) if compiled else fwd_bwd
 
@@ -186,7 +195,7 @@ def bench_train(steps, torch, tiny=False) -> None:
     for name in ("W1 MLP SGD", "W2 CNN SGD", "W3 GPT AdamW"):
         wl = tb.WORKLOADS[name]
         for compiled in (False, True):
-            for m in ("fp32", "bf16", "fp16"):
+            for m in ("fp32", "bf16", "fp16") + (("fp16-whole",) if compiled else ()):
                 label = f"ember {'compiled' if compiled else 'eager   '} {m}"
                 print(f"{name:14s} {label:24s} "
                       f"{_cell(lambda: _amp_step(ember, wl, m, steps, tiny, compiled))}",
@@ -202,11 +211,14 @@ def main(argv=None) -> int:
     p.add_argument("--quick", action="store_true", help="smoke run: small sizes, few repeats")
     p.add_argument("--no-torch", action="store_true", help="leave PyTorch out")
     p.add_argument("--no-train", action="store_true", help="kernels only (tables 1-2)")
+    p.add_argument("--no-kernels", action="store_true", help="training steps only (table 3)")
     p.add_argument("--steps", type=int, default=50, help="training steps per configuration")
     args = p.parse_args(argv)
     torch = _torch(not args.no_torch)
     ember.show_config() if hasattr(ember, "show_config") and not args.quick else None
-    if args.quick:
+    if args.no_kernels:
+        pass
+    elif args.quick:
         bench_matmul((64,), 3, torch)
         bench_convert(1 << 16, 3)
     else:

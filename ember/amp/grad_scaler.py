@@ -9,6 +9,14 @@ multiplied by ``growth_factor``. The numbers are PyTorch's (``_amp_update_scale_
 scale is a float32 value, ``init_scale=2**16``, ``growth_factor=2``, ``backoff_factor=0.5``,
 ``growth_interval=2000``.
 
+Under ``ember.compile`` the whole iteration is one graph (PyTorch's ``torch.compile`` breaks
+the graph at ``step``, which reads ``found_inf`` into Python): the inf check, the unscale,
+the skip and the scale update are graph ops. The step runs and ``where(found_inf, before,
+after)`` keeps each parameter and optimizer state tensor as it was when a gradient
+overflowed — the same values as eager's skipped step; the scale and ``_growth_tracker``
+(a 0-d tensor, as PyTorch's) are updated in place by the graph. A skip inside a compiled
+step makes no :class:`SkipReport` (that needs Python at every run).
+
 What Ember adds: a skipped step leaves a :class:`SkipReport` (``last_skip_report()``,
 also logged on the ``"ember.amp"`` logger at INFO level) naming each parameter whose
 gradient was inf/NaN and, when anomaly mode is on (``ember.autograd.set_detect_anomaly``),
@@ -42,6 +50,7 @@ import numpy as np
 
 from ..autograd import anomaly as _anomaly
 from ..autograd.grad_mode import no_grad, state
+from ..compiler import is_compiling
 from ..device.base import _backends, cuda_backend
 from ..tensor import Tensor
 from ._unscale_kernels import unscale_group, unscale_group_gpu
@@ -127,7 +136,7 @@ class GradScaler:
         self._backoff_factor = backoff_factor
         self._growth_interval = growth_interval
         self._init_growth_tracker = 0
-        self._growth_tracker: int | None = None
+        self._growth_tracker: Tensor | None = None   # 0-d int32, made with the scale
         self._per_optimizer_states: dict[int, dict] = {}
         self._iteration = 0
 
@@ -145,9 +154,11 @@ class GradScaler:
         # NOTE: made without an op, so that a first scale() inside ember.compile's trace
         # lifts the scale as a graph input (read at every run) instead of folding a
         # factory's constant that update() could never change
+        from ..dtypes import int32
         xp = _backends[dev.type].xp
         self._scale = _wrap(xp.full((), self._init_scale, dtype=xp.float32), float32, dev)
-        self._growth_tracker = self._init_growth_tracker
+        self._growth_tracker = _wrap(xp.full((), self._init_growth_tracker, dtype=xp.int32),
+                                     int32, dev)
 
     def scale(self, outputs):
         """Multiply ``outputs`` (a tensor, or nested lists/tuples/iterables of them) by the scale.
@@ -195,8 +206,14 @@ class GradScaler:
                                "the last update().")
         if st["stage"] is OptState.STEPPED:
             raise RuntimeError("unscale_() is being called after step().")
-        # NOTE: PyTorch's rounding: the reciprocal in float64, then float32
-        inv = np.float32(1.0 / float(scale._data))
+        # NOTE: PyTorch's rounding: the reciprocal in float64, then float32 (a graph op
+        # under ember.compile: the scale changes between runs)
+        if is_compiling():
+            from ..dtypes import float32, float64
+            with no_grad():
+                inv = scale.to(float64).reciprocal().to(float32)
+        else:
+            inv = np.float32(1.0 / float(scale._data))
         st["found_inf_per_device"] = _unscale_grads(optimizer, inv, allow_fp16=False)
         st["stage"] = OptState.UNSCALED
 
@@ -225,7 +242,17 @@ class GradScaler:
             raise RuntimeError("GradScaler.step: no inf checks were recorded for this "
                                "optimizer (none of its parameters has a gradient)")
         retval = None
-        if any(st["found_inf_per_device"].values()):
+        found = list(st["found_inf_per_device"].values())
+        if any(isinstance(f, Tensor) for f in found):
+            flag = _any(found)
+            why = _why_not_in_graph(optimizer, flag)
+            if why is None:
+                retval = _step_unless(flag, optimizer, args, kwargs)
+                st["stage"] = OptState.STEPPED
+                return retval
+            from ..compiler import _tracer
+            _tracer().unsupported(why)
+        if any(found):
             self._skipped(optimizer)
         else:
             retval = optimizer.step(*args, **kwargs)
@@ -245,16 +272,26 @@ class GradScaler:
         if not self._enabled:
             return
         scale = self._check_scale_growth_tracker("update")
+        traced = is_compiling()
         if new_scale is not None:
-            scale._data[...] = self._new_scale_value(new_scale)
+            value = self._new_scale_value(new_scale)
+            if traced:
+                with no_grad():
+                    scale.fill_(float(value))
+            else:
+                scale._data[...] = value
         else:
             found = [f for s in self._per_optimizer_states.values()
                      for f in s["found_inf_per_device"].values()]
             if not found:
                 raise RuntimeError("GradScaler.update: no inf checks were recorded prior to "
                                    "update(); call scaler.step(optimizer) (or unscale_) first")
-            self._update_scale(scale, any(found))
-        scale._storage.version += 1
+            if any(isinstance(f, Tensor) for f in found):
+                self._update_scale_traced(scale, _any(found))
+            else:
+                self._update_scale(scale, any(found))
+        if not traced:
+            scale._storage.version += 1     # NOTE: graph ops count their own writes
         self._per_optimizer_states = {}
         self._iteration += 1
         self._disarm()
@@ -275,18 +312,34 @@ class GradScaler:
     def _update_scale(self, scale: Tensor, found_inf: bool) -> None:
         """``torch._amp_update_scale_`` with the scale held in float32."""
         cur = np.float32(float(scale._data))  # NOTE: a GPU's 0-d array: float() reads it
+        tracker = self._growth_tracker
+        tracker._storage.version += 1
         if found_inf:
             scale._data[...] = cur * np.float32(self._backoff_factor)
-            self._growth_tracker = 0
+            tracker._data[...] = 0
             return
-        successful = self._growth_tracker + 1
+        successful = int(tracker._data) + 1
         if successful == self._growth_interval:
             with np.errstate(over="ignore"):
                 grown = cur * np.float32(self._growth_factor)
             if np.isfinite(grown):
                 scale._data[...] = grown
             successful = 0
-        self._growth_tracker = successful
+        tracker._data[...] = successful
+
+    def _update_scale_traced(self, scale: Tensor, found_inf: Tensor) -> None:
+        """:meth:`_update_scale` as graph ops on the 0-d ``found_inf`` (ember.compile)."""
+        from ..ops.select import where
+        tracker = self._growth_tracker
+        with no_grad():
+            successful = tracker + 1
+            grow = successful == self._growth_interval
+            grown = scale * np.float32(self._growth_factor)
+            grown = where(grown.isfinite(), grown, scale)
+            new = where(found_inf, scale * np.float32(self._backoff_factor),
+                        where(grow, grown, scale))
+            scale.copy_(new)
+            tracker.copy_(where(found_inf | grow, 0, successful))
 
     # ------------------------------------------------------------------ skip reports
     def _arm(self) -> None:
@@ -372,7 +425,7 @@ class GradScaler:
         if not self._enabled:
             return 0
         return self._init_growth_tracker if self._growth_tracker is None \
-            else self._growth_tracker
+            else int(self._growth_tracker._data)
 
     def is_enabled(self) -> bool:
         """Whether this scaler scales (False: every method is a pass-through)."""
@@ -409,11 +462,64 @@ class GradScaler:
         self._growth_interval = int(state_dict["growth_interval"])
         self._init_growth_tracker = int(state_dict["_growth_tracker"])
         if self._growth_tracker is not None:
-            self._growth_tracker = self._init_growth_tracker
+            self._growth_tracker._data[...] = self._init_growth_tracker
+            self._growth_tracker._storage.version += 1
 
 
-def _unscale_grads(optimizer, inv: np.float32, allow_fp16: bool) -> dict:
-    """Unscale every gradient in place; ``{device: found_inf}``, one fused call per dtype group."""
+def _why_not_in_graph(optimizer, found_inf: Tensor) -> str | None:
+    """Why a traced ``step`` can't skip in the graph, or None: every parameter with a
+    gradient has its optimizer state (a first step creates it; ``where`` can't undo
+    that) on ``found_inf``'s device (a GPU optimizer's CPU step counts would need a host
+    read of the flag)."""
+    from ..graph.first_call import creates_state
+    st, dev = optimizer.state, found_inf._device
+    for group in optimizer.param_groups:
+        for p in group["params"]:
+            if p.grad is None:
+                continue
+            if (p not in st or not len(st[p])) and creates_state(optimizer):
+                return ("GradScaler.step before the optimizer has state (its first step "
+                        "creates it; where() can't undo that)")
+            for k, v in st[p].items() if p in st else ():
+                if isinstance(v, Tensor) and v._device != dev:
+                    return (f"GradScaler.step of an optimizer whose state[{k!r}] is on "
+                            f"{v._device}, its flag on {dev} (construct the optimizer with "
+                            f"capturable=True to keep step counts on the device)")
+    return None
+
+
+def _any(found: list):
+    """The flags of ``found`` (bools and 0-d bool tensors) or-ed."""
+    out = False
+    for f in found:
+        out = f | out if isinstance(f, Tensor) else (out | f if isinstance(out, Tensor)
+                                                      else out or f)
+    return out
+
+
+def _step_unless(found_inf: Tensor, optimizer, args, kwargs):
+    """``optimizer.step()`` as graph ops that leave every parameter and state tensor as
+    it was where the 0-d ``found_inf`` is true (a skipped step, without reading it)."""
+    from ..ops.select import where
+    kept = []
+    with no_grad():
+        for group in optimizer.param_groups:
+            for p in group["params"]:
+                if p.grad is None:
+                    continue
+                kept.append((p, p.detach().clone()))
+                kept += [(v, v.clone()) for v in optimizer.state[p].values()
+                         if isinstance(v, Tensor)]
+    retval = optimizer.step(*args, **kwargs)
+    with no_grad():
+        for t, before in kept:
+            t.copy_(where(found_inf, before, t))
+    return retval
+
+
+def _unscale_grads(optimizer, inv, allow_fp16: bool) -> dict:
+    """Unscale every gradient in place; ``{device: found_inf}``, one fused call per dtype
+    group (``inv`` a 0-d tensor under ember.compile: the flags are 0-d bool tensors)."""
     groups: dict = {}
     for group in optimizer.param_groups:
         for p in group["params"]:
@@ -428,13 +534,20 @@ def _unscale_grads(optimizer, inv: np.float32, allow_fp16: bool) -> dict:
     found = {}
     with no_grad():
         for dev, per_dtype in groups.items():
-            found[dev] = any([_unscale_group(grads, inv) for grads in per_dtype.values()])
+            found[dev] = _any([_unscale_group(grads, inv) for grads in per_dtype.values()])
     return found
 
 
-def _unscale_group(grads: list, inv: np.float32) -> bool:
+def _unscale_group(grads: list, inv) -> bool:
     """Multiply ``grads`` (one device and dtype) by ``inv`` in place; True if any held
     inf/NaN before (PyTorch checks the scaled values). One C call for the whole group."""
+    if isinstance(inv, Tensor):         # ember.compile: graph ops, a 0-d bool flag
+        bad = None
+        for g in grads:
+            b = g.isfinite().all().logical_not()
+            bad = b if bad is None else bad | b
+            g.mul_(inv)
+        return bad
     if state.modes or state.fw_levels:   # NOTE: a tracer records the update as ops
         bad = not all(bool(g.isfinite().all()) for g in grads)
         for g in grads:

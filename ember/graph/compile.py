@@ -301,8 +301,16 @@ class CompiledFunction:
         if tr.broken is not None:
             reason, where = tr.broken
             self.log.graph_break(reason, where)
-            warnings.warn(f"ember.compile({self.name}): graph break at {where}: {reason}; "
-                          f"this function runs eagerly for this signature", stacklevel=2)
+            if self._signature(flat, spec) != sig:
+                # NOTE: the call changed its own signature (a first optimizer step made its
+                # state): this signature never comes back, so no warning; the next is traced
+                self.log.note(f"the graph break at {where} was in a call that changed its "
+                              f"own signature (a first optimizer step): the next call is "
+                              f"traced again")
+            else:
+                warnings.warn(f"ember.compile({self.name}): graph break at {where}: "
+                              f"{reason}; this function runs eagerly for this signature",
+                              stacklevel=2)
             e.eager, e.reason = True, f"graph break at {where}: {reason}"
             self._cache[key] = e
             return result

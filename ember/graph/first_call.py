@@ -25,14 +25,14 @@ from __future__ import annotations
 
 import types
 
-__all__ = ["predicts_unstable", "attention_dtypes", "prefetch_kernels"]
+__all__ = ["creates_state", "predicts_unstable", "attention_dtypes", "prefetch_kernels"]
 
 #: a name in reachable code that means the first call will run the ``sdpa`` kernels
 ATTENTION_NAMES = frozenset({"scaled_dot_product_attention"})
 _class_names: dict = {}       # class -> the names its methods' code reads
 
 
-def _creates_state(opt) -> bool:
+def creates_state(opt) -> bool:
     """Whether ``opt``'s step stores per-parameter state. PyTorch's ``SGD`` without
     momentum keeps none; every other optimizer of ``torch.optim`` (and a user's) may."""
     from ..optim.sgd import SGD
@@ -48,7 +48,7 @@ def predicts_unstable(roots) -> bool:
     for _, opt in roots.optimizers:
         state = opt.state
         if any(p._requires_grad and not state.get(p) for g in opt.param_groups
-               for p in g["params"]) and _creates_state(opt):
+               for p in g["params"]) and creates_state(opt):
             return True
     return False
 

@@ -79,7 +79,7 @@ class Adafactor(Optimizer):
             if p.dtype.is_complex:
                 raise RuntimeError("Adafactor does not support complex parameters")
             if not state:
-                state["step"] = _new_step()
+                state["step"] = _new_step(p, group)
                 if g.ndim > 1:
                     state["row_var"] = zeros(*g.shape[:-1], 1, dtype=g.dtype, device=g.device)
                     state["col_var"] = zeros(*g.shape[:-2], 1, g.shape[-1], dtype=g.dtype,

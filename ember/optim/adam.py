@@ -15,8 +15,13 @@ from .sgd import _check_betas
 __all__ = ["Adam", "AdamW", "Adamax", "NAdam"]
 
 
-def _new_step():
-    return zeros((), dtype=_scalar_dtype())
+def _new_step(p=None, group=None):
+    """A parameter's step count: a 0-d tensor on the CPU (PyTorch's default), or on the
+    parameter's device with ``capturable=True`` (so a compiled step on a GPU that
+    ``GradScaler`` may skip updates it in the graph, without a host read)."""
+    dev = p._device if p is not None and group is not None and group.get("capturable") \
+        else None
+    return zeros((), dtype=_scalar_dtype(), device=dev)
 
 
 def _advance(state):
@@ -81,7 +86,7 @@ class Adam(_AdamBase):
             return
         for p, g, state in self._grads(group):
             if not state:
-                _init_state(state, p, amsgrad)
+                _init_state(state, p, amsgrad, group)
             exp_avg, exp_avg_sq = state["exp_avg"], state["exp_avg_sq"]
             step = _advance(state)
             if not amsgrad and _one_pass(p, g, exp_avg, exp_avg_sq, group, lr, step):
@@ -132,9 +137,9 @@ def _one_pass(p, g, exp_avg, exp_avg_sq, group, lr, step) -> bool:
     return True
 
 
-def _init_state(state, p, amsgrad: bool) -> None:
+def _init_state(state, p, amsgrad: bool, group=None) -> None:
     """Adam's first-step state of parameter ``p`` (PyTorch's keys)."""
-    state["step"] = _new_step()
+    state["step"] = _new_step(p, group)
     state["exp_avg"] = zeros_like(p)
     state["exp_avg_sq"] = zeros_like(p)
     if amsgrad:
@@ -158,7 +163,7 @@ def _many_gpu(opt, group, lr) -> bool:
         elif p._device is not dev and p._device != dev or p._dtype is not dt:
             return False
         if not state:
-            _init_state(state, p, False)
+            _init_state(state, p, False, group)
         arrays = O.kernel_arrays(p, g, state["exp_avg"], state["exp_avg_sq"])
         step = state["step"]
         # NOTE: a negative count (a corrupt state) makes the bias correction complex: the
@@ -239,7 +244,7 @@ class Adamax(_AdamBase):
         beta1, beta2 = group["betas"]
         for p, g, state in self._grads(group):
             if not state:
-                state["step"] = _new_step()
+                state["step"] = _new_step(p, group)
                 state["exp_avg"] = zeros_like(p)
                 state["exp_inf"] = zeros_like(p)
             if maximize:
@@ -293,7 +298,7 @@ class NAdam(_AdamBase):
         mdecay, decoupled = group["momentum_decay"], group["decoupled_weight_decay"]
         for p, g, state in self._grads(group):
             if not state:
-                state["step"] = _new_step()
+                state["step"] = _new_step(p, group)
                 # NOTE: a 0-d tensor of the scalar dtype, as in PyTorch, so values match
                 state["mu_product"] = ones((), dtype=_scalar_dtype())
                 state["exp_avg"] = zeros_like(p)

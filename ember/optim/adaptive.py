@@ -52,7 +52,7 @@ class RMSprop(Optimizer):
         momentum, centered = group["momentum"], group["centered"]
         for p, g, state in self._grads(group):
             if not state:
-                state["step"] = _new_step()
+                state["step"] = _new_step(p, group)
                 state["square_avg"] = zeros_like(p)
                 if momentum > 0:
                     state["momentum_buffer"] = zeros_like(p)
@@ -108,7 +108,7 @@ class Adagrad(Optimizer):
     def _init_state(self, p, group) -> None:
         state = self.state[p]
         if not state:
-            state["step"] = _new_step()
+            state["step"] = _new_step(p, group)
             state["sum"] = full_like(p, group["initial_accumulator_value"])
 
     def _validate_group(self, group) -> None:
@@ -168,7 +168,7 @@ class Adadelta(Optimizer):
         lr = self._hyper(group, "lr")
         for p, g, state in self._grads(group):
             if not state:
-                state["step"] = _new_step()
+                state["step"] = _new_step(p, group)
                 state["square_avg"] = zeros_like(p)
                 state["acc_delta"] = zeros_like(p)
             _advance(state)

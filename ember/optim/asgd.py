@@ -46,7 +46,7 @@ class ASGD(Optimizer):
         wd = group["weight_decay"]
         for p, g, state in self._grads(group):
             if not state:
-                state["step"] = _new_step()
+                state["step"] = _new_step(p, group)
                 state["eta"] = tensor(float(lr), dtype=_scalar_dtype(), device=p.device)
                 state["mu"] = ones((), dtype=_scalar_dtype(), device=p.device)
                 state["ax"] = zeros_like(p)

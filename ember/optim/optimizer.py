@@ -39,9 +39,10 @@ def _check(ok: bool, what: str, value) -> None:
 
 
 def _check_impl_flags(name: str, group: dict) -> None:
-    """PyTorch's implementation switches: ``foreach`` and ``capturable`` are accepted (the
-    per-parameter loop already updates whole raw arrays, and ``ember.compile`` captures it
-    as one graph); ``fused=True`` runs SGD/Adam/AdamW's compiled update (``_fused.py``);
+    """PyTorch's implementation switches: ``foreach`` is accepted (the per-parameter loop
+    already updates whole raw arrays, and ``ember.compile`` captures it as one graph);
+    ``capturable=True`` keeps the step counts on the parameters' device (what a compiled
+    GPU step with ``GradScaler`` needs to skip a step in the graph); ``fused=True`` runs SGD/Adam/AdamW's compiled update (``_fused.py``);
     ``differentiable=True`` is refused, as steps run under ``no_grad``."""
     if group.get("fused") and group.get("foreach"):
         raise RuntimeError(f"{name}: `fused` and `foreach` cannot be `True` together.")
@@ -343,7 +344,8 @@ class Optimizer:
                 p = id_map[k]
                 v = dict(v)
                 check_state(self, k, p, v, group_of[id(p)])
-                state[p] = {name: _cast(p, val, name) for name, val in v.items()}
+                cap = bool(group_of[id(p)].get("capturable"))
+                state[p] = {name: _cast(p, val, name, cap) for name, val in v.items()}
             else:
                 state[k] = _copy(v)
         self.state, self.param_groups = state, new_groups
@@ -374,22 +376,25 @@ Optimizer.step = _step_wrapper(Optimizer.step)
 _SCALAR_STATE = ("step", "mu_product", "eta", "mu")
 
 
-def _cast(p: Tensor, value, key):
+def _cast(p: Tensor, value, key, capturable=False):
     """Copy a loaded state value; tensors take ``p``'s dtype and device.
 
     Scalar state (``step``, NAdam's ``mu_product``, ASGD's ``eta`` and ``mu``) keeps its
-    dtype so that a resumed run is bit-identical (PyTorch exempts only ``step``).
+    dtype so that a resumed run is bit-identical (PyTorch exempts only ``step``); with
+    ``capturable=True`` the step count goes to ``p``'s device, as PyTorch's does.
     """
     if isinstance(value, Tensor):
         v = value.detach()
         if key not in _SCALAR_STATE:
             v = v.to(device=p.device, dtype=p.dtype) if p.is_floating_point() else \
                 v.to(device=p.device)
+        elif key == "step" and capturable:
+            v = v.to(device=p.device)
         return v.clone()
     if isinstance(value, dict):
-        return {k: _cast(p, x, k) for k, x in value.items()}
+        return {k: _cast(p, x, k, capturable) for k, x in value.items()}
     if isinstance(value, (list, tuple)):
-        return type(value)(_cast(p, x, key) for x in value)
+        return type(value)(_cast(p, x, key, capturable) for x in value)
     return copy.deepcopy(value)
 
 

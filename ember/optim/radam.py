@@ -50,7 +50,7 @@ class RAdam(_AdamBase):
         beta1, beta2 = group["betas"]
         for p, g, state in self._grads(group):
             if not state:
-                state["step"] = _new_step()
+                state["step"] = _new_step(p, group)
                 state["exp_avg"] = zeros_like(p)
                 state["exp_avg_sq"] = zeros_like(p)
             if group["maximize"]:

@@ -53,7 +53,7 @@ class Rprop(Optimizer):
         step_size_min, step_size_max = group["step_sizes"]
         for p, g, state in self._grads(group):
             if not state:
-                state["step"] = _new_step()
+                state["step"] = _new_step(p, group)
                 state["prev"] = zeros_like(p)
                 state["step_size"] = full_like(g, group["lr"])
             if group["maximize"]:

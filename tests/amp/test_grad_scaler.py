@@ -452,3 +452,89 @@ def test_compiled_scaled_backward_reads_the_updated_scale():
         scaler.step(opt)
         scaler.update()
     assert grads == [16.0, 32.0, 64.0, 32.0]   # 2 * the scale of each iteration
+
+
+def _scaled_run(compiled, found, kw):
+    """Losses, scales, trackers, parameters and Adam steps over a run with inf/NaN inputs
+    where ``found`` says, eager or as one compiled step."""
+    em.manual_seed(3)
+    model = nn.Sequential(nn.Linear(4, 8), nn.GELU(), nn.Linear(8, 2))
+    opt = optim.AdamW(model.parameters(), lr=0.05)
+    scaler = GradScaler("cpu", **kw)
+
+    def step(x):
+        opt.zero_grad()
+        loss = model(x).pow(2).mean()
+        scaler.scale(loss).backward()
+        scaler.step(opt)
+        scaler.update()
+        return loss.detach()
+    run = em.compile(step) if compiled else step
+    x = np.random.default_rng(0).standard_normal((6, 4)).astype(np.float32)
+    out = {"scale": [], "tracker": [], "params": [], "steps": []}
+    for it, bad in enumerate(found):
+        xi = x + it
+        if bad:
+            xi[it % 6, 1] = np.inf if bad == "inf" else np.nan
+        run(em.tensor(xi))
+        out["scale"].append(scaler.get_scale())
+        out["tracker"].append(scaler._get_growth_tracker())
+        out["params"].append([p.detach().numpy().copy() for p in model.parameters()])
+        out["steps"].append([float(opt.state[p]["step"]) if p in opt.state else 0.0
+                             for p in model.parameters()])
+    return out, run
+
+
+def _one_graph(run):
+    """One graph captured; the only break allowed: a traced first step (no optimizer state
+    yet: with the graph cache off, ember.compile traces the first call)."""
+    info = run.explain()
+    assert len(info.captures) == 1
+    assert all("before the optimizer has state" in reason for reason, _ in info.breaks)
+
+
+def test_compiled_step_with_a_scaler_is_one_graph_and_follows_eager():
+    # ember.compile keeps the inf check, the skip and the scale update in the graph: no
+    # graph break (torch.compile breaks at scaler.step), the eager run's scales, trackers
+    # and skipped steps
+    found = [0, "inf", 0, 0, 0, "nan", 0, 0, 0, 0, 0]
+    kw = dict(init_scale=2.0**6, growth_interval=3)
+    eager, _ = _scaled_run(False, found, kw)
+    comp, run = _scaled_run(True, found, kw)
+    _one_graph(run)
+    assert comp["scale"] == eager["scale"] == _reference_scales(
+        [bool(b) for b in found], 2.0**6, 2.0, 0.5, 3)
+    assert comp["tracker"] == eager["tracker"] == [1, 0, 1, 2, 0, 0, 1, 2, 0, 1, 2]
+    assert comp["steps"] == eager["steps"]
+    for k, bad in enumerate(found):
+        for a, b in zip(comp["params"][k], eager["params"][k]):
+            np.testing.assert_allclose(a, b, rtol=1e-5, atol=1e-6)
+        if bad:     # a skipped step leaves the parameters bit for bit
+            for a, b in zip(comp["params"][k], comp["params"][k - 1]):
+                assert a.tobytes() == b.tobytes()
+
+
+def test_compiled_skip_keeps_optimizer_state_bitwise():
+    model, opt = _adam_setup()
+    scaler = GradScaler("cpu", init_scale=2.0**8)
+
+    def step(x):
+        _iteration(model, opt, scaler, x)
+    run = em.compile(step)
+    x = em.randn(5, 4)
+    for _ in range(3):
+        run(x)
+    before = _snapshot(model, opt)
+    bad = x.clone()
+    bad[0, 0] = INF
+    run(bad)
+    after = _snapshot(model, opt)
+    _one_graph(run)
+    for a, b in zip(before[0], after[0]):
+        assert a.tobytes() == b.tobytes()
+    for k in before[1]:
+        for name, v in before[1][k].items():
+            assert np.asarray(v).tobytes() == np.asarray(after[1][k][name]).tobytes(), name
+    assert scaler.get_scale() == 2.0**7 and scaler._get_growth_tracker() == 0
+    run(x)                  # and the next clean step updates again
+    assert not np.array_equal(_snapshot(model, opt)[0][0], after[0][0])

@@ -161,13 +161,15 @@ def test_clip_grad_norm_inside_the_step(fake_cuda):
 
 
 # ---------------------------------------------------------------- (5) mixed precision
-def _amp_run(mode, whole: bool, inf_at=5, steps=8, make=_mlp):
+def _amp_run(mode, whole: bool, inf_at=5, steps=8, make=_mlp, capturable=None):
     """float16 autocast with a GradScaler (growth every 3 clean steps); batch ``inf_at``
     overflows (its step is skipped, the scale backs off). ``whole``: the scaler's step
     and update inside the compiled function too."""
     em.manual_seed(0)
     model = make().to("cuda")
-    opt = OPTS["adamw"](model.parameters())
+    # NOTE: a whole step on the device needs its step counts there to skip in the graph
+    opt = em.optim.AdamW(model.parameters(), lr=1e-2, weight_decay=0.1,
+                         capturable=whole if capturable is None else capturable)
     scaler = em.amp.GradScaler("cuda", init_scale=2.0**12, growth_interval=3)
 
     def fwd_bwd(x, y):
@@ -209,19 +211,36 @@ def test_autocast_float16_with_a_grad_scaler_outside_the_graph_replays(fake_cuda
     assert g.captures == 1
 
 
-def test_a_grad_scalers_step_inside_the_function_is_a_graph_break(fake_cuda):
-    # its inf check reads found_inf into Python to decide whether to step (PyTorch's
-    # .item()): no graph, so no CUDA graph either; the function runs eagerly, as in the
-    # default mode, and explain() says where
-    with pytest.warns(UserWarning, match="graph break"):
-        want = _amp_run(None, True)
-    with pytest.warns(UserWarning, match="graph break"):
-        got = _amp_run("reduce-overhead", True)
+def test_a_grad_scalers_step_inside_the_function_is_one_graph(fake_cuda):
+    # the inf check, the skip (where(found_inf, before, after) over parameters and Adam's
+    # state) and the scale update are graph ops (PyTorch's .item() would break the graph):
+    # the whole step replays as a CUDA graph; the overflowing step is skipped and the scale
+    # backs off as eager's; the growth tracker is a 0-d tensor written in place
+    want, got = _amp_run(None, True), _amp_run("reduce-overhead", True)
+    scales = [s["scale"] for s in got[1]]
+    assert scales == [4096.0, 4096.0, 8192.0, 8192.0, 8192.0, 4096.0, 4096.0, 4096.0]
+    assert got[1][5]["param 0.weight"] == got[1][4]["param 0.weight"]      # skipped
+    eager = _amp_run(None, False)
+    assert [s["scale"] for s in eager[1]] == scales
+    # the first call creates Adam's state (eager: where() can't undo a creation), then
+    # traced, plain, staged, captured and 3 replays
+    g = _check((want, got), replays=3)
+    assert g.captures == 1 and len(_entries(got[2])) == 1
+    assert [r for r, _ in got[2].explain().breaks] == [
+        "GradScaler.step before the optimizer has state (its first step creates it; "
+        "where() can't undo that) can't be captured in a graph"]
+
+
+def test_a_grad_scalers_step_with_cpu_step_counts_breaks_and_says_why(fake_cuda):
+    # without capturable=True Adam's step counts live on the CPU: skipping them in the
+    # graph would need found_inf on the host; the step runs eagerly, the same numbers
+    with pytest.warns(UserWarning, match="capturable=True"):
+        got = _amp_run(None, True, capturable=False)
+    want = _amp_run(None, False)
     assert got[0] == want[0]
     for g, w in zip(got[1], want[1]):
         _same(g, w)
-    assert not _entries(got[2]) and all(e.eager for e in got[2]._cache.values())
-    assert "graph break" in str(got[2].explain()) and "bool()" in str(got[2].explain())
+    assert "state['step'] is on cpu" in str(got[2].explain())
 
 
 # ---------------------------------------------------------------- what stays plain

@@ -61,6 +61,8 @@ def test_optimizer_steps_on_the_device_match_cpu(fake_cuda, name):
     assert state and all(v.device.type == "cuda" for k, v in state
                          if k not in ("step", "mu_product")), \
         [(k, v.device) for k, v in state]
+    steps = {v.device.type for k, v in state if k == "step"}
+    assert steps <= ({"cuda"} if "capturable" in name else {"cpu"}), steps
     for a, b in zip(want, got):
         np.testing.assert_allclose(b, a, rtol=1e-4, atol=1e-6)
 
@@ -77,3 +79,20 @@ def test_plateau_scheduler_and_swa_take_device_values(fake_cuda):
     assert all(p.device.type == "cuda" for p in swa.parameters())
     np.testing.assert_array_equal(swa.module.weight.detach().cpu().numpy(),
                                   m.weight.detach().cpu().numpy())
+
+
+def test_capturable_step_counts_stay_on_the_device_through_a_state_dict(fake_cuda):
+    w = em.nn.Parameter(em.ones(3, device="cuda"))
+    opt = O.AdamW([w], lr=1e-2, capturable=True)
+    w.grad = em.ones(3, device="cuda")
+    opt.step()
+    sd = opt.state_dict()
+    sd["state"][0]["step"] = sd["state"][0]["step"].cpu()      # as saved from another run
+    again = O.AdamW([w], lr=1e-2, capturable=True)
+    again.load_state_dict(sd)
+    plain = O.AdamW([w], lr=1e-2)
+    sd["param_groups"][0]["capturable"] = False     # (the saved groups' flag is loaded)
+    plain.load_state_dict(sd)
+    assert again.state[w]["step"].device.type == "cuda"
+    assert plain.state[w]["step"].device.type == "cpu"
+    assert float(again.state[w]["step"]) == float(plain.state[w]["step"]) == 1.0

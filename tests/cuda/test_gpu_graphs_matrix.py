@@ -34,7 +34,7 @@ CASES = [
     (A.test_a_compiled_optimizer_step_alone, ()),
     (A.test_clip_grad_norm_inside_the_step, ()),
     (A.test_autocast_float16_with_a_grad_scaler_outside_the_graph_replays, ()),
-    (A.test_a_grad_scalers_step_inside_the_function_is_a_graph_break, ()),
+    (A.test_a_grad_scalers_step_inside_the_function_is_one_graph, ()),
     (A.test_dropout_draws_keep_the_program_plain_and_explain_says_why, ()),
     (A.test_a_host_read_inside_the_step_is_a_graph_break, ()),
     (B.test_a_compiled_model_with_eager_loss_backward_and_optimizer, (B._bn_mlp,)),
