@@ -202,6 +202,20 @@ def test_compiled_training_and_eager_composites_keep_the_layout():
     assert eager_composite.stats["runs"] == runs + 3
     np.testing.assert_allclose(g.numpy(), em.nn.functional.gelu(em.tensor(x)).numpy(),
                                rtol=1e-5, atol=1e-6)
+    # gelu/silu/relu are pointwise: a channels-last input runs as the row-major view of
+    # its memory (the same compiled call as a row-major input), gradients included
+    rm = em.tensor(x.astype(np.float32)).requires_grad_(True)
+    want = em.nn.functional.silu(rm)
+    want.backward(em.ones_like(want))
+    leaf = em.tensor(x.astype(np.float32)).to(memory_format=em.channels_last)
+    leaf.requires_grad_(True)
+    for _ in range(eager_composite.WARMUP + 2):
+        leaf.grad = None
+        y = em.nn.functional.silu(leaf)
+        assert y.is_contiguous(memory_format=em.channels_last)
+        y.backward(em.ones_like(y))
+        assert y.detach().numpy().tobytes() == want.detach().numpy().tobytes()
+        assert leaf.grad.numpy().tobytes() == rm.grad.numpy().tobytes()
 
 
 def test_index_select_is_row_major_like_pytorch():

@@ -70,6 +70,7 @@ import warnings
 
 from ..autograd.function import Function, FunctionCtx
 from ..autograd.grad_mode import enable_grad, state
+from ..ops.layout import kept_order
 from ..tensor import Tensor, _wrap
 
 #: keys (shapes, dtypes, params) cached per wrapped function; past it the composite runs.
@@ -367,7 +368,8 @@ def _build(fn, args, kwargs, slots):
     return _Entry(fn, args, kwargs, slots)
 
 
-def eager_composite(fn, when=None, min_elements=None, autocast=None, check=None):
+def eager_composite(fn, when=None, min_elements=None, autocast=None, check=None,
+                    pointwise=False):
     """Wrap public composite ``fn`` so eager calls run its compiled form (module docstring).
 
     ``when(*args, **kwargs)``, if given, must also be true for a call to take the fast
@@ -380,6 +382,11 @@ def eager_composite(fn, when=None, min_elements=None, autocast=None, check=None)
     large inputs. ``autocast``, PyTorch's name of the op ``fn`` is (``"layer_norm"``), lets
     calls inside an autocast region take the fast path too, under that op's policy applied
     once at the boundary; such a wrapper also takes float16/bfloat16 tensors.
+    ``pointwise``: ``fn`` maps its first argument element by element (``F.gelu``): a
+    channels-last (dense, not row-major) input is run as the row-major view of its memory
+    and the result seen back in its layout (as the eager ops' would be), not compiled anew
+    for its strides; other composites whose result is not row-major run as written
+    (:func:`_first`).
 
     The wrapper keeps ``fn``'s name, signature and docstring; results agree with ``fn``'s to
     the compiled kernels' rounding (tested per function in ``tests/eager/``).
@@ -408,6 +415,9 @@ def eager_composite(fn, when=None, min_elements=None, autocast=None, check=None)
                     break
             else:
                 return fn(*args)
+        if pointwise and args and isinstance(x := args[0], Tensor) and \
+                not x._data.flags.c_contiguous and (order := kept_order(x._data)):
+            return wrapper(x.permute(order), *args[1:], **kwargs).permute(_inverse(order))
         if not _eligible() or (autocast is None and state.autocast is not None) or (
                 when is not None and not when(*args, **kwargs)):
             return fn(*args, **kwargs)
@@ -444,6 +454,13 @@ def eager_composite(fn, when=None, min_elements=None, autocast=None, check=None)
     wrapper.min_elements = min_elements
     wrapper.autocast_op = autocast
     return wrapper
+
+
+def _inverse(order) -> tuple:
+    inv = [0] * len(order)
+    for i, d in enumerate(order):
+        inv[d] = i
+    return tuple(inv)
 
 
 _LOWP_DTYPES = frozenset(("float16", "bfloat16"))
@@ -506,7 +523,10 @@ def _first(cache, key, entry, tensors):
         except (GraphBreak, UserWarning, _NotOneTensor):
             cache[key] = False
             return _RETIRED
-    if not isinstance(out, Tensor):
+    if not isinstance(out, Tensor) or kept_order(out._data) is not None:
+        # NOTE: a result laid out other than row-major (gelu of a channels-last image):
+        # the composite's eager ops keep that layout in memory order, where the compiled
+        # call would read its input strided, write row-major and copy into the layout
         cache[key] = False
     else:
         entry.prog = _direct(entry)

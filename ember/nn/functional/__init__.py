@@ -42,8 +42,8 @@ max_pool1d, max_pool2d = _fast(max_pool1d), _fast(max_pool2d)  # noqa: F821
 avg_pool1d, avg_pool2d = _fast(avg_pool1d), _fast(avg_pool2d)  # noqa: F821
 # NOTE: autocast=: PyTorch's op, whose policy an autocast call applies at the boundary
 # before running the compiled form (on no list: GELU/SiLU keep their input's dtype)
-gelu = _fast(gelu, autocast="gelu")  # noqa: F405
-silu = _fast(silu, when=_not_inplace, autocast="silu")  # noqa: F405
+gelu = _fast(gelu, autocast="gelu", pointwise=True)  # noqa: F405
+silu = _fast(silu, when=_not_inplace, autocast="silu", pointwise=True)  # noqa: F405
 layer_norm = _fast(layer_norm, autocast="layer_norm")  # noqa: F405
 group_norm = _fast(group_norm, autocast="group_norm")  # noqa: F405
 batch_norm = _fast(batch_norm)  # noqa: F405 - running stats: in-place writes, written back
@@ -54,4 +54,4 @@ nll_loss = _fast(nll_loss, autocast="nll_loss",  # noqa: F405
 # NOTE: relu is one primitive, but its eager backward is two NumPy passes (``out > 0``, then
 # a float-by-bool multiply) where the compiled form runs one fused kernel: from 1M elements
 # (a CNN's first conv block) that pays for the compiled call; W1's (128, 512) does not.
-relu = _fast(relu, when=_not_inplace, min_elements=1 << 20)  # noqa: F405
+relu = _fast(relu, when=_not_inplace, min_elements=1 << 20, pointwise=True)  # noqa: F405
