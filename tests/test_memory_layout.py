@@ -182,6 +182,35 @@ def test_compiled_calls_return_the_layout_eager_gave():
     assert [o.stride() for o in f(rm)][0] == (200, 25, 5, 1)
 
 
+def test_compiled_elementwise_graphs_run_in_memory_order(monkeypatch):
+    # a fused kernel whose result only leaves the graph runs its loops in the inputs'
+    # memory order: contiguous reads and writes, the result laid out as eager's (no copy)
+    from ember.graph import capture
+    from ember.graph.passes import fuse_lower
+
+    def no_copy(xp, a, order):
+        assert a.transpose(order).flags.c_contiguous, "the program's result was copied"
+        return a
+    monkeypatch.setattr(capture, "in_order", no_copy)
+    x, b, r = _x((2, 8, 6, 5), seed=9), _x((8, 1, 1), seed=10), _x((2, 8, 6, 5), seed=11)
+    cl = em.tensor(x).to(memory_format=em.channels_last)
+    bias, rm = em.tensor(b), em.tensor(r)
+    cases = {"cl * bias": (lambda t, u: (t * bias + 1).tanh(), np.tanh(x * b + 1)),
+             "cl + rm": (lambda t, u: t.exp() + u, np.exp(x) + r),
+             "rm + cl": (lambda t, u: u.exp() + t, np.exp(r) + x)}
+    for name, (fn, want) in cases.items():
+        f = em.compile(fn)
+        eager = fn(cl, rm)
+        for _ in range(3):
+            got = f(cl, rm)
+            assert got.stride() == eager.stride(), (name, got.stride(), eager.stride())
+            np.testing.assert_allclose(got.numpy(), want, rtol=1e-5, atol=1e-6, err_msg=name)
+        entry = next(iter(f._cache.values()))
+        fused = [n for n in entry.graph.nodes if isinstance(n.op, fuse_lower.FusedOp)]
+        assert len(fused) == 1 and fused[0].op.memory_order, name
+    assert fn(cl, rm).is_contiguous()       # rm + cl: the first operand's layout
+
+
 def test_compiled_training_and_eager_composites_keep_the_layout():
     x = _x((2, 8, 64, 64), seed=7).astype(np.float64)
     cl = em.tensor(x).to(memory_format=em.channels_last).requires_grad_(True)

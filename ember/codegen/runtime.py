@@ -228,12 +228,14 @@ class CompiledKernel(_Base):
         fn(ptrs, shape, strides, num_threads())
         return result
 
-    def launcher(self, arrays):
+    def launcher(self, arrays, order=None):
         """``(fn, shape, strides)`` ready to call for arrays laid out like ``arrays``, or
         None when they need a copy first (the caller then uses ``__call__``).
 
         What a graph's fused node caches per input layout (keyed by the arrays' strides)
-        so a run is one ctypes call: ``fn(ptrs, shape, strides, nthreads)``.
+        so a run is one ctypes call: ``fn(ptrs, shape, strides, nthreads)``. ``order``
+        (an elementwise kernel's): the loop dims in that order, outermost first — the
+        output is then written row-major in the permuted shape.
         """
         strides = []
         for a in arrays:
@@ -245,6 +247,9 @@ class CompiledKernel(_Base):
             lay, copy = coalesce_rows(self.shape, strides, self.kernel.naxes)
             if any(copy):
                 return None
+        elif order is not None:
+            lay = coalesce(tuple(self.shape[d] for d in order),
+                           [tuple(st[d] for d in order) for st in strides])
         else:
             lay = coalesce(self.shape, strides)
         fn = self.function(lay.key)

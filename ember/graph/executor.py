@@ -68,6 +68,9 @@ class Program:
                 if x.__class__ is Var:
                     last_use[x.id] = i
         keep = {v.id for v in graph.outputs} | set(pinned)
+        # NOTE: values only returned to the caller (no reader in the graph, not saved for a
+        # backward): an elementwise kernel may lay them out in its inputs' memory order
+        user_outs = {v.id for v in graph.outputs} - set(saved)
         frees: dict = {}
         untracks: dict = {}
         for b in mp.buffers.values():
@@ -112,6 +115,9 @@ class Program:
             s.args = tuple(args)
             s.casts = _casts(n) if n.ct is not None else None
             s.params = n.params
+            if xp is np and len(n.outs) == 1 and getattr(n.op, "memory_order", False) and \
+                    n.outs[0].id in user_outs and n.outs[0].id not in last_use:
+                s.params = dict(n.params, memory_order=True)
             s.outs = tuple(o.id for o in n.outs)
             s.multi = len(n.outs) != 1
             s.odts = tuple(o.dtype.np for o in n.outs)

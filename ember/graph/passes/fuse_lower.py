@@ -26,6 +26,7 @@ from ...codegen.ir import (Apply, Const, InputSpec, Kernel, Load, OutSpec, Reduc
                            ReduceKernel, Row, call)
 from ...codegen.render_c import PARALLEL_THRESHOLD
 from ...codegen.runtime import CompiledKernel, num_threads
+from ...ops.layout import memory_order
 from ..ir import GraphOp, Var
 from .fuse_groups import REDUCTIONS
 
@@ -153,7 +154,7 @@ class FusedOp(GraphOp):
     element ``i`` before it stores any output element ``i``.
     """
 
-    __slots__ = ("kernel", "ops", "compiled", "accepts_out", "accepts_outs")
+    __slots__ = ("kernel", "ops", "compiled", "accepts_out", "accepts_outs", "memory_order")
 
     def __init__(self, lowered: Lowered, compiled):
         name = "fused_reduce" if isinstance(lowered.kernel, ReduceKernel) else "fused"
@@ -166,6 +167,10 @@ class FusedOp(GraphOp):
         self.accepts_out = ("inplace" if full else "out") if single else None
         self.accepts_outs = "inplace" if not single and isinstance(lowered.kernel, Kernel) \
             and all(v.shape == lowered.group.space for v in lowered.outs) else None
+        #: an elementwise kernel whose result only leaves the graph may write it in its
+        #: inputs' memory order (the program passes ``memory_order=True``: see _runner)
+        self.memory_order = full and isinstance(lowered.kernel, Kernel) and \
+            isinstance(compiled, CompiledKernel)
 
     def __repr__(self) -> str:
         return f"<graph op {self.name}: {self.ops}>"
@@ -183,7 +188,11 @@ def _runner(ck, outs):
     # (num_threads reads the environment, ~1.5 us, more than a small kernel's launch).
     big = fast is not None and int(np.prod(ck.shape)) >= PARALLEL_THRESHOLD
 
-    def run(xp, *arrays, out=None, outs=None, **_params):
+    def run(xp, *arrays, out=None, outs=None, memory_order=False, **_params):
+        if memory_order and out is None and outs is None and not empty:
+            res = _in_memory_order(arrays)
+            if res is not None:
+                return res
         if outs is not None:
             res = [np.empty(shape, dt) if o is None else o
                    for o, (shape, dt) in zip(outs, metas)]
@@ -200,15 +209,44 @@ def _runner(ck, outs):
                 fast(p.fn_addr, arrays + tuple(res), p.shape_addr, p.strides_addr,
                      num_threads() if big else 1)
         return res[0] if single else tuple(res)
+
+
+    def _in_memory_order(arrays):
+        # NOTE: a value returned to the caller whose inputs are laid out other than
+        # row-major (a channels-last image): the loops run in the inputs' memory order
+        # (reads and writes contiguous) and the result keeps that layout, as eager's
+        # elementwise ops do (layout.memory_order: TensorIterator's rule), instead of
+        # strided reads into a row-major result that ember.graph.replay then copies
+        key = ("order",) + tuple([a.strides for a in arrays])
+        p = prepared.get(key)
+        if p is None:
+            order = memory_order(arrays, len(ck.shape)) if fast is not None else None
+            p = prepared[key] = False if order is None else (
+                order, _prepare(ck, arrays, fast, order), _inverse(order))
+        if p is False or p[1] is False:
+            return None
+        order, launch, inverse = p
+        shape, dt = metas[0]
+        res = np.empty(tuple(shape[d] for d in order), dt)
+        fast(launch.fn_addr, arrays + (res,), launch.shape_addr, launch.strides_addr,
+             num_threads() if big else 1)
+        return res.transpose(inverse)
     return run
 
 
-def _prepare(ck, arrays, fast):
+def _inverse(order) -> tuple:
+    inv = [0] * len(order)
+    for i, d in enumerate(order):
+        inv[d] = i
+    return tuple(inv)
+
+
+def _prepare(ck, arrays, fast, order=None):
     """The prepared launch of ``ck`` for these arrays' layout, or False (slow path)."""
     if fast is None or len(arrays) + len(ck.kernel.outputs) > _launch.MAX_ARRAYS:
         return False
     if any(not isinstance(a, np.ndarray) or a.dtype != s.dtype.np
            for a, s in zip(arrays, ck.kernel.inputs)):
         return False
-    p = ck.launcher(arrays)
+    p = ck.launcher(arrays, order)
     return False if p is None else p
