@@ -2,8 +2,12 @@
 
 Rows: a channels-last activation plus a row-major one (the output takes the first
 operand's layout, ``ember/ops/layout.py``), the same with the operands swapped, a large
-channels-last ``exp`` (generated kernel), ``zeros_like`` of a channels-last tensor, and a
-small row-major ``a + b`` (the dispatcher's cost for the layout check).
+channels-last ``exp`` (generated kernel), ``zeros_like`` of a channels-last tensor, a
+small row-major ``a + b`` (the dispatcher's cost for the layout check), ``F.gelu`` of a
+channels-last tensor (Ember's compiled composite on the memory-order view), and a
+compiled ``(exp(x) * 2).relu()`` of a channels-last / row-major tensor (Ember: one fused
+kernel through ``ember.compile``, run in the input's memory order; PyTorch: eager, as
+``torch.compile`` on this CPU needs Inductor's C++ toolchain and minutes of compile).
 
     python bench/memory_layout.py [--reps 30]
 """
@@ -28,12 +32,20 @@ def _cases(lib, small_reps):
     def small():
         for _ in range(small_reps):
             a + b
+
+    def act(t):
+        return (t.exp() * 2).relu()
+    comp = lib.compile(act) if lib.__name__ == "ember" else act
+    xr = lib.tensor(x)
     return {
         "channels_last + row_major (8x64x56x56)": lambda: cl + rm,
         "row_major + channels_last": lambda: rm + cl,
         "exp(channels_last)": lambda: lib.exp(cl),
         "zeros_like(channels_last)": lambda: lib.zeros_like(cl),
         f"{small_reps} x small a + b (8x8)": small,
+        "gelu(channels_last)": lambda: lib.nn.functional.gelu(cl),
+        "compiled (exp(x)*2).relu(), x channels_last": lambda: comp(cl),
+        "compiled (exp(x)*2).relu(), x row_major": lambda: comp(xr),
     }
 
 
