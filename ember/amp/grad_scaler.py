@@ -135,6 +135,7 @@ class GradScaler:
         self._growth_factor = growth_factor
         self._backoff_factor = backoff_factor
         self._growth_interval = growth_interval
+        self._rule_t: tuple | None = None   # the update rule as tensors (see _rule)
         self._init_growth_tracker = 0
         self._growth_tracker: Tensor | None = None   # 0-d int32, made with the scale
         self._per_optimizer_states: dict[int, dict] = {}
@@ -331,15 +332,39 @@ class GradScaler:
         """:meth:`_update_scale` as graph ops on the 0-d ``found_inf`` (ember.compile)."""
         from ..ops.select import where
         tracker = self._growth_tracker
+        growth, backoff, interval = self._rule()
         with no_grad():
             successful = tracker + 1
-            grow = successful == self._growth_interval
-            grown = scale * np.float32(self._growth_factor)
+            grow = successful == interval
+            grown = scale * growth
             grown = where(grown.isfinite(), grown, scale)
-            new = where(found_inf, scale * np.float32(self._backoff_factor),
-                        where(grow, grown, scale))
+            new = where(found_inf, scale * backoff, where(grow, grown, scale))
             scale.copy_(new)
             tracker.copy_(where(found_inf | grow, 0, successful))
+
+    def _rule(self) -> tuple:
+        """The growth and backoff factors (0-d float32) and the growth interval (0-d int32)
+        as tensors made without an op: a compiled update reads them at every run, so
+        ``set_growth_factor`` & co. reach a graph captured before (they write them)."""
+        if self._rule_t is None:
+            from ..dtypes import float32, int32
+            from ..tensor import _wrap
+            dev = self._scale._device
+            xp = _backends[dev.type].xp
+            self._rule_t = (
+                _wrap(xp.full((), self._growth_factor, dtype=xp.float32), float32, dev),
+                _wrap(xp.full((), self._backoff_factor, dtype=xp.float32), float32, dev),
+                _wrap(xp.full((), self._growth_interval, dtype=xp.int32), int32, dev))
+        return self._rule_t
+
+    def _sync_rule(self) -> None:
+        rule = getattr(self, "_rule_t", None)
+        if rule is None:
+            return
+        for t, v in zip(rule, (np.float32(self._growth_factor),
+                               np.float32(self._backoff_factor), self._growth_interval)):
+            t._data[...] = v
+            t._storage.version += 1
 
     # ------------------------------------------------------------------ skip reports
     def _arm(self) -> None:
@@ -404,6 +429,7 @@ class GradScaler:
     def set_growth_factor(self, new_factor: float) -> None:
         """Set the scale growth factor."""
         self._growth_factor = new_factor
+        self._sync_rule()
 
     def get_backoff_factor(self) -> float:
         """The scale backoff factor."""
@@ -412,6 +438,7 @@ class GradScaler:
     def set_backoff_factor(self, new_factor: float) -> None:
         """Set the scale backoff factor."""
         self._backoff_factor = new_factor
+        self._sync_rule()
 
     def get_growth_interval(self) -> int:
         """The number of clean steps in a row before the scale grows."""
@@ -420,6 +447,7 @@ class GradScaler:
     def set_growth_interval(self, new_interval: int) -> None:
         """Set the growth interval."""
         self._growth_interval = new_interval
+        self._sync_rule()
 
     def _get_growth_tracker(self) -> int:
         if not self._enabled:
@@ -460,6 +488,7 @@ class GradScaler:
         self._growth_factor = float(state_dict["growth_factor"])
         self._backoff_factor = float(state_dict["backoff_factor"])
         self._growth_interval = int(state_dict["growth_interval"])
+        self._sync_rule()
         self._init_growth_tracker = int(state_dict["_growth_tracker"])
         if self._growth_tracker is not None:
             self._growth_tracker._data[...] = self._init_growth_tracker

@@ -538,3 +538,35 @@ def test_compiled_skip_keeps_optimizer_state_bitwise():
     assert scaler.get_scale() == 2.0**7 and scaler._get_growth_tracker() == 0
     run(x)                  # and the next clean step updates again
     assert not np.array_equal(_snapshot(model, opt)[0][0], after[0][0])
+
+
+def test_setters_reach_a_compiled_update():
+    # the growth/backoff factors and the interval are tensors the graph reads at every
+    # run: changing them after the capture changes what the compiled update does
+    def run(compiled):
+        w = nn.Parameter(em.ones(3))
+        opt = optim.SGD([w], lr=0.0)
+        scaler = GradScaler("cpu", init_scale=16.0, growth_interval=1)
+
+        def step(x):
+            opt.zero_grad()
+            scaler.scale((w * x).sum()).backward()
+            scaler.step(opt)
+            scaler.update()
+        f = em.compile(step) if compiled else step
+        out = []
+        for it in range(9):
+            if it == 3:
+                scaler.set_growth_factor(4.0)
+            if it == 5:
+                scaler.set_growth_interval(2)
+                scaler.set_backoff_factor(0.25)
+            f(em.tensor([1.0, INF if it == 7 else 2.0, 3.0]))
+            out.append((scaler.get_scale(), scaler._get_growth_tracker()))
+        return out, f
+    eager, _ = run(False)
+    comp, f = run(True)
+    assert comp == eager == [(32.0, 0), (64.0, 0), (128.0, 0), (512.0, 0), (2048.0, 0),
+                             (2048.0, 1), (8192.0, 0), (2048.0, 0), (2048.0, 1)]
+    info = f.explain()      # the first call's graph (no .grad yet), then one for the rest
+    assert not info.breaks and len(info.captures) == 2
