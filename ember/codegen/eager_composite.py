@@ -70,7 +70,7 @@ import warnings
 
 from ..autograd.function import Function, FunctionCtx
 from ..autograd.grad_mode import enable_grad, state
-from ..ops.layout import kept_order
+from ..ops.layout import inverse, kept_order
 from ..tensor import Tensor, _wrap
 
 #: keys (shapes, dtypes, params) cached per wrapped function; past it the composite runs.
@@ -415,12 +415,12 @@ def eager_composite(fn, when=None, min_elements=None, autocast=None, check=None,
                     break
             else:
                 return fn(*args)
-        if pointwise and args and isinstance(x := args[0], Tensor) and \
-                not x._data.flags.c_contiguous and (order := kept_order(x._data)):
-            return wrapper(x.permute(order), *args[1:], **kwargs).permute(_inverse(order))
         if not _eligible() or (autocast is None and state.autocast is not None) or (
                 when is not None and not when(*args, **kwargs)):
             return fn(*args, **kwargs)
+        if pointwise and args and isinstance(x := args[0], Tensor) and \
+                not x._data.flags.c_contiguous and (order := kept_order(x._data)):
+            return wrapper(x.permute(order), *args[1:], **kwargs).permute(inverse(order))
         found = _key(args, kwargs, names)
         if found is None:
             return fn(*args, **kwargs)
@@ -454,13 +454,6 @@ def eager_composite(fn, when=None, min_elements=None, autocast=None, check=None,
     wrapper.min_elements = min_elements
     wrapper.autocast_op = autocast
     return wrapper
-
-
-def _inverse(order) -> tuple:
-    inv = [0] * len(order)
-    for i, d in enumerate(order):
-        inv[d] = i
-    return tuple(inv)
 
 
 _LOWP_DTYPES = frozenset(("float16", "bfloat16"))

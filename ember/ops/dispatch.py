@@ -27,7 +27,7 @@ from ..device.meta import placeholder as _meta_placeholder
 from ..errors import EmberError, ShapeError, DTypeError, DeviceError, describe
 from ..tensor import Tensor, _wrap
 from . import registry
-from .layout import memory_order
+from .layout import inverse, memory_order
 
 # NumPy warns on log(0), 0/0... like PyTorch, Ember returns inf/nan silently. The filter is
 # scoped to warnings raised from Ember's own modules, so the user's NumPy state is untouched.
@@ -288,10 +288,7 @@ def _in_memory_order(arrays) -> tuple:
                 a = a.reshape((1,) * (nd - a.ndim) + a.shape)
             a = a.transpose(order)
         out.append(a)
-    inverse = [0] * nd
-    for i, d in enumerate(order):
-        inverse[d] = i
-    return out, tuple(inverse)
+    return out, inverse(order)
 #: the ops ember.codegen.eager.THRESHOLDS lists (configure() keeps it in step; a test checks
 #: the defaults agree): on CPU, another op is asked only in float16/bfloat16 (the eager
 #: path takes every one there), so a large float32 relu/add/mul pays no probe

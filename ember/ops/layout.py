@@ -12,7 +12,7 @@
   ``x.t() + y`` keeps ``x.t()``'s column-major layout). NumPy's ufuncs fall back to
   row-major when operands disagree; the dispatcher uses this order instead.
 * :func:`empty_strided_array` — a buffer of the backend seen with given strides.
-* :func:`kept_order` / :func:`in_order` — a compiled call's outputs keep the layout eager
+* :func:`kept_order` / :func:`in_order` / :func:`inverse` — a compiled call's outputs keep the layout eager
   gave them (Inductor's ``keep_output_stride``): the dim order of a dense, not row-major
   result is recorded at capture, and later runs lay the program's output out that way.
 """
@@ -180,7 +180,13 @@ def in_order(xp, a, order):
     t = a.transpose(order)
     if t.flags.c_contiguous:
         return a
-    inverse = [0] * len(order)
+    return xp.ascontiguousarray(t).transpose(inverse(order))
+
+
+def inverse(order) -> tuple:
+    """The permutation that undoes ``order`` (``a.transpose(order).transpose(inverse(order))
+    is a``'s layout)."""
+    inv = [0] * len(order)
     for i, d in enumerate(order):
-        inverse[d] = i
-    return xp.ascontiguousarray(t).transpose(inverse)
+        inv[d] = i
+    return tuple(inv)

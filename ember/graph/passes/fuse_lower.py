@@ -26,7 +26,7 @@ from ...codegen.ir import (Apply, Const, InputSpec, Kernel, Load, OutSpec, Reduc
                            ReduceKernel, Row, call)
 from ...codegen.render_c import PARALLEL_THRESHOLD
 from ...codegen.runtime import CompiledKernel, num_threads
-from ...ops.layout import memory_order
+from ...ops.layout import inverse, memory_order
 from ..ir import GraphOp, Var
 from .fuse_groups import REDUCTIONS
 
@@ -222,23 +222,16 @@ def _runner(ck, outs):
         if p is None:
             order = memory_order(arrays, len(ck.shape)) if fast is not None else None
             p = prepared[key] = False if order is None else (
-                order, _prepare(ck, arrays, fast, order), _inverse(order))
+                order, _prepare(ck, arrays, fast, order), inverse(order))
         if p is False or p[1] is False:
             return None
-        order, launch, inverse = p
+        order, launch, back = p
         shape, dt = metas[0]
         res = np.empty(tuple(shape[d] for d in order), dt)
         fast(launch.fn_addr, arrays + (res,), launch.shape_addr, launch.strides_addr,
              num_threads() if big else 1)
-        return res.transpose(inverse)
+        return res.transpose(back)
     return run
-
-
-def _inverse(order) -> tuple:
-    inv = [0] * len(order)
-    for i, d in enumerate(order):
-        inv[d] = i
-    return tuple(inv)
 
 
 def _prepare(ck, arrays, fast, order=None):
