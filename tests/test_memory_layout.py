@@ -259,3 +259,17 @@ def test_index_select_is_row_major_like_pytorch():
     up = em.nn.functional.interpolate(cl, scale_factor=2)
     assert up.is_contiguous()
     np.testing.assert_array_equal(cl[:, :, i].numpy(), x[:, :, i.numpy()])
+
+
+def test_pointwise_composites_in_place_return_their_input():
+    # F.relu's compiled composite serves 1M+ elements; inplace=True runs as written and
+    # returns the very tensor (PyTorch's), channels-last or not
+    from ember.codegen import eager_composite
+    x = em.tensor(_x((4, 64, 64, 64), seed=12)).to(memory_format=em.channels_last)
+    want = np.maximum(x.numpy(), 0)
+    for _ in range(eager_composite.WARMUP + 2):
+        y = em.nn.functional.relu(x)
+        assert y is not x and y.is_contiguous(memory_format=em.channels_last)
+        np.testing.assert_array_equal(y.numpy(), want)
+    assert em.nn.functional.relu(x, inplace=True) is x
+    np.testing.assert_array_equal(x.numpy(), want)
