@@ -150,16 +150,8 @@ class GradScaler:
         return self._scale
 
     def _lazy_init(self, dev) -> None:
-        from ..dtypes import float32
-        from ..tensor import _wrap
-        # NOTE: made without an op, so that a first scale() inside ember.compile's trace
-        # lifts the scale as a graph input (read at every run) instead of folding a
-        # factory's constant that update() could never change
-        from ..dtypes import int32
-        xp = _backends[dev.type].xp
-        self._scale = _wrap(xp.full((), self._init_scale, dtype=xp.float32), float32, dev)
-        self._growth_tracker = _wrap(xp.full((), self._init_growth_tracker, dtype=xp.int32),
-                                     int32, dev)
+        self._scale = _lifted(self._init_scale, "float32", dev)
+        self._growth_tracker = _lifted(self._init_growth_tracker, "int32", dev)
 
     def scale(self, outputs):
         """Multiply ``outputs`` (a tensor, or nested lists/tuples/iterables of them) by the scale.
@@ -347,14 +339,10 @@ class GradScaler:
         as tensors made without an op: a compiled update reads them at every run, so
         ``set_growth_factor`` & co. reach a graph captured before (they write them)."""
         if self._rule_t is None:
-            from ..dtypes import float32, int32
-            from ..tensor import _wrap
             dev = self._scale._device
-            xp = _backends[dev.type].xp
-            self._rule_t = (
-                _wrap(xp.full((), self._growth_factor, dtype=xp.float32), float32, dev),
-                _wrap(xp.full((), self._backoff_factor, dtype=xp.float32), float32, dev),
-                _wrap(xp.full((), self._growth_interval, dtype=xp.int32), int32, dev))
+            self._rule_t = (_lifted(self._growth_factor, "float32", dev),
+                            _lifted(self._backoff_factor, "float32", dev),
+                            _lifted(self._growth_interval, "int32", dev))
         return self._rule_t
 
     def _sync_rule(self) -> None:
@@ -493,6 +481,16 @@ class GradScaler:
         if self._growth_tracker is not None:
             self._growth_tracker._data[...] = self._init_growth_tracker
             self._growth_tracker._storage.version += 1
+
+
+def _lifted(value, dtype: str, dev) -> Tensor:
+    """A 0-d ``dtype`` tensor holding ``value`` on ``dev``, made without an op: inside an
+    ``ember.compile`` trace it becomes a graph input read at every run (not a factory's
+    constant folded into the graph), so writes between runs reach the graph."""
+    from .. import dtypes
+    from ..tensor import _wrap
+    xp = _backends[dev.type].xp
+    return _wrap(xp.full((), value, dtype=getattr(xp, dtype)), getattr(dtypes, dtype), dev)
 
 
 def _why_not_in_graph(optimizer, found_inf: Tensor) -> str | None:
