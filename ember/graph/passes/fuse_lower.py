@@ -210,7 +210,6 @@ def _runner(ck, outs):
                      num_threads() if big else 1)
         return res[0] if single else tuple(res)
 
-
     def _in_memory_order(arrays):
         # NOTE: a value returned to the caller whose inputs are laid out other than
         # row-major (a channels-last image): the loops run in the inputs' memory order
